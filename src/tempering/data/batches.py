@@ -1,0 +1,133 @@
+"""Deterministic, resumable batching of rendered examples, with padding or packing.
+
+`ExampleOrder` walks a seeded permutation per epoch and saves its cursor, so a resumed
+run sees exactly the batches an uninterrupted one would. Packing puts a batch's
+conversations into as few rows as fit in `max_length` (first-fit decreasing) and restarts
+`position_ids` at every conversation: Hugging Face models turn restarted positions into a
+block-diagonal causal mask, so no token attends across conversations. The first token of
+every packed conversation is never a target, so no conversation predicts another's start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tempering.data.render import IGNORE, RenderedExample
+
+
+class ExampleOrder:
+    """A seeded permutation of range(n) per epoch, consumed `k` at a time."""
+
+    def __init__(self, n: int, seed: int):
+        if n == 0:
+            raise ValueError("no training examples")
+        self.n, self.seed = n, seed
+        self.epoch, self.cursor = 0, 0
+        self._perm = self._permutation(0)
+
+    def _permutation(self, epoch: int) -> list[int]:
+        gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        return torch.randperm(self.n, generator=gen).tolist()
+
+    def take(self, k: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < k:
+            if self.cursor == self.n:
+                self.epoch, self.cursor = self.epoch + 1, 0
+                self._perm = self._permutation(self.epoch)
+            step = min(k - len(out), self.n - self.cursor)
+            out += self._perm[self.cursor : self.cursor + step]
+            self.cursor += step
+        return out
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "cursor": self.cursor, "n": self.n, "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["n"] != self.n or state["seed"] != self.seed:
+            raise ValueError(f"data changed since the checkpoint (examples {state['n']} -> {self.n})")
+        self.epoch, self.cursor = state["epoch"], state["cursor"]
+        self._perm = self._permutation(self.epoch)
+
+
+def pad_batch(examples: list[RenderedExample], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded (B, T) batch with a 2D attention mask."""
+    width = max(len(e.input_ids) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    labels = torch.full_like(ids, IGNORE)
+    mask = torch.zeros_like(ids)
+    for r, e in enumerate(examples):
+        n = len(e.input_ids)
+        ids[r, :n] = torch.tensor(e.input_ids)
+        labels[r, :n] = torch.tensor(e.labels)
+        mask[r, :n] = 1
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+
+
+def pack_rows(lengths: list[int], max_length: int) -> list[list[int]]:
+    """First-fit decreasing: indices of `lengths` grouped into rows of <= max_length."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if lengths[i] > max_length:
+            raise ValueError(f"example of {lengths[i]} tokens exceeds max_length {max_length}")
+        for r, free in enumerate(room):
+            if lengths[i] <= free:
+                rows[r].append(i)
+                room[r] -= lengths[i]
+                break
+        else:
+            rows.append([i])
+            room.append(max_length - lengths[i])
+    return rows
+
+
+def pack_batch(examples: list[RenderedExample], max_length: int, pad_id: int) -> dict[str, torch.Tensor]:
+    """Packed (R, T) batch: `position_ids` restart per conversation; no attention mask.
+
+    Row padding forms its own position segment with IGNORE labels, so it is never
+    attended to by real tokens and never a target.
+    """
+    rows = pack_rows([len(e.input_ids) for e in examples], max_length)
+    width = max(sum(len(examples[i].input_ids) for i in row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    labels = torch.full_like(ids, IGNORE)
+    positions = torch.zeros_like(ids)
+    for r, row in enumerate(rows):
+        at = 0
+        for i in row:
+            e, n = examples[i], len(examples[i].input_ids)
+            ids[r, at : at + n] = torch.tensor(e.input_ids)
+            labels[r, at : at + n] = torch.tensor(e.labels)
+            labels[r, at] = IGNORE
+            positions[r, at : at + n] = torch.arange(n)
+            at += n
+        positions[r, at:] = torch.arange(width - at)
+    return {"input_ids": ids, "labels": labels, "position_ids": positions}
+
+
+class SFTBatches:
+    """Micro-batches of `batch_size` conversations in a resumable order."""
+
+    def __init__(self, examples: list[RenderedExample], batch_size: int, max_length: int,
+                 pad_id: int, packing: bool, seed: int):
+        self.examples, self.batch_size = examples, batch_size
+        self.max_length, self.pad_id, self.packing = max_length, pad_id, packing
+        self.order = ExampleOrder(len(examples), seed)
+
+    def next_batch(self) -> dict[str, Any]:
+        chosen = [self.examples[i] for i in self.order.take(self.batch_size)]
+        if self.packing:
+            batch = pack_batch(chosen, self.max_length, self.pad_id)
+        else:
+            batch = pad_batch(chosen, self.pad_id)
+        batch["n_real_tokens"] = sum(len(e.input_ids) for e in chosen)
+        return batch
+
+    def state_dict(self) -> dict:
+        return self.order.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.order.load_state_dict(state)

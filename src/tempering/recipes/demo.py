@@ -1,0 +1,73 @@
+"""`make demo`: SFT the default model on arithmetic and show before/after on held-out data."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tempering.config import SFTConfig, load_config
+from tempering.data.io import load_rows
+
+_LAST_INT = re.compile(r"-?\d+")
+
+
+def last_integer(text: str) -> str | None:
+    """The last integer in a reply ("59+63 is 122." -> "122"); the demo's answer rule."""
+    found = _LAST_INT.findall(text)
+    return found[-1] if found else None
+
+
+def greedy_replies(model: Any, tokenizer: Any, prompts: list[list[dict]], max_new_tokens: int = 8) -> list[str]:
+    """Batched greedy replies to chat prompts (left-padded, one generate call)."""
+    import torch
+
+    tokenizer.padding_side = "left"
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                             pad_token_id=tokenizer.pad_token_id)
+    return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def heldout_accuracy(model_spec: str, conversations: list[Any]) -> tuple[float, list[str]]:
+    from tempering.models.load import load_model, load_tokenizer
+
+    model, tokenizer = load_model(model_spec).eval(), load_tokenizer(model_spec)
+    prompts = [[m for m in c.to_dicts() if m["role"] != "assistant"] for c in conversations]
+    replies = greedy_replies(model, tokenizer, prompts)
+    gold = [c.to_dicts()[-1]["content"] for c in conversations]
+    hits = sum(last_integer(r) == g for r, g in zip(replies, gold))
+    return hits / len(gold), replies
+
+
+def run_demo(config: Path, overrides: list[str], console: Console, n_questions: int = 32) -> dict:
+    from tempering.recipes.sft import run_sft
+
+    if not any(o.startswith("name=") for o in overrides):
+        overrides = overrides + [f"name=demo-{time.strftime('%Y%m%d-%H%M%S')}"]
+    cfg: SFTConfig = load_config(SFTConfig, config, overrides)
+    questions = [r.value for r in load_rows(cfg.data.eval).records][:n_questions]
+    console.rule("[bold]Tempering demo: LoRA SFT of the default model on arithmetic")
+    console.print(f"held-out questions: {len(questions)}; e.g. {questions[0].messages[0].content!r}")
+    acc_before, replies_before = heldout_accuracy(cfg.model, questions)
+    summary = run_sft(cfg)
+    acc_after, replies_after = heldout_accuracy(summary["final"], questions)
+    table = Table(title=f"before / after ({summary['steps']} steps, run {summary['run_dir']})")
+    table.add_column("metric")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    table.add_row("held-out loss (assistant tokens)", f"{summary['eval_loss_before']:.4f}", f"{summary['eval_loss_after']:.4f}")
+    table.add_row("held-out accuracy (last integer)", f"{acc_before:.1%}", f"{acc_after:.1%}")
+    table.add_row("train loss (first / last step)", f"{summary['train_loss_first']:.4f}", f"{summary['train_loss_last']:.4f}")
+    console.print(table)
+    q = questions[0].messages[0].content
+    console.print(f"example: {q!r}\n  before: {replies_before[0]!r}\n  after:  {replies_after[0]!r}")
+    console.print(f"rows {summary['data']['rows']}, quarantined {summary['data']['quarantined']}, "
+                  f"guard {summary['guard'] or 'no anomalies'}; adapter: {summary['final']}")
+    return {**summary, "accuracy_before": acc_before, "accuracy_after": acc_after}

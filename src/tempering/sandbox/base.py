@@ -1,0 +1,151 @@
+"""Types shared by every sandbox backend: limits, results, errors, the backend protocol.
+
+Nothing here imports torch or touches the system; see `tempering.sandbox` for the threat
+model and `launch.py` for how a run is actually started, watched and cleaned up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+Status = Literal["ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "sandbox_error"]
+STATUSES: tuple[str, ...] = ("ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "sandbox_error")
+
+MiB = 1024 * 1024
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot serve work here (missing tool, no root, failed self-check).
+
+    Raised instead of running anything: a sandbox that cannot prove its isolation refuses.
+    """
+
+
+class SandboxFailure(RuntimeError):
+    """The sandbox machinery failed during one run; reported as status `sandbox_error`."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one run. Every field can be set per call."""
+
+    wall_s: float = 10.0
+    """Wall-clock limit in seconds; the whole process tree is killed when it passes."""
+    cpu_s: float = 10.0
+    """CPU seconds, summed over all processes of the run (cgroup cpuacct) and per process (RLIMIT_CPU)."""
+    memory_bytes: int = 256 * MiB
+    """Total memory of all processes of the run, tmpfs pages included (memory cgroup)."""
+    processes: int = 64
+    """Processes and threads the program may have at once (pids cgroup and RLIMIT_NPROC)."""
+    file_bytes: int = 16 * MiB
+    """Largest file the program may write (RLIMIT_FSIZE)."""
+    scratch_bytes: int = 32 * MiB
+    """Size of the writable work dir `/work`; `/tmp` and `/dev/shm` get the same size each."""
+    output_bytes: int = 1 * MiB
+    """Bytes kept of stdout and of stderr each; more ends the run with status `output_limit`."""
+    open_files: int = 256
+    """Open file descriptors per process (RLIMIT_NOFILE)."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"Limits.{f.name} must be a positive number, got {value!r}")
+        if self.open_files < 16:
+            raise ValueError(f"Limits.open_files must be >= 16, got {self.open_files}")
+
+    def replace(self, **changes: float) -> "Limits":
+        """A copy with some fields changed (unknown names raise TypeError)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def parse(cls, text: str) -> "Limits":
+        """Parse `wall_s=5,memory_bytes=128M` (suffixes K, M, G for byte fields)."""
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        changes: dict[str, float] = {}
+        for item in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, raw = item.partition("=")
+            if not sep or key not in names:
+                raise ValueError(f"bad limit {item!r}; expected one of {sorted(names)} as key=value")
+            mult = {"K": 1024, "M": MiB, "G": 1024 * MiB}.get(raw[-1:].upper(), 1)
+            number = float(raw[:-1] if mult > 1 else raw)
+            changes[key] = number * mult if key.endswith(("_s",)) else int(number * mult)
+        return cls(**changes)
+
+
+@dataclass
+class ExecResult:
+    """What one run produced. `status` says how it ended; `sandbox_error` is never the program's fault."""
+
+    status: Status
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    wall_s: float = 0.0
+    cpu_s: float | None = None
+    peak_memory_bytes: int | None = None
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Files collected from the work dir after the run (see `collect=`)."""
+    error: str = ""
+    """Why the sandbox failed (status `sandbox_error`) or which limit ended the run."""
+    backend: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["files"] = {k: v.decode("utf-8", "replace") for k, v in self.files.items()}
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One program to start, as a backend sees it (paths are host paths unless noted)."""
+
+    argv: tuple[str, ...]
+    """The program and its arguments, as seen inside the sandbox."""
+    env: dict[str, str]
+    uid: int
+    gid: int
+    workdir: str
+    """Host directory mounted as the writable work dir."""
+    limits: Limits
+
+
+@dataclass
+class Launch:
+    """How to start a job: the host command line, plus the backend's start-up report channel."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str = "/"
+    pass_fds: tuple[int, ...] = ()
+    report_fd: int | None = None
+    """Read end of a pipe the backend writes to once the sandbox is set up (None: trust exec)."""
+
+
+class Backend(Protocol):
+    """A way to start a `Job` in isolation. Implementations: bwrap, nsjail, unsafe-local."""
+
+    name: str
+    isolated: bool
+    """False only for `unsafe-local`, which skips the self-check and warns on every run."""
+
+    def unavailable_reason(self) -> str | None:
+        """None when usable here, else a sentence saying what is missing."""
+
+    def prepare(self, job: Job) -> Launch:
+        """Build the host command line for `job`. May create pipes (closed by the caller)."""
+
+    def parse_report(self, report: bytes) -> tuple[bool, int | None]:
+        """(sandbox set up and program started?, program exit code if the backend knows it)."""

@@ -1,0 +1,56 @@
+"""`temper sandbox run|check`: run one program in the sandbox, or prove the sandbox isolates.
+
+Mounted by the main CLI as `temper sandbox`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from tempering.sandbox.base import Limits, SandboxUnavailable
+from tempering.sandbox.pool import SandboxPool
+
+app = typer.Typer(help="Run untrusted code in isolation, or check that the sandbox isolates.",
+                  no_args_is_help=True)
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def run(
+    cmd: Optional[List[str]] = typer.Argument(None, help="Command and arguments (after --)."),
+    file: Optional[Path] = typer.Option(None, "--file", "-f", help="A Python file to run instead of CMD."),
+    limits: str = typer.Option("", "--limits", help="e.g. wall_s=5,memory_bytes=128M,output_bytes=64K"),
+    backend: str = typer.Option("bwrap", "--backend", help="bwrap | nsjail | auto | unsafe-local"),
+) -> None:
+    """Run CMD (or --file F) in a fresh sandbox and print the ExecResult as JSON."""
+    if (file is None) == (not cmd):
+        raise typer.BadParameter("give either --file F or -- CMD...")
+    try:
+        parsed = Limits.parse(limits)
+    except (ValueError, TypeError) as e:
+        raise typer.BadParameter(str(e), param_hint="--limits") from e
+    try:
+        with SandboxPool(backend=backend, size=1, limits=parsed) as pool:
+            if file is not None:
+                result = pool.exec(code=file.read_text())
+            else:
+                result = pool.exec(list(cmd))
+    except SandboxUnavailable as e:
+        typer.echo(f"sandbox unavailable: {e}", err=True)
+        raise typer.Exit(2) from e
+    typer.echo(result.to_json())
+    raise typer.Exit(0 if result.status != "sandbox_error" else 2)
+
+
+@app.command()
+def check(backend: str = typer.Option("bwrap", "--backend", help="bwrap | nsjail | auto")) -> None:
+    """Run the isolation self-check; exit non-zero if any probe leaks."""
+    try:
+        with SandboxPool(backend=backend, size=1) as pool:
+            report = pool.check()
+    except SandboxUnavailable as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(1) from e
+    typer.echo(report.summary() if report is not None else "self-check skipped (unsafe-local backend)")

@@ -1,0 +1,162 @@
+"""The writable work dir of a run or session: a size-capped tmpfs mounted on the host.
+
+It is mounted by the (root) harness under /run/tempering-sandbox/scratch/<random>, owned by
+the run's uid, mode 0700, nosuid/nodev, with a byte and an inode cap, and bind-mounted as
+`/work` inside the sandbox. Files go in before a run and come out after it; a session keeps
+one across calls.
+
+Sandboxed programs can leave symlinks, FIFOs and devices-that-are-not here, so the harness
+(which runs as root) never follows a link while reading or writing: every path is walked one
+component at a time with O_NOFOLLOW relative to the scratch root, and only regular files are
+read, up to a cap.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import secrets
+import stat
+
+from tempering.sandbox.base import SandboxFailure, SandboxUnavailable
+
+SCRATCH_BASE = "/run/tempering-sandbox/scratch"
+MS_NOSUID, MS_NODEV = 0x2, 0x4
+MNT_DETACH = 0x2
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check_relpath(path: str) -> list[str]:
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in path:
+        raise ValueError(f"sandbox file path must be relative, without '..' or empty parts: {path!r}")
+    return parts
+
+
+class Scratch:
+    """A host tmpfs for one run or session. Use `Scratch.create(...)`, then `destroy()`."""
+
+    def __init__(self, path: str, uid: int, gid: int):
+        self.path, self.uid, self.gid = path, uid, gid
+
+    @classmethod
+    def create(cls, uid: int, gid: int, size_bytes: int) -> "Scratch":
+        try:
+            os.makedirs(SCRATCH_BASE, mode=0o711, exist_ok=True)
+            os.chmod(SCRATCH_BASE, 0o711)  # bwrap runs as the slot uid and must reach its dir
+            os.chmod(os.path.dirname(SCRATCH_BASE), 0o711)
+            path = f"{SCRATCH_BASE}/{os.getpid()}-{secrets.token_hex(8)}"
+            os.mkdir(path, 0o700)
+        except PermissionError as e:
+            raise SandboxUnavailable(f"cannot create {SCRATCH_BASE}: {e} (the sandbox must run as root)") from e
+        inodes = max(1024, size_bytes // 4096)
+        opts = f"size={size_bytes},nr_inodes={inodes},mode=0700,uid={uid},gid={gid}".encode()
+        if _libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) != 0:
+            err = ctypes.get_errno()
+            os.rmdir(path)
+            raise SandboxFailure(f"cannot mount scratch tmpfs at {path}: {os.strerror(err)}")
+        return cls(path, uid, gid)
+
+    def destroy(self) -> None:
+        if _libc.umount2(self.path.encode(), MNT_DETACH) != 0:
+            err = ctypes.get_errno()
+            if err not in (errno.EINVAL, errno.ENOENT):
+                raise SandboxFailure(f"cannot unmount scratch {self.path}: {os.strerror(err)}")
+        try:
+            os.rmdir(self.path)
+        except FileNotFoundError:
+            pass
+
+    def _open_dir(self, parts: list[str], create: bool) -> int:
+        """fd of the directory holding `parts[-1]`, walked without following links."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            for part in parts[:-1]:
+                if create:
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                        os.chown(part, self.uid, self.gid, dir_fd=fd, follow_symlinks=False)
+                    except FileExistsError:
+                        pass
+                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def write(self, files: dict[str, bytes | str]) -> None:
+        """Write files (relative paths) owned by the run's uid; an existing link is replaced, not followed."""
+        for rel, content in files.items():
+            parts = _check_relpath(rel)
+            data = content.encode() if isinstance(content, str) else bytes(content)
+            try:
+                dfd = self._open_dir(parts, create=True)
+            except OSError as e:
+                raise ValueError(f"cannot create the directories of sandbox file {rel!r}: {e}") from e
+            try:
+                try:
+                    st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+                    if not stat.S_ISREG(st.st_mode):
+                        os.unlink(parts[-1], dir_fd=dfd)
+                except FileNotFoundError:
+                    pass
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+                fd = os.open(parts[-1], flags, 0o644, dir_fd=dfd)
+                try:
+                    os.fchown(fd, self.uid, self.gid)
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                except OSError as e:
+                    if e.errno == errno.ENOSPC:
+                        raise ValueError(f"sandbox files do not fit in the scratch size limit (at {rel!r})") from e
+                    raise
+                finally:
+                    os.close(fd)
+            finally:
+                os.close(dfd)
+
+    def read(self, rel: str, max_bytes: int) -> bytes | None:
+        """A regular file's first `max_bytes` bytes, or None if missing, a link or not a regular file."""
+        parts = _check_relpath(rel)
+        try:
+            dfd = self._open_dir(parts, create=False)
+        except OSError:
+            return None
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+        except OSError:
+            return None
+        finally:
+            os.close(dfd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            chunks, left = [], max_bytes
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def listing(self) -> list[str]:
+        """Relative paths of all regular files (links are listed by nobody and never followed)."""
+        out: list[str] = []
+        for dirpath, _dirs, files, dfd in os.fwalk(self.path, follow_symlinks=False):
+            for name in files:
+                if stat.S_ISREG(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
+                    out.append(os.path.relpath(os.path.join(dirpath, name), self.path))
+        return sorted(out)
+
+
+def scratch_mounts() -> list[str]:
+    """Scratch tmpfs mounts that exist now (for leak checks)."""
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(SCRATCH_BASE + "/")]

@@ -1,0 +1,247 @@
+"""The one training loop. Every objective (SFT, DPO, RM, GRPO) runs in it.
+
+It owns what must be written once: precision (bf16 autocast where native, see precision.py), accumulation
+with one normaliser per optimizer step, clipping, the LR schedule, the anomaly guard
+(skip / rollback), atomic checkpoints with exact resume, and per-step metrics.
+
+Objectives plug in through `Objective`: `units(batch)` is the batch's share of the
+normaliser (target tokens for SFT, pairs for DPO) and `loss(model, batch)` returns the
+*summed* loss, which the trainer divides by the units of the whole optimizer step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from tempering.config import TrainSettings
+from tempering.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, set_rng_state
+from tempering.train.guard import AnomalyGuard
+from tempering.train.metrics import MetricsLog, console
+from tempering.train.precision import resolve_precision
+from tempering.train.schedule import lr_at
+
+
+class Objective(Protocol):
+    name: str
+
+    def units(self, batch: dict[str, Any]) -> int: ...
+
+    def loss(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]: ...
+
+
+class BatchSource(Protocol):
+    def next_batch(self) -> dict[str, Any]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class TrainingDiverged(RuntimeError):
+    """Rollbacks did not stop the anomalies."""
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    losses: list[float]
+    counts: dict[str, int]
+    run_dir: Path
+    real_tokens: int = 0
+    seconds: float = 0.0
+    resumed_from: int | None = None
+    history: list[dict] = field(default_factory=list)
+
+
+def autocast(precision: str, device: torch.device) -> Any:
+    if resolve_precision(precision) == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+@torch.no_grad()
+def evaluate(model: Any, objective: Objective, batches: list[dict[str, Any]], precision: str = "auto") -> float:
+    """Mean loss per unit over fixed batches (no update)."""
+    was_training = model.training
+    model.eval()
+    total, units = 0.0, 0
+    device = next(model.parameters()).device
+    for batch in batches:
+        with autocast(precision, device):
+            loss_sum, _ = objective.loss(model, _to(batch, device))
+        total += float(loss_sum)
+        units += objective.units(batch)
+    model.train(was_training)
+    return total / max(units, 1)
+
+
+def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+class Trainer:
+    """Runs `settings.steps` optimizer steps of `objective` over `batches` into `run_dir`.
+
+    Resumes from the newest checkpoint in `run_dir/checkpoints` when one exists.
+    `callbacks` are called as cb(step, record) after every applied step.
+    """
+
+    def __init__(self, model: Any, objective: Objective, batches: BatchSource, settings: TrainSettings,
+                 run_dir: Path, callbacks: list[Callable[[int, dict], None]] = ()):
+        from accelerate import Accelerator
+
+        if settings.threads:
+            torch.set_num_threads(settings.threads)
+        # Precision is ours (explicit autocast below); accelerate places and wraps.
+        self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
+        if self.accelerator.num_processes > 1:
+            raise NotImplementedError("multi-process training lands with the scale-out issue")
+        self.settings, self.objective, self.batches = settings, objective, batches
+        self.run_dir = Path(run_dir)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.callbacks = list(callbacks)
+        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if not self.named:
+            raise ValueError("model has no trainable parameters")
+        o = settings.optim
+        opt = torch.optim.AdamW([p for _, p in self.named], lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+        self.model, self.optimizer = self.accelerator.prepare(model, opt)
+        self.guard = AnomalyGuard(settings.guard)
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", settings.loggers)
+        self.step, self.lr_scale, self.real_tokens = 0, 1.0, 0
+        self.precision = resolve_precision(settings.precision)
+        console.print(f"[dim]{objective.name}: precision {self.precision} on {self.accelerator.device}[/dim]")
+
+    # -- checkpoints -------------------------------------------------------------------
+    def _state(self) -> dict:
+        return {"step": self.step, "lr_scale": self.lr_scale, "data": self.batches.state_dict(),
+                "guard": self.guard.state_dict(), "real_tokens": self.real_tokens}
+
+    def save(self) -> Path:
+        weights = {n: p for n, p in self.named}
+        return save_checkpoint(self.ckpt_dir, self.step, weights, self.optimizer.state_dict(),
+                               self._state(), self.settings.checkpoint.keep_last)
+
+    def _restore(self, path: Path, full: bool) -> dict:
+        ckpt = load_checkpoint(path)
+        with torch.no_grad():
+            for n, p in self.named:
+                p.copy_(ckpt["weights"][n])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        state = ckpt["state"]
+        self.step, self.lr_scale = state["step"], state["lr_scale"]
+        if full:  # resume: everything as it was; rollback keeps moving forward through data
+            set_rng_state(ckpt["rng"])
+            self.batches.load_state_dict(state["data"])
+            self.guard.load_state_dict(state["guard"])
+            self.real_tokens = state["real_tokens"]
+        return state
+
+    def _rollback(self) -> None:
+        if self.guard.counts["rollbacks"] >= self.settings.guard.max_rollbacks:
+            raise TrainingDiverged(
+                f"step {self.step}: {self.settings.guard.max_bad_in_row} bad steps in a row after "
+                f"{self.guard.counts['rollbacks']} rollbacks; stopping (see {self.metrics.path})"
+            )
+        path = list_checkpoints(self.ckpt_dir)[-1]
+        scale = self.lr_scale * self.settings.guard.rollback_lr_factor
+        self._restore(path, full=False)
+        self.lr_scale = scale
+        self.guard.record_rollback()
+        self.metrics.event("rollback", to=path.name, step=self.step, lr_scale=scale)
+
+    # -- one optimizer step ------------------------------------------------------------
+    def _forward_backward(self, micro: list[dict]) -> tuple[float, dict]:
+        device = self.accelerator.device
+        total_units = sum(self.objective.units(b) for b in micro)
+        loss_value, extra = 0.0, {}
+        for batch in micro:
+            with autocast(self.precision, device):
+                loss_sum, extra = self.objective.loss(self.model, _to(batch, device))
+            loss = loss_sum / max(total_units, 1)
+            if not torch.isfinite(loss):
+                return float("nan"), extra
+            self.accelerator.backward(loss)
+            loss_value += float(loss.detach())
+        return loss_value, extra
+
+    def _grad_norm(self) -> float:
+        clip = self.settings.optim.max_grad_norm
+        params = [p for _, p in self.named]
+        norm = self.accelerator.clip_grad_norm_(params, clip if clip else float("inf"))
+        return float(norm)
+
+    def train_step(self) -> dict | None:
+        """One optimizer step; returns its record, or None when the guard skipped it."""
+        t0 = time.perf_counter()
+        micro = [self.batches.next_batch() for _ in range(self.settings.grad_accum)]
+        real = sum(int(b.get("n_real_tokens", 0)) for b in micro)
+        loss, extra = self._forward_backward(micro)
+        grad_norm = self._grad_norm() if math.isfinite(loss) else None
+        bad = self.guard.check(loss, grad_norm)
+        if bad:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.metrics.event("skip", reason=bad, step=self.step, loss=loss, grad_norm=grad_norm)
+            if self.guard.record_bad(bad):
+                self._rollback()
+            return None
+        lr = lr_at(self.step, self.settings.steps, self.settings.optim, self.lr_scale)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.guard.record_good(loss)
+        self.step += 1
+        self.real_tokens += real
+        dt = time.perf_counter() - t0
+        return {"step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "real_tokens": real,
+                "tokens_per_s": real / dt, "step_s": dt, **extra}
+
+    # -- the loop ----------------------------------------------------------------------
+    def fit(self) -> TrainResult:
+        """Train to `settings.steps`, resuming from the newest checkpoint if there is one."""
+        resumed = None
+        existing = list_checkpoints(self.ckpt_dir)
+        if existing:
+            resumed = self._restore(existing[-1], full=True)["step"]
+            self.metrics.event("resume", step=resumed, checkpoint=existing[-1].name)
+        else:
+            self.save()  # step 0: the rollback target before the first periodic checkpoint
+        self.model.train()
+        try:
+            return self._loop(resumed)
+        finally:
+            self.metrics.close()
+
+    def _loop(self, resumed: int | None) -> TrainResult:
+        losses, history, t_start = [], [], time.perf_counter()
+        every = self.settings.checkpoint.every
+        with Progress(TextColumn(f"[bold]{self.objective.name}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task("train", total=self.settings.steps, completed=self.step, loss="-")
+            while self.step < self.settings.steps:
+                record = self.train_step()
+                if record is None:
+                    continue
+                record["skipped_total"] = self.guard.counts["skipped"]
+                losses.append(record["loss"])
+                history.append(record)
+                if self.step % self.settings.log_every == 0:
+                    self.metrics.write(record)
+                bar.update(task, completed=self.step, loss=f"{record['loss']:.4f}")
+                if self.step % every == 0 or self.step == self.settings.steps:
+                    self.save()
+                for cb in self.callbacks:
+                    cb(self.step, record)
+        counts = {k: int(v) for k, v in self.guard.counts.items()}
+        return TrainResult(self.step, losses, counts, self.run_dir, self.real_tokens,
+                           time.perf_counter() - t_start, resumed, history)
