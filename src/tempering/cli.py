@@ -79,14 +79,11 @@ def data_validate(
 
         tokenizer = load_tokenizer(model)
         render_records(loaded, tokenizer, detect_tool_call_style(tokenizer), max_length)
-        valid = loaded.rows - len(loaded.errors)
-    else:
-        valid = len(loaded.records)
     for e in loaded.errors:
         err.print(f"[yellow]{e}[/yellow]")
     if quarantine and loaded.errors:
         write_quarantine(loaded.errors, quarantine)
-    print(json.dumps({"rows": loaded.rows, "valid": valid, "quarantined": len(loaded.errors)}))
+    print(json.dumps(loaded.summary()))
     raise typer.Exit(1 if loaded.errors else 0)
 
 

@@ -48,12 +48,16 @@ class Record:
 
 @dataclass
 class LoadResult:
+    """Rows read; `records` passed validation so far, `errors` did not (later checks,
+    such as rendering length, move rows from the first to the second)."""
+
     records: list[Record] = field(default_factory=list)
     errors: list[RowError] = field(default_factory=list)
+    rows: int = 0
 
-    @property
-    def rows(self) -> int:
-        return len(self.records) + len(self.errors)
+    def reject(self, record: Record, reason: str, raw: Any = None) -> None:
+        self.records.remove(record)
+        self.errors.append(RowError(record.source, record.location, reason, raw))
 
     def summary(self) -> dict:
         return {"rows": self.rows, "valid": len(self.records), "quarantined": len(self.errors)}
@@ -143,6 +147,7 @@ def load_rows(paths: list[str], check: Callable[[Any], Any] = check_conversation
     result = LoadResult()
     for path in paths:
         for location, obj, error in iter_rows(path):
+            result.rows += 1
             try:
                 if error is not None:
                     raise error

@@ -30,15 +30,14 @@ class SFTData:
 def render_records(loaded: LoadResult, tokenizer: Any, style: str, max_length: int) -> list[RenderedExample]:
     """Render validated conversations; over-long rows join `loaded.errors` (never cut)."""
     out = []
-    for rec in loaded.records:
+    for rec in list(loaded.records):
         try:
             ex = render_with_mask(tokenizer, rec.value.to_dicts(), style)
         except TemplateError as exc:
             raise TemplateError(f"{rec.source}:{rec.location.split()[-1]}: {exc}") from None
         if len(ex.input_ids) > max_length:
-            loaded.errors.append(RowError(rec.source, rec.location,
-                                          f"over max length: {len(ex.input_ids)} tokens > {max_length}",
-                                          rec.value.model_dump(exclude_none=True)))
+            loaded.reject(rec, f"over max length: {len(ex.input_ids)} tokens > {max_length}",
+                          rec.value.model_dump(exclude_none=True))
             continue
         out.append(ex)
     return out

@@ -1,0 +1,79 @@
+"""Malformed rows are quarantined and counted, with file:line (or row) and reason."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from typer.testing import CliRunner
+
+from tempering.cli import app
+from tempering.data.io import load_rows, write_quarantine
+from tests.conftest import SEED_SAMPLE
+
+GOOD = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+BAD_LINES = [
+    ("{not json", "invalid JSON"),
+    (json.dumps({"messages": [{"role": "wizard", "content": "x"}, {"role": "assistant", "content": "y"}]}),
+     "unknown role 'wizard'"),
+    (json.dumps({"messages": [{"role": "user"}, {"role": "assistant", "content": "y"}]}), "missing content"),
+    (json.dumps({"messages": [{"role": "user", "content": "only a question"}]}), "no assistant turn"),
+    (json.dumps({"text": "no messages"}), "missing 'messages'"),
+    (json.dumps([1, 2]), "not a JSON object"),
+    (json.dumps({"messages": [{"role": "user", "content": "q"},
+                              {"role": "assistant", "content": "a", "tool_calls": [{"arguments": {}}]}]}),
+     "tool_calls[0] needs a non-empty string 'name'"),
+    (json.dumps({"messages": [{"role": "user", "content": 3}, {"role": "assistant", "content": "a"}]}),
+     "content must be a string"),
+]
+
+
+def write_mixed(path):
+    lines = [json.dumps(GOOD), json.dumps(SEED_SAMPLE)] + [line for line, _ in BAD_LINES] + ["", json.dumps(GOOD)]
+    path.write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def test_bad_jsonl_rows_are_named_by_file_line_and_reason(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    write_mixed(path)
+    result = load_rows([str(path)])
+    assert result.summary() == {"rows": 11, "valid": 3, "quarantined": 8}
+    for err, (line_no, (_, reason)) in zip(result.errors, enumerate(BAD_LINES, start=3)):
+        assert str(err).startswith(f"{path}:{line_no}: ")
+        assert reason in err.reason
+    q = write_quarantine(result.errors, tmp_path / "run" / "quarantine.jsonl")
+    rows = [json.loads(line) for line in q.read_text().splitlines()]
+    assert [r["location"] for r in rows] == [f"line {i}" for i in range(3, 11)]
+    assert rows[0]["raw"] == "{not json"
+
+
+def test_parquet_rows_are_numbered(tmp_path):
+    bad = {"messages": [{"role": "user", "content": "q", "tool_calls": None}]}
+    table = pa.Table.from_pylist([GOOD, bad, GOOD])
+    pq.write_table(table, tmp_path / "d.parquet")
+    result = load_rows([str(tmp_path / "d.parquet")])
+    assert result.summary() == {"rows": 3, "valid": 2, "quarantined": 1}
+    assert str(result.errors[0]) == f"{tmp_path / 'd.parquet'}:2: no assistant turn (nothing to learn from)"
+
+
+def test_data_validate_cli_reports_and_exits_nonzero(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    write_mixed(path)
+    long_row = {"messages": [{"role": "user", "content": "word " * 300}, {"role": "assistant", "content": "ok"}]}
+    with path.open("a") as fh:
+        fh.write(json.dumps(long_row) + "\n")
+    res = CliRunner().invoke(app, ["data", "validate", str(path), "--max-length", "256",
+                                   "--quarantine", str(tmp_path / "q.jsonl")])
+    assert res.exit_code == 1
+    last = json.loads(res.stdout.strip().splitlines()[-1])
+    assert last == {"rows": 12, "valid": 3, "quarantined": 9}
+    assert "over max length" in res.stderr and f"{path}:13:" in res.stderr
+    assert len((tmp_path / "q.jsonl").read_text().splitlines()) == 9
+
+
+def test_data_validate_clean_file_exits_zero(tmp_path):
+    path = tmp_path / "ok.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + json.dumps(SEED_SAMPLE) + "\n")
+    res = CliRunner().invoke(app, ["data", "validate", str(path)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == {"rows": 2, "valid": 2, "quarantined": 0}

@@ -1,0 +1,183 @@
+"""The one Trainer: accumulation, exact resume, anomaly guard, checkpoint integrity."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from tempering.config import TrainSettings
+from tempering.data.batches import SFTBatches
+from tempering.objectives.sft import SFTObjective
+from tempering.train.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
+from tempering.train.metrics import read_metrics
+from tempering.train.trainer import Trainer, TrainingDiverged
+from tests.conftest import random_examples, tiny_llama
+
+EXAMPLES = random_examples(40, seed=7)
+
+
+def settings(**kw):
+    base = {"steps": 20, "batch_size": 4, "precision": "fp32", "seed": 0,
+            "optim": {"lr": 3e-3, "warmup_steps": 2}, "checkpoint": {"every": 5, "keep_last": 3}}
+    for key, value in kw.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return TrainSettings.model_validate(base)
+
+
+def make_trainer(run_dir, objective=None, callbacks=(), packing=True, **kw):
+    s = settings(**kw)
+    model = tiny_llama(seed=0)
+    batches = SFTBatches(EXAMPLES, s.batch_size, 128, 0, packing, seed=s.seed)
+    return Trainer(model, objective or SFTObjective(), batches, s, run_dir, callbacks=list(callbacks))
+
+
+class Killed(Exception):
+    pass
+
+
+def kill_at(step_to_die):
+    def cb(step, record):
+        if step == step_to_die:
+            raise Killed()
+    return cb
+
+
+def weights(trainer):
+    return {n: p.detach().clone() for n, p in trainer.named}
+
+
+def test_loss_falls_on_tiny_model(tmp_path):
+    result = make_trainer(tmp_path).fit()
+    assert result.steps == 20
+    assert sum(result.losses[-3:]) / 3 < sum(result.losses[:3]) / 3 - 0.1
+
+
+def test_kill_and_resume_is_bit_identical(tmp_path):
+    straight = make_trainer(tmp_path / "a")
+    straight.fit()
+    with pytest.raises(Killed):
+        make_trainer(tmp_path / "b", callbacks=[kill_at(10)]).fit()
+    resumed = make_trainer(tmp_path / "b")
+    result = resumed.fit()
+    assert result.resumed_from == 10
+    a, b = weights(straight), weights(resumed)
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    # and the optimizer state too
+    sa, sb = straight.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
+    assert all(torch.equal(sa[k]["exp_avg_sq"], sb[k]["exp_avg_sq"]) for k in sa)
+
+
+def test_grad_accumulation_4x2_matches_batch_8(tmp_path):
+    one = make_trainer(tmp_path / "one", batch_size=8, grad_accum=1)
+    two = make_trainer(tmp_path / "two", batch_size=4, grad_accum=2)
+    loss_one, _ = one._forward_backward([one.batches.next_batch()])
+    loss_two, _ = two._forward_backward([two.batches.next_batch() for _ in range(2)])
+    assert math.isclose(loss_one, loss_two, rel_tol=1e-5)
+    g1 = {n: p.grad for n, p in one.named}
+    g2 = {n: p.grad for n, p in two.named}
+    assert all(torch.allclose(g1[n], g2[n], atol=1e-6, rtol=1e-4) for n in g1)
+    # and whole runs stay together
+    r1 = make_trainer(tmp_path / "r1b", steps=5, batch_size=8, grad_accum=1)
+    r2 = make_trainer(tmp_path / "r2b", steps=5, batch_size=4, grad_accum=2)
+    r1.fit()
+    r2.fit()
+    w1, w2 = weights(r1), weights(r2)
+    assert all(torch.allclose(w1[n], w2[n], atol=1e-4) for n in w1)
+
+
+class Poisoned:
+    """Wraps an objective; makes chosen calls' loss (or gradient) non-finite, or spike."""
+
+    name = "sft"
+
+    def __init__(self, inner, bad_calls, kind="loss"):
+        self.inner, self.bad_calls, self.kind, self.calls = inner, set(bad_calls), kind, 0
+
+    def units(self, batch):
+        return self.inner.units(batch)
+
+    def loss(self, model, batch):
+        loss, extra = self.inner.loss(model, batch)
+        self.calls += 1
+        if self.calls in self.bad_calls:
+            if self.kind == "loss":
+                loss = loss * float("nan")
+            elif self.kind == "grad":  # finite loss, NaN gradient: d sqrt(x)/dx at 0 is inf, times 0
+                p = next(q for q in model.parameters() if q.requires_grad)
+                loss = loss + torch.sqrt(p.sum() * 0.0)
+            else:
+                loss = loss * 100.0
+        return loss, extra
+
+
+def events(run_dir, kind):
+    return [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("event") == kind]
+
+
+def test_injected_nan_is_skipped(tmp_path):
+    trainer = make_trainer(tmp_path, objective=Poisoned(SFTObjective(), {4}), steps=8)
+    result = trainer.fit()
+    assert result.steps == 8 and result.counts["nonfinite_loss"] == 1 and result.counts["skipped"] == 1
+    assert "rollbacks" not in result.counts
+    assert all(torch.isfinite(p).all() for _, p in trainer.named)
+    assert events(tmp_path, "skip")[0]["reason"] == "nonfinite_loss"
+
+
+def test_nonfinite_gradient_is_skipped(tmp_path):
+    result = make_trainer(tmp_path, objective=Poisoned(SFTObjective(), {3}, "grad"), steps=6).fit()
+    assert result.counts["nonfinite_grad"] == 1
+
+
+def test_loss_spike_is_skipped(tmp_path):
+    result = make_trainer(tmp_path, objective=Poisoned(SFTObjective(), {9}, "spike"), steps=10).fit()
+    assert result.counts["loss_spike"] == 1
+
+
+def test_repeated_nans_roll_back_with_lower_lr(tmp_path):
+    trainer = make_trainer(tmp_path, objective=Poisoned(SFTObjective(), {8, 9, 10}), steps=12,
+                           guard={"max_bad_in_row": 3, "rollback_lr_factor": 0.5})
+    result = trainer.fit()
+    assert result.counts["rollbacks"] == 1 and result.counts["skipped"] == 3
+    (rb,) = events(tmp_path, "rollback")
+    assert rb["to"] == "step-00000005" and rb["step"] == 5 and rb["lr_scale"] == 0.5
+    assert result.steps == 12 and trainer.lr_scale == 0.5
+    applied = [(r["step"], r["lr"]) for r in read_metrics(tmp_path / "metrics.jsonl") if "lr" in r]
+    # steps 1..7 applied, three NaNs, back to step 5, then steps 6..12 again at half the LR
+    assert [s for s, _ in applied] == list(range(1, 8)) + list(range(6, 13))
+    assert applied[7][1] == pytest.approx(0.5 * applied[5][1])
+
+
+def test_endless_nans_stop_with_a_clear_error(tmp_path):
+    trainer = make_trainer(tmp_path, objective=Poisoned(SFTObjective(), set(range(1, 100))), steps=5,
+                           guard={"max_bad_in_row": 2, "max_rollbacks": 2})
+    with pytest.raises(TrainingDiverged, match="after 2 rollbacks"):
+        trainer.fit()
+
+
+def test_corrupted_checkpoint_is_refused(tmp_path):
+    make_trainer(tmp_path, steps=5).fit()
+    ckpt = list_checkpoints(tmp_path / "checkpoints")[-1]
+    load_checkpoint(ckpt)  # intact: loads
+    data = bytearray((ckpt / "weights.safetensors").read_bytes())
+    data[-3] ^= 0xFF
+    (ckpt / "weights.safetensors").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"weights.safetensors is corrupted .*refusing to load"):
+        load_checkpoint(ckpt)
+    with pytest.raises(CheckpointError, match="corrupted"):
+        make_trainer(tmp_path, steps=10).fit()  # resume refuses it too
+    (ckpt / "manifest.json").unlink()
+    with pytest.raises(CheckpointError, match="no manifest.json"):
+        load_checkpoint(ckpt)
+
+
+def test_checkpoints_are_pruned_and_atomic(tmp_path):
+    make_trainer(tmp_path, steps=20, checkpoint={"every": 5, "keep_last": 2}).fit()
+    names = [p.name for p in list_checkpoints(tmp_path / "checkpoints")]
+    assert names == ["step-00000015", "step-00000020"]
+    assert not list((tmp_path / "checkpoints").glob(".step-*"))
+    manifest = json.loads((tmp_path / "checkpoints" / names[-1] / "manifest.json").read_text())
+    assert set(manifest["files"]) == {"weights.safetensors", "optimizer.pt", "rng.pt", "state.json"}
