@@ -22,7 +22,6 @@ def apply_lora(model: Any, settings: LoraSettings, base_spec: str) -> Any:
         lora_dropout=settings.dropout,
         target_modules=settings.target_modules,
         task_type="CAUSAL_LM",
-        base_model_name_or_path=base_spec,
     )
     peft_model = get_peft_model(model, config)
     peft_model.peft_config["default"].base_model_name_or_path = base_spec

@@ -107,7 +107,7 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
         result = Trainer(model, objective, batches, cfg.train, run_dir).fit()
         after = evaluate(model, objective, eval_batches, cfg.train.precision) if eval_batches else None
         final = run_dir / "final"
-        model.save_pretrained(final)
+        model.save_pretrained(final, **({"save_embedding_layers": False} if cfg.lora else {}))
         tokenizer.save_pretrained(final)
         summary = {
             "run_id": run_id, "run_dir": str(run_dir), "final": str(final), "data": data.summary,

@@ -1,0 +1,167 @@
+"""SFT throughput: Tempering vs TRL's SFTTrainer, side by side in one benchmark run.
+
+Same model (the default, full parameters), same conversations, same max length and batch,
+same precision ("auto": bf16 autocast where the CPU has native bf16, else fp32 -- on an
+AVX2-only CPU emulated bf16 is ~100x slower than fp32 and would measure nothing useful).
+Each framework runs in its own child process, one after the other, so peak RSS is its own
+and neither competes for the 2 cores. Both report *real* (non-pad) tokens per second over
+the timed steps after warm-up; MFU is model FLOPs (6N + attention, bench/peak.py) per
+second against matmul peaks measured in this same run.
+
+    python bench/sft.py [--steps 4] [--warmup 1] [--batch 8] [--max-length 512] [--examples 96]
+
+Writes bench/results/sft.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def run_tempering(model_dir: str, conversations: list[dict], max_length: int, batch: int,
+                  steps: int, warmup: int) -> dict:
+    """Tempering's SFT path (render -> pack -> Trainer), timing steps warmup+1 .. warmup+steps."""
+    import torch
+
+    from tempering.config import TrainSettings
+    from tempering.data.batches import SFTBatches
+    from tempering.data.io import Record, LoadResult
+    from tempering.data.render import detect_tool_call_style
+    from tempering.models.load import load_model, load_tokenizer
+    from tempering.objectives.sft import SFTObjective
+    from tempering.recipes.sft import render_records
+    from tempering.train.precision import resolve_precision
+    from tempering.train.trainer import Trainer
+    from tempering.types import Conversation
+
+    tokenizer = load_tokenizer(model_dir)
+    loaded = LoadResult(records=[Record(Conversation.model_validate(c), "bench", f"row {i}")
+                                 for i, c in enumerate(conversations, 1)], rows=len(conversations))
+    examples = render_records(loaded, tokenizer, detect_tool_call_style(tokenizer), max_length)
+    model = load_model(model_dir)
+    settings = TrainSettings.model_validate({
+        "steps": warmup + steps + 1, "batch_size": batch, "precision": "auto",
+        "optim": {"lr": 1e-5, "schedule": "constant"}, "checkpoint": {"every": 10_000, "keep_last": 1}})
+    batches = SFTBatches(examples, batch, max_length, tokenizer.pad_token_id, packing=True, seed=0)
+    clock, tokens = {}, {"real": 0}
+
+    def timer(step: int, record: dict) -> None:
+        if step == warmup:
+            clock["t0"] = time.perf_counter()
+        elif warmup < step <= warmup + steps:
+            tokens["real"] += record["real_tokens"]
+            if step == warmup + steps:
+                clock["t1"] = time.perf_counter()
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        Trainer(model, SFTObjective(), batches, settings, Path(run_dir), callbacks=[timer]).fit()
+    seconds = clock["t1"] - clock["t0"]
+    return {"real_tokens": tokens["real"], "seconds": seconds, "real_tokens_per_s": tokens["real"] / seconds,
+            "loss": "assistant_only", "settings": {"packing": True, "precision": resolve_precision("auto"),
+                                                   "head_on_targets_only": True, "torch_threads": torch.get_num_threads()},
+            "excluded_over_max_length": len(loaded.errors),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def run_trl(model_dir: str, conversations: list[dict], max_length: int, batch: int, steps: int, warmup: int) -> dict:
+    from trl_peer import run_trl_sft
+
+    # TRL's fastest settings measured here (trl_peer.DEFAULT_SETTINGS: padding-free, no packing,
+    # no gradient checkpointing), with the same assistant-only objective as Tempering.
+    return run_trl_sft(model_dir, conversations, max_length, batch, steps, warmup_steps=warmup,
+                       settings={"assistant_only_loss": True})
+
+
+def child(args: argparse.Namespace) -> None:
+    from sft_data import make_bench_conversations
+
+    from tempering.models.load import resolve_model
+
+    model_dir = resolve_model("smollm2-135m-instruct")
+    conversations = make_bench_conversations(args.examples, seed=0)
+    fn = run_tempering if args.child == "tempering" else run_trl
+    result = fn(model_dir, conversations, args.max_length, args.batch, args.steps, args.warmup)
+    Path(args.out).write_text(json.dumps(result, default=str))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--examples", type=int, default=96)
+    p.add_argument("--child", choices=["tempering", "trl"])
+    p.add_argument("--out")
+    args = p.parse_args()
+    if args.child:
+        return child(args)
+
+    import torch
+
+    from peak import measure_bf16_matmul_peak, model_flops_per_token
+    from sft_data import make_bench_conversations
+
+    from tempering.models.load import load_model, load_tokenizer
+    from tempering.train.precision import resolve_precision
+
+    runs = {}
+    for name in ("tempering", "trl"):
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            cmd = [sys.executable, __file__, "--child", name, "--out", out.name] + [
+                f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("child", "out")]
+            print(f"running {name} ...", flush=True)
+            subprocess.run(cmd, check=True)
+            runs[name] = json.loads(Path(out.name).read_text())
+    bf16_peak = measure_bf16_matmul_peak(3.0)
+    fp32_peak = measure_bf16_matmul_peak(3.0, dtype=torch.float32)
+    model = load_model("smollm2-135m-instruct")
+    tok = load_tokenizer("smollm2-135m-instruct")
+    lengths = [len(tok.apply_chat_template(c["messages"], tokenize=True, return_dict=True)["input_ids"])
+               for c in make_bench_conversations(args.examples, seed=0)]
+    doc_len = sum(n * n for n in lengths) / sum(lengths)  # token-weighted attention span
+    flops_per_token = model_flops_per_token(model, seq_len=doc_len)
+    precision = resolve_precision("auto")
+    used_peak = bf16_peak if precision == "bf16" else fp32_peak
+    for r in runs.values():
+        achieved = r["real_tokens_per_s"] * flops_per_token
+        r["mfu_vs_bf16_peak"] = achieved / bf16_peak
+        r["mfu_vs_peak_of_precision_used"] = achieved / used_peak
+    ratio = runs["tempering"]["real_tokens_per_s"] / runs["trl"]["real_tokens_per_s"]
+    result = {
+        "benchmark": "sft", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "model": "smollm2-135m-instruct (full params)",
+        "batch": args.batch, "max_length": args.max_length, "timed_steps": args.steps, "warmup_steps": args.warmup,
+        "examples": args.examples, "precision": precision,
+        "cpu": platform.processor() or platform.machine(), "native_bf16": precision == "bf16",
+        "bf16_matmul_peak_gflops": bf16_peak / 1e9, "fp32_matmul_peak_gflops": fp32_peak / 1e9,
+        "model_flops_per_token": flops_per_token, "ratio_real_tokens_per_s": ratio,
+        "target_ratio": 2.0, "runs": runs,
+    }
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "sft.json").write_text(json.dumps(result, indent=1, default=str))
+    print(f"\nSFT throughput, batch {args.batch}, max length {args.max_length}, precision {precision}, "
+          f"peaks bf16 {bf16_peak / 1e9:.1f} / fp32 {fp32_peak / 1e9:.1f} GFLOP/s")
+    print(f"{'':12}{'real tok/s':>12}{'MFU(used)':>11}{'MFU(bf16)':>11}{'peak RSS MB':>13}")
+    for name, r in runs.items():
+        print(f"{name:12}{r['real_tokens_per_s']:12.1f}{r['mfu_vs_peak_of_precision_used']:11.1%}"
+              f"{r['mfu_vs_bf16_peak']:11.1%}{r['peak_rss_mb']:13.0f}")
+    print(f"ratio tempering / trl: {ratio:.2f}x (target 2.0x)")
+
+
+if __name__ == "__main__":
+    main()
