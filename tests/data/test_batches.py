@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tempering.data.batches import ExampleOrder, SFTBatches, pack_batch, pack_rows, pad_batch
+from tempering.data.batches import ExampleOrder, SFTBatches, pack_batch, pack_rows, pad_batch, plan_rows
 from tempering.data.render import IGNORE, RenderedExample
 from tempering.objectives.sft import SFTObjective
 from tests.conftest import random_examples, tiny_llama
@@ -45,6 +45,9 @@ def test_packed_sample_loss_does_not_change_when_its_neighbour_does():
 
 def test_pack_rows_first_fit_decreasing():
     assert pack_rows([5, 3, 4, 2], 7) == [[0, 3], [2, 1]]
+    # width 8: rows [5,3] [4,2] -> 2 x 8 = 16 slots; width 5: [5] [4] [3,2] -> 3 x 5 = 15 slots
+    assert plan_rows([5, 3, 4, 2], 8) == [[0], [2], [1, 3]]
+    assert plan_rows([6, 6, 7], 20) == [[2, 0, 1]]  # 1 x 19 slots beats 3 x 7
     with pytest.raises(ValueError, match="exceeds max_length"):
         pack_rows([9], 8)
 
