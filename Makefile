@@ -31,6 +31,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/sft.py
+	$(PY) bench/sandbox.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
