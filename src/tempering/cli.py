@@ -41,14 +41,12 @@ def sft(
     full: bool = typer.Option(False, "--full", help="Train all parameters instead of LoRA."),
 ) -> None:
     """Supervised fine-tuning on conversations (assistant-only loss)."""
-    overrides = list(set_)
-    for key, value in (("model", model), ("train.steps", steps), ("out", out_dir), ("name", name)):
-        if value is not None:
-            overrides.append(f"{key}={value}")
+    literal = {k: v for k, v in (("model", model), ("train.steps", steps), ("out", out_dir), ("name", name))
+               if v is not None}
     if full:
-        overrides.append("lora=null")
+        literal["lora"] = None
     try:
-        cfg = load_config(SFTConfig, config, overrides)
+        cfg = load_config(SFTConfig, config, list(set_), literal)
     except (ConfigError, FileNotFoundError) as exc:
         _fail(str(exc))
     from tempering.recipes.sft import run_sft
@@ -77,8 +75,13 @@ def data_validate(
         from tempering.models.load import load_tokenizer
         from tempering.recipes.sft import render_records
 
+        from tempering.data.render import TemplateError
+
         tokenizer = load_tokenizer(model)
-        render_records(loaded, tokenizer, detect_tool_call_style(tokenizer), max_length)
+        try:
+            render_records(loaded, tokenizer, detect_tool_call_style(tokenizer), max_length)
+        except TemplateError as exc:
+            _fail(f"chat template problem: {exc}")
     for e in loaded.errors:
         err.print(f"[yellow]{e}[/yellow]")
     if quarantine and loaded.errors:

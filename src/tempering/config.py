@@ -153,22 +153,29 @@ def set_dotted(data: dict, dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def load_config(model: type[Strict], path: str | Path | None, overrides: list[str] = ()) -> Any:
-    """Read YAML, apply `key.sub=value` overrides (values parsed as YAML), validate.
+def load_config(model: type[Strict], path: str | Path | None, overrides: list[str] = (),
+                literal: dict[str, Any] | None = None) -> Any:
+    """Read YAML, apply `key.sub=value` overrides (values parsed as YAML), then `literal`
+    values as given (flags such as a run name are strings, never YAML), and validate.
 
     Raises:
         ConfigError: naming the file and every invalid or unknown key.
     """
     data: dict = {}
-    if path is not None:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: top level must be a mapping")
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like key.sub=value")
-        key, raw = item.split("=", 1)
-        set_dotted(data, key.strip(), yaml.safe_load(raw))
+    try:
+        if path is not None:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+            if not isinstance(data, dict):
+                raise ConfigError(f"{path}: top level must be a mapping")
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"override {item!r} must look like key.sub=value")
+            key, raw = item.split("=", 1)
+            set_dotted(data, key.strip(), yaml.safe_load(raw))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path or 'override'}: invalid YAML: {exc}") from None
+    for key, value in (literal or {}).items():
+        set_dotted(data, key, value)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -6,6 +6,7 @@ Only the types the landed capabilities use live here; later capabilities add the
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -40,11 +41,10 @@ class Message(BaseModel):
             return value
         out = []
         for call in value:
-            if isinstance(call, dict) and isinstance(call.get("function"), dict):
-                fn = dict(call["function"])
+            if isinstance(call, dict):
+                fn = dict(call["function"]) if isinstance(call.get("function"), dict) else dict(call)
+                fn.pop("id", None), fn.pop("type", None)
                 if isinstance(fn.get("arguments"), str):
-                    import json
-
                     fn["arguments"] = json.loads(fn["arguments"])
                 call = fn
             out.append(call)

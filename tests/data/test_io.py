@@ -77,3 +77,22 @@ def test_data_validate_clean_file_exits_zero(tmp_path):
     res = CliRunner().invoke(app, ["data", "validate", str(path)])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout.strip().splitlines()[-1]) == {"rows": 2, "valid": 2, "quarantined": 0}
+
+
+def test_more_bad_shapes_are_quarantined_not_crashes(tmp_path):
+    rows = [
+        {"messages": [{"role": "assistant", "content": "I speak first"}, {"role": "user", "content": "hi"}]},
+        {"messages": [{"role": "user", "content": "q", "name": 5}, {"role": "assistant", "content": "a"}]},
+        # accepted: string arguments, OpenAI ids, the function wrapper
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{\"d\": \"/\"}"}},
+            {"id": "c2", "name": "cat", "arguments": "{\"f\": \"x\"}"}]}]},
+    ]
+    path = tmp_path / "rows.json"  # a JSON array file
+    path.write_text(json.dumps(rows, indent=2))
+    result = load_rows([str(path)])
+    assert result.summary() == {"rows": 3, "valid": 1, "quarantined": 2}
+    assert "first non-system turn is the assistant's" in result.errors[0].reason
+    assert str(result.errors[1]).startswith(f"{path}:2: messages.0.name")
+    calls = result.records[0].value.messages[1].tool_calls
+    assert [(c.name, c.arguments) for c in calls] == [("ls", {"d": "/"}), ("cat", {"f": "x"})]

@@ -65,6 +65,7 @@ def test_sft_cli_learns_quarantines_and_records(tmp_path, tiny_dir):
     assert (Path(s["final"]) / "model.safetensors").is_file()
     # same name again: resumes from the final checkpoint instead of starting over
     again = summary_of(run("sft", cfg, "--name", "e2e", "--steps", "14"))
+    assert Registry(tmp_path / "runs" / "registry.sqlite").get("e2e")["metrics"]["resumed_from"] == 12
     assert again["resumed_from"] == 12 and again["steps"] == 14
 
 
@@ -77,6 +78,12 @@ def test_sft_cli_lora_with_replay_then_export(tmp_path, tiny_dir):
     res = run("export", s["final"], "--out", tmp_path / "merged")
     assert res.exit_code == 0, res.output
     assert (tmp_path / "merged" / "model.safetensors").is_file()
+
+
+def test_flags_are_strings_not_yaml(tmp_path, tiny_dir):
+    cfg = sft_config(tmp_path, tiny_dir)
+    s = summary_of(run("sft", cfg, "--name", "2024", "--steps", "1"))
+    assert s["run_dir"].endswith("/2024")
 
 
 def test_unknown_config_keys_are_errors(tmp_path, tiny_dir):
@@ -94,3 +101,31 @@ def test_demo_config_on_the_real_default_model(tmp_path):
                        "--set", "train.batch_size=4", "--set", f"data.train={ROOT / 'examples/data/arith_train.jsonl'}"))
     assert s["eval_loss_after"] < s["eval_loss_before"]
     assert s["data"]["tool_call_style"] == "tempering" and s["data"]["quarantined"] == 0
+
+
+def test_sigkill_mid_run_then_resume_is_bit_identical(tmp_path, tiny_dir):
+    """A real `kill -9` of `temper sft`, then the same command again, equals an unbroken run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from safetensors.torch import load_file
+
+    cfg = sft_config(tmp_path, tiny_dir)
+    args = ["--set", "train.steps=40", "--set", "train.checkpoint.every=4", "--set", "data.eval=[]"]
+    summary_of(run("sft", cfg, "--name", "straight", *args))
+    proc = subprocess.Popen([sys.executable, "-m", "tempering.cli", "sft", str(cfg), "--name", "killed", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    target = tmp_path / "runs" / "killed" / "checkpoints" / "step-00000008"
+    deadline = time.time() + 300
+    while not target.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL  # really killed mid-run, not finished
+    resumed = summary_of(run("sft", cfg, "--name", "killed", *args))
+    assert resumed["resumed_from"] is not None and 8 <= resumed["resumed_from"] < 40
+    a = load_file(tmp_path / "runs" / "straight" / "final" / "model.safetensors")
+    b = load_file(tmp_path / "runs" / "killed" / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)

@@ -181,3 +181,35 @@ def test_checkpoints_are_pruned_and_atomic(tmp_path):
     assert not list((tmp_path / "checkpoints").glob(".step-*"))
     manifest = json.loads((tmp_path / "checkpoints" / names[-1] / "manifest.json").read_text())
     assert set(manifest["files"]) == {"weights.safetensors", "optimizer.pt", "rng.pt", "state.json"}
+
+
+def test_rollback_survives_a_resume(tmp_path):
+    seen = []
+
+    def kill_second_step_7(step, record):
+        seen.append(step)
+        if seen.count(7) == 2:
+            raise Killed()
+
+    with pytest.raises(Killed):
+        make_trainer(tmp_path, objective=Poisoned(SFTObjective(), {8, 9, 10}), steps=12,
+                     callbacks=[kill_second_step_7], guard={"max_bad_in_row": 3}).fit()
+    # steps 1..7, rollback to 5 (re-saved with the halved LR), 6, 7 -> killed
+    resumed = make_trainer(tmp_path, steps=12)
+    result = resumed.fit()
+    assert result.resumed_from == 5 and resumed.lr_scale == 0.5 and resumed.guard.counts["rollbacks"] == 1
+
+
+def test_nan_with_guard_disabled_stops_loudly(tmp_path):
+    trainer = make_trainer(tmp_path, objective=Poisoned(SFTObjective(), {2}), steps=4, guard={"enabled": False})
+    with pytest.raises(TrainingDiverged, match="guard disabled"):
+        trainer.fit()
+
+
+def test_resume_on_changed_data_is_refused(tmp_path):
+    make_trainer(tmp_path, steps=5).fit()
+    s = settings(steps=8)
+    other = SFTBatches(random_examples(40, seed=8), s.batch_size, 128, 0, True, seed=s.seed)
+    trainer = Trainer(tiny_llama(), SFTObjective(), other, s, tmp_path)
+    with pytest.raises(ValueError, match="training data changed since the checkpoint"):
+        trainer.fit()

@@ -10,6 +10,7 @@ every packed conversation is never a target, so no conversation predicts another
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import torch
@@ -46,8 +47,9 @@ class ExampleOrder:
         return {"epoch": self.epoch, "cursor": self.cursor, "n": self.n, "seed": self.seed}
 
     def load_state_dict(self, state: dict) -> None:
-        if state["n"] != self.n or state["seed"] != self.seed:
-            raise ValueError(f"data changed since the checkpoint (examples {state['n']} -> {self.n})")
+        for key in ("n", "seed"):
+            if state[key] != getattr(self, key):
+                raise ValueError(f"data order changed since the checkpoint ({key}: {state[key]} -> {getattr(self, key)})")
         self.epoch, self.cursor = state["epoch"], state["cursor"]
         self._perm = self._permutation(self.epoch)
 
@@ -133,6 +135,7 @@ class SFTBatches:
         self.examples, self.batch_size = examples, batch_size
         self.max_length, self.pad_id, self.packing = max_length, pad_id, packing
         self.order = ExampleOrder(len(examples), seed)
+        self._fingerprint: str | None = None
 
     def next_batch(self) -> dict[str, Any]:
         chosen = [self.examples[i] for i in self.order.take(self.batch_size)]
@@ -143,8 +146,20 @@ class SFTBatches:
         batch["n_real_tokens"] = sum(len(e.input_ids) for e in chosen)
         return batch
 
+    def fingerprint(self) -> str:
+        """Hash of the examples' tokens and labels: resuming on different data is an error."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            for e in self.examples:
+                h.update(repr((e.input_ids, e.labels)).encode())
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
+
     def state_dict(self) -> dict:
-        return self.order.state_dict()
+        return {**self.order.state_dict(), "fingerprint": self.fingerprint()}
 
     def load_state_dict(self, state: dict) -> None:
+        if state.get("fingerprint") != self.fingerprint():
+            raise ValueError("training data changed since the checkpoint (token fingerprint differs); "
+                             "use a new run name to start over")
         self.order.load_state_dict(state)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from pydantic import ValidationError
+
 from tempering.types import Conversation
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -74,8 +76,16 @@ def iter_rows(path: str | Path) -> Iterator[tuple[str, Any, Exception | None]]:
         for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
             yield f"row {i}", row, None
         return
-    if path.suffix not in (".jsonl", ".json", ".ndjson"):
-        raise ValueError(f"{path}: unsupported data format {path.suffix!r} (use .jsonl or .parquet)")
+    if path.suffix == ".json":  # a JSON array of rows, or a single row object
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        for i, row in enumerate(data if isinstance(data, list) else [data], 1):
+            yield f"row {i}", row, None
+        return
+    if path.suffix not in (".jsonl", ".ndjson"):
+        raise ValueError(f"{path}: unsupported data format {path.suffix!r} (use .jsonl, .json or .parquet)")
     with path.open(encoding="utf-8") as fh:
         for i, line in enumerate(fh, 1):
             if not line.strip():
@@ -139,7 +149,15 @@ def check_conversation(obj: Any) -> Conversation:
         _check_message(i, m)
     if not any(m["role"] == "assistant" for m in messages):
         raise RowInvalid("no assistant turn (nothing to learn from)")
-    return Conversation.model_validate({"messages": messages})
+    first = next(m["role"] for m in messages if m["role"] != "system")
+    if first == "assistant":
+        raise RowInvalid("the first non-system turn is the assistant's (no prompt before it)")
+    try:
+        return Conversation.model_validate({"messages": messages})
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(str(x) for x in e["loc"])
+        raise RowInvalid(f"{where}: {e['msg']}") from None
 
 
 def load_rows(paths: list[str], check: Callable[[Any], Any] = check_conversation) -> LoadResult:
@@ -158,10 +176,10 @@ def load_rows(paths: list[str], check: Callable[[Any], Any] = check_conversation
 
 
 def write_quarantine(errors: list[RowError], path: str | Path) -> Path:
-    """Append bad rows (with file, location and reason) to a JSONL quarantine file."""
+    """Write bad rows (with file, location and reason) to a JSONL quarantine file (replaced)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as fh:
+    with path.open("w", encoding="utf-8") as fh:
         for err in errors:
             fh.write(json.dumps(err.to_json(), ensure_ascii=False) + "\n")
     return path

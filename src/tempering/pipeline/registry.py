@@ -87,7 +87,7 @@ class Registry:
             )
 
     def get(self, run_id: str) -> dict[str, Any]:
-        row = self.db.execute("SELECT * FROM runs WHERE id=? OR name=?", (run_id, run_id)).fetchone()
+        row = self.db.execute("SELECT * FROM runs WHERE id=? OR name=? ORDER BY started_at DESC", (run_id, run_id)).fetchone()
         if row is None:
             raise KeyError(f"no run {run_id!r} in {self.path}")
         return _decode(row)

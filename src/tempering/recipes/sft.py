@@ -56,6 +56,8 @@ def prepare_sft_data(cfg: DataSettings, tokenizer: Any, seed: int) -> SFTData:
         errors += general.errors
         # ratio r of the final mix is replay: k / (n + k) = r
         k = round(len(train) * cfg.replay.ratio / (1 - cfg.replay.ratio))
+        if k and not pool:
+            raise ValueError(f"replay files {cfg.replay.data} have no valid rows ({len(general.errors)} quarantined)")
         rng = random.Random(seed)
         picked = rng.sample(pool, k) if k <= len(pool) else [rng.choice(pool) for _ in range(k)]
         train += picked
@@ -70,13 +72,33 @@ def prepare_sft_data(cfg: DataSettings, tokenizer: Any, seed: int) -> SFTData:
     return SFTData(train, evals, summary, errors)
 
 
+def load_base_for_training(cfg: SFTConfig) -> Any:
+    """The model to train: LoRA on top of the base, or all parameters.
+
+    Starting from a PEFT adapter dir: with LoRA, training continues that adapter (its own
+    rank and targets); with full parameters, the adapter is merged in first.
+    """
+    from tempering.models.load import adapter_base, load_model, resolve_model
+    from tempering.models.lora import apply_lora
+
+    if adapter_base(resolve_model(cfg.model)):
+        model = load_model(cfg.model, trainable_adapter=cfg.lora is not None)
+        if cfg.lora is None:
+            model = model.merge_and_unload()
+            model.requires_grad_(True)
+        else:
+            console.print("[dim]continuing the given LoRA adapter (its own r/alpha/targets apply)[/dim]")
+        return model
+    model = load_model(cfg.model)
+    return apply_lora(model, cfg.lora, cfg.model) if cfg.lora else model
+
+
 def run_sft(cfg: SFTConfig) -> dict[str, Any]:
     """Run one SFT stage end to end and record it; returns the run summary."""
     import torch
 
     from tempering.data.batches import SFTBatches, pack_batch, pad_batch
-    from tempering.models.load import load_model, load_tokenizer
-    from tempering.models.lora import apply_lora
+    from tempering.models.load import load_tokenizer
     from tempering.objectives.sft import SFTObjective
     from tempering.pipeline.registry import Registry
     from tempering.train.trainer import Trainer, evaluate
@@ -95,9 +117,7 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
             console.print(f"[yellow]{len(data.errors)} bad rows quarantined -> {qpath}[/yellow]")
             for err in data.errors[:5]:
                 console.print(f"  [yellow]{err}[/yellow]")
-        model = load_model(cfg.model)
-        if cfg.lora:
-            model = apply_lora(model, cfg.lora, cfg.model)
+        model = load_base_for_training(cfg)
         pad = tokenizer.pad_token_id
         batches = SFTBatches(data.train, cfg.train.batch_size, cfg.data.max_length, pad, cfg.data.packing, cfg.train.seed)
         chunks = [data.eval[i : i + cfg.train.batch_size] for i in range(0, len(data.eval), cfg.train.batch_size)]

@@ -73,12 +73,35 @@ def save_checkpoint(root: Path, step: int, weights: dict[str, torch.Tensor], opt
     for p in tmp.iterdir():  # durable before it becomes visible
         with p.open("rb") as fh:
             os.fsync(fh.fileno())
-    if final.exists():
-        shutil.rmtree(final)
+    aside = root / f".step-{step:08d}.old-{os.getpid()}"
+    if final.exists():  # same step written again (after a rollback): swap, never delete first
+        os.rename(final, aside)
     os.rename(tmp, final)
+    shutil.rmtree(aside, ignore_errors=True)
     for old in list_checkpoints(root)[:-keep_last]:
         shutil.rmtree(old)
     return final
+
+
+def remove_partial(root: Path) -> list[Path]:
+    """Clean up after a writer killed mid-save; returns what was removed.
+
+    Temp dirs are incomplete by definition. A checkpoint moved aside for a rewrite of the
+    same step is put back if its replacement never landed, else deleted.
+    """
+    if not root.is_dir():
+        return []
+    removed = list(root.glob(".step-*.tmp-*"))
+    for p in removed:
+        shutil.rmtree(p, ignore_errors=True)
+    for old in root.glob(".step-*.old-*"):
+        final = root / old.name[1:].split(".old-")[0]
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old)
+        else:
+            os.rename(old, final)
+    return removed
 
 
 def list_checkpoints(root: Path) -> list[Path]:

@@ -22,7 +22,8 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from tempering.config import TrainSettings
-from tempering.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, set_rng_state
+from tempering.train.checkpoint import (list_checkpoints, load_checkpoint, remove_partial, save_checkpoint,
+                                        set_rng_state)
 from tempering.train.guard import AnomalyGuard
 from tempering.train.metrics import MetricsLog, console
 from tempering.train.precision import resolve_precision
@@ -157,6 +158,7 @@ class Trainer:
         self.lr_scale = scale
         self.guard.record_rollback()
         self.metrics.event("rollback", to=path.name, step=self.step, lr_scale=scale)
+        self.save()  # so a resume after this point keeps the lowered LR and the rollback count
 
     # -- one optimizer step ------------------------------------------------------------
     def _forward_backward(self, micro: list[dict]) -> tuple[float, dict]:
@@ -187,6 +189,8 @@ class Trainer:
         loss, extra = self._forward_backward(micro)
         grad_norm = self._grad_norm() if math.isfinite(loss) else None
         bad = self.guard.check(loss, grad_norm)
+        if not self.settings.guard.enabled and not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            raise TrainingDiverged(f"step {self.step}: non-finite loss or gradient with the guard disabled")
         if bad:
             self.optimizer.zero_grad(set_to_none=True)
             self.metrics.event("skip", reason=bad, step=self.step, loss=loss, grad_norm=grad_norm)
@@ -209,6 +213,8 @@ class Trainer:
     def fit(self) -> TrainResult:
         """Train to `settings.steps`, resuming from the newest checkpoint if there is one."""
         resumed = None
+        for stale in remove_partial(self.ckpt_dir):
+            self.metrics.event("removed_partial_checkpoint", path=stale.name)
         existing = list_checkpoints(self.ckpt_dir)
         if existing:
             resumed = self._restore(existing[-1], full=True)["step"]
