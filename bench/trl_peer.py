@@ -58,6 +58,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
+from tempering.train.precision import cpu_has_native_bf16  # noqa: E402
+
 __all__ = ["run_trl_sft", "DEFAULT_SETTINGS", "cpu_has_native_bf16", "SMOLLM2_TRAINING_TEMPLATE"]
 
 # Fastest measured combination (see module docstring / SWEEP_RESULTS).
@@ -98,19 +100,6 @@ SMOLLM2_TRAINING_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-
-
-def cpu_has_native_bf16() -> bool:
-    """True if /proc/cpuinfo advertises AMX-BF16 or AVX512-BF16 (fast bf16 GEMM in oneDNN)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"amx_bf16", "avx512_bf16"})
-    except OSError:
-        pass
-    return False
 
 
 def _resolve_settings(settings: dict[str, Any] | None) -> dict[str, Any]:

@@ -7,13 +7,14 @@ older one is migrated forward.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from tempering.hashing import sha256_file as file_sha256
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -33,14 +34,6 @@ CREATE TABLE IF NOT EXISTS runs (
     finished_at REAL
 );
 """
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class Registry:

@@ -13,7 +13,6 @@ leaves a half-written `step-*`. Loading recomputes every hash and refuses a mism
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -25,20 +24,14 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from tempering.hashing import sha256_file
+
 MANIFEST = "manifest.json"
 FORMAT = 1
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint that is missing, incomplete or corrupted."""
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def rng_state() -> dict[str, Any]:
