@@ -54,3 +54,14 @@ def test_lora_adapter_saves_in_peft_format_and_export_merges(tmp_path, smol_toke
         plain = load_model(str(base_dir)).eval()
         assert not torch.allclose(plain(ids).logits, adapted(ids).logits, atol=1e-4)
     assert not (merged_dir / "adapter_config.json").exists()
+
+
+@pytest.mark.slow
+def test_a_gguf_path_converts_into_a_trainable_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEMPERING_CACHE", str(tmp_path / "cache"))
+    path = Path(resolve_model(str(alias_gguf("smollm2-135m-instruct"))))
+    assert path.parent == tmp_path / "cache" / "models" and path.name.startswith("SmolLM2-135M-Instruct.Q4_1-")
+    model = load_model(str(path))
+    assert getattr(model, "hf_quantizer", None) is None
+    assert all(p.requires_grad for p in model.parameters())
+    assert resolve_model(str(alias_gguf("smollm2-135m-instruct"))) == str(path)  # converted once
