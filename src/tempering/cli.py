@@ -91,6 +91,28 @@ def data_validate(
 
 
 @app.command()
+def verify(
+    task: Path = typer.Option(..., "--task", help="One task as JSON (the task JSONL row format)."),
+    completion: Path = typer.Option(..., "--completion", help="A file holding the completion text."),
+) -> None:
+    """Score a completion with the task's verifier; the Reward JSON is the last line."""
+    from pydantic import ValidationError
+
+    from tempering.types import Task
+    from tempering.verifiers import UnknownVerifier, score
+
+    try:
+        parsed = Task.model_validate_json(task.read_text())
+    except ValidationError as exc:
+        _fail(f"{task}: invalid task: {exc.errors()[0]['msg']}")
+    try:
+        reward = score(parsed, completion.read_text())
+    except UnknownVerifier as exc:
+        _fail(str(exc.args[0]))
+    print(reward.model_dump_json())
+
+
+@app.command()
 def export(
     adapter: Path = typer.Argument(..., help="A PEFT adapter directory (e.g. runs/NAME/final)."),
     out_dir: Path = typer.Option(..., "--out", help="Where to write the merged HF model."),

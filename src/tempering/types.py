@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -60,3 +60,43 @@ class Conversation(BaseModel):
     def to_dicts(self) -> list[dict[str, Any]]:
         """Messages as plain dicts, as chat templates expect them (None fields dropped)."""
         return [m.model_dump(exclude_none=True) for m in self.messages]
+
+
+class Task(BaseModel):
+    """A prompt plus how to verify an answer. Stable JSONL fields that outside tools rely on.
+
+    `verifier` is a spec such as `{"type": "numeric", "answer": "122"}`; hidden material
+    (tests, answers) lives only there and never in the prompt.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1)
+    prompt: str | None = None
+    messages: list[Message] | None = None
+    verifier: dict[str, Any]
+    track: str = "general"
+    difficulty: float | None = None
+    source: str | None = None
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> "Task":
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("a task needs exactly one of 'prompt' or 'messages'")
+        if not isinstance(self.verifier.get("type"), str):
+            raise ValueError("verifier needs a string 'type'")
+        return self
+
+    def chat(self) -> list[dict[str, Any]]:
+        """The prompt as chat messages."""
+        if self.messages is not None:
+            return [m.model_dump(exclude_none=True) for m in self.messages]
+        return [{"role": "user", "content": self.prompt}]
+
+
+class Reward(BaseModel):
+    """A verifier's judgement: the value, its named parts, and flags such as `cheat_suspected`."""
+
+    value: float
+    components: dict[str, float] = Field(default_factory=dict)
+    flags: list[str] = Field(default_factory=list)
+    detail: str | None = None

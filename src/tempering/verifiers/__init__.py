@@ -1,0 +1,10 @@
+"""Verifiers: `score(task, completion) -> Reward`, one implementation serving reward and eval.
+
+Plug-in point: `@register("name")` a function `(spec: dict, completion: str) -> Reward`.
+"""
+
+from tempering.verifiers.base import UnknownVerifier, VERIFIERS, register, score
+from tempering.verifiers import answers as _answers  # noqa: F401  (registers numeric/exact/regex/math)
+from tempering.verifiers import structure as _structure  # noqa: F401  (registers format/tool_call/composite)
+
+__all__ = ["VERIFIERS", "UnknownVerifier", "register", "score"]

@@ -1,0 +1,107 @@
+"""Answer verifiers: numeric, exact, regex, math.
+
+The final-answer extraction rule (documented, shared by all four):
+  1. the content of the last `\\boxed{...}` (balanced braces), if any;
+  2. else the text after the last "answer is" / "answer:" (case-insensitive), to the end of
+     that line, without trailing punctuation;
+  3. else the whole completion, stripped.
+`numeric` then takes the last number in that answer (integers, decimals, `a/b`, thousands
+separators removed) and compares values exactly (`122.0` equals `122`) or within
+`rel_tol`/`abs_tol` when the spec gives them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+from typing import Any
+
+from tempering.types import Reward
+from tempering.verifiers.base import register
+
+_ANSWER_IS = re.compile(r"answer(?:\s+is)?\s*[:=]?\s*", re.IGNORECASE)
+_NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|[-+]?\.\d+")
+
+
+def last_boxed(text: str) -> str | None:
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 0, start + len("\\boxed")
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1 : j]
+    return None
+
+
+def extract_final_answer(text: str) -> str:
+    """The final answer of a completion, by the rule in the module docstring."""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed.strip()
+    matches = list(_ANSWER_IS.finditer(text))
+    if matches:
+        tail = text[matches[-1].end():].split("\n", 1)[0]
+        return tail.strip().rstrip(".!;,").strip()
+    return text.strip()
+
+
+def parse_number(text: str) -> Fraction | None:
+    """The last number in `text` as an exact Fraction, or None."""
+    found = _NUMBER.findall(text)
+    if not found:
+        return None
+    raw = found[-1].replace(",", "").replace(" ", "")
+    try:
+        return Fraction(raw)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _reward(ok: bool, extracted: str | None) -> Reward:
+    return Reward(value=1.0 if ok else 0.0, components={"correct": 1.0 if ok else 0.0}, detail=f"extracted: {extracted!r}")
+
+
+@register("numeric")
+def score_numeric(spec: dict[str, Any], completion: str) -> Reward:
+    answer = extract_final_answer(completion)
+    got, want = parse_number(answer), parse_number(str(spec["answer"]))
+    if want is None:
+        raise ValueError(f"numeric verifier answer is not a number: {spec['answer']!r}")
+    if got is None:
+        return _reward(False, None)
+    rel, abs_ = float(spec.get("rel_tol", 0.0)), float(spec.get("abs_tol", 0.0))
+    ok = got == want if not (rel or abs_) else math.isclose(float(got), float(want), rel_tol=rel, abs_tol=abs_)
+    return _reward(ok, str(got))
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+@register("exact")
+def score_exact(spec: dict[str, Any], completion: str) -> Reward:
+    answer = extract_final_answer(completion)
+    return _reward(_norm(answer) == _norm(str(spec["answer"])), answer)
+
+
+@register("regex")
+def score_regex(spec: dict[str, Any], completion: str) -> Reward:
+    """`pattern` must fully match the extracted answer (`on: completion` to search the whole text)."""
+    if spec.get("on", "answer") == "completion":
+        return _reward(re.search(spec["pattern"], completion) is not None, None)
+    answer = extract_final_answer(completion)
+    return _reward(re.fullmatch(spec["pattern"], answer) is not None, answer)
+
+
+@register("math")
+def score_math(spec: dict[str, Any], completion: str) -> Reward:
+    """math-verify (offline): LaTeX, fractions, sets, intervals, `\\boxed{}`."""
+    from math_verify import parse, verify
+
+    gold = parse(f"${spec['answer']}$", parsing_timeout=None)
+    pred = parse(completion, parsing_timeout=None)
+    ok = bool(gold) and bool(pred) and verify(gold, pred, timeout_seconds=None)
+    return _reward(ok, str(pred[-1]) if pred else None)
