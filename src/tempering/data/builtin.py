@@ -1,29 +1,42 @@
-"""Built-in seeded data generators (offline): arithmetic conversations for SFT demos."""
+"""Built-in seeded generators (offline): arithmetic questions as tasks or SFT conversations.
+
+Splits are disjoint by construction: "train" uses operand pairs whose sum is even,
+"heldout" those whose sum is odd, so a held-out question never appears in training.
+"""
 
 from __future__ import annotations
 
 import random
 
+from tempering.types import Task
+
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+SPLITS = {"train": 0, "heldout": 1}
+
+
+def arithmetic_questions(n: int, seed: int, split: str = "train") -> list[tuple[str, int]]:
+    """`n` (question, answer) pairs: two-digit +, -, and x by a single digit."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    rng = random.Random(f"{seed}:{split}")
+    out: list[tuple[str, int]] = []
+    while len(out) < n:
+        op = rng.choice(list(OPS))
+        a, b = rng.randint(10, 99), rng.randint(2, 9) if op == "*" else rng.randint(10, 99)
+        if (a + b) % 2 != SPLITS[split]:  # the split is decided on the final operands
+            continue
+        out.append((f"What is {a}{op}{b}? Answer with just the number.", OPS[op](a, b)))
+    return out
+
+
+def arithmetic_tasks(n: int, seed: int, split: str = "train") -> list[Task]:
+    """Arithmetic `Task`s with a numeric verifier."""
+    return [Task(id=f"arith-{split}-{seed}-{i:05d}", prompt=q, verifier={"type": "numeric", "answer": str(a)},
+                 track="reasoning", source="builtin:arithmetic")
+            for i, (q, a) in enumerate(arithmetic_questions(n, seed, split))]
 
 
 def arithmetic_conversations(n: int, seed: int, split: str = "train") -> list[dict]:
-    """`n` conversations asking a two-operand arithmetic question, answered correctly.
-
-    `split` ("train" / "heldout") picks disjoint operand pairs (a + b even vs odd), so a
-    held-out question never appears in training.
-    """
-    rng = random.Random(f"{seed}:{split}")
-    parity = 0 if split == "train" else 1
-    rows = []
-    while len(rows) < n:
-        a, b = rng.randint(10, 99), rng.randint(10, 99)
-        if (a + b) % 2 != parity:
-            continue
-        op = rng.choice(list(OPS))
-        if op == "*":
-            b = rng.randint(2, 9)
-        question = f"What is {a}{op}{b}? Answer with just the number."
-        rows.append({"messages": [{"role": "user", "content": question},
-                                  {"role": "assistant", "content": str(OPS[op](a, b))}]})
-    return rows
+    """The same questions answered correctly, as SFT conversations."""
+    return [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": str(a)}]}
+            for q, a in arithmetic_questions(n, seed, split)]
