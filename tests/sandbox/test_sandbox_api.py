@@ -1,6 +1,7 @@
 """The sandbox's public behaviour: statuses, files in/out, stdin, sessions, limits, CLI."""
 
 import json
+import os
 import warnings
 
 import pytest
@@ -8,7 +9,8 @@ from typer.testing import CliRunner
 
 from tempering.sandbox import BwrapBackend, Limits, SandboxPool, SandboxUnavailable, UnsafeLocalBackend
 from tempering.sandbox.cli import app
-from tempering.sandbox.hoststate import leftovers
+from tempering.sandbox.hoststate import leftovers, processes_of
+from tempering.sandbox.scratch import scratch_mounts
 
 
 def test_code_runs_with_stdlib_only(pool):
@@ -143,3 +145,28 @@ def test_cli_run_and_check():
     assert res.exit_code == 0 and "PASS" in res.output
     res = runner.invoke(app, ["run", "--limits", "bogus=1", "--", "true"])
     assert res.exit_code != 0
+
+
+def test_slot_reuse_leaks_nothing_between_runs():
+    """A slot's reused scratch and cgroup carry no files, processes, CPU, peak or OOM into the next run."""
+    from tempering.sandbox import SandboxPool
+    from tempering.sandbox.base import Limits
+
+    with SandboxPool(size=1) as p:
+        first = p.exec("mkdir -p d/e; echo s > d/e/f; echo t > .hidden; ln -s /etc/passwd l; chmod 777 /work; "
+                       "(setsid sleep 600 &) ; python3 -c 'x = bytearray(64 << 20); import time; time.sleep(0.3)'")
+        assert first.ok, first
+        assert first.peak_memory_bytes > 60 << 20
+        lease = p._leases[0]
+        assert lease.scratch is not None and lease.cgroup is not None
+        assert os.listdir(lease.scratch.path) == []
+        assert lease.cgroup.pids() == [] and not processes_of({lease.uid})
+        bomb = p.exec(code="x = bytearray(1 << 30)", limits=Limits(memory_bytes=128 << 20))
+        assert bomb.status == "memory_limit", bomb
+        second = p.exec("ls -A /work; stat -c %a /work; cat /proc/[0-9]*/comm | grep -c sleep; true")
+        assert second.ok, second
+        assert second.stdout == "700\n0\n", second.stdout  # empty /work, mode reset, no sleeper left
+        assert second.cpu_s < 1.0 and second.peak_memory_bytes < 60 << 20, second
+        ran_with = (lease.scratch, lease.cgroup)
+    assert ran_with[0].path not in {m for m in scratch_mounts()}
+    assert not any(os.path.exists(ran_with[1].path(c)) for c in ("memory", "pids", "freezer", "cpuacct"))

@@ -8,7 +8,8 @@ This is shared by every backend: the backend only builds the command line.
 - Output is read as it comes and capped; past the cap the run is killed (`output_limit`).
   Reading stops when the main process exits: a daemon holding the pipe cannot stall us.
 - Wall and total CPU time are polled; past either the run is killed (`timeout`).
-- At the end the cgroup is frozen, all members SIGKILLed, thawed and removed.
+- At the end the cgroup is frozen, all members SIGKILLed, thawed and removed (a pool slot's
+  reused cgroup is instead waited on until empty, and reset and verified before its next run).
 - The harness is a child subreaper: sandbox processes orphaned by the backend are
   re-parented to us and reaped here (otherwise each run leaves a zombie that counts against
   the slot uid's process limit). Only zombies owned by sandbox uids are reaped, so exit
@@ -136,12 +137,26 @@ def _stdin_fd(data: bytes) -> int | None:
     return fd
 
 
-def run_job(backend: Backend, job: Job, cgroups: CgroupRoot, stdin: bytes = b"") -> ExecResult:
-    """Run `job` with `backend` and return its result. Never raises for program behaviour."""
+def run_job(backend: Backend, job: Job, cgroups: CgroupRoot, stdin: bytes = b"",
+            slot: RunCgroup | None = None) -> ExecResult:
+    """Run `job` with `backend` and return its result. Never raises for program behaviour.
+
+    `slot`: a reusable cgroup (`CgroupRoot.slot`) used by one run at a time; it is verified
+    empty and reset before the run and drained (all members killed and reaped) after it.
+    Without one, a fresh cgroup is made and removed.
+    """
     become_subreaper()
     started = time.monotonic()
+    mem, pids = job.limits.memory_bytes, job.limits.processes + BACKEND_PROCS
     try:
-        cg = cgroups.new_run(job.limits.memory_bytes, job.limits.processes + BACKEND_PROCS)
+        cg = slot
+        if slot is not None:
+            try:
+                slot.prepare(mem, pids)
+            except SandboxFailure:
+                cg = slot = None  # not provably clean: leave it alone, use a fresh cgroup this time
+        if cg is None:
+            cg = cgroups.new_run(mem, pids)
     except SandboxFailure as e:
         return ExecResult("sandbox_error", error=str(e), backend=backend.name)
     try:
@@ -149,7 +164,10 @@ def run_job(backend: Backend, job: Job, cgroups: CgroupRoot, stdin: bytes = b"")
     finally:
         try:
             cg.kill_all()
-            cg.remove(reap=lambda: reap_orphans({job.uid}))
+            if slot is not None:
+                cg.drain(reap=lambda: reap_orphans({job.uid}))
+            else:
+                cg.remove(reap=lambda: reap_orphans({job.uid}))
         except (SandboxFailure, OSError) as e:
             result = ExecResult("sandbox_error", error=f"cleanup failed: {e}", backend=backend.name)
     reap_orphans({job.uid})

@@ -17,8 +17,8 @@ import warnings
 from typing import Mapping, Sequence
 
 from tempering.sandbox.backends import make_backend
-from tempering.sandbox.base import Backend, ExecResult, Job, Limits, SandboxUnavailable
-from tempering.sandbox.cgroups import CgroupRoot
+from tempering.sandbox.base import Backend, ExecResult, Job, Limits, SandboxFailure, SandboxUnavailable
+from tempering.sandbox.cgroups import CgroupRoot, RunCgroup
 from tempering.sandbox.launch import reap_orphans, run_job
 from tempering.sandbox.scratch import Scratch
 
@@ -45,6 +45,37 @@ class UidLease:
 
     def __init__(self, uid: int, fd: int):
         self.uid, self.gid, self._fd = uid, uid, fd
+        self.cgroup: RunCgroup | None = None  # reused by this lease's runs, made on first use
+        self.scratch: Scratch | None = None  # reused by a pool slot's runs, reset before each
+
+    def slot_cgroup(self, root: CgroupRoot) -> RunCgroup | None:
+        if self.cgroup is None:
+            try:
+                self.cgroup = root.slot(self.uid)
+            except SandboxFailure:
+                return None  # run_job falls back to a fresh cgroup per run
+        return self.cgroup
+
+    def slot_scratch(self, size_bytes: int) -> Scratch:
+        """This slot's scratch, emptied and verified; remade from scratch if cleaning fails."""
+        if self.scratch is not None:
+            try:
+                self.scratch.reset(size_bytes)
+                return self.scratch
+            except SandboxFailure:
+                self.scratch.destroy()
+                self.scratch = None
+        self.scratch = Scratch.create(self.uid, self.gid, size_bytes, name=f"s{os.getpid()}-{self.uid}")
+        return self.scratch
+
+    def drop_resources(self) -> None:
+        """Unmount the slot scratch and remove the slot cgroup (no run may be in flight)."""
+        if self.scratch is not None:
+            self.scratch.destroy()
+            self.scratch = None
+        if self.cgroup is not None:
+            self.cgroup.remove(reap=lambda: reap_orphans({self.uid}))
+            self.cgroup = None
 
     @classmethod
     def claim(cls, base: int = UID_BASE, span: int = UID_SPAN, skip: set[int] | None = None) -> "UidLease":
@@ -62,6 +93,7 @@ class UidLease:
         raise SandboxUnavailable(f"no free sandbox uid in [{base}, {base + span})")
 
     def release(self) -> None:
+        self.drop_resources()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -159,23 +191,27 @@ class SandboxPool:
             files["main.py"] = code
         lease = self._acquire()
         try:
-            return self._run(lease.uid, lease.gid, None, argv, files, limits, stdin, env, collect)
+            return self._run(lease, None, argv, files, limits, stdin, env, collect)
         finally:
             self._release(lease)
 
-    def _run(self, uid: int, gid: int, scratch: Scratch | None, argv, files, limits, stdin, env,
+    def _run(self, lease: UidLease, scratch: Scratch | None, argv, files, limits, stdin, env,
              collect) -> ExecResult:
+        """One run under `lease`'s uid and reused cgroup, in `scratch` (None: the slot's own)."""
+        uid, gid = lease.uid, lease.gid
         full_env = {**SANDBOX_ENV, **(env or {})}
         size = sum(len(a) + 1 for a in argv) + sum(len(k) + len(v) + 2 for k, v in full_env.items())
         if size > ARG_MAX_BYTES:
             return self._count(ExecResult("nonzero_exit", exit_code=126, backend=self.backend.name,
                                           stderr=f"argument list too long ({size} bytes > {ARG_MAX_BYTES})\n"))
-        own_scratch = scratch is None
-        scratch = scratch or Scratch.create(uid, gid, limits.scratch_bytes)
+        try:
+            scratch = scratch or lease.slot_scratch(limits.scratch_bytes)
+        except SandboxFailure as e:
+            return self._count(ExecResult("sandbox_error", error=str(e), backend=self.backend.name))
         try:
             scratch.write(files)
             job = Job(argv=argv, env=full_env, uid=uid, gid=gid, workdir=scratch.path, limits=limits)
-            result = run_job(self.backend, job, self.cgroups, stdin=stdin)
+            result = run_job(self.backend, job, self.cgroups, stdin=stdin, slot=lease.slot_cgroup(self.cgroups))
             if not self.backend.isolated:
                 warnings.warn("ran untrusted-code API with backend 'unsafe-local' (no isolation)", RuntimeWarning)
             for rel in collect:
@@ -184,8 +220,11 @@ class SandboxPool:
                     result.files[rel] = data
             return self._count(result)
         finally:
-            if own_scratch:
-                scratch.destroy()
+            if scratch is lease.scratch:  # empty it now: a run's files never wait on the host
+                try:
+                    scratch.reset(scratch.size_bytes)
+                except SandboxFailure:
+                    lease.drop_resources()
 
     def session(self, limits: Limits | None = None) -> "Session":
         """A sandbox whose /work persists across `exec` calls (for one agent episode)."""
@@ -257,8 +296,7 @@ class Session:
         slot = self.pool._acquire()  # a concurrency token; the session's own uid runs the job
         try:
             with self._lock:
-                return self.pool._run(self._lease.uid, self._lease.gid, self.scratch, argv, files,
-                                      limits, stdin, env, collect)
+                return self.pool._run(self._lease, self.scratch, argv, files, limits, stdin, env, collect)
         finally:
             self.pool._release(slot)
 

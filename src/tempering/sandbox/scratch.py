@@ -3,7 +3,10 @@
 It is mounted by the (root) harness under /run/tempering-sandbox/scratch/<random>, owned by
 the run's uid, mode 0700, nosuid/nodev, with a byte and an inode cap, and bind-mounted as
 `/work` inside the sandbox. Files go in before a run and come out after it; a session keeps
-one across calls.
+one across calls. A pool slot reuses one scratch for all its runs (named s<pid>-<uid>):
+`reset()` between runs deletes everything the last run left (as root, never following a
+link), verifies the tmpfs is empty (no entry, no used block) and restores the root's owner
+and mode, so no file of one run is seen by the next.
 
 Sandboxed programs can leave symlinks, FIFOs and devices-that-are-not here, so the harness
 (which runs as root) never follows a link while reading or writing: every path is walked one
@@ -17,12 +20,13 @@ import ctypes
 import errno
 import os
 import secrets
+import shutil
 import stat
 
 from tempering.sandbox.base import SandboxFailure, SandboxUnavailable
 
 SCRATCH_BASE = "/run/tempering-sandbox/scratch"
-MS_NOSUID, MS_NODEV = 0x2, 0x4
+MS_NOSUID, MS_NODEV, MS_REMOUNT = 0x2, 0x4, 0x20
 MNT_DETACH = 0x2
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -37,26 +41,51 @@ def _check_relpath(path: str) -> list[str]:
 class Scratch:
     """A host tmpfs for one run or session. Use `Scratch.create(...)`, then `destroy()`."""
 
-    def __init__(self, path: str, uid: int, gid: int):
-        self.path, self.uid, self.gid = path, uid, gid
+    def __init__(self, path: str, uid: int, gid: int, size_bytes: int = 0):
+        self.path, self.uid, self.gid, self.size_bytes = path, uid, gid, size_bytes
 
     @classmethod
-    def create(cls, uid: int, gid: int, size_bytes: int) -> "Scratch":
+    def create(cls, uid: int, gid: int, size_bytes: int, name: str | None = None) -> "Scratch":
         try:
             os.makedirs(SCRATCH_BASE, mode=0o711, exist_ok=True)
             os.chmod(SCRATCH_BASE, 0o711)  # bwrap runs as the slot uid and must reach its dir
             os.chmod(os.path.dirname(SCRATCH_BASE), 0o711)
-            path = f"{SCRATCH_BASE}/{os.getpid()}-{secrets.token_hex(8)}"
+            path = f"{SCRATCH_BASE}/{name or f'{os.getpid()}-{secrets.token_hex(8)}'}"
             os.mkdir(path, 0o700)
         except PermissionError as e:
             raise SandboxUnavailable(f"cannot create {SCRATCH_BASE}: {e} (the sandbox must run as root)") from e
-        inodes = max(1024, size_bytes // 4096)
-        opts = f"size={size_bytes},nr_inodes={inodes},mode=0700,uid={uid},gid={gid}".encode()
-        if _libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) != 0:
+        if _libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, _opts(size_bytes, uid, gid)) != 0:
             err = ctypes.get_errno()
             os.rmdir(path)
             raise SandboxFailure(f"cannot mount scratch tmpfs at {path}: {os.strerror(err)}")
-        return cls(path, uid, gid)
+        return cls(path, uid, gid, size_bytes)
+
+    def reset(self, size_bytes: int) -> None:
+        """Empty a reused scratch for the next run and verify it; SandboxFailure if it stays dirty."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                for name in os.listdir(fd):
+                    if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                        shutil.rmtree(name, dir_fd=fd)  # fd-based: never follows a link
+                    else:
+                        os.unlink(name, dir_fd=fd)
+                for attr in os.listxattr(fd):
+                    os.removexattr(fd, attr)
+                os.fchown(fd, self.uid, self.gid)
+                os.fchmod(fd, 0o700)
+                vfs = os.fstatvfs(fd)
+                if os.listdir(fd) or vfs.f_bfree != vfs.f_blocks:
+                    raise SandboxFailure(f"scratch {self.path} is not empty after cleaning")
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise SandboxFailure(f"cannot clean scratch {self.path}: {e}") from e
+        if size_bytes != self.size_bytes:
+            flags = MS_REMOUNT | MS_NOSUID | MS_NODEV
+            if _libc.mount(b"tmpfs", self.path.encode(), b"tmpfs", flags, _opts(size_bytes, self.uid, self.gid)) != 0:
+                raise SandboxFailure(f"cannot resize scratch {self.path}: {os.strerror(ctypes.get_errno())}")
+            self.size_bytes = size_bytes
 
     def destroy(self) -> None:
         if _libc.umount2(self.path.encode(), MNT_DETACH) != 0:
@@ -154,6 +183,11 @@ class Scratch:
                 if stat.S_ISREG(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
                     out.append(os.path.relpath(os.path.join(dirpath, name), self.path))
         return sorted(out)
+
+
+def _opts(size_bytes: int, uid: int, gid: int) -> bytes:
+    inodes = max(1024, size_bytes // 4096)
+    return f"size={size_bytes},nr_inodes={inodes},mode=0700,uid={uid},gid={gid}".encode()
 
 
 def scratch_mounts() -> list[str]:

@@ -119,7 +119,7 @@ def _probe_isolation(pool, report: CheckReport, port: int, secret: str, workdir:
     limits = Limits(wall_s=20, cpu_s=10, memory_bytes=128 * MiB)
     lease = pool._acquire()
     try:
-        res = pool._run(lease.uid, lease.gid, None, ("python3", "-E", "-S", "probe.py", str(port), secret, workdir),
+        res = pool._run(lease, None, ("python3", "-E", "-S", "probe.py", str(port), secret, workdir),
                         {"probe.py": PROBE}, limits, b"", None, ())
     finally:
         pool._release(lease)
@@ -138,7 +138,7 @@ def _probe_memory(pool, report: CheckReport) -> None:
     limits = Limits(wall_s=20, cpu_s=10, memory_bytes=cap)
     lease = pool._acquire()
     try:
-        res = pool._run(lease.uid, lease.gid, None, ("python3", "-E", "-S", "main.py"),
+        res = pool._run(lease, None, ("python3", "-E", "-S", "main.py"),
                         {"main.py": MEMORY_PROBE}, limits, b"", None, ())
     finally:
         pool._release(lease)
