@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -12,14 +11,8 @@ from rich.table import Table
 
 from tempering.config import SFTConfig, load_config
 from tempering.data.io import load_rows
-
-_LAST_INT = re.compile(r"-?\d+")
-
-
-def last_integer(text: str) -> str | None:
-    """The last integer in a reply ("59+63 is 122." -> "122"); the demo's answer rule."""
-    found = _LAST_INT.findall(text)
-    return found[-1] if found else None
+from tempering.types import Task
+from tempering.verifiers import score
 
 
 def greedy_replies(model: Any, tokenizer: Any, prompts: list[list[dict]], max_new_tokens: int = 8) -> list[str]:
@@ -41,9 +34,11 @@ def heldout_accuracy(model_spec: str, conversations: list[Any]) -> tuple[float, 
     model, tokenizer = load_model(model_spec).eval(), load_tokenizer(model_spec)
     prompts = [[m for m in c.to_dicts() if m["role"] != "assistant"] for c in conversations]
     replies = greedy_replies(model, tokenizer, prompts)
-    gold = [c.to_dicts()[-1]["content"] for c in conversations]
-    hits = sum(last_integer(r) == g for r, g in zip(replies, gold))
-    return hits / len(gold), replies
+    # The same numeric verifier that scores RL rewards and evals scores the demo.
+    tasks = [Task(id=str(i), prompt=p[-1]["content"], verifier={"type": "numeric", "answer": c.to_dicts()[-1]["content"]})
+             for i, (p, c) in enumerate(zip(prompts, conversations))]
+    hits = sum(score(t, r).value for t, r in zip(tasks, replies))
+    return hits / len(tasks), replies
 
 
 def run_demo(config: Path, overrides: list[str], console: Console, n_questions: int = 32) -> dict:
@@ -63,7 +58,7 @@ def run_demo(config: Path, overrides: list[str], console: Console, n_questions: 
     table.add_column("before", justify="right")
     table.add_column("after", justify="right")
     table.add_row("held-out loss (assistant tokens)", f"{summary['eval_loss_before']:.4f}", f"{summary['eval_loss_after']:.4f}")
-    table.add_row("held-out accuracy (last integer)", f"{acc_before:.1%}", f"{acc_after:.1%}")
+    table.add_row("held-out accuracy (numeric verifier)", f"{acc_before:.1%}", f"{acc_after:.1%}")
     table.add_row("train loss (first / last step)", f"{summary['train_loss_first']:.4f}", f"{summary['train_loss_last']:.4f}")
     console.print(table)
     q = questions[0].messages[0].content
