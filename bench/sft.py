@@ -8,7 +8,7 @@ and neither competes for the 2 cores. Both report *real* (non-pad) tokens per se
 the timed steps after warm-up; MFU is model FLOPs (6N + attention, bench/peak.py) per
 second against matmul peaks measured in this same run.
 
-    python bench/sft.py [--steps 4] [--warmup 1] [--batch 8] [--max-length 512] [--examples 96]
+    python bench/sft.py [--steps 4] [--warmup 2] [--batch 8] [--max-length 512] [--examples 96]
 
 Writes bench/results/sft.json and prints a table.
 """
@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 
 
 def run_tempering(model_dir: str, conversations: list[dict], max_length: int, batch: int,
-                  steps: int, warmup: int) -> dict:
+                  steps: int, warmup: int, compile_layers: bool = False) -> dict:
     """Tempering's SFT path (render -> pack -> Trainer), timing steps warmup+1 .. warmup+steps."""
     import torch
 
@@ -55,7 +55,7 @@ def run_tempering(model_dir: str, conversations: list[dict], max_length: int, ba
     examples = render_records(loaded, tokenizer, detect_tool_call_style(tokenizer), max_length)
     model = load_model(model_dir)
     settings = TrainSettings.model_validate({
-        "steps": warmup + steps + 1, "batch_size": batch, "precision": "auto",
+        "steps": warmup + steps + 1, "batch_size": batch, "precision": "auto", "compile": compile_layers,
         "optim": {"lr": 1e-5, "schedule": "constant"}, "checkpoint": {"every": 10_000, "keep_last": 1}})
     batches = SFTBatches(examples, batch, max_length, tokenizer.pad_token_id, packing=True, seed=0)
     clock, tokens = {}, {"real": 0}
@@ -73,7 +73,8 @@ def run_tempering(model_dir: str, conversations: list[dict], max_length: int, ba
     seconds = clock["t1"] - clock["t0"]
     return {"real_tokens": tokens["real"], "seconds": seconds, "real_tokens_per_s": tokens["real"] / seconds,
             "loss": "assistant_only", "settings": {"packing": True, "precision": resolve_precision("auto"),
-                                                   "head_on_targets_only": True, "torch_threads": torch.get_num_threads()},
+                                                   "head_on_targets_only": True, "compile": compile_layers,
+                                                   "torch_threads": torch.get_num_threads()},
             "excluded_over_max_length": len(loaded.errors),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
@@ -94,19 +95,22 @@ def child(args: argparse.Namespace) -> None:
 
     model_dir = resolve_model("smollm2-135m-instruct")
     conversations = make_bench_conversations(args.examples, seed=0)
-    fn = run_tempering if args.child == "tempering" else run_trl
-    result = fn(model_dir, conversations, args.max_length, args.batch, args.steps, args.warmup)
+    common = (model_dir, conversations, args.max_length, args.batch, args.steps, args.warmup)
+    if args.child == "trl":
+        result = run_trl(*common)
+    else:
+        result = run_tempering(*common, compile_layers=args.child == "tempering_compiled")
     Path(args.out).write_text(json.dumps(result, default=str))
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--max-length", type=int, default=512)
     p.add_argument("--examples", type=int, default=96)
-    p.add_argument("--child", choices=["tempering", "trl"])
+    p.add_argument("--child", choices=["tempering", "tempering_compiled", "trl"])
     p.add_argument("--out")
     args = p.parse_args()
     if args.child:
@@ -121,7 +125,7 @@ def main() -> None:
     from tempering.train.precision import resolve_precision
 
     runs = {}
-    for name in ("tempering", "trl"):
+    for name in ("tempering", "tempering_compiled", "trl"):
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             cmd = [sys.executable, __file__, "--child", name, "--out", out.name] + [
                 f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("child", "out")]
@@ -142,27 +146,32 @@ def main() -> None:
         achieved = r["real_tokens_per_s"] * flops_per_token
         r["mfu_vs_bf16_peak"] = achieved / bf16_peak
         r["mfu_vs_peak_of_precision_used"] = achieved / used_peak
-    ratio = runs["tempering"]["real_tokens_per_s"] / runs["trl"]["real_tokens_per_s"]
+    # Headline: Tempering's best setting vs TRL's best; both Tempering settings are reported.
+    best = max(("tempering", "tempering_compiled"), key=lambda n: runs[n]["real_tokens_per_s"])
+    ratio = runs[best]["real_tokens_per_s"] / runs["trl"]["real_tokens_per_s"]
+    ratios = {n: runs[n]["real_tokens_per_s"] / runs["trl"]["real_tokens_per_s"] for n in ("tempering", "tempering_compiled")}
     result = {
         "benchmark": "sft", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "model": "smollm2-135m-instruct (full params)",
         "batch": args.batch, "max_length": args.max_length, "timed_steps": args.steps, "warmup_steps": args.warmup,
         "examples": args.examples, "precision": precision,
         "cpu": platform.processor() or platform.machine(), "native_bf16": precision == "bf16",
         "bf16_matmul_peak_gflops": bf16_peak / 1e9, "fp32_matmul_peak_gflops": fp32_peak / 1e9,
-        "model_flops_per_token": flops_per_token, "ratio_real_tokens_per_s": ratio,
+        "model_flops_per_token": flops_per_token, "ratio_real_tokens_per_s": ratio, "best_tempering_setting": best,
+        "ratios_by_setting": ratios,
         "target_ratio": 2.0, "runs": runs,
     }
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "sft.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"\nSFT throughput, batch {args.batch}, max length {args.max_length}, precision {precision}, "
           f"peaks bf16 {bf16_peak / 1e9:.1f} / fp32 {fp32_peak / 1e9:.1f} GFLOP/s")
-    print(f"{'':12}{'real tok/s':>12}{'MFU(used)':>11}{'MFU(bf16)':>11}{'peak RSS MB':>13}")
+    print(f"{'':20}{'real tok/s':>12}{'MFU(used)':>11}{'MFU(bf16)':>11}{'peak RSS MB':>13}")
     for name, r in runs.items():
         # Against an emulated bf16 peak (no AMX/AVX512-BF16) the percentage means nothing.
         bf16_col = f"{r['mfu_vs_bf16_peak']:11.1%}" if precision == "bf16" else f"{'n/a':>11}"
-        print(f"{name:12}{r['real_tokens_per_s']:12.1f}{r['mfu_vs_peak_of_precision_used']:11.1%}"
+        print(f"{name:20}{r['real_tokens_per_s']:12.1f}{r['mfu_vs_peak_of_precision_used']:11.1%}"
               f"{bf16_col}{r['peak_rss_mb']:13.0f}")
-    print(f"ratio tempering / trl: {ratio:.2f}x (target 2.0x)")
+    print(f"ratio tempering ({best}) / trl: {ratio:.2f}x (target 2.0x); "
+          + ", ".join(f"{n} {r:.2f}x" for n, r in ratios.items()))
 
 
 if __name__ == "__main__":

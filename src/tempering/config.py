@@ -114,6 +114,8 @@ class TrainSettings(Strict):
     """Seeds data order, initialisation of adapters and sampling."""
     threads: int | None = None
     """torch intra-op threads (None: torch's default)."""
+    compile: bool = False
+    """torch.compile each decoder layer (dynamic shapes): ~1 min once, then faster steps."""
     log_every: int = Field(1, ge=1)
     """Write metrics every this many steps."""
     loggers: list[Literal["tensorboard", "mlflow"]] = []

@@ -213,3 +213,13 @@ def test_resume_on_changed_data_is_refused(tmp_path):
     trainer = Trainer(tiny_llama(), SFTObjective(), other, s, tmp_path)
     with pytest.raises(ValueError, match="training data changed since the checkpoint"):
         trainer.fit()
+
+
+def test_compiled_layers_train_like_eager_and_checkpoint_the_same_names(tmp_path):
+    eager = make_trainer(tmp_path / "eager", steps=3)
+    compiled = make_trainer(tmp_path / "compiled", steps=3, compile=True)
+    r1, r2 = eager.fit(), compiled.fit()
+    assert [n for n, _ in eager.named] == [n for n, _ in compiled.named]
+    assert all(abs(a - b) < 1e-3 for a, b in zip(r1.losses, r2.losses))
+    w1, w2 = weights(eager), weights(compiled)
+    assert all(torch.allclose(w1[n], w2[n], atol=1e-4) for n in w1)

@@ -84,6 +84,17 @@ def evaluate(model: Any, objective: Objective, batches: list[dict[str, Any]], pr
     return total / max(units, 1)
 
 
+def compile_layers(model: Any) -> None:
+    """Compile each decoder layer in place (parameter names unchanged, so checkpoints match).
+
+    Per layer rather than the whole model: one graph serves all layers of a kind, and
+    packed batches of changing shape stay on one dynamic-shape graph.
+    """
+    layers = getattr(model.get_decoder(), "layers", None)
+    for module in layers if layers is not None else [model.get_decoder()]:
+        module.compile(dynamic=True)
+
+
 def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
@@ -109,6 +120,8 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.callbacks = list(callbacks)
+        if settings.compile:
+            compile_layers(model)
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.named:
             raise ValueError("model has no trainable parameters")
