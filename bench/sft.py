@@ -44,7 +44,7 @@ def run_tempering(model_dir: str, conversations: list[dict], max_length: int, ba
     from tempering.data.render import detect_tool_call_style
     from tempering.models.load import load_model, load_tokenizer
     from tempering.objectives.sft import SFTObjective
-    from tempering.recipes.sft import render_records
+    from tempering.data.render import render_records
     from tempering.train.precision import resolve_precision
     from tempering.train.trainer import Trainer
     from tempering.types import Conversation

@@ -73,7 +73,7 @@ def data_validate(
     if render and loaded.records:
         from tempering.data.render import detect_tool_call_style
         from tempering.models.load import load_tokenizer
-        from tempering.recipes.sft import render_records
+        from tempering.data.render import render_records
 
         from tempering.data.render import TemplateError
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tempering.data.io import LoadResult
 from tempering.data.toolcalls import append_tool_calls, parse_tool_calls
 
 IGNORE = -100
@@ -150,3 +151,19 @@ def render_with_mask(
             raise TemplateError(f"assistant message {i} renders to no tokens")
         labels[start:end] = ids[start:end]
     return RenderedExample(input_ids=ids, labels=labels)
+
+
+def render_records(loaded: LoadResult, tokenizer: Any, style: str, max_length: int) -> list[RenderedExample]:
+    """Render validated conversations; over-long rows join `loaded.errors` (never cut)."""
+    out = []
+    for rec in list(loaded.records):
+        try:
+            ex = render_with_mask(tokenizer, rec.value.to_dicts(), style)
+        except TemplateError as exc:
+            raise TemplateError(f"{rec.source}:{rec.location.split()[-1]}: {exc}") from None
+        if len(ex.input_ids) > max_length:
+            loaded.reject(rec, f"over max length: {len(ex.input_ids)} tokens > {max_length}",
+                          rec.value.model_dump(exclude_none=True))
+            continue
+        out.append(ex)
+    return out

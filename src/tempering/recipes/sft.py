@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import DataSettings, SFTConfig
-from tempering.data.io import LoadResult, RowError, load_rows, write_quarantine
-from tempering.data.render import RenderedExample, TemplateError, detect_tool_call_style, render_with_mask
+from tempering.data.io import RowError, load_rows, write_quarantine
+from tempering.data.render import RenderedExample, detect_tool_call_style, render_records
 from tempering.train.metrics import console
 
 
@@ -25,22 +25,6 @@ class SFTData:
     eval: list[RenderedExample]
     summary: dict[str, Any]
     errors: list[RowError]
-
-
-def render_records(loaded: LoadResult, tokenizer: Any, style: str, max_length: int) -> list[RenderedExample]:
-    """Render validated conversations; over-long rows join `loaded.errors` (never cut)."""
-    out = []
-    for rec in list(loaded.records):
-        try:
-            ex = render_with_mask(tokenizer, rec.value.to_dicts(), style)
-        except TemplateError as exc:
-            raise TemplateError(f"{rec.source}:{rec.location.split()[-1]}: {exc}") from None
-        if len(ex.input_ids) > max_length:
-            loaded.reject(rec, f"over max length: {len(ex.input_ids)} tokens > {max_length}",
-                          rec.value.model_dump(exclude_none=True))
-            continue
-        out.append(ex)
-    return out
 
 
 def prepare_sft_data(cfg: DataSettings, tokenizer: Any, seed: int) -> SFTData:
