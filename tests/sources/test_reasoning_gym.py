@@ -1,0 +1,63 @@
+"""reasoning-gym tasks: deterministic in the seed, answers only in the verifier spec."""
+
+import json
+
+import pytest
+
+from tempering.sources.reasoning_gym import ANSWER_INSTRUCTION, EVAL_PRESETS, reasoning_gym_tasks
+
+
+@pytest.mark.parametrize("name", sorted(EVAL_PRESETS))
+def test_tasks_are_deterministic_in_the_seed(name):
+    first = reasoning_gym_tasks(name, size=20, seed=7, **EVAL_PRESETS[name])
+    again = reasoning_gym_tasks(name, size=20, seed=7, **EVAL_PRESETS[name])
+    other = reasoning_gym_tasks(name, size=20, seed=8, **EVAL_PRESETS[name])
+    assert [t.model_dump() for t in first] == [t.model_dump() for t in again]
+    assert [t.prompt for t in first] != [t.prompt for t in other]
+    assert len({t.id for t in first}) == 20
+
+
+@pytest.mark.parametrize("name", sorted(EVAL_PRESETS))
+def test_spec_is_json_and_the_prompt_holds_no_answer(name):
+    import reasoning_gym
+
+    tasks = reasoning_gym_tasks(name, size=30, seed=3, **EVAL_PRESETS[name])
+    entries = reasoning_gym.create_dataset(name, size=30, seed=3, **EVAL_PRESETS[name])
+    for task, entry in zip(tasks, entries):
+        spec = task.verifier
+        assert json.loads(json.dumps(spec)) == spec
+        assert spec["entry"]["answer"] == entry["answer"]
+        assert spec["config"] == EVAL_PRESETS[name]
+        # The prompt is the question plus the format instruction, nothing else.
+        assert task.prompt == entry["question"] + ANSWER_INSTRUCTION
+        assert "metadata" not in task.prompt and "<answer>" + entry["answer"] not in task.prompt
+        assert task.source == f"reasoning_gym:{name}" and task.track == "reasoning"
+
+
+def test_word_answers_are_not_in_the_prompt():
+    # Reversed words are not in the question (palindromes aside): the answer is not leaked.
+    for task in reasoning_gym_tasks("spell_backward", size=30, seed=1, min_word_len=5, max_word_len=8):
+        answer = task.verifier["entry"]["answer"]
+        if answer != answer[::-1]:
+            assert answer not in task.prompt
+
+
+def test_instruction_can_be_dropped():
+    task = reasoning_gym_tasks("chain_sum", size=1, seed=0, instruction=None)[0]
+    assert "<answer>" not in task.prompt and task.prompt.endswith("=")
+
+
+@pytest.mark.parametrize("name,config,message", [
+    ("chain_sum", {"no_such_field": 1}, "bad reasoning-gym config"),
+    ("chain_sum", {"min_terms": 3, "max_terms": 2}, "bad reasoning-gym config"),
+    ("no_such_dataset", {}, "not registered"),
+    ("arc_agi", {}, "not supported"),  # its tuple grids do not survive JSON
+])
+def test_bad_requests_fail_loudly(name, config, message):
+    with pytest.raises(ValueError, match=message):
+        reasoning_gym_tasks(name, size=2, seed=0, **config)
+
+
+def test_size_must_be_positive():
+    with pytest.raises(ValueError, match="size must be >= 1"):
+        reasoning_gym_tasks("chain_sum", size=0, seed=0)
