@@ -1,0 +1,1 @@
+"""Evaluation: statistics, contamination scan, results schema and the regression gate."""

@@ -1,0 +1,282 @@
+"""The regression gate: a short list of rules a candidate model must meet to ship.
+
+Rule forms (one string each; a YAML file holds a list of them, or `{rules: [...]}`):
+
+    <suite>.<metric> <op> <number>            code.pass@1 >= 0.10
+    <suite>.<metric> <op> base [+|- <number>] reasoning.accuracy >= base - 0.01
+    no significant regression on <name>       <name> is a suite or a track
+    contamination <op> <count>                contamination == 0
+
+<op> is one of >=, >, <=, <, ==. `base` is the same metric of the base model. "Significant
+regression" means the paired comparison's interval lies wholly below 0 (see
+evals.stats.paired_bootstrap). `contamination` is the sum of the candidate suites'
+`contamination_hits`. The parser is strict: anything else is a `GateRuleError` naming the
+rule and the problem. A rule whose suite, metric or base result is missing fails (it never
+passes for lack of data).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence, Union
+
+import yaml
+
+from tempering.evals.results import EvalResults, SuiteComparison, compare
+from tempering.evals.stats import Comparison
+
+# Comparisons allow this much floating-point slack, so `>= base - 0.01` holds at equality.
+EPS = 1e-9
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": lambda x, t: x >= t - EPS,
+    ">": lambda x, t: x > t + EPS,
+    "<=": lambda x, t: x <= t + EPS,
+    "<": lambda x, t: x < t - EPS,
+    "==": lambda x, t: abs(x - t) <= EPS,
+}
+_UNSIGNED = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+_NUMBER = rf"[+-]?{_UNSIGNED}"
+_COMPARISON = re.compile(r"(?P<lhs>[^\s<>=!]+)\s*(?P<op>>=|<=|==|>|<)\s*(?P<rhs>.*)")
+_RHS_BASE = re.compile(rf"base(?:\s*(?P<sign>[+-])\s*(?P<delta>{_UNSIGNED}))?")
+_REGRESSION = re.compile(r"no\s+significant\s+regression\s+on\s+(?P<name>\S+)", re.IGNORECASE)
+_FORMS = ("'<suite>.<metric> <op> <number | base | base +/- number>', "
+          "'no significant regression on <suite-or-track>' or 'contamination <op> <count>'")
+
+
+class GateRuleError(ValueError):
+    """A gate rule that cannot be parsed, with the rule and the reason."""
+
+
+@dataclass(frozen=True)
+class SuiteOutcome:
+    """What the gate knows about one suite of the candidate.
+
+    candidate / base: metric name -> mean (base is None when the base lacks the suite).
+    comparison: paired candidate-minus-base comparison of the primary metric, if any.
+    """
+
+    suite: str
+    track: str
+    candidate: Mapping[str, float]
+    base: Mapping[str, float] | None = None
+    comparison: Comparison | None = None
+    contamination_hits: int = 0
+
+
+@dataclass(frozen=True)
+class RuleCheck:
+    """One rule's verdict and the numbers behind it."""
+
+    rule: str
+    passed: bool
+    detail: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """All rules' verdicts; the gate passes when every rule does."""
+
+    passed: bool
+    rules: list[RuleCheck] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"passed": self.passed, "rules": [r.to_dict() for r in self.rules]}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+@dataclass(frozen=True)
+class MetricRule:
+    """`<suite>.<metric> <op> <threshold>`, the threshold absolute or relative to the base."""
+
+    text: str
+    suite: str
+    metric: str
+    op: str
+    value: float  # the threshold, or the offset added to the base value
+    relative: bool
+
+    def check(self, outcomes: Mapping[str, SuiteOutcome]) -> RuleCheck:
+        outcome = outcomes.get(self.suite)
+        if outcome is None:
+            return RuleCheck(self.text, False, f"suite {self.suite!r} is not in the candidate results")
+        if self.metric not in outcome.candidate:
+            have = ", ".join(sorted(outcome.candidate))
+            return RuleCheck(self.text, False, f"suite {self.suite!r} has no metric {self.metric!r} (has: {have})")
+        value = outcome.candidate[self.metric]
+        threshold, why = self.value, ""
+        if self.relative:
+            if outcome.base is None or self.metric not in outcome.base:
+                return RuleCheck(self.text, False, f"no base result for {self.suite}.{self.metric} to compare with")
+            threshold = outcome.base[self.metric] + self.value
+            why = f" (base {_fmt(outcome.base[self.metric])} {'+' if self.value >= 0 else '-'} {_fmt(abs(self.value))})"
+        passed = _OPS[self.op](value, threshold)
+        return RuleCheck(self.text, passed, f"candidate {_fmt(value)}, required {self.op} {_fmt(threshold)}{why}")
+
+
+@dataclass(frozen=True)
+class RegressionRule:
+    """`no significant regression on <name>`: no suite of that name or track got worse."""
+
+    text: str
+    name: str
+
+    def check(self, outcomes: Mapping[str, SuiteOutcome]) -> RuleCheck:
+        chosen = [o for o in outcomes.values() if self.name in (o.suite, o.track)]
+        if not chosen:
+            return RuleCheck(self.text, False, f"no suite or track named {self.name!r} in the candidate results")
+        problems, seen = [], []
+        for o in chosen:
+            c = o.comparison
+            if c is None:
+                problems.append(f"{o.suite}: no paired comparison with the base")
+                continue
+            line = f"{o.suite} {c.delta:+.4g} [{_fmt(c.low)}, {_fmt(c.high)}] p={c.p_value:.3g}"
+            (problems if c.significant and c.delta < 0 else seen).append(line)
+        if problems:
+            return RuleCheck(self.text, False, "regressed or unchecked: " + "; ".join(problems))
+        return RuleCheck(self.text, True, "no significant regression: " + "; ".join(seen))
+
+
+@dataclass(frozen=True)
+class ContaminationRule:
+    """`contamination <op> <count>` over the candidate suites' contamination hits."""
+
+    text: str
+    op: str
+    value: float
+
+    def check(self, outcomes: Mapping[str, SuiteOutcome]) -> RuleCheck:
+        total = sum(o.contamination_hits for o in outcomes.values())
+        by_suite = ", ".join(f"{o.suite}: {o.contamination_hits}" for o in outcomes.values() if o.contamination_hits)
+        detail = f"{total} contaminated training rows" + (f" ({by_suite})" if by_suite else "")
+        passed = _OPS[self.op](total, self.value)
+        return RuleCheck(self.text, passed, f"{detail}, required {self.op} {_fmt(self.value)}")
+
+
+Rule = Union[MetricRule, RegressionRule, ContaminationRule]
+
+
+def parse_rule(text: str) -> Rule:
+    """Parse one rule string. Raises `GateRuleError` naming the rule and what is wrong."""
+    if not isinstance(text, str):
+        raise GateRuleError(f"rule {text!r}: must be a string, got {type(text).__name__}")
+    rule = " ".join(text.split())
+    if not rule:
+        raise GateRuleError("empty rule")
+
+    def bad(why: str) -> GateRuleError:
+        return GateRuleError(f"rule {rule!r}: {why}")
+
+    if rule.lower().startswith("no "):
+        m = _REGRESSION.fullmatch(rule)
+        if m is None:
+            raise bad("expected 'no significant regression on <suite-or-track>'")
+        return RegressionRule(rule, m["name"])
+    m = _COMPARISON.fullmatch(rule)
+    if m is None:
+        raise bad(f"no comparison operator (>=, >, <=, <, ==) after a name; expected {_FORMS}")
+    lhs, op, rhs = m["lhs"], m["op"], m["rhs"].strip()
+    if not rhs:
+        raise bad(f"nothing after {op!r}")
+    if lhs == "contamination":
+        if not re.fullmatch(_NUMBER, rhs) or float(rhs) < 0:
+            raise bad(f"contamination is compared with a count, got {rhs!r}")
+        return ContaminationRule(rule, op, float(rhs))
+    suite, dot, metric = lhs.rpartition(".")
+    if not dot or not suite or not metric:
+        raise bad(f"{lhs!r} is not '<suite>.<metric>' or 'contamination'")
+    if re.fullmatch(_NUMBER, rhs):
+        return MetricRule(rule, suite, metric, op, float(rhs), relative=False)
+    base = _RHS_BASE.fullmatch(rhs)
+    if base is None:
+        raise bad(f"right-hand side {rhs!r} is not a number, 'base', or 'base + / - <number>'")
+    delta = float(base["delta"]) if base["delta"] else 0.0
+    return MetricRule(rule, suite, metric, op, -delta if base["sign"] == "-" else delta, relative=True)
+
+
+def parse_rules(rules: Sequence[str], *, source: str = "gate") -> list[Rule]:
+    """Parse a list of rule strings; errors say which rule (1-based) of `source` failed."""
+    if isinstance(rules, str) or not rules:
+        raise GateRuleError(f"{source}: a gate needs a non-empty list of rules")
+    parsed = []
+    for i, text in enumerate(rules, 1):
+        try:
+            parsed.append(parse_rule(text))
+        except GateRuleError as exc:
+            raise GateRuleError(f"{source}: rule {i}: {exc}") from None
+    return parsed
+
+
+def load_rules(path: str | Path) -> list[Rule]:
+    """Read gate rules from YAML: a list of strings, or a mapping with one key `rules`.
+
+    Errors name `path:line` of the offending rule.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"gate file not found: {path}")
+    try:
+        root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise GateRuleError(f"{path}{line}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    if isinstance(root, yaml.MappingNode):
+        keys = [k.value for k, _ in root.value]
+        if keys != ["rules"]:
+            raise GateRuleError(f"{path}:{root.start_mark.line + 1}: expected only the key 'rules', got {keys}")
+        root = root.value[0][1]
+    if not isinstance(root, yaml.SequenceNode) or not root.value:
+        raise GateRuleError(f"{path}: expected a non-empty list of rules")
+    rules = []
+    for node in root.value:
+        where = f"{path}:{node.start_mark.line + 1}"
+        if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:str":
+            raise GateRuleError(f"{where}: each rule must be a string")
+        try:
+            rules.append(parse_rule(node.value))
+        except GateRuleError as exc:
+            raise GateRuleError(f"{where}: {exc}") from None
+    return rules
+
+
+def evaluate(rules: Sequence[Rule], outcomes: Sequence[SuiteOutcome]) -> GateResult:
+    """Check every rule against the candidate's suites; the gate passes if all rules do."""
+    if not rules:
+        raise GateRuleError("a gate needs at least one rule")
+    by_suite: dict[str, SuiteOutcome] = {}
+    for o in outcomes:
+        if o.suite in by_suite:
+            raise ValueError(f"suite {o.suite!r} appears twice in the gate inputs")
+        by_suite[o.suite] = o
+    checks = [rule.check(by_suite) for rule in rules]
+    return GateResult(all(c.passed for c in checks), checks)
+
+
+def outcomes_from_results(
+    base: EvalResults, cand: EvalResults, comparisons: Sequence[SuiteComparison]
+) -> list[SuiteOutcome]:
+    """Gate inputs from two results files and their paired comparisons (see results.compare)."""
+    base_metrics = {s.suite: {k: m.mean for k, m in s.metrics.items()} for s in base.suites}
+    by_suite = {c.suite: c.comparison for c in comparisons}
+    return [
+        SuiteOutcome(
+            suite=s.suite, track=s.track, candidate={k: m.mean for k, m in s.metrics.items()},
+            base=base_metrics.get(s.suite), comparison=by_suite.get(s.suite), contamination_hits=s.contamination_hits,
+        )
+        for s in cand.suites
+    ]
+
+
+def run_gate(rules: Sequence[Rule], base: EvalResults, cand: EvalResults, *, seed: int = 0) -> GateResult:
+    """Compare candidate with base (paired bootstrap per shared suite) and check the rules."""
+    comparisons = compare(base, cand, seed=seed)
+    return evaluate(rules, outcomes_from_results(base, cand, comparisons))

@@ -1,0 +1,217 @@
+"""The evaluation results file: what a suite run writes and compare / gate / report read.
+
+One `EvalResults` JSON per evaluated model. Results hold ids, numbers and settings, never
+task text, so a results file of a private suite can be shared. Per-task scores are kept
+(task id -> per-sample scores of the suite's primary metric) because paired comparisons
+between two models need them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tempering import __version__
+from tempering.evals.stats import (
+    Comparison,
+    ParaphraseSpread,
+    Stability,
+    bootstrap_ci,
+    paired_bootstrap,
+    seed_spread,
+    task_means,
+)
+
+SCHEMA_VERSION = 1
+
+
+class MetricResult(BaseModel):
+    """One metric of one suite: mean over tasks with its bootstrap interval and seed spread."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    mean: float
+    low: float | None = None
+    """Lower end of the confidence interval (bootstrap over tasks)."""
+    high: float | None = None
+    """Upper end of the confidence interval."""
+    n: int = Field(ge=0)
+    """Number of tasks the mean is over."""
+    per_seed: list[float] = Field(default_factory=list)
+    """The metric measured once per sampling seed, when several seeds were run."""
+    std: float | None = None
+    """Standard deviation (ddof=1) of `per_seed`; None with fewer than two seeds."""
+
+    @classmethod
+    def from_scores(
+        cls, name: str, task_scores, *, per_seed: Sequence[float] = (), level: float = 0.95,
+        resamples: int = 2000, seed: int = 0,
+    ) -> "MetricResult":
+        """Mean and interval from per-task scores (or per-task sample lists), plus seed spread."""
+        est = bootstrap_ci(task_scores, level=level, resamples=resamples, seed=seed)
+        std = seed_spread(per_seed).std if per_seed else None
+        return cls(name=name, mean=est.mean, low=est.low, high=est.high, n=est.n, per_seed=list(per_seed), std=std)
+
+
+class SuiteResult(BaseModel):
+    """One suite evaluated on one model."""
+
+    model_config = ConfigDict(extra="forbid")
+    suite: str = Field(min_length=1)
+    suite_hash: str = Field(min_length=1)
+    """Content hash of the suite's tasks; two runs compare only when it matches."""
+    track: str = "general"
+    """Capability track the suite belongs to (a gate rule may name a track)."""
+    private: bool = False
+    """Held-out suite: its task text never leaves the evaluation machine."""
+    model_id: str = Field(min_length=1)
+    model_hash: str | None = None
+    sampling: dict[str, Any] = Field(default_factory=dict)
+    """Generation settings used (temperature, top_p, max_tokens, samples, seeds)."""
+    metrics: dict[str, MetricResult]
+    primary_metric: str
+    """The metric that `task_scores` holds and that comparisons use."""
+    task_scores: dict[str, list[float]] = Field(default_factory=dict)
+    """Task id -> per-sample scores of the primary metric (ids only, no task text)."""
+    stability: Stability | None = None
+    paraphrase: ParaphraseSpread | None = None
+    truncation_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Share of generations cut off at the token limit."""
+    contamination_hits: int = Field(default=0, ge=0)
+    """Training rows found to contain this suite's tasks (see evals.contamination)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "SuiteResult":
+        for key, metric in self.metrics.items():
+            if key != metric.name:
+                raise ValueError(f"metrics[{key!r}] is named {metric.name!r}")
+        if self.primary_metric not in self.metrics:
+            raise ValueError(f"primary_metric {self.primary_metric!r} is not among metrics {sorted(self.metrics)}")
+        empty = [task for task, scores in self.task_scores.items() if not scores]
+        if empty:
+            raise ValueError(f"task_scores of {empty[0]!r} is empty")
+        return self
+
+
+class EvalResults(BaseModel):
+    """Every suite evaluated for one model, as saved to `results.json`."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_version: Literal[1] = SCHEMA_VERSION
+    model: str = Field(min_length=1)
+    created: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    tempering_version: str = __version__
+    suites: list[SuiteResult]
+
+    @model_validator(mode="after")
+    def _unique_suites(self) -> "EvalResults":
+        names = [s.suite for s in self.suites]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"suite(s) listed twice: {', '.join(repeated)}")
+        return self
+
+    def suite(self, name: str) -> SuiteResult:
+        for s in self.suites:
+            if s.suite == name:
+                return s
+        raise KeyError(f"no suite {name!r} in results for {self.model} (have: {', '.join(self.suite_names())})")
+
+    def suite_names(self) -> list[str]:
+        return [s.suite for s in self.suites]
+
+    def save(self, path: str | Path) -> Path:
+        """Write as indented JSON (via a temporary file, so readers never see half a file)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "EvalResults":
+        """Read a results file; errors name the file and the offending field."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"results file not found: {path}")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            raise ValueError(f"{path}: results schema v{version} is newer than this Tempering (v{SCHEMA_VERSION})")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            where = ".".join(str(x) for x in e["loc"]) or "top level"
+            raise ValueError(f"{path}: {where}: {e['msg']}") from None
+
+
+@dataclass(frozen=True)
+class SuiteComparison:
+    """Candidate vs base on one suite's primary metric, paired by task."""
+
+    suite: str
+    track: str
+    metric: str
+    base_mean: float
+    candidate_mean: float
+    comparison: Comparison  # delta = candidate - base
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _paired_scores(base: SuiteResult, cand: SuiteResult) -> tuple[list[list[float]], list[list[float]]]:
+    """Per-task sample lists of both runs, aligned by task id; raises when they cannot pair."""
+    name = cand.suite
+    if base.suite_hash != cand.suite_hash:
+        raise ValueError(f"suite {name!r}: base and candidate ran different suite versions "
+                         f"(hash {base.suite_hash} vs {cand.suite_hash})")
+    if base.primary_metric != cand.primary_metric:
+        raise ValueError(f"suite {name!r}: primary metric {base.primary_metric!r} (base) "
+                         f"vs {cand.primary_metric!r} (candidate)")
+    if not base.task_scores or not cand.task_scores:
+        raise ValueError(f"suite {name!r}: per-task scores missing, cannot pair (base "
+                         f"{len(base.task_scores)} tasks, candidate {len(cand.task_scores)})")
+    only_base = base.task_scores.keys() - cand.task_scores.keys()
+    only_cand = cand.task_scores.keys() - base.task_scores.keys()
+    if only_base or only_cand:
+        raise ValueError(f"suite {name!r}: base and candidate scored different tasks "
+                         f"({len(only_base)} only in base, {len(only_cand)} only in candidate)")
+    ids = sorted(cand.task_scores)
+    return [base.task_scores[t] for t in ids], [cand.task_scores[t] for t in ids]
+
+
+def compare(
+    base: EvalResults, cand: EvalResults, *, level: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> list[SuiteComparison]:
+    """Paired bootstrap of candidate vs base for every suite present in both (candidate order).
+
+    Suites in only one of the two are skipped (a gate rule that names one fails there).
+
+    Raises:
+        ValueError: when a shared suite cannot be paired (different suite hash, primary
+            metric or task ids, or no per-task scores).
+    """
+    in_base = {s.suite: s for s in base.suites}
+    out = []
+    for cand_suite in cand.suites:
+        base_suite = in_base.get(cand_suite.suite)
+        if base_suite is None:
+            continue
+        a, b = _paired_scores(base_suite, cand_suite)
+        cmp = paired_bootstrap(a, b, level=level, resamples=resamples, seed=seed)
+        out.append(SuiteComparison(
+            suite=cand_suite.suite, track=cand_suite.track, metric=cand_suite.primary_metric,
+            base_mean=float(task_means(a).mean()), candidate_mean=float(task_means(b).mean()), comparison=cmp,
+        ))
+    return out

@@ -1,0 +1,147 @@
+"""Contamination scan: planted copies of suite tasks are found, named and removed."""
+
+import json
+
+import pytest
+
+from tempering.evals.contamination import NgramIndex, decontaminate, normalize
+
+LONG_TASK = ("A farmer has three fields of wheat and each field yields forty bushels in a good year "
+             "while a bad year halves the yield; how many bushels does the farmer expect over two years?")
+SHORT_TASK = "What is 12+5?"
+PRIVATE_TASK = ("The lighthouse keeper Ormsby logged seventeen zeppelins crossing the northern estuary "
+                "before the tide tables were rewritten by the harbour council in secret.")
+
+
+def chat(user: str, assistant: str = "Let me think.", **extra) -> dict:
+    return {**extra, "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]}
+
+
+CLEAN_ROWS = [
+    chat("Write a haiku about autumn leaves falling in a quiet park at dusk.", "Leaves drift..."),
+    chat("What is 12-5?", "7"),  # differs from SHORT_TASK only by the operator
+    chat("What is 12+50?", "62"),
+    chat("A farmer has three fields of corn.", "Nice."),  # shares fewer than 13 words in a row
+    {"prompt": "Explain photosynthesis briefly.", "completion": "Plants turn light into sugar."},
+    "Plain text about the weather in Lisbon during the spring months.",
+]
+
+
+def planted_rows() -> list:
+    return [
+        chat(LONG_TASK, "80 + 40 ... = 120", id="exact"),
+        chat(LONG_TASK.upper(), "120", id="upper"),
+        chat("  a farmer HAS three fields of wheat, and each field yields forty bushels -- in a good year;\n"
+             "while a bad year halves the yield.   How many bushels?", id="spacing"),
+        {"messages": [{"role": "system", "content": "Be brief."},
+                      {"role": "user", "content": "Here is a homework problem my teacher gave us yesterday: "
+                                                  + LONG_TASK + " Please help, I am stuck."},
+                      {"role": "assistant", "content": "Sure."}]},  # no id: named by path:line
+        chat("ok", "Quiz answer key. Q1: what is 12 + 5 ? A: 17"),  # short task inside an assistant turn
+        {"prompt": PRIVATE_TASK, "completion": "A story.", "id": "private-copy"},
+    ]
+
+
+@pytest.fixture
+def index() -> NgramIndex:
+    idx = NgramIndex(n=13)
+    idx.add_tasks("reasoning", [
+        {"id": "farm-1", "messages": [{"role": "system", "content": "Answer with a number and nothing else please."},
+                                      {"role": "user", "content": LONG_TASK}]},
+        {"id": "add-7", "prompt": SHORT_TASK},
+    ])
+    idx.add_tasks("heldout", [{"id": "ho-3", "prompt": PRIVATE_TASK}], private=True)
+    return idx
+
+
+def write_jsonl(path, rows) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_normalize_drops_case_punctuation_and_spacing_but_keeps_operators():
+    assert normalize("  Hello,   WORLD!\n") == ["hello", "world"]
+    assert normalize("What is 12+5?") == normalize("what is 12 + 5") == ["what", "is", "12", "+", "5"]
+    assert normalize("12-5") != normalize("12+5")
+    assert normalize("well-known state-of-the-art") == ["well", "known", "state", "of", "the", "art"]
+    assert normalize("**Bold** -- a dash, 50% off, 2*3 = -6") == ["bold", "a", "dash", "50", "%", "off",
+                                                                   "2", "*", "3", "=", "-", "6"]
+
+
+def test_planted_overlaps_are_found_with_row_ids_and_counts(index, tmp_path):
+    path = tmp_path / "train.jsonl"
+    write_jsonl(path, planted_rows())
+    hits = {h.row_id: h for h in index.scan_file(path)}
+    assert sorted(hits) == sorted(["exact", "upper", "spacing", f"{path}:4", f"{path}:5", "private-copy"])
+    farm_grams = len(normalize(LONG_TASK)) - 13 + 1  # every 13-gram of the task
+    for row_id in ("exact", "upper", f"{path}:4"):
+        (m,) = hits[row_id].matches
+        assert (m.suite, m.task_id, m.ngrams, m.private) == ("reasoning", "farm-1", farm_grams, False)
+    # "spacing" keeps the first 27 words of the task ("... the yield how many bushels"): 27 - 13 + 1 = 15.
+    assert [(m.task_id, m.ngrams) for m in hits["spacing"].matches] == [("farm-1", 15)]
+    (short,) = hits[f"{path}:5"].matches
+    assert (short.task_id, short.ngrams, short.example) == ("add-7", 1, "what is 12 + 5")
+    (secret,) = hits["private-copy"].matches
+    assert (secret.suite, secret.task_id, secret.private, secret.example) == ("heldout", "ho-3", True, None)
+
+
+def test_in_memory_scan_names_rows_without_id_by_position(index):
+    hits = index.scan([CLEAN_ROWS[0], chat(LONG_TASK)], source="batch")
+    assert [h.row_id for h in hits] == ["batch:2"]
+
+
+def test_clean_dataset_reports_nothing(index, tmp_path):
+    path = tmp_path / "clean.jsonl"
+    write_jsonl(path, CLEAN_ROWS)
+    assert index.scan_file(path) == []
+    report = decontaminate(index, path, tmp_path / "out.jsonl")
+    assert (report.kept, report.removed, report.removed_ids, report.by_suite) == (6, 0, [], {})
+
+
+def test_decontaminate_removes_exactly_the_planted_rows(index, tmp_path):
+    rows = CLEAN_ROWS[:3] + planted_rows() + CLEAN_ROWS[3:]
+    src, out = tmp_path / "mixed.jsonl", tmp_path / "clean" / "mixed.jsonl"
+    write_jsonl(src, rows)
+    report = decontaminate(index, src, out)
+    assert report.kept == len(CLEAN_ROWS) and report.removed == 6
+    assert report.removed_ids == ["exact", "upper", "spacing", f"{src}:7", f"{src}:8", "private-copy"]
+    assert report.by_suite == {"reasoning": 5, "heldout": 1}
+    assert [json.loads(line) for line in out.read_text().splitlines()] == CLEAN_ROWS
+    assert not out.with_name("mixed.jsonl.tmp").exists()
+
+
+def test_private_suite_text_never_appears_in_reports(index, tmp_path):
+    src = tmp_path / "leak.jsonl"
+    write_jsonl(src, planted_rows())
+    report = decontaminate(index, src, tmp_path / "out.jsonl")
+    dumped = json.dumps(report.to_dict()).lower()
+    assert "ho-3" in dumped and "heldout" in dumped  # ids and names are reported
+    private_words = set(normalize(PRIVATE_TASK)) - set(normalize(LONG_TASK)) - {"the", "by", "in", "before"}
+    assert not [w for w in private_words if w in dumped]
+    assert "wheat" in dumped  # public suites do show an example of what matched
+
+
+def test_bad_inputs_fail_with_file_line_and_reason(index, tmp_path):
+    src = tmp_path / "bad.jsonl"
+    src.write_text(json.dumps(CLEAN_ROWS[0]) + "\n{oops\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: invalid JSON"):
+        index.scan_file(src)
+    src.write_text(json.dumps({"id": "x", "label": 3}) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: no text to check"):
+        decontaminate(index, src, tmp_path / "out.jsonl")
+    assert not (tmp_path / "out.jsonl").exists()
+    with pytest.raises(ValueError, match="'farm-1' indexed twice"):
+        index.add("reasoning", "farm-1", "another text")
+    with pytest.raises(ValueError, match="both as private and as public"):
+        index.add("heldout", "ho-4", "some public text")
+    with pytest.raises(ValueError, match="no words"):
+        index.add("reasoning", "empty", "?!")
+
+
+def test_suite_file_is_indexed_with_line_numbers(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    write_jsonl(suite, [{"id": "a", "prompt": SHORT_TASK}, {"prompt": "no id here"}])
+    with pytest.raises(ValueError, match=r"suite.jsonl:2: suite 'arith': task 1 has no 'id'"):
+        NgramIndex().add_file("arith", suite)
+    write_jsonl(suite, [{"id": "a", "prompt": SHORT_TASK}])
+    idx = NgramIndex()
+    assert idx.add_file("arith", suite) == 1 and len(idx) == 1 and idx.suites == {"arith": False}

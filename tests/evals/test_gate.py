@@ -1,0 +1,157 @@
+"""Regression gate: each rule form passes and fails where it should; bad rules fail to parse."""
+
+import pytest
+
+from tempering.evals.gate import (
+    GateRuleError,
+    SuiteOutcome,
+    evaluate,
+    load_rules,
+    parse_rule,
+    parse_rules,
+    run_gate,
+)
+from tempering.evals.results import EvalResults, MetricResult, SuiteResult
+from tempering.evals.stats import Comparison
+
+NOT_SIGNIFICANT = Comparison(delta=-0.01, low=-0.03, high=0.01, p_value=0.4, significant=False, n=100)
+SIGNIFICANT_DROP = Comparison(delta=-0.05, low=-0.08, high=-0.02, p_value=0.002, significant=True, n=100)
+SIGNIFICANT_GAIN = Comparison(delta=0.06, low=0.03, high=0.09, p_value=0.001, significant=True, n=100)
+
+
+def outcomes(*, reasoning=0.635, code=0.12, qa=NOT_SIGNIFICANT, hits=0) -> list[SuiteOutcome]:
+    return [
+        SuiteOutcome("reasoning", "reasoning", {"accuracy": reasoning}, {"accuracy": 0.64}, SIGNIFICANT_GAIN),
+        SuiteOutcome("code", "code", {"pass@1": code, "pass@10": 0.3}, {"pass@1": 0.11}, NOT_SIGNIFICANT, hits),
+        SuiteOutcome("chat", "general", {"accuracy": 0.5}, {"accuracy": 0.5}, NOT_SIGNIFICANT),
+        SuiteOutcome("qa", "general", {"accuracy": 0.5}, {"accuracy": 0.55}, qa),
+    ]
+
+
+def verdict(rule: str, **kw) -> bool:
+    (check,) = evaluate([parse_rule(rule)], outcomes(**kw)).rules
+    return check.passed
+
+
+def test_relative_metric_rule():
+    rule = "reasoning.accuracy >= base - 0.01"
+    assert verdict(rule, reasoning=0.635)
+    assert verdict(rule, reasoning=0.63)  # exactly at the threshold 0.64 - 0.01
+    assert not verdict(rule, reasoning=0.62)
+    assert verdict("reasoning.accuracy > base", reasoning=0.65)
+    assert not verdict("reasoning.accuracy > base", reasoning=0.64)
+    (check,) = evaluate([parse_rule(rule)], outcomes(reasoning=0.62)).rules
+    assert check.detail == "candidate 0.62, required >= 0.63 (base 0.64 - 0.01)"
+
+
+def test_absolute_metric_rule():
+    assert verdict("code.pass@1 >= 0.10", code=0.12)
+    assert not verdict("code.pass@1 >= 0.10", code=0.08)
+    assert verdict("code.pass@10 < 0.5") and not verdict("code.pass@10 <= 0.25")
+    assert verdict("code.pass@10 == 0.3")
+
+
+def test_no_significant_regression_by_track_and_by_suite():
+    assert verdict("no significant regression on general", qa=NOT_SIGNIFICANT)
+    assert not verdict("no significant regression on general", qa=SIGNIFICANT_DROP)
+    assert verdict("no significant regression on general", qa=SIGNIFICANT_GAIN)
+    assert not verdict("no significant regression on qa", qa=SIGNIFICANT_DROP)
+    assert verdict("no significant regression on chat", qa=SIGNIFICANT_DROP)  # qa is not chat
+    (check,) = evaluate([parse_rule("No significant regression on general")], outcomes(qa=SIGNIFICANT_DROP)).rules
+    assert check.detail == "regressed or unchecked: qa -0.05 [-0.08, -0.02] p=0.002"
+
+
+def test_contamination_rule():
+    assert verdict("contamination == 0", hits=0)
+    assert not verdict("contamination == 0", hits=2)
+    assert verdict("contamination <= 2", hits=2)
+    (check,) = evaluate([parse_rule("contamination == 0")], outcomes(hits=2)).rules
+    assert check.detail == "2 contaminated training rows (code: 2), required == 0"
+
+
+def test_missing_data_fails_the_rule_instead_of_passing():
+    results = evaluate(parse_rules([
+        "math.accuracy >= 0.5",
+        "code.pass@5 >= 0.2",
+        "code.pass@10 >= base",
+        "no significant regression on safety",
+    ]), outcomes())
+    assert not results.passed
+    assert [r.detail for r in results.rules] == [
+        "suite 'math' is not in the candidate results",
+        "suite 'code' has no metric 'pass@5' (has: pass@1, pass@10)",
+        "no base result for code.pass@10 to compare with",
+        "no suite or track named 'safety' in the candidate results",
+    ]
+    no_base = [SuiteOutcome("qa", "general", {"accuracy": 0.5})]
+    (check,) = evaluate([parse_rule("no significant regression on general")], no_base).rules
+    assert not check.passed and check.detail == "regressed or unchecked: qa: no paired comparison with the base"
+
+
+def test_gate_passes_only_when_every_rule_passes():
+    rules = parse_rules(["reasoning.accuracy >= base - 0.01", "code.pass@1 >= 0.10",
+                         "no significant regression on general", "contamination == 0"])
+    assert evaluate(rules, outcomes()).passed
+    failed = evaluate(rules, outcomes(code=0.05))
+    assert not failed.passed and [r["passed"] for r in failed.to_dict()["rules"]] == [True, False, True, True]
+
+
+@pytest.mark.parametrize("rule, problem", [
+    ("reasoning.accuracy => 0.5", "no comparison operator"),
+    ("reasoning.accuracy = 0.5", "no comparison operator"),
+    ("reasoning.accuracy >=", "nothing after '>='"),
+    ("reasoning.accuracy >= base * 0.9", "'base \\* 0.9' is not a number, 'base', or 'base \\+ / - <number>'"),
+    ("reasoning.accuracy >= 1%", "'1%' is not a number"),
+    ("reasoning.accuracy >= basement", "'basement' is not a number"),
+    ("accuracy >= 0.5", "'accuracy' is not '<suite>.<metric>' or 'contamination'"),
+    (".accuracy >= 0.5", "'.accuracy' is not '<suite>.<metric>'"),
+    ("contamination == base", "contamination is compared with a count, got 'base'"),
+    ("contamination >= -1", "contamination is compared with a count"),
+    ("no regression on general", "expected 'no significant regression on <suite-or-track>'"),
+    ("no significant regression on", "expected 'no significant regression on"),
+    ("__import__('os').system('true')", "no comparison operator"),
+    ("   ", "empty rule"),
+])
+def test_bad_rules_error_clearly(rule, problem):
+    with pytest.raises(GateRuleError, match=problem):
+        parse_rule(rule)
+
+
+def test_rule_lists_and_files_name_the_bad_rule(tmp_path):
+    with pytest.raises(GateRuleError, match=r"gate: rule 2: rule 'code.pass@1 >> 1'"):
+        parse_rules(["contamination == 0", "code.pass@1 >> 1"])
+    with pytest.raises(GateRuleError, match="non-empty list"):
+        parse_rules([])
+    path = tmp_path / "gate.yaml"
+    path.write_text("rules:\n  - contamination == 0\n  - code.pass@1 >= 0.10\n")
+    assert [type(r).__name__ for r in load_rules(path)] == ["ContaminationRule", "MetricRule"]
+    path.write_text("- contamination == 0\n- code.pass@1 >= 0.1O\n")
+    with pytest.raises(GateRuleError, match=r"gate.yaml:2: rule 'code.pass@1 >= 0.1O'"):
+        load_rules(path)
+    path.write_text("- contamination == 0\n- 0.5\n")
+    with pytest.raises(GateRuleError, match=r"gate.yaml:2: each rule must be a string"):
+        load_rules(path)
+    path.write_text("rule:\n  - contamination == 0\n")
+    with pytest.raises(GateRuleError, match=r"gate.yaml:1: expected only the key 'rules'"):
+        load_rules(path)
+    path.write_text("- [unclosed\n")
+    with pytest.raises(GateRuleError, match=r"gate.yaml:2: invalid YAML"):
+        load_rules(path)
+
+
+def results(model: str, scores: dict[str, list[float]], hits: int = 0) -> EvalResults:
+    metric = MetricResult.from_scores("accuracy", list(scores.values()))
+    s = SuiteResult(suite="qa", suite_hash="h", model_id=model, metrics={"accuracy": metric},
+                    primary_metric="accuracy", task_scores=scores, contamination_hits=hits)
+    return EvalResults(model=model, suites=[s])
+
+
+def test_run_gate_compares_two_results_files():
+    base = results("base", {f"t{i}": [1.0] for i in range(60)})
+    same = results("cand", {f"t{i}": [1.0] for i in range(60)})
+    broken = results("cand", {f"t{i}": [1.0 if i < 30 else 0.0] for i in range(60)}, hits=1)
+    rules = parse_rules(["qa.accuracy >= base - 0.05", "no significant regression on general", "contamination == 0"])
+    assert run_gate(rules, base, same).passed
+    verdicts = run_gate(rules, base, broken).to_dict()
+    assert [r["passed"] for r in verdicts["rules"]] == [False, False, False]
+    assert verdicts["rules"][1]["detail"].startswith("regressed or unchecked: qa -0.5 [")
