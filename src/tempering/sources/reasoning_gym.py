@@ -92,7 +92,8 @@ def _stored_entry(name: str, dataset: Any, entry: dict[str, Any]) -> dict[str, A
     except TypeError as exc:
         raise ValueError(f"reasoning-gym dataset {name!r}: entries are not JSON-serialisable ({exc})") from None
     if entry["answer"] is not None:
-        original, roundtrip = dataset.score_answer(entry["answer"], entry), dataset.score_answer(entry["answer"], stored)
+        original = dataset.score_answer(entry["answer"], entry)
+        roundtrip = dataset.score_answer(entry["answer"], stored)
         if original != roundtrip:
             raise ValueError(f"reasoning-gym dataset {name!r}: the oracle answer scores {original} on the entry "
                              f"but {roundtrip} after a JSON round trip; this dataset is not supported")
