@@ -14,6 +14,13 @@ class UnknownVerifier(KeyError):
     pass
 
 
+class VerifierError(RuntimeError):
+    """The verifier could not judge (its sandbox failed, the task's own tests are broken).
+
+    Never the model's fault: callers must skip the sample, not score it as a failure.
+    """
+
+
 def register(name: str) -> Callable[[ScoreFn], ScoreFn]:
     def add(fn: ScoreFn) -> ScoreFn:
         VERIFIERS[name] = fn

@@ -1,0 +1,212 @@
+"""The `code` verifier: untrusted code judged in the sandbox, scored by the share of asserts it passes.
+
+    {"type": "code", "entry_point": "add", "prompt": "def add(a, b):\\n", "tests": "def check(candidate): ...",
+     "heldout_tests": "...", "call_timeout_s": 3.0, "budget_s": 10.0}
+
+How a completion is scored:
+  1. program = task prompt + completion (a completion that defines the entry point at top
+     level, in a ```python block or not, comes after the prompt instead; see
+     `code_static.assemble_program`). It does not parse: value 0, flag `syntax_error`.
+  2. static cheat checks on the completion's part (`code_static.cheat_flags`): any
+     `cheat:*` flag gives value 0 and the program is not run.
+  3. the judge (`code_judge.py`) runs the tests in the sandbox against the candidate in a
+     separate process; value = asserts passed / asserts in the tests. An assert counts as
+     passed when it ran and held every time (asserts in loops are one each); `assert True`
+     does not count. `heldout_tests` are scored the same way into the component
+     `heldout_pass_fraction` and never touch `value`.
+
+Flags from the run (informational; they do not change `value`): `call_timeout`, `call_died`,
+`call_bad_reply`, `load_error`, `load_timeout`, `load_died`, `budget_exhausted`,
+`spawn_failed`, `raised:SystemExit` (and the like), `sandbox:<status>` when the run did not
+end `ok` (e.g. `sandbox:memory_limit` after the candidate was OOM-killed), `no_verdict` when no
+signed verdict came back (the candidate killed the judge, or ran the sandbox out of time or
+output: value 0). `cheat:forged_verdict` (a verdict-looking line with a bad signature) gives 0.
+
+Not the model's fault, so raised instead of scored (the RL loop must skip the sample, not
+punish it, and should count these): `VerifierError` when the sandbox itself failed
+(`sandbox_error`), the task's own tests are broken, or the judge crashed;
+`SandboxUnavailable` when no sandbox can run here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hmac
+import json
+import secrets
+import threading
+from dataclasses import dataclass
+from hashlib import sha256
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tempering.types import Reward
+from tempering.verifiers.base import VerifierError, register
+from tempering.verifiers.code_judge import VERDICT_MAGIC
+from tempering.verifiers.code_static import SyntaxProblem, assemble_program, cheat_flags, parse_program
+
+JUDGE_FILE = "judge.py"
+PAYLOAD_FILE = "payload.json"
+MiB = 1024 * 1024
+
+
+class CodeSpec(BaseModel):
+    """The `code` verifier spec; unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: str = "code"
+    entry_point: str = Field(min_length=1)
+    """Name of the function under test; the tests call it as `candidate` (or by this name)."""
+    tests: str = Field(min_length=1)
+    """`def check(candidate): assert ...` (HumanEval shape) or top-level asserts on `entry_point`."""
+    prompt: str = ""
+    """Trusted code prefix (imports, signature, helpers); prepended to the completion and also run
+    in the judge, so tests may call its helpers (HumanEval/32 calls `poly`)."""
+    heldout_tests: str | None = None
+    """Scored into `heldout_pass_fraction` only; never part of the reward value."""
+    call_timeout_s: float = Field(default=3.0, gt=0)
+    """Wall-clock limit for loading the program and for each call of the entry point."""
+    budget_s: float = Field(default=10.0, gt=0)
+    """Wall-clock limit for all loads and calls of one scoring together (visible and held-out tests)."""
+    memory_mb: int = Field(default=256, ge=32)
+    """Memory of the whole run (judge + candidate processes)."""
+
+    @field_validator("entry_point")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not value.isidentifier():
+            raise ValueError(f"entry_point must be a Python identifier, got {value!r}")
+        return value
+
+
+@dataclass
+class JudgeRun:
+    """What came back from one sandboxed judge run."""
+
+    status: str
+    verdict: dict[str, Any] | None
+    forged_lines: int = 0
+    stderr: str = ""
+    wall_s: float = 0.0
+
+
+_pool_lock = threading.Lock()
+_pool = None
+POOL_SIZE = 4
+
+
+def use_sandbox_pool(pool) -> None:
+    """Score code in `pool` (a `SandboxPool`, e.g. sized for an RL loop) from now on."""
+    global _pool
+    with _pool_lock:
+        _pool = pool
+
+
+def sandbox_pool():
+    """The pool code is judged in: the one given to `use_sandbox_pool`, else one made on first use
+    (closed at exit, so a one-shot `temper verify` leaves no scratch mount behind)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            from tempering.sandbox import SandboxPool
+
+            _pool = SandboxPool(size=POOL_SIZE)
+            atexit.register(_pool.close)
+        return _pool
+
+
+@lru_cache(maxsize=1)
+def judge_source() -> str:
+    return (Path(__file__).parent / "code_judge.py").read_text()
+
+
+def run_judge(spec: CodeSpec, program: str, pool=None) -> JudgeRun:
+    """Run the judge on `program` in the sandbox and check the verdict's signature.
+
+    Raises:
+        VerifierError: the sandbox failed, or the task's tests are broken.
+    """
+    from tempering.sandbox import Limits
+
+    key, nonce = secrets.token_bytes(32), secrets.token_hex(16)
+    payload = {"key": key.hex(), "nonce": nonce, "program": program, "entry_point": spec.entry_point,
+               "prompt": spec.prompt, "tests": spec.tests, "heldout_tests": spec.heldout_tests,
+               "call_s": spec.call_timeout_s, "budget_s": spec.budget_s}
+    data = json.dumps(payload)
+    limits = Limits(wall_s=spec.budget_s + 3, cpu_s=spec.budget_s + 3, memory_bytes=spec.memory_mb * MiB,
+                    processes=64, output_bytes=64 * 1024, scratch_bytes=max(8 * MiB, 4 * len(data)))
+    result = (pool or sandbox_pool()).exec(["python3", "-I", "-S", JUDGE_FILE, "judge", PAYLOAD_FILE],
+                                           files={JUDGE_FILE: judge_source(), PAYLOAD_FILE: data}, limits=limits)
+    if result.status == "sandbox_error":
+        raise VerifierError(f"sandbox failed while judging code (not the model's fault): {result.error}")
+    verdict, forged = parse_verdict(result.stdout, key, nonce)
+    if verdict is not None and verdict.get("harness_error"):
+        raise VerifierError(f"the task's tests are broken (not the model's fault): {verdict['harness_error']}")
+    if verdict is not None and verdict.get("judge_error"):
+        raise VerifierError(f"the code judge crashed (not the model's fault):\n{verdict['judge_error']}")
+    return JudgeRun(result.status, verdict, forged, result.stderr[-2000:], result.wall_s)
+
+
+def parse_verdict(stdout: str, key: bytes, nonce: str) -> tuple[dict[str, Any] | None, int]:
+    """(the verdict signed with `key` for this `nonce`, or None; how many verdict-like lines were forged)."""
+    verdict, forged = None, 0
+    for line in stdout.splitlines():
+        if VERDICT_MAGIC not in line:
+            continue
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and parts[0] == VERDICT_MAGIC:
+            good = hmac.new(key, parts[2].encode(), sha256).hexdigest()
+            if hmac.compare_digest(good, parts[1]):
+                doc = json.loads(parts[2])
+                if doc.get("nonce") == nonce and verdict is None:
+                    verdict = doc
+                    continue
+        forged += 1
+    return verdict, forged
+
+
+def reward_from_run(run: JudgeRun) -> Reward:
+    """The Reward for a judge run: value = pass fraction of the visible tests (0 on any cheat flag)."""
+    flags = []
+    if run.status != "ok":
+        flags.append(f"sandbox:{run.status}")
+    if run.forged_lines:
+        flags.append("cheat:forged_verdict")
+    if run.verdict is None:
+        flags.append("no_verdict")
+        return Reward(value=0.0, components={"pass_fraction": 0.0}, flags=flags,
+                      detail=f"no signed verdict (sandbox status {run.status}): {run.stderr[-300:]}".strip())
+    v = run.verdict
+    flags += sorted(v.get("events", {}))
+    if not v.get("all_killed", True):
+        flags.append("processes_survived")
+    passed, total = v["tests"]["passed"], v["tests"]["sites"]
+    value = 0.0 if any(f.startswith("cheat:") for f in flags) else passed / total
+    components = {"pass_fraction": value, "asserts_passed": float(passed), "asserts_total": float(total)}
+    if "heldout" in v:
+        components["heldout_pass_fraction"] = v["heldout"]["passed"] / v["heldout"]["sites"]
+    detail = f"{passed}/{total} asserts passed"
+    if v.get("load_failure"):
+        detail += f"; did not load: {v['load_failure']}"
+    elif v.get("first_error"):
+        detail += f"; first failed call: {v['first_error']}"
+    return Reward(value=value, components=components, flags=flags, detail=detail)
+
+
+@register("code")
+def score_code(spec: dict[str, Any], completion: str) -> Reward:
+    """Static checks, then the sandboxed judge; see the module docstring."""
+    parsed = CodeSpec.model_validate(spec)
+    program = assemble_program(parsed.prompt, completion, parsed.entry_point)
+    try:
+        tree = parse_program(program)
+    except SyntaxProblem as exc:
+        return Reward(value=0.0, components={"pass_fraction": 0.0}, flags=["syntax_error"], detail=str(exc))
+    flags = cheat_flags(tree, program, parsed.prompt, parsed.entry_point)
+    if flags:
+        return Reward(value=0.0, components={"pass_fraction": 0.0}, flags=flags,
+                      detail="not run: static cheat checks flagged the completion")
+    return reward_from_run(run_judge(parsed, program.source))
