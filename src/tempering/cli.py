@@ -55,6 +55,70 @@ def sft(
     out.print_json(json.dumps(summary))
 
 
+@app.command()
+def grpo(
+    config: Path = typer.Argument(..., help="YAML config (see examples/grpo_arith.yaml)."),
+    set_: List[str] = typer.Option([], "--set", help="Override any field: --set grpo.group_size=4 (repeatable)."),
+    model: Optional[str] = typer.Option(None, help="Model spec (alias, HF dir, .gguf, hub id)."),
+    steps: Optional[int] = typer.Option(None, help="Optimizer steps."),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Run root."),
+    name: Optional[str] = typer.Option(None, help="Run name (re-using one resumes it)."),
+    full: bool = typer.Option(False, "--full", help="Train all parameters instead of LoRA."),
+) -> None:
+    """RL with verifiable rewards (GRPO family): sample, verify, update."""
+    from tempering.config import GRPOConfig
+
+    literal = {k: v for k, v in (("model", model), ("train.steps", steps), ("out", out_dir), ("name", name))
+               if v is not None}
+    if full:
+        literal["lora"] = None
+    try:
+        cfg = load_config(GRPOConfig, config, list(set_), literal)
+    except (ConfigError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    from tempering.recipes.grpo import run_grpo
+
+    try:
+        summary = run_grpo(cfg)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    out.print_json(json.dumps(summary))
+
+
+@app.command()
+def traj(
+    run_dir: Path = typer.Argument(..., help="A GRPO run directory (runs/NAME)."),
+    step: Optional[int] = typer.Option(None, help="Only this step."),
+    worst: bool = typer.Option(False, "--worst", help="Lowest reward first."),
+    best: bool = typer.Option(False, "--best", help="Highest reward first."),
+    flagged: bool = typer.Option(False, "--flagged", help="Only rollouts with flags."),
+    limit: int = typer.Option(20, help="Rows to show (0: all)."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per line instead of a table."),
+) -> None:
+    """Read back the rollouts a GRPO run stored (prompt, completion, reward, flags)."""
+    from rich.table import Table
+
+    from tempering.rollout.store import read_trajectories
+
+    if worst + best + flagged > 1:
+        _fail("choose at most one of --worst, --best, --flagged")
+    order = "worst" if worst else "best" if best else "flagged" if flagged else None
+    try:
+        rows = read_trajectories(run_dir, step, order, limit or None)
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+    if as_json:
+        for r in rows:
+            print(json.dumps(r))
+        return
+    table = Table("step", "task", "reward", "adv", "flags", "completion", show_lines=False)
+    for r in rows:
+        table.add_row(str(r["step"]), r["task_id"], f"{r['reward']:.2f}", f"{r['advantage']:+.2f}",
+                      ",".join(r["flags"]), r["completion"][:80].replace("\n", "\\n"))
+    out.print(table)
+    out.print(f"{len(rows)} rollouts")
+
+
 @data_app.command("validate")
 def data_validate(
     files: List[Path] = typer.Argument(..., help="JSONL or Parquet files with a `messages` column."),

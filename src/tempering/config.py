@@ -28,6 +28,9 @@ class LoraSettings(Strict):
     """Dropout on the LoRA input."""
     target_modules: list[str] | str = "all-linear"
     """Module names to adapt, or "all-linear"."""
+    last_layers: int | None = Field(None, ge=1)
+    """Adapt only the last N decoder layers (None: all). Backward then stops at the lowest
+    adapted layer, which makes RL steps much cheaper."""
 
 
 class ReplaySettings(Strict):
@@ -116,6 +119,8 @@ class TrainSettings(Strict):
     """torch intra-op threads (None: torch's default)."""
     compile: bool = False
     """torch.compile each decoder layer (dynamic shapes): ~1 min once, then faster steps."""
+    max_minutes: float | None = Field(None, gt=0)
+    """Stop early (with a checkpoint) once training has run this long in this process."""
     log_every: int = Field(1, ge=1)
     """Write metrics every this many steps."""
     loggers: list[Literal["tensorboard", "mlflow"]] = []
@@ -138,6 +143,83 @@ class SFTConfig(Strict):
     """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
     name: str | None = None
     """Run name (default: sft-<timestamp>)."""
+
+
+class TaskSourceSettings(Strict):
+    """Where tasks come from: a built-in generator or task JSONL files."""
+
+    source: str = "builtin:arithmetic"
+    """`builtin:arithmetic`, `humaneval`, `reasoning_gym:<dataset>`, or a path to task JSONL."""
+    n: int = Field(1000, ge=1)
+    """Tasks to generate (generators) or the most to read (files)."""
+    seed: int = 0
+    ops: str = "+-*"
+    """builtin:arithmetic only: which operations."""
+    split: Literal["train", "heldout"] = "train"
+    """builtin generators: which disjoint split."""
+
+
+class RewardPart(Strict):
+    name: str
+    weight: float = 1.0
+    verifier: dict[str, Any]
+    """Merged over the task's own verifier spec, e.g. {type: exact} reuses the task's answer."""
+
+
+class GRPOSettings(Strict):
+    prompts_per_step: int = Field(8, ge=1)
+    """Groups (distinct prompts) in each rollout batch."""
+    group_size: int = Field(8, ge=2)
+    """Samples per prompt (G)."""
+    max_new_tokens: int = Field(32, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    scale_std: bool = True
+    """Divide advantages by the group std (false: Dr. GRPO)."""
+    clip_low: float = Field(0.2, ge=0)
+    clip_high: float = Field(0.28, ge=0)
+    """Clip-higher (DAPO): the ratio is clipped to [1 - clip_low, 1 + clip_high]."""
+    aggregation: Literal["token_mean", "seq_mean", "constant"] = "token_mean"
+    beta: float = Field(0.0, ge=0)
+    """KL weight to the reference (k3). Under LoRA the reference is the model with adapters off."""
+    updates_per_batch: int = Field(1, ge=1)
+    """mu: optimizer steps on each rollout batch (importance ratios use the rollout policy)."""
+    dynamic_sampling: bool = True
+    """Drop groups whose rewards all match and refill the batch with new prompts."""
+    max_refills: int = Field(2, ge=0)
+    """Extra generation rounds per batch for dynamic sampling."""
+    truncation: Literal["mask", "penalty", "keep"] = "penalty"
+    """Responses cut by max_new_tokens: left out of the loss, rewarded `truncation_reward`, or kept."""
+    truncation_reward: float = 0.0
+    reward_workers: int = Field(4, ge=1)
+    """Threads scoring completions (sandbox calls included) while generation goes on."""
+    verifier_timeout_s: float = Field(30.0, gt=0)
+    """A verifier slower than this is a verifier failure (the group is dropped), never a model failure."""
+
+
+class HeldoutSettings(Strict):
+    tasks: TaskSourceSettings = TaskSourceSettings(split="heldout", n=100)
+    every: int = Field(10, ge=1)
+    """Evaluate (greedy) every this many steps, and at the start and end."""
+    max_new_tokens: int = Field(32, ge=1)
+    alarm_window: int = Field(3, ge=2)
+    """Held-out evaluations compared for the divergence alarm."""
+
+
+class GRPOConfig(Strict):
+    """`temper grpo CONFIG.yaml`: RL with verifiable rewards."""
+
+    model: str = DEFAULT_MODEL
+    lora: LoraSettings | None = LoraSettings()
+    tasks: TaskSourceSettings = TaskSourceSettings()
+    reward: list[RewardPart] | None = None
+    """Composite reward built over each task's verifier; None: the task's verifier as is."""
+    heldout: HeldoutSettings | None = HeldoutSettings()
+    grpo: GRPOSettings = GRPOSettings()
+    train: TrainSettings
+    out: str = "runs"
+    name: str | None = None
+    """Run name (default: grpo-<timestamp>)."""
 
 
 class ConfigError(ValueError):

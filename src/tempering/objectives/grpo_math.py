@@ -71,6 +71,14 @@ def grpo_loss(
     Stats: `clip_fraction` (share of valid tokens where the clipped term was the one used
     and differs), `kl` (mean k3 over valid tokens, 0 without a reference), `ratio_mean`.
     """
+    per_token, stats = grpo_per_token(logp, logp_old, advantages, mask, clip_low, clip_high, logp_ref, beta)
+    return aggregate(per_token, mask, aggregation, max_tokens), stats
+
+
+def grpo_per_token(logp: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                   clip_low: float = 0.2, clip_high: float = 0.2, logp_ref: torch.Tensor | None = None,
+                   beta: float = 0.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The per-token loss (B, T) before aggregation, and the stats of `grpo_loss`."""
     ratio = torch.exp(logp - logp_old)
     adv = advantages.unsqueeze(1)
     unclipped = ratio * adv
@@ -82,9 +90,28 @@ def grpo_loss(
         kl_tok = k3_kl(logp, logp_ref)
         per_token = per_token + beta * kl_tok
         kl = (kl_tok * m).sum() / m.sum().clamp(min=1.0)
-    loss = aggregate(per_token, mask, aggregation, max_tokens)
     with torch.no_grad():
         was_clipped = (clipped < unclipped).to(m.dtype)
         stats = {"clip_fraction": (was_clipped * m).sum() / m.sum().clamp(min=1.0), "kl": kl.detach(),
                  "ratio_mean": (ratio * m).sum() / m.sum().clamp(min=1.0)}
-    return loss, stats
+    return per_token, stats
+
+
+def aggregate_sum(per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation,
+                  max_tokens: int | None = None) -> tuple[torch.Tensor, float]:
+    """`aggregate` split into (numerator, units) so a trainer can normalise over a whole step.
+
+    numerator / units == aggregate(...) for one batch; over several micro-batches the
+    Trainer divides the summed numerators by the summed units, which is the same reduction
+    over the concatenated batch.
+    """
+    m = mask.to(per_token.dtype)
+    if how == "token_mean":
+        return (per_token * m).sum(), float(m.sum())
+    if how == "seq_mean":
+        return ((per_token * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)).sum(), float(per_token.shape[0])
+    if how == "constant":
+        if not max_tokens:
+            raise ValueError("aggregation 'constant' needs max_tokens")
+        return (per_token * m).sum(), float(per_token.shape[0] * max_tokens)
+    raise ValueError(f"unknown aggregation {how!r}")

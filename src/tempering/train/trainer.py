@@ -45,6 +45,8 @@ class BatchSource(Protocol):
 
     def load_state_dict(self, state: dict) -> None: ...
 
+    # optional: def stats(self) -> dict[str, float]  (merged into each step record)
+
 
 class TrainingDiverged(RuntimeError):
     """Rollbacks did not stop the anomalies."""
@@ -180,7 +182,9 @@ class Trainer:
         loss_value, extra = 0.0, {}
         for batch in micro:
             with autocast(self.precision, device):
-                loss_sum, extra = self.objective.loss(self.model, _to(batch, device))
+                loss_sum, stats = self.objective.loss(self.model, _to(batch, device))
+            for key, value in stats.items():  # objective stats: mean over micro-batches
+                extra[key] = extra.get(key, 0.0) + float(value) / len(micro)
             loss = loss_sum / max(total_units, 1)
             if not torch.isfinite(loss):
                 return float("nan"), extra
@@ -219,8 +223,9 @@ class Trainer:
         self.step += 1
         self.real_tokens += real
         dt = time.perf_counter() - t0
+        source_stats = self.batches.stats() if hasattr(self.batches, "stats") else {}
         return {"step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "real_tokens": real,
-                "tokens_per_s": real / dt, "step_s": dt, **extra}
+                "tokens_per_s": real / dt, "step_s": dt, **extra, **source_stats}
 
     # -- the loop ----------------------------------------------------------------------
     def fit(self) -> TrainResult:
@@ -247,7 +252,14 @@ class Trainer:
                       TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(),
                       console=console, transient=True) as bar:
             task = bar.add_task("train", total=self.settings.steps, completed=self.step, loss="-")
+            limit = self.settings.max_minutes * 60 if self.settings.max_minutes else None
             while self.step < self.settings.steps:
+                if limit is not None and time.perf_counter() - t_start > limit:
+                    self.metrics.event("time_limit", step=self.step, minutes=self.settings.max_minutes)
+                    console.print(f"[yellow]time limit of {self.settings.max_minutes} min reached at "
+                                  f"step {self.step}; saving and stopping[/yellow]")
+                    self.save()
+                    break
                 record = self.train_step()
                 if record is None:
                     continue

@@ -1,0 +1,65 @@
+"""GRPO as a Trainer objective: policy-gradient loss over one rollout batch.
+
+A batch (built by `tempering.rollout.source.RolloutSource`) holds whole groups:
+`prompt_ids`/`prompt_mask` (one left-padded row per group), `completion_ids`/`loss_mask`
+(G right-padded rows per group), `advantages` (one per completion), `engine_logprobs`
+(what the sampler reported) and, for mu > 1, `old_logprobs` (the rollout policy, recomputed
+once before the first update). With mu = 1 the rollout policy *is* the current one, so the
+ratio is exactly 1 and `logp.detach()` stands in for it.
+
+The math lives in `grpo_math` (pure tensors); this file only wires it to a model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tempering.config import GRPOSettings
+from tempering.objectives.grpo_math import aggregate_sum, grpo_per_token
+from tempering.rollout.engine import grouped_logprobs
+
+
+def _reference(model: Any):
+    """Adapters off = the reference policy, without a second copy of the weights."""
+    if hasattr(model, "disable_adapter"):
+        return model.disable_adapter()
+    raise ValueError("beta > 0 needs a LoRA model (the reference is the base with adapters disabled)")
+
+
+class GRPOObjective:
+    name = "grpo"
+
+    def __init__(self, settings: GRPOSettings):
+        self.s = settings
+
+    def units(self, batch: dict[str, Any]) -> float:
+        how = self.s.aggregation
+        mask = batch["loss_mask"]
+        if how == "token_mean":
+            return float(mask.sum())
+        if how == "seq_mean":
+            return float(mask.shape[0])
+        return float(mask.shape[0] * self.s.max_new_tokens)
+
+    def loss(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        args = (batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], batch["completion_mask"])
+        logp, entropy = grouped_logprobs(model, *args, temperature=self.s.temperature)
+        old = batch.get("old_logprobs")
+        old = logp.detach() if old is None else old
+        ref = None
+        if self.s.beta > 0:
+            with torch.no_grad(), _reference(model):
+                ref, _ = grouped_logprobs(model, *args, temperature=self.s.temperature)
+        mask = batch["loss_mask"]
+        per_token, stats = grpo_per_token(logp, old, batch["advantages"], mask, self.s.clip_low,
+                                          self.s.clip_high, ref, self.s.beta)
+        numerator, _ = aggregate_sum(per_token, mask, self.s.aggregation, self.s.max_new_tokens)
+        seen = batch["completion_mask"].to(logp.dtype)
+        n_seen = seen.sum().clamp(min=1.0)
+        with torch.no_grad():
+            mismatch = ((logp.detach() - batch["engine_logprobs"]).abs() * seen).sum() / n_seen
+        out = {k: float(v) for k, v in stats.items()}
+        out.update(entropy=float((entropy * seen).sum() / n_seen), logprob_mismatch=float(mismatch))
+        return numerator, out

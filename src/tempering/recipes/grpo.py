@@ -1,0 +1,181 @@
+"""The GRPO recipe: tasks -> rollouts -> verifiers -> the one Trainer -> recorded run.
+
+Held-out tasks are judged greedily at the start, every `heldout.every` steps and at the
+end, with the same verifier as the reward; each reward part is reported as its own rate
+(e.g. `correct` = final-answer accuracy, `strict` = the reply is just the answer). When the
+training reward rises over the last `alarm_window` evaluations while the held-out reward
+does not, the run logs an `alarm` event (reward hacking or overfitting).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from tempering.config import GRPOConfig
+from tempering.rollout.engine import Engine, SamplingParams
+from tempering.train.metrics import console
+from tempering.types import Task
+
+
+def heldout_eval(engine: Engine, tasks: list[Task], max_new_tokens: int, weights: dict[str, float]) -> dict[str, float]:
+    """Greedy replies to `tasks`, scored by their verifiers: mean reward, per-part rates, truncation."""
+    from tempering.rollout.source import safe_score
+
+    prompts = [engine.chat_prompt(t.chat()) for t in tasks]
+    groups = engine.generate(prompts, SamplingParams(n=1, temperature=0, max_new_tokens=max_new_tokens))
+    rewards = [safe_score(t, g[0].text) for t, g in zip(tasks, groups)]
+    out = {"reward": sum(r.value for r in rewards) / len(rewards),
+           "truncation_rate": sum(g[0].truncated for g in groups) / len(groups)}
+    for name, weight in weights.items():
+        out[name] = sum(r.components.get(name, 0.0) for r in rewards) / len(rewards) / (weight or 1.0)
+    return out
+
+
+class HeldoutMonitor:
+    """Trainer callback: held-out evaluation, the divergence alarm, and the curves."""
+
+    def __init__(self, cfg: GRPOConfig, engine: Engine, tasks: list[Task], metrics_path: Path):
+        self.cfg, self.engine, self.tasks = cfg, engine, tasks
+        self.weights = {p.name: p.weight for p in cfg.reward or []}
+        self.history: list[dict[str, float]] = []
+        self.rewards: list[tuple[int, float]] = []
+        self.alarms: list[dict[str, Any]] = []
+        self.metrics_path = metrics_path
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        result = heldout_eval(self.engine, self.tasks, self.cfg.heldout.max_new_tokens, self.weights)
+        result.update(step=step, eval_s=time.perf_counter() - t0)
+        self.history.append(result)
+        with self.metrics_path.open("a") as fh:
+            fh.write(json.dumps({"event": "heldout", **result}) + "\n")
+        shown = ", ".join(f"{k} {v:.3f}" for k, v in result.items() if k not in ("step", "eval_s"))
+        console.print(f"[cyan]held-out @ step {step}: {shown}[/cyan]")
+        self._check_divergence(step)
+        return result
+
+    def __call__(self, step: int, record: dict) -> None:
+        self.rewards.append((step, record.get("reward_mean", 0.0)))
+        if step % self.cfg.heldout.every == 0:
+            self.evaluate(step)
+
+    def _check_divergence(self, step: int) -> None:
+        window = self.cfg.heldout.alarm_window
+        if len(self.history) < window:
+            return
+        first, last = self.history[-window], self.history[-1]
+        train_then = [r for s, r in self.rewards if s <= first["step"]][-5:]
+        train_now = [r for s, r in self.rewards if s <= last["step"]][-5:]
+        if not train_then or not train_now:
+            return
+        rise = sum(train_now) / len(train_now) - sum(train_then) / len(train_then)
+        held = last["reward"] - first["reward"]
+        if rise > 0.05 and held <= 0:
+            alarm = {"step": step, "train_reward_rise": rise, "heldout_change": held}
+            self.alarms.append(alarm)
+            with self.metrics_path.open("a") as fh:
+                fh.write(json.dumps({"event": "alarm", "kind": "reward_heldout_divergence", **alarm}) + "\n")
+            console.print(f"[bold red]alarm: training reward +{rise:.3f} while held-out changed {held:+.3f} "
+                          f"(steps {first['step']}..{last['step']}): reward hacking or overfitting?[/bold red]")
+
+    def plot(self, out: Path, train_history: list[dict]) -> Path:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+        steps = [r["step"] for r in train_history]
+        ax[0].plot(steps, [r.get("reward_mean", 0.0) for r in train_history], label="reward mean")
+        ax[0].plot(steps, [r.get("accuracy", 0.0) for r in train_history], label="sample accuracy", alpha=0.7)
+        ax[0].set(title="training rollouts", xlabel="step")
+        ax[0].legend()
+        hs = [h["step"] for h in self.history]
+        for key in ["reward", *self.weights]:
+            ax[1].plot(hs, [h.get(key, 0.0) for h in self.history], marker="o", label=f"held-out {key}")
+        ax[1].set(title="held-out (greedy)", xlabel="step", ylim=(0, max(1.05, max((h["reward"] for h in self.history), default=1) + 0.05)))
+        ax[1].legend()
+        fig.tight_layout()
+        fig.savefig(out, dpi=110)
+        plt.close(fig)
+        return out
+
+
+def run_grpo(cfg: GRPOConfig) -> dict[str, Any]:
+    """Run one GRPO stage end to end and record it; returns the run summary."""
+    import torch
+
+    from tempering.models.load import load_tokenizer
+    from tempering.objectives.grpo import GRPOObjective
+    from tempering.pipeline.registry import Registry
+    from tempering.recipes.sft import load_base_for_training
+    from tempering.rollout.source import RolloutSource
+    from tempering.rollout.store import TrajectoryStore
+    from tempering.sources.tasks import load_tasks, with_reward
+    from tempering.train.precision import resolve_precision
+    from tempering.train.trainer import Trainer
+
+    if cfg.train.grad_accum > cfg.grpo.prompts_per_step:
+        raise ValueError("train.grad_accum must not exceed grpo.prompts_per_step (micro-batches hold whole groups)")
+    name = cfg.name or time.strftime("grpo-%Y%m%d-%H%M%S")
+    run_dir = Path(cfg.out) / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    registry = Registry(Path(cfg.out) / "registry.sqlite")
+    inputs = [s.source for s in (cfg.tasks, cfg.heldout.tasks if cfg.heldout else None)
+              if s is not None and Path(s.source).exists()]
+    run_id = registry.start(name, "grpo", cfg.model_dump(), inputs, cfg.model)
+    source = None
+    try:
+        torch.manual_seed(cfg.train.seed)
+        if cfg.train.threads:
+            torch.set_num_threads(cfg.train.threads)
+        tokenizer = load_tokenizer(cfg.model)
+        tasks = with_reward(load_tasks(cfg.tasks), cfg.reward)
+        model = load_base_for_training(cfg)
+        precision = resolve_precision(cfg.train.precision)
+        engine = Engine(model, tokenizer, precision=precision)
+        store = TrajectoryStore(run_dir, name)
+        source = RolloutSource(tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision)
+        callbacks, monitor = [], None
+        if cfg.heldout:
+            held = with_reward(load_tasks(cfg.heldout.tasks), cfg.reward)
+            overlap = {t.prompt for t in held} & {t.prompt for t in tasks}
+            if overlap:
+                raise ValueError(f"{len(overlap)} held-out prompts also appear in the training tasks")
+            monitor = HeldoutMonitor(cfg, engine, held, run_dir / "metrics.jsonl")
+            callbacks.append(monitor)
+        trainer = Trainer(model, GRPOObjective(cfg.grpo), source, cfg.train, run_dir, callbacks)
+        before = monitor.evaluate(trainer.step) if monitor and not (run_dir / "checkpoints").exists() else None
+        result = trainer.fit()
+        after = None
+        if monitor and (not monitor.history or monitor.history[-1]["step"] != result.steps):
+            after = monitor.evaluate(result.steps)
+        elif monitor:
+            after = monitor.history[-1]
+        final = run_dir / "final"
+        model.save_pretrained(final, **({"save_embedding_layers": False} if cfg.lora else {}))
+        tokenizer.save_pretrained(final)
+        plot = monitor.plot(run_dir / "curves.png", result.history) if monitor else None
+        summary = {
+            "run_id": run_id, "run_dir": str(run_dir), "final": str(final), "steps": result.steps,
+            "seconds": result.seconds, "resumed_from": result.resumed_from, "guard": result.counts,
+            "tasks": len(tasks), "heldout_before": before, "heldout_after": after,
+            "heldout_history": monitor.history if monitor else [], "alarms": monitor.alarms if monitor else [],
+            "reward_first": result.history[0].get("reward_mean") if result.history else None,
+            "reward_last": result.history[-1].get("reward_mean") if result.history else None,
+            "curves": str(plot) if plot else None,
+        }
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        registry.finish(run_id, {"final": str(final), "metrics": str(run_dir / "metrics.jsonl"),
+                                 "trajectories": str(store.dir)}, summary)
+        return summary
+    except BaseException as exc:
+        registry.fail(run_id, f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if source is not None:
+            source.close()
+        registry.close()

@@ -1,0 +1,1 @@
+"""Rollouts: the sampling engine and the trajectory store."""

@@ -1,0 +1,270 @@
+"""The rollout engine: batched sampling with a KV cache, one prefill per prompt.
+
+    engine = Engine(model, tokenizer)
+    groups = engine.generate([prompt_ids, ...], SamplingParams(n=8, max_new_tokens=32))
+    groups[i][j].token_ids, .logprobs, .text, .finish_reason      # prompt i, sample j
+
+How a call runs:
+  1. prompts are left-padded into one batch and prefilled once (the LM head only on the
+     last position);
+  2. the KV cache is repeated `n` times along the batch (each prompt's prefix shared by its
+     n samples; no prompt is recomputed per sample);
+  3. a decode loop samples one token per live row (temperature, top-p; temperature 0 is
+     greedy), records its log-prob, and drops finished rows from the batch and the cache.
+
+Log-probs are of the sampled token under softmax(logits / temperature) before top-p
+filtering, i.e. the distribution the trainer recomputes (`sequence_logprobs`), so the
+engine-vs-trainer mismatch metric compares like with like. Greedy calls report log-probs
+at temperature 1.
+
+Precision follows the trainer (`auto`: bf16 only where the hardware has native bf16).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from tempering.train.precision import resolve_precision
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1
+    """Samples per prompt."""
+    temperature: float = 1.0
+    """0 means greedy decoding."""
+    top_p: float = 1.0
+    max_new_tokens: int = 32
+    stop_token_ids: tuple[int, ...] = ()
+    """Extra stop tokens; the tokenizer's eos always stops."""
+    seed: int | None = None
+    """Seeds a private generator, so the same call gives the same samples."""
+
+
+@dataclass
+class Completion:
+    prompt_index: int
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str
+    """"stop" (a stop token was sampled, and is included in token_ids) or "length"."""
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+def _unwrapped(model: Any) -> Any:
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _cache_keyword(model: Any) -> str:
+    """transformers renamed `past_key_values` to `cache` (5.x); use whichever the model takes."""
+    params = inspect.signature(_unwrapped(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
+                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row of (B, V) logits; returns (tokens, their log-probs)."""
+    logits = logits.float()
+    if temperature == 0:
+        tokens = logits.argmax(dim=-1)
+        return tokens, torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None]).squeeze(1)
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    probs = logp.exp()
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        # keep the smallest prefix whose mass reaches top_p (the first token always stays)
+        drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(1, order, sorted_p)
+    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+@dataclass
+class _Rows:
+    """Bookkeeping of the live rows of a decode loop."""
+
+    owner: list[int]  # row -> index into the flat output list
+    tokens: list[list[int]] = field(default_factory=list)
+    logprobs: list[list[float]] = field(default_factory=list)
+
+
+class Engine:
+    """Batched sampler over an HF causal LM (plain or PEFT-wrapped)."""
+
+    def __init__(self, model: Any, tokenizer: Any, precision: str = "auto", max_batch_prompts: int = 64):
+        self.model, self.tokenizer = model, tokenizer
+        self.precision = resolve_precision(precision)
+        self.max_batch_prompts = max_batch_prompts
+        self._cache_kw = _cache_keyword(model)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.eos_id = tokenizer.eos_token_id
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
+        """Token ids of a conversation rendered up to the assistant's turn."""
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
+        """Sample `params.n` completions for each prompt (token ids); grouped per prompt."""
+        if params.n < 1 or params.max_new_tokens < 1:
+            raise ValueError("SamplingParams needs n >= 1 and max_new_tokens >= 1")
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(params.seed)
+        out: list[list[Completion]] = [[] for _ in prompts]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(prompts), self.max_batch_prompts):
+                chunk = prompts[start:start + self.max_batch_prompts]
+                for c in self._generate_chunk(chunk, params, generator):
+                    c.prompt_index += start
+                    out[c.prompt_index].append(c)
+        finally:
+            self.model.train(was_training)
+        return out
+
+    @torch.no_grad()
+    def _generate_chunk(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                        generator: torch.Generator | None) -> list[Completion]:
+        from tempering.train.trainer import autocast
+
+        device, n = self.device, params.n
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        stops = set(params.stop_token_ids) | ({self.eos_id} if self.eos_id is not None else set())
+        stop_tensor = torch.tensor(sorted(stops), dtype=torch.long, device=device)
+        with autocast(self.precision, device):
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1]
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+            logits = logits.repeat_interleave(n, dim=0)
+            mask = mask.repeat_interleave(n, dim=0)
+            positions = positions.repeat_interleave(n, dim=0)
+        total = len(prompts) * n
+        rows = _Rows(owner=list(range(total)))
+        tokens_out: list[list[int]] = [[] for _ in range(total)]
+        logp_out: list[list[float]] = [[] for _ in range(total)]
+        finish = ["length"] * total
+        next_pos = positions[:, -1:] + 1
+        for step in range(params.max_new_tokens):
+            tok, lp = sample_tokens(logits, params.temperature, params.top_p, generator)
+            tok_list, lp_list = tok.tolist(), lp.tolist()
+            for r, owner in enumerate(rows.owner):
+                tokens_out[owner].append(tok_list[r])
+                logp_out[owner].append(lp_list[r])
+            done = torch.isin(tok, stop_tensor)
+            if step == params.max_new_tokens - 1:
+                for r in done.nonzero().flatten().tolist():
+                    finish[rows.owner[r]] = "stop"
+                break
+            if bool(done.any()):
+                for r in done.nonzero().flatten().tolist():
+                    finish[rows.owner[r]] = "stop"
+                keep = (~done).nonzero().flatten()
+                if keep.numel() == 0:
+                    break
+                cache.batch_select_indices(keep)
+                rows.owner = [rows.owner[k] for k in keep.tolist()]
+                tok, mask, next_pos = tok[keep], mask[keep], next_pos[keep]
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            with autocast(self.precision, device):
+                logits = self.model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
+                                    use_cache=True, **{self._cache_kw: cache}).logits[:, -1]
+            next_pos = next_pos + 1
+        completions = []
+        for flat in range(total):
+            toks = tokens_out[flat]
+            text = self.tokenizer.decode([t for t in toks if t not in stops], skip_special_tokens=False)
+            completions.append(Completion(flat // n, toks, logp_out[flat], text, finish[flat]))
+        return completions
+
+
+def grouped_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                     completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                     temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs and entropies (B*G, C) of G completions per prompt.
+
+    `prompt_ids`/`prompt_mask` are (B, P), left-padded, one row per group; completions are
+    (B*G, C), right-padded, grouped contiguously. Each prompt runs through the decoder once
+    and its KV cache is repeated G times (gradients flow back through the repeat), so the
+    prompt costs 1/G of a per-sample forward. The LM head runs only at positions that
+    predict a completion token. Masked positions get 0; the entropy carries no gradient.
+    """
+    from transformers import DynamicCache
+
+    group = completion_ids.shape[0] // prompt_ids.shape[0]
+    decoder, cache_kw = model.get_decoder(), _cache_keyword(model)
+    cache = DynamicCache()
+    p_pos = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
+    p_hidden = decoder(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=p_pos,
+                       use_cache=True, **{cache_kw: cache}).last_hidden_state[:, -1:]
+    if group > 1:
+        cache.batch_repeat_interleave(group)
+        p_hidden = p_hidden.repeat_interleave(group, dim=0)
+        prompt_mask = prompt_mask.repeat_interleave(group, dim=0)
+        p_pos = p_pos.repeat_interleave(group, dim=0)
+    c_pos = p_pos[:, -1:] + 1 + torch.arange(completion_ids.shape[1], device=completion_ids.device)
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    c_hidden = decoder(input_ids=completion_ids, attention_mask=mask, position_ids=c_pos,
+                       use_cache=True, **{cache_kw: cache}).last_hidden_state
+    before = torch.cat([p_hidden, c_hidden[:, :-1]], dim=1)  # the state predicting each token
+    return _head_logprobs(model, before, completion_ids, completion_mask, temperature)
+
+
+def _head_logprobs(model: Any, before: torch.Tensor, completion_ids: torch.Tensor,
+                   completion_mask: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    keep = completion_mask.bool()
+    logits = model.get_output_embeddings()(before[keep]).float()
+    if temperature not in (0, 1):
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    picked = logp_all.gather(1, completion_ids[keep][:, None]).squeeze(1)
+    out = torch.zeros(completion_ids.shape, dtype=picked.dtype, device=picked.device)
+    out = out.masked_scatter(keep, picked)
+    with torch.no_grad():
+        entropy = torch.zeros_like(out)
+        entropy[keep] = -(logp_all.exp() * logp_all).sum(dim=-1)
+    return out, entropy
+
+
+def sequence_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                      completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                      temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs and entropies (B, C) of right-padded completions after left-padded prompts.
+
+    Runs the decoder over [prompt | completion] and applies the LM head only at the
+    positions that predict completion tokens (the head dominates cost on small models).
+    Positions where `completion_mask` is 0 get 0. The entropy carries no gradient.
+    """
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                 use_cache=False).last_hidden_state
+    p = prompt_ids.shape[1]
+    before = hidden[:, p - 1:-1]  # (B, C, H): the state that predicts each completion token
+    return _head_logprobs(model, before, completion_ids, completion_mask, temperature)

@@ -1,0 +1,290 @@
+"""Rollout batches for GRPO: sample -> verify (in a worker pool) -> filter -> advantages.
+
+`RolloutSource` is the Trainer's BatchSource for RL. Each rollout batch:
+  1. takes the next `prompts_per_step` tasks (a seeded permutation, cycled);
+  2. generates G samples per prompt with the Engine, in two chunks, handing each finished
+     chunk to the reward pool so verification (sandbox calls included) overlaps generation;
+  3. applies the truncation policy; drops groups whose verifier failed (a verifier failure is
+     never a model failure) and, with dynamic sampling, groups whose rewards all match, then
+     refills from new prompts (at most `max_refills` extra rounds);
+  4. computes group-normalised advantages, writes every sample to the trajectory store, and
+     splits the groups into `grad_accum` micro-batches, served `updates_per_batch` times.
+
+Sampling is seeded by (seed, rollout index, round), so a resumed run draws what an
+uninterrupted one would have drawn from the same weights.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from tempering.config import GRPOSettings
+from tempering.objectives.grpo_math import grpo_advantages
+from tempering.rollout.engine import Completion, Engine, SamplingParams, grouped_logprobs
+from tempering.rollout.store import Trajectory, TrajectoryStore
+from tempering.types import Reward, Task
+from tempering.verifiers import score
+
+VERIFIER_ERROR = "verifier_error"
+
+
+@dataclass
+class Group:
+    task: Task
+    prompt_ids: list[int]
+    completions: list[Completion]
+    rewards: list[Reward]
+
+    @property
+    def values(self) -> list[float]:
+        return [r.value for r in self.rewards]
+
+    @property
+    def verifier_failed(self) -> bool:
+        return any(VERIFIER_ERROR in r.flags for r in self.rewards)
+
+
+def safe_score(task: Task, text: str) -> Reward:
+    """Score, turning a crashing verifier into a flagged non-result (not a model failure)."""
+    try:
+        return score(task, text)
+    except Exception as exc:  # noqa: BLE001 - any verifier crash is recorded, never raised into training
+        return Reward(value=0.0, flags=[VERIFIER_ERROR], detail=f"{type(exc).__name__}: {exc}")
+
+
+def _accuracy(reward: Reward) -> float:
+    """A sample is correct when its `correct` component is positive, else when its value is >= 1."""
+    if "correct" in reward.components:
+        return float(reward.components["correct"] > 0)
+    return float(reward.value >= 1.0)
+
+
+class RolloutSource:
+    def __init__(self, tasks: list[Task], engine: Engine, settings: GRPOSettings, grad_accum: int, seed: int,
+                 store: TrajectoryStore | None = None, model: Any = None, precision: str = "fp32"):
+        if not tasks:
+            raise ValueError("GRPO needs at least one training task")
+        self.tasks, self.engine, self.s = tasks, engine, settings
+        self.grad_accum, self.seed, self.store = grad_accum, seed, store
+        self.model, self.precision = model, precision
+        self.pool = ThreadPoolExecutor(max_workers=settings.reward_workers, thread_name_prefix="reward")
+        self.order = list(range(len(tasks)))
+        random.Random(seed).shuffle(self.order)
+        self.cursor = 0
+        self.rollouts = 0
+        self.buffer: list[dict[str, Any]] = []
+        self._stats: dict[str, float] = {}
+        self._prompt_cache: dict[str, list[int]] = {}
+
+    # -- BatchSource -------------------------------------------------------------------
+    def next_batch(self) -> dict[str, Any]:
+        if not self.buffer:
+            micro = self._rollout_batch()
+            self.buffer = [b for _ in range(self.s.updates_per_batch) for b in micro]
+        return self.buffer.pop(0)
+
+    def state_dict(self) -> dict:
+        return {"cursor": self.cursor, "rollouts": self.rollouts}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.cursor, self.rollouts = state["cursor"], state["rollouts"]
+        self.buffer = []  # a resume starts at the next rollout batch
+
+    def stats(self) -> dict[str, float]:
+        return dict(self._stats)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- one rollout batch ---------------------------------------------------------------
+    def _next_tasks(self, n: int) -> list[Task]:
+        out = []
+        for _ in range(n):
+            out.append(self.tasks[self.order[self.cursor % len(self.order)]])
+            self.cursor += 1
+        return out
+
+    def _prompt(self, task: Task) -> list[int]:
+        if task.id not in self._prompt_cache:
+            self._prompt_cache[task.id] = self.engine.chat_prompt(task.chat())
+        return self._prompt_cache[task.id]
+
+    def _generate_and_score(self, tasks: list[Task], round_: int) -> tuple[list[Group], float, float]:
+        """Generate in chunks; each chunk's scoring runs in the pool while the next generates."""
+        s = self.s
+        params = SamplingParams(n=s.group_size, temperature=s.temperature, top_p=s.top_p,
+                                max_new_tokens=s.max_new_tokens, seed=hash((self.seed, self.rollouts, round_)) % 2**31)
+        prompts = [self._prompt(t) for t in tasks]
+        half = max(1, math.ceil(len(tasks) / 2))
+        pending: list[tuple[int, list[Completion], list[Future]]] = []
+        t0 = time.perf_counter()
+        for start in range(0, len(tasks), half):
+            chunk = self.engine.generate(prompts[start:start + half], replace(params, seed=params.seed + start))
+            for i, comps in enumerate(chunk):
+                task = tasks[start + i]
+                pending.append((start + i, comps, [self.pool.submit(safe_score, task, c.text) for c in comps]))
+        gen_s = time.perf_counter() - t0
+        groups = []
+        for index, comps, futures in pending:
+            rewards = []
+            for fut in futures:
+                try:
+                    rewards.append(fut.result(timeout=s.verifier_timeout_s))
+                except FutureTimeout:
+                    rewards.append(Reward(value=0.0, flags=[VERIFIER_ERROR], detail="verifier timed out"))
+            groups.append(Group(tasks[index], prompts[index], comps, rewards))
+        return groups, gen_s, time.perf_counter() - t0 - gen_s
+
+    def _apply_truncation(self, group: Group) -> None:
+        if self.s.truncation != "penalty":
+            return
+        for j, c in enumerate(group.completions):
+            if c.truncated and VERIFIER_ERROR not in group.rewards[j].flags:
+                r = group.rewards[j]
+                group.rewards[j] = r.model_copy(update={"value": self.s.truncation_reward,
+                                                        "flags": r.flags + ["truncated"]})
+
+    def _rollout_batch(self) -> list[dict[str, Any]]:
+        s = self.s
+        kept: list[Group] = []
+        seen: list[Group] = []
+        counts: Counter = Counter()
+        gen_s = score_s = 0.0
+        for round_ in range(s.max_refills + 1):
+            need = s.prompts_per_step - len(kept)
+            if need <= 0:
+                break
+            groups, g, v = self._generate_and_score(self._next_tasks(need), round_)
+            gen_s, score_s = gen_s + g, score_s + v
+            for group in groups:
+                self._apply_truncation(group)
+                seen.append(group)
+                if group.verifier_failed:
+                    counts["verifier_failed_groups"] += 1
+                elif s.dynamic_sampling and len(set(group.values)) == 1:
+                    counts["zero_variance_groups"] += 1
+                else:
+                    kept.append(group)
+            if not s.dynamic_sampling:
+                break
+        if not kept:  # every group tied: train on them anyway (advantage 0 -> no gradient)
+            kept = [g for g in seen if not g.verifier_failed] or seen[:1]
+            counts["all_groups_tied"] += 1
+        kept = kept[: s.prompts_per_step]
+        rewards = torch.tensor([g.values for g in kept], dtype=torch.float32)
+        advantages = grpo_advantages(rewards, scale_std=s.scale_std)
+        self.rollouts += 1
+        step = (self.rollouts - 1) * s.updates_per_batch + 1
+        self._record(seen, kept, advantages, counts, gen_s, score_s, step)
+        return self._micro_batches(kept, advantages)
+
+    # -- tensors -------------------------------------------------------------------------
+    def _micro_batches(self, groups: list[Group], advantages: torch.Tensor) -> list[dict[str, Any]]:
+        n_micro = min(self.grad_accum, len(groups))
+        per = math.ceil(len(groups) / n_micro)
+        out = []
+        for start in range(0, len(groups), per):
+            out.append(self._tensors(groups[start:start + per], advantages[start:start + per]))
+        while len(out) < self.grad_accum:  # fewer kept groups than micro-batches: empty ones (no loss)
+            out.append({**out[-1], "loss_mask": torch.zeros_like(out[-1]["loss_mask"]), "n_real_tokens": 0})
+        return out
+
+    def _tensors(self, groups: list[Group], advantages: torch.Tensor) -> dict[str, Any]:
+        pad = self.engine.pad_id
+        width = max(len(g.prompt_ids) for g in groups)
+        prompt_ids = torch.full((len(groups), width), pad, dtype=torch.long)
+        prompt_mask = torch.zeros_like(prompt_ids)
+        for i, g in enumerate(groups):
+            prompt_ids[i, width - len(g.prompt_ids):] = torch.tensor(g.prompt_ids)
+            prompt_mask[i, width - len(g.prompt_ids):] = 1
+        comps = [c for g in groups for c in g.completions]
+        c_width = max(len(c.token_ids) for c in comps)
+        completion_ids = torch.full((len(comps), c_width), pad, dtype=torch.long)
+        completion_mask = torch.zeros_like(completion_ids)
+        engine_logprobs = torch.zeros((len(comps), c_width), dtype=torch.float32)
+        for i, c in enumerate(comps):
+            completion_ids[i, :len(c.token_ids)] = torch.tensor(c.token_ids)
+            completion_mask[i, :len(c.token_ids)] = 1
+            engine_logprobs[i, :len(c.logprobs)] = torch.tensor(c.logprobs)
+        loss_mask = completion_mask.clone()
+        if self.s.truncation == "mask":
+            for i, c in enumerate(comps):
+                if c.truncated:
+                    loss_mask[i] = 0
+        batch = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+                 "completion_mask": completion_mask, "loss_mask": loss_mask, "engine_logprobs": engine_logprobs,
+                 "advantages": advantages.reshape(-1),
+                 "n_real_tokens": int(completion_mask.sum()) + int(prompt_mask.sum())}
+        if self.s.updates_per_batch > 1:
+            batch["old_logprobs"] = self._old_logprobs(batch)
+        return batch
+
+    @torch.no_grad()
+    def _old_logprobs(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The rollout policy's log-probs, recomputed by the trainer's own forward (mu > 1)."""
+        from tempering.train.trainer import autocast
+
+        was = self.model.training
+        self.model.eval()
+        try:
+            with autocast(self.precision, batch["prompt_ids"].device):
+                logp, _ = grouped_logprobs(self.model, batch["prompt_ids"], batch["prompt_mask"],
+                                           batch["completion_ids"], batch["completion_mask"], self.s.temperature)
+        finally:
+            self.model.train(was)
+        return logp
+
+    # -- metrics and the trajectory store ------------------------------------------------
+    def _record(self, seen: list[Group], kept: list[Group], advantages: torch.Tensor, counts: Counter,
+                gen_s: float, score_s: float, step: int) -> None:
+        samples = [(g, c, r) for g in seen for c, r in zip(g.completions, g.rewards)]
+        values = torch.tensor([r.value for _, _, r in samples])
+        by_source: dict[str, list[float]] = defaultdict(list)
+        flags: Counter = Counter()
+        guard = []
+        for g, _, r in samples:
+            by_source[g.task.source or "unknown"].append(r.value)
+            flags.update(r.flags)
+            if "heldout_pass_fraction" in r.components:
+                guard.append(r.components["heldout_pass_fraction"])
+        stats: dict[str, float] = {
+            "reward_mean": float(values.mean()), "reward_std": float(values.std(unbiased=False)),
+            "accuracy": sum(_accuracy(r) for _, _, r in samples) / len(samples),
+            "zero_variance_share": counts["zero_variance_groups"] / len(seen),
+            "groups_generated": len(seen), "groups_kept": len(kept),
+            "verifier_failed_groups": counts["verifier_failed_groups"],
+            "response_len": sum(len(c.token_ids) for _, c, _ in samples) / len(samples),
+            "truncation_rate": sum(c.truncated for _, c, _ in samples) / len(samples),
+            "completions": len(samples), "gen_s": gen_s, "score_s": score_s,
+        }
+        for source, vals in by_source.items():
+            t = torch.tensor(vals)
+            stats[f"reward/{source}/mean"] = float(t.mean())
+            stats[f"reward/{source}/std"] = float(t.std(unbiased=False))
+        for name in {k for _, _, r in samples for k in r.components}:
+            stats[f"component/{name}"] = sum(r.components.get(name, 0.0) for _, _, r in samples) / len(samples)
+        for flag, n in flags.items():
+            stats[f"flags/{flag}"] = n
+        if guard:
+            stats["heldout_guard_rate"] = sum(guard) / len(guard)
+        self._stats = stats
+        if self.store is None:
+            return
+        adv_of = {id(g): advantages[i].tolist() for i, g in enumerate(kept)}
+        rows = []
+        for gi, g in enumerate(seen):
+            advs = adv_of.get(id(g), [0.0] * len(g.completions))
+            for j, (c, r) in enumerate(zip(g.completions, g.rewards)):
+                rows.append(Trajectory(self.store.run, step, g.task.id, g.task.source or "", g.task.prompt or g.task.chat()[-1].get("content") or "",
+                                       c.text, c.token_ids, c.logprobs, r.value, r.components, r.flags,
+                                       float(advs[j]), c.finish_reason, id(g) in adv_of, gi))
+        self.store.write(step, rows)
