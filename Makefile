@@ -14,6 +14,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	# The sandbox runs untrusted code under bubblewrap.
 	command -v bwrap >/dev/null || (apt-get update -q && apt-get install -y -q bubblewrap)
+	# Headless Chromium checks that the eval report renders (tests/evals/test_report.py).
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU build of torch that lies on this machine's disk (a bare `torch` would pull a CUDA build).
@@ -32,6 +34,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/sft.py
 	$(PY) bench/sandbox.py
+	$(PY) bench/grpo.py
+	$(PY) bench/eval.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

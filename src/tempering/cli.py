@@ -169,10 +169,15 @@ def verify(
         parsed = Task.model_validate_json(task.read_text())
     except ValidationError as exc:
         _fail(f"{task}: invalid task: {exc.errors()[0]['msg']}")
+    from tempering.sandbox import SandboxUnavailable
+    from tempering.verifiers import VerifierError
+
     try:
         reward = score(parsed, completion.read_text())
     except UnknownVerifier as exc:
         _fail(str(exc.args[0]))
+    except (VerifierError, SandboxUnavailable) as exc:
+        _fail(f"the verifier could not judge (not the completion's fault): {exc}", code=3)
     print(reward.model_dump_json())
 
 

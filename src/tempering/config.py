@@ -191,6 +191,9 @@ class GRPOSettings(Strict):
     truncation: Literal["mask", "penalty", "keep"] = "penalty"
     """Responses cut by max_new_tokens: left out of the loss, rewarded `truncation_reward`, or kept."""
     truncation_reward: float = 0.0
+    generation_chunks: int = Field(2, ge=1)
+    """Generate each round in this many chunks; a finished chunk is scored while the next
+    generates. 1 is fastest when verifiers are instant (one big decode batch)."""
     reward_workers: int = Field(4, ge=1)
     """Threads scoring completions (sandbox calls included) while generation goes on."""
     verifier_timeout_s: float = Field(30.0, gt=0)

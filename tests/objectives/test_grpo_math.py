@@ -73,3 +73,19 @@ def test_k3_kl_hand_value_and_in_loss():
 def test_constant_aggregation_needs_max_tokens():
     with pytest.raises(ValueError, match="needs max_tokens"):
         aggregate(torch.ones(1, 2), torch.ones(1, 2), "constant")
+
+
+def test_aggregate_sum_splits_each_reduction_into_numerator_and_units():
+    from tempering.objectives.grpo_math import aggregate_sum
+
+    per_token = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    # token_mean: (1+2+4+5+6) / 5 tokens; seq_mean: (1.5 + 5) / 2 seqs; constant: 18 / (2 x 4)
+    assert [(float(n), u) for n, u in [aggregate_sum(per_token, mask, "token_mean")]] == [(18.0, 5.0)]
+    num, units = aggregate_sum(per_token, mask, "seq_mean")
+    assert (float(num), units) == (6.5, 2.0)
+    num, units = aggregate_sum(per_token, mask, "constant", max_tokens=4)
+    assert (float(num), units) == (18.0, 8.0)
+    for how in ("token_mean", "seq_mean"):
+        num, units = aggregate_sum(per_token, mask, how)
+        assert torch.isclose(num / units, aggregate(per_token, mask, how))

@@ -101,3 +101,13 @@ def test_top_p_keeps_only_the_nucleus():
     gen = torch.Generator().manual_seed(0)
     seen = {sample_tokens(logits, 1.0, 0.75, gen)[0].item() for _ in range(300)}
     assert seen == {0, 1}  # 0.5 < 0.75 so token 1 joins; 0.8 >= 0.75 so nothing else does
+
+
+def test_lora_last_layers_adapts_every_linear_of_the_top_blocks_only():
+    from tempering.config import LoraSettings
+    from tempering.models.lora import apply_lora
+
+    model = apply_lora(tiny_llama(vocab=64, seed=0), LoraSettings(r=2, alpha=4, last_layers=1), "tiny")
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert names and all(".layers.1." in n for n in names)
+    assert {n.split(".")[-4] for n in names} >= {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}

@@ -124,7 +124,7 @@ class RolloutSource:
         params = SamplingParams(n=s.group_size, temperature=s.temperature, top_p=s.top_p,
                                 max_new_tokens=s.max_new_tokens, seed=hash((self.seed, self.rollouts, round_)) % 2**31)
         prompts = [self._prompt(t) for t in tasks]
-        half = max(1, math.ceil(len(tasks) / 2))
+        half = max(1, math.ceil(len(tasks) / s.generation_chunks))
         pending: list[tuple[int, list[Completion], list[Future]]] = []
         t0 = time.perf_counter()
         for start in range(0, len(tasks), half):

@@ -1,0 +1,212 @@
+"""GRPO throughput and time-to-reward: Tempering vs TRL's GRPOTrainer, side by side in one run.
+
+Same model (the default, LoRA r=16 alpha=32 on all linear layers of every block, same
+initial adapter seed), same task (built-in 2-digit addition, train split), same reward (the
+composite of examples/grpo_arith.yaml, computed by Tempering's verifiers for both), 8 prompts
+x 8 samples per step, at most 32 new tokens, temperature 1, beta = 0, one update per rollout
+batch, learning rate 2e-4 constant, no dynamic sampling on the Tempering side (TRL has none).
+Precision: "auto" for both -- bf16 only where the CPU has native bf16; on an AVX2-only CPU
+bf16 matmul is emulated (~400x slower than fp32 here) and both run fp32.
+
+Each framework runs in its own child process, one after the other. Reported per side:
+completions/s over the timed steps (generation + scoring + update, everything a step does,
+after `--warmup` steps), the reward curve, and the first step / wall second at which the
+step's mean reward reached 0.5 (null when not reached within `--steps`).
+
+    python bench/grpo.py [--steps 6] [--warmup 1] [--threads 2]
+
+Writes bench/results/grpo.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PROMPTS, GROUP, MAX_NEW, LR, TARGET = 8, 8, 32, 2e-4, 0.5
+
+
+def reward_parts():
+    import yaml
+
+    from tempering.config import RewardPart
+
+    cfg = yaml.safe_load((ROOT / "examples" / "grpo_arith.yaml").read_text())
+    return [RewardPart.model_validate(p) for p in cfg["reward"]]
+
+
+def bench_tasks(n: int):
+    from tempering.data.builtin import arithmetic_tasks
+    from tempering.sources.tasks import with_reward
+
+    return with_reward(arithmetic_tasks(n, 0, "train", "+"), reward_parts())
+
+
+def curve_summary(rewards: list[float], times: list[float], warmup: int, completions: int) -> dict:
+    timed = times[warmup:]
+    seconds = sum(timed)
+    reached = next((i for i, r in enumerate(rewards) if r >= TARGET), None)
+    return {"rewards": rewards, "step_seconds": times, "timed_steps": len(timed), "seconds": seconds,
+            "completions_per_s": completions * len(timed) / seconds if seconds else None,
+            "steps_to_reward_0_5": None if reached is None else reached + 1,
+            "seconds_to_reward_0_5": None if reached is None else sum(times[:reached + 1])}
+
+
+def run_tempering(steps: int, warmup: int) -> dict:
+    import torch
+
+    from tempering.config import GRPOSettings, LoraSettings, TrainSettings
+    from tempering.models.load import load_model, load_tokenizer
+    from tempering.models.lora import apply_lora
+    from tempering.objectives.grpo import GRPOObjective
+    from tempering.rollout.engine import Engine
+    from tempering.rollout.source import RolloutSource
+    from tempering.train.precision import resolve_precision
+    from tempering.train.trainer import Trainer
+
+    torch.manual_seed(0)
+    tok = load_tokenizer("smollm2-135m-instruct")
+    model = apply_lora(load_model("smollm2-135m-instruct"), LoraSettings(r=16, alpha=32), "smollm2-135m-instruct")
+    precision = resolve_precision("auto")
+    settings = GRPOSettings(prompts_per_step=PROMPTS, group_size=GROUP, max_new_tokens=MAX_NEW, temperature=1.0,
+                            beta=0.0, updates_per_batch=1, dynamic_sampling=False, generation_chunks=1,
+                            truncation="keep", clip_low=0.2, clip_high=0.2)
+    source = RolloutSource(bench_tasks(2000), Engine(model, tok, precision), settings, 1, 0, None, model, precision)
+    train = TrainSettings.model_validate({"steps": steps, "precision": "auto", "optim": {"lr": LR, "schedule": "constant"},
+                                          "checkpoint": {"every": 10_000, "keep_last": 1}})
+    rewards, times, last = [], [], [time.perf_counter()]
+
+    def clock(step: int, record: dict) -> None:
+        now = time.perf_counter()
+        times.append(now - last[0])
+        last[0] = now
+        rewards.append(record["reward_mean"])
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = Trainer(model, GRPOObjective(settings), source, train, Path(run_dir), callbacks=[clock])
+        last[0] = time.perf_counter()
+        trainer.fit()  # step 1 also writes the step-0 checkpoint: one reason warm-up steps are excluded
+    source.close()
+    return {**curve_summary(rewards, times, warmup, PROMPTS * GROUP), "precision": precision,
+            "torch_threads": torch.get_num_threads()}
+
+
+def run_trl(steps: int, warmup: int) -> dict:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tempering.models.load import load_model, load_tokenizer
+    from tempering.train.precision import resolve_precision
+    from tempering.verifiers import score
+
+    torch.manual_seed(0)
+    tasks = bench_tasks(2000)
+    by_prompt = {t.prompt: t for t in tasks}
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": t.prompt}]} for t in tasks])
+
+    def reward(prompts, completions, **_):
+        return [score(by_prompt[p[-1]["content"]], c[-1]["content"]).value for p, c in zip(prompts, completions)]
+
+    precision = resolve_precision("auto")
+    tok = load_tokenizer("smollm2-135m-instruct")
+    tok.padding_side = "left"
+    rewards, times, last = [], [], [None]
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            if last[0] is None:
+                last[0] = time.perf_counter()
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "reward" in logs:
+                rewards.append(float(logs["reward"]))
+
+        def on_step_end(self, args, state, control, **kw):
+            now = time.perf_counter()
+            times.append(now - last[0])
+            last[0] = now
+
+    with tempfile.TemporaryDirectory() as out:
+        cfg = GRPOConfig(output_dir=out, per_device_train_batch_size=PROMPTS * GROUP, num_generations=GROUP,
+                         gradient_accumulation_steps=1, max_completion_length=MAX_NEW, temperature=1.0,
+                         beta=0.0, num_iterations=1, learning_rate=LR, lr_scheduler_type="constant",
+                         max_steps=steps, logging_steps=1, report_to=[], save_strategy="no",
+                         bf16=precision == "bf16", use_cpu=not torch.cuda.is_available(), seed=0,
+                         loss_type="dapo", epsilon=0.2, epsilon_high=0.2, shuffle_dataset=True,
+                         dataloader_num_workers=0)
+        trainer = GRPOTrainer(model=load_model("smollm2-135m-instruct"), reward_funcs=[reward], args=cfg,
+                              train_dataset=data, processing_class=tok,
+                              peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
+                                                     task_type="CAUSAL_LM"),
+                              callbacks=[Clock()])
+        trainer.train()
+    return {**curve_summary(rewards, times, warmup, PROMPTS * GROUP), "precision": precision,
+            "torch_threads": torch.get_num_threads(), "loss_type": "dapo (token-mean, as Tempering's default)"}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--child", choices=["tempering", "trl"])
+    p.add_argument("--out")
+    args = p.parse_args()
+    if args.child:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        fn = run_trl if args.child == "trl" else run_tempering
+        Path(args.out).write_text(json.dumps(fn(args.steps, args.warmup), default=str))
+        return
+    runs = {}
+    for name in ("tempering", "trl"):
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            cmd = [sys.executable, __file__, "--child", name, "--out", out.name, f"--steps={args.steps}",
+                   f"--warmup={args.warmup}", f"--threads={args.threads}"]
+            print(f"running {name} ...", flush=True)
+            subprocess.run(cmd, check=True)
+            runs[name] = json.loads(Path(out.name).read_text())
+    ours, peer = runs["tempering"], runs["trl"]
+    ratio = ours["completions_per_s"] / peer["completions_per_s"]
+    t_ratio = (peer["seconds_to_reward_0_5"] / ours["seconds_to_reward_0_5"]
+               if ours["seconds_to_reward_0_5"] and peer["seconds_to_reward_0_5"] else None)
+    result = {"benchmark": "grpo", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "model": "smollm2-135m-instruct + LoRA r16 all-linear", "task": "builtin:arithmetic ops=+ (train split)",
+              "reward": "examples/grpo_arith.yaml composite (correct + strict + 0.5 number_only)",
+              "prompts_per_step": PROMPTS, "group_size": GROUP, "max_new_tokens": MAX_NEW, "beta": 0.0,
+              "updates_per_batch": 1, "lr": LR, "steps": args.steps, "warmup_steps": args.warmup,
+              "cpu": platform.processor() or platform.machine(), "torch_threads": args.threads,
+              "load_average_at_end": os.getloadavg(),
+              "ratio_completions_per_s": ratio, "target_ratio": 3.0,
+              "ratio_time_to_reward_0_5": t_ratio, "target_time_ratio": 2.0, "runs": runs}
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "grpo.json").write_text(json.dumps(result, indent=1, default=str))
+    print(f"\nGRPO, {PROMPTS}x{GROUP} per step, <= {MAX_NEW} new tokens, precision {ours['precision']}")
+    print(f"{'':12}{'compl/s':>10}{'s/step':>10}{'steps->0.5':>12}{'s->0.5':>10}  rewards")
+    for name, r in runs.items():
+        per = r["seconds"] / max(r["timed_steps"], 1)
+        print(f"{name:12}{r['completions_per_s']:10.2f}{per:10.1f}{str(r['steps_to_reward_0_5']):>12}"
+              f"{str(round(r['seconds_to_reward_0_5'] or 0)) if r['seconds_to_reward_0_5'] else 'n/a':>10}  "
+              + " ".join(f"{x:.2f}" for x in r["rewards"]))
+    print(f"ratio completions/s tempering / trl: {ratio:.2f}x (target 3x); time to reward 0.5: "
+          + (f"{t_ratio:.2f}x" if t_ratio else "not reached by both within the run") + " (target 2x)")
+
+
+if __name__ == "__main__":
+    main()
