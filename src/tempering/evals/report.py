@@ -90,6 +90,7 @@ def _body(results: EvalResults, compare: EvalResults | None, base_suites: dict[s
     parts += _figure_section("Truncation rate", _truncation_figure(results.suites, base_suites),
                              "No suite recorded a truncation rate.")
     parts += ["<h2>All numbers</h2>", _numbers_table(results, base_suites, comparisons)]
+    parts += _contamination_section(results.suites)
     return "\n".join(parts)
 
 
@@ -223,9 +224,24 @@ def _delta_class(cell: str) -> str:
     return ' class="up"' if cell.startswith("+") else ' class="down"'
 
 
+def _contamination_section(suites: Sequence[SuiteResult]) -> list[str]:
+    """Training rows (ids or file:line) found to hold each suite's tasks; rows name training data only."""
+    dirty = [s for s in suites if s.contaminated_rows]
+    if not dirty:
+        return []
+    parts = ["<h2>Contamination</h2>", '<p class="note">Training rows of this model\'s lineage that contain '
+             "suite tasks (see evals.leakage).</p>", '<table><tr><th class="name">suite</th><th>rows</th>'
+             '<th class="name">training rows</th></tr>']
+    for s in dirty:
+        listed = "<br>".join(html.escape(r) for r in s.contaminated_rows)
+        parts.append(f'<tr><td class="name">{html.escape(s.suite)}</td><td>{len(s.contaminated_rows)}</td>'
+                     f'<td class="name">{listed}</td></tr>')
+    return parts + ["</table>"]
+
+
 def _suite_facts_table(suites: Sequence[SuiteResult]) -> str:
     head = ["suite", "model", "tasks", "task var.", "flip share", "repeat std", "paraphrase spread",
-            "truncation", "contamination hits"]
+            "truncation", "verifier errors", "contamination hits"]
     rows = ["<table><tr>" + "".join(f'<th class="{"name" if h in ("suite", "model") else ""}">{h}</th>'
                                     for h in head) + "</tr>"]
     for s in suites:
@@ -233,7 +249,8 @@ def _suite_facts_table(suites: Sequence[SuiteResult]) -> str:
         cells = [str(len(s.task_scores) or s.metrics[s.primary_metric].n),
                  _f(st.mean_task_variance if st else None), _f(st.flip_share if st else None),
                  _f(st.repeat_std if st else None), _f(pp.spread if pp else None),
-                 "–" if s.truncation_rate is None else f"{s.truncation_rate:.1%}", str(s.contamination_hits)]
+                 "–" if s.truncation_rate is None else f"{s.truncation_rate:.1%}", str(s.verifier_errors),
+                 str(s.contamination_hits)]
         rows.append(f'<tr><td class="name">{html.escape(s.suite)}</td><td class="name">{html.escape(s.model_id)}</td>'
                     + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     return "\n".join(rows + ["</table>"])

@@ -84,6 +84,11 @@ class SuiteResult(BaseModel):
     """Share of generations cut off at the token limit."""
     contamination_hits: int = Field(default=0, ge=0)
     """Training rows found to contain this suite's tasks (see evals.contamination)."""
+    contaminated_rows: list[str] = Field(default_factory=list)
+    """Those training rows, by their `id` (else path:line) and file; never task text or ids."""
+    verifier_errors: int = Field(default=0, ge=0)
+    """Samples the verifier could not judge (VerifierError): left out of every metric, never
+    scored as model failures."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "SuiteResult":

@@ -82,11 +82,14 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
     import torch
 
     from tempering.data.batches import SFTBatches, pack_batch, pad_batch
+    from tempering.evals.leakage import check_private_overlap
     from tempering.models.load import load_tokenizer
     from tempering.objectives.sft import SFTObjective
     from tempering.pipeline.registry import Registry
     from tempering.train.trainer import Trainer, evaluate
 
+    # refused before anything is recorded: private eval tasks must never be trained on
+    check_private_overlap(cfg.data.train + (cfg.data.replay.data if cfg.data.replay else []))
     name = cfg.name or time.strftime("sft-%Y%m%d-%H%M%S")
     run_dir = Path(cfg.out) / name
     registry = Registry(Path(cfg.out) / "registry.sqlite")

@@ -1,0 +1,92 @@
+"""Identity of what was evaluated, and the on-disk cache of suite results keyed by it.
+
+Model hash: sha256 over the files of the model directory (weights, config, tokenizer and
+chat template; an adapter adds its base model's hash), or, for a model that exists only in
+memory, over its state_dict tensors (name, dtype, shape, bytes) plus the tokenizer's chat
+template and vocabulary size. Either way two evaluations share a hash only when the same
+weights answered the same rendered prompts.
+
+Cache key: model hash + suite hash + everything that changes the sampled tokens (samples,
+seeds, precision, decode batch size) + the runner version. Entries are SuiteResult JSON;
+private suites' entries hold hashed task ids like their results do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from tempering.evals.results import SuiteResult
+from tempering.hashing import sha256_file
+
+
+def default_cache_dir() -> Path:
+    """`<tempering cache>/evals` ($TEMPERING_CACHE or ~/.cache/tempering)."""
+    from tempering.models.load import cache_dir
+
+    return cache_dir() / "evals"
+
+
+def model_dir_hash(spec: str) -> str:
+    """sha256 over every file at the top level of the model's directory (an adapter adds its base's hash).
+
+    Raises:
+        ModelNotFound: when `spec` does not resolve to a local directory.
+    """
+    from tempering.models.load import ModelNotFound, adapter_base, resolve_model
+
+    local = Path(resolve_model(spec))
+    if not local.is_dir():
+        raise ModelNotFound(f"cannot hash model {spec!r}: not a local directory ({local})")
+    h = hashlib.sha256()
+    for path in sorted(p for p in local.iterdir() if p.is_file()):
+        h.update(f"{path.name}\0{sha256_file(path)}\n".encode())
+    base = adapter_base(str(local))
+    if base:
+        h.update(f"base\0{model_dir_hash(base)}\n".encode())
+    return h.hexdigest()
+
+
+def model_state_hash(model: Any, tokenizer: Any = None) -> str:
+    """sha256 over an in-memory model's state_dict tensors (and the tokenizer's template and size)."""
+    import torch
+
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().to("cpu").contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
+        h.update(t.view(torch.uint8).numpy() if t.numel() else b"")
+    if tokenizer is not None:
+        template = getattr(tokenizer, "chat_template", None) or ""
+        h.update(f"tokenizer\0{len(tokenizer)}\0{template}".encode())
+    return h.hexdigest()
+
+
+def cache_key(**parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+class ResultCache:
+    """SuiteResult JSON files under one directory, one per cache key."""
+
+    def __init__(self, directory: str | Path):
+        self.dir = Path(directory)
+
+    def get(self, key: str) -> SuiteResult | None:
+        path = self.dir / f"{key}.json"
+        if not path.is_file():
+            return None
+        try:
+            return SuiteResult.model_validate_json(path.read_text(encoding="utf-8"))
+        except ValueError:  # an entry from an older schema: recompute and overwrite it
+            return None
+
+    def put(self, key: str, result: SuiteResult) -> Path:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / f"{key}.json"
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(result.model_dump_json(), encoding="utf-8")
+        tmp.replace(path)
+        return path

@@ -1,0 +1,203 @@
+"""Eval tasks leaking into training: a checkpoint's lineage scan, and the private-suite guard.
+
+Lineage. A run writes `<out>/<name>/...` and records itself in `<out>/registry.sqlite`, so a
+checkpoint path inside a run directory (`runs/sft-1/final`, `runs/sft-1/checkpoints/...`)
+names its registry and its run. The run's recorded inputs give the files it trained on
+(SFT: `data.train` and replay files; GRPO: its task file; eval files are not training data),
+and when its base model is itself a run output the walk continues there. Every such file is
+scanned with the suites' n-gram index (`evals.contamination`); the rows found become the
+suite result's `contaminated_rows`, which the gate rule `contamination == 0` reads.
+
+Recorded paths are relative to where training ran; they are looked up from the current
+directory, then from the run root's parent and the run root. A file that is missing, or
+whose sha256 differs from the recorded one, is reported in `Lineage.missing` / `changed`
+(the caller warns): the scan can only read what is still there.
+
+Private guard. `check_private_overlap(paths)` refuses training data that holds any task of
+a private suite (every private suite among the registered ones, see `evals.suite`); the
+error names suites and training rows, never task text. SFT calls it before anything runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from tempering.evals.contamination import Hit, NgramIndex
+from tempering.evals.suite import Suite, registered_suites
+from tempering.hashing import sha256_file
+from tempering.types import Task
+
+REGISTRY_FILE = "registry.sqlite"
+SHOWN_ROWS = 5
+
+
+class PrivateSuiteOverlap(ValueError):
+    """Training data contains tasks of a private eval suite."""
+
+
+@dataclass
+class Lineage:
+    """The runs behind a checkpoint and the training files they recorded."""
+
+    runs: list[str] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+
+
+def suite_index(suites: Iterable[Suite]) -> NgramIndex:
+    """One n-gram index over the tasks of `suites` (private ones stay private)."""
+    index = NgramIndex()
+    for suite in suites:
+        index.add_tasks(suite.name, _task_rows(suite.task_list), private=suite.private)
+    return index
+
+
+def _task_rows(tasks: Sequence[Task]) -> list[dict[str, Any]]:
+    return [t.model_dump(include={"id", "prompt", "messages"}, exclude_none=True) for t in tasks]
+
+
+# ---------------------------------------------------------------------------- lineage
+
+
+def find_run(model_path: str | Path) -> tuple[Path, dict[str, Any]] | None:
+    """(registry file, run record) of the run whose directory holds `model_path`, if any."""
+    from tempering.pipeline.registry import Registry
+
+    path = Path(model_path).expanduser()
+    if not path.exists():
+        return None
+    path = path.resolve()
+    for root in path.parents:
+        db = root / REGISTRY_FILE
+        if not db.is_file():
+            continue
+        run_name = path.relative_to(root).parts[0]
+        registry = Registry(db)
+        try:
+            return db, registry.get(run_name)
+        except KeyError:
+            continue
+        finally:
+            registry.close()
+    return None
+
+
+def _trained_files(run: dict[str, Any]) -> list[str]:
+    """The recorded inputs a run trained on (its eval files left out)."""
+    recorded, cfg = run["inputs"], run["config"]
+    if run["kind"] == "sft":
+        data = cfg.get("data") or {}
+        wanted = list(data.get("train") or []) + list((data.get("replay") or {}).get("data") or [])
+    elif run["kind"] == "grpo":
+        wanted = [(cfg.get("tasks") or {}).get("source")]
+    else:
+        wanted = list(recorded)
+    return [p for p in wanted if p in recorded]
+
+
+def _locate(recorded: str, root: Path) -> list[Path]:
+    p = Path(recorded)
+    if p.is_absolute():
+        return [p]
+    return [Path.cwd() / p, root.parent / p, root / p]
+
+
+def training_lineage(model_path: str | Path) -> Lineage:
+    """The runs and training files behind a checkpoint, following base models that are run outputs."""
+    lineage, seen, todo = Lineage(), set(), [str(model_path)]
+    while todo:
+        found = find_run(todo.pop())
+        if found is None:
+            continue
+        db, run = found
+        if run["id"] in seen:
+            continue
+        seen.add(run["id"])
+        lineage.runs.append(run["name"])
+        root = db.parent
+        for recorded in _trained_files(run):
+            _add_file(lineage, recorded, run["inputs"][recorded], root)
+        base = run.get("base_model")
+        if base:
+            todo += [str(c) for c in _locate(base, root) if c.exists()][:1]
+    return lineage
+
+
+def _add_file(lineage: Lineage, recorded: str, sha: str, root: Path) -> None:
+    candidates = [c for c in _locate(recorded, root) if c.is_file()]
+    if not candidates:
+        lineage.missing.append(recorded)
+        return
+    for c in candidates:
+        if sha256_file(c) == sha:
+            if c.resolve() not in {f.resolve() for f in lineage.files}:
+                lineage.files.append(c)
+            return
+    lineage.changed.append(recorded)
+    lineage.files.append(candidates[0])  # still scanned: what is there now may hold suite tasks
+
+
+def contaminated_rows(files: Sequence[Path], suites: Sequence[Suite]) -> dict[str, list[str]]:
+    """Suite name -> training rows (`file#id`, or `file:line` for rows without an id) holding its tasks."""
+    out: dict[str, list[str]] = {s.name: [] for s in suites}
+    if not files or not suites:
+        return out
+    index = suite_index(suites)
+    for path in files:
+        for hit in index.scan_file(path):
+            ref = _row_ref(path, hit)
+            for suite in dict.fromkeys(m.suite for m in hit.matches):
+                out[suite].append(ref)
+    return out
+
+
+def _row_ref(path: Path, hit: Hit) -> str:
+    return hit.row_id if hit.row_id.startswith(str(path)) else f"{path}#{hit.row_id}"
+
+
+# ---------------------------------------------------------------------------- private guard
+
+
+def check_private_overlap(data_paths: Sequence[str | Path], suites: Sequence[Suite] | None = None) -> None:
+    """Refuse training data that contains tasks of a private suite.
+
+    Args:
+        data_paths: training files (JSONL / JSON / Parquet).
+        suites: the suites to protect; None means every registered private suite.
+    Raises:
+        PrivateSuiteOverlap: naming the suites, the number of rows and the first rows.
+    """
+    private = _private(suites)
+    if not private or not data_paths:
+        return
+    index = suite_index(private)
+    hits = [(Path(p), hit) for p in data_paths for hit in index.scan_file(p)]
+    _raise_on_hits(hits, ", ".join(str(p) for p in data_paths))
+
+
+def check_private_overlap_tasks(tasks: Sequence[Task], suites: Sequence[Suite] | None = None,
+                                source: str = "training tasks") -> None:
+    """The same check for in-memory training tasks (e.g. GRPO prompts from a generator)."""
+    private = _private(suites)
+    if not private or not tasks:
+        return
+    hits = [(Path(source), hit) for hit in suite_index(private).scan(_task_rows(tasks), source=source)]
+    _raise_on_hits(hits, source)
+
+
+def _private(suites: Sequence[Suite] | None) -> list[Suite]:
+    return [s for s in (registered_suites() if suites is None else suites) if s.private]
+
+
+def _raise_on_hits(hits: list[tuple[Path, Hit]], where: str) -> None:
+    if not hits:
+        return
+    names = sorted({m.suite for _, h in hits for m in h.matches})
+    rows = [_row_ref(p, h) for p, h in hits]
+    shown = ", ".join(rows[:SHOWN_ROWS]) + (f" (+{len(rows) - SHOWN_ROWS} more)" if len(rows) > SHOWN_ROWS else "")
+    raise PrivateSuiteOverlap(
+        f"training data overlaps private eval suite(s) {', '.join(names)}: {len(rows)} row(s) in {where}: {shown}. "
+        f"Remove them first: temper data decontam --against {','.join(names)} DATA -o CLEAN.jsonl")

@@ -1,0 +1,264 @@
+"""Run one eval suite on one model: batched sampling, threaded scoring, every statistic.
+
+    result = run_suite(load_suite("arithmetic-add"), Engine(model, tokenizer), seeds=3)
+
+What a run does:
+  1. renders each task's prompt through each template (chat template of the model);
+  2. samples `n` completions per prompt through the rollout Engine, a chunk of prompts at a
+     time (as many prompts as keep rows x (longest prompt + token limit) within
+     `batch_tokens`, bounding the KV cache; one prefill per prompt shared by its samples);
+     the canonical template runs once per seed, each paraphrase template once (first seed);
+  3. scores every completion with the task's verifier (`tempering.verifiers.score`, the
+     reward's scorer) in a thread pool while the next chunk generates. A `VerifierError`
+     (the judge failed, not the model) skips the sample and is counted;
+  4. computes the metrics: mean over tasks with a bootstrap interval over tasks (samples of
+     all seeds pooled per task), the metric per seed and its spread, unbiased pass@k from all
+     samples of a task, stability over seeds (each seed is a repeat), paraphrase spread over
+     templates (first seed), and the truncation rate.
+
+Determinism: every chunk's sampling seed derives from (seed, template, chunk), so the same
+model, suite, seeds and batch size give identical results. Results are cached on disk
+(`evals.cache`) under model hash + suite hash + those settings.
+
+Privacy: for a private suite, task ids in the result are replaced by salted hashes (the
+salt is the suite's content hash, so they pair between runs of the same suite yet reveal
+nothing), and progress lines carry counts only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from tempering.evals.cache import ResultCache, cache_key, model_state_hash
+from tempering.evals.results import MetricResult, SuiteResult
+from tempering.evals.stats import paraphrase_spread, pass_at_k, stability, truncation_rate
+from tempering.evals.suite import Suite, metric_k, render_messages
+from tempering.types import Reward, Task
+
+RUNNER_VERSION = 1  # bump when generation or scoring changes what a cached result would hold
+
+
+@dataclass(frozen=True)
+class SampleScore:
+    value: float
+    passed: bool
+
+
+@dataclass
+class _Pass:
+    """The samples of one template under one seed: per task, the judged samples."""
+
+    template: int
+    seed: int
+    samples: list[list[SampleScore]]
+    truncated: list[bool] = field(default_factory=list)
+    errors: int = 0
+
+
+def sample_passed(reward: Reward) -> bool:
+    """A sample is correct when its `correct` component is positive, else when its value is >= 1
+    (the rule GRPO's sample accuracy uses; code scores the share of asserts passed)."""
+    if "correct" in reward.components:
+        return reward.components["correct"] > 0
+    return reward.value >= 1.0
+
+
+def run_suite(
+    suite: Suite, engine, *, seeds: int | None = None, first_seed: int = 0, samples: int | None = None,
+    model_id: str = "model",
+    model_hash: str | None = None, cache_dir: str | Path | None = None, workers: int = 8,
+    batch_tokens: int = 32768,
+    log: Callable[[str], None] | None = None,
+) -> SuiteResult:
+    """Evaluate `suite` with `engine` (a rollout Engine); see the module docstring.
+
+    Args:
+        seeds, samples: override the suite's seed count and samples per task.
+        first_seed: the seeds are first_seed .. first_seed + seeds - 1.
+        model_id: the name recorded in the result (e.g. the model spec).
+        model_hash: identity of the weights (`evals.cache.model_dir_hash`); computed from
+            the in-memory state_dict when None.
+        cache_dir: where results are cached; None disables the cache.
+        workers: scoring threads (sandboxed code judging runs ~0.1-0.2 s per sample).
+        batch_tokens: budget of rows x (longest prompt + max_new_tokens) per decode batch
+            (its KV cache: ~1.5 GB at the default for a 135M model in fp32).
+    Raises:
+        SuiteError: pass@k asked for more samples than will be drawn, or bad tasks.
+    """
+    suite = suite.with_overrides(seeds=seeds, samples=samples)
+    suite.check_samples()
+    log = log or (lambda _: None)
+    model_hash = model_hash or model_state_hash(engine.model, engine.tokenizer)
+    settings = {"temperature": suite.sampling.temperature, "top_p": suite.sampling.top_p,
+                "max_new_tokens": suite.sampling.max_new_tokens, "samples": suite.sampling.n,
+                "seeds": list(range(first_seed, first_seed + suite.seeds)), "templates": len(suite.templates),
+                "precision": engine.precision, "batch_tokens": batch_tokens}
+    key = cache_key(runner=RUNNER_VERSION, model=model_hash, suite=suite.full_hash, **settings)
+    cache = ResultCache(cache_dir) if cache_dir is not None else None
+    if cache is not None and (hit := cache.get(key)) is not None:
+        log(f"{suite.name}: cached result ({key[:12]})")
+        return hit.model_copy(update={"model_id": model_id})
+    passes = _sample_and_score(suite, settings["seeds"], engine, workers, batch_tokens, log)
+    result = _suite_result(suite, passes, model_id, model_hash, settings)
+    if cache is not None:
+        cache.put(key, result)
+    return result
+
+
+# ---------------------------------------------------------------------------- sampling + scoring
+
+
+def _chunk_seed(seed: int, template: int, chunk: int) -> int:
+    digest = hashlib.sha256(f"eval:{seed}:{template}:{chunk}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def _sample_and_score(suite: Suite, seeds: list[int], engine, workers: int, batch_tokens: int,
+                      log: Callable[[str], None]) -> list[_Pass]:
+    """Generate every pass (template, seed) in order; scoring runs in the pool meanwhile."""
+    plan = [(0, seed) for seed in seeds] + [(t, seeds[0]) for t in range(1, len(suite.templates))]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="eval-score") as pool:
+        pending = [(t, seed, *_generate_pass(suite, t, seed, engine, pool, batch_tokens, log)) for t, seed in plan]
+        passes = [_collect(t, seed, len(suite.task_list), futures, truncated)
+                  for t, seed, futures, truncated in pending]
+    errors = sum(p.errors for p in passes)
+    if errors:
+        log(f"{suite.name}: {errors} samples skipped (the verifier could not judge them)")
+    return passes
+
+
+def _generate_pass(suite: Suite, template: int, seed: int, engine, pool: ThreadPoolExecutor, batch_tokens: int,
+                   log: Callable[[str], None]) -> tuple[list[tuple[int, Future]], list[bool]]:
+    """Sample all tasks under one template and seed, chunk by chunk; returns (task, scoring future) pairs."""
+    from tempering.rollout.engine import SamplingParams
+
+    t0, tasks, s = time.perf_counter(), suite.task_list, suite.sampling
+    prompts = [engine.chat_prompt(render_messages(t, suite.templates[template])) for t in tasks]
+    order = sorted(range(len(tasks)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
+    per_chunk = max(1, batch_tokens // (s.n * (len(prompts[order[-1]]) + s.max_new_tokens)))
+    futures: list[tuple[int, Future]] = []
+    truncated: list[bool] = []
+    for c, start in enumerate(range(0, len(order), per_chunk)):
+        idx = order[start:start + per_chunk]
+        params = SamplingParams(n=s.n, temperature=s.temperature, top_p=s.top_p,
+                                max_new_tokens=s.max_new_tokens, seed=_chunk_seed(seed, template, c))
+        for i, group in zip(idx, engine.generate([prompts[i] for i in idx], params)):
+            truncated += [comp.truncated for comp in group]
+            futures += [(i, pool.submit(_judge, tasks[i], comp.text)) for comp in group]
+    log(f"{suite.name}: template {template + 1}/{len(suite.templates)}, seed {seed}: "
+        f"{len(futures)} samples generated in {time.perf_counter() - t0:.1f}s")
+    return futures, truncated
+
+
+def _collect(template: int, seed: int, n_tasks: int, futures: list[tuple[int, Future]],
+             truncated: list[bool]) -> _Pass:
+    run = _Pass(template, seed, [[] for _ in range(n_tasks)], truncated)
+    for i, future in futures:
+        judged = future.result()
+        if judged is None:
+            run.errors += 1
+        else:
+            run.samples[i].append(judged)
+    return run
+
+
+def _judge(task: Task, text: str) -> SampleScore | None:
+    """The sample's score, or None when the verifier could not judge it."""
+    from tempering.verifiers import VerifierError, score
+
+    try:
+        reward = score(task, text)
+    except VerifierError:
+        return None
+    return SampleScore(reward.value, sample_passed(reward))
+
+
+# ---------------------------------------------------------------------------- metrics
+
+
+def task_metric(metric: str, samples: Sequence[SampleScore]) -> float | None:
+    """One task's value of `metric` from its judged samples; None when it cannot be computed."""
+    k = metric_k(metric)
+    if not samples or (k is not None and len(samples) < k):
+        return None
+    if metric == "accuracy":
+        return float(np.mean([s.passed for s in samples]))
+    if metric == "mean_reward":
+        return float(np.mean([s.value for s in samples]))
+    return pass_at_k(len(samples), sum(s.passed for s in samples), k)
+
+
+def suite_metric(metric: str, per_task: Sequence[Sequence[SampleScore]]) -> float | None:
+    """Mean over tasks of `metric`, over the tasks where it can be computed."""
+    values = [v for v in (task_metric(metric, s) for s in per_task) if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def _primary_samples(metric: str, samples: Sequence[SampleScore]) -> list[float]:
+    """Per-sample scores of the primary metric for `task_scores` (their mean is the task's value)."""
+    if metric == "accuracy" or metric == "pass@1":
+        return [float(s.passed) for s in samples]
+    if metric == "mean_reward":
+        return [s.value for s in samples]
+    return [task_metric(metric, samples)]
+
+
+def _suite_result(suite: Suite, passes: list[_Pass], model_id: str, model_hash: str, settings: dict) -> SuiteResult:
+    canonical = [p for p in passes if p.template == 0]
+    pooled = [[s for p in canonical for s in p.samples[i]] for i in range(len(suite.task_list))]
+    metrics = {}
+    for name in suite.metrics:
+        values = {i: v for i, v in enumerate(task_metric(name, s) for s in pooled) if v is not None}
+        if not values:
+            raise ValueError(f"suite {suite.name!r}: no task could be scored for {name} "
+                             f"({sum(p.errors for p in passes)} verifier errors)")
+        per_seed = [suite_metric(name, p.samples) for p in canonical]
+        per_seed = [v for v in per_seed if v is not None] if len(canonical) > 1 else []
+        metrics[name] = MetricResult.from_scores(name, list(values.values()), per_seed=per_seed)
+    primary = suite.primary_metric
+    ids = [_public_id(suite, t.id) for t in suite.task_list]
+    task_scores = {ids[i]: _primary_samples(primary, s) for i, s in enumerate(pooled)
+                   if task_metric(primary, s) is not None}
+    # metric measured per seed / per template: the primary one when one seed's samples suffice
+    per_pass = primary if (metric_k(primary) or 1) <= suite.sampling.n else "accuracy"
+    return SuiteResult(
+        suite=suite.name, suite_hash=suite.hash, track=suite.track, private=suite.private, model_id=model_id,
+        model_hash=model_hash, sampling=settings, metrics=metrics, primary_metric=primary, task_scores=task_scores,
+        stability=_stability(per_pass, canonical), paraphrase=_paraphrase(per_pass, passes, suite.templates),
+        truncation_rate=truncation_rate([t for p in canonical for t in p.truncated]),
+        verifier_errors=sum(p.errors for p in passes),
+    )
+
+
+def _stability(metric: str, canonical: list[_Pass]):
+    if len(canonical) < 2:
+        return None
+    rows = []
+    for i in range(len(canonical[0].samples)):
+        values = [task_metric(metric, p.samples[i]) for p in canonical]
+        if all(v is not None for v in values):
+            rows.append(values)
+    return stability(np.array(rows)) if rows else None
+
+
+def _paraphrase(metric: str, passes: list[_Pass], templates: list[str]):
+    first_seed = [p for p in passes if p.seed == passes[0].seed]
+    if len(first_seed) < 2:
+        return None
+    by_template = {templates[p.template]: suite_metric(metric, p.samples) for p in first_seed}
+    values = [v for v in by_template.values() if v is not None]
+    return paraphrase_spread(values) if len(values) >= 2 else None
+
+
+def _public_id(suite: Suite, task_id: str) -> str:
+    """The task id as results show it: itself, or a salted hash for a private suite."""
+    if not suite.private:
+        return task_id
+    return "t-" + hashlib.sha256(f"{suite.full_hash}\0{task_id}".encode()).hexdigest()[:16]

@@ -1,0 +1,144 @@
+"""A tiny model that has learned a task, so eval tests can see skill, noise and regressions.
+
+The task ("recall"): the prompt `recall a b c` asks for the middle digit b. A 2-layer Llama
+over a 40-word vocabulary learns it in a few seconds (it is a fixed-offset copy), which
+gives a checkpoint with real accuracy that added weight noise measurably destroys.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from tempering.pipeline.registry import Registry
+from tests.conftest import tiny_llama
+
+DIGITS = [str(d) for d in range(10)]
+WORDS = ["<pad>", "<s>", "</s>", "<unk>", "user", "assistant", "system", ":", "|", "recall", "Question",
+         "Please", "answer", ".", "?", *DIGITS]
+TEMPLATE = ("{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} | {% endfor %}"
+            "{% if add_generation_prompt %}assistant :{% endif %}")
+
+
+def word_tokenizer():
+    """A word-level HF tokenizer with a chat template (no downloads)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+                                  unk_token="<unk>")
+    tok.chat_template = TEMPLATE
+    return tok
+
+
+def recall_tasks(n: int, seed: int, *, exclude: set[str] = frozenset()) -> list[dict]:
+    """Task rows `recall a b c` -> b (numeric verifier), distinct prompts."""
+    rng = random.Random(seed)
+    rows, seen = [], set(exclude)
+    while len(rows) < n:
+        a, b, c = (rng.choice(DIGITS) for _ in range(3))
+        prompt = f"recall {a} {b} {c}"
+        if prompt in seen:
+            continue
+        seen.add(prompt)
+        rows.append({"id": f"recall-{seed}-{len(rows):03d}", "prompt": prompt,
+                     "verifier": {"type": "numeric", "answer": b}, "track": "reasoning"})
+    return rows
+
+
+def train_recall(model, tok, rows: list[dict], steps: int, lr: float = 2e-2, seed: int = 0) -> None:
+    """Teacher-forced training on `prompt -> answer </s>` (loss on the answer tokens only)."""
+    torch.manual_seed(seed)
+    seqs = []
+    for r in rows:
+        prompt = tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], add_generation_prompt=True,
+                                         tokenize=True)
+        prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+        seqs.append((prompt, [tok.convert_tokens_to_ids(r["verifier"]["answer"]), tok.eos_token_id]))
+    ids = torch.tensor([p + a for p, a in seqs])
+    labels = torch.full_like(ids, -100)
+    labels[:, -2:] = ids[:, -2:]
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        loss = model(input_ids=ids, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+
+
+def degrade(model, scale: float, seed: int = 0):
+    """A copy with Gaussian noise of `scale` x each tensor's std added to every weight."""
+    import copy
+
+    noisy = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in noisy.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * p.std() * scale)
+    return noisy
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def sft_row(prompt: str, answer: str, **extra) -> dict:
+    return {**extra, "messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]}
+
+
+def record_run(out: Path, name: str, train: list[str], base: str, evals: list[str] = ()) -> Path:
+    """A finished SFT run as run_sft records it (paths as given, relative to the cwd at training)."""
+    registry = Registry(out / "registry.sqlite")
+    config = {"data": {"train": list(train), "eval": list(evals), "replay": None}, "out": str(out), "name": name}
+    run_id = registry.start(name, "sft", config, list(train) + list(evals), base)
+    final = out / name / "final"
+    final.mkdir(parents=True)
+    (final / "config.json").write_text("{}")
+    registry.finish(run_id, {"final": str(final)}, {})
+    registry.close()
+    return final
+
+
+def write_suite(directory: Path, name: str, tasks_file: Path, **fields) -> Path:
+    import yaml
+
+    spec = {"name": name, "track": "reasoning", "tasks": {"source": str(tasks_file)},
+            "templates": ["{prompt}", "Question : {prompt}"],
+            "sampling": {"temperature": 1.0, "max_new_tokens": 3, "n": 4}, "metrics": ["accuracy", "pass@2"],
+            **fields}
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture(scope="session")
+def recall_model():
+    """(trained model, tokenizer, 60 eval task rows): ~100% sampled accuracy at T=1 (a few seconds)."""
+    torch.set_num_threads(1)
+    tok = word_tokenizer()
+    eval_rows = recall_tasks(60, seed=1)
+    train_rows = recall_tasks(100, seed=2, exclude={r["prompt"] for r in eval_rows})
+    model = tiny_llama(vocab=len(WORDS), seed=0)
+    model.config.eos_token_id = tok.eos_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    train_recall(model, tok, train_rows, steps=150)
+    return model, tok, eval_rows
+
+
+@pytest.fixture(scope="session")
+def recall_dir(recall_model, tmp_path_factory) -> Path:
+    """The trained model and its tokenizer saved as an HF directory."""
+    model, tok, _ = recall_model
+    path = tmp_path_factory.mktemp("recall-model")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -1,0 +1,154 @@
+"""`temper eval run / compare` and `temper data decontam`, and the gate's two acceptance checks:
+a noised checkpoint is flagged as a significant regression, and a checkpoint compared with
+itself under other seeds raises a false alarm in at most 5% of null comparisons."""
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from tempering.cli_eval import data_decontam, eval_app
+from tempering.evals.gate import parse_rules, run_gate
+from tempering.evals.results import EvalResults, compare
+from tempering.evals.runner import run_suite
+from tempering.evals.suite import read_suite
+from tempering.rollout.engine import Engine
+from tests.evals.conftest import degrade, recall_tasks, record_run, sft_row, write_jsonl, write_suite
+
+DEGRADE = 0.35  # noise (x each tensor's std) of the degraded checkpoint
+NULL_NOISE = 0.7  # a noisier copy for the null comparisons: ~45% accuracy, so seeds change outcomes
+GATE = ["no significant regression on reasoning", "recall.accuracy >= base - 0.05", "contamination == 0"]
+runner = CliRunner()
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEMPERING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TEMPERING_SUITES", str(tmp_path / "no-user-suites"))
+    return tmp_path
+
+
+@pytest.fixture
+def suite_file(recall_model, env):
+    _, _, rows = recall_model
+    return write_suite(env, "recall", write_jsonl(env / "recall.jsonl", rows))
+
+
+@pytest.fixture
+def gate_file(env):
+    path = env / "gate.yaml"
+    path.write_text(yaml.safe_dump({"rules": GATE}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def degraded_dir(recall_model, tmp_path_factory):
+    model, tok, _ = recall_model
+    path = tmp_path_factory.mktemp("degraded")
+    degrade(model, DEGRADE).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def invoke(app, args):
+    result = runner.invoke(app, [str(a) for a in args])
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def test_eval_run_writes_results_report_and_table_then_hits_the_cache(recall_dir, suite_file, env):
+    out = env / "eval"
+    first = invoke(eval_app, ["run", suite_file, "--model", recall_dir, "--out", out, "--seeds", 2, "--threads", 1])
+    assert first.exit_code == 0, first.output
+    assert "accuracy" in first.output and "pass@2" in first.output
+    results = EvalResults.load(out / "results.json")
+    suite = results.suite("recall")
+    assert suite.metrics["accuracy"].mean > 0.9 and len(suite.metrics["accuracy"].per_seed) == 2
+    assert suite.model_hash and suite.stability is not None and suite.paraphrase is not None
+    assert "<h1>Eval report" in (out / "report.html").read_text()
+    again = invoke(eval_app, ["run", suite_file, "--model", recall_dir, "--out", env / "again", "--seeds", 2])
+    assert "cached result" in again.output
+    assert EvalResults.load(env / "again" / "results.json").suites == results.suites
+
+
+def test_degraded_checkpoint_is_a_significant_regression_and_fails_the_gate(
+        recall_dir, degraded_dir, suite_file, gate_file, env):
+    for name, model, first_seed in (("base", recall_dir, 0), ("self", recall_dir, 7), ("noised", degraded_dir, 0)):
+        result = invoke(eval_app, ["run", suite_file, "--model", model, "--out", env / name, "--seeds", 2,
+                                   "--first-seed", first_seed])
+        assert result.exit_code == 0, result.output
+    same = invoke(eval_app, ["compare", env / "base", env / "self", "--gate", gate_file])
+    assert same.exit_code == 0 and "gate passed" in same.output, same.output
+    worse = invoke(eval_app, ["compare", env / "base", env / "noised", "--gate", gate_file, "--out", env / "cmp"])
+    assert worse.exit_code == 1 and "gate failed" in worse.output, worse.output
+    verdict = json.loads((env / "cmp" / "gate.json").read_text())
+    assert [r["passed"] for r in verdict["rules"]] == [False, False, True]
+    (c,) = compare(EvalResults.load(env / "base" / "results.json"), EvalResults.load(env / "noised" / "results.json"))
+    print(f"\nnoised checkpoint: accuracy {c.base_mean:.3f} -> {c.candidate_mean:.3f}, delta {c.comparison.delta:+.3f} "
+          f"[{c.comparison.low:+.3f}, {c.comparison.high:+.3f}] p={c.comparison.p_value:.3g}")
+    assert c.comparison.significant and c.comparison.high < 0
+    assert "sig" in worse.output and (env / "cmp" / "report.html").is_file()
+
+
+def test_null_comparisons_raise_at_most_five_percent_false_alarms(recall_model, suite_file):
+    """200 disjoint pairs of runs of one checkpoint under different seeds (T=1, ~45% accuracy)."""
+    model, tok, _ = recall_model
+    engine = Engine(degrade(model, NULL_NOISE), tok, precision="fp32")
+    suite = read_suite(suite_file).model_copy(update={"templates": ["{prompt}"]})
+    runs = [EvalResults(model=f"seed-{s}", suites=[run_suite(suite, engine, seeds=1, first_seed=s)])
+            for s in range(400)]
+    rules = parse_rules(["no significant regression on reasoning"])
+    alarms = [not run_gate(rules, runs[i], runs[i + 1]).passed for i in range(0, 400, 2)]
+    either_way = [compare(runs[i], runs[i + 1])[0].comparison.significant for i in range(0, 400, 2)]
+    accuracy = sum(r.suites[0].metrics["accuracy"].mean for r in runs) / len(runs)
+    print(f"\nnull comparisons: {sum(alarms)}/{len(alarms)} gate false alarms, {sum(either_way)}/{len(either_way)} "
+          f"significant either way (mean accuracy {accuracy:.3f})")
+    assert 0.3 < accuracy < 0.9  # outcomes really vary between seeds
+    assert sum(alarms) / len(alarms) <= 0.05
+
+
+def test_contaminated_lineage_is_reported_and_fails_the_gate(recall_model, recall_dir, suite_file, gate_file, env,
+                                                             monkeypatch):
+    import shutil
+
+    _, _, rows = recall_model
+    project = env / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    write_jsonl(project / "train.jsonl", [sft_row("recall 0 0 1", "0", id="clean-1"),
+                                          sft_row(rows[5]["prompt"], rows[5]["verifier"]["answer"], id="leak-5")])
+    final = record_run(project / "runs", "sft-leak", ["train.jsonl"], "smollm2-135m-instruct")
+    shutil.rmtree(final)
+    shutil.copytree(recall_dir, final)
+    result = invoke(eval_app, ["run", suite_file, "--model", final, "--out", env / "leaky"])
+    assert result.exit_code == 0 and "1 contaminated row" in result.output, result.output
+    suite = EvalResults.load(env / "leaky" / "results.json").suite("recall")
+    assert suite.contamination_hits == 1 and suite.contaminated_rows[0].endswith("train.jsonl#leak-5")
+    assert "train.jsonl#leak-5" in (env / "leaky" / "report.html").read_text()
+    invoke(eval_app, ["run", suite_file, "--model", recall_dir, "--out", env / "clean"])
+    gated = invoke(eval_app, ["compare", env / "clean", env / "leaky", "--gate", gate_file])
+    assert gated.exit_code == 1 and "1 contaminated training rows" in gated.output, gated.output
+
+
+def test_data_decontam_scans_and_removes_without_naming_private_tasks(tmp_path, monkeypatch):
+    import typer
+
+    app = typer.Typer()
+    app.command()(data_decontam)
+    rows = recall_tasks(10, seed=1)
+    public = write_suite(tmp_path, "pub", write_jsonl(tmp_path / "pub.jsonl", rows[:5]))
+    private = write_suite(tmp_path, "priv", write_jsonl(tmp_path / "priv.jsonl", rows[5:]), private=True)
+    clean = recall_tasks(8, seed=2, exclude={r["prompt"] for r in rows})
+    data = write_jsonl(tmp_path / "train.jsonl", [sft_row(r["prompt"], "x", id=f"row-{i}") for i, r in enumerate(clean)]
+                       + [sft_row(r["prompt"], "x", id=f"leak-{k}") for k, r in enumerate((rows[1], rows[6]))])
+    scan = invoke(app, [data, "--against", f"{public},{private}"])
+    assert scan.exit_code == 1
+    summary = json.loads(scan.output.strip().splitlines()[-1])
+    assert summary["matched_rows"] == 2 and summary["by_suite"] == {"pub": 1, "priv": 1}
+    assert summary["rows"][0]["public_tasks"] == [rows[1]["id"]] and summary["rows"][1]["public_tasks"] == []
+    assert rows[6]["prompt"] not in scan.output and rows[6]["id"] not in scan.output
+    removed = invoke(app, [data, "--against", public, "--against", private, "-o", tmp_path / "clean.jsonl"])
+    assert removed.exit_code == 0 and json.loads(removed.output.strip().splitlines()[-1])["kept"] == 8
+    assert len((tmp_path / "clean.jsonl").read_text().splitlines()) == 8

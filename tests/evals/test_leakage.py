@@ -1,0 +1,108 @@
+"""Eval tasks in training data: a checkpoint's lineage scan and the private-suite guard before training."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tempering.evals.leakage import (
+    PrivateSuiteOverlap, check_private_overlap, check_private_overlap_tasks, contaminated_rows, find_run,
+    training_lineage,
+)
+from tempering.evals.suite import read_suite
+from tempering.types import Task
+from tests.evals.conftest import record_run, recall_tasks, sft_row, write_jsonl, write_suite
+
+EVAL = recall_tasks(30, seed=1)
+CLEAN = recall_tasks(20, seed=2, exclude={r["prompt"] for r in EVAL})
+
+
+def training_file(path: Path, planted: list[int], with_ids: bool = True) -> Path:
+    rows = [sft_row(r["prompt"], r["verifier"]["answer"], **({"id": f"clean-{i}"} if with_ids else {}))
+            for i, r in enumerate(CLEAN)]
+    for k, i in enumerate(planted):
+        row = sft_row("Please answer. " + EVAL[i]["prompt"] + " ?", EVAL[i]["verifier"]["answer"])
+        rows.insert(3 * k + 1, {**row, "id": f"planted-{i}"} if with_ids else row)
+    return write_jsonl(path, rows)
+
+
+@pytest.fixture
+def suite(tmp_path):
+    return read_suite(write_suite(tmp_path, "recall", write_jsonl(tmp_path / "eval.jsonl", EVAL)))
+
+
+@pytest.fixture
+def two_runs(tmp_path, monkeypatch):
+    """runs/sft-a trained on a.jsonl (2 planted rows, no ids) and heldout.jsonl as eval data;
+    runs/sft-b continued from sft-a's final on b.jsonl (1 planted row, with ids)."""
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    training_file(project / "data" / "a.jsonl", planted=[0, 4], with_ids=False)
+    training_file(project / "data" / "b.jsonl", planted=[7])
+    write_jsonl(project / "data" / "heldout.jsonl", [sft_row(r["prompt"], "x") for r in EVAL[10:12]])
+    monkeypatch.chdir(project)  # paths recorded relative to where training ran
+    runs = project / "runs"
+    record_run(runs, "sft-a", ["data/a.jsonl"], "smollm2-135m-instruct", evals=["data/heldout.jsonl"])
+    final_b = record_run(runs, "sft-b", ["data/b.jsonl"], "runs/sft-a/final")
+    monkeypatch.chdir(tmp_path)
+    return project, final_b
+
+
+def test_lineage_follows_base_models_and_skips_eval_files(two_runs):
+    project, final_b = two_runs
+    assert find_run(final_b)[1]["name"] == "sft-b"
+    (final_b.parent / "checkpoints" / "step-5").mkdir(parents=True)
+    assert find_run(final_b.parent / "checkpoints" / "step-5")[1]["name"] == "sft-b"
+    assert find_run(project / "data") is None and find_run("smollm2-135m-instruct") is None
+    lineage = training_lineage(final_b)
+    assert lineage.runs == ["sft-b", "sft-a"]
+    assert [f.name for f in lineage.files] == ["b.jsonl", "a.jsonl"]
+    assert not lineage.missing and not lineage.changed
+
+
+def test_contaminated_rows_are_named_by_id_or_line(two_runs, suite):
+    _, final_b = two_runs
+    rows = contaminated_rows(training_lineage(final_b).files, [suite])["recall"]
+    assert len(rows) == 3
+    assert rows[0].endswith("b.jsonl#planted-7")
+    assert [r.rsplit("/", 1)[1] for r in rows[1:]] == ["a.jsonl:2", "a.jsonl:5"]
+
+
+def test_changed_and_missing_inputs_are_reported(two_runs):
+    project, final_b = two_runs
+    with (project / "data" / "b.jsonl").open("a") as fh:
+        fh.write('{"messages": [{"role": "user", "content": "new row"}]}\n')
+    os.remove(project / "data" / "a.jsonl")
+    lineage = training_lineage(final_b)
+    assert lineage.changed == ["data/b.jsonl"] and lineage.missing == ["data/a.jsonl"]
+    assert [f.name for f in lineage.files] == ["b.jsonl"]
+
+
+def test_private_overlap_refused_with_rows_but_no_task_text(tmp_path, suite):
+    private = suite.model_copy(update={"private": True})
+    planted = training_file(tmp_path / "planted.jsonl", planted=[3])
+    clean = training_file(tmp_path / "clean.jsonl", planted=[])
+    check_private_overlap([clean], [private])
+    check_private_overlap([planted], [suite])  # public suites are not guarded
+    with pytest.raises(PrivateSuiteOverlap, match=r"recall: 1 row\(s\).*planted.jsonl#planted-3") as info:
+        check_private_overlap([clean, planted], [private])
+    assert EVAL[3]["prompt"] not in str(info.value) and EVAL[3]["id"] not in str(info.value)
+    tasks = [Task.model_validate(r) for r in CLEAN + EVAL[5:6]]
+    with pytest.raises(PrivateSuiteOverlap, match="1 row"):
+        check_private_overlap_tasks(tasks, [private])
+
+
+def test_sft_refuses_a_planted_private_task_before_recording_a_run(tmp_path, monkeypatch):
+    from tempering.config import SFTConfig
+    from tempering.recipes.sft import run_sft
+
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    write_suite(suites, "holdout", write_jsonl(suites / "holdout.jsonl", EVAL), private=True)
+    monkeypatch.setenv("TEMPERING_SUITES", str(suites))
+    planted = training_file(tmp_path / "train.jsonl", planted=[12])
+    cfg = SFTConfig.model_validate({"data": {"train": [str(planted)]}, "train": {"steps": 1},
+                                    "out": str(tmp_path / "runs")})
+    with pytest.raises(PrivateSuiteOverlap, match="holdout"):
+        run_sft(cfg)
+    assert not (tmp_path / "runs").exists()

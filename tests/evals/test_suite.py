@@ -1,0 +1,101 @@
+"""Suites from YAML: built-ins, user suite directories, validation, hash and overrides."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tempering.evals.suite import (
+    Suite, SuiteError, builtin_suite_dir, load_suite, metric_k, read_suite, registered_suites, render_messages,
+)
+from tempering.types import Task
+from tests.evals.conftest import recall_tasks, write_jsonl, write_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILTIN = {"arithmetic": 150, "arithmetic-add": 100, "humaneval": 164, "rg-chain-sum": 100, "rg-spell-backward": 100}
+
+
+@pytest.fixture
+def suite_dir(tmp_path, monkeypatch):
+    directory = tmp_path / "suites"
+    directory.mkdir()
+    monkeypatch.setenv("TEMPERING_SUITES", str(directory))
+    return directory
+
+
+def test_builtin_suites_load_with_their_tasks(suite_dir):
+    suites = {s.name: s for s in registered_suites()}
+    assert set(suites) == set(BUILTIN)
+    for name, n in BUILTIN.items():
+        s = suites[name]
+        assert len(s.task_list) == n and not s.private
+        assert s.hash == load_suite(name).hash  # stable across loads
+    assert suites["humaneval"].metrics[:2] == ["pass@1", "pass@10"] and suites["humaneval"].sampling.n >= 10
+    assert suites["humaneval"].task_list[0].messages is not None  # chat style: reply with the whole function
+    add = suites["arithmetic-add"].task_list
+    assert all("+" in t.prompt and t.id.startswith("arithadd-heldout") for t in add)
+    chain = suites["rg-chain-sum"].task_list[0].verifier
+    assert chain["config"] == {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}
+
+
+def test_builtin_suites_ship_as_package_data():
+    assert sorted(p.stem for p in builtin_suite_dir().glob("*.yaml")) == sorted(BUILTIN)
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "suites/*.yaml" in setuptools["package-data"]["tempering.evals"]
+
+
+def test_user_suite_by_name_and_relative_task_file(suite_dir):
+    write_jsonl(suite_dir / "recall.jsonl", recall_tasks(5, seed=0))
+    write_suite(suite_dir, "recall", Path("recall.jsonl"), private=True)
+    s = load_suite("recall")
+    assert s.private and len(s.task_list) == 5 and s.primary_metric == "accuracy"
+    assert [x.name for x in registered_suites() if x.private] == ["recall"]
+    (suite_dir / "arithmetic.yaml").write_text((builtin_suite_dir() / "arithmetic.yaml").read_text())
+    with pytest.raises(SuiteError, match="defined twice"):
+        registered_suites()
+
+
+def test_invalid_suites_name_the_file_and_field(tmp_path):
+    tasks = write_jsonl(tmp_path / "t.jsonl", recall_tasks(3, seed=0))
+    cases = [({"metricz": ["accuracy"]}, "metricz"), ({"metrics": ["acc"]}, "unknown metric 'acc'"),
+             ({"templates": ["no slot"]}, "exactly one {prompt}"),
+             ({"tasks": {"source": str(tasks), "style": "chat"}}, "humaneval source only")]
+    for extra, message in cases:
+        path = write_suite(tmp_path, "bad", tasks, **extra)
+        with pytest.raises(SuiteError, match=message) as info:
+            read_suite(path)
+        assert str(path) in str(info.value)
+    with pytest.raises(SuiteError, match="no suite 'nope'"):
+        load_suite("nope")
+
+
+def test_hash_covers_tasks_and_definition_not_seeds_or_samples(tmp_path):
+    rows = recall_tasks(4, seed=0)
+    tasks = write_jsonl(tmp_path / "t.jsonl", rows)
+    base = read_suite(write_suite(tmp_path, "s", tasks))
+    assert base.with_overrides(seeds=5, samples=9).hash == base.hash
+    assert read_suite(write_suite(tmp_path, "s", tasks, templates=["{prompt}"])).hash != base.hash
+    assert read_suite(write_suite(tmp_path, "s", tasks, sampling={"temperature": 0.5})).hash != base.hash
+    rows[2]["verifier"]["answer"] = "9" if rows[2]["verifier"]["answer"] != "9" else "8"
+    write_jsonl(tasks, rows)
+    assert read_suite(tmp_path / "s.yaml").hash != base.hash
+    assert base.with_overrides(limit=2).task_list == base.task_list[:2]
+
+
+def test_pass_at_k_needs_enough_samples(tmp_path):
+    s = read_suite(write_suite(tmp_path, "s", write_jsonl(tmp_path / "t.jsonl", recall_tasks(3, seed=0)),
+                               metrics=["accuracy", "pass@8"]))
+    assert metric_k("pass@8") == 8 and metric_k("accuracy") is None
+    with pytest.raises(SuiteError, match="pass@8 needs >= 8 samples"):
+        s.check_samples()
+    s.with_overrides(seeds=2).check_samples()  # 4 samples x 2 seeds
+
+
+def test_templates_apply_to_the_last_user_message():
+    task = Task(id="t", messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}],
+                verifier={"type": "numeric", "answer": "4"})
+    assert render_messages(task, "Question: {prompt}") == [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Question: 2+2?"}]
+    braces = Task(id="c", prompt="def f(x): return {x: 1}", verifier={"type": "exact", "answer": "x"})
+    assert render_messages(braces, "{prompt}")[0]["content"] == "def f(x): return {x: 1}"
+    assert Suite(name="x", tasks={"source": "builtin:arithmetic", "n": 2}).templates == ["{prompt}"]
