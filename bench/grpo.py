@@ -188,7 +188,7 @@ def main() -> None:
                if ours["seconds_to_reward_0_5"] and peer["seconds_to_reward_0_5"] else None)
     result = {"benchmark": "grpo", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "model": "smollm2-135m-instruct + LoRA r16 all-linear", "task": "builtin:arithmetic ops=+ (train split)",
-              "reward": "examples/grpo_arith.yaml composite (correct + strict + 0.5 number_only)",
+              "reward": "examples/grpo_arith.yaml composite (correct + strict + 0.25 close + 0.5 close_bare)",
               "prompts_per_step": PROMPTS, "group_size": GROUP, "max_new_tokens": MAX_NEW, "beta": 0.0,
               "updates_per_batch": 1, "lr": LR, "steps": args.steps, "warmup_steps": args.warmup,
               "cpu": platform.processor() or platform.machine(), "torch_threads": args.threads,

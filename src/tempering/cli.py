@@ -51,7 +51,10 @@ def sft(
         _fail(str(exc))
     from tempering.recipes.sft import run_sft
 
-    summary = run_sft(cfg)
+    try:
+        summary = run_sft(cfg)
+    except (ValueError, FileNotFoundError) as exc:  # e.g. training data overlapping a private suite
+        _fail(str(exc))
     out.print_json(json.dumps(summary))
 
 
@@ -234,6 +237,11 @@ def demo(
 
     run_demo(config, list(set_), out)
 
+
+from tempering.cli_eval import data_decontam, eval_app  # noqa: E402  (sub-commands defined there)
+
+app.add_typer(eval_app, name="eval")
+data_app.command("decontam")(data_decontam)
 
 if __name__ == "__main__":
     app()

@@ -120,6 +120,9 @@ def run_grpo(cfg: GRPOConfig) -> dict[str, Any]:
 
     if cfg.train.grad_accum > cfg.grpo.prompts_per_step:
         raise ValueError("train.grad_accum must not exceed grpo.prompts_per_step (micro-batches hold whole groups)")
+    from tempering.evals.leakage import check_private_overlap_tasks
+
+    check_private_overlap_tasks(load_tasks(cfg.tasks), source=cfg.tasks.source)  # before anything is recorded
     name = cfg.name or time.strftime("grpo-%Y%m%d-%H%M%S")
     run_dir = Path(cfg.out) / name
     run_dir.mkdir(parents=True, exist_ok=True)

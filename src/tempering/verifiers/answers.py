@@ -77,6 +77,27 @@ def score_numeric(spec: dict[str, Any], completion: str) -> Reward:
     return _reward(ok, str(got))
 
 
+_BARE_NUMBER = re.compile(r"\s*[-+]?\d[\d,]*(?:\.\d+)?\s*")
+
+
+@register("numeric_close")
+def score_numeric_close(spec: dict[str, Any], completion: str) -> Reward:
+    """Partial credit for nearness: max(0, 1 - |got - answer| / scale) on the `numeric` answer.
+
+    A shaping term for RL (dense where exact correctness is rare). `scale` defaults to 10;
+    with `bare_only: true` the reply must be just a number, else the value is 0.
+    """
+    if spec.get("bare_only") and not _BARE_NUMBER.fullmatch(completion):
+        return Reward(value=0.0, components={"close": 0.0}, detail="not a bare number")
+    got, want = parse_number(extract_final_answer(completion)), parse_number(str(spec["answer"]))
+    if want is None:
+        raise ValueError(f"numeric_close verifier answer is not a number: {spec['answer']!r}")
+    if got is None:
+        return Reward(value=0.0, components={"close": 0.0}, detail="extracted: None")
+    value = max(0.0, 1.0 - abs(float(got - want)) / float(spec.get("scale", 10)))
+    return Reward(value=value, components={"close": value}, detail=f"extracted: {str(got)!r}")
+
+
 def _norm(text: str) -> str:
     return " ".join(text.split()).casefold()
 
