@@ -100,3 +100,11 @@ class Reward(BaseModel):
     components: dict[str, float] = Field(default_factory=dict)
     flags: list[str] = Field(default_factory=list)
     detail: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        """Correct: the `correct` component is positive if there is one, else value >= 1.
+        The one rule behind GRPO's sample accuracy and the eval suites' accuracy."""
+        if "correct" in self.components:
+            return self.components["correct"] > 0
+        return self.value >= 1.0

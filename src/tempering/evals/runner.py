@@ -63,11 +63,8 @@ class _Pass:
 
 
 def sample_passed(reward: Reward) -> bool:
-    """A sample is correct when its `correct` component is positive, else when its value is >= 1
-    (the rule GRPO's sample accuracy uses; code scores the share of asserts passed)."""
-    if "correct" in reward.components:
-        return reward.components["correct"] > 0
-    return reward.value >= 1.0
+    """A sample is correct by `Reward.passed` (the rule GRPO's sample accuracy uses too)."""
+    return reward.passed
 
 
 def run_suite(

@@ -61,13 +61,6 @@ def safe_score(task: Task, text: str) -> Reward:
         return Reward(value=0.0, flags=[VERIFIER_ERROR], detail=f"{type(exc).__name__}: {exc}")
 
 
-def _accuracy(reward: Reward) -> float:
-    """A sample is correct when its `correct` component is positive, else when its value is >= 1."""
-    if "correct" in reward.components:
-        return float(reward.components["correct"] > 0)
-    return float(reward.value >= 1.0)
-
-
 class RolloutSource:
     def __init__(self, tasks: list[Task], engine: Engine, settings: GRPOSettings, grad_accum: int, seed: int,
                  store: TrajectoryStore | None = None, model: Any = None, precision: str = "fp32"):
@@ -258,7 +251,7 @@ class RolloutSource:
                 guard.append(r.components["heldout_pass_fraction"])
         stats: dict[str, float] = {
             "reward_mean": float(values.mean()), "reward_std": float(values.std(unbiased=False)),
-            "accuracy": sum(_accuracy(r) for _, _, r in samples) / len(samples),
+            "accuracy": sum(r.passed for _, _, r in samples) / len(samples),
             "zero_variance_share": counts["zero_variance_groups"] / len(seen),
             "groups_generated": len(seen), "groups_kept": len(kept),
             "verifier_failed_groups": counts["verifier_failed_groups"],
