@@ -223,3 +223,18 @@ def test_compiled_layers_train_like_eager_and_checkpoint_the_same_names(tmp_path
     assert all(abs(a - b) < 1e-3 for a, b in zip(r1.losses, r2.losses))
     w1, w2 = weights(eager), weights(compiled)
     assert all(torch.allclose(w1[n], w2[n], atol=1e-4) for n in w1)
+
+
+def test_guard_spike_rule_only_for_positive_losses_and_never_for_policy_gradient():
+    from tempering.config import GuardSettings
+    from tempering.train.guard import AnomalyGuard
+
+    guard = AnomalyGuard(GuardSettings(min_history=2, spike_factor=5.0))
+    for loss in (0.001, -0.002, 0.001):
+        guard.record_good(loss)
+    assert guard.check(0.05, 1.0) is None  # running mean 0: "5x the mean" means nothing
+    pg = AnomalyGuard(GuardSettings(min_history=2, spike_factor=5.0))
+    for loss in (1.0, 1.0):
+        pg.record_good(loss)
+    assert pg.check(6.0, 1.0) == "loss_spike" and pg.check(6.0, 1.0, spikes=False) is None
+    assert pg.check(float("nan"), 1.0, spikes=False) == "nonfinite_loss"

@@ -30,6 +30,7 @@ def _reference(model: Any):
 
 class GRPOObjective:
     name = "grpo"
+    loss_spikes = False  # a policy-gradient loss hovers around 0 and changes sign: no spike rule
 
     def __init__(self, settings: GRPOSettings):
         self.s = settings

@@ -22,17 +22,22 @@ class AnomalyGuard:
     bad_in_row: int = 0
     counts: Counter = field(default_factory=Counter)
 
-    def check(self, loss: float, grad_norm: float | None) -> str | None:
-        """The reason this step is bad, or None when it is good."""
+    def check(self, loss: float, grad_norm: float | None, spikes: bool = True) -> str | None:
+        """The reason this step is bad, or None when it is good.
+
+        Loss spikes are judged only when `spikes` (the objective's loss is a positive
+        likelihood-type loss, as SFT's) and the running mean is positive: a policy-gradient
+        loss sits near 0 and changes sign, so "5x the mean" means nothing there.
+        """
         if not self.settings.enabled:
             return None
         if not math.isfinite(loss):
             return "nonfinite_loss"
         if grad_norm is not None and not math.isfinite(grad_norm):
             return "nonfinite_grad"
-        if len(self.recent) >= self.settings.min_history:
+        if spikes and len(self.recent) >= self.settings.min_history:
             mean = sum(self.recent) / len(self.recent)
-            if loss > self.settings.spike_factor * mean:
+            if mean > 0 and loss > self.settings.spike_factor * mean:
                 return "loss_spike"
         return None
 

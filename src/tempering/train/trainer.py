@@ -205,7 +205,7 @@ class Trainer:
         real = sum(int(b.get("n_real_tokens", 0)) for b in micro)
         loss, extra = self._forward_backward(micro)
         grad_norm = self._grad_norm() if math.isfinite(loss) else None
-        bad = self.guard.check(loss, grad_norm)
+        bad = self.guard.check(loss, grad_norm, spikes=getattr(self.objective, "loss_spikes", True))
         if not self.settings.guard.enabled and not (math.isfinite(loss) and math.isfinite(grad_norm)):
             raise TrainingDiverged(f"step {self.step}: non-finite loss or gradient with the guard disabled")
         if bad:
