@@ -59,8 +59,10 @@ def plan(args) -> list:
         return [s.with_overrides(limit=3, samples=2, seeds=2).model_copy(
             update={"metrics": [m for m in s.metrics if m in ("accuracy", "mean_reward", "pass@1", "pass@2")]})
             for s in suites]
-    return [humaneval_subset(args.humaneval_every, None, args.out)] + [
-        load_suite(n).with_overrides(seeds=args.seeds) for n in CHEAP]
+    seeds_for = dict(item.split("=") for item in args.seeds_for)
+    suites = [humaneval_subset(args.humaneval_every, None, args.out)] + [
+        load_suite(n).with_overrides(seeds=int(seeds_for.get(n, args.seeds))) for n in CHEAP]
+    return [s for s in suites if not args.only or s.name in args.only]
 
 
 def main() -> None:
@@ -70,6 +72,8 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--only", nargs="*", default=[], help="evaluate only these suites (cached ones are reused)")
+    p.add_argument("--seeds-for", nargs="*", default=[], metavar="SUITE=K", help="per-suite seed counts")
     args = p.parse_args()
 
     import torch
