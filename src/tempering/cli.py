@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.console import Console
@@ -41,18 +41,24 @@ def sft(
     full: bool = typer.Option(False, "--full", help="Train all parameters instead of LoRA."),
 ) -> None:
     """Supervised fine-tuning on conversations (assistant-only loss)."""
+    from tempering.recipes.sft import run_sft
+
+    _train(SFTConfig, run_sft, config, set_, model, steps, out_dir, name, full)
+
+
+def _train(kind: type, run: Any, config: Path, set_: List[str], model: Optional[str], steps: Optional[int],
+           out_dir: Optional[str], name: Optional[str], full: bool) -> None:
+    """Shared body of the training commands: config + flags -> run -> summary JSON."""
     literal = {k: v for k, v in (("model", model), ("train.steps", steps), ("out", out_dir), ("name", name))
                if v is not None}
     if full:
         literal["lora"] = None
     try:
-        cfg = load_config(SFTConfig, config, list(set_), literal)
+        cfg = load_config(kind, config, list(set_), literal)
     except (ConfigError, FileNotFoundError) as exc:
         _fail(str(exc))
-    from tempering.recipes.sft import run_sft
-
     try:
-        summary = run_sft(cfg)
+        summary = run(cfg)
     except (ValueError, FileNotFoundError) as exc:  # e.g. training data overlapping a private suite
         _fail(str(exc))
     out.print_json(json.dumps(summary))
@@ -70,22 +76,9 @@ def grpo(
 ) -> None:
     """RL with verifiable rewards (GRPO family): sample, verify, update."""
     from tempering.config import GRPOConfig
-
-    literal = {k: v for k, v in (("model", model), ("train.steps", steps), ("out", out_dir), ("name", name))
-               if v is not None}
-    if full:
-        literal["lora"] = None
-    try:
-        cfg = load_config(GRPOConfig, config, list(set_), literal)
-    except (ConfigError, FileNotFoundError) as exc:
-        _fail(str(exc))
     from tempering.recipes.grpo import run_grpo
 
-    try:
-        summary = run_grpo(cfg)
-    except (ValueError, FileNotFoundError) as exc:
-        _fail(str(exc))
-    out.print_json(json.dumps(summary))
+    _train(GRPOConfig, run_grpo, config, set_, model, steps, out_dir, name, full)
 
 
 @app.command()
