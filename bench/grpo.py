@@ -148,7 +148,7 @@ def run_trl(steps: int, warmup: int) -> dict:
                          max_steps=steps, logging_steps=1, report_to=[], save_strategy="no",
                          bf16=precision == "bf16", use_cpu=not torch.cuda.is_available(), seed=0,
                          loss_type="dapo", epsilon=0.2, epsilon_high=0.2, shuffle_dataset=True,
-                         dataloader_num_workers=0)
+                         dataloader_num_workers=0, gradient_checkpointing=False)
         trainer = GRPOTrainer(model=load_model("smollm2-135m-instruct"), reward_funcs=[reward], args=cfg,
                               train_dataset=data, processing_class=tok,
                               peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
