@@ -124,10 +124,12 @@ def data_validate(
     quarantine: Optional[Path] = typer.Option(None, help="Write bad rows here (JSONL)."),
 ) -> None:
     """Validate rows without training; ends with one JSON line; exit 1 if any row is bad."""
-    from tempering.data.io import load_rows, write_quarantine
+    from tempering.data.io import NoRows, load_rows, write_quarantine
 
     try:
         loaded = load_rows([str(f) for f in files])
+    except NoRows as exc:  # an empty file is bad data: exit 1 like a bad row
+        _fail(str(exc), 1)
     except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
     if render and loaded.records:
