@@ -14,15 +14,14 @@ from typing import Any, Callable, Iterator
 
 from pydantic import ValidationError
 
+from tempering.data.formats import RowInvalid, to_messages
 from tempering.types import Conversation
+
+__all__ = ["RowInvalid"]  # re-exported: callers catch it from here
 
 ROLES = ("system", "user", "assistant", "tool")
 MESSAGE_KEYS = {"role", "content", "tool_calls", "name", "tool_call_id"}
 BOM = b"\xef\xbb\xbf"
-
-
-class RowInvalid(ValueError):
-    """One row's problem, in words a user can act on."""
 
 
 @dataclass
@@ -205,14 +204,23 @@ def _check_message(i: int, m: Any) -> None:
 
 
 def check_conversation(obj: Any) -> Conversation:
-    """Validate one row of chat data; raises RowInvalid with the first problem found."""
-    if not isinstance(obj, dict):
-        raise RowInvalid(f"row is not a JSON object (got {type(obj).__name__})")
-    if "messages" not in obj:
-        raise RowInvalid("missing 'messages'")
-    messages = obj["messages"]
-    if not isinstance(messages, list) or not messages:
-        raise RowInvalid("'messages' must be a non-empty list")
+    """Validate one row of chat data in any supported format (see `formats.py`).
+
+    Raises:
+        RowInvalid: the first problem found; for rows not in `messages` format the reason
+            starts with the format the row was read as (its message numbers count the
+            normalised conversation).
+    """
+    fmt, messages = to_messages(obj)
+    try:
+        return _check_messages(messages)
+    except RowInvalid as exc:
+        if fmt == "messages":
+            raise
+        raise RowInvalid(f"{fmt} row: {exc}") from None
+
+
+def _check_messages(messages: list[dict]) -> Conversation:
     for i, m in enumerate(messages):
         _check_message(i, m)
     if not any(m["role"] == "assistant" for m in messages):
