@@ -39,11 +39,15 @@ def sft(
     out_dir: Optional[str] = typer.Option(None, "--out", help="Run root."),
     name: Optional[str] = typer.Option(None, help="Run name (re-using one resumes it)."),
     full: bool = typer.Option(False, "--full", help="Train all parameters instead of LoRA."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the resolved config, row and token counts and "
+                                 "one rendered example with its loss mask; train nothing, create no run."),
 ) -> None:
     """Supervised fine-tuning on conversations (assistant-only loss)."""
+    from tempering.data.preview import dry_run_sft
     from tempering.recipes.sft import run_sft
 
-    _train(SFTConfig, run_sft, config, set_, model, steps, out_dir, name, full)
+    run = (lambda cfg: dry_run_sft(cfg, out)) if dry_run else run_sft
+    _train(SFTConfig, run, config, set_, model, steps, out_dir, name, full)
 
 
 def _train(kind: type, run: Any, config: Path, set_: List[str], model: Optional[str], steps: Optional[int],
