@@ -118,3 +118,18 @@ def test_prompt_completion_trains_on_the_completion_only(tmp_path, smol_tokenize
     assert (a.input_ids, a.labels) == (b.input_ids, b.labels)
     trained = smol_tokenizer.decode([t for t in a.labels if t != -100])
     assert trained.startswith(A) and U not in trained
+
+
+@pytest.mark.parametrize("row", [
+    {"conversations": [{"from": "human", "value": "What is 12+5? Reply with a number."}, {"from": "gpt", "value": "17"}]},
+    {"instruction": "What is 12+5?", "input": "Reply with a number.", "output": "17"},
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": "What is 12+5? Reply with a number."}]},
+                  {"role": "assistant", "content": "17"}]},
+])
+def test_contamination_checks_read_every_format(row):
+    """A private eval task inside ShareGPT/Alpaca/content-part rows is still found."""
+    from tempering.evals.contamination import NgramIndex
+
+    index = NgramIndex()
+    index.add_tasks("private-arith", [{"id": "t1", "prompt": "What is 12+5?"}], private=True)
+    assert [m.task_id for m in index.matches(row)] == ["t1"]
