@@ -43,8 +43,8 @@ def sft(
                                  "one rendered example with its loss mask; train nothing, create no run."),
 ) -> None:
     """Supervised fine-tuning on conversations (assistant-only loss)."""
-    from tempering.data.preview import dry_run_sft
     from tempering.recipes.sft import run_sft
+    from tempering.recipes.sft_dry_run import dry_run_sft
 
     run = (lambda cfg: dry_run_sft(cfg, out)) if dry_run else run_sft
     _train(SFTConfig, run, config, set_, model, steps, out_dir, name, full)

@@ -12,6 +12,7 @@ from tempering.cli import app
 from tempering.config import SFTConfig, load_config
 from tempering.data.preview import preview_sft, render_preview
 from tempering.data.render import IGNORE, render_with_mask
+from tempering.recipes.sft import prepare_sft_data
 
 ROWS = [
     {"messages": [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]},
@@ -35,8 +36,13 @@ def cfg_path(tmp_path):
     return path
 
 
+def preview(path, tokenizer):
+    cfg = load_config(SFTConfig, path)
+    return preview_sft(cfg, prepare_sft_data(cfg.data, tokenizer, cfg.train.seed), tokenizer)
+
+
 def test_preview_counts_what_training_would_see(cfg_path, smol_tokenizer):
-    p = preview_sft(load_config(SFTConfig, cfg_path), smol_tokenizer)
+    p = preview(cfg_path, smol_tokenizer)
     assert (p["data"]["rows"], p["data"]["valid"], p["data"]["quarantined"]) == (4, 3, 1)
     assert p["errors"] == [f"{cfg_path.parent / 'train.jsonl'}:4: unknown row format (keys: text); expected "
                            "'messages', 'prompt' + 'completion', 'conversations' (ShareGPT) or "
@@ -68,7 +74,7 @@ def test_dry_run_prints_marked_example_and_creates_no_run(cfg_path, tmp_path):
 
 
 def test_terminal_output_styles_instead_of_marking(cfg_path, smol_tokenizer):
-    p = preview_sft(load_config(SFTConfig, cfg_path), smol_tokenizer)
+    p = preview(cfg_path, smol_tokenizer)
     buf = io.StringIO()
     render_preview(p, Console(file=buf, force_terminal=True, color_system="standard", width=60))
     text = buf.getvalue()

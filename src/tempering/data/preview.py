@@ -1,10 +1,10 @@
 """`temper sft CONFIG --dry-run`: what a run would train on, shown without training.
 
-The preview goes through the run's own data path (`prepare_sft_data`: load, validate,
-render with the chat template, mix replay), so its counts and its example are exactly
-what training would see; only the tokenizer is loaded, never the weights, and no run
-directory or registry row is created. `preview_sft` returns a plain dict (for tests and
-scripts); `render_preview` prints it for a person.
+The preview is built from the run's own prepared data (`recipes.sft.prepare_sft_data`:
+load, validate, render with the chat template, mix replay), so its counts and its example
+are exactly what training would see. `preview_sft` returns a plain dict (for tests and
+scripts); `render_preview` prints it for a person. The wiring (tokenizer, data) lives in
+`recipes/sft_dry_run.py`, so this package imports nothing above it.
 """
 
 from __future__ import annotations
@@ -24,30 +24,19 @@ MARK_OPEN, MARK_CLOSE = "\u27e6", "\u27e7"  # ⟦ ⟧ around trained text when o
 SHOWN_ERRORS = 5
 
 
-def preview_sft(cfg: SFTConfig, tokenizer: Any = None) -> dict[str, Any]:
+def preview_sft(cfg: SFTConfig, data: Any, tokenizer: Any) -> dict[str, Any]:
     """Resolved config, row and token counts, and the first training example's mask.
 
     Args:
         cfg: the validated SFT config (paths already resolved by `load_config`).
-        tokenizer: defaults to the config model's tokenizer.
+        data: what `recipes.sft.prepare_sft_data` returned for it (`train`, `summary`, `errors`).
+        tokenizer: the tokenizer that rendered `data`.
     Returns:
         {"config", "data" (rows/valid/quarantined and the rest of the run's data summary),
          "errors" (the first few quarantined rows as `file:line: reason`), "tokens"
          (total, loss, mean_length, max_length over the training examples), "example"
-         (spans of {"text", "trained"} or None when nothing is valid)}.
-    Raises:
-        ValueError: what a real run would refuse (no rows, a template problem, data
-            overlapping a private eval suite).
+         (spans of {"text", "trained"}, or None when nothing is valid)}.
     """
-    from tempering.evals.leakage import check_private_overlap
-    from tempering.recipes.sft import prepare_sft_data
-
-    check_private_overlap(cfg.data.train + (cfg.data.replay.data if cfg.data.replay else []))
-    if tokenizer is None:
-        from tempering.models.load import load_tokenizer
-
-        tokenizer = load_tokenizer(cfg.model)
-    data = prepare_sft_data(cfg.data, tokenizer, cfg.train.seed)
     lengths = [len(ex.input_ids) for ex in data.train]
     return {
         "config": cfg.model_dump(mode="json"),
@@ -78,16 +67,8 @@ def mask_spans(tokenizer: Any, example: RenderedExample) -> list[dict[str, Any]]
     return spans
 
 
-def dry_run_sft(cfg: SFTConfig, console: Console) -> dict[str, Any]:
-    """Print the preview; returns its counts (the command's closing JSON line)."""
-    preview = preview_sft(cfg)
-    render_preview(preview, console)
-    return {"dry_run": True, **{k: preview["data"][k] for k in ("rows", "valid", "quarantined")},
-            "tokens": preview["tokens"]}
-
-
 def render_preview(preview: dict[str, Any], console: Console) -> None:
-    """Print a preview: trained tokens styled on a terminal, else between ⟦ and ⟧."""
+    """Print a preview for a person: trained tokens styled on a terminal, else between ⟦ and ⟧."""
 
     def say(text: str | Text = "") -> None:  # data is shown as is: no markup, no re-wrapping
         console.print(text, markup=False, highlight=False, soft_wrap=True)
