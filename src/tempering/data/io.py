@@ -110,8 +110,8 @@ def _jsonl_rows(lines: Any) -> Iterator[tuple[str, Any, Exception | None]]:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            yield f"line {i}", text, RowInvalid(
-                f"not UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line); re-encode the file as UTF-8")
+            yield f"line {i}", text, RowInvalid(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at byte "
+                                                f"{exc.start + 1} of the line); re-encode the file as UTF-8")
             continue
         if not line.strip():
             continue
@@ -129,7 +129,8 @@ def _json_rows(path: Path) -> Iterator[tuple[str, Any, Exception | None]]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
-        raise ValueError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); re-encode the file as UTF-8") from None
+        raise ValueError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); "
+                         "re-encode the file as UTF-8") from None
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as exc:
