@@ -121,7 +121,8 @@ def traj(
 
 @data_app.command("validate")
 def data_validate(
-    files: List[Path] = typer.Argument(..., help="JSONL or Parquet files with a `messages` column."),
+    files: List[Path] = typer.Argument(..., help="Data files (.jsonl, .json, .parquet, or a saved HF dataset dir); "
+                                       "rows as messages, prompt/completion, ShareGPT or Alpaca."),
     model: str = typer.Option(DEFAULT_MODEL, help="Tokenizer/template used for the length and render checks."),
     max_length: int = typer.Option(2048, help="Rows rendering longer than this are bad."),
     render: bool = typer.Option(True, help="Also render with the chat template (checks length)."),
