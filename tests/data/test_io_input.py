@@ -77,3 +77,18 @@ def test_broken_json_file_names_the_line(tmp_path):
     path.write_bytes(b'[\n {"a": "\xff"}\n]')
     with pytest.raises(ValueError, match=r"broken.json:2: not UTF-8 \(byte 0xff\)"):
         list(iter_rows(path))
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_all_rows_bad_fails_sft_naming_the_file_and_first_reason(tmp_path, dry_run):
+    import yaml
+
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"text": "x"}\n{broken\n')
+    cfg = tmp_path / "sft.yaml"
+    cfg.write_text(yaml.safe_dump({"data": {"train": str(train)}, "train": {"steps": 1},
+                                   "out": str(tmp_path / "runs")}))
+    res = CliRunner().invoke(app, ["sft", str(cfg), *dry_run])
+    assert res.exit_code == 2
+    assert (f"{train}: no valid rows (2 of 2 quarantined; first: {train}:1: unknown row format"
+            in " ".join(res.stderr.split()))
