@@ -39,11 +39,15 @@ def sft(
     out_dir: Optional[str] = typer.Option(None, "--out", help="Run root."),
     name: Optional[str] = typer.Option(None, help="Run name (re-using one resumes it)."),
     full: bool = typer.Option(False, "--full", help="Train all parameters instead of LoRA."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the resolved config, row and token counts and "
+                                 "one rendered example with its loss mask; train nothing, create no run."),
 ) -> None:
     """Supervised fine-tuning on conversations (assistant-only loss)."""
     from tempering.recipes.sft import run_sft
+    from tempering.recipes.sft_dry_run import dry_run_sft
 
-    _train(SFTConfig, run_sft, config, set_, model, steps, out_dir, name, full)
+    run = (lambda cfg: dry_run_sft(cfg, out)) if dry_run else run_sft
+    _train(SFTConfig, run, config, set_, model, steps, out_dir, name, full)
 
 
 def _train(kind: type, run: Any, config: Path, set_: List[str], model: Optional[str], steps: Optional[int],
@@ -117,17 +121,20 @@ def traj(
 
 @data_app.command("validate")
 def data_validate(
-    files: List[Path] = typer.Argument(..., help="JSONL or Parquet files with a `messages` column."),
+    files: List[Path] = typer.Argument(..., help="Data files (.jsonl, .json, .parquet, or a saved HF dataset dir); "
+                                       "rows as messages, prompt/completion, ShareGPT or Alpaca."),
     model: str = typer.Option(DEFAULT_MODEL, help="Tokenizer/template used for the length and render checks."),
     max_length: int = typer.Option(2048, help="Rows rendering longer than this are bad."),
     render: bool = typer.Option(True, help="Also render with the chat template (checks length)."),
     quarantine: Optional[Path] = typer.Option(None, help="Write bad rows here (JSONL)."),
 ) -> None:
     """Validate rows without training; ends with one JSON line; exit 1 if any row is bad."""
-    from tempering.data.io import load_rows, write_quarantine
+    from tempering.data.io import NoRows, load_rows, write_quarantine
 
     try:
         loaded = load_rows([str(f) for f in files])
+    except NoRows as exc:  # an empty file is bad data: exit 1 like a bad row
+        _fail(str(exc), 1)
     except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
     if render and loaded.records:

@@ -17,7 +17,7 @@ BAD_LINES = [
      "unknown role 'wizard'"),
     (json.dumps({"messages": [{"role": "user"}, {"role": "assistant", "content": "y"}]}), "missing content"),
     (json.dumps({"messages": [{"role": "user", "content": "only a question"}]}), "no assistant turn"),
-    (json.dumps({"text": "no messages"}), "missing 'messages'"),
+    (json.dumps({"text": "no messages"}), "unknown row format (keys: text)"),
     (json.dumps([1, 2]), "not a JSON object"),
     (json.dumps({"messages": [{"role": "user", "content": "q"},
                               {"role": "assistant", "content": "a", "tool_calls": [{"arguments": {}}]}]}),

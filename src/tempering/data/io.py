@@ -1,4 +1,4 @@
-"""Read JSONL / Parquet rows, validate them, and quarantine the bad ones.
+"""Read JSONL / JSON / Parquet / saved-dataset rows, validate them, and quarantine the bad ones.
 
 Every row either becomes a validated record or a `RowError` naming file, line (JSONL) or
 row (Parquet) and the reason. Callers write errors to a quarantine file and count them;
@@ -14,14 +14,14 @@ from typing import Any, Callable, Iterator
 
 from pydantic import ValidationError
 
+from tempering.data.formats import RowInvalid, to_messages
 from tempering.types import Conversation
+
+__all__ = ["RowInvalid"]  # re-exported: callers catch it from here
 
 ROLES = ("system", "user", "assistant", "tool")
 MESSAGE_KEYS = {"role", "content", "tool_calls", "name", "tool_call_id"}
-
-
-class RowInvalid(ValueError):
-    """One row's problem, in words a user can act on."""
+BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
@@ -65,35 +65,103 @@ class LoadResult:
         return {"rows": self.rows, "valid": len(self.records), "quarantined": len(self.errors)}
 
 
+class NoRows(ValueError):
+    """A data file holds no rows at all: almost always the wrong file, never silently fine."""
+
+
 def iter_rows(path: str | Path) -> Iterator[tuple[str, Any, Exception | None]]:
-    """Yield (location, object-or-raw-text, parse error) for each row of a data file."""
+    """Yield (location, object-or-raw-text, parse error) for each row of a data file.
+
+    JSONL is read line by line as bytes, so one line that is not UTF-8 (or not JSON) is
+    that line's error and the other lines still load; a UTF-8 byte-order mark is skipped.
+    A `.json` file holds an array of rows (or one row, or JSON Lines). A directory is a
+    Hugging Face dataset saved with `save_to_disk`.
+    """
     path = Path(path)
+    if path.is_dir():
+        yield from _dataset_dir_rows(path)
+        return
     if not path.is_file():
-        raise FileNotFoundError(f"data file not found: {path}")
+        hint = "" if path.is_absolute() else (
+            " (relative paths in a config file resolve against the config's directory; "
+            "on the command line and in --set, against the working directory)")
+        raise FileNotFoundError(f"data file not found: {path}{hint}")
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
             yield f"row {i}", row, None
         return
-    if path.suffix == ".json":  # a JSON array of rows, or a single row object
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
-        for i, row in enumerate(data if isinstance(data, list) else [data], 1):
-            yield f"row {i}", row, None
+    if path.suffix == ".json":
+        yield from _json_rows(path)
         return
     if path.suffix not in (".jsonl", ".ndjson"):
-        raise ValueError(f"{path}: unsupported data format {path.suffix!r} (use .jsonl, .json or .parquet)")
-    with path.open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                yield f"line {i}", json.loads(line), None
-            except json.JSONDecodeError as exc:
-                yield f"line {i}", line.rstrip("\n"), RowInvalid(f"invalid JSON ({exc.msg} at column {exc.colno})")
+        raise ValueError(f"{path}: unsupported data format {path.suffix!r} "
+                         "(use .jsonl, .json, .parquet or a saved Hugging Face dataset directory)")
+    with path.open("rb") as fh:
+        yield from _jsonl_rows(fh)
+
+
+def _jsonl_rows(lines: Any) -> Iterator[tuple[str, Any, Exception | None]]:
+    for i, raw in enumerate(lines, 1):
+        if i == 1 and raw.startswith(BOM):
+            raw = raw[len(BOM):]
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            yield f"line {i}", text, RowInvalid(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at byte "
+                                                f"{exc.start + 1} of the line); re-encode the file as UTF-8")
+            continue
+        if not line.strip():
+            continue
+        try:
+            yield f"line {i}", json.loads(line), None
+        except json.JSONDecodeError as exc:
+            yield f"line {i}", line.rstrip("\r\n"), RowInvalid(f"invalid JSON ({exc.msg} at column {exc.colno})")
+
+
+def _json_rows(path: Path) -> Iterator[tuple[str, Any, Exception | None]]:
+    """A JSON array of rows or a single row; a `.json` file that is really JSON Lines
+    (as Hugging Face's json loader accepts) is read line by line."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); "
+                         "re-encode the file as UTF-8") from None
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data" and not text.lstrip().startswith("["):
+            yield from _jsonl_rows(data.splitlines(keepends=True))
+            return
+        raise ValueError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+    for i, row in enumerate(rows if isinstance(rows, list) else [rows], 1):
+        yield f"row {i}", row, None
+
+
+def _dataset_dir_rows(path: Path) -> Iterator[tuple[str, Any, Exception | None]]:
+    """Rows of a dataset saved with `datasets.save_to_disk`; a DatasetDict gives its
+    `train` split (other splits are their own directories: point at one of them)."""
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError(f"{path}: a directory; reading saved Hugging Face datasets needs "
+                         "the `datasets` package (pip install datasets)") from None
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: a directory, but not a Hugging Face dataset saved with "
+                         "save_to_disk (give a .jsonl, .json or .parquet file, or such a directory)") from None
+    if isinstance(ds, datasets.DatasetDict):
+        if "train" not in ds:
+            raise ValueError(f"{path}: dataset has no 'train' split (splits: {', '.join(ds)}); "
+                             f"point at one split's directory, e.g. {path / next(iter(ds))}")
+        ds = ds["train"]
+    for i, row in enumerate(ds, 1):
+        yield f"row {i}", row, None
 
 
 def _check_tool_calls(i: int, calls: Any) -> None:
@@ -137,14 +205,23 @@ def _check_message(i: int, m: Any) -> None:
 
 
 def check_conversation(obj: Any) -> Conversation:
-    """Validate one row of chat data; raises RowInvalid with the first problem found."""
-    if not isinstance(obj, dict):
-        raise RowInvalid(f"row is not a JSON object (got {type(obj).__name__})")
-    if "messages" not in obj:
-        raise RowInvalid("missing 'messages'")
-    messages = obj["messages"]
-    if not isinstance(messages, list) or not messages:
-        raise RowInvalid("'messages' must be a non-empty list")
+    """Validate one row of chat data in any supported format (see `formats.py`).
+
+    Raises:
+        RowInvalid: the first problem found; for rows not in `messages` format the reason
+            starts with the format the row was read as (its message numbers count the
+            normalised conversation).
+    """
+    fmt, messages = to_messages(obj)
+    try:
+        return _check_messages(messages)
+    except RowInvalid as exc:
+        if fmt == "messages":
+            raise
+        raise RowInvalid(f"{fmt} row: {exc}") from None
+
+
+def _check_messages(messages: list[dict]) -> Conversation:
     for i, m in enumerate(messages):
         _check_message(i, m)
     if not any(m["role"] == "assistant" for m in messages):
@@ -161,9 +238,14 @@ def check_conversation(obj: Any) -> Conversation:
 
 
 def load_rows(paths: list[str], check: Callable[[Any], Any] = check_conversation) -> LoadResult:
-    """Validate every row of every file with `check` (which raises RowInvalid)."""
+    """Validate every row of every file with `check` (which raises RowInvalid).
+
+    Raises:
+        NoRows: a file holds no rows (an empty file is a mistake, not a clean dataset).
+    """
     result = LoadResult()
     for path in paths:
+        before = result.rows
         for location, obj, error in iter_rows(path):
             result.rows += 1
             try:
@@ -172,6 +254,8 @@ def load_rows(paths: list[str], check: Callable[[Any], Any] = check_conversation
                 result.records.append(Record(check(obj), str(path), location))
             except RowInvalid as exc:
                 result.errors.append(RowError(str(path), location, str(exc), obj))
+        if result.rows == before:
+            raise NoRows(f"{path}: no rows")
     return result
 
 

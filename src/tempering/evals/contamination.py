@@ -11,8 +11,9 @@ match it (a row holding a fragment of a longer task is not flagged).
 What counts as text. Suite side: the task's `prompt`, `text`, or the contents of its
 non-system messages (system prompts are shared instructions, not task content, and would
 flag every row that reuses them). Training side: every message content (all roles), plus
-`prompt`, `text`, `completion`, `response`, `chosen` and `rejected`, or a row that is a
-plain JSON string. A row's texts are joined into one token stream.
+`prompt`, `text`, `completion`, `response`, `chosen` and `rejected`, ShareGPT
+`conversations` and Alpaca `instruction`/`input`/`output` (content parts read as text), or
+a row that is a plain JSON string. A row's texts are joined into one token stream.
 
 Privacy: the index stores 64-bit hashes of grams, not suite text, and hits name private
 suites only by suite name, task id and counts. A false match would need a hash collision
@@ -31,7 +32,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from tempering.data.io import iter_rows
 
-TRAINING_TEXT_FIELDS = ("messages", "prompt", "text", "completion", "response", "chosen", "rejected")
+TRAINING_TEXT_FIELDS = ("messages", "prompt", "text", "completion", "response", "chosen", "rejected",
+                        "conversations", "instruction", "input", "output")  # + ShareGPT, Alpaca
 SUITE_TEXT_FIELDS = ("messages", "prompt", "text")
 
 # Runs of letters/digits, or a single arithmetic operator.
@@ -65,9 +67,12 @@ def _field_texts(value: Any, *, skip_system: bool) -> list[str]:
     for item in value:
         if isinstance(item, str):
             texts.append(item)
-        elif isinstance(item, dict) and isinstance(item.get("content"), str):
-            if not (skip_system and item.get("role") == "system"):
-                texts.append(item["content"])
+        elif isinstance(item, dict):
+            content = item.get("content", item.get("value"))  # ShareGPT turns hold "value"
+            if isinstance(content, list):  # OpenAI content parts
+                content = " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+            if isinstance(content, str) and not (skip_system and item.get("role") == "system"):
+                texts.append(content)
     return texts
 
 

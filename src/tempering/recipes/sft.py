@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import DataSettings, SFTConfig
-from tempering.data.io import RowError, load_rows, write_quarantine
+from tempering.data.io import NoRows, RowError, load_rows, write_quarantine
 from tempering.data.render import RenderedExample, detect_tool_call_style, render_records
 from tempering.train.metrics import console
 
@@ -32,6 +32,9 @@ def prepare_sft_data(cfg: DataSettings, tokenizer: Any, seed: int) -> SFTData:
     style = detect_tool_call_style(tokenizer) if cfg.tool_call_style == "auto" else cfg.tool_call_style
     main = load_rows(cfg.train)
     train = render_records(main, tokenizer, style, cfg.max_length)
+    if not train:  # refuse here, naming the files: an empty example list cannot be batched
+        raise NoRows(f"{', '.join(cfg.train)}: no valid rows ({len(main.errors)} of {main.rows} "
+                     f"quarantined; first: {main.errors[0]})")
     errors = list(main.errors)
     summary: dict[str, Any] = {"rows": main.rows, "valid": len(train), "tool_call_style": style}
     if cfg.replay:
