@@ -109,7 +109,27 @@ def print_table(results: EvalResults, *, compare: EvalResults | None = None, con
             if compare is not None:
                 row += _delta_cells(base_suites.get(suite.suite), comparisons.get(suite.suite), metric.name, rich=True)
             table.add_row(*row)
-    (console or Console()).print(table)
+    print_wide(console or Console(), table)
+
+
+def print_wide(console: Console, renderable) -> None:
+    """Print at the renderable's natural width when output is not a terminal.
+
+    On a terminal rich fits a table to the window. Piped (`temper eval compare ... | tee`) it
+    would assume 80 columns and cut the CI and delta columns away; a log wants every column.
+    """
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    from rich.measure import Measurement
+
+    need = Measurement.get(console, console.options.update(max_width=10_000), renderable).maximum
+    saved = console.width
+    console.width = max(saved, need)
+    try:
+        console.print(renderable)
+    finally:
+        console.width = saved
 
 
 # ---------------------------------------------------------------------------- numbers
