@@ -316,8 +316,12 @@ def _demo_config(config: Optional[Path]) -> tuple[Path, list[str]]:
     return shipped, [f"data.train={data / 'arith_train.jsonl'}", f"data.eval={data / 'arith_heldout.jsonl'}"]
 
 
-from tempering.cli_eval import data_decontam, eval_app  # noqa: E402  (sub-commands defined there)
+from tempering.cli_chat import chat  # noqa: E402  (sub-commands defined in their own modules)
+from tempering.cli_eval import data_decontam, eval_app  # noqa: E402
+from tempering.cli_eval_show import eval_show  # noqa: E402
 
+app.command("chat")(chat)
+eval_app.command("show")(eval_show)
 app.add_typer(eval_app, name="eval")
 data_app.command("decontam")(data_decontam)
 
