@@ -83,3 +83,18 @@ def test_demo_outside_the_repo_root(tmp_path, monkeypatch):
 def test_version():
     res = CliRunner().invoke(app, ["--version"])
     assert res.exit_code == 0 and res.stdout.startswith("tempering ")
+
+
+def test_data_help_names_only_commands_that_exist():
+    # The help promised "dedup, decontam, mix" while only validate and decontam existed.
+    import re
+
+    from tempering.cli import data_app
+
+    res = CliRunner().invoke(app, ["data", "--help"])
+    assert res.exit_code == 0
+    registered = {c.name or c.callback.__name__ for c in data_app.registered_commands}
+    promised = re.findall(r"\(([^)]*)\)", data_app.info.help)[-1]
+    for name in (w.strip() for w in promised.split(",")):
+        assert name in registered, name
+        assert name in res.stdout
