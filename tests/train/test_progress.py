@@ -5,6 +5,7 @@ import io
 from rich.console import Console
 
 from tempering.train.progress import NO_GRADIENT, VERIFIERS_FAILED, TrainProgress, no_signal_reasons
+from tests.recipes.test_grpo_e2e import _config, tiny_dir  # noqa: F401  (fixture)
 from tests.train.test_trainer import make_trainer
 
 
@@ -55,3 +56,15 @@ def test_no_gradient_and_failed_verifier_warnings_once_then_counted():
     text = sink.getvalue()
     assert text.count("warning: step") == 1 and "warning: step 3:" in text
     assert "4 steps: every group's samples got the same reward" in text
+
+
+def test_grpo_cli_shows_reward_per_step(tmp_path, tiny_dir):
+    from typer.testing import CliRunner
+
+    from tempering.cli import app
+
+    res = CliRunner().invoke(app, ["grpo", str(_config(tmp_path, tiny_dir, 2))])
+    assert res.exit_code == 0, res.output
+    print(res.stderr)
+    last = [l for l in res.stderr.splitlines() if l.startswith("grpo step")][-1]
+    assert last.startswith("grpo step 2/2") and "reward " in last and "tok/s" in last
