@@ -78,7 +78,8 @@ class TrainProgress:
             self._bar.__exit__(*exc)
         for reason, n in self.warned.items():
             if n > 1:
-                self.console.print(f"[yellow]warning:[/yellow] {n} steps: {reason.split(';')[0]}", highlight=False, soft_wrap=True)
+                self.console.print(f"[yellow]warning:[/yellow] {n} steps: {reason.split(';')[0]}",
+                                   highlight=False, soft_wrap=True)
 
     def stats(self, step: int, record: dict[str, Any]) -> str:
         """`loss 1.2345  reward 0.41  1,234 tok/s` (+ ETA when not drawn by a bar)."""
@@ -98,7 +99,8 @@ class TrainProgress:
         for reason in no_signal_reasons(record):
             self.warned[reason] = self.warned.get(reason, 0) + 1
             if self.warned[reason] == 1:
-                self.console.print(f"[yellow]warning:[/yellow] step {step}: {reason}", highlight=False, soft_wrap=True)
+                self.console.print(f"[yellow]warning:[/yellow] step {step}: {reason}",
+                                   highlight=False, soft_wrap=True)
         line = self.stats(step, record)
         if self._bar is not None:
             self._bar.update(self._task, completed=step, stats=line)
