@@ -13,6 +13,7 @@ from rich.table import Table
 
 from tempering.config import DEFAULT_MODEL, ConfigError, SFTConfig, load_config
 from tempering.sandbox.cli import app as sandbox_app
+from tempering.tables import print_wide
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 app = typer.Typer(help="Tempering: post-training for open-weight language models.", no_args_is_help=True)
@@ -159,7 +160,7 @@ def traj(
     for r in rows:
         table.add_row(str(r["step"]), r["task_id"], f"{r['reward']:.2f}", f"{r['advantage']:+.2f}",
                       ",".join(r["flags"]), r["completion"][:80].replace("\n", "\\n"))
-    out.print(table)
+    print_wide(out, table)
     out.print(f"{len(rows)} rollouts")
 
 

@@ -79,27 +79,38 @@ def chat(
 
 
 def _interactive(session: ChatSession, err: Console) -> None:
-    """Read turns from stdin until /exit or end of input; replies go to stdout."""
+    """Read turns until /exit, end of input or Ctrl-C; replies go to stdout."""
     out = Console(highlight=False)
-    tty = sys.stdin.isatty()
     err.print(f"[dim]{HELP}[/dim]")
-    while True:
-        if tty:
-            out.print("[bold cyan]you>[/bold cyan] ", end="")
+    try:
+        while (text := _read_turn(out)) is not None:
+            if not text:
+                continue
+            if text in ("/exit", "/quit"):
+                break
+            if text == "/reset":
+                session.reset()
+                err.print("[dim](conversation reset)[/dim]")
+            elif text.startswith("/"):
+                err.print(f"[yellow]unknown command {text!r}[/yellow]; {HELP}")
+            else:
+                out.print("[bold green]model>[/bold green] ", end="")
+                out.print(session.say(text), markup=False)
+    except KeyboardInterrupt:
+        out.print()
+
+
+def _read_turn(out: Console) -> str | None:
+    """One stripped input line, or None at end of input. A terminal gets a prompt and line
+    editing (readline); a pipe is read plainly so scripted sessions work."""
+    if not sys.stdin.isatty():
         line = sys.stdin.readline()
-        if not line:  # end of input (Ctrl-D or a closed pipe)
-            break
-        text = line.strip()
-        if not text:
-            continue
-        if text in ("/exit", "/quit"):
-            break
-        if text == "/reset":
-            session.reset()
-            err.print("[dim](conversation reset)[/dim]")
-            continue
-        if text.startswith("/"):
-            err.print(f"[yellow]unknown command {text!r}[/yellow]; {HELP}")
-            continue
-        out.print("[bold green]model>[/bold green] ", end="")
-        out.print(session.say(text), markup=False)
+        return line.strip() if line else None
+    try:
+        import readline  # noqa: F401  (history and editing for input())
+    except ImportError:
+        pass
+    try:
+        return out.input("[bold cyan]you>[/bold cyan] ").strip()
+    except EOFError:
+        return None

@@ -112,7 +112,7 @@ def eval_show(
         for row in shown:
             out.print(sample_panel(row))
     else:
-        from tempering.evals.report import print_wide
+        from tempering.tables import print_wide
 
         print_wide(out, samples_table(shown))
     passed = sum(bool(r.get("passed")) for r in chosen)

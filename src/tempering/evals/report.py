@@ -33,6 +33,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tempering.evals.results import EvalResults, MetricResult, SuiteComparison, SuiteResult, compare as compare_results
+from tempering.tables import print_wide
 
 BASE_COLOR, CAND_COLOR = "#9aa5b1", "#2f6fdf"
 UNSTABLE_SHOWN = 5  # least stable task ids listed per public suite
@@ -110,26 +111,6 @@ def print_table(results: EvalResults, *, compare: EvalResults | None = None, con
                 row += _delta_cells(base_suites.get(suite.suite), comparisons.get(suite.suite), metric.name, rich=True)
             table.add_row(*row)
     print_wide(console or Console(), table)
-
-
-def print_wide(console: Console, renderable) -> None:
-    """Print at the renderable's natural width when output is not a terminal.
-
-    On a terminal rich fits a table to the window. Piped (`temper eval compare ... | tee`) it
-    would assume 80 columns and cut the CI and delta columns away; a log wants every column.
-    """
-    if console.is_terminal:
-        console.print(renderable)
-        return
-    from rich.measure import Measurement
-
-    need = Measurement.get(console, console.options.update(max_width=10_000), renderable).maximum
-    saved = console.width
-    console.width = max(saved, need)
-    try:
-        console.print(renderable)
-    finally:
-        console.width = saved
 
 
 # ---------------------------------------------------------------------------- numbers
