@@ -61,7 +61,7 @@ def chat(
     from tempering.models.load import ModelNotFound
     from tempering.rollout.engine import SamplingParams
 
-    err = Console(stderr=True, soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
     if precision not in ("auto", "bf16", "fp32"):
         err.print(f"[red]error:[/red] --precision must be auto, bf16 or fp32, not {precision!r}", highlight=False)
         raise typer.Exit(2)
