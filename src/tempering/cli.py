@@ -13,21 +13,70 @@ from rich.table import Table
 
 from tempering.config import DEFAULT_MODEL, ConfigError, SFTConfig, load_config
 from tempering.sandbox.cli import app as sandbox_app
+from tempering.tables import print_wide
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 app = typer.Typer(help="Tempering: post-training for open-weight language models.", no_args_is_help=True)
-data_app = typer.Typer(help="Data: validate files (more: dedup, decontam, mix).", no_args_is_help=True)
+data_app = typer.Typer(help="Data: validate files and remove eval-set rows (validate, decontam).",
+                       no_args_is_help=True)
 model_app = typer.Typer(help="Models: resolve / convert a model spec.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(model_app, name="model")
 app.add_typer(sandbox_app, name="sandbox")
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # soft wrap: an error stays one line however narrow the terminal
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {message}", highlight=False)
     raise typer.Exit(code)
+
+
+def quiet_libraries(verbose: bool) -> None:
+    """Keep stderr for Tempering's own lines: no FutureWarnings, weight-loading bars or
+    transformers/peft advice unless --verbose. Env vars first, so libraries imported later
+    read them; the logging calls cover libraries already imported."""
+    if verbose:
+        return
+    import logging
+    import warnings
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    for category in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("ignore", category=category)
+    for name in ("transformers", "peft", "accelerate", "huggingface_hub", "torch._dynamo"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    import sys
+
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"tempering {version('tempering')}")
+        except PackageNotFoundError:
+            print("tempering (not installed as a package)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def main(
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="Show library warnings, weight-loading bars and transformers/peft messages."),
+    version_: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                  help="Print the version and exit."),
+) -> None:
+    """Tempering: post-training for open-weight language models."""
+    quiet_libraries(verbose)
 
 
 @app.command()
@@ -115,7 +164,7 @@ def traj(
     for r in rows:
         table.add_row(str(r["step"]), r["task_id"], f"{r['reward']:.2f}", f"{r['advantage']:+.2f}",
                       ",".join(r["flags"]), r["completion"][:80].replace("\n", "\\n"))
-    out.print(table)
+    print_wide(out, table)
     out.print(f"{len(rows)} rollouts")
 
 
@@ -144,7 +193,12 @@ def data_validate(
 
         from tempering.data.render import TemplateError
 
-        tokenizer = load_tokenizer(model)
+        from tempering.models.load import ModelNotFound
+
+        try:
+            tokenizer = load_tokenizer(model)
+        except ModelNotFound as exc:
+            _fail(str(exc))
         try:
             render_records(loaded, tokenizer, detect_tool_call_style(tokenizer), max_length)
         except TemplateError as exc:
@@ -168,17 +222,26 @@ def verify(
     from tempering.types import Task
     from tempering.verifiers import UnknownVerifier, score
 
+    for path, what in ((task, "task"), (completion, "completion")):
+        if not path.is_file():
+            _fail(f"{path}: {what} file not found (--{what})")
     try:
-        parsed = Task.model_validate_json(task.read_text())
+        parsed = Task.model_validate_json(task.read_text(encoding="utf-8"))
     except ValidationError as exc:
         _fail(f"{task}: invalid task: {exc.errors()[0]['msg']}")
+    except UnicodeDecodeError as exc:
+        _fail(f"{task}: not UTF-8 text ({exc.reason} at byte {exc.start})")
     from tempering.sandbox import SandboxUnavailable
     from tempering.verifiers import VerifierError
 
     try:
-        reward = score(parsed, completion.read_text())
+        text = completion.read_text(encoding="utf-8", errors="replace")
+        reward = score(parsed, text)
     except UnknownVerifier as exc:
         _fail(str(exc.args[0]))
+    except KeyError as exc:  # the spec lacks a field its verifier needs (e.g. numeric without answer)
+        _fail(f"{task}: the {parsed.verifier.get('type')!r} verifier spec needs the field {exc.args[0]!r}; "
+              f"add it to \"verifier\"")
     except (VerifierError, SandboxUnavailable) as exc:
         _fail(f"the verifier could not judge (not the completion's fault): {exc}", code=3)
     print(reward.model_dump_json())
@@ -229,17 +292,44 @@ def runs(root: Path = typer.Option(Path("runs"), help="Run root holding registry
 
 @app.command()
 def demo(
-    config: Path = typer.Option(Path("examples/sft_demo.yaml"), help="The demo's SFT config."),
+    config: Optional[Path] = typer.Option(None, help="The demo's SFT config (default: examples/sft_demo.yaml "
+                                          "here, else in the Tempering source tree)."),
     set_: List[str] = typer.Option([], "--set", help="Overrides, as for `temper sft`."),
 ) -> None:
     """The main job: a short SFT run on the default model with a before/after table."""
     from tempering.recipes.demo import run_demo
 
-    run_demo(config, list(set_), out)
+    config, extra = _demo_config(config)
+    try:
+        run_demo(config, extra + list(set_), out)
+    except (ConfigError, FileNotFoundError) as exc:
+        _fail(str(exc))
 
 
-from tempering.cli_eval import data_decontam, eval_app  # noqa: E402  (sub-commands defined there)
+def _demo_config(config: Optional[Path]) -> tuple[Path, list[str]]:
+    """The demo config to use, and overrides that pin its data paths when it comes from the
+    source tree (so `temper demo` works from any directory of a checkout)."""
+    if config is not None:
+        if not config.is_file():
+            _fail(f"{config}: demo config not found")
+        return config, []
+    local = Path("examples/sft_demo.yaml")
+    if local.is_file():
+        return local, []
+    root = Path(__file__).resolve().parents[2]
+    shipped = root / "examples" / "sft_demo.yaml"
+    if not shipped.is_file():
+        _fail("the demo needs examples/sft_demo.yaml: run it from a Tempering checkout or pass --config")
+    data = root / "examples" / "data"
+    return shipped, [f"data.train={data / 'arith_train.jsonl'}", f"data.eval={data / 'arith_heldout.jsonl'}"]
 
+
+from tempering.cli_chat import chat  # noqa: E402  (sub-commands defined in their own modules)
+from tempering.cli_eval import data_decontam, eval_app  # noqa: E402
+from tempering.cli_eval_show import eval_show  # noqa: E402
+
+app.command("chat")(chat)
+eval_app.command("show")(eval_show)
 app.add_typer(eval_app, name="eval")
 data_app.command("decontam")(data_decontam)
 

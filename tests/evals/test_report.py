@@ -142,3 +142,18 @@ def test_names_are_plain_text(tmp_path):
     console = Console(record=True, width=200)
     print_table(odd, console=console)
     assert "gsm[8k] <b>$x_$</b>" in console.export_text()
+
+
+def test_print_table_keeps_every_column_when_piped():
+    # Not a terminal (a pipe, `| tee`): rich assumed 80 columns and cut CI, delta and p away.
+    import io
+
+    sink = io.StringIO()
+    console = Console(file=sink, width=80)
+    assert not console.is_terminal
+    print_table(results("cand-7", improved=True), compare=results("base-0"), console=console)
+    text = sink.getvalue()
+    for cell in ["delta CI", "seed std", "+0.300 sig", "[0.", "arith-public"]:
+        assert cell in text, cell
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) > 80

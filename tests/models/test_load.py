@@ -28,7 +28,24 @@ def test_missing_paths_fail_clearly(tmp_path):
         resolve_model(str(tmp_path))
     with pytest.raises(ModelNotFound, match="not found"):
         resolve_model("./no/such/dir")
-    assert resolve_model("someorg/some-model") == "someorg/some-model"  # hub ids pass through
+
+
+
+def test_hub_ids_pass_through_only_when_loadable_here(tmp_path, monkeypatch):
+    """Offline, a hub id not in the local hub cache is unknown (one line, not a connection
+    traceback from from_pretrained); a cached one passes through to from_pretrained."""
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(ModelNotFound, match=r"unknown model 'someorg/some-model'.*offline"):
+        resolve_model("someorg/some-model")
+    repo = tmp_path / "models--someorg--some-model"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "config.json").write_text("{}")
+    assert resolve_model("someorg/some-model") == "someorg/some-model"
 
 
 def test_lora_adapter_saves_in_peft_format_and_export_merges(tmp_path, smol_tokenizer):

@@ -33,6 +33,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tempering.evals.results import EvalResults, MetricResult, SuiteComparison, SuiteResult, compare as compare_results
+from tempering.tables import print_wide
 
 BASE_COLOR, CAND_COLOR = "#9aa5b1", "#2f6fdf"
 UNSTABLE_SHOWN = 5  # least stable task ids listed per public suite
@@ -109,7 +110,7 @@ def print_table(results: EvalResults, *, compare: EvalResults | None = None, con
             if compare is not None:
                 row += _delta_cells(base_suites.get(suite.suite), comparisons.get(suite.suite), metric.name, rich=True)
             table.add_row(*row)
-    (console or Console()).print(table)
+    print_wide(console or Console(), table)
 
 
 # ---------------------------------------------------------------------------- numbers

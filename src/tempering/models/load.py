@@ -99,7 +99,46 @@ def resolve_model(spec: str) -> str:
         raise ModelNotFound(f"{path} is a directory without config.json or adapter_config.json")
     if path.exists() or spec.startswith((".", "/", "~")):
         raise ModelNotFound(f"model path not found or not a model: {spec}")
-    return spec  # a hub id; from_pretrained reports if no hub is reachable
+    return check_hub_id(spec)
+
+
+def hub_offline() -> bool:
+    """Whether the hub is switched off here (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)."""
+    return any(os.environ.get(k, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+               for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _unknown(spec: str, why: str) -> ModelNotFound:
+    return ModelNotFound(f"unknown model {spec!r}: not an alias ({', '.join(sorted(ALIASES))}), "
+                         f"not a local path, and {why}")
+
+
+def check_hub_id(spec: str) -> str:
+    """`spec` itself when it names a hub model loadable here, else ModelNotFound (one line).
+
+    Checked up front so a typo fails with its name and the aliases instead of a long
+    connection-error traceback from deep inside `from_pretrained`.
+    """
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(spec, "config.json"), str):
+            return spec  # in the local hub cache: loads offline too
+    except ValueError:  # not even a valid repo id (bad characters)
+        raise _unknown(spec, "not a valid hub id") from None
+    if hub_offline():
+        raise _unknown(spec, "this machine is offline (HF_HUB_OFFLINE=1), so hub ids cannot be fetched")
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    try:
+        HfApi().model_info(spec, timeout=10)
+    except RepositoryNotFoundError:
+        raise _unknown(spec, "no such model on the hub") from None
+    except Exception as exc:  # noqa: BLE001  any transport error (httpx's are not OSErrors) means unreachable
+        raise _unknown(spec, f"the hub could not be reached ({type(exc).__name__}: {exc}); "
+                             "set HF_HUB_OFFLINE=1 on machines without a network") from None
+    return spec
 
 
 def adapter_base(path: str) -> str | None:

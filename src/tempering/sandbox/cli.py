@@ -24,24 +24,42 @@ def run(
     limits: str = typer.Option("", "--limits", help="e.g. wall_s=5,memory_bytes=128M,output_bytes=64K"),
     backend: str = typer.Option("bwrap", "--backend", help="bwrap | nsjail | auto | unsafe-local"),
 ) -> None:
-    """Run CMD (or --file F) in a fresh sandbox and print the ExecResult as JSON."""
+    """Run CMD (or --file F) in a fresh sandbox and print the ExecResult as JSON.
+
+    Exit status: 0 when the program ran and exited 0; 1 when it failed, timed out or was
+    killed (status not ok, or a non-zero exit code); 2 when the sandbox itself could not run it.
+    """
     if (file is None) == (not cmd):
         raise typer.BadParameter("give either --file F or -- CMD...")
+    code = None
+    if file is not None:
+        try:
+            code = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            typer.echo(f"error: {file}: cannot read the program ({getattr(e, 'strerror', None) or e})", err=True)
+            raise typer.Exit(2) from None
     try:
         parsed = Limits.parse(limits)
     except (ValueError, TypeError) as e:
         raise typer.BadParameter(str(e), param_hint="--limits") from e
     try:
         with SandboxPool(backend=backend, size=1, limits=parsed) as pool:
-            if file is not None:
-                result = pool.exec(code=file.read_text())
+            if code is not None:
+                result = pool.exec(code=code)
             else:
                 result = pool.exec(list(cmd))
     except SandboxUnavailable as e:
         typer.echo(f"sandbox unavailable: {e}", err=True)
         raise typer.Exit(2) from e
     typer.echo(result.to_json())
-    raise typer.Exit(0 if result.status != "sandbox_error" else 2)
+    raise typer.Exit(exit_code(result))
+
+
+def exit_code(result) -> int:
+    """The `sandbox run` exit status for an ExecResult (see `run`)."""
+    if result.status == "sandbox_error":
+        return 2
+    return 0 if result.status == "ok" and result.exit_code == 0 else 1
 
 
 @app.command()

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from tempering.config import TrainSettings
 from tempering.train.checkpoint import (list_checkpoints, load_checkpoint, remove_partial, save_checkpoint,
@@ -27,6 +26,7 @@ from tempering.train.checkpoint import (list_checkpoints, load_checkpoint, remov
 from tempering.train.guard import AnomalyGuard
 from tempering.train.metrics import MetricsLog, console
 from tempering.train.precision import resolve_precision
+from tempering.train.progress import TrainProgress
 from tempering.train.schedule import lr_at
 
 
@@ -248,10 +248,7 @@ class Trainer:
     def _loop(self, resumed: int | None) -> TrainResult:
         losses, history, t_start = [], [], time.perf_counter()
         every = self.settings.checkpoint.every
-        with Progress(TextColumn(f"[bold]{self.objective.name}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(),
-                      console=console, transient=True) as bar:
-            task = bar.add_task("train", total=self.settings.steps, completed=self.step, loss="-")
+        with TrainProgress(self.objective.name, self.settings.steps, self.step, console) as progress:
             limit = self.settings.max_minutes * 60 if self.settings.max_minutes else None
             while self.step < self.settings.steps:
                 if limit is not None and time.perf_counter() - t_start > limit:
@@ -268,7 +265,7 @@ class Trainer:
                 history.append(record)
                 if self.step % self.settings.log_every == 0:
                     self.metrics.write(record)
-                bar.update(task, completed=self.step, loss=f"{record['loss']:.4f}")
+                progress(self.step, record)
                 if self.step % every == 0 or self.step == self.settings.steps:
                     self.save()
                 for cb in self.callbacks:

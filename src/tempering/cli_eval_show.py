@@ -1,0 +1,120 @@
+"""`temper eval show RUN_DIR`: browse the generations an eval run stored, with their scores.
+
+`temper eval run` writes `<out>/samples.jsonl`, one JSON object per generation:
+`{"suite","task_id","template","seed","sample","prompt","completion","reward","passed","status","detail"}`
+(`status`: scored | verifier_error | timeout; private suites: task ids hashed, no prompt or
+completion). This reads it back as a table, or as one panel per generation with `--task` or
+`--full`. Registered in `tempering.cli` as `eval_app.command("show")(eval_show)`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+SAMPLES = "samples.jsonl"
+
+
+class SamplesError(ValueError):
+    """samples.jsonl is missing or a line of it is not a JSON object."""
+
+
+def read_samples(path: Path) -> list[dict[str, Any]]:
+    """Every row of a samples.jsonl (or of `<dir>/samples.jsonl`); bad lines name file:line."""
+    file = path / SAMPLES if path.is_dir() else path
+    if not file.is_file():
+        raise SamplesError(f"{file}: not found (`temper eval run --out DIR` writes DIR/{SAMPLES})")
+    rows = []
+    with file.open(encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SamplesError(f"{file}:{n}: not JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise SamplesError(f"{file}:{n}: expected a JSON object")
+            rows.append(row)
+    return rows
+
+
+def select_samples(rows: list[dict[str, Any]], suite: str | None = None, failed: bool = False,
+                   task: str | None = None) -> list[dict[str, Any]]:
+    """The rows matching every filter given (file order kept)."""
+    return [r for r in rows if (suite is None or r.get("suite") == suite)
+            and (not failed or not r.get("passed"))
+            and (task is None or str(r.get("task_id")) == task)]
+
+
+def _one_line(text: Any, width: int) -> str:
+    if text is None:
+        return "(private)"
+    flat = str(text).replace("\n", "\\n")
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _reward(row: dict[str, Any]) -> str:
+    value = row.get("reward")
+    mark = "[green]pass[/green]" if row.get("passed") else "[red]fail[/red]"
+    return f"{value:.2f} {mark}" if isinstance(value, (int, float)) else mark
+
+
+def samples_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table("suite", "task", "seed", "#", "reward", "status", "completion")
+    for r in rows:
+        status = r.get("status", "")
+        table.add_row(escape(str(r.get("suite", ""))), escape(str(r.get("task_id", ""))), str(r.get("seed", "")),
+                      str(r.get("sample", "")), _reward(r),
+                      status if status == "scored" else f"[yellow]{escape(str(status))}[/yellow]",
+                      escape(_one_line(r.get("completion"), 60)))
+    return table
+
+
+def sample_panel(row: dict[str, Any]) -> Panel:
+    parts = [f"[bold]prompt[/bold]\n{escape(str(row.get('prompt', '(private)')))}",
+             f"[bold]completion[/bold]\n{escape(str(row.get('completion', '(private)')))}"]
+    if row.get("detail"):
+        parts.append(f"[bold]detail[/bold]\n{escape(str(row['detail']))}")
+    title = (f"{escape(str(row.get('suite')))} / {escape(str(row.get('task_id')))}  seed {row.get('seed')} "
+             f"sample {row.get('sample')}  template {escape(str(row.get('template', '-')))}")
+    return Panel("\n\n".join(parts), title=title, subtitle=f"{_reward(row)}  {escape(str(row.get('status', '')))}")
+
+
+def eval_show(
+    run_dir: Path = typer.Argument(..., help="An eval output dir (holding samples.jsonl) or the file itself."),
+    suite: Optional[str] = typer.Option(None, help="Only this suite."),
+    failed: bool = typer.Option(False, "--failed", help="Only generations that did not pass."),
+    task: Optional[str] = typer.Option(None, help="Only this task id (shown in full, one panel per sample)."),
+    limit: int = typer.Option(20, help="Rows to show (0: all)."),
+    full: bool = typer.Option(False, "--full", help="One panel per generation (prompt, completion, detail)."),
+) -> None:
+    """Browse an eval run's stored generations: prompt, completion, reward, status."""
+    out, err = Console(), Console(stderr=True, soft_wrap=True)
+    if limit < 0:
+        err.print(f"[red]error:[/red] --limit must be 0 (all) or more, not {limit}", highlight=False)
+        raise typer.Exit(2)
+    try:
+        rows = read_samples(run_dir)
+    except SamplesError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(2) from None
+    chosen = select_samples(rows, suite, failed, task)
+    shown = chosen[:limit] if limit else chosen
+    if task is not None or full:
+        for row in shown:
+            out.print(sample_panel(row))
+    else:
+        from tempering.tables import print_wide
+
+        print_wide(out, samples_table(shown))
+    passed = sum(bool(r.get("passed")) for r in chosen)
+    out.print(f"{len(shown)} shown of {len(chosen)} matching ({passed} passed); {len(rows)} in the file",
+              highlight=False)
