@@ -74,6 +74,33 @@ def train_recall(model, tok, rows: list[dict], steps: int, lr: float = 2e-2, see
     model.eval()
 
 
+def answer_accuracy(model, tok, rows: list[dict]) -> float:
+    """Share of rows whose answer token is the model's argmax after the prompt (one forward)."""
+    hits = 0
+    with torch.no_grad():
+        for r in rows:
+            prompt = tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], add_generation_prompt=True,
+                                             tokenize=True)
+            prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+            logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+            hits += int(logits.argmax()) == tok.convert_tokens_to_ids(r["verifier"]["answer"])
+    return hits / len(rows)
+
+
+def degrade_until(model, tok, rows: list[dict], at_most: float, scales=(0.35, 0.5, 0.7, 1.0)):
+    """The least-noised copy (over `scales`) whose greedy answer accuracy is <= `at_most`.
+
+    How much noise a trained tiny model survives depends on the host's kernels (the same
+    training lands elsewhere on an AVX512 host than on an AVX2 one), so the test calibrates
+    the damage instead of fixing the noise scale. Returns (copy, scale, accuracy)."""
+    for scale in scales:
+        noisy = degrade(model, scale)
+        acc = answer_accuracy(noisy, tok, rows)
+        if acc <= at_most:
+            return noisy, scale, acc
+    raise AssertionError(f"no noise scale in {scales} brought answer accuracy to <= {at_most}")
+
+
 def degrade(model, scale: float, seed: int = 0):
     """A copy with Gaussian noise of `scale` x each tensor's std added to every weight."""
     import copy

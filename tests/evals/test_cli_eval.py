@@ -14,9 +14,9 @@ from tempering.evals.results import EvalResults, compare
 from tempering.evals.runner import run_suite
 from tempering.evals.suite import read_suite
 from tempering.rollout.engine import Engine
-from tests.evals.conftest import degrade, recall_tasks, record_run, sft_row, write_jsonl, write_suite
+from tests.evals.conftest import degrade, degrade_until, recall_tasks, record_run, sft_row, write_jsonl, write_suite
 
-DEGRADE = 0.35  # noise (x each tensor's std) of the degraded checkpoint
+DEGRADED_AT_MOST = 0.85  # greedy answer accuracy of the degraded checkpoint (the base is ~0.99)
 NULL_NOISE = 0.7  # a noisier copy for the null comparisons: ~45% accuracy, so seeds change outcomes
 GATE = ["no significant regression on reasoning", "recall.accuracy >= base - 0.05", "contamination == 0"]
 runner = CliRunner()
@@ -46,7 +46,9 @@ def gate_file(env):
 def degraded_dir(recall_model, tmp_path_factory):
     model, tok, _ = recall_model
     path = tmp_path_factory.mktemp("degraded")
-    degrade(model, DEGRADE).save_pretrained(path)
+    _, _, rows = recall_model
+    noisy, _, _ = degrade_until(model, tok, rows, DEGRADED_AT_MOST)
+    noisy.save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
