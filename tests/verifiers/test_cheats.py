@@ -12,7 +12,8 @@ process, read in the usual lax ways: passed if the exit status is 0 (`exit0`), i
 shows a pass (`stdout`), or if the run timed out with no failure printed (`timeout`).
 `visible` runs only the prompt's docstring examples (a lookup table passes those).
 
-Header of a cheat file: `# task:`, `# attack:`, `# naive:`, `# flag:` (expected flag) and
+Header of a cheat file: `# task:` (a HumanEval id, or the id of a task in cheats/tasks.jsonl:
+tasks whose tests have a shape no HumanEval task has, such as `all(map(candidate, ...))`), `# attack:`, `# naive:`, `# flag:` (expected flag) and
 optionally `# raw: partial` (the judge alone gives 0 < value < 1: the hidden tests catch a
 lookup table only where it guesses wrong).
 """
@@ -56,6 +57,12 @@ class Cheat:
     raw: str
 
 
+def battery_tasks() -> dict[str, Task]:
+    """HumanEval's tasks and the battery's own (cheats/tasks.jsonl), by id."""
+    own = [Task.model_validate_json(line) for line in (CHEAT_DIR / "tasks.jsonl").read_text().splitlines() if line]
+    return {t.id: t for t in [*humaneval_tasks(), *own]}
+
+
 def load_cheat(path: Path) -> Cheat:
     header = {}
     for line in path.read_text().splitlines():
@@ -63,7 +70,7 @@ def load_cheat(path: Path) -> Cheat:
             break
         key, value = line[2:].split(":", 1)
         header[key.strip()] = value.strip()
-    task = {t.id: t for t in humaneval_tasks()}[header["task"]]
+    task = battery_tasks()[header["task"]]
     task = task.model_copy(update={"verifier": {**task.verifier, **FAST}})
     return Cheat(path.stem, task, path.read_text(), header["naive"], header["flag"], header.get("raw", "zero"))
 
