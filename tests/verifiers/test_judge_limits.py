@@ -54,11 +54,13 @@ def test_a_lone_surrogate_does_not_crash_temper_verify(tmp_path):
 
 
 def test_decode_stops_at_the_element_cap_and_the_deadline():
+    later = time.monotonic() + 600
     with pytest.raises(ReplyTooLarge, match="more than"):
-        decode(["list", [["none"]] * (MAX_REPLY_ELEMENTS + 1)])
+        decode(["list", [["none"]] * (MAX_REPLY_ELEMENTS + 1)], budget=DecodeBudget(later))
     with pytest.raises(ReplyTooLarge, match="too slow"):
         decode(["list", [["int", "1"]] * 10], budget=DecodeBudget(time.monotonic() - 1))
-    assert decode(["list", [["none"]] * 1000]) == [None] * 1000
+    at_cap = ["list", [["none"]] * (MAX_REPLY_ELEMENTS - 1)]  # the list itself is one value
+    assert decode(at_cap, budget=DecodeBudget(later)) == [None] * (MAX_REPLY_ELEMENTS - 1)
 
 
 def crafted_reply_program(reply_expr: str) -> str:

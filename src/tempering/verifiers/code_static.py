@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_COMPLETION_CHARS = 200_000
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -127,7 +127,7 @@ def cheat_flags(tree: ast.Module, program: Program, prompt: str, entry_point: st
     return sorted(found)
 
 
-def _reach_flags(node: ast.AST, sys_names: set[str], modules: set[str], strings: dict[str, object]) -> list[str]:
+def _reach_flags(node: ast.AST, sys_names: set[str], modules: set[str], strings: FoldEnv) -> list[str]:
     """What slips past name-based checks: `__name__` bound by an import or `except ... as`, a
     forbidden module reached as another module's attribute (`random._os`), sys's own dunders
     (`sys.__dict__`), and dunder or module names built from pieces (`"_" * 2 + "class" + ...`)."""
@@ -135,7 +135,8 @@ def _reach_flags(node: ast.AST, sys_names: set[str], modules: set[str], strings:
     if _binds(node) == "__name__":
         flags.append("cheat:name_rebind")
     if isinstance(node, ast.Attribute):
-        private = node.attr.startswith("_") and node.attr.lstrip("_") in MODULE_ALIASES
+        own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")  # a class's own `self._io`
+        private = node.attr.startswith("_") and node.attr.lstrip("_") in MODULE_ALIASES and not own
         if private or (isinstance(node.value, ast.Name) and node.value.id in modules and node.attr in MODULE_ALIASES):
             flags.append("cheat:module_alias")
         if isinstance(node.value, ast.Name) and node.value.id in sys_names and node.attr.startswith("__"):
@@ -259,23 +260,32 @@ def _docstrings(tree: ast.Module) -> set[int]:
 
 # --- strings built from pieces ---------------------------------------------------------------
 
-def _string_env(nodes: list[ast.AST]) -> dict[str, object]:
+@dataclass
+class FoldEnv:
+    """Names bound to one constant value, and folds already done (each node folds once per pass)."""
+
+    names: dict[str, object] = field(default_factory=dict)
+    memo: dict[int, object] = field(default_factory=dict)
+
+
+def _string_env(nodes: list[ast.AST]) -> FoldEnv:
     """Names the completion binds to one constant-foldable value (`d = "_" * 2`), for `_fold`.
     A name bound twice to different values, or to anything unfoldable, is left out."""
-    assigned: dict[str, list[ast.expr]] = {}
+    assigned: dict[str, list[ast.expr | None]] = {}
     for node in nodes:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             assigned.setdefault(node.targets[0].id, []).append(node.value)
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr)):
             if isinstance(node.target, ast.Name):
                 assigned.setdefault(node.target.id, []).append(None)  # rebinding we do not follow
-    env: dict[str, object] = {}
+    env = FoldEnv()
     for _ in range(3):  # chains: a = "_"; d = a * 2
         for name, values in assigned.items():
             folded = [_fold(v, env) for v in values]
             first = folded[0]
             if first is not None and all(type(f) is type(first) and f == first for f in folded):
-                env[name] = first
+                env.names[name] = first
+        env.memo.clear()
     return env
 
 
@@ -283,25 +293,29 @@ _METHODS = frozenset({"join", "upper", "lower", "replace", "strip", "lstrip", "r
                       "capitalize", "swapcase", "casefold"})
 
 
-def _fold(node: ast.AST | None, env: dict[str, object], depth: int = 0):
+def _fold(node: ast.AST | None, env: FoldEnv, depth: int = 0):
     """The value of a constant expression over str/bytes/int (`"_" * 2 + "class"`, `chr(95)`,
     `"".join([...])`, f-strings, slices, a few str methods), or None. Values stay small
-    (`_FOLD_MAX`), so a hostile expression costs nothing to fold."""
+    (`_FOLD_MAX`), so a hostile expression costs little to fold."""
     if node is None or depth > 30:
         return None
+    if id(node) in env.memo:
+        return env.memo[id(node)]
     value = _fold_step(node, env, depth + 1)
     if isinstance(value, (str, bytes, list, tuple)) and len(value) > _FOLD_MAX:
-        return None
+        value = None
     if isinstance(value, int) and abs(value) > 10**6:
-        return None
+        value = None
+    if value is not None or depth == 0:  # a None below the top may be the depth cap, not the node's own
+        env.memo[id(node)] = value
     return value
 
 
-def _fold_step(node: ast.AST, env: dict[str, object], depth: int):
+def _fold_step(node: ast.AST, env: FoldEnv, depth: int):
     if isinstance(node, ast.Constant) and type(node.value) in (str, bytes, int):
         return node.value
     if isinstance(node, ast.Name):
-        return env.get(node.id)
+        return env.names.get(node.id)
     if isinstance(node, (ast.List, ast.Tuple)):
         items = [_fold(e, env, depth) for e in node.elts]
         return None if any(i is None for i in items) else tuple(items)
@@ -325,7 +339,7 @@ def _fold_step(node: ast.AST, env: dict[str, object], depth: int):
     return None
 
 
-def _fold_subscript(node: ast.Subscript, env: dict[str, object], depth: int):
+def _fold_subscript(node: ast.Subscript, env: FoldEnv, depth: int):
     value = _fold(node.value, env, depth)
     if value is None:
         return None
@@ -337,7 +351,7 @@ def _fold_subscript(node: ast.Subscript, env: dict[str, object], depth: int):
     return _try(lambda: value[index]) if isinstance(index, int) else None
 
 
-def _fold_call(node: ast.Call, env: dict[str, object], depth: int):
+def _fold_call(node: ast.Call, env: FoldEnv, depth: int):
     args = [_fold(a, env, depth) for a in node.args]
     if any(a is None for a in args):
         return None
