@@ -36,7 +36,9 @@ import time
 VERDICT_MAGIC = "TEMPERING-VERDICT"
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 MAX_REPLY_ELEMENTS = 200_000
-"""Values in one decoded reply: a set of 200k colliding ints already costs seconds to build."""
+"""Values in one decoded reply. The cap bounds what an ordinary big reply costs; a reply built to
+be slow per value (a set of ints sharing one hash is quadratic to build) meets the call's
+deadline, which decoding checks at every value."""
 MAX_DEPTH = 200
 CHECK_NAME = "check"
 RECORDER = "__tempering_judge__"
