@@ -64,15 +64,15 @@ def test_decode_stops_at_the_element_cap_and_the_deadline():
 
 
 def crafted_reply_program(reply_expr: str) -> str:
-    """A candidate that writes its own 'ok' reply line straight to the judge's pipe when called
-    (only the judge alone sees this: the static checks would flag `import os`)."""
+    """A candidate that builds its own 'ok' reply line at load time and writes it straight to the
+    judge's pipe when called (only the judge alone sees this: the static checks flag `import os`)."""
     return ("import os, stat, time\n"
+            f"LINE = ('[\"ok\", ' + {reply_expr} + ']\\n').encode()\n"
             "def add(a, b):\n"
-            f"    line = ('[\"ok\", ' + {reply_expr} + ']\\n').encode()\n"
             "    for fd in range(3, 64):\n"
             "        try:\n"
             "            if stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
-            "                os.write(fd, line)\n"
+            "                os.write(fd, LINE)\n"
             "        except OSError:\n"
             "            pass\n"
             "    time.sleep(60)\n")  # until the judge ends us
@@ -85,7 +85,8 @@ def crafted_reply_program(reply_expr: str) -> str:
     "'[\"set\", [' + ', '.join('[\"int\", \"%x\"]' % (1 + k * ((1 << 61) - 1)) for k in range(250_000)) + ']]'",
 ], ids=["too_many_values", "colliding_hashes"])
 def test_a_reply_expensive_to_decode_is_the_candidates_loss(ctx, reply_expr):
-    spec = CodeSpec.model_validate(add_task(call_timeout_s=1.0, budget_s=4.0).verifier)
+    one_call = "def check(candidate):\n    assert candidate(1, 2) == 3\n"
+    spec = CodeSpec.model_validate(add_task(tests=one_call, call_timeout_s=3.0, budget_s=6.0).verifier)
     reward = reward_from_run(run_judge(spec, crafted_reply_program(reply_expr), ctx.sandbox()))
     assert reward.value == 0.0, reward
     assert "call_reply_too_large" in reward.flags, reward  # a verdict came back, not the sandbox's wall limit
