@@ -53,6 +53,19 @@ def test_a_lone_surrogate_does_not_crash_temper_verify(tmp_path):
     assert reward.value == 0.0 and "ValueError" in reward.detail
 
 
+def test_any_verifiers_text_is_made_writable_by_score(monkeypatch):
+    """`score` is the one entry point, so a plug-in verifier quoting raw completion text is covered too."""
+    from tempering.verifiers import VERIFIERS
+
+    def echo(spec, completion, ctx):
+        return Reward(value=0.0, flags=[f"saw:{completion}"], detail=f"saw {completion}")
+
+    monkeypatch.setitem(VERIFIERS, "test_echo", echo)
+    reward = score(Task(id="e", prompt="say", verifier={"type": "test_echo"}), "a" + chr(0xD800))
+    back = Reward.model_validate_json(reward.model_dump_json())
+    assert back.detail == "saw a?" and back.flags == ["saw:a?"]
+
+
 def test_decode_stops_at_the_element_cap_and_the_deadline():
     later = time.monotonic() + 600
     with pytest.raises(ReplyTooLarge, match="more than"):
