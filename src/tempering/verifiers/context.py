@@ -10,6 +10,7 @@ one call), and a remote sandbox can replace the local pool without touching a ve
 
 from __future__ import annotations
 
+import atexit
 import threading
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,7 @@ class VerifierContext:
                 from tempering.sandbox import SandboxPool
 
                 self._owned = SandboxPool(size=self._size)
+                atexit.register(self._owned.close)  # a context left unclosed still frees its uids and mounts
             return self._owned
 
     def close(self) -> None:
@@ -63,6 +65,7 @@ class VerifierContext:
         with self._lock:
             owned, self._owned, self._closed = self._owned, None, True
         if owned is not None:
+            atexit.unregister(owned.close)
             owned.close()
 
     def __enter__(self) -> VerifierContext:
