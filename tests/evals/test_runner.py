@@ -81,10 +81,10 @@ def test_verifier_errors_are_skipped_and_counted(recall_model, engine, tmp_path,
     rows = [dict(r, verifier={"type": "flaky", "answer": r["verifier"]["answer"], "broken": i % 3 == 0})
             for i, r in enumerate(rows)]
 
-    def flaky(spec, completion):
+    def flaky(spec, completion, ctx):
         if spec["broken"]:
             raise VerifierError("judge crashed")
-        return VERIFIERS["numeric"](spec, completion)
+        return VERIFIERS["numeric"](spec, completion, ctx)
 
     monkeypatch.setitem(VERIFIERS, "flaky", flaky)
     s = read_suite(write_suite(tmp_path, "flaky", write_jsonl(tmp_path / "f.jsonl", rows)))

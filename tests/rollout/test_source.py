@@ -14,7 +14,7 @@ from tests.conftest import tiny_llama
 
 
 @register("test_first_char")
-def _first_char(spec, completion):
+def _first_char(spec, completion, ctx):
     """1 when the completion starts with a character from `chars` (test verifier)."""
     from tempering.types import Reward
 
@@ -22,7 +22,7 @@ def _first_char(spec, completion):
 
 
 @register("test_crash")
-def _crash(spec, completion):
+def _crash(spec, completion, ctx):
     raise RuntimeError("verifier exploded")
 
 

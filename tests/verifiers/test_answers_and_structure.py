@@ -102,16 +102,16 @@ def test_verify_cli_prints_reward_last(tmp_path):
     assert reward["value"] == 1.0 and reward["components"] == {"correct": 1.0}
 
 
-def test_numeric_close_gives_graded_credit_and_can_require_a_bare_number():
+def test_numeric_close_gives_graded_credit_and_can_require_a_bare_number(ctx):
     from tempering.verifiers.base import score_spec
 
     spec = {"type": "numeric_close", "answer": "155"}
-    assert score_spec(spec, "155").value == 1.0
-    assert score_spec(spec, "67 + 88 = 154").value == pytest.approx(0.9)   # 1 - 1/10
-    assert score_spec(spec, "160").value == pytest.approx(0.5)             # 1 - 5/10
-    assert score_spec(spec, "43").value == 0.0                             # far: no credit
-    assert score_spec({**spec, "scale": 20}, "145").value == pytest.approx(0.5)
+    assert score_spec(spec, "155", ctx).value == 1.0
+    assert score_spec(spec, "67 + 88 = 154", ctx).value == pytest.approx(0.9)   # 1 - 1/10
+    assert score_spec(spec, "160", ctx).value == pytest.approx(0.5)             # 1 - 5/10
+    assert score_spec(spec, "43", ctx).value == 0.0                             # far: no credit
+    assert score_spec({**spec, "scale": 20}, "145", ctx).value == pytest.approx(0.5)
     bare = {**spec, "bare_only": True}
-    assert score_spec(bare, " 154\n").value == pytest.approx(0.9)
-    assert score_spec(bare, "67 + 88 = 154").value == 0.0
-    assert score_spec(spec, "no number").value == 0.0
+    assert score_spec(bare, " 154\n", ctx).value == pytest.approx(0.9)
+    assert score_spec(bare, "67 + 88 = 154", ctx).value == 0.0
+    assert score_spec(spec, "no number", ctx).value == 0.0

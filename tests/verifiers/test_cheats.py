@@ -12,7 +12,8 @@ process, read in the usual lax ways: passed if the exit status is 0 (`exit0`), i
 shows a pass (`stdout`), or if the run timed out with no failure printed (`timeout`).
 `visible` runs only the prompt's docstring examples (a lookup table passes those).
 
-Header of a cheat file: `# task:`, `# attack:`, `# naive:`, `# flag:` (expected flag) and
+Header of a cheat file: `# task:` (a HumanEval id, or the id of a task in cheats/tasks.jsonl:
+tasks whose tests have a shape no HumanEval task has, such as `all(map(candidate, ...))`), `# attack:`, `# naive:`, `# flag:` (expected flag) and
 optionally `# raw: partial` (the judge alone gives 0 < value < 1: the hidden tests catch a
 lookup table only where it guesses wrong).
 """
@@ -29,7 +30,7 @@ from tempering.sandbox.base import MiB
 from tempering.sources.humaneval import humaneval_tasks
 from tempering.types import Task
 from tempering.verifiers import score
-from tempering.verifiers.code import CodeSpec, reward_from_run, run_judge, sandbox_pool
+from tempering.verifiers.code import CodeSpec, reward_from_run, run_judge
 from tempering.verifiers.code_static import assemble_program, visible_examples
 
 CHEAT_DIR = Path(__file__).parent / "cheats"
@@ -56,6 +57,12 @@ class Cheat:
     raw: str
 
 
+def battery_tasks() -> dict[str, Task]:
+    """HumanEval's tasks and the battery's own (cheats/tasks.jsonl), by id."""
+    own = [Task.model_validate_json(line) for line in (CHEAT_DIR / "tasks.jsonl").read_text().splitlines() if line]
+    return {t.id: t for t in [*humaneval_tasks(), *own]}
+
+
 def load_cheat(path: Path) -> Cheat:
     header = {}
     for line in path.read_text().splitlines():
@@ -63,12 +70,12 @@ def load_cheat(path: Path) -> Cheat:
             break
         key, value = line[2:].split(":", 1)
         header[key.strip()] = value.strip()
-    task = {t.id: t for t in humaneval_tasks()}[header["task"]]
+    task = battery_tasks()[header["task"]]
     task = task.model_copy(update={"verifier": {**task.verifier, **FAST}})
     return Cheat(path.stem, task, path.read_text(), header["naive"], header["flag"], header.get("raw", "zero"))
 
 
-def naive_run(task: Task, completion: str, visible_only: bool = False):
+def naive_run(task: Task, completion: str, sandbox, visible_only: bool = False):
     spec = task.verifier
     program = assemble_program(spec["prompt"], completion, spec["entry_point"]).source
     tests = spec["tests"]
@@ -79,7 +86,7 @@ def naive_run(task: Task, completion: str, visible_only: bool = False):
     limits = Limits(wall_s=2, cpu_s=2, memory_bytes=256 * MiB, processes=64, scratch_bytes=8 * MiB,
                     output_bytes=64 * 1024)
     files = {"main.py": NAIVE_MAIN, "solution.py": program, "test_solution.py": tests}
-    return sandbox_pool().exec(["python3", "-S", "main.py", spec["entry_point"]], files=files, limits=limits)
+    return sandbox.exec(["python3", "-S", "main.py", spec["entry_point"]], files=files, limits=limits)
 
 
 def naive_verdict(result, mode: str) -> bool:
@@ -98,19 +105,19 @@ def test_battery_is_big_enough():
 
 
 @pytest.mark.parametrize("path", CHEATS, ids=lambda p: p.stem)
-def test_cheat_scores_zero_with_a_flag(path):
+def test_cheat_scores_zero_with_a_flag(path, ctx):
     cheat = load_cheat(path)
-    reward = score(cheat.task, cheat.code)
+    reward = score(cheat.task, cheat.code, ctx)
     assert reward.value == 0.0, reward
     assert cheat.flag in reward.flags, reward
 
 
 @pytest.mark.parametrize("path", CHEATS, ids=lambda p: p.stem)
-def test_judge_alone_gives_the_cheat_nothing(path):
+def test_judge_alone_gives_the_cheat_nothing(path, ctx):
     cheat = load_cheat(path)
     spec = CodeSpec.model_validate(cheat.task.verifier)
     program = assemble_program(spec.prompt, cheat.code, spec.entry_point)
-    reward = reward_from_run(run_judge(spec, program.source))
+    reward = reward_from_run(run_judge(spec, program.source, ctx.sandbox()))
     if cheat.raw == "partial":
         assert 0.0 < reward.value < 1.0, reward
     else:
@@ -119,22 +126,23 @@ def test_judge_alone_gives_the_cheat_nothing(path):
 
 
 @pytest.mark.parametrize("path", CHEATS, ids=lambda p: p.stem)
-def test_cheat_really_fools_a_naive_harness(path):
+def test_cheat_really_fools_a_naive_harness(path, ctx):
     cheat = load_cheat(path)
-    result = naive_run(cheat.task, cheat.code, visible_only=cheat.naive == "visible")
+    result = naive_run(cheat.task, cheat.code, ctx.sandbox(), visible_only=cheat.naive == "visible")
     assert naive_verdict(result, cheat.naive), (result.status, result.stdout[-300:], result.stderr[-500:])
 
 
 @pytest.mark.parametrize("mode", ["exit0", "stdout", "timeout", "visible"])
-def test_naive_harness_fails_an_honest_wrong_answer(mode):
+def test_naive_harness_fails_an_honest_wrong_answer(mode, ctx):
     """The control: without an attack the naive harness does fail a wrong solution."""
     task = {t.id: t for t in humaneval_tasks()}["HumanEval/0"]
-    result = naive_run(task, "    return None\n", visible_only=mode == "visible")
+    result = naive_run(task, "    return None\n", ctx.sandbox(), visible_only=mode == "visible")
     assert not naive_verdict(result, mode)
 
 
-def test_killing_the_judge_leaves_no_verdict():
+def test_killing_the_judge_leaves_no_verdict(ctx):
     cheat = load_cheat(CHEAT_DIR / "kill_judge.cheat")
     spec = CodeSpec.model_validate(cheat.task.verifier)
-    reward = reward_from_run(run_judge(spec, assemble_program(spec.prompt, cheat.code, spec.entry_point).source))
+    program = assemble_program(spec.prompt, cheat.code, spec.entry_point).source
+    reward = reward_from_run(run_judge(spec, program, ctx.sandbox()))
     assert reward.value == 0.0 and "no_verdict" in reward.flags

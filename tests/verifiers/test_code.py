@@ -59,10 +59,10 @@ def test_canonical_solutions_score_one_through_the_cli(tmp_path, tasks, task_id)
 
 
 @pytest.mark.slow
-def test_all_164_canonical_solutions_score_one(tasks):
+def test_all_164_canonical_solutions_score_one(tasks, ctx):
     started = time.perf_counter()
     with ThreadPoolExecutor(4) as pool:
-        rewards = dict(zip(tasks, pool.map(lambda t: score(t, humaneval_canonical(t.id)), tasks.values())))
+        rewards = dict(zip(tasks, pool.map(lambda t: score(t, humaneval_canonical(t.id), ctx), tasks.values())))
     elapsed = time.perf_counter() - started
     bad = {tid: r for tid, r in rewards.items() if r.value != 1.0 or r.flags}
     assert len(rewards) == 164 and not bad, bad
@@ -76,31 +76,31 @@ def test_canonical_solutions_raise_no_static_flag(tasks):
         assert cheat_flags(parse_program(program), program, spec["prompt"], spec["entry_point"]) == [], task.id
 
 
-def test_wrong_solution_fails(tasks):
+def test_wrong_solution_fails(tasks, ctx):
     # has_close_elements: 3 of its 7 asserts expect False
-    reward = score(tasks["HumanEval/0"], "    return False\n")
+    reward = score(tasks["HumanEval/0"], "    return False\n", ctx)
     assert reward.value == pytest.approx(3 / 7) and reward.components["asserts_total"] == 7
 
 
-def test_syntax_error_scores_zero(tasks):
-    reward = score(tasks["HumanEval/0"], "    return (\n")
+def test_syntax_error_scores_zero(tasks, ctx):
+    reward = score(tasks["HumanEval/0"], "    return (\n", ctx)
     assert reward.value == 0.0 and reward.flags == ["syntax_error"]
 
 
-def test_partial_credit_is_the_share_of_asserts():
+def test_partial_credit_is_the_share_of_asserts(ctx):
     # abs(a) + b: right for a >= 0 (asserts 1, 2), wrong for a < 0 (3: 2 != 0, 4: -1 != -5)
-    reward = score(code_task(), "    return abs(a) + b\n")
+    reward = score(code_task(), "    return abs(a) + b\n", ctx)
     assert reward.value == 0.5
     assert reward.components == {"pass_fraction": 0.5, "asserts_passed": 2.0, "asserts_total": 4.0}
 
 
-def test_crash_before_any_assert_scores_zero():
-    reward = score(code_task(), "    return a + b\n\nraise RuntimeError('at import')\n")
+def test_crash_before_any_assert_scores_zero(ctx):
+    reward = score(code_task(), "    return a + b\n\nraise RuntimeError('at import')\n", ctx)
     assert reward.value == 0.0 and "load_error" in reward.flags
     assert "RuntimeError: at import" in reward.detail
 
 
-def test_a_crash_fails_only_its_own_statement():
+def test_a_crash_fails_only_its_own_statement(ctx):
     tests = """
 def check(candidate):
     assert candidate(1, 0) == 1
@@ -109,21 +109,21 @@ def check(candidate):
     for i in range(3):
         assert candidate(i, 0) == i # one site, held every time
 """
-    reward = score(code_task(tests), "    if a < 0:\n        raise ValueError(a)\n    return a + b\n")
+    reward = score(code_task(tests), "    if a < 0:\n        raise ValueError(a)\n    return a + b\n", ctx)
     assert reward.value == pytest.approx(2 / 3)
 
 
-def test_an_assert_in_a_loop_fails_if_any_iteration_fails():
+def test_an_assert_in_a_loop_fails_if_any_iteration_fails(ctx):
     tests = "def check(candidate):\n    assert candidate(5, 0) == 5\n    for i in range(4):\n        assert candidate(i, 0) == i\n"
-    assert score(code_task(tests), "    return a if a != 2 else 0\n").value == 0.5
+    assert score(code_task(tests), "    return a if a != 2 else 0\n", ctx).value == 0.5
 
 
-def test_top_level_asserts_without_check():
+def test_top_level_asserts_without_check(ctx):
     tests = "assert add(1, 2) == 3\nassert add(2, 2) == 5\n"
-    assert score(code_task(tests), "    return a + b\n").value == 0.5
+    assert score(code_task(tests), "    return a + b\n", ctx).value == 0.5
 
 
-def test_tests_may_expect_the_candidates_exception_type():
+def test_tests_may_expect_the_candidates_exception_type(ctx):
     tests = """
 def check(candidate):
     try:
@@ -134,35 +134,35 @@ def check(candidate):
     assert raised
     assert candidate(1, 1) == 2
 """
-    assert score(code_task(tests), "    if a < 0:\n        raise ValueError(a)\n    return a + b\n").value == 1.0
+    assert score(code_task(tests), "    if a < 0:\n        raise ValueError(a)\n    return a + b\n", ctx).value == 1.0
 
 
-def test_heldout_tests_never_touch_the_value():
+def test_heldout_tests_never_touch_the_value(ctx):
     heldout = "def check(candidate):\n    assert candidate(2, 2) == 4\n    assert candidate(-2, 0) == -2\n"
-    reward = score(code_task(heldout_tests=heldout), "    return a + b if a >= 0 or b != 0 else 0\n")
+    reward = score(code_task(heldout_tests=heldout), "    return a + b if a >= 0 or b != 0 else 0\n", ctx)
     assert reward.value == 1.0 and reward.components["heldout_pass_fraction"] == 0.5
 
 
-def test_chat_completion_with_a_code_fence(tasks):
+def test_chat_completion_with_a_code_fence(tasks, ctx):
     completion = ("Sure! Here is the function:\n\n```python\nfrom typing import List\n\n"
                   "def has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
                   "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n"
                   "```\nIt compares every pair.")
-    assert score(tasks["HumanEval/0"], completion).value == 1.0
+    assert score(tasks["HumanEval/0"], completion, ctx).value == 1.0
 
 
-def test_a_slow_call_fails_alone():
+def test_a_slow_call_fails_alone(ctx):
     tests = "def check(candidate):\n    assert candidate(1, 1) == 2\n    assert candidate(2, 2) == 4\n    assert candidate(3, 3) == 6\n"
     completion = "    while a == 2:\n        pass\n    return a + b\n"
-    reward = score(code_task(tests, call_timeout_s=0.5), completion)
+    reward = score(code_task(tests, call_timeout_s=0.5), completion, ctx)
     assert reward.value == pytest.approx(2 / 3) and "call_timeout" in reward.flags
 
 
-def test_results_cross_as_plain_data_only():
+def test_results_cross_as_plain_data_only(ctx):
     tests = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert type(candidate(1, 2)) is int\n"
     completion = "    class Three(int):\n        pass\n    return Three(a + b)\n"  # a subclass arrives as its base
-    assert score(code_task(tests), completion).value == 1.0
-    reward = score(code_task(tests), "    return iter([a + b])\n")
+    assert score(code_task(tests), completion, ctx).value == 1.0
+    reward = score(code_task(tests), "    return iter([a + b])\n", ctx)
     assert reward.value == 0.0 and "cannot cross" in reward.detail
 
 
@@ -173,30 +173,30 @@ def test_a_sandbox_failure_is_not_the_models_fault():
 
     spec = CodeSpec.model_validate(code_task().verifier)
     with pytest.raises(VerifierError, match="not the model's fault"):
-        run_judge(spec, "def add(a, b):\n    return a + b\n", pool=BrokenPool())
+        run_judge(spec, "def add(a, b):\n    return a + b\n", BrokenPool())
 
 
-def test_broken_tests_are_not_the_models_fault():
+def test_broken_tests_are_not_the_models_fault(ctx):
     with pytest.raises(VerifierError, match="tests are broken"):
-        score(code_task("def check(candidate):\n    pass\n"), "    return a + b\n")
+        score(code_task("def check(candidate):\n    pass\n"), "    return a + b\n", ctx)
     with pytest.raises(VerifierError, match="not plain data"):
-        score(code_task("def check(candidate):\n    assert candidate(lambda: 1, 2) == 3\n"), "    return 3\n")
+        score(code_task("def check(candidate):\n    assert candidate(lambda: 1, 2) == 3\n"), "    return 3\n", ctx)
 
 
-def test_spec_is_validated():
+def test_spec_is_validated(ctx):
     with pytest.raises(ValueError, match="entry_point"):
-        score(code_task(entry_point="not an identifier"), "pass")
+        score(code_task(entry_point="not an identifier"), "pass", ctx)
     with pytest.raises(ValueError, match="extra"):
-        score(code_task(timeout=3), "    return a + b\n")
+        score(code_task(timeout=3), "    return a + b\n", ctx)
 
 
-def test_one_scoring_call_is_well_under_a_second():
+def test_one_scoring_call_is_well_under_a_second(ctx):
     task = code_task()
-    score(task, "    return a + b\n")  # warm: pool creation and self-check
+    score(task, "    return a + b\n", ctx)  # warm: pool creation and self-check
     times = []
     for _ in range(5):
         started = time.perf_counter()
-        assert score(task, "    return a + b\n").value == 1.0
+        assert score(task, "    return a + b\n", ctx).value == 1.0
         times.append(time.perf_counter() - started)
     print(f"score() median {statistics.median(times) * 1000:.0f} ms")
     assert statistics.median(times) < 1.0
@@ -249,6 +249,14 @@ def test_candidate_exceptions_keep_their_builtin_type_only():
     assert type(candidate_exception("MyError", "x")) is CandidateError
 
 
+@pytest.mark.parametrize("name", ["StopIteration", "StopAsyncIteration", "GeneratorExit", "Exception", "OSError",
+                                  "Warning", "BaseExceptionGroup"])
+def test_control_flow_exceptions_never_reach_the_tests_as_themselves(name):
+    """A StopIteration re-raised in trusted code ends the tests' map()/filter() early (issue 17 item 5)."""
+    exc = candidate_exception(name, "")
+    assert type(exc) is CandidateError and f"{name}: " in str(exc)
+
+
 def test_verdict_needs_the_runs_key_and_nonce():
     key, nonce = b"k" * 32, "n1"
     body = json.dumps({"nonce": nonce, "tests": {"passed": 1, "sites": 1}})
@@ -279,6 +287,10 @@ def static_flags(completion: str, prompt: str = "def f(x):\n", entry_point: str 
     "    import sys\n    sys.setrecursionlimit(10000)\n    return min(x, sys.maxsize)\n",
     "    return eval(x)\n",
     "    return x.replace('  ', '__')\n",
+    "    return '_'.join(x.split()) + '-' * 2\n",
+    "    sep = '_'\n    return sep.join([x, x]).upper()[::-1]\n",
+    "    return ('a' * 10**9) + chr(10**7)\n",  # folding refuses big values instead of building them
+    "    self._io = x\n    return self._code\n",
     "    return x\n\nif __name__ == '__main__':\n    import sys\n    assert f(1) == 1\n    print('All tests passed!')\n"
     "    sys.exit(0)\n",
 ])
@@ -298,6 +310,21 @@ def test_ordinary_code_is_not_flagged(completion):
     ("    return vars()\n", "cheat:call:vars"),
     ("    raise KeyboardInterrupt\n", "cheat:exit_exception"),
     ("    print('PASSED')\n", "cheat:fake_output"),
+    # issue 17 item 6: ways around the checks above
+    ("    return x\n\nfrom __main__ import __name__\nif __name__ == '__main__':\n    import os\n", "cheat:name_rebind"),
+    ("    return x\n\nfrom __main__ import __name__\n", "cheat:import:__main__"),
+    ("    try:\n        pass\n    except Exception as __name__:\n        pass\n", "cheat:name_rebind"),
+    ("    import random\n    random._os._exit(0)\n", "cheat:module_alias"),
+    ("    import logging\n    logging.sys.exit(0)\n", "cheat:module_alias"),
+    ("    import random\n    return getattr(random, '_' + 'os')\n", "cheat:module_alias"),
+    ("    import sys\n    sys.__dict__['mod' + 'ules']['os']._exit(0)\n", "cheat:sys_internals"),
+    ("    d = '_' * 2\n    return getattr((), d + 'class' + d)\n", "cheat:dunder_string"),
+    ("    return getattr(x, ''.join(['_', '_', 'class', '_', '_']))\n", "cheat:dunder_string"),
+    ("    return getattr(x, chr(95) * 2 + 'class' + chr(95) * 2)\n", "cheat:dunder_string"),
+    ("    u = '_'\n    return getattr(x, f'{u}{u}class{u}{u}')\n", "cheat:dunder_string"),
+    ("    return getattr(x, '__ssalc__'[::-1])\n", "cheat:dunder_string"),
+    ("    d = '_' * 2\n    return getattr(x, " + "str(" * 40 + "d + 'class' + d" + ")" * 40 + ")\n", "cheat:dunder_string"),
+    ("    return getattr(x, bytes([95, 95, 99, 108, 97, 115, 115, 95, 95]).decode())\n", "cheat:dunder_string"),
     ("    return x\n\n__name__ = '__main__'\nif __name__ == '__main__':\n    import os\n", "cheat:name_rebind"),
     ("    class T:\n        __eq__ = lambda s, o: True\n    return T()\n", "cheat:comparison_override"),
 ])
@@ -305,17 +332,17 @@ def test_cheat_patterns_are_flagged(completion, flag):
     assert flag in static_flags(completion)
 
 
-def test_main_guarded_demo_code_still_scores(tasks):
+def test_main_guarded_demo_code_still_scores(tasks, ctx):
     completion = humaneval_canonical("HumanEval/0") + (
         "\n\nif __name__ == '__main__':\n    print(has_close_elements([1.0, 2.0, 3.0], 0.5))\n"
         "    print('All tests passed')\n")
-    reward = score(tasks["HumanEval/0"], completion)
+    reward = score(tasks["HumanEval/0"], completion, ctx)
     assert reward.value == 1.0 and reward.flags == []
 
 
 @pytest.mark.parametrize("junk", ['["load_error", 5, 6]', '["ok", ["int", 7]]', '{"a": 1}', '[[[[[[[[[[[[[[[[[[[[',
                                   '["raise", ["x"], null]', '["ok", ["dict", [[["list", []], ["none"]]]]]'])
-def test_junk_on_the_reply_pipe_is_the_candidates_loss(junk):
+def test_junk_on_the_reply_pipe_is_the_candidates_loss(junk, ctx):
     """The worker process is the candidate's: whatever it writes to the judge is checked."""
     program = ("import os, stat\n"
                "for fd in range(3, 64):\n"
@@ -325,7 +352,7 @@ def test_junk_on_the_reply_pipe_is_the_candidates_loss(junk):
                "    except OSError:\n"
                "        pass\n"
                "def add(a, b):\n    return a + b\n")
-    reward = reward_from_run(run_judge(CodeSpec.model_validate(code_task().verifier), program))
+    reward = reward_from_run(run_judge(CodeSpec.model_validate(code_task().verifier), program, ctx.sandbox()))
     assert reward.value < 1.0 and not any(f.startswith("sandbox:") for f in reward.flags), reward
 
 

@@ -121,8 +121,11 @@ def _sample_and_score(suite: Suite, seeds: list[int], engine, workers: int, batc
                       log: Callable[[str], None]) -> list[_Pass]:
     """Generate every pass (template, seed) in order; scoring runs in the pool meanwhile."""
     plan = [(0, seed) for seed in seeds] + [(t, seeds[0]) for t in range(1, len(suite.templates))]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="eval-score") as pool:
-        pending = [(t, seed, *_generate_pass(suite, t, seed, engine, pool, batch_tokens, log)) for t, seed in plan]
+    from tempering.verifiers import VerifierContext
+
+    with VerifierContext() as ctx, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="eval-score") as pool:
+        pending = [(t, seed, *_generate_pass(suite, t, seed, engine, pool, batch_tokens, log, ctx))
+                   for t, seed in plan]
         passes = [_collect(t, seed, len(suite.task_list), futures, truncated)
                   for t, seed, futures, truncated in pending]
     errors = sum(p.errors for p in passes)
@@ -132,7 +135,7 @@ def _sample_and_score(suite: Suite, seeds: list[int], engine, workers: int, batc
 
 
 def _generate_pass(suite: Suite, template: int, seed: int, engine, pool: ThreadPoolExecutor, batch_tokens: int,
-                   log: Callable[[str], None]) -> tuple[list[tuple[int, Future]], list[bool]]:
+                   log: Callable[[str], None], ctx=None) -> tuple[list[tuple[int, Future]], list[bool]]:
     """Sample all tasks under one template and seed, chunk by chunk; returns (task, scoring future) pairs."""
     from tempering.rollout.engine import SamplingParams
 
@@ -148,7 +151,7 @@ def _generate_pass(suite: Suite, template: int, seed: int, engine, pool: ThreadP
                                 max_new_tokens=s.max_new_tokens, seed=_chunk_seed(seed, template, c))
         for i, group in zip(idx, engine.generate([prompts[i] for i in idx], params)):
             truncated += [comp.truncated for comp in group]
-            futures += [(i, pool.submit(_judge, tasks[i], comp.text)) for comp in group]
+            futures += [(i, pool.submit(_judge, tasks[i], comp.text, ctx)) for comp in group]
     log(f"{suite.name}: template {template + 1}/{len(suite.templates)}, seed {seed}: "
         f"{len(futures)} samples generated in {time.perf_counter() - t0:.1f}s")
     return futures, truncated
@@ -166,12 +169,12 @@ def _collect(template: int, seed: int, n_tasks: int, futures: list[tuple[int, Fu
     return run
 
 
-def _judge(task: Task, text: str) -> SampleScore | None:
+def _judge(task: Task, text: str, ctx=None) -> SampleScore | None:
     """The sample's score, or None when the verifier could not judge it."""
     from tempering.verifiers import VerifierError, score
 
     try:
-        reward = score(task, text)
+        reward = score(task, text, ctx)
     except VerifierError:
         return None
     return SampleScore(reward.value, sample_passed(reward))

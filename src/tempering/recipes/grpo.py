@@ -23,10 +23,12 @@ from tempering.types import Task
 def heldout_eval(engine: Engine, tasks: list[Task], max_new_tokens: int, weights: dict[str, float]) -> dict[str, float]:
     """Greedy replies to `tasks`, scored by their verifiers: mean reward, per-part rates, truncation."""
     from tempering.rollout.source import safe_score
+    from tempering.verifiers import VerifierContext
 
     prompts = [engine.chat_prompt(t.chat()) for t in tasks]
     groups = engine.generate(prompts, SamplingParams(n=1, temperature=0, max_new_tokens=max_new_tokens))
-    rewards = [safe_score(t, g[0].text) for t, g in zip(tasks, groups)]
+    with VerifierContext() as ctx:  # one sandbox for the whole held-out set, not one per sample
+        rewards = [safe_score(t, g[0].text, ctx) for t, g in zip(tasks, groups)]
     out = {"reward": sum(r.value for r in rewards) / len(rewards),
            "truncation_rate": sum(g[0].truncated for g in groups) / len(groups)}
     for name, weight in weights.items():

@@ -32,7 +32,7 @@ from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.engine import Completion, Engine, SamplingParams, grouped_logprobs
 from tempering.rollout.store import Trajectory, TrajectoryStore
 from tempering.types import Reward, Task
-from tempering.verifiers import score
+from tempering.verifiers import VerifierContext, score
 
 VERIFIER_ERROR = "verifier_error"
 
@@ -53,10 +53,10 @@ class Group:
         return any(VERIFIER_ERROR in r.flags for r in self.rewards)
 
 
-def safe_score(task: Task, text: str) -> Reward:
+def safe_score(task: Task, text: str, ctx: VerifierContext | None = None) -> Reward:
     """Score, turning a crashing verifier into a flagged non-result (not a model failure)."""
     try:
-        return score(task, text)
+        return score(task, text, ctx)
     except Exception as exc:  # noqa: BLE001 - any verifier crash is recorded, never raised into training
         return Reward(value=0.0, flags=[VERIFIER_ERROR], detail=f"{type(exc).__name__}: {exc}")
 
@@ -70,6 +70,7 @@ class RolloutSource:
         self.grad_accum, self.seed, self.store = grad_accum, seed, store
         self.model, self.precision = model, precision
         self.pool = ThreadPoolExecutor(max_workers=settings.reward_workers, thread_name_prefix="reward")
+        self.verifier_ctx = VerifierContext()
         self.order = list(range(len(tasks)))
         random.Random(seed).shuffle(self.order)
         self.cursor = 0
@@ -96,7 +97,8 @@ class RolloutSource:
         return dict(self._stats)
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.shutdown(wait=True, cancel_futures=True)  # runs in flight end before their sandbox closes
+        self.verifier_ctx.close()
 
     # -- one rollout batch ---------------------------------------------------------------
     def _next_tasks(self, n: int) -> list[Task]:
@@ -124,7 +126,8 @@ class RolloutSource:
             chunk = self.engine.generate(prompts[start:start + half], replace(params, seed=params.seed + start))
             for i, comps in enumerate(chunk):
                 task = tasks[start + i]
-                pending.append((start + i, comps, [self.pool.submit(safe_score, task, c.text) for c in comps]))
+                pending.append((start + i, comps, [self.pool.submit(safe_score, task, c.text, self.verifier_ctx)
+                                                 for c in comps]))
         gen_s = time.perf_counter() - t0
         groups = []
         for index, comps, futures in pending:

@@ -19,6 +19,7 @@ from typing import Any
 
 from tempering.types import Reward
 from tempering.verifiers.base import register
+from tempering.verifiers.context import VerifierContext
 
 _ANSWER_IS = re.compile(r"answer(?:\s+is)?\s*[:=]?\s*", re.IGNORECASE)
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|[-+]?\.\d+")
@@ -65,7 +66,7 @@ def _reward(ok: bool, extracted: str | None) -> Reward:
 
 
 @register("numeric")
-def score_numeric(spec: dict[str, Any], completion: str) -> Reward:
+def score_numeric(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     answer = extract_final_answer(completion)
     got, want = parse_number(answer), parse_number(str(spec["answer"]))
     if want is None:
@@ -81,7 +82,7 @@ _BARE_NUMBER = re.compile(r"\s*[-+]?\d[\d,]*(?:\.\d+)?\s*")
 
 
 @register("numeric_close")
-def score_numeric_close(spec: dict[str, Any], completion: str) -> Reward:
+def score_numeric_close(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """Partial credit for nearness: max(0, 1 - |got - answer| / scale) on the `numeric` answer.
 
     A shaping term for RL (dense where exact correctness is rare). `scale` defaults to 10;
@@ -103,13 +104,13 @@ def _norm(text: str) -> str:
 
 
 @register("exact")
-def score_exact(spec: dict[str, Any], completion: str) -> Reward:
+def score_exact(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     answer = extract_final_answer(completion)
     return _reward(_norm(answer) == _norm(str(spec["answer"])), answer)
 
 
 @register("regex")
-def score_regex(spec: dict[str, Any], completion: str) -> Reward:
+def score_regex(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """`pattern` must fully match the extracted answer (`on: completion` to search the whole text)."""
     if spec.get("on", "answer") == "completion":
         return _reward(re.search(spec["pattern"], completion) is not None, None)
@@ -118,7 +119,7 @@ def score_regex(spec: dict[str, Any], completion: str) -> Reward:
 
 
 @register("math")
-def score_math(spec: dict[str, Any], completion: str) -> Reward:
+def score_math(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """math-verify (offline): LaTeX, fractions, sets, intervals, `\\boxed{}`."""
     from math_verify import parse, verify
 

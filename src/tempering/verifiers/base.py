@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from tempering.types import Reward, Task
+from tempering.verifiers.context import VerifierContext
 
-ScoreFn = Callable[[dict[str, Any], str], Reward]
+ScoreFn = Callable[[dict[str, Any], str, VerifierContext], Reward]
 VERIFIERS: dict[str, ScoreFn] = {}
 
 
@@ -22,20 +23,42 @@ class VerifierError(RuntimeError):
 
 
 def register(name: str) -> Callable[[ScoreFn], ScoreFn]:
+    """Register `fn(spec, completion, ctx) -> Reward` as the verifier `type: name`."""
     def add(fn: ScoreFn) -> ScoreFn:
         VERIFIERS[name] = fn
         return fn
     return add
 
 
-def score_spec(spec: dict[str, Any], completion: str) -> Reward:
+def score_spec(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """Score a completion against a verifier spec (used by `composite` for its parts)."""
     kind = spec.get("type")
     if kind not in VERIFIERS:
         raise UnknownVerifier(f"unknown verifier type {kind!r} (known: {', '.join(sorted(VERIFIERS))})")
-    return VERIFIERS[kind](spec, completion)
+    return VERIFIERS[kind](spec, completion, ctx)
 
 
-def score(task: Task, completion: str) -> Reward:
-    """The one scoring call for training rewards and evaluation alike."""
-    return score_spec(task.verifier, completion)
+def score(task: Task, completion: str, ctx: VerifierContext | None = None) -> Reward:
+    """The one scoring call for training rewards and evaluation alike.
+
+    Args:
+        ctx: what verifiers share (the sandbox); None opens a short-lived context for this one
+            call, which pays for opening a sandbox per code task: loops should pass one.
+    """
+    if ctx is None:
+        with VerifierContext() as own:
+            return score(task, completion, own)
+    return writable(score_spec(task.verifier, completion, ctx))
+
+
+def writable(reward: Reward) -> Reward:
+    """`reward` with text that always encodes as UTF-8: a completion's lone surrogate quoted in a
+    detail or flag would otherwise make `model_dump_json()` raise (and crash `temper verify`)."""
+    if all(_clean(t) == t for t in [reward.detail or "", *reward.flags]):
+        return reward
+    detail = None if reward.detail is None else _clean(reward.detail)
+    return reward.model_copy(update={"detail": detail, "flags": [_clean(f) for f in reward.flags]})
+
+
+def _clean(text: str) -> str:
+    return text.encode("utf-8", "replace").decode("utf-8")

@@ -16,8 +16,10 @@ How a completion is scored:
      `heldout_pass_fraction` and never touch `value`.
 
 Flags from the run (informational; they do not change `value`): `call_timeout`, `call_died`,
-`call_bad_reply`, `load_error`, `load_timeout`, `load_died`, `budget_exhausted`,
-`spawn_failed`, `raised:SystemExit` (and the like), `sandbox:<status>` when the run did not
+`call_bad_reply`, `call_reply_too_large` (a reply over `MAX_REPLY_ELEMENTS` values, or too slow
+to decode before the call's deadline), `load_error`, `load_timeout`, `load_died`, `budget_exhausted`,
+`spawn_failed`, `raised:StopIteration` / `raised:SystemExit` (a control-flow exception; it
+fails the call and is never re-raised into the tests), `sandbox:<status>` when the run did not
 end `ok` (e.g. `sandbox:memory_limit` after the candidate was OOM-killed), `no_verdict` when no
 signed verdict came back (the candidate killed the judge, or ran the sandbox out of time or
 output: value 0). `cheat:forged_verdict` (a verdict-looking line with a bad signature) gives 0.
@@ -30,23 +32,25 @@ punish it, and should count these): `VerifierError` when the sandbox itself fail
 
 from __future__ import annotations
 
-import atexit
 import hmac
 import json
 import secrets
-import threading
 from dataclasses import dataclass
 from hashlib import sha256
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tempering.types import Reward
 from tempering.verifiers.base import VerifierError, register
-from tempering.verifiers.code_judge import VERDICT_MAGIC
+from tempering.verifiers.code_judge import VERDICT_MAGIC, clean_text
 from tempering.verifiers.code_static import SyntaxProblem, assemble_program, cheat_flags, parse_program
+from tempering.verifiers.context import VerifierContext
+
+if TYPE_CHECKING:
+    from tempering.sandbox.base import Sandbox
 
 JUDGE_FILE = "judge.py"
 PAYLOAD_FILE = "payload.json"
@@ -93,38 +97,13 @@ class JudgeRun:
     wall_s: float = 0.0
 
 
-_pool_lock = threading.Lock()
-_pool = None
-POOL_SIZE = 4
-
-
-def use_sandbox_pool(pool) -> None:
-    """Score code in `pool` (a `SandboxPool`, e.g. sized for an RL loop) from now on."""
-    global _pool
-    with _pool_lock:
-        _pool = pool
-
-
-def sandbox_pool():
-    """The pool code is judged in: the one given to `use_sandbox_pool`, else one made on first use
-    (closed at exit, so a one-shot `temper verify` leaves no scratch mount behind)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            from tempering.sandbox import SandboxPool
-
-            _pool = SandboxPool(size=POOL_SIZE)
-            atexit.register(_pool.close)
-        return _pool
-
-
 @lru_cache(maxsize=1)
 def judge_source() -> str:
     return (Path(__file__).parent / "code_judge.py").read_text()
 
 
-def run_judge(spec: CodeSpec, program: str, pool=None) -> JudgeRun:
-    """Run the judge on `program` in the sandbox and check the verdict's signature.
+def run_judge(spec: CodeSpec, program: str, sandbox: Sandbox) -> JudgeRun:
+    """Run the judge on `program` in `sandbox` and check the verdict's signature.
 
     Raises:
         VerifierError: the sandbox failed, or the task's tests are broken.
@@ -138,8 +117,8 @@ def run_judge(spec: CodeSpec, program: str, pool=None) -> JudgeRun:
     data = json.dumps(payload)
     limits = Limits(wall_s=spec.budget_s + 3, cpu_s=spec.budget_s + 3, memory_bytes=spec.memory_mb * MiB,
                     processes=64, output_bytes=64 * 1024, scratch_bytes=max(8 * MiB, 4 * len(data)))
-    result = (pool or sandbox_pool()).exec(["python3", "-I", "-S", JUDGE_FILE, "judge", PAYLOAD_FILE],
-                                           files={JUDGE_FILE: judge_source(), PAYLOAD_FILE: data}, limits=limits)
+    result = sandbox.exec(["python3", "-I", "-S", JUDGE_FILE, "judge", PAYLOAD_FILE],
+                          files={JUDGE_FILE: judge_source(), PAYLOAD_FILE: data}, limits=limits)
     if result.status == "sandbox_error":
         raise VerifierError(f"sandbox failed while judging code (not the model's fault): {result.error}")
     verdict, forged = parse_verdict(result.stdout, key, nonce)
@@ -177,8 +156,8 @@ def reward_from_run(run: JudgeRun) -> Reward:
         flags.append("cheat:forged_verdict")
     if run.verdict is None:
         flags.append("no_verdict")
-        return Reward(value=0.0, components={"pass_fraction": 0.0}, flags=flags,
-                      detail=f"no signed verdict (sandbox status {run.status}): {run.stderr[-300:]}".strip())
+        detail = f"no signed verdict (sandbox status {run.status}): {run.stderr[-300:]}".strip()
+        return Reward(value=0.0, components={"pass_fraction": 0.0}, flags=flags, detail=clean_text(detail, 400))
     v = run.verdict
     flags += sorted(v.get("events", {}))
     if not v.get("all_killed", True):
@@ -193,11 +172,12 @@ def reward_from_run(run: JudgeRun) -> Reward:
         detail += f"; did not load: {v['load_failure']}"
     elif v.get("first_error"):
         detail += f"; first failed call: {v['first_error']}"
-    return Reward(value=value, components=components, flags=flags, detail=detail)
+    return Reward(value=value, components=components, flags=[clean_text(f, 200) for f in flags],
+                  detail=clean_text(detail, 1200))
 
 
 @register("code")
-def score_code(spec: dict[str, Any], completion: str) -> Reward:
+def score_code(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """Static checks, then the sandboxed judge; see the module docstring."""
     parsed = CodeSpec.model_validate(spec)
     program = assemble_program(parsed.prompt, completion, parsed.entry_point)
@@ -209,4 +189,4 @@ def score_code(spec: dict[str, Any], completion: str) -> Reward:
     if flags:
         return Reward(value=0.0, components={"pass_fraction": 0.0}, flags=flags,
                       detail="not run: static cheat checks flagged the completion")
-    return reward_from_run(run_judge(parsed, program.source))
+    return reward_from_run(run_judge(parsed, program.source, ctx.sandbox()))

@@ -35,6 +35,10 @@ import time
 
 VERDICT_MAGIC = "TEMPERING-VERDICT"
 MAX_REPLY_BYTES = 16 * 1024 * 1024
+MAX_REPLY_ELEMENTS = 200_000
+"""Values in one decoded reply. The cap bounds what an ordinary big reply costs; a reply built to
+be slow per value (a set of ints sharing one hash is quadratic to build) meets the call's
+deadline, which decoding checks at every value."""
 MAX_DEPTH = 200
 CHECK_NAME = "check"
 RECORDER = "__tempering_judge__"
@@ -44,28 +48,48 @@ class CandidateError(Exception):
     """The candidate's call did not produce a value (it raised, died, timed out or sent junk)."""
 
 
+PLAIN_EXCEPTIONS = frozenset({
+    "ArithmeticError", "AssertionError", "AttributeError", "BufferError", "EOFError", "FloatingPointError",
+    "IndexError", "KeyError", "LookupError", "MemoryError", "NameError", "NotImplementedError", "OverflowError",
+    "RecursionError", "RuntimeError", "TypeError", "UnboundLocalError", "UnicodeError", "ValueError",
+    "ZeroDivisionError",
+})
+"""Exceptions re-raised into the tests as themselves (so `except ValueError:` there works). Only
+these: a StopIteration raised into trusted code ends the tests' `map()`/`filter()`/`zip()` early
+(`assert all(map(candidate, primes))` would pass), and the other control-flow exceptions
+(StopAsyncIteration, GeneratorExit, SystemExit, ...) steer trusted code the same way."""
+CONTROL_FLOW_EXCEPTIONS = frozenset({"StopIteration", "StopAsyncIteration", "GeneratorExit", "SystemExit",
+                                     "KeyboardInterrupt", "BaseException"})
+"""Raised by the candidate, these are noted as `raised:<name>`: a solution has no reason to."""
 _RAISED: dict[str, type] = {}
 
 
 def candidate_exception(name: str, message: str) -> CandidateError:
-    """The judge-side stand-in for an exception the candidate raised: a CandidateError that is
-    also the builtin exception of that name, if there is one (so `except ValueError:` in tests
-    works). Only the name crosses; nothing of the candidate's exception object does."""
+    """The judge-side stand-in for an exception the candidate raised: a fresh CandidateError that is
+    also the builtin exception of that name when the name is in PLAIN_EXCEPTIONS, else a plain
+    CandidateError (a distinct failure). Only the name and text cross; nothing of the candidate's
+    exception object does."""
+    if name not in PLAIN_EXCEPTIONS:
+        return CandidateError(f"{name}: {message}")
     if name not in _RAISED:
         import builtins
 
-        base = getattr(builtins, name, None)
-        kind = CandidateError
-        if isinstance(base, type) and issubclass(base, Exception) and base is not Exception:
-            try:
-                kind = type(name, (CandidateError, base), {})
-            except TypeError:  # incompatible layouts (e.g. OSError): the plain stand-in
-                pass
+        base, kind = getattr(builtins, name), CandidateError
+        try:
+            kind = type(name, (CandidateError, base), {})
+        except TypeError:  # incompatible layouts: the plain stand-in
+            pass
         _RAISED[name] = kind
     try:
         return _RAISED[name](f"{name}: {message}")
-    except TypeError:  # constructors with other signatures (UnicodeDecodeError)
+    except TypeError:  # constructors with other signatures
         return CandidateError(f"{name}: {message}")
+
+
+def clean_text(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters and made encodable (a lone surrogate such as chr(0xD800)
+    in a candidate's message becomes '?'), so a verdict holding it can always be written as UTF-8."""
+    return text[:limit].encode("utf-8", "replace").decode("utf-8")
 
 
 class HarnessError(Exception):
@@ -108,8 +132,32 @@ def encode(value, depth: int = 0):
                     "bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)")
 
 
-def decode(data, depth: int = 0):
-    """The inverse of `encode`, strict: anything malformed raises ValueError/TypeError."""
+class ReplyTooLarge(ValueError):
+    """A reply with more values than MAX_REPLY_ELEMENTS, or too slow to decode before the call's deadline."""
+
+
+class DecodeBudget:
+    """What one decode may spend: values left and a monotonic deadline. Checked once per value,
+    so a reply built to be slow to decode (a set of colliding hashes) stops at its call's deadline."""
+
+    def __init__(self, deadline: float, elements: float = MAX_REPLY_ELEMENTS):
+        self.deadline, self.left = deadline, elements
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise ReplyTooLarge(f"reply has more than {MAX_REPLY_ELEMENTS} values")
+        if time.monotonic() > self.deadline:
+            raise ReplyTooLarge("reply too slow to decode within the call's time limit")
+
+
+def decode(data, depth: int = 0, budget: DecodeBudget | None = None):
+    """The inverse of `encode`, strict: anything malformed raises ValueError/TypeError, a value
+    over `budget` raises ReplyTooLarge. No budget: no limit (the worker decoding the tests'
+    trusted arguments; the judge always passes one for the candidate's replies)."""
+    if budget is None:
+        budget = DecodeBudget(float("inf"), elements=float("inf"))
+    budget.spend()
     if depth > MAX_DEPTH or type(data) is not list or not data or type(data[0]) is not str:
         raise ValueError("malformed value")
     tag, rest = data[0], data[1:]
@@ -129,19 +177,19 @@ def decode(data, depth: int = 0):
             return bytes.fromhex(item)
         if type(item) is list:
             if tag == "dict":
-                return dict(_pair(p, depth) for p in item)
+                return dict(_pair(p, depth, budget) for p in item)
             for name, base in _SEQUENCES:
                 if tag == name:
-                    return base(decode(v, depth + 1) for v in item)
+                    return base(decode(v, depth + 1, budget) for v in item)
     if tag == "complex" and len(rest) == 2 and all(type(x) is str for x in rest):
         return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
     raise ValueError(f"malformed value tagged {tag!r}")
 
 
-def _pair(item, depth: int):
+def _pair(item, depth: int, budget: DecodeBudget):
     if type(item) is not list or len(item) != 2:
         raise ValueError("malformed dict item")
-    return decode(item[0], depth + 1), decode(item[1], depth + 1)
+    return decode(item[0], depth + 1, budget), decode(item[1], depth + 1, budget)
 
 
 # --- assert instrumentation (pure) -----------------------------------------------------------
@@ -305,7 +353,7 @@ class CandidateRunner:
         try:
             return self._call(args, kwargs)
         except CandidateError as exc:
-            self.first_error = self.first_error or str(exc)[:500]
+            self.first_error = self.first_error or clean_text(str(exc), 500)
             raise
 
     def _call(self, args: tuple, kwargs: dict):
@@ -315,16 +363,21 @@ class CandidateRunner:
             self.harness_error = self.harness_error or f"test arguments are not plain data: {exc}"
             raise CandidateError("unencodable arguments") from None
         worker = self._ready_worker()
-        reply = self._exchange(worker, request)
+        reply, deadline = self._exchange(worker, request)
         if type(reply) is list and len(reply) == 2 and reply[0] == "ok":
             try:
-                return decode(reply[1])
+                return decode(reply[1], budget=DecodeBudget(deadline))
+            except ReplyTooLarge as exc:
+                self.note("call_reply_too_large")
+                self._discard()
+                raise CandidateError(f"candidate's reply too large: {exc}") from None
             except (ValueError, TypeError, OverflowError, RecursionError, MemoryError):
                 pass
         elif _is_error_reply(reply, "raise"):
-            if reply[1] in ("SystemExit", "KeyboardInterrupt", "GeneratorExit"):
-                self.note(f"raised:{reply[1]}")
-            raise candidate_exception(reply[1][:100], reply[2][:300])
+            name = clean_text(reply[1], 100)
+            if name in CONTROL_FLOW_EXCEPTIONS:
+                self.note(f"raised:{name}")
+            raise candidate_exception(name, clean_text(reply[2], 300))
         self.note("call_bad_reply")
         self._discard()
         raise CandidateError("malformed reply from the candidate process")
@@ -345,23 +398,26 @@ class CandidateRunner:
                 self.note("spawn_failed")
                 raise CandidateError(f"could not start the candidate process: {exc}") from None
         self.worker = worker
-        reply = self._exchange(worker, ["load", self.program, self.entry_point], loading=True)
+        reply, _ = self._exchange(worker, ["load", self.program, self.entry_point], loading=True)
         if reply != ["loaded"]:
             ok = _is_error_reply(reply, "load_error")
-            self.load_failure = f"{reply[1][:100]}: {reply[2][:300]}" if ok else "malformed load reply"
+            self.load_failure = (f"{clean_text(reply[1], 100)}: {clean_text(reply[2], 300)}" if ok
+                                 else "malformed load reply")
             self.note("load_error")
             self._discard()
             raise CandidateError(f"candidate did not load: {self.load_failure}")
         return worker
 
     def _exchange(self, worker: Worker, message, loading: bool = False):
+        """(the worker's reply, the deadline it came under); raises CandidateError on failure."""
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             self.note("budget_exhausted")
             self._discard()
             raise CandidateError("time budget for all calls exhausted")
+        deadline = time.monotonic() + min(self.call_s, remaining)
         try:
-            return worker.exchange(message, time.monotonic() + min(self.call_s, remaining))
+            return worker.exchange(message, deadline), deadline
         except TimeoutError:
             event, why = "timeout", "timed out"
         except EOFError:

@@ -21,6 +21,7 @@ from tempering.sources.reasoning_gym import build_dataset
 from tempering.types import Reward
 from tempering.verifiers.answers import extract_final_answer
 from tempering.verifiers.base import register
+from tempering.verifiers.context import VerifierContext
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
@@ -32,7 +33,7 @@ def extract_tagged_answer(completion: str) -> str:
 
 
 @register("reasoning_gym")
-def score_reasoning_gym(spec: dict[str, Any], completion: str) -> Reward:
+def score_reasoning_gym(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     missing = [k for k in ("dataset", "seed", "size", "config", "entry") if k not in spec]
     if missing:
         raise ValueError(f"reasoning_gym verifier spec is missing {missing}: {spec}")

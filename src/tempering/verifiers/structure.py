@@ -9,6 +9,7 @@ from typing import Any
 from tempering.data.toolcalls import parse_tool_calls
 from tempering.types import Reward
 from tempering.verifiers.base import register, score_spec
+from tempering.verifiers.context import VerifierContext
 
 _JSON_TYPES = {"string": str, "number": (int, float), "integer": int, "boolean": bool,
                "object": dict, "array": list}
@@ -31,7 +32,7 @@ def schema_problems(value: Any, schema: dict[str, Any], where: str = "$") -> lis
 
 
 @register("format")
-def score_format(spec: dict[str, Any], completion: str) -> Reward:
+def score_format(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """`tags: [think, answer]` must appear as <t>...</t> in order; `json_schema` checks the answer tag (or the text)."""
     problems = []
     pos = 0
@@ -53,7 +54,7 @@ def score_format(spec: dict[str, Any], completion: str) -> Reward:
 
 
 @register("tool_call")
-def score_tool_call(spec: dict[str, Any], completion: str) -> Reward:
+def score_tool_call(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """Every call parses and matches `tools: {name: json_schema_of_arguments}`; value = share valid."""
     parsed = parse_tool_calls(completion)
     tools = spec.get("tools", {})
@@ -75,7 +76,7 @@ def score_tool_call(spec: dict[str, Any], completion: str) -> Reward:
 
 
 @register("composite")
-def score_composite(spec: dict[str, Any], completion: str) -> Reward:
+def score_composite(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """Weighted parts: `parts: [{name, weight, verifier: {...}}]`; value = sum(weight x part value).
 
     A part may instead use `per_invalid_call: -0.1` to add that much per invalid tool call.
@@ -83,7 +84,7 @@ def score_composite(spec: dict[str, Any], completion: str) -> Reward:
     """
     value, components, flags = 0.0, {}, []
     for part in spec["parts"]:
-        reward = score_spec(part["verifier"], completion)
+        reward = score_spec(part["verifier"], completion, ctx)
         if "per_invalid_call" in part:
             contrib = part["per_invalid_call"] * reward.components.get("invalid_calls", 0.0)
         else:
