@@ -18,7 +18,7 @@ import torch
 
 from tempering.config import GRPOSettings
 from tempering.objectives.grpo_math import aggregate_sum, grpo_per_token
-from tempering.rollout.engine import grouped_logprobs
+from tempering.models.logprobs import grouped_logprobs
 
 
 def _reference(model: Any):

@@ -29,7 +29,9 @@ import torch
 
 from tempering.config import GRPOSettings
 from tempering.objectives.grpo_math import grpo_advantages
-from tempering.rollout.engine import Completion, Engine, SamplingParams, grouped_logprobs
+from tempering.models.logprobs import grouped_logprobs
+from tempering.models.precision import autocast
+from tempering.rollout.engine import Completion, Engine, SamplingParams
 from tempering.rollout.store import Trajectory, TrajectoryStore
 from tempering.types import Reward, Task
 from tempering.verifiers import score
@@ -223,18 +225,21 @@ class RolloutSource:
 
     @torch.no_grad()
     def _old_logprobs(self, batch: dict[str, Any]) -> torch.Tensor:
-        """The rollout policy's log-probs, recomputed by the trainer's own forward (mu > 1)."""
-        from tempering.train.trainer import autocast
+        """The rollout policy's log-probs, recomputed by the trainer's own forward (mu > 1).
 
+        The batch is built on the CPU; the forward runs where the model lives, and the
+        result comes back to the CPU with the rest of the batch (the Trainer moves it all).
+        """
+        device = next(self.model.parameters()).device
+        args = [batch[k].to(device) for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")]
         was = self.model.training
         self.model.eval()
         try:
-            with autocast(self.precision, batch["prompt_ids"].device):
-                logp, _ = grouped_logprobs(self.model, batch["prompt_ids"], batch["prompt_mask"],
-                                           batch["completion_ids"], batch["completion_mask"], self.s.temperature)
+            with autocast(self.precision, device):
+                logp, _ = grouped_logprobs(self.model, *args, self.s.temperature)
         finally:
             self.model.train(was)
-        return logp
+        return logp.float().cpu()
 
     # -- metrics and the trajectory store ------------------------------------------------
     def _record(self, seen: list[Group], kept: list[Group], advantages: torch.Tensor, counts: Counter,
