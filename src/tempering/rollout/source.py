@@ -22,7 +22,7 @@ import time
 from collections import Counter, defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -123,7 +123,7 @@ class RolloutSource:
         pending: list[tuple[int, list[Completion], list[Future]]] = []
         t0 = time.perf_counter()
         for start in range(0, len(tasks), half):
-            chunk = self.engine.generate(prompts[start:start + half], replace(params, seed=params.seed + start))
+            chunk = self.engine.generate(prompts[start:start + half], params.model_copy(update={"seed": params.seed + start}))
             for i, comps in enumerate(chunk):
                 task = tasks[start + i]
                 pending.append((start + i, comps, [self.pool.submit(safe_score, task, c.text) for c in comps]))
