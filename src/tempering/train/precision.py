@@ -2,4 +2,4 @@
 import train). This re-export keeps callers on other branches working until they switch;
 delete it once nothing imports `tempering.train.precision`."""
 
-from tempering.models.precision import autocast, resolve_precision  # noqa: F401
+from tempering.models.precision import autocast, cpu_has_native_bf16, resolve_precision  # noqa: F401
