@@ -72,7 +72,7 @@ def evaluate_model(model: str, suites: list, out_dir: Path, *, first_seed: int =
     from tempering.evals.results import EvalResults
     from tempering.evals.runner import run_suite
     from tempering.models.load import ModelNotFound, load_model, load_tokenizer
-    from tempering.rollout.engine import Engine
+    from tempering.rollout.engine import HFEngine
 
     if threads:
         torch.set_num_threads(threads)
@@ -87,7 +87,7 @@ def evaluate_model(model: str, suites: list, out_dir: Path, *, first_seed: int =
         err.print(f"[dim]lineage: {' <- '.join(lineage.runs)}; {len(lineage.files)} training file(s) scanned, "
                   f"{found} contaminated row(s)[/dim]")
     try:
-        engine = Engine(load_model(model), load_tokenizer(model), precision=precision)
+        engine = HFEngine(load_model(model), load_tokenizer(model), precision=precision)
     except ModelNotFound as exc:
         _fail(str(exc))
     try:

@@ -127,8 +127,11 @@ class TrainSettings(Strict):
     loggers: list[Literal["tensorboard", "mlflow"]] = []
     """Extra metric sinks, used when their package is installed."""
     optim: OptimSettings = OptimSettings()
+    """Optimizer (AdamW) and learning-rate schedule."""
     guard: GuardSettings = GuardSettings()
+    """Anomaly guard: skip non-finite or spiking steps, roll back on repeated ones."""
     checkpoint: CheckpointSettings = CheckpointSettings()
+    """How often checkpoints are written and how many are kept."""
 
 
 class SFTConfig(Strict):
@@ -139,7 +142,9 @@ class SFTConfig(Strict):
     lora: LoraSettings | None = LoraSettings()
     """LoRA settings; null trains all parameters."""
     data: DataSettings
+    """Training, eval and replay data, and how it is rendered and packed."""
     train: TrainSettings
+    """Steps, batch, precision, seed, optimizer, guard and checkpoints."""
     out: str = "runs"
     """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
     name: str | None = None
@@ -154,6 +159,7 @@ class TaskSourceSettings(Strict):
     n: int = Field(1000, ge=1)
     """Tasks to generate (generators) or the most to read (files)."""
     seed: int = 0
+    """Seed of the built-in generators (the same seed gives the same tasks)."""
     ops: str = "+-*"
     """builtin:arithmetic only: which operations."""
     split: Literal["train", "heldout"] = "train"
@@ -161,26 +167,64 @@ class TaskSourceSettings(Strict):
 
 
 class RewardPart(Strict):
+    """One weighted term of a composite reward."""
+
     name: str
+    """Name of the term (its mean is logged under this name)."""
     weight: float = 1.0
+    """Weight of the term in the reward's weighted sum."""
     verifier: dict[str, Any]
     """Merged over the task's own verifier spec, e.g. {type: exact} reuses the task's answer."""
 
 
-class GRPOSettings(Strict):
+class SamplingSettings(Strict):
+    """How to sample: the one sampling config, shared by GRPO, held-out monitoring, eval
+    suites and the engine. How many samples and which seed belong to one call
+    (`SamplingParams`), not to a config."""
+
+    temperature: float = Field(1.0, ge=0)
+    """Softmax temperature; 0 is greedy decoding."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
+    max_new_tokens: int = Field(32, ge=1)
+    """Most tokens generated per completion; a completion cut here is "truncated"."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Extra token ids that end a completion; the tokenizer's eos always does."""
+
+    def params(self, n: int = 1, seed: int | None = None) -> "SamplingParams":
+        """The engine request for `n` samples per prompt under these settings."""
+        return SamplingParams(**{k: getattr(self, k) for k in SamplingSettings.model_fields}, n=n, seed=seed)
+
+
+class SamplingParams(SamplingSettings):
+    """One `Engine.generate` request: the sampling settings plus samples per prompt and seed."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    n: int = Field(1, ge=1)
+    """Samples per prompt."""
+    seed: int | None = None
+    """Seeds a private generator, so the same call gives the same samples (None: unseeded)."""
+
+
+class GRPOSettings(SamplingSettings):
+    """GRPO's rollout sampling (the `SamplingSettings` fields, temperature > 0) and its loss."""
+
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature (> 0: the policy gradient needs samples); also the temperature
+    at which the trainer recomputes log-probs."""
     prompts_per_step: int = Field(8, ge=1)
     """Groups (distinct prompts) in each rollout batch."""
     group_size: int = Field(8, ge=2)
     """Samples per prompt (G)."""
-    max_new_tokens: int = Field(32, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
     scale_std: bool = True
     """Divide advantages by the group std (false: Dr. GRPO)."""
     clip_low: float = Field(0.2, ge=0)
+    """Lower clip of the importance ratio: it is clipped below at 1 - clip_low."""
     clip_high: float = Field(0.28, ge=0)
     """Clip-higher (DAPO): the ratio is clipped to [1 - clip_low, 1 + clip_high]."""
     aggregation: Literal["token_mean", "seq_mean", "constant"] = "token_mean"
+    """Loss reduction: over all valid tokens (DAPO), per sequence then over sequences (GRPO),
+    or over batch x max_new_tokens (Dr. GRPO); see objectives/grpo_math.py."""
     beta: float = Field(0.0, ge=0)
     """KL weight to the reference (k3). Under LoRA the reference is the model with adapters off."""
     updates_per_batch: int = Field(1, ge=1)
@@ -192,6 +236,7 @@ class GRPOSettings(Strict):
     truncation: Literal["mask", "penalty", "keep"] = "penalty"
     """Responses cut by max_new_tokens: left out of the loss, rewarded `truncation_reward`, or kept."""
     truncation_reward: float = 0.0
+    """Reward given to a truncated response under truncation "penalty"."""
     generation_chunks: int = Field(2, ge=1)
     """Generate each round in this many chunks; a finished chunk is scored while the next
     generates. 1 is fastest when verifiers are instant (one big decode batch)."""
@@ -201,11 +246,15 @@ class GRPOSettings(Strict):
     """A verifier slower than this is a verifier failure (the group is dropped), never a model failure."""
 
 
-class HeldoutSettings(Strict):
+class HeldoutSettings(SamplingSettings):
+    """Held-out monitoring during GRPO: sampling settings (greedy by default) and a schedule."""
+
+    temperature: float = Field(0.0, ge=0)
+    """Sampling temperature of the held-out pass; 0 (greedy) makes it deterministic."""
     tasks: TaskSourceSettings = TaskSourceSettings(split="heldout", n=100)
+    """The held-out tasks (disjoint from training by default: the builtin heldout split)."""
     every: int = Field(10, ge=1)
-    """Evaluate (greedy) every this many steps, and at the start and end."""
-    max_new_tokens: int = Field(32, ge=1)
+    """Evaluate every this many steps, and at the start and end."""
     alarm_window: int = Field(3, ge=2)
     """Held-out evaluations compared for the divergence alarm."""
 
@@ -214,14 +263,21 @@ class GRPOConfig(Strict):
     """`temper grpo CONFIG.yaml`: RL with verifiable rewards."""
 
     model: str = DEFAULT_MODEL
+    """Model spec: alias, HF dir, GGUF path or hub id."""
     lora: LoraSettings | None = LoraSettings()
+    """LoRA settings; null trains all parameters."""
     tasks: TaskSourceSettings = TaskSourceSettings()
+    """The training tasks (prompts with a verifier spec)."""
     reward: list[RewardPart] | None = None
     """Composite reward built over each task's verifier; None: the task's verifier as is."""
     heldout: HeldoutSettings | None = HeldoutSettings()
+    """Held-out monitoring during training; null turns it off."""
     grpo: GRPOSettings = GRPOSettings()
+    """Rollout sampling, group size, dynamic sampling and the policy loss."""
     train: TrainSettings
+    """Steps, micro-batches, precision, seed, optimizer, guard and checkpoints."""
     out: str = "runs"
+    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
     name: str | None = None
     """Run name (default: grpo-<timestamp>)."""
 

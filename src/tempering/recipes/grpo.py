@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import GRPOConfig
-from tempering.rollout.engine import Engine, SamplingParams
+from tempering.rollout.engine import Engine, HFEngine, SamplingParams
 from tempering.train.metrics import console
 from tempering.types import Task
 
@@ -141,7 +141,7 @@ def run_grpo(cfg: GRPOConfig) -> dict[str, Any]:
         tasks = with_reward(load_tasks(cfg.tasks), cfg.reward)
         model = load_base_for_training(cfg)
         precision = resolve_precision(cfg.train.precision)
-        engine = Engine(model, tokenizer, precision=precision)
+        engine = HFEngine(model, tokenizer, precision=precision)
         store = TrajectoryStore(run_dir, name)
         source = RolloutSource(tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision)
         callbacks, monitor = [], None

@@ -22,14 +22,16 @@ import time
 from collections import Counter, defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from tempering.config import GRPOSettings
 from tempering.objectives.grpo_math import grpo_advantages
-from tempering.rollout.engine import Completion, Engine, SamplingParams, grouped_logprobs
+from tempering.models.logprobs import grouped_logprobs
+from tempering.models.precision import autocast
+from tempering.rollout.engine import Completion, Engine, SamplingParams
 from tempering.rollout.store import Trajectory, TrajectoryStore
 from tempering.types import Reward, Task
 from tempering.verifiers import VerifierContext, score
@@ -123,7 +125,7 @@ class RolloutSource:
         pending: list[tuple[int, list[Completion], list[Future]]] = []
         t0 = time.perf_counter()
         for start in range(0, len(tasks), half):
-            chunk = self.engine.generate(prompts[start:start + half], replace(params, seed=params.seed + start))
+            chunk = self.engine.generate(prompts[start:start + half], params.model_copy(update={"seed": params.seed + start}))
             for i, comps in enumerate(chunk):
                 task = tasks[start + i]
                 pending.append((start + i, comps, [self.pool.submit(safe_score, task, c.text, self.verifier_ctx)
@@ -226,18 +228,21 @@ class RolloutSource:
 
     @torch.no_grad()
     def _old_logprobs(self, batch: dict[str, Any]) -> torch.Tensor:
-        """The rollout policy's log-probs, recomputed by the trainer's own forward (mu > 1)."""
-        from tempering.train.trainer import autocast
+        """The rollout policy's log-probs, recomputed by the trainer's own forward (mu > 1).
 
+        The batch is built on the CPU; the forward runs where the model lives, and the
+        result comes back to the CPU with the rest of the batch (the Trainer moves it all).
+        """
+        device = next(self.model.parameters()).device
+        args = [batch[k].to(device) for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")]
         was = self.model.training
         self.model.eval()
         try:
-            with autocast(self.precision, batch["prompt_ids"].device):
-                logp, _ = grouped_logprobs(self.model, batch["prompt_ids"], batch["prompt_mask"],
-                                           batch["completion_ids"], batch["completion_mask"], self.s.temperature)
+            with autocast(self.precision, device):
+                logp, _ = grouped_logprobs(self.model, *args, self.s.temperature)
         finally:
             self.model.train(was)
-        return logp
+        return logp.float().cpu()
 
     # -- metrics and the trajectory store ------------------------------------------------
     def _record(self, seen: list[Group], kept: list[Group], advantages: torch.Tensor, counts: Counter,
