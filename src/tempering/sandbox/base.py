@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -52,8 +53,9 @@ class Limits:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"Limits.{f.name} must be a positive number, got {value!r}")
+            if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+                    or value <= 0):  # NaN compares False with everything: it would pass `<= 0` and never fire
+                raise ValueError(f"Limits.{f.name} must be a finite positive number, got {value!r}")
         if self.open_files < 16:
             raise ValueError(f"Limits.open_files must be >= 16, got {self.open_files}")
 

@@ -92,3 +92,12 @@ def memfd_with(name: str, data: bytes) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def syscall_number(name: str) -> int:
+    """The native syscall number of `name` (-1 if unknown here or libseccomp is missing)."""
+    try:
+        sc = _seccomp_module()
+    except SandboxUnavailable:
+        return -1
+    return sc.resolve_syscall(sc.Arch.NATIVE, name)
