@@ -56,14 +56,14 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from tempering.sandbox.backends import BwrapBackend, NsjailBackend, UnsafeLocalBackend, make_backend
-from tempering.sandbox.base import (STATUSES, Backend, ExecResult, Limits, SandboxFailure,
-                                    SandboxUnavailable, Status)
+from tempering.sandbox.base import (STATUSES, Backend, ExecResult, Limits, Sandbox, SandboxFailure,
+                                    SandboxSession, SandboxUnavailable, Status)
 from tempering.sandbox.pool import SandboxPool, Session
 from tempering.sandbox.selfcheck import CheckReport, run_self_check
 
 __all__ = [
-    "Backend", "BwrapBackend", "CheckReport", "ExecResult", "Limits", "NsjailBackend", "SandboxFailure",
-    "SandboxPool", "SandboxUnavailable", "STATUSES", "Session", "Status", "UnsafeLocalBackend",
+    "Backend", "BwrapBackend", "CheckReport", "ExecResult", "Limits", "NsjailBackend", "Sandbox", "SandboxFailure",
+    "SandboxPool", "SandboxSession", "SandboxUnavailable", "STATUSES", "Session", "Status", "UnsafeLocalBackend",
     "default_pool", "exec", "make_backend", "run_self_check",
 ]
 
