@@ -74,7 +74,12 @@ class Limits:
             if not sep or key not in names:
                 raise ValueError(f"bad limit {item!r}; expected one of {sorted(names)} as key=value")
             mult = {"K": 1024, "M": MiB, "G": 1024 * MiB}.get(raw[-1:].upper(), 1)
-            number = float(raw[:-1] if mult > 1 else raw)
+            try:
+                number = float(raw[:-1] if mult > 1 else raw)
+            except ValueError:
+                raise ValueError(f"bad limit {item!r}: {raw!r} is not a number") from None
+            if not math.isfinite(number):
+                raise ValueError(f"bad limit {item!r}: Limits.{key} must be a finite positive number")
             changes[key] = number * mult if key.endswith(("_s",)) else int(number * mult)
         return cls(**changes)
 
