@@ -12,7 +12,7 @@ import shutil
 import warnings
 
 from tempering.sandbox.base import Job, Launch, SandboxUnavailable
-from tempering.sandbox.seccomp import filter_bpf, filter_fd, memfd_with
+from tempering.sandbox.seccomp import filter_bpf, filter_fd, kafel_policy, memfd_with
 
 DEFAULT_TOOLCHAIN = ("/usr", "/etc/alternatives", "/etc/ld.so.cache")
 """Host paths bound read-only: the interpreter, bash, coreutils and their libraries."""
@@ -102,12 +102,14 @@ class NsjailBackend:
     """nsjail in standalone once-mode with the same mounts; the fallback where bwrap is missing.
 
     Resource limits are not nsjail's: `--rlimit_* soft` keeps the ones the harness set.
-    Nested user namespaces are refused by a seccomp rule (nsjail has no --disable-userns).
+    Nested user namespaces are refused by a seccomp rule (nsjail has no --disable-userns); the
+    rest of its policy is the bwrap filter's, in nsjail's Kafel syntax (`seccomp.kafel_policy`).
     """
 
     name = "nsjail"
     isolated = True
-    NO_USERNS_POLICY = "ERRNO(1) { unshare, setns, clone { (clone_flags & 0x10000000) == 0x10000000 } } DEFAULT ALLOW"
+    POLICY = kafel_policy()
+    """Kafel: no nested user namespaces, plus the bwrap filter's deny list and socket families."""
 
     def __init__(self, toolchain: tuple[str, ...] = DEFAULT_TOOLCHAIN, binary: str | None = None):
         self.toolchain = tuple(toolchain)
@@ -125,7 +127,7 @@ class NsjailBackend:
                 "--cwd", "/work", "--time_limit", "0", "--max_cpus", "0",
                 "--rlimit_as", "soft", "--rlimit_cpu", "soft", "--rlimit_fsize", "soft",
                 "--rlimit_nofile", "soft", "--rlimit_nproc", "soft", "--rlimit_stack", "soft",
-                "--disable_rlimits", "--seccomp_string", self.NO_USERNS_POLICY]
+                "--disable_rlimits", "--seccomp_string", self.POLICY]
         for key, value in job.env.items():
             argv += ["--env", f"{key}={value}"]
         for path in _existing(self.toolchain):

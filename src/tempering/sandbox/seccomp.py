@@ -101,3 +101,15 @@ def syscall_number(name: str) -> int:
     except SandboxUnavailable:
         return -1
     return sc.resolve_syscall(sc.Arch.NATIVE, name)
+
+
+def kafel_policy() -> str:
+    """The same rules in nsjail's Kafel syntax (nsjail compiles its own filter), plus no nested userns."""
+    by_errno: dict[int, list[str]] = {errno.EPERM: ["unshare", "setns",
+                                                    "clone { (clone_flags & 0x10000000) == 0x10000000 }"]}
+    for name, err in DENIED.items():
+        by_errno.setdefault(err, []).append(name)
+    allowed = " && ".join(f"family != {f}" for f in ALLOWED_FAMILIES)
+    by_errno.setdefault(errno.EAFNOSUPPORT, []).extend(
+        [f"socket {{ {allowed} }}", f"socketpair {{ family != {AF_UNIX} }}"])
+    return " ".join(f"ERRNO({err}) {{ {', '.join(names)} }}" for err, names in by_errno.items()) + " DEFAULT ALLOW"
