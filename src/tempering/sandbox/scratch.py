@@ -5,8 +5,10 @@ the run's uid, mode 0700, nosuid/nodev, with a byte and an inode cap, and bind-m
 `/work` inside the sandbox. Files go in before a run and come out after it; a session keeps
 one across calls. A pool slot reuses one scratch for all its runs (named s<pid>-<uid>):
 `reset()` between runs deletes everything the last run left (as root, never following a
-link), verifies the tmpfs is empty (no entry, no used block) and restores the root's owner
-and mode, so no file of one run is seen by the next.
+link, iteratively: no recursion a deep tree could exhaust), verifies the tmpfs is empty (no
+entry, no used block) and restores the root's owner and mode, so no file of one run is seen
+by the next. A tree deeper than `CLEAN_MAX_DEPTH`, or any failure, makes the pool `remount()`
+a fresh tmpfs instead.
 
 Sandboxed programs can leave symlinks, FIFOs and devices-that-are-not here, so the harness
 (which runs as root) never follows a link while reading or writing: every path is walked one
