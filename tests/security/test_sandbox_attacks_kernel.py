@@ -6,6 +6,7 @@ nothing is ever connected or sent on vsock."""
 
 import errno
 import fcntl
+import hashlib
 import os
 
 import pytest
@@ -96,7 +97,6 @@ def test_large_stdin_is_fed_in_full(pool):
     data = os.urandom(3 << 20).hex().encode()[: 3 << 20]  # past the pipe's capacity: fed by a thread
     r = pool.exec(code="import sys, hashlib\nprint(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())\n",
                   stdin=data)
-    import hashlib
     assert r.status == "ok" and r.stdout.strip() == hashlib.sha256(data).hexdigest()
 
 

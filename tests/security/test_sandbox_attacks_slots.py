@@ -4,8 +4,6 @@ that run and every later use of the slot; four such runs broke a 4-slot pool for
 the canonical HumanEval/0 then scored as a verifier error forever. Now the slot's tmpfs is
 replaced, the attacker's run returns its own result, and every slot keeps working."""
 
-import pytest
-
 from tempering.sandbox.scratch import CLEAN_MAX_DEPTH
 
 DEEP = "import os\nfor _ in range({depth}):\n    os.mkdir('d')\n    os.chdir('d')\nprint('built')\n"

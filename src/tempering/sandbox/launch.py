@@ -2,9 +2,11 @@
 
 This is shared by every backend: the backend only builds the command line.
 
-- The child joins a fresh cgroup, sets its rlimits, drops to the slot uid (no groups) and
-  starts a new session before it execs the backend (bwrap/nsjail), so everything the
-  program ever forks is capped, counted and killable.
+- The child joins a fresh cgroup, sets its rlimits, drops to the slot uid (no groups),
+  joins a fresh anonymous session keyring and starts a new session before it execs the
+  backend (bwrap/nsjail), so everything the program ever forks is capped, counted and
+  killable, and no host keyring is inherited.
+- stdin is a pipe, written at once or by a feeder thread, so it can be read only once.
 - Output is read as it comes and capped; past the cap the run is killed (`output_limit`).
   Reading stops when the main process exits: a daemon holding the pipe cannot stall us.
 - Wall and total CPU time are polled; past either the run is killed (`timeout`).
