@@ -53,6 +53,8 @@ Not isolated (known and accepted):
   syscall surface of the kernel is reachable from an unprivileged user namespace, so a
   kernel bug could be an escape. A VM (gVisor, Firecracker) is the answer to kernel
   exploits; it costs far more than the ~ms per run here.
+- The nsjail fallback's Kafel filter does not refuse x32 syscall numbers (bit 30 set); on a
+  kernel built with CONFIG_X86_X32_ABI they would bypass its deny list. bwrap's does.
 - Covert channels between concurrent runs through the shared read-only toolchain inodes:
   flock and inotify are refused, but POSIX record locks stay (a read lock on a toolchain
   file is visible to F_GETLK in another slot; sqlite needs F_GETLK), as do timing channels.
