@@ -14,6 +14,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	# The sandbox runs untrusted code under bubblewrap.
 	command -v bwrap >/dev/null || (apt-get update -q && apt-get install -y -q bubblewrap)
+	# Its seccomp filter is compiled by libseccomp (through the pyseccomp binding).
+	ldconfig -p | grep -q 'libseccomp\.so\.2 ' || (apt-get update -q && apt-get install -y -q libseccomp2)
 	# Headless Chromium checks that the eval report renders (tests/evals/test_report.py).
 	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 	python3 -m venv $(VENV)

@@ -79,7 +79,9 @@ def test_disk_write_outside_tmpfs(pool):
 
 
 def test_infinite_cpu_loop(pool):
-    r = pool.exec(code="while True:\n    pass\n", limits=pool.limits.replace(**SHORT))
+    # a wall limit far above the CPU limit: the CPU cap ends it even when the host is busy
+    # (with wall 2 s on a loaded host the loop could get under 0.5 CPU-s before the wall hit)
+    r = pool.exec(code="while True:\n    pass\n", limits=pool.limits.replace(wall_s=30.0, cpu_s=1.0))
     assert r.status == "timeout" and r.cpu_s is not None and r.cpu_s >= 0.5
 
 

@@ -20,22 +20,47 @@ Isolated, and proven by tests/security/ and the start-up self-check:
   minimal /dev (null, zero, random, urandom, tty, ...); a /proc of its own pid namespace.
   /work, /root, /etc/shadow, /sys and the rest of the host filesystem are not visible.
 - Network: a new network namespace with only its own loopback: host loopback services,
-  other interfaces and routes are unreachable; raw and packet sockets are refused.
+  other interfaces and routes are unreachable. A seccomp filter allows only AF_UNIX,
+  AF_INET and AF_INET6 sockets: AF_VSOCK (which no network namespace isolates and which
+  reaches a VM's hypervisor), netlink, packet and every other family fail with EAFNOSUPPORT.
+- Kernel surface (seccomp, `sandbox/seccomp.py`; nsjail gets the same rules in Kafel):
+  io_uring, userfaultfd, bpf, perf_event_open, ptrace, pidfd_getfd, memfd_secret, fanotify
+  and the keyring calls are refused; syscalls of a foreign ABI (i386, x32) kill the process.
+- Keyrings: each run joins a fresh anonymous session keyring before exec, and keyctl,
+  add_key and request_key are refused, so a host session keyring (systemd
+  KeyringMode=private, runc, pam_keyinit) and keys of earlier runs are out of reach.
 - Processes and signals: new pid, ipc, uts and cgroup namespaces and a new session;
-  host processes cannot be seen, signalled or ptraced. Nothing outlives a run: a per-run
+  host processes cannot be seen, signalled or ptraced; the sandbox's own init cannot be
+  ptraced or have its fds taken (pidfd_getfd) either. Its command line holds no host path
+  (bwrap reads its options from a memfd), and stdin is a pipe read once (not a memfd
+  that /proc/1/fd/0 or lseek could rewind). Nothing outlives a run: a per-run
   cgroup is frozen and SIGKILLed at the end, daemons and `setsid` children included.
 - Resources: wall time, total CPU (cgroup) and per-process CPU (RLIMIT_CPU), total memory
   including tmpfs (memory cgroup), processes (pids cgroup + RLIMIT_NPROC per uid), file
   size, open files, output bytes (read incrementally, truncated, never buffered whole).
+  `Limits` refuses NaN and infinite values (they would pass any comparison unenforced).
+- Slot reuse: a reused slot's scratch is emptied by an iterative walk; a tree it cannot
+  walk (deeper than 64 levels) gets the tmpfs replaced by a fresh one, so no program can
+  break a slot for later runs; its run still returns its own result, and `health()` counts
+  rebuilt slots and lists broken ones. Session listings are iterative with a depth cap.
 - Environment: the program sees a fresh environment, never the host's variables.
 - Results: `sandbox_error` only when the sandbox itself failed (e.g. bwrap never reported
   the program started, through a channel the program cannot write); program failures
   are `nonzero_exit`, `timeout`, `memory_limit` or `output_limit`.
 
 Not isolated (known and accepted):
-- No seccomp filter with bwrap: the full syscall surface of the kernel is reachable from an
-  unprivileged user namespace, so a kernel bug could be an escape. A VM (gVisor, Firecracker)
-  is the answer to kernel exploits; it costs far more than the ~ms per run here.
+- The seccomp filter is a deny list on top of ALLOW, not an allow list: the rest of the
+  syscall surface of the kernel is reachable from an unprivileged user namespace, so a
+  kernel bug could be an escape. A VM (gVisor, Firecracker) is the answer to kernel
+  exploits; it costs far more than the ~ms per run here.
+- The nsjail fallback's Kafel filter does not refuse x32 syscall numbers (bit 30 set); on a
+  kernel built with CONFIG_X86_X32_ABI they would bypass its deny list. bwrap's does.
+- Covert channels between concurrent runs through the shared read-only toolchain inodes:
+  flock and inotify are refused, but POSIX record locks stay (a read lock on a toolchain
+  file is visible to F_GETLK in another slot; sqlite needs F_GETLK), as do timing channels.
+- A run can pass a unix socket to itself over SCM_RIGHTS in a cycle; the kernel frees
+  such a cycle only at its next unix-socket garbage collection, so the run's mounts may
+  outlive it briefly. Nothing of it is reachable, and the scratch is unmounted (lazily).
 - CPU, memory bandwidth, caches and disk I/O of the host are shared; timing side channels
   exist. CPU *time* is capped; CPU *share* is not (no cpu.shares), so runs compete fairly
   only through the pool's concurrency bound.
@@ -43,8 +68,8 @@ Not isolated (known and accepted):
   the default `python3 -E -S` keeps off sys.path but a program can still open).
 - The kernel's own information in /proc (e.g. /proc/cpuinfo, /proc/meminfo, uptime, kernel
   version) is readable.
-- The sandbox's own init (bwrap's pid 1, same uid) can be ptraced by the program; it holds
-  no capabilities and no-new-privs, so this gains nothing beyond what the program has.
+- The sandbox's own init (bwrap's pid 1) runs as the same uid: /proc/1 is readable (its
+  fds are the run's own stdio); it holds no capabilities.
 - The `unsafe-local` backend isolates nothing; it exists only for trusted code, is never
   chosen automatically, and warns on every run.
 - The harness must run as root (uids, cgroups, scratch mounts) and sets itself as a child
@@ -56,14 +81,14 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from tempering.sandbox.backends import BwrapBackend, NsjailBackend, UnsafeLocalBackend, make_backend
-from tempering.sandbox.base import (STATUSES, Backend, ExecResult, Limits, SandboxFailure,
-                                    SandboxUnavailable, Status)
+from tempering.sandbox.base import (STATUSES, Backend, ExecResult, Limits, Sandbox, SandboxFailure,
+                                    SandboxSession, SandboxUnavailable, Status)
 from tempering.sandbox.pool import SandboxPool, Session
 from tempering.sandbox.selfcheck import CheckReport, run_self_check
 
 __all__ = [
-    "Backend", "BwrapBackend", "CheckReport", "ExecResult", "Limits", "NsjailBackend", "SandboxFailure",
-    "SandboxPool", "SandboxUnavailable", "STATUSES", "Session", "Status", "UnsafeLocalBackend",
+    "Backend", "BwrapBackend", "CheckReport", "ExecResult", "Limits", "NsjailBackend", "Sandbox", "SandboxFailure",
+    "SandboxPool", "SandboxSession", "SandboxUnavailable", "STATUSES", "Session", "Status", "UnsafeLocalBackend",
     "default_pool", "exec", "make_backend", "run_self_check",
 ]
 

@@ -11,7 +11,8 @@ import os
 import shutil
 import warnings
 
-from tempering.sandbox.base import Job, Launch
+from tempering.sandbox.base import Job, Launch, SandboxUnavailable
+from tempering.sandbox.seccomp import filter_bpf, filter_fd, kafel_policy, memfd_with
 
 DEFAULT_TOOLCHAIN = ("/usr", "/etc/alternatives", "/etc/ld.so.cache")
 """Host paths bound read-only: the interpreter, bash, coreutils and their libraries."""
@@ -36,34 +37,54 @@ class BwrapBackend:
     isolated = True
 
     def __init__(self, toolchain: tuple[str, ...] = DEFAULT_TOOLCHAIN, isolate_network: bool = True,
-                 binary: str = "bwrap"):
+                 binary: str = "bwrap", seccomp: bool = True):
         self.toolchain, self.isolate_network, self.binary = tuple(toolchain), isolate_network, binary
+        self.seccomp = seccomp
+        """False runs without the seccomp filter: only to show the self-check refuses it, or to measure its cost."""
 
     def unavailable_reason(self) -> str | None:
         if shutil.which(self.binary) is None:
             return f"{self.binary} not found on PATH (install it: apt-get install -y bubblewrap)"
+        if self.seccomp:
+            try:
+                filter_bpf()
+            except SandboxUnavailable as e:
+                return str(e)
         return None
 
     def prepare(self, job: Job) -> Launch:
+        """Options go through a memfd (`--args`), so /proc/1/cmdline inside shows no host path."""
         size = str(job.limits.scratch_bytes)
-        argv = [shutil.which(self.binary) or self.binary, "--unshare-all", "--unshare-user"]
+        opts = ["--unshare-all", "--unshare-user"]
         if not self.isolate_network:
-            argv.append("--share-net")
-        argv += ["--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            opts.append("--share-net")
+        opts += ["--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                  "--hostname", "sandbox", "--clearenv"]
         for key, value in job.env.items():
-            argv += ["--setenv", key, value]
+            opts += ["--setenv", key, value]
         for path in _existing(self.toolchain):
-            argv += ["--ro-bind", path, path]
+            opts += ["--ro-bind", path, path]
         for target, link in MERGED_USR_LINKS:
             if os.path.islink(link) or not os.path.exists(link):
-                argv += ["--symlink", target, link]
-        argv += ["--proc", "/proc", "--dev", "/dev",
+                opts += ["--symlink", target, link]
+        opts += ["--proc", "/proc", "--dev", "/dev",
                  "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm",
                  "--bind", job.workdir, "/work", "--chdir", "/work", "--remount-ro", "/"]
-        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-        argv += ["--json-status-fd", str(write_fd), "--", *job.argv]
-        return Launch(argv=argv, env=dict(HOST_ENV), pass_fds=(write_fd,), report_fd=read_fd)
+        fds: list[int] = []
+        try:
+            if self.seccomp:
+                fds.append(filter_fd())
+                opts += ["--seccomp", str(fds[-1])]
+            read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+            fds.append(write_fd)
+            opts += ["--json-status-fd", str(write_fd)]
+            fds.append(memfd_with("tempering-bwrap-args", b"".join(o.encode() + b"\0" for o in opts)))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        argv = [shutil.which(self.binary) or self.binary, "--args", str(fds[-1]), "--", *job.argv]
+        return Launch(argv=argv, env=dict(HOST_ENV), pass_fds=tuple(fds), report_fd=read_fd)
 
     def parse_report(self, report: bytes) -> tuple[bool, int | None]:
         started, exit_code = False, None
@@ -81,12 +102,14 @@ class NsjailBackend:
     """nsjail in standalone once-mode with the same mounts; the fallback where bwrap is missing.
 
     Resource limits are not nsjail's: `--rlimit_* soft` keeps the ones the harness set.
-    Nested user namespaces are refused by a seccomp rule (nsjail has no --disable-userns).
+    Nested user namespaces are refused by a seccomp rule (nsjail has no --disable-userns); the
+    rest of its policy is the bwrap filter's, in nsjail's Kafel syntax (`seccomp.kafel_policy`).
     """
 
     name = "nsjail"
     isolated = True
-    NO_USERNS_POLICY = "ERRNO(1) { unshare, setns, clone { (clone_flags & 0x10000000) == 0x10000000 } } DEFAULT ALLOW"
+    POLICY = kafel_policy()
+    """Kafel: no nested user namespaces, plus the bwrap filter's deny list and socket families."""
 
     def __init__(self, toolchain: tuple[str, ...] = DEFAULT_TOOLCHAIN, binary: str | None = None):
         self.toolchain = tuple(toolchain)
@@ -104,7 +127,7 @@ class NsjailBackend:
                 "--cwd", "/work", "--time_limit", "0", "--max_cpus", "0",
                 "--rlimit_as", "soft", "--rlimit_cpu", "soft", "--rlimit_fsize", "soft",
                 "--rlimit_nofile", "soft", "--rlimit_nproc", "soft", "--rlimit_stack", "soft",
-                "--disable_rlimits", "--seccomp_string", self.NO_USERNS_POLICY]
+                "--disable_rlimits", "--seccomp_string", self.POLICY]
         for key, value in job.env.items():
             argv += ["--env", f"{key}={value}"]
         for path in _existing(self.toolchain):

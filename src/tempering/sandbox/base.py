@@ -1,4 +1,5 @@
-"""Types shared by every sandbox backend: limits, results, errors, the backend protocol.
+"""Types shared by every sandbox backend: limits, results, errors, the backend protocol, and the
+`Sandbox` / `SandboxSession` protocols that callers (verifiers, agent environments) code against.
 
 Nothing here imports torch or touches the system; see `tempering.sandbox` for the threat
 model and `launch.py` for how a run is actually started, watched and cleaned up.
@@ -8,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 Status = Literal["ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "sandbox_error"]
 STATUSES: tuple[str, ...] = ("ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "sandbox_error")
@@ -52,8 +54,9 @@ class Limits:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"Limits.{f.name} must be a positive number, got {value!r}")
+            if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+                    or value <= 0):  # NaN compares False with everything: it would pass `<= 0` and never fire
+                raise ValueError(f"Limits.{f.name} must be a finite positive number, got {value!r}")
         if self.open_files < 16:
             raise ValueError(f"Limits.open_files must be >= 16, got {self.open_files}")
 
@@ -71,7 +74,12 @@ class Limits:
             if not sep or key not in names:
                 raise ValueError(f"bad limit {item!r}; expected one of {sorted(names)} as key=value")
             mult = {"K": 1024, "M": MiB, "G": 1024 * MiB}.get(raw[-1:].upper(), 1)
-            number = float(raw[:-1] if mult > 1 else raw)
+            try:
+                number = float(raw[:-1] if mult > 1 else raw)
+            except ValueError:
+                raise ValueError(f"bad limit {item!r}: {raw!r} is not a number") from None
+            if not math.isfinite(number):
+                raise ValueError(f"bad limit {item!r}: Limits.{key} must be a finite positive number")
             changes[key] = number * mult if key.endswith(("_s",)) else int(number * mult)
         return cls(**changes)
 
@@ -149,3 +157,62 @@ class Backend(Protocol):
 
     def parse_report(self, report: bytes) -> tuple[bool, int | None]:
         """(sandbox set up and program started?, program exit code if the backend knows it)."""
+
+
+@runtime_checkable
+class SandboxSession(Protocol):
+    """One agent episode's sandbox: a /work that persists across `exec` calls until `close()`.
+
+    What an environment needs between model turns: run a command, put files in, read
+    results out, list what is there. Processes never outlive a call; files do.
+    """
+
+    def exec(self, command: str | Sequence[str] | None = None, *, code: str | None = None,
+             files: Mapping[str, bytes | str] | None = None, limits: Limits | None = None,
+             stdin: bytes = b"", env: Mapping[str, str] | None = None,
+             collect: Sequence[str] = ()) -> ExecResult:
+        """Run a bash command line (str), an argv (list) or Python `code` in /work."""
+
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes | None:
+        """A regular file under /work (None if missing, a link or not a regular file)."""
+
+    def write_file(self, path: str, content: bytes | str) -> None:
+        """Write one file under /work (relative path)."""
+
+    def write_files(self, files: Mapping[str, bytes | str]) -> None:
+        """Write several files under /work."""
+
+    def list_files(self) -> list[str]:
+        """Relative paths of the regular files under /work."""
+
+    def close(self) -> None:
+        """Discard /work and release the session's resources (idempotent)."""
+
+    def __enter__(self) -> "SandboxSession": ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """Where untrusted code runs. `SandboxPool` is the local implementation; a remote or VM
+    backend (a Ray actor, Firecracker) implements the same four methods.
+
+    `exec` runs one program in a fresh, empty /work and returns how it ended (never raising
+    for what the program did); `session` opens a persistent /work for multi-turn agents.
+    """
+
+    def exec(self, command: str | Sequence[str] | None = None, *, code: str | None = None,
+             files: Mapping[str, bytes | str] | None = None, limits: Limits | None = None,
+             stdin: bytes = b"", env: Mapping[str, str] | None = None,
+             collect: Sequence[str] = ()) -> ExecResult:
+        """Run a bash command line (str), an argv (list) or Python `code` in isolation."""
+
+    def session(self, limits: Limits | None = None) -> SandboxSession:
+        """Open a session; close it (or use it as a context manager) when the episode ends."""
+
+    def health(self) -> dict:
+        """Counters and state for monitoring (runs by status, free and broken slots, ...)."""
+
+    def close(self) -> None:
+        """Release everything; runs in flight must have ended."""

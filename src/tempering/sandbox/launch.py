@@ -2,9 +2,11 @@
 
 This is shared by every backend: the backend only builds the command line.
 
-- The child joins a fresh cgroup, sets its rlimits, drops to the slot uid (no groups) and
-  starts a new session before it execs the backend (bwrap/nsjail), so everything the
-  program ever forks is capped, counted and killable.
+- The child joins a fresh cgroup, sets its rlimits, drops to the slot uid (no groups),
+  joins a fresh anonymous session keyring and starts a new session before it execs the
+  backend (bwrap/nsjail), so everything the program ever forks is capped, counted and
+  killable, and no host keyring is inherited.
+- stdin is a pipe, written at once or by a feeder thread, so it can be read only once.
 - Output is read as it comes and capped; past the cap the run is killed (`output_limit`).
   Reading stops when the main process exits: a daemon holding the pipe cannot stall us.
 - Wall and total CPU time are polled; past either the run is killed (`timeout`).
@@ -19,7 +21,10 @@ This is shared by every backend: the backend only builds the command line.
 from __future__ import annotations
 
 import ctypes
+import errno
+import fcntl
 import os
+import platform
 import resource
 import selectors
 import signal
@@ -32,8 +37,13 @@ from tempering.sandbox.base import Backend, ExecResult, Job, SandboxFailure
 from tempering.sandbox.cgroups import CgroupRoot, RunCgroup
 
 PR_SET_CHILD_SUBREAPER = 36
+KEYCTL_JOIN_SESSION_KEYRING = 1
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
+_libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child only calls into it
 BACKEND_PROCS = 4  # bwrap's own processes (outer, pid 1) plus slack, on top of Limits.processes
 POLL_S = 0.05
+F_SETPIPE_SZ = 1031
+STDIN_PIPE_MAX = 1024 * 1024  # /proc/sys/fs/pipe-max-size default; root may exceed it, we don't
 _owned_lock = threading.Lock()
 _owned_pids: set[int] = set()  # our direct children: subprocess reaps those, never us
 _subreaper_done = False
@@ -111,6 +121,22 @@ def _child_setup(join_files: list[str], rlimits: list[tuple[int, int]], uid: int
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
+    join_fresh_session_keyring()
+
+
+def join_fresh_session_keyring() -> None:
+    """Leave the harness's session keyring for a new anonymous one (owned by the slot uid).
+
+    Without this a run inherits the host's session keyring (systemd KeyringMode=private,
+    runc, pam_keyinit logins) and possesses its keys. The seccomp filter also refuses every
+    keyring syscall; this covers backends without our filter (nsjail, unsafe-local).
+    """
+    if SYS_KEYCTL is None:
+        return
+    if _libc.syscall(SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        err = ctypes.get_errno()
+        if err != errno.ENOSYS:  # a kernel without keyrings has nothing to leak
+            raise OSError(err, f"keyctl(JOIN_SESSION_KEYRING): {os.strerror(err)}")
 
 
 @dataclass
@@ -129,12 +155,35 @@ class _Stream:
 
 
 def _stdin_fd(data: bytes) -> int | None:
+    """Read end of a pipe that yields `data` once (a memfd could be re-read via /proc/1/fd/0).
+
+    Up to the pipe's capacity is written at once; more is fed by a thread that ends when
+    the data is written or the run's last reader is gone (EPIPE).
+    """
     if not data:
         return None
-    fd = os.memfd_create("sandbox-stdin")
-    os.write(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    try:
+        capacity = fcntl.fcntl(write_fd, F_SETPIPE_SZ, min(max(len(data), 4096), STDIN_PIPE_MAX))
+    except OSError:
+        capacity = 65536
+    if len(data) <= capacity:
+        os.write(write_fd, data)
+        os.close(write_fd)
+    else:
+        threading.Thread(target=_feed, args=(write_fd, data), name="sandbox-stdin", daemon=True).start()
+    return read_fd
+
+
+def _feed(fd: int, data: bytes) -> None:
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:  # EPIPE: the program ended without reading everything
+        pass
+    finally:
+        os.close(fd)
 
 
 def run_job(backend: Backend, job: Job, cgroups: CgroupRoot, stdin: bytes = b"",

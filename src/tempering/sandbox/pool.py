@@ -10,11 +10,12 @@ what makes the process limit mean "this run's processes".
 from __future__ import annotations
 
 import collections
+import contextlib
 import fcntl
 import os
 import threading
 import warnings
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from tempering.sandbox.backends import make_backend
 from tempering.sandbox.base import Backend, ExecResult, Job, Limits, SandboxFailure, SandboxUnavailable
@@ -47,6 +48,8 @@ class UidLease:
         self.uid, self.gid, self._fd = uid, uid, fd
         self.cgroup: RunCgroup | None = None  # reused by this lease's runs, made on first use
         self.scratch: Scratch | None = None  # reused by a pool slot's runs, reset before each
+        self.rebuilds = 0  # times the scratch could not be cleaned and was replaced
+        self.broken: str | None = None  # why the last rebuild failed (None: the slot is usable)
 
     def slot_cgroup(self, root: CgroupRoot) -> RunCgroup | None:
         if self.cgroup is None:
@@ -57,16 +60,49 @@ class UidLease:
         return self.cgroup
 
     def slot_scratch(self, size_bytes: int) -> Scratch:
-        """This slot's scratch, emptied and verified; remade from scratch if cleaning fails."""
+        """This slot's scratch, emptied and verified; rebuilt (fresh tmpfs) if cleaning fails."""
         if self.scratch is not None:
             try:
                 self.scratch.reset(size_bytes)
                 return self.scratch
             except SandboxFailure:
-                self.scratch.destroy()
-                self.scratch = None
-        self.scratch = Scratch.create(self.uid, self.gid, size_bytes, name=f"s{os.getpid()}-{self.uid}")
-        return self.scratch
+                pass
+        return self.rebuild_scratch(size_bytes)
+
+    def rebuild_scratch(self, size_bytes: int) -> Scratch:
+        """A fresh tmpfs for this slot, whatever the old one holds; SandboxFailure marks the slot broken."""
+        try:
+            if self.scratch is not None:
+                self.rebuilds += 1
+                try:
+                    self.scratch.remount(size_bytes)
+                    self.broken = None
+                    return self.scratch
+                except (SandboxFailure, OSError):
+                    self.scratch.destroy()
+                    self.scratch = None
+            self.scratch = Scratch.create(self.uid, self.gid, size_bytes, name=f"s{os.getpid()}-{self.uid}")
+            self.broken = None
+            return self.scratch
+        except (SandboxFailure, SandboxUnavailable, OSError) as e:
+            self.scratch, self.broken = None, f"scratch rebuild failed: {e}"
+            raise SandboxFailure(self.broken) from e
+
+    def clean_after_run(self) -> None:
+        """Empty the slot scratch now (a run's files never wait on the host); never raises.
+
+        A failure to clean (e.g. a tree too deep to walk) remounts a fresh tmpfs; a failure
+        to do that leaves the slot marked broken, and its next run tries again.
+        """
+        if self.scratch is None:
+            return
+        try:
+            self.scratch.reset(self.scratch.size_bytes)
+        except SandboxFailure:
+            try:
+                self.rebuild_scratch(self.scratch.size_bytes)
+            except SandboxFailure:
+                pass
 
     def drop_resources(self) -> None:
         """Unmount the slot scratch and remove the slot cgroup (no run may be in flight)."""
@@ -189,16 +225,31 @@ class SandboxPool:
             if "main.py" in files:
                 raise ValueError("files must not contain 'main.py' when `code` is given")
             files["main.py"] = code
-        lease = self._acquire()
-        try:
-            return self._run(lease, None, argv, files, limits, stdin, env, collect)
-        finally:
-            self._release(lease)
+        with self.slot() as lease:
+            return self.run_in(lease, argv, files, limits, stdin=stdin, env=env, collect=collect)
 
-    def _run(self, lease: UidLease, scratch: Scratch | None, argv, files, limits, stdin, env,
-             collect) -> ExecResult:
-        """One run under `lease`'s uid and reused cgroup, in `scratch` (None: the slot's own)."""
-        uid, gid = lease.uid, lease.gid
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[UidLease]:
+        """Hold one of the pool's slots (its concurrency bound) for the duration of the block."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._free)
+            lease = self._free.popleft()
+        try:
+            yield lease
+        finally:
+            with self._cond:
+                self._free.append(lease)
+                self._cond.notify()
+
+    def run_in(self, lease: UidLease, argv: Sequence[str], files: Mapping[str, bytes | str], limits: Limits, *,
+               scratch: Scratch | None = None, stdin: bytes = b"", env: Mapping[str, str] | None = None,
+               collect: Sequence[str] = ()) -> ExecResult:
+        """One run of `argv` under `lease`'s uid, in `scratch` (None: the slot's own, emptied after).
+
+        For `Session` and the self-check; callers hold a slot (`slot()`). Never raises for what
+        the program did: a scratch the program left uncleanable is rebuilt, and the run's
+        own result is returned (the damage is the candidate's failure, not the sandbox's).
+        """
         full_env = {**SANDBOX_ENV, **(env or {})}
         size = sum(len(a) + 1 for a in argv) + sum(len(k) + len(v) + 2 for k, v in full_env.items())
         if size > ARG_MAX_BYTES:
@@ -209,8 +260,9 @@ class SandboxPool:
         except SandboxFailure as e:
             return self._count(ExecResult("sandbox_error", error=str(e), backend=self.backend.name))
         try:
-            scratch.write(files)
-            job = Job(argv=argv, env=full_env, uid=uid, gid=gid, workdir=scratch.path, limits=limits)
+            scratch.write(dict(files))
+            job = Job(argv=tuple(argv), env=full_env, uid=lease.uid, gid=lease.gid, workdir=scratch.path,
+                      limits=limits)
             result = run_job(self.backend, job, self.cgroups, stdin=stdin, slot=lease.slot_cgroup(self.cgroups))
             if not self.backend.isolated:
                 warnings.warn("ran untrusted-code API with backend 'unsafe-local' (no isolation)", RuntimeWarning)
@@ -220,11 +272,21 @@ class SandboxPool:
                     result.files[rel] = data
             return self._count(result)
         finally:
-            if scratch is lease.scratch:  # empty it now: a run's files never wait on the host
-                try:
-                    scratch.reset(scratch.size_bytes)
-                except SandboxFailure:
-                    lease.drop_resources()
+            if scratch is lease.scratch:
+                lease.clean_after_run()
+
+    def open_session_lease(self) -> UidLease:
+        """Claim a uid for a `Session` (not one of the slots); give it back with `close_session_lease`."""
+        lease = UidLease.claim(self.uid_base, skip=self.uids)
+        with self._cond:
+            self._session_uids.add(lease.uid)
+        return lease
+
+    def close_session_lease(self, lease: UidLease) -> None:
+        reap_orphans({lease.uid})
+        with self._cond:
+            self._session_uids.discard(lease.uid)
+        lease.release()
 
     def session(self, limits: Limits | None = None) -> "Session":
         """A sandbox whose /work persists across `exec` calls (for one agent episode)."""
@@ -232,11 +294,18 @@ class SandboxPool:
         return Session(self, limits or self.limits)
 
     def health(self) -> dict:
-        """Counts of runs by status, free slots, and the self-check state."""
+        """Counts of runs by status, free slots, the self-check state, and slots rebuilt or broken.
+
+        `slot_rebuilds`: scratches a run left uncleanable (e.g. a tree too deep to walk) that
+        were replaced by a fresh tmpfs; `broken_slots`: uid -> why its rebuild failed (its
+        next run tries again, and reports `sandbox_error` if it cannot).
+        """
         with self._cond:
             return {"backend": self.backend.name, "slots": len(self._leases), "free_slots": len(self._free),
                     "runs": sum(self._counts.values()), "by_status": dict(self._counts),
-                    "checked": self._check_report is not None, "open_sessions": len(self._session_uids)}
+                    "checked": self._check_report is not None, "open_sessions": len(self._session_uids),
+                    "slot_rebuilds": sum(lease.rebuilds for lease in self._leases),
+                    "broken_slots": {lease.uid: lease.broken for lease in self._leases if lease.broken}}
 
     def close(self) -> None:
         """Release all uids. Runs in flight must have ended."""
@@ -250,16 +319,6 @@ class SandboxPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _acquire(self) -> UidLease:
-        with self._cond:
-            self._cond.wait_for(lambda: self._free)
-            return self._free.popleft()
-
-    def _release(self, lease: UidLease) -> None:
-        with self._cond:
-            self._free.append(lease)
-            self._cond.notify()
-
     def _count(self, result: ExecResult) -> ExecResult:
         with self._cond:
             self._counts[result.status] += 1
@@ -270,14 +329,18 @@ class Session:
     """A per-episode sandbox: its own uid and a scratch /work that lives until `close()`.
 
     Each `exec` still takes a pool slot, so sessions share the pool's concurrency bound.
-    Calls on one session run one at a time. Processes never outlive a call.
+    Calls on one session run one at a time. Processes never outlive a call. Implements
+    `tempering.sandbox.base.SandboxSession` through the pool's public methods only.
     """
 
     def __init__(self, pool: SandboxPool, limits: Limits):
         self.pool, self.limits = pool, limits
-        self._lease = UidLease.claim(pool.uid_base, skip=pool.uids)
-        pool._session_uids.add(self._lease.uid)
-        self.scratch = Scratch.create(self._lease.uid, self._lease.gid, limits.scratch_bytes)
+        self._lease = pool.open_session_lease()
+        try:
+            self.scratch = Scratch.create(self._lease.uid, self._lease.gid, limits.scratch_bytes)
+        except BaseException:
+            pool.close_session_lease(self._lease)
+            raise
         self._lock = threading.Lock()
         self.closed = False
 
@@ -293,12 +356,14 @@ class Session:
         if code is not None:
             files["main.py"] = code
         limits = (limits or self.limits).replace(scratch_bytes=self.limits.scratch_bytes)
-        slot = self.pool._acquire()  # a concurrency token; the session's own uid runs the job
-        try:
+        with self.pool.slot():  # a concurrency token; the session's own uid runs the job
             with self._lock:
-                return self.pool._run(self._lease, self.scratch, argv, files, limits, stdin, env, collect)
-        finally:
-            self.pool._release(slot)
+                return self.pool.run_in(self._lease, argv, files, limits, scratch=self.scratch, stdin=stdin,
+                                        env=env, collect=collect)
+
+    def write_file(self, path: str, content: bytes | str) -> None:
+        """Write one file into /work (relative path; an existing link is replaced, not followed)."""
+        self.write_files({path: content})
 
     def write_files(self, files: Mapping[str, bytes | str]) -> None:
         with self._lock:
@@ -310,6 +375,7 @@ class Session:
             return self.scratch.read(path, max_bytes or self.limits.output_bytes)
 
     def list_files(self) -> list[str]:
+        """Regular files under /work (iterative walk, depth and entry caps: see `Scratch.listing`)."""
         with self._lock:
             return self.scratch.listing()
 
@@ -318,9 +384,7 @@ class Session:
             return
         with self._lock:
             self.scratch.destroy()
-            reap_orphans({self._lease.uid})
-            self.pool._session_uids.discard(self._lease.uid)
-            self._lease.release()
+            self.pool.close_session_lease(self._lease)
             self.closed = True
 
     def __enter__(self) -> "Session":

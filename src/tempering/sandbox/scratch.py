@@ -5,8 +5,10 @@ the run's uid, mode 0700, nosuid/nodev, with a byte and an inode cap, and bind-m
 `/work` inside the sandbox. Files go in before a run and come out after it; a session keeps
 one across calls. A pool slot reuses one scratch for all its runs (named s<pid>-<uid>):
 `reset()` between runs deletes everything the last run left (as root, never following a
-link), verifies the tmpfs is empty (no entry, no used block) and restores the root's owner
-and mode, so no file of one run is seen by the next.
+link, iteratively: no recursion a deep tree could exhaust), verifies the tmpfs is empty (no
+entry, no used block) and restores the root's owner and mode, so no file of one run is seen
+by the next. A tree deeper than `CLEAN_MAX_DEPTH`, or any failure, makes the pool `remount()`
+a fresh tmpfs instead.
 
 Sandboxed programs can leave symlinks, FIFOs and devices-that-are-not here, so the harness
 (which runs as root) never follows a link while reading or writing: every path is walked one
@@ -20,7 +22,6 @@ import ctypes
 import errno
 import os
 import secrets
-import shutil
 import stat
 
 from tempering.sandbox.base import SandboxFailure, SandboxUnavailable
@@ -28,6 +29,9 @@ from tempering.sandbox.base import SandboxFailure, SandboxUnavailable
 SCRATCH_BASE = "/run/tempering-sandbox/scratch"
 MS_NOSUID, MS_NODEV, MS_REMOUNT = 0x2, 0x4, 0x20
 MNT_DETACH = 0x2
+CLEAN_MAX_DEPTH = 64
+"""Deeper trees are not walked when emptying a reused scratch: the tmpfs is remounted instead."""
+LIST_MAX_DEPTH, LIST_MAX_ENTRIES = 64, 100_000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -61,15 +65,16 @@ class Scratch:
         return cls(path, uid, gid, size_bytes)
 
     def reset(self, size_bytes: int) -> None:
-        """Empty a reused scratch for the next run and verify it; SandboxFailure if it stays dirty."""
+        """Empty a reused scratch for the next run and verify it; SandboxFailure if it stays dirty.
+
+        The walk is iterative and gives up past `CLEAN_MAX_DEPTH` levels (a program can nest
+        directories thousands deep; recursion would raise RecursionError): the caller then
+        unmounts the tmpfs and mounts a fresh one, which is always clean.
+        """
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             try:
-                for name in os.listdir(fd):
-                    if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
-                        shutil.rmtree(name, dir_fd=fd)  # fd-based: never follows a link
-                    else:
-                        os.unlink(name, dir_fd=fd)
+                _empty_dir(fd)
                 for attr in os.listxattr(fd):
                     os.removexattr(fd, attr)
                 os.fchown(fd, self.uid, self.gid)
@@ -79,13 +84,25 @@ class Scratch:
                     raise SandboxFailure(f"scratch {self.path} is not empty after cleaning")
             finally:
                 os.close(fd)
-        except OSError as e:
+        except (OSError, RecursionError) as e:
             raise SandboxFailure(f"cannot clean scratch {self.path}: {e}") from e
         if size_bytes != self.size_bytes:
             flags = MS_REMOUNT | MS_NOSUID | MS_NODEV
             if _libc.mount(b"tmpfs", self.path.encode(), b"tmpfs", flags, _opts(size_bytes, self.uid, self.gid)) != 0:
                 raise SandboxFailure(f"cannot resize scratch {self.path}: {os.strerror(ctypes.get_errno())}")
             self.size_bytes = size_bytes
+
+    def remount(self, size_bytes: int) -> None:
+        """Replace the tmpfs by a fresh, empty one at the same path (whatever the old one holds)."""
+        if _libc.umount2(self.path.encode(), MNT_DETACH) != 0:
+            err = ctypes.get_errno()
+            if err not in (errno.EINVAL, errno.ENOENT):
+                raise SandboxFailure(f"cannot unmount scratch {self.path}: {os.strerror(err)}")
+        os.makedirs(self.path, mode=0o700, exist_ok=True)
+        if _libc.mount(b"tmpfs", self.path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                       _opts(size_bytes, self.uid, self.gid)) != 0:
+            raise SandboxFailure(f"cannot mount scratch tmpfs at {self.path}: {os.strerror(ctypes.get_errno())}")
+        self.size_bytes = size_bytes
 
     def destroy(self) -> None:
         if _libc.umount2(self.path.encode(), MNT_DETACH) != 0:
@@ -175,14 +192,79 @@ class Scratch:
         finally:
             os.close(fd)
 
-    def listing(self) -> list[str]:
-        """Relative paths of all regular files (links are listed by nobody and never followed)."""
+    def listing(self, max_depth: int = LIST_MAX_DEPTH, max_entries: int = LIST_MAX_ENTRIES) -> list[str]:
+        """Relative paths of regular files, walked iteratively without following links.
+
+        Directories deeper than `max_depth` are not entered and at most `max_entries` entries
+        are looked at, so a hostile tree costs bounded time and never recursion.
+        """
         out: list[str] = []
-        for dirpath, _dirs, files, dfd in os.fwalk(self.path, follow_symlinks=False):
-            for name in files:
-                if stat.S_ISREG(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
-                    out.append(os.path.relpath(os.path.join(dirpath, name), self.path))
+        seen = 0
+        stack: list[tuple[str, int]] = [("", 0)]
+        root = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            while stack and seen < max_entries:
+                rel, depth = stack.pop()
+                try:
+                    fd = os.open(rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root) if rel else os.dup(root)
+                except OSError:
+                    continue
+                try:
+                    with os.scandir(fd) as entries:
+                        for entry in entries:
+                            seen += 1
+                            if seen > max_entries:
+                                break
+                            path = f"{rel}/{entry.name}" if rel else entry.name
+                            if entry.is_file(follow_symlinks=False):
+                                out.append(path)
+                            elif entry.is_dir(follow_symlinks=False) and depth + 1 < max_depth:
+                                stack.append((path, depth + 1))
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(root)
         return sorted(out)
+
+
+def _empty_dir(root_fd: int, max_depth: int | None = None) -> None:
+    """Delete everything under the directory `root_fd`, iteratively, never following a link.
+
+    Raises SandboxFailure past `max_depth` levels (default CLEAN_MAX_DEPTH): the caller remounts.
+    """
+    max_depth = CLEAN_MAX_DEPTH if max_depth is None else max_depth
+    stack: list[tuple[int, str, list[str]]] = []  # (dir fd, its name in the parent, subdirs left)
+
+    def enter(fd: int, name: str) -> None:
+        subdirs = []
+        try:
+            for entry in os.listdir(fd):
+                if stat.S_ISDIR(os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode):
+                    subdirs.append(entry)
+                else:
+                    os.unlink(entry, dir_fd=fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        stack.append((fd, name, subdirs))
+
+    try:
+        enter(os.dup(root_fd), "")
+        while stack:
+            fd, name, subdirs = stack[-1]
+            if subdirs:
+                if len(stack) > max_depth:
+                    raise SandboxFailure(f"directory tree deeper than {max_depth} levels")
+                child = subdirs.pop()
+                enter(os.open(child, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd), child)
+                continue
+            stack.pop()
+            os.close(fd)
+            if stack:
+                os.rmdir(name, dir_fd=stack[-1][0])
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
 
 
 def _opts(size_bytes: int, uid: int, gid: int) -> bytes:
