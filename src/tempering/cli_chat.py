@@ -22,9 +22,9 @@ HELP = "commands: /reset (forget the conversation), /exit (or Ctrl-D)"
 def make_engine(spec: str, precision: str = "auto") -> Any:
     """The engine chat samples with: the one place to change when the engine class moves."""
     from tempering.models.load import load_model, load_tokenizer
-    from tempering.rollout.engine import Engine
+    from tempering.rollout.engine import HFEngine
 
-    return Engine(load_model(spec), load_tokenizer(spec), precision=precision)
+    return HFEngine(load_model(spec), load_tokenizer(spec), precision=precision)
 
 
 class ChatSession:
