@@ -159,7 +159,7 @@ class Registry:
         """Record a run as running; `base_model` becomes a `base_model` input too."""
         run_id = uuid.uuid4().hex[:12]
         rows = list(inputs)
-        if base_model and not any(i.role == "base_model" for i in rows):
+        if base_model and not any(i.role == "base_model" and i.path == base_model for i in rows):
             rows.append(describe_input(base_model, "base_model"))
         summary = {i.path: i.sha256 for i in rows if i.sha256}
         with self.db:

@@ -267,3 +267,36 @@ def _check_resume(spec: StageSpec, run_dir: Path, registry: Registry) -> StageRe
 def input_list(pairs: list[tuple[str | Path, str]]) -> list[Input]:
     """`describe_input` for each existing `(path, role)` (generated task sources have no file)."""
     return [describe_input(p, role) for p, role in pairs if Path(p).expanduser().exists()]
+
+
+@contextmanager
+def record_export(source: str | Path, out: str | Path, config: dict[str, Any]) -> Iterator[str | None]:
+    """Record writing `out` from run output `source` (an export, a merge) in `source`'s registry.
+
+    The new run's `base_model` input is `source` with its parent run, and `out` gets a marker:
+    lineage walks from the exported dir back through the run that trained the adapter.
+    A `source` that no Tempering run wrote is exported unrecorded (yields None).
+    """
+    from tempering.pipeline.registry import read_marker
+
+    marker = read_marker(source)
+    if marker is None or not Path(marker["registry"]).is_file():
+        yield None
+        return
+    with Registry(marker["registry"]) as registry:
+        name = f"export-{marker['run']}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_id = registry.start(name, "export", config, [describe_input(source, "base_model")], str(source))
+        try:
+            yield run_id
+        except BaseException as exc:
+            registry.fail(run_id, f"{type(exc).__name__}: {exc}")
+            raise
+        registry.record_output(run_id, "merged", out)
+        registry.finish(run_id, {"merged": str(Path(out).resolve())}, {})
+
+
+def prune_failed(registry: Registry, root: Path) -> list[str]:
+    """Remove failed runs whose run dir is gone; returns their names."""
+    gone = [r for r in registry.list(limit=1_000_000) if r["status"] == "failed" and not (root / r["name"]).exists()]
+    registry.remove([r["id"] for r in gone])
+    return [r["name"] for r in gone]
