@@ -244,7 +244,8 @@ def _check_resume(spec: StageSpec, run_dir: Path, registry: Registry) -> StageRe
     latest = registry.latest(run_dir.name)
     saved = run_dir / CONFIG_FILE
     old = json.loads(saved.read_text()) if saved.is_file() else (latest or {}).get("config")
-    changes = config_diff(old, spec.config) if old is not None else []
+    new = json.loads(json.dumps(spec.config, default=str))  # tuples -> lists, as stored
+    changes = config_diff(old, new) if old is not None else []
     if latest is not None:
         recorded = {i.path: i.sha256 for i in registry.inputs(latest["id"]) if i.sha256}
         changes += [f"{i.path}: content changed since the run started (sha256 {recorded[i.path][:12]}... -> "
