@@ -72,7 +72,6 @@ def run_sft(cfg: SFTConfig, force: bool = False) -> dict[str, Any]:
     from tempering.evals.leakage import check_private_overlap
     from tempering.models.load import load_tokenizer
     from tempering.models.lora import load_for_training
-    from tempering.objectives.sft import SFTObjective
     from tempering.train.trainer import Trainer, evaluate
 
     # refused before anything is recorded: private eval tasks must never be trained on
@@ -88,8 +87,7 @@ def run_sft(cfg: SFTConfig, force: bool = False) -> dict[str, Any]:
             for err in data.errors[:5]:
                 console.print(f"  [yellow]{err}[/yellow]")
         model = load_for_training(cfg.model, cfg.lora)
-        batches, eval_batches = sft_batches(cfg, data, tokenizer.pad_token_id)
-        objective = SFTObjective()
+        batches, eval_batches, objective = sft_components(cfg, data, tokenizer.pad_token_id)
         before = evaluate(model, objective, eval_batches, cfg.train.precision) if eval_batches else None
         result = Trainer(model, objective, batches, cfg.train, stage.run_dir).fit()
         after = evaluate(model, objective, eval_batches, cfg.train.precision) if eval_batches else None
@@ -105,12 +103,13 @@ def run_sft(cfg: SFTConfig, force: bool = False) -> dict[str, Any]:
     return stage.result.summary
 
 
-def sft_batches(cfg: SFTConfig, data: SFTData, pad: int) -> tuple[Any, list[dict[str, Any]]]:
-    """The training batch source and the eval batches of one SFT stage."""
+def sft_components(cfg: SFTConfig, data: SFTData, pad: int) -> tuple[Any, list[dict[str, Any]], Any]:
+    """(training batch source, eval batches, objective) of an SFT stage; bench/sft.py shares it."""
     from tempering.data.batches import SFTBatches, pack_batch, pad_batch
+    from tempering.objectives.sft import SFTObjective
 
     batches = SFTBatches(data.train, cfg.train.batch_size, cfg.data.max_length, pad, cfg.data.packing, cfg.train.seed)
     size = cfg.train.batch_size
     chunks = [data.eval[i: i + size] for i in range(0, len(data.eval), size)]
     evals = [pack_batch(c, cfg.data.max_length, pad) if cfg.data.packing else pad_batch(c, pad) for c in chunks]
-    return batches, evals
+    return batches, evals, SFTObjective()
