@@ -101,7 +101,7 @@ def training_lineage(model_path: str | Path) -> Lineage:
     ancestors with its role; the files in training roles are kept. A base model that lives
     in another run root (its marker names another registry) continues the walk there.
     """
-    from tempering.pipeline.registry import TRAINING_ROLES, Registry, read_marker
+    from tempering.pipeline.registry import TRAINING_ROLES, Registry
 
     lineage, seen, todo = Lineage(), set(), [str(model_path)]
     while todo:
@@ -117,14 +117,24 @@ def training_lineage(model_path: str | Path) -> Lineage:
         for row in rows:
             if row.run_id not in seen:
                 seen.add(row.run_id)
-                lineage.runs.append(row.run_name)
+                if row.run_name not in lineage.runs:  # a resumed run appears once
+                    lineage.runs.append(row.run_name)
             if row.role in TRAINING_ROLES and row.path:
                 _add_file(lineage, row.path, row.sha256, db.parent)
-            elif row.role == "base_model" and row.path and row.parent_run is None:
-                # not a run of this registry: maybe one of another run root (its marker says)
-                local = [c for c in _locate(row.path, db.parent) if read_marker(c)]
-                todo += [str(c) for c in local[:1]]
+            elif row.role == "base_model" and row.path:
+                todo += _elsewhere(row.path, db)
     return lineage
+
+
+def _elsewhere(path: str, db: Path) -> list[str]:
+    """A base model written by a run of *another* registry (another run root): walk on there."""
+    from tempering.pipeline.registry import read_marker
+
+    for c in _locate(path, db.parent):
+        marker = read_marker(c)
+        if marker and Path(marker["registry"]).resolve() != db.resolve():
+            return [str(c)]
+    return []
 
 
 def _add_file(lineage: Lineage, recorded: str, sha: str | None, root: Path) -> None:
