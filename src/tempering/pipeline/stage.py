@@ -253,7 +253,7 @@ def _check_resume(spec: StageSpec, run_dir: Path, registry: Registry) -> StageRe
     if changes and not spec.force:
         raise ConfigChanged(f"run {run_dir.name} exists with a different config ({'; '.join(changes)}); "
                             "resume with the original config, pick another --name, or pass --force")
-    if summary_path.is_file() and latest is not None and latest["status"] == "finished":
+    if summary_path.is_file():
         summary = json.loads(summary_path.read_text())
         if (summary.get("steps") or 0) >= spec.steps:
             from tempering.train.metrics import console
@@ -261,7 +261,7 @@ def _check_resume(spec: StageSpec, run_dir: Path, registry: Registry) -> StageRe
             console.print(f"run {run_dir.name} is already finished ({summary.get('steps')} steps); "
                           f"summary: {summary_path}. Nothing to do (raise --steps to train further).")
             final = Path(summary["final"]) if summary.get("final") else None
-            return StageResult(latest["id"], run_dir.name, run_dir, final, summary, already_finished=True)
+            return StageResult(summary.get("run_id"), run_dir.name, run_dir, final, summary, already_finished=True)
     return None
 
 
