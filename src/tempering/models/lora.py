@@ -65,9 +65,9 @@ def load_for_training(model_spec: str, lora: LoraSettings | None) -> Any:
 
 
 def _console() -> Any:
-    from tempering.train.metrics import console
+    from rich.console import Console  # models/ stays below train/: no import of its console
 
-    return console
+    return Console(stderr=True)
 
 
 def _linear_names(model: Any) -> list[str]:
