@@ -173,3 +173,17 @@ def test_v1_registry_is_migrated_with_roles_parents_and_markers(tmp_path):
     assert rows == [("b", "tasks", str(files["task"])), ("b", "base_model", str(root / "a" / "final")),
                     ("a", "train", str(files["ta"])), ("a", "eval", str(files["ea"])), ("a", "base_model", "base")]
     assert read_marker(root / "b" / "final")["run_id"] == "idb"
+
+
+def test_runs_prune_command(tmp_path):
+    from typer.testing import CliRunner
+
+    from tempering.cli import app
+
+    with Registry(tmp_path / "registry.sqlite") as reg:
+        reg.fail(reg.start("crashed", "sft", {}, [], None), "ValueError: no rows")
+        reg.finish(reg.start("done", "sft", {}, [], None), {}, {})
+    res = CliRunner().invoke(app, ["runs", "--root", str(tmp_path), "--prune"])
+    assert res.exit_code == 0 and "removed 1 failed run(s) without a run dir: crashed" in res.stdout
+    listed = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)]).stdout
+    assert "done" in listed and "crashed" not in listed
