@@ -200,11 +200,11 @@ def run_stage(spec: StageSpec) -> Iterator[Stage]:
 
 
 def _run_body(stage: Stage) -> Iterator[Stage]:
+    """The body of `run_stage` for a run that has work to do: checkpoints, registry row, seed."""
     from tempering.train.checkpoint import fall_back_to_verified, list_checkpoints
-
-    spec, run_dir = stage.spec, stage.run_dir
     from tempering.train.metrics import console
 
+    spec, run_dir = stage.spec, stage.run_dir
     for aside in fall_back_to_verified(run_dir / "checkpoints"):
         console.print(f"[yellow]warning: checkpoint {aside.name.removeprefix('corrupt-')} failed verification; "
                       f"set aside as {aside}, resuming from the previous verified one[/yellow]")
