@@ -6,11 +6,9 @@ files. The v1 recipes' config layouts are read here once, so nothing else needs 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from tempering.pipeline.registry import Registry
+from typing import Any
 
 
 def _v1_roles(kind: str, config: dict[str, Any]) -> dict[str, str]:
@@ -37,9 +35,9 @@ def _local(path: str, root: Path) -> Path | None:
     return None
 
 
-def v1_to_v2(registry: "Registry") -> None:
+def v1_to_v2(db: sqlite3.Connection, registry_path: Path) -> None:
     """Fill run_inputs / run_outputs from v1 rows and mark the finished runs' final dirs."""
-    db, root = registry.db, registry.path.parent.resolve()
+    root = registry_path.parent.resolve()
     runs = [dict(r) for r in db.execute("SELECT * FROM runs ORDER BY started_at").fetchall()]
     by_dir: dict[Path, str] = {}  # run dir -> newest run id under that name
     for run in runs:
@@ -57,6 +55,7 @@ def v1_to_v2(registry: "Registry") -> None:
         local_final = _local(final, root) if final and run["status"] == "finished" else None
         if local_final and local_final.is_dir():
             db.execute("INSERT INTO run_outputs VALUES (?, 'final', ?)", (run["id"], str(local_final)))
-            marker = {"registry": str(registry.path.resolve()), "run_id": run["id"], "run": run["name"],
+            marker = {"registry": str(registry_path.resolve()), "run_id": run["id"], "run": run["name"],
                       "role": "final"}
+            # the name is registry.MARKER (not imported: registry imports this module)
             (local_final / "tempering-run.json").write_text(json.dumps(marker, indent=1) + "\n")

@@ -151,7 +151,7 @@ class Registry:
             elif version < 2:
                 from tempering.pipeline.migrate import v1_to_v2
 
-                v1_to_v2(self)
+                v1_to_v2(self.db, self.path)
                 self.db.execute("UPDATE schema_version SET version=?", (SCHEMA_VERSION,))
 
     # ------------------------------------------------------------------ writing
