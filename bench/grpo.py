@@ -67,25 +67,26 @@ def curve_summary(rewards: list[float], times: list[float], warmup: int, complet
 def run_tempering(steps: int, warmup: int) -> dict:
     import torch
 
-    from tempering.config import GRPOSettings, LoraSettings, TrainSettings
-    from tempering.models.load import load_model, load_tokenizer
-    from tempering.models.lora import apply_lora
-    from tempering.objectives.grpo import GRPOObjective
-    from tempering.rollout.engine import HFEngine
-    from tempering.rollout.source import RolloutSource
-    from tempering.train.precision import resolve_precision
+    from tempering.config import GRPOConfig
+    from tempering.models.load import load_tokenizer
+    from tempering.models.lora import load_for_training
+    from tempering.recipes.grpo import grpo_components
+    from tempering.models.precision import resolve_precision
     from tempering.train.trainer import Trainer
 
     torch.manual_seed(0)
-    tok = load_tokenizer("smollm2-135m-instruct")
-    model = apply_lora(load_model("smollm2-135m-instruct"), LoraSettings(r=16, alpha=32), "smollm2-135m-instruct")
-    precision = resolve_precision("auto")
-    settings = GRPOSettings(prompts_per_step=PROMPTS, group_size=GROUP, max_new_tokens=MAX_NEW, temperature=1.0,
-                            beta=0.0, updates_per_batch=1, dynamic_sampling=False, generation_chunks=1,
-                            truncation="keep", clip_low=0.2, clip_high=0.2)
-    source = RolloutSource(bench_tasks(2000), HFEngine(model, tok, precision), settings, 1, 0, None, model, precision)
-    train = TrainSettings.model_validate({"steps": steps, "precision": "auto", "optim": {"lr": LR, "schedule": "constant"},
-                                          "checkpoint": {"every": 10_000, "keep_last": 1}})
+    cfg = GRPOConfig.model_validate({
+        "model": "smollm2-135m-instruct", "lora": {"r": 16, "alpha": 32}, "heldout": None,
+        "grpo": {"prompts_per_step": PROMPTS, "group_size": GROUP, "max_new_tokens": MAX_NEW, "temperature": 1.0,
+                 "beta": 0.0, "updates_per_batch": 1, "dynamic_sampling": False, "generation_chunks": 1,
+                 "truncation": "keep", "clip_low": 0.2, "clip_high": 0.2},
+        "train": {"steps": steps, "precision": "auto", "optim": {"lr": LR, "schedule": "constant"},
+                  "checkpoint": {"every": 10_000, "keep_last": 1}}})
+    tok = load_tokenizer(cfg.model)
+    model = load_for_training(cfg.model, cfg.lora)
+    precision = resolve_precision(cfg.train.precision)
+    _, source, objective = grpo_components(cfg, model, tok, bench_tasks(2000))
+    train = cfg.train
     rewards, times, last = [], [], [time.perf_counter()]
 
     def clock(step: int, record: dict) -> None:
@@ -95,7 +96,7 @@ def run_tempering(steps: int, warmup: int) -> dict:
         rewards.append(record["reward_mean"])
 
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(model, GRPOObjective(settings), source, train, Path(run_dir), callbacks=[clock])
+        trainer = Trainer(model, objective, source, train, Path(run_dir), callbacks=[clock])
         last[0] = time.perf_counter()
         trainer.fit()  # step 1 also writes the step-0 checkpoint: one reason warm-up steps are excluded
     source.close()
@@ -111,7 +112,7 @@ def run_trl(steps: int, warmup: int) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from tempering.models.load import load_model, load_tokenizer
-    from tempering.train.precision import resolve_precision
+    from tempering.models.precision import resolve_precision
     from tempering.verifiers import score
 
     torch.manual_seed(0)

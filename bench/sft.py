@@ -38,14 +38,13 @@ def run_tempering(model_dir: str, conversations: list[dict], max_length: int, ba
     """Tempering's SFT path (render -> pack -> Trainer), timing steps warmup+1 .. warmup+steps."""
     import torch
 
-    from tempering.config import TrainSettings
-    from tempering.data.batches import SFTBatches
-    from tempering.data.io import Record, LoadResult
-    from tempering.data.render import detect_tool_call_style
-    from tempering.models.load import load_model, load_tokenizer
-    from tempering.objectives.sft import SFTObjective
-    from tempering.data.render import render_records
-    from tempering.train.precision import resolve_precision
+    from tempering.config import SFTConfig
+    from tempering.data.io import LoadResult, Record
+    from tempering.data.render import detect_tool_call_style, render_records
+    from tempering.models.load import load_tokenizer
+    from tempering.models.lora import load_for_training
+    from tempering.recipes.sft import SFTData, sft_components
+    from tempering.models.precision import resolve_precision
     from tempering.train.trainer import Trainer
     from tempering.types import Conversation
 
@@ -53,11 +52,14 @@ def run_tempering(model_dir: str, conversations: list[dict], max_length: int, ba
     loaded = LoadResult(records=[Record(Conversation.model_validate(c), "bench", f"row {i}")
                                  for i, c in enumerate(conversations, 1)], rows=len(conversations))
     examples = render_records(loaded, tokenizer, detect_tool_call_style(tokenizer), max_length)
-    model = load_model(model_dir)
-    settings = TrainSettings.model_validate({
-        "steps": warmup + steps + 1, "batch_size": batch, "precision": "auto", "compile": compile_layers,
-        "optim": {"lr": 1e-5, "schedule": "constant"}, "checkpoint": {"every": 10_000, "keep_last": 1}})
-    batches = SFTBatches(examples, batch, max_length, tokenizer.pad_token_id, packing=True, seed=0)
+    cfg = SFTConfig.model_validate({
+        "model": model_dir, "lora": None, "data": {"train": ["<bench conversations>"], "max_length": max_length,
+                                                   "packing": True},
+        "train": {"steps": warmup + steps + 1, "batch_size": batch, "precision": "auto", "compile": compile_layers,
+                  "optim": {"lr": 1e-5, "schedule": "constant"}, "checkpoint": {"every": 10_000, "keep_last": 1}}})
+    model = load_for_training(model_dir, None)
+    batches, _, objective = sft_components(cfg, SFTData(examples, [], {}, list(loaded.errors)), tokenizer.pad_token_id)
+    settings = cfg.train
     clock, tokens = {}, {"real": 0}
 
     def timer(step: int, record: dict) -> None:
@@ -69,7 +71,7 @@ def run_tempering(model_dir: str, conversations: list[dict], max_length: int, ba
                 clock["t1"] = time.perf_counter()
 
     with tempfile.TemporaryDirectory() as run_dir:
-        Trainer(model, SFTObjective(), batches, settings, Path(run_dir), callbacks=[timer]).fit()
+        Trainer(model, objective, batches, settings, Path(run_dir), callbacks=[timer]).fit()
     seconds = clock["t1"] - clock["t0"]
     return {"real_tokens": tokens["real"], "seconds": seconds, "real_tokens_per_s": tokens["real"] / seconds,
             "loss": "assistant_only", "settings": {"packing": True, "precision": resolve_precision("auto"),
@@ -122,7 +124,7 @@ def main() -> None:
     from sft_data import make_bench_conversations
 
     from tempering.models.load import load_model, load_tokenizer
-    from tempering.train.precision import resolve_precision
+    from tempering.models.precision import resolve_precision
 
     runs = {}
     for name in ("tempering", "tempering_compiled", "trl"):

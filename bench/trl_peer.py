@@ -58,7 +58,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from tempering.train.precision import cpu_has_native_bf16  # noqa: E402
+from tempering.models.precision import cpu_has_native_bf16  # noqa: E402
 
 __all__ = ["run_trl_sft", "DEFAULT_SETTINGS", "cpu_has_native_bf16", "SMOLLM2_TRAINING_TEMPLATE"]
 

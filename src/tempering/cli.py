@@ -90,17 +90,18 @@ def sft(
     full: bool = typer.Option(False, "--full", help="Train all parameters instead of LoRA."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the resolved config, row and token counts and "
                                  "one rendered example with its loss mask; train nothing, create no run."),
+    force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
 ) -> None:
     """Supervised fine-tuning on conversations (assistant-only loss)."""
     from tempering.recipes.sft import run_sft
     from tempering.recipes.sft_dry_run import dry_run_sft
 
-    run = (lambda cfg: dry_run_sft(cfg, out)) if dry_run else run_sft
-    _train(SFTConfig, run, config, set_, model, steps, out_dir, name, full)
+    run = (lambda cfg, force=False: dry_run_sft(cfg, out)) if dry_run else run_sft
+    _train(SFTConfig, run, config, set_, model, steps, out_dir, name, full, force)
 
 
 def _train(kind: type, run: Any, config: Path, set_: List[str], model: Optional[str], steps: Optional[int],
-           out_dir: Optional[str], name: Optional[str], full: bool) -> None:
+           out_dir: Optional[str], name: Optional[str], full: bool, force: bool = False) -> None:
     """Shared body of the training commands: config + flags -> run -> summary JSON."""
     literal = {k: v for k, v in (("model", model), ("train.steps", steps), ("out", out_dir), ("name", name))
                if v is not None}
@@ -110,9 +111,11 @@ def _train(kind: type, run: Any, config: Path, set_: List[str], model: Optional[
         cfg = load_config(kind, config, list(set_), literal)
     except (ConfigError, FileNotFoundError) as exc:
         _fail(str(exc))
+    from tempering.train.checkpoint import CheckpointError
+
     try:
-        summary = run(cfg)
-    except (ValueError, FileNotFoundError) as exc:  # e.g. training data overlapping a private suite
+        summary = run(cfg, force=force)
+    except (ValueError, FileNotFoundError, CheckpointError) as exc:  # e.g. a private-suite overlap, a locked run
         _fail(str(exc))
     out.print_json(json.dumps(summary))
 
@@ -126,12 +129,13 @@ def grpo(
     out_dir: Optional[str] = typer.Option(None, "--out", help="Run root."),
     name: Optional[str] = typer.Option(None, help="Run name (re-using one resumes it)."),
     full: bool = typer.Option(False, "--full", help="Train all parameters instead of LoRA."),
+    force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
 ) -> None:
     """RL with verifiable rewards (GRPO family): sample, verify, update."""
     from tempering.config import GRPOConfig
     from tempering.recipes.grpo import run_grpo
 
-    _train(GRPOConfig, run_grpo, config, set_, model, steps, out_dir, name, full)
+    _train(GRPOConfig, run_grpo, config, set_, model, steps, out_dir, name, full, force)
 
 
 @app.command()
@@ -251,15 +255,33 @@ def verify(
 def export(
     adapter: Path = typer.Argument(..., help="A PEFT adapter directory (e.g. runs/NAME/final)."),
     out_dir: Path = typer.Option(..., "--out", help="Where to write the merged HF model."),
+    dtype: str = typer.Option("fp32", "--dtype", help="Weights of the merged model: fp32, bf16 or fp16."),
+    force: bool = typer.Option(False, "--force", help="Write into a non-empty --out dir (replacing its files)."),
 ) -> None:
-    """Merge a LoRA adapter into its base model and save a standalone HF directory."""
-    from tempering.models.load import adapter_base
-    from tempering.models.lora import export_merged
+    """Merge a LoRA adapter into its base model and save a standalone HF directory.
 
+    The export is recorded as a run of the adapter's registry and marked, so the
+    contamination scan of the exported model still sees what the adapter was trained on.
+    """
+    from tempering.models.load import adapter_base
+    from tempering.models.lora import EXPORT_DTYPES, export_merged
+    from tempering.pipeline.stage import record_export
+
+    if dtype not in EXPORT_DTYPES:
+        _fail(f"--dtype {dtype!r} is not one of {', '.join(EXPORT_DTYPES)}")
     if adapter_base(str(adapter)) is None:
         _fail(f"{adapter} is not a PEFT adapter directory (no adapter_config.json)")
-    path = export_merged(str(adapter), str(out_dir))
-    out.print(f"merged model written to {path}")
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
+        _fail(f"--out {out_dir} exists and is not empty; choose an empty dir or pass --force to replace it")
+    if force and out_dir.is_dir():
+        import shutil
+
+        if out_dir.resolve() in [adapter.resolve(), *adapter.resolve().parents]:
+            _fail(f"--out {out_dir} holds the adapter itself; choose another dir")
+        shutil.rmtree(out_dir)
+    with record_export(adapter, out_dir, {"adapter": str(adapter), "out": str(out_dir), "dtype": dtype}):
+        path = export_merged(str(adapter), str(out_dir), dtype)
+    out.print(f"merged model ({dtype}) written to {path}")
 
 
 @model_app.command("resolve")
@@ -274,19 +296,30 @@ def model_resolve(spec: str = typer.Argument(DEFAULT_MODEL)) -> None:
 
 
 @app.command()
-def runs(root: Path = typer.Option(Path("runs"), help="Run root holding registry.sqlite.")) -> None:
-    """List recorded runs."""
+def runs(
+    root: Path = typer.Option(Path("runs"), help="Run root holding registry.sqlite."),
+    prune: bool = typer.Option(False, "--prune", help="Remove failed runs whose run dir no longer exists."),
+) -> None:
+    """List recorded runs (or prune failed ones that left nothing behind)."""
+    import time
+
     from tempering.pipeline.registry import Registry
 
     path = root / "registry.sqlite"
     if not path.is_file():
         _fail(f"no registry at {path}")
-    table = Table("id", "name", "kind", "status", "base model", "started")
-    import time
+    with Registry(path) as registry:
+        if prune:
+            from tempering.pipeline.stage import prune_failed
 
-    for r in Registry(path).list():
-        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started_at"]))
-        table.add_row(r["id"], r["name"], r["kind"], r["status"], r["base_model"] or "", started)
+            removed = prune_failed(registry, root)
+            out.print(f"removed {len(removed)} failed run(s) without a run dir" +
+                      (f": {', '.join(removed)}" if removed else ""))
+            return
+        table = Table("id", "name", "kind", "status", "base model", "started")
+        for r in registry.list():
+            started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started_at"]))
+            table.add_row(r["id"], r["name"], r["kind"], r["status"], r["base_model"] or "", started)
     out.print(table)
 
 

@@ -124,12 +124,17 @@ def sft_row(prompt: str, answer: str, **extra) -> dict:
 
 def record_run(out: Path, name: str, train: list[str], base: str, evals: list[str] = ()) -> Path:
     """A finished SFT run as run_sft records it (paths as given, relative to the cwd at training)."""
+    from tempering.pipeline.registry import describe_input
+
     registry = Registry(out / "registry.sqlite")
     config = {"data": {"train": list(train), "eval": list(evals), "replay": None}, "out": str(out), "name": name}
-    run_id = registry.start(name, "sft", config, list(train) + list(evals), base)
+    inputs = [describe_input(p, "train") for p in train] + [describe_input(p, "eval") for p in evals]
+    run_id = registry.start(name, "sft", config, inputs, base)
     final = out / name / "final"
     final.mkdir(parents=True)
     (final / "config.json").write_text("{}")
+    registry.record_output(run_id, "final", final)
+    registry.record_output(run_id, "run_dir", final.parent)
     registry.finish(run_id, {"final": str(final)}, {})
     registry.close()
     return final

@@ -122,8 +122,7 @@ def test_contaminated_lineage_is_reported_and_fails_the_gate(recall_model, recal
     write_jsonl(project / "train.jsonl", [sft_row("recall 0 0 1", "0", id="clean-1"),
                                           sft_row(rows[5]["prompt"], rows[5]["verifier"]["answer"], id="leak-5")])
     final = record_run(project / "runs", "sft-leak", ["train.jsonl"], "smollm2-135m-instruct")
-    shutil.rmtree(final)
-    shutil.copytree(recall_dir, final)
+    shutil.copytree(recall_dir, final, dirs_exist_ok=True)  # the trained weights; the run's marker stays
     result = invoke(eval_app, ["run", suite_file, "--model", final, "--out", env / "leaky"])
     assert result.exit_code == 0 and "1 contaminated row" in result.output, result.output
     suite = EvalResults.load(env / "leaky" / "results.json").suite("recall")

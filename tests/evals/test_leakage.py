@@ -106,3 +106,19 @@ def test_sft_refuses_a_planted_private_task_before_recording_a_run(tmp_path, mon
     with pytest.raises(PrivateSuiteOverlap, match="holdout"):
         run_sft(cfg)
     assert not (tmp_path / "runs").exists()
+
+
+def test_lineage_crosses_run_roots_and_exports(tmp_path, monkeypatch):
+    """A run in another run root (another registry) trained from this one's export: both files found."""
+    from tempering.pipeline.stage import record_export
+
+    monkeypatch.chdir(tmp_path)
+    training_file(tmp_path / "a.jsonl", planted=[1])
+    training_file(tmp_path / "b.jsonl", planted=[2])
+    final_a = record_run(tmp_path / "runs1", "a", ["a.jsonl"], "smollm2-135m-instruct")
+    with record_export(final_a, tmp_path / "merged", {}):
+        (tmp_path / "merged").mkdir()
+    final_b = record_run(tmp_path / "runs2", "b", ["b.jsonl"], str(tmp_path / "merged"))
+    lineage = training_lineage(final_b)
+    assert lineage.runs[0] == "b" and lineage.runs[1].startswith("export-a-") and lineage.runs[2] == "a"
+    assert [f.name for f in lineage.files] == ["b.jsonl", "a.jsonl"]

@@ -2,14 +2,14 @@ import sqlite3
 
 import pytest
 
-from tempering.pipeline.registry import SCHEMA_VERSION, Registry, file_sha256
+from tempering.pipeline.registry import SCHEMA_VERSION, Registry, describe_input, file_sha256
 
 
 def test_runs_are_recorded_with_input_hashes(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text("{}\n")
     reg = Registry(tmp_path / "registry.sqlite")
-    run_id = reg.start("r1", "sft", {"lr": 1}, [str(data)], "base-model")
+    run_id = reg.start("r1", "sft", {"lr": 1}, [describe_input(data, "train")], "base-model")
     assert reg.get(run_id)["status"] == "running"
     reg.finish(run_id, {"final": "x"}, {"loss": 0.5})
     row = reg.get("r1")

@@ -1,10 +1,10 @@
 """Eval tasks leaking into training: a checkpoint's lineage scan, and the private-suite guard.
 
-Lineage. A run writes `<out>/<name>/...` and records itself in `<out>/registry.sqlite`, so a
-checkpoint path inside a run directory (`runs/sft-1/final`, `runs/sft-1/checkpoints/...`)
-names its registry and its run. The run's recorded inputs give the files it trained on
-(SFT: `data.train` and replay files; GRPO: its task file; eval files are not training data),
-and when its base model is itself a run output the walk continues there. Every such file is
+Lineage. Every output dir of a run (its `final/`, an export or merge of it) carries a marker
+naming its registry and run (`pipeline.registry`); the registry records each input with its
+role and, for a base model that is another run's output, that parent run. So the files that
+trained a checkpoint are one query over roles (`train`, `replay`, `tasks`; `eval` and
+`heldout` files are not training data), whatever recipe wrote it. Every such file is
 scanned with the suites' n-gram index (`evals.contamination`); the rows found become the
 suite result's `contaminated_rows`, which the gate rule `contamination == 0` reads.
 
@@ -29,7 +29,6 @@ from tempering.evals.suite import Suite, registered_suites
 from tempering.hashing import sha256_file
 from tempering.types import Task
 
-REGISTRY_FILE = "registry.sqlite"
 SHOWN_ROWS = 5
 
 
@@ -63,39 +62,29 @@ def _task_rows(tasks: Sequence[Task]) -> list[dict[str, Any]]:
 
 
 def find_run(model_path: str | Path) -> tuple[Path, dict[str, Any]] | None:
-    """(registry file, run record) of the run whose directory holds `model_path`, if any."""
-    from tempering.pipeline.registry import Registry
+    """(registry file, run record) of the run that wrote `model_path`, if any.
+
+    Read from the marker file every output dir carries (`tempering-run.json`, written by the
+    stage runner and by `temper export`), or, for a checkpoint dir `<run>/checkpoints/step-N`,
+    the run dir's marker. Nothing is guessed from parent directories.
+    """
+    from tempering.pipeline.registry import Registry, read_marker
 
     path = Path(model_path).expanduser()
-    if not path.exists():
+    if not path.is_dir():
         return None
-    path = path.resolve()
-    for root in path.parents:
-        db = root / REGISTRY_FILE
-        if not db.is_file():
-            continue
-        run_name = path.relative_to(root).parts[0]
-        registry = Registry(db)
-        try:
-            return db, registry.get(run_name)
-        except KeyError:
-            continue
-        finally:
-            registry.close()
-    return None
-
-
-def _trained_files(run: dict[str, Any]) -> list[str]:
-    """The recorded inputs a run trained on (its eval files left out)."""
-    recorded, cfg = run["inputs"], run["config"]
-    if run["kind"] == "sft":
-        data = cfg.get("data") or {}
-        wanted = list(data.get("train") or []) + list((data.get("replay") or {}).get("data") or [])
-    elif run["kind"] == "grpo":
-        wanted = [(cfg.get("tasks") or {}).get("source")]
-    else:
-        wanted = list(recorded)
-    return [p for p in wanted if p in recorded]
+    marker = read_marker(path)
+    if marker is None and path.parent.name == "checkpoints":
+        marker = read_marker(path.parent.parent)
+    if marker is None or not Path(marker["registry"]).is_file():
+        return None
+    registry = Registry(marker["registry"])
+    try:
+        return Path(marker["registry"]), registry.get(marker["run_id"])
+    except KeyError:
+        return None
+    finally:
+        registry.close()
 
 
 def _locate(recorded: str, root: Path) -> list[Path]:
@@ -106,27 +95,49 @@ def _locate(recorded: str, root: Path) -> list[Path]:
 
 
 def training_lineage(model_path: str | Path) -> Lineage:
-    """The runs and training files behind a checkpoint, following base models that are run outputs."""
+    """The runs and training files behind a checkpoint, through base models, exports and merges.
+
+    One registry query (`Registry.lineage`) gives every input of the run and of its
+    ancestors with its role; the files in training roles are kept. A base model that lives
+    in another run root (its marker names another registry) continues the walk there.
+    """
+    from tempering.pipeline.registry import TRAINING_ROLES, Registry
+
     lineage, seen, todo = Lineage(), set(), [str(model_path)]
     while todo:
         found = find_run(todo.pop())
-        if found is None:
+        if found is None or found[1]["id"] in seen:
             continue
         db, run = found
-        if run["id"] in seen:
-            continue
-        seen.add(run["id"])
-        lineage.runs.append(run["name"])
-        root = db.parent
-        for recorded in _trained_files(run):
-            _add_file(lineage, recorded, run["inputs"][recorded], root)
-        base = run.get("base_model")
-        if base:
-            todo += [str(c) for c in _locate(base, root) if c.exists()][:1]
+        registry = Registry(db)
+        try:
+            rows = registry.lineage(run["id"])
+        finally:
+            registry.close()
+        for row in rows:
+            if row.run_id not in seen:
+                seen.add(row.run_id)
+                if row.run_name not in lineage.runs:  # a resumed run appears once
+                    lineage.runs.append(row.run_name)
+            if row.role in TRAINING_ROLES and row.path:
+                _add_file(lineage, row.path, row.sha256, db.parent)
+            elif row.role == "base_model" and row.path:
+                todo += _elsewhere(row.path, db)
     return lineage
 
 
-def _add_file(lineage: Lineage, recorded: str, sha: str, root: Path) -> None:
+def _elsewhere(path: str, db: Path) -> list[str]:
+    """A base model written by a run of *another* registry (another run root): walk on there."""
+    from tempering.pipeline.registry import read_marker
+
+    for c in _locate(path, db.parent):
+        marker = read_marker(c)
+        if marker and Path(marker["registry"]).resolve() != db.resolve():
+            return [str(c)]
+    return []
+
+
+def _add_file(lineage: Lineage, recorded: str, sha: str | None, root: Path) -> None:
     candidates = [c for c in _locate(recorded, root) if c.is_file()]
     if not candidates:
         lineage.missing.append(recorded)

@@ -11,8 +11,9 @@ from tempering.config import LoraSettings
 def apply_lora(model: Any, settings: LoraSettings, base_spec: str) -> Any:
     """Wrap `model` with trainable LoRA adapters; the base weights are frozen.
 
-    `base_spec` (e.g. the alias) is recorded in adapter_config.json so the adapter
-    resolves its base on any machine, not only where this cache path exists.
+    adapter_config.json records the base as something plain `peft` can load: the local
+    directory `base_spec` resolves to (absolute, so the adapter loads from any working
+    directory), or the hub id as given. An alias would send PEFT to the hub.
     """
     from peft import LoraConfig, get_peft_model
 
@@ -31,8 +32,42 @@ def apply_lora(model: Any, settings: LoraSettings, base_spec: str) -> Any:
         task_type="CAUSAL_LM",
     )
     peft_model = get_peft_model(model, config)
-    peft_model.peft_config["default"].base_model_name_or_path = base_spec
+    peft_model.peft_config["default"].base_model_name_or_path = loadable_base(base_spec)
     return peft_model
+
+
+def loadable_base(spec: str) -> str:
+    """`spec` as `from_pretrained` takes it: an absolute local dir, else the hub id."""
+    from tempering.models.load import resolve_model
+
+    local = Path(resolve_model(spec)).expanduser()
+    return str(local.resolve()) if local.is_dir() else spec
+
+
+def load_for_training(model_spec: str, lora: LoraSettings | None) -> Any:
+    """The model to train: LoRA on top of the base, or all parameters.
+
+    Starting from a PEFT adapter dir: with LoRA, training continues that adapter (its own
+    rank and targets); with full parameters, the adapter is merged in first.
+    """
+    from tempering.models.load import adapter_base, load_model, resolve_model
+
+    if adapter_base(resolve_model(model_spec)):
+        model = load_model(model_spec, trainable_adapter=lora is not None)
+        if lora is None:
+            model = model.merge_and_unload()
+            model.requires_grad_(True)
+        else:
+            _console().print("[dim]continuing the given LoRA adapter (its own r/alpha/targets apply)[/dim]")
+        return model
+    model = load_model(model_spec)
+    return apply_lora(model, lora, model_spec) if lora else model
+
+
+def _console() -> Any:
+    from rich.console import Console  # models/ stays below train/: no import of its console
+
+    return Console(stderr=True)
 
 
 def _linear_names(model: Any) -> list[str]:
@@ -44,11 +79,17 @@ def _linear_names(model: Any) -> list[str]:
                    if isinstance(m, torch.nn.Linear) and m is not head and ".layers." in name})
 
 
-def export_merged(adapter_dir: str, out_dir: str) -> Path:
-    """Merge a PEFT adapter into its base and save a standalone HF directory."""
+EXPORT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def export_merged(adapter_dir: str, out_dir: str, dtype: str = "fp32") -> Path:
+    """Merge a PEFT adapter into its base and save a standalone HF directory in `dtype`.
+
+    The merge runs in `dtype` (bf16/fp16 halve the file; fp32 keeps the trained numbers).
+    """
     from tempering.models.load import load_model, load_tokenizer
 
-    model = load_model(adapter_dir)
+    model = load_model(adapter_dir, dtype=EXPORT_DTYPES[dtype])
     merged = model.merge_and_unload()
     out = Path(out_dir)
     merged.save_pretrained(out)

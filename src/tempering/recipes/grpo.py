@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import GRPOConfig
+from tempering.pipeline.stage import StageSpec, input_list, run_stage
 from tempering.rollout.engine import Engine, HFEngine, SamplingParams
 from tempering.train.metrics import console
 from tempering.types import Task
@@ -106,18 +107,34 @@ class HeldoutMonitor:
         return out
 
 
-def run_grpo(cfg: GRPOConfig) -> dict[str, Any]:
-    """Run one GRPO stage end to end and record it; returns the run summary."""
-    import torch
+def grpo_stage(cfg: GRPOConfig, force: bool = False) -> StageSpec:
+    """The stage a GRPO config describes: its task files with their roles."""
+    pairs = [(cfg.tasks.source, "tasks")] + ([(cfg.heldout.tasks.source, "heldout")] if cfg.heldout else [])
+    return StageSpec("grpo", cfg.out, cfg.name, cfg.model_dump(), input_list(pairs), cfg.model, cfg.train.steps,
+                     cfg.train.seed, cfg.train.threads, force)
 
-    from tempering.models.load import load_tokenizer
+
+def grpo_components(cfg: GRPOConfig, model: Any, tokenizer: Any, tasks: list[Task], store: Any = None) -> tuple[Any, Any, Any]:
+    """(engine, batch source, objective) of a GRPO stage; the recipe and bench/grpo.py share it."""
     from tempering.objectives.grpo import GRPOObjective
-    from tempering.pipeline.registry import Registry
-    from tempering.recipes.sft import load_base_for_training
     from tempering.rollout.source import RolloutSource
+    from tempering.models.precision import resolve_precision
+
+    precision = resolve_precision(cfg.train.precision)
+    engine = HFEngine(model, tokenizer, precision=precision)
+    source = RolloutSource(tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision)
+    return engine, source, GRPOObjective(cfg.grpo)
+
+
+def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
+    """Run one GRPO stage end to end and record it; returns the run summary.
+
+    `force`: resume even though the config differs from the one the run started with.
+    """
+    from tempering.models.load import load_tokenizer
+    from tempering.models.lora import load_for_training
     from tempering.rollout.store import TrajectoryStore
     from tempering.sources.tasks import load_tasks, with_reward
-    from tempering.train.precision import resolve_precision
     from tempering.train.trainer import Trainer
 
     if cfg.train.grad_accum > cfg.grpo.prompts_per_step:
@@ -125,62 +142,45 @@ def run_grpo(cfg: GRPOConfig) -> dict[str, Any]:
     from tempering.evals.leakage import check_private_overlap_tasks
 
     check_private_overlap_tasks(load_tasks(cfg.tasks), source=cfg.tasks.source)  # before anything is recorded
-    name = cfg.name or time.strftime("grpo-%Y%m%d-%H%M%S")
-    run_dir = Path(cfg.out) / name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    registry = Registry(Path(cfg.out) / "registry.sqlite")
-    inputs = [s.source for s in (cfg.tasks, cfg.heldout.tasks if cfg.heldout else None)
-              if s is not None and Path(s.source).exists()]
-    run_id = registry.start(name, "grpo", cfg.model_dump(), inputs, cfg.model)
     source = None
-    try:
-        torch.manual_seed(cfg.train.seed)
-        if cfg.train.threads:
-            torch.set_num_threads(cfg.train.threads)
-        tokenizer = load_tokenizer(cfg.model)
-        tasks = with_reward(load_tasks(cfg.tasks), cfg.reward)
-        model = load_base_for_training(cfg)
-        precision = resolve_precision(cfg.train.precision)
-        engine = HFEngine(model, tokenizer, precision=precision)
-        store = TrajectoryStore(run_dir, name)
-        source = RolloutSource(tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision)
-        callbacks, monitor = [], None
-        if cfg.heldout:
-            held = with_reward(load_tasks(cfg.heldout.tasks), cfg.reward)
-            overlap = {t.prompt for t in held} & {t.prompt for t in tasks}
-            if overlap:
-                raise ValueError(f"{len(overlap)} held-out prompts also appear in the training tasks")
-            monitor = HeldoutMonitor(cfg, engine, held, run_dir / "metrics.jsonl")
-            callbacks.append(monitor)
-        trainer = Trainer(model, GRPOObjective(cfg.grpo), source, cfg.train, run_dir, callbacks)
-        before = monitor.evaluate(trainer.step) if monitor and not (run_dir / "checkpoints").exists() else None
-        result = trainer.fit()
-        after = None
-        if monitor and (not monitor.history or monitor.history[-1]["step"] != result.steps):
-            after = monitor.evaluate(result.steps)
-        elif monitor:
-            after = monitor.history[-1]
-        final = run_dir / "final"
-        model.save_pretrained(final, **({"save_embedding_layers": False} if cfg.lora else {}))
-        tokenizer.save_pretrained(final)
-        plot = monitor.plot(run_dir / "curves.png", result.history) if monitor else None
-        summary = {
-            "run_id": run_id, "run_dir": str(run_dir), "final": str(final), "steps": result.steps,
-            "seconds": result.seconds, "resumed_from": result.resumed_from, "guard": result.counts,
-            "tasks": len(tasks), "heldout_before": before, "heldout_after": after,
-            "heldout_history": monitor.history if monitor else [], "alarms": monitor.alarms if monitor else [],
-            "reward_first": result.history[0].get("reward_mean") if result.history else None,
-            "reward_last": result.history[-1].get("reward_mean") if result.history else None,
-            "curves": str(plot) if plot else None,
-        }
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-        registry.finish(run_id, {"final": str(final), "metrics": str(run_dir / "metrics.jsonl"),
-                                 "trajectories": str(store.dir)}, summary)
-        return summary
-    except BaseException as exc:
-        registry.fail(run_id, f"{type(exc).__name__}: {exc}")
-        raise
-    finally:
-        if source is not None:
-            source.close()
-        registry.close()
+    with run_stage(grpo_stage(cfg, force)) as stage:
+        if stage.finished:
+            return stage.result.summary
+        run_dir, name = stage.run_dir, stage.name
+        try:
+            tokenizer = load_tokenizer(cfg.model)
+            tasks = with_reward(load_tasks(cfg.tasks), cfg.reward)
+            model = load_for_training(cfg.model, cfg.lora)
+            store = TrajectoryStore(run_dir, name)
+            engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store)
+            callbacks, monitor = [], None
+            if cfg.heldout:
+                held = with_reward(load_tasks(cfg.heldout.tasks), cfg.reward)
+                overlap = {t.prompt for t in held} & {t.prompt for t in tasks}
+                if overlap:
+                    raise ValueError(f"{len(overlap)} held-out prompts also appear in the training tasks")
+                monitor = HeldoutMonitor(cfg, engine, held, run_dir / "metrics.jsonl")
+                callbacks.append(monitor)
+            trainer = Trainer(model, objective, source, cfg.train, run_dir, callbacks)
+            before = monitor.evaluate(trainer.step) if monitor and not (run_dir / "checkpoints").exists() else None
+            result = trainer.fit()
+            after = None
+            if monitor and (not monitor.history or monitor.history[-1]["step"] != result.steps):
+                after = monitor.evaluate(result.steps)
+            elif monitor:
+                after = monitor.history[-1]
+            stage.save_model(model, tokenizer)
+            plot = monitor.plot(run_dir / "curves.png", result.history) if monitor else None
+            stage.finish({
+                "steps": result.steps,
+                "seconds": result.seconds, "resumed_from": result.resumed_from, "guard": result.counts,
+                "tasks": len(tasks), "heldout_before": before, "heldout_after": after,
+                "heldout_history": monitor.history if monitor else [], "alarms": monitor.alarms if monitor else [],
+                "reward_first": result.history[0].get("reward_mean") if result.history else None,
+                "reward_last": result.history[-1].get("reward_mean") if result.history else None,
+                "curves": str(plot) if plot else None,
+            }, {"trajectories": str(store.dir)})
+        finally:
+            if source is not None:
+                source.close()
+    return stage.result.summary

@@ -34,6 +34,9 @@ class CheckpointError(RuntimeError):
     """A checkpoint that is missing, incomplete or corrupted."""
 
 
+CORRUPT_PREFIX = "corrupt-"
+
+
 def rng_state() -> dict[str, Any]:
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -140,3 +143,35 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         "rng": torch.load(path / "rng.pt", weights_only=False),
         "state": json.loads((path / "state.json").read_text()),
     }
+
+
+def fall_back_to_verified(root: Path) -> list[Path]:
+    """Make the newest *verified* checkpoint the newest one; returns the checkpoints set aside.
+
+    A resume loads the newest `step-*`. When that one fails verification (a crash in a
+    filesystem that lost writes, a disk error, someone else's writer), the previous verified
+    checkpoint is still a correct place to resume from: newer bad ones are renamed to
+    `corrupt-step-*` (kept for inspection, invisible to `list_checkpoints`).
+
+    Raises:
+        CheckpointError: checkpoints exist but none verifies (nothing safe to resume from).
+    """
+    existing = list_checkpoints(root)
+    bad: list[tuple[Path, CheckpointError]] = []
+    for path in reversed(existing):
+        try:
+            verify_checkpoint(path)
+        except CheckpointError as exc:
+            bad.append((path, exc))
+            continue
+        aside = []
+        for corrupt, _ in bad:
+            target = corrupt.with_name(CORRUPT_PREFIX + corrupt.name)
+            shutil.rmtree(target, ignore_errors=True)
+            os.rename(corrupt, target)
+            aside.append(target)
+        return aside
+    if bad:
+        raise CheckpointError(f"{bad[0][1]} (and no older checkpoint verifies either: start a new run with "
+                              f"another --name, or delete {root})")
+    return []

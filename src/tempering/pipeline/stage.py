@@ -1,0 +1,303 @@
+"""The stage runner: the run bookkeeping every training recipe shares, written once.
+
+    with run_stage(StageSpec(...)) as stage:
+        if stage.finished:            # re-running a finished run: nothing to do
+            return stage.result.summary
+        ... build components, trainer.fit() ...
+        stage.save_model(model, tokenizer)
+        stage.finish(summary, outputs)
+    return stage.result.summary
+
+`run_stage` owns, in this order: the run name (validated: it must stay inside the run
+root), an exclusive lock on the run dir (a second process on the same name gets a one-line
+error naming the holder), the resume rules (a changed config is refused with its diff
+unless forced; a finished run is reported, not redone), the checkpoints (the newest
+*verified* one is what a resume loads), the registry row (start / finish / fail, inputs
+with their roles), the seed and thread count, the final save (with its marker, so lineage
+can find the run from the model dir) and `summary.json`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from tempering.pipeline.registry import Input, Registry, describe_input
+
+REGISTRY_FILE = "registry.sqlite"
+LOCK_FILE = ".lock"
+CONFIG_FILE = "run_config.json"
+SUMMARY_FILE = "summary.json"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# Fields a resume may change without changing what is trained: how long, how often to save
+# and log, where the run root is, how many threads.
+RESUMABLE_CHANGES = ("name", "out", "train.steps", "train.max_minutes", "train.threads", "train.log_every",
+                     "train.loggers", "train.compile", "train.checkpoint.every", "train.checkpoint.keep_last",
+                     "heldout.every")
+
+
+class StageError(ValueError):
+    """A stage that refuses to start; the message is one line for the user."""
+
+
+class InvalidRunName(StageError):
+    """A run name that is empty, hidden, or would leave the run root."""
+
+
+class RunLocked(StageError):
+    """Another process holds the run dir."""
+
+
+class ConfigChanged(StageError):
+    """Resuming a run with a config that differs from the one it started with."""
+
+
+@dataclass
+class StageSpec:
+    """What a recipe tells the runner about its stage."""
+
+    kind: str                      # sft | grpo | ...
+    out: str                       # run root
+    name: str | None               # None: <kind>-<timestamp>
+    config: dict[str, Any]         # the validated config, dumped
+    inputs: list[Input]            # with roles (see pipeline.registry.ROLES)
+    base_model: str | None
+    steps: int                     # the target step count (a finished run has reached it)
+    seed: int = 0
+    threads: int | None = None
+    force: bool = False            # resume even when the config changed
+
+
+@dataclass
+class StageResult:
+    """What a stage produced."""
+
+    run_id: str | None
+    name: str
+    run_dir: Path
+    final: Path | None
+    summary: dict[str, Any] = field(default_factory=dict)
+    already_finished: bool = False
+
+
+def validate_run_name(name: str) -> str:
+    """The name if it is a plain directory name; else `InvalidRunName` saying why."""
+    if not name or not name.strip():
+        raise InvalidRunName("run name is empty; pass --name NAME (letters, digits, '.', '_', '-')")
+    if "/" in name or "\\" in name or name in (".", "..") or ".." in name:
+        raise InvalidRunName(f"run name {name!r} would leave the run root; use a plain name (letters, digits, "
+                             "'.', '_', '-'), and --out to choose the run root")
+    if name.startswith("."):
+        raise InvalidRunName(f"run name {name!r} is hidden (starts with '.'); start it with a letter or digit")
+    if not _NAME.fullmatch(name):
+        raise InvalidRunName(f"run name {name!r} has characters other than letters, digits, '.', '_', '-' "
+                             "(or is longer than 128)")
+    return name
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `run_dir/.lock` (non-blocking: a second holder gets `RunLocked`)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise RunLocked(f"run dir {run_dir} is in use by another process (pid {holder}); wait for it "
+                            "to finish or pick another --name") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any], ignore: tuple[str, ...] = RESUMABLE_CHANGES) -> list[str]:
+    """`key: old -> new` for every leaf that differs, dotted keys, leaving out `ignore`."""
+    flat_old, flat_new = _flatten(old), _flatten(new)
+    keys = sorted(set(flat_old) | set(flat_new))
+    return [f"{k}: {flat_old.get(k)!r} -> {flat_new.get(k)!r}" for k in keys
+            if flat_old.get(k) != flat_new.get(k) and not any(k == i or k.startswith(i + ".") for i in ignore)]
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        out.update(_flatten(v, key) if isinstance(v, dict) and v else {key: v})
+    return out
+
+
+class Stage:
+    """The live run handed to a recipe's body."""
+
+    def __init__(self, spec: StageSpec, name: str, run_dir: Path, registry: Registry):
+        self.spec, self.name, self.run_dir, self.registry = spec, name, run_dir, registry
+        self.run_id: str | None = None
+        self.result: StageResult | None = None
+
+    @property
+    def finished(self) -> bool:
+        """True when this name already finished with this config: the body has nothing to do."""
+        return self.result is not None and self.result.already_finished
+
+    def save_model(self, model: Any, tokenizer: Any) -> Path:
+        """Save the trained model (a PEFT adapter or a full model) to `run_dir/final`, marked with the run."""
+        final = self.run_dir / "final"
+        lora = hasattr(model, "peft_config")
+        model.save_pretrained(final, **({"save_embedding_layers": False} if lora else {}))
+        tokenizer.save_pretrained(final)
+        self.registry.record_output(self.run_id, "final", final)
+        return final
+
+    def finish(self, summary: dict[str, Any], outputs: dict[str, str]) -> StageResult:
+        """Write `summary.json`, record the run as finished, and return the typed result."""
+        final = self.run_dir / "final"
+        summary = {"run_id": self.run_id, "run_dir": str(self.run_dir),
+                   "final": str(final) if final.is_dir() else None, **summary}
+        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
+        outputs = {"final": str(final), "metrics": str(self.run_dir / "metrics.jsonl"), **outputs}
+        self.registry.finish(self.run_id, outputs, summary)
+        self.result = StageResult(self.run_id, self.name, self.run_dir, final if final.is_dir() else None, summary)
+        return self.result
+
+
+@contextmanager
+def run_stage(spec: StageSpec) -> Iterator[Stage]:
+    """Run one stage's bookkeeping around the recipe body (see the module docstring).
+
+    Raises:
+        StageError: bad name, run dir locked, config changed on resume (one line each).
+        CheckpointError: no checkpoint of this run verifies.
+    """
+    name = validate_run_name(spec.name if spec.name is not None else time.strftime(f"{spec.kind}-%Y%m%d-%H%M%S"))
+    root = Path(spec.out)
+    run_dir = root / name
+    with run_lock(run_dir):
+        registry = Registry(root / REGISTRY_FILE)
+        try:
+            stage = Stage(spec, name, run_dir, registry)
+            previous = _check_resume(spec, run_dir, registry)
+            if previous is not None:
+                stage.result = previous
+                yield stage
+                return
+            yield from _run_body(stage)
+        finally:
+            registry.close()
+
+
+def _run_body(stage: Stage) -> Iterator[Stage]:
+    """The body of `run_stage` for a run that has work to do: checkpoints, registry row, seed."""
+    from tempering.train.checkpoint import fall_back_to_verified, list_checkpoints
+    from tempering.train.metrics import console
+
+    spec, run_dir = stage.spec, stage.run_dir
+    for aside in fall_back_to_verified(run_dir / "checkpoints"):
+        console.print(f"[yellow]warning: checkpoint {aside.name.removeprefix('corrupt-')} failed verification; "
+                      f"set aside as {aside}, resuming from the previous verified one[/yellow]")
+    inputs = list(spec.inputs)
+    previous = stage.registry.latest(stage.name)
+    if previous is not None and list_checkpoints(run_dir / "checkpoints"):
+        # a resume starts from the earlier attempt's weights: its lineage is this run's too
+        inputs.append(Input(str(run_dir / "checkpoints"), "base_model", None, previous["id"]))
+    stage.run_id = stage.registry.start(stage.name, spec.kind, spec.config, inputs, spec.base_model)
+    stage.registry.record_output(stage.run_id, "run_dir", run_dir)
+    (run_dir / CONFIG_FILE).write_text(json.dumps(spec.config, indent=1))
+    _seed(spec.seed, spec.threads)
+    try:
+        yield stage
+        if stage.result is None:
+            raise RuntimeError(f"stage {stage.name}: the recipe ended without stage.finish()")
+    except BaseException as exc:
+        stage.registry.fail(stage.run_id, f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _seed(seed: int, threads: int | None) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def _check_resume(spec: StageSpec, run_dir: Path, registry: Registry) -> StageResult | None:
+    """Refuse a changed config on resume; return the old result when the run is already finished."""
+    from tempering.train.checkpoint import list_checkpoints
+
+    summary_path = run_dir / SUMMARY_FILE
+    if not list_checkpoints(run_dir / "checkpoints") and not summary_path.is_file():
+        return None  # nothing to resume: a fresh start (or a retry of a run that failed early)
+    latest = registry.latest(run_dir.name)
+    saved = run_dir / CONFIG_FILE
+    old = json.loads(saved.read_text()) if saved.is_file() else (latest or {}).get("config")
+    new = json.loads(json.dumps(spec.config, default=str))  # tuples -> lists, as stored
+    changes = config_diff(old, new) if old is not None else []
+    if latest is not None:
+        recorded = {i.path: i.sha256 for i in registry.inputs(latest["id"]) if i.sha256}
+        changes += [f"{i.path}: content changed since the run started (sha256 {recorded[i.path][:12]}... -> "
+                    f"{i.sha256[:12]}...)" for i in spec.inputs if i.sha256 and recorded.get(i.path, i.sha256) != i.sha256]
+    if changes and not spec.force:
+        raise ConfigChanged(f"run {run_dir.name} exists with a different config ({'; '.join(changes)}); "
+                            "resume with the original config, pick another --name, or pass --force")
+    if summary_path.is_file():
+        summary = json.loads(summary_path.read_text())
+        if (summary.get("steps") or 0) >= spec.steps:
+            from tempering.train.metrics import console
+
+            console.print(f"run {run_dir.name} is already finished ({summary.get('steps')} steps); "
+                          f"summary: {summary_path}. Nothing to do (raise --steps to train further).")
+            final = Path(summary["final"]) if summary.get("final") else None
+            return StageResult(summary.get("run_id"), run_dir.name, run_dir, final, summary, already_finished=True)
+    return None
+
+
+def input_list(pairs: list[tuple[str | Path, str]]) -> list[Input]:
+    """`describe_input` for each existing `(path, role)` (generated task sources have no file)."""
+    return [describe_input(p, role) for p, role in pairs if Path(p).expanduser().exists()]
+
+
+@contextmanager
+def record_export(source: str | Path, out: str | Path, config: dict[str, Any]) -> Iterator[str | None]:
+    """Record writing `out` from run output `source` (an export, a merge) in `source`'s registry.
+
+    The new run's `base_model` input is `source` with its parent run, and `out` gets a marker:
+    lineage walks from the exported dir back through the run that trained the adapter.
+    A `source` that no Tempering run wrote is exported unrecorded (yields None).
+    """
+    from tempering.pipeline.registry import read_marker
+
+    marker = read_marker(source)
+    if marker is None or not Path(marker["registry"]).is_file():
+        yield None
+        return
+    with Registry(marker["registry"]) as registry:
+        name = f"export-{marker['run']}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_id = registry.start(name, "export", config, [describe_input(source, "base_model")], str(source))
+        try:
+            yield run_id
+        except BaseException as exc:
+            registry.fail(run_id, f"{type(exc).__name__}: {exc}")
+            raise
+        registry.record_output(run_id, "merged", out)
+        registry.finish(run_id, {"merged": str(Path(out).resolve())}, {})
+
+
+def prune_failed(registry: Registry, root: Path) -> list[str]:
+    """Remove failed runs whose run dir is gone; returns their names."""
+    gone = [r for r in registry.list(limit=1_000_000) if r["status"] == "failed" and not (root / r["name"]).exists()]
+    registry.remove([r["id"] for r in gone])
+    return [r["name"] for r in gone]
