@@ -166,14 +166,45 @@ class RewardPart(Strict):
     """Merged over the task's own verifier spec, e.g. {type: exact} reuses the task's answer."""
 
 
-class GRPOSettings(Strict):
+class SamplingSettings(Strict):
+    """How to sample: the one sampling config, shared by GRPO, held-out monitoring, eval
+    suites and the engine. How many samples and which seed belong to one call
+    (`SamplingParams`), not to a config."""
+
+    temperature: float = Field(1.0, ge=0)
+    """Softmax temperature; 0 is greedy decoding."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
+    max_new_tokens: int = Field(32, ge=1)
+    """Most tokens generated per completion; a completion cut here is "truncated"."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Extra token ids that end a completion; the tokenizer's eos always does."""
+
+    def params(self, n: int = 1, seed: int | None = None) -> "SamplingParams":
+        """The engine request for `n` samples per prompt under these settings."""
+        return SamplingParams(**{k: getattr(self, k) for k in SamplingSettings.model_fields}, n=n, seed=seed)
+
+
+class SamplingParams(SamplingSettings):
+    """One `Engine.generate` request: the sampling settings plus samples per prompt and seed."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    n: int = Field(1, ge=1)
+    """Samples per prompt."""
+    seed: int | None = None
+    """Seeds a private generator, so the same call gives the same samples (None: unseeded)."""
+
+
+class GRPOSettings(SamplingSettings):
+    """GRPO's rollout sampling (the `SamplingSettings` fields, temperature > 0) and its loss."""
+
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature (> 0: the policy gradient needs samples); also the temperature
+    at which the trainer recomputes log-probs."""
     prompts_per_step: int = Field(8, ge=1)
     """Groups (distinct prompts) in each rollout batch."""
     group_size: int = Field(8, ge=2)
     """Samples per prompt (G)."""
-    max_new_tokens: int = Field(32, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
     scale_std: bool = True
     """Divide advantages by the group std (false: Dr. GRPO)."""
     clip_low: float = Field(0.2, ge=0)
@@ -200,11 +231,15 @@ class GRPOSettings(Strict):
     """A verifier slower than this is a verifier failure (the group is dropped), never a model failure."""
 
 
-class HeldoutSettings(Strict):
+class HeldoutSettings(SamplingSettings):
+    """Held-out monitoring during GRPO: sampling settings (greedy by default) and a schedule."""
+
+    temperature: float = Field(0.0, ge=0)
+    """Sampling temperature of the held-out pass; 0 (greedy) makes it deterministic."""
     tasks: TaskSourceSettings = TaskSourceSettings(split="heldout", n=100)
+    """The held-out tasks (disjoint from training by default: the builtin heldout split)."""
     every: int = Field(10, ge=1)
-    """Evaluate (greedy) every this many steps, and at the start and end."""
-    max_new_tokens: int = Field(32, ge=1)
+    """Evaluate every this many steps, and at the start and end."""
     alarm_window: int = Field(3, ge=2)
     """Held-out evaluations compared for the divergence alarm."""
 

@@ -32,21 +32,8 @@ from typing import Any, Sequence
 
 import torch
 
+from tempering.config import SamplingParams, SamplingSettings
 from tempering.train.precision import resolve_precision
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    n: int = 1
-    """Samples per prompt."""
-    temperature: float = 1.0
-    """0 means greedy decoding."""
-    top_p: float = 1.0
-    max_new_tokens: int = 32
-    stop_token_ids: tuple[int, ...] = ()
-    """Extra stop tokens; the tokenizer's eos always stops."""
-    seed: int | None = None
-    """Seeds a private generator, so the same call gives the same samples."""
 
 
 @dataclass
