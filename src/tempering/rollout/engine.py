@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import torch
 
 from tempering.config import SamplingParams, SamplingSettings
+from tempering.rollout.padding import left_pad
 from tempering.train.precision import resolve_precision
 
 
@@ -156,12 +157,7 @@ class Engine:
         from tempering.train.trainer import autocast
 
         device, n = self.device, params.n
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
-            mask[i, width - len(p):] = 1
+        ids, mask = left_pad(prompts, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         from transformers import DynamicCache
