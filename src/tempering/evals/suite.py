@@ -37,12 +37,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tempering.config import TaskSourceSettings
+from tempering.config import SamplingSettings, TaskSourceSettings
 from tempering.types import Task
 
 METRIC = re.compile(r"accuracy|mean_reward|pass@(?P<k>[1-9]\d*)")
 SUITES_ENV = "TEMPERING_SUITES"
 PROMPT_SLOT = "{prompt}"
+_UNHASHED_SAMPLING = {"n"}  # how many samples: precision of the estimate, not what is measured
 
 
 class SuiteError(ValueError):
@@ -79,12 +80,13 @@ class SuiteTasks(TaskSourceSettings):
         return load_tasks(self)
 
 
-class SuiteSampling(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+class SuiteSampling(SamplingSettings):
+    """A suite's sampling: the shared `SamplingSettings` (suite defaults) plus samples per task."""
+
     temperature: float = Field(0.7, ge=0)
-    """0 is greedy (then extra samples and seeds repeat the same answer)."""
-    top_p: float = Field(1.0, gt=0, le=1)
+    """Softmax temperature; 0 is greedy (then extra samples and seeds repeat the same answer)."""
     max_new_tokens: int = Field(64, ge=1)
+    """Most tokens generated per completion; a completion cut here counts as truncated."""
     n: int = Field(1, ge=1)
     """Samples per task per seed (pass@k needs n * seeds >= k)."""
 
@@ -174,6 +176,11 @@ class Suite(BaseModel):
                 raise SuiteError(f"suite {self.name!r}: {m} needs >= {k} samples per task, "
                                  f"got {self.sampling.n} x {self.seeds} seed(s) = {total}")
 
+    def computable_metrics(self) -> list[str]:
+        """The metrics the drawn samples can give (a pass@k needs k samples per task), in order."""
+        total = self.sampling.n * self.seeds
+        return [m for m in self.metrics if (metric_k(m) or 1) <= total]
+
     @cached_property
     def task_list(self) -> list[Task]:
         """The suite's tasks, loaded once (file sources resolve next to the suite's YAML)."""
@@ -194,7 +201,8 @@ class Suite(BaseModel):
         """sha256 of the definition and the tasks' content (see the module docstring)."""
         definition = {"name": self.name, "track": self.track, "templates": self.templates,
                       "metrics": self.metrics, "private": self.private,
-                      "sampling": self.sampling.model_dump(exclude={"n"})}
+                      "sampling": self.sampling.model_dump(exclude=_UNHASHED_SAMPLING | (
+                          set() if self.sampling.stop_token_ids else {"stop_token_ids"}))}
         h = hashlib.sha256(json.dumps(definition, sort_keys=True).encode())
         for task in self.task_list:
             h.update(b"\0" + task.model_dump_json().encode())
