@@ -236,8 +236,11 @@ class HeldoutSettings(SamplingSettings):
 
     temperature: float = Field(0.0, ge=0)
     """Sampling temperature of the held-out pass; 0 (greedy) makes it deterministic."""
-    tasks: TaskSourceSettings = TaskSourceSettings(split="heldout", n=100)
-    """The held-out tasks (disjoint from training by default: the builtin heldout split)."""
+    tasks: TaskSourceSettings | None = None
+    """The held-out tasks; None: a seeded split of the training tasks (see `split_size`)."""
+    split_size: int = Field(100, ge=1)
+    """Without `tasks`: how many training tasks to hold out (at most a fifth of them), a
+    seeded split disjoint from training, recorded in the run's heldout/split.json."""
     every: int = Field(10, ge=1)
     """Evaluate every this many steps, and at the start and end."""
     alarm_window: int = Field(3, ge=2)

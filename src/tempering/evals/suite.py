@@ -117,6 +117,8 @@ class Suite(BaseModel):
     training refuses data that overlaps it."""
     path: Path | None = Field(None, exclude=True)
     """The YAML file the suite came from (not part of its definition)."""
+    given_tasks: list[Task] | None = Field(None, exclude=True)
+    """Tasks built in memory (`Suite.of_tasks`); `tasks` then only records where they came from."""
 
     @field_validator("tasks", mode="before")
     @classmethod
@@ -153,7 +155,17 @@ class Suite(BaseModel):
 
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "Suite":
         """A validated copy with `update` applied; its tasks and hash are computed afresh."""
-        return Suite.model_validate({**self.model_dump(), "path": self.path, **(update or {})})
+        return Suite.model_validate({**self.model_dump(), "path": self.path, "given_tasks": self.given_tasks,
+                                     **(update or {})})
+
+    @classmethod
+    def of_tasks(cls, name: str, tasks: list[Task], origin: TaskSourceSettings, **fields: Any) -> "Suite":
+        """A suite over tasks already in memory (e.g. GRPO's held-out tasks with its reward applied).
+
+        `origin` is the task source they were drawn from (recorded, not loaded again).
+        """
+        return cls.model_validate({"name": name, "tasks": [origin.model_dump()], "given_tasks": list(tasks),
+                                   **fields})
 
     def with_overrides(self, *, seeds: int | None = None, samples: int | None = None,
                        limit: int | None = None) -> "Suite":
@@ -165,6 +177,8 @@ class Suite(BaseModel):
             update["sampling"] = self.sampling.model_copy(update={"n": samples})
         if limit is not None:
             update["tasks"] = [t.model_copy(update={"n": min(t.n, limit)}) for t in self.tasks]
+            if self.given_tasks is not None:
+                update["given_tasks"] = self.given_tasks[:limit]
         return self.model_copy(update=update)
 
     def check_samples(self) -> None:
@@ -184,8 +198,8 @@ class Suite(BaseModel):
     @cached_property
     def task_list(self) -> list[Task]:
         """The suite's tasks, loaded once (file sources resolve next to the suite's YAML)."""
-        tasks: list[Task] = []
-        for source in self.tasks:
+        tasks: list[Task] = list(self.given_tasks or [])
+        for source in self.tasks if self.given_tasks is None else []:
             tasks += _relative_to(source, self.path).load()
         seen: set[str] = set()
         for t in tasks:
