@@ -306,3 +306,28 @@ def load_config(model: type[Strict], path: str | Path | None, overrides: list[st
     except ValidationError as exc:
         lines = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
         raise ConfigError(f"{path or 'config'}: invalid\n  " + "\n  ".join(lines)) from None
+
+
+class EvalConfig(Strict):
+    """`temper eval run [SUITES] --config EVAL.yaml`: suites on a model (flags override the file)."""
+
+    suites: list[str] = Field(min_length=1)
+    """Suite names (built-in or user suite directories) or suite YAML paths."""
+    model: str = DEFAULT_MODEL
+    """Model spec: alias, HF dir, run output (runs/NAME/final), .gguf."""
+    out: str
+    """Directory for results.json, samples.jsonl and report.html."""
+    seeds: int | None = Field(None, ge=1)
+    """Sampling seeds, each a full repeat of every suite (None: each suite's own)."""
+    first_seed: int = Field(0, ge=0)
+    """The seeds are first_seed .. first_seed + seeds - 1."""
+    samples: int | None = Field(None, ge=1)
+    """Samples per task per seed (None: each suite's own); pass@k needing more is skipped with a note."""
+    limit: int | None = Field(None, ge=1)
+    """At most this many tasks per task source (a subset, so its own suite hash)."""
+    cache: bool = True
+    """Reuse results cached under <tempering cache>/evals for the same model, suite and settings."""
+    threads: int | None = Field(None, ge=1)
+    """torch intra-op threads (None: torch's default)."""
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    """auto: bf16 only where it is native, else fp32."""
