@@ -24,7 +24,7 @@ err = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {message}", soft_wrap=True, highlight=False)  # one line, never wrapped
     raise typer.Exit(code)
 
 
@@ -62,7 +62,7 @@ def eval_run(
         cfg = load_config(EvalConfig, config, list(overrides or []),
                           literal={k: v for k, v in flags.items() if v is not None})
     except (ConfigError, OSError) as exc:
-        _fail(_one_line(exc) + " (flags override the config; see temper eval run --help)")
+        _fail(_one_line(exc) + " (flags override the config file)")
     try:
         loaded = [load_suite(s).with_overrides(seeds=cfg.seeds, samples=cfg.samples, limit=cfg.limit)
                   for s in cfg.suites]
