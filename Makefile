@@ -29,6 +29,8 @@ demo: $(STAMP)
 	$(VENV)/bin/temper demo
 
 test: $(STAMP)
+	# Layer contracts (.importlinter) first: a forbidden import fails the build before any test runs.
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -x --durations=15
 
 bench: $(STAMP)

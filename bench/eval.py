@@ -116,11 +116,11 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     from tempering.models.load import load_model, load_tokenizer
-    from tempering.rollout.engine import Engine, SamplingParams
+    from tempering.rollout.engine import HFEngine, SamplingParams
 
     model, tokenizer = load_model(MODEL), load_tokenizer(MODEL)
     model.eval()
-    engine = Engine(model, tokenizer, precision="fp32")
+    engine = HFEngine(model, tokenizer, precision="fp32")
     suite = bench_suite(args.tasks, args.max_new_tokens)
     warm = engine.chat_prompt(suite.task_list[0].chat())
     engine.generate([warm], SamplingParams(n=2, max_new_tokens=4, seed=0))

@@ -86,11 +86,11 @@ def main() -> None:
     from tempering.evals.results import EvalResults
     from tempering.evals.runner import run_suite
     from tempering.models.load import load_model, load_tokenizer
-    from tempering.rollout.engine import Engine
+    from tempering.rollout.engine import HFEngine
 
     err = Console(stderr=True)
     suites = plan(args)
-    engine = Engine(load_model(MODEL), load_tokenizer(MODEL), precision="auto")
+    engine = HFEngine(load_model(MODEL), load_tokenizer(MODEL), precision="auto")
     model_hash = model_dir_hash(MODEL)
     results, timings = [], {}
     for suite in suites:

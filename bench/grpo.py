@@ -71,7 +71,7 @@ def run_tempering(steps: int, warmup: int) -> dict:
     from tempering.models.load import load_model, load_tokenizer
     from tempering.models.lora import apply_lora
     from tempering.objectives.grpo import GRPOObjective
-    from tempering.rollout.engine import Engine
+    from tempering.rollout.engine import HFEngine
     from tempering.rollout.source import RolloutSource
     from tempering.train.precision import resolve_precision
     from tempering.train.trainer import Trainer
@@ -83,7 +83,7 @@ def run_tempering(steps: int, warmup: int) -> dict:
     settings = GRPOSettings(prompts_per_step=PROMPTS, group_size=GROUP, max_new_tokens=MAX_NEW, temperature=1.0,
                             beta=0.0, updates_per_batch=1, dynamic_sampling=False, generation_chunks=1,
                             truncation="keep", clip_low=0.2, clip_high=0.2)
-    source = RolloutSource(bench_tasks(2000), Engine(model, tok, precision), settings, 1, 0, None, model, precision)
+    source = RolloutSource(bench_tasks(2000), HFEngine(model, tok, precision), settings, 1, 0, None, model, precision)
     train = TrainSettings.model_validate({"steps": steps, "precision": "auto", "optim": {"lr": LR, "schedule": "constant"},
                                           "checkpoint": {"every": 10_000, "keep_last": 1}})
     rewards, times, last = [], [], [time.perf_counter()]

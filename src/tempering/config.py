@@ -126,8 +126,11 @@ class TrainSettings(Strict):
     loggers: list[Literal["tensorboard", "mlflow"]] = []
     """Extra metric sinks, used when their package is installed."""
     optim: OptimSettings = OptimSettings()
+    """Optimizer (AdamW) and learning-rate schedule."""
     guard: GuardSettings = GuardSettings()
+    """Anomaly guard: skip non-finite or spiking steps, roll back on repeated ones."""
     checkpoint: CheckpointSettings = CheckpointSettings()
+    """How often checkpoints are written and how many are kept."""
 
 
 class SFTConfig(Strict):
@@ -138,7 +141,9 @@ class SFTConfig(Strict):
     lora: LoraSettings | None = LoraSettings()
     """LoRA settings; null trains all parameters."""
     data: DataSettings
+    """Training, eval and replay data, and how it is rendered and packed."""
     train: TrainSettings
+    """Steps, batch, precision, seed, optimizer, guard and checkpoints."""
     out: str = "runs"
     """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
     name: str | None = None
@@ -153,6 +158,7 @@ class TaskSourceSettings(Strict):
     n: int = Field(1000, ge=1)
     """Tasks to generate (generators) or the most to read (files)."""
     seed: int = 0
+    """Seed of the built-in generators (the same seed gives the same tasks)."""
     ops: str = "+-*"
     """builtin:arithmetic only: which operations."""
     split: Literal["train", "heldout"] = "train"
@@ -160,8 +166,12 @@ class TaskSourceSettings(Strict):
 
 
 class RewardPart(Strict):
+    """One weighted term of a composite reward."""
+
     name: str
+    """Name of the term (its mean is logged under this name)."""
     weight: float = 1.0
+    """Weight of the term in the reward's weighted sum."""
     verifier: dict[str, Any]
     """Merged over the task's own verifier spec, e.g. {type: exact} reuses the task's answer."""
 
@@ -208,9 +218,12 @@ class GRPOSettings(SamplingSettings):
     scale_std: bool = True
     """Divide advantages by the group std (false: Dr. GRPO)."""
     clip_low: float = Field(0.2, ge=0)
+    """Lower clip of the importance ratio: it is clipped below at 1 - clip_low."""
     clip_high: float = Field(0.28, ge=0)
     """Clip-higher (DAPO): the ratio is clipped to [1 - clip_low, 1 + clip_high]."""
     aggregation: Literal["token_mean", "seq_mean", "constant"] = "token_mean"
+    """Loss reduction: over all valid tokens (DAPO), per sequence then over sequences (GRPO),
+    or over batch x max_new_tokens (Dr. GRPO); see objectives/grpo_math.py."""
     beta: float = Field(0.0, ge=0)
     """KL weight to the reference (k3). Under LoRA the reference is the model with adapters off."""
     updates_per_batch: int = Field(1, ge=1)
@@ -222,6 +235,7 @@ class GRPOSettings(SamplingSettings):
     truncation: Literal["mask", "penalty", "keep"] = "penalty"
     """Responses cut by max_new_tokens: left out of the loss, rewarded `truncation_reward`, or kept."""
     truncation_reward: float = 0.0
+    """Reward given to a truncated response under truncation "penalty"."""
     generation_chunks: int = Field(2, ge=1)
     """Generate each round in this many chunks; a finished chunk is scored while the next
     generates. 1 is fastest when verifiers are instant (one big decode batch)."""
@@ -251,14 +265,21 @@ class GRPOConfig(Strict):
     """`temper grpo CONFIG.yaml`: RL with verifiable rewards."""
 
     model: str = DEFAULT_MODEL
+    """Model spec: alias, HF dir, GGUF path or hub id."""
     lora: LoraSettings | None = LoraSettings()
+    """LoRA settings; null trains all parameters."""
     tasks: TaskSourceSettings = TaskSourceSettings()
+    """The training tasks (prompts with a verifier spec)."""
     reward: list[RewardPart] | None = None
     """Composite reward built over each task's verifier; None: the task's verifier as is."""
     heldout: HeldoutSettings | None = HeldoutSettings()
+    """Held-out monitoring during training; null turns it off."""
     grpo: GRPOSettings = GRPOSettings()
+    """Rollout sampling, group size, dynamic sampling and the policy loss."""
     train: TrainSettings
+    """Steps, micro-batches, precision, seed, optimizer, guard and checkpoints."""
     out: str = "runs"
+    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
     name: str | None = None
     """Run name (default: grpo-<timestamp>)."""
 

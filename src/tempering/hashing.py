@@ -1,9 +1,10 @@
-"""Content hashes for files (checkpoint manifests, run inputs). No torch import."""
+"""Content hashes for files (checkpoint manifests, run inputs) and in-memory models. torch only inside `model_state_hash`."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 
 def sha256_file(path: str | Path) -> str:
@@ -12,4 +13,23 @@ def sha256_file(path: str | Path) -> str:
     with Path(path).open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
+    return h.hexdigest()
+
+
+def model_state_hash(model: Any, tokenizer: Any = None) -> str:
+    """sha256 over an in-memory model's state_dict tensors (and the tokenizer's template and size).
+
+    Two models share it only when the same weights answer the same rendered prompts, so it
+    keys caches of generated results (`Engine.identity`, the eval cache).
+    """
+    import torch
+
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().to("cpu").contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
+        h.update(t.view(torch.uint8).numpy() if t.numel() else b"")
+    if tokenizer is not None:
+        template = getattr(tokenizer, "chat_template", None) or ""
+        h.update(f"tokenizer\0{len(tokenizer)}\0{template}".encode())
     return h.hexdigest()

@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 Role = Literal["system", "user", "assistant", "tool"]
 
+IGNORE = -100
+"""Label of a token that carries no loss (the value torch's cross-entropy also ignores)."""
+
 
 class ToolCall(BaseModel):
     """One tool call written by the assistant: `{"name": ..., "arguments": {...}}`."""

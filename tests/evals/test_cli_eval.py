@@ -13,7 +13,7 @@ from tempering.evals.gate import parse_rules, run_gate
 from tempering.evals.results import EvalResults, compare
 from tempering.evals.runner import run_suite
 from tempering.evals.suite import read_suite
-from tempering.rollout.engine import Engine
+from tempering.rollout.engine import HFEngine
 from tests.evals.conftest import degrade, recall_tasks, record_run, sft_row, write_jsonl, write_suite
 
 DEGRADE = 0.35  # noise (x each tensor's std) of the degraded checkpoint
@@ -95,7 +95,7 @@ def test_degraded_checkpoint_is_a_significant_regression_and_fails_the_gate(
 def test_null_comparisons_raise_at_most_five_percent_false_alarms(recall_model, suite_file):
     """200 disjoint pairs of runs of one checkpoint under different seeds (T=1, ~45% accuracy)."""
     model, tok, _ = recall_model
-    engine = Engine(degrade(model, NULL_NOISE), tok, precision="fp32")
+    engine = HFEngine(degrade(model, NULL_NOISE), tok, precision="fp32")
     suite = read_suite(suite_file).model_copy(update={"templates": ["{prompt}"]})
     runs = [EvalResults(model=f"seed-{s}", suites=[run_suite(suite, engine, seeds=1, first_seed=s)])
             for s in range(400)]

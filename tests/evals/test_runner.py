@@ -11,7 +11,7 @@ from tempering.evals.results import EvalResults, compare
 from tempering.evals.runner import run_suite, run_suite_samples
 from tempering.evals.stats import pass_at_k
 from tempering.evals.suite import SuiteError, read_suite, registered_suites
-from tempering.rollout.engine import Engine
+from tempering.rollout.engine import HFEngine
 from tempering.verifiers import VERIFIERS, VerifierError
 from tests.evals.conftest import write_jsonl, write_suite
 
@@ -25,15 +25,15 @@ def suite(recall_model, tmp_path):
 @pytest.fixture
 def engine(recall_model):
     model, tok, _ = recall_model
-    return Engine(model, tok, precision="fp32")
+    return HFEngine(model, tok, precision="fp32")
 
 
 def test_same_seeds_give_identical_results_other_seeds_do_not(suite, recall_model):
     model, tok, _ = recall_model
-    first = run_suite(suite, Engine(model, tok, "fp32"), seeds=2)
-    again = run_suite(suite, Engine(model, tok, "fp32"), seeds=2)
+    first = run_suite(suite, HFEngine(model, tok, "fp32"), seeds=2)
+    again = run_suite(suite, HFEngine(model, tok, "fp32"), seeds=2)
     assert first == again
-    other = run_suite(suite, Engine(model, tok, "fp32"), seeds=2, first_seed=2)
+    other = run_suite(suite, HFEngine(model, tok, "fp32"), seeds=2, first_seed=2)
     assert other.task_scores != first.task_scores and other.suite_hash == first.suite_hash
     acc = first.metrics["accuracy"]
     assert acc.mean > 0.9 and acc.low <= acc.mean <= acc.high and acc.n == 60 and len(acc.per_seed) == 2

@@ -89,3 +89,48 @@ def test_aggregate_sum_splits_each_reduction_into_numerator_and_units():
     for how in ("token_mean", "seq_mean"):
         num, units = aggregate_sum(per_token, mask, how)
         assert torch.isclose(num / units, aggregate(per_token, mask, how))
+
+
+def test_group_ids_give_the_same_advantages_as_rows_in_any_order():
+    # groups {0: rewards 1, 0, 0, 1}, {1: 3, 1}: group 1 mean 2, population std 1 -> +-1
+    rewards = torch.tensor([1.0, 3.0, 0.0, 0.0, 1.0, 1.0])
+    groups = torch.tensor([0, 1, 0, 0, 1, 0])
+    assert grpo_advantages(rewards, eps=0.0, groups=groups).tolist() == [1.0, 1.0, -1.0, -1.0, -1.0, 1.0]
+    assert grpo_advantages(rewards, scale_std=False, groups=groups).tolist() == [0.5, 1.0, -0.5, -0.5, -1.0, 0.5]
+
+
+def test_step_rewards_are_normalised_over_the_group_then_summed_from_each_token_on():
+    # One group of two trajectories, 3 tokens each. Steps end at tokens marked 1:
+    #   traj 0: steps end at t=0 (reward 1) and t=2 (reward 0)
+    #   traj 1: one step ending at t=1 (reward 2)
+    # group step rewards {1, 0, 2}: mean 1, population std sqrt(2/3)
+    rewards = torch.tensor([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
+    steps = torch.tensor([[1, 0, 1], [0, 1, 0]])
+    adv = grpo_advantages(rewards, eps=0.0, groups=torch.tensor([0, 0]), step_mask=steps)
+    s = math.sqrt(2 / 3)
+    # normalised: traj 0 -> (0, ., -1/s), traj 1 -> (., 1/s, .); each token sums its step and later ones
+    expected = [[0 - 1 / s, -1 / s, -1 / s], [1 / s, 1 / s, 0.0]]
+    assert torch.allclose(adv, torch.tensor(expected), atol=1e-6)
+    unscaled = grpo_advantages(rewards, scale_std=False, groups=torch.tensor([0, 0]), step_mask=steps)
+    assert unscaled.tolist() == [[-1.0, -1.0, -1.0], [1.0, 1.0, 0.0]]
+
+
+def test_outcome_reward_on_the_last_token_equals_the_sequence_advantage():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    groups = torch.zeros(4, dtype=torch.long)
+    last = torch.tensor([[0, 1], [1, 0], [0, 1], [0, 1]])  # where each sequence ends
+    per_token = grpo_advantages(rewards[:, None] * last, groups=groups, step_mask=last)
+    outcome = grpo_advantages(rewards, groups=groups)
+    assert torch.allclose(per_token[:, 0], outcome) and torch.allclose(per_token * last, outcome[:, None] * last)
+
+
+def test_step_rewards_without_group_ids_are_refused():
+    with pytest.raises(ValueError, match="group ids"):
+        grpo_advantages(torch.ones(3))
+
+
+def test_token_level_advantages_enter_the_loss_per_token():
+    # one sequence, two tokens, ratio 1 (no clipping): loss = -(A_0 + A_1) / 2 with token_mean
+    logp = torch.zeros(1, 2)
+    loss, _ = grpo_loss(logp, logp, torch.tensor([[2.0, -1.0]]), torch.ones(1, 2))
+    assert math.isclose(float(loss), -(2.0 - 1.0) / 2, rel_tol=1e-6)

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from tempering.rollout.engine import Engine, SamplingParams, grouped_logprobs, sample_tokens, sequence_logprobs
+from tempering.models.logprobs import grouped_logprobs, token_logprobs
+from tempering.rollout.engine import Engine, HFEngine, SamplingParams, sample_tokens
 from tests.conftest import tiny_llama
 
 VOCAB = 49152
@@ -14,7 +15,7 @@ def setup(smol_tokenizer):
     model = tiny_llama(vocab=VOCAB, seed=3)
     model.config.eos_token_id = smol_tokenizer.eos_token_id
     prompts = [smol_tokenizer.encode(t) for t in ("hello there", "What is 2+2? Answer now.", "a")]
-    return model, Engine(model, smol_tokenizer, precision="fp32"), prompts
+    return model, HFEngine(model, smol_tokenizer, precision="fp32"), prompts
 
 
 def _pad(prompts, completions, pad=0):
@@ -25,6 +26,20 @@ def _pad(prompts, completions, pad=0):
     c_ids = torch.tensor([c + [pad] * (c_width - len(c)) for c in completions])
     c_mask = torch.tensor([[1] * len(c) + [0] * (c_width - len(c)) for c in completions])
     return p_ids, p_mask, c_ids, c_mask
+
+
+def sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0):
+    """Per-sample reference: `token_logprobs` over each [prompt | completion] row, completion columns."""
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    loss_mask = torch.cat([torch.zeros_like(prompt_mask), completion_mask], dim=1)
+    logp, entropy = token_logprobs(model, ids, mask, loss_mask, temperature=temperature, with_entropy=True)
+    return logp[:, prompt_ids.shape[1]:], entropy[:, prompt_ids.shape[1]:]
+
+
+def test_hf_engine_is_an_engine(setup):
+    _, engine, _ = setup
+    assert isinstance(engine, Engine)
 
 
 def test_greedy_matches_hf_generate(setup):
@@ -124,7 +139,7 @@ def test_generation_merges_lora_and_restores_the_base_weights_exactly(smol_token
         if "lora_B" in n:
             torch.nn.init.normal_(p, std=0.5)  # a non-zero adapter, so merging changes outputs
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    engine = Engine(model, smol_tokenizer, precision="fp32")
+    engine = HFEngine(model, smol_tokenizer, precision="fp32")
     prompts = [smol_tokenizer.encode("merge me")]
     got = engine.generate(prompts, SamplingParams(n=2, temperature=0.8, max_new_tokens=6, seed=2))
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tempering.config import SamplingSettings
-from tempering.rollout.engine import Engine
+from tempering.rollout.engine import HFEngine
 from tempering.rollout.padding import left_pad
 from tempering.rollout.rollout import VERIFIER_ERROR, ThreadRewardWorkers, rollout
 from tempering.types import Reward, Task
@@ -36,7 +36,7 @@ def _slow(spec, completion):
 def engine(smol_tokenizer):
     model = tiny_llama(vocab=49152, seed=3)
     model.config.eos_token_id = smol_tokenizer.eos_token_id
-    return Engine(model, smol_tokenizer, precision="fp32")
+    return HFEngine(model, smol_tokenizer, precision="fp32")
 
 
 def _task(i, spec):

@@ -5,7 +5,7 @@ import torch
 from typer.testing import CliRunner
 
 from tempering.config import GRPOSettings
-from tempering.rollout.engine import Engine
+from tempering.rollout.engine import HFEngine
 from tempering.rollout.source import VERIFIER_ERROR, RolloutSource
 from tempering.rollout.store import TrajectoryStore, read_trajectories
 from tempering.types import Task
@@ -30,7 +30,7 @@ def _crash(spec, completion):
 def engine(smol_tokenizer):
     model = tiny_llama(vocab=49152, seed=7)
     model.config.eos_token_id = smol_tokenizer.eos_token_id
-    return Engine(model, smol_tokenizer, precision="fp32")
+    return HFEngine(model, smol_tokenizer, precision="fp32")
 
 
 def _tasks(n, spec):

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from tempering.data.io import LoadResult
 from tempering.data.toolcalls import append_tool_calls, parse_tool_calls
+from tempering.types import IGNORE  # re-exported: data code imports it from here
 
-IGNORE = -100
 ToolCallStyle = Literal["template", "tempering"]
 
 _PROBE_CALL = {"name": "tempering_probe_fn", "arguments": {"probe_arg": "tp-7f3a91"}}

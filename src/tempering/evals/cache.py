@@ -50,21 +50,6 @@ def model_dir_hash(spec: str) -> str:
     return h.hexdigest()
 
 
-def model_state_hash(model: Any, tokenizer: Any = None) -> str:
-    """sha256 over an in-memory model's state_dict tensors (and the tokenizer's template and size)."""
-    import torch
-
-    h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        t = tensor.detach().to("cpu").contiguous()
-        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
-        h.update(t.view(torch.uint8).numpy() if t.numel() else b"")
-    if tokenizer is not None:
-        template = getattr(tokenizer, "chat_template", None) or ""
-        h.update(f"tokenizer\0{len(tokenizer)}\0{template}".encode())
-    return h.hexdigest()
-
-
 def cache_key(**parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
 

@@ -56,7 +56,7 @@ def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, firs
     from tempering.evals.leakage import contaminated_rows, training_lineage
     from tempering.evals.runner import run_suite_samples
     from tempering.models.load import ModelNotFound, load_model, load_tokenizer
-    from tempering.rollout.engine import Engine
+    from tempering.rollout.engine import HFEngine
 
     warn, log = warn or (lambda _: None), log or (lambda _: None)
     if threads:
@@ -72,7 +72,7 @@ def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, firs
         log(f"lineage: {' <- '.join(lineage.runs)}; {len(lineage.files)} training file(s) scanned, "
             f"{found} contaminated row(s)")
     try:
-        engine = Engine(load_model(model), load_tokenizer(model), precision=precision)
+        engine = HFEngine(load_model(model), load_tokenizer(model), precision=precision)
     except ModelNotFound as exc:
         raise EvalError(str(exc)) from None
     try:

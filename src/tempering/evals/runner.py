@@ -1,6 +1,6 @@
 """Run one eval suite on one model: batched sampling, threaded scoring, every statistic.
 
-    result = run_suite(load_suite("arithmetic-add"), Engine(model, tokenizer), seeds=3)
+    result = run_suite(load_suite("arithmetic-add"), HFEngine(model, tokenizer), seeds=3)
 
 What a run does:
   1. renders each task's prompt through each template (chat template of the model);
@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tempering.evals.cache import ResultCache, cache_key, model_state_hash
+from tempering.evals.cache import ResultCache, cache_key
 from tempering.evals.results import MetricResult, SuiteResult
 from tempering.evals.stats import paraphrase_spread, pass_at_k, stability, truncation_rate
 from tempering.evals.suite import Suite, SuiteError, metric_k, render_messages
@@ -102,8 +102,8 @@ def run_suite_samples(
         seeds, samples: override the suite's seed count and samples per task.
         first_seed: the seeds are first_seed .. first_seed + seeds - 1.
         model_id: the name recorded in the result (e.g. the model spec).
-        model_hash: identity of the weights (`evals.cache.model_dir_hash`); computed from
-            the in-memory state_dict when None.
+        model_hash: identity of the weights (`evals.cache.model_dir_hash`); the engine's
+            `identity` when None.
         cache_dir: where results are cached; None disables the cache.
         workers: scoring threads (sandboxed code judging runs ~0.1-0.2 s per sample).
         batch_tokens: budget of rows x (longest prompt + max_new_tokens) per decode batch
@@ -118,7 +118,7 @@ def run_suite_samples(
         raise SuiteError(f"suite {suite.name!r}: no metric can be computed from {suite.sampling.n} sample(s) x "
                          f"{suite.seeds} seed(s) per task ({', '.join(suite.metrics)})")
     log = log or (lambda _: None)
-    model_hash = model_hash or model_state_hash(engine.model, engine.tokenizer)
+    model_hash = model_hash or engine.identity
     settings = {"temperature": suite.sampling.temperature, "top_p": suite.sampling.top_p,
                 "max_new_tokens": suite.sampling.max_new_tokens, "samples": suite.sampling.n,
                 "seeds": list(range(first_seed, first_seed + suite.seeds)), "templates": len(suite.templates),

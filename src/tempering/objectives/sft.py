@@ -5,9 +5,9 @@ target tokens; the Trainer divides by the number of target tokens over the whole
 optimizer step (all micro-batches), so accumulation 4x2 equals batch 8 and a packed
 batch's loss equals the sum of its conversations' losses.
 
-Speed: the LM head (49k x 576 for SmolLM2) and a float32 log-softmax over the vocabulary
-dominate memory traffic on CPU, so hidden states are gathered at target positions first
-and only those are projected: non-assistant tokens never reach the head.
+Log-probs come from `tempering.models.logprobs.head_logprobs` (shared with GRPO, DPO and
+reward models), which projects only the target positions: non-assistant tokens never reach
+the LM head.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from tempering.data.render import IGNORE
+from tempering.models.logprobs import head_logprobs
+from tempering.types import IGNORE
 
 
 def masked_nll_sum(hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -32,8 +32,8 @@ def masked_nll_sum(hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Te
     """
     targets = labels[:, 1:]  # (B, T-1)
     keep = targets != IGNORE
-    logits = head(hidden[:, :-1][keep]).float()  # (N, V)
-    return F.cross_entropy(logits, targets[keep], reduction="sum"), keep.sum()
+    logp, _ = head_logprobs(head, hidden[:, :-1], targets, keep)
+    return -logp.sum(), keep.sum()
 
 
 def count_targets(batch: dict[str, Any]) -> int:

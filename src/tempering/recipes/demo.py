@@ -20,10 +20,10 @@ def heldout_accuracy(model_spec: str, conversations: list[Any], max_new_tokens: 
     The same numeric verifier that scores RL rewards and evals scores the demo.
     """
     from tempering.models.load import load_model, load_tokenizer
-    from tempering.rollout.engine import Engine
+    from tempering.rollout.engine import HFEngine
     from tempering.rollout.rollout import ThreadRewardWorkers, rollout
 
-    engine = Engine(load_model(model_spec), load_tokenizer(model_spec))
+    engine = HFEngine(load_model(model_spec), load_tokenizer(model_spec))
     tasks = [Task(id=str(i), messages=[m for m in c.to_dicts() if m["role"] != "assistant"],
                   verifier={"type": "numeric", "answer": c.to_dicts()[-1]["content"]})
              for i, c in enumerate(conversations)]

@@ -21,7 +21,7 @@ from typing import Any
 
 from tempering.config import GRPOConfig
 from tempering.evals.suite import Suite
-from tempering.rollout.engine import Engine
+from tempering.rollout.engine import Engine, HFEngine
 from tempering.train.metrics import console
 from tempering.types import Task
 
@@ -214,7 +214,7 @@ def run_grpo(cfg: GRPOConfig) -> dict[str, Any]:
         tasks, held = heldout_tasks(cfg, with_reward(load_tasks(cfg.tasks), cfg.reward), run_dir)
         model = load_base_for_training(cfg)
         precision = resolve_precision(cfg.train.precision)
-        engine = Engine(model, tokenizer, precision=precision)
+        engine = HFEngine(model, tokenizer, precision=precision)
         store = TrajectoryStore(run_dir, name)
         source = RolloutSource(tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision)
         callbacks, monitor = [], None

@@ -1,10 +1,14 @@
-"""The rollout engine: batched sampling with a KV cache, one prefill per prompt.
+"""The rollout engine: the `Engine` protocol and `HFEngine`, batched sampling over an HF model.
 
-    engine = Engine(model, tokenizer)
+    engine: Engine = HFEngine(model, tokenizer)
     groups = engine.generate([prompt_ids, ...], SamplingParams(n=8, max_new_tokens=32))
     groups[i][j].token_ids, .logprobs, .text, .finish_reason      # prompt i, sample j
 
-How a call runs:
+Callers (GRPO's batch source, the eval runner, held-out monitoring) use only the protocol,
+so another implementation (vLLM, a remote server) can replace `HFEngine` without them
+changing: they never touch a model or tokenizer through the engine.
+
+How an `HFEngine` call runs:
   1. prompts are left-padded into one batch and prefilled once (the LM head only on the
      last position);
   2. the KV cache is repeated `n` times along the batch (each prompt's prefix shared by its
@@ -13,7 +17,7 @@ How a call runs:
      greedy), records its log-prob, and drops finished rows from the batch and the cache.
 
 Log-probs are of the sampled token under softmax(logits / temperature) before top-p
-filtering, i.e. the distribution the trainer recomputes (`sequence_logprobs`), so the
+filtering, i.e. the distribution the trainer recomputes (`tempering.models.logprobs`), so the
 engine-vs-trainer mismatch metric compares like with like. Greedy calls report log-probs
 at temperature 1.
 
@@ -25,16 +29,19 @@ bit-exactly afterwards, so training and checkpoints never see the merge.
 
 from __future__ import annotations
 
-import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 
 from tempering.config import SamplingParams, SamplingSettings
+from tempering.hashing import model_state_hash
+from tempering.models.logprobs import cache_keyword
+from tempering.models.precision import autocast, resolve_precision
 from tempering.rollout.padding import left_pad
-from tempering.train.precision import resolve_precision
+
+__all__ = ["Completion", "Engine", "HFEngine", "SamplingParams", "SamplingSettings", "merged_lora", "sample_tokens"]
 
 
 @dataclass
@@ -49,10 +56,6 @@ class Completion:
     @property
     def truncated(self) -> bool:
         return self.finish_reason == "length"
-
-
-def _unwrapped(model: Any) -> Any:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 @contextmanager
@@ -74,12 +77,6 @@ def merged_lora(model: Any):
             model.unmerge_adapter()
             for m, w in zip(layers, saved):  # unmerge is W - BA in floating point: restore exactly
                 m.get_base_layer().weight.copy_(w)
-
-
-def _cache_keyword(model: Any) -> str:
-    """transformers renamed `past_key_values` to `cache` (5.x); use whichever the model takes."""
-    params = inspect.signature(_unwrapped(model).forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
@@ -110,20 +107,56 @@ class _Rows:
     logprobs: list[list[float]] = field(default_factory=list)
 
 
-class Engine:
-    """Batched sampler over an HF causal LM (plain or PEFT-wrapped)."""
+@runtime_checkable
+class Engine(Protocol):
+    """What callers may use of a sampler: the process boundary a vLLM or remote engine fits.
+
+    `identity` names the weights and tokenizer that answer (a cache key: equal identities
+    give equal samples for equal requests); `precision` is the resolved "bf16" or "fp32"
+    it computes in (recorded with results). `sync_weights` hands the engine the trainer's
+    current weights; an engine that shares the trainer's model object has nothing to copy.
+    """
+
+    precision: str
+
+    @property
+    def identity(self) -> str: ...
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]: ...
+
+    def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]: ...
+
+    def sync_weights(self, weights: Any) -> None: ...
+
+
+class HFEngine:
+    """`Engine` over an HF causal LM (plain or PEFT-wrapped), in this process."""
 
     def __init__(self, model: Any, tokenizer: Any, precision: str = "auto", max_batch_prompts: int = 64):
         self.model, self.tokenizer = model, tokenizer
         self.precision = resolve_precision(precision)
         self.max_batch_prompts = max_batch_prompts
-        self._cache_kw = _cache_keyword(model)
+        self._cache_kw = cache_keyword(model)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_id = tokenizer.eos_token_id
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def identity(self) -> str:
+        """sha256 of the current weights and the tokenizer (one pass over the weights per call)."""
+        return model_state_hash(self.model, self.tokenizer)
+
+    def sync_weights(self, weights: Any) -> None:
+        """Load the trainer's weights: a model (or state dict); the model the engine already
+        samples from (the in-process GRPO case) needs no copy."""
+        if weights is self.model:
+            return
+        state = weights.state_dict() if hasattr(weights, "state_dict") else weights
+        with torch.no_grad():
+            self.model.load_state_dict(state)
 
     def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
         """Token ids of a conversation rendered up to the assistant's turn."""
@@ -154,8 +187,6 @@ class Engine:
     @torch.no_grad()
     def _generate_chunk(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                         generator: torch.Generator | None) -> list[Completion]:
-        from tempering.train.trainer import autocast
-
         device, n = self.device, params.n
         ids, mask = left_pad(prompts, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
@@ -210,70 +241,3 @@ class Engine:
             text = self.tokenizer.decode([t for t in toks if t not in stops], skip_special_tokens=False)
             completions.append(Completion(flat // n, toks, logp_out[flat], text, finish[flat]))
         return completions
-
-
-def grouped_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                     completion_ids: torch.Tensor, completion_mask: torch.Tensor,
-                     temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-probs and entropies (B*G, C) of G completions per prompt.
-
-    `prompt_ids`/`prompt_mask` are (B, P), left-padded, one row per group; completions are
-    (B*G, C), right-padded, grouped contiguously. Each prompt runs through the decoder once
-    and its KV cache is repeated G times (gradients flow back through the repeat), so the
-    prompt costs 1/G of a per-sample forward. The LM head runs only at positions that
-    predict a completion token. Masked positions get 0; the entropy carries no gradient.
-    """
-    from transformers import DynamicCache
-
-    group = completion_ids.shape[0] // prompt_ids.shape[0]
-    decoder, cache_kw = model.get_decoder(), _cache_keyword(model)
-    cache = DynamicCache()
-    p_pos = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
-    p_hidden = decoder(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=p_pos,
-                       use_cache=True, **{cache_kw: cache}).last_hidden_state[:, -1:]
-    if group > 1:
-        cache.batch_repeat_interleave(group)
-        p_hidden = p_hidden.repeat_interleave(group, dim=0)
-        prompt_mask = prompt_mask.repeat_interleave(group, dim=0)
-        p_pos = p_pos.repeat_interleave(group, dim=0)
-    c_pos = p_pos[:, -1:] + 1 + torch.arange(completion_ids.shape[1], device=completion_ids.device)
-    mask = torch.cat([prompt_mask, completion_mask], dim=1)
-    c_hidden = decoder(input_ids=completion_ids, attention_mask=mask, position_ids=c_pos,
-                       use_cache=True, **{cache_kw: cache}).last_hidden_state
-    before = torch.cat([p_hidden, c_hidden[:, :-1]], dim=1)  # the state predicting each token
-    return _head_logprobs(model, before, completion_ids, completion_mask, temperature)
-
-
-def _head_logprobs(model: Any, before: torch.Tensor, completion_ids: torch.Tensor,
-                   completion_mask: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    keep = completion_mask.bool()
-    logits = model.get_output_embeddings()(before[keep]).float()
-    if temperature not in (0, 1):
-        logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    picked = logp_all.gather(1, completion_ids[keep][:, None]).squeeze(1)
-    out = torch.zeros(completion_ids.shape, dtype=picked.dtype, device=picked.device)
-    out = out.masked_scatter(keep, picked)
-    with torch.no_grad():
-        entropy = torch.zeros_like(out)
-        entropy[keep] = -(logp_all.exp() * logp_all).sum(dim=-1)
-    return out, entropy
-
-
-def sequence_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                      completion_ids: torch.Tensor, completion_mask: torch.Tensor,
-                      temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-probs and entropies (B, C) of right-padded completions after left-padded prompts.
-
-    Runs the decoder over [prompt | completion] and applies the LM head only at the
-    positions that predict completion tokens (the head dominates cost on small models).
-    Positions where `completion_mask` is 0 get 0. The entropy carries no gradient.
-    """
-    ids = torch.cat([prompt_ids, completion_ids], dim=1)
-    mask = torch.cat([prompt_mask, completion_mask], dim=1)
-    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-    hidden = model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                 use_cache=False).last_hidden_state
-    p = prompt_ids.shape[1]
-    before = hidden[:, p - 1:-1]  # (B, C, H): the state that predicts each completion token
-    return _head_logprobs(model, before, completion_ids, completion_mask, temperature)

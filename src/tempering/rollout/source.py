@@ -17,8 +17,8 @@ uninterrupted one would have drawn from the same weights.
 from __future__ import annotations
 
 import math
-import time
 import random
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +27,9 @@ import torch
 
 from tempering.config import GRPOSettings
 from tempering.objectives.grpo_math import grpo_advantages
-from tempering.rollout.engine import Engine, grouped_logprobs
+from tempering.models.logprobs import grouped_logprobs
+from tempering.models.precision import autocast
+from tempering.rollout.engine import Engine
 from tempering.rollout.padding import left_pad
 from tempering.rollout.rollout import VERIFIER_ERROR, ThreadRewardWorkers, start_rollout
 from tempering.rollout.store import TrajectoryRow, TrajectoryStore
@@ -199,18 +201,21 @@ class RolloutSource:
 
     @torch.no_grad()
     def _old_logprobs(self, batch: dict[str, Any]) -> torch.Tensor:
-        """The rollout policy's log-probs, recomputed by the trainer's own forward (mu > 1)."""
-        from tempering.train.trainer import autocast
+        """The rollout policy's log-probs, recomputed by the trainer's own forward (mu > 1).
 
+        The batch is built on the CPU; the forward runs where the model lives, and the
+        result comes back to the CPU with the rest of the batch (the Trainer moves it all).
+        """
+        device = next(self.model.parameters()).device
+        args = [batch[k].to(device) for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")]
         was = self.model.training
         self.model.eval()
         try:
-            with autocast(self.precision, batch["prompt_ids"].device):
-                logp, _ = grouped_logprobs(self.model, batch["prompt_ids"], batch["prompt_mask"],
-                                           batch["completion_ids"], batch["completion_mask"], self.s.temperature)
+            with autocast(self.precision, device):
+                logp, _ = grouped_logprobs(self.model, *args, self.s.temperature)
         finally:
             self.model.train(was)
-        return logp
+        return logp.float().cpu()
 
     # -- metrics and the trajectory store ------------------------------------------------
     def _record(self, seen: list[Group], kept: list[Group], advantages: torch.Tensor, counts: Counter,

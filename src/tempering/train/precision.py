@@ -1,35 +1,5 @@
-"""Pick the training/generation precision from what the hardware runs fast.
+"""Moved to `tempering.models.precision` (rollout and train both use it; rollout may not
+import train). This re-export keeps callers on other branches working until they switch;
+delete it once nothing imports `tempering.train.precision`."""
 
-bf16 autocast is the default where bf16 matmuls are native: a GPU with bf16, or a CPU
-with AMX / AVX512-BF16 (measured ~600 vs ~125 GFLOP/s fp32 on an AMX host). On a CPU
-without them (e.g. AVX2-only EPYC) PyTorch emulates bf16 and a 2048^2 matmul ran at
-0.2 GFLOP/s against 45 in fp32, so "auto" picks fp32 there instead of silently crawling.
-"""
-
-from __future__ import annotations
-
-from functools import lru_cache
-from pathlib import Path
-
-import torch
-
-NATIVE_BF16_CPU_FLAGS = {"amx_bf16", "avx512_bf16"}
-
-
-@lru_cache(maxsize=1)
-def cpu_has_native_bf16() -> bool:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return bool(NATIVE_BF16_CPU_FLAGS & set(flags))
-
-
-def resolve_precision(precision: str) -> str:
-    """"auto" -> "bf16" where bf16 is native on the device in use, else "fp32"."""
-    if precision != "auto":
-        return precision
-    if torch.cuda.is_available():
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_native_bf16() else "fp32"
+from tempering.models.precision import autocast, cpu_has_native_bf16, resolve_precision  # noqa: F401

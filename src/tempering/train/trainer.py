@@ -1,6 +1,6 @@
 """The one training loop. Every objective (SFT, DPO, RM, GRPO) runs in it.
 
-It owns what must be written once: precision (bf16 autocast where native, see precision.py), accumulation
+It owns what must be written once: precision (bf16 autocast where native, see models/precision.py), accumulation
 with one normaliser per optimizer step, clipping, the LR schedule, the anomaly guard
 (skip / rollback), atomic checkpoints with exact resume, and per-step metrics.
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -26,7 +25,7 @@ from tempering.train.checkpoint import (list_checkpoints, load_checkpoint, remov
                                         set_rng_state)
 from tempering.train.guard import AnomalyGuard
 from tempering.train.metrics import MetricsLog, console
-from tempering.train.precision import resolve_precision
+from tempering.models.precision import autocast, resolve_precision
 from tempering.train.schedule import lr_at
 
 
@@ -64,15 +63,10 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
 
 
-def autocast(precision: str, device: torch.device) -> Any:
-    if resolve_precision(precision) == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return nullcontext()
-
-
 @torch.no_grad()
 def evaluate(model: Any, objective: Objective, batches: list[dict[str, Any]], precision: str = "auto") -> float:
     """Mean loss per unit over fixed batches (no update)."""
+    precision = resolve_precision(precision)
     was_training = model.training
     model.eval()
     total, units = 0.0, 0

@@ -1,0 +1,120 @@
+"""Log-probabilities of given tokens under a causal LM: the one place they are computed.
+
+SFT's loss, GRPO's policy and reference log-probs, the rollout policy's log-probs for
+mu > 1, and the per-sequence sums that DPO and reward models need all go through
+`head_logprobs`, so a change of temperature handling or masking happens once.
+
+  head_logprobs          hidden states -> per-token log-probs of targets under a mask
+  token_logprobs         a model over whole sequences -> per-token log-probs (B, T)
+  sequence_logprob_sums  the same summed over a loss mask -> (B,)
+  grouped_logprobs       G completions per prompt, the prompt run once (GRPO's fast path)
+
+Cost: the LM head (49k x 576 for SmolLM2) and a float32 log-softmax over the vocabulary
+dominate on small models, so hidden states are gathered at the masked-in positions first
+and only those are projected.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+
+def cache_keyword(model: Any) -> str:
+    """transformers renamed `past_key_values` to `cache` (5.x); use whichever the model takes."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+                  temperature: float = 1.0, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(head(hidden) / temperature)[target] where `mask`, else 0.
+
+    Args:
+        head: the output projection H -> V.
+        hidden: (B, T, H) states; hidden[b, t] is the state that predicts targets[b, t].
+        targets: (B, T) token ids (any value, e.g. an ignore index, where `mask` is 0).
+        mask: (B, T) 1/True on the positions to score.
+        temperature: 0 and 1 both mean the plain softmax (greedy samples report temperature-1 log-probs).
+        with_entropy: also return the entropy of each scored position's distribution (no gradient).
+    Returns:
+        (logp (B, T) float32, entropy (B, T) or None).
+    """
+    keep = mask.bool()
+    logits = head(hidden[keep]).float()  # (N, V): only the scored positions reach the head
+    if temperature not in (0, 1):
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    picked = logp_all.gather(1, targets[keep][:, None]).squeeze(1)
+    out = torch.zeros(targets.shape, dtype=picked.dtype, device=picked.device).masked_scatter(keep, picked)
+    if not with_entropy:
+        return out, None
+    with torch.no_grad():
+        entropy = torch.zeros_like(out)
+        entropy[keep] = -(logp_all.exp() * logp_all).sum(dim=-1)
+    return out, entropy
+
+
+def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor,
+                   position_ids: torch.Tensor | None = None, temperature: float = 1.0,
+                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs (B, T) of `input_ids[:, t]` given the tokens before it, where `loss_mask`.
+
+    Column 0 is always 0 (nothing predicts the first token). `position_ids` default to the
+    running count of attended tokens, which suits left padding; packed rows pass their own.
+    """
+    if position_ids is None:
+        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                 use_cache=False).last_hidden_state
+    logp, entropy = head_logprobs(model.get_output_embeddings(), hidden[:, :-1], input_ids[:, 1:],
+                                  loss_mask[:, 1:], temperature, with_entropy)
+    pad = logp.new_zeros((logp.shape[0], 1))
+    return torch.cat([pad, logp], dim=1), None if entropy is None else torch.cat([pad, entropy], dim=1)
+
+
+def sequence_logprob_sums(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                          loss_mask: torch.Tensor, position_ids: torch.Tensor | None = None,
+                          temperature: float = 1.0) -> torch.Tensor:
+    """Sum over `loss_mask` of each sequence's token log-probs: log p(response | prompt), (B,).
+
+    What DPO (chosen vs rejected) and reward-model style objectives compare.
+    """
+    logp, _ = token_logprobs(model, input_ids, attention_mask, loss_mask, position_ids, temperature)
+    return logp.sum(dim=1)
+
+
+def grouped_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                     completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                     temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs and entropies (B*G, C) of G completions per prompt.
+
+    `prompt_ids`/`prompt_mask` are (B, P), left-padded, one row per group; completions are
+    (B*G, C), right-padded, grouped contiguously. Each prompt runs through the decoder once
+    and its KV cache is repeated G times (gradients flow back through the repeat), so the
+    prompt costs 1/G of a per-sample forward. Equal to `token_logprobs` over each
+    [prompt | completion] row. Masked positions get 0; the entropy carries no gradient.
+    """
+    from transformers import DynamicCache
+
+    group = completion_ids.shape[0] // prompt_ids.shape[0]
+    decoder, cache_kw = model.get_decoder(), cache_keyword(model)
+    cache = DynamicCache()
+    p_pos = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
+    p_hidden = decoder(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=p_pos,
+                       use_cache=True, **{cache_kw: cache}).last_hidden_state[:, -1:]
+    if group > 1:
+        cache.batch_repeat_interleave(group)
+        p_hidden = p_hidden.repeat_interleave(group, dim=0)
+        prompt_mask = prompt_mask.repeat_interleave(group, dim=0)
+        p_pos = p_pos.repeat_interleave(group, dim=0)
+    c_pos = p_pos[:, -1:] + 1 + torch.arange(completion_ids.shape[1], device=completion_ids.device)
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    c_hidden = decoder(input_ids=completion_ids, attention_mask=mask, position_ids=c_pos,
+                       use_cache=True, **{cache_kw: cache}).last_hidden_state
+    before = torch.cat([p_hidden, c_hidden[:, :-1]], dim=1)  # the state predicting each token
+    logp, entropy = head_logprobs(model.get_output_embeddings(), before, completion_ids, completion_mask,
+                                  temperature, with_entropy=True)
+    return logp, entropy
