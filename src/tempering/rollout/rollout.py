@@ -43,10 +43,10 @@ class Verdict(NamedTuple):
 
 
 def score_completion(task: Task, completion: str, ctx: Any = None) -> Reward:
-    """The one call into the verifiers (the adapter to switch to `score(task, completion, ctx)`)."""
+    """The one call into the verifiers; `ctx` (a `VerifierContext`) is passed on once given."""
     from tempering.verifiers import score
 
-    return score(task, completion)
+    return score(task, completion) if ctx is None else score(task, completion, ctx)
 
 
 def judge(task: Task, completion: str, ctx: Any = None) -> Verdict:
