@@ -126,10 +126,12 @@ def test_any_verifier_crash_is_skipped_and_counted_not_raised(recall_model, engi
     rows = [dict(r, verifier={"type": "crashy", "answer": r["verifier"]["answer"], "broken": i % 2 == 0})
             for i, r in enumerate(rows[:10])]
 
-    def crashy(spec, completion):
+    numeric = VERIFIERS["numeric"]
+
+    def crashy(spec, completion, *ctx):
         if spec["broken"]:
             raise RuntimeError("sandbox slot is gone")
-        return VERIFIERS["numeric"](spec, completion)
+        return numeric(spec, completion, *ctx)
 
     monkeypatch.setitem(VERIFIERS, "crashy", crashy)
     s = read_suite(write_suite(tmp_path, "crashy", write_jsonl(tmp_path / "c.jsonl", rows)))

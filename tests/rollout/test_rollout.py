@@ -17,17 +17,17 @@ from tests.conftest import tiny_llama
 
 
 @register("test_rollout_ok")
-def _ok(spec, completion):
+def _ok(spec, completion, ctx=None):
     return Reward(value=1.0, components={"correct": 1.0})
 
 
 @register("test_rollout_crash")
-def _crash(spec, completion):
+def _crash(spec, completion, ctx=None):
     raise KeyError("judge lost its tests")  # not a VerifierError: still a verifier failure
 
 
 @register("test_rollout_slow")
-def _slow(spec, completion):
+def _slow(spec, completion, ctx=None):
     time.sleep(spec["seconds"])
     return Reward(value=1.0)
 

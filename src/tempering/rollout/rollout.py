@@ -66,11 +66,28 @@ class RewardWorkers(Protocol):
     def close(self) -> None: ...
 
 
+def open_verifier_context(sandbox_size: int) -> Any:
+    """A `VerifierContext` (its sandbox opens on first use), or None where the verifiers
+    predate the context API and keep their own pool."""
+    try:
+        from tempering.verifiers import VerifierContext
+    except ImportError:
+        return None
+    return VerifierContext(sandbox_size=sandbox_size)
+
+
 class ThreadRewardWorkers:
-    """`RewardWorkers` on a local thread pool (verifiers spend their time in sandbox calls)."""
+    """`RewardWorkers` on a local thread pool (verifiers spend their time in sandbox calls).
+
+    Args:
+        size: scoring threads.
+        ctx: the `VerifierContext` verifiers share; None: the workers open one of `size`
+            sandbox slots (lazily, only code verifiers use it) and close it on `close`.
+    """
 
     def __init__(self, size: int = 4, ctx: Any = None):
-        self.ctx = ctx  # a VerifierContext the caller owns (None: one per call)
+        self._owned = open_verifier_context(size) if ctx is None else None
+        self.ctx = ctx if ctx is not None else self._owned
         self._pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="reward")
 
     def submit(self, task: Task, completion: str) -> Future:
@@ -78,6 +95,8 @@ class ThreadRewardWorkers:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._owned is not None:
+            self._owned.close()
 
     def __enter__(self) -> "ThreadRewardWorkers":
         return self
