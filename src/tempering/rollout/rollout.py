@@ -94,7 +94,8 @@ class ThreadRewardWorkers:
         return self._pool.submit(judge, task, completion, self.ctx)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Cancel queued scoring; wait for runs in flight, so none outlives the sandbox it uses."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
         if self._owned is not None:
             self._owned.close()
 
