@@ -171,7 +171,7 @@ class HeldoutMonitor:
         hs = [h["step"] for h in self.history]
         for key in ["reward", *self.weights]:
             ax[1].plot(hs, [h.get(key, 0.0) for h in self.history], marker="o", label=f"held-out {key}")
-        ax[1].set(title="held-out (greedy)", xlabel="step", ylim=(0, max(1.05, max((h["reward"] for h in self.history), default=1) + 0.05)))
+        ax[1].set(title="held-out", xlabel="step", ylim=(0, max(1.05, max((h["reward"] for h in self.history), default=1) + 0.05)))
         ax[1].legend()
         fig.tight_layout()
         fig.savefig(out, dpi=110)

@@ -2,10 +2,12 @@
 
 `RolloutSource` is the Trainer's BatchSource for RL. Each rollout batch:
   1. takes the next `prompts_per_step` tasks (a seeded permutation, cycled);
-  2. generates G samples per prompt with the Engine, in two chunks, handing each finished
-     chunk to the reward pool so verification (sandbox calls included) overlaps generation;
-  3. applies the truncation policy; drops groups whose verifier failed (a verifier failure is
-     never a model failure) and, with dynamic sampling, groups whose rewards all match, then
+  2. samples and scores G trajectories per prompt through the one rollout path
+     (`rollout.rollout.start_rollout`), in `generation_chunks` chunks, each finished chunk
+     going to the reward workers so verification (sandbox calls included) overlaps generation;
+  3. applies the truncation policy; drops groups with a sample the verifier could not judge
+     (status `verifier_error` / `timeout`: never a model failure, so never a negative
+     advantage) and, with dynamic sampling, groups whose rewards all match, then
      refills from new prompts (at most `max_refills` extra rounds);
   4. computes group-normalised advantages, writes every sample to the trajectory store, and
      splits the groups into `grad_accum` micro-batches, served `updates_per_batch` times.
@@ -34,6 +36,10 @@ from tempering.rollout.padding import left_pad
 from tempering.rollout.rollout import VERIFIER_ERROR, ThreadRewardWorkers, start_rollout
 from tempering.rollout.store import TrajectoryRow, TrajectoryStore
 from tempering.types import Task, Trajectory
+
+
+PAD_ID = 0
+"""Filler of padded batch positions: any id works, every one is masked out of attention and loss."""
 
 
 @dataclass
@@ -174,7 +180,7 @@ class RolloutSource:
         return out
 
     def _tensors(self, groups: list[Group], advantages: torch.Tensor) -> dict[str, Any]:
-        pad = self.engine.pad_id
+        pad = PAD_ID
         prompt_ids, prompt_mask = left_pad([g.prompt_ids for g in groups], pad)
         trajs = [t for g in groups for t in g.trajectories]
         c_width = max(len(t.completion_ids) for t in trajs)
