@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -19,7 +20,17 @@ from tempering.config import DEFAULT_MODEL
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 eval_app = typer.Typer(help="Evaluate: run suites on a model, compare two results, gate a release.",
                        no_args_is_help=True)
-out = Console()
+PIPE_WIDTH = 200  # columns of tables written to a pipe or file
+
+
+def stdout_console() -> Console:
+    """Standard output; when it is no terminal (`| tee`), wide enough that rich never cuts a
+    table's columns (it would assume 80), unless $COLUMNS says otherwise."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=PIPE_WIDTH)
+
+
 err = Console(stderr=True)
 
 
@@ -80,11 +91,11 @@ def eval_run(
         _fail(_one_line(exc))
     from tempering.evals.report import print_table
 
-    print_table(results, console=out)
+    print_table(results, console=stdout_console())
     for suite in results.suites:
         for note in suite.notes:
-            out.print(f"note: {suite.suite}: {note}", highlight=False)
-    out.print(f"results: {Path(cfg.out) / 'results.json'}  samples: {Path(cfg.out) / 'samples.jsonl'}  "
+            stdout_console().print(f"note: {suite.suite}: {note}", highlight=False)
+    stdout_console().print(f"results: {Path(cfg.out) / 'results.json'}  samples: {Path(cfg.out) / 'samples.jsonl'}  "
               f"report: {Path(cfg.out) / 'report.html'}")
 
 
@@ -109,9 +120,9 @@ def eval_compare(
     try:
         a, b = _load_results(base), _load_results(candidate)
         rules = load_rules(gate) if gate is not None else None
-        print_table(b, compare=a, console=out)
+        print_table(b, compare=a, console=stdout_console())
         if out_dir is not None:
-            out.print(f"report: {render_report(b, out_dir, compare=a)}")
+            stdout_console().print(f"report: {render_report(b, out_dir, compare=a)}")
         if rules is None:
             return
         verdict = run_gate(rules, a, b, seed=seed)
@@ -119,10 +130,10 @@ def eval_compare(
         _fail(str(exc))
     for check in verdict.rules:
         mark = "[green]PASS[/green]" if check.passed else "[red]FAIL[/red]"
-        out.print(f"{mark} {check.rule}: {check.detail}", highlight=False)
+        stdout_console().print(f"{mark} {check.rule}: {check.detail}", highlight=False)
     if out_dir is not None:
         (Path(out_dir) / "gate.json").write_text(json.dumps(verdict.to_dict(), indent=1))
-    out.print("[green]gate passed[/green]" if verdict.passed else "[red]gate failed[/red]")
+    stdout_console().print("[green]gate passed[/green]" if verdict.passed else "[red]gate failed[/red]")
     raise typer.Exit(0 if verdict.passed else 1)
 
 

@@ -77,3 +77,17 @@ def test_an_unknown_model_is_one_line(env, suite_file):
     res = run(suite_file, "--model", env / "no-such-model", "--out", env / "o")
     assert res.exit_code == 2 and res.output.startswith("error:"), res.output
     assert len(res.output.strip().splitlines()) <= 2  # rich may wrap a long path; never a traceback
+
+
+def test_compare_tables_keep_every_column_when_piped(recall_dir, suite_file, env, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    for name, seed in (("a", 0), ("b", 3)):
+        res = run(suite_file, "--model", recall_dir, "--out", env / name, "--limit", 6, "--seeds", 2,
+                  "--first-seed", seed)
+        assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["eval", "compare", str(env / "a"), str(env / "b")])
+    assert res.exit_code == 0, res.output
+    assert "…" not in res.output, res.output  # rich cut columns at 80 characters before
+    header = next(line for line in res.output.splitlines() if "metric" in line)
+    assert all(col in header for col in ("suite", "mean", "CI", "seed std", "base", "delta", "delta CI", "p"))
+    assert "recall" in res.output and "accuracy" in res.output
