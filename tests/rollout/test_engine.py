@@ -148,3 +148,15 @@ def test_generation_merges_lora_and_restores_the_base_weights_exactly(smol_token
         logp, _ = sequence_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature=0.8)
     for i, c in enumerate(got[0]):  # the unmerged adapter model agrees with what the merged one sampled
         assert torch.allclose(logp[i, :len(c.logprobs)], torch.tensor(c.logprobs), atol=1e-4)
+
+
+def test_sync_weights_makes_the_engine_sample_the_new_weights(smol_tokenizer):
+    target = tiny_llama(vocab=VOCAB, seed=9)
+    engine = HFEngine(tiny_llama(vocab=VOCAB, seed=8), smol_tokenizer, precision="fp32")
+    prompts = [smol_tokenizer.encode("sync me")]
+    greedy = SamplingParams(temperature=0, max_new_tokens=6)
+    before = engine.identity
+    engine.sync_weights(target)
+    reference = HFEngine(target, smol_tokenizer, precision="fp32")
+    assert engine.identity == reference.identity != before
+    assert engine.generate(prompts, greedy)[0][0].token_ids == reference.generate(prompts, greedy)[0][0].token_ids

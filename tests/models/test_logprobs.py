@@ -1,0 +1,37 @@
+"""The one log-prob module against HF's own forward (full logits) and hand-derived values."""
+
+import math
+
+import torch
+
+from tempering.models.logprobs import head_logprobs, sequence_logprob_sums, token_logprobs
+from tests.conftest import tiny_llama
+
+
+def test_head_logprobs_hand_derived_with_temperature_and_entropy():
+    head = torch.nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(torch.eye(2))  # logits are the hidden states
+    hidden = torch.tensor([[[math.log(3.0), 0.0], [9.0, 9.0]]])
+    logp, entropy = head_logprobs(head, hidden, torch.tensor([[0, -100]]), torch.tensor([[1, 0]]),
+                                  temperature=2.0, with_entropy=True)
+    # logits / 2 = (log 3 / 2, 0): p(0) = sqrt3 / (sqrt3 + 1); the masked position stays 0
+    p0 = math.sqrt(3) / (math.sqrt(3) + 1)
+    assert math.isclose(float(logp[0, 0]), math.log(p0), rel_tol=1e-6) and float(logp[0, 1]) == 0.0
+    assert math.isclose(float(entropy[0, 0]), -(p0 * math.log(p0) + (1 - p0) * math.log(1 - p0)), rel_tol=1e-6)
+
+
+def test_token_logprobs_match_hf_full_logits_and_sum_over_the_loss_mask():
+    model = tiny_llama(seed=2)
+    ids = torch.randint(3, 64, (2, 7))
+    attn = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1]])  # row 0 left-padded
+    loss_mask = torch.tensor([[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 0, 1]])
+    with torch.no_grad():
+        logp, _ = token_logprobs(model, ids, attn, loss_mask)
+        sums = sequence_logprob_sums(model, ids, attn, loss_mask)
+        pos = (attn.cumsum(1) - 1).clamp(min=0)
+        full = torch.log_softmax(model(input_ids=ids, attention_mask=attn, position_ids=pos).logits.float(), -1)
+    oracle = torch.zeros_like(logp)
+    oracle[:, 1:] = full[:, :-1].gather(2, ids[:, 1:, None]).squeeze(2) * loss_mask[:, 1:]
+    assert torch.allclose(logp, oracle, atol=1e-5)
+    assert torch.allclose(sums, oracle.sum(1), atol=1e-5) and sums.shape == (2,)
