@@ -27,10 +27,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any, NamedTuple, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Sequence
 
 from tempering.config import SamplingSettings
 from tempering.types import Reward, Task, Trajectory, TrajectoryStatus
+
+if TYPE_CHECKING:
+    from tempering.rollout.engine import Engine
 
 VERIFIER_ERROR = "verifier_error"
 """The flag on a reward the verifier could not give (its status says why)."""
@@ -144,7 +147,7 @@ def _wait(future: Future, timeout_s: float) -> Verdict:
                        "timeout")
 
 
-def start_rollout(tasks: Sequence[Task], engine: Any, sampling: SamplingSettings, workers: RewardWorkers, *,
+def start_rollout(tasks: Sequence[Task], engine: Engine, sampling: SamplingSettings, workers: RewardWorkers, *,
                   n: int = 1, seed: int | None = None, messages: Sequence[list[dict[str, Any]]] | None = None,
                   prompts: Sequence[list[int]] | None = None,
                   chunks: Sequence[tuple[Sequence[int], int | None]] | None = None) -> PendingRollout:
@@ -172,7 +175,7 @@ def start_rollout(tasks: Sequence[Task], engine: Any, sampling: SamplingSettings
     return pending
 
 
-def rollout(tasks: Sequence[Task], engine: Any, sampling: SamplingSettings, workers: RewardWorkers, *,
+def rollout(tasks: Sequence[Task], engine: Engine, sampling: SamplingSettings, workers: RewardWorkers, *,
             n: int = 1, seed: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
             **kwargs: Any) -> list[list[Trajectory]]:
     """Scored trajectories, `n` per task (see `start_rollout` for the other arguments)."""
