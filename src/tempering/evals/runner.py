@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -64,7 +65,7 @@ class _Pass:
     seed: int
     trajectories: list[list[Trajectory]]
 
-    @property
+    @cached_property
     def samples(self) -> list[list[SampleScore]]:
         """Per task, the judged samples (verifier errors and timeouts left out)."""
         return [[SampleScore(t.reward.value, sample_passed(t.reward)) for t in trajs if t.scored]
