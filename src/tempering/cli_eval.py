@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -19,92 +20,83 @@ from tempering.config import DEFAULT_MODEL
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 eval_app = typer.Typer(help="Evaluate: run suites on a model, compare two results, gate a release.",
                        no_args_is_help=True)
-out = Console()
+PIPE_WIDTH = 200  # columns of tables written to a pipe or file
+
+
+def stdout_console() -> Console:
+    """Standard output; when it is no terminal (`| tee`), wide enough that rich never cuts a
+    table's columns (it would assume 80), unless $COLUMNS says otherwise."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=PIPE_WIDTH)
+
+
 err = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {message}", soft_wrap=True, highlight=False)  # one line, never wrapped
     raise typer.Exit(code)
+
+
+def _one_line(message: str) -> str:
+    return " ".join(str(message).split())
 
 
 @eval_app.command("run")
 def eval_run(
-    suites: List[str] = typer.Argument(..., help="Suite names (built-in or user suite dirs) or suite YAML paths."),
-    model: str = typer.Option(DEFAULT_MODEL, help="Model spec: alias, HF dir, run output (runs/NAME/final), .gguf."),
-    out_dir: Path = typer.Option(..., "--out", help="Writes results.json and report.html here."),
+    suites: Optional[List[str]] = typer.Argument(None, help="Suite names (built-in or user suite dirs) or suite "
+                                                 "YAML paths (default: the config's)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="EvalConfig YAML; the flags below override it."),
+    model: Optional[str] = typer.Option(None, help=f"Model spec: alias, HF dir, run output (runs/NAME/final), "
+                                        f".gguf (default {DEFAULT_MODEL})."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Writes results.json, samples.jsonl and report.html here."),
     seeds: Optional[int] = typer.Option(None, help="Sampling seeds, each a full repeat (default: the suite's)."),
-    first_seed: int = typer.Option(0, help="Seeds are first_seed .. first_seed + seeds - 1."),
+    first_seed: Optional[int] = typer.Option(None, help="Seeds are first_seed .. first_seed + seeds - 1 (default 0)."),
     samples: Optional[int] = typer.Option(None, help="Samples per task per seed (default: the suite's)."),
     limit: Optional[int] = typer.Option(None, help="At most this many tasks per task source (a subset: own suite hash)."),
-    cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse results cached under ~/.cache/tempering/evals."),
+    cache: Optional[bool] = typer.Option(None, "--cache/--no-cache", help="Reuse results cached under "
+                                         "~/.cache/tempering/evals (default: on)."),
     threads: Optional[int] = typer.Option(None, help="torch intra-op threads (default: torch's)."),
-    precision: str = typer.Option("auto", help="auto | bf16 | fp32 (auto: bf16 only where it is native)."),
+    precision: Optional[str] = typer.Option(None, help="auto | bf16 | fp32 (auto: bf16 only where it is native)."),
+    overrides: Optional[List[str]] = typer.Option(None, "--set", help="Config override key=value (repeatable)."),
 ) -> None:
     """Evaluate a model on suites; contamination is scanned along the checkpoint's training lineage."""
+    from tempering.config import ConfigError, EvalConfig, load_config
+    from tempering.evals.evaluate import EvalError, evaluate_model
     from tempering.evals.suite import SuiteError, load_suite
 
+    flags = {"suites": suites or None, "model": model, "out": str(out_dir) if out_dir else None, "seeds": seeds,
+             "first_seed": first_seed, "samples": samples, "limit": limit, "cache": cache, "threads": threads,
+             "precision": precision}
     try:
-        loaded = [load_suite(s).with_overrides(seeds=seeds, samples=samples, limit=limit) for s in suites]
-        for s in loaded:
-            s.check_samples()
+        cfg = load_config(EvalConfig, config, list(overrides or []),
+                          literal={k: v for k, v in flags.items() if v is not None})
+    except (ConfigError, OSError) as exc:
+        _fail(_one_line(exc) + " (flags override the config file)")
+    try:
+        loaded = [load_suite(s).with_overrides(seeds=cfg.seeds, samples=cfg.samples, limit=cfg.limit)
+                  for s in cfg.suites]
     except SuiteError as exc:
-        _fail(str(exc))
+        _fail(_one_line(exc))
     names = [s.name for s in loaded]
     if len(set(names)) != len(names):
         _fail(f"a suite is listed twice: {names}")
-    results = evaluate_model(model, loaded, out_dir, first_seed=first_seed, cache=cache, threads=threads,
-                             precision=precision)
+    try:
+        results = evaluate_model(cfg.model, loaded, Path(cfg.out), first_seed=cfg.first_seed, cache=cfg.cache,
+                                 threads=cfg.threads, precision=cfg.precision,
+                                 warn=lambda line: err.print(f"[yellow]warning: {line}[/yellow]"),
+                                 log=lambda line: err.print(f"[dim]{line}[/dim]"))
+    except (EvalError, SuiteError) as exc:
+        _fail(_one_line(exc))
     from tempering.evals.report import print_table
 
-    print_table(results, console=out)
-    out.print(f"results: {out_dir / 'results.json'}  report: {out_dir / 'report.html'}")
-
-
-def evaluate_model(model: str, suites: list, out_dir: Path, *, first_seed: int = 0, cache: bool = True,
-                   threads: int | None = None, precision: str = "auto"):
-    """Load `model`, scan its lineage, run every suite, write results.json + report.html; returns the results."""
-    import torch
-
-    from tempering.evals.cache import default_cache_dir, model_dir_hash
-    from tempering.evals.leakage import contaminated_rows, training_lineage
-    from tempering.evals.report import render_report
-    from tempering.evals.results import EvalResults
-    from tempering.evals.runner import run_suite
-    from tempering.models.load import ModelNotFound, load_model, load_tokenizer
-    from tempering.rollout.engine import HFEngine
-
-    if threads:
-        torch.set_num_threads(threads)
-    lineage = training_lineage(model)
-    for recorded in lineage.missing:
-        err.print(f"[yellow]warning: training input {recorded} is gone; it could not be scanned[/yellow]")
-    for recorded in lineage.changed:
-        err.print(f"[yellow]warning: training input {recorded} changed since training; scanned as it is now[/yellow]")
-    rows = contaminated_rows(lineage.files, suites)
-    if lineage.runs:
-        found = sum(len(r) for r in rows.values())
-        err.print(f"[dim]lineage: {' <- '.join(lineage.runs)}; {len(lineage.files)} training file(s) scanned, "
-                  f"{found} contaminated row(s)[/dim]")
-    try:
-        engine = HFEngine(load_model(model), load_tokenizer(model), precision=precision)
-    except ModelNotFound as exc:
-        _fail(str(exc))
-    try:
-        model_hash = model_dir_hash(model)
-    except ModelNotFound:  # a hub id: the runner hashes the loaded weights instead
-        model_hash = None
-    out_suites = []
-    for suite in suites:
-        result = run_suite(suite, engine, first_seed=first_seed, model_id=model, model_hash=model_hash,
-                           cache_dir=default_cache_dir() if cache else None,
-                           log=lambda line: err.print(f"[dim]{line}[/dim]"))
-        out_suites.append(result.model_copy(update={"contaminated_rows": rows[suite.name],
-                                                    "contamination_hits": len(rows[suite.name])}))
-    results = EvalResults(model=model, suites=out_suites)
-    results.save(Path(out_dir) / "results.json")
-    render_report(results, out_dir)
-    return results
+    print_table(results, console=stdout_console())
+    for suite in results.suites:
+        for note in suite.notes:
+            stdout_console().print(f"note: {suite.suite}: {note}", highlight=False)
+    stdout_console().print(f"results: {Path(cfg.out) / 'results.json'}  samples: {Path(cfg.out) / 'samples.jsonl'}  "
+              f"report: {Path(cfg.out) / 'report.html'}")
 
 
 def _load_results(path: Path):
@@ -128,9 +120,9 @@ def eval_compare(
     try:
         a, b = _load_results(base), _load_results(candidate)
         rules = load_rules(gate) if gate is not None else None
-        print_table(b, compare=a, console=out)
+        print_table(b, compare=a, console=stdout_console())
         if out_dir is not None:
-            out.print(f"report: {render_report(b, out_dir, compare=a)}")
+            stdout_console().print(f"report: {render_report(b, out_dir, compare=a)}")
         if rules is None:
             return
         verdict = run_gate(rules, a, b, seed=seed)
@@ -138,10 +130,10 @@ def eval_compare(
         _fail(str(exc))
     for check in verdict.rules:
         mark = "[green]PASS[/green]" if check.passed else "[red]FAIL[/red]"
-        out.print(f"{mark} {check.rule}: {check.detail}", highlight=False)
+        stdout_console().print(f"{mark} {check.rule}: {check.detail}", highlight=False)
     if out_dir is not None:
         (Path(out_dir) / "gate.json").write_text(json.dumps(verdict.to_dict(), indent=1))
-    out.print("[green]gate passed[/green]" if verdict.passed else "[red]gate failed[/red]")
+    stdout_console().print("[green]gate passed[/green]" if verdict.passed else "[red]gate failed[/red]")
     raise typer.Exit(0 if verdict.passed else 1)
 
 

@@ -251,8 +251,11 @@ class HeldoutSettings(SamplingSettings):
 
     temperature: float = Field(0.0, ge=0)
     """Sampling temperature of the held-out pass; 0 (greedy) makes it deterministic."""
-    tasks: TaskSourceSettings = TaskSourceSettings(split="heldout", n=100)
-    """The held-out tasks (disjoint from training by default: the builtin heldout split)."""
+    tasks: TaskSourceSettings | None = None
+    """The held-out tasks; None: a seeded split of the training tasks (see `split_size`)."""
+    split_size: int = Field(100, ge=1)
+    """Without `tasks`: how many training tasks to hold out (at most a fifth of them), a
+    seeded split disjoint from training, recorded in the run's heldout/split.json."""
     every: int = Field(10, ge=1)
     """Evaluate every this many steps, and at the start and end."""
     alarm_window: int = Field(3, ge=2)
@@ -410,3 +413,28 @@ def load_config(model: type[Strict], path: str | Path | None, overrides: list[st
         lines = [f"{_blame(e['loc'], given, path)}: {'.'.join(map(str, e['loc']))}: {e['msg']}"
                  for e in exc.errors()]
         raise ConfigError(lines[0] if len(lines) == 1 else "invalid config:\n  " + "\n  ".join(lines)) from None
+
+
+class EvalConfig(Strict):
+    """`temper eval run [SUITES] --config EVAL.yaml`: suites on a model (flags override the file)."""
+
+    suites: list[str] = Field(min_length=1)
+    """Suite names (built-in or user suite directories) or suite YAML paths."""
+    model: str = DEFAULT_MODEL
+    """Model spec: alias, HF dir, run output (runs/NAME/final), .gguf."""
+    out: str
+    """Directory for results.json, samples.jsonl and report.html."""
+    seeds: int | None = Field(None, ge=1)
+    """Sampling seeds, each a full repeat of every suite (None: each suite's own)."""
+    first_seed: int = Field(0, ge=0)
+    """The seeds are first_seed .. first_seed + seeds - 1."""
+    samples: int | None = Field(None, ge=1)
+    """Samples per task per seed (None: each suite's own); pass@k needing more is skipped with a note."""
+    limit: int | None = Field(None, ge=1)
+    """At most this many tasks per task source (a subset, so its own suite hash)."""
+    cache: bool = True
+    """Reuse results cached under <tempering cache>/evals for the same model, suite and settings."""
+    threads: int | None = Field(None, ge=1)
+    """torch intra-op threads (None: torch's default)."""
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    """auto: bf16 only where it is native, else fp32."""

@@ -1,7 +1,7 @@
 """The shared vocabulary as plain data types. No torch import here.
 
-Only the types the landed capabilities use live here; later capabilities add theirs
-(`Task`, `Reward`, `Trajectory`, ...) next to these.
+Only the types the landed capabilities use live here; later capabilities add theirs next
+to these.
 """
 
 from __future__ import annotations
@@ -111,3 +111,74 @@ class Reward(BaseModel):
         if "correct" in self.components:
             return self.components["correct"] > 0
         return self.value >= 1.0
+
+
+TrajectoryStatus = Literal["scored", "verifier_error", "timeout"]
+"""`scored`: the verifier judged the sample. `verifier_error` / `timeout`: the verifier
+crashed or ran out of time, so the sample has no judgement (never a model failure)."""
+
+
+class Trajectory(BaseModel):
+    """One sampled episode, scored: what a rollout produces and every consumer reads.
+
+    The token view is the whole sequence, prompt first: `loss_mask` is 1 on tokens the
+    model generated and `logprobs` holds their sampling log-probs (0 elsewhere), so a
+    multi-turn episode (tool output between model turns) fits the same shape. Ids are
+    plain lists so this type imports without torch.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    task_id: str
+    """The task this episode answers."""
+    sample: int = 0
+    """Index of this sample among those drawn for the same prompt (its group)."""
+    messages: list[dict[str, Any]]
+    """The conversation: the prompt's messages, then the model's turn(s)."""
+    token_ids: list[int]
+    """Prompt and generated tokens, in order."""
+    loss_mask: list[int]
+    """1 on generated tokens (trainable), 0 on prompt and environment tokens."""
+    logprobs: list[float]
+    """Sampling log-prob of each generated token; 0 where `loss_mask` is 0."""
+    prompt_length: int = Field(ge=0)
+    """Tokens before the first generated one (the prefix shared by a group)."""
+    rewards: list[Reward]
+    """One judgement per model turn; the last is the episode's outcome."""
+    finish_reason: str = "stop"
+    """How generation ended: "stop" (a stop token) or "length" (cut by the token limit)."""
+    status: TrajectoryStatus = "scored"
+
+    @model_validator(mode="after")
+    def _aligned(self) -> "Trajectory":
+        if not (len(self.token_ids) == len(self.loss_mask) == len(self.logprobs)):
+            raise ValueError("token_ids, loss_mask and logprobs must have one entry per token")
+        if not self.rewards:
+            raise ValueError("a trajectory needs at least one reward")
+        return self
+
+    @property
+    def reward(self) -> Reward:
+        """The outcome: the last turn's reward."""
+        return self.rewards[-1]
+
+    @property
+    def scored(self) -> bool:
+        """Whether the verifier judged it (False: verifier error or timeout)."""
+        return self.status == "scored"
+
+    @property
+    def completion(self) -> str:
+        """The text of the model's last turn."""
+        return next((m.get("content") or "" for m in reversed(self.messages) if m["role"] == "assistant"), "")
+
+    @property
+    def completion_ids(self) -> list[int]:
+        return self.token_ids[self.prompt_length:]
+
+    @property
+    def completion_logprobs(self) -> list[float]:
+        return self.logprobs[self.prompt_length:]
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"

@@ -8,9 +8,9 @@ import pytest
 
 from tempering.evals.report import render_report
 from tempering.evals.results import EvalResults, compare
-from tempering.evals.runner import run_suite
+from tempering.evals.runner import run_suite, run_suite_samples
 from tempering.evals.stats import pass_at_k
-from tempering.evals.suite import read_suite
+from tempering.evals.suite import SuiteError, read_suite, registered_suites
 from tempering.rollout.engine import HFEngine
 from tempering.verifiers import VERIFIERS, VerifierError
 from tests.evals.conftest import write_jsonl, write_suite
@@ -118,3 +118,67 @@ def test_private_suite_leaves_no_task_text_or_ids(recall_model, engine, tmp_path
     assert compare(EvalResults(model="m0", suites=[other]), results)[0].comparison.n == 60  # hashed ids still pair
     assert json.loads(saved)["suites"][0]["private"] is True
     assert not math.isnan(result.metrics["accuracy"].mean)
+
+
+def test_any_verifier_crash_is_skipped_and_counted_not_raised(recall_model, engine, tmp_path, monkeypatch):
+    """The one failure policy: a crash that is not a VerifierError is a verifier failure too."""
+    _, _, rows = recall_model
+    rows = [dict(r, verifier={"type": "crashy", "answer": r["verifier"]["answer"], "broken": i % 2 == 0})
+            for i, r in enumerate(rows[:10])]
+
+    numeric = VERIFIERS["numeric"]
+
+    def crashy(spec, completion, *ctx):
+        if spec["broken"]:
+            raise RuntimeError("sandbox slot is gone")
+        return numeric(spec, completion, *ctx)
+
+    monkeypatch.setitem(VERIFIERS, "crashy", crashy)
+    s = read_suite(write_suite(tmp_path, "crashy", write_jsonl(tmp_path / "c.jsonl", rows)))
+    result, records = run_suite_samples(s, engine)
+    assert result.verifier_errors == 5 * 4 * 2 and len(result.task_scores) == 5
+    assert {r["status"] for r in records if r["task_id"] in {rows[i]["id"] for i in (0, 2, 4, 6, 8)}} == {
+        "verifier_error"}
+    assert "sandbox slot is gone" in next(r["detail"] for r in records if r["status"] == "verifier_error")
+
+
+def test_samples_records_hold_every_generation_with_its_score(suite, engine):
+    result, records = run_suite_samples(suite, engine, seeds=2)
+    # 60 tasks x 4 samples x (2 seeds of the canonical template + 1 paraphrase pass)
+    assert len(records) == 60 * 4 * 3
+    assert set(records[0]) == {"suite", "task_id", "template", "seed", "sample", "prompt", "completion", "reward",
+                               "passed", "status", "detail", "components", "finish_reason"}
+    by_task: dict = {}
+    for r in records:
+        if r["template"] == 0:
+            by_task.setdefault(r["task_id"], []).append(float(r["passed"]))
+    assert by_task == result.task_scores  # accuracy is primary: the records are the per-task scores
+    assert {(r["template"], r["seed"]) for r in records} == {(0, 0), (0, 1), (1, 0)}
+    assert all(r["prompt"].startswith("Question : recall") for r in records if r["template"] == 1)
+
+
+def test_private_suite_samples_hold_hashed_ids_and_no_text(recall_model, engine, tmp_path):
+    _, _, rows = recall_model
+    s = read_suite(write_suite(tmp_path, "secret", write_jsonl(tmp_path / "s.jsonl", rows), private=True))
+    result, records = run_suite_samples(s, engine)
+    text = json.dumps(records)
+    for r in rows:
+        assert r["id"] not in text and r["prompt"] not in text
+    assert all("prompt" not in r and "completion" not in r and "detail" not in r for r in records)
+    assert {r["task_id"] for r in records} == set(result.task_scores)
+
+
+def test_pass_at_k_beyond_the_samples_is_skipped_with_a_note(suite, engine):
+    result = run_suite(suite, engine, samples=1)  # the suite asks for accuracy and pass@2
+    assert set(result.metrics) == {"accuracy"} and result.primary_metric == "accuracy"
+    assert result.notes == ["pass@2 skipped: needs >= 2 samples per task, got 1 x 1 seed(s)"]
+    only_k = suite.model_copy(update={"metrics": ["pass@2", "accuracy"]})
+    assert run_suite(only_k, engine, samples=1).primary_metric == "accuracy"
+    with pytest.raises(SuiteError, match="no metric can be computed"):
+        run_suite(suite.model_copy(update={"metrics": ["pass@2"]}), engine, samples=1)
+
+
+def test_every_builtin_suite_has_a_metric_at_one_sample(monkeypatch, tmp_path):
+    monkeypatch.setenv("TEMPERING_SUITES", str(tmp_path / "none"))  # the built-in suites only
+    for s in registered_suites():
+        assert s.with_overrides(samples=1, seeds=1).computable_metrics(), s.name

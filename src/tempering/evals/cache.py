@@ -7,8 +7,9 @@ template and vocabulary size. Either way two evaluations share a hash only when 
 weights answered the same rendered prompts.
 
 Cache key: model hash + suite hash + everything that changes the sampled tokens (samples,
-seeds, precision, decode batch size) + the runner version. Entries are SuiteResult JSON;
-private suites' entries hold hashed task ids like their results do.
+seeds, precision, decode batch size) + the runner version. Entries are SuiteResult JSON
+plus the run's generations (`samples.jsonl` records); private suites' entries hold hashed
+task ids and no task or completion text, like their results do.
 """
 
 from __future__ import annotations
@@ -49,44 +50,44 @@ def model_dir_hash(spec: str) -> str:
     return h.hexdigest()
 
 
-def model_state_hash(model: Any, tokenizer: Any = None) -> str:
-    """sha256 over an in-memory model's state_dict tensors (and the tokenizer's template and size)."""
-    import torch
-
-    h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        t = tensor.detach().to("cpu").contiguous()
-        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
-        h.update(t.view(torch.uint8).numpy() if t.numel() else b"")
-    if tokenizer is not None:
-        template = getattr(tokenizer, "chat_template", None) or ""
-        h.update(f"tokenizer\0{len(tokenizer)}\0{template}".encode())
-    return h.hexdigest()
-
-
 def cache_key(**parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 class ResultCache:
-    """SuiteResult JSON files under one directory, one per cache key."""
+    """Per cache key: the SuiteResult JSON and its generations (`<key>.samples.jsonl`)."""
 
     def __init__(self, directory: str | Path):
         self.dir = Path(directory)
 
-    def get(self, key: str) -> SuiteResult | None:
-        path = self.dir / f"{key}.json"
-        if not path.is_file():
+    def get(self, key: str) -> tuple[SuiteResult, list[dict[str, Any]]] | None:
+        path, samples = self.dir / f"{key}.json", self.dir / f"{key}.samples.jsonl"
+        if not path.is_file() or not samples.is_file():
             return None
         try:
-            return SuiteResult.model_validate_json(path.read_text(encoding="utf-8"))
+            result = SuiteResult.model_validate_json(path.read_text(encoding="utf-8"))
+            records = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines() if line]
         except ValueError:  # an entry from an older schema: recompute and overwrite it
             return None
+        return result, records
 
-    def put(self, key: str, result: SuiteResult) -> Path:
+    def put(self, key: str, result: SuiteResult, records: list[dict[str, Any]] = ()) -> Path:
+        """Write the samples first: the result file's presence is what makes an entry a hit."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        write_jsonl_atomic(self.dir / f"{key}.samples.jsonl", records)
         path = self.dir / f"{key}.json"
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(result.model_dump_json(), encoding="utf-8")
         tmp.replace(path)
         return path
+
+
+def write_jsonl_atomic(path: Path, records: Any) -> Path:
+    """JSON lines written whole through a temporary name (a crash never leaves half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=True) + "\n")
+    tmp.replace(path)
+    return path

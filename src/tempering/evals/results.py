@@ -87,8 +87,10 @@ class SuiteResult(BaseModel):
     contaminated_rows: list[str] = Field(default_factory=list)
     """Those training rows, by their `id` (else path:line) and file; never task text or ids."""
     verifier_errors: int = Field(default=0, ge=0)
-    """Samples the verifier could not judge (VerifierError): left out of every metric, never
+    """Samples the verifier could not judge (it crashed or timed out): left out of every metric, never
     scored as model failures."""
+    notes: list[str] = Field(default_factory=list)
+    """What the run could not do as the suite asks, e.g. a pass@k skipped for too few samples."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "SuiteResult":

@@ -4,17 +4,21 @@
 
 What a run does:
   1. renders each task's prompt through each template (chat template of the model);
-  2. samples `n` completions per prompt through the rollout Engine, a chunk of prompts at a
+  2. samples `n` completions per prompt and scores them through the one rollout path
+     (`rollout.rollout.start_rollout`, the path GRPO trains on), a chunk of prompts at a
      time (as many prompts as keep rows x (longest prompt + token limit) within
      `batch_tokens`, bounding the KV cache; one prefill per prompt shared by its samples);
      the canonical template runs once per seed, each paraphrase template once (first seed);
-  3. scores every completion with the task's verifier (`tempering.verifiers.score`, the
-     reward's scorer) in a thread pool while the next chunk generates. A `VerifierError`
-     (the judge failed, not the model) skips the sample and is counted;
+  3. scoring runs in reward workers while the next chunk generates. A sample the verifier
+     could not judge (it raised or timed out: status `verifier_error` / `timeout`) is
+     skipped and counted, never scored as a model failure;
   4. computes the metrics: mean over tasks with a bootstrap interval over tasks (samples of
      all seeds pooled per task), the metric per seed and its spread, unbiased pass@k from all
      samples of a task, stability over seeds (each seed is a repeat), paraphrase spread over
-     templates (first seed), and the truncation rate.
+     templates (first seed), and the truncation rate. A pass@k needing more samples than
+     drawn is skipped with a note in the result (the first computable metric is primary).
+
+Every generation comes back as a `samples.jsonl` record (`sample_record`).
 
 Determinism: every chunk's sampling seed derives from (seed, template, chunk), so the same
 model, suite, seeds and batch size give identical results. Results are cached on disk
@@ -29,20 +33,22 @@ from __future__ import annotations
 
 import hashlib
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tempering.evals.cache import ResultCache, cache_key, model_state_hash
+from tempering.evals.cache import ResultCache, cache_key
 from tempering.evals.results import MetricResult, SuiteResult
 from tempering.evals.stats import paraphrase_spread, pass_at_k, stability, truncation_rate
-from tempering.evals.suite import Suite, metric_k, render_messages
-from tempering.types import Reward, Task
+from tempering.evals.suite import Suite, SuiteError, metric_k, render_messages
+from tempering.rollout.rollout import PendingRollout, ThreadRewardWorkers, start_rollout
+from tempering.types import Reward, Trajectory
 
-RUNNER_VERSION = 1  # bump when generation or scoring changes what a cached result would hold
+RUNNER_VERSION = 2  # bump when generation or scoring changes what a cached result would hold
+DEFAULT_BATCH_TOKENS = 32768
 
 
 @dataclass(frozen=True)
@@ -53,13 +59,25 @@ class SampleScore:
 
 @dataclass
 class _Pass:
-    """The samples of one template under one seed: per task, the judged samples."""
+    """The samples of one template under one seed: per task, its scored trajectories."""
 
     template: int
     seed: int
-    samples: list[list[SampleScore]]
-    truncated: list[bool] = field(default_factory=list)
-    errors: int = 0
+    trajectories: list[list[Trajectory]]
+
+    @cached_property
+    def samples(self) -> list[list[SampleScore]]:
+        """Per task, the judged samples (verifier errors and timeouts left out)."""
+        return [[SampleScore(t.reward.value, sample_passed(t.reward)) for t in trajs if t.scored]
+                for trajs in self.trajectories]
+
+    @property
+    def truncated(self) -> list[bool]:
+        return [t.truncated for trajs in self.trajectories for t in trajs]
+
+    @property
+    def errors(self) -> int:
+        return sum(not t.scored for trajs in self.trajectories for t in trajs)
 
 
 def sample_passed(reward: Reward) -> bool:
@@ -67,32 +85,41 @@ def sample_passed(reward: Reward) -> bool:
     return reward.passed
 
 
-def run_suite(
+def run_suite(suite: Suite, engine, **kwargs: Any) -> SuiteResult:
+    """Evaluate `suite` with `engine`; see `run_suite_samples` (this drops the samples)."""
+    return run_suite_samples(suite, engine, **kwargs)[0]
+
+
+def run_suite_samples(
     suite: Suite, engine, *, seeds: int | None = None, first_seed: int = 0, samples: int | None = None,
     model_id: str = "model",
     model_hash: str | None = None, cache_dir: str | Path | None = None, workers: int = 8,
-    batch_tokens: int = 32768,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
     log: Callable[[str], None] | None = None,
-) -> SuiteResult:
-    """Evaluate `suite` with `engine` (a rollout Engine); see the module docstring.
+) -> tuple[SuiteResult, list[dict[str, Any]]]:
+    """Evaluate `suite` with `engine` (a rollout engine); see the module docstring.
 
     Args:
         seeds, samples: override the suite's seed count and samples per task.
         first_seed: the seeds are first_seed .. first_seed + seeds - 1.
         model_id: the name recorded in the result (e.g. the model spec).
-        model_hash: identity of the weights (`evals.cache.model_dir_hash`); computed from
-            the in-memory state_dict when None.
+        model_hash: identity of the weights (`evals.cache.model_dir_hash`); the engine's
+            `identity` when None.
         cache_dir: where results are cached; None disables the cache.
         workers: scoring threads (sandboxed code judging runs ~0.1-0.2 s per sample).
         batch_tokens: budget of rows x (longest prompt + max_new_tokens) per decode batch
             (its KV cache: ~1.5 GB at the default for a 135M model in fp32).
+    Returns:
+        The result and one record per generation (`sample_record`), in generation order.
     Raises:
-        SuiteError: pass@k asked for more samples than will be drawn, or bad tasks.
+        SuiteError: no metric of the suite can be computed from the samples drawn, or bad tasks.
     """
     suite = suite.with_overrides(seeds=seeds, samples=samples)
-    suite.check_samples()
+    if not suite.computable_metrics():
+        raise SuiteError(f"suite {suite.name!r}: no metric can be computed from {suite.sampling.n} sample(s) x "
+                         f"{suite.seeds} seed(s) per task ({', '.join(suite.metrics)})")
     log = log or (lambda _: None)
-    model_hash = model_hash or model_state_hash(engine.model, engine.tokenizer)
+    model_hash = model_hash or engine.identity
     settings = {"temperature": suite.sampling.temperature, "top_p": suite.sampling.top_p,
                 "max_new_tokens": suite.sampling.max_new_tokens, "samples": suite.sampling.n,
                 "seeds": list(range(first_seed, first_seed + suite.seeds)), "templates": len(suite.templates),
@@ -101,12 +128,13 @@ def run_suite(
     cache = ResultCache(cache_dir) if cache_dir is not None else None
     if cache is not None and (hit := cache.get(key)) is not None:
         log(f"{suite.name}: cached result ({key[:12]})")
-        return hit.model_copy(update={"model_id": model_id})
+        return hit[0].model_copy(update={"model_id": model_id}), hit[1]
     passes = _sample_and_score(suite, settings["seeds"], engine, workers, batch_tokens, log)
     result = _suite_result(suite, passes, model_id, model_hash, settings)
+    records = [r for p in passes for r in sample_records(suite, p)]
     if cache is not None:
-        cache.put(key, result)
-    return result
+        cache.put(key, result, records)
+    return result, records
 
 
 # ---------------------------------------------------------------------------- sampling + scoring
@@ -121,63 +149,52 @@ def _sample_and_score(suite: Suite, seeds: list[int], engine, workers: int, batc
                       log: Callable[[str], None]) -> list[_Pass]:
     """Generate every pass (template, seed) in order; scoring runs in the pool meanwhile."""
     plan = [(0, seed) for seed in seeds] + [(t, seeds[0]) for t in range(1, len(suite.templates))]
-    from tempering.verifiers import VerifierContext
-
-    with VerifierContext() as ctx, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="eval-score") as pool:
-        pending = [(t, seed, *_generate_pass(suite, t, seed, engine, pool, batch_tokens, log, ctx))
-                   for t, seed in plan]
-        passes = [_collect(t, seed, len(suite.task_list), futures, truncated)
-                  for t, seed, futures, truncated in pending]
+    with ThreadRewardWorkers(workers) as pool:
+        pending = [(t, seed, _generate_pass(suite, t, seed, engine, pool, batch_tokens, log)) for t, seed in plan]
+        passes = [_Pass(t, seed, p.collect()) for t, seed, p in pending]
     errors = sum(p.errors for p in passes)
     if errors:
         log(f"{suite.name}: {errors} samples skipped (the verifier could not judge them)")
     return passes
 
 
-def _generate_pass(suite: Suite, template: int, seed: int, engine, pool: ThreadPoolExecutor, batch_tokens: int,
-                   log: Callable[[str], None], ctx=None) -> tuple[list[tuple[int, Future]], list[bool]]:
-    """Sample all tasks under one template and seed, chunk by chunk; returns (task, scoring future) pairs."""
-    from tempering.rollout.engine import SamplingParams
-
+def _generate_pass(suite: Suite, template: int, seed: int, engine, pool: ThreadRewardWorkers, batch_tokens: int,
+                   log: Callable[[str], None]) -> PendingRollout:
+    """Sample all tasks under one template and seed, a chunk of similar-length prompts at a time."""
     t0, tasks, s = time.perf_counter(), suite.task_list, suite.sampling
-    prompts = [engine.chat_prompt(render_messages(t, suite.templates[template])) for t in tasks]
+    messages = [render_messages(t, suite.templates[template]) for t in tasks]
+    prompts = [engine.chat_prompt(m) for m in messages]
     order = sorted(range(len(tasks)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
     per_chunk = max(1, batch_tokens // (s.n * (len(prompts[order[-1]]) + s.max_new_tokens)))
-    futures: list[tuple[int, Future]] = []
-    truncated: list[bool] = []
-    for c, start in enumerate(range(0, len(order), per_chunk)):
-        idx = order[start:start + per_chunk]
-        params = SamplingParams(n=s.n, temperature=s.temperature, top_p=s.top_p,
-                                max_new_tokens=s.max_new_tokens, seed=_chunk_seed(seed, template, c))
-        for i, group in zip(idx, engine.generate([prompts[i] for i in idx], params)):
-            truncated += [comp.truncated for comp in group]
-            futures += [(i, pool.submit(_judge, tasks[i], comp.text, ctx)) for comp in group]
+    chunks = [(order[start:start + per_chunk], _chunk_seed(seed, template, c))
+              for c, start in enumerate(range(0, len(order), per_chunk))]
+    pending = start_rollout(tasks, engine, s, pool, n=s.n, messages=messages, prompts=prompts, chunks=chunks)
     log(f"{suite.name}: template {template + 1}/{len(suite.templates)}, seed {seed}: "
-        f"{len(futures)} samples generated in {time.perf_counter() - t0:.1f}s")
-    return futures, truncated
+        f"{len(tasks) * s.n} samples generated in {time.perf_counter() - t0:.1f}s")
+    return pending
 
 
-def _collect(template: int, seed: int, n_tasks: int, futures: list[tuple[int, Future]],
-             truncated: list[bool]) -> _Pass:
-    run = _Pass(template, seed, [[] for _ in range(n_tasks)], truncated)
-    for i, future in futures:
-        judged = future.result()
-        if judged is None:
-            run.errors += 1
-        else:
-            run.samples[i].append(judged)
-    return run
+def sample_record(suite: Suite, template: int, seed: int, trajectory: Trajectory) -> dict[str, Any]:
+    """One line of `samples.jsonl`: a generation and its judgement.
+
+    Private suites: the task id is the salted hash results use, and the prompt, the
+    completion and the verifier's detail (which may quote either) are left out.
+    """
+    reward = trajectory.reward
+    record: dict[str, Any] = {"suite": suite.name, "task_id": _public_id(suite, trajectory.task_id),
+                              "template": template, "seed": seed, "sample": trajectory.sample}
+    if not suite.private:
+        prompt = next((m.get("content") or "" for m in reversed(trajectory.messages) if m["role"] == "user"), "")
+        record.update(prompt=prompt, completion=trajectory.completion)
+    record.update(reward=reward.value, passed=sample_passed(reward), status=trajectory.status,
+                  components=reward.components, finish_reason=trajectory.finish_reason)
+    if not suite.private:
+        record["detail"] = reward.detail
+    return record
 
 
-def _judge(task: Task, text: str, ctx=None) -> SampleScore | None:
-    """The sample's score, or None when the verifier could not judge it."""
-    from tempering.verifiers import VerifierError, score
-
-    try:
-        reward = score(task, text, ctx)
-    except VerifierError:
-        return None
-    return SampleScore(reward.value, sample_passed(reward))
+def sample_records(suite: Suite, run: _Pass) -> list[dict[str, Any]]:
+    return [sample_record(suite, run.template, run.seed, t) for trajs in run.trajectories for t in trajs]
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -213,16 +230,18 @@ def _primary_samples(metric: str, samples: Sequence[SampleScore]) -> list[float]
 def _suite_result(suite: Suite, passes: list[_Pass], model_id: str, model_hash: str, settings: dict) -> SuiteResult:
     canonical = [p for p in passes if p.template == 0]
     pooled = [[s for p in canonical for s in p.samples[i]] for i in range(len(suite.task_list))]
-    metrics = {}
-    for name in suite.metrics:
+    metrics, computable = {}, suite.computable_metrics()
+    notes = [f"{name} skipped: needs >= {metric_k(name)} samples per task, got {suite.sampling.n} x "
+             f"{suite.seeds} seed(s)" for name in suite.metrics if name not in computable]
+    for name in computable:
         values = {i: v for i, v in enumerate(task_metric(name, s) for s in pooled) if v is not None}
         if not values:
-            raise ValueError(f"suite {suite.name!r}: no task could be scored for {name} "
+            raise SuiteError(f"suite {suite.name!r}: no task could be scored for {name} "
                              f"({sum(p.errors for p in passes)} verifier errors)")
         per_seed = [suite_metric(name, p.samples) for p in canonical]
         per_seed = [v for v in per_seed if v is not None] if len(canonical) > 1 else []
         metrics[name] = MetricResult.from_scores(name, list(values.values()), per_seed=per_seed)
-    primary = suite.primary_metric
+    primary = computable[0]
     ids = [_public_id(suite, t.id) for t in suite.task_list]
     task_scores = {ids[i]: _primary_samples(primary, s) for i, s in enumerate(pooled)
                    if task_metric(primary, s) is not None}
@@ -233,7 +252,7 @@ def _suite_result(suite: Suite, passes: list[_Pass], model_id: str, model_hash: 
         model_hash=model_hash, sampling=settings, metrics=metrics, primary_metric=primary, task_scores=task_scores,
         stability=_stability(per_pass, canonical), paraphrase=_paraphrase(per_pass, passes, suite.templates),
         truncation_rate=truncation_rate([t for p in canonical for t in p.truncated]),
-        verifier_errors=sum(p.errors for p in passes),
+        verifier_errors=sum(p.errors for p in passes), notes=notes,
     )
 
 

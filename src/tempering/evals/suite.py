@@ -37,12 +37,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tempering.config import TaskSourceSettings
+from tempering.config import SamplingSettings, TaskSourceSettings
 from tempering.types import Task
 
 METRIC = re.compile(r"accuracy|mean_reward|pass@(?P<k>[1-9]\d*)")
 SUITES_ENV = "TEMPERING_SUITES"
 PROMPT_SLOT = "{prompt}"
+_UNHASHED_SAMPLING = {"n"}  # how many samples: precision of the estimate, not what is measured
 
 
 class SuiteError(ValueError):
@@ -79,14 +80,13 @@ class SuiteTasks(TaskSourceSettings):
         return load_tasks(self)
 
 
-class SuiteSampling(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+class SuiteSampling(SamplingSettings):
+    """A suite's sampling: the shared `SamplingSettings` (suite defaults) plus samples per task."""
+
     temperature: float = Field(0.7, ge=0)
-    """0 is greedy (then extra samples and seeds repeat the same answer)."""
-    top_p: float = Field(1.0, gt=0, le=1)
-    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
+    """Softmax temperature; 0 is greedy (then extra samples and seeds repeat the same answer)."""
     max_new_tokens: int = Field(64, ge=1)
-    """Most tokens generated per answer."""
+    """Most tokens generated per completion; a completion cut here counts as truncated."""
     n: int = Field(1, ge=1)
     """Samples per task per seed (pass@k needs n * seeds >= k)."""
 
@@ -120,6 +120,8 @@ class Suite(BaseModel):
     training refuses data that overlaps it."""
     path: Path | None = Field(None, exclude=True)
     """The YAML file the suite came from (not part of its definition)."""
+    given_tasks: list[Task] | None = Field(None, exclude=True)
+    """Tasks built in memory (`Suite.of_tasks`); `tasks` then only records where they came from."""
 
     @field_validator("tasks", mode="before")
     @classmethod
@@ -156,7 +158,17 @@ class Suite(BaseModel):
 
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "Suite":
         """A validated copy with `update` applied; its tasks and hash are computed afresh."""
-        return Suite.model_validate({**self.model_dump(), "path": self.path, **(update or {})})
+        return Suite.model_validate({**self.model_dump(), "path": self.path, "given_tasks": self.given_tasks,
+                                     **(update or {})})
+
+    @classmethod
+    def of_tasks(cls, name: str, tasks: list[Task], origin: TaskSourceSettings, **fields: Any) -> "Suite":
+        """A suite over tasks already in memory (e.g. GRPO's held-out tasks with its reward applied).
+
+        `origin` is the task source they were drawn from (recorded, not loaded again).
+        """
+        return cls.model_validate({"name": name, "tasks": [origin.model_dump()], "given_tasks": list(tasks),
+                                   **fields})
 
     def with_overrides(self, *, seeds: int | None = None, samples: int | None = None,
                        limit: int | None = None) -> "Suite":
@@ -168,6 +180,8 @@ class Suite(BaseModel):
             update["sampling"] = self.sampling.model_copy(update={"n": samples})
         if limit is not None:
             update["tasks"] = [t.model_copy(update={"n": min(t.n, limit)}) for t in self.tasks]
+            if self.given_tasks is not None:
+                update["given_tasks"] = self.given_tasks[:limit]
         return self.model_copy(update=update)
 
     def check_samples(self) -> None:
@@ -179,11 +193,16 @@ class Suite(BaseModel):
                 raise SuiteError(f"suite {self.name!r}: {m} needs >= {k} samples per task, "
                                  f"got {self.sampling.n} x {self.seeds} seed(s) = {total}")
 
+    def computable_metrics(self) -> list[str]:
+        """The metrics the drawn samples can give (a pass@k needs k samples per task), in order."""
+        total = self.sampling.n * self.seeds
+        return [m for m in self.metrics if (metric_k(m) or 1) <= total]
+
     @cached_property
     def task_list(self) -> list[Task]:
         """The suite's tasks, loaded once (file sources resolve next to the suite's YAML)."""
-        tasks: list[Task] = []
-        for source in self.tasks:
+        tasks: list[Task] = list(self.given_tasks or [])
+        for source in self.tasks if self.given_tasks is None else []:
             tasks += _relative_to(source, self.path).load()
         seen: set[str] = set()
         for t in tasks:
@@ -199,7 +218,8 @@ class Suite(BaseModel):
         """sha256 of the definition and the tasks' content (see the module docstring)."""
         definition = {"name": self.name, "track": self.track, "templates": self.templates,
                       "metrics": self.metrics, "private": self.private,
-                      "sampling": self.sampling.model_dump(exclude={"n"})}
+                      "sampling": self.sampling.model_dump(exclude=_UNHASHED_SAMPLING | (
+                          set() if self.sampling.stop_token_ids else {"stop_token_ids"}))}
         h = hashlib.sha256(json.dumps(definition, sort_keys=True).encode())
         for task in self.task_list:
             h.update(b"\0" + task.model_dump_json().encode())

@@ -9,36 +9,30 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tempering.config import SFTConfig, load_config
+from tempering.config import SamplingSettings, SFTConfig, load_config
 from tempering.data.io import load_rows
 from tempering.types import Task
-from tempering.verifiers import score
 
 
-def greedy_replies(model: Any, tokenizer: Any, prompts: list[list[dict]], max_new_tokens: int = 8) -> list[str]:
-    """Batched greedy replies to chat prompts (left-padded, one generate call)."""
-    import torch
+def heldout_accuracy(model_spec: str, conversations: list[Any], max_new_tokens: int = 8) -> tuple[float, list[str]]:
+    """Greedy replies to the conversations' prompts, scored through the one rollout path.
 
-    tokenizer.padding_side = "left"
-    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
-    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    with torch.no_grad():
-        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=tokenizer.pad_token_id)
-    return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-
-
-def heldout_accuracy(model_spec: str, conversations: list[Any]) -> tuple[float, list[str]]:
+    The same numeric verifier that scores RL rewards and evals scores the demo.
+    """
     from tempering.models.load import load_model, load_tokenizer
+    from tempering.rollout.engine import HFEngine
+    from tempering.rollout.rollout import ThreadRewardWorkers, rollout
 
-    model, tokenizer = load_model(model_spec).eval(), load_tokenizer(model_spec)
-    prompts = [[m for m in c.to_dicts() if m["role"] != "assistant"] for c in conversations]
-    replies = greedy_replies(model, tokenizer, prompts)
-    # The same numeric verifier that scores RL rewards and evals scores the demo.
-    tasks = [Task(id=str(i), prompt=p[-1]["content"], verifier={"type": "numeric", "answer": c.to_dicts()[-1]["content"]})
-             for i, (p, c) in enumerate(zip(prompts, conversations))]
-    hits = sum(score(t, r).value for t, r in zip(tasks, replies))
-    return hits / len(tasks), replies
+    engine = HFEngine(load_model(model_spec), load_tokenizer(model_spec))
+    tasks = [Task(id=str(i), messages=[m for m in c.to_dicts() if m["role"] != "assistant"],
+                  verifier={"type": "numeric", "answer": c.to_dicts()[-1]["content"]})
+             for i, c in enumerate(conversations)]
+    with ThreadRewardWorkers(4) as workers:
+        groups = rollout(tasks, engine, SamplingSettings(temperature=0, max_new_tokens=max_new_tokens), workers)
+    replies = [g[0] for g in groups]
+    judged = [t for t in replies if t.scored]  # a verifier failure is no wrong answer
+    accuracy = sum(t.reward.value for t in judged) / len(judged) if judged else float("nan")
+    return accuracy, [t.completion.strip() for t in replies]
 
 
 def run_demo(config: Path, overrides: list[str], console: Console, n_questions: int = 32) -> dict:

@@ -1,8 +1,12 @@
 """The GRPO recipe: tasks -> rollouts -> verifiers -> the one Trainer -> recorded run.
 
-Held-out tasks are judged greedily at the start, every `heldout.every` steps and at the
-end, with the same verifier as the reward; each reward part is reported as its own rate
-(e.g. `correct` = final-answer accuracy, `strict` = the reply is just the answer). When the
+Held-out monitoring is an eval suite: the held-out tasks (with the run's reward applied)
+become a `Suite` that the suite runner evaluates at the start, every `heldout.every` steps
+and at the end, exactly as `temper eval run` would (same sampling, seeds, scoring and
+failure policy), writing `heldout/step-NNNNNN/{results,samples}` in the run dir. Each
+reward part is reported as its own rate (e.g. `correct` = final-answer accuracy, `strict`
+= the reply is just the answer). Without `heldout.tasks`, a seeded split of the training
+tasks is held out (disjoint from training, recorded in `heldout/split.json`). When the
 training reward rises over the last `alarm_window` evaluations while the held-out reward
 does not, the run logs an `alarm` event (reward hacking or overfitting).
 """
@@ -10,47 +14,116 @@ does not, the run logs an `alarm` event (reward hacking or overfitting).
 from __future__ import annotations
 
 import json
+import random
 import time
 from pathlib import Path
 from typing import Any
 
 from tempering.config import GRPOConfig
+from tempering.evals.suite import Suite
 from tempering.pipeline.stage import StageSpec, input_list, run_stage
-from tempering.rollout.engine import Engine, HFEngine, SamplingParams
+from tempering.rollout.engine import Engine
 from tempering.train.metrics import console
 from tempering.types import Task
 
+HELDOUT_METRICS = ["mean_reward", "accuracy"]
+"""The held-out suite's metrics: the first (mean reward) is the `reward` the alarm watches."""
 
-def heldout_eval(engine: Engine, tasks: list[Task], max_new_tokens: int, weights: dict[str, float]) -> dict[str, float]:
-    """Greedy replies to `tasks`, scored by their verifiers: mean reward, per-part rates, truncation."""
-    from tempering.rollout.source import safe_score
-    from tempering.verifiers import VerifierContext
 
-    prompts = [engine.chat_prompt(t.chat()) for t in tasks]
-    groups = engine.generate(prompts, SamplingParams(n=1, temperature=0, max_new_tokens=max_new_tokens))
-    with VerifierContext() as ctx:  # one sandbox for the whole held-out set, not one per sample
-        rewards = [safe_score(t, g[0].text, ctx) for t, g in zip(tasks, groups)]
-    out = {"reward": sum(r.value for r in rewards) / len(rewards),
-           "truncation_rate": sum(g[0].truncated for g in groups) / len(groups)}
+def heldout_suite(cfg: GRPOConfig, tasks: list[Task]) -> Suite:
+    """The held-out tasks as an eval suite under the run's held-out sampling settings."""
+    from tempering.evals.suite import SuiteSampling
+
+    h = cfg.heldout
+    sampling = SuiteSampling(n=1, **{k: getattr(h, k) for k in ("temperature", "top_p", "max_new_tokens",
+                                                                 "stop_token_ids")})
+    return Suite.of_tasks("heldout", tasks, h.tasks or cfg.tasks, sampling=sampling, metrics=HELDOUT_METRICS,
+                          description="GRPO held-out monitor")
+
+
+def split_heldout(tasks: list[Task], size: int, seed: int) -> tuple[list[Task], list[Task]]:
+    """(training, held-out): a seeded split, `size` tasks held out (at most a fifth of them).
+
+    Training keeps no task whose prompt a held-out task has, so the two never overlap.
+    Raises:
+        ValueError: fewer than 5 tasks (nothing sensible to hold out).
+    """
+    n = min(size, len(tasks) // 5)
+    if n < 1:
+        raise ValueError(f"{len(tasks)} training tasks are too few to hold some out; set heldout.tasks")
+    order = list(range(len(tasks)))
+    random.Random(f"heldout:{seed}").shuffle(order)
+    held = [tasks[i] for i in sorted(order[:n])]
+    prompts = {json.dumps(t.chat(), sort_keys=True) for t in held}
+    train = [t for i, t in enumerate(tasks) if i not in set(order[:n])
+             and json.dumps(t.chat(), sort_keys=True) not in prompts]
+    return train, held
+
+
+def heldout_tasks(cfg: GRPOConfig, tasks: list[Task], run_dir: Path) -> tuple[list[Task], list[Task]]:
+    """(training tasks, held-out tasks) for the run: the configured held-out set, else a split.
+
+    Raises:
+        ValueError: configured held-out prompts also appear in the training tasks.
+    """
+    from tempering.sources.tasks import load_tasks, with_reward
+
+    if cfg.heldout is None:
+        return tasks, []
+    if cfg.heldout.tasks is not None:
+        held = with_reward(load_tasks(cfg.heldout.tasks), cfg.reward)
+        overlap = {t.prompt for t in held} & {t.prompt for t in tasks}
+        if overlap:
+            raise ValueError(f"{len(overlap)} held-out prompts also appear in the training tasks")
+        return tasks, held
+    train, held = split_heldout(tasks, cfg.heldout.split_size, cfg.train.seed)
+    record = {"from": cfg.tasks.source, "seed": cfg.train.seed, "heldout": len(held), "train": len(train),
+              "heldout_ids": [t.id for t in held]}
+    (run_dir / "heldout").mkdir(parents=True, exist_ok=True)
+    (run_dir / "heldout" / "split.json").write_text(json.dumps(record, indent=1))
+    console.print(f"[cyan]held-out: {len(held)} of the {len(tasks)} training tasks (seeded split, "
+                  f"{run_dir / 'heldout' / 'split.json'})[/cyan]")
+    return train, held
+
+
+def heldout_eval(engine: Engine, suite: Suite, weights: dict[str, float], *, seed: int = 0,
+                 out_dir: Path | None = None, model_id: str = "policy") -> dict[str, float]:
+    """Run the held-out suite (the eval suite runner); mean reward, accuracy, per-part rates, truncation.
+
+    With `out_dir`, writes results.json and samples.jsonl there, as `temper eval run` does.
+    """
+    from tempering.evals.evaluate import write_eval_outputs
+    from tempering.evals.results import EvalResults
+    from tempering.evals.runner import run_suite_samples
+
+    result, records = run_suite_samples(suite, engine, first_seed=seed, model_id=model_id, model_hash=model_id)
+    if out_dir is not None:
+        write_eval_outputs(out_dir, EvalResults(model=model_id, suites=[result]), records, report=False)
+    scored = [r for r in records if r["status"] == "scored"] or [{"components": {}}]
+    out = {"reward": result.metrics["mean_reward"].mean, "accuracy": result.metrics["accuracy"].mean,
+           "truncation_rate": result.truncation_rate or 0.0, "verifier_errors": result.verifier_errors}
     for name, weight in weights.items():
-        out[name] = sum(r.components.get(name, 0.0) for r in rewards) / len(rewards) / (weight or 1.0)
+        out[name] = sum(r["components"].get(name, 0.0) for r in scored) / len(scored) / (weight or 1.0)
     return out
 
 
 class HeldoutMonitor:
     """Trainer callback: held-out evaluation, the divergence alarm, and the curves."""
 
-    def __init__(self, cfg: GRPOConfig, engine: Engine, tasks: list[Task], metrics_path: Path):
-        self.cfg, self.engine, self.tasks = cfg, engine, tasks
+    def __init__(self, cfg: GRPOConfig, engine: Engine, tasks: list[Task], run_dir: Path):
+        self.cfg, self.engine, self.suite = cfg, engine, heldout_suite(cfg, tasks)
         self.weights = {p.name: p.weight for p in cfg.reward or []}
         self.history: list[dict[str, float]] = []
         self.rewards: list[tuple[int, float]] = []
         self.alarms: list[dict[str, Any]] = []
-        self.metrics_path = metrics_path
+        self.run_dir = Path(run_dir)
+        self.metrics_path = self.run_dir / "metrics.jsonl"
 
     def evaluate(self, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
-        result = heldout_eval(self.engine, self.tasks, self.cfg.heldout.max_new_tokens, self.weights)
+        result = heldout_eval(self.engine, self.suite, self.weights, seed=self.cfg.train.seed,
+                              out_dir=self.run_dir / "heldout" / f"step-{step:06d}",
+                              model_id=f"{self.run_dir.name}@step-{step}")
         result.update(step=step, eval_s=time.perf_counter() - t0)
         self.history.append(result)
         with self.metrics_path.open("a") as fh:
@@ -99,7 +172,7 @@ class HeldoutMonitor:
         hs = [h["step"] for h in self.history]
         for key in ["reward", *self.weights]:
             ax[1].plot(hs, [h.get(key, 0.0) for h in self.history], marker="o", label=f"held-out {key}")
-        ax[1].set(title="held-out (greedy)", xlabel="step", ylim=(0, max(1.05, max((h["reward"] for h in self.history), default=1) + 0.05)))
+        ax[1].set(title="held-out", xlabel="step", ylim=(0, max(1.05, max((h["reward"] for h in self.history), default=1) + 0.05)))
         ax[1].legend()
         fig.tight_layout()
         fig.savefig(out, dpi=110)
@@ -109,16 +182,17 @@ class HeldoutMonitor:
 
 def grpo_stage(cfg: GRPOConfig, force: bool = False) -> StageSpec:
     """The stage a GRPO config describes: its task files with their roles."""
-    pairs = [(cfg.tasks.source, "tasks")] + ([(cfg.heldout.tasks.source, "heldout")] if cfg.heldout else [])
+    pairs = [(cfg.tasks.source, "tasks")] + ([(cfg.heldout.tasks.source, "heldout")] if cfg.heldout and cfg.heldout.tasks else [])
     return StageSpec("grpo", cfg.out, cfg.name, cfg.model_dump(), input_list(pairs), cfg.model, cfg.train.steps,
                      cfg.train.seed, cfg.train.threads, force)
 
 
 def grpo_components(cfg: GRPOConfig, model: Any, tokenizer: Any, tasks: list[Task], store: Any = None) -> tuple[Any, Any, Any]:
     """(engine, batch source, objective) of a GRPO stage; the recipe and bench/grpo.py share it."""
-    from tempering.objectives.grpo import GRPOObjective
-    from tempering.rollout.source import RolloutSource
     from tempering.models.precision import resolve_precision
+    from tempering.objectives.grpo import GRPOObjective
+    from tempering.rollout.engine import HFEngine
+    from tempering.rollout.source import RolloutSource
 
     precision = resolve_precision(cfg.train.precision)
     engine = HFEngine(model, tokenizer, precision=precision)
@@ -149,17 +223,13 @@ def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
         run_dir, name = stage.run_dir, stage.name
         try:
             tokenizer = load_tokenizer(cfg.model)
-            tasks = with_reward(load_tasks(cfg.tasks), cfg.reward)
+            tasks, held = heldout_tasks(cfg, with_reward(load_tasks(cfg.tasks), cfg.reward), run_dir)
             model = load_for_training(cfg.model, cfg.lora)
             store = TrajectoryStore(run_dir, name)
             engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store)
             callbacks, monitor = [], None
-            if cfg.heldout:
-                held = with_reward(load_tasks(cfg.heldout.tasks), cfg.reward)
-                overlap = {t.prompt for t in held} & {t.prompt for t in tasks}
-                if overlap:
-                    raise ValueError(f"{len(overlap)} held-out prompts also appear in the training tasks")
-                monitor = HeldoutMonitor(cfg, engine, held, run_dir / "metrics.jsonl")
+            if held:
+                monitor = HeldoutMonitor(cfg, engine, held, run_dir)
                 callbacks.append(monitor)
             trainer = Trainer(model, objective, source, cfg.train, run_dir, callbacks)
             before = monitor.evaluate(trainer.step) if monitor and not (run_dir / "checkpoints").exists() else None

@@ -39,6 +39,7 @@ from tempering.config import SamplingParams, SamplingSettings
 from tempering.hashing import model_state_hash
 from tempering.models.logprobs import cache_keyword
 from tempering.models.precision import autocast, resolve_precision
+from tempering.rollout.padding import left_pad
 
 __all__ = ["Completion", "Engine", "HFEngine", "SamplingParams", "SamplingSettings", "merged_lora", "sample_tokens"]
 
@@ -187,12 +188,7 @@ class HFEngine:
     def _generate_chunk(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                         generator: torch.Generator | None) -> list[Completion]:
         device, n = self.device, params.n
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
-            mask[i, width - len(p):] = 1
+        ids, mask = left_pad(prompts, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         from transformers import DynamicCache

@@ -2,10 +2,12 @@
 
 `RolloutSource` is the Trainer's BatchSource for RL. Each rollout batch:
   1. takes the next `prompts_per_step` tasks (a seeded permutation, cycled);
-  2. generates G samples per prompt with the Engine, in two chunks, handing each finished
-     chunk to the reward pool so verification (sandbox calls included) overlaps generation;
-  3. applies the truncation policy; drops groups whose verifier failed (a verifier failure is
-     never a model failure) and, with dynamic sampling, groups whose rewards all match, then
+  2. samples and scores G trajectories per prompt through the one rollout path
+     (`rollout.rollout.start_rollout`), in `generation_chunks` chunks, each finished chunk
+     going to the reward workers so verification (sandbox calls included) overlaps generation;
+  3. applies the truncation policy; drops groups with a sample the verifier could not judge
+     (status `verifier_error` / `timeout`: never a model failure, so never a negative
+     advantage) and, with dynamic sampling, groups whose rewards all match, then
      refills from new prompts (at most `max_refills` extra rounds);
   4. computes group-normalised advantages, writes every sample to the trajectory store, and
      splits the groups into `grad_accum` micro-batches, served `updates_per_batch` times.
@@ -20,8 +22,6 @@ import math
 import random
 import time
 from collections import Counter, defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,36 +31,36 @@ from tempering.config import GRPOSettings
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.models.logprobs import grouped_logprobs
 from tempering.models.precision import autocast
-from tempering.rollout.engine import Completion, Engine, SamplingParams
-from tempering.rollout.store import Trajectory, TrajectoryStore
-from tempering.types import Reward, Task
-from tempering.verifiers import VerifierContext, score
+from tempering.rollout.engine import Engine
+from tempering.rollout.padding import left_pad
+from tempering.rollout.rollout import VERIFIER_ERROR, ThreadRewardWorkers, start_rollout
+from tempering.rollout.store import TrajectoryRow, TrajectoryStore
+from tempering.types import Task, Trajectory
 
-VERIFIER_ERROR = "verifier_error"
+
+PAD_ID = 0
+"""Filler of padded batch positions: any id works, every one is masked out of attention and loss."""
 
 
 @dataclass
 class Group:
+    """The samples of one prompt: its task and one trajectory per sample."""
+
     task: Task
-    prompt_ids: list[int]
-    completions: list[Completion]
-    rewards: list[Reward]
+    trajectories: list[Trajectory]
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        first = self.trajectories[0]
+        return first.token_ids[:first.prompt_length]
 
     @property
     def values(self) -> list[float]:
-        return [r.value for r in self.rewards]
+        return [t.reward.value for t in self.trajectories]
 
     @property
     def verifier_failed(self) -> bool:
-        return any(VERIFIER_ERROR in r.flags for r in self.rewards)
-
-
-def safe_score(task: Task, text: str, ctx: VerifierContext | None = None) -> Reward:
-    """Score, turning a crashing verifier into a flagged non-result (not a model failure)."""
-    try:
-        return score(task, text, ctx)
-    except Exception as exc:  # noqa: BLE001 - any verifier crash is recorded, never raised into training
-        return Reward(value=0.0, flags=[VERIFIER_ERROR], detail=f"{type(exc).__name__}: {exc}")
+        return any(not t.scored for t in self.trajectories)
 
 
 class RolloutSource:
@@ -71,8 +71,7 @@ class RolloutSource:
         self.tasks, self.engine, self.s = tasks, engine, settings
         self.grad_accum, self.seed, self.store = grad_accum, seed, store
         self.model, self.precision = model, precision
-        self.pool = ThreadPoolExecutor(max_workers=settings.reward_workers, thread_name_prefix="reward")
-        self.verifier_ctx = VerifierContext()
+        self.workers = ThreadRewardWorkers(settings.reward_workers)
         self.order = list(range(len(tasks)))
         random.Random(seed).shuffle(self.order)
         self.cursor = 0
@@ -99,8 +98,7 @@ class RolloutSource:
         return dict(self._stats)
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)  # runs in flight end before their sandbox closes
-        self.verifier_ctx.close()
+        self.workers.close()
 
     # -- one rollout batch ---------------------------------------------------------------
     def _next_tasks(self, n: int) -> list[Task]:
@@ -116,40 +114,25 @@ class RolloutSource:
         return self._prompt_cache[task.id]
 
     def _generate_and_score(self, tasks: list[Task], round_: int) -> tuple[list[Group], float, float]:
-        """Generate in chunks; each chunk's scoring runs in the pool while the next generates."""
+        """One rollout round; each generation chunk is scored while the next generates."""
         s = self.s
-        params = SamplingParams(n=s.group_size, temperature=s.temperature, top_p=s.top_p,
-                                max_new_tokens=s.max_new_tokens, seed=hash((self.seed, self.rollouts, round_)) % 2**31)
-        prompts = [self._prompt(t) for t in tasks]
-        half = max(1, math.ceil(len(tasks) / s.generation_chunks))
-        pending: list[tuple[int, list[Completion], list[Future]]] = []
+        seed = hash((self.seed, self.rollouts, round_)) % 2**31
+        per = max(1, math.ceil(len(tasks) / s.generation_chunks))
+        chunks = [(range(start, min(start + per, len(tasks))), seed + start) for start in range(0, len(tasks), per)]
         t0 = time.perf_counter()
-        for start in range(0, len(tasks), half):
-            chunk = self.engine.generate(prompts[start:start + half], params.model_copy(update={"seed": params.seed + start}))
-            for i, comps in enumerate(chunk):
-                task = tasks[start + i]
-                pending.append((start + i, comps, [self.pool.submit(safe_score, task, c.text, self.verifier_ctx)
-                                                 for c in comps]))
-        gen_s = time.perf_counter() - t0
-        groups = []
-        for index, comps, futures in pending:
-            rewards = []
-            for fut in futures:
-                try:
-                    rewards.append(fut.result(timeout=s.verifier_timeout_s))
-                except FutureTimeout:
-                    rewards.append(Reward(value=0.0, flags=[VERIFIER_ERROR], detail="verifier timed out"))
-            groups.append(Group(tasks[index], prompts[index], comps, rewards))
-        return groups, gen_s, time.perf_counter() - t0 - gen_s
+        pending = start_rollout(tasks, self.engine, s, self.workers, n=s.group_size,
+                                prompts=[self._prompt(t) for t in tasks], chunks=chunks)
+        groups = [Group(t, trajs) for t, trajs in zip(tasks, pending.collect(s.verifier_timeout_s))]
+        return groups, pending.gen_s, time.perf_counter() - t0 - pending.gen_s
 
     def _apply_truncation(self, group: Group) -> None:
         if self.s.truncation != "penalty":
             return
-        for j, c in enumerate(group.completions):
-            if c.truncated and VERIFIER_ERROR not in group.rewards[j].flags:
-                r = group.rewards[j]
-                group.rewards[j] = r.model_copy(update={"value": self.s.truncation_reward,
-                                                        "flags": r.flags + ["truncated"]})
+        for t in group.trajectories:
+            if t.truncated and t.scored:
+                r = t.reward
+                t.rewards[-1] = r.model_copy(update={"value": self.s.truncation_reward,
+                                                     "flags": r.flags + ["truncated"]})
 
     def _rollout_batch(self) -> list[dict[str, Any]]:
         s = self.s
@@ -197,26 +180,22 @@ class RolloutSource:
         return out
 
     def _tensors(self, groups: list[Group], advantages: torch.Tensor) -> dict[str, Any]:
-        pad = self.engine.pad_id
-        width = max(len(g.prompt_ids) for g in groups)
-        prompt_ids = torch.full((len(groups), width), pad, dtype=torch.long)
-        prompt_mask = torch.zeros_like(prompt_ids)
-        for i, g in enumerate(groups):
-            prompt_ids[i, width - len(g.prompt_ids):] = torch.tensor(g.prompt_ids)
-            prompt_mask[i, width - len(g.prompt_ids):] = 1
-        comps = [c for g in groups for c in g.completions]
-        c_width = max(len(c.token_ids) for c in comps)
-        completion_ids = torch.full((len(comps), c_width), pad, dtype=torch.long)
+        pad = PAD_ID
+        prompt_ids, prompt_mask = left_pad([g.prompt_ids for g in groups], pad)
+        trajs = [t for g in groups for t in g.trajectories]
+        c_width = max(len(t.completion_ids) for t in trajs)
+        completion_ids = torch.full((len(trajs), c_width), pad, dtype=torch.long)
         completion_mask = torch.zeros_like(completion_ids)
-        engine_logprobs = torch.zeros((len(comps), c_width), dtype=torch.float32)
-        for i, c in enumerate(comps):
-            completion_ids[i, :len(c.token_ids)] = torch.tensor(c.token_ids)
-            completion_mask[i, :len(c.token_ids)] = 1
-            engine_logprobs[i, :len(c.logprobs)] = torch.tensor(c.logprobs)
+        engine_logprobs = torch.zeros((len(trajs), c_width), dtype=torch.float32)
+        for i, t in enumerate(trajs):
+            ids = t.completion_ids
+            completion_ids[i, :len(ids)] = torch.tensor(ids)
+            completion_mask[i, :len(ids)] = 1
+            engine_logprobs[i, :len(ids)] = torch.tensor(t.completion_logprobs)
         loss_mask = completion_mask.clone()
         if self.s.truncation == "mask":
-            for i, c in enumerate(comps):
-                if c.truncated:
+            for i, t in enumerate(trajs):
+                if t.truncated:
                     loss_mask[i] = 0
         batch = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
                  "completion_mask": completion_mask, "loss_mask": loss_mask, "engine_logprobs": engine_logprobs,
@@ -247,7 +226,7 @@ class RolloutSource:
     # -- metrics and the trajectory store ------------------------------------------------
     def _record(self, seen: list[Group], kept: list[Group], advantages: torch.Tensor, counts: Counter,
                 gen_s: float, score_s: float, step: int) -> None:
-        samples = [(g, c, r) for g in seen for c, r in zip(g.completions, g.rewards)]
+        samples = [(g, t, t.reward) for g in seen for t in g.trajectories]
         values = torch.tensor([r.value for _, _, r in samples])
         by_source: dict[str, list[float]] = defaultdict(list)
         flags: Counter = Counter()
@@ -263,7 +242,7 @@ class RolloutSource:
             "zero_variance_share": counts["zero_variance_groups"] / len(seen),
             "groups_generated": len(seen), "groups_kept": len(kept),
             "verifier_failed_groups": counts["verifier_failed_groups"],
-            "response_len": sum(len(c.token_ids) for _, c, _ in samples) / len(samples),
+            "response_len": sum(len(t.completion_ids) for _, t, _ in samples) / len(samples),
             "truncation_rate": sum(c.truncated for _, c, _ in samples) / len(samples),
             "completions": len(samples), "gen_s": gen_s, "score_s": score_s,
         }
@@ -283,9 +262,11 @@ class RolloutSource:
         adv_of = {id(g): advantages[i].tolist() for i, g in enumerate(kept)}
         rows = []
         for gi, g in enumerate(seen):
-            advs = adv_of.get(id(g), [0.0] * len(g.completions))
-            for j, (c, r) in enumerate(zip(g.completions, g.rewards)):
-                rows.append(Trajectory(self.store.run, step, g.task.id, g.task.source or "", g.task.prompt or g.task.chat()[-1].get("content") or "",
-                                       c.text, c.token_ids, c.logprobs, r.value, r.components, r.flags,
-                                       float(advs[j]), c.finish_reason, id(g) in adv_of, gi))
+            advs = adv_of.get(id(g), [0.0] * len(g.trajectories))
+            prompt = g.task.prompt or g.task.chat()[-1].get("content") or ""
+            for j, t in enumerate(g.trajectories):
+                r = t.reward
+                rows.append(TrajectoryRow(self.store.run, step, g.task.id, g.task.source or "", prompt, t.completion,
+                                          t.completion_ids, t.completion_logprobs, r.value, r.components, r.flags,
+                                          float(advs[j]), t.finish_reason, id(g) in adv_of, gi))
         self.store.write(step, rows)

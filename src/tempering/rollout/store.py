@@ -31,7 +31,10 @@ SCHEMA = pa.schema([
 
 
 @dataclass
-class Trajectory:
+class TrajectoryRow:
+    """One stored sample (a row of a step's Parquet file); `tempering.types.Trajectory` is the
+    in-memory episode it is written from."""
+
     run: str
     step: int
     task_id: str
@@ -59,9 +62,9 @@ class TrajectoryStore:
         self.dir = Path(run_dir) / "trajectories"
         self.run = run
 
-    def write(self, step: int, trajectories: Iterable[Trajectory]) -> Path:
+    def write(self, step: int, rows: Iterable[TrajectoryRow]) -> Path:
         self.dir.mkdir(parents=True, exist_ok=True)
-        table = pa.Table.from_pylist([t.row() for t in trajectories], schema=SCHEMA)
+        table = pa.Table.from_pylist([r.row() for r in rows], schema=SCHEMA)
         path = self.dir / f"step-{step:06d}.parquet"
         tmp = path.with_suffix(".tmp")
         pq.write_table(table, tmp)

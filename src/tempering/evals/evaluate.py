@@ -1,0 +1,92 @@
+"""Evaluate a model on suites and write what `temper eval run` writes; library code, no exits.
+
+    results = evaluate_model("runs/x/final", [load_suite("arithmetic")], "out/")
+
+Writes `<out>/results.json` (`EvalResults`), `<out>/samples.jsonl` (every generation with
+its judgement, `evals.runner.sample_record`; private suites: hashed ids, no text) and
+`<out>/report.html`. The GRPO held-out monitor writes the same files per evaluation
+through `write_eval_outputs`, so `temper eval show` / `compare` read both alike.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from tempering.evals.cache import write_jsonl_atomic
+from tempering.evals.results import EvalResults
+from tempering.evals.suite import Suite
+
+SAMPLES_FILE = "samples.jsonl"
+
+
+class EvalError(ValueError):
+    """An evaluation that cannot run (e.g. the model cannot be loaded); the message says why."""
+
+
+def write_eval_outputs(out_dir: str | Path, results: EvalResults, records: Sequence[dict[str, Any]],
+                       report: bool = True) -> Path:
+    """results.json, samples.jsonl (and report.html) under `out_dir`; returns the results path."""
+    out_dir = Path(out_dir)
+    path = results.save(out_dir / "results.json")
+    write_jsonl_atomic(out_dir / SAMPLES_FILE, records)
+    if report:
+        from tempering.evals.report import render_report
+
+        render_report(results, out_dir)
+    return path
+
+
+def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, first_seed: int = 0,
+                   cache: bool = True, threads: int | None = None, precision: str = "auto",
+                   warn: Callable[[str], None] | None = None,
+                   log: Callable[[str], None] | None = None) -> EvalResults:
+    """Load `model`, scan its training lineage for contamination, run every suite, write the outputs.
+
+    Args:
+        warn: receives warnings (a training input gone or changed since training).
+        log: receives progress lines.
+    Raises:
+        EvalError: the model cannot be found or loaded.
+        SuiteError: a suite cannot be run (no computable metric, no task could be scored).
+    """
+    import torch
+
+    from tempering.evals.cache import default_cache_dir, model_dir_hash
+    from tempering.evals.leakage import contaminated_rows, training_lineage
+    from tempering.evals.runner import run_suite_samples
+    from tempering.models.load import ModelNotFound, load_model, load_tokenizer
+    from tempering.rollout.engine import HFEngine
+
+    warn, log = warn or (lambda _: None), log or (lambda _: None)
+    if threads:
+        torch.set_num_threads(threads)
+    lineage = training_lineage(model)
+    for recorded in lineage.missing:
+        warn(f"training input {recorded} is gone; it could not be scanned")
+    for recorded in lineage.changed:
+        warn(f"training input {recorded} changed since training; scanned as it is now")
+    rows = contaminated_rows(lineage.files, suites)
+    if lineage.runs:
+        found = sum(len(r) for r in rows.values())
+        log(f"lineage: {' <- '.join(lineage.runs)}; {len(lineage.files)} training file(s) scanned, "
+            f"{found} contaminated row(s)")
+    try:
+        engine = HFEngine(load_model(model), load_tokenizer(model), precision=precision)
+    except ModelNotFound as exc:
+        raise EvalError(str(exc)) from None
+    try:
+        model_hash = model_dir_hash(model)
+    except ModelNotFound:  # a hub id: the runner hashes the loaded weights instead
+        model_hash = None
+    out_suites, records = [], []
+    for suite in suites:
+        result, samples = run_suite_samples(suite, engine, first_seed=first_seed, model_id=model,
+                                            model_hash=model_hash,
+                                            cache_dir=default_cache_dir() if cache else None, log=log)
+        out_suites.append(result.model_copy(update={"contaminated_rows": rows[suite.name],
+                                                    "contamination_hits": len(rows[suite.name])}))
+        records += samples
+    results = EvalResults(model=model, suites=out_suites)
+    write_eval_outputs(out_dir, results, records)
+    return results

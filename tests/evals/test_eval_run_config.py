@@ -1,0 +1,93 @@
+"""`temper eval run`: an EvalConfig file with flag overrides, one-line errors for bad values,
+samples.jsonl, and built-in-style suites at one sample (pass@k skipped with a note)."""
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from tempering.cli import app
+from tempering.evals.results import EvalResults
+from tests.evals.conftest import write_jsonl, write_suite
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEMPERING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TEMPERING_SUITES", str(tmp_path / "no-user-suites"))
+    return tmp_path
+
+
+@pytest.fixture
+def suite_file(recall_model, env):
+    _, _, rows = recall_model
+    return write_suite(env, "recall", write_jsonl(env / "recall.jsonl", rows))
+
+
+def run(*args):
+    return runner.invoke(app, ["eval", "run", *[str(a) for a in args]])
+
+
+@pytest.mark.parametrize("flag,value,named", [("--seeds", 0, "seeds"), ("--limit", 0, "limit"),
+                                              ("--limit", -1, "limit"), ("--precision", "banana", "precision"),
+                                              ("--samples", 0, "samples")])
+def test_bad_values_are_one_line_errors_before_any_work(env, flag, value, named):
+    res = run("arithmetic", "--out", env / "o", flag, value)
+    assert res.exit_code == 2, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and named in lines[0], res.output
+    assert not (env / "o").exists()
+
+
+def test_a_config_file_is_loaded_like_training_configs_and_flags_override_it(recall_dir, suite_file, env):
+    cfg = env / "eval.yaml"
+    cfg.write_text(yaml.safe_dump({"suites": [str(suite_file)], "model": str(recall_dir), "out": str(env / "a"),
+                                   "limit": 5, "samples": 2, "cache": False, "precision": "fp32"}))
+    res = run("--config", cfg)
+    assert res.exit_code == 0, res.output
+    first = EvalResults.load(env / "a" / "results.json").suites[0]
+    assert len(first.task_scores) == 5 and first.sampling["samples"] == 2 and first.sampling["precision"] == "fp32"
+    res = run("--config", cfg, "--limit", 3, "--out", env / "b", "--set", "samples=1")
+    assert res.exit_code == 0, res.output
+    second = EvalResults.load(env / "b" / "results.json").suites[0]
+    assert len(second.task_scores) == 3 and second.sampling["samples"] == 1
+    cfg.write_text(yaml.safe_dump({"suites": [str(suite_file)], "out": "x", "sedes": 2}))
+    res = run("--config", cfg)
+    assert res.exit_code == 2 and "sedes" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_eval_run_writes_samples_jsonl_and_runs_one_sample_with_a_note(recall_dir, suite_file, env):
+    res = run(suite_file, "--model", recall_dir, "--out", env / "o", "--samples", 1, "--limit", 10)
+    assert res.exit_code == 0, res.output  # the suite asks for pass@2: skipped, not an error
+    assert "note: recall: pass@2 skipped" in " ".join(res.output.split())
+    suite = EvalResults.load(env / "o" / "results.json").suites[0]
+    assert list(suite.metrics) == ["accuracy"] and suite.notes and "pass@2" in suite.notes[0]
+    records = [json.loads(line) for line in (env / "o" / "samples.jsonl").read_text().splitlines()]
+    assert len(records) == 10 * 2  # 10 tasks x 1 sample x (canonical + paraphrase template)
+    assert {k for k in ("suite", "task_id", "template", "seed", "sample", "prompt", "completion", "reward",
+                        "passed", "status", "detail")} <= set(records[0])
+    assert {r["task_id"] for r in records} == set(suite.task_scores) and records[0]["suite"] == "recall"
+
+
+def test_an_unknown_model_is_one_line(env, suite_file):
+    res = run(suite_file, "--model", env / "no-such-model", "--out", env / "o")
+    assert res.exit_code == 2 and res.output.startswith("error:"), res.output
+    assert len(res.output.strip().splitlines()) <= 2  # rich may wrap a long path; never a traceback
+
+
+def test_compare_tables_keep_every_column_when_piped(recall_dir, suite_file, env, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    for name, seed in (("a", 0), ("b", 3)):
+        res = run(suite_file, "--model", recall_dir, "--out", env / name, "--limit", 6, "--seeds", 2,
+                  "--first-seed", seed)
+        assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["eval", "compare", str(env / "a"), str(env / "b")])
+    assert res.exit_code == 0, res.output
+    assert "…" not in res.output, res.output  # rich cut columns at 80 characters before
+    header = next(line for line in res.output.splitlines() if "metric" in line)
+    assert all(col in header for col in ("suite", "mean", "CI", "seed std", "base", "delta", "delta CI", "p"))
+    assert "recall" in res.output and "accuracy" in res.output
