@@ -38,9 +38,11 @@ def apply_lora(model: Any, settings: LoraSettings, base_spec: str) -> Any:
 
 def loadable_base(spec: str) -> str:
     """`spec` as `from_pretrained` takes it: an absolute local dir, else the hub id."""
-    from tempering.models.load import resolve_model
+    from tempering.models.load import ALIASES, resolve_model
 
-    local = Path(resolve_model(spec)).expanduser()
+    # The model was loaded from `spec` already: only aliases and local paths need resolving
+    # (a hub id is kept as given, without asking the hub again).
+    local = Path(resolve_model(spec) if spec in ALIASES else spec).expanduser()
     return str(local.resolve()) if local.is_dir() else spec
 
 

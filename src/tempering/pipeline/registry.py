@@ -113,7 +113,10 @@ def describe_input(path: str | Path, role: str) -> Input:
         raise ValueError(f"unknown input role {role!r}; one of {', '.join(ROLES)}")
     p = Path(path).expanduser()
     marker = read_marker(p)
-    sha = file_sha256(p) if p.is_file() else None
+    # Files and data dirs (a saved `datasets` dir) are hashed; model dirs are named by their
+    # path or their marker's run (hashing one would read hundreds of MB at every start).
+    data_dir = p.is_dir() and marker is None and role != "base_model"
+    sha = file_sha256(p) if p.is_file() or data_dir else None
     return Input(str(path), role, sha, marker["run_id"] if marker else None)
 
 
