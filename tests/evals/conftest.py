@@ -174,3 +174,18 @@ def recall_dir(recall_model, tmp_path_factory) -> Path:
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """A tmp dir as the eval cache, with no user suites: each test sees only its own suites."""
+    monkeypatch.setenv("TEMPERING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TEMPERING_SUITES", str(tmp_path / "no-user-suites"))
+    return tmp_path
+
+
+@pytest.fixture
+def suite_file(recall_model, env):
+    """The recall model's 60 eval tasks as a suite file."""
+    _, _, rows = recall_model
+    return write_suite(env, "recall", write_jsonl(env / "recall.jsonl", rows))

@@ -23,19 +23,6 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("TEMPERING_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("TEMPERING_SUITES", str(tmp_path / "no-user-suites"))
-    return tmp_path
-
-
-@pytest.fixture
-def suite_file(recall_model, env):
-    _, _, rows = recall_model
-    return write_suite(env, "recall", write_jsonl(env / "recall.jsonl", rows))
-
-
-@pytest.fixture
 def gate_file(env):
     path = env / "gate.yaml"
     path.write_text(yaml.safe_dump({"rules": GATE}))

@@ -14,19 +14,6 @@ from tests.evals.conftest import write_jsonl, write_suite
 runner = CliRunner()
 
 
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("TEMPERING_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("TEMPERING_SUITES", str(tmp_path / "no-user-suites"))
-    return tmp_path
-
-
-@pytest.fixture
-def suite_file(recall_model, env):
-    _, _, rows = recall_model
-    return write_suite(env, "recall", write_jsonl(env / "recall.jsonl", rows))
-
-
 def run(*args):
     return runner.invoke(app, ["eval", "run", *[str(a) for a in args]])
 

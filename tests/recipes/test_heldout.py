@@ -12,16 +12,9 @@ from tempering.cli import app
 from tempering.config import GRPOConfig
 from tempering.recipes.grpo import heldout_tasks, split_heldout
 from tempering.types import Task
-from tests.evals.conftest import recall_dir, recall_model, recall_tasks, write_jsonl  # noqa: F401 (fixtures)
+from tests.evals.conftest import env, recall_dir, recall_model, recall_tasks, write_jsonl  # noqa: F401 (fixtures)
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("TEMPERING_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("TEMPERING_SUITES", str(tmp_path / "no-user-suites"))
-    return tmp_path
 
 
 def _samples(path):

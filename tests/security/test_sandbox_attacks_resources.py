@@ -8,7 +8,9 @@ SHORT = {"wall_s": 2.0, "cpu_s": 1.0}
 def test_python_fork_bomb(pool):
     r = pool.exec(code="import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
                   limits=pool.limits.replace(**SHORT))
-    assert r.status == "timeout"
+    # Contained either way: the pids cap stops the forks, then the wall (timeout) or, when the
+    # capped processes' private pages outgrow the cgroup first, the memory cap ends the run.
+    assert r.status in ("timeout", "memory_limit")
 
 
 def test_bash_fork_bomb(pool):
