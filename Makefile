@@ -38,6 +38,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/sft.py
 	$(PY) bench/sandbox.py
+	$(PY) bench/verifier.py
 	$(PY) bench/grpo.py
 	$(PY) bench/eval.py
 
