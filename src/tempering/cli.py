@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tempering.cli_common import err, fail
 from tempering.config import DEFAULT_MODEL, ConfigError, SFTConfig, load_config
 from tempering.sandbox.cli import app as sandbox_app
 from tempering.tables import print_wide
@@ -24,12 +25,6 @@ app.add_typer(data_app, name="data")
 app.add_typer(model_app, name="model")
 app.add_typer(sandbox_app, name="sandbox")
 out = Console()
-err = Console(stderr=True, soft_wrap=True)  # soft wrap: an error stays one line however narrow the terminal
-
-
-def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
-    raise typer.Exit(code)
 
 
 def quiet_libraries(verbose: bool) -> None:
@@ -110,13 +105,13 @@ def _train(kind: type, run: Any, config: Path, set_: List[str], model: Optional[
     try:
         cfg = load_config(kind, config, list(set_), literal)
     except (ConfigError, FileNotFoundError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     from tempering.train.checkpoint import CheckpointError
 
     try:
         summary = run(cfg, force=force)
     except (ValueError, FileNotFoundError, CheckpointError) as exc:  # e.g. a private-suite overlap, a locked run
-        _fail(str(exc))
+        fail(str(exc))
     out.print_json(json.dumps(summary))
 
 
@@ -154,12 +149,12 @@ def traj(
     from tempering.rollout.store import read_trajectories
 
     if worst + best + flagged > 1:
-        _fail("choose at most one of --worst, --best, --flagged")
+        fail("choose at most one of --worst, --best, --flagged")
     order = "worst" if worst else "best" if best else "flagged" if flagged else None
     try:
         rows = read_trajectories(run_dir, step, order, limit or None)
     except FileNotFoundError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if as_json:
         for r in rows:
             print(json.dumps(r))
@@ -187,9 +182,9 @@ def data_validate(
     try:
         loaded = load_rows([str(f) for f in files])
     except NoRows as exc:  # an empty file is bad data: exit 1 like a bad row
-        _fail(str(exc), 1)
+        fail(str(exc), 1)
     except (FileNotFoundError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if render and loaded.records:
         from tempering.data.render import detect_tool_call_style
         from tempering.models.load import load_tokenizer
@@ -202,11 +197,11 @@ def data_validate(
         try:
             tokenizer = load_tokenizer(model)
         except ModelNotFound as exc:
-            _fail(str(exc))
+            fail(str(exc))
         try:
             render_records(loaded, tokenizer, detect_tool_call_style(tokenizer), max_length)
         except TemplateError as exc:
-            _fail(f"chat template problem: {exc}")
+            fail(f"chat template problem: {exc}")
     for e in loaded.errors:
         err.print(f"[yellow]{e}[/yellow]")
     if quarantine and loaded.errors:
@@ -228,13 +223,13 @@ def verify(
 
     for path, what in ((task, "task"), (completion, "completion")):
         if not path.is_file():
-            _fail(f"{path}: {what} file not found (--{what})")
+            fail(f"{path}: {what} file not found (--{what})")
     try:
         parsed = Task.model_validate_json(task.read_text(encoding="utf-8"))
     except ValidationError as exc:
-        _fail(f"{task}: invalid task: {exc.errors()[0]['msg']}")
+        fail(f"{task}: invalid task: {exc.errors()[0]['msg']}")
     except UnicodeDecodeError as exc:
-        _fail(f"{task}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+        fail(f"{task}: not UTF-8 text ({exc.reason} at byte {exc.start})")
     from tempering.sandbox import SandboxUnavailable
     from tempering.verifiers import VerifierError
 
@@ -242,12 +237,12 @@ def verify(
         text = completion.read_text(encoding="utf-8", errors="replace")
         reward = score(parsed, text)
     except UnknownVerifier as exc:
-        _fail(str(exc.args[0]))
+        fail(str(exc.args[0]))
     except KeyError as exc:  # the spec lacks a field its verifier needs (e.g. numeric without answer)
-        _fail(f"{task}: the {parsed.verifier.get('type')!r} verifier spec needs the field {exc.args[0]!r}; "
+        fail(f"{task}: the {parsed.verifier.get('type')!r} verifier spec needs the field {exc.args[0]!r}; "
               f"add it to \"verifier\"")
     except (VerifierError, SandboxUnavailable) as exc:
-        _fail(f"the verifier could not judge (not the completion's fault): {exc}", code=3)
+        fail(f"the verifier could not judge (not the completion's fault): {exc}", code=3)
     print(reward.model_dump_json())
 
 
@@ -268,16 +263,16 @@ def export(
     from tempering.pipeline.stage import record_export
 
     if dtype not in EXPORT_DTYPES:
-        _fail(f"--dtype {dtype!r} is not one of {', '.join(EXPORT_DTYPES)}")
+        fail(f"--dtype {dtype!r} is not one of {', '.join(EXPORT_DTYPES)}")
     if adapter_base(str(adapter)) is None:
-        _fail(f"{adapter} is not a PEFT adapter directory (no adapter_config.json)")
+        fail(f"{adapter} is not a PEFT adapter directory (no adapter_config.json)")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
-        _fail(f"--out {out_dir} exists and is not empty; choose an empty dir or pass --force to replace it")
+        fail(f"--out {out_dir} exists and is not empty; choose an empty dir or pass --force to replace it")
     if force and out_dir.is_dir():
         import shutil
 
         if out_dir.resolve() in [adapter.resolve(), *adapter.resolve().parents]:
-            _fail(f"--out {out_dir} holds the adapter itself; choose another dir")
+            fail(f"--out {out_dir} holds the adapter itself; choose another dir")
         shutil.rmtree(out_dir)
     with record_export(adapter, out_dir, {"adapter": str(adapter), "out": str(out_dir), "dtype": dtype}):
         path = export_merged(str(adapter), str(out_dir), dtype)
@@ -292,7 +287,7 @@ def model_resolve(spec: str = typer.Argument(DEFAULT_MODEL)) -> None:
     try:
         print(resolve_model(spec))
     except ModelNotFound as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 @app.command()
@@ -307,7 +302,7 @@ def runs(
 
     path = root / "registry.sqlite"
     if not path.is_file():
-        _fail(f"no registry at {path}")
+        fail(f"no registry at {path}")
     with Registry(path) as registry:
         if prune:
             from tempering.pipeline.stage import prune_failed
@@ -336,7 +331,7 @@ def demo(
     try:
         run_demo(config, extra + list(set_), out)
     except (ConfigError, FileNotFoundError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _demo_config(config: Optional[Path]) -> tuple[Path, list[str]]:
@@ -344,7 +339,7 @@ def _demo_config(config: Optional[Path]) -> tuple[Path, list[str]]:
     source tree (so `temper demo` works from any directory of a checkout)."""
     if config is not None:
         if not config.is_file():
-            _fail(f"{config}: demo config not found")
+            fail(f"{config}: demo config not found")
         return config, []
     local = Path("examples/sft_demo.yaml")
     if local.is_file():
@@ -352,7 +347,7 @@ def _demo_config(config: Optional[Path]) -> tuple[Path, list[str]]:
     root = Path(__file__).resolve().parents[2]
     shipped = root / "examples" / "sft_demo.yaml"
     if not shipped.is_file():
-        _fail("the demo needs examples/sft_demo.yaml: run it from a Tempering checkout or pass --config")
+        fail("the demo needs examples/sft_demo.yaml: run it from a Tempering checkout or pass --config")
     data = root / "examples" / "data"
     return shipped, [f"data.train={data / 'arith_train.jsonl'}", f"data.eval={data / 'arith_heldout.jsonl'}"]
 

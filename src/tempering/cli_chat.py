@@ -61,15 +61,14 @@ def chat(
     from tempering.models.load import ModelNotFound
     from tempering.rollout.engine import SamplingParams
 
-    err = Console(stderr=True, soft_wrap=True, highlight=False)
+    from tempering.cli_common import err, fail
+
     if precision not in ("auto", "bf16", "fp32"):
-        err.print(f"[red]error:[/red] --precision must be auto, bf16 or fp32, not {precision!r}", highlight=False)
-        raise typer.Exit(2)
+        fail(f"--precision must be auto, bf16 or fp32, not {precision!r}")
     try:
         engine = make_engine(model, precision)
     except ModelNotFound as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        fail(exc)
     params = SamplingParams(n=1, temperature=temperature, top_p=top_p, max_new_tokens=max_tokens, seed=seed)
     session = ChatSession(engine, params, system)
     if prompt is not None:

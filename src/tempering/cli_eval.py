@@ -15,6 +15,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
+from tempering.cli_common import err, fail
 from tempering.config import DEFAULT_MODEL
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -31,12 +32,6 @@ def stdout_console() -> Console:
     return Console(width=PIPE_WIDTH)
 
 
-err = Console(stderr=True)
-
-
-def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", soft_wrap=True, highlight=False)  # one line, never wrapped
-    raise typer.Exit(code)
 
 
 def _one_line(message: str) -> str:
@@ -73,22 +68,22 @@ def eval_run(
         cfg = load_config(EvalConfig, config, list(overrides or []),
                           literal={k: v for k, v in flags.items() if v is not None})
     except (ConfigError, OSError) as exc:
-        _fail(_one_line(exc) + " (flags override the config file)")
+        fail(_one_line(exc) + " (flags override the config file)")
     try:
         loaded = [load_suite(s).with_overrides(seeds=cfg.seeds, samples=cfg.samples, limit=cfg.limit)
                   for s in cfg.suites]
     except SuiteError as exc:
-        _fail(_one_line(exc))
+        fail(_one_line(exc))
     names = [s.name for s in loaded]
     if len(set(names)) != len(names):
-        _fail(f"a suite is listed twice: {names}")
+        fail(f"a suite is listed twice: {names}")
     try:
         results = evaluate_model(cfg.model, loaded, Path(cfg.out), first_seed=cfg.first_seed, cache=cfg.cache,
                                  threads=cfg.threads, precision=cfg.precision,
                                  warn=lambda line: err.print(f"[yellow]warning: {line}[/yellow]"),
                                  log=lambda line: err.print(f"[dim]{line}[/dim]"))
     except (EvalError, SuiteError) as exc:
-        _fail(_one_line(exc))
+        fail(_one_line(exc))
     from tempering.evals.report import print_table
 
     print_table(results, console=stdout_console())
@@ -127,7 +122,7 @@ def eval_compare(
             return
         verdict = run_gate(rules, a, b, seed=seed)
     except (FileNotFoundError, ValueError, GateRuleError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     for check in verdict.rules:
         mark = "[green]PASS[/green]" if check.passed else "[red]FAIL[/red]"
         stdout_console().print(f"{mark} {check.rule}: {check.detail}", highlight=False)
@@ -158,7 +153,7 @@ def data_decontam(
         else:
             hits, kept = index.scan_file(data), None
     except (SuiteError, FileNotFoundError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     print(json.dumps({**decontam_summary(hits), "kept": kept, "written": str(out_path) if out_path else None}))
     raise typer.Exit(1 if hits and out_path is None else 0)
 

@@ -97,15 +97,15 @@ def eval_show(
     full: bool = typer.Option(False, "--full", help="One panel per generation (prompt, completion, detail)."),
 ) -> None:
     """Browse an eval run's stored generations: prompt, completion, reward, status."""
-    out, err = Console(), Console(stderr=True, soft_wrap=True)
+    from tempering.cli_common import fail
+
+    out = Console()
     if limit < 0:
-        err.print(f"[red]error:[/red] --limit must be 0 (all) or more, not {limit}", highlight=False)
-        raise typer.Exit(2)
+        fail(f"--limit must be 0 (all) or more, not {limit}")
     try:
         rows = read_samples(run_dir)
     except SamplesError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(2) from None
+        fail(exc)
     chosen = select_samples(rows, suite, failed, task)
     shown = chosen[:limit] if limit else chosen
     if task is not None or full:

@@ -215,7 +215,8 @@ def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
         raise ValueError("train.grad_accum must not exceed grpo.prompts_per_step (micro-batches hold whole groups)")
     from tempering.evals.leakage import check_private_overlap_tasks
 
-    check_private_overlap_tasks(load_tasks(cfg.tasks), source=cfg.tasks.source)  # before anything is recorded
+    raw_tasks = load_tasks(cfg.tasks)
+    check_private_overlap_tasks(raw_tasks, source=cfg.tasks.source)  # before anything is recorded
     source = None
     with run_stage(grpo_stage(cfg, force)) as stage:
         if stage.finished:
@@ -223,7 +224,7 @@ def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
         run_dir, name = stage.run_dir, stage.name
         try:
             tokenizer = load_tokenizer(cfg.model)
-            tasks, held = heldout_tasks(cfg, with_reward(load_tasks(cfg.tasks), cfg.reward), run_dir)
+            tasks, held = heldout_tasks(cfg, with_reward(raw_tasks, cfg.reward), run_dir)
             model = load_for_training(cfg.model, cfg.lora)
             store = TrajectoryStore(run_dir, name)
             engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store)
