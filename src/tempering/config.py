@@ -190,6 +190,16 @@ class SamplingSettings(Strict):
     """Most tokens generated per completion; a completion cut here is "truncated"."""
     stop_token_ids: tuple[int, ...] = ()
     """Extra token ids that end a completion; the tokenizer's eos always does."""
+    stop: tuple[str, ...] = ()
+    """Strings that end a completion (OpenAI's `stop`): the text is cut before the first one
+    and `finish_reason` is "stop"; the token that completed it is the last token kept."""
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings_nonempty(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not s for s in v):
+            raise ValueError("stop strings must be non-empty")
+        return v
 
     def params(self, n: int = 1, seed: int | None = None) -> "SamplingParams":
         """The engine request for `n` samples per prompt under these settings."""

@@ -160,3 +160,37 @@ def test_sync_weights_makes_the_engine_sample_the_new_weights(smol_tokenizer):
     reference = HFEngine(target, smol_tokenizer, precision="fp32")
     assert engine.identity == reference.identity != before
     assert engine.generate(prompts, greedy)[0][0].token_ids == reference.generate(prompts, greedy)[0][0].token_ids
+
+
+def test_stop_string_ends_a_sample_and_is_cut_from_the_text(setup):
+    _, engine, prompts = setup
+    full = engine.generate(prompts[:1], SamplingParams(temperature=0, max_new_tokens=8))[0][0]
+    # a stop string made of the 3rd and 4th generated tokens' text, hand-checked to occur once
+    target = engine.tokenizer.decode(full.token_ids[2:4])
+    assert target and full.text.count(target) >= 1
+    stopped = engine.generate(prompts[:1], SamplingParams(temperature=0, max_new_tokens=8, stop=(target,)))[0][0]
+    first = full.text.find(target)
+    assert stopped.text == full.text[:first] and stopped.finish_reason == "stop"
+    assert stopped.token_ids == full.token_ids[:len(stopped.token_ids)] and len(stopped.token_ids) <= 4
+    assert target in engine.tokenizer.decode(stopped.token_ids)
+
+
+def test_stop_string_absent_changes_nothing(setup):
+    _, engine, prompts = setup
+    base = SamplingParams(temperature=0, max_new_tokens=6)
+    a = engine.generate(prompts, base)
+    b = engine.generate(prompts, SamplingParams(temperature=0, max_new_tokens=6, stop=("\\u0000never",)))
+    assert [[(c.token_ids, c.text, c.finish_reason) for c in g] for g in a] == \
+        [[(c.token_ids, c.text, c.finish_reason) for c in g] for g in b]
+
+
+def test_cut_at_stop_takes_the_earliest_stop_string():
+    from tempering.rollout.engine import cut_at_stop
+
+    assert cut_at_stop("12 + 3 = 15\nUser: next", ("User:", "\n")) == ("12 + 3 = 15", True)
+    assert cut_at_stop("no stop here", ("###",)) == ("no stop here", False)
+
+
+def test_empty_stop_string_is_refused():
+    with pytest.raises(ValueError, match="non-empty"):
+        SamplingParams(stop=("",))

@@ -219,7 +219,7 @@ class Suite(BaseModel):
         definition = {"name": self.name, "track": self.track, "templates": self.templates,
                       "metrics": self.metrics, "private": self.private,
                       "sampling": self.sampling.model_dump(exclude=_UNHASHED_SAMPLING | (
-                          set() if self.sampling.stop_token_ids else {"stop_token_ids"}))}
+                          {k for k in ("stop_token_ids", "stop") if not getattr(self.sampling, k)}))}
         h = hashlib.sha256(json.dumps(definition, sort_keys=True).encode())
         for task in self.task_list:
             h.update(b"\0" + task.model_dump_json().encode())

@@ -36,7 +36,7 @@ def heldout_suite(cfg: GRPOConfig, tasks: list[Task]) -> Suite:
 
     h = cfg.heldout
     sampling = SuiteSampling(n=1, **{k: getattr(h, k) for k in ("temperature", "top_p", "max_new_tokens",
-                                                                 "stop_token_ids")})
+                                                                 "stop_token_ids", "stop")})
     return Suite.of_tasks("heldout", tasks, h.tasks or cfg.tasks, sampling=sampling, metrics=HELDOUT_METRICS,
                           description="GRPO held-out monitor")
 

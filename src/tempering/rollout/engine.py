@@ -14,7 +14,8 @@ How an `HFEngine` call runs:
   2. the KV cache is repeated `n` times along the batch (each prompt's prefix shared by its
      n samples; no prompt is recomputed per sample);
   3. a decode loop samples one token per live row (temperature, top-p; temperature 0 is
-     greedy), records its log-prob, and drops finished rows from the batch and the cache.
+     greedy), records its log-prob, and drops finished rows from the batch and the cache
+     (a row finishes on eos, a stop token, a completed stop string, or `max_new_tokens`).
 
 Log-probs are of the sampled token under softmax(logits / temperature) before top-p
 filtering, i.e. the distribution the trainer recomputes (`tempering.models.logprobs`), so the
@@ -41,7 +42,8 @@ from tempering.models.logprobs import cache_keyword
 from tempering.models.precision import autocast, resolve_precision
 from tempering.rollout.padding import left_pad
 
-__all__ = ["Completion", "Engine", "HFEngine", "SamplingParams", "SamplingSettings", "merged_lora", "sample_tokens"]
+__all__ = ["Completion", "Engine", "HFEngine", "SamplingParams", "SamplingSettings", "cut_at_stop", "merged_lora",
+           "sample_tokens"]
 
 
 @dataclass
@@ -51,7 +53,8 @@ class Completion:
     logprobs: list[float]
     text: str
     finish_reason: str
-    """"stop" (a stop token was sampled, and is included in token_ids) or "length"."""
+    """"stop" (a stop token was sampled and is included in token_ids, or a stop string was
+    completed: the text ends before it) or "length"."""
 
     @property
     def truncated(self) -> bool:
@@ -217,6 +220,8 @@ class HFEngine:
                 tokens_out[owner].append(tok_list[r])
                 logp_out[owner].append(lp_list[r])
             done = torch.isin(tok, stop_tensor)
+            if params.stop:
+                done = done | self._stop_string_hits(tokens_out, rows.owner, params.stop, stops, device)
             if step == params.max_new_tokens - 1:
                 for r in done.nonzero().flatten().tolist():
                     finish[rows.owner[r]] = "stop"
@@ -238,6 +243,26 @@ class HFEngine:
         completions = []
         for flat in range(total):
             toks = tokens_out[flat]
-            text = self.tokenizer.decode([t for t in toks if t not in stops], skip_special_tokens=False)
-            completions.append(Completion(flat // n, toks, logp_out[flat], text, finish[flat]))
+            text, cut = cut_at_stop(self.tokenizer.decode([t for t in toks if t not in stops],
+                                                          skip_special_tokens=False), params.stop)
+            reason = "stop" if cut else finish[flat]
+            completions.append(Completion(flat // n, toks, logp_out[flat], text, reason))
         return completions
+
+    def _stop_string_hits(self, tokens_out: list[list[int]], owners: list[int], stop: tuple[str, ...],
+                          stop_ids: set[int], device: torch.device) -> torch.Tensor:
+        """Which live rows' text now contains a stop string (only the tail that can hold one
+        is decoded: a token decodes to at least one character, plus slack for split bytes)."""
+        window = max(len(s) for s in stop) + 4
+        hits = []
+        for owner in owners:
+            tail = [t for t in tokens_out[owner][-window:] if t not in stop_ids]
+            text = self.tokenizer.decode(tail, skip_special_tokens=False)
+            hits.append(any(s in text for s in stop))
+        return torch.tensor(hits, dtype=torch.bool, device=device)
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """`text` up to the earliest stop string, and whether one was found."""
+    ends = [i for i in (text.find(s) for s in stop) if i >= 0]
+    return (text[:min(ends)], True) if ends else (text, False)
