@@ -127,8 +127,27 @@ def test_bad_inputs_fail_with_file_line_and_reason(index, tmp_path):
         index.scan_file(src)
     src.write_text(json.dumps({"id": "x", "label": 3}) + "\n")
     with pytest.raises(ValueError, match=r"bad.jsonl:1: no text to check"):
-        decontaminate(index, src, tmp_path / "out.jsonl")
-    assert not (tmp_path / "out.jsonl").exists()
+        index.scan_file(src)
+
+
+def test_decontaminate_quarantines_bad_rows_and_writes_atomically_with_a_checksum(index, tmp_path):
+    import hashlib
+
+    src = tmp_path / "bad.jsonl"
+    src.write_text(json.dumps(CLEAN_ROWS[0]) + "\n{oops\n" + json.dumps({"id": "x", "label": 3}) + "\n"
+                   + json.dumps(chat(LONG_TASK, id="leak")) + "\n")
+    out = tmp_path / "out.jsonl"
+    report = decontaminate(index, src, out)
+    assert (report.rows, report.kept, report.removed, report.quarantined) == (4, 1, 1, 2)
+    assert [str(e) for e in report.errors] == [f"{src}:2: invalid JSON (Expecting property name enclosed in "
+                                               "double quotes at column 2)",
+                                               f"{src}:3: no text to check (expected one of messages, prompt, "
+                                               "text, completion, response, chosen, rejected, conversations, "
+                                               "instruction, input, output)"]
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    assert report.sha256 == digest
+    assert (tmp_path / "out.jsonl.sha256").read_text() == f"{digest}  out.jsonl\n"
+    assert not (tmp_path / "out.jsonl.tmp").exists()
     with pytest.raises(ValueError, match="'farm-1' indexed twice"):
         index.add("reasoning", "farm-1", "another text")
     with pytest.raises(ValueError, match="both as private and as public"):

@@ -1,105 +1,52 @@
-"""Find evaluation tasks inside training data by shared word n-grams, and remove them.
+"""Find evaluation tasks inside training data by shared word n-grams, and remove them, at scale.
 
-Rule: both sides are normalised to word tokens (`normalize`). A suite task is indexed by
-every n-gram (n = 13 by default, as in GPT-3's decontamination) of its text. A task whose
-whole text is shorter than n tokens is indexed as ONE gram of its full length, so short
-prompts ("What is 12+5?") are still caught when a training row contains them verbatim.
-The flip side: a very short task (a word or two) matches any row containing those words,
-so keep suites free of near-empty prompts. Training rows shorter than a task's gram cannot
-match it (a row holding a fragment of a longer task is not flagged).
+Rule. Both sides are normalised to word tokens (`data.textnorm.normalize`: case, whitespace,
+line breaks, punctuation and apostrophes do not matter). A suite task is indexed by every
+n-gram (n = 13 by default, as in GPT-3's decontamination) of its text. A task whose whole
+text is shorter than n tokens is indexed as ONE gram of its full length, so short prompts
+("What is 12+5?") are still caught when a training row contains them verbatim. A training
+row contains a task when it holds at least `min_coverage` (default 0.5) of the task's
+distinct indexed grams anywhere in its text, so a task re-wrapped, re-cased, stripped of
+punctuation or embedded in a longer document is found.
 
-What counts as text. Suite side: the task's `prompt`, `text`, or the contents of its
-non-system messages (system prompts are shared instructions, not task content, and would
-flag every row that reuses them). Training side: every message content (all roles), plus
-`prompt`, `text`, `completion`, `response`, `chosen` and `rejected`, ShareGPT
-`conversations` and Alpaca `instruction`/`input`/`output` (content parts read as text), or
-a row that is a plain JSON string. A row's texts are joined into one token stream.
+Boilerplate. A gram that `boilerplate_tasks` (default 3) or more tasks share (a shared
+instruction header, a licence line) is not indexed: it says nothing about which task leaked,
+and a row reusing it would otherwise match every task. `min_coverage` is the second guard: a
+row sharing only a task's opening sentence, or a phrase one task happens to quote, holds too
+small a share of that task to count. The flip side, said plainly: a row holding less than
+half of a long task (one paragraph of a long passage) is not flagged; lower `min_coverage`
+to catch fragments. A very short task (a word or two) matches any row containing those words,
+so keep suites free of near-empty prompts.
 
-Privacy: the index stores 64-bit hashes of grams, not suite text, and hits name private
-suites only by suite name, task id and counts. A false match would need a hash collision
-(about 1 in 2^64 per lookup).
+What counts as text: see `data.textnorm` (suite side: the task's `prompt`, `text` or
+non-system messages; training side: every text field and message, all roles).
+
+Scale. The index maps each suite token to a small id (keyed by the token's hash, not its
+text) and stores the 64-bit hashes of its grams in one sorted numpy array, so a row costs
+one vectorised pass per gram length and one binary search; memory is the index plus one
+row, whatever the size of the training data (rows are streamed, Parquet by batch).
+
+Privacy: the index stores hashes of tokens and grams, not suite text, and hits name
+private suites only by suite name, task id and counts. A false match would need a hash
+collision (about 1 in 2^64 per lookup).
 """
 
 from __future__ import annotations
 
-import json
-import re
-import unicodedata
-from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from tempering.data.io import iter_rows
+import numpy as np
 
-TRAINING_TEXT_FIELDS = ("messages", "prompt", "text", "completion", "response", "chosen", "rejected",
-                        "conversations", "instruction", "input", "output")  # + ShareGPT, Alpaca
-SUITE_TEXT_FIELDS = ("messages", "prompt", "text")
+from tempering.data.io import RowError
+from tempering.data.streams import AtomicJsonl, stream_rows, where
+from tempering.data.textnorm import (SUITE_TEXT_FIELDS, TRAINING_TEXT_FIELDS, gram_hashes, normalize, row_texts,
+                                     row_tokens)
 
-# Runs of letters/digits, or a single arithmetic operator.
-_TOKEN = re.compile(r"[^\W_]+|[+\-*/=<>^%]")
-_OPERATORS = frozenset("+-*/=<>^%")
-
-
-def normalize(text: str) -> list[str]:
-    """Word tokens of `text`: NFKC, case-folded, punctuation and whitespace dropped.
-
-    An arithmetic operator (+ - * / = < > ^ %) next to a number is kept as a token of
-    its own, because "what is 12+5" and "what is 12-5" are different tasks; "12+5" and
-    "12 + 5" give the same tokens. Elsewhere (hyphens, dashes, markdown asterisks) the
-    operator characters are dropped like any other punctuation.
-    """
-    raw = _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold())
-    return [tok for i, tok in enumerate(raw) if tok not in _OPERATORS or _next_to_number(raw, i)]
-
-
-def _next_to_number(tokens: list[str], i: int) -> bool:
-    return (i > 0 and tokens[i - 1].isdecimal()) or (i + 1 < len(tokens) and tokens[i + 1].isdecimal())
-
-
-def _field_texts(value: Any, *, skip_system: bool) -> list[str]:
-    """Strings in one field: a string, or a list of messages / strings."""
-    if isinstance(value, str):
-        return [value]
-    if not isinstance(value, list):
-        return []
-    texts = []
-    for item in value:
-        if isinstance(item, str):
-            texts.append(item)
-        elif isinstance(item, dict):
-            content = item.get("content", item.get("value"))  # ShareGPT turns hold "value"
-            if isinstance(content, list):  # OpenAI content parts
-                content = " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-            if isinstance(content, str) and not (skip_system and item.get("role") == "system"):
-                texts.append(content)
-    return texts
-
-
-def row_texts(row: Any, fields: Sequence[str] = TRAINING_TEXT_FIELDS, *, skip_system: bool = False) -> list[str]:
-    """The texts of one data row that a contamination check reads (see the module doc).
-
-    Raises:
-        ValueError: when the row is neither a string nor an object, or has no text.
-    """
-    if isinstance(row, str):
-        return [row]
-    if not isinstance(row, dict):
-        raise ValueError(f"row is a {type(row).__name__}, not an object or a string")
-    texts = [t for key in fields for t in _field_texts(row.get(key), skip_system=skip_system)]
-    if not any(t.strip() for t in texts):
-        raise ValueError(f"no text to check (expected one of {', '.join(fields)})")
-    return texts
-
-
-def _tokens(texts: Iterable[str]) -> list[str]:
-    return [tok for text in texts for tok in normalize(text)]
-
-
-def _windows(tokens: list[str], length: int) -> Iterator[tuple[str, ...]]:
-    for i in range(len(tokens) - length + 1):
-        yield tuple(tokens[i : i + length])
-
+__all__ = ["NgramIndex", "TaskMatch", "Hit", "DecontamReport", "decontaminate", "normalize", "row_texts",
+           "SUITE_TEXT_FIELDS", "TRAINING_TEXT_FIELDS"]
 
 @dataclass(frozen=True)
 class TaskMatch:
@@ -135,17 +82,32 @@ class _Entry:
 
 
 class NgramIndex:
-    """Word n-grams of evaluation tasks, keyed by suite name and task id."""
+    """Word n-grams of evaluation tasks, keyed by suite name and task id (see the module doc).
 
-    def __init__(self, n: int = 13):
+    Args:
+        n: gram length in words.
+        boilerplate_tasks: a gram shared by this many tasks or more is boilerplate, not indexed.
+        min_coverage: share of a task's distinct indexed grams a row must hold to contain it.
+    """
+
+    def __init__(self, n: int = 13, *, boilerplate_tasks: int = 3, min_coverage: float = 0.5):
         if n < 1:
             raise ValueError(f"n-gram size must be >= 1, got {n}")
-        self.n = n
+        if boilerplate_tasks < 2:
+            raise ValueError(f"boilerplate_tasks must be >= 2 (a gram of one task is that task), got {boilerplate_tasks}")
+        if not 0.0 < min_coverage <= 1.0:
+            raise ValueError(f"min_coverage must be in (0, 1], got {min_coverage}")
+        self.n, self.boilerplate_tasks, self.min_coverage = n, boilerplate_tasks, min_coverage
         self._entries: list[_Entry] = []
         self._keys: set[tuple[str, str]] = set()
         self._private: dict[str, bool] = {}
-        self._grams: dict[int, list[int]] = {}  # hash(gram) -> entry indices
-        self._short_lengths: set[int] = set()
+        self._vocab: dict[int, int] = {}  # hash(token) -> id (0 is "not a suite token")
+        self._pending: list[np.ndarray] = []  # per entry: its distinct gram hashes
+        self._lengths: set[int] = set()
+        self._sorted: np.ndarray | None = None  # gram hashes, sorted (built on first lookup)
+        self._owner = np.empty(0, dtype=np.int64)  # entry of each sorted hash
+        self._grams_per_entry = np.empty(0, dtype=np.int64)
+        self.boilerplate_grams = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -167,17 +129,17 @@ class NgramIndex:
             raise ValueError(f"suite {suite!r}: task id {task_id!r} indexed twice")
         if self._private.setdefault(suite, private) != private:
             raise ValueError(f"suite {suite!r} added both as private and as public")
-        tokens = _tokens([text] if isinstance(text, str) else text)
+        tokens = row_tokens([text] if isinstance(text, str) else text)
         if not tokens:
             raise ValueError(f"suite {suite!r}: task {task_id!r} has no words to index")
+        ids = np.fromiter((self._vocab.setdefault(hash(t), len(self._vocab) + 1) for t in tokens),
+                          dtype=np.uint64, count=len(tokens))
         length = min(self.n, len(tokens))
-        if length < self.n:
-            self._short_lengths.add(length)
-        entry = len(self._entries)
+        self._lengths.add(length)
         self._entries.append(_Entry(suite, str(task_id), private))
         self._keys.add(key)
-        for gram in set(_windows(tokens, length)):
-            self._grams.setdefault(hash(gram), []).append(entry)
+        self._pending.append(np.unique(gram_hashes(ids, length)))
+        self._sorted = None
 
     def add_tasks(self, suite: str, rows: Iterable[dict], *, private: bool = False) -> int:
         """Index task rows (`id` plus `prompt` / `messages` / `text`); returns how many."""
@@ -196,15 +158,38 @@ class NgramIndex:
     def add_file(self, suite: str, path: str | Path, *, private: bool = False) -> int:
         """Index a suite's task file (JSONL / JSON / Parquet); errors name `path:line`."""
         count = 0
-        for location, obj, error in iter_rows(path):
-            where = f"{path}:{location.split()[-1]}"
+        for location, obj, error in stream_rows(path):
             if error is not None:
-                raise ValueError(f"{where}: {error}")
+                raise ValueError(f"{where(path, location)}: {error}")
             try:
                 count += self.add_tasks(suite, [obj], private=private)
             except ValueError as exc:
-                raise ValueError(f"{where}: {exc}") from None
+                raise ValueError(f"{where(path, location)}: {exc}") from None
         return count
+
+    def _build(self) -> np.ndarray:
+        """Sort all gram hashes once, dropping boilerplate grams (shared by many tasks)."""
+        if self._sorted is not None:
+            return self._sorted
+        sizes = [len(g) for g in self._pending]
+        hashes = np.concatenate(self._pending) if self._pending else np.empty(0, dtype=np.uint64)
+        owner = np.repeat(np.arange(len(self._pending), dtype=np.int64), sizes)
+        order = np.argsort(hashes, kind="stable")
+        hashes, owner = hashes[order], owner[order]
+        distinct, start, tasks = np.unique(hashes, return_index=True, return_counts=True)
+        boiler = np.zeros(len(hashes), dtype=bool)
+        for s, c in zip(start[tasks >= self.boilerplate_tasks], tasks[tasks >= self.boilerplate_tasks]):
+            boiler[s : s + c] = True
+        self.boilerplate_grams = int((tasks >= self.boilerplate_tasks).sum())
+        self._sorted, self._owner = hashes[~boiler], owner[~boiler]
+        self._grams_per_entry = np.bincount(self._owner, minlength=len(self._entries))
+        return self._sorted
+
+    @property
+    def unindexed(self) -> list[tuple[str, str]]:
+        """(suite, task id) of tasks made only of boilerplate grams: they can never match."""
+        self._build()
+        return [(e.suite, e.task_id) for e, g in zip(self._entries, self._grams_per_entry) if g == 0]
 
     def matches(self, row: Any) -> tuple[TaskMatch, ...]:
         """Suite tasks found in one training row (empty when clean), in indexing order.
@@ -212,19 +197,36 @@ class NgramIndex:
         Raises:
             ValueError: when the row has no text (see `row_texts`).
         """
-        tokens = _tokens(row_texts(row))
-        counts: Counter[int] = Counter()
-        first: dict[int, tuple[str, ...]] = {}
-        for length in sorted(self._short_lengths | {self.n}):
-            for gram in dict.fromkeys(_windows(tokens, length)):  # distinct, in order
-                for entry in self._grams.get(hash(gram), ()):
-                    counts[entry] += 1
-                    first.setdefault(entry, gram)
-        return tuple(self._match(entry, counts[entry], first[entry]) for entry in sorted(counts))
+        return self.match_tokens(row_tokens(row_texts(row)))
 
-    def _match(self, entry: int, ngrams: int, gram: tuple[str, ...]) -> TaskMatch:
+    def match_tokens(self, tokens: list[str]) -> tuple[TaskMatch, ...]:
+        """Suite tasks found in a normalised token stream (see `matches`)."""
+        keys = self._build()
+        if not len(keys) or not tokens:
+            return ()
+        get = self._vocab.get
+        ids = np.fromiter((get(hash(t), 0) for t in tokens), dtype=np.uint64, count=len(tokens))
+        seen: dict[int, set[int]] = {}  # entry -> distinct matched gram hashes
+        first: dict[int, str] = {}
+        for length in sorted(self._lengths):
+            grams = gram_hashes(ids, length)
+            pos = np.searchsorted(keys, grams)
+            found = np.flatnonzero(keys[np.minimum(pos, len(keys) - 1)] == grams)
+            if not len(found):
+                continue
+            ends = np.searchsorted(keys, grams[found], side="right")
+            for window, lo, hi in zip(found.tolist(), pos[found].tolist(), ends.tolist()):
+                gram = int(grams[window])
+                for entry in self._owner[lo:hi].tolist():
+                    seen.setdefault(entry, set()).add(gram)
+                    if entry not in first:
+                        first[entry] = " ".join(tokens[window : window + length])
+        return tuple(self._match(e, len(seen[e]), first[e]) for e in sorted(seen)
+                     if len(seen[e]) >= self.min_coverage * self._grams_per_entry[e])
+
+    def _match(self, entry: int, ngrams: int, gram: str) -> TaskMatch:
         e = self._entries[entry]
-        return TaskMatch(e.suite, e.task_id, ngrams, e.private, None if e.private else " ".join(gram))
+        return TaskMatch(e.suite, e.task_id, ngrams, e.private, None if e.private else gram)
 
     def scan(self, rows: Iterable[Any], *, source: str = "rows") -> list[Hit]:
         """Hits among in-memory rows; a row without `id` is named `source:N` (1-based)."""
@@ -239,8 +241,23 @@ class NgramIndex:
         return hits
 
     def scan_file(self, path: str | Path) -> list[Hit]:
-        """Hits in a data file (JSONL / JSON / Parquet); rows without `id` are `path:line`."""
-        return [Hit(row_id, found) for row_id, _, found in _scan_file(self, path) if found]
+        """Hits in a data file (JSONL / JSON / Parquet); rows without `id` are `path:line`.
+
+        Raises:
+            ValueError: on the first unreadable row, naming `path:line` (see `decontaminate`
+                for the quarantining variant).
+        """
+        hits = []
+        for location, obj, error in stream_rows(path):
+            try:
+                if error is not None:
+                    raise ValueError(str(error))
+                found = self.matches(obj)
+            except ValueError as exc:
+                raise ValueError(f"{where(path, location)}: {exc}") from None
+            if found:
+                hits.append(Hit(_row_id(obj, where(path, location)), found))
+        return hits
 
 
 def _row_id(row: Any, fallback: str) -> str:
@@ -249,64 +266,77 @@ def _row_id(row: Any, fallback: str) -> str:
     return fallback
 
 
-def _scan_file(index: NgramIndex, path: str | Path) -> Iterator[tuple[str, Any, tuple[TaskMatch, ...]]]:
-    """(row id, row, matches) for every row of a data file; bad rows raise with path:line."""
-    for location, obj, error in iter_rows(path):
-        where = f"{path}:{location.split()[-1]}"
-        if error is not None:
-            raise ValueError(f"{where}: {error}")
-        try:
-            found = index.matches(obj)
-        except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
-        yield _row_id(obj, where), obj, found
-
-
 @dataclass
 class DecontamReport:
-    """What `decontaminate` kept and removed. Ids and counts only, never suite text."""
+    """What `decontaminate` kept and removed. Ids and counts only, never private suite text."""
 
+    rows: int = 0
     kept: int = 0
     removed: int = 0
+    quarantined: int = 0
     removed_ids: list[str] = field(default_factory=list)
     by_suite: dict[str, int] = field(default_factory=dict)  # suite -> rows removed for it
     hits: list[Hit] = field(default_factory=list)
+    errors: list[RowError] = field(default_factory=list)  # the quarantined rows
+    sha256: str | None = None  # of the written output
 
     def to_dict(self) -> dict:
         return {
+            "rows": self.rows,
             "kept": self.kept,
             "removed": self.removed,
+            "quarantined": self.quarantined,
             "removed_ids": list(self.removed_ids),
             "by_suite": dict(self.by_suite),
             "hits": [h.to_dict() for h in self.hits],
+            "sha256": self.sha256,
         }
 
 
-def decontaminate(index: NgramIndex, in_path: str | Path, out_path: str | Path) -> DecontamReport:
-    """Stream `in_path` and write only the rows with no suite match to `out_path` (JSONL).
+def decontaminate(index: NgramIndex, in_path: str | Path, out_path: str | Path | None = None,
+                  progress: Callable[[int], None] | None = None) -> DecontamReport:
+    """Stream `in_path`; write the rows with no suite match to `out_path` (JSONL), if given.
 
-    The output is written to a temporary file and moved into place at the end, so a
-    failure (such as an unreadable row, reported with path:line) leaves no partial file.
+    Rows that cannot be read (bad JSON, no text) are quarantined in `report.errors` with
+    `path:line` and reason, and counted; they are not written. The output is written to a
+    temporary file, hashed, and moved into place at the end with `<out>.sha256` beside it,
+    so a failure leaves no partial file. `progress(rows_so_far)` is called every 10,000 rows.
+    Memory: the index plus one row, plus the ids of removed rows.
     """
-    out_path = Path(out_path)
-    if out_path.suffix not in (".jsonl", ".ndjson"):
-        raise ValueError(f"{out_path}: decontaminated output must be .jsonl")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(out_path.name + ".tmp")
     report = DecontamReport()
-    try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            for row_id, obj, found in _scan_file(index, in_path):
-                if not found:
-                    fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-                    report.kept += 1
-                    continue
-                report.removed += 1
-                report.removed_ids.append(row_id)
-                report.hits.append(Hit(row_id, found))
-                for suite in dict.fromkeys(m.suite for m in found):
-                    report.by_suite[suite] = report.by_suite.get(suite, 0) + 1
-        tmp.replace(out_path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    writer = AtomicJsonl(out_path) if out_path is not None else None
+    with writer if writer is not None else _NoWriter():
+        for location, obj, error in stream_rows(in_path):
+            report.rows += 1
+            if progress is not None and report.rows % 10_000 == 0:
+                progress(report.rows)
+            try:
+                if error is not None:
+                    raise ValueError(str(error))
+                found = index.matches(obj)
+            except ValueError as exc:
+                report.quarantined += 1
+                report.errors.append(RowError(str(in_path), location, str(exc), obj))
+                continue
+            if not found:
+                report.kept += 1
+                if writer is not None:
+                    writer.write(obj)
+                continue
+            row_id = _row_id(obj, where(in_path, location))
+            report.removed += 1
+            report.removed_ids.append(row_id)
+            report.hits.append(Hit(row_id, found))
+            for suite in dict.fromkeys(m.suite for m in found):
+                report.by_suite[suite] = report.by_suite.get(suite, 0) + 1
+    if writer is not None:
+        report.sha256 = writer.sha256
     return report
+
+
+class _NoWriter:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
