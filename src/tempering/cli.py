@@ -353,12 +353,15 @@ def _demo_config(config: Optional[Path]) -> tuple[Path, list[str]]:
 
 
 from tempering.cli_chat import chat  # noqa: E402  (sub-commands defined in their own modules)
-from tempering.cli_eval import data_decontam, eval_app  # noqa: E402
+from tempering.cli_eval import eval_app  # noqa: E402
 from tempering.cli_eval_show import eval_show  # noqa: E402
 
 app.command("chat")(chat)
 eval_app.command("show")(eval_show)
 app.add_typer(eval_app, name="eval")
+from tempering.cli_datatools import data_decontam, data_dedup  # noqa: E402  (branch dedup)
+
+data_app.command("dedup")(data_dedup)
 data_app.command("decontam")(data_decontam)
 
 if __name__ == "__main__":

@@ -448,3 +448,30 @@ class EvalConfig(Strict):
     """torch intra-op threads (None: torch's default)."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """auto: bf16 only where it is native, else fp32."""
+
+
+# --- dedup ---
+class DedupSettings(Strict):
+    """`temper data dedup`: exact and near-duplicate removal (see `data.dedup`)."""
+
+    threshold: float = Field(0.8, gt=0.0, le=1.0)
+    """Near duplicates: rows whose word-shingle Jaccard similarity is at least this."""
+    num_perm: int = Field(128, ge=2)
+    """MinHash permutations (LSH proposes candidates; each is checked with exact Jaccard)."""
+    shingle: int = Field(5, ge=1)
+    """Words per shingle."""
+    seed: int = 1
+    """MinHash seed; same input and seed give the same output."""
+    near: bool = True
+    """Also remove near duplicates (False: exact duplicates only)."""
+
+
+class DecontamSettings(Strict):
+    """`temper data decontam`: the n-gram contamination rule (see `evals.contamination`)."""
+
+    n: int = Field(13, ge=1)
+    """Gram length in words (tasks shorter than n are one gram of their full length)."""
+    min_coverage: float = Field(0.5, gt=0.0, le=1.0)
+    """A row contains a task when it holds at least this share of the task's distinct indexed grams."""
+    boilerplate_tasks: int = Field(3, ge=2)
+    """Grams shared by this many suite tasks or more are boilerplate and not indexed."""
