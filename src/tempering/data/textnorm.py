@@ -24,6 +24,7 @@ SUITE_TEXT_FIELDS = ("messages", "prompt", "text")
 
 # Runs of letters/digits, or a single arithmetic operator.
 _TOKEN = re.compile(r"[^\W_]+|[+\-*/=<>^%]")
+_ASCII_TOKEN = re.compile(r"[a-z0-9]+|[+\-*/=<>^%]")  # the same rule on lower-cased ASCII, faster
 _OPERATORS = frozenset("+-*/=<>^%")
 # Apostrophes join a word ("don't" -> "dont"), so dropping them changes nothing.
 _APOSTROPHES = str.maketrans("", "", "'\u2019\u02bc")
@@ -41,7 +42,10 @@ def normalize(text: str) -> list[str]:
     operator characters are dropped like any other punctuation. Apostrophes are removed
     inside words ("don't" and "dont" are one token).
     """
-    raw = _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold().translate(_APOSTROPHES))
+    if text.isascii():  # NFKC changes no ASCII text and casefold is lower()
+        raw = _ASCII_TOKEN.findall(text.lower().replace("'", ""))
+    else:
+        raw = _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold().translate(_APOSTROPHES))
     if _OPERATORS.isdisjoint(raw):
         return raw
     return [tok for i, tok in enumerate(raw) if tok not in _OPERATORS or _next_to_number(raw, i)]
@@ -99,20 +103,41 @@ def stable_token_ids(tokens: Sequence[str]) -> np.ndarray:
 def gram_hashes(ids: np.ndarray, length: int) -> np.ndarray:
     """64-bit hash of every window of `length` consecutive ids; (T - length + 1,) uint64.
 
-    A polynomial over the ids (mod 2^64) finished with the splitmix64 mixer, with the
-    length folded in, so windows of different lengths never share a hash by construction.
-    Empty when there are fewer than `length` ids.
+    The polynomial sum(ids[k] * M^(i+length-1-k)) over each window (mod 2^64), computed
+    from one prefix sum (M is odd, so it has an inverse mod 2^64), then the splitmix64
+    mixer with the length folded in: windows of different lengths never share a hash by
+    construction. Empty when there are fewer than `length` ids.
     """
     count = len(ids) - length + 1
     if count <= 0:
         return np.empty(0, dtype=np.uint64)
+    up, down = _powers(len(ids))
     with np.errstate(over="ignore"):
-        h = np.full(count, np.uint64(length), dtype=np.uint64)
-        for j in range(length):
-            h = h * _MULT + ids[j : j + count]
+        prefix = np.zeros(len(ids) + 1, dtype=np.uint64)
+        np.cumsum(ids * down[: len(ids)], out=prefix[1:])
+        h = (prefix[length:] - prefix[:count]) * up[length - 1 : length - 1 + count]
+        h ^= np.uint64(length) * _MIX2
         h ^= h >> np.uint64(30)
         h *= _MIX1
         h ^= h >> np.uint64(27)
         h *= _MIX2
         h ^= h >> np.uint64(31)
     return h
+
+
+_POWERS: list[np.ndarray] = []
+
+
+def _powers(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(M^k, M^-k) mod 2^64 for k < size (cached, grown by doubling)."""
+    if not _POWERS or len(_POWERS[0]) < size:
+        n = max(size, 2 * len(_POWERS[0]) if _POWERS else 4096)
+        inverse = pow(int(_MULT), -1, 1 << 64)
+        up = np.empty(n, dtype=np.uint64)
+        down = np.empty(n, dtype=np.uint64)
+        a = b = 1
+        for k in range(n):
+            up[k], down[k] = a, b
+            a, b = a * int(_MULT) % (1 << 64), b * inverse % (1 << 64)
+        _POWERS[:] = [up, down]
+    return _POWERS[0], _POWERS[1]
