@@ -164,3 +164,73 @@ def test_suite_file_is_indexed_with_line_numbers(tmp_path):
     write_jsonl(suite, [{"id": "a", "prompt": SHORT_TASK}])
     idx = NgramIndex()
     assert idx.add_file("arith", suite) == 1 and len(idx) == 1 and idx.suites == {"arith": False}
+
+
+HEADER = "Read the question below carefully and answer it with a single number only and show no working at all."
+QUESTIONS = [
+    "How many apples are left when Maria gives away seven of the twenty she picked in the orchard on Sunday?",
+    "A train leaves the station at noon travelling sixty miles each hour; how far has it gone by three o'clock?",
+    "If a rectangle is nine metres long and four metres wide, what is its area in square metres exactly?",
+]
+NOTICE = ("This material is provided for educational purposes only and may be freely copied and shared provided "
+          "that this notice is kept intact.")
+
+
+@pytest.fixture
+def boiler_index() -> NgramIndex:
+    idx = NgramIndex(n=13)
+    idx.add_tasks("word", [{"id": f"q{i}", "prompt": HEADER + " " + q} for i, q in enumerate(QUESTIONS)])
+    idx.add_tasks("notice", [{"id": "n1", "prompt": QUESTIONS[0].replace("apples", "pears") + " " + NOTICE}])
+    return idx
+
+
+def test_a_header_every_task_shares_is_boilerplate_and_flags_nothing(boiler_index):
+    # the header alone has 19 words: 7 grams, each in all three "word" tasks (>= 3): not indexed
+    assert boiler_index.boilerplate_grams == 7
+    assert boiler_index.matches({"text": HEADER + " Then write a poem about the sea and the sky at night."}) == ()
+    (m,) = boiler_index.matches({"text": "Homework: " + HEADER + " " + QUESTIONS[1] + " Thanks!"})
+    assert m.task_id == "q1" and m.ngrams == len(normalize(HEADER + " " + QUESTIONS[1])) - 12 - 7
+
+
+def test_a_phrase_one_task_quotes_is_below_the_coverage_rule(boiler_index):
+    # "n1" = 20-word question + 22-word notice: 30 grams; the notice alone holds 10 of them (< 50%)
+    task_grams = len(normalize(QUESTIONS[0] + " " + NOTICE)) - 12
+    assert task_grams == 30
+    assert boiler_index.matches({"text": "Some unrelated story. " + NOTICE}) == ()
+    (m,) = boiler_index.matches({"text": QUESTIONS[0].replace("apples", "pears") + " " + NOTICE})
+    assert (m.task_id, m.ngrams) == ("n1", 30)
+    strict = NgramIndex(n=13, min_coverage=0.3)  # a lower bar takes the notice for the task
+    strict.add("notice", "n1", QUESTIONS[0].replace("apples", "pears") + " " + NOTICE)
+    assert [m.task_id for m in strict.matches({"text": NOTICE})] == ["n1"]
+
+
+def test_rewrapped_recased_and_embedded_copies_are_found(boiler_index):
+    text = HEADER + " " + QUESTIONS[2]
+    words = text.split()
+    rewrapped = "\n".join(" ".join(words[i : i + 8]) for i in range(0, len(words), 8))
+    recased = " ".join(w.upper().strip("?,.") + ";" for w in words).replace("NINE", "nine")
+    embedded = "Notes from class.\n\n" + rewrapped + "\n\nThe end of the notes, see you tomorrow in the lab."
+    for row in (rewrapped, recased, embedded, {"messages": [{"role": "assistant", "content": recased}]}):
+        assert [m.task_id for m in boiler_index.matches(row)] == ["q2"]
+
+
+def test_bad_index_settings_are_refused():
+    with pytest.raises(ValueError, match="min_coverage must be in"):
+        NgramIndex(min_coverage=0.0)
+    with pytest.raises(ValueError, match="boilerplate_tasks must be >= 2"):
+        NgramIndex(boilerplate_tasks=1)
+
+
+def test_parquet_is_streamed_by_batch(index, tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import tempering.data.streams as streams
+
+    monkeypatch.setattr(streams, "PARQUET_BATCH", 2)
+    rows = [{"id": f"r{i}", "prompt": LONG_TASK if i == 3 else f"clean row number {i}"} for i in range(5)]
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=2)
+    report = decontaminate(index, path, tmp_path / "out.jsonl")
+    assert (report.rows, report.removed_ids) == (5, ["r3"])
+    assert [e["id"] for e in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())] == ["r0", "r1", "r2", "r4"]

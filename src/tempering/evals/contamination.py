@@ -107,7 +107,7 @@ class NgramIndex:
         self._sorted: np.ndarray | None = None  # gram hashes, sorted (built on first lookup)
         self._owner = np.empty(0, dtype=np.int64)  # entry of each sorted hash
         self._grams_per_entry = np.empty(0, dtype=np.int64)
-        self.boilerplate_grams = 0
+        self._boilerplate = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -180,10 +180,16 @@ class NgramIndex:
         boiler = np.zeros(len(hashes), dtype=bool)
         for s, c in zip(start[tasks >= self.boilerplate_tasks], tasks[tasks >= self.boilerplate_tasks]):
             boiler[s : s + c] = True
-        self.boilerplate_grams = int((tasks >= self.boilerplate_tasks).sum())
+        self._boilerplate = int((tasks >= self.boilerplate_tasks).sum())
         self._sorted, self._owner = hashes[~boiler], owner[~boiler]
         self._grams_per_entry = np.bincount(self._owner, minlength=len(self._entries))
         return self._sorted
+
+    @property
+    def boilerplate_grams(self) -> int:
+        """How many distinct grams were left out as boilerplate."""
+        self._build()
+        return self._boilerplate
 
     @property
     def unindexed(self) -> list[tuple[str, str]]:
