@@ -109,3 +109,23 @@ def test_shingle_hashes_are_stable_across_processes():
     assert len(outs) == 1
     assert eval(outs.pop()) == shingle_set("the cat sat on the mat today".split(), 3).tolist()
     assert shingle_set(["a"], 3).dtype == np.uint64
+
+
+def load_bench():
+    """bench/data.py, whose labelled sets the Must-show figures come from (run here at a small size)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "data.py"
+    spec = importlib.util.spec_from_file_location("bench_data", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_labelled_near_duplicates_precision_and_recall_at_least_095():
+    result = load_bench().bench_near_dups(300)
+    assert result["near_dup_planted_jaccard_min"] >= 0.8 > result["near_dup_hard_negative_jaccard_max"]
+    assert result["near_dup_planted"] >= 100 and result["near_dup_hard_negatives"] >= 100
+    assert result["near_dup_precision"] >= 0.95 and result["near_dup_recall"] >= 0.95
+    assert result["near_dup_right_keeper"] >= 0.95
