@@ -129,3 +129,9 @@ def test_labelled_near_duplicates_precision_and_recall_at_least_095():
     assert result["near_dup_planted"] >= 100 and result["near_dup_hard_negatives"] >= 100
     assert result["near_dup_precision"] >= 0.95 and result["near_dup_recall"] >= 0.95
     assert result["near_dup_right_keeper"] >= 0.95
+
+
+def test_a_row_of_punctuation_only_is_compared_exactly():
+    d = Deduper()
+    assert [d.add(normalize("?!")).kind, d.add(normalize("...")).kind, d.add(normalize("a b")).kind] == [
+        "kept", "exact", "kept"]

@@ -120,6 +120,8 @@ class Deduper:
         return decision
 
     def _near(self, index: int, tokens: list[str]) -> Decision:
+        if not tokens:  # punctuation only: nothing to compare but the exact text
+            return Decision("kept")
         shingles = shingle_set(tokens, self.shingle)
         minhash = self._minhash(shingles)
         best: Decision | None = None
@@ -169,8 +171,7 @@ def dedup_rows(rows: Iterable[tuple[str, Any]], deduper: Deduper, keep: Callable
         ValueError: from `row_texts` when a row has no text (the caller quarantines it first).
     """
     report = DedupReport()
-    keepers: dict[int, tuple[str, str]] = {}  # index -> (row id, example) of kept rows with a duplicate later
-    first_seen: dict[int, tuple[str, str]] = {}
+    first_seen: dict[int, tuple[str, str]] = {}  # kept row's index -> (row id, example)
     for row_id, row in rows:
         texts = row_texts(row)
         decision = deduper.add(row_tokens(texts))
@@ -188,7 +189,7 @@ def dedup_rows(rows: Iterable[tuple[str, Any]], deduper: Deduper, keep: Callable
         else:
             report.near += 1
         report.dropped_ids.append(row_id)
-        keeper_id, keeper_example = keepers.setdefault(decision.of, first_seen[decision.of])
+        keeper_id, keeper_example = first_seen[decision.of]
         cluster = report.clusters.setdefault(decision.of, Cluster(keeper_id, keeper_example))
         cluster.members.append({"row": row_id, "kind": decision.kind, "jaccard": round(decision.jaccard, 4),
                                 "example": _example(texts)})
