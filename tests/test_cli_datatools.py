@@ -84,3 +84,11 @@ def test_decontam_with_settings_report_and_registry(tmp_path):
     assert rows[4]["prompt"] not in json.dumps(report)
     with Registry(tmp_path / "runs" / "registry.sqlite") as registry:
         assert registry.get(summary["run_id"])["kind"] == "decontam"
+
+
+def test_empty_runs_records_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = write_jsonl(tmp_path / "in.jsonl", [{"text": BASE}, {"text": BASE}])
+    result = run("data", "dedup", data, "-o", tmp_path / "o.jsonl", "--runs", "")
+    assert result.exit_code == 0 and json.loads(result.stdout.strip().splitlines()[-1])["run_id"] is None
+    assert not list(tmp_path.rglob("registry.sqlite"))

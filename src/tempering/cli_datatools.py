@@ -80,8 +80,7 @@ def data_dedup(
     near: bool = typer.Option(_DEDUP.near, help="Also remove near duplicates (--no-near: exact only)."),
     report_path: Optional[Path] = typer.Option(None, "--report", help="Cluster report (JSON); default "
                                                "<out>.dedup.json."),
-    runs: Optional[Path] = typer.Option(Path("runs"), help="Run root whose registry records this pass "
-                                        "('' to skip)."),
+    runs: str = typer.Option("runs", help="Run root whose registry records this pass ('' to skip)."),
 ) -> None:
     """Remove exact and near-duplicate rows (keep-first); report clusters; one JSON line of counts."""
     from pydantic import ValidationError
@@ -119,7 +118,7 @@ def data_dedup(
     report_path.write_text(json.dumps({**counts, "settings": settings.model_dump(), "lsh_bands": list(
         Deduper(**settings.model_dump()).bands), "input": str(data), "written": str(out_path), "sha256": writer.sha256,
         "clusters": report.cluster_list()}, indent=1, ensure_ascii=False))
-    run_id = _record_run(runs if runs and str(runs) else None, "dedup", settings.model_dump(), data,
+    run_id = _record_run(Path(runs) if runs.strip() else None, "dedup", settings.model_dump(), data,
                          {"data": out_path, "report": report_path}, counts)
     _table(f"dedup {data}", counts)
     for cluster in report.cluster_list(limit=3):
@@ -153,8 +152,7 @@ def data_decontam(
                                           "or more are boilerplate, not indexed."),
     report_path: Optional[Path] = typer.Option(None, "--report", help="Every hit (JSON; private suites by id "
                                                "only); default <out>.decontam.json when -o is given."),
-    runs: Optional[Path] = typer.Option(Path("runs"), help="Run root whose registry records a removal "
-                                        "pass ('' to skip)."),
+    runs: str = typer.Option("runs", help="Run root whose registry records a removal pass ('' to skip)."),
 ) -> None:
     """Find (and with -o remove) training rows that contain eval suite tasks; prints one JSON summary."""
     from pydantic import ValidationError
@@ -187,7 +185,7 @@ def data_decontam(
     run_id = None
     if out_path is not None:
         outputs = {"data": out_path, **({"report": report_path} if report_path else {})}
-        run_id = _record_run(runs if runs and str(runs) else None, "decontam", settings.model_dump(), data,
+        run_id = _record_run(Path(runs) if runs.strip() else None, "decontam", settings.model_dump(), data,
                              outputs, counts)
     _table(f"decontam {data}", {**counts, **{f"suite {k}": v for k, v in summary["by_suite"].items()}})
     print(json.dumps({**summary, **counts, "rows": summary["rows"][:SHOWN_ROWS], "scanned": report.rows,
