@@ -185,6 +185,47 @@ def bench_near_dups(n_base: int) -> dict:
     }
 
 
+def dedup_worker(data: Path, out: Path) -> None:
+    """One timed streaming dedup pass in this process (read, decide, write kept rows); a JSON line."""
+    from tempering.data.dedup import dedup_rows
+    from tempering.data.streams import AtomicJsonl, stream_rows
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    with AtomicJsonl(out) as writer:
+        report = dedup_rows(((r["id"], r) for _, r, _ in stream_rows(data)), Deduper(), writer.write)
+    print(json.dumps({"rows": report.rows, "kept": report.kept, "dropped_ids": report.dropped_ids,
+                      "seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu,
+                      "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2}))
+
+
+def bench_dedup_scale(rows: int, folder: Path) -> dict:
+    """`rows` documents of ~200 words, every 20th a near copy (2 substitutions) of an earlier one."""
+    rng, w = random.Random(5), Writer(5)
+    data, planted, texts = folder / "dedup_scale.jsonl", [], []
+    with data.open("w") as fh:
+        for i in range(rows):
+            if i % 20 == 19:
+                words = texts[rng.randrange(len(texts))].split()
+                for _ in range(2):
+                    words[rng.randrange(len(words))] = "edited"
+                text = " ".join(words)
+                planted.append(f"d{i}")
+            else:
+                text = w.text(rng.randint(170, 230))
+                if len(texts) < 5000:  # sources for the near copies
+                    texts.append(text)
+            fh.write(json.dumps({"id": f"d{i}", "text": text}) + "\n")
+    proc = subprocess.run([sys.executable, __file__, "--dedup-worker", str(data), str(folder / "kept.jsonl")],
+                          capture_output=True, text=True, check=True)
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    data.unlink()
+    return {"dedup_scale_rows": rows, "dedup_scale_planted": len(planted),
+            "dedup_scale_planted_found": len(set(planted) & set(got["dropped_ids"])),
+            "dedup_scale_other_dropped": len(set(got["dropped_ids"]) - set(planted)),
+            "dedup_scale_cpu_seconds": got["cpu_seconds"], "dedup_scale_wall_seconds": got["seconds"],
+            "dedup_scale_rows_per_cpu_s": rows / got["cpu_seconds"], "dedup_scale_peak_rss_gb": got["peak_rss_gb"]}
+
+
 # ---------------------------------------------------------------------------- 2. decontamination quality
 
 
@@ -366,19 +407,23 @@ def bench_scale(sizes: tuple[int, int], folder: Path, repeats_small: int) -> dic
 
 
 def machine_load() -> dict:
-    top = subprocess.run(["ps", "-eo", "pcpu,comm", "--sort=-pcpu", "--no-headers"], capture_output=True, text=True)
+    top = subprocess.run(["ps", "-eo", "pcpu,args", "--sort=-pcpu", "--no-headers"], capture_output=True, text=True)
     return {"loadavg": list(os.getloadavg()), "cpus": os.cpu_count(),
-            "top_processes": [line.strip() for line in top.stdout.splitlines()[:6]]}
+            "top_processes": [line.strip()[:120] for line in top.stdout.splitlines()[:6]]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes, print only")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--dedup-worker", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--skip-scale", action="store_true")
     args = parser.parse_args()
     if args.worker:
         scale_worker(*map(Path, args.worker))
+        return
+    if args.dedup_worker:
+        dedup_worker(*map(Path, args.dedup_worker))
         return
     result: dict = {"bench": "data", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "load_before": machine_load()}
@@ -386,6 +431,8 @@ def main() -> None:
         folder = Path(tmp)
         result.update(bench_near_dups(400 if args.quick else 2000))
         print({k: v for k, v in result.items() if k.startswith("near_dup_") and not isinstance(v, list)}, flush=True)
+        result.update(bench_dedup_scale(2_000 if args.quick else 50_000, folder))
+        print({k: v for k, v in result.items() if k.startswith("dedup_scale")}, flush=True)
         result.update(bench_decontam(60 if args.quick else 300, 40 if args.quick else 200,
                                      300 if args.quick else 3000, folder))
         print({k: v for k, v in result.items() if k.startswith("decontam_")}, flush=True)
