@@ -449,7 +449,11 @@ def main() -> None:
     if not args.quick:
         out = ROOT / "bench" / "results" / "data.json"
         if args.skip_scale and out.is_file():  # refresh the quality figures, keep the last scale run
-            kept = {k: v for k, v in json.loads(out.read_text()).items() if k.startswith(("scale_", "peak_rss"))}
+            earlier = json.loads(out.read_text())
+            kept = {k: v for k, v in earlier.items() if k.startswith(("scale_", "peak_rss"))}
+            kept["scale_started"] = earlier.get("scale_started", earlier["started"])
+            for key in ("load_before", "load_after"):  # the load while the scale figures were measured
+                kept[f"scale_{key}"] = earlier.get(f"scale_{key}", earlier[key])
             result = {**result, **kept, "scale_from_earlier_run": True}
         out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {out}")
