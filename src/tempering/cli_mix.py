@@ -1,0 +1,61 @@
+"""`temper data mix | stratify | synth | failures`: the data-engineering commands of the mix branch.
+
+Each prints a summary table on stderr and ends with one JSON line of its counts on stdout;
+bad input is a one-line error and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from tempering.cli_common import err, fail
+from tempering.config import ConfigError
+
+_SET = typer.Option([], "--set", help="Override a config value: key.sub=value (YAML value); repeatable.")
+
+
+def _literal(**values) -> dict:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def data_mix(
+    config: Path = typer.Argument(..., help="Mix config (YAML): sources with track and weight, replay, size, by."),
+    set_: List[str] = _SET,
+    size: Optional[int] = typer.Option(None, help="Mix size (rows, or tokens with by: tokens)."),
+    seed: Optional[int] = typer.Option(None, help="Seed of the walks and the interleaving."),
+    epoch: Optional[int] = typer.Option(None, help="Mix epoch (continues each source's walk)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Mixed JSONL (default runs/<name>/mix.jsonl)."),
+    name: Optional[str] = typer.Option(None, help="Run name (default mix-<timestamp>)."),
+    force: bool = typer.Option(False, help="Redo a run of this name even though its config changed."),
+) -> None:
+    """Mix sources by weight (with general-data replay); realised vs requested shares, rows and tokens."""
+    from tempering.data.io import NoRows
+    from tempering.pipeline.stage import StageError
+    from tempering.recipes.mix import MixOffTarget, check_config, load_mix_config, run_mix
+
+    try:
+        cfg = load_mix_config(config, list(set_), _literal(size=size, seed=seed, epoch=epoch, output=output, name=name))
+        check_config(cfg)
+        summary = run_mix(cfg, force)
+    except (ConfigError, StageError, NoRows, FileNotFoundError, MixOffTarget, ValueError) as exc:
+        fail(str(exc))
+    table = Table(title=f"mix ({summary['unit']}, size {summary['size']}, seed {summary['seed']}, epoch {summary['epoch']})")
+    for col in ("source", "track", "requested", "effective", "realised", "rows", "tokens", "epochs", "capped"):
+        table.add_column(col, justify="left" if col in ("source", "track") else "right")
+    for s in summary["sources"]:
+        table.add_row(s["source"] + (" (replay)" if s["replay"] else ""), s["track"], f"{s['requested']:.2%}",
+                      f"{s['effective']:.2%}", f"{s['realised']:.2%}", str(s["rows"]), str(s["tokens"]),
+                      f"{s['epochs']:.2f}", "yes" if s["capped"] else "")
+    err.print(table)
+    if summary["capped"]:
+        err.print(f"[yellow]capped by max_epochs: {', '.join(summary['capped'])}; their share went to the "
+                  "other sources (see effective)[/yellow]")
+    print(json.dumps({"rows": summary["rows"], "tokens": summary["tokens"], "quarantined": summary["quarantined"],
+                      "max_abs_error": summary["max_abs_error"],
+                      "max_abs_error_effective": summary["max_abs_error_effective"], "capped": summary["capped"],
+                      "output": summary["output"], "sha256": summary["sha256"], "run_id": summary["run_id"]}))
