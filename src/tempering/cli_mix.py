@@ -59,3 +59,75 @@ def data_mix(
                       "max_abs_error": summary["max_abs_error"],
                       "max_abs_error_effective": summary["max_abs_error_effective"], "capped": summary["capped"],
                       "output": summary["output"], "sha256": summary["sha256"], "run_id": summary["run_id"]}))
+
+
+def _tasks_overrides(source: Optional[str], n: Optional[int], split: Optional[str]) -> dict:
+    return _literal(**{"tasks.source": source, "tasks.n": n, "tasks.split": split})
+
+
+def data_stratify(
+    config: Optional[Path] = typer.Argument(None, help="Stratify config (YAML); without it, the defaults + flags."),
+    set_: List[str] = _SET,
+    model: Optional[str] = typer.Option(None, help="Model whose pass rates are measured."),
+    tasks: Optional[str] = typer.Option(None, help="Task source: builtin:arithmetic, a task JSONL, ..."),
+    n: Optional[int] = typer.Option(None, help="Tasks to generate / read at most."),
+    k: Optional[int] = typer.Option(None, help="Samples per task."),
+    name: Optional[str] = typer.Option(None, help="Run name (default stratify-<timestamp>)."),
+    force: bool = typer.Option(False, help="Redo a run of this name even though its config changed."),
+) -> None:
+    """Measure pass rates with k samples per task; bucket too-easy / learnable / too-hard; write the RL set."""
+    from tempering.config import StratifyConfig, load_config
+    from tempering.models.load import ModelNotFound
+    from tempering.pipeline.stage import StageError
+    from tempering.recipes.stratify import run_stratify
+
+    try:
+        cfg = load_config(StratifyConfig, config, list(set_),
+                          {**_literal(model=model, k=k, name=name), **_tasks_overrides(tasks, n, None)})
+        summary = run_stratify(cfg, force, err)
+    except (ConfigError, StageError, ModelNotFound, FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    table = Table(title=f"difficulty of {summary['tasks']} tasks ({summary['k']} samples each, {summary['model']})")
+    for col in ("bucket", "tasks", "share"):
+        table.add_column(col, justify="left" if col == "bucket" else "right")
+    for b, c in summary["buckets"].items():
+        table.add_row(b, str(c), f"{c / max(summary['tasks'], 1):.1%}")
+    err.print(table)
+    err.print(f"mean pass rate {summary['mean_pass_rate']}; RL set ({summary['rl_set']} tasks): {summary['rl_set_file']}")
+    print(json.dumps({"tasks": summary["tasks"], **summary["buckets"], "rl_set": summary["rl_set"],
+                      "mean_pass_rate": summary["mean_pass_rate"], "output": summary["rl_set_file"],
+                      "run_id": summary["run_id"]}))
+
+
+def data_synth(
+    config: Optional[Path] = typer.Argument(None, help="Synth config (YAML); without it, the defaults + flags."),
+    set_: List[str] = _SET,
+    model: Optional[str] = typer.Option(None, help="Generator model."),
+    tasks: Optional[str] = typer.Option(None, help="Task source: builtin:arithmetic, a task JSONL, ..."),
+    n_tasks: Optional[int] = typer.Option(None, "--tasks-n", help="Tasks to generate / read at most."),
+    n: Optional[int] = typer.Option(None, help="Candidates per prompt."),
+    reflow: Optional[str] = typer.Option(None, help="none | final_answer."),
+    name: Optional[str] = typer.Option(None, help="Run name (default synth-<timestamp>)."),
+    force: bool = typer.Option(False, help="Redo a run of this name even though its config changed."),
+) -> None:
+    """The flywheel: generate n candidates per prompt, verify, keep the best correct one (reflowed), write an SFT set."""
+    from tempering.config import SynthConfig, load_config
+    from tempering.models.load import ModelNotFound
+    from tempering.pipeline.stage import StageError
+    from tempering.recipes.flywheel import run_synth
+
+    try:
+        cfg = load_config(SynthConfig, config, list(set_),
+                          {**_literal(model=model, n=n, reflow=reflow, name=name), **_tasks_overrides(tasks, n_tasks, None)})
+        summary = run_synth(cfg, force, err)
+    except (ConfigError, StageError, ModelNotFound, FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    table = Table(title=f"flywheel: {summary['tasks']} tasks x {cfg.n} candidates ({summary['model']})")
+    for col in ("what", "count"):
+        table.add_column(col, justify="left" if col == "what" else "right")
+    for key in ("candidates", "passed", "verifier_errors", "kept", "reflowed", "reflow_rejected", "failures", "pairs"):
+        table.add_row(key, str(summary[key]))
+    err.print(table)
+    err.print(f"SFT set: {summary['sft']}")
+    print(json.dumps({k: summary[k] for k in ("tasks", "candidates", "passed", "kept", "reflowed", "failures",
+                                              "pairs", "pass_rate", "sft", "run_id")}))
