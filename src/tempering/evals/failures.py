@@ -76,16 +76,18 @@ def case_from_row(row: dict[str, Any]) -> FailureCase:
 
 
 def is_failure(row: dict[str, Any]) -> bool:
-    """A judged sample that did not pass (verifier errors and timeouts are not model failures)."""
+    """A judged sample that was not fully right: `passed` false where the row says so, else
+    any reward component at 0 (a right value in the wrong form fails `strict`), else reward < 1.
+    Verifier errors and timeouts are not model failures."""
     if row.get("status", "scored") != "scored":
         return False
-    if "passed" in row:
+    if row.get("passed") is not None:
         return not row["passed"]
     comps = row.get("components") or {}
     if isinstance(comps, str):
         comps = json.loads(comps) if comps.strip() else {}
-    if "correct" in comps:
-        return not float(comps["correct"]) > 0
+    if comps:
+        return any(float(v) <= 0 for v in comps.values())
     return float(row.get("reward") or 0.0) < 1.0
 
 

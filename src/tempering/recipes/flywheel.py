@@ -117,14 +117,15 @@ def run_synth(cfg: SynthConfig, force: bool = False, console: Console | None = N
         engine = build_engine(cfg.model, cfg.precision)
         groups = sample_tasks(tasks, engine, cfg.sampling, cfg.n, seed=cfg.seed, batch_prompts=cfg.batch_prompts,
                               reward_workers=cfg.reward_workers, label="synth", console=console)
-        sft, failures, pairs, counts = synth_rows(tasks, groups, cfg, engine.identity)
+        generator_hash = engine.identity  # one pass over the weights
+        sft, failures, pairs, counts = synth_rows(tasks, groups, cfg, generator_hash)
         outputs, digests = {}, {}
         for key, rows in (("sft", sft), ("failures", failures)) + ((("pairs", pairs),) if cfg.pairs else ()):
             path = stage.run_dir / f"{key}.jsonl"
             _, digests[key] = write_jsonl_atomic(path, rows)
             stage.registry.record_output(stage.run_id, key, path)
             outputs[key] = str(path)
-        summary = {"steps": 1, "model": cfg.model, "generator_hash": engine.identity, "reflow": cfg.reflow,
+        summary = {"steps": 1, "model": cfg.model, "generator_hash": generator_hash, "reflow": cfg.reflow,
                    **counts, "pass_rate": counts["passed"] / max(counts["candidates"] - counts["verifier_errors"], 1),
                    **outputs, "sha256": digests}
         stage.finish(summary, outputs)
