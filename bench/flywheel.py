@@ -67,13 +67,15 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--stratify-n", type=int, default=64)
     p.add_argument("--synth-n", type=int, default=160)
-    p.add_argument("--k", type=int, default=8)
+    p.add_argument("--k", type=int, default=8, help="candidates per prompt (synth)")
+    p.add_argument("--stratify-k", type=int, default=8, help="samples per task (stratify)")
     p.add_argument("--heldout-n", type=int, default=150)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--out", default="/tmp/flywheel-bench")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--tag", default=None, help="reuse the runs of this tag (finished stages are not redone)")
     args = p.parse_args()
 
     import torch
@@ -90,10 +92,10 @@ def main() -> None:
     t0 = time.time()
     busy_before = others_running()
     sampling = SamplingSettings(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    tag = time.strftime("%H%M%S")
+    tag = args.tag or time.strftime("%H%M%S")
     strat = run_stratify(StratifyConfig(
         tasks=TaskSourceSettings(source="builtin:arithmetic", ops="+", n=args.stratify_n, seed=0, split="train"),
-        k=args.k, sampling=sampling, seed=0, out=args.out, name=f"fw-stratify-{tag}", threads=args.threads))
+        k=args.stratify_k, sampling=sampling, seed=0, out=args.out, name=f"fw-stratify-{tag}", threads=2))
     print(f"stratify: {strat['buckets']} mean pass rate {strat['mean_pass_rate']:.3f} ({time.time() - t0:.0f}s)")
     synth = run_synth(SynthConfig(
         tasks=TaskSourceSettings(source="builtin:arithmetic", ops="+", n=args.synth_n, seed=2, split="train"),
@@ -128,7 +130,8 @@ def main() -> None:
 
     result = {
         "what": "Must show 5 (issue 11): stratification + flywheel on the default model, built-in addition",
-        "model": DEFAULT_MODEL, "sampling": sampling.model_dump(), "k": args.k,
+        "model": DEFAULT_MODEL, "sampling": sampling.model_dump(), "synth_n_per_prompt": args.k,
+        "stratify_k": args.stratify_k,
         "stratify": {k: strat[k] for k in ("tasks", "buckets", "rl_set", "mean_pass_rate", "pass_rate_histogram",
                                            "rl_set_file", "pass_rates", "generator_hash")},
         "synth": {k: synth[k] for k in ("tasks", "candidates", "passed", "kept", "reflowed", "reflow_rejected",
