@@ -103,7 +103,7 @@ def main() -> None:
         name=f"fw-synth-{tag}", threads=args.threads))
     print(f"synth: kept {synth['kept']}/{synth['tasks']} (reflowed {synth['reflowed']}), "
           f"pass rate {synth['pass_rate']:.3f} ({time.time() - t0:.0f}s)")
-    failures = cluster_failures(read_failures(synth["failures"]), seed=0)
+    failures = cluster_failures(read_failures(synth.get("failures_file", synth["failures"])), seed=0)
 
     base = heldout_scores(DEFAULT_MODEL, args.heldout_n, args.max_new_tokens)
     print(f"base: correct {sum(base['correct']) / len(base['correct']):.3f} strict "
@@ -111,7 +111,7 @@ def main() -> None:
     runs = []
     for seed in args.seeds:
         cfg = SFTConfig(model=DEFAULT_MODEL, lora=LoraSettings(r=16, alpha=32),
-                        data=DataSettings(train=[synth["sft"]], max_length=256, packing=True),
+                        data=DataSettings(train=[synth.get("sft_file", synth["sft"])], max_length=256, packing=True),
                         train=TrainSettings(steps=args.steps, batch_size=8, seed=seed, threads=args.threads,
                                             optim=OptimSettings(lr=1e-3, warmup_steps=4, schedule="cosine")),
                         out=args.out, name=f"fw-sft-{tag}-seed{seed}")
@@ -135,7 +135,8 @@ def main() -> None:
         "stratify": {k: strat[k] for k in ("tasks", "buckets", "rl_set", "mean_pass_rate", "pass_rate_histogram",
                                            "rl_set_file", "pass_rates", "generator_hash")},
         "synth": {k: synth[k] for k in ("tasks", "candidates", "passed", "kept", "reflowed", "reflow_rejected",
-                                        "failures", "pairs", "pass_rate", "sft", "generator_hash")},
+                                        "pass_rate", "generator_hash")},
+        "synth_files": {k: synth.get(f"{k}_file", synth.get(k)) for k in ("sft", "failures", "pairs")},
         "heldout": {"tasks": args.heldout_n, "split": "builtin:arithmetic heldout seed 1 (odd operand sums, disjoint)",
                     "decoding": "greedy", "max_new_tokens": args.max_new_tokens, "examples_before": base["examples"]},
         "sft": {"steps": args.steps, "batch_size": 8, "lora": "r16 alpha32", "lr": 1e-3},

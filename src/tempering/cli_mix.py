@@ -128,9 +128,9 @@ def data_synth(
     for key in ("candidates", "passed", "verifier_errors", "kept", "reflowed", "reflow_rejected", "failures", "pairs"):
         table.add_row(key, str(summary[key]))
     err.print(table)
-    err.print(f"SFT set: {summary['sft']}")
+    err.print(f"SFT set: {summary['sft_file']}")
     print(json.dumps({k: summary[k] for k in ("tasks", "candidates", "passed", "kept", "reflowed", "failures",
-                                              "pairs", "pass_rate", "sft", "run_id")}))
+                                              "pairs", "pass_rate", "sft_file", "run_id")}))
 
 
 def data_failures(

@@ -127,6 +127,6 @@ def run_synth(cfg: SynthConfig, force: bool = False, console: Console | None = N
             outputs[key] = str(path)
         summary = {"steps": 1, "model": cfg.model, "generator_hash": generator_hash, "reflow": cfg.reflow,
                    **counts, "pass_rate": counts["passed"] / max(counts["candidates"] - counts["verifier_errors"], 1),
-                   **outputs, "sha256": digests}
+                   **{f"{k}_file": v for k, v in outputs.items()}, "sha256": digests}
         stage.finish(summary, outputs)
     return stage.result.summary
