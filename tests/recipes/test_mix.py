@@ -65,3 +65,18 @@ def test_mix_cli_bad_input_is_one_line(tmp_path):
     cfg.write_text("sources:\n  - {name: a, data: x.jsonl, track: poetry}\nsize: 10\n")
     res = CliRunner().invoke(app, ["data", "mix", str(cfg)])
     assert res.exit_code == 2 and "track" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_mix_by_tokens_with_the_model_tokenizer(tmp_path):
+    _rows(tmp_path / "a.jsonl", 50, "alpha")
+    _rows(tmp_path / "b.jsonl", 50, "beta gamma delta epsilon zeta eta theta")
+    cfg = tmp_path / "mix.yaml"
+    cfg.write_text("sources:\n  - {name: a, data: a.jsonl, weight: 1}\n  - {name: b, data: b.jsonl, weight: 3}\n"
+                   f"size: 4000\nby: tokens\ntokenizer: smollm2-135m-instruct\nout: {tmp_path / 'runs'}\n")
+    res = CliRunner().invoke(app, ["data", "mix", str(cfg), "--name", "t"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "runs" / "t" / "summary.json").read_text())
+    shares = {s["source"]: s["token_share"] for s in summary["sources"]}
+    assert abs(shares["a"] - 0.25) < 0.01 and abs(shares["b"] - 0.75) < 0.01
+    assert abs(summary["tokens"] - 4000) <= 60  # each source stops within half a row of its quota
+    assert summary["token_unit"] == "smollm2-135m-instruct"
