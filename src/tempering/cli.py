@@ -363,6 +363,11 @@ from tempering.cli_datatools import data_decontam, data_dedup  # noqa: E402  (br
 
 data_app.command("dedup")(data_dedup)
 data_app.command("decontam")(data_decontam)
+from tempering.cli_mix import data_failures, data_mix, data_stratify, data_synth  # noqa: E402
+data_app.command("mix")(data_mix)
+data_app.command("stratify")(data_stratify)
+data_app.command("synth")(data_synth)
+data_app.command("failures")(data_failures)
 
 if __name__ == "__main__":
     app()
