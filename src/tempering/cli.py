@@ -360,6 +360,8 @@ app.command("chat")(chat)
 eval_app.command("show")(eval_show)
 app.add_typer(eval_app, name="eval")
 data_app.command("decontam")(data_decontam)
+from tempering.cli_pref import dpo  # noqa: E402
+app.command("dpo")(dpo)
 
 if __name__ == "__main__":
     app()
