@@ -87,7 +87,8 @@ def run_tempering(model_dir: str, pairs: list[dict], batch: int, steps: int, war
     cfg = DPOConfig.model_validate({
         "model": model_dir, "lora": LORA, "data": {"train": ["<bench pairs>"]},
         "dpo": {"loss": "dpo", "beta": 0.1},
-        "train": {"steps": warmup + steps, "batch_size": batch, "precision": "auto",
+        # one step more than timed: the final checkpoint save falls outside the timed steps
+        "train": {"steps": warmup + steps + 1, "batch_size": batch, "precision": "auto",
                   "optim": {"lr": 1e-5, "schedule": "constant"}, "checkpoint": {"every": 10_000, "keep_last": 1}}})
     torch.manual_seed(0)
     model = load_for_training(model_dir, cfg.lora)
@@ -101,7 +102,7 @@ def run_tempering(model_dir: str, pairs: list[dict], batch: int, steps: int, war
     def timer(step: int, record: dict) -> None:
         if step == warmup:
             clock["t0"] = time.perf_counter()
-        elif step > warmup:
+        elif warmup < step <= warmup + steps:
             tokens["n"] += record["real_tokens"]
             clock["t1"] = time.perf_counter()
 
