@@ -124,3 +124,21 @@ def test_preference_training_learns_the_preference(loss, tmp_path):
     assert first["reward_accuracy"] <= 0.75
     assert last["reward_accuracy"] == 1.0 and last["reward_margin"] > first["reward_margin"]
     assert result.losses[-1] < result.losses[0]
+
+
+def test_pair_batches_resume_and_refuse_changed_data():
+    pairs = random_pairs(10, seed=4)
+    ref = torch.arange(20, dtype=torch.float32).reshape(10, 2)
+    a = PairBatches(pairs, 3, seed=0, ref_logps=ref)
+    a.next_batch()
+    state = a.state_dict()
+    expected = a.next_batch()
+    b = PairBatches(pairs, 3, seed=0, ref_logps=ref)
+    b.load_state_dict(state)
+    got = b.next_batch()
+    assert got["index"].tolist() == expected["index"].tolist()
+    assert torch.equal(got["ref_logps"], ref[got["index"]])  # each pair keeps its own reference row
+    with pytest.raises(ValueError, match="pairs changed"):
+        PairBatches(pairs[:9], 3, seed=0).load_state_dict(state)
+    with pytest.raises(ValueError, match="expected"):
+        PairBatches(pairs, 3, seed=0, ref_logps=ref[:5])
