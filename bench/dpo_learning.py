@@ -110,15 +110,13 @@ def strict_gain(work: Path, seeds: list[int]) -> dict:
             "per_seed": per_seed, "pooled_gain": pooled.to_dict()}
 
 
-def gate(work: Path, seeds: list[int], suites: list[str]) -> dict:
+def gate_one(work: Path, seed: int, suites: list[str]) -> dict:
+    """`temper eval compare BASE CAND --gate` with "no significant regression on S" for every suite."""
     rules = work / "gate.yaml"
     rules.write_text(json.dumps([f"no significant regression on {s}" for s in suites]))
-    out = {}
-    for seed in seeds:
-        proc = temper("eval", "compare", str(work / "eval_gate" / "base"), str(work / "eval_gate" / f"seed{seed}"),
-                      "--gate", str(rules), "--out", str(work / "eval_gate" / f"compare{seed}"))
-        out[str(seed)] = {"passed": proc.returncode == 0, "output": proc.stdout[-2500:]}
-    return out
+    proc = temper("eval", "compare", str(work / "eval_gate" / "base"), str(work / "eval_gate" / f"seed{seed}"),
+                  "--gate", str(rules), "--out", str(work / "eval_gate" / f"compare{seed}"))
+    return {"passed": proc.returncode == 0, "output": proc.stdout[-2500:]}
 
 
 def main() -> None:
@@ -135,6 +133,7 @@ def main() -> None:
     p.add_argument("--heldout", type=int, default=100)
     p.add_argument("--gate-suites", nargs="*", default=["arithmetic", "rg-chain-sum", "rg-spell-backward"])
     p.add_argument("--gate-limit", type=int, default=40)
+    p.add_argument("--gate-seeds", type=int, nargs="*", default=None, help="Seeds whose models are gated (default: all).")
     p.add_argument("--work", default="/tmp/dpo_learning")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "dpo_learning.json"))
     args = p.parse_args()
@@ -155,14 +154,17 @@ def main() -> None:
         evaluate(summary["final"], work / "eval_strict" / f"seed{seed}", [str(suite)], None)
     result = {"pairs": str(args.pairs), "settings": vars(args), "runs": runs, "strict": strict_gain(work, args.seeds)}
     print(json.dumps(result["strict"], indent=1), flush=True)
+    result["seconds"] = time.time() - t0
+    Path(args.out).write_text(json.dumps(result, indent=1))  # written after each phase
     if args.gate_suites:
         evaluate("smollm2-135m-instruct", work / "eval_gate" / "base", args.gate_suites, args.gate_limit)
-        for seed in args.seeds:
+        result["gate"] = {"suites": args.gate_suites, "limit": args.gate_limit, "samples": 1, "by_seed": {}}
+        for seed in args.seeds if args.gate_seeds is None else args.gate_seeds:
             evaluate(str(work / "runs" / f"dpo-seed{seed}" / "final"), work / "eval_gate" / f"seed{seed}",
                      args.gate_suites, args.gate_limit)
-        result["gate"] = gate(work, args.seeds, args.gate_suites)
-    result["seconds"] = time.time() - t0
-    Path(args.out).write_text(json.dumps(result, indent=1))
+            result["gate"]["by_seed"][str(seed)] = gate_one(work, seed, args.gate_suites)
+            result["seconds"] = time.time() - t0
+            Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("strict", "seconds")}, indent=1))
 
 
