@@ -15,7 +15,11 @@ model (the start and each seed's adapter) runs through `temper eval run`:
 
 The gain on the strict suite is a paired bootstrap over tasks (evals.stats.paired_bootstrap)
 per seed, and pooled: each task's mean over the three seeds' models against the start.
-Writes bench/results/dpo_learning.json.
+Writes bench/results/dpo_learning.json. Runs and evaluations already done in `--work` are
+reused (a finished `temper dpo` run is reported, not redone; an eval dir with results.json is
+kept), so the seeds may also be trained in parallel processes first (as for the recorded
+result: three `temper dpo` processes with 1 thread each on a loaded 2-core host, where two
+OpenMP threads per process under oversubscription made each step ~5x slower).
 """
 
 from __future__ import annotations
@@ -123,13 +127,13 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pairs", required=True)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--lr", type=float, default=2e-4)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--lr", type=float, default=8e-4)
     p.add_argument("--beta", type=float, default=0.1)
     p.add_argument("--loss", default="dpo")
     p.add_argument("--last-layers", type=int, default=12)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--heldout", type=int, default=100)
     p.add_argument("--gate-suites", nargs="*", default=["arithmetic", "rg-chain-sum", "rg-spell-backward"])
     p.add_argument("--gate-limit", type=int, default=40)
