@@ -167,6 +167,10 @@ def run_trl(model_dir: str, pairs: list[dict], batch: int, steps: int, warmup: i
 
 def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE.parent / "src"))
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     from tempering.models.load import resolve_model
 
     model_dir = resolve_model("smollm2-135m-instruct")
@@ -187,6 +191,8 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=64)
     p.add_argument("--child", choices=["tempering", "trl", "trl_precompute"])
     p.add_argument("--out")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per child (0: torch's default). On a "
+                   "host shared with other work, 1 avoids OpenMP oversubscription stalls.")
     p.add_argument("--note", default="", help="What else was running (recorded in the JSON).")
     args = p.parse_args()
     if args.child:
@@ -197,7 +203,7 @@ def main() -> None:
     for name in ("tempering", "trl", "trl_precompute"):
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             cmd = [sys.executable, __file__, "--child", name, "--out", out.name,
-                   f"--steps={args.steps}", f"--warmup={args.warmup}", f"--batch={args.batch}", f"--pairs={args.pairs}"]
+                   f"--steps={args.steps}", f"--warmup={args.warmup}", f"--batch={args.batch}", f"--pairs={args.pairs}", f"--threads={args.threads}"]
             print(f"running {name} ...", flush=True)
             subprocess.run(cmd, check=True)
             runs[name] = json.loads(Path(out.name).read_text())
