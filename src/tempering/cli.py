@@ -368,6 +368,8 @@ data_app.command("mix")(data_mix)
 data_app.command("stratify")(data_stratify)
 data_app.command("synth")(data_synth)
 data_app.command("failures")(data_failures)
+from tempering.cli_pref import dpo  # noqa: E402
+app.command("dpo")(dpo)
 
 if __name__ == "__main__":
     app()

@@ -608,3 +608,60 @@ class SynthConfig(Strict):
     """Run root: writes runs/<name>/{sft,failures,pairs}.jsonl and report.json."""
     name: str | None = None
     """Run name (default: synth-<timestamp>)."""
+
+
+# --- dpo ---
+class PreferenceDataSettings(Strict):
+    """Preference pairs (`prompt`/`chosen`/`rejected` rows, see data/preference.py) and how they render."""
+
+    train: list[str]
+    """Training pair files (JSONL, JSON, Parquet or a saved dataset)."""
+    eval: list[str] = []
+    """Held-out pair files: loss and reward accuracy reported before and after training."""
+    max_length: int = Field(1024, ge=8)
+    """Longest prompt + answer (the longer side) in tokens; longer pairs are quarantined, never cut."""
+    tool_call_style: Literal["auto", "template", "tempering"] = "auto"
+    """How tool calls are written: detected from the template ("auto"), or forced."""
+
+    @field_validator("train", "eval", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
+class PreferenceSettings(Strict):
+    """The preference loss (objectives/preference.py) and where its reference comes from."""
+
+    loss: Literal["dpo", "ipo", "simpo"] = "dpo"
+    """dpo: sigmoid DPO (cDPO with label_smoothing); ipo: IPO; simpo: SimPO (reference-free)."""
+    beta: float = Field(0.1, gt=0)
+    """DPO/SimPO inverse temperature; IPO's tau (the target margin is 1 / (2 tau))."""
+    label_smoothing: float = Field(0.0, ge=0, lt=0.5)
+    """cDPO / SimPO: assumed probability that a pair's label is flipped."""
+    simpo_gamma: float = Field(0.5, ge=0)
+    """SimPO's target reward margin gamma."""
+    sft_weight: float = Field(0.0, ge=0)
+    """Weight of an added per-token NLL term on the chosen answer (RPO); 0 turns it off."""
+    reference: Literal["cache", "online"] = "cache"
+    """cache: reference log-probs computed once before training and cached on disk under a
+    content hash of (model, tokenizer, data, precision); online: under LoRA, recomputed each
+    step with adapters disabled."""
+
+
+class DPOConfig(Strict):
+    """`temper dpo CONFIG.yaml`: preference optimisation (DPO, IPO, SimPO) on preference pairs."""
+
+    model: str = DEFAULT_MODEL
+    """Model spec: alias, HF dir, GGUF path, run output or hub id (the starting policy and the reference)."""
+    lora: LoraSettings | None = LoraSettings()
+    """LoRA settings; null trains all parameters (the reference is then cached before training)."""
+    data: PreferenceDataSettings
+    """Training and held-out pairs."""
+    dpo: PreferenceSettings = PreferenceSettings()
+    """Loss type, beta, label smoothing, SimPO margin, SFT term, reference source."""
+    train: TrainSettings
+    """Steps, pairs per micro-batch (batch_size), precision, seed, optimizer, guard and checkpoints."""
+    out: str = "runs"
+    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
+    name: str | None = None
+    """Run name (default: dpo-<timestamp>)."""

@@ -1,0 +1,45 @@
+"""`temper dpo CONFIG.yaml`: preference optimisation (DPO, IPO, SimPO) on preference pairs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from tempering.cli_common import fail
+from tempering.config import ConfigError, DPOConfig, load_config
+
+stdout = Console(soft_wrap=True, highlight=False)
+
+
+def dpo(
+    config: Path = typer.Argument(..., help="YAML config (see examples/dpo.yaml)."),
+    set_: List[str] = typer.Option([], "--set", help="Override any field: --set dpo.loss=ipo (repeatable)."),
+    model: Optional[str] = typer.Option(None, help="Model spec (alias, HF dir, .gguf, run output, hub id)."),
+    loss: Optional[str] = typer.Option(None, help="dpo | ipo | simpo (overrides dpo.loss)."),
+    steps: Optional[int] = typer.Option(None, help="Optimizer steps."),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Run root."),
+    name: Optional[str] = typer.Option(None, help="Run name (re-using one resumes it)."),
+    full: bool = typer.Option(False, "--full", help="Train all parameters instead of LoRA."),
+    force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
+) -> None:
+    """Preference optimisation on prompt/chosen/rejected pairs; the run summary JSON is the last line."""
+    literal = {k: v for k, v in (("model", model), ("dpo.loss", loss), ("train.steps", steps), ("out", out_dir),
+                                 ("name", name)) if v is not None}
+    if full:
+        literal["lora"] = None
+    try:
+        cfg = load_config(DPOConfig, config, list(set_), literal)
+    except (ConfigError, FileNotFoundError) as exc:
+        fail(str(exc))
+    from tempering.recipes.dpo import run_dpo
+    from tempering.train.checkpoint import CheckpointError
+
+    try:
+        summary = run_dpo(cfg, force=force)
+    except (ValueError, FileNotFoundError, CheckpointError) as exc:  # bad data, template, locked run, ...
+        fail(str(exc))
+    stdout.print(json.dumps(summary))

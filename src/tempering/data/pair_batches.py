@@ -1,0 +1,100 @@
+"""Batches of rendered preference pairs laid out for one shared prompt forward.
+
+A batch of B pairs is what `models.logprobs.grouped_logprobs` takes with G = 2:
+
+    prompt_ids, prompt_mask          (B, P)   left-padded, one row per pair
+    completion_ids, completion_mask  (2B, C)  right-padded, rows [chosen_0, rejected_0, chosen_1, ...]
+    score_mask                       (2B, C)  1 on the answer's assistant tokens (what is summed)
+    weights                          (B,)     the pairs' loss weights
+    ref_logps                        (B, 2)   cached reference sums (chosen, rejected), when given
+    index                            (B,)     the pairs' positions in the training set
+
+The prompt runs once for both answers and only prompt + answer tokens are laid out (no
+second copy of the prompt padded to the longer answer, as a [chosen; rejected]
+concatenation would need).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Sequence
+
+import torch
+
+from tempering.data.batches import ExampleOrder
+from tempering.data.pair_render import RenderedPair
+
+PAD_ID = 0
+"""Filler of padded positions: masked out of attention and scores, so any id works."""
+
+
+def collate_pairs(pairs: Sequence[RenderedPair], pad_id: int = PAD_ID) -> dict[str, Any]:
+    """Tensors of one batch (see the module docstring; no `ref_logps` / `index`)."""
+    b = len(pairs)
+    p_width = max(len(p.prompt_ids) for p in pairs)
+    c_width = max(max(len(p.chosen_ids), len(p.rejected_ids)) for p in pairs)
+    prompt_ids = torch.full((b, p_width), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((b, p_width), dtype=torch.long)
+    completion_ids = torch.full((2 * b, c_width), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((2 * b, c_width), dtype=torch.long)
+    score_mask = torch.zeros((2 * b, c_width), dtype=torch.long)
+    for i, pair in enumerate(pairs):
+        n = len(pair.prompt_ids)
+        prompt_ids[i, p_width - n:] = torch.tensor(pair.prompt_ids)
+        prompt_mask[i, p_width - n:] = 1
+        for j, side in enumerate(("chosen", "rejected")):
+            ids, row = pair.ids(side), 2 * i + j
+            completion_ids[row, :len(ids)] = torch.tensor(ids)
+            completion_mask[row, :len(ids)] = 1
+            score_mask[row, :len(ids)] = torch.tensor(pair.mask(side))
+    return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+            "completion_mask": completion_mask, "score_mask": score_mask,
+            "weights": torch.tensor([p.weight for p in pairs], dtype=torch.float32),
+            "n_real_tokens": sum(p.n_tokens for p in pairs)}
+
+
+def pairs_fingerprint(pairs: Sequence[RenderedPair]) -> str:
+    """sha256 of every pair's tokens, masks and weight (the data part of cache keys and resume checks)."""
+    h = hashlib.sha256()
+    for p in pairs:
+        h.update(repr((p.prompt_ids, p.chosen_ids, p.chosen_mask, p.rejected_ids, p.rejected_mask,
+                       p.weight)).encode())
+    return h.hexdigest()
+
+
+class PairBatches:
+    """The Trainer's BatchSource for preference pairs: B pairs per micro-batch, seeded and resumable.
+
+    `ref_logps` (N, 2), when given, are the reference sums of every pair (chosen, rejected),
+    computed once before training; each batch carries its rows.
+    """
+
+    def __init__(self, pairs: list[RenderedPair], batch_size: int, seed: int,
+                 ref_logps: torch.Tensor | None = None, pad_id: int = PAD_ID):
+        if ref_logps is not None and tuple(ref_logps.shape) != (len(pairs), 2):
+            raise ValueError(f"ref_logps has shape {tuple(ref_logps.shape)}, expected ({len(pairs)}, 2)")
+        self.pairs, self.batch_size, self.pad_id, self.ref_logps = pairs, batch_size, pad_id, ref_logps
+        self.order = ExampleOrder(len(pairs), seed)
+        self._fingerprint: str | None = None
+
+    def next_batch(self) -> dict[str, Any]:
+        index = self.order.take(self.batch_size)
+        batch = collate_pairs([self.pairs[i] for i in index], self.pad_id)
+        batch["index"] = torch.tensor(index)
+        if self.ref_logps is not None:
+            batch["ref_logps"] = self.ref_logps[index]
+        return batch
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = pairs_fingerprint(self.pairs)[:16]
+        return self._fingerprint
+
+    def state_dict(self) -> dict:
+        return {**self.order.state_dict(), "fingerprint": self.fingerprint()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("fingerprint") != self.fingerprint():
+            raise ValueError("preference pairs changed since the checkpoint (token fingerprint differs); "
+                             "use a new run name to start over")
+        self.order.load_state_dict(state)

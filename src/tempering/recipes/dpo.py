@@ -1,0 +1,166 @@
+"""The preference recipe (DPO / IPO / SimPO): pairs -> rendered pairs -> reference -> Trainer -> run.
+
+    load_pairs (quarantine) -> render_pairs (shared prompt, token-exact)
+      -> reference sums (cached on disk; LoRA: adapters off)       [dpo, ipo]
+      -> PairBatches + PreferenceObjective -> the one Trainer -> final model + summary
+
+Held-out pairs (`data.eval`) are scored before and after: loss, reward accuracy (the
+implicit reward of chosen above rejected) and margin, against the same reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tempering.config import DPOConfig
+from tempering.data.io import NoRows, RowError, write_quarantine
+from tempering.data.pair_render import RenderedPair
+from tempering.pipeline.stage import StageSpec, input_list, run_stage
+from tempering.train.metrics import console
+
+
+@dataclass
+class PairData:
+    train: list[RenderedPair]
+    eval: list[RenderedPair]
+    summary: dict[str, Any]
+    errors: list[RowError]
+
+
+def prepare_pairs(cfg: DPOConfig, tokenizer: Any) -> PairData:
+    """Load, validate and render the training (and held-out) pairs of one stage."""
+    from tempering.data.pair_render import render_pairs
+    from tempering.data.preference import load_pairs
+    from tempering.data.render import detect_tool_call_style
+
+    d = cfg.data
+    style = detect_tool_call_style(tokenizer) if d.tool_call_style == "auto" else d.tool_call_style
+    main = load_pairs(d.train)
+    train = render_pairs(main, tokenizer, style, d.max_length)
+    if not train:
+        raise NoRows(f"{', '.join(d.train)}: no valid pairs ({len(main.errors)} of {main.rows} quarantined; "
+                     f"first: {main.errors[0]})")
+    errors = list(main.errors)
+    summary: dict[str, Any] = {"rows": main.rows, "valid": len(train), "tool_call_style": style}
+    held: list[RenderedPair] = []
+    if d.eval:
+        loaded = load_pairs(d.eval)
+        held = render_pairs(loaded, tokenizer, style, d.max_length)
+        errors += loaded.errors
+        summary["eval_rows"] = len(held)
+    summary["quarantined"] = len(errors)
+    return PairData(train, held, summary, errors)
+
+
+def dpo_stage(cfg: DPOConfig, force: bool = False) -> StageSpec:
+    """The stage a preference config describes: its pair files with their roles."""
+    inputs = input_list([(p, "train") for p in cfg.data.train] + [(p, "eval") for p in cfg.data.eval])
+    return StageSpec("dpo", cfg.out, cfg.name, cfg.model_dump(), inputs, cfg.model, cfg.train.steps,
+                     cfg.train.seed, cfg.train.threads, force)
+
+
+def reference_for(cfg: DPOConfig, model: Any, tokenizer: Any, pairs: list[RenderedPair],
+                  precision: str) -> tuple[torch.Tensor | None, dict[str, Any]]:
+    """Cached reference sums for `pairs` (None when the loss needs none or it is computed online)."""
+    from tempering.models.load import cache_dir
+    from tempering.objectives.dpo import pair_sums
+    from tempering.objectives.preference import REFERENCE_FREE
+    from tempering.train.reference import cached_reference_logps
+
+    if cfg.dpo.loss in REFERENCE_FREE or not pairs:
+        return None, {"reference": "none"}
+    if cfg.dpo.reference == "online":
+        if cfg.lora is None:
+            raise ValueError("dpo.reference: online needs LoRA (the base with adapters off is the reference); "
+                             "with full parameters use dpo.reference: cache")
+        return None, {"reference": "online (adapters disabled)"}
+    logps, record = cached_reference_logps(pair_sums, model, tokenizer, pairs, cfg.train.batch_size, precision, cache_dir(),
+                                           console)
+    return logps, {"reference": "cache", **record}
+
+
+def dpo_components(cfg: DPOConfig, data: PairData, ref_train: torch.Tensor | None,
+                   ref_eval: torch.Tensor | None) -> tuple[Any, list[dict[str, Any]], Any]:
+    """(training batch source, held-out batches, objective); bench/dpo.py shares it."""
+    from tempering.data.pair_batches import PairBatches, collate_pairs
+    from tempering.objectives.dpo import PreferenceObjective
+
+    batches = PairBatches(data.train, cfg.train.batch_size, cfg.train.seed, ref_train)
+    size, evals = cfg.train.batch_size, []
+    for start in range(0, len(data.eval), size):
+        batch = collate_pairs(data.eval[start:start + size])
+        if ref_eval is not None:
+            batch["ref_logps"] = ref_eval[start:start + size]
+        evals.append(batch)
+    return batches, evals, PreferenceObjective(cfg.dpo)
+
+
+@torch.no_grad()
+def evaluate_pairs(model: Any, objective: Any, batches: list[dict[str, Any]], precision: str) -> dict[str, float]:
+    """Held-out loss (weighted mean per pair), reward accuracy and margin (means over pairs)."""
+    from tempering.models.precision import autocast
+
+    was = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total = {"loss": 0.0, "reward_accuracy": 0.0, "reward_margin": 0.0}
+    pairs = 0
+    try:
+        for batch in batches:
+            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            with autocast(precision, device):
+                loss_sum, stats = objective.loss(model, batch)
+            n = objective.units(batch)
+            total["loss"] += float(loss_sum)
+            total["reward_accuracy"] += stats["reward_accuracy"] * n
+            total["reward_margin"] += stats["reward_margin"] * n
+            pairs += n
+    finally:
+        model.train(was)
+    return {k: v / max(pairs, 1) for k, v in total.items()}
+
+
+def run_dpo(cfg: DPOConfig, force: bool = False) -> dict[str, Any]:
+    """Run one preference stage end to end and record it; returns the run summary."""
+    from tempering.evals.leakage import check_private_overlap
+    from tempering.models.load import load_tokenizer
+    from tempering.models.lora import load_for_training
+    from tempering.models.precision import resolve_precision
+    from tempering.train.trainer import Trainer
+
+    check_private_overlap(cfg.data.train)
+    with run_stage(dpo_stage(cfg, force)) as stage:
+        if stage.finished:
+            return stage.result.summary
+        tokenizer = load_tokenizer(cfg.model)
+        data = prepare_pairs(cfg, tokenizer)
+        if data.errors:
+            qpath = write_quarantine(data.errors, stage.run_dir / "quarantine.jsonl")
+            console.print(f"[yellow]{len(data.errors)} bad pairs quarantined -> {qpath}[/yellow]")
+            for err in data.errors[:5]:
+                console.print(f"  [yellow]{err}[/yellow]")
+        torch.manual_seed(cfg.train.seed)  # LoRA initialisation
+        model = load_for_training(cfg.model, cfg.lora)
+        precision = resolve_precision(cfg.train.precision)
+        ref_train, ref_info = reference_for(cfg, model, tokenizer, data.train, precision)
+        ref_eval, _ = reference_for(cfg, model, tokenizer, data.eval, precision)
+        batches, eval_batches, objective = dpo_components(cfg, data, ref_train, ref_eval)
+        before = evaluate_pairs(model, objective, eval_batches, precision) if eval_batches else None
+        result = Trainer(model, objective, batches, cfg.train, stage.run_dir).fit()
+        after = evaluate_pairs(model, objective, eval_batches, precision) if eval_batches else None
+        stage.save_model(model, tokenizer)
+        last = result.history[-1] if result.history else {}
+        stage.finish({
+            "data": data.summary, "loss": cfg.dpo.loss, "steps": result.steps, "resumed_from": result.resumed_from,
+            "guard": result.counts, **ref_info,
+            "train_loss_first": result.losses[0] if result.losses else None,
+            "train_loss_last": result.losses[-1] if result.losses else None,
+            "train_reward_accuracy_last": last.get("reward_accuracy"),
+            "eval_before": before, "eval_after": after,
+            "pairs_per_s": (result.steps * cfg.train.batch_size * cfg.train.grad_accum / result.seconds
+                            if result.seconds else None),
+        }, {})
+    return stage.result.summary
