@@ -360,6 +360,8 @@ app.command("chat")(chat)
 eval_app.command("show")(eval_show)
 app.add_typer(eval_app, name="eval")
 data_app.command("decontam")(data_decontam)
+from tempering.cli_agree import data_pairs  # noqa: E402
+data_app.command("pairs")(data_pairs)
 
 if __name__ == "__main__":
     app()
