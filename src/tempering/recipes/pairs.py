@@ -71,10 +71,11 @@ def label_of(components: dict[str, float], n_strict: int) -> Label:
 
 
 def candidates(trajectories: Sequence[Trajectory], n_strict: int) -> list[Candidate]:
-    """The judged samples of one task (a verifier error or timeout is dropped, not called wrong)."""
+    """The judged samples of one task. A verifier error or timeout is dropped (not called wrong),
+    and so is an empty reply (a pair row needs text on both sides)."""
     return [Candidate(t.sample, t.completion, label_of(t.reward.components, n_strict), t.finish_reason == "length",
                       dict(t.reward.components))
-            for t in trajectories if t.scored]
+            for t in trajectories if t.scored and t.completion.strip()]
 
 
 def bare_answer(text: str) -> str | None:
