@@ -360,8 +360,10 @@ app.command("chat")(chat)
 eval_app.command("show")(eval_show)
 app.add_typer(eval_app, name="eval")
 data_app.command("decontam")(data_decontam)
-from tempering.cli_agree import data_pairs  # noqa: E402
+from tempering.cli_agree import data_agree, data_audit, data_pairs  # noqa: E402
 data_app.command("pairs")(data_pairs)
+data_app.command("agree")(data_agree)
+data_app.command("audit")(data_audit)
 
 if __name__ == "__main__":
     app()

@@ -50,5 +50,5 @@ def test_length_bias_warning():
     rows = [pair(f"q{i}", "a much longer chosen reply", "short") for i in range(8)] + [pair("q", "a", "bb")] * 2
     audit = audit_pairs(rows)
     assert audit.chosen_longer_share == 0.8
-    assert any(w.startswith("length bias: chosen is longer in 80%") for w in audit.warnings())
+    assert any(w.startswith("length bias: chosen is longer in 80% of pairs and shorter in 20%") for w in audit.warnings())
     assert audit_pairs([]).summary()["chosen_longer_share"] is None

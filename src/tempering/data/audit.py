@@ -72,23 +72,27 @@ class PairAudit:
     def chosen_longer_share(self) -> float | None:
         return self.chosen_longer / self.rows if self.rows else None
 
-    def warnings(self) -> list[str]:
-        """One line per finding worth fixing before training."""
+    def findings(self) -> list[tuple[str, str]]:
+        """(example key, one line) per finding worth fixing before training."""
         out = []
         share = self.chosen_longer_share
         if share is not None and (share > LENGTH_BIAS_WARN or (self.rejected_longer / self.rows) > LENGTH_BIAS_WARN):
-            out.append(f"length bias: chosen is longer in {share:.0%} of pairs "
-                       f"(mean {self.mean_chars_chosen:.0f} vs {self.mean_chars_rejected:.0f} chars)")
+            out.append(("length", f"length bias: chosen is longer in {share:.0%} of pairs and shorter in "
+                        f"{self.rejected_longer / self.rows:.0%} (mean {self.mean_chars_chosen:.0f} vs "
+                        f"{self.mean_chars_rejected:.0f} chars)"))
         if self.identical:
-            out.append(f"{self.identical} pairs with chosen == rejected (no preference signal)")
+            out.append(("identical", f"{self.identical} pairs with chosen == rejected (no preference signal)"))
         if self.tie_majority:
-            out.append(f"{self.tie_majority} pairs whose vote majority is a tie")
+            out.append(("tie", f"{self.tie_majority} pairs whose vote majority is a tie"))
         if self.duplicate_rows:
-            out.append(f"{self.duplicate_rows} duplicate rows (same prompt, chosen and rejected)")
+            out.append(("duplicate_rows", f"{self.duplicate_rows} duplicate rows (same prompt, chosen and rejected)"))
         for other, n in self.across_splits.items():
             if n:
-                out.append(f"{n} rows share their prompt with {other}")
+                out.append((f"across:{other}", f"{n} rows share their prompt with {other}"))
         return out
+
+    def warnings(self) -> list[str]:
+        return [text for _, text in self.findings()]
 
     def summary(self) -> dict[str, Any]:
         share = self.chosen_longer_share
