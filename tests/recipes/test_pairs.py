@@ -147,3 +147,36 @@ def test_config_from_flags_and_unknown_keys(tmp_path):
     assert cfg.k == 4 and cfg.tasks.ops == "+" and cfg.kinds == ["correct", "strict"]
     with pytest.raises(Exception, match="kinds"):
         load_config(PairsConfig, None, ["kinds=[fast]"], {"output": "x"})
+
+
+@pytest.mark.slow
+def test_pairs_from_the_default_model_end_to_end(tmp_path):
+    """16 additions x 8 samples from the default model: every written row is a valid pair whose
+    chosen side the task's verifier passes and whose rejected side it ranks lower; the run is
+    recorded with its output. (At temperature 1 about 5% of its replies are correct, so 128
+    samples without one correct reply would be a ~0.1% event.)"""
+    from tempering.config import PairSampling, TaskSourceSettings
+    from tempering.data.builtin import arithmetic_tasks
+    from tempering.pipeline.registry import Registry
+    from tempering.recipes.pairs import run_pairs
+    from tempering.verifiers import score
+
+    cfg = PairsConfig(tasks=TaskSourceSettings(n=16, ops="+"), k=8, sampling=PairSampling(max_new_tokens=24),
+                      output=str(tmp_path / "pairs.jsonl"), out=str(tmp_path / "runs"), name="pairs-e2e", threads=2)
+    summary = run_pairs(cfg)
+    assert summary["samples"] == 128 and summary["strict"] + summary["sloppy"] + summary["wrong"] == summary["judged"]
+    loaded = load_pairs([cfg.output])
+    assert not loaded.errors and len(loaded.records) == summary["pairs"] > 0
+    tasks = {t.id: t for t in arithmetic_tasks(16, 0, "train", "+")}
+    for rec in loaded.records:
+        pair, task = rec.value, tasks[rec.value.meta["task_id"]]
+        chosen, rejected = score(task, pair.chosen).value, score(task, pair.rejected).value
+        assert chosen == 1.0
+        if pair.meta["kind"] == "correct":
+            assert rejected == 0.0
+        else:
+            assert pair.chosen.strip().lstrip("-").isdigit() and pair.rejected.strip() != pair.chosen.strip()
+    with Registry(tmp_path / "runs" / "registry.sqlite") as registry:
+        run = registry.latest("pairs-e2e")
+        assert run["status"] == "finished" and run["outputs"]["pairs"].endswith("pairs.jsonl")
+    assert run_pairs(cfg)["run_id"] == summary["run_id"]  # a finished run is reported, not redone
