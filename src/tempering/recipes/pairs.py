@@ -221,6 +221,9 @@ def run_pairs(cfg: PairsConfig, console: Any = None, force: bool = False) -> dic
     from tempering.rollout.rollout import ThreadRewardWorkers
     from tempering.sources.tasks import load_tasks
 
+    from tempering.train.metrics import console as default_console
+
+    console = console or default_console
     tasks = load_tasks(cfg.tasks)
     spec = StageSpec("pairs", cfg.out, cfg.name, cfg.model_dump(mode="json"),
                      input_list([(cfg.tasks.source, "tasks")]), cfg.model, 1, cfg.seed, cfg.threads, force)
@@ -230,9 +233,16 @@ def run_pairs(cfg: PairsConfig, console: Any = None, force: bool = False) -> dic
         t0 = time.perf_counter()
         engine = HFEngine(load_model(cfg.model), load_tokenizer(cfg.model), precision=cfg.precision)
         columns = (TextColumn("pairs"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"), TimeRemainingColumn())
-        with Progress(*columns, console=console, transient=False) as bar, ThreadRewardWorkers(4) as workers:
+        with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as bar, \
+                ThreadRewardWorkers(4) as workers:
             job = bar.add_task("sample", total=len(tasks))
-            rows, counts = build_pairs(tasks, engine, cfg, workers, lambda done: bar.update(job, completed=done))
+
+            def progress(done: int) -> None:  # piped or redirected: one plain line per batch, not a redrawn bar
+                bar.update(job, completed=done)
+                if not console.is_terminal:
+                    console.print(f"pairs: {done}/{len(tasks)} tasks sampled ({time.perf_counter() - t0:.0f} s)")
+
+            rows, counts = build_pairs(tasks, engine, cfg, workers, progress)
         path = write_jsonl(rows, cfg.output)
         stage.registry.record_output(stage.run_id, "pairs", path)
         stage.finish({"steps": 1, **counts, "output": str(path), "seconds": round(time.perf_counter() - t0, 1)},
