@@ -162,7 +162,7 @@ def test_pairs_from_the_default_model_end_to_end(tmp_path):
     from tempering.verifiers import score
 
     cfg = PairsConfig(tasks=TaskSourceSettings(n=16, ops="+"), k=8, sampling=PairSampling(max_new_tokens=24),
-                      output=str(tmp_path / "pairs.jsonl"), out=str(tmp_path / "runs"), name="pairs-e2e", threads=2)
+                      output=str(tmp_path / "pairs.jsonl"), out=str(tmp_path / "runs"), name="pairs-e2e", threads=1)
     summary = run_pairs(cfg)
     assert summary["samples"] == 128 and summary["strict"] + summary["sloppy"] + summary["wrong"] == summary["judged"]
     loaded = load_pairs([cfg.output])
