@@ -370,6 +370,10 @@ data_app.command("synth")(data_synth)
 data_app.command("failures")(data_failures)
 from tempering.cli_pref import dpo  # noqa: E402
 app.command("dpo")(dpo)
+from tempering.cli_agree import data_agree, data_audit, data_pairs  # noqa: E402
+data_app.command("pairs")(data_pairs)
+data_app.command("agree")(data_agree)
+data_app.command("audit")(data_audit)
 
 if __name__ == "__main__":
     app()
