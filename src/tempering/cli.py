@@ -360,6 +360,9 @@ app.command("chat")(chat)
 eval_app.command("show")(eval_show)
 app.add_typer(eval_app, name="eval")
 data_app.command("decontam")(data_decontam)
+from tempering.cli_rm import best_of_n_cmd, rm  # noqa: E402
+app.command("rm")(rm)
+app.command("best-of-n")(best_of_n_cmd)
 
 if __name__ == "__main__":
     app()

@@ -138,6 +138,18 @@ def score_ids(model: RewardModel, sequences: list[list[int]], pad_id: int, batch
     return out
 
 
+def scored_prefix(ids: list[int], mask: list[int]) -> list[int]:
+    """`ids` through the last position where `mask` is 1: the answer's end-of-turn token.
+
+    Template glue after it (SmolLM2's newline after `<|im_end|>`) is the same for every
+    answer and is not the model's to judge; the score is read at the end of the answer.
+    """
+    last = max((i for i, m in enumerate(mask) if m), default=None)
+    if last is None:
+        raise ValueError("nothing to score: the sequence has no answer tokens")
+    return ids[: last + 1]
+
+
 def pad_right(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask), both (B, longest), right-padded with `pad_id`."""
     width = max(len(s) for s in sequences)
