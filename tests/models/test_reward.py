@@ -96,3 +96,20 @@ def test_plain_model_dir_is_not_a_reward_model(tmp_path):
     tiny_llama().save_pretrained(tmp_path / "lm")
     with pytest.raises(NotARewardModel, match="not a reward model"):
         load_reward_model(tmp_path / "lm")
+
+
+def test_grouped_forward_equals_full_forward_and_its_gradients():
+    rm = RewardModel(tiny_llama(seed=5))
+    prompts = [[5, 6, EOS, 7], [8, 9]]
+    completions = [[10, 11, EOS], [12, EOS], [13, 14, 15, 16, EOS], [17, EOS]]  # 2 per prompt
+    full = [p + c for p, c in zip([prompts[0]] * 2 + [prompts[1]] * 2, completions)]
+    p_ids, p_mask = _left_pad(prompts, EOS)
+    c_ids, c_mask = pad_right(completions, EOS)
+    grouped = rm.forward_grouped(p_ids, p_mask, c_ids, c_mask)
+    grouped.sum().backward()
+    g_grad = rm.lm.get_input_embeddings().weight.grad.clone()
+    rm.zero_grad()
+    plain = rm(*pad_right(full, EOS))
+    plain.sum().backward()
+    assert torch.allclose(grouped, plain, atol=1e-5)
+    assert torch.allclose(g_grad, rm.lm.get_input_embeddings().weight.grad, atol=1e-5)

@@ -131,11 +131,11 @@ def test_best_of_n_picks_the_top_score_and_measures_it(smol_tokenizer):
 
 
 def test_split_keeps_each_prompt_on_one_side_and_ceiling_counts_ties_half():
-    pairs = [ScoredPair([1], [2], prompt_key=f"p{i // 3}") for i in range(30)]
+    pairs = [ScoredPair([0], [1], [2], prompt_key=f"p{i // 3}") for i in range(30)]
     train, held = split_by_prompt(pairs, 0.2, seed=0)
     assert len(held) == 6 and len(train) == 24
     assert not {p.prompt_key for p in train} & {p.prompt_key for p in held}
     assert split_by_prompt(pairs, 0.2, seed=0)[1] == held  # seeded
-    voted = [ScoredPair([1], [2], votes=["chosen", "tie"]), ScoredPair([1], [2], votes=["rejected"]),
-             ScoredPair([1], [2])]
+    voted = [ScoredPair([0], [1], [2], votes=["chosen", "tie"]), ScoredPair([0], [1], [2], votes=["rejected"]),
+             ScoredPair([0], [1], [2])]
     assert agreement_ceiling(voted) == [0.75, 0.0]

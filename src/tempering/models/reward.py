@@ -80,6 +80,36 @@ class RewardModel(torch.nn.Module):
         pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]  # (B, H)
         return self.score_head(pooled).squeeze(-1).float()
 
+    def forward_grouped(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+                        completion_mask: torch.Tensor) -> torch.Tensor:
+        """Scores (B*G,) of G completions per prompt, each prompt run through the decoder once.
+
+        `prompt_ids`/`prompt_mask` are (B, P), left-padded; completions (B*G, C), right-padded,
+        grouped contiguously. The prompt's KV cache is repeated G times (gradients flow back
+        through the repeat), as `models.logprobs.grouped_logprobs` does for GRPO. Equal to
+        `forward` over each [prompt | completion] row; the score is read at the completion's
+        last real token.
+        """
+        from transformers import DynamicCache
+
+        from tempering.models.logprobs import cache_keyword
+
+        group = completion_ids.shape[0] // prompt_ids.shape[0]
+        decoder, cache_kw, cache = self.get_decoder(), cache_keyword(self.lm), DynamicCache()
+        p_pos = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
+        decoder(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=p_pos, use_cache=True,
+                **{cache_kw: cache})
+        if group > 1:
+            cache.batch_repeat_interleave(group)
+            prompt_mask = prompt_mask.repeat_interleave(group, dim=0)
+            p_pos = p_pos.repeat_interleave(group, dim=0)
+        c_pos = p_pos[:, -1:] + 1 + torch.arange(completion_ids.shape[1], device=completion_ids.device)
+        hidden = decoder(input_ids=completion_ids, attention_mask=torch.cat([prompt_mask, completion_mask], dim=1),
+                         position_ids=c_pos, use_cache=True, **{cache_kw: cache}).last_hidden_state
+        last = last_token_index(completion_mask)
+        pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+        return self.score_head(pooled).squeeze(-1).float()
+
     def save_pretrained(self, out: str | Path, **_: Any) -> Path:
         """Save the LM (adapter or full weights) and the head; `Stage.save_model` calls this."""
         from safetensors.torch import save_file
@@ -148,6 +178,18 @@ def scored_prefix(ids: list[int], mask: list[int]) -> list[int]:
     if last is None:
         raise ValueError("nothing to score: the sequence has no answer tokens")
     return ids[: last + 1]
+
+
+def pad_left(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), both (B, longest), left-padded with `pad_id` (prompts)."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        if seq:
+            ids[i, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            mask[i, width - len(seq):] = 1
+    return ids, mask
 
 
 def pad_right(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,8 +12,13 @@ Normalisation: `bradley_terry_loss_sum` returns the *sum* over pairs; the Traine
 by the number of pairs in the optimizer step (`units`), so the logged loss is the mean
 per-pair loss and accumulation 4x2 equals batch 8.
 
-A batch holds the chosen rows first, then the rejected ones, in the same pair order:
-`input_ids`/`attention_mask` (2P, T), `weight` and `margin` (P,).
+A batch comes in one of two layouts, with `weight` and `margin` (P,) in both:
+  * full rows: `input_ids`/`attention_mask` (2P, T), the chosen rows first, then the
+    rejected ones in the same pair order;
+  * shared prompt: `prompt_ids`/`prompt_mask` (P, Lp, left-padded) and
+    `completion_ids`/`completion_mask` (2P, Lc, right-padded) ordered chosen, rejected per
+    pair; each prompt runs through the decoder once for both answers
+    (`RewardModel.forward_grouped`).
 """
 
 from __future__ import annotations
@@ -62,10 +67,16 @@ class RewardObjective:
         self.center_coef = center_coef
 
     def units(self, batch: dict[str, Any]) -> int:
+        if "prompt_ids" in batch:
+            return int(batch["prompt_ids"].shape[0])
         return int(batch["input_ids"].shape[0] // 2)
 
     def scores(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(chosen (P,), rejected (P,)) scores, all 2P rows in one forward."""
+        """(chosen (P,), rejected (P,)) scores, all 2P answers in one forward."""
+        if "prompt_ids" in batch:
+            scores = model.forward_grouped(batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"],
+                                           batch["completion_mask"])  # (2P,): chosen, rejected per pair
+            return scores[0::2], scores[1::2]
         scores = model(batch["input_ids"], batch["attention_mask"])
         pairs = scores.shape[0] // 2
         return scores[:pairs], scores[pairs:]

@@ -28,8 +28,9 @@ from tempering.train.metrics import console
 
 @dataclass
 class ScoredPair:
-    """A pair as two full token sequences (prompt + answer through its last answer token)."""
+    """A pair as token ids: the shared prompt, and each answer through its last answer token."""
 
+    prompt: list[int]
     chosen: list[int]
     rejected: list[int]
     weight: float = 1.0
@@ -61,8 +62,8 @@ def _scored_pairs(paths: list[str], tokenizer: Any, cfg: RMDataSettings, rm: RMS
         pair = rec.value
         margin = rm.margin + float((pair.meta or {}).get(rm.margin_key, 0.0) if rm.margin_key else 0.0)
         out.append(ScoredPair(
-            chosen=scored_prefix(r.prompt_ids + r.chosen_ids, [0] * len(r.prompt_ids) + r.chosen_mask),
-            rejected=scored_prefix(r.prompt_ids + r.rejected_ids, [0] * len(r.prompt_ids) + r.rejected_mask),
+            prompt=r.prompt_ids, chosen=scored_prefix(r.chosen_ids, r.chosen_mask),
+            rejected=scored_prefix(r.rejected_ids, r.rejected_mask),
             weight=pair.weight if rm.use_weights else 1.0, margin=margin,
             prompt_key=hashlib.sha256(json.dumps(r.prompt_ids).encode()).hexdigest()[:16],
             votes=[v.prefers for v in pair.votes or []]))
@@ -104,16 +105,18 @@ def prepare_rm_data(cfg: RMConfig, tokenizer: Any) -> RMData:
 
 
 def pair_batch(pairs: list[ScoredPair], pad_id: int) -> dict[str, Any]:
-    """One batch: chosen rows then rejected rows, right-padded, with per-pair weight and margin."""
+    """One shared-prompt batch (see objectives/reward.py): prompts left-padded, answers
+    right-padded in the order chosen, rejected per pair, with per-pair weight and margin."""
     import torch
 
-    from tempering.models.reward import pad_right
+    from tempering.models.reward import pad_left, pad_right
 
-    ids, mask = pad_right([p.chosen for p in pairs] + [p.rejected for p in pairs], pad_id)
-    return {"input_ids": ids, "attention_mask": mask,
+    p_ids, p_mask = pad_left([p.prompt for p in pairs], pad_id)
+    c_ids, c_mask = pad_right([side for p in pairs for side in (p.chosen, p.rejected)], pad_id)
+    return {"prompt_ids": p_ids, "prompt_mask": p_mask, "completion_ids": c_ids, "completion_mask": c_mask,
             "weight": torch.tensor([p.weight for p in pairs], dtype=torch.float32),
             "margin": torch.tensor([p.margin for p in pairs], dtype=torch.float32),
-            "n_real_tokens": int(mask.sum())}
+            "n_real_tokens": int(p_mask.sum() + c_mask.sum())}
 
 
 class RewardPairBatches:
@@ -159,8 +162,8 @@ def pair_scores(model: Any, pairs: list[ScoredPair], pad_id: int, batch_size: in
 
     was_training = model.training
     model.eval()
-    chosen = score_ids(model, [p.chosen for p in pairs], pad_id, batch_size, precision)
-    rejected = score_ids(model, [p.rejected for p in pairs], pad_id, batch_size, precision)
+    chosen = score_ids(model, [p.prompt + p.chosen for p in pairs], pad_id, batch_size, precision)
+    rejected = score_ids(model, [p.prompt + p.rejected for p in pairs], pad_id, batch_size, precision)
     model.train(was_training)
     return list(zip(chosen, rejected))
 
