@@ -70,10 +70,10 @@ def run_best_of_n(settings: BestOfNSettings, reward_model: str | Path, precision
     from tempering.sources.tasks import load_tasks
     from tempering.verifiers.reward_model import RewardScorer
 
+    scorer = RewardScorer.load(reward_model, precision)  # first: a wrong path fails before the policy loads
     tasks = load_tasks(settings.tasks)
     policy = load_model(settings.policy).eval()
     engine = HFEngine(policy, load_tokenizer(settings.policy), precision=precision)
-    scorer = RewardScorer.load(reward_model, precision)
     sampling = SamplingSettings(**{k: getattr(settings, k) for k in SamplingSettings.model_fields})
     records = best_of_n(tasks, engine, scorer, sampling, settings.n, settings.seed)
     if out is not None:
