@@ -40,8 +40,8 @@ def best_of_n(tasks: Sequence[Task], engine: Any, scorer: Any, sampling: Samplin
     for task, group in zip(tasks, groups):
         scores = scorer.score([t.messages for t in group])
         pick = max(range(len(group)), key=lambda j: scores[j])
-        passed = [bool(t.status == "scored" and t.rewards[0].passed) for t in group]
-        out.append({"task_id": task.id, "completions": [t.messages[-1]["content"] for t in group],
+        passed = [bool(t.scored and t.reward.passed) for t in group]
+        out.append({"task_id": task.id, "completions": [t.completion for t in group],
                     "scores": scores, "passed": passed, "pick": pick, "pick_passed": passed[pick]})
     return out
 
