@@ -515,3 +515,54 @@ class RMConfig(Strict):
 
 
 PATH_KEYS = (*PATH_KEYS, "best_of_n.tasks.source")
+# --- agree ---
+BARE_NUMBER_PATTERN = r"^\s*[-+]?\d[\d,]*(?:\.\d+)?\s*$"
+"""A reply that is only a number (the strict format the arithmetic prompts ask for)."""
+
+
+class PairSampling(SamplingSettings):
+    """How pair candidates are sampled (the `SamplingSettings` fields; temperature > 0)."""
+
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature (> 0: a task needs differing samples to yield a pair)."""
+    max_new_tokens: int = Field(16, ge=1)
+    """Most tokens per candidate; a truncated candidate may be rejected, never chosen."""
+
+
+class PairsConfig(Strict):
+    """`temper data pairs`: verifier-built preference pairs from a model's own samples."""
+
+    model: str = DEFAULT_MODEL
+    """Model spec of the generator: alias, HF dir, run output, .gguf."""
+    tasks: TaskSourceSettings = TaskSourceSettings(n=400)
+    """The tasks whose prompts are sampled (their verifier decides which sample is correct)."""
+    sampling: PairSampling = PairSampling()
+    """Sampling settings of the candidates."""
+    k: int = Field(8, ge=2)
+    """Candidates sampled per task."""
+    seed: int = 0
+    """Sampling seed (chunk i samples under seed + i) and the seed of the pair choice."""
+    kinds: list[Literal["correct", "strict"]] = Field(default_factory=lambda: ["correct", "strict"], min_length=1)
+    """Pair kinds: `correct` = a verified-correct sample over an incorrect one; `strict` = a
+    correct reply in the strict format over a sloppy (correct but unformatted) or incorrect one."""
+    strict: list[dict[str, Any]] = Field(default_factory=lambda: [
+        {"type": "exact"}, {"type": "regex", "on": "completion", "pattern": BARE_NUMBER_PATTERN}])
+    """Verifier specs (each merged over the task's own spec) that a strict reply passes, all of them.
+    Default: the exact answer and nothing but a number."""
+    reformat: bool = True
+    """When no sample of a task is strict, build the strict reply from a verified-correct sample's
+    own final answer (reduced to the bare number, re-verified); marked `chosen_origin: reformatted`."""
+    pairs_per_kind: int = Field(2, ge=1)
+    """Most pairs of each kind per task (each with a different rejected sample)."""
+    chunk_tasks: int = Field(32, ge=1)
+    """Tasks per generation batch (progress advances per batch)."""
+    output: str
+    """The pair JSONL file to write (replaced)."""
+    threads: int | None = Field(None, ge=1)
+    """torch intra-op threads (None: torch's default)."""
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    """auto: bf16 only where it is native, else fp32."""
+    out: str = "runs"
+    """Run root: the generation is recorded in runs/registry.sqlite like any run."""
+    name: str | None = None
+    """Run name (default: pairs-<timestamp>)."""
