@@ -139,3 +139,18 @@ def test_split_keeps_each_prompt_on_one_side_and_ceiling_counts_ties_half():
     voted = [ScoredPair([0], [1], [2], votes=["chosen", "tie"]), ScoredPair([0], [1], [2], votes=["rejected"]),
              ScoredPair([0], [1], [2])]
     assert agreement_ceiling(voted) == [0.75, 0.0]
+
+
+def test_default_template_pairs_end_at_the_answer_eos_which_is_also_pad(tmp_path, smol_tokenizer):
+    """SmolLM2 pads with its end-of-turn token: the case the last-real-token pooling exists for."""
+    from tempering.config import RMDataSettings, RMSettings
+    from tempering.recipes.rm import _scored_pairs, pair_batch
+
+    assert smol_tokenizer.pad_token_id == smol_tokenizer.eos_token_id
+    path = write_jsonl(tmp_path / "p.jsonl", rule_pairs(2, 0))
+    pairs, _ = _scored_pairs([path], smol_tokenizer, RMDataSettings(train=[path]), RMSettings(), "tempering")
+    eos = smol_tokenizer.eos_token_id
+    for p in pairs:
+        assert p.chosen[-1] == eos and p.rejected[-1] == eos  # glue after <|im_end|> is cut
+    batch = pair_batch(pairs, smol_tokenizer.pad_token_id)
+    assert batch["completion_ids"].shape[0] == 4 and int(batch["completion_mask"][0].sum()) == len(pairs[0].chosen)
