@@ -374,6 +374,9 @@ from tempering.cli_agree import data_agree, data_audit, data_pairs  # noqa: E402
 data_app.command("pairs")(data_pairs)
 data_app.command("agree")(data_agree)
 data_app.command("audit")(data_audit)
+from tempering.cli_rm import best_of_n_cmd, rm  # noqa: E402
+app.command("rm")(rm)
+app.command("best-of-n")(best_of_n_cmd)
 
 if __name__ == "__main__":
     app()

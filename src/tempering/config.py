@@ -718,3 +718,78 @@ class PairsConfig(Strict):
     """Run root: the generation is recorded in runs/registry.sqlite like any run."""
     name: str | None = None
     """Run name (default: pairs-<timestamp>)."""
+# --- rm ---
+class RMDataSettings(Strict):
+    """Preference pairs for a reward model (the pair row contract, see data/preference.py)."""
+
+    train: list[str]
+    """Pair files (JSONL / JSON / Parquet) to train on."""
+    eval: list[str] = []
+    """Held-out pair files; empty: hold out `eval_share` of the training prompts instead."""
+    eval_share: float = Field(0.2, ge=0.0, lt=1.0)
+    """Without `eval`: share of distinct prompts (all their pairs) held out, seeded by train.seed."""
+    max_length: int = Field(512, ge=8)
+    """Longest rendered side (prompt + answer) in tokens; longer pairs are quarantined, never cut."""
+    tool_call_style: Literal["auto", "template", "tempering"] = "auto"
+    """How tool calls are written: detected from the template ("auto"), or forced."""
+
+    @field_validator("train", "eval", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
+class RMSettings(Strict):
+    """The Bradley-Terry objective and the held-out evaluation of a reward model."""
+
+    margin: float = 0.0
+    """Constant margin m in -log sigmoid(r_chosen - r_rejected - m)."""
+    margin_key: str | None = None
+    """Key in a row's `meta` holding a per-pair margin (added to `margin`); rows without it use 0."""
+    use_weights: bool = True
+    """Multiply each pair's loss by its row `weight` (e.g. annotator agreement)."""
+    center_coef: float = Field(0.0, ge=0.0)
+    """Weight of the (r_chosen + r_rejected)^2 term that keeps scores centred on 0."""
+    eval_batch_size: int = Field(16, ge=1)
+    """Pairs per forward when scoring the held-out set."""
+    bootstrap_resamples: int = Field(2000, ge=100)
+    """Bootstrap resamples of the held-out accuracy's confidence interval."""
+
+
+class BestOfNSettings(SamplingSettings):
+    """Best-of-n after training: sample n answers per task, pick the highest reward-model score."""
+
+    temperature: float = Field(0.7, gt=0)
+    """Sampling temperature of the n candidates (> 0, or all n would be the same)."""
+    policy: str = DEFAULT_MODEL
+    """The model that samples the candidates."""
+    tasks: TaskSourceSettings = TaskSourceSettings(split="heldout", n=100)
+    """Tasks to answer; their own verifier judges the picked answer (the RM never sees it)."""
+    n: int = Field(8, ge=2)
+    """Candidates per task."""
+    seed: int = 0
+    """Sampling seed."""
+
+
+class RMConfig(Strict):
+    """`temper rm CONFIG.yaml`: a Bradley-Terry reward model on preference pairs."""
+
+    model: str = DEFAULT_MODEL
+    """Base model spec the reward model is built on (alias, HF dir, GGUF path or hub id)."""
+    lora: LoraSettings | None = LoraSettings()
+    """LoRA settings for the base (the scalar head is always fully trained); null: all parameters."""
+    data: RMDataSettings
+    """Training and held-out pairs."""
+    rm: RMSettings = RMSettings()
+    """Margin, weights, centring and held-out evaluation."""
+    train: TrainSettings
+    """Steps, pairs per micro-batch, precision, seed, optimizer, guard and checkpoints."""
+    best_of_n: BestOfNSettings | None = None
+    """Optional best-of-n evaluation with the trained model; null: skipped."""
+    out: str = "runs"
+    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
+    name: str | None = None
+    """Run name (default: rm-<timestamp>)."""
+
+
+PATH_KEYS = (*PATH_KEYS, "best_of_n.tasks.source")

@@ -9,6 +9,9 @@ from tempering.verifiers.context import VerifierContext
 
 ScoreFn = Callable[[dict[str, Any], str, VerifierContext], Reward]
 VERIFIERS: dict[str, ScoreFn] = {}
+PROMPTED: set[str] = set()
+"""Verifier types that judge the answer *in context*: `score` gives their spec the task's
+conversation as `prompt` (a reward model scores prompt + answer, not the answer alone)."""
 
 
 class UnknownVerifier(KeyError):
@@ -22,12 +25,30 @@ class VerifierError(RuntimeError):
     """
 
 
-def register(name: str) -> Callable[[ScoreFn], ScoreFn]:
-    """Register `fn(spec, completion, ctx) -> Reward` as the verifier `type: name`."""
+def register(name: str, needs_prompt: bool = False) -> Callable[[ScoreFn], ScoreFn]:
+    """Register `fn(spec, completion, ctx) -> Reward` as the verifier `type: name`.
+
+    `needs_prompt`: `score` adds the task's conversation to the spec as `prompt` (unless
+    the spec sets one), also inside composite parts.
+    """
     def add(fn: ScoreFn) -> ScoreFn:
         VERIFIERS[name] = fn
+        if needs_prompt:
+            PROMPTED.add(name)
         return fn
     return add
+
+
+def with_prompt(spec: Any, messages: list[dict[str, Any]]) -> Any:
+    """`spec` with `prompt: messages` added to every nested spec whose type is in `PROMPTED`."""
+    if isinstance(spec, list):
+        return [with_prompt(s, messages) for s in spec]
+    if not isinstance(spec, dict):
+        return spec
+    out = {k: with_prompt(v, messages) for k, v in spec.items()}
+    if out.get("type") in PROMPTED and "prompt" not in out:
+        out["prompt"] = messages
+    return out
 
 
 def score_spec(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
@@ -48,7 +69,8 @@ def score(task: Task, completion: str, ctx: VerifierContext | None = None) -> Re
     if ctx is None:
         with VerifierContext() as own:
             return score(task, completion, own)
-    return writable(score_spec(task.verifier, completion, ctx))
+    spec = with_prompt(task.verifier, task.chat()) if PROMPTED else task.verifier
+    return writable(score_spec(spec, completion, ctx))
 
 
 def writable(reward: Reward) -> Reward:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import atexit
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from tempering.sandbox.base import Sandbox
@@ -40,6 +40,8 @@ class VerifierContext:
         self._owned: Sandbox | None = None
         self._closed = False
         self._lock = threading.Lock()
+        self._shared: dict[str, Any] = {}
+        self._shared_lock = threading.Lock()
 
     def sandbox(self) -> Sandbox:
         """The sandbox to run untrusted code in.
@@ -60,8 +62,23 @@ class VerifierContext:
                 atexit.register(self._owned.close)  # a context left unclosed still frees its uids and mounts
             return self._owned
 
+    def shared(self, key: str, factory: Callable[[], Any]) -> Any:
+        """The object stored under `key`, made by `factory()` on first use (once, thread-safe).
+
+        What a verifier loads once and reuses across calls (the `reward_model` verifier's
+        model) lives here, for as long as the context: never in a module global.
+        """
+        with self._shared_lock:
+            if self._closed:
+                raise VerifierContextClosed("the verifier context is closed; open a new one")
+            if key not in self._shared:
+                self._shared[key] = factory()
+            return self._shared[key]
+
     def close(self) -> None:
         """Close the pool the context opened (a given sandbox is the caller's to close). Idempotent."""
+        with self._shared_lock:
+            self._shared.clear()
         with self._lock:
             owned, self._owned, self._closed = self._owned, None, True
         if owned is not None:
