@@ -132,32 +132,6 @@ def eval_compare(
     raise typer.Exit(0 if verdict.passed else 1)
 
 
-def data_decontam(
-    data: Path = typer.Argument(..., help="Training data (JSONL / JSON / Parquet)."),
-    against: List[str] = typer.Option(..., "--against", help="Suites to check against: names or YAML paths, "
-                                      "comma-separated or repeated."),
-    out_path: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the rows that match no suite here "
-                                            "(JSONL); without it, only report (exit 1 when rows match)."),
-) -> None:
-    """Find (and with -o remove) training rows that contain eval suite tasks; prints one JSON summary."""
-    from tempering.evals.contamination import decontaminate
-    from tempering.evals.leakage import suite_index
-    from tempering.evals.suite import SuiteError, load_suite
-
-    try:
-        suites = [load_suite(name.strip()) for item in against for name in item.split(",") if name.strip()]
-        index = suite_index(suites)
-        if out_path is not None:
-            report = decontaminate(index, data, out_path)
-            hits, kept = report.hits, report.kept
-        else:
-            hits, kept = index.scan_file(data), None
-    except (SuiteError, FileNotFoundError, ValueError) as exc:
-        fail(str(exc))
-    print(json.dumps({**decontam_summary(hits), "kept": kept, "written": str(out_path) if out_path else None}))
-    raise typer.Exit(1 if hits and out_path is None else 0)
-
-
 def decontam_summary(hits) -> dict:
     """Rows matched per suite; task ids only for public suites (private ones: counts)."""
     by_suite: dict[str, int] = {}

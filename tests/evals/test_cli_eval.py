@@ -1,4 +1,4 @@
-"""`temper eval run / compare` and `temper data decontam`, and the gate's two acceptance checks:
+"""`temper eval run / compare` and the gate's two acceptance checks:
 a noised checkpoint is flagged as a significant regression, and a checkpoint compared with
 itself under other seeds raises a false alarm in at most 5% of null comparisons."""
 
@@ -8,7 +8,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tempering.cli_eval import data_decontam, eval_app
+from tempering.cli_eval import eval_app
 from tempering.evals.gate import parse_rules, run_gate
 from tempering.evals.results import EvalResults, compare
 from tempering.evals.runner import run_suite
@@ -118,25 +118,3 @@ def test_contaminated_lineage_is_reported_and_fails_the_gate(recall_model, recal
     invoke(eval_app, ["run", suite_file, "--model", recall_dir, "--out", env / "clean"])
     gated = invoke(eval_app, ["compare", env / "clean", env / "leaky", "--gate", gate_file])
     assert gated.exit_code == 1 and "1 contaminated training rows" in gated.output, gated.output
-
-
-def test_data_decontam_scans_and_removes_without_naming_private_tasks(tmp_path, monkeypatch):
-    import typer
-
-    app = typer.Typer()
-    app.command()(data_decontam)
-    rows = recall_tasks(10, seed=1)
-    public = write_suite(tmp_path, "pub", write_jsonl(tmp_path / "pub.jsonl", rows[:5]))
-    private = write_suite(tmp_path, "priv", write_jsonl(tmp_path / "priv.jsonl", rows[5:]), private=True)
-    clean = recall_tasks(8, seed=2, exclude={r["prompt"] for r in rows})
-    data = write_jsonl(tmp_path / "train.jsonl", [sft_row(r["prompt"], "x", id=f"row-{i}") for i, r in enumerate(clean)]
-                       + [sft_row(r["prompt"], "x", id=f"leak-{k}") for k, r in enumerate((rows[1], rows[6]))])
-    scan = invoke(app, [data, "--against", f"{public},{private}"])
-    assert scan.exit_code == 1
-    summary = json.loads(scan.output.strip().splitlines()[-1])
-    assert summary["matched_rows"] == 2 and summary["by_suite"] == {"pub": 1, "priv": 1}
-    assert summary["rows"][0]["public_tasks"] == [rows[1]["id"]] and summary["rows"][1]["public_tasks"] == []
-    assert rows[6]["prompt"] not in scan.output and rows[6]["id"] not in scan.output
-    removed = invoke(app, [data, "--against", public, "--against", private, "-o", tmp_path / "clean.jsonl"])
-    assert removed.exit_code == 0 and json.loads(removed.output.strip().splitlines()[-1])["kept"] == 8
-    assert len((tmp_path / "clean.jsonl").read_text().splitlines()) == 8
