@@ -69,7 +69,7 @@ def dpo_config(work: Path, pairs: str, args: argparse.Namespace) -> Path:
         "model": "smollm2-135m-instruct",
         "lora": {"r": 16, "alpha": 32, "last_layers": args.last_layers},
         "data": {"train": [pairs], "max_length": 256},
-        "dpo": {"loss": args.loss, "beta": args.beta},
+        "dpo": {"loss": args.loss, "beta": args.beta, "sft_weight": args.sft_weight},
         "train": {"steps": args.steps, "batch_size": args.batch, "threads": args.threads,
                   "optim": {"lr": args.lr, "schedule": "constant"}, "checkpoint": {"every": 1000}},
         "out": str(work / "runs"),
@@ -132,6 +132,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=8e-4)
     p.add_argument("--beta", type=float, default=0.1)
     p.add_argument("--loss", default="dpo")
+    p.add_argument("--sft-weight", type=float, default=0.0, help="RPO: weight of the NLL term on chosen.")
     p.add_argument("--last-layers", type=int, default=12)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--heldout", type=int, default=100)

@@ -18,7 +18,8 @@ from tempering.tables import print_wide
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 app = typer.Typer(help="Tempering: post-training for open-weight language models.", no_args_is_help=True)
-data_app = typer.Typer(help="Data: validate, dedup, decontam, mix, stratify, synth, failures, pairs, agree, audit.",
+data_app = typer.Typer(help="Data: validate, clean, mix and build training sets (validate, dedup, decontam, mix, "
+                       "stratify, synth, failures, pairs, agree, audit).",
                        no_args_is_help=True)
 model_app = typer.Typer(help="Models: resolve / convert a model spec.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
