@@ -12,7 +12,8 @@ forward per step) and TRL with `precompute_ref_log_probs=True` (its fastest sett
 fixed reference). Tempering caches its reference log-probs once; that one-time cost is
 reported separately (`reference_s`) and folded into `epoch_pairs_per_s` (one pass over the
 pairs, precompute included) for both it and TRL's precompute mode. The headline
-`ratio_pairs_per_s` is Tempering vs the faster TRL setting on timed steps.
+`ratio_pairs_per_s` is Tempering with `train.compile: true` (per-layer torch.compile, as in
+bench/sft.py) vs the faster TRL setting on timed steps; `ratio_pairs_per_s_eager` without it.
 
     flock /work/wt/bench.lock python bench/dpo.py [--steps 3] [--warmup 1] [--batch 8] [--pairs 64]
 
@@ -64,7 +65,8 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_tempering(model_dir: str, pairs: list[dict], batch: int, steps: int, warmup: int) -> dict:
+def run_tempering(model_dir: str, pairs: list[dict], batch: int, steps: int, warmup: int,
+                  compile_layers: bool = False) -> dict:
     import torch
 
     from tempering.config import DPOConfig
@@ -88,7 +90,7 @@ def run_tempering(model_dir: str, pairs: list[dict], batch: int, steps: int, war
         "model": model_dir, "lora": LORA, "data": {"train": ["<bench pairs>"]},
         "dpo": {"loss": "dpo", "beta": 0.1},
         # one step more than timed: the final checkpoint save falls outside the timed steps
-        "train": {"steps": warmup + steps + 1, "batch_size": batch, "precision": "auto",
+        "train": {"steps": warmup + steps + 1, "batch_size": batch, "precision": "auto", "compile": compile_layers,
                   "optim": {"lr": 1e-5, "schedule": "constant"}, "checkpoint": {"every": 10_000, "keep_last": 1}}})
     torch.manual_seed(0)
     model = load_for_training(model_dir, cfg.lora)
@@ -113,7 +115,7 @@ def run_tempering(model_dir: str, pairs: list[dict], batch: int, steps: int, war
     return {"pairs_per_s": pairs_per_s, "seconds": seconds, "pairs": steps * batch, "reference_s": reference_s,
             "epoch_pairs_per_s": len(rendered) / (len(rendered) / pairs_per_s + reference_s),
             "tokens_run": tokens["n"], "settings": {"precision": precision, "reference": "cached (adapters off)",
-                                                    "shared_prompt_forward": True,
+                                                    "shared_prompt_forward": True, "compile": compile_layers,
                                                     "torch_threads": torch.get_num_threads()},
             "peak_rss_mb": peak_rss_mb()}
 
@@ -176,8 +178,8 @@ def child(args: argparse.Namespace) -> None:
     model_dir = resolve_model("smollm2-135m-instruct")
     pairs = make_pairs(args.pairs)
     common = (model_dir, pairs, args.batch, args.steps, args.warmup)
-    if args.child == "tempering":
-        result = run_tempering(*common)
+    if args.child.startswith("tempering"):
+        result = run_tempering(*common, compile_layers=args.child == "tempering_compiled")
     else:
         result = run_trl(*common, precompute=args.child == "trl_precompute")
     Path(args.out).write_text(json.dumps(result, default=str))
@@ -189,7 +191,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--pairs", type=int, default=64)
-    p.add_argument("--child", choices=["tempering", "trl", "trl_precompute"])
+    p.add_argument("--child", choices=["tempering", "tempering_compiled", "trl", "trl_precompute"])
     p.add_argument("--out")
     p.add_argument("--threads", type=int, default=0, help="torch threads per child (0: torch's default). On a "
                    "host shared with other work, 1 avoids OpenMP oversubscription stalls.")
@@ -200,7 +202,7 @@ def main() -> None:
     from tempering.models.precision import resolve_precision
 
     runs, load = {}, os.getloadavg()
-    for name in ("tempering", "trl", "trl_precompute"):
+    for name in ("tempering", "tempering_compiled", "trl", "trl_precompute"):
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             cmd = [sys.executable, __file__, "--child", name, "--out", out.name,
                    f"--steps={args.steps}", f"--warmup={args.warmup}", f"--batch={args.batch}", f"--pairs={args.pairs}", f"--threads={args.threads}"]
@@ -208,13 +210,14 @@ def main() -> None:
             subprocess.run(cmd, check=True)
             runs[name] = json.loads(Path(out.name).read_text())
     best_trl = max(("trl", "trl_precompute"), key=lambda n: runs[n]["pairs_per_s"])
-    ratio = runs["tempering"]["pairs_per_s"] / runs[best_trl]["pairs_per_s"]
+    ratio = runs["tempering_compiled"]["pairs_per_s"] / runs[best_trl]["pairs_per_s"]
+    ratio_eager = runs["tempering"]["pairs_per_s"] / runs[best_trl]["pairs_per_s"]
     result = {
         "benchmark": "dpo", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "model": "smollm2-135m-instruct (LoRA r16 all-linear)", "batch_pairs": args.batch,
         "timed_steps": args.steps, "warmup_steps": args.warmup, "pairs_in_set": args.pairs,
         "precision": resolve_precision("auto"), "cpu": platform.processor() or platform.machine(),
-        "ratio_pairs_per_s": ratio, "best_trl_setting": best_trl,
+        "ratio_pairs_per_s": ratio, "ratio_pairs_per_s_eager": ratio_eager, "best_trl_setting": best_trl,
         "ratio_vs_trl_default": runs["tempering"]["pairs_per_s"] / runs["trl"]["pairs_per_s"],
         "ratio_epoch_vs_trl_precompute": runs["tempering"]["epoch_pairs_per_s"] / runs["trl_precompute"]["epoch_pairs_per_s"],
         "target_ratio": 2.0, "runs": runs,
@@ -227,7 +230,7 @@ def main() -> None:
     for name, r in runs.items():
         epoch = f"{r['epoch_pairs_per_s']:15.3f}" if "epoch_pairs_per_s" in r else f"{'-':>15}"
         print(f"{name:18}{r['pairs_per_s']:10.3f}{epoch}{r['peak_rss_mb']:13.0f}")
-    print(f"ratio tempering / {best_trl}: {ratio:.2f}x (target 2.0x); vs TRL default "
+    print(f"ratio tempering (compiled layers) / {best_trl}: {ratio:.2f}x (eager {ratio_eager:.2f}x; target 2.0x); vs TRL default "
           f"{result['ratio_vs_trl_default']:.2f}x; one epoch incl. precompute vs TRL precompute "
           f"{result['ratio_epoch_vs_trl_precompute']:.2f}x")
 

@@ -48,11 +48,12 @@ def temper(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def strict_suite(work: Path, n: int) -> Path:
-    """Held-out two-digit additions scored by `exact`, as a suite YAML over a task file."""
+def strict_suite(work: Path, n: int, split: str = "heldout", seed: int = 0) -> Path:
+    """Two-digit additions scored by `exact`, as a suite YAML over a task file: the held-out
+    split for the result; a train-split seed the pairs never used for choosing settings."""
     from tempering.data.builtin import arithmetic_tasks
 
-    tasks = arithmetic_tasks(n, seed=0, split="heldout", ops="+", verifier={"type": "exact"})
+    tasks = arithmetic_tasks(n, seed=seed, split=split, ops="+", verifier={"type": "exact"})
     path = work / "heldout_strict_tasks.jsonl"
     path.write_text("".join(t.model_dump_json(exclude_none=True) + "\n" for t in tasks))
     suite = work / f"{STRICT_SUITE}.yaml"
@@ -136,6 +137,9 @@ def main() -> None:
     p.add_argument("--last-layers", type=int, default=12)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--heldout", type=int, default=100)
+    p.add_argument("--suite-split", default="heldout", help="heldout: the result; train (with a --suite-seed "
+                   "the pairs never used): a validation suite for choosing settings.")
+    p.add_argument("--suite-seed", type=int, default=0)
     p.add_argument("--gate-suites", nargs="*", default=["arithmetic", "rg-chain-sum", "rg-spell-backward"])
     p.add_argument("--gate-limit", type=int, default=40)
     p.add_argument("--gate-seeds", type=int, nargs="*", default=None, help="Seeds whose models are gated (default: all).")
@@ -145,7 +149,7 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    suite = strict_suite(work, args.heldout)
+    suite = strict_suite(work, args.heldout, args.suite_split, args.suite_seed)
     cfg = dpo_config(work, str(Path(args.pairs).resolve()), args)
     evaluate("smollm2-135m-instruct", work / "eval_strict" / "base", [str(suite)], None)
     runs = {}
