@@ -132,14 +132,4 @@ def eval_compare(
     raise typer.Exit(0 if verdict.passed else 1)
 
 
-def decontam_summary(hits) -> dict:
-    """Rows matched per suite; task ids only for public suites (private ones: counts)."""
-    by_suite: dict[str, int] = {}
-    rows = []
-    for hit in hits:
-        suites = list(dict.fromkeys(m.suite for m in hit.matches))
-        for s in suites:
-            by_suite[s] = by_suite.get(s, 0) + 1
-        tasks = sorted({m.task_id for m in hit.matches if not m.private})
-        rows.append({"row": hit.row_id, "suites": suites, "public_tasks": tasks})
-    return {"matched_rows": len(hits), "by_suite": by_suite, "rows": rows}
+from tempering.recipes.datatools import decontam_summary  # noqa: E402,F401  (moved; kept importable here)
