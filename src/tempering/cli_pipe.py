@@ -34,26 +34,35 @@ def _duration(seconds: float) -> str:
 class StageBoard:
     """The live table: one row per stage (status, hash, steps, ETA, last progress line)."""
 
-    def __init__(self, stages: list[Any]):
+    def __init__(self, stages: list[Any], plain: Console | None = None):
+        self.plain = plain  # not a terminal (CI logs, `| tee`): one line per event instead of a redrawn table
         self.rows: dict[str, dict[str, Any]] = {s.name: {"kind": s.kind, "status": "pending", "hash": "",
                                                          "detail": ""} for s in stages}
         self.lock = threading.Lock()
 
     def __call__(self, stage: str, status: str, info: dict[str, Any]) -> None:
         with self.lock:
+            self._update(stage, status, info)
+        if self.plain is not None:
             row = self.rows[stage]
-            if status == "log":
-                row["detail"] = " ".join(str(info.get("line", "")).split())[:80]
-                return
-            row["status"] = status
-            if info.get("hash"):
-                row["hash"] = info["hash"][:12]
-            if status == "running":
-                row.update(started=time.time(), run_dir=info.get("run_dir"), steps=info.get("steps"))
-            elif status in ("done", "cached", "rejected", "failed"):
-                row["detail"] = self._closing(status, info)
-                if "started" in row:
-                    row["elapsed"] = time.time() - row["started"]
+            took = f" in {_duration(row['elapsed'])}" if status != "log" and "elapsed" in row else ""
+            text = row["detail"] if status == "log" else f"{status}{took} {row['hash']} {row['detail']}".rstrip()
+            self.plain.print(f"[{stage}] {text}", highlight=False, markup=False, soft_wrap=True)
+
+    def _update(self, stage: str, status: str, info: dict[str, Any]) -> None:
+        row = self.rows[stage]
+        if status == "log":
+            row["detail"] = " ".join(str(info.get("line", "")).split())[:80]
+            return
+        row["status"] = status
+        if info.get("hash"):
+            row["hash"] = info["hash"][:12]
+        if status == "running":
+            row.update(started=time.time(), run_dir=info.get("run_dir"), steps=info.get("steps"))
+        elif status in ("done", "cached", "rejected", "failed"):
+            row["detail"] = self._closing(status, info)
+            if "started" in row:
+                row["elapsed"] = time.time() - row["started"]
 
     @staticmethod
     def _closing(status: str, info: dict[str, Any]) -> str:
@@ -115,12 +124,16 @@ def run_pipeline_cmd(
         if dry_run:
             _print_plan(plan_only(plan), plan)
             return
-        board = StageBoard(plan.stages)
         from tempering.train.metrics import console
 
-        with Live(get_renderable=board.render, console=console, refresh_per_second=2, transient=False,
-                  redirect_stdout=False, redirect_stderr=True):
-            result = run_pipeline(plan, set(force_stage), events=board, console=console)
+        if console.is_terminal:
+            board = StageBoard(plan.stages)
+            with Live(get_renderable=board.render, console=console, refresh_per_second=2, transient=False,
+                      redirect_stdout=False, redirect_stderr=True):
+                result = run_pipeline(plan, set(force_stage), events=board, console=console)
+        else:
+            result = run_pipeline(plan, set(force_stage), events=StageBoard(plan.stages, plain=console),
+                                  console=console)
     except (PipelineError, StageError) as exc:
         fail(" ".join(str(exc).split()))
     _print_result(result)
