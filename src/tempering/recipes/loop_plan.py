@@ -189,7 +189,8 @@ def _check_refs(where: str, keys: dict[str, Any], earlier: list[PlannedStage],
                 raise PipelineError(f"{where}: {dotted}: ${{{ref}}} is not a reference (write ${{stage.output}})")
             stage, out = m.groups()
             if stage not in before:
-                later = "runs later" if stage in names else "is not a stage of this pipeline"
+                later = ("is this stage itself" if f"stage {stage!r}" == where.rsplit(": ", 1)[-1] else
+                         "runs later" if stage in names else "is not a stage of this pipeline")
                 raise PipelineError(f"{where}: {dotted}: ${{{ref}}} refers to stage {stage!r}, which {later}; "
                                     "a stage may only use the outputs of stages above it")
             outputs = before[stage].spec.outputs
