@@ -1,7 +1,6 @@
-"""`temper eval run | compare` and `temper data decontam`: each parses its flags and calls one function.
+"""`temper eval run | compare`: each parses its flags and calls one function.
 
-Registered in `tempering.cli`: `app.add_typer(eval_app, name="eval")` and
-`data_app.command("decontam")(data_decontam)`.
+Registered in `tempering.cli`: `app.add_typer(eval_app, name="eval")`.
 """
 
 from __future__ import annotations
@@ -130,6 +129,3 @@ def eval_compare(
         (Path(out_dir) / "gate.json").write_text(json.dumps(verdict.to_dict(), indent=1))
     stdout_console().print("[green]gate passed[/green]" if verdict.passed else "[red]gate failed[/red]")
     raise typer.Exit(0 if verdict.passed else 1)
-
-
-from tempering.recipes.datatools import decontam_summary  # noqa: E402,F401  (moved; kept importable here)
