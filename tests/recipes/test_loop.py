@@ -231,3 +231,27 @@ def test_a_pipeline_killed_with_sigkill_resumes_without_redoing_finished_stages(
         by_name.setdefault(r["name"].split("-")[0], []).append(r["status"])
     assert by_name["baseline"] == ["finished"]  # the first stage was not recomputed
     assert sorted(by_name["sft"]) == ["failed", "finished"]  # the killed attempt is closed as interrupted
+
+
+def test_an_interrupted_stage_that_cannot_resume_restarts_in_a_clean_dir(tmp_path):
+    data = write_jsonl(tmp_path / "d.jsonl", [sft_row(f"q {i}", "a") for i in range(5)] + [sft_row("q 1", "a")])
+    path = write_pipeline(tmp_path, {"clean": {"kind": "data.dedup", "data": str(data)}})
+    first = last_json(invoke(path).output)["stages"]["clean"]
+    run_dir = Path(first["run_dir"])
+    kept = Path(first["outputs"]["data"]).read_bytes()
+    # what kill -9 leaves mid-stage: the record says running, a half-written file, a registry row running
+    record = json.loads((run_dir / RECORD).read_text())
+    (run_dir / RECORD).write_text(json.dumps({**record, "status": "running", "outputs": {}}))
+    (run_dir / "data.jsonl").write_text('{"half": ')
+    with Registry(tmp_path / "runs" / "registry.sqlite") as reg:
+        reg.start(run_dir.name, "dedup", {}, [], None)
+    res = invoke(path)
+    assert res.exit_code == 0, res.output
+    again = last_json(res.output)["stages"]["clean"]
+    assert again["status"] == "done" and again["hash"] == first["hash"]
+    assert Path(again["outputs"]["data"]).read_bytes() == kept  # rewritten whole, same bytes as before
+    statuses = [r["status"] for r in registry_runs(tmp_path) if r["name"] == run_dir.name]
+    assert sorted(statuses) == ["failed", "finished", "finished"]
+    with Registry(tmp_path / "runs" / "registry.sqlite") as reg:
+        failed = [r for r in reg.list(limit=100) if r["name"] == run_dir.name and r["status"] == "failed"]
+    assert "interrupted" in failed[0]["error"]
