@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -36,9 +37,9 @@ from typing import Any, Callable
 from tempering.hashing import sha256_file
 from tempering.pipeline.registry import MARKER, Registry
 from tempering.pipeline.stage import REGISTRY_FILE, run_lock
-from tempering.recipes.loop_plan import (REF, Plan, PlannedStage, PipelineError, _substitute, is_file_value,
+from tempering.recipes.loop_plan import (Plan, PlannedStage, PipelineError, _substitute, is_file_value,
                                          is_model_path, load_plan, walk)
-from tempering.recipes.loop_stages import KINDS, StageContext
+from tempering.recipes.loop_stages import StageContext
 
 __all__ = ["load_plan", "run_pipeline", "dry_run", "PipelineError", "StageOutcome", "PipelineResult"]
 RECORD = "pipeline-stage.json"
@@ -132,8 +133,6 @@ def write_record(run_dir: Path, record: dict[str, Any]) -> None:
     with tmp.open("w") as fh:
         fh.write(json.dumps(record, indent=1, default=str))
         fh.flush()
-        import os
-
         os.fsync(fh.fileno())
     tmp.replace(run_dir / RECORD)
 
@@ -318,7 +317,3 @@ def dry_run(plan: Plan) -> list[dict[str, Any]]:
         rows.append({**row, "hash": digest, "run_dir": str(run_dir), "status": status})
     return rows
 
-
-def references(text: str) -> list[str]:
-    """The `${...}` references in a string (for messages and docs)."""
-    return REF.findall(text)

@@ -13,7 +13,6 @@ the stage kind does not have, eval suites that do not load, gate rules that do n
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
