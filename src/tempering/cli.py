@@ -378,6 +378,8 @@ data_app.command("audit")(data_audit)
 from tempering.cli_rm import best_of_n_cmd, rm  # noqa: E402
 app.command("rm")(rm)
 app.command("best-of-n")(best_of_n_cmd)
+from tempering.cli_pipe import run_pipeline_cmd  # noqa: E402  (branch pipe)
+app.command("run")(run_pipeline_cmd)
 
 if __name__ == "__main__":
     app()

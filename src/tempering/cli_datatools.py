@@ -59,15 +59,9 @@ def _table(title: str, counts: dict[str, Any]) -> None:
     err.print(table)
 
 
-def _write_errors(errors: list, out: Path | None, data: Path) -> Path | None:
-    from tempering.data.io import write_quarantine
-
-    if not errors:
-        return None
+def _show_errors(errors: list) -> None:
     for e in errors[:5]:
         err.print(f"[yellow]{e}[/yellow]")
-    target = Path(f"{out if out is not None else data}.quarantine.jsonl")
-    return write_quarantine(errors, target)
 
 
 def data_dedup(
@@ -85,59 +79,26 @@ def data_dedup(
     """Remove exact and near-duplicate rows (keep-first); report clusters; one JSON line of counts."""
     from pydantic import ValidationError
 
-    from tempering.data.dedup import Deduper, dedup_rows
-    from tempering.data.io import RowError
-    from tempering.data.streams import AtomicJsonl, stream_rows, where
-    from tempering.data.textnorm import row_texts
+    from tempering.recipes.datatools import dedup_file
 
     try:
         settings = DedupSettings(threshold=threshold, num_perm=num_perm, shingle=shingle, seed=seed, near=near)
     except ValidationError as exc:
         fail(f"bad option: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
-    errors: list[RowError] = []
-
-    def readable() -> Iterator[tuple[str, Any]]:
-        for location, row, error in stream_rows(data):
-            try:
-                if error is not None:
-                    raise ValueError(str(error))
-                row_texts(row)
-            except ValueError as exc:
-                errors.append(RowError(str(data), location, str(exc), row))
-                continue
-            yield (str(row["id"]) if isinstance(row, dict) and row.get("id") is not None else where(data, location)), row
-
     try:
-        with AtomicJsonl(out_path) as writer, _progress("dedup") as tick:
-            report = dedup_rows(readable(), Deduper(**settings.model_dump()), writer.write, progress=tick)
+        with _progress("dedup") as tick:
+            result = dedup_file(data, out_path, settings, report_path, progress=tick)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
-    quarantine = _write_errors(errors, out_path, data)
-    counts = {**report.summary(), "rows": report.rows + len(errors), "quarantined": len(errors)}
-    report_path = report_path or out_path.with_suffix(".dedup.json")
-    report_path.write_text(json.dumps({**counts, "settings": settings.model_dump(), "lsh_bands": list(
-        Deduper(**settings.model_dump()).bands), "input": str(data), "written": str(out_path), "sha256": writer.sha256,
-        "clusters": report.cluster_list()}, indent=1, ensure_ascii=False))
+    _show_errors(result.errors)
+    counts, report_path, quarantine = result.counts, result.report, result.quarantine
     run_id = _record_run(Path(runs) if runs.strip() else None, "dedup", settings.model_dump(), data,
                          {"data": out_path, "report": report_path}, counts)
     _table(f"dedup {data}", counts)
-    for cluster in report.cluster_list(limit=3):
+    for cluster in result.extra["clusters"]:
         err.print(f"cluster of {cluster['size']}: keeps {cluster['keeper']}: {cluster['example']!r}", markup=False)
-    print(json.dumps({**counts, "written": str(out_path), "sha256": writer.sha256, "report": str(report_path),
+    print(json.dumps({**counts, "written": str(out_path), "sha256": result.sha256, "report": str(report_path),
                       "quarantine": str(quarantine) if quarantine else None, "run_id": run_id}))
-
-
-def _suite_index(against: List[str], settings: DecontamSettings) -> Any:
-    from tempering.evals.contamination import NgramIndex
-    from tempering.evals.suite import load_suite
-
-    index = NgramIndex(**settings.model_dump())
-    for name in (n.strip() for item in against for n in item.split(",")):
-        if name:
-            suite = load_suite(name)
-            rows = [t.model_dump(include={"id", "prompt", "messages"}, exclude_none=True) for t in suite.task_list]
-            index.add_tasks(suite.name, rows, private=suite.private)
-    return index
 
 
 def data_decontam(
@@ -157,38 +118,29 @@ def data_decontam(
     """Find (and with -o remove) training rows that contain eval suite tasks; prints one JSON summary."""
     from pydantic import ValidationError
 
-    from tempering.cli_eval import decontam_summary
-    from tempering.evals.contamination import decontaminate
     from tempering.evals.suite import SuiteError
+    from tempering.recipes.datatools import decontam_file
 
     try:
         settings = DecontamSettings(n=n, min_coverage=min_coverage, boilerplate_tasks=boilerplate_tasks)
     except ValidationError as exc:
         fail(f"bad option: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
     try:
-        index = _suite_index(against, settings)
         with _progress("decontam") as tick:
-            report = decontaminate(index, data, out_path, progress=tick)
+            result = decontam_file(data, against, out_path, settings, report_path, progress=tick)
     except (SuiteError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
-    for suite, task in index.unindexed[:5]:
+    for suite, task in result.extra["unindexed"][:5]:
         err.print(f"[yellow]warning: {suite} task {task} is all boilerplate and can never match[/yellow]")
-    quarantine = _write_errors(report.errors, out_path, data)
-    summary = decontam_summary(report.hits)
-    counts = {"rows": report.rows, "matched_rows": report.removed, "kept": report.kept if out_path else None,
-              "quarantined": report.quarantined, "boilerplate_grams": index.boilerplate_grams}
-    if report_path is None and out_path is not None:
-        report_path = out_path.with_suffix(".decontam.json")
-    if report_path is not None:
-        report_path.write_text(json.dumps({**counts, "settings": settings.model_dump(), **summary,
-                                           "hits": [h.to_dict() for h in report.hits]}, indent=1, ensure_ascii=False))
+    _show_errors(result.errors)
+    counts, report_path, quarantine, summary = result.counts, result.report, result.quarantine, result.extra["summary"]
     run_id = None
     if out_path is not None:
         outputs = {"data": out_path, **({"report": report_path} if report_path else {})}
         run_id = _record_run(Path(runs) if runs.strip() else None, "decontam", settings.model_dump(), data,
                              outputs, counts)
     _table(f"decontam {data}", {**counts, **{f"suite {k}": v for k, v in summary["by_suite"].items()}})
-    print(json.dumps({**summary, **counts, "rows": summary["rows"][:SHOWN_ROWS], "scanned": report.rows,
-                      "written": str(out_path) if out_path else None, "sha256": report.sha256,
+    print(json.dumps({**summary, **counts, "rows": summary["rows"][:SHOWN_ROWS], "scanned": counts["rows"],
+                      "written": str(out_path) if out_path else None, "sha256": result.sha256,
                       "quarantine": str(quarantine) if quarantine else None, "run_id": run_id}))
-    raise typer.Exit(1 if report.hits and out_path is None else 0)
+    raise typer.Exit(1 if result.extra["hits"] and out_path is None else 0)

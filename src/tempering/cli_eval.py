@@ -1,7 +1,6 @@
-"""`temper eval run | compare` and `temper data decontam`: each parses its flags and calls one function.
+"""`temper eval run | compare`: each parses its flags and calls one function.
 
-Registered in `tempering.cli`: `app.add_typer(eval_app, name="eval")` and
-`data_app.command("decontam")(data_decontam)`.
+Registered in `tempering.cli`: `app.add_typer(eval_app, name="eval")`.
 """
 
 from __future__ import annotations
@@ -130,16 +129,3 @@ def eval_compare(
         (Path(out_dir) / "gate.json").write_text(json.dumps(verdict.to_dict(), indent=1))
     stdout_console().print("[green]gate passed[/green]" if verdict.passed else "[red]gate failed[/red]")
     raise typer.Exit(0 if verdict.passed else 1)
-
-
-def decontam_summary(hits) -> dict:
-    """Rows matched per suite; task ids only for public suites (private ones: counts)."""
-    by_suite: dict[str, int] = {}
-    rows = []
-    for hit in hits:
-        suites = list(dict.fromkeys(m.suite for m in hit.matches))
-        for s in suites:
-            by_suite[s] = by_suite.get(s, 0) + 1
-        tasks = sorted({m.task_id for m in hit.matches if not m.private})
-        rows.append({"row": hit.row_id, "suites": suites, "public_tasks": tasks})
-    return {"matched_rows": len(hits), "by_suite": by_suite, "rows": rows}

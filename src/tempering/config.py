@@ -793,3 +793,46 @@ class RMConfig(Strict):
 
 
 PATH_KEYS = (*PATH_KEYS, "best_of_n.tasks.source")
+
+
+# --- pipe ---
+class DedupStageConfig(DedupSettings):
+    """A `data.dedup` stage of a pipeline: one data file, deduplicated (settings as `temper data dedup`)."""
+
+    data: str
+    """Training data to deduplicate (JSONL / JSON / Parquet), a path or a reference like ${synth.sft}."""
+
+
+class DecontamStageConfig(DecontamSettings):
+    """A `data.decontam` stage of a pipeline: rows matching no eval suite are kept."""
+
+    data: str
+    """Training data to decontaminate, a path or a reference like ${dedup.data}."""
+    against: list[str] = Field(min_length=1)
+    """Suites to check against: names or suite YAML paths."""
+
+
+class GateStageConfig(Strict):
+    """A `gate` stage: `evals.gate` rules over a baseline and a candidate eval stage's results."""
+
+    base: str
+    """Baseline results.json, usually a reference like ${baseline.results}."""
+    candidate: str
+    """Candidate results.json, usually a reference like ${after.results}."""
+    rules: list[str] | None = None
+    """Gate rules written inline (the `temper eval compare --gate` forms); give this or rules_file."""
+    rules_file: str | None = None
+    """A gate rules YAML (the file `temper eval compare --gate` reads); give this or rules."""
+    seed: int = 0
+    """Seed of the paired bootstrap."""
+
+
+class PipelineConfig(Strict):
+    """`temper run PIPELINE.yaml`: named stages run in order, each cached by its content hash."""
+
+    out: str = "runs"
+    """Run root: each stage writes <out>/<stage>-<hash12>/; all are recorded in <out>/registry.sqlite."""
+    seed: int = 0
+    """Pipeline seed: the seed of every stage that does not set its own (part of each stage's hash)."""
+    stages: dict[str, dict[str, Any]] = Field(min_length=1)
+    """Stages in run order: name -> {kind: ..., <the kind's config keys>}; see docs/pipeline.md."""

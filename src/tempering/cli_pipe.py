@@ -1,0 +1,166 @@
+"""`temper run PIPELINE.yaml`: validate, then run the stages with a live table (or print the plan).
+
+Exit codes: 0 every stage done or cached; 1 a gate rejected the candidate (later stages did not
+run); 2 the pipeline file is invalid (nothing ran); 3 a stage failed (its error is printed).
+Registered in `cli.py` as `app.command("run")(run_pipeline_cmd)`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from tempering.cli_common import err, fail
+
+STYLE = {"pending": "dim", "cached": "cyan", "running": "yellow", "done": "green", "failed": "red",
+         "rejected": "bold red", "skipped": "dim"}
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+class StageBoard:
+    """The live table: one row per stage (status, hash, steps, ETA, last progress line)."""
+
+    def __init__(self, stages: list[Any], plain: Console | None = None):
+        self.plain = plain  # not a terminal (CI logs, `| tee`): one line per event instead of a redrawn table
+        self.rows: dict[str, dict[str, Any]] = {s.name: {"kind": s.kind, "status": "pending", "hash": "",
+                                                         "detail": ""} for s in stages}
+        self.lock = threading.Lock()
+
+    def __call__(self, stage: str, status: str, info: dict[str, Any]) -> None:
+        with self.lock:
+            self._update(stage, status, info)
+        if self.plain is not None:
+            row = self.rows[stage]
+            took = f" in {_duration(row['elapsed'])}" if status != "log" and "elapsed" in row else ""
+            text = row["detail"] if status == "log" else f"{status}{took} {row['hash']} {row['detail']}".rstrip()
+            self.plain.print(f"[{stage}] {text}", highlight=False, markup=False, soft_wrap=True)
+
+    def _update(self, stage: str, status: str, info: dict[str, Any]) -> None:
+        row = self.rows[stage]
+        if status == "log":
+            row["detail"] = " ".join(str(info.get("line", "")).split())[:80]
+            return
+        row["status"] = status
+        if info.get("hash"):
+            row["hash"] = info["hash"][:12]
+        if status == "running":
+            row.update(started=time.time(), run_dir=info.get("run_dir"), steps=info.get("steps"))
+        elif status in ("done", "cached", "rejected", "failed"):
+            row["detail"] = self._closing(status, info)
+            if "started" in row:
+                row["elapsed"] = time.time() - row["started"]
+
+    @staticmethod
+    def _closing(status: str, info: dict[str, Any]) -> str:
+        if status == "failed":
+            return str(info.get("error", ""))[:120]
+        summary = info.get("summary") or {}
+        if status == "rejected" or summary.get("verdict"):
+            return f"gate: {summary.get('verdict', 'rejected')} " + "; ".join(summary.get("failed_rules", []))
+        return str(info.get("run_dir", ""))
+
+    def _progress(self, row: dict[str, Any]) -> tuple[str, str]:
+        """(steps, eta) of a running training stage, from its metrics.jsonl (the trainer's own record)."""
+        steps, run_dir = row.get("steps"), row.get("run_dir")
+        if not steps or run_dir is None:
+            return "", ""
+        path = Path(run_dir) / "metrics.jsonl"
+        try:
+            records = [json.loads(line) for line in path.read_text().splitlines()[-50:] if line.strip()]
+        except (OSError, json.JSONDecodeError):
+            return f"0/{steps}", ""
+        timed = [r for r in records if isinstance(r.get("step"), int) and "time" in r and "loss" in r]
+        if not timed:
+            return f"0/{steps}", ""
+        last = timed[-1]
+        eta = ""
+        if len(timed) > 1 and last["step"] > timed[0]["step"]:
+            per_step = (last["time"] - timed[0]["time"]) / (last["step"] - timed[0]["step"])
+            eta = _duration(per_step * (steps - last["step"]))
+        return f"{last['step']}/{steps}", eta
+
+    def render(self) -> Table:
+        table = Table("stage", "kind", "status", "hash", "steps", "eta", "time", "detail", title="pipeline",
+                      title_justify="left")
+        with self.lock:
+            for name, row in self.rows.items():
+                steps, eta = self._progress(row) if row["status"] == "running" else ("", "")
+                took = row.get("elapsed") or (time.time() - row["started"] if row["status"] == "running" else None)
+                table.add_row(name, row["kind"], Text(row["status"], style=STYLE.get(row["status"], "")), row["hash"],
+                              steps, eta, _duration(took) if took is not None else "", row["detail"])
+        return table
+
+
+def run_pipeline_cmd(
+    pipeline: Path = typer.Argument(..., help="Pipeline YAML (see examples/pipeline.yaml and docs/pipeline.md)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print each stage's hash and whether it is "
+                                 "cached; run nothing."),
+    force_stage: List[str] = typer.Option([], "--force-stage", help="Recompute this stage even if cached "
+                                          "(repeatable)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Run root (default: the file's `out`)."),
+) -> None:
+    """Run a pipeline: stages in order, cached by content hash, resumable after a kill; a failed gate stops it."""
+    from tempering.pipeline.stage import StageError
+    from tempering.recipes.loop import PipelineError, dry_run as plan_only, load_plan, run_pipeline
+
+    try:
+        plan = load_plan(pipeline)
+        if out is not None:
+            plan.root = Path(out).expanduser().resolve()
+        if dry_run:
+            _print_plan(plan_only(plan), plan)
+            return
+        from tempering.train.metrics import console
+
+        if console.is_terminal:
+            board = StageBoard(plan.stages)
+            with Live(get_renderable=board.render, console=console, refresh_per_second=2, transient=False,
+                      redirect_stdout=False, redirect_stderr=True):
+                result = run_pipeline(plan, set(force_stage), events=board, console=console)
+        else:
+            result = run_pipeline(plan, set(force_stage), events=StageBoard(plan.stages, plain=console),
+                                  console=console)
+    except (PipelineError, StageError) as exc:
+        fail(" ".join(str(exc).split()))
+    _print_result(result)
+    raise typer.Exit({"passed": 0, "rejected": 1, "failed": 3}[result.status])
+
+
+def _print_plan(rows: list[dict[str, Any]], plan: Any) -> None:
+    table = Table("stage", "kind", "hash", "status", "run dir", title=f"plan of {plan.path} (run root {plan.root})",
+                  title_justify="left")
+    for r in rows:
+        table.add_row(r["stage"], r["kind"], (r["hash"] or "?")[:12], r["status"], r["run_dir"] or "")
+    Console().print(table)
+
+
+def _print_result(result: Any) -> None:
+    out = Console()
+    for o in result.stages:
+        if o.status == "failed":
+            err.print(f"[red]error:[/red] stage {o.name} failed: {o.error}", highlight=False)
+        if o.kind == "gate" and o.summary:
+            for rule in o.summary.get("rules", []):
+                mark = "[green]PASS[/green]" if rule.get("passed") else "[red]FAIL[/red]"
+                out.print(f"{mark} {rule.get('rule')}: {rule.get('detail')}", highlight=False)
+    line = {"passed": "[green]pipeline passed[/green]",
+            "rejected": "[bold red]pipeline rejected by its gate; later stages did not run[/bold red]",
+            "failed": "[red]pipeline failed[/red]"}[result.status]
+    out.print(line)
+    print(json.dumps({"status": result.status, "run_id": result.run_id,
+                      "stages": {o.name: {"status": o.status, "hash": o.hash, "run_dir": str(o.run_dir) if o.run_dir
+                                          else None, "outputs": o.outputs} for o in result.stages}}))

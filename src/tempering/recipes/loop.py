@@ -1,0 +1,319 @@
+"""`temper run PIPELINE.yaml`: stages in order, each cached by one content hash, resumable after kill -9.
+
+    plan = load_plan("examples/pipeline.yaml")      # every check before any work (loop_plan)
+    result = run_pipeline(plan)                      # runs, skips cached stages, stops at a rejected gate
+
+Identity. A stage's hash is sha256 over: its kind, its validated config (runner-owned keys
+left out) with every input path replaced by the sha256 of the bytes there (files; dirs as
+their sorted files, the run marker left out), the code version (the hash of the `tempering`
+source tree) and its seed. Paths do not count, bytes do: moving the project keeps the cache,
+and an upstream stage that reproduces its output bit for bit keeps the downstream cache.
+
+Cache. A stage runs in `<out>/<stage>-<hash12>/`, which holds `pipeline-stage.json` (hash,
+status, outputs with their digests). A stage is cached when that record says done (or
+rejected, for a gate) and every output still has its recorded digest; a changed hash is a new
+dir (the old one stays, so switching back is a cache hit). A record that says running is an
+interrupted stage (kill -9): a training stage resumes from its newest verified checkpoint
+(run_stage's resume rules), any other kind restarts in a clean dir.
+
+Gate. A `gate` stage whose verdict fails stops the pipeline: status `rejected`, no later
+stage runs. Every stage is a run of `<out>/registry.sqlite` (through `run_stage`), and the
+pipeline itself is one more run (kind `pipeline`) whose metrics hold each stage's status and
+the verdict.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tempering.hashing import sha256_file
+from tempering.pipeline.registry import MARKER, Registry
+from tempering.pipeline.stage import REGISTRY_FILE, run_lock
+from tempering.recipes.loop_plan import (Plan, PlannedStage, PipelineError, _substitute, is_file_value,
+                                         is_model_path, load_plan, walk)
+from tempering.recipes.loop_stages import StageContext
+
+__all__ = ["load_plan", "run_pipeline", "dry_run", "PipelineError", "StageOutcome", "PipelineResult"]
+RECORD = "pipeline-stage.json"
+_SKIP_IN_DIGEST = {MARKER, RECORD, ".lock"}
+Events = Callable[[str, str, dict[str, Any]], None]
+
+
+@dataclass
+class StageOutcome:
+    """What happened to one stage in this run."""
+
+    name: str
+    kind: str
+    status: str                          # cached | done | failed | rejected | skipped
+    hash: str | None = None
+    run_dir: Path | None = None
+    outputs: dict[str, str] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class PipelineResult:
+    """The pipeline's status (passed | rejected | failed) and each stage's outcome."""
+
+    status: str
+    stages: list[StageOutcome]
+    run_id: str | None = None
+
+
+# ------------------------------------------------------------------ identity
+@functools.cache
+def code_version() -> str:
+    """sha256 of the `tempering` package's source files (names and bytes), so a code change is a new hash."""
+    import tempering
+
+    pkg = Path(tempering.__file__).parent
+    h = hashlib.sha256()
+    for f in sorted(p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                    and p.suffix not in (".pyc", ".pyo")):
+        h.update(f.relative_to(pkg).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def content_digest(path: str | Path) -> str:
+    """sha256 of a file's bytes, or of a dir's sorted (relative name, bytes) leaving out run bookkeeping
+    (the run marker, this record, the lock): the bytes a later stage reads."""
+    path = Path(path)
+    if path.is_file():
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+        if key not in _FILE_DIGESTS:
+            _FILE_DIGESTS[key] = sha256_file(path)
+        return _FILE_DIGESTS[key]
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name not in _SKIP_IN_DIGEST):
+        h.update(f.relative_to(path).as_posix().encode() + b"\0" + content_digest(f).encode() + b"\n")
+    return h.hexdigest()
+
+
+def stage_identity(plan: Plan, stage: PlannedStage, keys: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(hash, the document hashed) of a stage whose references are resolved to paths."""
+    spec = stage.spec
+    cfg = spec.build(keys, plan.root, f"{stage.name}-0").model_dump(mode="json", exclude=set(spec.owned))
+    for dotted in spec.inputs:
+        walk(cfg, dotted, lambda v, k: f"sha256:{content_digest(v)}" if is_file_value(v, k) else v)
+    for dotted in spec.models:
+        walk(cfg, dotted, lambda v, k: f"sha256:{content_digest(v)}" if is_model_path(v) else v)
+    seed: Any = cfg
+    for part in (spec.seed_key or "").split("."):
+        seed = seed.get(part) if isinstance(seed, dict) and part else None
+    doc = {"kind": stage.kind, "config": cfg, "code": code_version(), "seed": seed}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest(), doc
+
+
+# ------------------------------------------------------------------ the stage record
+def read_record(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run_dir / RECORD).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_record(run_dir: Path, record: dict[str, Any]) -> None:
+    """Atomically (write, fsync, rename): a kill -9 leaves the old record or the new one, never half."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".{RECORD}.tmp"
+    with tmp.open("w") as fh:
+        fh.write(json.dumps(record, indent=1, default=str))
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(run_dir / RECORD)
+
+
+def cached_outputs(record: dict[str, Any] | None, digest: str) -> dict[str, str] | None:
+    """The outputs of a finished stage with this hash whose bytes are unchanged, else None."""
+    if record is None or record.get("hash") != digest or record.get("status") not in ("done", "rejected"):
+        return None
+    outs = record.get("outputs", {})
+    for o in outs.values():
+        if not Path(o["path"]).exists() or content_digest(o["path"]) != o["sha256"]:
+            return None
+    return {k: o["path"] for k, o in outs.items()}
+
+
+def _resolver(done: dict[str, StageOutcome], stage: str) -> Callable[[str, str], str]:
+    def resolve(name: str, output: str) -> str:
+        outputs = done[name].outputs
+        if output not in outputs:
+            raise PipelineError(f"stage {stage!r}: ${{{name}.{output}}}: stage {name!r} produced no {output!r} "
+                                f"(it produced: {', '.join(outputs) or 'nothing'})")
+        return outputs[output]
+    return resolve
+
+
+# ------------------------------------------------------------------ running
+def run_pipeline(plan: Plan, force: set[str] | frozenset[str] = frozenset(), events: Events | None = None,
+                 console: Any = None) -> PipelineResult:
+    """Run the stages in order: cached ones are skipped, a rejected gate or a failed stage stops the rest.
+
+    `force`: stage names to recompute even when cached. `events(stage, status, info)` receives
+    pending / cached / running / log / done / failed / rejected / skipped as they happen.
+
+    Raises:
+        StageError: another process runs a pipeline in this run root.
+    """
+    from tempering.train.metrics import console as default_console
+
+    events = events or (lambda *_: None)
+    console = console or default_console
+    unknown = set(force) - {s.name for s in plan.stages}
+    if unknown:
+        raise PipelineError(f"--force-stage {', '.join(sorted(unknown))}: no such stage in {plan.path} "
+                            f"(stages: {', '.join(s.name for s in plan.stages)})")
+    plan.root.mkdir(parents=True, exist_ok=True)
+    outcomes: list[StageOutcome] = []
+    with run_lock(plan.root):
+        run_id = _record_pipeline_start(plan)
+        done: dict[str, StageOutcome] = {}
+        status = "passed"
+        for stage in plan.stages:
+            if status != "passed":
+                outcomes.append(StageOutcome(stage.name, stage.kind, "skipped"))
+                events(stage.name, "skipped", {})
+                continue
+            outcome = _run_one(plan, stage, done, stage.name in force, events, console)
+            outcomes.append(outcome)
+            done[stage.name] = outcome
+            if outcome.status in ("failed", "rejected"):
+                status = outcome.status
+        _record_pipeline_end(plan, run_id, status, outcomes)
+    return PipelineResult(status, outcomes, run_id)
+
+
+def _run_one(plan: Plan, stage: PlannedStage, done: dict[str, StageOutcome], force: bool, events: Events,
+             console: Any) -> StageOutcome:
+    spec = stage.spec
+    try:
+        keys = _substitute(stage.keys, _resolver(done, stage.name))
+        digest, doc = stage_identity(plan, stage, keys)
+    except (PipelineError, OSError) as exc:
+        events(stage.name, "failed", {"error": str(exc)})
+        return StageOutcome(stage.name, stage.kind, "failed", error=str(exc))
+    name = f"{stage.name}-{digest[:12]}"
+    run_dir = plan.root / name
+    record = read_record(run_dir)
+    cached = None if force else cached_outputs(record, digest)
+    if cached is not None:
+        events(stage.name, "cached", {"hash": digest, "run_dir": run_dir, "status": record["status"]})
+        return StageOutcome(stage.name, stage.kind, record["status"] if record["status"] == "rejected" else "cached",
+                            digest, run_dir, cached, record.get("summary", {}))
+    interrupted = (record is not None and record.get("hash") == digest and record.get("status") in ("running", "failed"))
+    if run_dir.exists() and (force or not (interrupted and spec.resumable)):
+        shutil.rmtree(run_dir)  # stale, tampered, forced, or an interrupted stage that cannot resume: start clean
+    _close_interrupted(plan.root, name)
+    base = {"stage": stage.name, "kind": stage.kind, "hash": digest, "identity": doc, "pipeline": str(plan.path)}
+    write_record(run_dir, {**base, "status": "running", "started_at": time.time()})
+    events(stage.name, "running", {"hash": digest, "run_dir": run_dir, "steps": _steps(spec, keys)})
+    ctx = StageContext(plan.root, name, console, lambda line: events(stage.name, "log", {"line": line}))
+    try:
+        outputs, summary = spec.run(spec.build(keys, plan.root, name), ctx)
+    except Exception as exc:  # noqa: BLE001  a stage's failure is a status of the pipeline, with its message
+        error = " ".join(f"{type(exc).__name__}: {exc}".split())
+        write_record(run_dir, {**base, "status": "failed", "error": error})
+        events(stage.name, "failed", {"error": error})
+        return StageOutcome(stage.name, stage.kind, "failed", digest, run_dir, error=error)
+    status = "rejected" if stage.kind == "gate" and not summary.get("passed") else "done"
+    digests = {k: {"path": str(p), "sha256": content_digest(p)} for k, p in outputs.items() if Path(p).exists()}
+    write_record(run_dir, {**base, "status": status, "outputs": digests, "summary": _small(summary),
+                           "finished_at": time.time()})
+    events(stage.name, status, {"hash": digest, "run_dir": run_dir, "summary": summary})
+    return StageOutcome(stage.name, stage.kind, status, digest, run_dir, {k: d["path"] for k, d in digests.items()},
+                        summary)
+
+
+def _steps(spec: Any, keys: dict[str, Any]) -> int | None:
+    node: Any = keys
+    for part in (spec.steps_key or "").split("."):
+        node = node.get(part) if isinstance(node, dict) and part else None
+    return node if isinstance(node, int) else None
+
+
+def _small(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary without long lists (the run's own summary.json keeps everything)."""
+    return {k: v for k, v in summary.items() if not (isinstance(v, list) and len(v) > 50)}
+
+
+def _close_interrupted(root: Path, name: str) -> None:
+    """A registry row left `running` by a killed process is marked failed (interrupted) before the retry."""
+    path = root / REGISTRY_FILE
+    if not path.is_file():
+        return
+    with Registry(path) as registry:
+        for run in registry.list(limit=1_000_000):
+            if run["name"] == name and run["status"] == "running":
+                registry.fail(run["id"], "interrupted: the pipeline process stopped before this stage finished; "
+                                         "a later `temper run` resumed or restarted it")
+
+
+def _record_pipeline_start(plan: Plan) -> str:
+    with Registry(plan.root / REGISTRY_FILE) as registry:
+        for run in registry.list(limit=1_000_000):
+            if run["kind"] == "pipeline" and run["status"] == "running":  # we hold the root lock: it is dead
+                registry.fail(run["id"], "interrupted: the pipeline process stopped")
+        config = {"file": str(plan.path), "out": str(plan.root), "seed": plan.seed,
+                  "stages": {s.name: {"kind": s.kind, **s.keys} for s in plan.stages}}
+        return registry.start(f"pipeline-{plan.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}", "pipeline", config,
+                              [], None)
+
+
+def _record_pipeline_end(plan: Plan, run_id: str, status: str, outcomes: list[StageOutcome]) -> None:
+    stages = {o.name: {"kind": o.kind, "status": o.status, "hash": o.hash,
+                       "run": o.run_dir.name if o.run_dir else None, **({"error": o.error} if o.error else {})}
+              for o in outcomes}
+    verdicts = {o.name: {k: o.summary.get(k) for k in ("verdict", "failed_rules", "candidate")}
+                for o in outcomes if o.kind == "gate" and o.summary}
+    outputs = {o.name: str(o.run_dir) for o in outcomes if o.run_dir is not None}
+    with Registry(plan.root / REGISTRY_FILE) as registry:
+        if status == "failed":
+            failed = next(o for o in outcomes if o.status == "failed")
+            registry.fail(run_id, f"stage {failed.name}: {failed.error}")
+        else:
+            registry.finish(run_id, outputs, {"status": status, "stages": stages, "gates": verdicts})
+
+
+# ------------------------------------------------------------------ the plan, without running
+def dry_run(plan: Plan) -> list[dict[str, Any]]:
+    """Each stage's hash and whether it is cached, without running anything.
+
+    A stage below one that must run has no hash yet (its inputs' bytes do not exist): its
+    status says which stage it waits for.
+    """
+    rows, known = [], {}
+    for stage in plan.stages:
+        row: dict[str, Any] = {"stage": stage.name, "kind": stage.kind, "hash": None, "run_dir": None}
+        blocked = next((s for s, _ in stage.refs if s not in known), None)
+        if blocked is not None:
+            row["status"] = f"after {blocked}"
+            rows.append(row)
+            continue
+        keys = _substitute(stage.keys, lambda s, o: known[s].get(o, f"<{s} has no {o}>"))
+        digest, _ = stage_identity(plan, stage, keys)
+        run_dir = plan.root / f"{stage.name}-{digest[:12]}"
+        record = read_record(run_dir)
+        cached = cached_outputs(record, digest)
+        if cached is not None:
+            known[stage.name] = cached
+            status = "cached" + (" (rejected)" if record["status"] == "rejected" else "")
+        else:
+            resumable = record is not None and record.get("hash") == digest and stage.spec.resumable
+            status = "resumes" if resumable else "runs"
+        rows.append({**row, "hash": digest, "run_dir": str(run_dir), "status": status})
+    return rows
+

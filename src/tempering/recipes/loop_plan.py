@@ -1,0 +1,269 @@
+"""Reading and validating a pipeline file (`temper run`): every check happens before any work.
+
+The file: `out` (run root), `seed`, and `stages`, a mapping (or a list of `{name: ...}`) of
+named stages in run order, each `{kind: <kind>, <the kind's config keys>}` (the stage table
+is `recipes.loop_stages.KINDS`). A value `${stage.output}` refers to an earlier stage's
+output (a file or dir path), e.g. `data: {train: ["${synth.sft}"]}` or `model: ${sft.final}`.
+
+Checked here, each a one-line `PipelineError` naming the file, stage and key: unknown kinds
+and keys (the kind's config model rejects them), keys the runner owns (`out`, `name`),
+missing input files and local models, references to an unknown or later stage or an output
+the stage kind does not have, eval suites that do not load, gate rules that do not parse.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import yaml
+from pydantic import ValidationError
+
+from tempering.config import PipelineConfig
+from tempering.recipes.loop_stages import KINDS, StageKind
+
+REF = re.compile(r"\$\{([^{}]*)\}")
+_REF_PARTS = re.compile(r"([A-Za-z0-9][A-Za-z0-9_]*)\.([A-Za-z0-9_]+)")
+_STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,63}")
+_NOT_FILES = ("builtin:", "humaneval", "reasoning_gym:")  # task sources that name a generator, not a file
+
+
+class PipelineError(ValueError):
+    """A pipeline that cannot run; the message is one line naming the file, stage and key."""
+
+
+@dataclass
+class PlannedStage:
+    """One validated stage: its name, kind, and keys (relative paths resolved, references kept)."""
+
+    name: str
+    kind: str
+    keys: dict[str, Any]
+    refs: list[tuple[str, str]]          # (stage, output) it refers to, in order
+
+    @property
+    def spec(self) -> StageKind:
+        return KINDS[self.kind]
+
+
+@dataclass
+class Plan:
+    """A validated pipeline."""
+
+    path: Path
+    root: Path
+    seed: int
+    stages: list[PlannedStage]
+
+
+# ------------------------------------------------------------------ dotted keys
+def walk(data: Any, dotted: str, fn: Callable[[Any, str], Any], where: str = "") -> None:
+    """Replace every value at `dotted` (`*` walks a list; list values are walked too) by `fn(value, key)`."""
+    head, _, rest = dotted.partition(".")
+    if head == "*":
+        if isinstance(data, list):
+            for i, item in enumerate(data):
+                walk(item, rest, fn, f"{where}.{i}" if where else str(i))
+        return
+    if not isinstance(data, dict) or data.get(head) is None:
+        return
+    key = f"{where}.{head}" if where else head
+    if rest:
+        walk(data[head], rest, fn, key)
+    elif isinstance(data[head], list):
+        data[head] = [fn(v, f"{key}.{i}") if isinstance(v, str) else v for i, v in enumerate(data[head])]
+    elif isinstance(data[head], str):
+        data[head] = fn(data[head], key)
+
+
+def is_file_value(value: str, dotted: str) -> bool:
+    """Whether an input value names a file or dir (not a built-in task source or suite name)."""
+    if REF.search(value):
+        return True
+    if dotted.endswith("tasks.source") and value.startswith(_NOT_FILES):
+        return False
+    if dotted.split(".")[0] in ("suites", "against"):
+        return Path(value).suffix in (".yaml", ".yml") or "/" in value
+    return True
+
+
+def is_model_path(value: str) -> bool:
+    """A model spec that names a local file or dir (an alias or hub id is not checked)."""
+    return value.startswith((".", "/", "~")) or value.endswith(".gguf") or Path(value).expanduser().exists()
+
+
+# ------------------------------------------------------------------ loading and validation
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise PipelineError(f"{path}: pipeline file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PipelineError(f"{path}: not a readable YAML file ({exc})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise PipelineError(f"{where}: invalid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(data, dict):
+        raise PipelineError(f"{path}: the top level must be a mapping (out, seed, stages)")
+    stages = data.get("stages")
+    if isinstance(stages, list):  # the list form: [{name: x, kind: ...}, ...]
+        named: dict[str, Any] = {}
+        for i, item in enumerate(stages):
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise PipelineError(f"{path}: stages.{i}: each stage of the list form needs a 'name'")
+            if item["name"] in named:
+                raise PipelineError(f"{path}: stage {item['name']!r} appears twice")
+            named[item["name"]] = {k: v for k, v in item.items() if k != "name"}
+        data["stages"] = named
+    return data
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a pipeline file; nothing runs and nothing is written.
+
+    Raises:
+        PipelineError: one line naming the file, the stage and the key: an unknown kind or key,
+            a missing input file, a reference to a later or unknown stage or output, a bad rule.
+    """
+    path = Path(path)
+    data = _read(path)
+    try:
+        cfg = PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        raise PipelineError(f"{path}: {'.'.join(map(str, e['loc'][:2]))}: {e['msg']}") from None
+    base = path.parent
+    root = Path(cfg.out).expanduser().absolute()  # like every command's run root: relative to the cwd
+    stages: list[PlannedStage] = []
+    for name, keys in cfg.stages.items():
+        stages.append(_check_stage(path, base, root, cfg.seed, name, keys, stages, set(cfg.stages)))
+    return Plan(path, root, cfg.seed, stages)
+
+
+def _check_stage(path: Path, base: Path, root: Path, seed: int, name: str, keys: Any,
+                 earlier: list[PlannedStage], names: set[str]) -> PlannedStage:
+    where = f"{path}: stage {name!r}"
+    if not _STAGE_NAME.fullmatch(name):
+        raise PipelineError(f"{where}: a stage name is letters, digits and '_' (at most 64), starting with a "
+                            "letter or digit")
+    if not isinstance(keys, dict) or "kind" not in keys:
+        raise PipelineError(f"{where}: needs 'kind' (one of {', '.join(KINDS)})")
+    keys = dict(keys)
+    kind = keys.pop("kind")
+    if kind not in KINDS:
+        raise PipelineError(f"{where}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+    spec = KINDS[kind]
+    for key in spec.owned:
+        if key in keys:
+            raise PipelineError(f"{where}: key {key!r} is set by the pipeline (runs go under the pipeline's out); "
+                                "remove it")
+    refs = _check_refs(where, keys, earlier, names)
+    for dotted in spec.inputs + spec.models:
+        walk(keys, dotted, lambda v, k: _resolve(where, base, v, k, dotted in spec.models))
+    if spec.seed_key:
+        _default(keys, spec.seed_key, seed)
+    placeholder = _substitute(keys, lambda stage, out: str(root / f"{stage}-<hash>" / out))
+    try:
+        cfg = spec.build(placeholder, root, f"{name}-0")
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = ".".join(map(str, e["loc"])) or "(stage)"
+        raise PipelineError(f"{where} ({kind}): {loc}: {e['msg']}") from None
+    _check_semantics(where, kind, cfg)
+    return PlannedStage(name, kind, keys, refs)
+
+
+def _check_refs(where: str, keys: dict[str, Any], earlier: list[PlannedStage],
+                names: set[str]) -> list[tuple[str, str]]:
+    before = {s.name: s for s in earlier}
+    refs = []
+    for dotted, text in _strings(keys):
+        for ref in REF.findall(text):
+            m = _REF_PARTS.fullmatch(ref.strip())
+            if m is None:
+                raise PipelineError(f"{where}: {dotted}: ${{{ref}}} is not a reference (write ${{stage.output}})")
+            stage, out = m.groups()
+            if stage not in before:
+                later = ("is this stage itself" if f"stage {stage!r}" == where.rsplit(": ", 1)[-1] else
+                         "runs later" if stage in names else "is not a stage of this pipeline")
+                raise PipelineError(f"{where}: {dotted}: ${{{ref}}} refers to stage {stage!r}, which {later}; "
+                                    "a stage may only use the outputs of stages above it")
+            outputs = before[stage].spec.outputs
+            if out not in outputs:
+                raise PipelineError(f"{where}: {dotted}: ${{{ref}}}: stage {stage!r} ({before[stage].kind}) has no "
+                                    f"output {out!r} (outputs: {', '.join(outputs)})")
+            refs.append((stage, out))
+    return refs
+
+
+def _strings(data: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _strings(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from _strings(v, f"{where}.{i}")
+    elif isinstance(data, str):
+        yield where, data
+
+
+def _resolve(where: str, base: Path, value: str, key: str, model: bool) -> str:
+    """A relative input path against the pipeline file's dir; a missing one is an error."""
+    if REF.search(value) or (model and not is_model_path(value)) or (not model and not is_file_value(value, key)):
+        return value
+    p = Path(value).expanduser()
+    p = p if p.is_absolute() else Path(os.path.normpath(base / p))
+    if not p.exists():
+        raise PipelineError(f"{where}: {key}: {'model' if model else 'file'} not found: {p}")
+    return str(p)
+
+
+def _default(keys: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = keys
+    for p in parents:
+        if not isinstance(node.get(p), dict):
+            if p in node and node[p] is not None:
+                return  # not a section: validation will say so
+            node[p] = {}
+        node = node[p]
+    node.setdefault(leaf, value)
+
+
+def _substitute(data: Any, fn: Callable[[str, str], str]) -> Any:
+    """A copy with every `${stage.output}` replaced by `fn(stage, output)`."""
+    if isinstance(data, dict):
+        return {k: _substitute(v, fn) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_substitute(v, fn) for v in data]
+    if isinstance(data, str):
+        return REF.sub(lambda m: fn(*_REF_PARTS.fullmatch(m.group(1).strip()).groups()), data)
+    return data
+
+
+def _check_semantics(where: str, kind: str, cfg: Any) -> None:
+    """Checks beyond the config model: suites exist, gate rules parse, mix source names are unique."""
+    from tempering.config import ConfigError
+    from tempering.evals.gate import GateRuleError
+    from tempering.evals.suite import SuiteError, load_suite
+
+    try:
+        if kind == "gate":
+            from tempering.recipes.loop_stages import gate_rules
+
+            gate_rules(cfg, where)
+        elif kind in ("eval", "data.decontam"):
+            for s in cfg.suites if kind == "eval" else cfg.against:
+                if not REF.search(s):
+                    load_suite(s)
+        elif kind == "data.mix":
+            from tempering.recipes.mix import check_config
+
+            check_config(cfg)
+    except (GateRuleError, SuiteError, ConfigError, FileNotFoundError) as exc:
+        msg = " ".join(str(exc).split())
+        raise PipelineError(msg if msg.startswith(where) else f"{where}: {msg}") from None

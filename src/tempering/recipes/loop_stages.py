@@ -1,0 +1,266 @@
+"""The stage table of `temper run`: what each pipeline stage kind validates, reads, runs and produces.
+
+Each kind maps to one existing entry point (a recipe's `run_*`, `evaluate_model`, `run_gate`,
+the dedup/decontam passes); this file only builds that entry point's config from the stage's
+keys and says where its outputs are. Every kind runs inside `run_stage`, so every stage is a
+recorded run of `<out>/registry.sqlite` with its inputs by role.
+
+A stage kind is a `StageKind` row:
+
+- `config`: the pydantic model its keys validate against (the same model as the command's
+  config file, so a stage reads like that file without `out` / `name`);
+- `inputs`: dotted keys holding files or dirs the stage reads (checked before any work, and
+  hashed into the stage's identity; `*` walks a list);
+- `outputs`: what later stages may refer to as `${stage.output}`;
+- `owned`: keys the runner sets (the run root and name, an output path); a pipeline may not;
+- `seed_key`: where the pipeline's `seed` goes when the stage sets none;
+- `resumable`: its run dir holds trainer checkpoints, so a killed stage resumes instead of
+  restarting;
+- `steps_key`: the step target, for the progress display.
+
+Extension point: a `release` stage (the release helper) is one more row: its config model
+(the candidate `${train.final}` and the gate `${gate.verdict}` as inputs), a `run` that
+promotes only when the verdict passed, and its outputs. The runner already stops at a
+rejected gate, so a release row after a gate never runs on a rejected candidate.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from tempering.config import (DecontamStageConfig, DedupStageConfig, DPOConfig, EvalConfig, GateStageConfig,
+                              GRPOConfig, MixConfig, PairsConfig, RMConfig, SFTConfig, StratifyConfig, Strict,
+                              SynthConfig)
+from tempering.pipeline.registry import describe_input
+from tempering.pipeline.stage import StageSpec, input_list, run_stage
+
+RESULTS_FILE = "results.json"
+VERDICT_FILE = "gate.json"
+
+
+@dataclass
+class StageContext:
+    """What the runner hands a stage: where it runs, and where its progress lines go."""
+
+    root: Path            # the pipeline's run root (registry.sqlite lives here)
+    name: str             # the run name, <stage>-<hash12>; the run dir is root / name
+    console: Any          # rich console for recipes that print progress
+    log: Callable[[str], None]  # one short progress line (shown in the display)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / self.name
+
+
+# (outputs {name: path}, summary) of one finished stage
+StageOutput = tuple[dict[str, str], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class StageKind:
+    """One row of the stage table (see the module docstring)."""
+
+    config: type[Strict]
+    run: Callable[[Any, StageContext], StageOutput]
+    outputs: tuple[str, ...]
+    inputs: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    owned: tuple[str, ...] = ("out", "name")
+    seed_key: str | None = None
+    resumable: bool = False
+    steps_key: str | None = None
+
+    def build(self, keys: dict[str, Any], ctx_root: Path, run_name: str) -> Any:
+        """The validated config of a stage: its keys plus the runner-owned ones."""
+        return self.config.model_validate({**keys, **owned_values(self, ctx_root, run_name)})
+
+
+def owned_values(kind: StageKind, root: Path, run_name: str) -> dict[str, Any]:
+    """The values of a kind's runner-owned keys for one run."""
+    run_dir = root / run_name
+    values = {"out": str(root), "name": run_name}
+    if kind.config is EvalConfig:
+        values["out"] = str(run_dir)
+    if kind.config is PairsConfig:
+        values["output"] = str(run_dir / "pairs.jsonl")
+    return {k: v for k, v in values.items() if k in kind.owned}
+
+
+# ------------------------------------------------------------------ training recipes
+def _final(summary: dict[str, Any]) -> StageOutput:
+    return {"final": summary["final"]}, summary
+
+
+def _sft(cfg: SFTConfig, ctx: StageContext) -> StageOutput:
+    from tempering.recipes.sft import run_sft
+
+    return _final(run_sft(cfg))
+
+
+def _dpo(cfg: DPOConfig, ctx: StageContext) -> StageOutput:
+    from tempering.recipes.dpo import run_dpo
+
+    return _final(run_dpo(cfg))
+
+
+def _rm(cfg: RMConfig, ctx: StageContext) -> StageOutput:
+    from tempering.recipes.rm import run_rm
+
+    return _final(run_rm(cfg))
+
+
+def _grpo(cfg: GRPOConfig, ctx: StageContext) -> StageOutput:
+    from tempering.recipes.grpo import run_grpo
+
+    return _final(run_grpo(cfg))
+
+
+# ------------------------------------------------------------------ data recipes
+def _synth(cfg: SynthConfig, ctx: StageContext) -> StageOutput:
+    from tempering.recipes.flywheel import run_synth
+
+    s = run_synth(cfg, console=ctx.console)
+    return {k: s[f"{k}_file"] for k in ("sft", "failures", "pairs") if f"{k}_file" in s}, s
+
+
+def _stratify(cfg: StratifyConfig, ctx: StageContext) -> StageOutput:
+    from tempering.recipes.stratify import run_stratify
+
+    s = run_stratify(cfg, console=ctx.console)
+    return {"tasks": s["rl_set_file"], "stratified": s["stratified_file"]}, s
+
+
+def _mix(cfg: MixConfig, ctx: StageContext) -> StageOutput:
+    from tempering.recipes.mix import check_config, run_mix
+
+    check_config(cfg)
+    s = run_mix(cfg)
+    return {"data": s["output"]}, s
+
+
+def _pairs(cfg: PairsConfig, ctx: StageContext) -> StageOutput:
+    from tempering.recipes.pairs import run_pairs
+
+    s = run_pairs(cfg, console=ctx.console)
+    return {"pairs": s["output"]}, s
+
+
+def _data_pass(kind: str, cfg: Any, ctx: StageContext, body: Callable[[Path], Any]) -> StageOutput:
+    """A dedup / decontam pass as a recorded run: input `data` (role train), outputs `data` and `report`."""
+    settings = cfg.model_dump(exclude={"data", "against"})
+    spec = StageSpec(kind, str(ctx.root), ctx.name, cfg.model_dump(), input_list([(cfg.data, "train")]), None, 1)
+    out = ctx.run_dir / "data.jsonl"
+    with run_stage(spec) as stage:
+        if not stage.finished:
+            result = body(out)
+            stage.registry.record_output(stage.run_id, "data", out)
+            stage.finish({"steps": 1, **result.counts, "settings": settings, "sha256": result.sha256},
+                         {"data": str(out), "report": str(result.report)})
+    return {"data": str(out), "report": str(out.with_suffix(f".{kind}.json"))}, stage.result.summary
+
+
+def _dedup(cfg: DedupStageConfig, ctx: StageContext) -> StageOutput:
+    from tempering.config import DedupSettings
+    from tempering.recipes.datatools import dedup_file
+
+    settings = DedupSettings(**cfg.model_dump(exclude={"data"}))
+    return _data_pass("dedup", cfg, ctx, lambda out: dedup_file(Path(cfg.data), out, settings))
+
+
+def _decontam(cfg: DecontamStageConfig, ctx: StageContext) -> StageOutput:
+    from tempering.config import DecontamSettings
+    from tempering.recipes.datatools import decontam_file
+
+    settings = DecontamSettings(**cfg.model_dump(exclude={"data", "against"}))
+    return _data_pass("decontam", cfg, ctx, lambda out: decontam_file(Path(cfg.data), cfg.against, out, settings))
+
+
+# ------------------------------------------------------------------ evals and the gate
+def load_suites(cfg: EvalConfig) -> list[Any]:
+    """The suites an eval stage runs, with its seeds / samples / limit applied."""
+    from tempering.evals.suite import load_suite
+
+    return [load_suite(s).with_overrides(seeds=cfg.seeds, samples=cfg.samples, limit=cfg.limit) for s in cfg.suites]
+
+
+def _eval(cfg: EvalConfig, ctx: StageContext) -> StageOutput:
+    from tempering.evals.evaluate import evaluate_model
+
+    suites = load_suites(cfg)
+    files = [(s, "eval") for s in cfg.suites if Path(s).suffix in (".yaml", ".yml")]
+    spec = StageSpec("eval", str(ctx.root), ctx.name, cfg.model_dump(), input_list(files), cfg.model, 1,
+                     cfg.first_seed, cfg.threads)
+    results_path = ctx.run_dir / RESULTS_FILE
+    with run_stage(spec) as stage:
+        if not stage.finished:
+            results = evaluate_model(cfg.model, suites, stage.run_dir, first_seed=cfg.first_seed, cache=cfg.cache,
+                                     threads=cfg.threads, precision=cfg.precision, warn=ctx.log, log=ctx.log)
+            metrics = {s.suite: {k: m.mean for k, m in s.metrics.items()} for s in results.suites}
+            stage.finish({"steps": 1, "model": cfg.model, "suites": metrics},
+                         {"results": str(results_path), "report": str(stage.run_dir / "report.html")})
+    return {"results": str(results_path), "report": str(ctx.run_dir / "report.html")}, stage.result.summary
+
+
+def gate_rules(cfg: GateStageConfig, where: str) -> list[Any]:
+    """The gate's parsed rules (inline or from its file).
+
+    Raises:
+        GateRuleError: a rule that does not parse, or neither / both of rules and rules_file.
+    """
+    from tempering.evals.gate import GateRuleError, load_rules, parse_rules
+
+    if (cfg.rules is None) == (cfg.rules_file is None):
+        raise GateRuleError(f"{where}: give exactly one of 'rules' (a list) and 'rules_file' (a YAML path)")
+    return parse_rules(cfg.rules, source=f"{where}: rules") if cfg.rules is not None else load_rules(cfg.rules_file)
+
+
+def _gate(cfg: GateStageConfig, ctx: StageContext) -> StageOutput:
+    from tempering.evals.gate import run_gate
+    from tempering.evals.results import EvalResults
+
+    rules = gate_rules(cfg, ctx.name)
+    base, cand = EvalResults.load(cfg.base), EvalResults.load(cfg.candidate)
+    # the candidate model is the gate's base_model input: lineage of the checkpoint reaches its verdict
+    inputs = [describe_input(cfg.base, "eval"), describe_input(cfg.candidate, "eval")]
+    spec = StageSpec("gate", str(ctx.root), ctx.name, cfg.model_dump(), inputs, cand.model, 1, cfg.seed)
+    verdict_path = ctx.run_dir / VERDICT_FILE
+    with run_stage(spec) as stage:
+        if not stage.finished:
+            verdict = run_gate(rules, base, cand, seed=cfg.seed)
+            verdict_path.write_text(json.dumps(verdict.to_dict(), indent=1))
+            failed = [c.rule for c in verdict.rules if not c.passed]
+            stage.finish({"steps": 1, "passed": verdict.passed, "verdict": "passed" if verdict.passed else "rejected",
+                          "failed_rules": failed, "base": base.model, "candidate": cand.model,
+                          "rules": [c.to_dict() for c in verdict.rules]}, {"verdict": str(verdict_path)})
+    return {"verdict": str(verdict_path)}, stage.result.summary
+
+
+_TRAIN = dict(owned=("out", "name"), seed_key="train.seed", resumable=True, steps_key="train.steps")
+KINDS: dict[str, StageKind] = {
+    "eval": StageKind(EvalConfig, _eval, ("results", "report"), inputs=("suites",), models=("model",), owned=("out",),
+                      seed_key="first_seed"),
+    "data.dedup": StageKind(DedupStageConfig, _dedup, ("data", "report"), inputs=("data",), owned=()),
+    "data.decontam": StageKind(DecontamStageConfig, _decontam, ("data", "report"), inputs=("data", "against"),
+                               owned=()),
+    "data.mix": StageKind(MixConfig, _mix, ("data",), inputs=("sources.*.data", "replay.data"),
+                          models=("tokenizer",), owned=("out", "name", "output"), seed_key="seed"),
+    "data.stratify": StageKind(StratifyConfig, _stratify, ("tasks", "stratified"), inputs=("tasks.source",),
+                               models=("model",), seed_key="seed"),
+    "data.synth": StageKind(SynthConfig, _synth, ("sft", "failures", "pairs"), inputs=("tasks.source",),
+                            models=("model",), seed_key="seed"),
+    "data.pairs": StageKind(PairsConfig, _pairs, ("pairs",), inputs=("tasks.source",), models=("model",),
+                            owned=("out", "name", "output"), seed_key="seed"),
+    "sft": StageKind(SFTConfig, _sft, ("final",), inputs=("data.train", "data.eval", "data.replay.data"),
+                     models=("model",), **_TRAIN),
+    "dpo": StageKind(DPOConfig, _dpo, ("final",), inputs=("data.train", "data.eval"), models=("model",), **_TRAIN),
+    "rm": StageKind(RMConfig, _rm, ("final",), inputs=("data.train", "data.eval", "best_of_n.tasks.source"),
+                    models=("model", "best_of_n.policy"), **_TRAIN),
+    "grpo": StageKind(GRPOConfig, _grpo, ("final",), inputs=("tasks.source", "heldout.tasks.source"),
+                      models=("model",), **_TRAIN),
+    "gate": StageKind(GateStageConfig, _gate, ("verdict",), inputs=("base", "candidate", "rules_file"), owned=(),
+                      seed_key="seed"),
+    # "release": the release helper's row goes here (see the module docstring).
+}
