@@ -186,7 +186,7 @@ def run_stage(spec: StageSpec) -> Iterator[Stage]:
     root = Path(spec.out)
     run_dir = root / name
     with run_lock(run_dir):
-        registry = Registry(root / REGISTRY_FILE)
+        registry = Registry.open(root)  # root/registry.sqlite, or $TEMPERING_REGISTRY
         try:
             stage = Stage(spec, name, run_dir, registry)
             previous = _check_resume(spec, run_dir, registry)
@@ -278,10 +278,10 @@ def record_export(source: str | Path, out: str | Path, config: dict[str, Any]) -
     lineage walks from the exported dir back through the run that trained the adapter.
     A `source` that no Tempering run wrote is exported unrecorded (yields None).
     """
-    from tempering.pipeline.registry import read_marker
+    from tempering.pipeline.registry import read_marker, registry_exists
 
     marker = read_marker(source)
-    if marker is None or not Path(marker["registry"]).is_file():
+    if marker is None or not registry_exists(marker["registry"]):
         yield None
         return
     with Registry(marker["registry"]) as registry:
