@@ -197,7 +197,8 @@ class Registry:
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK})
 
     @contextmanager
-    def _read(self) -> Iterator[sa.Connection]:
+    def reading(self) -> Iterator[sa.Connection]:
+        """A connection for reads (on SQLite a deferred transaction: readers never take the write lock)."""
         with self.engine.connect().execution_options(registry_read=True) as conn:
             yield conn
 
@@ -293,7 +294,7 @@ class Registry:
     # ------------------------------------------------------------------ reading
     def get(self, run_id: str) -> dict[str, Any]:
         """A run by id, or the newest run of that name. Raises KeyError."""
-        with self._read() as conn:
+        with self.reading() as conn:
             row = conn.execute(sa.select(runs).where((runs.c.id == run_id) | (runs.c.name == run_id))
                                .order_by(runs.c.started_at.desc()).limit(1)).first()
         if row is None:
@@ -308,20 +309,20 @@ class Registry:
             return None
 
     def inputs(self, run_id: str) -> list[Input]:
-        with self._read() as conn:
+        with self.reading() as conn:
             rows = conn.execute(sa.select(run_inputs).where(run_inputs.c.run_id == run_id).order_by(run_inputs.c.id))
             return [Input(r.path, r.role, r.sha256, r.parent_run) for r in rows]
 
     def outputs(self, run_id: str) -> list[dict[str, Any]]:
         """A run's recorded outputs: `{role, path, sha256}` in the order they were written."""
-        with self._read() as conn:
+        with self.reading() as conn:
             rows = conn.execute(sa.select(run_outputs.c.role, run_outputs.c.path, run_outputs.c.sha256)
                                 .where(run_outputs.c.run_id == run_id).order_by(run_outputs.c.id))
             return [dict(r._mapping) for r in rows]
 
     def run_for_output(self, path: str | Path) -> dict[str, Any] | None:
         """The run that wrote output `path`, or None."""
-        with self._read() as conn:
+        with self.reading() as conn:
             row = conn.execute(sa.select(run_outputs.c.run_id).where(
                 run_outputs.c.path == str(Path(path).expanduser().resolve())).order_by(run_outputs.c.id.desc())
                 .limit(1)).first()
@@ -335,7 +336,7 @@ class Registry:
             return None, str(model), None
         p = p.resolve()
         marker = read_marker(p)
-        with self._read() as conn:
+        with self.reading() as conn:
             row = conn.execute(sa.select(run_outputs.c.run_id, run_outputs.c.sha256)
                                .where(run_outputs.c.path == str(p)).order_by(run_outputs.c.id.desc()).limit(1)).first()
         run_id = marker["run_id"] if marker else (row.run_id if row else None)
@@ -350,11 +351,11 @@ class Registry:
         if model is not None:
             p = Path(model).expanduser()
             query = query.where(schema.evals.c.model == (str(p.resolve()) if p.exists() else str(model)))
-        with self._read() as conn:
+        with self.reading() as conn:
             return [_decode(r) for r in conn.execute(query)]
 
     def get_eval(self, eval_id: int) -> dict[str, Any]:
-        with self._read() as conn:
+        with self.reading() as conn:
             row = conn.execute(sa.select(schema.evals).where(schema.evals.c.id == eval_id)).first()
         if row is None:
             raise KeyError(f"no eval {eval_id} in {self.location}")
@@ -363,12 +364,12 @@ class Registry:
     def lineage(self, run_id: str) -> list[LineageRow]:
         """Every input, with its role, of the run and of the runs its inputs came from: the runs
         that wrote its base model and the data passes that wrote its data files (one query)."""
-        with self._read() as conn:
+        with self.reading() as conn:
             rows = conn.execute(_LINEAGE, {"run_id": run_id}).fetchall()
         return [LineageRow(r.depth, r.run_id, r.name, r.kind, r.role, r.path, r.sha256, r.parent_run) for r in rows]
 
     def list(self, limit: int = 50) -> list[dict[str, Any]]:
-        with self._read() as conn:
+        with self.reading() as conn:
             rows = conn.execute(sa.select(runs).order_by(runs.c.started_at.desc()).limit(limit))
             return [_decode(r) for r in rows]
 
