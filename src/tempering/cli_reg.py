@@ -203,7 +203,8 @@ def release_ls(root: Path = ROOT, registry: Optional[str] = REGISTRY,
 @release_app.command("promote")
 def release_promote(
     model: Path = typer.Argument(..., help="The checkpoint dir to release."),
-    gate: Path = typer.Option(..., "--gate", help="Its gate verdict (gate.json from `temper eval compare --out`)."),
+    gate: Optional[Path] = typer.Option(None, "--gate", help="Its gate verdict (gate.json from `temper eval "
+                                        "compare --out`); default: the newest verdict recorded for it."),
     alias: str = typer.Option("production", help="Alias to point at it: production, or candidate for a canary."),
     report: Optional[Path] = typer.Option(None, help="The eval report to record with it (default: the gate file)."),
     root: Path = ROOT, registry: Optional[str] = REGISTRY,
@@ -213,11 +214,13 @@ def release_promote(
 
     if not model.exists():
         fail(f"model not found: {model}")
-    verdict = _verdict(gate)
+    verdict = _verdict(gate) if gate is not None else None
     with open_registry(root, registry) as reg:
         try:
-            check_verdict(verdict, str(gate))
-            eval_id = reg.record_eval(model, report or gate, gate=verdict)
+            eval_id = None
+            if verdict is not None:
+                check_verdict(verdict, str(gate))
+                eval_id = reg.record_eval(model, report or gate, gate=verdict)
             r = Releases(reg).promote(model, gate=verdict, alias=alias, eval_id=eval_id)
         except (ReleaseError, FileNotFoundError) as exc:
             fail(str(exc))

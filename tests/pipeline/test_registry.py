@@ -3,6 +3,7 @@
 import json
 import multiprocessing
 import sqlite3
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -119,6 +120,7 @@ def _writer(location, tag, n, barrier):
             run_id = reg.start(f"{tag}-{i}", "sft", {"i": i}, [], f"base-{tag}")
             reg.record_output(run_id, "final", f"/nowhere/{tag}/{i}")
             reg.finish(run_id, {}, {"i": i})
+            time.sleep(0.01)  # a run does some work between writes; without it one SQLite writer starves the other
 
 
 def test_two_processes_writing_at_once_lose_nothing(registry_location):
@@ -135,6 +137,8 @@ def test_two_processes_writing_at_once_lose_nothing(registry_location):
         rows = reg.list(limit=1000)
         assert sorted(r["name"] for r in rows) == sorted(f"{t}-{i}" for t in "ab" for i in range(n))
         assert all(r["status"] == "finished" for r in rows)
+        order = [r["name"][0] for r in sorted(rows, key=lambda r: r["started_at"])]
+        assert sum(x != y for x, y in zip(order, order[1:])) >= 2  # the writers really did interleave
         assert all(len(reg.inputs(r["id"])) == 1 and len(reg.outputs(r["id"])) == 1 for r in rows)
 
 

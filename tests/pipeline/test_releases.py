@@ -135,3 +135,17 @@ def test_a_process_killed_mid_promotion_leaves_the_previous_release(tmp_path, re
     assert proc.exitcode == 9
     assert _state(releases) == before
     assert releases.promote(model(tmp_path, "m3"), gate=PASSED).version >= 2 and releases.rollback().version == 1
+
+
+def test_without_a_verdict_the_newest_recorded_gate_decides(tmp_path, releases):
+    m = model(tmp_path, "m")
+    with pytest.raises(ReleaseError, match="no gate verdict recorded for it"):
+        releases.promote(m)
+    report = tmp_path / "gate.json"
+    report.write_text("{}")
+    releases.registry.record_eval(m, report, gate=PASSED)
+    failed = releases.registry.record_eval(m, report, gate=FAILED)
+    with pytest.raises(ReleaseError, match="gate did not pass"):
+        releases.promote(m)
+    passed = releases.registry.record_eval(m, report, gate=PASSED)
+    assert failed < passed and releases.promote(m).eval_id == passed

@@ -114,9 +114,17 @@ class Releases:
         self.registry = registry
 
     # ------------------------------------------------------------------ changing
-    def promote(self, model: str | Path, *, gate: Mapping[str, Any], alias: str = PRODUCTION,
+    def promote(self, model: str | Path, *, gate: Mapping[str, Any] | None = None, alias: str = PRODUCTION,
                 eval_id: int | None = None, reason: str | None = None) -> Release:
-        """Release `model` as a new version and point `alias` at it. Refused unless `gate` passed."""
+        """Release `model` as a new version and point `alias` at it. Refused unless `gate` passed.
+
+        Without `gate`, the verdict of the model's newest eval recorded with a gate is used
+        (`Registry.record_eval`), so a release stage needs only the checkpoint."""
+        if gate is None:
+            judged = [e for e in self.registry.evals(model=model) if e["gate"] is not None]
+            if not judged:
+                raise ReleaseError(f"{model}: no gate verdict recorded for it; gate it first or pass the verdict")
+            gate, eval_id = judged[-1]["gate"], judged[-1]["id"]
         gate = check_verdict(gate)
         if not gate["passed"]:
             raise ReleaseError(f"{model}: gate did not pass, not released: {_failed_rules(gate)}")
