@@ -149,3 +149,28 @@ def test_without_a_verdict_the_newest_recorded_gate_decides(tmp_path, releases):
         releases.promote(m)
     passed = releases.registry.record_eval(m, report, gate=PASSED)
     assert failed < passed and releases.promote(m).eval_id == passed
+
+
+def _promoter(location, paths, barrier):
+    with Registry(location) as reg:
+        releases = Releases(reg)
+        barrier.wait()
+        for path in paths:
+            releases.promote(path, gate=PASSED)
+
+
+def test_two_processes_promoting_at_once_keep_one_consistent_history(tmp_path, releases, registry_location):
+    ctx, n = multiprocessing.get_context("spawn"), 10
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_promoter, args=(registry_location, [model(tmp_path, f"{t}{i}") for i in range(n)],
+                                                 barrier)) for t in "ab"]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    moves = releases.history("production")
+    assert len(moves) == 2 * n and len(releases.list()) == 2 * n
+    # each move starts from where the one before it left the alias: no lost or crossed update
+    assert [m.previous for m in moves] == [None] + [m.release for m in moves[:-1]]
+    assert [r.status for r in releases.list()].count("production") == 1
