@@ -115,3 +115,19 @@ def test_unreachable_registry_and_missing_file_are_one_line_errors(tmp_path):
     assert res.exit_code == 2 and "cannot open the registry" in res.stderr and "Traceback" not in res.output
     res = run("runs", "ls", "--root", tmp_path / "none")
     assert res.exit_code == 2 and "no registry at" in res.stderr
+
+
+def test_prune_on_a_shared_registry_removes_only_this_roots_runs(tmp_path, where):
+    root, other = tmp_path / "here", tmp_path / "elsewhere"
+    with Registry(where) as reg:
+        for name, run_root in (("mine", root), ("theirs", other)):
+            run_id = reg.start(name, "sft", {}, [], None)
+            (run_root / name).mkdir(parents=True)
+            reg.record_output(run_id, "run_dir", run_root / name)
+            reg.fail(run_id, "boom")
+            (run_root / name / "tempering-run.json").unlink()
+            (run_root / name).rmdir()
+    res = run("runs", "prune", "--root", root, "--registry", where)
+    assert res.exit_code == 0 and "removed 1 failed run(s) without a run dir: mine" in res.stdout
+    with Registry(where) as reg:
+        assert reg.latest("theirs") is not None and reg.latest("mine") is None

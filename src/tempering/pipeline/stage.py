@@ -297,7 +297,18 @@ def record_export(source: str | Path, out: str | Path, config: dict[str, Any]) -
 
 
 def prune_failed(registry: Registry, root: Path) -> list[str]:
-    """Remove failed runs whose run dir is gone; returns their names."""
-    gone = [r for r in registry.list(limit=1_000_000) if r["status"] == "failed" and not (root / r["name"]).exists()]
+    """Remove failed runs of run root `root` whose run dir is gone; returns their names.
+
+    A run belongs to `root` when its recorded run dir lies there; a run without one only
+    when the registry is `root`'s own SQLite file (a shared server also holds other
+    machines' runs, whose dirs are never here)."""
+    own = registry.path is not None and registry.path.resolve() == (root / REGISTRY_FILE).resolve()
+
+    def here(run: dict[str, Any]) -> bool:
+        dirs = [Path(o["path"]) for o in registry.outputs(run["id"]) if o["role"] == "run_dir"]
+        return dirs[0].parent == root.resolve() if dirs else own
+
+    gone = [r for r in registry.list(limit=1_000_000)
+            if r["status"] == "failed" and not (root / r["name"]).exists() and here(r)]
     registry.remove([r["id"] for r in gone])
     return [r["name"] for r in gone]
