@@ -151,8 +151,8 @@ def test_open_picks_url_then_environment_then_run_root(tmp_path, monkeypatch, re
         reg.start("via-env", "sft", {}, [], None)
     with Registry(registry_location) as reg:
         assert reg.latest("via-env") is not None
-    if "://" in registry_location:
-        assert "password" not in Registry(registry_location).location
+    with Registry(registry_location.replace("postgres@", "postgres:secret@")) as reg:
+        assert "secret" not in reg.location
 
 
 def test_unreachable_server_is_one_line_error():

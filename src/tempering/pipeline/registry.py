@@ -160,13 +160,20 @@ class Registry:
             url = sa.make_url(f"sqlite:///{self.path.resolve()}")
         # What a marker names: the SQLite file, or the URL without its password (psycopg takes
         # it from PGPASSWORD or ~/.pgpass), so no secret is written next to a model.
-        self.location = str(self.path.resolve()) if self.path else url.set(password=None).render_as_string(False)
+        self.location = str(self.path.resolve()) if self.path else _without_password(url)
         try:
             self.engine = _engine(url)
+        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+            raise RegistryError(f"{self.location}: cannot open the registry: {exc}") from None
+        try:
             self._migrate()
-        except (sa.exc.OperationalError, sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+        except sa.exc.OperationalError as exc:
+            self.engine.dispose()
             why = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
             raise RegistryError(f"{self.location}: cannot open the registry: {why}") from None
+        except BaseException:
+            self.engine.dispose()
+            raise
 
     @classmethod
     def open(cls, where: str | Path | None = None) -> "Registry":
@@ -381,6 +388,11 @@ class Registry:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _without_password(url: sa.URL) -> str:
+    return sa.URL.create(url.drivername, url.username, None, url.host, url.port, url.database,
+                         url.query).render_as_string(hide_password=False)
 
 
 def _engine(url: sa.URL) -> sa.Engine:
