@@ -95,6 +95,10 @@ def test_release_promote_rollback_and_canary_decision(tmp_path, where):
     listed = run("release", "ls", "--history", "--registry", where).stdout
     assert "complaints" in listed and "canary-pass" in listed and "canary-fail" in listed
     assert "release v4 production" in run("lineage", m3, "--registry", where).stdout
+    with Registry(where) as reg:  # a model input shows the hash its parent run recorded for it
+        child = reg.start("child", "grpo", {}, [describe_input(m3, "base_model")], None)
+        sha = reg.identify_model(m3)[2]
+    assert f"base_model {m3}  sha256 {sha[:12]}  <- three" in run("lineage", child, "--registry", where).stdout
 
 
 def test_runs_ls_show_and_one_line_errors(tmp_path, where):

@@ -148,7 +148,8 @@ def lineage(checkpoint: str = typer.Argument(..., help="A checkpoint dir (its ma
                     continue
                 parent = reg.latest(i.parent_run) if i.parent_run else None  # None: a run of another registry
                 source = f"  <- {parent['name'] if parent else 'run'} ({i.parent_run})" if i.parent_run else ""
-                out.print(f"{indent}  {i.role:<10} {escape(i.path)}  sha256 {_short(i.sha256)}{escape(source)}")
+                sha = i.sha256 or (_checkpoint_sha(reg, i.parent_run, i.path) if i.parent_run else None)
+                out.print(f"{indent}  {i.role:<10} {escape(i.path)}  sha256 {_short(sha)}{escape(source)}")
             for o in reg.outputs(run_id):
                 if o["role"] != "run_dir":
                     out.print(f"{indent}  -> {o['role']:<7} {escape(o['path'])}  sha256 {_short(o['sha256'])}")
@@ -158,6 +159,13 @@ def lineage(checkpoint: str = typer.Argument(..., help="A checkpoint dir (its ma
             out.print(f"release v{rel.version} {rel.status}  {escape(rel.model)}  sha256 {_short(rel.model_sha256)}")
         if not releases:
             out.print("not released")
+
+
+def _checkpoint_sha(reg: Registry, run_id: str, path: str) -> str | None:
+    """The hash a model input's parent run recorded for it (model dirs are not hashed again as inputs)."""
+    resolved = str(Path(path).expanduser().resolve())
+    hashes = {o["path"]: o["sha256"] for o in reg.outputs(run_id) if o["role"] in ("final", "merged")}
+    return hashes.get(resolved)
 
 
 def _print_evals(evals: list[dict[str, Any]]) -> None:
