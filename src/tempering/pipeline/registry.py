@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from tempering.hashing import sha256_file as file_sha256
-from tempering.pipeline import schema
+from tempering.pipeline import migrate, schema
 from tempering.pipeline.schema import SCHEMA_VERSION, metadata, run_inputs, run_outputs, runs, schema_version
 
 __all__ = ["SCHEMA_VERSION", "Registry", "RegistryError", "Input", "LineageRow", "describe_input", "read_marker",
@@ -210,8 +210,6 @@ class Registry:
             yield conn
 
     def _migrate(self) -> None:
-        from tempering.pipeline import migrate
-
         with self.transaction() as conn:
             self.lock(conn)
             have = sa.inspect(conn).has_table("schema_version")
