@@ -117,6 +117,7 @@ def test_runs_ls_show_and_one_line_errors(tmp_path, where):
 def test_unreachable_registry_and_missing_file_are_one_line_errors(tmp_path):
     res = run("runs", "ls", "--registry", "postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=2")
     assert res.exit_code == 2 and "cannot open the registry" in res.stderr and "Traceback" not in res.output
+    assert len(res.stderr.strip().splitlines()) == 1 and res.stderr.startswith("error:")
     res = run("runs", "ls", "--root", tmp_path / "none")
     assert res.exit_code == 2 and "no registry at" in res.stderr
 
