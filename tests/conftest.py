@@ -53,3 +53,38 @@ def random_examples(n: int, vocab: int = 64, seed: int = 0, lo: int = 6, hi: int
         cut = length // 2
         out.append(RenderedExample(ids, [IGNORE] * cut + ids[cut:]))
     return out
+
+
+# --- reg: the registry on both backends (SQLite file, real PostgreSQL server) ---
+os.environ.pop("TEMPERING_REGISTRY", None)  # a user's shared registry must not receive test runs
+
+
+@pytest.fixture(scope="session")
+def pg_server_url():
+    """URL of a PostgreSQL server: $TEMPERING_TEST_PG_URL, else a throwaway local cluster."""
+    import os
+
+    from tests.pg_server import ENV, LocalPostgres
+
+    if os.environ.get(ENV):
+        yield os.environ[ENV]
+        return
+    try:
+        server = LocalPostgres()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def registry_location(request, tmp_path):
+    """Where a test's registry lives: an SQLite file, or a fresh database on the PostgreSQL server."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "runs" / "registry.sqlite")
+        return
+    from tests.pg_server import fresh_database
+
+    url, drop = fresh_database(request.getfixturevalue("pg_server_url"))
+    yield url
+    drop()

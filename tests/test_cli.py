@@ -21,6 +21,6 @@ def test_model_resolve_and_runs_listing(tmp_path):
     assert CliRunner().invoke(app, ["model", "resolve", str(tmp_path / "x.gguf")]).exit_code == 2
     reg = Registry(tmp_path / "registry.sqlite")
     reg.finish(reg.start("first-run", "sft", {}, [], "base"), {}, {})
-    res = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)])
+    res = CliRunner().invoke(app, ["runs", "ls", "--root", str(tmp_path)])
     assert res.exit_code == 0 and "first-run" in res.stdout and "finished" in res.stdout
-    assert CliRunner().invoke(app, ["runs", "--root", str(tmp_path / "none")]).exit_code == 2
+    assert CliRunner().invoke(app, ["runs", "ls", "--root", str(tmp_path / "none")]).exit_code == 2

@@ -292,34 +292,6 @@ def model_resolve(spec: str = typer.Argument(DEFAULT_MODEL)) -> None:
 
 
 @app.command()
-def runs(
-    root: Path = typer.Option(Path("runs"), help="Run root holding registry.sqlite."),
-    prune: bool = typer.Option(False, "--prune", help="Remove failed runs whose run dir no longer exists."),
-) -> None:
-    """List recorded runs (or prune failed ones that left nothing behind)."""
-    import time
-
-    from tempering.pipeline.registry import Registry
-
-    path = root / "registry.sqlite"
-    if not path.is_file():
-        fail(f"no registry at {path}")
-    with Registry(path) as registry:
-        if prune:
-            from tempering.pipeline.stage import prune_failed
-
-            removed = prune_failed(registry, root)
-            out.print(f"removed {len(removed)} failed run(s) without a run dir" +
-                      (f": {', '.join(removed)}" if removed else ""))
-            return
-        table = Table("id", "name", "kind", "status", "base model", "started")
-        for r in registry.list():
-            started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started_at"]))
-            table.add_row(r["id"], r["name"], r["kind"], r["status"], r["base_model"] or "", started)
-    out.print(table)
-
-
-@app.command()
 def demo(
     config: Optional[Path] = typer.Option(None, help="The demo's SFT config (default: examples/sft_demo.yaml "
                                           "here, else in the Tempering source tree)."),
@@ -380,6 +352,10 @@ app.command("rm")(rm)
 app.command("best-of-n")(best_of_n_cmd)
 from tempering.cli_pipe import run_pipeline_cmd  # noqa: E402  (branch pipe)
 app.command("run")(run_pipeline_cmd)
+from tempering.cli_reg import lineage, release_app, runs_app  # noqa: E402  (branch reg)
+app.add_typer(runs_app, name="runs")
+app.command("lineage")(lineage)
+app.add_typer(release_app, name="release")
 
 if __name__ == "__main__":
     app()

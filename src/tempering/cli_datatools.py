@@ -43,7 +43,7 @@ def _record_run(runs: Path | None, kind: str, config: dict[str, Any], data: Path
         return None
     from tempering.pipeline.registry import Registry, describe_input
 
-    with Registry(runs / "registry.sqlite") as registry:
+    with Registry.open(runs) as registry:
         name = f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_id = registry.start(name, kind, config, [describe_input(data, "train")], None)
         for role, path in outputs.items():

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 
-def sha256_file(path: str | Path) -> str:
+def sha256_file(path: str | Path, exclude: Collection[str] = ()) -> str:
     """Hex sha256 of a file's bytes, read in 1 MiB chunks; for a directory (a saved
-    Hugging Face dataset), of its files' relative paths and bytes in sorted order."""
+    Hugging Face dataset, a checkpoint), of its files' relative paths and bytes in sorted
+    order, leaving out files named in `exclude` (bookkeeping such as a run marker)."""
     h = hashlib.sha256()
     path = Path(path)
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name not in exclude) if path.is_dir() else [path]
     for file in files:
         if file != path:
             h.update(file.relative_to(path).as_posix().encode() + b"\0")

@@ -155,3 +155,16 @@ def test_run_gate_compares_two_results_files():
     verdicts = run_gate(rules, base, broken).to_dict()
     assert [r["passed"] for r in verdicts["rules"]] == [False, False, False]
     assert verdicts["rules"][1]["detail"].startswith("regressed or unchecked: qa -0.5 [")
+
+
+def test_non_inferiority_needs_the_interval_above_minus_the_margin():
+    # NOT_SIGNIFICANT: [-0.03, 0.01]; SIGNIFICANT_DROP: [-0.08, -0.02]
+    assert verdict("non-inferior on qa within 0.05", qa=NOT_SIGNIFICANT)
+    assert verdict("non-inferior on qa within 0.03", qa=NOT_SIGNIFICANT)  # exactly at the margin
+    assert not verdict("non-inferior on qa within 0.02", qa=NOT_SIGNIFICANT)  # not significant, still not shown
+    assert not verdict("non-inferior on general within 0.05", qa=SIGNIFICANT_DROP)
+    assert verdict("Non-inferior on general within 0.1", qa=SIGNIFICANT_DROP)
+    (check,) = evaluate([parse_rule("non-inferior on general within 0.05")], outcomes(qa=SIGNIFICANT_DROP)).rules
+    assert check.detail == "lower bound below -0.05 or unchecked: qa -0.05 [-0.08, -0.02]"
+    with pytest.raises(GateRuleError, match="expected 'non-inferior on <suite-or-track> within <margin>'"):
+        parse_rule("non-inferior on general")

@@ -122,3 +122,19 @@ def test_lineage_crosses_run_roots_and_exports(tmp_path, monkeypatch):
     lineage = training_lineage(final_b)
     assert lineage.runs[0] == "b" and lineage.runs[1].startswith("export-a-") and lineage.runs[2] == "a"
     assert [f.name for f in lineage.files] == ["b.jsonl", "a.jsonl"]
+
+
+def test_training_lineage_reads_the_registry_the_marker_names_on_either_backend(tmp_path, registry_location):
+    from tempering.pipeline.registry import Registry, describe_input
+
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"text": "x"}\n')
+    final = tmp_path / "final"
+    final.mkdir()
+    with Registry(registry_location) as reg:
+        run_id = reg.start("sft-pg", "sft", {}, [describe_input(data, "train")], "base")
+        reg.record_output(run_id, "final", final)
+        reg.finish(run_id, {}, {})
+    assert find_run(final)[1]["id"] == run_id
+    lineage = training_lineage(final)
+    assert lineage.runs == ["sft-pg"] and lineage.files == [data] and not lineage.missing

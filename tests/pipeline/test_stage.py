@@ -183,7 +183,7 @@ def test_runs_prune_command(tmp_path):
     with Registry(tmp_path / "registry.sqlite") as reg:
         reg.fail(reg.start("crashed", "sft", {}, [], None), "ValueError: no rows")
         reg.finish(reg.start("done", "sft", {}, [], None), {}, {})
-    res = CliRunner().invoke(app, ["runs", "--root", str(tmp_path), "--prune"])
+    res = CliRunner().invoke(app, ["runs", "prune", "--root", str(tmp_path)])
     assert res.exit_code == 0 and "removed 1 failed run(s) without a run dir: crashed" in res.stdout
-    listed = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)]).stdout
+    listed = CliRunner().invoke(app, ["runs", "ls", "--root", str(tmp_path)]).stdout
     assert "done" in listed and "crashed" not in listed

@@ -5,11 +5,14 @@ Rule forms (one string each; a YAML file holds a list of them, or `{rules: [...]
     <suite>.<metric> <op> <number>            code.pass@1 >= 0.10
     <suite>.<metric> <op> base [+|- <number>] reasoning.accuracy >= base - 0.01
     no significant regression on <name>       <name> is a suite or a track
+    non-inferior on <name> within <margin>    non-inferior on general within 0.02
     contamination <op> <count>                contamination == 0
 
 <op> is one of >=, >, <=, <, ==. `base` is the same metric of the base model. "Significant
 regression" means the paired comparison's interval lies wholly below 0 (see
-evals.stats.paired_bootstrap). `contamination` is the sum of the candidate suites'
+evals.stats.paired_bootstrap). "Non-inferior within m" is the stricter canary test: the
+interval's lower end must lie at or above -m (the candidate may be worse by less than m, and
+the data must show it). `contamination` is the sum of the candidate suites'
 `contamination_hits`. The parser is strict: anything else is a `GateRuleError` naming the
 rule and the problem. A rule whose suite, metric or base result is missing fails (it never
 passes for lack of data).
@@ -41,8 +44,10 @@ _NUMBER = rf"[+-]?{_UNSIGNED}"
 _COMPARISON = re.compile(r"(?P<lhs>[^\s<>=!]+)\s*(?P<op>>=|<=|==|>|<)\s*(?P<rhs>.*)")
 _RHS_BASE = re.compile(rf"base(?:\s*(?P<sign>[+-])\s*(?P<delta>{_UNSIGNED}))?")
 _REGRESSION = re.compile(r"no\s+significant\s+regression\s+on\s+(?P<name>\S+)", re.IGNORECASE)
+_NON_INFERIOR = re.compile(rf"non-inferior\s+on\s+(?P<name>\S+)\s+within\s+(?P<margin>{_UNSIGNED})", re.IGNORECASE)
 _FORMS = ("'<suite>.<metric> <op> <number | base | base +/- number>', "
-          "'no significant regression on <suite-or-track>' or 'contamination <op> <count>'")
+          "'no significant regression on <suite-or-track>', 'non-inferior on <suite-or-track> within <margin>' "
+          "or 'contamination <op> <count>'")
 
 
 class GateRuleError(ValueError):
@@ -146,6 +151,33 @@ class RegressionRule:
 
 
 @dataclass(frozen=True)
+class NonInferiorityRule:
+    """`non-inferior on <name> within <margin>`: every suite of that name or track has a paired
+    comparison whose interval's lower end is >= -margin (worse by less than the margin, shown by the CI)."""
+
+    text: str
+    name: str
+    margin: float
+
+    def check(self, outcomes: Mapping[str, SuiteOutcome]) -> RuleCheck:
+        chosen = [o for o in outcomes.values() if self.name in (o.suite, o.track)]
+        if not chosen:
+            return RuleCheck(self.text, False, f"no suite or track named {self.name!r} in the candidate results")
+        problems, seen = [], []
+        for o in chosen:
+            c = o.comparison
+            if c is None:
+                problems.append(f"{o.suite}: no paired comparison with the base")
+                continue
+            line = f"{o.suite} {c.delta:+.4g} [{_fmt(c.low)}, {_fmt(c.high)}]"
+            (seen if c.low >= -self.margin - EPS else problems).append(line)
+        if problems:
+            return RuleCheck(self.text, False, f"lower bound below -{_fmt(self.margin)} or unchecked: "
+                             + "; ".join(problems))
+        return RuleCheck(self.text, True, f"non-inferior within {_fmt(self.margin)}: " + "; ".join(seen))
+
+
+@dataclass(frozen=True)
 class ContaminationRule:
     """`contamination <op> <count>` over the candidate suites' contamination hits."""
 
@@ -161,7 +193,7 @@ class ContaminationRule:
         return RuleCheck(self.text, passed, f"{detail}, required {self.op} {_fmt(self.value)}")
 
 
-Rule = Union[MetricRule, RegressionRule, ContaminationRule]
+Rule = Union[MetricRule, RegressionRule, NonInferiorityRule, ContaminationRule]
 
 
 def parse_rule(text: str) -> Rule:
@@ -180,6 +212,11 @@ def parse_rule(text: str) -> Rule:
         if m is None:
             raise bad("expected 'no significant regression on <suite-or-track>'")
         return RegressionRule(rule, m["name"])
+    if rule.lower().startswith("non-inferior"):
+        m = _NON_INFERIOR.fullmatch(rule)
+        if m is None:
+            raise bad("expected 'non-inferior on <suite-or-track> within <margin>' (margin a number >= 0)")
+        return NonInferiorityRule(rule, m["name"], float(m["margin"]))
     m = _COMPARISON.fullmatch(rule)
     if m is None:
         raise bad(f"no comparison operator (>=, >, <=, <, ==) after a name; expected {_FORMS}")

@@ -61,14 +61,14 @@ def _task_rows(tasks: Sequence[Task]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------- lineage
 
 
-def find_run(model_path: str | Path) -> tuple[Path, dict[str, Any]] | None:
-    """(registry file, run record) of the run that wrote `model_path`, if any.
+def find_run(model_path: str | Path) -> tuple[Path | str, dict[str, Any]] | None:
+    """(registry file or URL, run record) of the run that wrote `model_path`, if any.
 
     Read from the marker file every output dir carries (`tempering-run.json`, written by the
     stage runner and by `temper export`), or, for a checkpoint dir `<run>/checkpoints/step-N`,
     the run dir's marker. Nothing is guessed from parent directories.
     """
-    from tempering.pipeline.registry import Registry, read_marker
+    from tempering.pipeline.registry import Registry, is_url, read_marker, registry_exists
 
     path = Path(model_path).expanduser()
     if not path.is_dir():
@@ -76,11 +76,12 @@ def find_run(model_path: str | Path) -> tuple[Path, dict[str, Any]] | None:
     marker = read_marker(path)
     if marker is None and path.parent.name == "checkpoints":
         marker = read_marker(path.parent.parent)
-    if marker is None or not Path(marker["registry"]).is_file():
+    if marker is None or not registry_exists(marker["registry"]):
         return None
     registry = Registry(marker["registry"])
-    try:
-        return Path(marker["registry"]), registry.get(marker["run_id"])
+    try:  # a PostgreSQL registry is named by its URL, an SQLite one by its file
+        return (marker["registry"] if is_url(marker["registry"]) else Path(marker["registry"])), \
+            registry.get(marker["run_id"])
     except KeyError:
         return None
     finally:
@@ -120,19 +121,28 @@ def training_lineage(model_path: str | Path) -> Lineage:
                 if row.run_name not in lineage.runs:  # a resumed run appears once
                     lineage.runs.append(row.run_name)
             if row.role in TRAINING_ROLES and row.path:
-                _add_file(lineage, row.path, row.sha256, db.parent)
+                _add_file(lineage, row.path, row.sha256, _root(db))
             elif row.role == "base_model" and row.path:
                 todo += _elsewhere(row.path, db)
     return lineage
 
 
-def _elsewhere(path: str, db: Path) -> list[str]:
-    """A base model written by a run of *another* registry (another run root): walk on there."""
-    from tempering.pipeline.registry import read_marker
+def _root(db: Path | str) -> Path:
+    """Where relative input paths of a registry's runs are looked up: its run root (SQLite), else here."""
+    return db.parent if isinstance(db, Path) else Path.cwd()
 
-    for c in _locate(path, db.parent):
+
+def _elsewhere(path: str, db: Path | str) -> list[str]:
+    """A base model written by a run of *another* registry (another run root): walk on there."""
+    from tempering.pipeline.registry import is_url, read_marker
+
+    for c in _locate(path, _root(db)):
         marker = read_marker(c)
-        if marker and Path(marker["registry"]).resolve() != db.resolve():
+        if marker is None:
+            continue
+        other = marker["registry"]
+        same = other == db if is_url(other) or isinstance(db, str) else Path(other).resolve() == db.resolve()
+        if not same:
             return [str(c)]
     return []
 

@@ -1,15 +1,23 @@
-"""The run registry: every run's config, inputs with their roles, outputs and metrics.
+"""The run registry: every run's config, inputs with their roles, outputs, evals and releases.
 
-SQLite file in the run root by default (`runs/registry.sqlite`). The schema is versioned
-in `schema_version`; opening a newer-schema database with older code is an error, an
-older one is migrated forward (v1 -> v2 below).
+Where it lives. An SQLite file in the run root by default (`runs/registry.sqlite`); a
+PostgreSQL server when given a URL (`postgresql+psycopg://user@host/db`), for a team
+sharing one registry. Both go through the same SQLAlchemy Core code. `Registry.open(where)`
+picks: a URL as given, else the `TEMPERING_REGISTRY` environment variable if set, else the
+SQLite file in the run root `where`. The schema is versioned in `schema_version`; opening a
+newer-schema database with older code is an error, an older SQLite file is migrated forward
+(pipeline/migrate.py). Writes are transactions: on SQLite each takes the write lock at its
+start (`BEGIN IMMEDIATE`, waiting up to 30 s), on PostgreSQL rows never collide, so two
+processes writing at once lose nothing.
 
 Lineage is data. Each input of a run is a row `(role, path, sha256, parent_run)`: the
 role says what the stage did with it (`train`, `replay`, `tasks` are trained on; `eval`,
 `heldout` are only measured; `base_model` is the starting weights), and `parent_run` links
-an input that is itself a run's output (a checkpoint, an export, a merge) to that run. So
-"which files, in which roles, trained this checkpoint?" is one recursive query
-(`Registry.lineage`), and a new recipe only declares its inputs' roles.
+an input that is itself a run's output dir (a checkpoint, an export, a merge) to that run.
+Outputs carry content hashes too, so a data file written by one run (a dedup's kept rows,
+a decontaminated set, a mix) and read by a later one links the two by its bytes, wherever
+the file was copied. "Which files, in which roles, and which data passes led to this
+checkpoint?" is one recursive query (`Registry.lineage`).
 
 Outputs. Every output dir (a run's `final/`, an export) is recorded with its run and gets
 a small marker file, `tempering-run.json`, naming its registry and run id: a model path
@@ -19,68 +27,55 @@ found anywhere leads back to its run without guessing from where it sits on disk
 from __future__ import annotations
 
 import json
-import sqlite3
+import os
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Mapping, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
 
 from tempering.hashing import sha256_file as file_sha256
+from tempering.pipeline import migrate, schema
+from tempering.pipeline.schema import SCHEMA_VERSION, metadata, run_inputs, run_outputs, runs, schema_version
 
-SCHEMA_VERSION = 2
+__all__ = ["SCHEMA_VERSION", "Registry", "RegistryError", "Input", "LineageRow", "describe_input", "read_marker",
+           "registry_exists", "file_sha256", "REGISTRY_ENV", "REGISTRY_FILE"]
+
 MARKER = "tempering-run.json"
+REGISTRY_FILE = "registry.sqlite"
+REGISTRY_ENV = "TEMPERING_REGISTRY"
 ROLES = ("train", "replay", "tasks", "eval", "heldout", "base_model")
 TRAINING_ROLES = frozenset({"train", "replay", "tasks"})
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    status TEXT NOT NULL,             -- running | finished | failed
-    base_model TEXT,
-    config TEXT NOT NULL,             -- JSON
-    inputs TEXT NOT NULL,             -- JSON {path: sha256} (a summary; the rows are in run_inputs)
-    outputs TEXT NOT NULL DEFAULT '{}',
-    metrics TEXT NOT NULL DEFAULT '{}',
-    error TEXT,
-    started_at REAL NOT NULL,
-    finished_at REAL
-);
-"""
-_SCHEMA_V2 = """
-CREATE TABLE IF NOT EXISTS run_inputs (
-    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    role TEXT NOT NULL,               -- one of ROLES
-    path TEXT NOT NULL,               -- as given (relative to where the run started)
-    sha256 TEXT,                      -- files only
-    parent_run TEXT                   -- the run whose output this input is, if any
-);
-CREATE TABLE IF NOT EXISTS run_outputs (
-    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    role TEXT NOT NULL,               -- final | merged | metrics | ...
-    path TEXT NOT NULL                -- absolute
-);
-CREATE INDEX IF NOT EXISTS run_inputs_run ON run_inputs(run_id);
-CREATE INDEX IF NOT EXISTS run_outputs_path ON run_outputs(path);
-"""
-# The lineage walk: the run, then (recursively) the runs whose outputs were its base model.
-_LINEAGE = """
+# Output roles that are model checkpoints: their dirs are hashed (without the marker).
+CHECKPOINT_ROLES = frozenset({"final", "merged"})
+_PG_LOCK = 7_246_315  # advisory lock key serialising schema creation and alias moves on PostgreSQL
+
+# The run that produced an input: its marker's run, else the newest earlier run that wrote
+# the same bytes (a dedup's kept rows, a mix). "Earlier" keeps the walk acyclic.
+_PARENT = """COALESCE(i.parent_run, (
+    SELECT o.run_id FROM run_outputs o JOIN runs p ON p.id = o.run_id
+    WHERE o.sha256 = i.sha256 AND o.run_id <> i.run_id
+      AND p.started_at < (SELECT c0.started_at FROM runs c0 WHERE c0.id = i.run_id)
+    ORDER BY p.started_at DESC, o.id DESC LIMIT 1))"""
+_LINEAGE = sa.text(f"""
 WITH RECURSIVE chain(run_id, depth) AS (
-    SELECT ?, 0
+    SELECT CAST(:run_id AS VARCHAR(32)), 0
     UNION
-    SELECT i.parent_run, c.depth + 1 FROM run_inputs i JOIN chain c ON i.run_id = c.run_id
-    WHERE i.role = 'base_model' AND i.parent_run IS NOT NULL
-)
-SELECT c.depth, r.id AS run_id, r.name, r.kind, i.role, i.path, i.sha256, i.parent_run
-FROM chain c JOIN runs r ON r.id = c.run_id LEFT JOIN run_inputs i ON i.run_id = c.run_id
-ORDER BY c.depth, i.rowid
-"""
+    SELECT {_PARENT}, c.depth + 1 FROM run_inputs i JOIN chain c ON i.run_id = c.run_id
+    WHERE {_PARENT} IS NOT NULL AND c.depth < 64
+), first_seen AS (SELECT run_id, MIN(depth) AS depth FROM chain GROUP BY run_id)
+SELECT f.depth, r.id AS run_id, r.name, r.kind, i.role, i.path, i.sha256, {_PARENT} AS parent_run
+FROM first_seen f JOIN runs r ON r.id = f.run_id LEFT JOIN run_inputs i ON i.run_id = f.run_id
+ORDER BY f.depth, r.started_at, i.id
+""")
 
 
 class RegistryError(RuntimeError):
-    """A registry file that this code cannot use."""
+    """A registry that this code cannot open or use; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -131,31 +126,110 @@ def read_marker(path: str | Path) -> dict[str, Any] | None:
         return None
 
 
+def is_url(location: str | Path) -> bool:
+    return "://" in str(location)
+
+
+def registry_exists(location: str | Path) -> bool:
+    """Whether a marker's registry can be opened: a server URL, or an SQLite file that exists."""
+    return is_url(location) or Path(location).expanduser().is_file()
+
+
+def content_hash(path: str | Path, role: str) -> str | None:
+    """The sha256 an output is recorded with: files always, checkpoint dirs without the marker."""
+    p = Path(path)
+    if p.is_file():
+        return file_sha256(p)
+    if p.is_dir() and role in CHECKPOINT_ROLES:
+        return file_sha256(p, exclude={MARKER})
+    return None
+
+
 class Registry:
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=30)
-        self.db.row_factory = sqlite3.Row
-        self._migrate()
+    """The registry at `location`: an SQLite file path or an SQLAlchemy database URL."""
+
+    def __init__(self, location: str | Path):
+        self.path: Path | None = None
+        if is_url(location):
+            url = sa.make_url(str(location))
+            if url.get_backend_name() == "sqlite" and url.database:
+                self.path = Path(url.database)
+        else:
+            self.path = Path(location).expanduser()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            url = sa.make_url(f"sqlite:///{self.path.resolve()}")
+        # What a marker names: the SQLite file, or the URL without its password (psycopg takes
+        # it from PGPASSWORD or ~/.pgpass), so no secret is written next to a model.
+        self.location = str(self.path.resolve()) if self.path else _without_password(url)
+        try:
+            self.engine = _engine(url)
+        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+            raise RegistryError(f"{self.location}: cannot open the registry: {exc}") from None
+        try:
+            self._migrate()
+        except sa.exc.OperationalError as exc:
+            self.engine.dispose()
+            why = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            raise RegistryError(f"{self.location}: cannot open the registry: {why}") from None
+        except BaseException:
+            self.engine.dispose()
+            raise
+
+    @classmethod
+    def open(cls, where: str | Path | None = None) -> "Registry":
+        """The registry for `where`: a URL as given; else `$TEMPERING_REGISTRY` if set; else the
+        SQLite file `where/registry.sqlite` (`where` defaults to `runs`; a file path is used as is)."""
+        if where is not None and is_url(where):
+            return cls(where)
+        if os.environ.get(REGISTRY_ENV):
+            return cls(os.environ[REGISTRY_ENV])
+        path = Path(where if where is not None else "runs")
+        return cls(path if path.is_file() or path.suffix in (".sqlite", ".db") else path / REGISTRY_FILE)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def transaction(self) -> Iterator[sa.Connection]:
+        """One write transaction: everything inside commits together or not at all."""
+        with self.engine.begin() as conn:
+            yield conn
+
+    def lock(self, conn: sa.Connection) -> None:
+        """Serialise read-modify-write sections (alias moves) across processes.
+
+        SQLite already holds the database's write lock for the whole transaction."""
+        if self.dialect == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK})
+
+    @contextmanager
+    def reading(self) -> Iterator[sa.Connection]:
+        """A connection for reads (on SQLite a deferred transaction: readers never take the write lock)."""
+        with self.engine.connect().execution_options(registry_read=True) as conn:
+            yield conn
 
     def _migrate(self) -> None:
-        with self.db:
-            self.db.executescript(_SCHEMA)
-            row = self.db.execute("SELECT version FROM schema_version").fetchone()
-            version = SCHEMA_VERSION if row is None else row["version"]
+        with self.transaction() as conn:
+            self.lock(conn)
+            have = sa.inspect(conn).has_table("schema_version")
+            row = conn.execute(sa.select(schema_version.c.version)).first() if have else None
+            version = SCHEMA_VERSION if row is None else row.version
             if version > SCHEMA_VERSION:
                 raise RegistryError(
-                    f"{self.path}: registry schema v{version} is newer than this Tempering (v{SCHEMA_VERSION}); "
+                    f"{self.location}: registry schema v{version} is newer than this Tempering (v{SCHEMA_VERSION}); "
                     "upgrade Tempering to read it")
-            self.db.executescript(_SCHEMA_V2)
+            if version == 2:
+                migrate.v2_to_v3(conn)
+            metadata.create_all(conn)
             if row is None:
-                self.db.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-            elif version < 2:
-                from tempering.pipeline.migrate import v1_to_v2
-
-                v1_to_v2(self.db, self.path)
-                self.db.execute("UPDATE schema_version SET version=?", (SCHEMA_VERSION,))
+                conn.execute(sa.insert(schema_version).values(version=SCHEMA_VERSION))
+            elif version < SCHEMA_VERSION:
+                if version == 1:
+                    migrate.v1_to_v2(conn, self.path or Path(self.location))
+                if version == 2:
+                    migrate.copy_v2_rows(conn)
+                conn.execute(sa.update(schema_version).values(version=SCHEMA_VERSION))
 
     # ------------------------------------------------------------------ writing
     def start(self, name: str, kind: str, config: dict, inputs: Sequence[Input], base_model: str | None) -> str:
@@ -165,52 +239,71 @@ class Registry:
         if base_model and not any(i.role == "base_model" and i.path == base_model for i in rows):
             rows.append(describe_input(base_model, "base_model"))
         summary = {i.path: i.sha256 for i in rows if i.sha256}
-        with self.db:
-            self.db.execute(
-                "INSERT INTO runs (id, name, kind, status, base_model, config, inputs, started_at) "
-                "VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
-                (run_id, name, kind, base_model, json.dumps(config), json.dumps(summary), time.time()),
-            )
-            self.db.executemany("INSERT INTO run_inputs VALUES (?, ?, ?, ?, ?)",
-                                [(run_id, i.role, i.path, i.sha256, i.parent_run) for i in rows])
+        with self.transaction() as conn:
+            conn.execute(sa.insert(runs).values(
+                id=run_id, name=name, kind=kind, status="running", base_model=base_model, config=json.dumps(config),
+                inputs=json.dumps(summary), outputs="{}", metrics="{}", started_at=time.time()))
+            if rows:
+                conn.execute(sa.insert(run_inputs), [dict(run_id=run_id, role=i.role, path=i.path, sha256=i.sha256,
+                                                          parent_run=i.parent_run) for i in rows])
         return run_id
 
     def record_output(self, run_id: str, role: str, path: str | Path) -> None:
-        """Link an output dir to its run: a registry row plus the marker file inside it."""
+        """Link an output (file or dir) to its run with its content hash; a dir also gets the marker file."""
         path = Path(path).expanduser().resolve()
         run = self.get(run_id)
-        with self.db:
-            self.db.execute("INSERT INTO run_outputs VALUES (?, ?, ?)", (run_id, role, str(path)))
+        sha = content_hash(path, role)
+        with self.transaction() as conn:
+            conn.execute(sa.insert(run_outputs).values(run_id=run_id, role=role, path=str(path), sha256=sha))
         if path.is_dir():
-            marker = {"registry": str(self.path.resolve()), "run_id": run_id, "run": run["name"], "role": role}
+            marker = {"registry": self.location, "run_id": run_id, "run": run["name"], "role": role}
             (path / MARKER).write_text(json.dumps(marker, indent=1) + "\n")
 
     def finish(self, run_id: str, outputs: dict, metrics: dict) -> None:
-        with self.db:
-            self.db.execute(
-                "UPDATE runs SET status='finished', outputs=?, metrics=?, finished_at=? WHERE id=?",
-                (json.dumps(outputs), json.dumps(metrics), time.time(), run_id),
-            )
+        with self.transaction() as conn:
+            conn.execute(sa.update(runs).where(runs.c.id == run_id).values(
+                status="finished", outputs=json.dumps(outputs), metrics=json.dumps(metrics), finished_at=time.time()))
 
     def fail(self, run_id: str, error: str) -> None:
-        with self.db:
-            self.db.execute(
-                "UPDATE runs SET status='failed', error=?, finished_at=? WHERE id=?", (error, time.time(), run_id)
-            )
+        with self.transaction() as conn:
+            conn.execute(sa.update(runs).where(runs.c.id == run_id).values(
+                status="failed", error=error, finished_at=time.time()))
 
     def remove(self, run_ids: Sequence[str]) -> int:
         """Delete runs (and their input/output rows); returns how many went."""
-        with self.db:
-            for table in ("run_inputs", "run_outputs"):
-                self.db.executemany(f"DELETE FROM {table} WHERE run_id=?", [(r,) for r in run_ids])
-            cur = self.db.executemany("DELETE FROM runs WHERE id=?", [(r,) for r in run_ids])
-        return cur.rowcount if cur.rowcount >= 0 else len(run_ids)
+        ids = list(run_ids)
+        if not ids:
+            return 0
+        with self.transaction() as conn:
+            for table in (run_inputs, run_outputs):
+                conn.execute(sa.delete(table).where(table.c.run_id.in_(ids)))
+            return conn.execute(sa.delete(runs).where(runs.c.id.in_(ids))).rowcount
+
+    def record_eval(self, model: str | Path, report: str | Path, *, metrics: Mapping[str, Any] | None = None,
+                    gate: Mapping[str, Any] | None = None) -> int:
+        """Record an evaluation of `model`: its report file (hashed) and the gate's verdict, if any.
+
+        `gate` is `evals.gate.GateResult.to_dict()`. Returns the eval's id."""
+        report = Path(report).expanduser().resolve()
+        if not report.is_file():
+            raise FileNotFoundError(f"eval report not found: {report}")
+        run_id, model_str, model_sha = self.identify_model(model)
+        with self.transaction() as conn:
+            return conn.execute(sa.insert(schema.evals).values(
+                run_id=run_id, model=model_str, model_sha256=model_sha, report=str(report),
+                report_sha256=file_sha256(report), metrics=json.dumps(dict(metrics or {})),
+                gate=json.dumps(dict(gate)) if gate is not None else None,
+                passed=bool(gate["passed"]) if gate is not None else None, created_at=time.time(),
+            )).inserted_primary_key[0]
 
     # ------------------------------------------------------------------ reading
     def get(self, run_id: str) -> dict[str, Any]:
-        row = self.db.execute("SELECT * FROM runs WHERE id=? OR name=? ORDER BY started_at DESC", (run_id, run_id)).fetchone()
+        """A run by id, or the newest run of that name. Raises KeyError."""
+        with self.reading() as conn:
+            row = conn.execute(sa.select(runs).where((runs.c.id == run_id) | (runs.c.name == run_id))
+                               .order_by(runs.c.started_at.desc()).limit(1)).first()
         if row is None:
-            raise KeyError(f"no run {run_id!r} in {self.path}")
+            raise KeyError(f"no run {run_id!r} in {self.location}")
         return _decode(row)
 
     def latest(self, name: str) -> dict[str, Any] | None:
@@ -221,27 +314,72 @@ class Registry:
             return None
 
     def inputs(self, run_id: str) -> list[Input]:
-        rows = self.db.execute("SELECT role, path, sha256, parent_run FROM run_inputs WHERE run_id=? ORDER BY rowid",
-                               (run_id,)).fetchall()
-        return [Input(r["path"], r["role"], r["sha256"], r["parent_run"]) for r in rows]
+        with self.reading() as conn:
+            rows = conn.execute(sa.select(run_inputs).where(run_inputs.c.run_id == run_id).order_by(run_inputs.c.id))
+            return [Input(r.path, r.role, r.sha256, r.parent_run) for r in rows]
+
+    def outputs(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's recorded outputs: `{role, path, sha256}` in the order they were written."""
+        with self.reading() as conn:
+            rows = conn.execute(sa.select(run_outputs.c.role, run_outputs.c.path, run_outputs.c.sha256)
+                                .where(run_outputs.c.run_id == run_id).order_by(run_outputs.c.id))
+            return [dict(r._mapping) for r in rows]
 
     def run_for_output(self, path: str | Path) -> dict[str, Any] | None:
-        """The run that wrote output dir `path`, or None."""
-        row = self.db.execute("SELECT run_id FROM run_outputs WHERE path=? ORDER BY rowid DESC LIMIT 1",
-                              (str(Path(path).expanduser().resolve()),)).fetchone()
-        return self.get(row["run_id"]) if row else None
+        """The run that wrote output `path`, or None."""
+        with self.reading() as conn:
+            row = conn.execute(sa.select(run_outputs.c.run_id).where(
+                run_outputs.c.path == str(Path(path).expanduser().resolve())).order_by(run_outputs.c.id.desc())
+                .limit(1)).first()
+        return self.get(row.run_id) if row else None
+
+    def identify_model(self, model: str | Path) -> tuple[str | None, str, str | None]:
+        """(run id, path or spec, sha256) of a model: its marker or output row names the run,
+        the recorded hash is reused (else a local checkpoint dir is hashed)."""
+        p = Path(model).expanduser()
+        if not p.exists():
+            return None, str(model), None
+        p = p.resolve()
+        marker = read_marker(p)
+        with self.reading() as conn:
+            row = conn.execute(sa.select(run_outputs.c.run_id, run_outputs.c.sha256)
+                               .where(run_outputs.c.path == str(p)).order_by(run_outputs.c.id.desc()).limit(1)).first()
+        run_id = marker["run_id"] if marker else (row.run_id if row else None)
+        sha = row.sha256 if row is not None and row.sha256 else content_hash(p, "final")
+        return run_id, str(p), sha
+
+    def evals(self, *, run_id: str | None = None, model: str | Path | None = None) -> list[dict[str, Any]]:
+        """Recorded evals of a run's models or of one model path, oldest first."""
+        query = sa.select(schema.evals).order_by(schema.evals.c.id)
+        if run_id is not None:
+            query = query.where(schema.evals.c.run_id == run_id)
+        if model is not None:
+            p = Path(model).expanduser()
+            query = query.where(schema.evals.c.model == (str(p.resolve()) if p.exists() else str(model)))
+        with self.reading() as conn:
+            return [_decode(r) for r in conn.execute(query)]
+
+    def get_eval(self, eval_id: int) -> dict[str, Any]:
+        with self.reading() as conn:
+            row = conn.execute(sa.select(schema.evals).where(schema.evals.c.id == eval_id)).first()
+        if row is None:
+            raise KeyError(f"no eval {eval_id} in {self.location}")
+        return _decode(row)
 
     def lineage(self, run_id: str) -> list[LineageRow]:
-        """Every input, with its role, of the run and of the runs its base model came from (one query)."""
-        return [LineageRow(r["depth"], r["run_id"], r["name"], r["kind"], r["role"], r["path"], r["sha256"],
-                           r["parent_run"]) for r in self.db.execute(_LINEAGE, (run_id,)).fetchall()]
+        """Every input, with its role, of the run and of the runs its inputs came from: the runs
+        that wrote its base model and the data passes that wrote its data files (one query)."""
+        with self.reading() as conn:
+            rows = conn.execute(_LINEAGE, {"run_id": run_id}).fetchall()
+        return [LineageRow(r.depth, r.run_id, r.name, r.kind, r.role, r.path, r.sha256, r.parent_run) for r in rows]
 
     def list(self, limit: int = 50) -> list[dict[str, Any]]:
-        rows = self.db.execute("SELECT * FROM runs ORDER BY started_at DESC LIMIT ?", (limit,)).fetchall()
-        return [_decode(r) for r in rows]
+        with self.reading() as conn:
+            rows = conn.execute(sa.select(runs).order_by(runs.c.started_at.desc()).limit(limit))
+            return [_decode(r) for r in rows]
 
     def close(self) -> None:
-        self.db.close()
+        self.engine.dispose()
 
     def __enter__(self) -> "Registry":
         return self
@@ -250,8 +388,32 @@ class Registry:
         self.close()
 
 
-def _decode(row: sqlite3.Row) -> dict[str, Any]:
-    out = dict(row)
-    for key in ("config", "inputs", "outputs", "metrics"):
-        out[key] = json.loads(out[key])
+def _without_password(url: sa.URL) -> str:
+    return sa.URL.create(url.drivername, url.username, None, url.host, url.port, url.database,
+                         url.query).render_as_string(hide_password=False)
+
+
+def _engine(url: sa.URL) -> sa.Engine:
+    if url.get_backend_name() != "sqlite":
+        return sa.create_engine(url, pool_pre_ping=True)
+    # A file opened per use (no pool shared across a fork); writers take the lock at BEGIN so
+    # two processes never deadlock on a lock upgrade, and wait for each other up to 30 s.
+    engine = sa.create_engine(url, poolclass=NullPool, connect_args={"timeout": 30})
+
+    @sa.event.listens_for(engine, "connect")
+    def _manual_transactions(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # SQLAlchemy's BEGIN below, not pysqlite's
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("registry_read") else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _decode(row: sa.Row) -> dict[str, Any]:
+    out = dict(row._mapping)
+    for key in ("config", "inputs", "outputs", "metrics", "gate"):
+        if key in out and out[key] is not None:
+            out[key] = json.loads(out[key])
     return out

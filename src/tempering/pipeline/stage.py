@@ -186,7 +186,7 @@ def run_stage(spec: StageSpec) -> Iterator[Stage]:
     root = Path(spec.out)
     run_dir = root / name
     with run_lock(run_dir):
-        registry = Registry(root / REGISTRY_FILE)
+        registry = Registry.open(root)  # root/registry.sqlite, or $TEMPERING_REGISTRY
         try:
             stage = Stage(spec, name, run_dir, registry)
             previous = _check_resume(spec, run_dir, registry)
@@ -278,10 +278,10 @@ def record_export(source: str | Path, out: str | Path, config: dict[str, Any]) -
     lineage walks from the exported dir back through the run that trained the adapter.
     A `source` that no Tempering run wrote is exported unrecorded (yields None).
     """
-    from tempering.pipeline.registry import read_marker
+    from tempering.pipeline.registry import read_marker, registry_exists
 
     marker = read_marker(source)
-    if marker is None or not Path(marker["registry"]).is_file():
+    if marker is None or not registry_exists(marker["registry"]):
         yield None
         return
     with Registry(marker["registry"]) as registry:
@@ -297,7 +297,18 @@ def record_export(source: str | Path, out: str | Path, config: dict[str, Any]) -
 
 
 def prune_failed(registry: Registry, root: Path) -> list[str]:
-    """Remove failed runs whose run dir is gone; returns their names."""
-    gone = [r for r in registry.list(limit=1_000_000) if r["status"] == "failed" and not (root / r["name"]).exists()]
+    """Remove failed runs of run root `root` whose run dir is gone; returns their names.
+
+    A run belongs to `root` when its recorded run dir lies there; a run without one only
+    when the registry is `root`'s own SQLite file (a shared server also holds other
+    machines' runs, whose dirs are never here)."""
+    own = registry.path is not None and registry.path.resolve() == (root / REGISTRY_FILE).resolve()
+
+    def here(run: dict[str, Any]) -> bool:
+        dirs = [Path(o["path"]) for o in registry.outputs(run["id"]) if o["role"] == "run_dir"]
+        return dirs[0].parent == root.resolve() if dirs else own
+
+    gone = [r for r in registry.list(limit=1_000_000)
+            if r["status"] == "failed" and not (root / r["name"]).exists() and here(r)]
     registry.remove([r["id"] for r in gone])
     return [r["name"] for r in gone]

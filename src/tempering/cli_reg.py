@@ -1,0 +1,269 @@
+"""`temper runs ls|show|prune`, `temper lineage`, `temper release ls|promote|rollback|decide`.
+
+Each command opens one registry: `--registry` (an SQLite file or a PostgreSQL URL) if given,
+else `$TEMPERING_REGISTRY` if set, else `<--root>/registry.sqlite`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tempering.cli_common import fail
+from tempering.pipeline.registry import REGISTRY_ENV, REGISTRY_FILE, Registry, RegistryError, read_marker
+from tempering.tables import print_wide
+
+out = Console(highlight=False, soft_wrap=True)  # a path or a rule stays on one line
+runs_app = typer.Typer(help="Runs recorded in the registry: ls, show, prune.", no_args_is_help=True)
+release_app = typer.Typer(help="Releases: ls, promote, rollback, and the canary decision.", no_args_is_help=True)
+
+ROOT = typer.Option(Path("runs"), "--root", help="Run root holding registry.sqlite.")
+REGISTRY = typer.Option(None, "--registry", help=f"Registry: an SQLite file or a postgresql+psycopg:// URL "
+                        f"(default: ${REGISTRY_ENV}, else <root>/{REGISTRY_FILE}).")
+
+
+def open_registry(root: Path, registry: Optional[str]) -> Registry:
+    """The registry a command reads; one-line errors for a missing file or an unreachable server."""
+    import os
+
+    where: Any = registry
+    if where is None and not os.environ.get(REGISTRY_ENV):
+        where = root / REGISTRY_FILE
+    if where is not None and "://" not in str(where) and not Path(where).is_file():
+        fail(f"no registry at {where}")
+    try:
+        return Registry(where) if where is not None else Registry.open(root)
+    except RegistryError as exc:
+        fail(str(exc))
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else ""
+
+
+def _short(sha: str | None) -> str:
+    return sha[:12] if sha else "-"
+
+
+def _scalars(metrics: dict[str, Any], limit: int = 8) -> str:
+    items = [(k, v) for k, v in metrics.items() if isinstance(v, (int, float))]
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in items[:limit])
+
+
+# ---------------------------------------------------------------------------------------- runs
+@runs_app.command("ls")
+def runs_ls(root: Path = ROOT, registry: Optional[str] = REGISTRY,
+            limit: int = typer.Option(50, help="Show the newest N runs.")) -> None:
+    """List recorded runs, newest first."""
+    with open_registry(root, registry) as reg:
+        table = Table("id", "name", "kind", "status", "base model", "started")
+        for r in reg.list(limit):
+            table.add_row(r["id"], r["name"], r["kind"], r["status"], r["base_model"] or "", _when(r["started_at"]))
+    print_wide(out, table)
+
+
+@runs_app.command("show")
+def runs_show(run: str = typer.Argument(..., help="Run id or name (the newest run of that name)."),
+              root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
+    """One run: status, config summary, inputs with roles and hashes, outputs, metrics, evals."""
+    with open_registry(root, registry) as reg:
+        try:
+            r = reg.get(run)
+        except KeyError as exc:
+            fail(exc.args[0])
+        out.print(f"[bold]{escape(r['name'])}[/bold] ({r['kind']}, {r['id']}) {r['status']}"
+                  f"  started {_when(r['started_at'])}  finished {_when(r['finished_at']) or '-'}")
+        if r["error"]:
+            out.print(f"error: {escape(r['error'])}")
+        inputs = Table("role", "input", "sha256", "from run", title="inputs")
+        for i in reg.inputs(r["id"]):
+            inputs.add_row(i.role, i.path, _short(i.sha256), i.parent_run or "")
+        outputs = Table("role", "output", "sha256", title="outputs")
+        for o in reg.outputs(r["id"]):
+            outputs.add_row(o["role"], o["path"], _short(o["sha256"]))
+        print_wide(out, inputs)
+        print_wide(out, outputs)
+        if r["metrics"]:
+            out.print("metrics: " + escape(json.dumps(r["metrics"], sort_keys=True)[:2000]))
+        _print_evals(reg.evals(run_id=r["id"]))
+
+
+@runs_app.command("prune")
+def runs_prune(root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
+    """Remove failed runs whose run dir (under --root) no longer exists."""
+    from tempering.pipeline.stage import prune_failed
+
+    with open_registry(root, registry) as reg:
+        removed = prune_failed(reg, root)
+    out.print(f"removed {len(removed)} failed run(s) without a run dir" + (f": {', '.join(removed)}" if removed else ""))
+
+
+# ------------------------------------------------------------------------------------- lineage
+def _find_run(reg: Registry, target: str) -> dict[str, Any]:
+    marker = read_marker(target)
+    if marker is not None:
+        try:
+            return reg.get(marker["run_id"])
+        except KeyError:
+            fail(f"{target}: its marker names run {marker['run_id']} of {marker['registry']}, not in {reg.location}")
+    found = reg.run_for_output(target) if Path(target).exists() else None
+    if found is not None:
+        return found
+    try:
+        return reg.get(target)
+    except KeyError:
+        fail(f"{target}: no run of {reg.location} wrote it (not a recorded output, run id or run name)")
+
+
+def lineage(checkpoint: str = typer.Argument(..., help="A checkpoint dir (its marker names the run), "
+                                             "a recorded output path, or a run id or name."),
+            root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
+    """The chain behind a checkpoint: data files with their roles and the data passes (dedup,
+    decontam, mix, ...) that wrote them, the stages, the checkpoint, its evals and releases."""
+    from tempering.pipeline.releases import Releases
+
+    marker = read_marker(checkpoint)
+    if registry is None and marker is not None:
+        registry = marker["registry"]  # the registry that wrote it, wherever the run root is
+    with open_registry(root, registry) as reg:
+        run = _find_run(reg, checkpoint)
+        rows = reg.lineage(run["id"])
+        by_run: dict[str, list] = {}
+        for row in rows:
+            by_run.setdefault(row.run_id, []).append(row)
+        for run_id, inputs in by_run.items():
+            r = reg.get(run_id)
+            indent = "  " * inputs[0].depth
+            out.print(f"{indent}[bold]{escape(r['name'])}[/bold] ({r['kind']}, {run_id}) {r['status']}"
+                      + (f"  {escape(_scalars(r['metrics']))}" if r["metrics"] else ""))
+            for i in inputs:
+                if i.role is None:
+                    continue
+                parent = reg.latest(i.parent_run) if i.parent_run else None  # None: a run of another registry
+                source = f"  <- {parent['name'] if parent else 'run'} ({i.parent_run})" if i.parent_run else ""
+                sha = i.sha256 or (_checkpoint_sha(reg, i.parent_run, i.path) if i.parent_run else None)
+                out.print(f"{indent}  {i.role:<10} {escape(i.path)}  sha256 {_short(sha)}{escape(source)}")
+            for o in reg.outputs(run_id):
+                if o["role"] != "run_dir":
+                    out.print(f"{indent}  -> {o['role']:<7} {escape(o['path'])}  sha256 {_short(o['sha256'])}")
+        _print_evals(reg.evals(run_id=run["id"]))
+        releases = Releases(reg).for_run(run["id"])
+        for rel in releases:
+            out.print(f"release v{rel.version} {rel.status}  {escape(rel.model)}  sha256 {_short(rel.model_sha256)}")
+        if not releases:
+            out.print("not released")
+
+
+def _checkpoint_sha(reg: Registry, run_id: str, path: str) -> str | None:
+    """The hash a model input's parent run recorded for it (model dirs are not hashed again as inputs)."""
+    resolved = str(Path(path).expanduser().resolve())
+    hashes = {o["path"]: o["sha256"] for o in reg.outputs(run_id) if o["role"] in ("final", "merged")}
+    return hashes.get(resolved)
+
+
+def _print_evals(evals: list[dict[str, Any]]) -> None:
+    for e in evals:
+        verdict = {True: "[green]gate passed[/green]", False: "[red]gate failed[/red]", None: "no gate"}[e["passed"]]
+        out.print(f"eval {e['id']}: {escape(e['report'])}  sha256 {_short(e['report_sha256'])}  {verdict}"
+                  + (f"  {escape(_scalars(e['metrics']))}" if e["metrics"] else ""))
+        for rule in (e["gate"] or {}).get("rules", []):
+            if not rule.get("passed"):
+                out.print(f"  [red]FAIL[/red] {escape(str(rule['rule']))}: {escape(str(rule.get('detail', '')))}")
+
+
+# ------------------------------------------------------------------------------------ releases
+def _verdict(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        fail(f"gate verdict not found: {path}")
+    except json.JSONDecodeError as exc:
+        fail(f"{path}:{exc.lineno}: not JSON ({exc.msg}); expected the gate.json `temper eval compare --out` writes")
+
+
+@release_app.command("ls")
+def release_ls(root: Path = ROOT, registry: Optional[str] = REGISTRY,
+               history: bool = typer.Option(False, "--history", help="Also list every alias move.")) -> None:
+    """Releases (newest first) with the alias each holds."""
+    from tempering.pipeline.releases import Releases
+
+    with open_registry(root, registry) as reg:
+        rel = Releases(reg)
+        table = Table("version", "status", "model", "sha256", "run", "released")
+        for r in rel.list():
+            table.add_row(f"v{r.version}", r.status, r.model, _short(r.model_sha256), r.run_id or "", _when(r.created_at))
+        print_wide(out, table)
+        if history:
+            moves = Table("alias", "action", "to", "from", "reason", "at", title="alias moves")
+            for e in rel.history():
+                moves.add_row(e.alias, e.action, f"v{e.release}" if e.release else "-",
+                              f"v{e.previous}" if e.previous else "-", e.reason or "", _when(e.at))
+            print_wide(out, moves)
+
+
+@release_app.command("promote")
+def release_promote(
+    model: Path = typer.Argument(..., help="The checkpoint dir to release."),
+    gate: Optional[Path] = typer.Option(None, "--gate", help="Its gate verdict (gate.json from `temper eval "
+                                        "compare --out`); default: the newest verdict recorded for it."),
+    alias: str = typer.Option("production", help="Alias to point at it: production, or candidate for a canary."),
+    report: Optional[Path] = typer.Option(None, help="The eval report to record with it (default: the gate file)."),
+    root: Path = ROOT, registry: Optional[str] = REGISTRY,
+) -> None:
+    """Release a checkpoint whose gate passed (refused otherwise) and point an alias at it."""
+    from tempering.pipeline.releases import ReleaseError, Releases, check_verdict
+
+    if not model.exists():
+        fail(f"model not found: {model}")
+    verdict = _verdict(gate) if gate is not None else None
+    with open_registry(root, registry) as reg:
+        try:
+            eval_id = None
+            if verdict is not None:
+                check_verdict(verdict, str(gate))
+                eval_id = reg.record_eval(model, report or gate, gate=verdict)
+            r = Releases(reg).promote(model, gate=verdict, alias=alias, eval_id=eval_id)
+        except (ReleaseError, FileNotFoundError) as exc:
+            fail(str(exc))
+    out.print(f"released v{r.version} as {alias}: {escape(r.model)}")
+
+
+@release_app.command("rollback")
+def release_rollback(alias: str = typer.Option("production", help="The alias to roll back."),
+                     reason: Optional[str] = typer.Option(None, help="Why (kept in the alias history)."),
+                     root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
+    """Point an alias back at the release it held before its current one."""
+    from tempering.pipeline.releases import ReleaseError, Releases
+
+    with open_registry(root, registry) as reg:
+        try:
+            r = Releases(reg).rollback(alias, reason)
+        except ReleaseError as exc:
+            fail(str(exc))
+    out.print(f"{alias} is v{r.version} again: {escape(r.model)}")
+
+
+@release_app.command("decide")
+def release_decide(gate: Path = typer.Option(..., "--gate", help="The canary's second gate verdict (gate.json) on "
+                                             "fresh samples, with a 'non-inferior on ... within ...' rule."),
+                   root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
+    """The canary decision: the candidate becomes production if non-inferior, else it is rolled back (exit 1)."""
+    from tempering.pipeline.releases import ReleaseError, Releases
+
+    with open_registry(root, registry) as reg:
+        try:
+            d = Releases(reg).decide(_verdict(gate))
+        except ReleaseError as exc:
+            fail(str(exc))
+    if d.promoted:
+        out.print(f"[green]v{d.release.version} promoted to production[/green]: {escape(d.reason)}")
+        return
+    out.print(f"[red]v{d.release.version} rolled back[/red]: {escape(d.reason)}")
+    raise typer.Exit(1)
