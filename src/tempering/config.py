@@ -827,6 +827,17 @@ class GateStageConfig(Strict):
     """Seed of the paired bootstrap."""
 
 
+class ReleaseStageConfig(Strict):
+    """A `release` stage: promote a checkpoint whose gate passed (pipeline/releases.py)."""
+
+    model: str
+    """The checkpoint to release, usually a reference like ${sft.final}."""
+    gate: str
+    """The gate's verdict file, usually ${gate.verdict}; a failed verdict refuses the release."""
+    alias: Literal["production", "candidate"] = "production"
+    """production: release now; candidate: a canary that a later gate promotes or rolls back."""
+
+
 class PipelineConfig(Strict):
     """`temper run PIPELINE.yaml`: named stages run in order, each cached by its content hash."""
 

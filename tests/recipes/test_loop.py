@@ -163,12 +163,14 @@ def test_unknown_force_stage_is_an_error(tmp_path, recall_setup):
 
 # ------------------------------------------------------------------ the gate
 @pytest.mark.parametrize("lr, expected", [(1e-5, "passed"), (3.0, "rejected")], ids=["sane", "harmful"])
-def test_the_gate_rejects_a_harmful_sft_and_nothing_after_it_runs(tmp_path, recall_setup, lr, expected):
+def test_the_gate_rejects_a_harmful_sft_and_it_is_not_released(tmp_path, recall_setup, lr, expected):
+    from tempering.pipeline.releases import Releases
+
     stages = {"baseline": eval_stage(recall_setup),
               "sft": sft_stage(recall_setup, recall_setup["data"], lr=lr, steps=4),
               "after": eval_stage(recall_setup, "${sft.final}"),
               "gate": gate_stage(),
-              "ship": {"kind": "data.dedup", "data": recall_setup["data"]}}  # stands in for a release
+              "ship": {"kind": "release", "model": "${sft.final}", "gate": "${gate.verdict}"}}
     res = invoke(write_pipeline(tmp_path, stages))
     out = last_json(res.output)
     assert out["status"] == expected, res.output
@@ -180,17 +182,30 @@ def test_the_gate_rejects_a_harmful_sft_and_nothing_after_it_runs(tmp_path, reca
     gate = runs["gate"]
     assert gate["status"] == "finished" and gate["metrics"]["verdict"] == expected
     assert runs["pipeline"]["metrics"]["status"] == expected
+    final = out["stages"]["sft"]["outputs"]["final"]
+    with Registry(tmp_path / "runs" / "registry.sqlite") as reg:
+        production = Releases(reg).current("production")
+        gated = [e for e in reg.evals(run_id=runs["sft"]["id"]) if e["gate"] is not None]
+    assert len(gated) == 1 and gated[0]["gate"]["passed"] == (expected == "passed")  # the verdict is on the record
+    why = CliRunner().invoke(app, ["lineage", final, "--root", str(tmp_path / "runs")])
+    assert why.exit_code == 0, why.output
     if expected == "rejected":
         assert res.exit_code == 1, res.output
         assert acc["after"] < acc["baseline"] - 0.15, acc  # the harm is real, measured by the same suite
         assert gate["metrics"]["failed_rules"] == ["recall.accuracy >= base - 0.15"]
-        assert out["stages"]["ship"]["status"] == "skipped" and "dedup" not in runs
+        assert out["stages"]["ship"]["status"] == "skipped" and "release" not in runs and production is None
+        assert "not released" in why.output and "recall.accuracy >= base - 0.15" in " ".join(why.output.split())
         assert runs["pipeline"]["metrics"]["gates"]["gate"]["verdict"] == "rejected"
         rerun = invoke(write_pipeline(tmp_path, stages))  # a rejected verdict is cached, and still rejects
         assert rerun.exit_code == 1 and last_json(rerun.output)["stages"]["gate"]["status"] == "rejected"
     else:
         assert res.exit_code == 0, res.output
         assert out["stages"]["ship"]["status"] == "done"
+        assert production is not None and Path(production.model) == Path(final).resolve()
+        assert f"release v{production.version} production" in why.output
+        again = invoke(write_pipeline(tmp_path, stages))  # cached: no second promotion
+        with Registry(tmp_path / "runs" / "registry.sqlite") as reg:
+            assert again.exit_code == 0 and len(Releases(reg).list()) == 1
 
 
 # ------------------------------------------------------------------ kill -9

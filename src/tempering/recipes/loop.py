@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tempering.hashing import sha256_file
-from tempering.pipeline.registry import MARKER, Registry
+from tempering.pipeline.registry import MARKER, REGISTRY_ENV, Registry
 from tempering.pipeline.stage import REGISTRY_FILE, run_lock
 from tempering.recipes.loop_plan import (Plan, PlannedStage, PipelineError, _substitute, is_file_value,
                                          is_model_path, load_plan, walk)
@@ -252,10 +252,9 @@ def _small(summary: dict[str, Any]) -> dict[str, Any]:
 
 def _close_interrupted(root: Path, name: str) -> None:
     """A registry row left `running` by a killed process is marked failed (interrupted) before the retry."""
-    path = root / REGISTRY_FILE
-    if not path.is_file():
+    if not os.environ.get(REGISTRY_ENV) and not (root / REGISTRY_FILE).is_file():
         return
-    with Registry(path) as registry:
+    with Registry.open(root) as registry:
         for run in registry.list(limit=1_000_000):
             if run["name"] == name and run["status"] == "running":
                 registry.fail(run["id"], "interrupted: the pipeline process stopped before this stage finished; "
@@ -263,7 +262,7 @@ def _close_interrupted(root: Path, name: str) -> None:
 
 
 def _record_pipeline_start(plan: Plan) -> str:
-    with Registry(plan.root / REGISTRY_FILE) as registry:
+    with Registry.open(plan.root) as registry:
         for run in registry.list(limit=1_000_000):
             if run["kind"] == "pipeline" and run["status"] == "running":  # we hold the root lock: it is dead
                 registry.fail(run["id"], "interrupted: the pipeline process stopped")
@@ -280,7 +279,7 @@ def _record_pipeline_end(plan: Plan, run_id: str, status: str, outcomes: list[St
     verdicts = {o.name: {k: o.summary.get(k) for k in ("verdict", "failed_rules", "candidate")}
                 for o in outcomes if o.kind == "gate" and o.summary}
     outputs = {o.name: str(o.run_dir) for o in outcomes if o.run_dir is not None}
-    with Registry(plan.root / REGISTRY_FILE) as registry:
+    with Registry.open(plan.root) as registry:
         if status == "failed":
             failed = next(o for o in outcomes if o.status == "failed")
             registry.fail(run_id, f"stage {failed.name}: {failed.error}")

@@ -18,10 +18,10 @@ A stage kind is a `StageKind` row:
   restarting;
 - `steps_key`: the step target, for the progress display.
 
-Extension point: a `release` stage (the release helper) is one more row: its config model
-(the candidate `${train.final}` and the gate `${gate.verdict}` as inputs), a `run` that
-promotes only when the verdict passed, and its outputs. The runner already stops at a
-rejected gate, so a release row after a gate never runs on a rejected candidate.
+The `gate` kind records its verdict as an eval of the candidate in the registry, and the
+`release` kind promotes a checkpoint through `pipeline.releases` only when its verdict passed
+(the runner already stops at a rejected gate; the release refuses one too), so
+`temper lineage CHECKPOINT` shows the verdict and the release, or "not released".
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tempering.config import (DecontamStageConfig, DedupStageConfig, DPOConfig, EvalConfig, GateStageConfig,
-                              GRPOConfig, MixConfig, PairsConfig, RMConfig, SFTConfig, StratifyConfig, Strict,
-                              SynthConfig)
-from tempering.pipeline.registry import describe_input
+                              GRPOConfig, MixConfig, PairsConfig, ReleaseStageConfig, RMConfig, SFTConfig,
+                              StratifyConfig, Strict, SynthConfig)
+from tempering.pipeline.registry import Registry, describe_input
 from tempering.pipeline.stage import StageSpec, input_list, run_stage
 
 RESULTS_FILE = "results.json"
@@ -232,10 +232,32 @@ def _gate(cfg: GateStageConfig, ctx: StageContext) -> StageOutput:
             verdict = run_gate(rules, base, cand, seed=cfg.seed)
             verdict_path.write_text(json.dumps(verdict.to_dict(), indent=1))
             failed = [c.rule for c in verdict.rules if not c.passed]
+            with Registry.open(ctx.root) as registry:  # the verdict is an eval of the candidate: lineage shows it
+                registry.record_eval(cand.model, cfg.candidate, gate=verdict.to_dict(),
+                                     metrics={s.suite: {k: m.mean for k, m in s.metrics.items()} for s in cand.suites})
             stage.finish({"steps": 1, "passed": verdict.passed, "verdict": "passed" if verdict.passed else "rejected",
                           "failed_rules": failed, "base": base.model, "candidate": cand.model,
                           "rules": [c.to_dict() for c in verdict.rules]}, {"verdict": str(verdict_path)})
     return {"verdict": str(verdict_path)}, stage.result.summary
+
+
+def _release(cfg: ReleaseStageConfig, ctx: StageContext) -> StageOutput:
+    from tempering.pipeline.releases import Releases
+
+    verdict = json.loads(Path(cfg.gate).read_text())
+    inputs = [describe_input(cfg.gate, "eval")]
+    spec = StageSpec("release", str(ctx.root), ctx.name, cfg.model_dump(), inputs, cfg.model, 1, 0)
+    release_path = ctx.run_dir / "release.json"
+    with run_stage(spec) as stage:
+        if not stage.finished:
+            with Registry.open(ctx.root) as registry:
+                release = Releases(registry).promote(cfg.model, gate=verdict, alias=cfg.alias,
+                                                     reason=f"pipeline stage {ctx.name}")
+            record = {"version": release.version, "alias": cfg.alias, "model": release.model,
+                      "model_sha256": release.model_sha256}
+            release_path.write_text(json.dumps(record, indent=1))
+            stage.finish({"steps": 1, **record}, {"release": str(release_path)})
+    return {"release": str(release_path)}, stage.result.summary
 
 
 _TRAIN = dict(owned=("out", "name"), seed_key="train.seed", resumable=True, steps_key="train.steps")
@@ -262,5 +284,5 @@ KINDS: dict[str, StageKind] = {
                       models=("model",), **_TRAIN),
     "gate": StageKind(GateStageConfig, _gate, ("verdict",), inputs=("base", "candidate", "rules_file"), owned=(),
                       seed_key="seed"),
-    # "release": the release helper's row goes here (see the module docstring).
+    "release": StageKind(ReleaseStageConfig, _release, ("release",), inputs=("gate",), models=("model",), owned=()),
 }
