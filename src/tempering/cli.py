@@ -378,6 +378,8 @@ data_app.command("audit")(data_audit)
 from tempering.cli_rm import best_of_n_cmd, rm  # noqa: E402
 app.command("rm")(rm)
 app.command("best-of-n")(best_of_n_cmd)
+from tempering.cli_merge import merge  # noqa: E402  (branch merge)
+app.command("merge")(merge)
 
 if __name__ == "__main__":
     app()

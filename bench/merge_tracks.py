@@ -1,0 +1,221 @@
+"""Must show 5 (issue 13): two LoRA tracks trained apart, merged, each track's score kept?
+
+    nice -n 19 python bench/merge_tracks.py [--work /tmp/merge-bench] [--steps-add 40] [--steps-spell 80]
+
+On the default model (smollm2-135m-instruct, precision auto = bf16 on this host):
+
+  1. two SFT sets made from task sources with their reference answers: track `add` is
+     built-in 2-digit addition (train split; the reply is just the number), track `spell`
+     is reasoning-gym spell_backward (3-5 letter words, a seed other than the eval suite's,
+     words of the eval suite left out; the reply is `<answer>...</answer>`);
+  2. `temper sft` once per track (LoRA r=16, same base, same settings but the data);
+  3. `temper merge` of the two adapters with several PEFT combination types (linear, cat,
+     ties, dare_ties), weights [1, 1];
+  4. `temper eval run` of the base, each single-track adapter and each merge on both
+     tracks' suites (greedy, every template of the built-in suite, 95% bootstrap CIs over
+     tasks) and, per merge and track, whether the merged score lies inside the single-track
+     model's CI, plus the paired bootstrap CI of (merged - single-track).
+
+Writes bench/results/merge.json. A learning run: what else ran is recorded before and after.
+Finished stages are reused on a rerun (`temper sft` resumes/skips, evals are kept in --work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+TRACKS = ("add", "spell")
+
+
+def temper(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    print("$ temper " + " ".join(args), flush=True)
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-m", "tempering.cli", *args], env=env, capture_output=True, text=True)
+    print(f"  ({time.time() - t0:.0f} s, rc {proc.returncode})", flush=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-3000:])
+        raise SystemExit(f"temper {args[0]} failed (rc {proc.returncode})")
+    return proc
+
+
+def others_running() -> dict:
+    out = subprocess.run(["ps", "-eo", "pid,ni,pcpu,args", "--sort=-pcpu"], capture_output=True, text=True).stdout
+    procs = [line.strip()[:160] for line in out.splitlines()[1:10]
+             if "python" in line and str(os.getpid()) not in line]
+    return {"loadavg": os.getloadavg(), "processes": procs}
+
+
+def suites(work: Path, n_add: int, n_spell: int) -> dict[str, Path]:
+    """The built-in suites of both tracks, greedy (one sample, every template): cheap, deterministic."""
+    greedy = {"temperature": 0.0, "n": 1}
+    add = {"name": "merge-add", "track": "reasoning",
+           "description": "held-out 2-digit additions (built-in arithmetic-add's tasks and templates), greedy",
+           "tasks": {"source": "builtin:arithmetic", "ops": "+", "split": "heldout", "n": n_add, "seed": 0},
+           "templates": ["{prompt}", "Question: {prompt}", "Please solve this. {prompt}"],
+           "sampling": {**greedy, "max_new_tokens": 16}, "metrics": ["accuracy", "mean_reward"], "seeds": 1}
+    spell = {"name": "merge-spell", "track": "reasoning",
+             "description": "reasoning-gym spell_backward, 3-5 letters (built-in rg-spell-backward's tasks), greedy",
+             "tasks": {"source": "reasoning_gym:spell_backward", "n": n_spell, "seed": 0,
+                       "config": {"min_word_len": 3, "max_word_len": 5}},
+             "templates": ["{prompt}", "Question: {prompt}"],
+             "sampling": {**greedy, "max_new_tokens": 24}, "metrics": ["accuracy", "mean_reward"], "seeds": 1}
+    out = {}
+    for track, suite in (("add", add), ("spell", spell)):
+        out[track] = work / f"suite-{track}.yaml"
+        out[track].write_text(json.dumps(suite))
+    return out
+
+
+def sft_rows(work: Path, n: int, n_spell_eval: int) -> dict[str, Path]:
+    """Training conversations of each track from task sources with their reference answers."""
+    from tempering.data.builtin import arithmetic_tasks
+    from tempering.sources.reasoning_gym import reasoning_gym_tasks
+
+    def row(prompt: str, answer: str) -> str:
+        return json.dumps({"messages": [{"role": "user", "content": prompt},
+                                        {"role": "assistant", "content": answer}]}) + "\n"
+
+    add = arithmetic_tasks(n, seed=3, split="train", ops="+")
+    eval_words = {t.verifier["entry"]["metadata"]["word"]
+                  for t in reasoning_gym_tasks("spell_backward", n_spell_eval, 0, min_word_len=3, max_word_len=5)}
+    spell = [t for t in reasoning_gym_tasks("spell_backward", 3 * n, 11, min_word_len=3, max_word_len=5)
+             if t.verifier["entry"]["metadata"]["word"] not in eval_words][:n]
+    paths = {"add": work / "add_train.jsonl", "spell": work / "spell_train.jsonl"}
+    paths["add"].write_text("".join(row(t.prompt, t.verifier["answer"]) for t in add))
+    paths["spell"].write_text("".join(row(t.prompt, f"<answer>{t.verifier['entry']['answer']}</answer>")
+                                      for t in spell))
+    return paths
+
+
+def sft_config(work: Path, track: str, data: Path, steps: int, threads: int) -> Path:
+    cfg = {"model": "smollm2-135m-instruct", "lora": {"r": 16, "alpha": 32},
+           "data": {"train": [str(data)], "max_length": 256},
+           "train": {"steps": steps, "batch_size": 8, "threads": threads, "precision": "auto",
+                     "optim": {"lr": 1.0e-3, "warmup_steps": 4, "schedule": "cosine"},
+                     "checkpoint": {"every": 1000}},
+           "out": str(work / "runs"), "name": f"track-{track}"}
+    path = work / f"sft-{track}.yaml"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def merge_config(work: Path, method: str, density: float | None) -> Path:
+    cfg = {"inputs": [str(work / "runs" / f"track-{t}" / "final") for t in TRACKS], "weights": [1.0, 1.0],
+           "method": method, "out": str(work / "runs"), "name": f"merge-{method}"}
+    if density is not None:
+        cfg["density"] = density
+    path = work / f"merge-{method}.yaml"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def evaluate(model: str, out: Path, suite_paths: list[Path], threads: int) -> dict:
+    """Per suite: accuracy/mean_reward with CIs, and the per-task scores (for paired CIs)."""
+    from tempering.evals.results import EvalResults
+
+    if not (out / "results.json").is_file():
+        temper("eval", "run", *map(str, suite_paths), "--model", model, "--out", str(out), "--no-cache",
+               "--threads", str(threads))
+    res = EvalResults.load(out / "results.json")
+    return {s.suite: {"metrics": {k: {"mean": m.mean, "low": m.low, "high": m.high, "n": m.n}
+                                  for k, m in s.metrics.items()},
+                      "task_scores": s.task_scores} for s in res.suites}
+
+
+def compare(single: dict, merged: dict, metric: str) -> dict:
+    """Is the merged score inside the single-track model's CI; paired bootstrap of the difference."""
+    import numpy as np
+
+    from tempering.evals.stats import paired_bootstrap
+
+    ids = sorted(single["task_scores"])
+    a = [float(np.mean(single["task_scores"][t])) for t in ids]
+    b = [float(np.mean(merged["task_scores"][t])) for t in ids]
+    if metric != "accuracy":  # mean_reward: task_scores hold the primary metric only; CI check alone
+        diff = None
+    else:
+        diff = paired_bootstrap(a, b, seed=0).to_dict()
+    s, m = single["metrics"][metric], merged["metrics"][metric]
+    return {"single": s["mean"], "single_ci": [s["low"], s["high"]], "merged": m["mean"],
+            "merged_ci": [m["low"], m["high"]], "within_single_ci": s["low"] <= m["mean"] <= s["high"],
+            "not_below_single_ci": m["mean"] >= s["low"], "paired_diff": diff}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--work", default="/tmp/merge-bench")
+    p.add_argument("--rows", type=int, default=400)
+    p.add_argument("--steps-add", type=int, default=40)
+    p.add_argument("--steps-spell", type=int, default=80)
+    p.add_argument("--n-add", type=int, default=100)
+    p.add_argument("--n-spell", type=int, default=100)
+    p.add_argument("--methods", nargs="+", default=["linear", "cat", "ties", "dare_ties"])
+    p.add_argument("--density", type=float, default=0.5, help="ties/dare: share of each delta kept")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--until", choices=["train", "merge", "all"], default="all")
+    args = p.parse_args()
+    sys.path.insert(0, str(ROOT / "src"))
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    record: dict = {"benchmark": "merge_tracks", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    "model": "smollm2-135m-instruct (precision auto: bf16 on this host)",
+                    "command": " ".join(sys.argv), "others_running_before": others_running(), "seconds": {}}
+    data = sft_rows(work, args.rows, args.n_spell)
+    suite_paths = suites(work, args.n_add, args.n_spell)
+    for track, steps in (("add", args.steps_add), ("spell", args.steps_spell)):
+        t = time.time()
+        temper("sft", str(sft_config(work, track, data[track], steps, args.threads)))
+        record["seconds"][f"sft-{track}"] = time.time() - t
+        summary = json.loads((work / "runs" / f"track-{track}" / "summary.json").read_text())
+        record.setdefault("sft", {})[track] = {k: summary.get(k) for k in (
+            "steps", "data", "train_loss_first", "train_loss_last", "real_tokens_per_s")}
+    if args.until == "train":
+        return
+    for method in args.methods:
+        t = time.time()
+        temper("merge", str(merge_config(work, method, args.density if method != "linear" and method != "cat"
+                                         else None)))
+        record["seconds"][f"merge-{method}"] = time.time() - t
+    if args.until == "merge":
+        return
+    models = {"base": "smollm2-135m-instruct",
+              **{f"track-{t}": str(work / "runs" / f"track-{t}" / "final") for t in TRACKS},
+              **{f"merge-{m}": str(work / "runs" / f"merge-{m}" / "final") for m in args.methods}}
+    evals = {}
+    for label, model in models.items():
+        t = time.time()
+        evals[label] = evaluate(model, work / "eval" / label, list(suite_paths.values()), args.threads)
+        record["seconds"][f"eval-{label}"] = time.time() - t
+    record["scores"] = {label: {suite: r["metrics"] for suite, r in ev.items()} for label, ev in evals.items()}
+    verdicts = {}
+    for method in args.methods:
+        for track, suite in (("add", "merge-add"), ("spell", "merge-spell")):
+            single, merged = evals[f"track-{track}"][suite], evals[f"merge-{method}"][suite]
+            verdicts[f"{method}/{track}"] = {metric: compare(single, merged, metric)
+                                             for metric in ("accuracy", "mean_reward")}
+    record["verdicts"] = verdicts
+    record["others_running_after"] = others_running()
+    record["total_seconds"] = time.time() - t0
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "merge.json").write_text(json.dumps(record, indent=1))
+    for key, v in verdicts.items():
+        acc = v["accuracy"]
+        print(f"{key:18s} single {acc['single']:.3f} [{acc['single_ci'][0]:.3f}, {acc['single_ci'][1]:.3f}]  "
+              f"merged {acc['merged']:.3f}  within CI: {acc['within_single_ci']}")
+
+
+if __name__ == "__main__":
+    main()
