@@ -161,7 +161,7 @@ def main() -> None:
     p.add_argument("--steps-spell", type=int, default=80)
     p.add_argument("--n-add", type=int, default=100)
     p.add_argument("--n-spell", type=int, default=100)
-    p.add_argument("--methods", nargs="+", default=["linear", "cat", "ties", "dare_ties"])
+    p.add_argument("--methods", nargs="+", default=["linear", "cat", "ties"])
     p.add_argument("--density", type=float, default=0.5, help="ties/dare: share of each delta kept")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--until", choices=["train", "merge", "all"], default="all")
@@ -180,8 +180,11 @@ def main() -> None:
         temper("sft", str(sft_config(work, track, data[track], steps, args.threads)))
         record["seconds"][f"sft-{track}"] = time.time() - t
         summary = json.loads((work / "runs" / f"track-{track}" / "summary.json").read_text())
-        record.setdefault("sft", {})[track] = {k: summary.get(k) for k in (
-            "steps", "data", "train_loss_first", "train_loss_last", "real_tokens_per_s")}
+        steps_log = [json.loads(line) for line in
+                     (work / "runs" / f"track-{track}" / "metrics.jsonl").read_text().splitlines() if '"step"' in line]
+        record.setdefault("sft", {})[track] = {
+            **{k: summary.get(k) for k in ("steps", "data", "train_loss_first", "train_loss_last", "real_tokens_per_s")},
+            "train_seconds": sum(r.get("step_s", 0.0) for r in steps_log)}
     if args.until == "train":
         return
     for method in args.methods:
