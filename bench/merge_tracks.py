@@ -121,36 +121,39 @@ def merge_config(work: Path, method: str, density: float | None) -> Path:
     return path
 
 
-def evaluate(model: str, out: Path, suite_paths: list[Path], threads: int) -> dict:
-    """Per suite: accuracy/mean_reward with CIs, and the per-task scores (for paired CIs)."""
+def evaluate(model: str, out: Path, suite_paths: list[Path], threads: int) -> tuple[dict, bool]:
+    """Per suite: accuracy/mean_reward with CIs and per-task scores of both; and whether it ran now."""
     from tempering.evals.results import EvalResults
 
-    if not (out / "results.json").is_file():
+    ran = not (out / "results.json").is_file()
+    if ran:
         temper("eval", "run", *map(str, suite_paths), "--model", model, "--out", str(out), "--no-cache",
                "--threads", str(threads))
+    per_task: dict = {}
+    for line in (out / "samples.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        task = per_task.setdefault(row["suite"], {}).setdefault(row["task_id"], {"accuracy": [], "mean_reward": []})
+        task["accuracy"].append(1.0 if row["passed"] else 0.0)
+        task["mean_reward"].append(float(row["reward"] or 0.0))
     res = EvalResults.load(out / "results.json")
     return {s.suite: {"metrics": {k: {"mean": m.mean, "low": m.low, "high": m.high, "n": m.n}
                                   for k, m in s.metrics.items()},
-                      "task_scores": s.task_scores} for s in res.suites}
+                      "tasks": per_task[s.suite]} for s in res.suites}, ran
 
 
 def compare(single: dict, merged: dict, metric: str) -> dict:
-    """Is the merged score inside the single-track model's CI; paired bootstrap of the difference."""
+    """Is the merged score inside the single-track model's CI; paired bootstrap of (merged - single)."""
     import numpy as np
 
     from tempering.evals.stats import paired_bootstrap
 
-    ids = sorted(single["task_scores"])
-    a = [float(np.mean(single["task_scores"][t])) for t in ids]
-    b = [float(np.mean(merged["task_scores"][t])) for t in ids]
-    if metric != "accuracy":  # mean_reward: task_scores hold the primary metric only; CI check alone
-        diff = None
-    else:
-        diff = paired_bootstrap(a, b, seed=0).to_dict()
+    ids = sorted(single["tasks"])
+    a = [float(np.mean(single["tasks"][t][metric])) for t in ids]
+    b = [float(np.mean(merged["tasks"][t][metric])) for t in ids]
     s, m = single["metrics"][metric], merged["metrics"][metric]
     return {"single": s["mean"], "single_ci": [s["low"], s["high"]], "merged": m["mean"],
             "merged_ci": [m["low"], m["high"]], "within_single_ci": s["low"] <= m["mean"] <= s["high"],
-            "not_below_single_ci": m["mean"] >= s["low"], "paired_diff": diff}
+            "not_below_single_ci": m["mean"] >= s["low"], "paired_diff": paired_bootstrap(a, b, seed=0).to_dict()}
 
 
 def main() -> None:
@@ -158,40 +161,51 @@ def main() -> None:
     p.add_argument("--work", default="/tmp/merge-bench")
     p.add_argument("--rows", type=int, default=400)
     p.add_argument("--steps-add", type=int, default=40)
-    p.add_argument("--steps-spell", type=int, default=80)
+    p.add_argument("--steps-spell", type=int, default=60)
     p.add_argument("--n-add", type=int, default=100)
     p.add_argument("--n-spell", type=int, default=100)
     p.add_argument("--methods", nargs="+", default=["linear", "cat", "ties"])
     p.add_argument("--density", type=float, default=0.5, help="ties/dare: share of each delta kept")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--note", default=None, help="what else was running, as observed (kept in the result)")
     p.add_argument("--until", choices=["train", "merge", "all"], default="all")
     args = p.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    record: dict = {"benchmark": "merge_tracks", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-                    "model": "smollm2-135m-instruct (precision auto: bf16 on this host)",
-                    "command": " ".join(sys.argv), "others_running_before": others_running(), "seconds": {}}
+    # stage timings and load snapshots survive a rerun (finished stages are skipped, not re-timed)
+    state_path = work / "state.json"
+    state = json.loads(state_path.read_text()) if state_path.is_file() else {"seconds": {}, "load": []}
+
+    def done(stage: str, seconds: float | None) -> None:
+        if seconds is not None:
+            state["seconds"][stage] = seconds
+        state["load"].append({"after": stage, "time": time.strftime("%H:%M:%S"), **others_running()})
+        state_path.write_text(json.dumps(state, indent=1))
+
+    state.setdefault("started", time.strftime("%Y-%m-%d %H:%M:%S"))
     data = sft_rows(work, args.rows, args.n_spell)
     suite_paths = suites(work, args.n_add, args.n_spell)
+    record: dict = {"benchmark": "merge_tracks", "model": "smollm2-135m-instruct (precision auto: bf16 on this host)",
+                    "command": "nice -n 19 python bench/merge_tracks.py " + " ".join(sys.argv[1:]),
+                    "settings": {k: v for k, v in vars(args).items() if k != "until"}}
     for track, steps in (("add", args.steps_add), ("spell", args.steps_spell)):
-        t = time.time()
+        run_dir = work / "runs" / f"track-{track}"
+        fresh, t = not (run_dir / "summary.json").is_file(), time.time()
         temper("sft", str(sft_config(work, track, data[track], steps, args.threads)))
-        record["seconds"][f"sft-{track}"] = time.time() - t
-        summary = json.loads((work / "runs" / f"track-{track}" / "summary.json").read_text())
-        steps_log = [json.loads(line) for line in
-                     (work / "runs" / f"track-{track}" / "metrics.jsonl").read_text().splitlines() if '"step"' in line]
+        done(f"sft-{track}", time.time() - t if fresh else None)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        steps_log = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+                     if '"step"' in line]
         record.setdefault("sft", {})[track] = {
             **{k: summary.get(k) for k in ("steps", "data", "train_loss_first", "train_loss_last", "real_tokens_per_s")},
             "train_seconds": sum(r.get("step_s", 0.0) for r in steps_log)}
     if args.until == "train":
         return
     for method in args.methods:
-        t = time.time()
-        temper("merge", str(merge_config(work, method, args.density if method != "linear" and method != "cat"
-                                         else None)))
-        record["seconds"][f"merge-{method}"] = time.time() - t
+        fresh, t = not (work / "runs" / f"merge-{method}" / "summary.json").is_file(), time.time()
+        temper("merge", str(merge_config(work, method, args.density if method not in ("linear", "cat") else None)))
+        done(f"merge-{method}", time.time() - t if fresh else None)
     if args.until == "merge":
         return
     models = {"base": "smollm2-135m-instruct",
@@ -200,8 +214,8 @@ def main() -> None:
     evals = {}
     for label, model in models.items():
         t = time.time()
-        evals[label] = evaluate(model, work / "eval" / label, list(suite_paths.values()), args.threads)
-        record["seconds"][f"eval-{label}"] = time.time() - t
+        evals[label], ran = evaluate(model, work / "eval" / label, list(suite_paths.values()), args.threads)
+        done(f"eval-{label}", time.time() - t if ran else None)
     record["scores"] = {label: {suite: r["metrics"] for suite, r in ev.items()} for label, ev in evals.items()}
     verdicts = {}
     for method in args.methods:
@@ -210,14 +224,18 @@ def main() -> None:
             verdicts[f"{method}/{track}"] = {metric: compare(single, merged, metric)
                                              for metric in ("accuracy", "mean_reward")}
     record["verdicts"] = verdicts
-    record["others_running_after"] = others_running()
-    record["total_seconds"] = time.time() - t0
+    record.update(started=state["started"], finished=time.strftime("%Y-%m-%d %H:%M:%S"),
+                  stage_seconds=state["seconds"], total_stage_seconds=sum(state["seconds"].values()),
+                  load_during=state["load"], note=args.note)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "merge.json").write_text(json.dumps(record, indent=1))
     for key, v in verdicts.items():
-        acc = v["accuracy"]
-        print(f"{key:18s} single {acc['single']:.3f} [{acc['single_ci'][0]:.3f}, {acc['single_ci'][1]:.3f}]  "
-              f"merged {acc['merged']:.3f}  within CI: {acc['within_single_ci']}")
+        for metric in ("accuracy", "mean_reward"):
+            m = v[metric]
+            print(f"{key:14s} {metric:11s} single {m['single']:.3f} [{m['single_ci'][0]:.3f}, {m['single_ci'][1]:.3f}]"
+                  f"  merged {m['merged']:.3f}  within CI: {m['within_single_ci']}  "
+                  f"paired diff {m['paired_diff']['delta']:+.3f} [{m['paired_diff']['low']:+.3f}, "
+                  f"{m['paired_diff']['high']:+.3f}]")
 
 
 if __name__ == "__main__":
