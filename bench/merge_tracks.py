@@ -111,14 +111,23 @@ def sft_config(work: Path, track: str, data: Path, steps: int, threads: int) -> 
     return path
 
 
-def merge_config(work: Path, method: str, density: float | None) -> Path:
-    cfg = {"inputs": [str(work / "runs" / f"track-{t}" / "final") for t in TRACKS], "weights": [1.0, 1.0],
-           "method": method, "out": str(work / "runs"), "name": f"merge-{method}"}
-    if density is not None:
+def merge_config(work: Path, variant: str, density: float | None) -> Path:
+    """`variant` is a method ("cat", weights [1, 1]) or method:weight ("cat:0.5", weights [0.5, 0.5])."""
+    method, _, weight = variant.partition(":")
+    w = float(weight or 1.0)
+    cfg = {"inputs": [str(work / "runs" / f"track-{t}" / "final") for t in TRACKS], "weights": [w, w],
+           "method": method, "out": str(work / "runs"), "name": f"merge-{label(variant)}"}
+    if density is not None and method not in ("linear", "cat"):
         cfg["density"] = density
-    path = work / f"merge-{method}.yaml"
+    path = work / f"merge-{label(variant)}.yaml"
     path.write_text(json.dumps(cfg))
     return path
+
+
+def label(variant: str) -> str:
+    """The run-name part of a merge variant: "cat" -> "cat", "cat:0.5" -> "cat-w0.5"."""
+    method, _, weight = variant.partition(":")
+    return f"{method}-w{weight}" if weight else method
 
 
 def evaluate(model: str, out: Path, suite_paths: list[Path], threads: int) -> tuple[dict, bool]:
@@ -164,7 +173,8 @@ def main() -> None:
     p.add_argument("--steps-spell", type=int, default=60)
     p.add_argument("--n-add", type=int, default=100)
     p.add_argument("--n-spell", type=int, default=100)
-    p.add_argument("--methods", nargs="+", default=["linear", "cat", "ties"])
+    p.add_argument("--methods", nargs="+", default=["linear", "cat", "ties", "dare_ties", "cat:0.5", "ties:0.5"],
+                   help="merge variants: METHOD (weights [1, 1]) or METHOD:W (weights [W, W])")
     p.add_argument("--density", type=float, default=0.5, help="ties/dare: share of each delta kept")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--note", default=None, help="what else was running, as observed (kept in the result)")
@@ -203,14 +213,14 @@ def main() -> None:
     if args.until == "train":
         return
     for method in args.methods:
-        fresh, t = not (work / "runs" / f"merge-{method}" / "summary.json").is_file(), time.time()
-        temper("merge", str(merge_config(work, method, args.density if method not in ("linear", "cat") else None)))
-        done(f"merge-{method}", time.time() - t if fresh else None)
+        fresh, t = not (work / "runs" / f"merge-{label(method)}" / "summary.json").is_file(), time.time()
+        temper("merge", str(merge_config(work, method, args.density)))
+        done(f"merge-{label(method)}", time.time() - t if fresh else None)
     if args.until == "merge":
         return
     models = {"base": "smollm2-135m-instruct",
               **{f"track-{t}": str(work / "runs" / f"track-{t}" / "final") for t in TRACKS},
-              **{f"merge-{m}": str(work / "runs" / f"merge-{m}" / "final") for m in args.methods}}
+              **{f"merge-{label(m)}": str(work / "runs" / f"merge-{label(m)}" / "final") for m in args.methods}}
     evals = {}
     for label, model in models.items():
         t = time.time()
@@ -220,8 +230,8 @@ def main() -> None:
     verdicts = {}
     for method in args.methods:
         for track, suite in (("add", "merge-add"), ("spell", "merge-spell")):
-            single, merged = evals[f"track-{track}"][suite], evals[f"merge-{method}"][suite]
-            verdicts[f"{method}/{track}"] = {metric: compare(single, merged, metric)
+            single, merged = evals[f"track-{track}"][suite], evals[f"merge-{label(method)}"][suite]
+            verdicts[f"{label(method)}/{track}"] = {metric: compare(single, merged, metric)
                                              for metric in ("accuracy", "mean_reward")}
     record["verdicts"] = verdicts
     record.update(started=state["started"], finished=time.strftime("%Y-%m-%d %H:%M:%S"),
