@@ -222,11 +222,11 @@ def main() -> None:
               **{f"track-{t}": str(work / "runs" / f"track-{t}" / "final") for t in TRACKS},
               **{f"merge-{label(m)}": str(work / "runs" / f"merge-{label(m)}" / "final") for m in args.methods}}
     evals = {}
-    for label, model in models.items():
+    for key, model in models.items():
         t = time.time()
-        evals[label], ran = evaluate(model, work / "eval" / label, list(suite_paths.values()), args.threads)
-        done(f"eval-{label}", time.time() - t if ran else None)
-    record["scores"] = {label: {suite: r["metrics"] for suite, r in ev.items()} for label, ev in evals.items()}
+        evals[key], ran = evaluate(model, work / "eval" / key, list(suite_paths.values()), args.threads)
+        done(f"eval-{key}", time.time() - t if ran else None)
+    record["scores"] = {key: {suite: r["metrics"] for suite, r in ev.items()} for key, ev in evals.items()}
     verdicts = {}
     for method in args.methods:
         for track, suite in (("add", "merge-add"), ("spell", "merge-spell")):
