@@ -356,6 +356,8 @@ from tempering.cli_reg import lineage, release_app, runs_app  # noqa: E402  (bra
 app.add_typer(runs_app, name="runs")
 app.command("lineage")(lineage)
 app.add_typer(release_app, name="release")
+from tempering.cli_merge import merge  # noqa: E402  (branch merge)
+app.command("merge")(merge)
 
 if __name__ == "__main__":
     app()

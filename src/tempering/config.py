@@ -847,3 +847,45 @@ class PipelineConfig(Strict):
     """Pipeline seed: the seed of every stage that does not set its own (part of each stage's hash)."""
     stages: dict[str, dict[str, Any]] = Field(min_length=1)
     """Stages in run order: name -> {kind: ..., <the kind's config keys>}; see docs/pipeline.md."""
+
+
+# --- merge ---
+from pydantic import model_validator  # noqa: E402  (kept in this block: the top import line is shared)
+
+
+class MergeConfig(Strict):
+    """`temper merge CONFIG.yaml`: merge LoRA adapters (PEFT) or full models (mergekit) into one."""
+
+    inputs: list[str] = Field(min_length=1)
+    """Models to merge: all LoRA adapter dirs over one base (`runs/NAME/final`), or all full HF dirs."""
+    weights: list[float] | None = None
+    """One weight per input (None: 1/len(inputs) each); adapters: PEFT's weights, full models: mergekit's."""
+    method: Literal["linear", "cat", "svd", "ties", "dare_linear", "dare_ties", "task_arithmetic"] = "linear"
+    """Adapters: a PEFT combination type (not task_arithmetic); full models: a mergekit method (not cat, svd)."""
+    density: float | None = Field(None, gt=0.0, le=1.0)
+    """ties / dare: share of each delta kept (None: 1.0 for PEFT, mergekit's default for full models)."""
+    majority_sign_method: Literal["total", "frequency"] = "total"
+    """ties / dare_ties on adapters: how PEFT elects each parameter's sign."""
+    base: str | None = None
+    """Full models only: the base the task vectors are taken from (ties, dare, task_arithmetic need one)."""
+    merged_model: bool = False
+    """Adapters only: also write a standalone model with the merged adapter folded in (run_dir/merged_model)."""
+    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Weights of the merge and of what it writes."""
+    seed: int = 0
+    """Seeds DARE's random drop."""
+    out: str = "runs"
+    """Run root: writes runs/<name>/final and records the merge in runs/registry.sqlite."""
+    name: str | None = None
+    """Run name (default: merge-<timestamp>)."""
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _weights_match(self) -> "MergeConfig":
+        if self.weights is not None and len(self.weights) != len(self.inputs):
+            raise ValueError(f"weights has {len(self.weights)} values for {len(self.inputs)} inputs; give one per input")
+        return self
