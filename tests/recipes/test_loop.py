@@ -270,3 +270,25 @@ def test_an_interrupted_stage_that_cannot_resume_restarts_in_a_clean_dir(tmp_pat
     with Registry(tmp_path / "runs" / "registry.sqlite") as reg:
         failed = [r for r in reg.list(limit=100) if r["name"] == run_dir.name and r["status"] == "failed"]
     assert "interrupted" in failed[0]["error"]
+
+
+# ------------------------------------------------------------------ merge as a stage
+def test_two_tracks_merge_as_a_stage_with_lineage_through_both(tmp_path, recall_setup):
+    lora = {"r": 4, "alpha": 8}
+    stages = {"track_a": sft_stage(recall_setup, recall_setup["data"], steps=2, lora=lora),
+              "track_b": sft_stage(recall_setup, recall_setup["data"], steps=3, lora=lora),
+              "merged": {"kind": "merge", "inputs": ["${track_a.final}", "${track_b.final}"], "method": "cat",
+                         "weights": [0.5, 0.5]}}
+    res = invoke(write_pipeline(tmp_path, stages))
+    out = last_json(res.output)
+    assert res.exit_code == 0 and out["stages"]["merged"]["status"] == "done", res.output
+    final = Path(out["stages"]["merged"]["outputs"]["final"])
+    assert (final / "adapter_config.json").is_file()
+    runs = {r["name"]: r for r in registry_runs(tmp_path)}
+    merge_run = next(r for r in runs.values() if r["kind"] == "merge")
+    with Registry(tmp_path / "runs" / "registry.sqlite") as reg:
+        parents = {row.parent_run for row in reg.lineage(merge_run["id"]) if row.parent_run}
+    sft_ids = {r["id"] for r in runs.values() if r["kind"] == "sft"}
+    assert sft_ids and sft_ids <= parents  # lineage reaches both tracks' training runs
+    again = invoke(write_pipeline(tmp_path, stages))
+    assert again.exit_code == 0 and last_json(again.output)["stages"]["merged"]["status"] == "cached"

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tempering.config import (DecontamStageConfig, DedupStageConfig, DPOConfig, EvalConfig, GateStageConfig,
-                              GRPOConfig, MixConfig, PairsConfig, ReleaseStageConfig, RMConfig, SFTConfig,
-                              StratifyConfig, Strict, SynthConfig)
+                              GRPOConfig, MergeConfig, MixConfig, PairsConfig, ReleaseStageConfig, RMConfig,
+                              SFTConfig, StratifyConfig, Strict, SynthConfig)
 from tempering.pipeline.registry import Registry, describe_input
 from tempering.pipeline.stage import StageSpec, input_list, run_stage
 
@@ -241,6 +241,12 @@ def _gate(cfg: GateStageConfig, ctx: StageContext) -> StageOutput:
     return {"verdict": str(verdict_path)}, stage.result.summary
 
 
+def _merge(cfg: MergeConfig, ctx: StageContext) -> StageOutput:
+    from tempering.recipes.merge import run_merge
+
+    return _final(run_merge(cfg))
+
+
 def _release(cfg: ReleaseStageConfig, ctx: StageContext) -> StageOutput:
     from tempering.pipeline.releases import Releases
 
@@ -282,6 +288,7 @@ KINDS: dict[str, StageKind] = {
                     models=("model", "best_of_n.policy"), **_TRAIN),
     "grpo": StageKind(GRPOConfig, _grpo, ("final",), inputs=("tasks.source", "heldout.tasks.source"),
                       models=("model",), **_TRAIN),
+    "merge": StageKind(MergeConfig, _merge, ("final",), models=("inputs.*", "base"), seed_key="seed"),
     "gate": StageKind(GateStageConfig, _gate, ("verdict",), inputs=("base", "candidate", "rules_file"), owned=(),
                       seed_key="seed"),
     "release": StageKind(ReleaseStageConfig, _release, ("release",), inputs=("gate",), models=("model",), owned=()),
