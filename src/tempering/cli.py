@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tempering.cli_common import err, fail
+from tempering.cli_common import err, fail, train_from_config
 from tempering.config import DEFAULT_MODEL, ConfigError, SFTConfig, load_config
 from tempering.sandbox.cli import app as sandbox_app
 from tempering.tables import print_wide
@@ -98,22 +98,9 @@ def sft(
 
 def _train(kind: type, run: Any, config: Path, set_: List[str], model: Optional[str], steps: Optional[int],
            out_dir: Optional[str], name: Optional[str], full: bool, force: bool = False) -> None:
-    """Shared body of the training commands: config + flags -> run -> summary JSON."""
-    literal = {k: v for k, v in (("model", model), ("train.steps", steps), ("out", out_dir), ("name", name))
-               if v is not None}
-    if full:
-        literal["lora"] = None
-    try:
-        cfg = load_config(kind, config, list(set_), literal)
-    except (ConfigError, FileNotFoundError) as exc:
-        fail(str(exc))
-    from tempering.train.checkpoint import CheckpointError
-
-    try:
-        summary = run(cfg, force=force)
-    except (ValueError, FileNotFoundError, CheckpointError) as exc:  # e.g. a private-suite overlap, a locked run
-        fail(str(exc))
-    out.print_json(json.dumps(summary))
+    """Shared body of sft and grpo: config + flags -> run -> summary JSON."""
+    literal = {"model": model, "train.steps": steps, "out": out_dir, "name": name}
+    out.print_json(json.dumps(train_from_config(kind, run, config, set_, literal, full, force)))
 
 
 @app.command()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, Callable, NoReturn, Sequence
 
 import typer
 from rich.console import Console
@@ -15,3 +16,22 @@ def fail(message: object, code: int = 2) -> NoReturn:
     """Print `error: MESSAGE` on stderr (as text: brackets in paths are not markup) and exit."""
     err.print(f"[red]error:[/red] {escape(str(message))}")
     raise typer.Exit(code)
+
+
+def train_from_config(kind: type, run: Callable[..., dict[str, Any]], config: Path, sets: Sequence[str],
+                      literal: dict[str, Any], full: bool = False, force: bool = False) -> dict[str, Any]:
+    """The shared body of the training commands (sft, grpo, dpo, rm): the config file with
+    `--set` values and flag overrides (`full`: all parameters, no LoRA), then the run; any
+    bad input is the one-line error exit. Returns the run summary for the caller to print."""
+    from tempering.config import ConfigError, load_config
+    from tempering.train.checkpoint import CheckpointError
+
+    literal = {**{k: v for k, v in literal.items() if v is not None}, **({"lora": None} if full else {})}
+    try:
+        cfg = load_config(kind, config, list(sets), literal)
+    except (ConfigError, FileNotFoundError) as exc:
+        fail(str(exc))
+    try:
+        return run(cfg, force=force)
+    except (ValueError, FileNotFoundError, CheckpointError) as exc:  # bad rows, a locked run, a template error, ...
+        fail(str(exc))

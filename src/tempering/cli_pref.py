@@ -9,8 +9,8 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from tempering.cli_common import fail
-from tempering.config import ConfigError, DPOConfig, load_config
+from tempering.cli_common import train_from_config
+from tempering.config import DPOConfig
 
 stdout = Console(soft_wrap=True, highlight=False)
 
@@ -27,19 +27,8 @@ def dpo(
     force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
 ) -> None:
     """Preference optimisation on prompt/chosen/rejected pairs; the run summary JSON is the last line."""
-    literal = {k: v for k, v in (("model", model), ("dpo.loss", loss), ("train.steps", steps), ("out", out_dir),
-                                 ("name", name)) if v is not None}
-    if full:
-        literal["lora"] = None
-    try:
-        cfg = load_config(DPOConfig, config, list(set_), literal)
-    except (ConfigError, FileNotFoundError) as exc:
-        fail(str(exc))
     from tempering.recipes.dpo import run_dpo
-    from tempering.train.checkpoint import CheckpointError
 
-    try:
-        summary = run_dpo(cfg, force=force)
-    except (ValueError, FileNotFoundError, CheckpointError) as exc:  # bad data, template, locked run, ...
-        fail(str(exc))
+    literal = {"model": model, "dpo.loss": loss, "train.steps": steps, "out": out_dir, "name": name}
+    summary = train_from_config(DPOConfig, run_dpo, config, set_, literal, full, force)
     stdout.print(json.dumps(summary))

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from tempering.cli_common import err, fail
+from tempering.cli_common import err, fail, train_from_config
 
 
 def rm(
@@ -22,23 +22,11 @@ def rm(
     force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
 ) -> None:
     """Reward model (Bradley-Terry) on preference pairs; held-out pairwise accuracy with a CI."""
-    from tempering.config import ConfigError, RMConfig, load_config
-
-    literal = {k: v for k, v in (("model", model), ("train.steps", steps), ("out", out_dir), ("name", name))
-               if v is not None}
-    if full:
-        literal["lora"] = None
-    try:
-        cfg = load_config(RMConfig, config, list(set_), literal)
-    except (ConfigError, FileNotFoundError) as exc:
-        fail(str(exc))
+    from tempering.config import RMConfig
     from tempering.recipes.rm import run_rm
-    from tempering.train.checkpoint import CheckpointError
 
-    try:
-        summary = run_rm(cfg, force=force)
-    except (ValueError, FileNotFoundError, CheckpointError) as exc:  # bad rows file, locked run, template error
-        fail(str(exc))
+    literal = {"model": model, "train.steps": steps, "out": out_dir, "name": name}
+    summary = train_from_config(RMConfig, run_rm, config, set_, literal, full, force)
     print(json.dumps(summary))
 
 

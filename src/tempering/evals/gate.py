@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 import yaml
 
@@ -126,6 +126,25 @@ class MetricRule:
         return RuleCheck(self.text, passed, f"candidate {_fmt(value)}, required {self.op} {_fmt(threshold)}{why}")
 
 
+def _paired_check(text: str, name: str, outcomes: Mapping[str, SuiteOutcome], passes: Callable[[Any], bool],
+                  with_p: bool, failed: str, passed: str) -> RuleCheck:
+    """A rule over the paired comparisons of every suite named `name` (or of track `name`)."""
+    chosen = [o for o in outcomes.values() if name in (o.suite, o.track)]
+    if not chosen:
+        return RuleCheck(text, False, f"no suite or track named {name!r} in the candidate results")
+    problems, seen = [], []
+    for o in chosen:
+        c = o.comparison
+        if c is None:
+            problems.append(f"{o.suite}: no paired comparison with the base")
+            continue
+        line = f"{o.suite} {c.delta:+.4g} [{_fmt(c.low)}, {_fmt(c.high)}]" + (f" p={c.p_value:.3g}" if with_p else "")
+        (seen if passes(c) else problems).append(line)
+    if problems:
+        return RuleCheck(text, False, f"{failed}: " + "; ".join(problems))
+    return RuleCheck(text, True, f"{passed}: " + "; ".join(seen))
+
+
 @dataclass(frozen=True)
 class RegressionRule:
     """`no significant regression on <name>`: no suite of that name or track got worse."""
@@ -134,20 +153,8 @@ class RegressionRule:
     name: str
 
     def check(self, outcomes: Mapping[str, SuiteOutcome]) -> RuleCheck:
-        chosen = [o for o in outcomes.values() if self.name in (o.suite, o.track)]
-        if not chosen:
-            return RuleCheck(self.text, False, f"no suite or track named {self.name!r} in the candidate results")
-        problems, seen = [], []
-        for o in chosen:
-            c = o.comparison
-            if c is None:
-                problems.append(f"{o.suite}: no paired comparison with the base")
-                continue
-            line = f"{o.suite} {c.delta:+.4g} [{_fmt(c.low)}, {_fmt(c.high)}] p={c.p_value:.3g}"
-            (problems if c.significant and c.delta < 0 else seen).append(line)
-        if problems:
-            return RuleCheck(self.text, False, "regressed or unchecked: " + "; ".join(problems))
-        return RuleCheck(self.text, True, "no significant regression: " + "; ".join(seen))
+        return _paired_check(self.text, self.name, outcomes, lambda c: not (c.significant and c.delta < 0), True,
+                             "regressed or unchecked", "no significant regression")
 
 
 @dataclass(frozen=True)
@@ -160,21 +167,9 @@ class NonInferiorityRule:
     margin: float
 
     def check(self, outcomes: Mapping[str, SuiteOutcome]) -> RuleCheck:
-        chosen = [o for o in outcomes.values() if self.name in (o.suite, o.track)]
-        if not chosen:
-            return RuleCheck(self.text, False, f"no suite or track named {self.name!r} in the candidate results")
-        problems, seen = [], []
-        for o in chosen:
-            c = o.comparison
-            if c is None:
-                problems.append(f"{o.suite}: no paired comparison with the base")
-                continue
-            line = f"{o.suite} {c.delta:+.4g} [{_fmt(c.low)}, {_fmt(c.high)}]"
-            (seen if c.low >= -self.margin - EPS else problems).append(line)
-        if problems:
-            return RuleCheck(self.text, False, f"lower bound below -{_fmt(self.margin)} or unchecked: "
-                             + "; ".join(problems))
-        return RuleCheck(self.text, True, f"non-inferior within {_fmt(self.margin)}: " + "; ".join(seen))
+        return _paired_check(self.text, self.name, outcomes, lambda c: c.low >= -self.margin - EPS, False,
+                             f"lower bound below -{_fmt(self.margin)} or unchecked",
+                             f"non-inferior within {_fmt(self.margin)}")
 
 
 @dataclass(frozen=True)
