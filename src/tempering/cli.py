@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tempering.cli_common import err, fail, train_from_config
+from tempering.cli_common import FORCE, FULL, NAME, OUT, STEPS, err, fail, train_from_config
 from tempering.config import DEFAULT_MODEL, ConfigError, SFTConfig, load_config
 from tempering.sandbox.cli import app as sandbox_app
 from tempering.tables import print_wide
@@ -80,13 +80,13 @@ def sft(
     config: Path = typer.Argument(..., help="YAML config (see examples/sft_demo.yaml)."),
     set_: List[str] = typer.Option([], "--set", help="Override any field: --set train.steps=20 (repeatable)."),
     model: Optional[str] = typer.Option(None, help="Model spec (alias, HF dir, .gguf, hub id)."),
-    steps: Optional[int] = typer.Option(None, help="Optimizer steps."),
-    out_dir: Optional[str] = typer.Option(None, "--out", help="Run root."),
-    name: Optional[str] = typer.Option(None, help="Run name (re-using one resumes it)."),
-    full: bool = typer.Option(False, "--full", help="Train all parameters instead of LoRA."),
+    steps: Optional[int] = STEPS,
+    out_dir: Optional[str] = OUT,
+    name: Optional[str] = NAME,
+    full: bool = FULL,
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the resolved config, row and token counts and "
                                  "one rendered example with its loss mask; train nothing, create no run."),
-    force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
+    force: bool = FORCE,
 ) -> None:
     """Supervised fine-tuning on conversations (assistant-only loss)."""
     from tempering.recipes.sft import run_sft
@@ -108,11 +108,11 @@ def grpo(
     config: Path = typer.Argument(..., help="YAML config (see examples/grpo_arith.yaml)."),
     set_: List[str] = typer.Option([], "--set", help="Override any field: --set grpo.group_size=4 (repeatable)."),
     model: Optional[str] = typer.Option(None, help="Model spec (alias, HF dir, .gguf, hub id)."),
-    steps: Optional[int] = typer.Option(None, help="Optimizer steps."),
-    out_dir: Optional[str] = typer.Option(None, "--out", help="Run root."),
-    name: Optional[str] = typer.Option(None, help="Run name (re-using one resumes it)."),
-    full: bool = typer.Option(False, "--full", help="Train all parameters instead of LoRA."),
-    force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
+    steps: Optional[int] = STEPS,
+    out_dir: Optional[str] = OUT,
+    name: Optional[str] = NAME,
+    full: bool = FULL,
+    force: bool = FORCE,
 ) -> None:
     """RL with verifiable rewards (GRPO family): sample, verify, update."""
     from tempering.config import GRPOConfig

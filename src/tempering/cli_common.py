@@ -11,6 +11,14 @@ from rich.markup import escape
 
 err = Console(stderr=True, soft_wrap=True, highlight=False)  # soft wrap: an error stays one line however narrow the terminal
 
+# The flags every training command (sft, grpo, dpo, rm) shares; typer reads one option object
+# as the default of several commands.
+STEPS = typer.Option(None, help="Optimizer steps.")
+OUT = typer.Option(None, "--out", help="Run root.")
+NAME = typer.Option(None, help="Run name (re-using one resumes it).")
+FULL = typer.Option(False, "--full", help="Train all parameters instead of LoRA.")
+FORCE = typer.Option(False, "--force", help="Resume even though the config changed.")
+
 
 def fail(message: object, code: int = 2) -> NoReturn:
     """Print `error: MESSAGE` on stderr (as text: brackets in paths are not markup) and exit."""

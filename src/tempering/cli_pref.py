@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from tempering.cli_common import train_from_config
+from tempering.cli_common import FORCE, FULL, NAME, OUT, STEPS, train_from_config
 from tempering.config import DPOConfig
 
 stdout = Console(soft_wrap=True, highlight=False)
@@ -20,11 +20,11 @@ def dpo(
     set_: List[str] = typer.Option([], "--set", help="Override any field: --set dpo.loss=ipo (repeatable)."),
     model: Optional[str] = typer.Option(None, help="Model spec (alias, HF dir, .gguf, run output, hub id)."),
     loss: Optional[str] = typer.Option(None, help="dpo | ipo | simpo (overrides dpo.loss)."),
-    steps: Optional[int] = typer.Option(None, help="Optimizer steps."),
-    out_dir: Optional[str] = typer.Option(None, "--out", help="Run root."),
-    name: Optional[str] = typer.Option(None, help="Run name (re-using one resumes it)."),
-    full: bool = typer.Option(False, "--full", help="Train all parameters instead of LoRA."),
-    force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
+    steps: Optional[int] = STEPS,
+    out_dir: Optional[str] = OUT,
+    name: Optional[str] = NAME,
+    full: bool = FULL,
+    force: bool = FORCE,
 ) -> None:
     """Preference optimisation on prompt/chosen/rejected pairs; the run summary JSON is the last line."""
     from tempering.recipes.dpo import run_dpo

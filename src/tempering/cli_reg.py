@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tempering.cli_common import fail
-from tempering.pipeline.registry import REGISTRY_ENV, REGISTRY_FILE, Registry, RegistryError, read_marker
+from tempering.pipeline import REGISTRY_ENV, REGISTRY_FILE
 from tempering.tables import print_wide
 
 out = Console(highlight=False, soft_wrap=True)  # a path or a rule stays on one line
@@ -32,6 +32,8 @@ REGISTRY = typer.Option(None, "--registry", help=f"Registry: an SQLite file or a
 def open_registry(root: Path, registry: Optional[str]) -> Registry:
     """The registry a command reads; one-line errors for a missing file or an unreachable server."""
     import os
+
+    from tempering.pipeline.registry import Registry, RegistryError  # SQLAlchemy: imported only when used
 
     where: Any = registry
     if where is None and not os.environ.get(REGISTRY_ENV):
@@ -107,6 +109,8 @@ def runs_prune(root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
 
 # ------------------------------------------------------------------------------------- lineage
 def _find_run(reg: Registry, target: str) -> dict[str, Any]:
+    from tempering.pipeline.registry import read_marker
+
     marker = read_marker(target)
     if marker is not None:
         try:
@@ -127,6 +131,7 @@ def lineage(checkpoint: str = typer.Argument(..., help="A checkpoint dir (its ma
             root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
     """The chain behind a checkpoint: data files with their roles and the data passes (dedup,
     decontam, mix, ...) that wrote them, the stages, the checkpoint, its evals and releases."""
+    from tempering.pipeline.registry import read_marker
     from tempering.pipeline.releases import Releases
 
     marker = read_marker(checkpoint)

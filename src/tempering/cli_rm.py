@@ -8,18 +8,18 @@ from typing import List, Optional
 
 import typer
 
-from tempering.cli_common import err, fail, train_from_config
+from tempering.cli_common import FORCE, FULL, NAME, OUT, STEPS, err, fail, train_from_config
 
 
 def rm(
     config: Path = typer.Argument(..., help="YAML config (see examples/rm.yaml)."),
     set_: List[str] = typer.Option([], "--set", help="Override any field: --set rm.margin=0.5 (repeatable)."),
     model: Optional[str] = typer.Option(None, help="Base model spec (alias, HF dir, .gguf, hub id)."),
-    steps: Optional[int] = typer.Option(None, help="Optimizer steps."),
-    out_dir: Optional[str] = typer.Option(None, "--out", help="Run root."),
-    name: Optional[str] = typer.Option(None, help="Run name (re-using one resumes it)."),
-    full: bool = typer.Option(False, "--full", help="Train all parameters instead of LoRA."),
-    force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
+    steps: Optional[int] = STEPS,
+    out_dir: Optional[str] = OUT,
+    name: Optional[str] = NAME,
+    full: bool = FULL,
+    force: bool = FORCE,
 ) -> None:
     """Reward model (Bradley-Terry) on preference pairs; held-out pairwise accuracy with a CI."""
     from tempering.config import RMConfig

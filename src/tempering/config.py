@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def _one_or_many(v: Any) -> Any:
+    return [v] if isinstance(v, str) else v
+
+
+Paths = Annotated[list[str], BeforeValidator(_one_or_many)]
+"""File paths: a list, or one path as a plain string."""
 
 
 class Strict(BaseModel):
@@ -35,21 +43,16 @@ class LoraSettings(Strict):
 
 
 class ReplaySettings(Strict):
-    data: list[str]
+    data: Paths
     """General-data files mixed into the stage as a forgetting guard."""
     ratio: float = Field(0.1, gt=0.0, lt=1.0)
     """Share of the training examples drawn from `data` (0.1 = 10%)."""
 
-    @field_validator("data", mode="before")
-    @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
-
 
 class DataSettings(Strict):
-    train: list[str]
+    train: Paths
     """Training files (JSONL or Parquet with a `messages` column)."""
-    eval: list[str] = []
+    eval: Paths = []
     """Held-out files whose loss is reported before and after training."""
     max_length: int = Field(1024, ge=8)
     """Longest rendered conversation in tokens; longer rows are quarantined, never cut."""
@@ -59,11 +62,6 @@ class DataSettings(Strict):
     """How tool calls are written: detected from the template ("auto"), or forced."""
     replay: ReplaySettings | None = None
     """Optional replay of general data mixed into this stage."""
-
-    @field_validator("train", "eval", mode="before")
-    @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
 
 
 class OptimSettings(Strict):
@@ -483,7 +481,7 @@ class MixSourceSettings(Strict):
 
     name: str = Field(min_length=1)
     """Name of the source in reports and the registry (unique within the mix)."""
-    data: list[str] = Field(min_length=1)
+    data: Paths = Field(min_length=1)
     """Its files (JSONL / JSON / Parquet / saved dataset dir); rows of any kind."""
     track: Literal["general", "reasoning", "code", "agent", "safety"] = "general"
     """The capability track the source feeds (shares are also reported per track)."""
@@ -492,16 +490,11 @@ class MixSourceSettings(Strict):
     max_epochs: float | None = Field(4.0, gt=0)
     """Upsampling cap: at most this many times the source's size per mix (None: no cap)."""
 
-    @field_validator("data", mode="before")
-    @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
-
 
 class MixReplaySettings(Strict):
     """General data replayed into the mix as a forgetting guard."""
 
-    data: list[str] = Field(min_length=1)
+    data: Paths = Field(min_length=1)
     """General-data files."""
     ratio: float = Field(0.1, gt=0.0, lt=1.0)
     """Share of the whole mix (rows or tokens, as `by`) taken by replay."""
@@ -509,11 +502,6 @@ class MixReplaySettings(Strict):
     """Name of the replay source in reports."""
     max_epochs: float | None = Field(4.0, gt=0)
     """Upsampling cap of the replay data (None: no cap)."""
-
-    @field_validator("data", mode="before")
-    @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
 
 
 class MixConfig(Strict):
@@ -614,19 +602,14 @@ class SynthConfig(Strict):
 class PreferenceDataSettings(Strict):
     """Preference pairs (`prompt`/`chosen`/`rejected` rows, see data/preference.py) and how they render."""
 
-    train: list[str]
+    train: Paths
     """Training pair files (JSONL, JSON, Parquet or a saved dataset)."""
-    eval: list[str] = []
+    eval: Paths = []
     """Held-out pair files: loss and reward accuracy reported before and after training."""
     max_length: int = Field(1024, ge=8)
     """Longest prompt + answer (the longer side) in tokens; longer pairs are quarantined, never cut."""
     tool_call_style: Literal["auto", "template", "tempering"] = "auto"
     """How tool calls are written: detected from the template ("auto"), or forced."""
-
-    @field_validator("train", "eval", mode="before")
-    @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
 
 
 class PreferenceSettings(Strict):
@@ -722,9 +705,9 @@ class PairsConfig(Strict):
 class RMDataSettings(Strict):
     """Preference pairs for a reward model (the pair row contract, see data/preference.py)."""
 
-    train: list[str]
+    train: Paths
     """Pair files (JSONL / JSON / Parquet) to train on."""
-    eval: list[str] = []
+    eval: Paths = []
     """Held-out pair files; empty: hold out `eval_share` of the training prompts instead."""
     eval_share: float = Field(0.2, ge=0.0, lt=1.0)
     """Without `eval`: share of distinct prompts (all their pairs) held out, seeded by train.seed."""
@@ -732,11 +715,6 @@ class RMDataSettings(Strict):
     """Longest rendered side (prompt + answer) in tokens; longer pairs are quarantined, never cut."""
     tool_call_style: Literal["auto", "template", "tempering"] = "auto"
     """How tool calls are written: detected from the template ("auto"), or forced."""
-
-    @field_validator("train", "eval", mode="before")
-    @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
 
 
 class RMSettings(Strict):
@@ -856,7 +834,7 @@ from pydantic import model_validator  # noqa: E402  (kept in this block: the top
 class MergeConfig(Strict):
     """`temper merge CONFIG.yaml`: merge LoRA adapters (PEFT) or full models (mergekit) into one."""
 
-    inputs: list[str] = Field(min_length=1)
+    inputs: Paths = Field(min_length=1)
     """Models to merge: all LoRA adapter dirs over one base (`runs/NAME/final`), or all full HF dirs."""
     weights: list[float] | None = None
     """One weight per input (None: 1/len(inputs) each); adapters: PEFT's weights, full models: mergekit's."""
@@ -878,11 +856,6 @@ class MergeConfig(Strict):
     """Run root: writes runs/<name>/final and records the merge in runs/registry.sqlite."""
     name: str | None = None
     """Run name (default: merge-<timestamp>)."""
-
-    @field_validator("inputs", mode="before")
-    @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _weights_match(self) -> "MergeConfig":

@@ -267,3 +267,15 @@ def write_quarantine(errors: list[RowError], path: str | Path) -> Path:
         for err in errors:
             fh.write(json.dumps(err.to_json(), ensure_ascii=False) + "\n")
     return path
+
+
+def quarantine_in_run(errors: list[RowError], run_dir: str | Path, console: Any, what: str = "rows") -> Path | None:
+    """A training run's bad rows: written to `run_dir/quarantine.jsonl`, counted and the first
+    five shown on `console`. None when there were none."""
+    if not errors:
+        return None
+    path = write_quarantine(errors, Path(run_dir) / "quarantine.jsonl")
+    console.print(f"[yellow]{len(errors)} bad {what} quarantined -> {path}[/yellow]")
+    for err in errors[:5]:
+        console.print(f"  [yellow]{err}[/yellow]")
+    return path

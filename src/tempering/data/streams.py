@@ -3,17 +3,19 @@ atomic JSONL writer that checksums what it writes.
 
 `stream_rows` is `data.io.iter_rows` except that Parquet is read one record batch at a time
 (never the whole table). `AtomicJsonl` writes to `<out>.tmp`, hashes the bytes as they go,
-and only on success moves the file into place and writes `<out>.sha256` next to it (the
-`sha256sum` format), so a crash or a bad input leaves no half-written output.
+and only on success flushes them to disk, moves the file into place and writes
+`<out>.sha256` next to it (the `sha256sum` format, so `sha256sum -c` checks it): a crash or
+a bad input leaves no half-written output. `write_jsonl_atomic` is the same for an iterable.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from tempering.data.io import iter_rows
 
@@ -35,6 +37,14 @@ def stream_rows(path: str | Path) -> Iterator[tuple[str, Any, Exception | None]]
             yield f"row {i}", row, None
 
 
+def require_jsonl(path: str | Path) -> Path:
+    """`path` when it names a JSON Lines file; a ValueError for the user otherwise."""
+    path = Path(path)
+    if path.suffix not in (".jsonl", ".ndjson"):
+        raise ValueError(f"{path}: output must be .jsonl")
+    return path
+
+
 def where(path: str | Path, location: str) -> str:
     """`path:N` for a location such as "line 7" or "row 7"."""
     return f"{path}:{location.split()[-1]}"
@@ -50,8 +60,6 @@ class AtomicJsonl:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        if self.path.suffix not in (".jsonl", ".ndjson"):
-            raise ValueError(f"{self.path}: output must be .jsonl")
         self.tmp = self.path.with_name(self.path.name + ".tmp")
         self.rows = 0
         self.sha256: str | None = None
@@ -72,6 +80,9 @@ class AtomicJsonl:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
         self._fh.close()
         if exc_type is not None:
             self.tmp.unlink(missing_ok=True)
@@ -80,3 +91,11 @@ class AtomicJsonl:
         self.tmp.replace(self.path)
         checksum = self.path.with_name(self.path.name + ".sha256")
         checksum.write_text(f"{self.sha256}  {self.path.name}\n")
+
+
+def write_jsonl_atomic(path: str | Path, rows: Iterable[Any]) -> tuple[int, str]:
+    """Write `rows` as JSON Lines to `path` atomically; returns (rows written, sha256 hex)."""
+    with AtomicJsonl(path) as writer:
+        for row in rows:
+            writer.write(row)
+    return writer.rows, writer.sha256

@@ -41,7 +41,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from tempering.data.io import RowError
-from tempering.data.streams import AtomicJsonl, stream_rows, where
+from tempering.data.streams import AtomicJsonl, require_jsonl, stream_rows, where
 from tempering.data.textnorm import (SUITE_TEXT_FIELDS, TRAINING_TEXT_FIELDS, gram_hashes, normalize, row_texts,
                                      row_tokens)
 
@@ -310,7 +310,7 @@ def decontaminate(index: NgramIndex, in_path: str | Path, out_path: str | Path |
     Memory: the index plus one row, plus the ids of removed rows.
     """
     report = DecontamReport()
-    writer = AtomicJsonl(out_path) if out_path is not None else None
+    writer = AtomicJsonl(require_jsonl(out_path)) if out_path is not None else None
     with writer if writer is not None else _NoWriter():
         for location, obj, error in stream_rows(in_path):
             report.rows += 1

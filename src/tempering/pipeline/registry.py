@@ -39,15 +39,13 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from tempering.hashing import sha256_file as file_sha256
-from tempering.pipeline import migrate, schema
+from tempering.pipeline import REGISTRY_ENV, REGISTRY_FILE, migrate, schema
 from tempering.pipeline.schema import SCHEMA_VERSION, metadata, run_inputs, run_outputs, runs, schema_version
 
 __all__ = ["SCHEMA_VERSION", "Registry", "RegistryError", "Input", "LineageRow", "describe_input", "read_marker",
            "registry_exists", "file_sha256", "REGISTRY_ENV", "REGISTRY_FILE"]
 
 MARKER = "tempering-run.json"
-REGISTRY_FILE = "registry.sqlite"
-REGISTRY_ENV = "TEMPERING_REGISTRY"
 ROLES = ("train", "replay", "tasks", "eval", "heldout", "base_model")
 TRAINING_ROLES = frozenset({"train", "replay", "tasks"})
 # Output roles that are model checkpoints: their dirs are hashed (without the marker).

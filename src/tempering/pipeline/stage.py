@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from tempering.pipeline import REGISTRY_FILE
 from tempering.pipeline.registry import Input, Registry, describe_input
 
-REGISTRY_FILE = "registry.sqlite"
 LOCK_FILE = ".lock"
 CONFIG_FILE = "run_config.json"
 SUMMARY_FILE = "summary.json"

@@ -42,7 +42,7 @@ def dedup_file(data: Path, out_path: Path, settings: DedupSettings, report_path:
     """Remove exact and near-duplicate rows of `data` (keep-first) into `out_path`; report the clusters."""
     from tempering.data.dedup import Deduper, dedup_rows
     from tempering.data.io import RowError
-    from tempering.data.streams import AtomicJsonl, stream_rows, where
+    from tempering.data.streams import AtomicJsonl, require_jsonl, stream_rows, where
     from tempering.data.textnorm import row_texts
 
     errors: list[RowError] = []
@@ -59,7 +59,7 @@ def dedup_file(data: Path, out_path: Path, settings: DedupSettings, report_path:
             yield (str(row["id"]) if isinstance(row, dict) and row.get("id") is not None else where(data, location)), row
 
     deduper = Deduper(**settings.model_dump())
-    with AtomicJsonl(out_path) as writer:
+    with AtomicJsonl(require_jsonl(out_path)) as writer:
         report = dedup_rows(readable(), deduper, writer.write, progress=progress)
     quarantine = write_errors(errors, out_path, data)
     counts = {**report.summary(), "rows": report.rows + len(errors), "quarantined": len(errors)}

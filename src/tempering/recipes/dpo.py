@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from tempering.config import DPOConfig
-from tempering.data.io import NoRows, RowError, write_quarantine
+from tempering.data.io import NoRows, RowError, quarantine_in_run
 from tempering.data.pair_render import RenderedPair
 from tempering.pipeline.stage import StageSpec, input_list, run_stage
 from tempering.train.metrics import console
@@ -137,11 +137,7 @@ def run_dpo(cfg: DPOConfig, force: bool = False) -> dict[str, Any]:
             return stage.result.summary
         tokenizer = load_tokenizer(cfg.model)
         data = prepare_pairs(cfg, tokenizer)
-        if data.errors:
-            qpath = write_quarantine(data.errors, stage.run_dir / "quarantine.jsonl")
-            console.print(f"[yellow]{len(data.errors)} bad pairs quarantined -> {qpath}[/yellow]")
-            for err in data.errors[:5]:
-                console.print(f"  [yellow]{err}[/yellow]")
+        quarantine_in_run(data.errors, stage.run_dir, console, "pairs")
         torch.manual_seed(cfg.train.seed)  # LoRA initialisation
         model = load_for_training(cfg.model, cfg.lora)
         precision = resolve_precision(cfg.train.precision)

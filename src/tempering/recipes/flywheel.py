@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from rich.console import Console
 
 from tempering.config import SynthConfig
-from tempering.data.atomic import write_jsonl_atomic
+from tempering.data.streams import write_jsonl_atomic
 from tempering.pipeline.stage import StageSpec, input_list, run_stage
 from tempering.recipes.stratify import build_engine, load_task_source, sample_tasks
 from tempering.types import Task, Trajectory

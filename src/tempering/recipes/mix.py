@@ -12,7 +12,7 @@ from typing import Any, Callable
 import yaml
 
 from tempering.config import ConfigError, MixConfig, load_config
-from tempering.data.atomic import write_jsonl_atomic
+from tempering.data.streams import write_jsonl_atomic
 from tempering.data.io import NoRows, RowError, iter_rows, write_quarantine
 from tempering.data.mixing import MixSource, draw_mix, mix_report, plan_mix, row_text, word_count
 from tempering.pipeline.stage import StageSpec, input_list, run_stage

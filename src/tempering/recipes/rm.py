@@ -205,7 +205,7 @@ def rm_stage(cfg: RMConfig, force: bool = False) -> StageSpec:
 
 def run_rm(cfg: RMConfig, force: bool = False) -> dict[str, Any]:
     """Train a reward model end to end and record it; returns the run summary."""
-    from tempering.data.io import write_quarantine
+    from tempering.data.io import quarantine_in_run
     from tempering.models.load import load_tokenizer
     from tempering.models.lora import load_for_training
     from tempering.models.reward import RewardModel
@@ -217,11 +217,7 @@ def run_rm(cfg: RMConfig, force: bool = False) -> dict[str, Any]:
             return stage.result.summary
         tokenizer = load_tokenizer(cfg.model)
         data = prepare_rm_data(cfg, tokenizer)
-        if data.errors:
-            qpath = write_quarantine(data.errors, stage.run_dir / "quarantine.jsonl")
-            console.print(f"[yellow]{len(data.errors)} bad rows quarantined -> {qpath}[/yellow]")
-            for err in data.errors[:5]:
-                console.print(f"  [yellow]{err}[/yellow]")
+        quarantine_in_run(data.errors, stage.run_dir, console)
         console.print(f"[dim]pairs: {data.summary['train_pairs']} train ({data.summary['train_prompts']} prompts), "
                       f"{data.summary['eval_pairs']} held out ({data.summary['eval_prompts']} prompts)[/dim]")
         model = RewardModel(load_for_training(cfg.model, cfg.lora), seed=cfg.train.seed)

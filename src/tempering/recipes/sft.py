@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import DataSettings, SFTConfig
-from tempering.data.io import NoRows, RowError, load_rows, write_quarantine
+from tempering.data.io import NoRows, RowError, load_rows, quarantine_in_run
 from tempering.data.render import RenderedExample, detect_tool_call_style, render_records
 from tempering.pipeline.stage import StageSpec, input_list, run_stage
 from tempering.train.metrics import console
@@ -84,11 +84,7 @@ def run_sft(cfg: SFTConfig, force: bool = False) -> dict[str, Any]:
             return stage.result.summary
         tokenizer = load_tokenizer(cfg.model)
         data = prepare_sft_data(cfg.data, tokenizer, cfg.train.seed)
-        if data.errors:
-            qpath = write_quarantine(data.errors, stage.run_dir / "quarantine.jsonl")
-            console.print(f"[yellow]{len(data.errors)} bad rows quarantined -> {qpath}[/yellow]")
-            for err in data.errors[:5]:
-                console.print(f"  [yellow]{err}[/yellow]")
+        quarantine_in_run(data.errors, stage.run_dir, console)
         model = load_for_training(cfg.model, cfg.lora)
         batches, eval_batches, objective = sft_components(cfg, data, tokenizer.pad_token_id)
         before = evaluate(model, objective, eval_batches, cfg.train.precision) if eval_batches else None

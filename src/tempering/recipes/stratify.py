@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from rich.console import Console
 
 from tempering.config import SamplingSettings, StratifyConfig, TaskSourceSettings
-from tempering.data.atomic import write_jsonl_atomic
+from tempering.data.streams import write_jsonl_atomic
 from tempering.pipeline.stage import StageSpec, input_list, run_stage
 from tempering.types import Task, Trajectory
 
