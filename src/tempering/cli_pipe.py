@@ -112,13 +112,15 @@ def run_pipeline_cmd(
     force_stage: List[str] = typer.Option([], "--force-stage", help="Recompute this stage even if cached "
                                           "(repeatable)."),
     out: Optional[str] = typer.Option(None, "--out", help="Run root (default: the file's `out`)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of every stage that sets none (default: the "
+                                       "file's `seed`); stages that set their own keep it, and stay cached."),
 ) -> None:
     """Run a pipeline: stages in order, cached by content hash, resumable after a kill; a failed gate stops it."""
     from tempering.pipeline.stage import StageError
     from tempering.recipes.loop import PipelineError, dry_run as plan_only, load_plan, run_pipeline
 
     try:
-        plan = load_plan(pipeline)
+        plan = load_plan(pipeline, seed)
         if out is not None:
             plan.root = Path(out).expanduser().resolve()
         if dry_run:

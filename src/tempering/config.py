@@ -162,6 +162,10 @@ class TaskSourceSettings(Strict):
     """builtin:arithmetic only: which operations."""
     split: Literal["train", "heldout"] = "train"
     """builtin generators: which disjoint split."""
+    phrasing: Literal["canonical", "varied", "reworded"] = "canonical"
+    """builtin:arithmetic only: one template, varied training wordings, or held-out rewordings."""
+    verifier: dict[str, Any] = {}
+    """builtin:arithmetic only: fields merged over the tasks' verifier spec, e.g. {type: exact}."""
 
 
 class RewardPart(Strict):

@@ -122,8 +122,10 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_plan(path: str | Path) -> Plan:
+def load_plan(path: str | Path, seed: int | None = None) -> Plan:
     """Read and validate a pipeline file; nothing runs and nothing is written.
+
+    `seed` replaces the file's `seed` (the seed of every stage that sets none).
 
     Raises:
         PipelineError: one line naming the file, the stage and the key: an unknown kind or key,
@@ -136,6 +138,8 @@ def load_plan(path: str | Path) -> Plan:
     except ValidationError as exc:
         e = exc.errors()[0]
         raise PipelineError(f"{path}: {'.'.join(map(str, e['loc'][:2]))}: {e['msg']}") from None
+    if seed is not None:
+        cfg.seed = seed
     base = path.parent
     root = Path(cfg.out).expanduser().absolute()  # like every command's run root: relative to the cwd
     stages: list[PlannedStage] = []
