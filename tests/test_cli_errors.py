@@ -67,19 +67,6 @@ def test_sandbox_run_exit_status_follows_the_program(tmp_path):
     assert res.exit_code == 0 and json.loads(res.stdout)["stdout"] == "42\n"
 
 
-def test_demo_outside_the_repo_root(tmp_path, monkeypatch):
-    from tempering.cli import _demo_config
-
-    monkeypatch.chdir(tmp_path)  # no examples/ here: the demo used to die on a FileNotFoundError
-    config, overrides = _demo_config(None)
-    cfg = load_config(SFTConfig, config, overrides)
-    assert config.is_file()
-    for path in cfg.data.train + cfg.data.eval:
-        assert (tmp_path / path).is_file()  # absolute paths: joining keeps them
-    line = one_line_error(CliRunner().invoke(app, ["demo", "--config", "nope.yaml"]))
-    assert "nope.yaml" in line
-
-
 def test_version():
     res = CliRunner().invoke(app, ["--version"])
     assert res.exit_code == 0 and res.stdout.startswith("tempering ")

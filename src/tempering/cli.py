@@ -280,36 +280,28 @@ def model_resolve(spec: str = typer.Argument(DEFAULT_MODEL)) -> None:
 
 @app.command()
 def demo(
-    config: Optional[Path] = typer.Option(None, help="The demo's SFT config (default: examples/sft_demo.yaml "
-                                          "here, else in the Tempering source tree)."),
-    set_: List[str] = typer.Option([], "--set", help="Overrides, as for `temper sft`."),
+    pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="The demo pipeline (default: examples/demo.yaml "
+                                            "here, else in the Tempering source tree)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Run root (default: the file's `out`, runs/demo)."),
 ) -> None:
-    """The main job: a short SFT run on the default model with a before/after table."""
-    from tempering.recipes.demo import run_demo
+    """The main job, small: eval -> flywheel data -> SFT -> GRPO -> eval -> gate -> release, then before/after."""
+    from tempering.cli_pipe import EXIT_CODES, _print_result, execute
+    from tempering.pipeline.stage import StageError
+    from tempering.recipes.demo import DemoError, demo_pipeline, summarize
+    from tempering.recipes.loop import PipelineError, load_plan
+    from tempering.train.metrics import console
 
-    config, extra = _demo_config(config)
     try:
-        run_demo(config, extra + list(set_), out)
-    except (ConfigError, FileNotFoundError) as exc:
-        fail(str(exc))
-
-
-def _demo_config(config: Optional[Path]) -> tuple[Path, list[str]]:
-    """The demo config to use, and overrides that pin its data paths when it comes from the
-    source tree (so `temper demo` works from any directory of a checkout)."""
-    if config is not None:
-        if not config.is_file():
-            fail(f"{config}: demo config not found")
-        return config, []
-    local = Path("examples/sft_demo.yaml")
-    if local.is_file():
-        return local, []
-    root = Path(__file__).resolve().parents[2]
-    shipped = root / "examples" / "sft_demo.yaml"
-    if not shipped.is_file():
-        fail("the demo needs examples/sft_demo.yaml: run it from a Tempering checkout or pass --config")
-    data = root / "examples" / "data"
-    return shipped, [f"data.train={data / 'arith_train.jsonl'}", f"data.eval={data / 'arith_heldout.jsonl'}"]
+        plan = load_plan(demo_pipeline(pipeline))
+        if out is not None:
+            plan.root = Path(out).expanduser().resolve()
+        console.rule(f"[bold]Tempering demo: the closed loop on the default model ({plan.path})")
+        result = execute(plan)
+    except (DemoError, PipelineError, StageError) as exc:
+        fail(" ".join(str(exc).split()))
+    _print_result(result)
+    summarize(result, plan.root, console)
+    raise typer.Exit(EXIT_CODES[result.status])
 
 
 from tempering.cli_chat import chat  # noqa: E402  (sub-commands defined in their own modules)

@@ -117,7 +117,7 @@ def run_pipeline_cmd(
 ) -> None:
     """Run a pipeline: stages in order, cached by content hash, resumable after a kill; a failed gate stops it."""
     from tempering.pipeline.stage import StageError
-    from tempering.recipes.loop import PipelineError, dry_run as plan_only, load_plan, run_pipeline
+    from tempering.recipes.loop import PipelineError, dry_run as plan_only, load_plan
 
     try:
         plan = load_plan(pipeline, seed)
@@ -126,20 +126,27 @@ def run_pipeline_cmd(
         if dry_run:
             _print_plan(plan_only(plan), plan)
             return
-        from tempering.train.metrics import console
-
-        if console.is_terminal:
-            board = StageBoard(plan.stages)
-            with Live(get_renderable=board.render, console=console, refresh_per_second=2, transient=False,
-                      redirect_stdout=False, redirect_stderr=True):
-                result = run_pipeline(plan, set(force_stage), events=board, console=console)
-        else:
-            result = run_pipeline(plan, set(force_stage), events=StageBoard(plan.stages, plain=console),
-                                  console=console)
+        result = execute(plan, set(force_stage))
     except (PipelineError, StageError) as exc:
         fail(" ".join(str(exc).split()))
     _print_result(result)
-    raise typer.Exit({"passed": 0, "rejected": 1, "failed": 3}[result.status])
+    raise typer.Exit(EXIT_CODES[result.status])
+
+
+EXIT_CODES = {"passed": 0, "rejected": 1, "failed": 3}
+
+
+def execute(plan: Any, force: set[str] | None = None) -> Any:
+    """Run a loaded plan with the live stage board (plain lines when not a terminal)."""
+    from tempering.recipes.loop import run_pipeline
+    from tempering.train.metrics import console
+
+    if console.is_terminal:
+        board = StageBoard(plan.stages)
+        with Live(get_renderable=board.render, console=console, refresh_per_second=2, transient=False,
+                  redirect_stdout=False, redirect_stderr=True):
+            return run_pipeline(plan, force or set(), events=board, console=console)
+    return run_pipeline(plan, force or set(), events=StageBoard(plan.stages, plain=console), console=console)
 
 
 def _print_plan(rows: list[dict[str, Any]], plan: Any) -> None:

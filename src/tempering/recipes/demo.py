@@ -1,62 +1,101 @@
-"""`make demo`: SFT the default model on arithmetic and show before/after on held-out data."""
+"""`make demo` / `temper demo`: the closed loop, small, then what changed.
+
+The demo is an ordinary pipeline (`examples/demo.yaml`: eval first -> flywheel data -> LoRA SFT
+-> GRPO -> eval -> gate -> release) run by `temper run`'s runner; this module finds that file
+and, once the pipeline is done, reads its first and last eval stages and shows the
+before/after table (paired deltas with CIs), the gate's rules, the release, one example
+reply, and the comparison report as HTML and as a headless-Chromium screenshot.
+"""
 
 from __future__ import annotations
 
-import time
+import json
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from tempering.config import SamplingSettings, SFTConfig, load_config
-from tempering.data.io import load_rows
-from tempering.types import Task
+DEMO_PIPELINE = Path("examples") / "demo.yaml"
 
 
-def heldout_accuracy(model_spec: str, conversations: list[Any], max_new_tokens: int = 8) -> tuple[float, list[str]]:
-    """Greedy replies to the conversations' prompts, scored through the one rollout path.
+class DemoError(ValueError):
+    """The demo cannot start (its pipeline file is missing); one line for the user."""
 
-    The same numeric verifier that scores RL rewards and evals scores the demo.
+
+def demo_pipeline(path: Path | None = None) -> Path:
+    """The demo's pipeline: `path`, else examples/demo.yaml here, else in the Tempering source tree."""
+    if path is not None:
+        if not path.is_file():
+            raise DemoError(f"{path}: demo pipeline not found")
+        return path
+    for candidate in (DEMO_PIPELINE, Path(__file__).resolve().parents[3] / DEMO_PIPELINE):
+        if candidate.is_file():
+            return candidate
+    raise DemoError(f"the demo needs {DEMO_PIPELINE}: run it from a Tempering checkout or pass --pipeline")
+
+
+def summarize(result: Any, root: Path, console: Console) -> dict[str, Any]:
+    """Before/after table, gate rules, release and report of a finished demo pipeline.
+
+    Returns what it showed: {"report", "screenshot", "suites": {name: {before, after, delta, low, high}}}.
     """
-    from tempering.models.load import load_model, load_tokenizer
-    from tempering.rollout.engine import HFEngine
-    from tempering.rollout.rollout import ThreadRewardWorkers, rollout
+    from tempering.evals.report import print_table, render_report
+    from tempering.evals.results import EvalResults, compare
 
-    engine = HFEngine(load_model(model_spec), load_tokenizer(model_spec))
-    tasks = [Task(id=str(i), messages=[m for m in c.to_dicts() if m["role"] != "assistant"],
-                  verifier={"type": "numeric", "answer": c.to_dicts()[-1]["content"]})
-             for i, c in enumerate(conversations)]
-    with ThreadRewardWorkers(4) as workers:
-        groups = rollout(tasks, engine, SamplingSettings(temperature=0, max_new_tokens=max_new_tokens), workers)
-    replies = [g[0] for g in groups]
-    judged = [t for t in replies if t.scored]  # a verifier failure is no wrong answer
-    accuracy = sum(t.reward.value for t in judged) / len(judged) if judged else float("nan")
-    return accuracy, [t.completion.strip() for t in replies]
+    evals = [o for o in result.stages if o.kind == "eval" and o.outputs.get("results")]
+    shown: dict[str, Any] = {"status": result.status}
+    if len(evals) < 2:
+        console.print("[yellow]no before/after: the pipeline stopped before its second eval[/yellow]")
+        return shown
+    before, after = (EvalResults.load(o.outputs["results"]) for o in (evals[0], evals[-1]))
+    console.rule(f"[bold]before ({evals[0].name}) / after ({evals[-1].name})")
+    print_table(after, compare=before, console=console)
+    shown["suites"] = {}
+    for c in compare(before, after):
+        shown["suites"][c.suite] = {"metric": c.metric, "before": c.base_mean, "after": c.candidate_mean,
+                                    "delta": c.comparison.delta, "low": c.comparison.low, "high": c.comparison.high}
+    example = _example(evals[0].run_dir, evals[-1].run_dir)
+    if example:
+        console.print(f"example: {example['prompt']!r}\n  before: {example['before']!r}\n  after:  {example['after']!r}")
+    for o in result.stages:
+        if o.kind == "gate" and o.summary:
+            for rule in o.summary.get("rules", []):
+                mark = "[green]PASS[/green]" if rule.get("passed") else "[red]FAIL[/red]"
+                console.print(f"gate {mark} {rule.get('rule')}: {rule.get('detail')}", highlight=False, soft_wrap=True)
+        if o.kind == "release" and o.summary:
+            console.print(f"release: {json.dumps(o.summary.get('release', o.summary), default=str)[:300]}",
+                          soft_wrap=True, highlight=False)
+    report = render_report(after, root / "report", compare=before)
+    shown["report"] = str(report)
+    console.print(f"report: {report}", soft_wrap=True, highlight=False)
+    shown["screenshot"] = _screenshot(report, console)
+    return shown
 
 
-def run_demo(config: Path, overrides: list[str], console: Console, n_questions: int = 32) -> dict:
-    from tempering.recipes.sft import run_sft
+def _example(before_dir: Path | None, after_dir: Path | None) -> dict[str, str] | None:
+    """The first task's reply before and after, from the eval stages' samples.jsonl."""
+    def first(run_dir: Path | None) -> dict[str, Any] | None:
+        path = next(iter(sorted(Path(run_dir).rglob("samples.jsonl"))), None) if run_dir else None
+        if path is None:
+            return None
+        with path.open(encoding="utf-8") as f:
+            return json.loads(f.readline() or "null")
 
-    if not any(o.startswith("name=") for o in overrides):
-        overrides = overrides + [f"name=demo-{time.strftime('%Y%m%d-%H%M%S')}"]
-    cfg: SFTConfig = load_config(SFTConfig, config, overrides)
-    questions = [r.value for r in load_rows(cfg.data.eval).records][:n_questions]
-    console.rule("[bold]Tempering demo: LoRA SFT of the default model on arithmetic")
-    console.print(f"held-out questions: {len(questions)}; e.g. {questions[0].messages[0].content!r}")
-    acc_before, replies_before = heldout_accuracy(cfg.model, questions)
-    summary = run_sft(cfg)
-    acc_after, replies_after = heldout_accuracy(summary["final"], questions)
-    table = Table(title=f"before / after ({summary['steps']} steps, run {summary['run_dir']})")
-    table.add_column("metric")
-    table.add_column("before", justify="right")
-    table.add_column("after", justify="right")
-    table.add_row("held-out loss (assistant tokens)", f"{summary['eval_loss_before']:.4f}", f"{summary['eval_loss_after']:.4f}")
-    table.add_row("held-out accuracy (numeric verifier)", f"{acc_before:.1%}", f"{acc_after:.1%}")
-    table.add_row("train loss (first / last step)", f"{summary['train_loss_first']:.4f}", f"{summary['train_loss_last']:.4f}")
-    console.print(table)
-    q = questions[0].messages[0].content
-    console.print(f"example: {q!r}\n  before: {replies_before[0]!r}\n  after:  {replies_after[0]!r}")
-    console.print(f"rows {summary['data']['rows']}, quarantined {summary['data']['quarantined']}, "
-                  f"guard {summary['guard'] or 'no anomalies'}; adapter: {summary['final']}")
-    return {**summary, "accuracy_before": acc_before, "accuracy_after": acc_after}
+    b, a = first(before_dir), first(after_dir)
+    if not b or not a or "completion" not in b or "completion" not in a:
+        return None
+    return {"prompt": str(b.get("prompt", b.get("task_id", ""))), "before": b["completion"], "after": a["completion"]}
+
+
+def _screenshot(report: Path, console: Console) -> str | None:
+    from tempering.evals.screenshot import pixel_stats, screenshot
+
+    try:
+        png = screenshot(report, report.with_suffix(".png"), height=2400)
+    except (FileNotFoundError, RuntimeError, OSError) as exc:
+        console.print(f"[yellow]no screenshot: {' '.join(str(exc).split())[:200]}[/yellow]")
+        return None
+    stats = pixel_stats(png)
+    verdict = "looks blank" if stats.looks_blank() else "ok"
+    console.print(f"screenshot: {png} ({stats.width}x{stats.height}, {verdict})", soft_wrap=True, highlight=False)
+    return str(png)
