@@ -568,6 +568,31 @@ class StratifyConfig(Strict):
     """Run name (default: stratify-<timestamp>)."""
 
 
+class FeedbackConfig(Strict):
+    """The pipeline's `feedback` stage: failed eval cases, served bad cases and votes -> next round's data."""
+
+    evals: Paths = []
+    """Eval run dirs, their results.json or samples.jsonl: failed samples are clustered and mined."""
+    served: Paths = []
+    """Bad-case JSONL from `temper feedback export` (thumbs down, reports, corrections)."""
+    votes: Paths = []
+    """Preference pairs from `temper arena export` (with votes), passed on as pairs."""
+    pool: TaskSourceSettings | None = None
+    """Training tasks to mine near neighbours of failed prompts from (None: no mining)."""
+    per_failure: int = Field(2, ge=1)
+    """Pool tasks mined per failed prompt (nearest by character n-gram TF-IDF)."""
+    max_tasks: int = Field(2000, ge=1)
+    """Most tasks written."""
+    clusters: int | None = Field(None, ge=1)
+    """Failure clusters (None: chosen by silhouette)."""
+    seed: int = 0
+    """Seed of the clustering."""
+    out: str = "runs"
+    """Run root."""
+    name: str | None = None
+    """Run name (default: feedback-<time>)."""
+
+
 class SynthConfig(Strict):
     """`temper data synth CONFIG.yaml`: the flywheel, generate -> verify -> keep the best -> SFT set."""
 

@@ -46,8 +46,10 @@ __all__ = ["SCHEMA_VERSION", "Registry", "RegistryError", "Input", "LineageRow",
            "registry_exists", "file_sha256", "REGISTRY_ENV", "REGISTRY_FILE"]
 
 MARKER = "tempering-run.json"
-ROLES = ("train", "replay", "tasks", "eval", "heldout", "base_model")
-TRAINING_ROLES = frozenset({"train", "replay", "tasks"})
+# failures: eval samples a feedback stage mined (never trained on); feedback / votes: served bad
+# cases and arena votes that become training data; pool: the tasks mined from.
+ROLES = ("train", "replay", "tasks", "eval", "heldout", "base_model", "failures", "feedback", "votes", "pool")
+TRAINING_ROLES = frozenset({"train", "replay", "tasks", "feedback", "votes", "pool"})
 # Output roles that are model checkpoints: their dirs are hashed (without the marker).
 CHECKPOINT_ROLES = frozenset({"final", "merged"})
 _PG_LOCK = 7_246_315  # advisory lock key serialising schema creation and alias moves on PostgreSQL

@@ -83,7 +83,7 @@ def is_file_value(value: str, dotted: str) -> bool:
     """Whether an input value names a file or dir (not a built-in task source or suite name)."""
     if REF.search(value):
         return True
-    if dotted.endswith("tasks.source") and value.startswith(_NOT_FILES):
+    if dotted.endswith(("tasks.source", "pool.source")) and value.startswith(_NOT_FILES):
         return False
     if dotted.split(".")[0] in ("suites", "against"):
         return Path(value).suffix in (".yaml", ".yml") or "/" in value

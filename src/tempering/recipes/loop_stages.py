@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from tempering.config import (DecontamStageConfig, DedupStageConfig, DPOConfig, EvalConfig, GateStageConfig,
+from tempering.config import (DecontamStageConfig, DedupStageConfig, DPOConfig, EvalConfig, FeedbackConfig,
+                              GateStageConfig,
                               GRPOConfig, MergeConfig, MixConfig, PairsConfig, ReleaseStageConfig, RMConfig,
                               SFTConfig, StratifyConfig, Strict, SynthConfig)
 from tempering.pipeline.registry import Registry, describe_input
@@ -146,6 +147,14 @@ def _pairs(cfg: PairsConfig, ctx: StageContext) -> StageOutput:
 
     s = run_pairs(cfg, console=ctx.console)
     return {"pairs": s["output"]}, s
+
+
+def _feedback(cfg: FeedbackConfig, ctx: StageContext) -> StageOutput:
+    from tempering.recipes.feedback import run_feedback
+
+    s = run_feedback(cfg)
+    return {k: str(ctx.run_dir / f) for k, f in (("tasks", "tasks.jsonl"), ("pairs", "pairs.jsonl"),
+                                                 ("report", "feedback.json"))}, s
 
 
 def _data_pass(kind: str, cfg: Any, ctx: StageContext, body: Callable[[Path], Any]) -> StageOutput:
@@ -281,6 +290,8 @@ KINDS: dict[str, StageKind] = {
                             models=("model",), seed_key="seed"),
     "data.pairs": StageKind(PairsConfig, _pairs, ("pairs",), inputs=("tasks.source",), models=("model",),
                             owned=("out", "name", "output"), seed_key="seed"),
+    "feedback": StageKind(FeedbackConfig, _feedback, ("tasks", "pairs", "report"),
+                          inputs=("evals", "served", "votes", "pool.source"), seed_key="seed"),
     "sft": StageKind(SFTConfig, _sft, ("final",), inputs=("data.train", "data.eval", "data.replay.data"),
                      models=("model",), **_TRAIN),
     "dpo": StageKind(DPOConfig, _dpo, ("final",), inputs=("data.train", "data.eval"), models=("model",), **_TRAIN),

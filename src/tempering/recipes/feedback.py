@@ -1,0 +1,210 @@
+"""Bad-case reflow: the pipeline's `feedback` stage turns what went wrong into the next round's data.
+
+Three kinds of signal come in, each recorded as an input of the run with its role, so the
+lineage of the next checkpoint shows them:
+
+  * **failed eval cases** (`evals`: eval run dirs or their `samples.jsonl`, role `failures`):
+    clustered into failure modes (`evals.failures`), then *mined*: for every failed prompt,
+    the `per_failure` most similar tasks of a training `pool` (TF-IDF over character
+    n-grams, cosine, scikit-learn) join the next round's task set. The eval items themselves
+    never become training data (that would leak the suite into training); their near
+    neighbours from the training split do. Private suites carry no text and are only counted.
+  * **served bad cases** (`served`: JSONL from `temper feedback export`, role `feedback`):
+    thumbs-down and reports join the failure clusters; a row with a `correction` becomes a
+    preference pair (the correction chosen over the served answer); a row with a `task`
+    (an answer the verifier can check) joins the task set.
+  * **preference votes** (`votes`: pairs from `temper arena export`, role `votes`): validated
+    (bad rows quarantined and counted) and passed on with the corrections as `pairs`.
+
+Outputs: `tasks` (task JSONL for a later `data.synth` / `grpo` stage), `pairs` (preference
+JSONL for a `dpo` stage), `report` (counts, failure clusters, which failure each mined task
+answers). Empty outputs are written too, so a round with nothing to fix still chains.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from tempering.config import FeedbackConfig
+from tempering.pipeline.stage import StageSpec, input_list, run_stage
+from tempering.types import Task
+
+SERVED_KEYS = ("id", "prompt", "messages", "completion", "response", "correction", "kind", "release", "task", "meta",
+               "comment", "rating", "created_at", "request_id")
+
+
+def feedback_stage(cfg: FeedbackConfig) -> StageSpec:
+    files = [(p, "failures") for p in cfg.evals] + [(p, "feedback") for p in cfg.served] + \
+        [(p, "votes") for p in cfg.votes]
+    if cfg.pool is not None and Path(cfg.pool.source).exists():
+        files.append((cfg.pool.source, "pool"))
+    return StageSpec("feedback", cfg.out, cfg.name, cfg.model_dump(), input_list(files), None, 1, cfg.seed)
+
+
+def run_feedback(cfg: FeedbackConfig) -> dict[str, Any]:
+    """Read the signals, cluster, mine, convert; write tasks / pairs / report; recorded as a run."""
+    from tempering.data.streams import write_jsonl_atomic
+
+    with run_stage(feedback_stage(cfg)) as stage:
+        if stage.finished:
+            return stage.result.summary
+        failures, private = read_eval_failures(cfg.evals)
+        served, served_tasks, corrections, served_bad = read_served(cfg.served)
+        votes, quarantined = read_votes(cfg.votes, stage.run_dir)
+        cases = failures + served_bad
+        clusters = cluster(cases, cfg)
+        mined, why = mine(cases, cfg) if cfg.pool is not None else ([], [])
+        tasks = _unique(served_tasks + mined)[: cfg.max_tasks]
+        pairs = corrections + votes
+        outputs = {"tasks": stage.run_dir / "tasks.jsonl", "pairs": stage.run_dir / "pairs.jsonl",
+                   "report": stage.run_dir / "feedback.json"}
+        write_jsonl_atomic(outputs["tasks"], [t.model_dump(exclude_none=True) for t in tasks])
+        write_jsonl_atomic(outputs["pairs"], pairs)
+        counts = {"eval_failures": len(failures), "private_failures": private, "served_rows": served,
+                  "served_bad_cases": len(served_bad), "served_tasks": len(served_tasks),
+                  "corrections": len(corrections), "votes": len(votes), "votes_quarantined": quarantined,
+                  "mined_tasks": len(mined), "tasks": len(tasks), "pairs": len(pairs)}
+        outputs["report"].write_text(json.dumps({**counts, "clusters": clusters.get("clusters", []),
+                                                 "mined_for": why[: len(tasks)]}, indent=1, ensure_ascii=False))
+        for key, path in outputs.items():
+            stage.registry.record_output(stage.run_id, key, path)
+        stage.finish({"steps": 1, **counts, "failure_modes": [(c["label"], c["size"]) for c in
+                                                              clusters.get("clusters", [])]},
+                     {k: str(v) for k, v in outputs.items()})
+    return stage.result.summary
+
+
+# ------------------------------------------------------------------ reading the signals
+def read_eval_failures(paths: Sequence[str]) -> tuple[list[Any], int]:
+    """Failed samples of eval runs (an eval stage's results.json, its run dir, or samples.jsonl).
+
+    Returns (cases with prompt text, count of private cases without text).
+    """
+    from tempering.evals.failures import read_failures
+
+    cases, private = [], 0
+    for p in paths:
+        path = Path(p)
+        if path.is_file() and path.suffix == ".json":  # results.json: its samples are next to it
+            path = path.parent
+        samples = sorted(path.rglob("samples.jsonl")) if path.is_dir() else [path]
+        if not samples:
+            raise FileNotFoundError(f"{p}: no samples.jsonl (an eval run dir or its results.json)")
+        for f in samples:
+            for case in read_failures(f):
+                if case.prompt:
+                    cases.append(case)
+                else:
+                    private += 1
+    return cases, private
+
+
+def read_served(paths: Sequence[str]) -> tuple[int, list[Task], list[dict[str, Any]], list[Any]]:
+    """Rows of `temper feedback export`: (rows, verifiable tasks, correction pairs, bad cases).
+
+    Raises:
+        ValueError: a row that is not a JSON object with a prompt, naming file and line.
+    """
+    from tempering.data.io import iter_rows
+    from tempering.evals.failures import FailureCase
+
+    rows, tasks, pairs, bad = 0, [], [], []
+    for p in paths:
+        for where, row, error in iter_rows(Path(p)):
+            if error is not None:
+                raise ValueError(f"{p} {where}: {error}")
+            rows += 1
+            if not isinstance(row, dict) or not (row.get("prompt") or row.get("messages")):
+                raise ValueError(f"{p} {where}: a feedback row needs 'prompt' or 'messages'")
+            unknown = set(row) - set(SERVED_KEYS)
+            if unknown:
+                raise ValueError(f"{p} {where}: unknown key(s) {', '.join(sorted(unknown))}")
+            prompt = row.get("messages") or row["prompt"]
+            answer = row.get("completion", row.get("response")) or ""
+            rid = str(row.get("id") or f"{Path(p).name}:{where}")
+            if row.get("task"):
+                tasks.append(Task.model_validate({"id": f"feedback-{rid}", **_prompt_field(prompt),
+                                                  **row["task"], "source": "feedback"}))
+            if row.get("correction"):
+                pairs.append({"prompt": prompt, "chosen": row["correction"], "rejected": answer, "source": "human",
+                              "meta": {"feedback_id": rid, "release": row.get("release")}})
+            if row.get("kind", "thumbs_down") != "thumbs_up":
+                text = prompt if isinstance(prompt, str) else "\n".join(m.get("content") or "" for m in prompt)
+                bad.append(FailureCase(task_id=f"feedback-{rid}", prompt=text, completion=answer,
+                                       detail=row.get("comment")))
+    return rows, tasks, pairs, bad
+
+
+def _prompt_field(prompt: Any) -> dict[str, Any]:
+    return {"prompt": prompt} if isinstance(prompt, str) else {"messages": prompt}
+
+
+def read_votes(paths: Sequence[str], run_dir: Path) -> tuple[list[dict[str, Any]], int]:
+    """Validated preference rows of `temper arena export`; bad rows quarantined in the run dir."""
+    from tempering.data.io import write_quarantine
+    from tempering.data.preference import load_pairs
+
+    if not paths:
+        return [], 0
+    loaded = load_pairs(list(paths))
+    if loaded.errors:
+        write_quarantine(loaded.errors, run_dir / "votes.quarantine.jsonl")
+    return [r.value.model_dump(exclude_none=True) for r in loaded.records], len(loaded.errors)
+
+
+# ------------------------------------------------------------------ clustering and mining
+def cluster(cases: Sequence[Any], cfg: FeedbackConfig) -> dict[str, Any]:
+    """Failure modes of the bad cases (k chosen by silhouette unless `clusters` is set)."""
+    from tempering.evals.failures import cluster_failures
+
+    if len(cases) < 3:  # too few to cluster: one group
+        return {"failures": len(cases), "clusters": [{"label": "all", "size": len(cases)}] if cases else []}
+    k = min(cfg.clusters, len(cases)) if cfg.clusters else None
+    return cluster_failures(cases, k=k, seed=cfg.seed)
+
+
+def mine(cases: Sequence[Any], cfg: FeedbackConfig) -> tuple[list[Task], list[dict[str, Any]]]:
+    """For each failed prompt, its `per_failure` nearest pool tasks (character n-gram TF-IDF, cosine).
+
+    Returns the tasks (first-come order, no repeats) and, per task, which failure it was mined for.
+    """
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.neighbors import NearestNeighbors
+
+    from tempering.sources.tasks import load_tasks
+
+    if not cases:
+        return [], []
+    pool = load_tasks(cfg.pool)
+    failed_prompts = {c.prompt for c in cases}
+    pool = [t for t in pool if _text(t) not in failed_prompts]  # never the failed item itself
+    if not pool:
+        return [], []
+    vec = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True)
+    x = vec.fit_transform([_text(t) for t in pool])
+    nn = NearestNeighbors(n_neighbors=min(cfg.per_failure, len(pool)), metric="cosine").fit(x)
+    dist, idx = nn.kneighbors(vec.transform([c.prompt for c in cases]))
+    tasks, why, seen = [], [], set()
+    for case, ds, ids in zip(cases, dist, idx):
+        for d, i in zip(ds, ids):
+            if i in seen:
+                continue
+            seen.add(i)
+            tasks.append(pool[i])
+            why.append({"task_id": pool[i].id, "for": case.task_id, "similarity": round(1.0 - float(d), 4)})
+    return tasks, why
+
+
+def _text(task: Task) -> str:
+    return task.prompt if task.prompt is not None else "\n".join(m["content"] or "" for m in task.chat())
+
+
+def _unique(tasks: Sequence[Task]) -> list[Task]:
+    seen, out = set(), []
+    for t in tasks:
+        if t.id not in seen:
+            seen.add(t.id)
+            out.append(t)
+    return out
