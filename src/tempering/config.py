@@ -845,6 +845,15 @@ class ReleaseStageConfig(Strict):
     """production: release now; candidate: a canary that a later gate promotes or rolls back."""
 
 
+class ExportStageConfig(Strict):
+    """An `export` stage: merge a LoRA adapter into its base, a standalone HF model dir (as `temper export`)."""
+
+    model: str
+    """The adapter to export, usually a reference like ${grpo.final}."""
+    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Weights of the merged model (bf16/fp16 halve the files; fp32 keeps the trained numbers)."""
+
+
 class PipelineConfig(Strict):
     """`temper run PIPELINE.yaml`: named stages run in order, each cached by its content hash."""
 

@@ -292,3 +292,20 @@ def test_two_tracks_merge_as_a_stage_with_lineage_through_both(tmp_path, recall_
     assert sft_ids and sft_ids <= parents  # lineage reaches both tracks' training runs
     again = invoke(write_pipeline(tmp_path, stages))
     assert again.exit_code == 0 and last_json(again.output)["stages"]["merged"]["status"] == "cached"
+
+
+def test_an_export_stage_merges_the_adapter_and_lineage_reaches_its_training(tmp_path, recall_setup):
+    stages = {"sft": sft_stage(recall_setup, recall_setup["data"], steps=2, lora={"r": 4, "alpha": 8}),
+              "export": {"kind": "export", "model": "${sft.final}"},
+              "after": eval_stage(recall_setup, "${export.final}")}
+    res = invoke(write_pipeline(tmp_path, stages))
+    out = last_json(res.output)
+    assert res.exit_code == 0, res.output
+    model = Path(out["stages"]["export"]["outputs"]["final"])
+    assert (model / "config.json").is_file() and not (model / "adapter_config.json").exists()  # standalone
+    runs = {r["kind"]: r for r in registry_runs(tmp_path)}
+    with Registry(tmp_path / "runs" / "registry.sqlite") as reg:
+        parents = {row.parent_run for row in reg.lineage(runs["export"]["id"]) if row.parent_run}
+    assert runs["sft"]["id"] in parents
+    bad = invoke(write_pipeline(tmp_path, {"export": {"kind": "export", "model": recall_setup["model"]}}, "bad.yaml"))
+    assert bad.exit_code == 3 and "not a PEFT adapter directory" in " ".join(bad.output.split())

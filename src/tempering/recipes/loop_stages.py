@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from tempering.config import (DecontamStageConfig, DedupStageConfig, DPOConfig, EvalConfig, FeedbackConfig,
+from tempering.config import (DecontamStageConfig, DedupStageConfig, DPOConfig, EvalConfig, ExportStageConfig,
+                              FeedbackConfig,
                               GateStageConfig,
                               GRPOConfig, MergeConfig, MixConfig, PairsConfig, ReleaseStageConfig, RMConfig,
                               SFTConfig, StratifyConfig, Strict, SynthConfig)
@@ -275,6 +276,23 @@ def _release(cfg: ReleaseStageConfig, ctx: StageContext) -> StageOutput:
     return {"release": str(release_path)}, stage.result.summary
 
 
+def _export(cfg: ExportStageConfig, ctx: StageContext) -> StageOutput:
+    from tempering.models.load import adapter_base, resolve_model
+    from tempering.models.lora import export_merged
+
+    if adapter_base(resolve_model(cfg.model)) is None:
+        raise ValueError(f"{cfg.model} is not a PEFT adapter directory (no adapter_config.json): nothing to merge")
+    spec = StageSpec("export", str(ctx.root), ctx.name, cfg.model_dump(), [describe_input(cfg.model, "base_model")],
+                     cfg.model, 1, 0)
+    model_dir = ctx.run_dir / "model"
+    with run_stage(spec) as stage:
+        if not stage.finished:
+            export_merged(cfg.model, str(model_dir), cfg.dtype)
+            stage.registry.record_output(stage.run_id, "merged", model_dir)
+            stage.finish({"steps": 1, "dtype": cfg.dtype, "final": str(model_dir)}, {"final": str(model_dir)})
+    return {"final": str(model_dir)}, stage.result.summary
+
+
 _TRAIN = dict(owned=("out", "name"), seed_key="train.seed", resumable=True, steps_key="train.steps")
 KINDS: dict[str, StageKind] = {
     "eval": StageKind(EvalConfig, _eval, ("results", "report"), inputs=("suites",), models=("model",), owned=("out",),
@@ -302,5 +320,6 @@ KINDS: dict[str, StageKind] = {
     "merge": StageKind(MergeConfig, _merge, ("final",), models=("inputs.*", "base"), seed_key="seed"),
     "gate": StageKind(GateStageConfig, _gate, ("verdict",), inputs=("base", "candidate", "rules_file"), owned=(),
                       seed_key="seed"),
+    "export": StageKind(ExportStageConfig, _export, ("final",), models=("model",), owned=()),
     "release": StageKind(ReleaseStageConfig, _release, ("release",), inputs=("gate",), models=("model",), owned=()),
 }
