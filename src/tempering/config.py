@@ -162,6 +162,8 @@ class TaskSourceSettings(Strict):
     """builtin:arithmetic only: which operations."""
     split: Literal["train", "heldout"] = "train"
     """builtin generators: which disjoint split."""
+    split_by: Literal["parity", "hash"] = "parity"
+    """builtin:arithmetic only: parity (even/odd operand sum; biases last digits) or hash (unbiased)."""
     phrasing: Literal["canonical", "varied", "reworded"] = "canonical"
     """builtin:arithmetic only: one template, varied training wordings, or held-out rewordings."""
     verifier: dict[str, Any] = {}

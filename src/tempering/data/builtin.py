@@ -1,7 +1,12 @@
 """Built-in seeded generators (offline): arithmetic questions as tasks or SFT conversations.
 
-Splits are disjoint by construction: "train" uses operand pairs whose sum is even,
-"heldout" those whose sum is odd, so a held-out question never appears in training.
+Splits are disjoint by construction. `split_by: parity` (the default, kept so earlier
+results stay comparable): "train" uses operand pairs whose sum is even, "heldout" those
+whose sum is odd. That rule has a cost found on the default model: every training answer
+ends in an even digit and every held-out answer in an odd one, so a model trained on bare
+answers drifts toward even last digits (half of its held-out errors were off by one).
+`split_by: hash` puts a pair in "heldout" when a hash of "a op b" falls in one quarter of
+its range, so both splits see every last digit, carry and operand range alike.
 
 Phrasings: `canonical` is the one template ("What is A+B? Answer with just the number.");
 `varied` draws each question from TRAIN_PHRASINGS (symbolic forms, instructions, word
@@ -12,6 +17,7 @@ holds on wordings never trained on. Every phrasing asks for the number alone.
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 from tempering.types import Task
@@ -72,11 +78,18 @@ def phrase(a: int, op: str, b: int, phrasing: str, rng: random.Random) -> str:
     return template.format(a=a, op=op, b=b, word=WORDS[op])
 
 
+def heldout_by_hash(a: int, op: str, b: int) -> bool:
+    """The `hash` split rule: a quarter of all operand pairs, independent of their digits."""
+    return hashlib.blake2b(f"{a}{op}{b}".encode(), digest_size=8).digest()[0] % 4 == 0
+
+
 def arithmetic_questions(n: int, seed: int, split: str = "train", ops: str = "+-*",
-                         phrasing: str = "canonical") -> list[tuple[str, int]]:
+                         phrasing: str = "canonical", split_by: str = "parity") -> list[tuple[str, int]]:
     """`n` (question, answer) pairs: two-digit +, -, and x by a single digit (`ops` picks which)."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    if split_by not in ("parity", "hash"):
+        raise ValueError(f"split_by must be parity or hash, got {split_by!r}")
     if not ops or set(ops) - set(OPS):
         raise ValueError(f"ops must be a non-empty subset of {''.join(OPS)!r}, got {ops!r}")
     rng = random.Random(f"{seed}:{split}" if ops == "+-*" else f"{seed}:{split}:{ops}")
@@ -85,21 +98,25 @@ def arithmetic_questions(n: int, seed: int, split: str = "train", ops: str = "+-
     while len(out) < n:
         op = rng.choice(list(ops))
         a, b = rng.randint(10, 99), rng.randint(2, 9) if op == "*" else rng.randint(10, 99)
-        if (a + b) % 2 != SPLITS[split]:  # the split is decided on the final operands
+        if split_by == "hash":
+            if heldout_by_hash(a, op, b) != (split == "heldout"):
+                continue
+        elif (a + b) % 2 != SPLITS[split]:  # the split is decided on the final operands
             continue
         out.append((phrase(a, op, b, phrasing, wording), OPS[op](a, b)))
     return out
 
 
 def arithmetic_tasks(n: int, seed: int, split: str = "train", ops: str = "+-*",
-                     verifier: dict | None = None, phrasing: str = "canonical") -> list[Task]:
+                     verifier: dict | None = None, phrasing: str = "canonical",
+                     split_by: str = "parity") -> list[Task]:
     """Arithmetic `Task`s; the verifier spec defaults to `numeric` (`verifier` adds fields to it)."""
     name = "arith" if ops == "+-*" else "arith" + "".join({"+": "add", "-": "sub", "*": "mul"}[o] for o in ops)
-    name += "" if phrasing == "canonical" else f"-{phrasing}"
+    name += ("" if phrasing == "canonical" else f"-{phrasing}") + ("" if split_by == "parity" else f"-{split_by}")
     return [Task(id=f"{name}-{split}-{seed}-{i:05d}", prompt=q,
                  verifier={"type": "numeric", **(verifier or {}), "answer": str(a)},
                  track="reasoning", source=f"builtin:{name}")
-            for i, (q, a) in enumerate(arithmetic_questions(n, seed, split, ops, phrasing))]
+            for i, (q, a) in enumerate(arithmetic_questions(n, seed, split, ops, phrasing, split_by))]
 
 
 def arithmetic_conversations(n: int, seed: int, split: str = "train") -> list[dict]:

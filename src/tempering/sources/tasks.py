@@ -19,7 +19,7 @@ def load_tasks(s: TaskSourceSettings) -> list[Task]:
     if s.source == "builtin:arithmetic":
         from tempering.data.builtin import arithmetic_tasks
 
-        return arithmetic_tasks(s.n, s.seed, s.split, s.ops, s.verifier or None, s.phrasing)
+        return arithmetic_tasks(s.n, s.seed, s.split, s.ops, s.verifier or None, s.phrasing, s.split_by)
     if s.source == "humaneval":
         from tempering.sources.humaneval import humaneval_tasks
 
