@@ -285,7 +285,7 @@ def demo(
     out: Optional[str] = typer.Option(None, "--out", help="Run root (default: the file's `out`, runs/demo)."),
 ) -> None:
     """The main job, small: eval -> flywheel data -> SFT -> GRPO -> eval -> gate -> release, then before/after."""
-    from tempering.cli_pipe import EXIT_CODES, _print_result, execute
+    from tempering.cli_pipe import EXIT_CODES, execute, print_outcome
     from tempering.pipeline.stage import StageError
     from tempering.recipes.demo import DemoError, demo_pipeline, summarize
     from tempering.recipes.loop import PipelineError, load_plan
@@ -299,7 +299,7 @@ def demo(
         result = execute(plan)
     except (DemoError, PipelineError, StageError) as exc:
         fail(" ".join(str(exc).split()))
-    _print_result(result)
+    print_outcome(result, rule_prefix="gate ", json_line=False)
     summarize(result, plan.root, console)
     raise typer.Exit(EXIT_CODES[result.status])
 

@@ -129,7 +129,7 @@ def run_pipeline_cmd(
         result = execute(plan, set(force_stage))
     except (PipelineError, StageError) as exc:
         fail(" ".join(str(exc).split()))
-    _print_result(result)
+    print_outcome(result)
     raise typer.Exit(EXIT_CODES[result.status])
 
 
@@ -157,7 +157,9 @@ def _print_plan(rows: list[dict[str, Any]], plan: Any) -> None:
     Console().print(table)
 
 
-def _print_result(result: Any) -> None:
+def print_outcome(result: Any, rule_prefix: str = "", json_line: bool = True) -> None:
+    """Failed stages, the gate's rules (each line starting with `rule_prefix`), the status line,
+    and (with `json_line`) the machine-readable result as the last stdout line."""
     out = Console()
     for o in result.stages:
         if o.status == "failed":
@@ -165,11 +167,14 @@ def _print_result(result: Any) -> None:
         if o.kind == "gate" and o.summary:
             for rule in o.summary.get("rules", []):
                 mark = "[green]PASS[/green]" if rule.get("passed") else "[red]FAIL[/red]"
-                out.print(f"{mark} {rule.get('rule')}: {rule.get('detail')}", highlight=False)
+                out.print(f"{rule_prefix}{mark} {rule.get('rule')}: {rule.get('detail')}", highlight=False,
+                          soft_wrap=True)
     line = {"passed": "[green]pipeline passed[/green]",
             "rejected": "[bold red]pipeline rejected by its gate; later stages did not run[/bold red]",
             "failed": "[red]pipeline failed[/red]"}[result.status]
     out.print(line)
-    print(json.dumps({"status": result.status, "run_id": result.run_id,
-                      "stages": {o.name: {"status": o.status, "hash": o.hash, "run_dir": str(o.run_dir) if o.run_dir
-                                          else None, "outputs": o.outputs} for o in result.stages}}))
+    if json_line:
+        print(json.dumps({"status": result.status, "run_id": result.run_id,
+                          "stages": {o.name: {"status": o.status, "hash": o.hash,
+                                              "run_dir": str(o.run_dir) if o.run_dir else None, "outputs": o.outputs}
+                                     for o in result.stages}}))

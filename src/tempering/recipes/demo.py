@@ -35,12 +35,12 @@ def demo_pipeline(path: Path | None = None) -> Path:
 
 
 def summarize(result: Any, root: Path, console: Console) -> dict[str, Any]:
-    """Before/after table, gate rules, release and report of a finished demo pipeline.
+    """Before/after table, release and report of a finished demo pipeline.
 
-    Returns what it showed: {"report", "screenshot", "suites": {name: {before, after, delta, low, high}}}.
+    Returns where the report and its screenshot are: {"status", "report", "screenshot"}.
     """
     from tempering.evals.report import print_table, render_report
-    from tempering.evals.results import EvalResults, compare
+    from tempering.evals.results import EvalResults
 
     evals = [o for o in result.stages if o.kind == "eval" and o.outputs.get("results")]
     shown: dict[str, Any] = {"status": result.status}
@@ -49,19 +49,11 @@ def summarize(result: Any, root: Path, console: Console) -> dict[str, Any]:
         return shown
     before, after = (EvalResults.load(o.outputs["results"]) for o in (evals[0], evals[-1]))
     console.rule(f"[bold]before ({evals[0].name}) / after ({evals[-1].name})")
-    print_table(after, compare=before, console=console)
-    shown["suites"] = {}
-    for c in compare(before, after):
-        shown["suites"][c.suite] = {"metric": c.metric, "before": c.base_mean, "after": c.candidate_mean,
-                                    "delta": c.comparison.delta, "low": c.comparison.low, "high": c.comparison.high}
+    print_table(after, compare=before, console=console)  # the paired deltas with their CIs
     example = _example(evals[0].run_dir, evals[-1].run_dir)
     if example:
         console.print(f"example: {example['prompt']!r}\n  before: {example['before']!r}\n  after:  {example['after']!r}")
-    for o in result.stages:
-        if o.kind == "gate" and o.summary:
-            for rule in o.summary.get("rules", []):
-                mark = "[green]PASS[/green]" if rule.get("passed") else "[red]FAIL[/red]"
-                console.print(f"gate {mark} {rule.get('rule')}: {rule.get('detail')}", highlight=False, soft_wrap=True)
+    for o in result.stages:  # the gate's rules were printed with the pipeline's outcome
         if o.kind == "release" and o.summary:
             console.print(f"release: {json.dumps(o.summary.get('release', o.summary), default=str)[:300]}",
                           soft_wrap=True, highlight=False)

@@ -31,6 +31,7 @@ from tempering.config import FeedbackConfig
 from tempering.pipeline.stage import StageSpec, input_list, run_stage
 from tempering.types import Task
 
+OUTPUT_FILES = {"tasks": "tasks.jsonl", "pairs": "pairs.jsonl", "report": "feedback.json"}
 SERVED_KEYS = ("id", "prompt", "messages", "completion", "response", "correction", "kind", "release", "task", "meta",
                "comment", "rating", "created_at", "request_id")
 
@@ -58,8 +59,7 @@ def run_feedback(cfg: FeedbackConfig) -> dict[str, Any]:
         mined, why = mine(cases, cfg) if cfg.pool is not None else ([], [])
         tasks = _unique(served_tasks + mined)[: cfg.max_tasks]
         pairs = corrections + votes
-        outputs = {"tasks": stage.run_dir / "tasks.jsonl", "pairs": stage.run_dir / "pairs.jsonl",
-                   "report": stage.run_dir / "feedback.json"}
+        outputs = {key: stage.run_dir / name for key, name in OUTPUT_FILES.items()}
         write_jsonl_atomic(outputs["tasks"], [t.model_dump(exclude_none=True) for t in tasks])
         write_jsonl_atomic(outputs["pairs"], pairs)
         counts = {"eval_failures": len(failures), "private_failures": private, "served_rows": served,
@@ -108,7 +108,7 @@ def read_served(paths: Sequence[str]) -> tuple[int, list[Task], list[dict[str, A
         ValueError: a row that is not a JSON object with a prompt, naming file and line.
     """
     from tempering.data.io import iter_rows
-    from tempering.evals.failures import FailureCase
+    from tempering.evals.failures import case_from_row
 
     rows, tasks, pairs, bad = 0, [], [], []
     for p in paths:
@@ -131,9 +131,8 @@ def read_served(paths: Sequence[str]) -> tuple[int, list[Task], list[dict[str, A
                 pairs.append({"prompt": prompt, "chosen": row["correction"], "rejected": answer, "source": "human",
                               "meta": {"feedback_id": rid, "release": row.get("release")}})
             if row.get("kind", "thumbs_down") != "thumbs_up":
-                text = prompt if isinstance(prompt, str) else "\n".join(m.get("content") or "" for m in prompt)
-                bad.append(FailureCase(task_id=f"feedback-{rid}", prompt=text, completion=answer,
-                                       detail=row.get("comment")))
+                bad.append(case_from_row({"task_id": f"feedback-{rid}", "prompt": prompt, "completion": answer,
+                                          "detail": row.get("comment")}))
     return rows, tasks, pairs, bad
 
 

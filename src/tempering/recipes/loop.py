@@ -219,7 +219,8 @@ def _run_one(plan: Plan, stage: PlannedStage, done: dict[str, StageOutcome], for
         shutil.rmtree(run_dir)  # stale, tampered, forced, or an interrupted stage that cannot resume: start clean
     _close_interrupted(plan.root, name)
     base = {"stage": stage.name, "kind": stage.kind, "hash": digest, "identity": doc, "pipeline": str(plan.path)}
-    write_record(run_dir, {**base, "status": "running", "started_at": time.time()})
+    base["started_at"] = time.time()  # kept in the final record too: a stage's duration reads from it
+    write_record(run_dir, {**base, "status": "running"})
     events(stage.name, "running", {"hash": digest, "run_dir": run_dir, "steps": _steps(spec, keys)})
     ctx = StageContext(plan.root, name, console, lambda line: events(stage.name, "log", {"line": line}))
     try:

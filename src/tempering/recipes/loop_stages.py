@@ -32,10 +32,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tempering.config import (DecontamStageConfig, DedupStageConfig, DPOConfig, EvalConfig, ExportStageConfig,
-                              FeedbackConfig,
-                              GateStageConfig,
-                              GRPOConfig, MergeConfig, MixConfig, PairsConfig, ReleaseStageConfig, RMConfig,
-                              SFTConfig, StratifyConfig, Strict, SynthConfig)
+                              FeedbackConfig, GateStageConfig, GRPOConfig, MergeConfig, MixConfig, PairsConfig,
+                              ReleaseStageConfig, RMConfig, SFTConfig, StratifyConfig, Strict, SynthConfig)
 from tempering.pipeline.registry import Registry, describe_input
 from tempering.pipeline.stage import StageSpec, input_list, run_stage
 
@@ -151,11 +149,10 @@ def _pairs(cfg: PairsConfig, ctx: StageContext) -> StageOutput:
 
 
 def _feedback(cfg: FeedbackConfig, ctx: StageContext) -> StageOutput:
-    from tempering.recipes.feedback import run_feedback
+    from tempering.recipes.feedback import OUTPUT_FILES, run_feedback
 
     s = run_feedback(cfg)
-    return {k: str(ctx.run_dir / f) for k, f in (("tasks", "tasks.jsonl"), ("pairs", "pairs.jsonl"),
-                                                 ("report", "feedback.json"))}, s
+    return {key: str(ctx.run_dir / name) for key, name in OUTPUT_FILES.items()}, s
 
 
 def _data_pass(kind: str, cfg: Any, ctx: StageContext, body: Callable[[Path], Any]) -> StageOutput:
