@@ -197,8 +197,8 @@ class ToolEnv:
 
     def _finish(self, answer: str | None) -> float:
         self.done = True
+        self.stats.intact = self._intact()  # first: a goal check may write its hidden copies over them
         self.stats.success = check_goal(self.task.goal, self.ctx, answer)
-        self.stats.intact = self._intact()
         return self.task.attempt_reward(max(self.stats.attempts, 1)) if self.stats.success else 0.0
 
     def _intact(self) -> bool:

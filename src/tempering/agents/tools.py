@@ -86,10 +86,10 @@ def _exec_outcome(result: ExecResult, ctx: ToolContext) -> ToolOutcome:
         raise EnvFailure(f"sandbox error: {result.error}")
     if result.status == "timeout":
         ctx.sandbox_timeouts += 1
-    text = result.stdout + (("\n" if result.stdout and result.stderr else "") + result.stderr)
-    if result.status != "ok":
+    text = clip((result.stdout + (("\n" if result.stdout and result.stderr else "") + result.stderr)).strip())
+    if result.status != "ok":  # after the cut, so a flood never hides how the run ended
         text += f"\n[exit code {result.exit_code}; {result.status}{': ' + result.error if result.error else ''}]"
-    return ToolOutcome(clip(text.strip() or "(no output)"), error=result.status != "ok")
+    return ToolOutcome(text.strip() or "(no output)", error=result.status != "ok")
 
 
 def _shell(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
