@@ -3,7 +3,7 @@
 Layout of `<run>/checkpoints/step-00000010/`:
     weights.safetensors   trainable parameters (all of them for full fine-tuning, adapters for LoRA)
     optimizer.pt          optimizer state
-    rng.pt                python / numpy / torch RNG states
+    rng.pt                python / numpy / torch RNG states (every rank's under torchrun)
     state.json            step, data position, guard and schedule state
     manifest.json         sha256 of every file above; written last
 
