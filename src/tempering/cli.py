@@ -99,8 +99,12 @@ def sft(
 def _train(kind: type, run: Any, config: Path, set_: List[str], model: Optional[str], steps: Optional[int],
            out_dir: Optional[str], name: Optional[str], full: bool, force: bool = False) -> None:
     """Shared body of sft and grpo: config + flags -> run -> summary JSON."""
+    from tempering.train.distributed import world
+
     literal = {"model": model, "train.steps": steps, "out": out_dir, "name": name}
-    out.print_json(json.dumps(train_from_config(kind, run, config, set_, literal, full, force)))
+    summary = train_from_config(kind, run, config, set_, literal, full, force)
+    if world().main:  # under torchrun, rank 0 speaks for the run
+        out.print_json(json.dumps(summary))
 
 
 @app.command()
