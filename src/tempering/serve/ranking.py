@@ -38,9 +38,9 @@ def bradley_terry(votes: Sequence[tuple[str, str, float]], models: Sequence[str]
                 weights.append(w)
     if len(set(ys)) < 2:  # one class only: every vote went one way; the MLE is at infinity
         ys, rows, weights = ys + [1 - ys[0]], rows + [rows[0]], weights + [1e-6]
-    fit = LogisticRegression(fit_intercept=False, C=1e6, max_iter=1000)
-    fit.fit(np.array(rows) * math.log(10) / SCALE, np.array(ys), sample_weight=np.array(weights))
-    ratings = fit.coef_[0]
+    fit = LogisticRegression(fit_intercept=False, C=1e6, tol=1e-10, max_iter=1000)  # C large: plain MLE
+    fit.fit(np.array(rows), np.array(ys), sample_weight=np.array(weights))
+    ratings = fit.coef_[0] * SCALE / math.log(10)  # natural-log odds -> Elo points
     return ratings - ratings.mean() + BASE
 
 
