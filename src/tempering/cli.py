@@ -341,6 +341,11 @@ app.command("lineage")(lineage)
 app.add_typer(release_app, name="release")
 from tempering.cli_merge import merge  # noqa: E402  (branch merge)
 app.command("merge")(merge)
+from tempering.cli_serve import arena_app, feedback_app, keys_app, serve  # noqa: E402  (branch serve)
+app.command("serve")(serve)
+app.add_typer(keys_app, name="keys")
+app.add_typer(feedback_app, name="feedback")
+app.add_typer(arena_app, name="arena")
 
 if __name__ == "__main__":
     app()

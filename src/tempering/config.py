@@ -218,6 +218,9 @@ class SamplingParams(SamplingSettings):
     """Samples per prompt."""
     seed: int | None = None
     """Seeds a private generator, so the same call gives the same samples (None: unseeded)."""
+    top_logprobs: int = Field(0, ge=0, le=20)
+    """Also record the k most likely tokens and their log-probs at each step (OpenAI's
+    `top_logprobs`; 0: none), under the same distribution as `Completion.logprobs`."""
 
 
 class GRPOSettings(SamplingSettings):

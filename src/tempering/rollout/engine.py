@@ -43,7 +43,7 @@ from tempering.models.precision import autocast, resolve_precision
 from tempering.rollout.padding import left_pad
 
 __all__ = ["Completion", "Engine", "HFEngine", "SamplingParams", "SamplingSettings", "cut_at_stop", "merged_lora",
-           "sample_tokens"]
+           "sample_tokens", "top_logprobs"]
 
 
 @dataclass
@@ -55,6 +55,8 @@ class Completion:
     finish_reason: str
     """"stop" (a stop token was sampled and is included in token_ids, or a stop string was
     completed: the text ends before it) or "length"."""
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    """Per generated token, the `params.top_logprobs` most likely (token id, log-prob), when asked."""
 
     @property
     def truncated(self) -> bool:
@@ -99,6 +101,14 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
         probs = torch.zeros_like(probs).scatter(1, order, sorted_p)
     tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
     return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+def top_logprobs(logits: torch.Tensor, temperature: float, k: int) -> list[list[tuple[int, float]]]:
+    """The k most likely (token, log-prob) of each row of (B, V) logits, under the distribution
+    `sample_tokens` reports log-probs in (softmax(logits / temperature); temperature 1 when greedy)."""
+    logp = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)
+    values, ids = logp.topk(k, dim=-1)
+    return [list(zip(i, v)) for i, v in zip(ids.tolist(), values.tolist())]
 
 
 @dataclass
@@ -211,6 +221,7 @@ class HFEngine:
         rows = _Rows(owner=list(range(total)))
         tokens_out: list[list[int]] = [[] for _ in range(total)]
         logp_out: list[list[float]] = [[] for _ in range(total)]
+        top_out: list[list[list[tuple[int, float]]]] = [[] for _ in range(total)]
         finish = ["length"] * total
         next_pos = positions[:, -1:] + 1
         for step in range(params.max_new_tokens):
@@ -219,6 +230,9 @@ class HFEngine:
             for r, owner in enumerate(rows.owner):
                 tokens_out[owner].append(tok_list[r])
                 logp_out[owner].append(lp_list[r])
+            if params.top_logprobs:
+                for r, top in enumerate(top_logprobs(logits, params.temperature, params.top_logprobs)):
+                    top_out[rows.owner[r]].append(top)
             done = torch.isin(tok, stop_tensor)
             if params.stop:
                 done = done | self._stop_string_hits(tokens_out, rows.owner, params.stop, stops, device)
@@ -246,7 +260,8 @@ class HFEngine:
             text, cut = cut_at_stop(self.tokenizer.decode([t for t in toks if t not in stops],
                                                           skip_special_tokens=False), params.stop)
             reason = "stop" if cut else finish[flat]
-            completions.append(Completion(flat // n, toks, logp_out[flat], text, reason))
+            completions.append(Completion(flat // n, toks, logp_out[flat], text, reason,
+                                          top_out[flat] if params.top_logprobs else None))
         return completions
 
     def _stop_string_hits(self, tokens_out: list[list[int]], owners: list[int], stop: tuple[str, ...],
