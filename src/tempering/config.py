@@ -261,6 +261,8 @@ class GRPOSettings(SamplingSettings):
     """Threads scoring completions (sandbox calls included) while generation goes on."""
     verifier_timeout_s: float = Field(30.0, gt=0)
     """A verifier slower than this is a verifier failure (the group is dropped), never a model failure."""
+    max_logprob_mismatch: float | None = Field(None, gt=0)
+    """Stop the run when a step's mean |log p_train - log p_rollout| exceeds this (None: only log it)."""
 
 
 class HeldoutSettings(SamplingSettings):
@@ -277,6 +279,29 @@ class HeldoutSettings(SamplingSettings):
     """Evaluate every this many steps, and at the start and end."""
     alarm_window: int = Field(3, ge=2)
     """Held-out evaluations compared for the divergence alarm."""
+
+
+class ScaleSettings(Strict):
+    """Scale-out on Ray (docs/scale.md): rollout engine replicas and reward workers as actors."""
+
+    backend: Literal["ray"] = "ray"
+    """The engine that places workers (Ray; training itself scales with torchrun)."""
+    address: str | None = None
+    """A running Ray cluster to join (e.g. `ray://head:10001` or `auto`); None starts a local one."""
+    num_cpus: int = Field(2, ge=1)
+    """CPUs of a local Ray instance started here (ignored when joining `address`)."""
+    reward_workers: int = Field(2, ge=1)
+    """Reward/verifier actors, each owning a sandbox pool of `sandbox_slots`."""
+    sandbox_slots: int = Field(2, ge=1)
+    """Sandbox slots (concurrent code runs) of each reward actor."""
+    worker_cpus: float = Field(0.5, gt=0)
+    """CPUs Ray reserves per reward actor."""
+    engine_replicas: int = Field(1, ge=1)
+    """Rollout engine actors; prompts are split between them (1: samples equal the in-process engine's)."""
+    engine_gpus: float = Field(0.0, ge=0)
+    """GPUs per engine replica (0 on CPU machines)."""
+    max_retries: int = Field(3, ge=0)
+    """Times a completion is re-sent after its reward worker died; then it is a verifier error."""
 
 
 class GRPOConfig(Strict):
@@ -300,6 +325,8 @@ class GRPOConfig(Strict):
     """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
     name: str | None = None
     """Run name (default: grpo-<timestamp>)."""
+    scale: ScaleSettings | None = None
+    """Rollout engines and reward workers as Ray actors (docs/scale.md); None: in this process."""
 
 
 class ConfigError(ValueError):

@@ -188,16 +188,44 @@ def grpo_stage(cfg: GRPOConfig, force: bool = False) -> StageSpec:
 
 
 def grpo_components(cfg: GRPOConfig, model: Any, tokenizer: Any, tasks: list[Task], store: Any = None) -> tuple[Any, Any, Any]:
-    """(engine, batch source, objective) of a GRPO stage; the recipe and bench/grpo.py share it."""
+    """(engine, batch source, objective) of a GRPO stage; the recipe and bench/grpo.py share it.
+
+    With `cfg.scale`, the engine is Ray replicas and the reward workers Ray actors (Ray must
+    be running: `scale.runtime.ray_session`); else both live in this process.
+    """
     from tempering.models.precision import resolve_precision
     from tempering.objectives.grpo import GRPOObjective
     from tempering.rollout.engine import HFEngine
     from tempering.rollout.source import RolloutSource
 
     precision = resolve_precision(cfg.train.precision)
-    engine = HFEngine(model, tokenizer, precision=precision)
-    source = RolloutSource(tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision)
+    engine, workers = HFEngine(model, tokenizer, precision=precision), None
+    if cfg.scale is not None:
+        from tempering.scale.engines import EngineReplicas
+        from tempering.scale.reward_workers import RayRewardWorkers
+
+        s = cfg.scale
+        engine = EngineReplicas(cfg.model, cfg.lora, precision, s.engine_replicas, gpus=s.engine_gpus)
+        workers = RayRewardWorkers(s.reward_workers, s.sandbox_slots, s.worker_cpus, s.max_retries)
+    source = RolloutSource(tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision,
+                           workers)
     return engine, source, GRPOObjective(cfg.grpo)
+
+
+class MismatchExceeded(ValueError):
+    """The trainer's and the rollout engine's log-probs of the sampled tokens drifted apart."""
+
+
+def mismatch_bound(bound: float | None) -> Any:
+    """Trainer callback: stop the run when a step's `logprob_mismatch` exceeds `bound`."""
+    def check(step: int, record: dict) -> None:
+        value = record.get("logprob_mismatch")
+        if bound is not None and value is not None and value > bound:
+            raise MismatchExceeded(
+                f"step {step}: mean |log p_train - log p_rollout| = {value:.4g} exceeds grpo.max_logprob_mismatch "
+                f"{bound:g}; the rollout engine samples from other weights or numerics than the trainer "
+                "(check the weight sync and both precisions), or raise the bound")
+    return check
 
 
 def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
@@ -217,8 +245,12 @@ def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
 
     raw_tasks = load_tasks(cfg.tasks)
     check_private_overlap_tasks(raw_tasks, source=cfg.tasks.source)  # before anything is recorded
-    source = None
-    with run_stage(grpo_stage(cfg, force)) as stage:
+    from contextlib import nullcontext
+
+    from tempering.scale.runtime import ray_session
+
+    source = engine = None
+    with ray_session(cfg.scale) if cfg.scale else nullcontext(), run_stage(grpo_stage(cfg, force)) as stage:
         if stage.finished:
             return stage.result.summary
         run_dir, name = stage.run_dir, stage.name
@@ -228,7 +260,7 @@ def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
             model = load_for_training(cfg.model, cfg.lora)
             store = TrajectoryStore(run_dir, name)
             engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store)
-            callbacks, monitor = [], None
+            callbacks, monitor = [mismatch_bound(cfg.grpo.max_logprob_mismatch)], None
             if held:
                 monitor = HeldoutMonitor(cfg, engine, held, run_dir)
                 callbacks.append(monitor)
@@ -254,4 +286,6 @@ def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
         finally:
             if source is not None:
                 source.close()
+            if hasattr(engine, "close"):
+                engine.close()
     return stage.result.summary

@@ -33,7 +33,7 @@ from tempering.models.logprobs import grouped_logprobs
 from tempering.models.precision import autocast
 from tempering.rollout.engine import Engine
 from tempering.rollout.padding import left_pad
-from tempering.rollout.rollout import VERIFIER_ERROR, ThreadRewardWorkers, start_rollout
+from tempering.rollout.rollout import VERIFIER_ERROR, RewardWorkers, ThreadRewardWorkers, start_rollout
 from tempering.rollout.store import TrajectoryRow, TrajectoryStore
 from tempering.types import Task, Trajectory
 
@@ -64,14 +64,19 @@ class Group:
 
 
 class RolloutSource:
+    """The GRPO `BatchSource`. `workers`: where completions are scored (default: a thread pool
+    of `settings.reward_workers`; scale/ has Ray actors). `model`: the trainer's model, synced
+    into the engine before each rollout batch (a no-op for the in-process engine, which shares it)."""
+
     def __init__(self, tasks: list[Task], engine: Engine, settings: GRPOSettings, grad_accum: int, seed: int,
-                 store: TrajectoryStore | None = None, model: Any = None, precision: str = "fp32"):
+                 store: TrajectoryStore | None = None, model: Any = None, precision: str = "fp32",
+                 workers: RewardWorkers | None = None):
         if not tasks:
             raise ValueError("GRPO needs at least one training task")
         self.tasks, self.engine, self.s = tasks, engine, settings
         self.grad_accum, self.seed, self.store = grad_accum, seed, store
         self.model, self.precision = model, precision
-        self.workers = ThreadRewardWorkers(settings.reward_workers)
+        self.workers = workers if workers is not None else ThreadRewardWorkers(settings.reward_workers)
         self.order = list(range(len(tasks)))
         random.Random(seed).shuffle(self.order)
         self.cursor = 0
@@ -136,6 +141,8 @@ class RolloutSource:
 
     def _rollout_batch(self) -> list[dict[str, Any]]:
         s = self.s
+        if self.model is not None:
+            self.engine.sync_weights(self.model)
         kept: list[Group] = []
         seen: list[Group] = []
         counts: Counter = Counter()
@@ -245,6 +252,7 @@ class RolloutSource:
             "response_len": sum(len(t.completion_ids) for _, t, _ in samples) / len(samples),
             "truncation_rate": sum(c.truncated for _, c, _ in samples) / len(samples),
             "completions": len(samples), "gen_s": gen_s, "score_s": score_s,
+            **getattr(self.engine, "last_sync", {}),
         }
         for source, vals in by_source.items():
             t = torch.tensor(vals)
