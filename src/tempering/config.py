@@ -261,6 +261,9 @@ class GRPOSettings(SamplingSettings):
     """Threads scoring completions (sandbox calls included) while generation goes on."""
     verifier_timeout_s: float = Field(30.0, gt=0)
     """A verifier slower than this is a verifier failure (the group is dropped), never a model failure."""
+    rollout_ahead: bool = False
+    """Sample the next batch while the trainer updates on this one (needs `scale:` engine replicas):
+    one step stale (logged), corrected by the clipped importance ratio against the engine's log-probs."""
     max_logprob_mismatch: float | None = Field(None, gt=0)
     """Stop the run when a step's mean |log p_train - log p_rollout| exceeds this (None: only log it)."""
 

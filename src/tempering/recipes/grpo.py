@@ -198,6 +198,9 @@ def grpo_components(cfg: GRPOConfig, model: Any, tokenizer: Any, tasks: list[Tas
     from tempering.rollout.engine import HFEngine
     from tempering.rollout.source import RolloutSource
 
+    if cfg.grpo.rollout_ahead and cfg.scale is None:
+        raise ValueError("grpo.rollout_ahead needs `scale:` engine replicas: the in-process engine samples "
+                         "from the very model the trainer is updating")
     precision = resolve_precision(cfg.train.precision)
     engine, workers = HFEngine(model, tokenizer, precision=precision), None
     if cfg.scale is not None:

@@ -8,10 +8,12 @@
 seed `seed + k * SEED_STRIDE`, so with one replica the samples are exactly those of the
 in-process engine for the same seed (with more, equally distributed but not the same).
 
-`sync_weights` ships the trainer's weights through the object store: the whole state dict
-the first time (LoRA initialisation is random), then only the trainable tensors. Each
-replica loads them and hashes what it now holds under those names; a hash that differs
-from the trainer's is a `WeightSyncError`, never a silent divergence. A vLLM engine fits the
+`sync_weights` ships only the trainer's trainable tensors through the object store (a LoRA
+adapter: ~9 MB for the default model, where the whole state is 630 MB); the frozen base is
+loaded by each replica from the same model spec. Each replica loads the tensors and hashes
+what it now holds under those names; on the first sync it also hashes its whole state, so a
+replica whose base differs is caught once. A hash that differs from the trainer's is a
+`WeightSyncError`, never a silent divergence. A vLLM engine fits the
 same place (see docs/scale.md); this one runs wherever torch does.
 """
 
@@ -56,8 +58,9 @@ class EngineActor:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         return self.engine.generate(prompts, params)
 
-    def load_weights(self, state: dict[str, Any]) -> str:
-        """Load `state` (a subset of the model's tensors); the hash of what is now loaded."""
+    def load_weights(self, state: dict[str, Any], whole: bool) -> tuple[str, str | None]:
+        """Load `state` (a subset of the model's tensors); the hash of what is now loaded
+        under those names, and with `whole` the hash of the whole state dict."""
         import torch
 
         own = dict(self.engine.model.state_dict())
@@ -67,7 +70,7 @@ class EngineActor:
         with torch.no_grad():
             for name, tensor in state.items():
                 own[name].copy_(tensor)
-        return tensors_hash({n: own[n] for n in state})
+        return tensors_hash({n: own[n] for n in state}), tensors_hash(own) if whole else None
 
     def identity(self) -> str:
         return self.engine.identity
@@ -128,19 +131,21 @@ class EngineReplicas:
         import ray
 
         t0 = time.perf_counter()
+        whole = None
         if hasattr(weights, "named_parameters"):
-            state = weights.state_dict() if not self._synced_once else {
-                n: p for n, p in weights.named_parameters() if p.requires_grad}
+            state = {n: p for n, p in weights.named_parameters() if p.requires_grad}
+            whole = None if self._synced_once else tensors_hash(weights.state_dict())
         else:
             state = dict(weights)
         state = {n: t.detach().to("cpu").contiguous() for n, t in state.items()}
         expected = tensors_hash(state)
         ref = ray.put(state)
-        got = ray.get([a.load_weights.remote(ref) for a in self.actors])
-        bad = [k for k, h in enumerate(got) if h != expected]
+        got = ray.get([a.load_weights.remote(ref, whole is not None) for a in self.actors])
+        bad = [k for k, (h, w) in enumerate(got) if h != expected or w != whole]
         if bad:
             raise WeightSyncError(f"engine replicas {bad} hold other weights after the sync "
-                                  f"(sha256 {got[bad[0]][:12]}... != sent {expected[:12]}...)")
+                                  f"(sha256 {got[bad[0]][0][:12]}... != sent {expected[:12]}..."
+                                  + (", or its frozen base differs" if whole else "") + ")")
         self._synced_once = True
         self.last_sync = {"sync_s": time.perf_counter() - t0,
                           "sync_mb": sum(t.numel() * t.element_size() for t in state.values()) / 2**20}
