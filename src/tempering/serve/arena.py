@@ -91,7 +91,7 @@ def arena_pairs(votes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]
 
 def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable, route_for: Callable) -> None:
     """The arena's JSON routes on `app` (auth and model routing from the server)."""
-    from fastapi import Depends, Request
+    from fastapi import Depends
     from fastapi.concurrency import run_in_threadpool
 
     prompts, rng = load_prompts(cfg.arena_prompts), random.Random(cfg.seed)
@@ -126,7 +126,7 @@ def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable
         return {"id": row["id"], "prompt": row["prompt"], "a": row["answer_a"], "b": row["answer_b"]}
 
     @app.post("/arena/battles/{battle_id}/votes")
-    async def vote(battle_id: str, req: VoteRequest, request: Request, key: Any = Depends(authorized)):
+    async def vote(battle_id: str, req: VoteRequest, key: Any = Depends(authorized)):
         row = store.battle(battle_id)
         if row is None:
             raise ApiError(404, f"no battle {battle_id!r}", "not_found")
