@@ -16,6 +16,7 @@ agreement filter and DPO (`temper arena export`).
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -58,8 +59,10 @@ def arena_ranking(votes: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
     for v in votes:
         per_battle[v["battle_id"]].append({"annotator": v["annotator"], "prefers": PREFERS[v["choice"]]})
     report = agreement_report(list(per_battle.values()))
+    per_annotator = {name: {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+                     for name, row in report.annotators.items()}  # NaN (nothing to agree with) is not JSON
     return {"ranking": ranking(triples, seed=seed), "votes": len(votes), "battles": len(per_battle),
-            "agreement": {**report.summary(), "per_annotator": report.annotators}}
+            "agreement": {**report.summary(), "per_annotator": per_annotator}}
 
 
 def arena_pairs(votes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
