@@ -16,6 +16,7 @@ agreement filter and DPO (`temper arena export`).
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -58,8 +59,10 @@ def arena_ranking(votes: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
     for v in votes:
         per_battle[v["battle_id"]].append({"annotator": v["annotator"], "prefers": PREFERS[v["choice"]]})
     report = agreement_report(list(per_battle.values()))
+    per_annotator = {name: {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+                     for name, row in report.annotators.items()}  # NaN (nothing to agree with) is not JSON
     return {"ranking": ranking(triples, seed=seed), "votes": len(votes), "battles": len(per_battle),
-            "agreement": {**report.summary(), "per_annotator": report.annotators}}
+            "agreement": {**report.summary(), "per_annotator": per_annotator}}
 
 
 def arena_pairs(votes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
@@ -91,7 +94,7 @@ def arena_pairs(votes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]
 
 def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable, route_for: Callable) -> None:
     """The arena's JSON routes on `app` (auth and model routing from the server)."""
-    from fastapi import Depends, Request
+    from fastapi import Depends
     from fastapi.concurrency import run_in_threadpool
 
     prompts, rng = load_prompts(cfg.arena_prompts), random.Random(cfg.seed)
@@ -126,7 +129,7 @@ def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable
         return {"id": row["id"], "prompt": row["prompt"], "a": row["answer_a"], "b": row["answer_b"]}
 
     @app.post("/arena/battles/{battle_id}/votes")
-    async def vote(battle_id: str, req: VoteRequest, request: Request, key: Any = Depends(authorized)):
+    async def vote(battle_id: str, req: VoteRequest, key: Any = Depends(authorized)):
         row = store.battle(battle_id)
         if row is None:
             raise ApiError(404, f"no battle {battle_id!r}", "not_found")

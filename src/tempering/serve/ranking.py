@@ -3,8 +3,8 @@
 A vote is (model_a, model_b, outcome) with outcome 1.0 (a won), 0.0 (b won) or 0.5 (tie;
 "both bad" counts as a tie, as in Chatbot Arena). Bradley–Terry says
 P(a beats b) = 1 / (1 + 10 ** ((R_b - R_a) / 400)); the ratings R are its maximum-likelihood
-fit (scikit-learn's logistic regression without intercept, one feature per model: +1 for a,
--1 for b; a tie is two half-weight rows, one win each way), centred on 1000. Example: a
+fit (Newton's method; a tie is half a win each way), centred on 1000. The arena's ranking
+adds a weak Gaussian prior (PRIOR) so that a model that won every vote gets a finite rating. Example: a
 beats b in 3 of 4 votes -> P = 0.75 -> R_a - R_b = 400 * log10(3) = 190.8, R = 1095.4 / 904.6.
 
 Confidence intervals: the percentile bootstrap over votes (resample the votes with
@@ -19,39 +19,47 @@ from typing import Any, Sequence
 import numpy as np
 
 SCALE, BASE = 400.0, 1000.0
+PRIOR = 0.1  # the arena's prior on strengths: sd 1/sqrt(0.1) = 3.2 log-odds (550 Elo points)
 OUTCOME = {"a": 1.0, "b": 0.0, "tie": 0.5, "both_bad": 0.5}
 
 
-def bradley_terry(votes: Sequence[tuple[str, str, float]], models: Sequence[str]) -> np.ndarray:
-    """Elo-scale ratings (mean 1000) of `models` from (model_a, model_b, outcome) votes."""
-    from sklearn.linear_model import LogisticRegression
+def bradley_terry(votes: Sequence[tuple[str, str, float]], models: Sequence[str], prior: float = 0.0,
+                  iterations: int = 50) -> np.ndarray:
+    """Elo-scale ratings (mean 1000) of `models` from (model_a, model_b, outcome) votes.
 
+    Newton's method on the log-likelihood of P(a beats b) = sigmoid(s_a - s_b) (s in natural
+    log-odds; a tie is half a win each way) minus `prior` / 2 * |s|^2, a Gaussian prior on the
+    strengths that keeps them finite when a model won or lost every vote (0: plain MLE).
+    """
     index = {m: i for i, m in enumerate(models)}
-    rows, ys, weights = [], [], []
-    for a, b, outcome in votes:
-        x = np.zeros(len(models))
-        x[index[a]], x[index[b]] = 1.0, -1.0
-        for y, w in ((1, outcome), (0, 1.0 - outcome)):
-            if w > 0:
-                rows.append(x)
-                ys.append(y)
-                weights.append(w)
-    if len(set(ys)) < 2:  # one class only: every vote went one way; the MLE is at infinity
-        ys, rows, weights = ys + [1 - ys[0]], rows + [rows[0]], weights + [1e-6]
-    fit = LogisticRegression(fit_intercept=False, C=1e6, tol=1e-10, max_iter=1000)  # C large: plain MLE
-    fit.fit(np.array(rows), np.array(ys), sample_weight=np.array(weights))
-    ratings = fit.coef_[0] * SCALE / math.log(10)  # natural-log odds -> Elo points
+    a = np.array([index[v[0]] for v in votes])
+    b = np.array([index[v[1]] for v in votes])
+    y = np.array([v[2] for v in votes], dtype=float)
+    x = np.zeros((len(votes), len(models)))  # (votes, models): +1 for a, -1 for b
+    x[np.arange(len(votes)), a] += 1.0
+    x[np.arange(len(votes)), b] -= 1.0
+    s = np.zeros(len(models))
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-(x @ s)))
+        grad = x.T @ (y - p) - prior * s
+        hess = (x * (p * (1 - p))[:, None]).T @ x + prior * np.eye(len(models))
+        step = np.linalg.lstsq(hess, grad, rcond=None)[0]  # singular along all-ones when prior is 0
+        s = s + step
+        if np.abs(step).max() < 1e-10:
+            break
+    ratings = s * SCALE / math.log(10)  # natural-log odds -> Elo points
     return ratings - ratings.mean() + BASE
 
 
-def ranking(votes: Sequence[tuple[str, str, float]], rounds: int = 200, seed: int = 0) -> list[dict[str, Any]]:
+def ranking(votes: Sequence[tuple[str, str, float]], rounds: int = 200, seed: int = 0,
+            prior: float = PRIOR) -> list[dict[str, Any]]:
     """Per model: rating, 95% bootstrap CI, wins / losses / ties; best first."""
     models = sorted({m for a, b, _ in votes for m in (a, b)})
     if not votes or len(models) < 2:
         return []
-    ratings = bradley_terry(votes, models)
+    ratings = bradley_terry(votes, models, prior)
     rng = np.random.default_rng(seed)
-    samples = np.array([bradley_terry([votes[i] for i in rng.integers(0, len(votes), len(votes))], models)
+    samples = np.array([bradley_terry([votes[i] for i in rng.integers(0, len(votes), len(votes))], models, prior)
                         for _ in range(rounds)])
     low, high = np.percentile(samples, [2.5, 97.5], axis=0)
     out = []
