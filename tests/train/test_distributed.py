@@ -85,7 +85,6 @@ def run_killing_rank1(cfg: Path, run_dir: Path, after_step: int) -> tuple[int, s
     return proc.returncode, err
 
 
-@pytest.mark.slow
 def test_two_processes_match_one_and_resume_exactly_after_a_kill(sft_setup):
     cfg, runs = sft_setup
     one = CliRunner().invoke(app, ["sft", str(cfg), "--name", "one"])
