@@ -19,21 +19,16 @@ from typing import Any
 from tempering.agents.config import AgentConfig
 from tempering.agents.episode import summarise
 from tempering.agents.rollout import AgentBatch, agent_rollout
-from tempering.agents.tasks import BUILTIN, AgentTask, builtin_tasks, load_agent_tasks, select
+from tempering.agents.tasks import BUILTIN, AgentTask, load_agent_suite, select
 from tempering.pipeline.stage import StageSpec, input_list, run_stage
 from tempering.train.metrics import console
-
-
-def load_suite(name: str) -> list[AgentTask]:
-    """A built-in suite by name, or a task JSONL path."""
-    return builtin_tasks(name) if name in BUILTIN else load_agent_tasks(name)
 
 
 def agent_tasks(cfg: AgentConfig) -> tuple[list[AgentTask], dict[str, list[AgentTask]]]:
     """(training tasks, held-out tasks per eval suite), tiers filtered."""
     tiers = cfg.tasks.tiers
-    train = [t for name in cfg.tasks.suites for t in select(load_suite(name), "train", tiers)]
-    held = {name: select(load_suite(name), "heldout", tiers)[:cfg.tasks.eval_limit]
+    train = [t for name in cfg.tasks.suites for t in select(load_agent_suite(name), "train", tiers)]
+    held = {name: select(load_agent_suite(name), "heldout", tiers)[:cfg.tasks.eval_limit]
             for name in (cfg.tasks.eval_suites or cfg.tasks.suites)}
     if not train:
         raise ValueError(f"no training tasks in {cfg.tasks.suites} (tiers {tiers})")
