@@ -126,6 +126,24 @@ def grpo(
 
 
 @app.command()
+def agent(
+    config: Path = typer.Argument(..., help="YAML config (see examples/agent/agent_arith.yaml)."),
+    set_: List[str] = typer.Option([], "--set", help="Override any field: --set rl.group_size=4 (repeatable)."),
+    model: Optional[str] = typer.Option(None, help="Model spec (alias, HF dir, .gguf, hub id)."),
+    steps: Optional[int] = STEPS,
+    out_dir: Optional[str] = OUT,
+    name: Optional[str] = NAME,
+    full: bool = FULL,
+    force: bool = FORCE,
+) -> None:
+    """Agent training in tool environments: expert SFT, then trajectory-level GRPO (docs/agents.md)."""
+    from tempering.agents.config import AgentConfig
+    from tempering.recipes.agent import run_agent
+
+    _train(AgentConfig, run_agent, config, set_, model, steps, out_dir, name, full, force)
+
+
+@app.command()
 def traj(
     run_dir: Path = typer.Argument(..., help="A GRPO run directory (runs/NAME)."),
     step: Optional[int] = typer.Option(None, help="Only this step."),

@@ -81,19 +81,3 @@ POLICIES: dict[str, Callable[[int], Policy]] = {
     "oracle": lambda seed: oracle, "noop": lambda seed: noop, "recover": lambda seed: recover,
     "random": random_policy,
 }
-
-
-def expert_messages(task: AgentTask, transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A transcript with assistant texts turned into `tool_calls` (the `messages` SFT format)."""
-    from tempering.data.toolcalls import parse_tool_calls
-
-    out = []
-    for m in transcript:
-        if m["role"] == "assistant":
-            parsed = parse_tool_calls(m["content"])
-            m = {"role": "assistant", "content": parsed.content or None,
-                 **({"tool_calls": parsed.calls} if parsed.calls else {})}
-            if m["content"] is None and "tool_calls" not in m:
-                m["content"] = ""
-        out.append({k: v for k, v in m.items() if v is not None})
-    return out

@@ -126,7 +126,10 @@ def agent_rollout(tasks: Sequence[AgentTask], engine: Engine, renderer: AgentRen
     steps, round_ = 0, 0
     with ThreadPoolExecutor(max_workers=settings.env_workers) as pool:
         while True:
-            active = [e for e in live if not e.done and _room(e, settings) is not None]
+            for e in live:
+                if not e.done:
+                    _room(e, settings)  # ends an episode with no room left for a turn
+            active = [e for e in live if not e.done]
             if not active:
                 break
             steps += len(active)
