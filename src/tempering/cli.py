@@ -340,3 +340,5 @@ app.command("merge")(merge)
 
 if __name__ == "__main__":
     app()
+from tempering.cli_spec import distill  # noqa: E402  (branch spec)
+app.command("distill")(distill)
