@@ -337,8 +337,8 @@ app.command("lineage")(lineage)
 app.add_typer(release_app, name="release")
 from tempering.cli_merge import merge  # noqa: E402  (branch merge)
 app.command("merge")(merge)
+from tempering.cli_spec import distill  # noqa: E402  (branch spec)
+app.command("distill")(distill)
 
 if __name__ == "__main__":
     app()
-from tempering.cli_spec import distill  # noqa: E402  (branch spec)
-app.command("distill")(distill)
