@@ -86,7 +86,7 @@ def run_timing(args) -> dict:
 
     torch.set_num_threads(args.threads)
     tokenizer, target, draft = load_all(args.draft)
-    base = HFEngine(target, tokenizer)
+    base = HFEngine(target, tokenizer, precision=args.precision)
     prec = base.precision
     prompts = prompts_for(base, args.prompts)
     params = SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens)
@@ -164,6 +164,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--ks", type=int, nargs="+", default=[2, 3, 4])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision", default="auto", help="timing: auto (bf16 here) | bf16 | fp32")
     args = parser.parse_args()
     load_before = os.getloadavg()
     result = run_timing(args) if args.mode == "timing" else run_lossless(args)
