@@ -10,10 +10,10 @@ default precision (bf16 autocast, native here) and fp32.
 
 Timing workload: 12 arithmetic held-out chat prompts, one at a time, greedy, max_new_tokens
 64, after a warm-up call (tokens/s = generated tokens / wall seconds).
-Quality: the arithmetic suite (first --arith-limit tasks, its 3 templates and 4 samples at
-T=0.7) and HumanEval (first --humaneval-limit problems, 2 samples at T=0.8, 384 tokens)
-on fp32, bf16 and the int8 variant; the gate rule "no significant regression on <suite>"
-(paired bootstrap CI of the difference) of int8 vs fp32 and int8 vs bf16.
+Quality: the arithmetic suite (first --arith-limit tasks, 4 samples at T=0.7) and HumanEval
+(first --humaneval-limit problems, 2 samples at T=0.8, 384 tokens), canonical template only,
+on the --references (default fp32) and the int8 variant; the gate rule "no significant
+regression on <suite>" (paired bootstrap CI of the difference) of int8 vs each reference.
 Both modes update bench/results/int8.json.
 """
 
@@ -108,8 +108,9 @@ def run_quality(args) -> dict:
     tokenizer, base = load_tokenizer(MODEL), load_model(MODEL).eval()
     suites = [load_suite("arithmetic").with_overrides(limit=args.arith_limit),
               load_suite("humaneval").with_overrides(limit=args.humaneval_limit, samples=2)]
+    suites = [s.model_copy(update={"templates": s.templates[:1]}) for s in suites]  # canonical template only
     results = {}
-    for label, model, prec in variants(base, ["fp32", "bf16", args.chosen]):
+    for label, model, prec in variants(base, args.references + [args.chosen]):
         engine = HFEngine(model, tokenizer, precision=prec)
         t0 = time.perf_counter()
         out = [run_suite(s, engine, model_id=label, model_hash=f"int8-bench-{label}", log=print) for s in suites]
@@ -117,12 +118,12 @@ def run_quality(args) -> dict:
         print(label, [(s.suite, s.metrics[s.primary_metric]) for s in out], round(time.perf_counter() - t0), flush=True)
     rules = parse_rules([f"no significant regression on {s.name}" for s in suites])
     gates = {}
-    for ref in ("fp32", "bf16"):
+    for ref in args.references:
         g = run_gate(rules, results[ref], results[args.chosen])
         gates[f"{args.chosen}_vs_{ref}"] = g.to_dict()
     return {"quality": {k: v.model_dump(mode="json") for k, v in results.items()}, "gate": gates,
             "quality_suites": {"arithmetic_limit": args.arith_limit, "humaneval_limit": args.humaneval_limit,
-                               "humaneval_samples": 2}}
+                               "humaneval_samples": 2, "templates": "canonical only"}}
 
 
 def main() -> None:
@@ -134,7 +135,8 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=12)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--arith-limit", type=int, default=50)
-    parser.add_argument("--humaneval-limit", type=int, default=10)
+    parser.add_argument("--humaneval-limit", type=int, default=8)
+    parser.add_argument("--references", nargs="+", default=["fp32"], help="quality: baselines the gate compares with")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     load_before = os.getloadavg()

@@ -138,7 +138,7 @@ def run_lossless(args) -> dict:
     torch.set_num_threads(args.threads)
     tokenizer, target, draft = load_all(args.draft)
     out = {}
-    for prec in ("fp32", "bf16"):
+    for prec in args.lossless_precisions:
         base = HFEngine(target, tokenizer, precision=prec)
         prompts = prompts_for(base, args.lossless_prompts, seed=1)
         params = SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens)
@@ -151,7 +151,8 @@ def run_lossless(args) -> dict:
                      "target_alone_batch200_vs_batch8_identical": sum(a == b for a, b in zip(alone, alone8)),
                      "acceptance": spec.stats.summary()}
         print(prec, out[prec], flush=True)
-    return {"greedy_lossless": out}
+    return {"greedy_lossless": out, "greedy_lossless_settings": {"draft": args.draft, "k": 4,
+            "max_new_tokens": args.max_new_tokens, "prompts": "arithmetic held-out chat prompts (seed 1)"}}
 
 
 def main() -> None:
@@ -164,6 +165,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--ks", type=int, nargs="+", default=[2, 3, 4])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--lossless-precisions", nargs="+", default=["fp32", "bf16"])
     parser.add_argument("--precision", default="auto", help="timing: auto (bf16 here) | bf16 | fp32")
     args = parser.parse_args()
     load_before = os.getloadavg()
