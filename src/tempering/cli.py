@@ -364,6 +364,8 @@ app.command("serve")(serve)
 app.add_typer(keys_app, name="keys")
 app.add_typer(feedback_app, name="feedback")
 app.add_typer(arena_app, name="arena")
+from tempering.cli_spec import distill  # noqa: E402  (branch spec)
+app.command("distill")(distill)
 
 if __name__ == "__main__":
     app()

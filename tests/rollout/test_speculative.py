@@ -121,10 +121,17 @@ def greedy_setup():
     return target, draft, tok, prompts, params, reference
 
 
-@pytest.mark.parametrize("kind", ["model", "lookup"])
+def _drafter(kind: str, draft, vocab: int):
+    """A model draft, the same restricted to part of the vocabulary (FR-Spec), or prompt lookup."""
+    if kind == "lookup":
+        return PromptLookupDrafter(max_ngram=2)
+    return ModelDrafter(draft, "fp32", vocab=torch.arange(vocab // 2) if kind == "subset" else None)
+
+
+@pytest.mark.parametrize("kind", ["model", "subset", "lookup"])
 def test_greedy_equals_the_target_alone_on_200_prompts(greedy_setup, kind):
     target, draft, tok, prompts, params, reference = greedy_setup
-    drafter = ModelDrafter(draft, "fp32") if kind == "model" else PromptLookupDrafter()
+    drafter = _drafter(kind, draft, 64)
     engine = SpeculativeEngine(target, tok, drafter, k=4, precision="fp32")
     batched = [g[0].token_ids for g in engine.generate(prompts, params)]
     assert batched == reference  # batch of 200: rows accept different numbers of drafts
@@ -154,14 +161,14 @@ def _sequence_probs(model, prompt: list[int], vocab: int, length: int) -> torch.
     return torch.stack(steps, dim=1).sum(dim=1).exp()
 
 
-@pytest.mark.parametrize("kind", ["model", "lookup"])
+@pytest.mark.parametrize("kind", ["model", "subset", "lookup"])
 def test_sampled_output_has_the_targets_distribution(kind):
     vocab, length, rows = 6, 3, 8000
     target, draft = _peaked(vocab, seed=0), _peaked(vocab, seed=1)
     prompt = [3, 4, 5]
     exact, exact_draft = _sequence_probs(target, prompt, vocab, length), _sequence_probs(draft, prompt, vocab, length)
-    drafter = ModelDrafter(draft, "fp32") if kind == "model" else PromptLookupDrafter(max_ngram=2)
-    engine = SpeculativeEngine(target, _IdsTokenizer(vocab, eos=None), drafter, k=2, precision="fp32")
+    engine = SpeculativeEngine(target, _IdsTokenizer(vocab, eos=None), _drafter(kind, draft, vocab), k=2,
+                               precision="fp32")
     samples = engine.generate([prompt], SamplingParams(temperature=1.0, max_new_tokens=length, n=rows, seed=1))[0]
     index = {s: i for i, s in enumerate(itertools.product(range(vocab), repeat=length))}
     counts = torch.bincount(torch.tensor([index[tuple(c.token_ids)] for c in samples]), minlength=len(index))
@@ -172,6 +179,6 @@ def test_sampled_output_has_the_targets_distribution(kind):
         expected = torch.cat([probs[big], probs[~big].sum()[None]]).double()
         return chisquare(observed.numpy(), (expected / expected.sum() * rows).numpy()).pvalue
 
-    assert engine.stats.summary()["acceptance_rate"] > 0.2  # drafts were really accepted
+    assert engine.stats.summary()["acceptance_rate"] > 0.15  # drafts were really accepted
     assert pvalue(exact) > 0.001
     assert pvalue(exact_draft) < 1e-6  # the test can tell: the draft's own distribution is rejected
