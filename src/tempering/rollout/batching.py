@@ -24,12 +24,19 @@ import torch
 from tempering.config import SamplingParams
 from tempering.rollout.engine import Completion, cut_at_stop, sample_tokens
 
-__all__ = ["Request", "Running", "Scheduler", "sample_rows", "sample_seed"]
+__all__ = ["Request", "Running", "Scheduler", "prompt_seed", "sample_rows", "sample_seed"]
 
 
 def sample_seed(seed: int, index: int) -> int:
     """A generator seed for sample `index` of a request seeded with `seed`."""
     return int.from_bytes(hashlib.sha256(f"{seed}:{index}".encode()).digest()[:8], "little") >> 1
+
+
+def prompt_seed(seed: int | None, index: int) -> int | None:
+    """The seed of prompt `index` in a seeded `generate` call over several prompts: each
+    prompt's samples then depend on it alone, not on the batch (prompt 0 keeps the seed, as a
+    lone request would); None stays unseeded."""
+    return None if seed is None else seed + 1_000_003 * index
 
 
 @dataclass

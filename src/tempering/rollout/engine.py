@@ -42,7 +42,7 @@ from tempering.models.logprobs import cache_keyword
 from tempering.models.precision import autocast, resolve_precision
 from tempering.rollout.padding import left_pad
 
-__all__ = ["Completion", "Engine", "HFEngine", "SamplingParams", "SamplingSettings", "cut_at_stop", "merged_lora",
+__all__ = ["Completion", "Engine", "HFEngine", "SamplingParams", "SamplingSettings", "chat_prompt_ids", "cut_at_stop", "merged_lora",
            "sample_tokens"]
 
 
@@ -163,8 +163,7 @@ class HFEngine:
 
     def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
         """Token ids of a conversation rendered up to the assistant's turn."""
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        return chat_prompt_ids(self.tokenizer, messages)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         """Sample `params.n` completions for each prompt (token ids); grouped per prompt."""
@@ -260,6 +259,12 @@ class HFEngine:
             text = self.tokenizer.decode(tail, skip_special_tokens=False)
             hits.append(any(s in text for s in stop))
         return torch.tensor(hits, dtype=torch.bool, device=device)
+
+
+def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+    """Token ids of a conversation rendered up to the assistant's turn (every engine's `chat_prompt`)."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:

@@ -136,6 +136,8 @@ class RolloutSource:
 
     def _rollout_batch(self) -> list[dict[str, Any]]:
         s = self.s
+        if self.model is not None:  # an engine sharing the trainer's model object has nothing to copy
+            self.engine.sync_weights(self.model)
         kept: list[Group] = []
         seen: list[Group] = []
         counts: Counter = Counter()
