@@ -47,7 +47,7 @@ from tempering.evals.suite import Suite, SuiteError, metric_k, render_messages
 from tempering.rollout.rollout import PendingRollout, ThreadRewardWorkers, start_rollout
 from tempering.types import Reward, Trajectory
 
-RUNNER_VERSION = 2  # bump when generation or scoring changes what a cached result would hold
+RUNNER_VERSION = 3  # bump when generation or scoring changes what a cached result would hold
 DEFAULT_BATCH_TOKENS = 32768
 
 
