@@ -85,7 +85,7 @@ def eval_run(
         fail(f"a suite is listed twice: {names}")
     try:
         results = evaluate_model(cfg.model, loaded, Path(cfg.out), first_seed=cfg.first_seed, cache=cfg.cache,
-                                 threads=cfg.threads, precision=cfg.precision,
+                                 threads=cfg.threads, precision=cfg.precision, engine_settings=cfg.engine,
                                  warn=lambda line: err.print(f"[yellow]warning: {line}[/yellow]"),
                                  log=lambda line: err.print(f"[dim]{line}[/dim]"))
     except (EvalError, SuiteError) as exc:

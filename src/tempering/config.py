@@ -223,6 +223,31 @@ class SamplingParams(SamplingSettings):
     `top_logprobs`; 0: none), under the same distribution as `Completion.logprobs`."""
 
 
+class VLLMSettings(Strict):
+    """vLLM engine options (GPU hosts only; `pip install 'tempering[vllm]'` there)."""
+
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    """Share of GPU memory vLLM may take (weights + KV cache); the trainer shares the GPU."""
+    max_model_len: int = Field(2048, ge=16)
+    """Longest prompt + completion vLLM serves (sizes its KV cache)."""
+    enable_prefix_caching: bool = True
+    """Reuse the KV cache of shared prompt prefixes (a group's n samples, system prompts)."""
+    verify_sync: bool = True
+    """After each weight sync, read the weights back from vLLM and compare checksums."""
+
+
+class EngineSettings(Strict):
+    """Which `Engine` samples rollouts and evals (docs/inference.md)."""
+
+    kind: Literal["hf", "batching", "vllm"] = "batching"
+    """batching: continuous batching in this process (the default); hf: the static-batch
+    HFEngine; vllm: vLLM on a CUDA GPU (refused with a message where vLLM or a GPU is absent)."""
+    max_slots: int = Field(64, ge=1)
+    """batching: most sequences decoded together (KV cache slots)."""
+    vllm: VLLMSettings = VLLMSettings()
+    """vLLM options (kind: vllm only)."""
+
+
 class GRPOSettings(SamplingSettings):
     """GRPO's rollout sampling (the `SamplingSettings` fields, temperature > 0) and its loss."""
 
@@ -322,6 +347,8 @@ class GRPOConfig(Strict):
     """Held-out monitoring during training; null turns it off."""
     grpo: GRPOSettings = GRPOSettings()
     """Rollout sampling, group size, dynamic sampling and the policy loss."""
+    engine: EngineSettings = EngineSettings()
+    """The engine that samples rollouts and held-out evals."""
     train: TrainSettings
     """Steps, micro-batches, precision, seed, optimizer, guard and checkpoints."""
     out: str = "runs"
@@ -485,6 +512,8 @@ class EvalConfig(Strict):
     """torch intra-op threads (None: torch's default)."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """auto: bf16 only where it is native, else fp32."""
+    engine: EngineSettings = EngineSettings()
+    """The engine that samples the suites."""
 
 
 # --- dedup ---

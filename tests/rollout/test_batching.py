@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tempering.config import SamplingParams
-from tempering.rollout.batching import Request, Scheduler, sample_rows
+from tempering.rollout.batching import Request, Scheduler, sample_rows, sample_seed
 from tempering.rollout.batching_engine import BatchingEngine
 from tempering.rollout.engine import Engine, HFEngine, sample_tokens
 from tests.conftest import tiny_llama
@@ -87,18 +87,27 @@ def test_requests_that_cannot_fit_are_refused_with_the_numbers():
         s.submit(_req(n=5))
 
 
-def test_seeded_rows_sample_as_they_would_alone():
-    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
-    s = Scheduler(slots=3, max_len=64, eos_id=None, decode=_decode)
-    s.submit(Request([1], SamplingParams(n=2, temperature=0.9, seed=4)))
-    s.submit(Request([1], SamplingParams(temperature=0)))
-    s.admit()
-    gens = [torch.Generator().manual_seed(s.running[i].generator.initial_seed()) for i in range(2)]
-    tokens, logps = sample_rows(logits, s.running)
-    for i in range(2):
-        tok, lp = sample_tokens(logits[i:i + 1], 0.9, 1.0, gens[i])
-        assert (tokens[i], logps[i]) == (int(tok), pytest.approx(float(lp)))
-    assert tokens[2] == int(logits[2].argmax())
+def test_seeded_rows_sample_as_they_would_alone_whatever_shares_the_batch():
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+
+    def sampled(reqs, rows):
+        s = Scheduler(slots=4, max_len=64, eos_id=None, decode=_decode)
+        for r in reqs:
+            s.submit(r)
+        s.admit()
+        return sample_rows(logits[rows], s.running)
+
+    seeded = lambda: Request([1], SamplingParams(n=2, temperature=0.9, seed=4))  # noqa: E731
+    other = Request([1], SamplingParams(temperature=0.5, top_p=0.8, seed=9))
+    greedy = Request([1], SamplingParams(temperature=0))
+    alone = sampled([seeded()], [0, 1])
+    mixed = sampled([seeded(), other, greedy], [0, 1, 2, 3])
+    assert mixed[0][:2] == alone[0] and mixed[1][:2] == pytest.approx(alone[1])
+    assert mixed[0][3] == int(logits[3].argmax())
+    # the draw is sample_tokens' inverse CDF with the row's own uniform
+    u = torch.rand(1, generator=torch.Generator().manual_seed(sample_seed(4, 0)))
+    tok, lp = sample_tokens(logits[:1], 0.9, 1.0, None, uniforms=u)
+    assert alone[0][0] == int(tok) and alone[1][0] == pytest.approx(float(lp))
 
 
 # --- the engine on a tiny random model (fp32) ---

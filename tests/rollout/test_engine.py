@@ -111,6 +111,16 @@ def test_greedy_picks_the_argmax_with_its_logprob():
     assert tok.item() == 1 and lp.item() == pytest.approx(torch.log_softmax(logits, -1)[0, 1].item())
 
 
+def test_inverse_cdf_picks_the_token_whose_cumulative_mass_crosses_the_draw():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]] * 4))
+    u = torch.tensor([0.0, 0.49, 0.5, 0.95])  # cdf 0.5, 0.8, 1.0: u=0.5 is past the first token
+    tok, lp = sample_tokens(logits, 1.0, 1.0, None, uniforms=u)
+    assert tok.tolist() == [0, 0, 1, 2]
+    assert torch.allclose(lp, torch.log(torch.tensor([0.5, 0.5, 0.3, 0.2])))
+    tok, _ = sample_tokens(logits, 1.0, 0.75, None, uniforms=u)  # nucleus {0, 1}, mass 0.8
+    assert tok.tolist() == [0, 0, 0, 1]  # u x 0.8 = 0, 0.392, 0.4, 0.76 against cdf 0.5, 0.8
+
+
 def test_top_p_keeps_only_the_nucleus():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     gen = torch.Generator().manual_seed(0)

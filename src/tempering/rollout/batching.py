@@ -24,12 +24,19 @@ import torch
 from tempering.config import SamplingParams
 from tempering.rollout.engine import Completion, cut_at_stop, sample_tokens
 
-__all__ = ["Request", "Running", "Scheduler", "sample_rows", "sample_seed"]
+__all__ = ["Request", "Running", "Scheduler", "prompt_seed", "sample_rows", "sample_seed"]
 
 
 def sample_seed(seed: int, index: int) -> int:
     """A generator seed for sample `index` of a request seeded with `seed`."""
     return int.from_bytes(hashlib.sha256(f"{seed}:{index}".encode()).digest()[:8], "little") >> 1
+
+
+def prompt_seed(seed: int | None, index: int) -> int | None:
+    """The seed of prompt `index` in a seeded `generate` call over several prompts: each
+    prompt's samples then depend on it alone, not on the batch (prompt 0 keeps the seed, as a
+    lone request would); None stays unseeded."""
+    return None if seed is None else seed + 1_000_003 * index
 
 
 @dataclass
@@ -156,21 +163,21 @@ class Scheduler:
 
 
 def sample_rows(logits: torch.Tensor, rows: Sequence[Running]) -> tuple[list[int], list[float]]:
-    """Sample each row of (B, V) logits under its own sequence's settings (`sample_tokens`:
-    the engine's one sampler). Rows that share settings and have no private generator are
-    sampled together; seeded rows one by one with their own generator."""
-    tokens: list[int] = [0] * len(rows)
-    logps: list[float] = [0.0] * len(rows)
+    """Sample each row of (B, V) logits under its own sequence's settings with `sample_tokens`
+    (the engines' one sampler). Rows sharing temperature and top_p are sampled in one call;
+    each row's random draw comes from its own generator (or the global one when unseeded),
+    so a seeded sequence samples the same tokens whatever else shares the batch."""
     groups: dict[tuple[float, float], list[int]] = {}
     for i, seq in enumerate(rows):
         p = seq.request.params
-        if seq.generator is None or p.temperature == 0:
-            groups.setdefault((p.temperature, p.top_p), []).append(i)
-        else:
-            tok, lp = sample_tokens(logits[i:i + 1], p.temperature, p.top_p, seq.generator)
-            tokens[i], logps[i] = int(tok), float(lp)
+        groups.setdefault((p.temperature, p.top_p), []).append(i)
+    tokens = torch.empty(len(rows), dtype=torch.long)
+    logps = torch.empty(len(rows))
     for (temperature, top_p), idx in groups.items():
-        tok, lp = sample_tokens(logits[idx], temperature, top_p, None)
-        for i, t, l in zip(idx, tok.tolist(), lp.tolist()):
-            tokens[i], logps[i] = t, l
-    return tokens, logps
+        uniforms = None
+        if temperature > 0:
+            uniforms = torch.cat([torch.rand(1, generator=rows[i].generator) for i in idx])
+        part = logits if len(idx) == len(rows) else logits[idx]
+        tok, lp = sample_tokens(part, temperature, top_p, None, uniforms=uniforms)
+        tokens[idx], logps[idx] = tok.cpu(), lp.cpu()
+    return tokens.tolist(), logps.tolist()

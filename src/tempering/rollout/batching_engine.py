@@ -29,7 +29,7 @@ import torch
 
 from tempering.config import SamplingParams
 from tempering.models.precision import autocast
-from tempering.rollout.batching import Request, Scheduler, sample_rows
+from tempering.rollout.batching import Request, Scheduler, prompt_seed, sample_rows
 from tempering.rollout.engine import Completion, HFEngine, merged_lora
 from tempering.rollout.kvcache import SlotKVCache
 
@@ -73,7 +73,7 @@ class BatchingEngine(HFEngine):
                 need = max(len(p) for p in prompts) + params.max_new_tokens
                 self._open(min(self.max_slots, max(params.n, len(prompts) * params.n)), need)
             for i, p in enumerate(prompts):
-                self._scheduler.submit(Request(list(p), params.model_copy(update={"seed": _prompt_seed(params.seed, i)}),
+                self._scheduler.submit(Request(list(p), params.model_copy(update={"seed": prompt_seed(params.seed, i)}),
                                                prompt_index=i, done=done(i)))
             was_training = self.model.training
             self.model.eval()
@@ -212,8 +212,3 @@ class BatchingEngine(HFEngine):
         counts = torch.tensor([len(s) for s in rows_to_slots], device=picked.device)
         return picked.repeat_interleave(counts, dim=0)
 
-
-def _prompt_seed(seed: int | None, index: int) -> int | None:
-    """Prompt i of a seeded `generate` call gets its own seed (its samples then depend only on
-    it, not on the batch; prompt 0 keeps the seed, as a lone `submit` would); None stays unseeded."""
-    return None if seed is None else seed + 1_000_003 * index

@@ -84,22 +84,30 @@ def merged_lora(model: Any):
                 m.get_base_layer().weight.copy_(w)
 
 
-def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
-                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row of (B, V) logits; returns (tokens, their log-probs)."""
+def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None,
+                  uniforms: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row of (B, V) logits; returns (tokens, their log-probs).
+
+    Inverse-CDF sampling: row b takes the first token whose cumulative probability exceeds
+    uniforms[b] x the kept mass. `uniforms` (B,) in [0, 1) lets each row bring its own
+    random draw (the batching engine's per-sequence generators); by default they are drawn
+    from `generator`.
+    """
     logits = logits.float()
     if temperature == 0:
         tokens = logits.argmax(dim=-1)
         return tokens, torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None]).squeeze(1)
     logp = torch.log_softmax(logits / temperature, dim=-1)
-    probs = logp.exp()
+    probs, order = logp.exp(), None
     if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
+        probs, order = probs.sort(dim=-1, descending=True)
         # keep the smallest prefix whose mass reaches top_p (the first token always stays)
-        drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(1, order, sorted_p)
-    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= top_p, 0.0)
+    if uniforms is None:
+        uniforms = torch.rand(probs.shape[0], generator=generator, device=probs.device)
+    cdf = probs.cumsum(dim=-1)
+    picked = torch.searchsorted(cdf, (uniforms.to(cdf) * cdf[:, -1])[:, None], right=True).clamp(max=cdf.shape[1] - 1)
+    tokens = (picked if order is None else order.gather(1, picked)).squeeze(1)
     return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
 
 

@@ -43,12 +43,13 @@ class SlotKVCache:
         self._write_at: torch.Tensor | None = None  # (B,) cache position of the token being decoded
         self._width = 0
 
-    def _allocate(self, layer: int, like: torch.Tensor) -> None:
-        # like: (B, kv_heads, T, head_dim); layers are allocated in order on the first write
+    def _allocate(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        # k, v: (B, kv_heads, T, head_dim), in the dtypes the model hands over (under bf16
+        # autocast the rotary embedding leaves keys in fp32 while values are bf16)
         while len(self.keys) <= layer:
-            shape = (self.slots, like.shape[1], self.max_len, like.shape[3])
-            self.keys.append(torch.zeros(shape, dtype=like.dtype, device=like.device))
-            self.values.append(torch.zeros(shape, dtype=like.dtype, device=like.device))
+            shape = (self.slots, k.shape[1], self.max_len, k.shape[3])
+            self.keys.append(torch.zeros(shape, dtype=k.dtype, device=k.device))
+            self.values.append(torch.zeros(shape, dtype=v.dtype, device=v.device))
 
     def write_prefill(self, layer_kv: list[tuple[torch.Tensor, torch.Tensor]], rows_to_slots: list[list[int]],
                       lengths: list[int]) -> None:
@@ -56,7 +57,7 @@ class SlotKVCache:
         goes, up to `lengths[i]` positions, into each slot of `rows_to_slots[i]` (a prompt's
         n samples share one prefill)."""
         for layer, (k, v) in enumerate(layer_kv):
-            self._allocate(layer, k)
+            self._allocate(layer, k, v)
             for row, slots in enumerate(rows_to_slots):
                 n = lengths[row]
                 if n > self.max_len:
