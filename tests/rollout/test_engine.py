@@ -204,3 +204,20 @@ def test_cut_at_stop_takes_the_earliest_stop_string():
 def test_empty_stop_string_is_refused():
     with pytest.raises(ValueError, match="non-empty"):
         SamplingParams(stop=("",))
+
+
+def test_seeded_samples_depend_on_seed_prompt_and_sample_only_and_match_the_batching_engine(setup):
+    """One sampling semantics for every engine: a seeded sample's tokens are fixed by (seed,
+    prompt index, sample index), not by n, the batch or the engine (fp32)."""
+    from tempering.rollout.batching_engine import BatchingEngine
+
+    model, engine, prompts = setup
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=8, seed=11)
+    three = engine.generate(prompts, params)
+    one = engine.generate(prompts[:1], params.model_copy(update={"n": 1}))
+    assert one[0][0].token_ids == three[0][0].token_ids
+    assert len({tuple(c.token_ids) for c in three[1]}) > 1  # the samples do differ
+    batching = BatchingEngine(model, engine.tokenizer, precision="fp32").generate(prompts, params)
+    assert [[c.token_ids for c in g] for g in batching] == [[c.token_ids for c in g] for g in three]
+    other = engine.generate(prompts, params.model_copy(update={"seed": 12}))
+    assert [[c.token_ids for c in g] for g in other] != [[c.token_ids for c in g] for g in three]

@@ -14,7 +14,6 @@ Seeds: a request with a seed gives each sample its own generator, seeded from
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -22,21 +21,9 @@ from typing import Callable, Sequence
 import torch
 
 from tempering.config import SamplingParams
-from tempering.rollout.engine import Completion, cut_at_stop, sample_tokens
+from tempering.rollout.engine import Completion, cut_at_stop, prompt_seed, sample_seed, sample_tokens
 
 __all__ = ["Request", "Running", "Scheduler", "prompt_seed", "sample_rows", "sample_seed"]
-
-
-def sample_seed(seed: int, index: int) -> int:
-    """A generator seed for sample `index` of a request seeded with `seed`."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{index}".encode()).digest()[:8], "little") >> 1
-
-
-def prompt_seed(seed: int | None, index: int) -> int | None:
-    """The seed of prompt `index` in a seeded `generate` call over several prompts: each
-    prompt's samples then depend on it alone, not on the batch (prompt 0 keeps the seed, as a
-    lone request would); None stays unseeded."""
-    return None if seed is None else seed + 1_000_003 * index
 
 
 @dataclass

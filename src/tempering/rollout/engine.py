@@ -30,6 +30,7 @@ bit-exactly afterwards, so training and checkpoints never see the merge.
 
 from __future__ import annotations
 
+import hashlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
@@ -43,7 +44,7 @@ from tempering.models.precision import autocast, resolve_precision
 from tempering.rollout.padding import left_pad
 
 __all__ = ["Completion", "Engine", "HFEngine", "SamplingParams", "SamplingSettings", "chat_prompt_ids", "cut_at_stop",
-           "merged_lora", "sample_tokens", "top_logprobs"]
+           "merged_lora", "prompt_seed", "sample_seed", "sample_tokens", "top_logprobs"]
 
 
 @dataclass
@@ -82,6 +83,18 @@ def merged_lora(model: Any):
             model.unmerge_adapter()
             for m, w in zip(layers, saved):  # unmerge is W - BA in floating point: restore exactly
                 m.get_base_layer().weight.copy_(w)
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """A generator seed for sample `index` of a request seeded with `seed`."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{index}".encode()).digest()[:8], "little") >> 1
+
+
+def prompt_seed(seed: int | None, index: int) -> int | None:
+    """The seed of prompt `index` in a seeded `generate` call over several prompts: each
+    prompt's samples then depend on it alone, not on the batch (prompt 0 keeps the seed, as a
+    lone request would); None stays unseeded."""
+    return None if seed is None else seed + 1_000_003 * index
 
 
 def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None,
@@ -187,9 +200,6 @@ class HFEngine:
         """Sample `params.n` completions for each prompt (token ids); grouped per prompt."""
         if params.n < 1 or params.max_new_tokens < 1:
             raise ValueError("SamplingParams needs n >= 1 and max_new_tokens >= 1")
-        generator = None
-        if params.seed is not None:
-            generator = torch.Generator(device=self.device).manual_seed(params.seed)
         out: list[list[Completion]] = [[] for _ in prompts]
         was_training = self.model.training
         self.model.eval()
@@ -197,7 +207,7 @@ class HFEngine:
             with merged_lora(self.model):
                 for start in range(0, len(prompts), self.max_batch_prompts):
                     chunk = prompts[start:start + self.max_batch_prompts]
-                    for c in self._generate_chunk(chunk, params, generator):
+                    for c in self._generate_chunk(chunk, params, start):
                         c.prompt_index += start
                         out[c.prompt_index].append(c)
         finally:
@@ -206,7 +216,7 @@ class HFEngine:
 
     @torch.no_grad()
     def _generate_chunk(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
-                        generator: torch.Generator | None) -> list[Completion]:
+                        first_prompt: int) -> list[Completion]:
         device, n = self.device, params.n
         ids, mask = left_pad(prompts, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
@@ -230,9 +240,17 @@ class HFEngine:
         logp_out: list[list[float]] = [[] for _ in range(total)]
         top_out: list[list[list[tuple[int, float]]]] = [[] for _ in range(total)]
         finish = ["length"] * total
+        # seeded: each sample draws from its own generator, as in the batching engine, so a
+        # sample's tokens depend on (seed, prompt, sample) only, never on n or the batch
+        generators = None if params.seed is None else [
+            torch.Generator().manual_seed(sample_seed(prompt_seed(params.seed, first_prompt + f // n), f % n))
+            for f in range(total)]
         next_pos = positions[:, -1:] + 1
         for step in range(params.max_new_tokens):
-            tok, lp = sample_tokens(logits, params.temperature, params.top_p, generator)
+            uniforms = None
+            if generators is not None and params.temperature > 0:
+                uniforms = torch.cat([torch.rand(1, generator=generators[o]) for o in rows.owner])
+            tok, lp = sample_tokens(logits, params.temperature, params.top_p, None, uniforms=uniforms)
             tok_list, lp_list = tok.tolist(), lp.tolist()
             for r, owner in enumerate(rows.owner):
                 tokens_out[owner].append(tok_list[r])
