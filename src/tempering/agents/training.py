@@ -63,7 +63,7 @@ def expert_conversations(tasks: list[AgentTask], renderer: AgentRenderer, sandbo
 def expert_examples(tasks: list[AgentTask], renderer: AgentRenderer, sandbox: Any) -> list[RenderedExample]:
     """Expert conversations rendered for SFT (assistant tokens only, token-exact prefixes)."""
     tok = renderer.tokenizer
-    return [render_with_mask(tok, c, "tempering", renderer.eot_id) for c in
+    return [render_with_mask(tok, c, renderer.style, renderer.eot_id) for c in
             expert_conversations(tasks, renderer, sandbox)]
 
 
