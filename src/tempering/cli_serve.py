@@ -1,0 +1,136 @@
+"""`temper serve`, `temper keys create|list|revoke`, `temper feedback export`, `temper arena export`.
+
+    temper serve --port 8000 --registry runs/registry.sqlite --canary-share 0.1
+    temper keys create alice                 # the new key is the last line printed
+    temper feedback export --out served.jsonl  # -> the feedback stage's `served`
+    temper arena export --out votes.jsonl      # -> the feedback stage's `votes` (pairs with votes)
+
+Every command works on one deployment: its `--state` directory (default `serve/`).
+Registered in `tempering.cli`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from tempering.cli_common import fail
+
+out = Console(highlight=False, soft_wrap=True)
+keys_app = typer.Typer(help="API keys of a deployment: create, list, revoke.", no_args_is_help=True)
+feedback_app = typer.Typer(help="Feedback collected by `temper serve`.", no_args_is_help=True)
+arena_app = typer.Typer(help="Votes of the blind arena.", no_args_is_help=True)
+STATE = typer.Option(Path("serve"), "--state", help="The deployment's state directory (serve.sqlite).")
+
+
+def _store(state: Path, must_exist: bool = True):
+    from tempering.serve.store import Store
+
+    if must_exist and not (state / "serve.sqlite").is_file():
+        fail(f"no deployment at {state} (no serve.sqlite; `temper keys create` starts one)")
+    return Store(state / "serve.sqlite")
+
+
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8000, help="TCP port."),
+    state: Path = STATE,
+    registry: Optional[str] = typer.Option(None, help="Release registry (SQLite file or PostgreSQL URL); "
+                                           "default: $TEMPERING_REGISTRY if set, else none (serve --model)."),
+    model: Optional[str] = typer.Option(None, help="Model served when no release is production "
+                                        "(default smollm2-135m-instruct)."),
+    canary_share: float = typer.Option(0.0, min=0.0, max=1.0, help="Share of production traffic for the candidate."),
+    log_text: bool = typer.Option(False, "--log-text", help="Keep request and response text (feedback export needs it)."),
+    rate_limit: int = typer.Option(600, min=1, help="Requests per minute per key (default for keys without one)."),
+    max_tokens: int = typer.Option(256, min=1, help="Default and largest max_tokens."),
+    arena_prompts: Optional[Path] = typer.Option(None, help="Prompts for the arena (JSONL with 'prompt', or text lines)."),
+    precision: str = typer.Option("auto", help="auto | bf16 | fp32."),
+) -> None:
+    """Serve releases over an OpenAI-compatible API (plus feedback, audit and the arena at /arena)."""
+    import os
+
+    import uvicorn
+
+    from tempering.pipeline import REGISTRY_ENV
+    from tempering.serve.config import ServeConfig
+
+    registry = registry or os.environ.get(REGISTRY_ENV)
+    if registry and "://" not in registry and not Path(registry).is_file():
+        fail(f"no registry at {registry}")
+    if arena_prompts is not None and not arena_prompts.is_file():
+        fail(f"no arena prompts file at {arena_prompts}")
+    values = dict(host=host, port=port, state=state, registry=registry, canary_share=canary_share, log_text=log_text,
+                  rate_limit=rate_limit, max_tokens=max_tokens, arena_prompts=arena_prompts, precision=precision)
+    cfg = ServeConfig(**values, **({"model": model} if model else {}))
+    from tempering.serve.app import create_app
+
+    try:
+        app = create_app(cfg)
+    except (ValueError, OSError) as exc:
+        fail(exc)
+    out.print(f"serving on http://{cfg.host}:{cfg.port}/v1 (arena: /arena), state {cfg.state}")
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
+
+
+@keys_app.command("create")
+def keys_create(name: str = typer.Argument(..., help="A name for the key (unique)."), state: Path = STATE,
+                rate_limit: Optional[int] = typer.Option(None, min=1, help="Requests per minute for this key.")) -> None:
+    """Create a key; the secret is printed once, as the last line, and only its hash is stored."""
+    from tempering.serve.store import StoreError
+
+    try:
+        key, secret = _store(state, must_exist=False).create_key(name, rate_limit)
+    except StoreError as exc:
+        fail(exc)
+    out.print(f"created {key.id} ({key.name}); keep the key now, it is not shown again:")
+    print(secret)
+
+
+@keys_app.command("list")
+def keys_list(state: Path = STATE) -> None:
+    """Keys with their status (secrets are never shown: only hashes are stored)."""
+    import time
+
+    for k in _store(state).keys():
+        status = "revoked " + time.strftime("%Y-%m-%d %H:%M", time.localtime(k.revoked_at)) if k.revoked_at else "active"
+        out.print(f"{k.id}  {k.name}  {status}  rate_limit={k.rate_limit or 'default'}")
+
+
+@keys_app.command("revoke")
+def keys_revoke(name: str = typer.Argument(..., help="Key name or id."), state: Path = STATE) -> None:
+    """Revoke a key: refused from the next request on (a running server reads keys per request)."""
+    from tempering.serve.store import StoreError
+
+    try:
+        key = _store(state).revoke_key(name)
+    except StoreError as exc:
+        fail(exc)
+    out.print(f"revoked {key.id} ({key.name})")
+
+
+@feedback_app.command("export")
+def feedback_export(out_path: Path = typer.Option(..., "--out", help="JSONL to write."), state: Path = STATE) -> None:
+    """Feedback with its request and answer as JSONL for the pipeline's `feedback` stage (`served`)."""
+    from tempering.data.streams import write_jsonl_atomic
+    from tempering.serve.exports import feedback_rows
+
+    rows, skipped = feedback_rows(_store(state))
+    write_jsonl_atomic(out_path, rows)
+    note = f" ({skipped} without stored text skipped: serve with --log-text)" if skipped else ""
+    out.print(f"wrote {len(rows)} feedback row(s) to {out_path}{note}")
+
+
+@arena_app.command("export")
+def arena_export(out_path: Path = typer.Option(..., "--out", help="JSONL of preference pairs to write."),
+                 state: Path = STATE) -> None:
+    """Arena votes as preference pairs with `votes` (for `temper data agree` and DPO; the feedback stage's `votes`)."""
+    from tempering.data.streams import write_jsonl_atomic
+    from tempering.serve.arena import arena_pairs
+
+    pairs, skipped = arena_pairs(_store(state).votes())
+    write_jsonl_atomic(out_path, pairs)
+    note = f" ({skipped} battle(s) without an A/B majority skipped)" if skipped else ""
+    out.print(f"wrote {len(pairs)} pair(s) to {out_path}{note}")

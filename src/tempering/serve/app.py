@@ -1,0 +1,208 @@
+"""The FastAPI app of `temper serve`: OpenAI routes, feedback, audit, health, metrics, arena.
+
+    app = create_app(ServeConfig(...))          # uvicorn.run(app, host=..., port=...)
+
+Every route but `/health`, `/metrics` and the arena page needs `Authorization: Bearer <key>`
+(a key of `temper keys create`). Each answered request appends an audit row before its
+response (or its first stream chunk) leaves, so a client that got an answer has its row.
+Errors have OpenAI's shape and status codes; a bad request is a 4xx, never a 500.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import defaultdict, deque
+from typing import Any, Callable
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from sse_starlette.sse import EventSourceResponse
+from starlette.exceptions import HTTPException
+
+from tempering.serve import arena, chat
+from tempering.serve.backend import Models, Route, Served, UnknownModel
+from tempering.serve.config import ServeConfig
+from tempering.serve.protocol import (ApiError, BattleRequest, ChatCompletionRequest, CompletionRequest,
+                                      FeedbackRequest, VoteRequest)
+from tempering.serve.store import ApiKey, Store, StoreError
+
+
+class RateLimiter:
+    """Sliding one-minute window of request times per key."""
+
+    def __init__(self, default_per_minute: int):
+        self.default = default_per_minute
+        self._seen: dict[str, deque] = defaultdict(deque)
+
+    def check(self, key: ApiKey) -> None:
+        limit, now, seen = key.rate_limit or self.default, time.monotonic(), self._seen[key.id]
+        while seen and now - seen[0] >= 60.0:
+            seen.popleft()
+        if len(seen) >= limit:
+            raise ApiError(429, f"Rate limit reached for key {key.name}: {limit} requests per minute",
+                           "rate_limit_exceeded")
+        seen.append(now)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("tempering_requests", "Requests answered", ["endpoint", "status"],
+                                registry=self.registry)
+        self.tokens = Counter("tempering_tokens", "Tokens processed", ["kind"], registry=self.registry)
+        self.latency = Histogram("tempering_request_seconds", "Request latency", ["endpoint"], registry=self.registry,
+                                 buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
+
+
+def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | None = None) -> FastAPI:
+    """The server for `cfg`; `models` / `store` default to the registry's releases and `cfg.db_path`."""
+    if models is None:
+        models = default_models(cfg)
+    store = store or Store(cfg.db_path)
+    limiter, metrics = RateLimiter(cfg.rate_limit), Metrics()
+    app = FastAPI(title="tempering serve", version="1", description="OpenAI-compatible server over releases")
+    app.state.store, app.state.models, app.state.cfg = store, models, cfg
+
+    def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        metrics.requests.labels(request.url.path, str(exc.status)).inc()
+        key = getattr(request.state, "key", None)
+        if key is not None:
+            store.audit(key.id, request.url.path, exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status,
+                            headers={"Retry-After": "60"} if exc.status == 429 else None)
+
+    app.add_exception_handler(ApiError, api_error)  # type: ignore[arg-type]
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+        message = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+        return api_error(request, ApiError(400, message, "invalid_request", where))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return api_error(request, ApiError(exc.status_code, str(exc.detail), "not_found" if exc.status_code == 404
+                                           else "method_not_allowed" if exc.status_code == 405 else None))
+
+    def authorized(request: Request) -> ApiKey:
+        header = request.headers.get("authorization", "")
+        secret = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        key = store.authenticate(secret) if secret else None
+        if key is None:
+            raise ApiError(401, "Incorrect API key provided" if secret else "Missing API key (Authorization: Bearer)",
+                           "invalid_api_key")
+        request.state.key = key
+        limiter.check(key)
+        return key
+
+    def route_for(name: str) -> tuple[Route, Served]:
+        try:
+            route = models.route(name)
+        except UnknownModel as exc:
+            raise ApiError(404, str(exc), "model_not_found", "model") from None
+        return route, models.served(route)
+
+    async def answer(request: Request, key: ApiKey, req: Any, prepare: Callable, respond: Callable,
+                     chunks: Callable, prefix: str) -> Any:
+        started = time.perf_counter()
+        route, served = await run_in_threadpool(route_for, req.model)
+        prepared = prepare(served, req, cfg.max_tokens)
+        groups = await run_in_threadpool(chat.generate, served, prepared)
+        response_id = prefix + secrets.token_hex(12)
+        body = respond(served, req, prepared, groups, response_id, route.name)
+        use = body["usage"]
+        store.audit(key.id, request.url.path, 200, model=route.name, release=route.release,
+                    prompt_tokens=use["prompt_tokens"], completion_tokens=use["completion_tokens"],
+                    latency_ms=(time.perf_counter() - started) * 1000, response_id=response_id,
+                    request=req.model_dump(exclude_none=True) if cfg.log_text else None,
+                    response=body["choices"] if cfg.log_text else None)
+        metrics.requests.labels(request.url.path, "200").inc()
+        metrics.tokens.labels("prompt").inc(use["prompt_tokens"])
+        metrics.tokens.labels("completion").inc(use["completion_tokens"])
+        metrics.latency.labels(request.url.path).observe(time.perf_counter() - started)
+        if not req.stream:
+            return body
+
+        def events():
+            import json
+
+            for c in chunks(served, req, prepared, groups, response_id, route.name):
+                yield {"data": json.dumps(c, ensure_ascii=False)}
+            yield {"data": "[DONE]"}
+        return EventSourceResponse(events(), ping=3600)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(req: ChatCompletionRequest, request: Request, key: ApiKey = Depends(authorized)):
+        return await answer(request, key, req, chat.prepare_chat, chat.chat_response, chat.chat_chunks, "chatcmpl-")
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest, request: Request, key: ApiKey = Depends(authorized)):
+        return await answer(request, key, req, chat.prepare_text, chat.text_response, chat.text_chunks, "cmpl-")
+
+    @app.get("/v1/models")
+    async def list_models(key: ApiKey = Depends(authorized)):
+        return {"object": "list", "data": await run_in_threadpool(models.listing)}
+
+    @app.get("/v1/models/{name}")
+    async def get_model(name: str, key: ApiKey = Depends(authorized)):
+        for entry in await run_in_threadpool(models.listing):
+            if entry["id"] == name:
+                return entry
+        raise ApiError(404, f"The model `{name}` does not exist", "model_not_found", "model")
+
+    @app.get("/v1/audit")
+    async def audit(request: Request, limit: int = 100, after: int = 0, key: ApiKey = Depends(authorized)):
+        """This key's audit rows (never another key's), oldest first; the log cannot be changed."""
+        return {"object": "list", "data": store.audit_rows(key.id, min(max(limit, 1), 1000), after)}
+
+    @app.post("/v1/feedback")
+    async def feedback(req: FeedbackRequest, request: Request, key: ApiKey = Depends(authorized)):
+        try:
+            row = store.add_feedback(key.id, req.response_id, req.kind, req.correction, req.comment, req.task)
+        except KeyError:
+            raise ApiError(404, f"no response {req.response_id!r} for this key", "not_found", "response_id") from None
+        store.audit(key.id, request.url.path, 200, response_id=row["id"])
+        return {"object": "feedback", **row}
+
+    @app.get("/v1/feedback")
+    async def list_feedback(key: ApiKey = Depends(authorized)):
+        return {"object": "list", "data": store.feedback(key.id)}
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "models": [e["id"] for e in await run_in_threadpool(models.listing)]}
+
+    @app.get("/metrics")
+    async def prometheus():
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    arena.add_routes(app, cfg, models, store, authorized, route_for)
+
+    @app.exception_handler(StoreError)
+    async def store_error(request: Request, exc: StoreError) -> JSONResponse:
+        return api_error(request, ApiError(409, str(exc), "conflict"))
+
+    @app.get("/arena", response_class=HTMLResponse, include_in_schema=False)
+    async def arena_page():
+        return arena.PAGE
+
+    return app
+
+
+def default_models(cfg: ServeConfig) -> Models:
+    """The models of a deployment: releases from `cfg.registry` (if any), else the default model."""
+    from tempering.serve.backend import engine_for
+
+    releases = None
+    if cfg.registry:
+        from tempering.pipeline.registry import Registry
+        from tempering.pipeline.releases import Releases
+
+        releases = Releases(Registry(cfg.registry))
+    return Models(cfg.model, releases, cfg.canary_share, cfg.max_loaded, cfg.seed,
+                  load=lambda spec: engine_for(spec, cfg.precision))

@@ -1,0 +1,141 @@
+"""The blind arena: two releases answer one prompt, a person votes, then sees who was who.
+
+    POST /arena/battles              {"annotator", "prompt"?} -> {"id", "prompt", "a", "b"}
+    POST /arena/battles/{id}/votes   {"annotator", "choice": a|b|tie|both_bad} -> {"reveal": {"a", "b"}}
+    GET  /arena/ranking              Bradley–Terry ratings with bootstrap CIs, annotator agreement
+    GET  /arena                      the page (serve/arena_page.py)
+
+A battle without a typed prompt first reuses a battle this annotator has not voted on yet
+(so several annotators judge the same answers and their agreement can be measured), else
+draws a prompt from `arena_prompts`. The two contestants are two different releases drawn
+at random, and which one is "A" is random too; the battle's models are never sent before
+the annotator's vote. `arena_pairs` turns votes into preference pairs with `votes` for the
+agreement filter and DPO (`temper arena export`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+from tempering.serve import chat
+from tempering.serve.arena_page import PAGE
+from tempering.serve.protocol import ApiError, BattleRequest, ChatCompletionRequest, VoteRequest
+from tempering.serve.ranking import OUTCOME, ranking
+
+__all__ = ["PAGE", "add_routes", "arena_pairs", "arena_ranking", "load_prompts"]
+VOTES_PER_BATTLE = 3
+PREFERS = {"a": "chosen", "b": "rejected", "tie": "tie", "both_bad": "tie"}
+
+
+def load_prompts(path: Path | None) -> list[str]:
+    """Arena prompts: JSONL rows with a `prompt` string, or one prompt per line of plain text."""
+    if path is None:
+        return []
+    prompts = []
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            row = json.loads(line)
+            if not isinstance(row.get("prompt"), str):
+                raise ValueError(f"{path}: an arena prompt row needs a 'prompt' string: {line[:80]}")
+            line = row["prompt"]
+        prompts.append(line)
+    return prompts
+
+
+def arena_ranking(votes: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """The ranking and annotator agreement of stored votes (rows of `Store.votes`)."""
+    from tempering.data.agreement import agreement_report
+
+    triples = [(v["model_a"], v["model_b"], OUTCOME[v["choice"]]) for v in votes]
+    per_battle: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for v in votes:
+        per_battle[v["battle_id"]].append({"annotator": v["annotator"], "prefers": PREFERS[v["choice"]]})
+    report = agreement_report(list(per_battle.values()))
+    per_annotator = {name: {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+                     for name, row in report.annotators.items()}  # NaN (nothing to agree with) is not JSON
+    return {"ranking": ranking(triples, seed=seed), "votes": len(votes), "battles": len(per_battle),
+            "agreement": {**report.summary(), "per_annotator": per_annotator}}
+
+
+def arena_pairs(votes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Preference pairs from votes: one per battle whose A/B votes have a majority.
+
+    Returns (pairs, battles skipped: only ties / both bad, or as many A as B votes).
+    """
+    battles: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for v in votes:
+        battles[v["battle_id"]].append(v)
+    pairs, skipped = [], 0
+    for bid, vs in battles.items():
+        counts = Counter(v["choice"] for v in vs)
+        if counts["a"] == counts["b"]:
+            skipped += 1
+            continue
+        first = vs[0]
+        a_wins = counts["a"] > counts["b"]
+        sides = ("a", "b") if a_wins else ("b", "a")
+        flip = {"a": "chosen" if a_wins else "rejected", "b": "rejected" if a_wins else "chosen",
+                "tie": "tie", "both_bad": "tie"}
+        pairs.append({"prompt": first["prompt"], "chosen": first[f"answer_{sides[0]}"],
+                      "rejected": first[f"answer_{sides[1]}"], "source": "arena",
+                      "votes": [{"annotator": v["annotator"], "prefers": flip[v["choice"]]} for v in vs],
+                      "meta": {"battle_id": bid, "chosen_model": first[f"model_{sides[0]}"],
+                               "rejected_model": first[f"model_{sides[1]}"], "both_bad": counts["both_bad"]}})
+    return pairs, skipped
+
+
+def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable, route_for: Callable) -> None:
+    """The arena's JSON routes on `app` (auth and model routing from the server)."""
+    from fastapi import Depends
+    from fastapi.concurrency import run_in_threadpool
+
+    prompts, rng = load_prompts(cfg.arena_prompts), random.Random(cfg.seed)
+
+    def answer(name: str, prompt: str) -> tuple[str, int]:
+        route, served = route_for(name)
+        req = ChatCompletionRequest(model=name, messages=[{"role": "user", "content": prompt}],
+                                    temperature=cfg.arena_temperature, max_tokens=cfg.arena_max_tokens)
+        prepared = chat.prepare_chat(served, req, cfg.arena_max_tokens)
+        completion = chat.generate(served, prepared)[0][0]
+        return completion.text.strip(), len(completion.token_ids)
+
+    def new_battle(key: Any, prompt: str) -> dict[str, Any]:
+        contestants = models.release_routes()
+        if len(contestants) < 2:
+            raise ApiError(409, "the arena needs at least two releases in the registry", "arena_unavailable")
+        first, second = rng.sample(contestants, 2)
+        (text_a, tokens_a), (text_b, tokens_b) = answer(first.name, prompt), answer(second.name, prompt)
+        bid = store.add_battle(key.id, prompt, (first.name, second.name), (text_a, text_b))
+        store.audit(key.id, "/arena/battles", 200, completion_tokens=tokens_a + tokens_b, response_id=bid)
+        return store.battle(bid)
+
+    @app.post("/arena/battles")
+    async def battle(req: BattleRequest, key: Any = Depends(authorized)):
+        row = None if req.prompt else store.open_battle(req.annotator, VOTES_PER_BATTLE)
+        if row is None:
+            prompt = req.prompt or (rng.choice(prompts) if prompts else None)
+            if prompt is None:
+                raise ApiError(400, "no arena prompts configured (--arena-prompts): type a prompt", "invalid_value",
+                               "prompt")
+            row = await run_in_threadpool(new_battle, key, prompt)
+        return {"id": row["id"], "prompt": row["prompt"], "a": row["answer_a"], "b": row["answer_b"]}
+
+    @app.post("/arena/battles/{battle_id}/votes")
+    async def vote(battle_id: str, req: VoteRequest, key: Any = Depends(authorized)):
+        row = store.battle(battle_id)
+        if row is None:
+            raise ApiError(404, f"no battle {battle_id!r}", "not_found")
+        store.add_vote(key.id, battle_id, req.annotator, req.choice)
+        return {"battle_id": battle_id, "choice": req.choice, "reveal": {"a": row["model_a"], "b": row["model_b"]}}
+
+    @app.get("/arena/ranking")
+    async def arena_rank(key: Any = Depends(authorized)):
+        return await run_in_threadpool(arena_ranking, store.votes(), cfg.seed)

@@ -1,0 +1,133 @@
+"""What answers a request: models by name, read from the release registry on every request.
+
+Model names (`/v1/models` lists one entry per alias and per version):
+
+  production, candidate   the release the alias points at *now* (a promotion or rollback in
+                          the registry takes effect on the next request, no restart)
+  v1, v2, ...             a release by version
+  <spec>                  the configured default model, when no release is `production`
+
+A request for `production` is answered by the `candidate` release with probability
+`canary_share` when a candidate exists (the response's `model` field says which answered).
+
+Every model is reached through `engine_for(spec)`, the one place that builds an engine: an
+`Engine` (rollout/engine.py) plus the tokenizer (to count and show tokens) and the context
+length. A batching or remote engine plugs in there. Each engine answers one request at a
+time (its lock); loaded engines are kept least-recently-used, at most `max_loaded`.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tempering.pipeline.releases import CANDIDATE, PRODUCTION, Release, Releases
+
+
+class UnknownModel(LookupError):
+    """No model by that name; the message is one line for the client."""
+
+
+@dataclass
+class Served:
+    """A loaded model: its engine, tokenizer, context length and tool-call style."""
+
+    spec: str
+    engine: Any
+    tokenizer: Any
+    max_context: int
+    tool_style: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Which model answers a request: the name to report, the release (None: default model)."""
+
+    name: str
+    spec: str
+    release: int | None
+
+
+def engine_for(spec: str, precision: str = "auto") -> Served:
+    """Load `spec` (alias, HF dir, run output, adapter) as an `HFEngine`: the one place engines are built."""
+    from tempering.data.render import detect_tool_call_style
+    from tempering.models.load import load_model, load_tokenizer
+    from tempering.rollout.engine import HFEngine
+
+    model, tokenizer = load_model(spec), load_tokenizer(spec)
+    context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
+    return Served(spec, HFEngine(model, tokenizer, precision=precision), tokenizer, context,
+                  detect_tool_call_style(tokenizer))
+
+
+class Models:
+    """Resolves model names to routes and keeps engines loaded."""
+
+    def __init__(self, default_spec: str, releases: Releases | None, canary_share: float = 0.0,
+                 max_loaded: int = 3, seed: int = 0, load: Callable[[str], Served] = engine_for):
+        self.default_spec, self.releases, self.canary_share = default_spec, releases, canary_share
+        self.max_loaded, self._load = max_loaded, load
+        self._loaded: OrderedDict[str, Served] = OrderedDict()
+        self._load_lock = threading.Lock()
+        self._rng = random.Random(seed)
+
+    # ------------------------------------------------------------------ names
+    def _aliases(self) -> dict[str, Release]:
+        if self.releases is None:
+            return {}
+        return {a: r for a in (PRODUCTION, CANDIDATE) if (r := self.releases.current(a)) is not None}
+
+    def listing(self) -> list[dict[str, Any]]:
+        """`/v1/models` entries: aliases, then versions (newest first), or the default model."""
+        aliases = self._aliases()
+        entries = [_entry(alias, r.created_at, f"v{r.version}") for alias, r in aliases.items()]
+        if self.releases is not None:
+            entries += [_entry(f"v{r.version}", r.created_at, r.status) for r in self.releases.list()]
+        if PRODUCTION not in aliases:
+            entries.append(_entry(self.default_spec, 0, "default"))
+        return entries
+
+    def route(self, name: str) -> Route:
+        """The route for a requested model name (canary share applied to `production`)."""
+        aliases = self._aliases()
+        if name in (PRODUCTION, CANDIDATE) and name in aliases:
+            release = aliases[name]
+            if name == PRODUCTION and CANDIDATE in aliases and self._rng.random() < self.canary_share:
+                release = aliases[CANDIDATE]
+            return Route(f"v{release.version}", release.model, release.version)
+        if name.startswith("v") and name[1:].isdigit() and self.releases is not None:
+            version = int(name[1:])
+            for r in self.releases.list():
+                if r.version == version:
+                    return Route(name, r.model, version)
+        if name == self.default_spec and PRODUCTION not in aliases:
+            return Route(name, name, None)
+        known = ", ".join(e["id"] for e in self.listing())
+        raise UnknownModel(f"The model `{name}` does not exist (available: {known})")
+
+    def release_routes(self) -> list[Route]:
+        """One route per release (the arena's contestants)."""
+        if self.releases is None:
+            return []
+        return [Route(f"v{r.version}", r.model, r.version) for r in reversed(self.releases.list())]
+
+    # ------------------------------------------------------------------ engines
+    def served(self, route: Route) -> Served:
+        """The loaded model for a route (loaded on first use)."""
+        with self._load_lock:
+            if route.spec in self._loaded:
+                self._loaded.move_to_end(route.spec)
+                return self._loaded[route.spec]
+            served = self._load(route.spec)
+            self._loaded[route.spec] = served
+            while len(self._loaded) > self.max_loaded:
+                self._loaded.popitem(last=False)
+            return served
+
+
+def _entry(name: str, created: float, what: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": int(created), "owned_by": "tempering", "root": what}

@@ -1,0 +1,49 @@
+"""`ServeConfig`: what `temper serve` runs with (pydantic, no torch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tempering.config import DEFAULT_MODEL
+
+
+class ServeConfig(BaseModel):
+    """One `temper serve` deployment. Every field has a CLI flag of the same name."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    host: str = "127.0.0.1"
+    """Address to listen on (loopback by default: nothing leaves the machine)."""
+    port: int = Field(8000, ge=0, le=65535)
+    """TCP port (0: any free port)."""
+    state: Path = Path("serve")
+    """Directory of the deployment's database (keys, audit log, feedback, arena votes)."""
+    registry: str | None = None
+    """Release registry (SQLite file or PostgreSQL URL); None: serve `model` only."""
+    model: str = DEFAULT_MODEL
+    """The model served when the registry has no `production` release."""
+    canary_share: float = Field(0.0, ge=0.0, le=1.0)
+    """Share of requests for `production` answered by the `candidate` release, when one exists."""
+    log_text: bool = False
+    """Opt-in: keep request and response text in the audit log (feedback export needs it)."""
+    rate_limit: int = Field(600, ge=1)
+    """Requests per minute per key, unless the key was created with its own limit."""
+    max_tokens: int = Field(256, ge=1)
+    """Default and largest `max_tokens` of a request."""
+    precision: str = "auto"
+    """auto | bf16 | fp32 for the engines."""
+    max_loaded: int = Field(3, ge=1)
+    """Most models kept loaded at once (least recently used is dropped)."""
+    arena_prompts: Path | None = None
+    """Prompts the arena draws from (JSONL rows with `prompt`, or one prompt per line of text)."""
+    arena_max_tokens: int = Field(96, ge=1)
+    """Tokens per arena answer."""
+    arena_temperature: float = Field(0.7, ge=0.0)
+    """Sampling temperature of arena answers."""
+    seed: int = 0
+    """Seeds canary routing and the arena's draws (pairings, sides)."""
+
+    @property
+    def db_path(self) -> Path:
+        return self.state / "serve.sqlite"

@@ -1,0 +1,77 @@
+"""Serving the registry's releases: one model entry per alias and version, canary routing,
+promotion and rollback taking effect without a restart."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tempering.pipeline.registry import Registry
+from tempering.pipeline.releases import Releases
+from tempering.serve.app import create_app
+from tempering.serve.config import ServeConfig
+from tests.serve.conftest import TEXT_ANSWER, TOOL_ANSWER
+
+PASSED = {"passed": True, "rules": []}
+
+
+@pytest.fixture()
+def deployment(tiny_models, tmp_path):
+    """Registry: v1 = tool model (production), v2 = text model (candidate); a server and a key."""
+    tool, text = tiny_models
+    registry = Registry(tmp_path / "registry.sqlite")
+    releases = Releases(registry)
+    releases.promote(tool, gate=PASSED)
+    releases.promote(text, gate=PASSED, alias="candidate")
+
+    def make(**kw):
+        cfg = ServeConfig(state=tmp_path / "state", registry=str(tmp_path / "registry.sqlite"), **kw)
+        app = create_app(cfg)
+        _, secret = app.state.store.create_key(f"k{len(app.state.store.keys())}")
+        return TestClient(app, headers={"Authorization": f"Bearer {secret}"})
+    return releases, make
+
+
+def ask(client, model):
+    r = client.post("/v1/chat/completions", json={"model": model, "temperature": 0,
+                                                  "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200, r.text
+    return r.json()["model"], r.json()["choices"][0]["message"]["content"]
+
+
+def test_models_lists_aliases_and_versions(deployment):
+    _, make = deployment
+    entries = make().get("/v1/models").json()["data"]
+    assert [(e["id"], e["root"]) for e in entries] == [("production", "v1"), ("candidate", "v2"),
+                                                       ("v2", "candidate"), ("v1", "production")]
+
+
+def test_aliases_and_versions_route(deployment):
+    _, make = deployment
+    client = make()
+    assert ask(client, "production") == ("v1", TOOL_ANSWER)
+    assert ask(client, "candidate") == ("v2", TEXT_ANSWER)
+    assert ask(client, "v2") == ("v2", TEXT_ANSWER)
+    assert client.post("/v1/chat/completions", json={"model": "v9", "messages": [{"role": "user", "content": "x"}]}
+                       ).json()["error"]["code"] == "model_not_found"
+
+
+def test_canary_share_sends_that_share_to_the_candidate(deployment):
+    _, make = deployment
+    client = make(canary_share=0.25, seed=0)
+    answered = [ask(client, "production")[0] for _ in range(200)]
+    share = answered.count("v2") / len(answered)
+    assert 0.25 - 0.1 <= share <= 0.25 + 0.1  # binomial(200, 0.25) / 200: sd 0.031, so +-0.1 is 3 sd
+    assert set(answered) == {"v1", "v2"}
+
+
+def test_promotion_and_rollback_need_no_restart(deployment, tiny_models):
+    releases, make = deployment
+    client = make()
+    assert ask(client, "production") == ("v1", TOOL_ANSWER)
+    releases.promote(tiny_models[1], gate=PASSED)  # v3 = the text model, now production
+    assert ask(client, "production") == ("v3", TEXT_ANSWER)
+    releases.rollback("production")
+    assert ask(client, "production") == ("v1", TOOL_ANSWER)
+    audit = client.get("/v1/audit").json()["data"]
+    assert [(r["model"], r["release"]) for r in audit] == [("v1", 1), ("v3", 3), ("v1", 1)]
