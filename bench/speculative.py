@@ -139,6 +139,9 @@ def headline(by_precision: dict) -> dict:
         out[f"prompt_lookup_speedup_batch{batch}"] = round(lookup["tokens_per_s"] / off["tokens_per_s"], 3)
         out[f"batch{batch}_fastest_off"] = off
         out[f"batch{batch}_fastest_speculative"] = on
+        out[f"speculative_speedup_batch{batch}_same_precision"] = {
+            p: t["speedup_batch1"] if batch == 1 else t["best_batch8"]["speedup"]
+            for p, t in by_precision.items()}
     return out
 
 

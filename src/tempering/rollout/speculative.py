@@ -28,7 +28,7 @@ from tempering.hashing import model_state_hash
 from tempering.models.logprobs import cache_keyword
 from tempering.models.precision import autocast, resolve_precision
 from tempering.rollout.drafters import Drafter
-from tempering.rollout.engine import Completion, cut_at_stop
+from tempering.rollout.engine import Completion, chat_prompt_ids, cut_at_stop
 from tempering.rollout.padding import left_pad
 from tempering.rollout.speculative_math import sampling_probs, verify_greedy, verify_sampled
 
@@ -102,8 +102,7 @@ class SpeculativeEngine:
             self.model.load_state_dict(state)
 
     def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        return chat_prompt_ids(self.tokenizer, messages)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         """`params.n` completions per prompt, grouped per prompt (each sample is its own row)."""
@@ -111,6 +110,8 @@ class SpeculativeEngine:
             raise ValueError("SamplingParams needs n >= 1 and max_new_tokens >= 1")
         if any(len(p) == 0 for p in prompts):
             raise ValueError("speculative decoding needs non-empty prompts")
+        if getattr(params, "top_logprobs", 0):
+            raise ValueError("SpeculativeEngine does not report top_logprobs; use HFEngine for them")
         generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
         rows = [list(p) for p in prompts for _ in range(params.n)]
         was_training = self.model.training
