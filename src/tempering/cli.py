@@ -99,8 +99,12 @@ def sft(
 def _train(kind: type, run: Any, config: Path, set_: List[str], model: Optional[str], steps: Optional[int],
            out_dir: Optional[str], name: Optional[str], full: bool, force: bool = False) -> None:
     """Shared body of sft and grpo: config + flags -> run -> summary JSON."""
+    from tempering.train.distributed import world
+
     literal = {"model": model, "train.steps": steps, "out": out_dir, "name": name}
-    out.print_json(json.dumps(train_from_config(kind, run, config, set_, literal, full, force)))
+    summary = train_from_config(kind, run, config, set_, literal, full, force)
+    if world().main:  # under torchrun, rank 0 speaks for the run
+        out.print_json(json.dumps(summary))
 
 
 @app.command()
@@ -119,6 +123,24 @@ def grpo(
     from tempering.recipes.grpo import run_grpo
 
     _train(GRPOConfig, run_grpo, config, set_, model, steps, out_dir, name, full, force)
+
+
+@app.command()
+def agent(
+    config: Path = typer.Argument(..., help="YAML config (see examples/agent/agent_arith.yaml)."),
+    set_: List[str] = typer.Option([], "--set", help="Override any field: --set rl.group_size=4 (repeatable)."),
+    model: Optional[str] = typer.Option(None, help="Model spec (alias, HF dir, .gguf, hub id)."),
+    steps: Optional[int] = STEPS,
+    out_dir: Optional[str] = OUT,
+    name: Optional[str] = NAME,
+    full: bool = FULL,
+    force: bool = FORCE,
+) -> None:
+    """Agent training in tool environments: expert SFT, then trajectory-level GRPO (docs/agents.md)."""
+    from tempering.agents.config import AgentConfig
+    from tempering.recipes.agent import run_agent
+
+    _train(AgentConfig, run_agent, config, set_, model, steps, out_dir, name, full, force)
 
 
 @app.command()
@@ -342,6 +364,8 @@ app.command("serve")(serve)
 app.add_typer(keys_app, name="keys")
 app.add_typer(feedback_app, name="feedback")
 app.add_typer(arena_app, name="arena")
+from tempering.cli_spec import distill  # noqa: E402  (branch spec)
+app.command("distill")(distill)
 
 if __name__ == "__main__":
     app()

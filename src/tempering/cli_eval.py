@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.console import Console
@@ -68,6 +68,13 @@ def eval_run(
                           literal={k: v for k, v in flags.items() if v is not None})
     except (ConfigError, OSError) as exc:
         fail(_one_line(exc) + " (flags override the config file)")
+    from tempering.evals.agent_suites import is_agent_suite
+
+    if any(is_agent_suite(s) for s in cfg.suites):  # environment suites: their own runner and results file
+        _agent_suites(cfg, [s for s in cfg.suites if is_agent_suite(s)])
+        cfg.suites = [s for s in cfg.suites if not is_agent_suite(s)]
+        if not cfg.suites:
+            return
     try:
         loaded = [load_suite(s).with_overrides(seeds=cfg.seeds, samples=cfg.samples, limit=cfg.limit)
                   for s in cfg.suites]
@@ -78,7 +85,7 @@ def eval_run(
         fail(f"a suite is listed twice: {names}")
     try:
         results = evaluate_model(cfg.model, loaded, Path(cfg.out), first_seed=cfg.first_seed, cache=cfg.cache,
-                                 threads=cfg.threads, precision=cfg.precision,
+                                 threads=cfg.threads, precision=cfg.precision, engine_settings=cfg.engine,
                                  warn=lambda line: err.print(f"[yellow]warning: {line}[/yellow]"),
                                  log=lambda line: err.print(f"[dim]{line}[/dim]"))
     except (EvalError, SuiteError) as exc:
@@ -91,6 +98,26 @@ def eval_run(
             stdout_console().print(f"note: {suite.suite}: {note}", highlight=False)
     stdout_console().print(f"results: {Path(cfg.out) / 'results.json'}  samples: {Path(cfg.out) / 'samples.jsonl'}  "
               f"report: {Path(cfg.out) / 'report.html'}")
+
+
+def _agent_suites(cfg: Any, names: list[str]) -> None:
+    """`agent:<suite>` names: run them through the agent rollout and print a row per suite and tier."""
+    from tempering.agents.tasks import TaskFileError
+    from tempering.evals.agent_suites import run_agent_suites
+
+    try:
+        results = run_agent_suites(cfg.model, names, Path(cfg.out), seeds=cfg.seeds or 1, first_seed=cfg.first_seed,
+                                   limit=cfg.limit, precision=cfg.precision)
+    except (TaskFileError, ValueError, OSError) as exc:
+        fail(_one_line(exc))
+    console = stdout_console()
+    for name, tiers in results["suites"].items():
+        for tier, m in tiers.items():
+            console.print(f"{name} tier {tier}: completion {m['completion_rate']:.3f} [{m['ci_low']:.3f}, "
+                          f"{m['ci_high']:.3f}] over {m['tasks']} tasks; steps {m['steps']:.2f}, invalid calls "
+                          f"{m['invalid_calls']:.2f}, recovery {m['recovery_rate']:.2f}, intact {m['intact_rate']:.2f}, "
+                          f"env errors {m['env_errors']}", highlight=False)
+    console.print(f"agent results: {Path(cfg.out) / 'agent_results.json'}")
 
 
 def _load_results(path: Path):

@@ -223,6 +223,31 @@ class SamplingParams(SamplingSettings):
     `top_logprobs`; 0: none), under the same distribution as `Completion.logprobs`."""
 
 
+class VLLMSettings(Strict):
+    """vLLM engine options (GPU hosts only; `pip install 'tempering[vllm]'` there)."""
+
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    """Share of GPU memory vLLM may take (weights + KV cache); the trainer shares the GPU."""
+    max_model_len: int = Field(2048, ge=16)
+    """Longest prompt + completion vLLM serves (sizes its KV cache)."""
+    enable_prefix_caching: bool = True
+    """Reuse the KV cache of shared prompt prefixes (a group's n samples, system prompts)."""
+    verify_sync: bool = True
+    """After each weight sync, read the weights back from vLLM and compare checksums."""
+
+
+class EngineSettings(Strict):
+    """Which `Engine` samples rollouts and evals (docs/inference.md)."""
+
+    kind: Literal["hf", "batching", "vllm"] = "batching"
+    """batching: continuous batching in this process (the default); hf: the static-batch
+    HFEngine; vllm: vLLM on a CUDA GPU (refused with a message where vLLM or a GPU is absent)."""
+    max_slots: int = Field(64, ge=1)
+    """batching: most sequences decoded together (KV cache slots)."""
+    vllm: VLLMSettings = VLLMSettings()
+    """vLLM options (kind: vllm only)."""
+
+
 class GRPOSettings(SamplingSettings):
     """GRPO's rollout sampling (the `SamplingSettings` fields, temperature > 0) and its loss."""
 
@@ -261,6 +286,11 @@ class GRPOSettings(SamplingSettings):
     """Threads scoring completions (sandbox calls included) while generation goes on."""
     verifier_timeout_s: float = Field(30.0, gt=0)
     """A verifier slower than this is a verifier failure (the group is dropped), never a model failure."""
+    rollout_ahead: bool = False
+    """Sample the next batch while the trainer updates on this one (needs `scale:` engine replicas):
+    one step stale (logged), corrected by the clipped importance ratio against the engine's log-probs."""
+    max_logprob_mismatch: float | None = Field(None, gt=0)
+    """Stop the run when a step's mean |log p_train - log p_rollout| exceeds this (None: only log it)."""
 
 
 class HeldoutSettings(SamplingSettings):
@@ -279,6 +309,29 @@ class HeldoutSettings(SamplingSettings):
     """Held-out evaluations compared for the divergence alarm."""
 
 
+class ScaleSettings(Strict):
+    """Scale-out on Ray (docs/scale.md): rollout engine replicas and reward workers as actors."""
+
+    backend: Literal["ray"] = "ray"
+    """The engine that places workers (Ray; training itself scales with torchrun)."""
+    address: str | None = None
+    """A running Ray cluster to join (e.g. `ray://head:10001` or `auto`); None starts a local one."""
+    num_cpus: int = Field(2, ge=1)
+    """CPUs of a local Ray instance started here (ignored when joining `address`)."""
+    reward_workers: int = Field(2, ge=1)
+    """Reward/verifier actors, each owning a sandbox pool of `sandbox_slots`."""
+    sandbox_slots: int = Field(2, ge=1)
+    """Sandbox slots (concurrent code runs) of each reward actor."""
+    worker_cpus: float = Field(0.5, gt=0)
+    """CPUs Ray reserves per reward actor."""
+    engine_replicas: int = Field(1, ge=1)
+    """Rollout engine actors; prompts are split between them (1: samples equal the in-process engine's)."""
+    engine_gpus: float = Field(0.0, ge=0)
+    """GPUs per engine replica (0 on CPU machines)."""
+    max_retries: int = Field(3, ge=0)
+    """Times a completion is re-sent after its reward worker died; then it is a verifier error."""
+
+
 class GRPOConfig(Strict):
     """`temper grpo CONFIG.yaml`: RL with verifiable rewards."""
 
@@ -294,12 +347,16 @@ class GRPOConfig(Strict):
     """Held-out monitoring during training; null turns it off."""
     grpo: GRPOSettings = GRPOSettings()
     """Rollout sampling, group size, dynamic sampling and the policy loss."""
+    engine: EngineSettings = EngineSettings()
+    """The engine that samples rollouts and held-out evals."""
     train: TrainSettings
     """Steps, micro-batches, precision, seed, optimizer, guard and checkpoints."""
     out: str = "runs"
     """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
     name: str | None = None
     """Run name (default: grpo-<timestamp>)."""
+    scale: ScaleSettings | None = None
+    """Rollout engines and reward workers as Ray actors (docs/scale.md); None: in this process."""
 
 
 class ConfigError(ValueError):
@@ -455,6 +512,8 @@ class EvalConfig(Strict):
     """torch intra-op threads (None: torch's default)."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """auto: bf16 only where it is native, else fp32."""
+    engine: EngineSettings = EngineSettings()
+    """The engine that samples the suites."""
 
 
 # --- dedup ---

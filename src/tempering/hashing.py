@@ -23,19 +23,26 @@ def sha256_file(path: str | Path, exclude: Collection[str] = ()) -> str:
     return h.hexdigest()
 
 
+def tensors_hash(named: Any, into: Any = None) -> Any:
+    """sha256 over (name, dtype, shape, bytes) of named tensors in name order: hex digest, or
+    the updated hash object `into` when one is given (`model_state_hash` goes on from it)."""
+    import torch
+
+    h = into if into is not None else hashlib.sha256()
+    for name, tensor in sorted(named, key=lambda kv: kv[0]):
+        t = tensor.detach().to("cpu").contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
+        h.update(t.view(torch.uint8).numpy() if t.numel() else b"")
+    return h if into is not None else h.hexdigest()
+
+
 def model_state_hash(model: Any, tokenizer: Any = None) -> str:
     """sha256 over an in-memory model's state_dict tensors (and the tokenizer's template and size).
 
     Two models share it only when the same weights answer the same rendered prompts, so it
     keys caches of generated results (`Engine.identity`, the eval cache).
     """
-    import torch
-
-    h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        t = tensor.detach().to("cpu").contiguous()
-        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
-        h.update(t.view(torch.uint8).numpy() if t.numel() else b"")
+    h = tensors_hash(model.state_dict().items(), into=hashlib.sha256())
     if tokenizer is not None:
         template = getattr(tokenizer, "chat_template", None) or ""
         h.update(f"tokenizer\0{len(tokenizer)}\0{template}".encode())

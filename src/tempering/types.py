@@ -113,9 +113,10 @@ class Reward(BaseModel):
         return self.value >= 1.0
 
 
-TrajectoryStatus = Literal["scored", "verifier_error", "timeout"]
+TrajectoryStatus = Literal["scored", "verifier_error", "timeout", "env_error"]
 """`scored`: the verifier judged the sample. `verifier_error` / `timeout`: the verifier
-crashed or ran out of time, so the sample has no judgement (never a model failure)."""
+crashed or ran out of time, so the sample has no judgement (never a model failure).
+`env_error`: an agent environment (its sandbox) failed during the episode (never a model failure)."""
 
 
 class Trajectory(BaseModel):

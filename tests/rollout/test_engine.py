@@ -111,6 +111,16 @@ def test_greedy_picks_the_argmax_with_its_logprob():
     assert tok.item() == 1 and lp.item() == pytest.approx(torch.log_softmax(logits, -1)[0, 1].item())
 
 
+def test_inverse_cdf_picks_the_token_whose_cumulative_mass_crosses_the_draw():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]] * 4))
+    u = torch.tensor([0.0, 0.49, 0.5, 0.95])  # cdf 0.5, 0.8, 1.0: u=0.5 is past the first token
+    tok, lp = sample_tokens(logits, 1.0, 1.0, None, uniforms=u)
+    assert tok.tolist() == [0, 0, 1, 2]
+    assert torch.allclose(lp, torch.log(torch.tensor([0.5, 0.5, 0.3, 0.2])))
+    tok, _ = sample_tokens(logits, 1.0, 0.75, None, uniforms=u)  # nucleus {0, 1}, mass 0.8
+    assert tok.tolist() == [0, 0, 0, 1]  # u x 0.8 = 0, 0.392, 0.4, 0.76 against cdf 0.5, 0.8
+
+
 def test_top_p_keeps_only_the_nucleus():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     gen = torch.Generator().manual_seed(0)
@@ -194,3 +204,20 @@ def test_cut_at_stop_takes_the_earliest_stop_string():
 def test_empty_stop_string_is_refused():
     with pytest.raises(ValueError, match="non-empty"):
         SamplingParams(stop=("",))
+
+
+def test_seeded_samples_depend_on_seed_prompt_and_sample_only_and_match_the_batching_engine(setup):
+    """One sampling semantics for every engine: a seeded sample's tokens are fixed by (seed,
+    prompt index, sample index), not by n, the batch or the engine (fp32)."""
+    from tempering.rollout.batching_engine import BatchingEngine
+
+    model, engine, prompts = setup
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=8, seed=11)
+    three = engine.generate(prompts, params)
+    one = engine.generate(prompts[:1], params.model_copy(update={"n": 1}))
+    assert one[0][0].token_ids == three[0][0].token_ids
+    assert len({tuple(c.token_ids) for c in three[1]}) > 1  # the samples do differ
+    batching = BatchingEngine(model, engine.tokenizer, precision="fp32").generate(prompts, params)
+    assert [[c.token_ids for c in g] for g in batching] == [[c.token_ids for c in g] for g in three]
+    other = engine.generate(prompts, params.model_copy(update={"seed": 12}))
+    assert [[c.token_ids for c in g] for g in other] != [[c.token_ids for c in g] for g in three]

@@ -128,17 +128,26 @@ def pack_batch(examples: list[RenderedExample], max_length: int, pad_id: int) ->
 
 
 class SFTBatches:
-    """Micro-batches of `batch_size` conversations in a resumable order."""
+    """Micro-batches of `batch_size` conversations in a resumable order.
+
+    `shard=(rank, size)`: under torchrun every rank walks the same global order and keeps
+    every `size`-th conversation of each micro-batch from its `rank`, so `batch_size` is the
+    global micro-batch and the cursor (the state) is the same on every rank.
+    """
 
     def __init__(self, examples: list[RenderedExample], batch_size: int, max_length: int,
-                 pad_id: int, packing: bool, seed: int):
-        self.examples, self.batch_size = examples, batch_size
+                 pad_id: int, packing: bool, seed: int, shard: tuple[int, int] = (0, 1)):
+        if batch_size % shard[1]:
+            raise ValueError(f"train.batch_size {batch_size} is the global batch and must be a multiple of the "
+                             f"{shard[1]} processes (each takes batch_size / {shard[1]} conversations per micro-batch)")
+        self.examples, self.batch_size, self.shard = examples, batch_size, shard
         self.max_length, self.pad_id, self.packing = max_length, pad_id, packing
         self.order = ExampleOrder(len(examples), seed)
         self._fingerprint: str | None = None
 
     def next_batch(self) -> dict[str, Any]:
-        chosen = [self.examples[i] for i in self.order.take(self.batch_size)]
+        rank, size = self.shard
+        chosen = [self.examples[i] for i in self.order.take(self.batch_size)[rank::size]]
         if self.packing:
             batch = pack_batch(chosen, self.max_length, self.pad_id)
         else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from tempering.config import EngineSettings
 from tempering.evals.cache import write_jsonl_atomic
 from tempering.evals.results import EvalResults
 from tempering.evals.suite import Suite
@@ -39,6 +40,7 @@ def write_eval_outputs(out_dir: str | Path, results: EvalResults, records: Seque
 
 def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, first_seed: int = 0,
                    cache: bool = True, threads: int | None = None, precision: str = "auto",
+                   engine_settings: EngineSettings | None = None,
                    warn: Callable[[str], None] | None = None,
                    log: Callable[[str], None] | None = None) -> EvalResults:
     """Load `model`, scan its training lineage for contamination, run every suite, write the outputs.
@@ -47,7 +49,7 @@ def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, firs
         warn: receives warnings (a training input gone or changed since training).
         log: receives progress lines.
     Raises:
-        EvalError: the model cannot be found or loaded.
+        EvalError: the model cannot be found or loaded, or the configured engine cannot run here.
         SuiteError: a suite cannot be run (no computable metric, no task could be scored).
     """
     import torch
@@ -55,8 +57,9 @@ def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, firs
     from tempering.evals.cache import default_cache_dir, model_dir_hash
     from tempering.evals.leakage import contaminated_rows, training_lineage
     from tempering.evals.runner import run_suite_samples
-    from tempering.models.load import ModelNotFound, load_model, load_tokenizer
-    from tempering.rollout.engine import HFEngine
+    from tempering.models.load import ModelNotFound, load_model, load_tokenizer, resolve_model
+    from tempering.models.precision import resolve_precision
+    from tempering.rollout.select import EngineUnavailable, build_engine, check_engine
 
     warn, log = warn or (lambda _: None), log or (lambda _: None)
     if threads:
@@ -71,9 +74,13 @@ def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, firs
         found = sum(len(r) for r in rows.values())
         log(f"lineage: {' <- '.join(lineage.runs)}; {len(lineage.files)} training file(s) scanned, "
             f"{found} contaminated row(s)")
+    settings = engine_settings or EngineSettings()
     try:
-        engine = HFEngine(load_model(model), load_tokenizer(model), precision=precision)
-    except ModelNotFound as exc:
+        check_engine(settings)
+        model_dir = resolve_model(model) if settings.kind == "vllm" else None
+        engine = build_engine(settings, load_model(model), load_tokenizer(model), resolve_precision(precision),
+                              model_dir=model_dir)
+    except (ModelNotFound, EngineUnavailable) as exc:
         raise EvalError(str(exc)) from None
     try:
         model_hash = model_dir_hash(model)

@@ -47,7 +47,7 @@ from tempering.evals.suite import Suite, SuiteError, metric_k, render_messages
 from tempering.rollout.rollout import PendingRollout, ThreadRewardWorkers, start_rollout
 from tempering.types import Reward, Trajectory
 
-RUNNER_VERSION = 2  # bump when generation or scoring changes what a cached result would hold
+RUNNER_VERSION = 3  # bump when generation or scoring changes what a cached result would hold
 DEFAULT_BATCH_TOKENS = 32768
 
 
@@ -123,7 +123,8 @@ def run_suite_samples(
     settings = {"temperature": suite.sampling.temperature, "top_p": suite.sampling.top_p,
                 "max_new_tokens": suite.sampling.max_new_tokens, "samples": suite.sampling.n,
                 "seeds": list(range(first_seed, first_seed + suite.seeds)), "templates": len(suite.templates),
-                "precision": engine.precision, "batch_tokens": batch_tokens}
+                "precision": engine.precision, "batch_tokens": batch_tokens,
+                "engine": type(engine).__name__}  # engines draw different (equally valid) samples per seed
     key = cache_key(runner=RUNNER_VERSION, model=model_hash, suite=suite.full_hash, **settings)
     cache = ResultCache(cache_dir) if cache_dir is not None else None
     if cache is not None and (hit := cache.get(key)) is not None:

@@ -15,6 +15,10 @@ unless forced; a finished run is reported, not redone), the checkpoints (the new
 *verified* one is what a resume loads), the registry row (start / finish / fail, inputs
 with their roles), the seed and thread count, the final save (with its marker, so lineage
 can find the run from the model dir) and `summary.json`.
+
+Under torchrun only rank 0 does this bookkeeping; it tells the other ranks the run's name
+and whether there is work to do (or the one-line error it stopped on), and their `Stage`
+writes nothing (train/distributed.py).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any, Iterator
 
 from tempering.pipeline import REGISTRY_FILE
 from tempering.pipeline.registry import Input, Registry, describe_input
+from tempering.train import distributed  # no torch until a process group is joined
 
 LOCK_FILE = ".lock"
 CONFIG_FILE = "run_config.json"
@@ -143,8 +148,9 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 class Stage:
     """The live run handed to a recipe's body."""
 
-    def __init__(self, spec: StageSpec, name: str, run_dir: Path, registry: Registry):
+    def __init__(self, spec: StageSpec, name: str, run_dir: Path, registry: Registry | None):
         self.spec, self.name, self.run_dir, self.registry = spec, name, run_dir, registry
+        self.writes = registry is not None  # False on torchrun ranks other than 0
         self.run_id: str | None = None
         self.result: StageResult | None = None
 
@@ -156,6 +162,8 @@ class Stage:
     def save_model(self, model: Any, tokenizer: Any) -> Path:
         """Save the trained model (a PEFT adapter or a full model) to `run_dir/final`, marked with the run."""
         final = self.run_dir / "final"
+        if not self.writes:
+            return final
         lora = hasattr(model, "peft_config")
         model.save_pretrained(final, **({"save_embedding_layers": False} if lora else {}))
         tokenizer.save_pretrained(final)
@@ -165,6 +173,9 @@ class Stage:
     def finish(self, summary: dict[str, Any], outputs: dict[str, str]) -> StageResult:
         """Write `summary.json`, record the run as finished, and return the typed result."""
         final = self.run_dir / "final"
+        if not self.writes:
+            self.result = StageResult(None, self.name, self.run_dir, None, summary)
+            return self.result
         summary = {"run_id": self.run_id, "run_dir": str(self.run_dir),
                    "final": str(final) if final.is_dir() else None, **summary}
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
@@ -182,24 +193,51 @@ def run_stage(spec: StageSpec) -> Iterator[Stage]:
         StageError: bad name, run dir locked, config changed on resume (one line each).
         CheckpointError: no checkpoint of this run verifies.
     """
-    name = validate_run_name(spec.name if spec.name is not None else time.strftime(f"{spec.kind}-%Y%m%d-%H%M%S"))
-    root = Path(spec.out)
-    run_dir = root / name
-    with run_lock(run_dir):
-        registry = Registry.open(root)  # root/registry.sqlite, or $TEMPERING_REGISTRY
-        try:
-            stage = Stage(spec, name, run_dir, registry)
-            previous = _check_resume(spec, run_dir, registry)
-            if previous is not None:
-                stage.result = previous
-                yield stage
-                return
-            yield from _run_body(stage)
-        finally:
-            registry.close()
+    if not distributed.init().main:
+        yield from _follow_rank0(spec)
+        return
+    told = []  # whether the other ranks have heard how this stage starts
+
+    def tell(stage: Stage) -> None:
+        distributed.broadcast({"name": stage.name, "result": stage.result})
+        told.append(True)
+
+    try:
+        name = validate_run_name(spec.name if spec.name is not None else time.strftime(f"{spec.kind}-%Y%m%d-%H%M%S"))
+        root = Path(spec.out)
+        run_dir = root / name
+        with run_lock(run_dir):
+            registry = Registry.open(root)  # root/registry.sqlite, or $TEMPERING_REGISTRY
+            try:
+                stage = Stage(spec, name, run_dir, registry)
+                previous = _check_resume(spec, run_dir, registry)
+                if previous is not None:
+                    stage.result = previous
+                    tell(stage)
+                    yield stage
+                    return
+                yield from _run_body(stage, tell)
+            finally:
+                registry.close()
+    except BaseException as exc:
+        if not told:
+            distributed.broadcast({"error": str(exc)})
+        raise
 
 
-def _run_body(stage: Stage) -> Iterator[Stage]:
+def _follow_rank0(spec: StageSpec) -> Iterator[Stage]:
+    """`run_stage` on a torchrun rank other than 0: rank 0 decides, this rank writes nothing."""
+    told = distributed.broadcast(None)
+    if "error" in told:
+        raise StageError(f"rank 0 stopped: {told['error']}")
+    stage = Stage(spec, told["name"], Path(spec.out) / told["name"], None)
+    stage.result = told["result"]
+    if stage.result is None:
+        _seed(spec.seed, spec.threads)
+    yield stage
+
+
+def _run_body(stage: Stage, tell: Any) -> Iterator[Stage]:
     """The body of `run_stage` for a run that has work to do: checkpoints, registry row, seed."""
     from tempering.train.checkpoint import fall_back_to_verified, list_checkpoints
     from tempering.train.metrics import console
@@ -217,6 +255,7 @@ def _run_body(stage: Stage) -> Iterator[Stage]:
     stage.registry.record_output(stage.run_id, "run_dir", run_dir)
     (run_dir / CONFIG_FILE).write_text(json.dumps(spec.config, indent=1))
     _seed(spec.seed, spec.threads)
+    tell(stage)
     try:
         yield stage
         if stage.result is None:

@@ -110,8 +110,9 @@ def heldout_eval(engine: Engine, suite: Suite, weights: dict[str, float], *, see
 class HeldoutMonitor:
     """Trainer callback: held-out evaluation, the divergence alarm, and the curves."""
 
-    def __init__(self, cfg: GRPOConfig, engine: Engine, tasks: list[Task], run_dir: Path):
+    def __init__(self, cfg: GRPOConfig, engine: Engine, tasks: list[Task], run_dir: Path, model: Any = None):
         self.cfg, self.engine, self.suite = cfg, engine, heldout_suite(cfg, tasks)
+        self.model = model  # the trainer's: synced into an engine that holds its own copy (vLLM)
         self.weights = {p.name: p.weight for p in cfg.reward or []}
         self.history: list[dict[str, float]] = []
         self.rewards: list[tuple[int, float]] = []
@@ -121,6 +122,8 @@ class HeldoutMonitor:
 
     def evaluate(self, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
+        if self.model is not None:
+            self.engine.sync_weights(self.model)
         result = heldout_eval(self.engine, self.suite, self.weights, seed=self.cfg.train.seed,
                               out_dir=self.run_dir / "heldout" / f"step-{step:06d}",
                               model_id=f"{self.run_dir.name}@step-{step}")
@@ -188,16 +191,51 @@ def grpo_stage(cfg: GRPOConfig, force: bool = False) -> StageSpec:
 
 
 def grpo_components(cfg: GRPOConfig, model: Any, tokenizer: Any, tasks: list[Task], store: Any = None) -> tuple[Any, Any, Any]:
-    """(engine, batch source, objective) of a GRPO stage; the recipe and bench/grpo.py share it."""
+    """(engine, batch source, objective) of a GRPO stage; the recipe and bench/grpo.py share it.
+
+    With `cfg.scale`, the engine is Ray replicas and the reward workers Ray actors (Ray must
+    be running: `scale.runtime.ray_session`); else both live in this process.
+    """
+    from tempering.models.load import resolve_model
     from tempering.models.precision import resolve_precision
     from tempering.objectives.grpo import GRPOObjective
-    from tempering.rollout.engine import HFEngine
+    from tempering.rollout.select import build_engine
     from tempering.rollout.source import RolloutSource
 
+    if cfg.grpo.rollout_ahead and cfg.scale is None:
+        raise ValueError("grpo.rollout_ahead needs `scale:` engine replicas: the in-process engine samples "
+                         "from the very model the trainer is updating")
     precision = resolve_precision(cfg.train.precision)
-    engine = HFEngine(model, tokenizer, precision=precision)
-    source = RolloutSource(tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision)
+    engine, workers = None, None
+    if cfg.scale is not None:
+        from tempering.scale.engines import EngineReplicas
+        from tempering.scale.reward_workers import RayRewardWorkers
+
+        s = cfg.scale
+        engine = EngineReplicas(cfg.model, cfg.lora, precision, s.engine_replicas, gpus=s.engine_gpus)
+        workers = RayRewardWorkers(s.reward_workers, s.sandbox_slots, s.worker_cpus, s.max_retries)
+    else:
+        model_dir = resolve_model(cfg.model) if cfg.engine.kind == "vllm" else None
+        engine = build_engine(cfg.engine, model, tokenizer, precision, model_dir=model_dir)
+    source = RolloutSource(tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision,
+                           workers)
     return engine, source, GRPOObjective(cfg.grpo)
+
+
+class MismatchExceeded(ValueError):
+    """The trainer's and the rollout engine's log-probs of the sampled tokens drifted apart."""
+
+
+def mismatch_bound(bound: float | None) -> Any:
+    """Trainer callback: stop the run when a step's `logprob_mismatch` exceeds `bound`."""
+    def check(step: int, record: dict) -> None:
+        value = record.get("logprob_mismatch")
+        if bound is not None and value is not None and value > bound:
+            raise MismatchExceeded(
+                f"step {step}: mean |log p_train - log p_rollout| = {value:.4g} exceeds grpo.max_logprob_mismatch "
+                f"{bound:g}; the rollout engine samples from other weights or numerics than the trainer "
+                "(check the weight sync and both precisions), or raise the bound")
+    return check
 
 
 def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
@@ -214,11 +252,17 @@ def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
     if cfg.train.grad_accum > cfg.grpo.prompts_per_step:
         raise ValueError("train.grad_accum must not exceed grpo.prompts_per_step (micro-batches hold whole groups)")
     from tempering.evals.leakage import check_private_overlap_tasks
+    from tempering.rollout.select import check_engine
 
+    check_engine(cfg.engine)  # a vllm engine on a host without vLLM or a GPU fails before any work
     raw_tasks = load_tasks(cfg.tasks)
     check_private_overlap_tasks(raw_tasks, source=cfg.tasks.source)  # before anything is recorded
-    source = None
-    with run_stage(grpo_stage(cfg, force)) as stage:
+    from contextlib import nullcontext
+
+    from tempering.scale.runtime import ray_session
+
+    source = engine = None
+    with ray_session(cfg.scale) if cfg.scale else nullcontext(), run_stage(grpo_stage(cfg, force)) as stage:
         if stage.finished:
             return stage.result.summary
         run_dir, name = stage.run_dir, stage.name
@@ -228,9 +272,9 @@ def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
             model = load_for_training(cfg.model, cfg.lora)
             store = TrajectoryStore(run_dir, name)
             engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store)
-            callbacks, monitor = [], None
+            callbacks, monitor = [mismatch_bound(cfg.grpo.max_logprob_mismatch)], None
             if held:
-                monitor = HeldoutMonitor(cfg, engine, held, run_dir)
+                monitor = HeldoutMonitor(cfg, engine, held, run_dir, model)
                 callbacks.append(monitor)
             trainer = Trainer(model, objective, source, cfg.train, run_dir, callbacks)
             before = monitor.evaluate(trainer.step) if monitor and not (run_dir / "checkpoints").exists() else None
@@ -254,4 +298,6 @@ def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
         finally:
             if source is not None:
                 source.close()
+            if hasattr(engine, "close"):
+                engine.close()
     return stage.result.summary

@@ -204,7 +204,8 @@ def _eval(cfg: EvalConfig, ctx: StageContext) -> StageOutput:
     with run_stage(spec) as stage:
         if not stage.finished:
             results = evaluate_model(cfg.model, suites, stage.run_dir, first_seed=cfg.first_seed, cache=cfg.cache,
-                                     threads=cfg.threads, precision=cfg.precision, warn=ctx.log, log=ctx.log)
+                                     threads=cfg.threads, precision=cfg.precision, engine_settings=cfg.engine,
+                                     warn=ctx.log, log=ctx.log)
             metrics = {s.suite: {k: m.mean for k, m in s.metrics.items()} for s in results.suites}
             stage.finish({"steps": 1, "model": cfg.model, "suites": metrics},
                          {"results": str(results_path), "report": str(stage.run_dir / "report.html")})

@@ -84,7 +84,8 @@ def run_sft(cfg: SFTConfig, force: bool = False) -> dict[str, Any]:
             return stage.result.summary
         tokenizer = load_tokenizer(cfg.model)
         data = prepare_sft_data(cfg.data, tokenizer, cfg.train.seed)
-        quarantine_in_run(data.errors, stage.run_dir, console)
+        if stage.writes:
+            quarantine_in_run(data.errors, stage.run_dir, console)
         model = load_for_training(cfg.model, cfg.lora)
         batches, eval_batches, objective = sft_components(cfg, data, tokenizer.pad_token_id)
         before = evaluate(model, objective, eval_batches, cfg.train.precision) if eval_batches else None
@@ -106,8 +107,11 @@ def sft_components(cfg: SFTConfig, data: SFTData, pad: int) -> tuple[Any, list[d
     """(training batch source, eval batches, objective) of an SFT stage; bench/sft.py shares it."""
     from tempering.data.batches import SFTBatches, pack_batch, pad_batch
     from tempering.objectives.sft import SFTObjective
+    from tempering.train.distributed import world
 
-    batches = SFTBatches(data.train, cfg.train.batch_size, cfg.data.max_length, pad, cfg.data.packing, cfg.train.seed)
+    w = world()  # under torchrun each rank takes its stride of every global micro-batch
+    batches = SFTBatches(data.train, cfg.train.batch_size, cfg.data.max_length, pad, cfg.data.packing,
+                         cfg.train.seed, shard=(w.rank, w.size))
     size = cfg.train.batch_size
     chunks = [data.eval[i: i + size] for i in range(0, len(data.eval), size)]
     evals = [pack_batch(c, cfg.data.max_length, pad) if cfg.data.packing else pad_batch(c, pad) for c in chunks]

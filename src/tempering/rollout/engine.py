@@ -30,6 +30,7 @@ bit-exactly afterwards, so training and checkpoints never see the merge.
 
 from __future__ import annotations
 
+import hashlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
@@ -42,8 +43,8 @@ from tempering.models.logprobs import cache_keyword
 from tempering.models.precision import autocast, resolve_precision
 from tempering.rollout.padding import left_pad
 
-__all__ = ["Completion", "Engine", "HFEngine", "SamplingParams", "SamplingSettings", "cut_at_stop", "merged_lora",
-           "sample_tokens", "top_logprobs"]
+__all__ = ["Completion", "Engine", "HFEngine", "SamplingParams", "SamplingSettings", "chat_prompt_ids", "cut_at_stop",
+           "merged_lora", "prompt_seed", "sample_seed", "sample_tokens", "top_logprobs"]
 
 
 @dataclass
@@ -84,22 +85,42 @@ def merged_lora(model: Any):
                 m.get_base_layer().weight.copy_(w)
 
 
-def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
-                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row of (B, V) logits; returns (tokens, their log-probs)."""
+def sample_seed(seed: int, index: int) -> int:
+    """A generator seed for sample `index` of a request seeded with `seed`."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{index}".encode()).digest()[:8], "little") >> 1
+
+
+def prompt_seed(seed: int | None, index: int) -> int | None:
+    """The seed of prompt `index` in a seeded `generate` call over several prompts: each
+    prompt's samples then depend on it alone, not on the batch (prompt 0 keeps the seed, as a
+    lone request would); None stays unseeded."""
+    return None if seed is None else seed + 1_000_003 * index
+
+
+def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None,
+                  uniforms: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row of (B, V) logits; returns (tokens, their log-probs).
+
+    Inverse-CDF sampling: row b takes the first token whose cumulative probability exceeds
+    uniforms[b] x the kept mass. `uniforms` (B,) in [0, 1) lets each row bring its own
+    random draw (the batching engine's per-sequence generators); by default they are drawn
+    from `generator`.
+    """
     logits = logits.float()
     if temperature == 0:
         tokens = logits.argmax(dim=-1)
         return tokens, torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None]).squeeze(1)
     logp = torch.log_softmax(logits / temperature, dim=-1)
-    probs = logp.exp()
+    probs, order = logp.exp(), None
     if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
+        probs, order = probs.sort(dim=-1, descending=True)
         # keep the smallest prefix whose mass reaches top_p (the first token always stays)
-        drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(1, order, sorted_p)
-    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= top_p, 0.0)
+    if uniforms is None:
+        uniforms = torch.rand(probs.shape[0], generator=generator, device=probs.device)
+    cdf = probs.cumsum(dim=-1)
+    picked = torch.searchsorted(cdf, (uniforms.to(cdf) * cdf[:, -1])[:, None], right=True).clamp(max=cdf.shape[1] - 1)
+    tokens = (picked if order is None else order.gather(1, picked)).squeeze(1)
     return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
 
 
@@ -173,16 +194,12 @@ class HFEngine:
 
     def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
         """Token ids of a conversation rendered up to the assistant's turn."""
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        return chat_prompt_ids(self.tokenizer, messages)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         """Sample `params.n` completions for each prompt (token ids); grouped per prompt."""
         if params.n < 1 or params.max_new_tokens < 1:
             raise ValueError("SamplingParams needs n >= 1 and max_new_tokens >= 1")
-        generator = None
-        if params.seed is not None:
-            generator = torch.Generator(device=self.device).manual_seed(params.seed)
         out: list[list[Completion]] = [[] for _ in prompts]
         was_training = self.model.training
         self.model.eval()
@@ -190,7 +207,7 @@ class HFEngine:
             with merged_lora(self.model):
                 for start in range(0, len(prompts), self.max_batch_prompts):
                     chunk = prompts[start:start + self.max_batch_prompts]
-                    for c in self._generate_chunk(chunk, params, generator):
+                    for c in self._generate_chunk(chunk, params, start):
                         c.prompt_index += start
                         out[c.prompt_index].append(c)
         finally:
@@ -199,7 +216,7 @@ class HFEngine:
 
     @torch.no_grad()
     def _generate_chunk(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
-                        generator: torch.Generator | None) -> list[Completion]:
+                        first_prompt: int) -> list[Completion]:
         device, n = self.device, params.n
         ids, mask = left_pad(prompts, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
@@ -223,9 +240,17 @@ class HFEngine:
         logp_out: list[list[float]] = [[] for _ in range(total)]
         top_out: list[list[list[tuple[int, float]]]] = [[] for _ in range(total)]
         finish = ["length"] * total
+        # seeded: each sample draws from its own generator, as in the batching engine, so a
+        # sample's tokens depend on (seed, prompt, sample) only, never on n or the batch
+        generators = None if params.seed is None else [
+            torch.Generator().manual_seed(sample_seed(prompt_seed(params.seed, first_prompt + f // n), f % n))
+            for f in range(total)]
         next_pos = positions[:, -1:] + 1
         for step in range(params.max_new_tokens):
-            tok, lp = sample_tokens(logits, params.temperature, params.top_p, generator)
+            uniforms = None
+            if generators is not None and params.temperature > 0:
+                uniforms = torch.cat([torch.rand(1, generator=generators[o]) for o in rows.owner])
+            tok, lp = sample_tokens(logits, params.temperature, params.top_p, None, uniforms=uniforms)
             tok_list, lp_list = tok.tolist(), lp.tolist()
             for r, owner in enumerate(rows.owner):
                 tokens_out[owner].append(tok_list[r])
@@ -275,6 +300,12 @@ class HFEngine:
             text = self.tokenizer.decode(tail, skip_special_tokens=False)
             hits.append(any(s in text for s in stop))
         return torch.tensor(hits, dtype=torch.bool, device=device)
+
+
+def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+    """Token ids of a conversation rendered up to the assistant's turn (every engine's `chat_prompt`)."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:

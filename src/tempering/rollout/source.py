@@ -14,6 +14,14 @@
 
 Sampling is seeded by (seed, rollout index, round), so a resumed run draws what an
 uninterrupted one would have drawn from the same weights.
+
+With `rollout_ahead` (an engine that does not share the trainer's model: scale/'s engine
+replicas), steps 1-2 of the next batch run in a background thread while the trainer updates
+on this one: its samples come from the weights synced before that update (staleness 1,
+logged as `staleness`), and its `old_logprobs` are the engine's, so the clipped importance
+ratio p_train / p_rollout corrects for the stale policy. A checkpoint taken meanwhile saves
+the cursor where the prefetched batch starts: a resume samples it again, from the resumed
+weights (so a resume is exact in data order, not in samples).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import math
 import random
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +42,7 @@ from tempering.models.logprobs import grouped_logprobs
 from tempering.models.precision import autocast
 from tempering.rollout.engine import Engine
 from tempering.rollout.padding import left_pad
-from tempering.rollout.rollout import VERIFIER_ERROR, ThreadRewardWorkers, start_rollout
+from tempering.rollout.rollout import VERIFIER_ERROR, RewardWorkers, ThreadRewardWorkers, start_rollout
 from tempering.rollout.store import TrajectoryRow, TrajectoryStore
 from tempering.types import Task, Trajectory
 
@@ -64,14 +73,19 @@ class Group:
 
 
 class RolloutSource:
+    """The GRPO `BatchSource`. `workers`: where completions are scored (default: a thread pool
+    of `settings.reward_workers`; scale/ has Ray actors). `model`: the trainer's model, synced
+    into the engine before each rollout batch (a no-op for the in-process engine, which shares it)."""
+
     def __init__(self, tasks: list[Task], engine: Engine, settings: GRPOSettings, grad_accum: int, seed: int,
-                 store: TrajectoryStore | None = None, model: Any = None, precision: str = "fp32"):
+                 store: TrajectoryStore | None = None, model: Any = None, precision: str = "fp32",
+                 workers: RewardWorkers | None = None):
         if not tasks:
             raise ValueError("GRPO needs at least one training task")
         self.tasks, self.engine, self.s = tasks, engine, settings
         self.grad_accum, self.seed, self.store = grad_accum, seed, store
         self.model, self.precision = model, precision
-        self.workers = ThreadRewardWorkers(settings.reward_workers)
+        self.workers = workers if workers is not None else ThreadRewardWorkers(settings.reward_workers)
         self.order = list(range(len(tasks)))
         random.Random(seed).shuffle(self.order)
         self.cursor = 0
@@ -79,6 +93,9 @@ class RolloutSource:
         self.buffer: list[dict[str, Any]] = []
         self._stats: dict[str, float] = {}
         self._prompt_cache: dict[str, list[int]] = {}
+        self._ahead: Future | None = None  # the next batch, sampling in the background (rollout_ahead)
+        self._ahead_state: dict = {}
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead") if settings.rollout_ahead else None
 
     # -- BatchSource -------------------------------------------------------------------
     def next_batch(self) -> dict[str, Any]:
@@ -88,6 +105,8 @@ class RolloutSource:
         return self.buffer.pop(0)
 
     def state_dict(self) -> dict:
+        if self._ahead is not None:  # where the prefetched batch starts: a resume samples it again
+            return dict(self._ahead_state)
         return {"cursor": self.cursor, "rollouts": self.rollouts}
 
     def load_state_dict(self, state: dict) -> None:
@@ -98,6 +117,8 @@ class RolloutSource:
         return dict(self._stats)
 
     def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
         self.workers.close()
 
     # -- one rollout batch ---------------------------------------------------------------
@@ -113,10 +134,10 @@ class RolloutSource:
             self._prompt_cache[task.id] = self.engine.chat_prompt(task.chat())
         return self._prompt_cache[task.id]
 
-    def _generate_and_score(self, tasks: list[Task], round_: int) -> tuple[list[Group], float, float]:
+    def _generate_and_score(self, tasks: list[Task], index: int, round_: int) -> tuple[list[Group], float, float]:
         """One rollout round; each generation chunk is scored while the next generates."""
         s = self.s
-        seed = hash((self.seed, self.rollouts, round_)) % 2**31
+        seed = hash((self.seed, index, round_)) % 2**31
         per = max(1, math.ceil(len(tasks) / s.generation_chunks))
         chunks = [(range(start, min(start + per, len(tasks))), seed + start) for start in range(0, len(tasks), per)]
         t0 = time.perf_counter()
@@ -135,7 +156,28 @@ class RolloutSource:
                                                      "flags": r.flags + ["truncated"]})
 
     def _rollout_batch(self) -> list[dict[str, Any]]:
+        """The next batch's micro-batches: sampled now, or taken from the background (rollout_ahead)."""
+        if self._ahead is not None:
+            sampled, staleness = self._ahead.result(), 1
+            self._ahead = None
+        else:
+            self._sync()
+            sampled, staleness = self._sample(), 0
+        if self._executor is not None:  # sample the next batch from these weights while this one trains
+            self._ahead_state = {"cursor": self.cursor, "rollouts": self.rollouts}
+            self._sync()
+            self._ahead = self._executor.submit(self._sample)
+        return self._build(*sampled, staleness=staleness)
+
+    def _sync(self) -> None:
+        """The trainer's weights into the engine (on the trainer's thread, between updates)."""
+        if self.model is not None:
+            self.engine.sync_weights(self.model)
+
+    def _sample(self) -> tuple[int, list[Group], list[Group], Counter, float, float]:
+        """Steps 1-3: sample, score and filter one batch (engine and reward workers only, no model)."""
         s = self.s
+        index = self.rollouts
         kept: list[Group] = []
         seen: list[Group] = []
         counts: Counter = Counter()
@@ -144,7 +186,7 @@ class RolloutSource:
             need = s.prompts_per_step - len(kept)
             if need <= 0:
                 break
-            groups, g, v = self._generate_and_score(self._next_tasks(need), round_)
+            groups, g, v = self._generate_and_score(self._next_tasks(need), index, round_)
             gen_s, score_s = gen_s + g, score_s + v
             for group in groups:
                 self._apply_truncation(group)
@@ -160,13 +202,22 @@ class RolloutSource:
         if not kept:  # every group tied: train on them anyway (advantage 0 -> no gradient)
             kept = [g for g in seen if not g.verifier_failed] or seen[:1]
             counts["all_groups_tied"] += 1
-        kept = kept[: s.prompts_per_step]
-        rewards = torch.tensor([g.values for g in kept], dtype=torch.float32)
-        advantages = grpo_advantages(rewards, scale_std=s.scale_std)
         self.rollouts += 1
-        step = (self.rollouts - 1) * s.updates_per_batch + 1
+        return index, seen, kept[: s.prompts_per_step], counts, gen_s, score_s
+
+    def _build(self, index: int, seen: list[Group], kept: list[Group], counts: Counter, gen_s: float,
+               score_s: float, staleness: int) -> list[dict[str, Any]]:
+        """Step 4: advantages, the trajectory store and the micro-batches of a sampled batch."""
+        rewards = torch.tensor([g.values for g in kept], dtype=torch.float32)
+        advantages = grpo_advantages(rewards, scale_std=self.s.scale_std)
+        step = index * self.s.updates_per_batch + 1
         self._record(seen, kept, advantages, counts, gen_s, score_s, step)
-        return self._micro_batches(kept, advantages)
+        self._stats["staleness"] = staleness
+        micro = self._micro_batches(kept, advantages)
+        if staleness:  # the old policy is the one that sampled: the engine's log-probs
+            for batch in micro:
+                batch["old_logprobs"] = batch["engine_logprobs"].clone()
+        return micro
 
     # -- tensors -------------------------------------------------------------------------
     def _micro_batches(self, groups: list[Group], advantages: torch.Tensor) -> list[dict[str, Any]]:
@@ -245,6 +296,7 @@ class RolloutSource:
             "response_len": sum(len(t.completion_ids) for _, t, _ in samples) / len(samples),
             "truncation_rate": sum(c.truncated for _, c, _ in samples) / len(samples),
             "completions": len(samples), "gen_s": gen_s, "score_s": score_s,
+            **getattr(self.engine, "last_sync", {}),
         }
         for source, vals in by_source.items():
             t = torch.tensor(vals)

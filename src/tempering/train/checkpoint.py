@@ -3,7 +3,7 @@
 Layout of `<run>/checkpoints/step-00000010/`:
     weights.safetensors   trainable parameters (all of them for full fine-tuning, adapters for LoRA)
     optimizer.pt          optimizer state
-    rng.pt                python / numpy / torch RNG states
+    rng.pt                python / numpy / torch RNG states (every rank's under torchrun)
     state.json            step, data position, guard and schedule state
     manifest.json         sha256 of every file above; written last
 
@@ -53,8 +53,12 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(root: Path, step: int, weights: dict[str, torch.Tensor], optimizer: dict,
-                    state: dict, keep_last: int) -> Path:
-    """Write checkpoint `step` atomically, then prune to the newest `keep_last`."""
+                    state: dict, keep_last: int, rng: Any = None) -> Path:
+    """Write checkpoint `step` atomically, then prune to the newest `keep_last`.
+
+    `rng`: what rng.pt holds (default: this process's `rng_state()`; a multi-process trainer
+    passes every rank's).
+    """
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:08d}"
     tmp = root / f".step-{step:08d}.tmp-{os.getpid()}"
@@ -62,7 +66,7 @@ def save_checkpoint(root: Path, step: int, weights: dict[str, torch.Tensor], opt
     tmp.mkdir()
     save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, tmp / "weights.safetensors")
     torch.save(optimizer, tmp / "optimizer.pt")
-    torch.save(rng_state(), tmp / "rng.pt")
+    torch.save(rng if rng is not None else rng_state(), tmp / "rng.pt")
     (tmp / "state.json").write_text(json.dumps(state, indent=1))
     files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
     (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "step": step, "files": files}, indent=1))

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 
 console = Console(stderr=True)
+quiet_console = Console(stderr=True, quiet=True)  # ranks other than 0 of a torchrun print nothing
 
 
 class MetricsLog:
@@ -62,6 +63,22 @@ class MetricsLog:
                 sink.close()
             elif hasattr(sink, "end_run"):
                 sink.end_run()
+
+
+class NoMetrics:
+    """The metrics log of a rank other than 0: only rank 0 writes (train/distributed.py)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def write(self, record: dict[str, Any]) -> None:
+        pass
+
+    def event(self, kind: str, **info: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -20,10 +20,11 @@ from typing import Any, Callable, Protocol
 import torch
 
 from tempering.config import TrainSettings
+from tempering.train import distributed
 from tempering.train.checkpoint import (list_checkpoints, load_checkpoint, remove_partial, save_checkpoint,
-                                        set_rng_state)
+                                        rng_state, set_rng_state)
 from tempering.train.guard import AnomalyGuard
-from tempering.train.metrics import MetricsLog, console
+from tempering.train.metrics import MetricsLog, NoMetrics, console, quiet_console
 from tempering.models.precision import autocast, resolve_precision
 from tempering.train.progress import TrainProgress
 from tempering.train.schedule import lr_at
@@ -108,10 +109,15 @@ class Trainer:
 
         if settings.threads:
             torch.set_num_threads(settings.threads)
-        # Precision is ours (explicit autocast below); accelerate places and wraps.
+        # Under torchrun: data-parallel over the process group (train/distributed.py).
+        self.world = distributed.init()
+        if getattr(batches, "shard", (0, 1)) != (self.world.rank, self.world.size):
+            raise ValueError(f"{objective.name}: its batches are not sharded over the {self.world.size} processes "
+                             "of this torchrun; only SFT trains data-parallel so far, run this with one process")
+        # Precision is ours (explicit autocast below); accelerate places the model. It is not
+        # wrapped in DDP: gradients are summed across ranks after the backward passes.
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
-        if self.accelerator.num_processes > 1:
-            raise NotImplementedError("multi-process training lands with the scale-out issue")
+        self.console = console if self.world.main else quiet_console
         self.settings, self.objective, self.batches = settings, objective, batches
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
@@ -123,25 +129,34 @@ class Trainer:
             raise ValueError("model has no trainable parameters")
         o = settings.optim
         opt = torch.optim.AdamW([p for _, p in self.named], lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
-        self.model, self.optimizer = self.accelerator.prepare(model, opt)
+        self.model, self.optimizer = model.to(self.accelerator.device), self.accelerator.prepare_optimizer(opt)
         self.guard = AnomalyGuard(settings.guard)
-        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", settings.loggers)
+        metrics = self.run_dir / "metrics.jsonl"
+        self.metrics = MetricsLog(metrics, settings.loggers) if self.world.main else NoMetrics(metrics)
         self.step, self.lr_scale, self.real_tokens = 0, 1.0, 0
         self.precision = resolve_precision(settings.precision)
-        console.print(f"[dim]{objective.name}: precision {self.precision} on {self.accelerator.device}[/dim]")
+        procs = f" x {self.world.size} processes" if self.world.size > 1 else ""
+        self.console.print(f"[dim]{objective.name}: precision {self.precision} on {self.accelerator.device}{procs}[/dim]")
 
     # -- checkpoints -------------------------------------------------------------------
     def _state(self) -> dict:
         return {"step": self.step, "lr_scale": self.lr_scale, "data": self.batches.state_dict(),
-                "guard": self.guard.state_dict(), "real_tokens": self.real_tokens}
+                "guard": self.guard.state_dict(), "real_tokens": self.real_tokens, "world_size": self.world.size}
 
     def save(self) -> Path:
-        weights = {n: p for n, p in self.named}
-        return save_checkpoint(self.ckpt_dir, self.step, weights, self.optimizer.state_dict(),
-                               self._state(), self.settings.checkpoint.keep_last)
+        """Rank 0 writes the checkpoint (with every rank's RNG state); all ranks wait for it."""
+        rngs = distributed.gather(rng_state())
+        path = self.ckpt_dir / f"step-{self.step:08d}"
+        if self.world.main:
+            weights = {n: p for n, p in self.named}
+            path = save_checkpoint(self.ckpt_dir, self.step, weights, self.optimizer.state_dict(), self._state(),
+                                   self.settings.checkpoint.keep_last, rng={"ranks": rngs} if len(rngs) > 1 else rngs[0])
+        distributed.barrier()
+        return path
 
     def _restore(self, path: Path, full: bool) -> dict:
         ckpt = load_checkpoint(path)
+        distributed.check_world_size(ckpt["state"].get("world_size", 1), self.world)
         with torch.no_grad():
             for n, p in self.named:
                 p.copy_(ckpt["weights"][n])
@@ -149,7 +164,8 @@ class Trainer:
         state = ckpt["state"]
         self.step, self.lr_scale = state["step"], state["lr_scale"]
         if full:  # resume: everything as it was; rollback keeps moving forward through data
-            set_rng_state(ckpt["rng"])
+            rng = ckpt["rng"]
+            set_rng_state(rng["ranks"][self.world.rank] if "ranks" in rng else rng)
             self.batches.load_state_dict(state["data"])
             self.guard.load_state_dict(state["guard"])
             self.real_tokens = state["real_tokens"]
@@ -171,8 +187,9 @@ class Trainer:
 
     # -- one optimizer step ------------------------------------------------------------
     def _forward_backward(self, micro: list[dict]) -> tuple[float, dict]:
+        """Summed losses / units of the whole step (over all ranks); gradients summed over ranks."""
         device = self.accelerator.device
-        total_units = sum(self.objective.units(b) for b in micro)
+        total_units = distributed.sum_over_ranks([sum(self.objective.units(b) for b in micro)])[0]
         loss_value, extra = 0.0, {}
         for batch in micro:
             with autocast(self.precision, device):
@@ -180,11 +197,14 @@ class Trainer:
             for key, value in stats.items():  # objective stats: mean over micro-batches
                 extra[key] = extra.get(key, 0.0) + float(value) / len(micro)
             loss = loss_sum / max(total_units, 1)
-            if not torch.isfinite(loss):
+            if distributed.any_rank(not torch.isfinite(loss)):  # every rank skips the step, or none
                 return float("nan"), extra
             self.accelerator.backward(loss)
             loss_value += float(loss.detach())
-        return loss_value, extra
+        distributed.all_reduce_grads(p for _, p in self.named)
+        keys = sorted(extra)
+        summed = distributed.sum_over_ranks([loss_value] + [extra[k] for k in keys])
+        return summed[0], {k: v / self.world.size for k, v in zip(keys, summed[1:])}
 
     def _grad_norm(self) -> float:
         clip = self.settings.optim.max_grad_norm
@@ -196,7 +216,7 @@ class Trainer:
         """One optimizer step; returns its record, or None when the guard skipped it."""
         t0 = time.perf_counter()
         micro = [self.batches.next_batch() for _ in range(self.settings.grad_accum)]
-        real = sum(int(b.get("n_real_tokens", 0)) for b in micro)
+        real = int(distributed.sum_over_ranks([sum(int(b.get("n_real_tokens", 0)) for b in micro)])[0])
         loss, extra = self._forward_backward(micro)
         grad_norm = self._grad_norm() if math.isfinite(loss) else None
         bad = self.guard.check(loss, grad_norm, spikes=getattr(self.objective, "loss_spikes", True))
@@ -225,8 +245,9 @@ class Trainer:
     def fit(self) -> TrainResult:
         """Train to `settings.steps`, resuming from the newest checkpoint if there is one."""
         resumed = None
-        for stale in remove_partial(self.ckpt_dir):
+        for stale in remove_partial(self.ckpt_dir) if self.world.main else []:
             self.metrics.event("removed_partial_checkpoint", path=stale.name)
+        distributed.barrier()
         existing = list_checkpoints(self.ckpt_dir)
         if existing:
             resumed = self._restore(existing[-1], full=True)["step"]
@@ -242,12 +263,13 @@ class Trainer:
     def _loop(self, resumed: int | None) -> TrainResult:
         losses, history, t_start = [], [], time.perf_counter()
         every = self.settings.checkpoint.every
-        with TrainProgress(self.objective.name, self.settings.steps, self.step, console) as progress:
+        with TrainProgress(self.objective.name, self.settings.steps, self.step, self.console) as progress:
             limit = self.settings.max_minutes * 60 if self.settings.max_minutes else None
             while self.step < self.settings.steps:
-                if limit is not None and time.perf_counter() - t_start > limit:
+                # rank 0's clock decides, so every rank stops at the same step
+                if limit is not None and distributed.broadcast(time.perf_counter() - t_start > limit):
                     self.metrics.event("time_limit", step=self.step, minutes=self.settings.max_minutes)
-                    console.print(f"[yellow]time limit of {self.settings.max_minutes} min reached at "
+                    self.console.print(f"[yellow]time limit of {self.settings.max_minutes} min reached at "
                                   f"step {self.step}; saving and stopping[/yellow]")
                     self.save()
                     break

@@ -1,0 +1,116 @@
+"""Agent episode throughput and the step-latency breakdown (generation / environment / rendering).
+
+Two measurements, each over the held-out split of a built-in suite:
+
+  * model episodes: `agent_rollout` with the default model (or `--model`, e.g. a trained
+    `runs/NAME/final`) as the policy, `--group` episodes per task at temperature 1, tool
+    calls run in the sandbox (one `SandboxSession` per workspace episode);
+  * scripted episodes: the oracle policy through the same environments (no model), which
+    isolates what the environment and sandbox cost per step.
+
+Reported: episodes/s, model turns (steps)/s, and seconds per step spent in generation (the
+engine's decode), the environment (tool calls, goal checks, session open/close) and
+rendering (observation tokens through the chat template).
+
+    flock /work/bench.lock timeout 600 python bench/agent.py [--suites tool_arith workspace] [--group 2]
+
+Writes bench/results/agent.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def model_episodes(suite: str, engine, renderer, sandbox, group: int, max_tasks: int, max_new: int) -> dict:
+    from tempering.agents.episode import summarise
+    from tempering.agents.rollout import EpisodeSettings, agent_rollout
+    from tempering.agents.tasks import builtin_tasks, select
+    from tempering.config import SamplingSettings
+
+    tasks = select(builtin_tasks(suite), "heldout")[:max_tasks]
+    t0 = time.perf_counter()
+    batch = agent_rollout(tasks, engine, renderer, sandbox, SamplingSettings(temperature=1.0, max_new_tokens=max_new),
+                          EpisodeSettings(max_context_tokens=1024), n=group, seed=0)
+    wall = time.perf_counter() - t0
+    episodes = [ep for g in batch.groups for ep in g]
+    steps = batch.steps
+    return {"suite": suite, "tasks": len(tasks), "episodes": len(episodes), "steps": steps, "wall_s": wall,
+            "episodes_per_s": len(episodes) / wall, "steps_per_s": steps / wall,
+            "sampled_tokens": sum(len(t.token_ids) for ep in episodes for t in ep.turns),
+            "per_step_s": {k: v / max(steps, 1) for k, v in batch.times.items()},
+            "total_s": batch.times, "completion_rate": summarise([ep.stats for ep in episodes])["completion_rate"]}
+
+
+def scripted_episodes(suite: str, sandbox, workers: int) -> dict:
+    from tempering.agents.episode import run_episodes, summarise
+    from tempering.agents.policies import POLICIES
+    from tempering.agents.tasks import builtin_tasks
+
+    tasks = builtin_tasks(suite)
+    t0 = time.perf_counter()
+    results = run_episodes(sandbox, POLICIES["oracle"], tasks, workers=workers)
+    wall = time.perf_counter() - t0
+    stats = [r.stats for r in results]
+    steps = sum(s.steps for s in stats)
+    return {"suite": suite, "episodes": len(stats), "steps": steps, "wall_s": wall, "workers": workers,
+            "episodes_per_s": len(stats) / wall, "steps_per_s": steps / wall,
+            "environment_s_per_step": wall * workers / steps,
+            "sandbox_s_per_step": sum(s.sandbox_s for s in stats) / steps,
+            "completion_rate": summarise(stats)["completion_rate"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--suites", nargs="+", default=["tool_arith", "workspace"])
+    ap.add_argument("--group", type=int, default=2)
+    ap.add_argument("--max-tasks", type=int, default=16)
+    ap.add_argument("--max-new", type=int, default=48)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "agent.json"))
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from tempering.agents.render import AgentRenderer
+    from tempering.models.load import load_model, load_tokenizer
+    from tempering.models.precision import resolve_precision
+    from tempering.rollout.engine import HFEngine
+    from tempering.sandbox import SandboxPool
+
+    tokenizer = load_tokenizer(args.model)
+    model = load_model(args.model)
+    precision = resolve_precision("auto")
+    engine = HFEngine(model, tokenizer, precision=precision)
+    renderer = AgentRenderer(tokenizer)
+    out = {"benchmark": "agent episodes", "model": args.model, "precision": precision, "threads": args.threads,
+           "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+           "note": "2 shared cores; other agents' work ran at nice 19 alongside this run",
+           "model_episodes": [], "scripted_episodes": []}
+    with SandboxPool(size=4) as sandbox:
+        sandbox.check()
+        for suite in args.suites:
+            out["model_episodes"].append(model_episodes(suite, engine, renderer, sandbox, args.group, args.max_tasks,
+                                                        args.max_new))
+            print(json.dumps(out["model_episodes"][-1]), flush=True)
+        for suite in args.suites:
+            out["scripted_episodes"].append(scripted_episodes(suite, sandbox, workers=4))
+            print(json.dumps(out["scripted_episodes"][-1]), flush=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+"""Agent training: multi-turn tool environments in the sandbox (see docs/agents.md).
+
+    tasks.py     `AgentTask` rows (JSONL + fixtures): prompt, tools, files, goal, tier, split
+    tools.py     the tools (JSON schemas + what runs them; sandboxed where they touch files)
+    goals.py     goal checks on the final state
+    env.py       `Environment` protocol (`reset`/`step`) and `ToolEnv`, its one implementation
+    policies.py  scripted policies (oracle, noop, random, recover) that validate the harness
+    episode.py   text-level episodes and the agent metrics
+    envs/        the built-in suites: tool_arith, retry, workspace
+
+Layer: above `rollout` (it drives an `Engine`), below `pipeline`, `evals` and `recipes`.
+"""

@@ -1,0 +1,86 @@
+"""`temper agent CONFIG.yaml`: the config of agent training (expert SFT, then trajectory-level GRPO).
+
+No torch import here: a config error is reported before any model loads.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from tempering.agents.rollout import EpisodeSettings
+from tempering.config import DEFAULT_MODEL, GRPOSettings, LoraSettings, SamplingSettings, Strict, TrainSettings
+
+
+class AgentTaskSettings(Strict):
+    """Which agent tasks train and which evaluate."""
+
+    suites: list[str] = ["tool_arith"]
+    """Built-in suites (`tool_arith`, `retry`, `workspace`) or paths to task JSONL files."""
+    tiers: list[int] | None = None
+    """Train and evaluate only these tiers (None: all)."""
+    eval_suites: list[str] | None = None
+    """Suites whose held-out split is evaluated before and after (None: `suites`)."""
+    eval_limit: int | None = Field(None, ge=1)
+    """Evaluate at most this many held-out tasks per suite (None: all)."""
+
+
+class AgentSFTSettings(TrainSettings):
+    """Agent SFT on the scripted expert's trajectories of the training split (before RL)."""
+
+    max_length: int = Field(1024, ge=16)
+    """Longest expert conversation in tokens; longer ones are left out (and counted)."""
+
+
+class AgentRLSettings(GRPOSettings):
+    """Trajectory-level GRPO: group sampling and loss (`GRPOSettings`, per turn for `max_new_tokens`),
+    step-level credit, curriculum. `truncation` does not apply: episodes use `episode.truncated_turns`."""
+
+    step_rewards: bool = False
+    """Credit each turn with its own reward (invalid-call penalties, the outcome) instead of the
+    episode's outcome only (GRPO process supervision)."""
+    gamma: float = Field(1.0, gt=0, le=1)
+    """Discount per later turn of step rewards (1: none)."""
+    promote_at: float = Field(0.8, gt=0, le=1)
+    """Curriculum: move to the next tier once the recent success rate on this one reaches it."""
+    window: int = Field(32, ge=1)
+    """Curriculum: episodes over which the success rate is measured."""
+
+
+class AgentEvalSettings(SamplingSettings):
+    """The held-out evaluation before and after training (greedy by default)."""
+
+    temperature: float = Field(0.0, ge=0)
+    """Sampling temperature of the evaluation; 0 (greedy) makes it deterministic."""
+    max_new_tokens: int = Field(48, ge=1)
+    """Tokens per model turn."""
+
+
+class AgentConfig(Strict):
+    """`temper agent CONFIG.yaml`: agent SFT on expert trajectories, then trajectory-level GRPO."""
+
+    model: str = DEFAULT_MODEL
+    """Model spec: alias, HF dir, GGUF path or hub id."""
+    lora: LoraSettings | None = LoraSettings()
+    """LoRA settings; null trains all parameters."""
+    tasks: AgentTaskSettings = AgentTaskSettings()
+    """Training and evaluation suites."""
+    episode: EpisodeSettings = EpisodeSettings()
+    """Context budget, truncated turns, invalid-call penalty, environment threads."""
+    sft: AgentSFTSettings | None = None
+    """Expert SFT before RL (steps, batch, optimizer); null skips it."""
+    rl: AgentRLSettings = AgentRLSettings()
+    """Rollout sampling, group size, loss, step credit and curriculum."""
+    train: TrainSettings
+    """RL steps, micro-batches, precision, seed, optimizer, guard and checkpoints."""
+    eval: AgentEvalSettings = AgentEvalSettings()
+    """Held-out evaluation sampling."""
+    out: str = "runs"
+    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
+    name: str | None = None
+    """Run name (default: agent-<timestamp>)."""
+
+    @model_validator(mode="after")
+    def _accumulation_fits(self) -> "AgentConfig":
+        if self.train.grad_accum > self.rl.prompts_per_step:
+            raise ValueError("train.grad_accum must not exceed rl.prompts_per_step (micro-batches hold whole groups)")
+        return self

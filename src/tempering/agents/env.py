@@ -1,0 +1,213 @@
+"""The environment protocol and `ToolEnv`, its one implementation (every built-in suite is data).
+
+    env = ToolEnv(sandbox)                      # a `Sandbox`; None for suites that need none
+    observation = env.reset(task)               # messages the episode starts with
+    observation, reward, done, info = env.step(assistant_text)
+    env.close()
+
+A step reads the assistant's text with the template's tool-call parser
+(`tempering.data.toolcalls`), runs each call, and answers with one `tool` message per call.
+What goes wrong is counted and answered, never raised:
+
+  * a malformed call (bad JSON, no name), an unknown tool or arguments that fail the tool's
+    schema -> an `error: ...` tool message and `invalid_calls += 1` (minus
+    `invalid_call_penalty` on that step's reward); the episode goes on;
+  * a tool that runs and fails (nonzero exit, missing file) -> its output, `tool_errors += 1`;
+  * a wrong answer with attempts left -> a user message saying so (the retry suite).
+
+The episode ends on `submit`, on a turn without tool calls (its text is the answer), or
+after `task.max_steps` turns; the goal is then checked on the final state and the last
+step's reward is `task.attempt_reward(attempt)` on success, else 0. When the sandbox itself
+fails (it cannot open, a run reports `sandbox_error`), the episode ends with
+`info["status"] == "env_error"`: the environment's failure, never the model's.
+
+Each episode has its own `SandboxSession`: a /work that persists across steps and is
+discarded at the next `reset` or `close`, so no episode sees another's files or processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple, Protocol
+
+from tempering.agents.goals import check_goal
+from tempering.agents.tasks import AgentTask
+from tempering.agents.tools import TOOLS, EnvFailure, ToolContext, check_arguments
+from tempering.data.toolcalls import parse_tool_calls
+from tempering.sandbox.base import Limits, Sandbox, SandboxFailure, SandboxUnavailable
+
+Observation = list[dict[str, Any]]
+"""Messages the environment adds to the conversation (`tool` results, `user` feedback)."""
+
+
+class StepResult(NamedTuple):
+    observation: Observation
+    reward: float
+    done: bool
+    info: dict[str, Any]
+
+
+class Environment(Protocol):
+    """A multi-turn world. `reset` starts an episode of `task`; `step` answers one assistant turn."""
+
+    def reset(self, task: AgentTask) -> Observation: ...
+
+    def step(self, action: str) -> StepResult: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class EpisodeStats:
+    """What one episode did; `info` of the final step carries it (`asdict`)."""
+
+    steps: int = 0
+    invalid_calls: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    wrong_answers: int = 0
+    attempts: int = 0
+    success: bool = False
+    intact: bool = True
+    """Protected files are as they started."""
+    sandbox_s: float = 0.0
+    sandbox_timeouts: int = 0
+    status: str = "scored"
+    """"scored", or "env_error" when the environment failed."""
+    error: str = ""
+
+    @property
+    def errors(self) -> int:
+        return self.invalid_calls + self.tool_errors + self.wrong_answers
+
+    @property
+    def recovered(self) -> bool:
+        """Succeeded after at least one error (invalid call, failed tool run, wrong answer)."""
+        return self.success and self.errors > 0
+
+
+class ToolEnv:
+    """`Environment` over `AgentTask` rows: tools from `TOOLS`, files and goal from the task.
+
+    Args:
+        sandbox: where episodes' sessions open (tasks that need none run without it).
+        limits: per-call limits inside the session (default: the sandbox's).
+        invalid_call_penalty: subtracted from a step's reward per invalid call.
+    """
+
+    def __init__(self, sandbox: Sandbox | None = None, limits: Limits | None = None,
+                 invalid_call_penalty: float = 0.0):
+        self.sandbox, self.limits, self.invalid_call_penalty = sandbox, limits, invalid_call_penalty
+        self.task: AgentTask | None = None
+        self.ctx = ToolContext(session=None)
+        self.stats = EpisodeStats()
+        self.done = True
+        self._initial: dict[str, str] = {}
+
+    def reset(self, task: AgentTask) -> Observation:
+        """Start an episode: a fresh session with the task's files. Raises EnvFailure if it cannot open."""
+        self.close()
+        self.task, self.stats, self.done = task, EpisodeStats(), False
+        self.ctx = ToolContext(session=None, limits=self.limits)
+        if task.needs_sandbox:
+            if self.sandbox is None:
+                raise EnvFailure(f"task {task.id} needs a sandbox and the environment has none")
+            try:
+                self.ctx.session = self.sandbox.session(self.limits)
+                self.ctx.session.write_files(task.files)
+            except (SandboxUnavailable, SandboxFailure, OSError) as exc:
+                self.close()
+                raise EnvFailure(f"cannot open the episode's sandbox: {exc}") from exc
+        self._initial = {p: task.files[p] for p in task.protected if p in task.files}
+        return [{"role": "user", "content": task.prompt}]
+
+    def step(self, action: str) -> StepResult:
+        if self.done or self.task is None:
+            raise RuntimeError("step() after the episode ended; call reset()")
+        self.stats.steps += 1
+        try:
+            observation, reward, answered = self._act(action)
+            if not self.done and not answered and self.stats.steps >= self.task.max_steps:
+                reward += self._finish(answer=None)
+        except EnvFailure as exc:
+            self.done, self.stats.status, self.stats.error = True, "env_error", str(exc)
+            observation, reward = [], 0.0
+        info: dict[str, Any] = {"step": self.stats.steps}
+        if self.done:
+            self.stats.sandbox_s, self.stats.sandbox_timeouts = self.ctx.sandbox_s, self.ctx.sandbox_timeouts
+            info.update(asdict(self.stats), recovered=self.stats.recovered, errors=self.stats.errors)
+            self._close_session()
+        return StepResult(observation, reward, self.done, info)
+
+    def close(self) -> None:
+        self._close_session()
+        self.done = True
+
+    # --- one turn ---
+
+    def _act(self, action: str) -> tuple[Observation, float, bool]:
+        parsed = parse_tool_calls(action)
+        obs: Observation = []
+        reward = 0.0
+        for error in parsed.errors:
+            obs.append(self._invalid(f"{error}. Write calls as <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}"
+                                      "</tool_call>."))
+        answered = False
+        for call in parsed.calls:
+            if self.done:
+                break
+            name, args = call["name"], call["arguments"]
+            tool = TOOLS.get(name) if name in self.task.tools else None
+            problem = (f"unknown tool {name!r}; available: {', '.join(self.task.tools)}" if tool is None
+                       else check_arguments(tool, args))
+            if problem:
+                obs.append(self._invalid(problem))
+                continue
+            self.stats.tool_calls += 1
+            outcome = tool.run(args, self.ctx)
+            self.stats.tool_errors += outcome.error
+            obs.append({"role": "tool", "name": name, "content": outcome.text})
+            if outcome.done:
+                answered = True
+                reward += self._answer(self.ctx.submitted[-1], obs)
+        if not parsed.calls and not parsed.errors:
+            answered = True
+            reward += self._answer(parsed.content, obs)
+        reward -= self.invalid_call_penalty * len([m for m in obs if m.get("invalid")])
+        for m in obs:
+            m.pop("invalid", None)
+        return obs, reward, answered
+
+    def _invalid(self, text: str) -> dict[str, Any]:
+        self.stats.invalid_calls += 1
+        return {"role": "tool", "name": "error", "content": f"error: {text}", "invalid": True}
+
+    def _answer(self, answer: str, obs: Observation) -> float:
+        """An answer was given (submit, or a turn without calls): check it, or give feedback."""
+        self.stats.attempts += 1
+        if self.task.goal["type"] == "answer" and self.stats.attempts < self.task.attempts:
+            if check_goal(self.task.goal, self.ctx, answer):
+                return self._finish(answer)
+            self.stats.wrong_answers += 1
+            left = self.task.attempts - self.stats.attempts
+            obs.append({"role": "user", "content": f"That is not correct. Try again ({left} "
+                                                   f"attempt{'s' if left > 1 else ''} left)."})
+            return 0.0
+        return self._finish(answer)
+
+    def _finish(self, answer: str | None) -> float:
+        self.done = True
+        self.stats.intact = self._intact()  # first: a goal check may write its hidden copies over them
+        self.stats.success = check_goal(self.task.goal, self.ctx, answer)
+        return self.task.attempt_reward(max(self.stats.attempts, 1)) if self.stats.success else 0.0
+
+    def _intact(self) -> bool:
+        if not self._initial:
+            return True
+        return all((self.ctx.session.read_file(p) or b"").decode("utf-8", "replace") == text
+                   for p, text in self._initial.items())
+
+    def _close_session(self) -> None:
+        if self.ctx.session is not None:
+            session, self.ctx.session = self.ctx.session, None
+            session.close()

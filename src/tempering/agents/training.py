@@ -1,0 +1,259 @@
+"""What agent training feeds the Trainer: expert SFT examples and trajectory-level GRPO batches.
+
+    examples = expert_examples(tasks, renderer, sandbox)             # oracle episodes -> RenderedExample
+    source = AgentRolloutSource(tasks, engine, renderer, sandbox, grpo, episode, grad_accum, seed)
+    Trainer(model, GRPOObjective(grpo), source, ...).fit()             # the one loop, the one GRPO loss
+
+Expert data are scripted episodes (the oracle) run through the real environment and
+rendered with the same opening prompt as sampled episodes, loss on assistant turns only.
+
+RL batches: `prompts_per_step` tasks from the current curriculum tier, `group_size`
+episodes each (`agent_rollout`); groups with an `env_error` episode are dropped (never a
+model failure), groups whose rewards all tie are dropped when `dynamic_sampling` is on.
+Advantages are GRPO's over the episode outcome (`grpo_advantages`), or with
+`step_rewards` over each turn's reward at the turn's last token (DeepSeekMath process
+supervision; turn rewards carry invalid-call penalties and the outcome), discounted by
+`gamma` per later turn. Every episode, failed or not, is appended to the run's
+`trajectories.jsonl` (recovered ones flagged: error -> diagnosis -> fix, usable as SFT data).
+
+Curriculum: training starts on the lowest tier and moves up one tier once the success
+rate over the last `window` episodes of the current tier reaches `promote_at`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tempering.agents.env import ToolEnv
+from tempering.agents.episode import run_episode
+from tempering.agents.policies import oracle
+from tempering.agents.render import AgentRenderer
+from tempering.agents.rollout import AgentEpisode, EpisodeSettings, agent_rollout
+from tempering.agents.tasks import AgentTask
+from tempering.config import GRPOSettings
+from tempering.data.render import RenderedExample, render_with_mask
+from tempering.objectives.grpo_math import grpo_advantages
+from tempering.rollout.padding import left_pad
+
+PAD_ID = 0
+
+
+def expert_conversations(tasks: list[AgentTask], renderer: AgentRenderer, sandbox: Any) -> list[list[dict]]:
+    """The oracle's episodes as conversations (opening prompt included), final tool turn dropped.
+    Raises ValueError when the oracle fails a task (its data would teach a failure)."""
+    out = []
+    for task in tasks:
+        result = run_episode(ToolEnv(sandbox), oracle, task)
+        if not result.stats.success:
+            raise ValueError(f"the scripted expert fails task {task.id}: fix its `solution`")
+        messages = renderer.opening(result.messages[:1], task.tools) + result.messages[1:]
+        while messages[-1]["role"] != "assistant":
+            messages.pop()
+        out.append([{k: v for k, v in m.items() if k in ("role", "content")} for m in messages])
+    return out
+
+
+def expert_examples(tasks: list[AgentTask], renderer: AgentRenderer, sandbox: Any) -> list[RenderedExample]:
+    """Expert conversations rendered for SFT (assistant tokens only, token-exact prefixes)."""
+    tok = renderer.tokenizer
+    return [render_with_mask(tok, c, "tempering", renderer.eot_id) for c in
+            expert_conversations(tasks, renderer, sandbox)]
+
+
+class Curriculum:
+    """Tiers in order; promote when the recent success rate on the current tier passes `promote_at`."""
+
+    def __init__(self, tasks: list[AgentTask], promote_at: float, window: int, seed: int):
+        self.tiers = sorted({t.tier for t in tasks})
+        self.by_tier = {k: [t for t in tasks if t.tier == k] for k in self.tiers}
+        self.level, self.promote_at = 0, promote_at
+        self.recent: deque[bool] = deque(maxlen=window)
+        self.rng = random.Random(seed)
+
+    @property
+    def tier(self) -> int:
+        return self.tiers[self.level]
+
+    def sample(self, n: int) -> list[AgentTask]:
+        pool = self.by_tier[self.tier]
+        return [pool[self.rng.randrange(len(pool))] for _ in range(n)]
+
+    def record(self, successes: list[bool]) -> None:
+        self.recent.extend(successes)
+        full = len(self.recent) == self.recent.maxlen
+        if full and sum(self.recent) / len(self.recent) >= self.promote_at and self.level < len(self.tiers) - 1:
+            self.level += 1
+            self.recent.clear()
+
+    def state_dict(self) -> dict:
+        return {"level": self.level, "recent": list(self.recent), "rng": self.rng.getstate()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.level, self.recent = state["level"], deque(state["recent"], maxlen=self.recent.maxlen)
+        rng = state["rng"]
+        self.rng.setstate((rng[0], tuple(rng[1]), rng[2]))
+
+
+def step_rewards_tensor(groups: list[list[AgentEpisode]], width: int,
+                        prompt_lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rewards, step_mask), both (N, width) over completion positions: each turn's reward at
+    the turn's last sampled token."""
+    rows = [(i, ep) for i, g in enumerate(groups) for ep in g]
+    rewards, step_mask = torch.zeros(len(rows), width), torch.zeros(len(rows), width)
+    for r, (i, ep) in enumerate(rows):
+        values = [x.value for x in ep.trajectory.rewards]
+        for k, turn in enumerate(ep.turns[:len(values)]):
+            pos = turn.start + len(turn.token_ids) - 1 - prompt_lengths[i]
+            rewards[r, pos], step_mask[r, pos] = values[k], 1.0
+    return rewards, step_mask
+
+
+def discounted_step_advantages(rewards: torch.Tensor, step_mask: torch.Tensor, groups: torch.Tensor,
+                               gamma: float, scale_std: bool = True) -> torch.Tensor:
+    """Process-supervision advantages with a discount: (N, T) -> (N, T).
+
+    Step rewards are normalised within their group as in `grpo_advantages`; a token's
+    advantage is sum_k gamma^k * (normalised reward of the k-th step at or after it), so
+    gamma = 1 is exactly `grpo_advantages(rewards, groups=..., step_mask=...)`.
+    """
+    undiscounted = grpo_advantages(rewards, scale_std=scale_std, groups=groups, step_mask=step_mask)
+    if gamma == 1.0:
+        return undiscounted
+    # the reverse cumsum's differences are the normalised step rewards, at the step tokens
+    shifted = torch.cat([undiscounted[:, 1:], torch.zeros_like(undiscounted[:, :1])], dim=1)
+    normalised = (undiscounted - shifted) * step_mask
+    out = torch.zeros_like(normalised)
+    running = torch.zeros(normalised.shape[0], dtype=normalised.dtype)
+    for t in range(normalised.shape[1] - 1, -1, -1):
+        running = torch.where(step_mask[:, t] > 0, normalised[:, t] + gamma * running, running)
+        out[:, t] = running
+    return out
+
+
+class AgentRolloutSource:
+    """The Trainer's BatchSource for agent RL (see the module docstring).
+
+    Args:
+        tasks: training tasks (the curriculum draws from them by tier).
+        store: a JSONL path every episode is appended to (None: not kept).
+    """
+
+    def __init__(self, tasks: list[AgentTask], engine: Any, renderer: AgentRenderer, sandbox: Any,
+                 grpo: GRPOSettings, episode: EpisodeSettings, grad_accum: int, seed: int, *,
+                 promote_at: float = 0.8, window: int = 32, step_rewards: bool = False, gamma: float = 1.0,
+                 store: Path | None = None):
+        if not tasks:
+            raise ValueError("agent RL needs at least one training task")
+        self.engine, self.renderer, self.sandbox = engine, renderer, sandbox
+        self.s, self.episode, self.grad_accum, self.seed = grpo, episode, grad_accum, seed
+        self.curriculum = Curriculum(tasks, promote_at, window, seed)
+        self.step_rewards, self.gamma, self.store = step_rewards, gamma, store
+        self.rollouts = 0
+        self.buffer: list[dict[str, Any]] = []
+        self._stats: dict[str, float] = {}
+
+    def next_batch(self) -> dict[str, Any]:
+        if not self.buffer:
+            micro = self._rollout_batch()
+            self.buffer = [b for _ in range(self.s.updates_per_batch) for b in micro]
+        return self.buffer.pop(0)
+
+    def state_dict(self) -> dict:
+        return {"rollouts": self.rollouts, "curriculum": self.curriculum.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rollouts = state["rollouts"]
+        self.curriculum.load_state_dict(state["curriculum"])
+        self.buffer = []
+
+    def stats(self) -> dict[str, float]:
+        return dict(self._stats)
+
+    def _rollout_batch(self) -> list[dict[str, Any]]:
+        tier = self.curriculum.tier
+        tasks = self.curriculum.sample(self.s.prompts_per_step)
+        batch = agent_rollout(tasks, self.engine, self.renderer, self.sandbox, self.s, self.episode,
+                              n=self.s.group_size, seed=hash((self.seed, self.rollouts)) % 2**31)
+        self.rollouts += 1
+        seen = batch.groups
+        ok = [g for g in seen if all(ep.trajectory.status == "scored" for ep in g)]
+        kept = [g for g in ok if not self.s.dynamic_sampling or len({ep.trajectory.reward.value for ep in g}) > 1]
+        scored = [ep for g in ok for ep in g]
+        self.curriculum.record([ep.stats.success for ep in scored])
+        self._record(seen, kept, tier, batch)
+        if not kept:  # every group tied or failed: a batch with no loss (advantage 0)
+            kept = ok[:1] or seen[:1]
+        return self._micro_batches(kept)
+
+    def _micro_batches(self, groups: list[list[AgentEpisode]]) -> list[dict[str, Any]]:
+        n_micro = min(self.grad_accum, len(groups))
+        per = math.ceil(len(groups) / n_micro)
+        out = [self._tensors(groups[i:i + per]) for i in range(0, len(groups), per)]
+        while len(out) < self.grad_accum:
+            out.append({**out[-1], "loss_mask": torch.zeros_like(out[-1]["loss_mask"]), "n_real_tokens": 0})
+        return out
+
+    def _tensors(self, groups: list[list[AgentEpisode]]) -> dict[str, Any]:
+        prompts = [g[0].trajectory.token_ids[:g[0].trajectory.prompt_length] for g in groups]
+        prompt_ids, prompt_mask = left_pad(prompts, PAD_ID)
+        trajs = [ep.trajectory for g in groups for ep in g]
+        width = max(1, max(len(t.completion_ids) for t in trajs))
+        completion_ids = torch.full((len(trajs), width), PAD_ID, dtype=torch.long)
+        completion_mask = torch.zeros_like(completion_ids)
+        loss_mask = torch.zeros_like(completion_ids)
+        engine_logprobs = torch.zeros((len(trajs), width))
+        for i, t in enumerate(trajs):
+            n = len(t.completion_ids)
+            completion_ids[i, :n] = torch.tensor(t.completion_ids, dtype=torch.long)
+            completion_mask[i, :n] = 1
+            loss_mask[i, :n] = torch.tensor(t.loss_mask[t.prompt_length:], dtype=torch.long)
+            engine_logprobs[i, :n] = torch.tensor(t.completion_logprobs)
+        if self.step_rewards:
+            rewards, step_mask = step_rewards_tensor(groups, width, [len(p) for p in prompts])
+            ids = torch.arange(len(groups)).repeat_interleave(len(groups[0]))
+            advantages = discounted_step_advantages(rewards, step_mask, ids, self.gamma, self.s.scale_std)
+        else:
+            rewards = torch.tensor([[ep.trajectory.reward.value for ep in g] for g in groups])
+            advantages = grpo_advantages(rewards, scale_std=self.s.scale_std).reshape(-1)
+        return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+                "completion_mask": completion_mask, "loss_mask": loss_mask, "engine_logprobs": engine_logprobs,
+                "advantages": advantages, "n_real_tokens": int(completion_mask.sum()) + int(prompt_mask.sum())}
+
+    def _record(self, seen: list[list[AgentEpisode]], kept: list, tier: int, batch: Any) -> None:
+        eps = [ep for g in seen for ep in g]
+        scored = [ep for ep in eps if ep.trajectory.status == "scored"] or eps
+        n = len(scored)
+        self._stats = {
+            "tier": float(tier), "success_rate": sum(ep.stats.success for ep in scored) / n,
+            "reward_mean": sum(ep.trajectory.reward.value for ep in scored) / n,
+            "turns": sum(len(ep.turns) for ep in scored) / n,
+            "invalid_calls": sum(ep.stats.invalid_calls for ep in scored) / n,
+            "recovery": sum(ep.stats.recovered for ep in scored) / n,
+            "truncated": sum(ep.trajectory.finish_reason == "length" for ep in scored) / n,
+            "context_ended": sum(ep.trajectory.finish_reason == "context" for ep in scored) / n,
+            "env_errors": float(sum(ep.trajectory.status != "scored" for ep in eps)),
+            "groups_kept": float(len(kept)), "groups": float(len(seen)),
+            **{f"time/{k}_s": v for k, v in batch.times.items()},
+        }
+        if self.store is not None:
+            with open(self.store, "a") as f:
+                for ep in eps:
+                    f.write(json.dumps(episode_row(ep, self.rollouts)) + "\n")
+
+
+def episode_row(ep: AgentEpisode, rollout: int) -> dict[str, Any]:
+    """One stored episode: kept whether it failed or not; `recovered` marks error -> fix episodes."""
+    from dataclasses import asdict
+
+    t = ep.trajectory
+    return {"rollout": rollout, "task_id": ep.task.id, "tier": ep.task.tier, "sample": ep.sample,
+            "messages": t.messages, "rewards": [r.value for r in t.rewards], "status": t.status,
+            "finish_reason": t.finish_reason, "success": ep.stats.success, "recovered": ep.stats.recovered,
+            "stats": asdict(ep.stats), "token_ids": t.token_ids, "loss_mask": t.loss_mask}

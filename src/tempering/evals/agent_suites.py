@@ -1,0 +1,76 @@
+"""Environment suites for `temper eval run agent:<suite>` (the second tier of evaluation).
+
+    temper eval run agent:tool_arith agent:workspace --model runs/NAME/final --out evals/agent
+
+An agent suite is the held-out split of a built-in agent suite (or `agent:PATH.jsonl`),
+run greedily through `agent_rollout` (the path training samples through) for each seed.
+Reported per suite and tier: completion rate with a task-bootstrap CI (tasks resampled,
+seeds averaged per task first), steps used, invalid calls, tool errors, recovery rate
+(successes after an error), intact rate, sandbox seconds and timeouts, env errors; and per
+turn the share of turns with an invalid call. Written to `OUT/agent_results.json`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+PREFIX = "agent:"
+
+
+def is_agent_suite(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def run_agent_suites(model_spec: str, names: list[str], out: Path, *, seeds: int = 1, first_seed: int = 0,
+                     limit: int | None = None, precision: str = "auto", max_new_tokens: int = 48,
+                     max_context_tokens: int = 1024) -> dict[str, Any]:
+    """Evaluate a model on agent suites; returns (and writes) the results."""
+    from tempering.agents.episode import summarise
+    from tempering.agents.render import AgentRenderer
+    from tempering.agents.rollout import EpisodeSettings, agent_rollout
+    from tempering.agents.tasks import load_agent_suite, select
+    from tempering.config import SamplingSettings
+    from tempering.evals.stats import bootstrap_ci
+    from tempering.models.load import load_model, load_tokenizer
+    from tempering.models.precision import resolve_precision
+    from tempering.rollout.engine import HFEngine
+
+    suites = {name: select(load_agent_suite(name.removeprefix(PREFIX)), "heldout")[:limit] for name in names}
+    empty = [n for n, t in suites.items() if not t]
+    if empty:
+        raise ValueError(f"agent suites without held-out tasks: {', '.join(empty)}")
+    tokenizer = load_tokenizer(model_spec)
+    engine = HFEngine(load_model(model_spec), tokenizer, precision=resolve_precision(precision))
+    renderer = AgentRenderer(tokenizer)
+    sampling = SamplingSettings(temperature=0.0, max_new_tokens=max_new_tokens)
+    episode = EpisodeSettings(max_context_tokens=max_context_tokens)
+    sandbox = None
+    if any(t.needs_sandbox for ts in suites.values() for t in ts):
+        from tempering.sandbox import SandboxPool
+
+        sandbox = SandboxPool(size=4)
+    results: dict[str, Any] = {"model": model_spec, "precision": engine.precision, "seeds": seeds, "suites": {}}
+    try:
+        for name, tasks in suites.items():
+            episodes = [g[0] for seed in range(first_seed, first_seed + seeds)
+                        for g in agent_rollout(tasks, engine, renderer, sandbox, sampling, episode, seed=seed).groups]
+            per_tier: dict[str, Any] = {}
+            for tier in sorted({t.tier for t in tasks}) + ["all"]:
+                eps = [e for e in episodes if tier == "all" or e.task.tier == tier]
+                by_task: dict[str, list[float]] = {}
+                for e in eps:
+                    by_task.setdefault(e.task.id, []).append(float(e.stats.success))
+                ci = bootstrap_ci(list(by_task.values()))
+                turns = sum(len(e.turns) for e in eps)
+                per_tier[str(tier)] = {**summarise([e.stats for e in eps]), "tasks": len(by_task),
+                                       "ci_low": ci.low, "ci_high": ci.high,
+                                       "invalid_calls_per_turn": sum(e.stats.invalid_calls for e in eps) / max(turns, 1)}
+            results["suites"][name] = per_tier
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "agent_results.json").write_text(json.dumps(results, indent=1))
+    return results

@@ -1,0 +1,74 @@
+"""Knowledge distillation: the student matches the teacher's next-token distributions (forward
+KL at temperature T, Hinton et al. 2015) and, with weight 1 - kl_weight, the data's tokens
+(sequence-level distillation, Kim & Rush 2016, when the data are the teacher's generations).
+
+Normalisation: both terms are *sums* over the assistant target tokens (the positions SFT
+trains on); the Trainer divides by the target tokens of the whole optimizer step. The KL is
+multiplied by T^2 so its gradients keep their scale as T changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tempering.objectives.sft import count_targets
+from tempering.types import IGNORE
+
+
+def forward_kl_sum(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """T^2 * sum over rows of KL(softmax(teacher / T) || softmax(student / T)).
+
+    Args:
+        student_logits, teacher_logits: (N, V), one row per target position.
+    Returns:
+        a float32 scalar.
+    """
+    t_logp = torch.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    s_logp = torch.log_softmax(student_logits.float() / temperature, dim=-1)
+    return temperature ** 2 * (t_logp.exp() * (t_logp - s_logp)).sum()
+
+
+def distill_loss_sum(student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
+                     temperature: float, kl_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """kl_weight * forward KL sum + (1 - kl_weight) * cross-entropy sum over N target rows.
+
+    Args:
+        student_logits, teacher_logits: (N, V); targets: (N,) the data's next tokens.
+    Returns:
+        (loss sum, {"kl": per-token KL, "ce": per-token cross-entropy}) for logging.
+    """
+    kl = forward_kl_sum(student_logits, teacher_logits, temperature)
+    ce = torch.nn.functional.cross_entropy(student_logits.float(), targets, reduction="sum")
+    n = max(targets.numel(), 1)
+    return kl_weight * kl + (1 - kl_weight) * ce, {"kl": float(kl.detach()) / n, "ce": float(ce.detach()) / n}
+
+
+class DistillObjective:
+    """Student vs teacher on the assistant tokens of SFT batches; plugs into the Trainer.
+
+    The teacher runs without gradients on the same batch; only the target positions reach
+    either LM head (49k-wide logits for every position would dominate memory)."""
+
+    name = "distill"
+
+    def __init__(self, teacher: Any, temperature: float = 1.0, kl_weight: float = 1.0):
+        self.teacher = teacher.eval().requires_grad_(False)
+        self.temperature, self.kl_weight = temperature, kl_weight
+
+    def units(self, batch: dict[str, Any]) -> int:
+        return count_targets(batch)
+
+    def _logits(self, model: Any, inputs: dict[str, Any], keep: torch.Tensor) -> torch.Tensor:
+        hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state[:, :-1]
+        return model.get_output_embeddings()(hidden[keep])
+
+    def loss(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
+        targets = batch["labels"][:, 1:]
+        keep = targets != IGNORE
+        with torch.no_grad():
+            teacher_logits = self._logits(self.teacher, inputs, keep)
+        student_logits = self._logits(model, inputs, keep)
+        return distill_loss_sum(student_logits, teacher_logits, targets[keep], self.temperature, self.kl_weight)

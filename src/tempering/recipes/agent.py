@@ -1,0 +1,156 @@
+"""The agent recipe (`temper agent CONFIG.yaml`): held-out eval -> expert SFT -> eval ->
+trajectory-level GRPO -> eval, recorded as one run.
+
+    run_dir/sft/            the SFT phase's Trainer (checkpoints, metrics)
+    run_dir/                the RL phase's Trainer, final model, summary.json
+    run_dir/trajectories.jsonl   every RL episode, failed ones included
+
+Evaluations run the held-out split of each eval suite greedily through the same
+`agent_rollout` as training and report, per suite and tier, completion rate with a
+task-bootstrap CI, steps, invalid calls, recovery and intact rates; "gain" is the paired
+bootstrap of after-minus-before over the same tasks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tempering.agents.config import AgentConfig
+from tempering.agents.episode import summarise
+from tempering.agents.rollout import AgentBatch, agent_rollout
+from tempering.agents.tasks import BUILTIN, AgentTask, load_agent_suite, select
+from tempering.pipeline.stage import StageSpec, input_list, run_stage
+from tempering.train.metrics import console
+
+
+def agent_tasks(cfg: AgentConfig) -> tuple[list[AgentTask], dict[str, list[AgentTask]]]:
+    """(training tasks, held-out tasks per eval suite), tiers filtered."""
+    tiers = cfg.tasks.tiers
+    train = [t for name in cfg.tasks.suites for t in select(load_agent_suite(name), "train", tiers)]
+    held = {name: select(load_agent_suite(name), "heldout", tiers)[:cfg.tasks.eval_limit]
+            for name in (cfg.tasks.eval_suites or cfg.tasks.suites)}
+    if not train:
+        raise ValueError(f"no training tasks in {cfg.tasks.suites} (tiers {tiers})")
+    return train, {k: v for k, v in held.items() if v}
+
+
+def evaluate_agent(batch: AgentBatch) -> dict[str, Any]:
+    """Per-tier and overall metrics of a greedy pass (one episode per task), with CIs."""
+    from tempering.evals.stats import bootstrap_ci
+
+    episodes = [g[0] for g in batch.groups]
+    out: dict[str, Any] = {}
+    for tier in sorted({ep.task.tier for ep in episodes}) + ["all"]:
+        eps = [ep for ep in episodes if tier == "all" or ep.task.tier == tier]
+        metrics = summarise([ep.stats for ep in eps])
+        ci = bootstrap_ci([float(ep.stats.success) for ep in eps])
+        out[str(tier)] = {**metrics, "ci_low": ci.low, "ci_high": ci.high}
+    out["success"] = {ep.task.id: ep.stats.success for ep in episodes}
+    return out
+
+
+def paired_gain(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """after - before completion over the same tasks: mean and paired-bootstrap 95% CI."""
+    from tempering.evals.stats import paired_bootstrap
+
+    ids = sorted(before["success"])
+    cmp = paired_bootstrap([float(before["success"][i]) for i in ids], [float(after["success"][i]) for i in ids])
+    return {"gain": cmp.delta, "ci_low": cmp.low, "ci_high": cmp.high, "p_value": cmp.p_value, "tasks": cmp.n}
+
+
+def agent_stage(cfg: AgentConfig, force: bool = False) -> StageSpec:
+    files = [s for s in cfg.tasks.suites + (cfg.tasks.eval_suites or []) if s not in BUILTIN]
+    inputs = input_list([(p, "tasks") for p in files])
+    return StageSpec("agent", cfg.out, cfg.name, cfg.model_dump(), inputs, cfg.model, cfg.train.steps,
+                     cfg.train.seed, cfg.train.threads, force)
+
+
+def run_agent(cfg: AgentConfig, force: bool = False) -> dict[str, Any]:
+    """Run agent training end to end and record it; returns the run summary."""
+    train_tasks, held = agent_tasks(cfg)
+    with run_stage(agent_stage(cfg, force)) as stage:
+        if stage.finished:
+            return stage.result.summary
+        sandbox = _sandbox(train_tasks + [t for ts in held.values() for t in ts])
+        try:
+            summary = _train(cfg, stage, train_tasks, held, sandbox)
+        finally:
+            if sandbox is not None:
+                sandbox.close()
+        stage.finish(summary, {"trajectories": str(stage.run_dir / "trajectories.jsonl")})
+    return stage.result.summary
+
+
+def _sandbox(tasks: list[AgentTask]) -> Any:
+    if not any(t.needs_sandbox for t in tasks):
+        return None
+    from tempering.sandbox import SandboxPool
+
+    return SandboxPool(size=4)
+
+
+def _train(cfg: AgentConfig, stage: Any, train_tasks: list[AgentTask], held: dict[str, list[AgentTask]],
+           sandbox: Any) -> dict[str, Any]:
+    from tempering.agents.render import AgentRenderer
+    from tempering.agents.training import AgentRolloutSource
+    from tempering.models.load import load_tokenizer
+    from tempering.models.lora import load_for_training
+    from tempering.models.precision import resolve_precision
+    from tempering.objectives.grpo import GRPOObjective
+    from tempering.rollout.engine import HFEngine
+    from tempering.train.trainer import Trainer
+
+    run_dir: Path = stage.run_dir
+    tokenizer = load_tokenizer(cfg.model)
+    renderer = AgentRenderer(tokenizer)
+    model = load_for_training(cfg.model, cfg.lora)
+    engine = HFEngine(model, tokenizer, precision=resolve_precision(cfg.train.precision))
+
+    def evaluate(label: str) -> dict[str, Any]:
+        results = {}
+        for name, tasks in held.items():
+            batch = agent_rollout(tasks, engine, renderer, sandbox, cfg.eval, cfg.episode, n=1, seed=cfg.train.seed)
+            results[name] = evaluate_agent(batch)
+            console.print(f"[bold]{label}[/bold] {name}: completion {results[name]['all']['completion_rate']:.2f} "
+                          f"[{results[name]['all']['ci_low']:.2f}, {results[name]['all']['ci_high']:.2f}] "
+                          f"on {len(tasks)} held-out tasks")
+        return results
+
+    summary: dict[str, Any] = {"train_tasks": len(train_tasks), "heldout_tasks": {k: len(v) for k, v in held.items()}}
+    summary["before"] = before = evaluate("before")
+    if cfg.sft is not None:
+        summary["sft"] = _expert_sft(cfg, model, renderer, train_tasks, sandbox, run_dir / "sft")
+        summary["after_sft"] = evaluate("after SFT")
+    source = AgentRolloutSource(train_tasks, engine, renderer, sandbox, cfg.rl, cfg.episode, cfg.train.grad_accum,
+                                cfg.train.seed, promote_at=cfg.rl.promote_at, window=cfg.rl.window,
+                                step_rewards=cfg.rl.step_rewards, gamma=cfg.rl.gamma,
+                                store=run_dir / "trajectories.jsonl")
+    result = Trainer(model, GRPOObjective(cfg.rl), source, cfg.train, run_dir).fit()
+    summary["after"] = after = evaluate("after RL")
+    summary["gain"] = {name: paired_gain(before[name], after[name]) for name in held}
+    if cfg.sft is not None:
+        summary["gain_rl_only"] = {name: paired_gain(summary["after_sft"][name], after[name]) for name in held}
+    summary.update(steps=result.steps, seconds=result.seconds, resumed_from=result.resumed_from, guard=result.counts,
+                   curriculum_tier=source.curriculum.tier,
+                   reward_first=result.history[0].get("reward_mean") if result.history else None,
+                   reward_last=result.history[-1].get("reward_mean") if result.history else None)
+    stage.save_model(model, tokenizer)
+    return summary
+
+
+def _expert_sft(cfg: AgentConfig, model: Any, renderer: Any, tasks: list[AgentTask], sandbox: Any,
+                run_dir: Path) -> dict[str, Any]:
+    from tempering.agents.training import expert_examples
+    from tempering.data.batches import SFTBatches
+    from tempering.objectives.sft import SFTObjective
+    from tempering.train.trainer import Trainer
+
+    examples = expert_examples(tasks, renderer, sandbox)
+    kept = [e for e in examples if len(e.input_ids) <= cfg.sft.max_length]
+    pad = renderer.tokenizer.pad_token_id if renderer.tokenizer.pad_token_id is not None else 0
+    batches = SFTBatches(kept, cfg.sft.batch_size, cfg.sft.max_length, pad, True, cfg.sft.seed)
+    result = Trainer(model, SFTObjective(), batches, cfg.sft, run_dir).fit()
+    return {"examples": len(kept), "too_long": len(examples) - len(kept), "steps": result.steps,
+            "loss_first": result.losses[0] if result.losses else None,
+            "loss_last": result.losses[-1] if result.losses else None}

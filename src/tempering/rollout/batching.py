@@ -1,0 +1,170 @@
+"""Continuous batching, the scheduling half: which sequences run, in which slot, and when
+they finish. No model here; `batching_engine.py` runs the forwards this decides.
+
+Requests join the running batch between two decode steps (as soon as `n` slots are free:
+a prompt's n samples share one prefill) and leave it the step they finish, each with its
+own sampling settings, stop tokens and strings, token limit and seed. The running
+sequences always occupy slots 0..B-1: when one leaves, the last one moves into its slot
+(`finish` returns the moves for the cache to copy), so a decode step reads one contiguous
+view of the KV cache.
+
+Seeds: a request with a seed gives each sample its own generator, seeded from
+(seed, sample index), so its output does not depend on what else shares the batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from tempering.config import SamplingParams
+from tempering.rollout.engine import Completion, cut_at_stop, prompt_seed, sample_seed, sample_tokens
+
+__all__ = ["Request", "Running", "Scheduler", "prompt_seed", "sample_rows", "sample_seed"]
+
+
+@dataclass
+class Request:
+    """One prompt and its `params.n` samples; `done` is called once with all of them."""
+
+    prompt: list[int]
+    params: SamplingParams
+    prompt_index: int = 0
+    done: Callable[[list[Completion]], None] | None = None
+    on_token: Callable[[int, int, float], None] | None = None
+    """Streaming hook: (sample index, token id, log-prob) for every sampled token."""
+    completions: list[Completion | None] = field(default_factory=list)
+
+
+@dataclass
+class Running:
+    """A sequence in a slot: one sample of a request."""
+
+    request: Request
+    sample: int
+    generator: torch.Generator | None
+    stop_ids: frozenset[int]
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    @property
+    def cached(self) -> int:
+        """Positions in the KV cache: the prompt and every sampled token but the last."""
+        return len(self.request.prompt) + len(self.tokens) - 1
+
+
+class Scheduler:
+    """Admits waiting requests into free slots, records sampled tokens, retires finished
+    sequences. `decode` turns token ids into text (stop strings, completion text)."""
+
+    def __init__(self, slots: int, max_len: int, eos_id: int | None, decode: Callable[[list[int]], str]):
+        self.slots, self.max_len = slots, max_len
+        self.eos_id, self.decode = eos_id, decode
+        self.waiting: deque[Request] = deque()
+        self.running: list[Running] = []
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    def submit(self, request: Request) -> None:
+        """Queue a request; refuses one that can never fit."""
+        p = request.params
+        if p.n > self.slots:
+            raise ValueError(f"a request for n={p.n} samples needs more slots than the engine has ({self.slots})")
+        if not request.prompt:
+            raise ValueError("empty prompt: a request needs at least one token")
+        need = len(request.prompt) + p.max_new_tokens
+        if need > self.max_len:
+            raise ValueError(f"prompt ({len(request.prompt)} tokens) + max_new_tokens ({p.max_new_tokens}) "
+                             f"exceeds the KV cache's max_len {self.max_len}")
+        request.completions = [None] * p.n
+        self.waiting.append(request)
+
+    def admit(self) -> list[Request]:
+        """Move waiting requests (first come, first served) into free slots; their sequences
+        are appended to `running` in sample order. Returns the admitted requests."""
+        admitted = []
+        while self.waiting and len(self.running) + self.waiting[0].params.n <= self.slots:
+            req = self.waiting.popleft()
+            stops = frozenset(req.params.stop_token_ids) | ({self.eos_id} if self.eos_id is not None else frozenset())
+            for j in range(req.params.n):
+                gen = None
+                if req.params.seed is not None:
+                    gen = torch.Generator().manual_seed(sample_seed(req.params.seed, j))
+                self.running.append(Running(req, j, gen, stops))
+            admitted.append(req)
+        return admitted
+
+    def record(self, tokens: Sequence[int], logprobs: Sequence[float]) -> None:
+        """Append each running sequence's sampled token (row i -> running[i]); mark finishes."""
+        for seq, tok, lp in zip(self.running, tokens, logprobs):
+            seq.tokens.append(tok)
+            seq.logprobs.append(lp)
+            if seq.request.on_token is not None:
+                seq.request.on_token(seq.sample, tok, lp)
+            params = seq.request.params
+            if tok in seq.stop_ids:
+                seq.finish_reason = "stop"
+            elif params.stop and self._stop_string_hit(seq):
+                seq.finish_reason = "stop"
+            elif len(seq.tokens) >= params.max_new_tokens:
+                seq.finish_reason = "length"
+
+    def _stop_string_hit(self, seq: Running) -> bool:
+        # only the tail that can hold a stop string is decoded (plus slack for split bytes)
+        window = max(len(s) for s in seq.request.params.stop) + 4
+        tail = self.decode([t for t in seq.tokens[-window:] if t not in seq.stop_ids])
+        return any(s in tail for s in seq.request.params.stop)
+
+    def finish(self) -> tuple[list[tuple[int, int, int]], list[Request]]:
+        """Retire finished sequences. Returns the cache moves (src slot, dst slot, positions)
+        that keep the running slots contiguous, and the requests now complete."""
+        moves, completed = [], []
+        for slot in range(len(self.running) - 1, -1, -1):
+            seq = self.running[slot]
+            if seq.finish_reason is None:
+                continue
+            req = seq.request
+            req.completions[seq.sample] = self._completion(seq)
+            if all(c is not None for c in req.completions):
+                completed.append(req)
+            last = self.running.pop()
+            if slot < len(self.running):  # the popped last sequence takes the freed slot
+                self.running[slot] = last
+                moves.append((len(self.running), slot, last.cached))
+        for req in completed:
+            if req.done is not None:
+                req.done(list(req.completions))
+        return moves, completed
+
+    def _completion(self, seq: Running) -> Completion:
+        text = self.decode([t for t in seq.tokens if t not in seq.stop_ids])
+        text, cut = cut_at_stop(text, seq.request.params.stop)
+        reason = "stop" if cut else seq.finish_reason
+        return Completion(seq.request.prompt_index, seq.tokens, seq.logprobs, text, reason)
+
+
+def sample_rows(logits: torch.Tensor, rows: Sequence[Running]) -> tuple[list[int], list[float]]:
+    """Sample each row of (B, V) logits under its own sequence's settings with `sample_tokens`
+    (the engines' one sampler). Rows sharing temperature and top_p are sampled in one call;
+    each row's random draw comes from its own generator (or the global one when unseeded),
+    so a seeded sequence samples the same tokens whatever else shares the batch."""
+    groups: dict[tuple[float, float], list[int]] = {}
+    for i, seq in enumerate(rows):
+        p = seq.request.params
+        groups.setdefault((p.temperature, p.top_p), []).append(i)
+    tokens = torch.empty(len(rows), dtype=torch.long)
+    logps = torch.empty(len(rows))
+    for (temperature, top_p), idx in groups.items():
+        uniforms = None
+        if temperature > 0:
+            uniforms = torch.cat([torch.rand(1, generator=rows[i].generator) for i in idx])
+        part = logits if len(idx) == len(rows) else logits[idx]
+        tok, lp = sample_tokens(part, temperature, top_p, None, uniforms=uniforms)
+        tokens[idx], logps[idx] = tok.cpu(), lp.cpu()
+    return tokens.tolist(), logps.tolist()

@@ -1,0 +1,214 @@
+"""`BatchingEngine`: the `Engine` protocol over continuous batching (an HF model in-process).
+
+    engine = BatchingEngine(model, tokenizer, max_slots=64)
+    groups = engine.generate(prompts, SamplingParams(n=8, max_new_tokens=64))   # like HFEngine
+
+    engine.start()                                        # serving: a thread runs the batch
+    handle = engine.submit(prompt_ids, params, on_token=print)
+    completions = handle.result()
+
+Each step (`step`): waiting requests are admitted into free slots and prefilled together
+(right-padded, one forward, a prompt's n samples sharing it); the sequences already running
+decode one token each in one forward over the slot KV cache (`kvcache.py`); every row is
+sampled under its own request's settings; finished sequences leave and their slots are
+refilled on the next step. `generate` and the serving thread drive the same `step`.
+
+Same model, tokenizer, identity, precision, LoRA merge and weight sync as `HFEngine` (it is
+one, with another `generate`). Greedy output equals running each request alone up to the
+floating-point effects of batching: bit-identical in fp32 (tested), while under bf16 a
+different batch shape may round differently and flip a near-tie.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable, Sequence
+
+import torch
+
+from tempering.config import SamplingParams
+from tempering.models.precision import autocast
+from tempering.rollout.batching import Request, Scheduler, prompt_seed, sample_rows
+from tempering.rollout.engine import Completion, HFEngine, merged_lora
+from tempering.rollout.kvcache import SlotKVCache
+
+__all__ = ["BatchingEngine"]
+
+
+class BatchingEngine(HFEngine):
+    """`Engine` with continuous batching over `max_slots` concurrent sequences."""
+
+    def __init__(self, model: Any, tokenizer: Any, precision: str = "auto", max_slots: int = 64,
+                 max_len: int = 2048, max_prefill_tokens: int = 4096):
+        super().__init__(model, tokenizer, precision=precision)
+        self.max_slots, self.max_len, self.max_prefill_tokens = max_slots, max_len, max_prefill_tokens
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._scheduler: Scheduler | None = None
+        self._cache: SlotKVCache | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    # --- the Engine protocol ---
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
+        """Sample `params.n` completions per prompt (token ids), grouped per prompt."""
+        if params.n < 1 or params.max_new_tokens < 1:
+            raise ValueError("SamplingParams needs n >= 1 and max_new_tokens >= 1")
+        if not prompts:
+            return []
+        out: list[list[Completion]] = [[] for _ in prompts]
+        pending = {"left": len(prompts)}
+
+        def done(i: int) -> Callable[[list[Completion]], None]:
+            def store(completions: list[Completion]) -> None:
+                out[i] = completions
+                pending["left"] -= 1
+            return store
+
+        with self._lock:
+            # sized for this call when nothing else runs (a trainer's engine frees it after)
+            own_cache = self._scheduler is None or self._scheduler.idle
+            if own_cache:
+                need = max(len(p) for p in prompts) + params.max_new_tokens
+                self._open(min(self.max_slots, max(params.n, len(prompts) * params.n)), need)
+            for i, p in enumerate(prompts):
+                self._scheduler.submit(Request(list(p), params.model_copy(update={"seed": prompt_seed(params.seed, i)}),
+                                               prompt_index=i, done=done(i)))
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                with merged_lora(self.model):
+                    while pending["left"]:
+                        self.step()
+            finally:
+                self.model.train(was_training)
+                if own_cache and self._thread is None:
+                    self._scheduler = self._cache = None
+        return out
+
+    # --- serving: submit from any thread, a background thread runs the batch ---
+    def start(self, max_len: int | None = None) -> None:
+        """Start the serving thread (the model is put in eval mode and not trained meanwhile)."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._open(self.max_slots, max_len or self.max_len)
+            self.model.eval()
+            self._stopping = False
+            self._thread = threading.Thread(target=self._serve, name="batching-engine", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the serving thread after the current step."""
+        with self._lock:
+            self._stopping = True
+            self._wake.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        with self._lock:
+            self._thread = None
+            self._scheduler = self._cache = None
+
+    def submit(self, prompt: Sequence[int], params: SamplingParams,
+               on_token: Callable[[int, int, float], None] | None = None) -> Future:
+        """Queue one request on the serving thread; the future resolves to its n completions.
+        `on_token(sample, token_id, logprob)` is called from the serving thread per token."""
+        if self._thread is None:
+            raise RuntimeError("BatchingEngine.submit needs start() first (or use generate())")
+        future: Future = Future()
+        with self._lock:
+            self._scheduler.submit(Request(list(prompt), params, done=future.set_result, on_token=on_token))
+            self._wake.notify_all()
+        return future
+
+    def _serve(self) -> None:
+        with torch.no_grad(), merged_lora(self.model):
+            while True:
+                with self._lock:
+                    while self._scheduler.idle and not self._stopping:
+                        self._wake.wait()
+                    if self._stopping:
+                        return
+                    self.step()
+
+    # --- one step of the batch ---
+    def _open(self, slots: int, max_len: int) -> None:
+        self._cache = SlotKVCache(slots, max_len)
+        self._scheduler = Scheduler(slots, max_len, self.eos_id, self._decode)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Admit, prefill, decode one token for every running sequence, sample, retire."""
+        sched, cache = self._scheduler, self._cache
+        old = len(sched.running)
+        admitted = sched.admit()
+        parts = []
+        if old:
+            parts.append(self._decode_step(old))
+        if admitted:
+            parts.append(self._prefill(admitted, first_slot=old))
+        if not parts:
+            return
+        logits = torch.cat(parts) if len(parts) > 1 else parts[0]
+        tokens, logprobs = sample_rows(logits, sched.running)
+        sched.record(tokens, logprobs)
+        moves, _ = sched.finish()
+        for src, dst, length in moves:
+            cache.move(src, dst, length)
+
+    def _decode_step(self, batch: int) -> torch.Tensor:
+        """One forward over slots 0..batch-1: each feeds its last token; (batch, V) logits."""
+        running = self._scheduler.running[:batch]
+        device = self.device
+        last = torch.tensor([[s.tokens[-1]] for s in running], device=device)
+        write_at = torch.tensor([s.cached for s in running], device=device)
+        self._cache.bind(write_at)
+        with autocast(self.precision, device):
+            out = self.model(input_ids=last, position_ids=write_at[:, None], attention_mask=self._cache.decode_mask(),
+                             use_cache=True, **{self._cache_kw: self._cache})
+        return out.logits[:, -1].float()
+
+    def _prefill(self, requests: list[Request], first_slot: int) -> torch.Tensor:
+        """Prefill new prompts (right-padded, in chunks of at most `max_prefill_tokens`) into
+        their slots; returns (sum of n, V) logits, one row per new sequence, in slot order."""
+        rows, slot = [], first_slot
+        for req in requests:
+            rows.append(list(range(slot, slot + req.params.n)))
+            slot += req.params.n
+        out, start = [], 0
+        while start < len(requests):
+            end = start + 1
+            width = len(requests[start].prompt)
+            while end < len(requests) and max(width, len(requests[end].prompt)) * (end + 1 - start) <= self.max_prefill_tokens:
+                width = max(width, len(requests[end].prompt))
+                end += 1
+            out.append(self._prefill_chunk(requests[start:end], rows[start:end]))
+            start = end
+        return torch.cat(out)
+
+    def _prefill_chunk(self, requests: list[Request], rows_to_slots: list[list[int]]) -> torch.Tensor:
+        from transformers import DynamicCache
+
+        lengths = [len(r.prompt) for r in requests]
+        width = max(lengths)
+        ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
+        for i, r in enumerate(requests):
+            ids[i, :lengths[i]] = torch.tensor(r.prompt)
+        ids = ids.to(self.device)
+        # right padding: causal attention keeps pads (after each prompt) out of its K/V and logits
+        keep = torch.tensor(sorted({n - 1 for n in lengths}), device=self.device)
+        prefill = DynamicCache()
+        with autocast(self.precision, self.device):
+            logits = self.model(input_ids=ids, use_cache=True, logits_to_keep=keep,
+                                **{self._cache_kw: prefill}).logits
+        self._cache.write_prefill([(layer.keys, layer.values) for layer in prefill.layers], rows_to_slots, lengths)
+        col = {int(p): j for j, p in enumerate(keep.tolist())}
+        picked = torch.stack([logits[i, col[n - 1]] for i, n in enumerate(lengths)]).float()
+        counts = torch.tensor([len(s) for s in rows_to_slots], device=picked.device)
+        return picked.repeat_interleave(counts, dim=0)
+

@@ -1,0 +1,106 @@
+"""A slot KV cache: one fixed row of K/V per running sequence, so sequences join and leave
+the batch between two decode steps without the rest of the batch being copied.
+
+    cache = SlotKVCache(slots=32, max_len=512)
+    cache.write_prefill(prefill_cache, rows_to_slots)   # K/V of new prompts -> their slots
+    cache.bind(lengths)                                   # the next forward decodes slots 0..B-1
+    model(input_ids, position_ids=lengths[:, None], attention_mask=cache.decode_mask(), cache=cache)
+    cache.move(src, dst)                                  # compaction when a sequence leaves
+
+Per layer the keys are one (slots, kv_heads, max_len, head_dim) tensor (values alike). Slot
+`s` holds its sequence's K/V at cache positions 0..length-1, which are also its rotary
+positions: no left padding, so a sequence's K/V never move when others come or go.
+
+The running batch is always the slots 0..B-1 (a leaving sequence's slot is refilled by
+moving the last one into it, see `move`), so a decode step reads a view of the cache, never a
+gathered copy; the one write per layer per step is the new token's K/V at each row's length.
+HF's `DynamicCache` instead concatenates the whole cache every step and copies it again when
+finished rows are dropped.
+
+The model is called with a ready 4-D boolean mask (B, 1, 1, width), which transformers
+passes through untouched, so the model calls only `update` on this object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["SlotKVCache"]
+
+
+class SlotKVCache:
+    """K/V storage for `slots` sequences of up to `max_len` tokens (allocated on first write,
+    in the dtype the model computes in)."""
+
+    is_compileable = False
+
+    def __init__(self, slots: int, max_len: int):
+        self.slots, self.max_len = slots, max_len
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self._write_at: torch.Tensor | None = None  # (B,) cache position of the token being decoded
+        self._width = 0
+
+    def _allocate(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        # k, v: (B, kv_heads, T, head_dim), in the dtypes the model hands over (under bf16
+        # autocast the rotary embedding leaves keys in fp32 while values are bf16)
+        while len(self.keys) <= layer:
+            shape = (self.slots, k.shape[1], self.max_len, k.shape[3])
+            self.keys.append(torch.zeros(shape, dtype=k.dtype, device=k.device))
+            self.values.append(torch.zeros(shape, dtype=v.dtype, device=v.device))
+
+    def write_prefill(self, layer_kv: list[tuple[torch.Tensor, torch.Tensor]], rows_to_slots: list[list[int]],
+                      lengths: list[int]) -> None:
+        """Copy prefilled K/V into slots: row i of every layer's (B, H, T, D) keys and values
+        goes, up to `lengths[i]` positions, into each slot of `rows_to_slots[i]` (a prompt's
+        n samples share one prefill)."""
+        for layer, (k, v) in enumerate(layer_kv):
+            self._allocate(layer, k, v)
+            for row, slots in enumerate(rows_to_slots):
+                n = lengths[row]
+                if n > self.max_len:
+                    raise ValueError(f"a prompt of {n} tokens does not fit a cache of max_len {self.max_len}")
+                self.keys[layer][slots, :, :n] = k[row, :, :n].unsqueeze(0)
+                self.values[layer][slots, :, :n] = v[row, :, :n].unsqueeze(0)
+
+    def bind(self, lengths: torch.Tensor) -> None:
+        """Set up the next decode forward over slots 0..B-1: row b's new token is written at
+        position lengths[b] and attends to positions 0..lengths[b]."""
+        if int(lengths.max()) >= self.max_len:
+            raise ValueError(f"a sequence reached the cache's max_len {self.max_len}")
+        self._write_at = lengths
+        self._width = int(lengths.max()) + 1
+
+    def decode_mask(self) -> torch.Tensor:
+        """(B, 1, 1, width) bool: row b attends to cache positions 0..lengths[b]."""
+        assert self._write_at is not None, "bind() before a decode forward"
+        width = torch.arange(self._width, device=self._write_at.device)
+        return (width[None, :] <= self._write_at[:, None])[:, None, None, :]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               kwargs: Any = None, cache_kwargs: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Called by each attention layer: store the step's (B, H, 1, D) K/V, return the
+        batch's K/V over the bound width (a view of the cache)."""
+        assert self._write_at is not None and key_states.shape[2] == 1, "decode steps only; prefill uses write_prefill"
+        batch = key_states.shape[0]
+        rows = torch.arange(batch, device=key_states.device)
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys[rows, :, self._write_at] = key_states[:, :, 0].to(keys.dtype)
+        values[rows, :, self._write_at] = value_states[:, :, 0].to(values.dtype)
+        return keys[:batch, :, :self._width], values[:batch, :, :self._width]
+
+    def move(self, src: int, dst: int, length: int) -> None:
+        """Copy slot `src`'s first `length` positions into slot `dst` (compaction)."""
+        for k, v in zip(self.keys, self.values):
+            k[dst, :, :length] = k[src, :, :length]
+            v[dst, :, :length] = v[src, :, :length]
+
+    # --- what transformers may ask of a cache object ---
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self._width - 1 if self._width else 0
+
+    @property
+    def is_sliding(self) -> list[bool]:
+        return [False] * len(self.keys)

@@ -1,0 +1,157 @@
+"""`Engine` over Ray actors: rollout engine replicas, each an `HFEngine` in its own process.
+
+    engine = EngineReplicas("smollm2-135m-instruct", lora, "fp32", replicas=2)
+    engine.sync_weights(trainer_model)     # timed and checksummed: engine.last_sync
+    groups = engine.generate(prompts, params)
+
+`generate` splits the prompts into one contiguous slice per replica; slice k samples with
+seed `seed + k * SEED_STRIDE`, so with one replica the samples are exactly those of the
+in-process engine for the same seed (with more, equally distributed but not the same).
+
+`sync_weights` ships only the trainer's trainable tensors through the object store (a LoRA
+adapter: ~9 MB for the default model, where the whole state is 630 MB); the frozen base is
+loaded by each replica from the same model spec. Each replica loads the tensors and hashes
+what it now holds under those names; on the first sync it also hashes its whole state, so a
+replica whose base differs is caught once. A hash that differs from the trainer's is a
+`WeightSyncError`, never a silent divergence. A vLLM engine fits the
+same place (see docs/scale.md); this one runs wherever torch does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any, Sequence
+
+from tempering.config import LoraSettings, SamplingParams
+from tempering.rollout.engine import Completion
+
+SEED_STRIDE = 1_000_003
+
+
+class WeightSyncError(RuntimeError):
+    """A replica holds other weights than the trainer sent."""
+
+
+def tensors_hash(state: dict[str, Any]) -> str:
+    """sha256 over named tensors (name, dtype, shape, bytes), in name order."""
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().to("cpu").contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
+        h.update(t.view(torch.uint8).numpy() if t.numel() else b"")
+    return h.hexdigest()
+
+
+class EngineActor:
+    """One replica: the model loaded as the trainer loads it, sampled by an `HFEngine`."""
+
+    def __init__(self, model_spec: str, lora: LoraSettings | None, precision: str):
+        from tempering.models.load import load_tokenizer
+        from tempering.models.lora import load_for_training
+        from tempering.rollout.engine import HFEngine
+
+        self.engine = HFEngine(load_for_training(model_spec, lora), load_tokenizer(model_spec), precision)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        return self.engine.generate(prompts, params)
+
+    def load_weights(self, state: dict[str, Any], whole: bool) -> tuple[str, str | None]:
+        """Load `state` (a subset of the model's tensors); the hash of what is now loaded
+        under those names, and with `whole` the hash of the whole state dict."""
+        import torch
+
+        own = dict(self.engine.model.state_dict())
+        unknown = sorted(set(state) - set(own))
+        if unknown:
+            raise WeightSyncError(f"replica has no tensors named {unknown[:3]}")
+        with torch.no_grad():
+            for name, tensor in state.items():
+                own[name].copy_(tensor)
+        return tensors_hash({n: own[n] for n in state}), tensors_hash(own) if whole else None
+
+    def identity(self) -> str:
+        return self.engine.identity
+
+
+class EngineReplicas:
+    """`Engine` over `replicas` Ray actors (Ray must be initialised: scale.runtime.ray_session)."""
+
+    def __init__(self, model_spec: str, lora: LoraSettings | None, precision: str, replicas: int = 1,
+                 gpus: float = 0.0, cpus: float = 1.0):
+        import ray
+
+        from tempering.models.load import load_tokenizer
+
+        self.precision = precision
+        self.tokenizer = load_tokenizer(model_spec)
+        actor = ray.remote(num_cpus=cpus, num_gpus=gpus)(EngineActor)
+        self.actors = [actor.remote(model_spec, lora, precision) for _ in range(replicas)]
+        self.last_sync: dict[str, float] = {}
+        self._synced_once = False
+
+    @property
+    def identity(self) -> str:
+        import ray
+
+        return ray.get(self.actors[0].identity.remote())
+
+    def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
+        from tempering.rollout.engine import chat_prompt_ids
+
+        return chat_prompt_ids(self.tokenizer, messages)
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
+        import ray
+
+        n = len(self.actors)
+        per = -(-len(prompts) // n)
+        calls = []
+        for k in range(n):
+            part = [list(p) for p in prompts[k * per:(k + 1) * per]]
+            if part:
+                seed = None if params.seed is None else params.seed + k * SEED_STRIDE
+                calls.append((k * per, self.actors[k].generate.remote(part, params.model_copy(update={"seed": seed}))))
+        out: list[list[Completion]] = []
+        for start, ref in calls:
+            for group in ray.get(ref):
+                for c in group:
+                    c.prompt_index += start
+                out.append(group)
+        return out
+
+    def sync_weights(self, weights: Any) -> None:
+        """Send the trainer's weights (a model or a state dict) to every replica and check them.
+
+        Raises:
+            WeightSyncError: a replica's hash of the loaded tensors differs from the trainer's.
+        """
+        import ray
+
+        t0 = time.perf_counter()
+        whole = None
+        if hasattr(weights, "named_parameters"):
+            state = {n: p for n, p in weights.named_parameters() if p.requires_grad}
+            whole = None if self._synced_once else tensors_hash(weights.state_dict())
+        else:
+            state = dict(weights)
+        state = {n: t.detach().to("cpu").contiguous() for n, t in state.items()}
+        expected = tensors_hash(state)
+        ref = ray.put(state)
+        got = ray.get([a.load_weights.remote(ref, whole is not None) for a in self.actors])
+        bad = [k for k, (h, w) in enumerate(got) if h != expected or w != whole]
+        if bad:
+            raise WeightSyncError(f"engine replicas {bad} hold other weights after the sync "
+                                  f"(sha256 {got[bad[0]][0][:12]}... != sent {expected[:12]}..."
+                                  + (", or its frozen base differs" if whole else "") + ")")
+        self._synced_once = True
+        self.last_sync = {"sync_s": time.perf_counter() - t0,
+                          "sync_mb": sum(t.numel() * t.element_size() for t in state.values()) / 2**20}
+
+    def close(self) -> None:
+        import ray
+
+        for a in self.actors:
+            ray.kill(a)

@@ -1,0 +1,154 @@
+"""Data-parallel training across processes: `torchrun --standalone --nproc_per_node N temper sft ...`.
+
+The world (rank, size) comes from torchrun's environment; one process is a world of one and
+every helper here is then a no-op, so the Trainer has a single code path. The backend is
+gloo on CPU and NCCL on GPU.
+
+What makes N processes train like one (docs/scale.md):
+- every rank walks the same global data order and keeps its stride of each micro-batch
+  (`SFTBatches(shard=...)`), so the global batch and the data cursor are the same as on one process and a
+  checkpoint's cursor is valid on every rank;
+- the loss is normalised by the target units of the whole optimizer step summed over all
+  ranks, and the gradients are *summed* across ranks after the accumulation
+  (`all_reduce_grads`): the update equals the single-process one up to float summation order;
+- losses and gradient norms are therefore identical on all ranks, so the anomaly guard takes
+  the same decision everywhere; a non-finite loss on any rank is made known to all
+  (`any_rank`) before anyone calls backward;
+- rank 0 alone writes checkpoints (with every rank's RNG state), metrics and the registry;
+  the others wait at a barrier before reading a checkpoint.
+
+Gradients are reduced after the backward passes rather than through DDP's hooks because
+the objectives call the decoder directly (head-only log-probs), which a
+`DistributedDataParallel` wrapper's forward would never see.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+BUCKET_ELEMENTS = 1 << 22  # 16 MB of fp32 per all-reduce
+
+
+class WorldSizeChanged(ValueError):
+    """Resuming a checkpoint written by a different number of processes."""
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+
+    @property
+    def main(self) -> bool:
+        """True on the process that writes checkpoints, metrics and the registry."""
+        return self.rank == 0
+
+
+def world() -> World:
+    """This process's place in the torchrun world (rank 0 of 1 outside torchrun)."""
+    return World(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
+
+
+def init() -> World:
+    """Join the process group torchrun describes (once); returns the world."""
+    w = world()
+    if w.size > 1:
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            if torch.cuda.is_available():
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return w
+
+
+def _device() -> Any:
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def sum_over_ranks(values: list[float]) -> list[float]:
+    """Element-wise sum of `values` over all ranks (float64)."""
+    if world().size == 1:
+        return list(values)
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64, device=_device())
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def any_rank(flag: bool) -> bool:
+    """True on every rank when `flag` is true on at least one."""
+    return sum_over_ranks([float(flag)])[0] > 0
+
+
+def all_reduce_grads(params: Iterable[Any]) -> None:
+    """Sum the gradients of `params` over all ranks, in buckets (a missing grad counts as zero)."""
+    if world().size == 1:
+        return
+    import torch
+    import torch.distributed as dist
+
+    params = list(params)
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    start = 0
+    while start < len(params):
+        bucket, n = [], 0
+        while start < len(params) and (not bucket or n + params[start].numel() <= BUCKET_ELEMENTS):
+            bucket.append(params[start])
+            n += params[start].numel()
+            start += 1
+        flat = torch.cat([p.grad.reshape(-1) for p in bucket])
+        dist.all_reduce(flat)
+        at = 0
+        for p in bucket:
+            p.grad.copy_(flat[at: at + p.numel()].view_as(p.grad))
+            at += p.numel()
+
+
+def broadcast(obj: Any) -> Any:
+    """Rank 0's `obj` on every rank (a small picklable object)."""
+    if world().size == 1:
+        return obj
+    import torch.distributed as dist
+
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather(obj: Any) -> list[Any] | None:
+    """Every rank's `obj`, as a list on rank 0 (None elsewhere)."""
+    w = world()
+    if w.size == 1:
+        return [obj]
+    import torch.distributed as dist
+
+    out = [None] * w.size if w.main else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+def barrier() -> None:
+    """Wait for every rank."""
+    if world().size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def check_world_size(saved: int, w: World) -> None:
+    """Refuse to resume on another number of processes than the checkpoint was written with."""
+    if saved != w.size:
+        raise WorldSizeChanged(
+            f"this run's checkpoints were written by {saved} process(es) and this resume runs {w.size}; "
+            f"resume with `--nproc_per_node {saved}` (the float summation order over ranks is part of an "
+            "exact resume), or start a new run with another --name")

@@ -1,0 +1,62 @@
+"""Must show 1: the harness validated with scripted policies on every built-in suite and tier."""
+
+from collections import defaultdict
+
+import pytest
+
+from tempering.agents.env import ToolEnv
+from tempering.agents.episode import run_episode, run_episodes, summarise
+from tempering.agents.policies import MALFORMED, POLICIES, recover
+from tempering.agents.tasks import BUILTIN, builtin_tasks
+
+
+@pytest.fixture(scope="module")
+def suites():
+    return {name: builtin_tasks(name) for name in BUILTIN}
+
+
+def test_builtin_suites_have_tiers_and_disjoint_heldout(suites):
+    ws = suites["workspace"]
+    assert len(ws) >= 40 and {t.tier for t in ws} == {1, 2, 3}
+    for tier in (1, 2, 3):
+        assert {t.split for t in ws if t.tier == tier} == {"train", "heldout"}
+    for tasks in suites.values():
+        train = {(t.prompt, tuple(sorted(t.files.items()))) for t in tasks if t.split == "train"}
+        assert not any((t.prompt, tuple(sorted(t.files.items()))) in train for t in tasks if t.split == "heldout")
+
+
+def test_oracle_solves_every_task_of_every_suite_and_tier(pool, suites):
+    for name, tasks in suites.items():
+        by_tier = defaultdict(list)
+        for result in run_episodes(pool, POLICIES["oracle"], tasks):
+            by_tier[result.task.tier].append(result.stats)
+        for tier, stats in by_tier.items():
+            assert summarise(stats)["completion_rate"] == 1.0, (name, tier)
+            assert all(s.intact and s.status == "scored" for s in stats)
+
+
+def test_noop_and_random_policies_solve_about_nothing(pool, suites):
+    for name, tasks in suites.items():
+        sample = tasks[::4] if name == "tool_arith" else tasks[::2]  # every tier, a share of the rows
+        assert summarise([r.stats for r in run_episodes(pool, POLICIES["noop"], sample)])["completion_rate"] == 0.0
+        rates = summarise([r.stats for r in run_episodes(pool, POLICIES["random"], sample)])
+        assert rates["completion_rate"] <= 0.05, name
+        assert rates["env_errors"] == 0
+
+
+def test_one_bad_call_then_the_oracle_is_a_recovery(pool, suites):
+    env = ToolEnv(pool)
+    for name, tasks in suites.items():
+        picks = [next(t for t in tasks if t.tier == tier) for tier in sorted({t.tier for t in tasks})]
+        for task in picks:
+            result = run_episode(env, recover, task)
+            assert result.stats.success and result.stats.recovered and result.stats.invalid_calls == 1, task.id
+            assert result.messages[1]["content"] == MALFORMED and "invalid JSON" in result.messages[2]["content"]
+
+
+def test_malformed_calls_never_end_the_run(pool, suites):
+    env = ToolEnv(pool)
+    task = next(t for t in suites["workspace"] if t.tier == 3)
+    result = run_episode(env, lambda t, m: MALFORMED, task)
+    assert result.stats.status == "scored" and not result.stats.success
+    assert result.stats.steps == task.max_steps and result.stats.invalid_calls == task.max_steps

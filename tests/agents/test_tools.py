@@ -1,0 +1,57 @@
+"""Agent tools: the calculator's arithmetic, argument schemas, and sandboxed file tools."""
+
+import pytest
+
+from tempering.agents.tools import TOOLS, ToolContext, calculate, check_arguments
+
+
+@pytest.mark.parametrize("expr,value", [("1234 * 5678", 7006652), ("(12 + 30) * 2 - 4", 80), ("7 / 2", 3.5),
+                                        ("2 ** 10", 1024), ("-3 + 10 % 4", -1), ("17 // 5", 3)])
+def test_calculator_values(expr, value):
+    assert calculate(expr) == value
+
+
+@pytest.mark.parametrize("expr,why", [("__import__('os')", "unsupported"), ("1 / 0", "division by zero"),
+                                      ("9 ** 99999", "power too large"), ("1 +", "not an arithmetic"),
+                                      ("x * 2", "unsupported")])
+def test_calculator_refuses(expr, why):
+    with pytest.raises(ValueError, match=why):
+        calculate(expr)
+
+
+def test_calculator_tool_reports_errors_as_tool_errors():
+    ctx = ToolContext(session=None)
+    assert TOOLS["calculator"].run({"expression": "6 * 7"}, ctx).text == "42"
+    assert TOOLS["calculator"].run({"expression": "10 / 4"}, ctx).text == "2.5"
+    bad = TOOLS["calculator"].run({"expression": "open('x')"}, ctx)
+    assert bad.error and bad.text.startswith("error:")
+
+
+def test_arguments_checked_against_schema():
+    assert check_arguments(TOOLS["shell"], {"cmd": "ls"}) is None
+    assert "'cmd' is a required property" in check_arguments(TOOLS["shell"], {})
+    assert "is not of type 'string'" in check_arguments(TOOLS["shell"], {"cmd": 3})
+    assert "Additional properties" in check_arguments(TOOLS["shell"], {"cmd": "ls", "sudo": "yes"})
+
+
+def test_schema_is_openai_function_form():
+    s = TOOLS["write_file"].schema
+    assert s["type"] == "function" and s["function"]["name"] == "write_file"
+    assert s["function"]["parameters"]["required"] == ["path", "content"]
+
+
+def test_file_tools_stay_in_the_session(pool):
+    with pool.session() as session:
+        ctx = ToolContext(session=session)
+        assert not TOOLS["write_file"].run({"path": "d/a.txt", "content": "hello\n"}, ctx).error
+        assert TOOLS["read_file"].run({"path": "/work/d/a.txt"}, ctx).text == "hello\n"
+        assert TOOLS["shell"].run({"cmd": "wc -l < d/a.txt"}, ctx).text == "1"
+        for path in ("../etc/passwd", "/etc/passwd"):
+            out = TOOLS["read_file"].run({"path": path}, ctx)
+            assert out.error and "relative" in out.text
+        missing = TOOLS["read_file"].run({"path": "nope.txt"}, ctx)
+        assert missing.error and "no such file" in missing.text
+        failed = TOOLS["shell"].run({"cmd": "exit 3"}, ctx)
+        assert failed.error and "[exit code 3; nonzero_exit]" in failed.text
+        assert TOOLS["python"].run({"code": "print(sum(range(5)))"}, ctx).text == "10"
+        assert ctx.sandbox_s > 0

@@ -1,0 +1,86 @@
+"""Agent training pieces: step-credit advantages (hand-derived), curriculum, batches, expert data."""
+
+import pytest
+import torch
+
+from tempering.agents.render import AgentRenderer
+from tempering.agents.rollout import EpisodeSettings
+from tempering.agents.tasks import builtin_tasks, select
+from tempering.agents.training import (AgentRolloutSource, Curriculum, discounted_step_advantages,
+                                       expert_conversations, expert_examples)
+from tempering.config import GRPOSettings
+from tempering.objectives.grpo_math import grpo_advantages
+from tempering.types import IGNORE
+from tests.agents.scripted_engine import PolicyEngine
+
+
+def test_discounted_step_advantages_by_hand():
+    # one group of two episodes; steps at positions 1 and 3 (episode 0) and 2 (episode 1)
+    rewards = torch.tensor([[0.0, -0.1, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    step_mask = torch.tensor([[0.0, 1.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]])
+    groups = torch.tensor([0, 0])
+    # group statistics over its three step rewards {-0.1, 1.0, 0.0}: mean 0.3; Dr. GRPO (no std)
+    # normalised: -0.4 at (0,1), 0.7 at (0,3), -0.3 at (1,2)
+    out = discounted_step_advantages(rewards, step_mask, groups, gamma=0.5, scale_std=False)
+    expected = torch.tensor([[-0.4 + 0.5 * 0.7, -0.4 + 0.5 * 0.7, 0.7, 0.7], [-0.3, -0.3, -0.3, 0.0]])
+    assert torch.allclose(out, expected, atol=1e-6)
+    plain = discounted_step_advantages(rewards, step_mask, groups, gamma=1.0, scale_std=False)
+    assert torch.equal(plain, grpo_advantages(rewards, scale_std=False, groups=groups, step_mask=step_mask))
+    assert torch.allclose(plain[0], torch.tensor([0.3, 0.3, 0.7, 0.7]), atol=1e-6)
+
+
+def test_curriculum_promotes_after_a_full_window_at_the_threshold():
+    tasks = builtin_tasks("workspace")
+    c = Curriculum(tasks, promote_at=0.75, window=4, seed=0)
+    assert c.tier == 1 and {t.tier for t in c.sample(10)} == {1}
+    c.record([True, True, False])  # window not full
+    assert c.tier == 1
+    c.record([False])  # 2/4 < 0.75
+    assert c.tier == 1
+    c.record([True, True, True])  # last four: F T T T = 0.75
+    assert c.tier == 2 and len(c.recent) == 0
+    state = c.state_dict()
+    d = Curriculum(tasks, promote_at=0.75, window=4, seed=0)
+    d.load_state_dict(state)
+    assert d.tier == 2 and [t.id for t in d.sample(5)] == [t.id for t in c.sample(5)]
+
+
+def test_expert_examples_train_only_the_assistant_turns(smol_tokenizer):
+    renderer = AgentRenderer(smol_tokenizer)
+    task = select(builtin_tasks("tool_arith"), "train")[0]
+    conv = expert_conversations([task], renderer, None)[0]
+    assert [m["role"] for m in conv] == ["system", "user", "assistant", "tool", "assistant"]
+    ex = expert_examples([task], renderer, None)[0]
+    trained = smol_tokenizer.decode([t for t in ex.labels if t != IGNORE])
+    value = task.goal["value"]
+    assert trained == (f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{task.prompt[8:-1]}"}}}}'
+                       f'</tool_call><|im_end|><tool_call>{{"name": "submit", "arguments": {{"answer": "{value}"}}}}'
+                       "</tool_call><|im_end|>")
+    # the prompt the SFT example starts with is exactly the one sampled episodes start with
+    opening = renderer.prompt_ids([{"role": "user", "content": task.prompt}], task.tools)
+    assert ex.input_ids[:len(opening)] == opening
+
+
+def test_rollout_source_builds_grpo_batches_from_episodes(smol_tokenizer):
+    renderer = AgentRenderer(smol_tokenizer)
+    tasks = select(builtin_tasks("retry"), "train")[:4]
+
+    calls = []
+
+    def policy(task, messages):  # calls alternate wrong, right: see the rewards below
+        calls.append(1)
+        return "The answer is 99." if len(calls) % 2 else f"The answer is {task.goal['value']}."
+
+    engine = PolicyEngine(smol_tokenizer, policy, tasks)
+    grpo = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=20, dynamic_sampling=False)
+    source = AgentRolloutSource(tasks, engine, renderer, None, grpo, EpisodeSettings(), grad_accum=1, seed=0)
+    batch = source.next_batch()
+    assert batch["completion_ids"].shape[0] == 4 and batch["prompt_ids"].shape[0] == 2
+    assert torch.equal(batch["loss_mask"] * (1 - batch["completion_mask"]), torch.zeros_like(batch["loss_mask"]))
+    assert 0 < int(batch["loss_mask"].sum()) < int(batch["completion_mask"].sum())  # feedback turns masked
+    # round 1 (4 episodes): wrong, right, wrong, right; round 2 (the two wrong ones): wrong, right;
+    # round 3: wrong (third attempt). Rewards: group 0 [0, 1.0], group 1 [0.5, 1.0] -> advantages -1, 1
+    assert torch.allclose(batch["advantages"], torch.tensor([-1.0, 1.0, -1.0, 1.0]), atol=1e-4)
+    stats = source.stats()
+    assert stats["groups"] == 2 and stats["success_rate"] == 0.75 and stats["reward_mean"] == pytest.approx(0.625)
+    assert source.state_dict()["rollouts"] == 1

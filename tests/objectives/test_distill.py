@@ -1,0 +1,72 @@
+"""Distillation: the KL and the mixed loss by hand; a layer-subset student; a student that
+learns its teacher in the one Trainer."""
+
+import math
+
+import pytest
+import torch
+
+from tempering.config import TrainSettings
+from tempering.data.batches import SFTBatches
+from tempering.models.student import student_from_teacher
+from tempering.objectives.distill import DistillObjective, distill_loss_sum, forward_kl_sum
+from tempering.train.trainer import Trainer, evaluate
+from tests.conftest import random_examples, tiny_llama
+
+
+def test_forward_kl_by_hand():
+    # teacher p = [1/4, 3/4] (logits 0, ln 3); student uniform [1/2, 1/2]:
+    # KL = 1/4 ln(1/2) + 3/4 ln(3/2) = 0.130812...
+    teacher = torch.tensor([[0.0, math.log(3.0)]])
+    student = torch.zeros(1, 2)
+    expected = 0.25 * math.log(0.5) + 0.75 * math.log(1.5)
+    assert forward_kl_sum(student, teacher, 1.0).item() == pytest.approx(expected, rel=1e-6)
+    # at T = 2 the same distributions come from doubled logits, and the KL is scaled by T^2 = 4
+    assert forward_kl_sum(2 * student, 2 * teacher, 2.0).item() == pytest.approx(4 * expected, rel=1e-6)
+    assert forward_kl_sum(teacher, teacher, 1.0).item() == pytest.approx(0.0, abs=1e-7)
+    # two rows sum
+    assert forward_kl_sum(student.repeat(2, 1), teacher.repeat(2, 1), 1.0).item() == pytest.approx(2 * expected)
+
+
+def test_distill_loss_mixes_kl_and_cross_entropy():
+    teacher = torch.tensor([[0.0, math.log(3.0)]])
+    student = torch.zeros(1, 2)
+    target = torch.tensor([1])
+    kl = 0.25 * math.log(0.5) + 0.75 * math.log(1.5)
+    ce = math.log(2.0)  # the uniform student gives the target 1/2
+    loss, stats = distill_loss_sum(student, teacher, target, 1.0, 0.25)
+    assert loss.item() == pytest.approx(0.25 * kl + 0.75 * ce, rel=1e-6)
+    assert stats == pytest.approx({"kl": kl, "ce": ce}, rel=1e-6)
+
+
+def test_student_copies_the_chosen_teacher_layers():
+    teacher = tiny_llama(seed=0).eval()
+    ids = torch.tensor([[5, 9, 3, 17, 22]])
+    whole = student_from_teacher(teacher, [0, 1]).eval()  # every layer: the teacher itself
+    with torch.no_grad():
+        assert torch.equal(whole(ids).logits, teacher(ids).logits)
+    student = student_from_teacher(teacher, [1])
+    assert student.config.num_hidden_layers == 1 and teacher.config.num_hidden_layers == 2
+    assert torch.equal(student.model.layers[0].mlp.up_proj.weight, teacher.model.layers[1].mlp.up_proj.weight)
+    assert student.model.layers[0].self_attn.layer_idx == 0  # its own KV-cache slot
+    student.model.layers[0].mlp.up_proj.weight.data.add_(1.0)  # a copy, not a view of the teacher
+    assert not torch.equal(student.model.layers[0].mlp.up_proj.weight, teacher.model.layers[1].mlp.up_proj.weight)
+    with pytest.raises(ValueError, match=r"layers 0\.\.1"):
+        student_from_teacher(teacher, [0, 2])
+
+
+def test_student_learns_its_teacher_in_the_trainer(tmp_path):
+    teacher = tiny_llama(seed=3)
+    with torch.no_grad():
+        teacher.lm_head.weight.mul_(20)  # peaked next-token distributions: a real target to match
+    student = student_from_teacher(teacher, [0])
+    objective = DistillObjective(teacher, temperature=1.0, kl_weight=1.0)
+    settings = TrainSettings.model_validate({"steps": 30, "batch_size": 8, "precision": "fp32",
+                                             "optim": {"lr": 1e-3, "warmup_steps": 2}})
+    examples = random_examples(64, seed=1)
+    held = SFTBatches(random_examples(16, seed=2), 16, 128, 0, True, seed=0).next_batch()
+    before = evaluate(student, objective, [held], "fp32")
+    Trainer(student, objective, SFTBatches(examples, 8, 128, 0, True, seed=0), settings, tmp_path).fit()
+    after = evaluate(student, objective, [held], "fp32")
+    assert after < 0.6 * before  # per-token KL to the teacher on held-out sequences (0.089 -> ~0.045)
+    assert not any(p.requires_grad for p in teacher.parameters())

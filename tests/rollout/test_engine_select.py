@@ -1,0 +1,131 @@
+"""Engine selection by config and the vLLM engine's logic that needs no GPU: the refusal
+where vLLM or a GPU is absent, weight-sync bookkeeping (a torch model as the receiver),
+LoRA-merged weight names, and the mapping of requests and outputs."""
+
+import importlib.util
+from types import SimpleNamespace
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from tempering.config import EngineSettings, SamplingParams, load_config
+from tempering.hashing import tensors_hash
+from tempering.models.logprobs import token_logprobs
+from tempering.rollout.batching_engine import BatchingEngine
+from tempering.rollout.engine import HFEngine
+from tempering.rollout.select import EngineUnavailable, build_engine
+from tempering.rollout.vllm_engine import (WeightSync, WeightSyncError, completions_from_vllm, vllm_named_weights,
+                                           vllm_sampling_kwargs, vllm_unavailable)
+from tests.conftest import tiny_llama
+
+NO_VLLM = importlib.util.find_spec("vllm") is None
+
+
+def test_kind_selects_the_engine(smol_tokenizer):
+    model = tiny_llama(vocab=64)
+    assert type(build_engine(EngineSettings(kind="hf"), model, smol_tokenizer, "fp32")) is HFEngine
+    engine = build_engine(EngineSettings(max_slots=5), model, smol_tokenizer, "fp32")
+    assert type(engine) is BatchingEngine and engine.max_slots == 5  # batching is the default kind
+
+
+@pytest.mark.skipif(not NO_VLLM, reason="vLLM is installed here")
+def test_vllm_without_vllm_is_refused_with_the_way_out(smol_tokenizer):
+    reason = vllm_unavailable()
+    assert "not installed" in reason and "pip install 'tempering[vllm]'" in reason and "engine.kind: batching" in reason
+    with pytest.raises(EngineUnavailable, match="needs vLLM, which is not installed"):
+        build_engine(EngineSettings(kind="vllm"), tiny_llama(vocab=64), smol_tokenizer, "fp32", model_dir="/x")
+
+
+@pytest.mark.skipif(not NO_VLLM, reason="vLLM is installed here")
+def test_grpo_with_a_vllm_engine_fails_in_one_line_before_any_work(tmp_path):
+    from tempering.cli import app
+    from tests.test_cli_errors import one_line_error
+
+    line = one_line_error(CliRunner().invoke(app, ["grpo", "examples/grpo_arith.yaml", "--set", "engine.kind=vllm",
+                                                   "--out", str(tmp_path)]))
+    assert "engine kind 'vllm' needs vLLM" in line
+    assert list(tmp_path.iterdir()) == []  # no run dir, no registry: refused before any work
+
+
+def test_an_unknown_engine_kind_is_a_config_error(tmp_path):
+    from tempering.config import ConfigError, EvalConfig
+
+    path = tmp_path / "e.yaml"
+    path.write_text("suites: [arithmetic]\nout: x\nengine: {kind: vlm}\n")
+    with pytest.raises(ConfigError, match="engine.kind"):
+        load_config(EvalConfig, path)
+
+
+def _probe(sender, receiver):
+    ids = torch.tensor([[5, 9, 17, 33, 2, 40]])
+    ones = torch.ones_like(ids)
+    with torch.no_grad():
+        a, _ = token_logprobs(sender, ids, ones, ones)
+        b, _ = token_logprobs(receiver, ids, ones, ones)
+    return float((a - b).abs().max())
+
+
+def test_weight_sync_times_checksums_counts_and_verifies():
+    trainer, engine_side = tiny_llama(vocab=64, seed=1), tiny_llama(vocab=64, seed=2)
+    sync = WeightSync(lambda items: engine_side.load_state_dict(dict(items)), lambda: _probe(trainer, engine_side))
+    named = vllm_named_weights(trainer)
+    record = sync.push(named)
+    # 64x32 embedding + 64x32 head + final norm 32 + per layer (q 32x32, k 32x16, v 32x16, o 32x32,
+    # gate/up/down 3 x 32x64, 2 norms of 32) = 2048 + 2048 + 32 + 2 * 9280 = 22688 fp32 values
+    assert record.bytes == 22688 * 4 and record.tensors == len(trainer.state_dict())
+    assert record.checksum == tensors_hash(trainer.state_dict().items()) and record.probe_max_abs_diff == 0.0
+    assert record.load_s >= 0 and record.checksum_s >= 0 and sync.records == [record]
+    with torch.no_grad():
+        trainer.model.layers[0].self_attn.q_proj.weight.add_(0.1)
+    second = sync.push(vllm_named_weights(trainer))
+    assert second.index == 1 and second.checksum != record.checksum
+
+
+def test_a_sync_that_leaves_weights_behind_fails_loudly():
+    trainer, engine_side = tiny_llama(vocab=64, seed=1), tiny_llama(vocab=64, seed=2)
+
+    def lossy(items):  # a loader that silently skips the attention weights of layer 0
+        engine_side.load_state_dict({k: v for k, v in items if "layers.0.self_attn" not in k}, strict=False)
+
+    sync = WeightSync(lossy, lambda: _probe(trainer, engine_side), tolerance=1e-3)
+    with pytest.raises(WeightSyncError, match=r"sync 0 \(sha256 [0-9a-f]{12}\) did not take"):
+        sync.push(vllm_named_weights(trainer))
+    assert sync.records == []
+
+
+def test_lora_weights_go_out_merged_under_plain_names():
+    from tempering.config import LoraSettings
+    from tempering.models.lora import apply_lora
+
+    plain_names = set(tiny_llama(vocab=64).state_dict())
+    model = apply_lora(tiny_llama(vocab=64, seed=3), LoraSettings(r=2, alpha=4), "tiny")
+    for n, p in model.named_parameters():
+        if "lora_B" in n:
+            torch.nn.init.normal_(p, std=0.5)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    named = vllm_named_weights(model)
+    assert set(named) == plain_names
+    layer = model.base_model.model.model.layers[0].self_attn.q_proj
+    expected = layer.base_layer.weight + layer.scaling["default"] * layer.lora_B["default"].weight @ layer.lora_A["default"].weight
+    assert torch.allclose(named["model.layers.0.self_attn.q_proj.weight"], expected, atol=1e-6)
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())  # the trainer's weights untouched
+
+
+def test_sampling_params_map_to_vllm_arguments():
+    p = SamplingParams(n=4, temperature=0.7, top_p=0.9, max_new_tokens=33, stop=("\n\n",), stop_token_ids=(7,))
+    assert vllm_sampling_kwargs(p, seed=12) == {
+        "n": 4, "temperature": 0.7, "top_p": 0.9, "max_tokens": 33, "stop": ["\n\n"], "stop_token_ids": [7],
+        "seed": 12, "logprobs": 0, "skip_special_tokens": False}
+    assert vllm_sampling_kwargs(SamplingParams(), None)["stop"] is None
+
+
+def test_vllm_outputs_become_completions_with_the_sampled_tokens_logprobs():
+    lp = lambda v: SimpleNamespace(logprob=v)  # noqa: E731 -- vLLM's Logprob has .logprob
+    outputs = [SimpleNamespace(outputs=[
+        SimpleNamespace(token_ids=[5, 2], logprobs=[{5: lp(-0.5), 9: lp(-1.0)}, {2: lp(-0.25)}], text="hi",
+                        finish_reason="stop"),
+        SimpleNamespace(token_ids=[6, 6, 6], logprobs=[{6: lp(-1.5)}] * 3, text="xxx", finish_reason="length")])]
+    (a, b), = completions_from_vllm(outputs)
+    assert (a.token_ids, a.logprobs, a.text, a.finish_reason) == ([5, 2], [-0.5, -0.25], "hi", "stop")
+    assert (b.logprobs, b.truncated, b.prompt_index) == ([-1.5] * 3, True, 0)

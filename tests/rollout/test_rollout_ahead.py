@@ -1,0 +1,54 @@
+"""`grpo.rollout_ahead`: the next batch is sampled from the weights synced before this batch's
+update, is logged as one step stale, and carries the engine's log-probs as the old policy."""
+
+import copy
+
+import torch
+
+from tempering.config import GRPOSettings
+from tempering.models.logprobs import grouped_logprobs
+from tempering.rollout.engine import HFEngine
+from tempering.rollout.source import RolloutSource
+from tempering.types import Task
+from tests.conftest import tiny_llama
+
+
+def engine_logps_under(model, batch, temperature=1.0):
+    args = [batch[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")]
+    with torch.no_grad():
+        logp, _ = grouped_logprobs(model.eval(), *args, temperature)
+    return logp * batch["completion_mask"]
+
+
+def test_the_prefetched_batch_is_one_step_stale_and_corrected(smol_tokenizer):
+    trainer_model = tiny_llama(vocab=49152, seed=7)
+    trainer_model.config.eos_token_id = smol_tokenizer.eos_token_id
+    # an engine with its own copy of the weights (as a Ray replica has): sync_weights copies into it
+    engine = HFEngine(copy.deepcopy(trainer_model), smol_tokenizer, precision="fp32")
+    tasks = [Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": str(i)}, source="t")
+             for i in range(12)]
+    settings = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=4, dynamic_sampling=False,
+                            rollout_ahead=True)
+    source = RolloutSource(tasks, engine, settings, grad_accum=1, seed=0, model=trainer_model, precision="fp32")
+    try:
+        first = source.next_batch()  # sampled now from W0; batch 2 starts sampling from W0 too
+        assert source.stats()["staleness"] == 0 and "old_logprobs" not in first
+        assert source.state_dict() == {"cursor": 2, "rollouts": 1}  # where the prefetched batch starts
+        w0 = copy.deepcopy(trainer_model)
+        with torch.no_grad():  # the trainer's update on batch 1: W0 -> W1
+            for p in trainer_model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        w1 = copy.deepcopy(trainer_model)
+
+        second = source.next_batch()  # prefetched: from W0, one step behind W1
+        assert source.stats()["staleness"] == 1
+        assert torch.equal(second["old_logprobs"], second["engine_logprobs"])
+        mask = second["completion_mask"].bool()
+        assert torch.allclose(second["engine_logprobs"][mask], engine_logps_under(w0, second)[mask], atol=1e-4)
+        assert not torch.allclose(second["engine_logprobs"][mask], engine_logps_under(w1, second)[mask], atol=1e-2)
+
+        third = source.next_batch()  # prefetched after W1 was synced
+        mask = third["completion_mask"].bool()
+        assert torch.allclose(third["engine_logprobs"][mask], engine_logps_under(w1, third)[mask], atol=1e-4)
+    finally:
+        source.close()
