@@ -17,7 +17,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -203,9 +203,10 @@ def _account_routes(app: FastAPI, server: Server) -> None:
     store, authorized = server.store, server.authorized
 
     @app.get("/v1/audit")
-    async def audit(limit: int = 100, after: int = 0, key: ApiKey = Depends(authorized)):
-        """This key's audit rows (never another key's), oldest first; the log cannot be changed."""
-        return {"object": "list", "data": store.audit_rows(key.id, min(max(limit, 1), 1000), after)}
+    async def audit(limit: int = Query(100, ge=1, le=1000), after: int = Query(0, ge=0, le=2**62),
+                    key: ApiKey = Depends(authorized)):
+        """This key's audit rows after row `after` (never another key's), oldest first; the log cannot be changed."""
+        return {"object": "list", "data": store.audit_rows(key.id, limit, after)}
 
     @app.post("/v1/feedback")
     async def feedback(req: FeedbackRequest, request: Request, key: ApiKey = Depends(authorized)):
