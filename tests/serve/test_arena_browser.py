@@ -23,7 +23,8 @@ def arena_server(tiny_models, tmp_path):
     releases = Releases(Registry(tmp_path / "registry.sqlite"))
     for model in tiny_models:  # v1: tool-call answers, v2: "The answer is 4."
         releases.promote(model, gate={"passed": True, "rules": []})
-    app = create_app(ServeConfig(state=tmp_path / "state", registry=str(tmp_path / "registry.sqlite"), seed=1))
+    app = create_app(ServeConfig(state=tmp_path / "state", registry=str(tmp_path / "registry.sqlite"), seed=1,
+                                 arena_temperature=0))  # greedy: the answers are the known texts
     _, secret = app.state.store.create_key("annotators")
     thread = ServerThread(app)
     yield thread.url, secret, app.state.store

@@ -14,7 +14,7 @@ from tempering.pipeline.releases import Releases
 from tempering.serve.app import create_app
 from tempering.serve.config import ServeConfig
 
-EXAMPLES = 12  # per route and mode
+EXAMPLES = 8  # per route and mode
 
 
 def test_fuzzed_requests_get_no_500(tiny_models, tmp_path):

@@ -25,7 +25,7 @@ PASSED = {"passed": True, "rules": []}
 def serve_a_day(state: Path, registry: Path) -> None:
     """Two users ask, judge answers (a correction, a thumbs-down with a checkable task, a thumbs-up),
     and two annotators vote in the arena."""
-    app = create_app(ServeConfig(state=state, registry=str(registry), log_text=True, seed=0))
+    app = create_app(ServeConfig(state=state, registry=str(registry), log_text=True, seed=0, arena_temperature=0))
     keys = [app.state.store.create_key(name)[1] for name in ("alice", "bob")]
     alice, bob = (TestClient(app, headers={"Authorization": f"Bearer {k}"}) for k in keys)
 

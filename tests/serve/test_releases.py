@@ -59,10 +59,12 @@ def test_aliases_and_versions_route(deployment):
 def test_canary_share_sends_that_share_to_the_candidate(deployment):
     _, make = deployment
     client = make(canary_share=0.25, seed=0)
-    answered = [ask(client, "production")[0] for _ in range(200)]
-    share = answered.count("v2") / len(answered)
-    assert 0.25 - 0.1 <= share <= 0.25 + 0.1  # binomial(200, 0.25) / 200: sd 0.031, so +-0.1 is 3 sd
-    assert set(answered) == {"v1", "v2"}
+    models = client.app.state.models  # the router every request goes through (no generation needed to count)
+    routed = [models.route("production").name for _ in range(300)]
+    share = routed.count("v2") / len(routed)
+    assert 0.25 - 0.075 <= share <= 0.25 + 0.075  # binomial(300, 0.25) / 300: sd 0.025, so 3 sd
+    answered = {ask(client, "production") for _ in range(12)}  # and the answers follow the route
+    assert answered == {("v1", TOOL_ANSWER), ("v2", TEXT_ANSWER)}  # P(no candidate in 12) = 0.75^12 = 3%, seeded
 
 
 def test_promotion_and_rollback_need_no_restart(deployment, tiny_models):

@@ -10,12 +10,14 @@ Errors have OpenAI's shape and status codes; a bad request is a 4xx, never a 500
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections import defaultdict, deque
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -26,8 +28,7 @@ from starlette.exceptions import HTTPException
 from tempering.serve import arena, chat
 from tempering.serve.backend import Models, Route, Served, UnknownModel
 from tempering.serve.config import ServeConfig
-from tempering.serve.protocol import (ApiError, BattleRequest, ChatCompletionRequest, CompletionRequest,
-                                      FeedbackRequest, VoteRequest)
+from tempering.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, FeedbackRequest
 from tempering.serve.store import ApiKey, Store, StoreError
 
 
@@ -58,107 +59,154 @@ class Metrics:
                                  buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
 
 
-def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | None = None) -> FastAPI:
-    """The server for `cfg`; `models` / `store` default to the registry's releases and `cfg.db_path`."""
-    if models is None:
-        models = default_models(cfg)
-    store = store or Store(cfg.db_path)
-    limiter, metrics = RateLimiter(cfg.rate_limit), Metrics()
-    app = FastAPI(title="tempering serve", version="1", description="OpenAI-compatible server over releases")
-    app.state.store, app.state.models, app.state.cfg = store, models, cfg
+@dataclass
+class Server:
+    """What the routes share: the deployment's config, models, store, rate limiter and metrics."""
 
-    def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        metrics.requests.labels(request.url.path, str(exc.status)).inc()
+    cfg: ServeConfig
+    models: Models
+    store: Store
+    limiter: RateLimiter
+    metrics: Metrics
+
+    def error(self, request: Request, exc: ApiError) -> JSONResponse:
+        """An error response in OpenAI's shape; audited when the key is known."""
+        self.metrics.requests.labels(request.url.path, str(exc.status)).inc()
         key = getattr(request.state, "key", None)
         if key is not None:
-            store.audit(key.id, request.url.path, exc.status)
+            self.store.audit(key.id, request.url.path, exc.status)
         return JSONResponse(exc.body(), status_code=exc.status,
                             headers={"Retry-After": "60"} if exc.status == 429 else None)
 
-    app.add_exception_handler(ApiError, api_error)  # type: ignore[arg-type]
+    def authorized(self, request: Request) -> ApiKey:
+        """The request's live key (a FastAPI dependency): 401 without one, 429 over its rate."""
+        header = request.headers.get("authorization", "")
+        secret = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        key = self.store.authenticate(secret) if secret else None
+        if key is None:
+            raise ApiError(401, "Incorrect API key provided" if secret else "Missing API key (Authorization: Bearer)",
+                           "invalid_api_key")
+        request.state.key = key
+        self.limiter.check(key)
+        return key
+
+    def route_for(self, name: str) -> tuple[Route, Served]:
+        """The route and loaded model for a requested model name; 404 for an unknown name."""
+        try:
+            route = self.models.route(name)
+        except UnknownModel as exc:
+            raise ApiError(404, str(exc), "model_not_found", "model") from None
+        return route, self.models.served(route)
+
+    async def answer(self, request: Request, key: ApiKey, req: Any, prepare: Callable, respond: Callable,
+                     chunks: Callable, prefix: str) -> Any:
+        """Generate, audit (before anything is sent), then answer whole or as an SSE stream."""
+        started = time.perf_counter()
+        route, served = await run_in_threadpool(self.route_for, req.model)
+        prepared = prepare(served, req, self.cfg.max_tokens)
+        groups = await run_in_threadpool(chat.generate, served, prepared)
+        response_id = prefix + secrets.token_hex(12)
+        body = respond(served, req, prepared, groups, response_id, route.name)
+        use, keep = body["usage"], self.cfg.log_text
+        self.store.audit(key.id, request.url.path, 200, model=route.name, release=route.release,
+                         prompt_tokens=use["prompt_tokens"], completion_tokens=use["completion_tokens"],
+                         latency_ms=(time.perf_counter() - started) * 1000, response_id=response_id,
+                         request=req.model_dump(exclude_none=True) if keep else None,
+                         response=body["choices"] if keep else None)
+        self.metrics.requests.labels(request.url.path, "200").inc()
+        self.metrics.tokens.labels("prompt").inc(use["prompt_tokens"])
+        self.metrics.tokens.labels("completion").inc(use["completion_tokens"])
+        self.metrics.latency.labels(request.url.path).observe(time.perf_counter() - started)
+        if not req.stream:
+            return body
+
+        def events():
+            for c in chunks(served, req, prepared, groups, response_id, route.name):
+                yield {"data": json.dumps(c, ensure_ascii=False)}
+            yield {"data": "[DONE]"}
+        return EventSourceResponse(events(), ping=3600)
+
+
+def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | None = None) -> FastAPI:
+    """The server for `cfg`; `models` / `store` default to the registry's releases and `cfg.db_path`."""
+    server = Server(cfg, models or default_models(cfg), store or Store(cfg.db_path), RateLimiter(cfg.rate_limit),
+                    Metrics())
+    app = FastAPI(title="tempering serve", version="1", description="OpenAI-compatible server over releases")
+    app.state.store, app.state.models, app.state.cfg = server.store, server.models, cfg
+    _error_handlers(app, server)
+    _openai_routes(app, server)
+    _account_routes(app, server)
+    arena.add_routes(app, cfg, server.models, server.store, server.authorized, server.route_for)
+
+    @app.get("/arena", response_class=HTMLResponse, include_in_schema=False)
+    async def arena_page():
+        return arena.PAGE
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "models": [e["id"] for e in await run_in_threadpool(server.models.listing)]}
+
+    @app.get("/metrics")
+    async def prometheus():
+        return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _error_handlers(app: FastAPI, server: Server) -> None:
+    app.add_exception_handler(ApiError, server.error)  # type: ignore[arg-type]
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
         message = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
-        return api_error(request, ApiError(400, message, "invalid_request", where))
+        return server.error(request, ApiError(400, message, "invalid_request", where))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return api_error(request, ApiError(exc.status_code, str(exc.detail), "not_found" if exc.status_code == 404
-                                           else "method_not_allowed" if exc.status_code == 405 else None))
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return server.error(request, ApiError(exc.status_code, str(exc.detail), code))
 
-    def authorized(request: Request) -> ApiKey:
-        header = request.headers.get("authorization", "")
-        secret = header[7:].strip() if header.lower().startswith("bearer ") else ""
-        key = store.authenticate(secret) if secret else None
-        if key is None:
-            raise ApiError(401, "Incorrect API key provided" if secret else "Missing API key (Authorization: Bearer)",
-                           "invalid_api_key")
-        request.state.key = key
-        limiter.check(key)
-        return key
+    @app.exception_handler(StoreError)
+    async def store_error(request: Request, exc: StoreError) -> JSONResponse:
+        return server.error(request, ApiError(409, str(exc), "conflict"))
 
-    def route_for(name: str) -> tuple[Route, Served]:
-        try:
-            route = models.route(name)
-        except UnknownModel as exc:
-            raise ApiError(404, str(exc), "model_not_found", "model") from None
-        return route, models.served(route)
 
-    async def answer(request: Request, key: ApiKey, req: Any, prepare: Callable, respond: Callable,
-                     chunks: Callable, prefix: str) -> Any:
-        started = time.perf_counter()
-        route, served = await run_in_threadpool(route_for, req.model)
-        prepared = prepare(served, req, cfg.max_tokens)
-        groups = await run_in_threadpool(chat.generate, served, prepared)
-        response_id = prefix + secrets.token_hex(12)
-        body = respond(served, req, prepared, groups, response_id, route.name)
-        use = body["usage"]
-        store.audit(key.id, request.url.path, 200, model=route.name, release=route.release,
-                    prompt_tokens=use["prompt_tokens"], completion_tokens=use["completion_tokens"],
-                    latency_ms=(time.perf_counter() - started) * 1000, response_id=response_id,
-                    request=req.model_dump(exclude_none=True) if cfg.log_text else None,
-                    response=body["choices"] if cfg.log_text else None)
-        metrics.requests.labels(request.url.path, "200").inc()
-        metrics.tokens.labels("prompt").inc(use["prompt_tokens"])
-        metrics.tokens.labels("completion").inc(use["completion_tokens"])
-        metrics.latency.labels(request.url.path).observe(time.perf_counter() - started)
-        if not req.stream:
-            return body
-
-        def events():
-            import json
-
-            for c in chunks(served, req, prepared, groups, response_id, route.name):
-                yield {"data": json.dumps(c, ensure_ascii=False)}
-            yield {"data": "[DONE]"}
-        return EventSourceResponse(events(), ping=3600)
+def _openai_routes(app: FastAPI, server: Server) -> None:
+    authorized = server.authorized
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request, key: ApiKey = Depends(authorized)):
-        return await answer(request, key, req, chat.prepare_chat, chat.chat_response, chat.chat_chunks, "chatcmpl-")
+        return await server.answer(request, key, req, chat.prepare_chat, chat.chat_response, chat.chat_chunks,
+                                   "chatcmpl-")
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request, key: ApiKey = Depends(authorized)):
-        return await answer(request, key, req, chat.prepare_text, chat.text_response, chat.text_chunks, "cmpl-")
+        return await server.answer(request, key, req, chat.prepare_text, chat.text_response, chat.text_chunks,
+                                   "cmpl-")
 
     @app.get("/v1/models")
     async def list_models(key: ApiKey = Depends(authorized)):
-        return {"object": "list", "data": await run_in_threadpool(models.listing)}
+        return {"object": "list", "data": await run_in_threadpool(server.models.listing)}
 
     @app.get("/v1/models/{name}")
     async def get_model(name: str, key: ApiKey = Depends(authorized)):
-        for entry in await run_in_threadpool(models.listing):
+        for entry in await run_in_threadpool(server.models.listing):
             if entry["id"] == name:
                 return entry
         raise ApiError(404, f"The model `{name}` does not exist", "model_not_found", "model")
 
+
+def _account_routes(app: FastAPI, server: Server) -> None:
+    """Feedback and the audit log: every read filtered by the caller's key."""
+    store, authorized = server.store, server.authorized
+
     @app.get("/v1/audit")
-    async def audit(request: Request, limit: int = 100, after: int = 0, key: ApiKey = Depends(authorized)):
-        """This key's audit rows (never another key's), oldest first; the log cannot be changed."""
-        return {"object": "list", "data": store.audit_rows(key.id, min(max(limit, 1), 1000), after)}
+    async def audit(limit: int = Query(100, ge=1, le=1000), after: int = Query(0, ge=0, le=2**62),
+                    key: ApiKey = Depends(authorized)):
+        """This key's audit rows after row `after` (never another key's), oldest first; the log cannot be changed."""
+        return {"object": "list", "data": store.audit_rows(key.id, limit, after)}
 
     @app.post("/v1/feedback")
     async def feedback(req: FeedbackRequest, request: Request, key: ApiKey = Depends(authorized)):
@@ -172,26 +220,6 @@ def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | No
     @app.get("/v1/feedback")
     async def list_feedback(key: ApiKey = Depends(authorized)):
         return {"object": "list", "data": store.feedback(key.id)}
-
-    @app.get("/health")
-    async def health():
-        return {"status": "ok", "models": [e["id"] for e in await run_in_threadpool(models.listing)]}
-
-    @app.get("/metrics")
-    async def prometheus():
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    arena.add_routes(app, cfg, models, store, authorized, route_for)
-
-    @app.exception_handler(StoreError)
-    async def store_error(request: Request, exc: StoreError) -> JSONResponse:
-        return api_error(request, ApiError(409, str(exc), "conflict"))
-
-    @app.get("/arena", response_class=HTMLResponse, include_in_schema=False)
-    async def arena_page():
-        return arena.PAGE
-
-    return app
 
 
 def default_models(cfg: ServeConfig) -> Models:
