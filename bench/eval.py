@@ -1,6 +1,6 @@
 """Eval throughput: Tempering's suite runner vs a plain per-sample `model.generate` loop.
 
-Same model (the default, fp32), same suite (arithmetic-add: 100 held-out additions, the
+Same model (the default, weights in --precision), same suite (arithmetic-add: 100 held-out additions, the
 canonical template only), same sampling (4 samples per task, temperature and top-p of the
 suite, max_new_tokens 32, eos stops), same scorer (the suite's numeric verifier), one torch
 thread on both sides (this machine's 2 cores are shared with other jobs). Both sides run in
@@ -108,6 +108,9 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=100)
     p.add_argument("--samples", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
+                   help="weights and compute of both sides (bf16: what `auto` picks on a CPU with native bf16)")
+    p.add_argument("--max-slots", type=int, default=None, help="engine.max_slots (default: EngineSettings')")
     p.add_argument("--per-sample-tasks", type=int, default=20, help="tasks the per-sample loop runs (subset)")
     p.add_argument("--out", type=Path, default=HERE / "results" / "eval.json")
     args = p.parse_args()
@@ -121,10 +124,11 @@ def main() -> None:
     from tempering.rollout.engine import SamplingParams
     from tempering.rollout.select import build_engine
 
-    model, tokenizer = load_model(MODEL), load_tokenizer(MODEL)
+    model = load_model(MODEL, dtype={"bf16": "bfloat16", "fp32": "float32"}[args.precision])
+    tokenizer = load_tokenizer(MODEL)
     model.eval()
-    settings = EngineSettings()
-    engine = build_engine(settings, model, tokenizer, "fp32")
+    settings = EngineSettings(**({"max_slots": args.max_slots} if args.max_slots else {}))
+    engine = build_engine(settings, model, tokenizer, args.precision)
     suite = bench_suite(args.tasks, args.max_new_tokens)
     warm = engine.chat_prompt(suite.task_list[0].chat())
     engine.generate([warm], SamplingParams(n=2, max_new_tokens=4, seed=0))
@@ -139,7 +143,7 @@ def main() -> None:
     print(f"  {per_sample['samples_per_s']:.2f} samples/s", flush=True)
     ratio = tempering["samples_per_s"] / per_sample["samples_per_s"]
     result = {
-        "benchmark": "eval", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "model": f"{MODEL} (fp32)",
+        "benchmark": "eval", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "model": f"{MODEL} (weights in {args.precision})", "precision": args.precision,
         "suite": "arithmetic-add (canonical template only)", "tasks": args.tasks, "samples_per_task": args.samples,
         "sampling": {"temperature": suite.sampling.temperature, "top_p": suite.sampling.top_p,
                      "max_new_tokens": args.max_new_tokens, "stop": "eos"},
