@@ -8,6 +8,11 @@ batch, learning rate 2e-4 constant, no dynamic sampling on the Tempering side (T
 Precision: "auto" for both -- bf16 only where the CPU has native bf16; on an AVX2-only CPU
 bf16 matmul is emulated (~400x slower than fp32 here) and both run fp32.
 
+Tempering samples with its default engine (continuous batching, `BatchingEngine`). TRL runs
+at its fastest settings found here: `gradient_checkpointing=False` (GRPOConfig's default True
+recomputes the forward); `--trl-sweep` measures s/step of TRL under each setting of
+`TRL_SWEEP` and records them (bench/results/grpo_trl_sweep.json).
+
 Each framework runs in its own child process, one after the other. Reported per side:
 completions/s over the timed steps (generation + scoring + update, everything a step does,
 after `--warmup` steps), the reward curve, and the first step / wall second at which the
@@ -36,6 +41,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PROMPTS, GROUP, MAX_NEW, LR, TARGET = 8, 8, 32, 2e-4, 0.5
+TRL_FASTEST = {"gradient_checkpointing": False}
+TRL_SWEEP = [{"gradient_checkpointing": False}, {"gradient_checkpointing": True}]
 
 
 def reward_parts():
@@ -104,7 +111,7 @@ def run_tempering(steps: int, warmup: int) -> dict:
             "torch_threads": torch.get_num_threads()}
 
 
-def run_trl(steps: int, warmup: int) -> dict:
+def run_trl(steps: int, warmup: int, settings: dict | None = None) -> dict:
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -149,7 +156,7 @@ def run_trl(steps: int, warmup: int) -> dict:
                          max_steps=steps, logging_steps=1, report_to=[], save_strategy="no",
                          bf16=precision == "bf16", use_cpu=not torch.cuda.is_available(), seed=0,
                          loss_type="dapo", epsilon=0.2, epsilon_high=0.2, shuffle_dataset=True,
-                         dataloader_num_workers=0, gradient_checkpointing=False)
+                         dataloader_num_workers=0, **(settings or TRL_FASTEST))
         trainer = GRPOTrainer(model=load_model("smollm2-135m-instruct"), reward_funcs=[reward], args=cfg,
                               train_dataset=data, processing_class=tok,
                               peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
@@ -157,7 +164,8 @@ def run_trl(steps: int, warmup: int) -> dict:
                               callbacks=[Clock()])
         trainer.train()
     return {**curve_summary(rewards, times, warmup, PROMPTS * GROUP), "precision": precision,
-            "torch_threads": torch.get_num_threads(), "loss_type": "dapo (token-mean, as Tempering's default)"}
+            "torch_threads": torch.get_num_threads(), "loss_type": "dapo (token-mean, as Tempering's default)",
+            "trl_settings": settings or TRL_FASTEST}
 
 
 def main() -> None:
@@ -166,14 +174,35 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--child", choices=["tempering", "trl"])
+    p.add_argument("--trl-settings", default=None, help="child only: JSON of TRL GRPOConfig settings")
+    p.add_argument("--trl-sweep", action="store_true", help="time TRL under each TRL_SWEEP setting instead")
     p.add_argument("--out")
     args = p.parse_args()
     if args.child:
         import torch
 
         torch.set_num_threads(args.threads)
-        fn = run_trl if args.child == "trl" else run_tempering
-        Path(args.out).write_text(json.dumps(fn(args.steps, args.warmup), default=str))
+        if args.child == "trl":
+            result = run_trl(args.steps, args.warmup, json.loads(args.trl_settings) if args.trl_settings else None)
+        else:
+            result = run_tempering(args.steps, args.warmup)
+        Path(args.out).write_text(json.dumps(result, default=str))
+        return
+    if args.trl_sweep:
+        sweep = []
+        for settings in TRL_SWEEP:
+            with tempfile.NamedTemporaryFile(suffix=".json") as out:
+                subprocess.run([sys.executable, __file__, "--child", "trl", "--out", out.name, f"--steps={args.steps}",
+                                f"--warmup={args.warmup}", f"--threads={args.threads}",
+                                f"--trl-settings={json.dumps(settings)}"], check=True)
+                r = json.loads(Path(out.name).read_text())
+            sweep.append({"settings": settings, "seconds_per_step": r["seconds"] / max(r["timed_steps"], 1),
+                          "completions_per_s": r["completions_per_s"]})
+            print(sweep[-1], flush=True)
+        (HERE / "results" / "grpo_trl_sweep.json").write_text(json.dumps(
+            {"benchmark": "grpo TRL settings sweep", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+             "steps": args.steps, "warmup_steps": args.warmup, "torch_threads": args.threads,
+             "load_average_at_end": os.getloadavg(), "sweep": sweep}, indent=1))
         return
     runs = {}
     for name in ("tempering", "trl"):
@@ -194,6 +223,9 @@ def main() -> None:
               "updates_per_batch": 1, "lr": LR, "steps": args.steps, "warmup_steps": args.warmup,
               "cpu": platform.processor() or platform.machine(), "torch_threads": args.threads,
               "load_average_at_end": os.getloadavg(),
+              "tempering_engine": "BatchingEngine (EngineSettings() default: continuous batching)",
+              "trl_settings": TRL_FASTEST, "trl_settings_swept": [s for s in TRL_SWEEP],
+              "machine_note": "2 shared cores; run under /work/bench.lock while other agents' work ran at nice 19",
               "ratio_completions_per_s": ratio, "target_ratio": 3.0,
               "ratio_time_to_reward_0_5": t_ratio, "target_time_ratio": 2.0, "runs": runs}
     (HERE / "results").mkdir(exist_ok=True)

@@ -242,8 +242,8 @@ class EngineSettings(Strict):
     kind: Literal["hf", "batching", "vllm"] = "batching"
     """batching: continuous batching in this process (the default); hf: the static-batch
     HFEngine; vllm: vLLM on a CUDA GPU (refused with a message where vLLM or a GPU is absent)."""
-    max_slots: int = Field(64, ge=1)
-    """batching: most sequences decoded together (KV cache slots)."""
+    max_slots: int = Field(256, ge=1)
+    """batching: most sequences decoded together (KV cache slots; a call allocates only what it needs)."""
     vllm: VLLMSettings = VLLMSettings()
     """vLLM options (kind: vllm only)."""
 

@@ -173,10 +173,22 @@ def test_default_model_batched_greedy_equals_each_prompt_alone_fp32(smol_tokeniz
     from tempering.models.load import load_model
 
     model = load_model("smollm2-135m-instruct")
-    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=3)
-    questions = ["What is 12 + 7?", "Name a colour.", "Say hi.", "What is the capital of France?"]
+    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=2)  # the third joins later
+    questions = ["What is 12 + 7?", "Name a colour.", "What is the capital of France?"]
     prompts = [engine.chat_prompt([{"role": "user", "content": q}]) for q in questions]
-    greedy = SamplingParams(temperature=0, max_new_tokens=12)
+    greedy = SamplingParams(temperature=0, max_new_tokens=10)
     batched = engine.generate(prompts, greedy)
     for p, b in zip(prompts, batched):
         assert b[0].token_ids == engine.generate([p], greedy)[0][0].token_ids
+
+
+def test_bf16_autocast_over_fp32_weights_runs_and_agrees_alone(tiny, smol_tokenizer):
+    """Under bf16 autocast the rotary embedding leaves keys fp32 and values bf16: the slot
+    cache keeps each in its own dtype. One request alone decodes as HFEngine does."""
+    model, prompts = tiny
+    engine = BatchingEngine(model, smol_tokenizer, precision="bf16", max_slots=2)
+    greedy = SamplingParams(temperature=0, max_new_tokens=6)
+    reference = HFEngine(model, smol_tokenizer, precision="bf16")
+    for p in prompts[:3]:
+        assert engine.generate([p], greedy)[0][0].token_ids == reference.generate([p], greedy)[0][0].token_ids
+    assert [len(g[0].token_ids) for g in engine.generate(prompts, greedy)] == [6] * len(prompts)

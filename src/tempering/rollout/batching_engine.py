@@ -67,23 +67,25 @@ class BatchingEngine(HFEngine):
             return store
 
         with self._lock:
-            # sized for this call when nothing else runs (a trainer's engine frees it after)
-            own_cache = self._scheduler is None or self._scheduler.idle
+            # without a serving thread the cache is sized for this call and freed after (the
+            # trainer gets the memory back); with one, the requests join the served batch
+            own_cache = self._thread is None
             if own_cache:
                 need = max(len(p) for p in prompts) + params.max_new_tokens
                 self._open(min(self.max_slots, max(params.n, len(prompts) * params.n)), need)
-            for i, p in enumerate(prompts):
-                self._scheduler.submit(Request(list(p), params.model_copy(update={"seed": prompt_seed(params.seed, i)}),
-                                               prompt_index=i, done=done(i)))
             was_training = self.model.training
             self.model.eval()
             try:
+                for i, p in enumerate(prompts):
+                    seed = prompt_seed(params.seed, i)
+                    self._scheduler.submit(Request(list(p), params.model_copy(update={"seed": seed}),
+                                                   prompt_index=i, done=done(i)))
                 with merged_lora(self.model):
                     while pending["left"]:
                         self.step()
             finally:
                 self.model.train(was_training)
-                if own_cache and self._thread is None:
+                if own_cache:
                     self._scheduler = self._cache = None
         return out
 
