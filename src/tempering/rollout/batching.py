@@ -21,9 +21,9 @@ from typing import Callable, Sequence
 import torch
 
 from tempering.config import SamplingParams
-from tempering.rollout.engine import Completion, cut_at_stop, prompt_seed, sample_seed, sample_tokens
+from tempering.rollout.engine import Completion, cut_at_stop, prompt_seed, sample_seed, sample_tokens, top_logprobs
 
-__all__ = ["Request", "Running", "Scheduler", "prompt_seed", "sample_rows", "sample_seed"]
+__all__ = ["Request", "Running", "Scheduler", "prompt_seed", "sample_rows", "sample_seed", "top_rows"]
 
 
 @dataclass
@@ -49,6 +49,7 @@ class Running:
     stop_ids: frozenset[int]
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    tops: list[list[tuple[int, float]]] = field(default_factory=list)
     finish_reason: str | None = None
 
     @property
@@ -100,11 +101,15 @@ class Scheduler:
             admitted.append(req)
         return admitted
 
-    def record(self, tokens: Sequence[int], logprobs: Sequence[float]) -> None:
-        """Append each running sequence's sampled token (row i -> running[i]); mark finishes."""
-        for seq, tok, lp in zip(self.running, tokens, logprobs):
+    def record(self, tokens: Sequence[int], logprobs: Sequence[float],
+               tops: Sequence[list[tuple[int, float]] | None] | None = None) -> None:
+        """Append each running sequence's sampled token (row i -> running[i]) and, for requests
+        that asked, its most likely alternatives (`tops`, from `top_rows`); mark finishes."""
+        for i, (seq, tok, lp) in enumerate(zip(self.running, tokens, logprobs)):
             seq.tokens.append(tok)
             seq.logprobs.append(lp)
+            if tops is not None and tops[i] is not None:
+                seq.tops.append(tops[i])
             if seq.request.on_token is not None:
                 seq.request.on_token(seq.sample, tok, lp)
             params = seq.request.params
@@ -146,7 +151,20 @@ class Scheduler:
         text = self.decode([t for t in seq.tokens if t not in seq.stop_ids])
         text, cut = cut_at_stop(text, seq.request.params.stop)
         reason = "stop" if cut else seq.finish_reason
-        return Completion(seq.request.prompt_index, seq.tokens, seq.logprobs, text, reason)
+        return Completion(seq.request.prompt_index, seq.tokens, seq.logprobs, text, reason,
+                          seq.tops if seq.request.params.top_logprobs else None)
+
+
+def top_rows(logits: torch.Tensor, rows: Sequence[Running]) -> list[list[tuple[int, float]] | None] | None:
+    """Per row of (B, V) logits, the `top_logprobs` most likely (token, log-prob) under the
+    row's request's temperature (engine.top_logprobs), or None where it did not ask; None when no row did."""
+    if not any(seq.request.params.top_logprobs for seq in rows):
+        return None
+    out: list[list[tuple[int, float]] | None] = []
+    for i, seq in enumerate(rows):
+        p = seq.request.params
+        out.append(top_logprobs(logits[i:i + 1], p.temperature, p.top_logprobs)[0] if p.top_logprobs else None)
+    return out
 
 
 def sample_rows(logits: torch.Tensor, rows: Sequence[Running]) -> tuple[list[int], list[float]]:

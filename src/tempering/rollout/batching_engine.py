@@ -29,7 +29,7 @@ import torch
 
 from tempering.config import SamplingParams
 from tempering.models.precision import autocast
-from tempering.rollout.batching import Request, Scheduler, prompt_seed, sample_rows
+from tempering.rollout.batching import Request, Scheduler, prompt_seed, sample_rows, top_rows
 from tempering.rollout.engine import Completion, HFEngine, merged_lora
 from tempering.rollout.kvcache import SlotKVCache
 
@@ -49,6 +49,8 @@ class BatchingEngine(HFEngine):
         self._cache: SlotKVCache | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self.peak_running = 0
+        """The most sequences one step has decoded together (how much batching happened)."""
 
     # --- the Engine protocol ---
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
@@ -90,6 +92,11 @@ class BatchingEngine(HFEngine):
         return out
 
     # --- serving: submit from any thread, a background thread runs the batch ---
+    @property
+    def serving(self) -> bool:
+        """Whether the serving thread runs (`submit` may be called)."""
+        return self._thread is not None
+
     def start(self, max_len: int | None = None) -> None:
         """Start the serving thread (the model is put in eval mode and not trained meanwhile)."""
         with self._lock:
@@ -149,6 +156,7 @@ class BatchingEngine(HFEngine):
         sched, cache = self._scheduler, self._cache
         old = len(sched.running)
         admitted = sched.admit()
+        self.peak_running = max(self.peak_running, len(sched.running))
         parts = []
         if old:
             parts.append(self._decode_step(old))
@@ -158,7 +166,7 @@ class BatchingEngine(HFEngine):
             return
         logits = torch.cat(parts) if len(parts) > 1 else parts[0]
         tokens, logprobs = sample_rows(logits, sched.running)
-        sched.record(tokens, logprobs)
+        sched.record(tokens, logprobs, top_rows(logits, sched.running))
         moves, _ = sched.finish()
         for src, dst, length in moves:
             cache.move(src, dst, length)

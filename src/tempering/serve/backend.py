@@ -52,16 +52,24 @@ class Route:
     release: int | None
 
 
+SLOTS = 32
+"""Concurrent sequences one served model decodes together (its KV cache holds SLOTS x MAX_LEN)."""
+MAX_LEN = 2048
+"""Prompt + answer tokens a served request may use (capped by the model's own context)."""
+
+
 def engine_for(spec: str, precision: str = "auto") -> Served:
-    """Load `spec` (alias, HF dir, run output, adapter) as an `HFEngine`: the one place engines are built."""
+    """Load `spec` (alias, HF dir, run output, adapter) as a started `BatchingEngine`: the one
+    place engines are built. Concurrent requests join one running batch (continuous batching)."""
     from tempering.data.render import detect_tool_call_style
     from tempering.models.load import load_model, load_tokenizer
-    from tempering.rollout.engine import HFEngine
+    from tempering.rollout.batching_engine import BatchingEngine
 
     model, tokenizer = load_model(spec), load_tokenizer(spec)
-    context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
-    return Served(spec, HFEngine(model, tokenizer, precision=precision), tokenizer, context,
-                  detect_tool_call_style(tokenizer))
+    context = min(int(getattr(model.config, "max_position_embeddings", 0) or MAX_LEN), MAX_LEN)
+    engine = BatchingEngine(model, tokenizer, precision=precision, max_slots=SLOTS, max_len=context)
+    engine.start()
+    return Served(spec, engine, tokenizer, context, detect_tool_call_style(tokenizer))
 
 
 class Models:
@@ -125,7 +133,9 @@ class Models:
             served = self._load(route.spec)
             self._loaded[route.spec] = served
             while len(self._loaded) > self.max_loaded:
-                self._loaded.popitem(last=False)
+                _, evicted = self._loaded.popitem(last=False)
+                if getattr(evicted.engine, "serving", False):
+                    evicted.engine.stop()
             return served
 
 

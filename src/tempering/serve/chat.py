@@ -122,9 +122,18 @@ def prepare_text(served: Served, req: CompletionRequest, limit: int) -> Prepared
 
 
 def generate(served: Served, prepared: Prepared) -> list[list[Any]]:
-    """Run the engine (one request at a time per engine); completions grouped per prompt."""
+    """Run the engine; completions grouped per prompt. A serving batching engine takes the
+    prompts into its running batch (other requests decode alongside); any other engine
+    answers one request at a time."""
+    from tempering.rollout.engine import prompt_seed
+
+    engine, params = served.engine, prepared.params
+    if getattr(engine, "serving", False):
+        futures = [engine.submit(p, params.model_copy(update={"seed": prompt_seed(params.seed, i)}))
+                   for i, p in enumerate(prepared.prompts)]
+        return [f.result() for f in futures]
     with served.lock:
-        return served.engine.generate(prepared.prompts, prepared.params)
+        return engine.generate(prepared.prompts, params)
 
 
 # ------------------------------------------------------------------ completions -> responses
