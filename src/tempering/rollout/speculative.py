@@ -24,11 +24,9 @@ from typing import Any, Sequence
 import torch
 
 from tempering.config import SamplingParams
-from tempering.hashing import model_state_hash
-from tempering.models.logprobs import cache_keyword
-from tempering.models.precision import autocast, resolve_precision
+from tempering.models.precision import autocast
 from tempering.rollout.drafters import Drafter
-from tempering.rollout.engine import Completion, chat_prompt_ids, cut_at_stop
+from tempering.rollout.engine import Completion, HFEngine, cut_at_stop
 from tempering.rollout.padding import left_pad
 from tempering.rollout.speculative_math import sampling_probs, verify_greedy, verify_sampled
 
@@ -71,38 +69,17 @@ class SpeculativeStats:
         }
 
 
-class SpeculativeEngine:
-    """`Engine` over a target HF causal LM and a `Drafter`; same outputs as the target alone."""
+class SpeculativeEngine(HFEngine):
+    """`Engine` over a target HF causal LM and a `Drafter`; same outputs as the target alone.
+    Device, identity (the target's: speculation changes speed, never samples), weight sync
+    (a stale draft only lowers acceptance) and chat rendering are `HFEngine`'s."""
 
     def __init__(self, model: Any, tokenizer: Any, drafter: Drafter, k: int = 4, precision: str = "auto"):
         if k < 1:
             raise ValueError(f"speculative decoding needs k >= 1 draft tokens, got {k}")
-        self.model, self.tokenizer, self.drafter, self.k = model, tokenizer, drafter, k
-        self.precision = resolve_precision(precision)
-        self._cache_kw = cache_keyword(model)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.eos_id = tokenizer.eos_token_id
+        super().__init__(model, tokenizer, precision=precision)
+        self.drafter, self.k = drafter, k
         self.stats = SpeculativeStats(k)
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
-    @property
-    def identity(self) -> str:
-        """The target's identity: speculation changes speed, never samples."""
-        return model_state_hash(self.model, self.tokenizer)
-
-    def sync_weights(self, weights: Any) -> None:
-        """Load new target weights (a stale draft only lowers acceptance)."""
-        if weights is self.model:
-            return
-        state = weights.state_dict() if hasattr(weights, "state_dict") else weights
-        with torch.no_grad():
-            self.model.load_state_dict(state)
-
-    def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
-        return chat_prompt_ids(self.tokenizer, messages)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         """`params.n` completions per prompt, grouped per prompt (each sample is its own row)."""
