@@ -221,3 +221,12 @@ def test_seeded_samples_depend_on_seed_prompt_and_sample_only_and_match_the_batc
     assert [[c.token_ids for c in g] for g in batching] == [[c.token_ids for c in g] for g in three]
     other = engine.generate(prompts, params.model_copy(update={"seed": 12}))
     assert [[c.token_ids for c in g] for g in other] != [[c.token_ids for c in g] for g in three]
+
+
+def test_sampled_logprob_is_under_the_tempered_untruncated_distribution():
+    # logits log(4), log(2), log(1), 0 at temperature 0.5: weights 16, 4, 1, 1 -> probs 16/22, 4/22, 1/22, 1/22
+    logits = torch.log(torch.tensor([[4.0, 2.0, 1.0, 1.0]] * 2))
+    u = torch.tensor([0.5, 0.8])  # top_p 0.9 keeps {0, 1} (16/22 < 0.9 <= 20/22): u x 20 = 10, 16 against cdf 16, 20
+    tok, lp = sample_tokens(logits, 0.5, 0.9, None, uniforms=u)
+    assert tok.tolist() == [0, 1]
+    assert torch.allclose(lp, torch.log(torch.tensor([16 / 22, 4 / 22])))  # not renormalised over the nucleus

@@ -110,18 +110,25 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, genera
     if temperature == 0:
         tokens = logits.argmax(dim=-1)
         return tokens, torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None]).squeeze(1)
-    logp = torch.log_softmax(logits / temperature, dim=-1)
-    probs, order = logp.exp(), None
+    # unnormalised probabilities, computed in place: each pass over a (B, V) tensor costs
+    # about as much as a small model's decode step at large B, so no log_softmax is built
+    top = logits.amax(dim=-1, keepdim=True)
+    weights, order = (logits - top).div_(temperature).exp_(), None
     if top_p < 1.0:
-        probs, order = probs.sort(dim=-1, descending=True)
+        weights, order = weights.sort(dim=-1, descending=True)
+        mass = weights.cumsum(dim=-1)
+        total = mass[:, -1]
         # keep the smallest prefix whose mass reaches top_p (the first token always stays)
-        probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= top_p, 0.0)
+        cdf = weights.masked_fill_(mass - weights >= top_p * total[:, None], 0.0).cumsum_(dim=-1)
+    else:
+        cdf = weights.cumsum_(dim=-1)
+        total = cdf[:, -1]
     if uniforms is None:
-        uniforms = torch.rand(probs.shape[0], generator=generator, device=probs.device)
-    cdf = probs.cumsum(dim=-1)
+        uniforms = torch.rand(cdf.shape[0], generator=generator, device=cdf.device)
     picked = torch.searchsorted(cdf, (uniforms.to(cdf) * cdf[:, -1])[:, None], right=True).clamp(max=cdf.shape[1] - 1)
     tokens = (picked if order is None else order.gather(1, picked)).squeeze(1)
-    return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+    logp = (logits.gather(1, tokens[:, None]).squeeze(1) - top.squeeze(1)) / temperature - total.log()
+    return tokens, logp
 
 
 def top_logprobs(logits: torch.Tensor, temperature: float, k: int) -> list[list[tuple[int, float]]]:
