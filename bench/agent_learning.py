@@ -3,6 +3,8 @@ before and after agent training (expert SFT, then GRPO), per seed and pooled, wi
 
     python bench/agent_learning.py --config examples/agent/agent_arith.yaml --seeds 0 1 2 --out-root runs/agent-learning
     python bench/agent_learning.py --collect runs/agent-learning/s0 runs/agent-learning/s1 ...   # only aggregate
+    python bench/agent_learning.py --config examples/agent/agent_workspace_t1.yaml --title "workspace tier 1" \
+        --out bench/results/agent_workspace_t1.json          # workspace tier 1 (SFT then RL)
 
 Each seed is one `temper agent` run (seeding SFT order, LoRA init and RL sampling). Pooled:
 per task, the success averaged over seeds, then a paired bootstrap over tasks (after - before).
@@ -65,11 +67,13 @@ def main() -> None:
     ap.add_argument("--out-root", default="runs/agent-learning")
     ap.add_argument("--collect", nargs="*", help="Only aggregate these finished run dirs.")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "agent_learning.json"))
+    ap.add_argument("--title", default="agent learning (tool use)")
+    ap.add_argument("--note", default="", help="Appended to the JSON's note (e.g. what else ran alongside).")
     args = ap.parse_args()
     runs = [Path(p) for p in args.collect] if args.collect else [run_seed(args.config, args.out_root, s)
                                                                  for s in args.seeds]
-    result = {"benchmark": "agent learning (tool use)", "config": args.config,
-              "note": "2 shared cores, precision auto (bf16); other agents' work ran at nice 19 alongside",
+    result = {"benchmark": args.title, "config": args.config,
+              "note": "2 shared cores, precision auto (bf16); other agents' work ran at nice 19 alongside" + args.note,
               **collect(runs)}
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps(result["pooled"], indent=1))
