@@ -76,28 +76,34 @@ def _py_file(rng: random.Random, lines: int) -> str:
     return "".join(f"x{k} = {rng.randrange(100)}\n" for k in range(lines))
 
 
-def ws_tier1(rng: random.Random) -> list[dict]:
+CONFIG_NAMES = ["server.ini", "app.ini", "service.ini", "gateway.ini", "proxy.ini", "worker.ini", "cache.ini",
+                "queue.ini"]
+LOG_LEVELS = ["ERROR", "WARN", "ERROR", "WARN", "INFO", "DEBUG", "INFO", "ERROR"]
+
+
+def ws_tier1(rng: random.Random, variants: range = range(4)) -> list[dict]:
+    """Tier 1 tasks of four kinds; `variants` indexes the file names, levels and sizes."""
     rows = []
-    for i in range(4):  # count lines of the Python files
+    for i in variants:  # count lines of the Python files
         files = {f"{NAMES[(i + k) % 10]}.py": _py_file(rng, rng.randrange(3, 25)) for k in range(2 + i)}
         files["README.md"] = "# notes\n" * rng.randrange(2, 6)
         total = str(sum(t.count("\n") for p, t in files.items() if p.endswith(".py")))
         rows.append(("count-py-lines", i, "How many lines do the Python files in /work have in total? Submit the number.",
                      files, total, [[call("shell", cmd="cat *.py | wc -l")], [call("submit", answer=total)]]))
-    for i in range(4):  # count files of a kind in a folder
+    for i in variants:  # count files of a kind in a folder
         n = rng.randrange(2, 9)
-        files = {f"docs/{NAMES[k % 10]}{k}.txt": "text\n" for k in range(n)}
+        files = {f"docs/{NAMES[(k + 3 * (i // 4)) % 10]}{k}.txt": "text\n" for k in range(n)}
         files.update({f"docs/img{k}.png": "png\n" for k in range(rng.randrange(1, 4))})
         rows.append(("count-txt", i, "How many .txt files are in the folder docs/? Submit the number.", files, str(n),
                      [[call("shell", cmd="ls docs/*.txt | wc -l")], [call("submit", answer=str(n))]]))
-    for i in range(4):  # read a value from a config file
+    for i in variants:  # read a value from a config file
         port = str(rng.randrange(1024, 65000))
-        name = ["server.ini", "app.ini", "service.ini", "gateway.ini"][i]
+        name = CONFIG_NAMES[i]
         files = {name: f"[main]\nhost = 127.0.0.1\nport = {port}\nworkers = {rng.randrange(1, 9)}\n"}
         rows.append(("config-port", i, f"Which port does {name} configure? Submit the number.", files, port,
                      [[call("read_file", path=name)], [call("submit", answer=port)]]))
-    for i in range(4):  # count matching log lines
-        level = ["ERROR", "WARN", "ERROR", "WARN"][i]
+    for i in variants:  # count matching log lines
+        level = LOG_LEVELS[i]
         lines = [rng.choice(["INFO", "ERROR", "WARN", "DEBUG"]) + f" event {k}" for k in range(rng.randrange(8, 30))]
         n = str(sum(line.startswith(level) for line in lines))
         files = {"service.log": "\n".join(lines) + "\n"}
@@ -222,10 +228,12 @@ def _syntax_task(i: int, rng: random.Random) -> dict:
 def workspace() -> list[dict]:
     rng = random.Random(3)
     items = ws_tier1(rng)
+    extra = ws_tier1(random.Random(11), range(4, 8))  # more held-out tier 1 (own seed: tiers 2-3 unchanged)
     items += [_bug_task(i, bug) for i, bug in enumerate(BUGS)]
     items += [_csv_task(i, rng) for i in range(7)]
     items += [_config_task(i, rng) for i in range(6)]
     items += [_syntax_task(i, rng) for i in range(6)]
+    items += extra
     rows = []
     for item in items:
         kind, variant = item.pop("kind"), item.pop("variant")

@@ -86,6 +86,7 @@ def eval_run(
     try:
         results = evaluate_model(cfg.model, loaded, Path(cfg.out), first_seed=cfg.first_seed, cache=cfg.cache,
                                  threads=cfg.threads, precision=cfg.precision, engine_settings=cfg.engine,
+                                 scale=cfg.scale,
                                  warn=lambda line: err.print(f"[yellow]warning: {line}[/yellow]"),
                                  log=lambda line: err.print(f"[dim]{line}[/dim]"))
     except (EvalError, SuiteError) as exc:

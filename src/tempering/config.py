@@ -514,6 +514,9 @@ class EvalConfig(Strict):
     """auto: bf16 only where it is native, else fp32."""
     engine: EngineSettings = EngineSettings()
     """The engine that samples the suites."""
+    scale: ScaleSettings | None = None
+    """Ray (docs/scale.md): sample on engine replicas and score on reward actors (each with its
+    own sandbox pool) instead of in this process; same samples and scores with one replica."""
 
 
 # --- dedup ---

@@ -84,3 +84,32 @@ def test_rollout_source_builds_grpo_batches_from_episodes(smol_tokenizer):
     stats = source.stats()
     assert stats["groups"] == 2 and stats["success_rate"] == 0.75 and stats["reward_mean"] == pytest.approx(0.625)
     assert source.state_dict()["rollouts"] == 1
+
+
+def test_curriculum_draws_every_task_of_the_tier_once_before_repeating():
+    # with replacement, 2 RL steps of 4 tasks from 12 drew config-port in 5 of 8 groups and RL taught
+    # read_file for every task (docs/agents.md): the draw is now an epoch over the tier
+    tier1 = select(builtin_tasks("workspace"), "train", [1])
+    assert len(tier1) == 12
+    c = Curriculum(tier1, promote_at=1.0, window=4, seed=3)
+    first = [t.id for t in c.sample(4)]
+    assert len(set(first)) == 4
+    state = c.state_dict()
+    rest = [t.id for _ in range(2) for t in c.sample(4)]
+    assert sorted(first + rest) == sorted(t.id for t in tier1)  # 12 draws: each task exactly once
+    d = Curriculum(tier1, promote_at=1.0, window=4, seed=3)
+    d.load_state_dict(state)  # a resumed run continues the same epoch
+    assert [t.id for _ in range(2) for t in d.sample(4)] == rest
+    assert len({t.id for t in c.sample(12)}) == 12  # the next epoch again covers the tier
+
+
+def test_tied_groups_give_a_batch_without_gradient(smol_tokenizer):
+    renderer = AgentRenderer(smol_tokenizer)
+    tasks = select(builtin_tasks("retry"), "train")[:4]
+    engine = PolicyEngine(smol_tokenizer, lambda task, messages: f"The answer is {task.goal['value']}.", tasks)
+    grpo = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=20)  # dynamic_sampling on
+    source = AgentRolloutSource(tasks, engine, renderer, None, grpo, EpisodeSettings(), grad_accum=1, seed=0)
+    batch = source.next_batch()
+    assert source.stats()["groups_kept"] == 0 and source.stats()["success_rate"] == 1.0
+    assert torch.equal(batch["advantages"], torch.zeros(2))  # every reward 1: the loss -ratio * A is 0
+    assert torch.equal(batch["sampled_mask"], batch["loss_mask"])  # the mismatch skips environment tokens

@@ -76,14 +76,25 @@ class Curriculum:
         self.level, self.promote_at = 0, promote_at
         self.recent: deque[bool] = deque(maxlen=window)
         self.rng = random.Random(seed)
+        self.queue: list[int] = []
 
     @property
     def tier(self) -> int:
         return self.tiers[self.level]
 
     def sample(self, n: int) -> list[AgentTask]:
+        """`n` tasks of the current tier, without replacement: every task of the tier is drawn once
+        (in a seeded shuffled order) before any is drawn again, so a batch holds distinct tasks
+        when the tier has at least `n` (drawing with replacement put one task kind in 3 of 4 groups
+        and RL learnt that kind's tool for every task; docs/agents.md)."""
         pool = self.by_tier[self.tier]
-        return [pool[self.rng.randrange(len(pool))] for _ in range(n)]
+        out: list[AgentTask] = []
+        while len(out) < n:
+            if not self.queue:
+                self.queue = list(range(len(pool)))
+                self.rng.shuffle(self.queue)
+            out.append(pool[self.queue.pop()])
+        return out
 
     def record(self, successes: list[bool]) -> None:
         self.recent.extend(successes)
@@ -91,12 +102,15 @@ class Curriculum:
         if full and sum(self.recent) / len(self.recent) >= self.promote_at and self.level < len(self.tiers) - 1:
             self.level += 1
             self.recent.clear()
+            self.queue = []
 
     def state_dict(self) -> dict:
-        return {"level": self.level, "recent": list(self.recent), "rng": self.rng.getstate()}
+        return {"level": self.level, "recent": list(self.recent), "rng": self.rng.getstate(),
+                "queue": list(self.queue)}
 
     def load_state_dict(self, state: dict) -> None:
         self.level, self.recent = state["level"], deque(state["recent"], maxlen=self.recent.maxlen)
+        self.queue = list(state.get("queue", []))
         rng = state["rng"]
         self.rng.setstate((rng[0], tuple(rng[1]), rng[2]))
 
@@ -224,6 +238,7 @@ class AgentRolloutSource:
             advantages = grpo_advantages(rewards, scale_std=self.s.scale_std).reshape(-1)
         return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
                 "completion_mask": completion_mask, "loss_mask": loss_mask, "engine_logprobs": engine_logprobs,
+                "sampled_mask": loss_mask.clone(),
                 "advantages": advantages, "n_real_tokens": int(completion_mask.sum()) + int(prompt_mask.sum())}
 
     def _record(self, seen: list[list[AgentEpisode]], kept: list, tier: int, batch: Any) -> None:

@@ -10,10 +10,11 @@ through `write_eval_outputs`, so `temper eval show` / `compare` read both alike.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tempering.config import EngineSettings
+from tempering.config import EngineSettings, ScaleSettings
 from tempering.evals.cache import write_jsonl_atomic
 from tempering.evals.results import EvalResults
 from tempering.evals.suite import Suite
@@ -40,12 +41,14 @@ def write_eval_outputs(out_dir: str | Path, results: EvalResults, records: Seque
 
 def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, first_seed: int = 0,
                    cache: bool = True, threads: int | None = None, precision: str = "auto",
-                   engine_settings: EngineSettings | None = None,
+                   engine_settings: EngineSettings | None = None, scale: ScaleSettings | None = None,
                    warn: Callable[[str], None] | None = None,
                    log: Callable[[str], None] | None = None) -> EvalResults:
     """Load `model`, scan its training lineage for contamination, run every suite, write the outputs.
 
     Args:
+        scale: sample on Ray engine replicas and score on Ray reward actors (a local Ray is
+            started for the call unless `scale.address` names one).
         warn: receives warnings (a training input gone or changed since training).
         log: receives progress lines.
     Raises:
@@ -75,25 +78,44 @@ def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, firs
         log(f"lineage: {' <- '.join(lineage.runs)}; {len(lineage.files)} training file(s) scanned, "
             f"{found} contaminated row(s)")
     settings = engine_settings or EngineSettings()
-    try:
-        check_engine(settings)
-        model_dir = resolve_model(model) if settings.kind == "vllm" else None
-        engine = build_engine(settings, load_model(model), load_tokenizer(model), resolve_precision(precision),
-                              model_dir=model_dir)
-    except (ModelNotFound, EngineUnavailable) as exc:
-        raise EvalError(str(exc)) from None
-    try:
-        model_hash = model_dir_hash(model)
-    except ModelNotFound:  # a hub id: the runner hashes the loaded weights instead
-        model_hash = None
-    out_suites, records = [], []
-    for suite in suites:
-        result, samples = run_suite_samples(suite, engine, first_seed=first_seed, model_id=model,
-                                            model_hash=model_hash,
-                                            cache_dir=default_cache_dir() if cache else None, log=log)
-        out_suites.append(result.model_copy(update={"contaminated_rows": rows[suite.name],
-                                                    "contamination_hits": len(rows[suite.name])}))
-        records += samples
+    with ExitStack() as stack:
+        pool = None
+        try:
+            if scale is not None:
+                engine, pool = _ray_engine_and_workers(stack, model, resolve_precision(precision), scale)
+            else:
+                check_engine(settings)
+                model_dir = resolve_model(model) if settings.kind == "vllm" else None
+                engine = build_engine(settings, load_model(model), load_tokenizer(model), resolve_precision(precision),
+                                      model_dir=model_dir)
+        except (ModelNotFound, EngineUnavailable) as exc:
+            raise EvalError(str(exc)) from None
+        try:
+            model_hash = model_dir_hash(model)
+        except ModelNotFound:  # a hub id: the runner hashes the loaded weights instead
+            model_hash = None
+        out_suites, records = [], []
+        for suite in suites:
+            result, samples = run_suite_samples(suite, engine, first_seed=first_seed, model_id=model,
+                                                model_hash=model_hash, reward_workers=pool,
+                                                cache_dir=default_cache_dir() if cache else None, log=log)
+            out_suites.append(result.model_copy(update={"contaminated_rows": rows[suite.name],
+                                                        "contamination_hits": len(rows[suite.name])}))
+            records += samples
     results = EvalResults(model=model, suites=out_suites)
     write_eval_outputs(out_dir, results, records)
     return results
+
+
+def _ray_engine_and_workers(stack: ExitStack, model: str, precision: str, scale: ScaleSettings) -> tuple[Any, Any]:
+    """Engine replicas and reward actors on Ray, closed (and a local Ray stopped) with `stack`."""
+    from tempering.scale.engines import EngineReplicas
+    from tempering.scale.reward_workers import RayRewardWorkers
+    from tempering.scale.runtime import ray_session
+
+    stack.enter_context(ray_session(scale))
+    engine = EngineReplicas(model, None, precision, scale.engine_replicas, gpus=scale.engine_gpus)
+    stack.callback(engine.close)
+    pool = stack.enter_context(RayRewardWorkers(scale.reward_workers, scale.sandbox_slots, scale.worker_cpus,
+                                                scale.max_retries))
+    return engine, pool

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -94,6 +95,7 @@ def run_suite_samples(
     suite: Suite, engine, *, seeds: int | None = None, first_seed: int = 0, samples: int | None = None,
     model_id: str = "model",
     model_hash: str | None = None, cache_dir: str | Path | None = None, workers: int = 8,
+    reward_workers: Any = None,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     log: Callable[[str], None] | None = None,
 ) -> tuple[SuiteResult, list[dict[str, Any]]]:
@@ -107,6 +109,7 @@ def run_suite_samples(
             `identity` when None.
         cache_dir: where results are cached; None disables the cache.
         workers: scoring threads (sandboxed code judging runs ~0.1-0.2 s per sample).
+        reward_workers: a `RewardWorkers` to score with instead (e.g. Ray actors), not closed here.
         batch_tokens: budget of rows x (longest prompt + max_new_tokens) per decode batch
             (its KV cache: ~1.5 GB at the default for a 135M model in fp32).
     Returns:
@@ -130,7 +133,7 @@ def run_suite_samples(
     if cache is not None and (hit := cache.get(key)) is not None:
         log(f"{suite.name}: cached result ({key[:12]})")
         return hit[0].model_copy(update={"model_id": model_id}), hit[1]
-    passes = _sample_and_score(suite, settings["seeds"], engine, workers, batch_tokens, log)
+    passes = _sample_and_score(suite, settings["seeds"], engine, workers, batch_tokens, log, reward_workers)
     result = _suite_result(suite, passes, model_id, model_hash, settings)
     records = [r for p in passes for r in sample_records(suite, p)]
     if cache is not None:
@@ -147,10 +150,10 @@ def _chunk_seed(seed: int, template: int, chunk: int) -> int:
 
 
 def _sample_and_score(suite: Suite, seeds: list[int], engine, workers: int, batch_tokens: int,
-                      log: Callable[[str], None]) -> list[_Pass]:
+                      log: Callable[[str], None], reward_workers: Any = None) -> list[_Pass]:
     """Generate every pass (template, seed) in order; scoring runs in the pool meanwhile."""
     plan = [(0, seed) for seed in seeds] + [(t, seeds[0]) for t in range(1, len(suite.templates))]
-    with ThreadRewardWorkers(workers) as pool:
+    with nullcontext(reward_workers) if reward_workers is not None else ThreadRewardWorkers(workers) as pool:
         pending = [(t, seed, _generate_pass(suite, t, seed, engine, pool, batch_tokens, log)) for t, seed in plan]
         passes = [_Pass(t, seed, p.collect()) for t, seed, p in pending]
     errors = sum(p.errors for p in passes)
@@ -159,7 +162,7 @@ def _sample_and_score(suite: Suite, seeds: list[int], engine, workers: int, batc
     return passes
 
 
-def _generate_pass(suite: Suite, template: int, seed: int, engine, pool: ThreadRewardWorkers, batch_tokens: int,
+def _generate_pass(suite: Suite, template: int, seed: int, engine, pool: Any, batch_tokens: int,
                    log: Callable[[str], None]) -> PendingRollout:
     """Sample all tasks under one template and seed, a chunk of similar-length prompts at a time."""
     t0, tasks, s = time.perf_counter(), suite.task_list, suite.sampling

@@ -3,7 +3,8 @@
 A batch (built by `tempering.rollout.source.RolloutSource`) holds whole groups:
 `prompt_ids`/`prompt_mask` (one left-padded row per group), `completion_ids`/`loss_mask`
 (G right-padded rows per group), `advantages` (one per completion), `engine_logprobs`
-(what the sampler reported) and, for mu > 1, `old_logprobs` (the rollout policy, recomputed
+(what the sampler reported; `sampled_mask`, when given, marks where it sampled — the
+log-prob mismatch is measured there) and, for mu > 1, `old_logprobs` (the rollout policy, recomputed
 once before the first update). With mu = 1 the rollout policy *is* the current one, so the
 ratio is exactly 1 and `logp.detach()` stands in for it.
 
@@ -53,8 +54,11 @@ class GRPOObjective:
                                             self.s.aggregation, self.s.max_new_tokens, ref, self.s.beta)
         seen = batch["completion_mask"].to(logp.dtype)
         n_seen = seen.sum().clamp(min=1.0)
+        # the mismatch is measured where the engine sampled (agent batches: not on environment tokens,
+        # whose engine log-prob is a placeholder 0)
+        sampled = batch.get("sampled_mask", batch["completion_mask"]).to(logp.dtype)
         with torch.no_grad():
-            mismatch = ((logp.detach() - batch["engine_logprobs"]).abs() * seen).sum() / n_seen
+            mismatch = ((logp.detach() - batch["engine_logprobs"]).abs() * sampled).sum() / sampled.sum().clamp(min=1.0)
         out = {k: float(v) for k, v in stats.items()}
         out.update(entropy=float((entropy * seen).sum() / n_seen), logprob_mismatch=float(mismatch))
         return numerator, out

@@ -205,6 +205,7 @@ def _eval(cfg: EvalConfig, ctx: StageContext) -> StageOutput:
         if not stage.finished:
             results = evaluate_model(cfg.model, suites, stage.run_dir, first_seed=cfg.first_seed, cache=cfg.cache,
                                      threads=cfg.threads, precision=cfg.precision, engine_settings=cfg.engine,
+                                 scale=cfg.scale,
                                      warn=ctx.log, log=ctx.log)
             metrics = {s.suite: {k: m.mean for k, m in s.metrics.items()} for s in results.suites}
             stage.finish({"steps": 1, "model": cfg.model, "suites": metrics},

@@ -19,11 +19,11 @@ same place (see docs/scale.md); this one runs wherever torch does.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from typing import Any, Sequence
 
 from tempering.config import LoraSettings, SamplingParams
+from tempering.hashing import tensors_hash
 from tempering.rollout.engine import Completion
 
 SEED_STRIDE = 1_000_003
@@ -31,18 +31,6 @@ SEED_STRIDE = 1_000_003
 
 class WeightSyncError(RuntimeError):
     """A replica holds other weights than the trainer sent."""
-
-
-def tensors_hash(state: dict[str, Any]) -> str:
-    """sha256 over named tensors (name, dtype, shape, bytes), in name order."""
-    import torch
-
-    h = hashlib.sha256()
-    for name in sorted(state):
-        t = state[name].detach().to("cpu").contiguous()
-        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
-        h.update(t.view(torch.uint8).numpy() if t.numel() else b"")
-    return h.hexdigest()
 
 
 class EngineActor:
@@ -70,7 +58,7 @@ class EngineActor:
         with torch.no_grad():
             for name, tensor in state.items():
                 own[name].copy_(tensor)
-        return tensors_hash({n: own[n] for n in state}), tensors_hash(own) if whole else None
+        return tensors_hash((n, own[n]) for n in state), tensors_hash(own.items()) if whole else None
 
     def identity(self) -> str:
         return self.engine.identity
@@ -134,11 +122,11 @@ class EngineReplicas:
         whole = None
         if hasattr(weights, "named_parameters"):
             state = {n: p for n, p in weights.named_parameters() if p.requires_grad}
-            whole = None if self._synced_once else tensors_hash(weights.state_dict())
+            whole = None if self._synced_once else tensors_hash(weights.state_dict().items())
         else:
             state = dict(weights)
         state = {n: t.detach().to("cpu").contiguous() for n, t in state.items()}
-        expected = tensors_hash(state)
+        expected = tensors_hash(state.items())
         ref = ray.put(state)
         got = ray.get([a.load_weights.remote(ref, whole is not None) for a in self.actors])
         bad = [k for k, (h, w) in enumerate(got) if h != expected or w != whole]
