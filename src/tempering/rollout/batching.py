@@ -182,7 +182,9 @@ def sample_rows(logits: torch.Tensor, rows: Sequence[Running]) -> tuple[list[int
         uniforms = None
         if temperature > 0:
             uniforms = torch.cat([torch.rand(1, generator=rows[i].generator) for i in idx])
-        part = logits if len(idx) == len(rows) else logits[idx]
-        tok, lp = sample_tokens(part, temperature, top_p, None, uniforms=uniforms)
+        if len(idx) == len(rows):  # the usual case: one setting for the whole batch
+            tok, lp = sample_tokens(logits, temperature, top_p, None, uniforms=uniforms)
+            return tok.tolist(), lp.tolist()
+        tok, lp = sample_tokens(logits[idx], temperature, top_p, None, uniforms=uniforms)
         tokens[idx], logps[idx] = tok.cpu(), lp.cpu()
     return tokens.tolist(), logps.tolist()

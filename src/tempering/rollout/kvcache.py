@@ -41,6 +41,7 @@ class SlotKVCache:
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self._write_at: torch.Tensor | None = None  # (B,) cache position of the token being decoded
+        self._rows: torch.Tensor | None = None  # (B,) 0..B-1, built once per step, not once per layer
         self._width = 0
 
     def _allocate(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -68,10 +69,12 @@ class SlotKVCache:
     def bind(self, lengths: torch.Tensor) -> None:
         """Set up the next decode forward over slots 0..B-1: row b's new token is written at
         position lengths[b] and attends to positions 0..lengths[b]."""
-        if int(lengths.max()) >= self.max_len:
+        longest = int(lengths.max())
+        if longest >= self.max_len:
             raise ValueError(f"a sequence reached the cache's max_len {self.max_len}")
         self._write_at = lengths
-        self._width = int(lengths.max()) + 1
+        self._rows = torch.arange(lengths.shape[0], device=lengths.device)
+        self._width = longest + 1
 
     def decode_mask(self) -> torch.Tensor:
         """(B, 1, 1, width) bool: row b attends to cache positions 0..lengths[b]."""
@@ -84,8 +87,7 @@ class SlotKVCache:
         """Called by each attention layer: store the step's (B, H, 1, D) K/V, return the
         batch's K/V over the bound width (a view of the cache)."""
         assert self._write_at is not None and key_states.shape[2] == 1, "decode steps only; prefill uses write_prefill"
-        batch = key_states.shape[0]
-        rows = torch.arange(batch, device=key_states.device)
+        batch, rows = key_states.shape[0], self._rows
         keys, values = self.keys[layer_idx], self.values[layer_idx]
         keys[rows, :, self._write_at] = key_states[:, :, 0].to(keys.dtype)
         values[rows, :, self._write_at] = value_states[:, :, 0].to(values.dtype)
