@@ -13,18 +13,15 @@ from typing import Any
 
 from tempering.config_distill import DistillConfig
 from tempering.data.io import quarantine_in_run
-from tempering.pipeline.stage import StageSpec, input_list, run_stage
-from tempering.recipes.sft import prepare_sft_data, sft_components
+from tempering.pipeline.stage import StageSpec, run_stage
+from tempering.recipes.sft import data_inputs, prepare_sft_data, sft_components
 from tempering.train.metrics import console
 
 
 def distill_stage(cfg: DistillConfig, force: bool = False) -> StageSpec:
     """The stage a distill config describes: its inputs with their roles."""
-    replay = cfg.data.replay.data if cfg.data.replay else []
-    inputs = input_list([(p, "train") for p in cfg.data.train] + [(p, "replay") for p in replay]
-                        + [(p, "eval") for p in cfg.data.eval])
-    return StageSpec("distill", cfg.out, cfg.name, cfg.model_dump(), inputs, cfg.teacher, cfg.train.steps,
-                     cfg.train.seed, cfg.train.threads, force)
+    return StageSpec("distill", cfg.out, cfg.name, cfg.model_dump(), data_inputs(cfg.data), cfg.teacher,
+                     cfg.train.steps, cfg.train.seed, cfg.train.threads, force)
 
 
 def build_student(cfg: DistillConfig, teacher: Any) -> Any:

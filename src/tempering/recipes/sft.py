@@ -58,12 +58,16 @@ def prepare_sft_data(cfg: DataSettings, tokenizer: Any, seed: int) -> SFTData:
     return SFTData(train, evals, summary, errors)
 
 
+def data_inputs(data: Any) -> list:
+    """The recorded inputs of SFT-style data settings (SFT, distillation), with their roles."""
+    replay = data.replay.data if data.replay else []
+    return input_list([(p, "train") for p in data.train] + [(p, "replay") for p in replay]
+                      + [(p, "eval") for p in data.eval])
+
+
 def sft_stage(cfg: SFTConfig, force: bool = False) -> StageSpec:
     """The stage an SFT config describes: its inputs with their roles."""
-    replay = cfg.data.replay.data if cfg.data.replay else []
-    inputs = input_list([(p, "train") for p in cfg.data.train] + [(p, "replay") for p in replay]
-                        + [(p, "eval") for p in cfg.data.eval])
-    return StageSpec("sft", cfg.out, cfg.name, cfg.model_dump(), inputs, cfg.model, cfg.train.steps,
+    return StageSpec("sft", cfg.out, cfg.name, cfg.model_dump(), data_inputs(cfg.data), cfg.model, cfg.train.steps,
                      cfg.train.seed, cfg.train.threads, force)
 
 
