@@ -21,7 +21,8 @@ from typing import Callable, Sequence
 import torch
 
 from tempering.config import SamplingParams
-from tempering.rollout.engine import Completion, cut_at_stop, prompt_seed, sample_seed, sample_tokens, top_logprobs
+from tempering.rollout.engine import (Completion, cut_at_stop, prompt_seed, row_uniforms, sample_seed, sample_tokens,
+                                      top_logprobs)
 
 __all__ = ["Request", "Running", "Scheduler", "prompt_seed", "sample_rows", "sample_seed", "top_rows"]
 
@@ -181,7 +182,7 @@ def sample_rows(logits: torch.Tensor, rows: Sequence[Running]) -> tuple[list[int
     for (temperature, top_p), idx in groups.items():
         uniforms = None
         if temperature > 0:
-            uniforms = torch.cat([torch.rand(1, generator=rows[i].generator) for i in idx])
+            uniforms = row_uniforms([rows[i].generator for i in idx])
         if len(idx) == len(rows):  # the usual case: one setting for the whole batch
             tok, lp = sample_tokens(logits, temperature, top_p, None, uniforms=uniforms)
             return tok.tolist(), lp.tolist()

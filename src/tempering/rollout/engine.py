@@ -44,7 +44,7 @@ from tempering.models.precision import autocast, resolve_precision
 from tempering.rollout.padding import left_pad
 
 __all__ = ["Completion", "Engine", "HFEngine", "SamplingParams", "SamplingSettings", "chat_prompt_ids", "cut_at_stop",
-           "merged_lora", "prompt_seed", "sample_seed", "sample_tokens", "top_logprobs"]
+           "merged_lora", "prompt_seed", "row_uniforms", "sample_seed", "sample_tokens", "top_logprobs"]
 
 
 @dataclass
@@ -95,6 +95,12 @@ def prompt_seed(seed: int | None, index: int) -> int | None:
     prompt's samples then depend on it alone, not on the batch (prompt 0 keeps the seed, as a
     lone request would); None stays unseeded."""
     return None if seed is None else seed + 1_000_003 * index
+
+
+def row_uniforms(generators: Sequence[torch.Generator | None]) -> torch.Tensor:
+    """One uniform draw per row, each from its row's own generator (None: the global one):
+    the random input `sample_tokens` takes for seeded sequences."""
+    return torch.cat([torch.rand(1, generator=g) for g in generators])
 
 
 def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None,
@@ -256,7 +262,7 @@ class HFEngine:
         for step in range(params.max_new_tokens):
             uniforms = None
             if generators is not None and params.temperature > 0:
-                uniforms = torch.cat([torch.rand(1, generator=generators[o]) for o in rows.owner])
+                uniforms = row_uniforms([generators[o] for o in rows.owner])
             tok, lp = sample_tokens(logits, params.temperature, params.top_p, None, uniforms=uniforms)
             tok_list, lp_list = tok.tolist(), lp.tolist()
             for r, owner in enumerate(rows.owner):
