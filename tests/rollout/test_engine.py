@@ -230,3 +230,34 @@ def test_sampled_logprob_is_under_the_tempered_untruncated_distribution():
     tok, lp = sample_tokens(logits, 0.5, 0.9, None, uniforms=u)
     assert tok.tolist() == [0, 1]
     assert torch.allclose(lp, torch.log(torch.tensor([16 / 22, 4 / 22])))  # not renormalised over the nucleus
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_bf16_linear_weights_give_autocast_s_numbers_and_restore_the_fp32_parameters(tie):
+    from tempering.models.precision import autocast
+    from tempering.rollout.engine import bf16_linear_weights
+
+    model = tiny_llama(tie=tie).eval()
+    ids = torch.randint(3, 64, (2, 9))
+    before = {n: (p, p.detach().clone()) for n, p in model.named_parameters()}
+    with torch.no_grad(), autocast("bf16", torch.device("cpu")):
+        plain = model(input_ids=ids).logits
+        with bf16_linear_weights(model, "bf16"):
+            assert model.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
+            assert model.model.embed_tokens.weight.dtype == torch.float32  # tied or not, the embedding keeps fp32
+            cast = model(input_ids=ids).logits
+    assert torch.equal(plain, cast)
+    after = dict(model.named_parameters())
+    assert after.keys() == before.keys()
+    for name, (param, value) in before.items():
+        assert after[name] is param and torch.equal(param, value), name
+    if tie:
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def test_bf16_linear_weights_leave_fp32_alone():
+    from tempering.rollout.engine import bf16_linear_weights
+
+    model = tiny_llama()
+    with bf16_linear_weights(model, "fp32"):
+        assert all(p.dtype == torch.float32 for p in model.parameters())

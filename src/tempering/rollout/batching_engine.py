@@ -30,7 +30,7 @@ import torch
 from tempering.config import SamplingParams
 from tempering.models.precision import autocast
 from tempering.rollout.batching import Request, Scheduler, prompt_seed, sample_rows, top_rows
-from tempering.rollout.engine import Completion, HFEngine, merged_lora
+from tempering.rollout.engine import Completion, HFEngine, inference_weights
 from tempering.rollout.kvcache import SlotKVCache
 
 __all__ = ["BatchingEngine"]
@@ -82,7 +82,7 @@ class BatchingEngine(HFEngine):
                     seed = prompt_seed(params.seed, i)
                     self._scheduler.submit(Request(list(p), params.model_copy(update={"seed": seed}),
                                                    prompt_index=i, done=done(i)))
-                with merged_lora(self.model):
+                with inference_weights(self.model, self.precision):
                     while pending["left"]:
                         self.step()
             finally:
@@ -133,7 +133,7 @@ class BatchingEngine(HFEngine):
         return future
 
     def _serve(self) -> None:
-        with torch.no_grad(), merged_lora(self.model):
+        with torch.no_grad(), inference_weights(self.model, self.precision):
             while True:
                 with self._lock:
                     while self._scheduler.idle and not self._stopping:

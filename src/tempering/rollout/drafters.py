@@ -14,6 +14,7 @@ import torch
 
 from tempering.models.logprobs import cache_keyword
 from tempering.models.precision import autocast
+from tempering.rollout.engine import bf16_linear_weights
 from tempering.rollout.padding import left_pad
 from tempering.rollout.speculative_math import sampling_probs
 
@@ -94,6 +95,8 @@ class ModelDrafter:
         if self.vocab is not None:
             weight = model.get_output_embeddings().weight
             self._head = weight.detach()[self.vocab.to(weight.device)].clone()  # (V', H)
+            if precision == "bf16":
+                self._head = self._head.to(torch.bfloat16)
         self._cache_kw = cache_keyword(model)
         self.cache: Any = None
         self.mask = torch.zeros(0, 0, dtype=torch.long)
@@ -104,6 +107,10 @@ class ModelDrafter:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def weights(self) -> Any:
+        """Context the engine holds while it drafts: the draft's Linears in its precision."""
+        return bf16_linear_weights(self.model, self.precision)
 
     def _forward(self, ids: torch.Tensor, new_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits (B, V) of the last position (-inf outside `vocab`)."""

@@ -18,6 +18,7 @@ batch (cache rows selected away), like `HFEngine`.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -26,7 +27,7 @@ import torch
 from tempering.config import SamplingParams
 from tempering.models.precision import autocast
 from tempering.rollout.drafters import Drafter
-from tempering.rollout.engine import Completion, HFEngine, cut_at_stop
+from tempering.rollout.engine import Completion, HFEngine, cut_at_stop, inference_weights
 from tempering.rollout.padding import left_pad
 from tempering.rollout.speculative_math import sampling_probs, verify_greedy, verify_sampled
 
@@ -93,8 +94,10 @@ class SpeculativeEngine(HFEngine):
         rows = [list(p) for p in prompts for _ in range(params.n)]
         was_training = self.model.training
         self.model.eval()
+        draft_weights = getattr(self.drafter, "weights", nullcontext)
         try:
-            completions = self._generate_rows(rows, params, generator)
+            with inference_weights(self.model, self.precision), draft_weights():
+                completions = self._generate_rows(rows, params, generator)
         finally:
             self.model.train(was_training)
         out: list[list[Completion]] = [[] for _ in prompts]
