@@ -48,6 +48,7 @@ def serve(
     max_tokens: int = typer.Option(256, min=1, help="Default and largest max_tokens."),
     arena_prompts: Optional[Path] = typer.Option(None, help="Prompts for the arena (JSONL with 'prompt', or text lines)."),
     precision: str = typer.Option("auto", help="auto | bf16 | fp32."),
+    quantize: str = typer.Option("none", help="none | int8: serve weight-only int8 copies (CPU)."),
 ) -> None:
     """Serve releases over an OpenAI-compatible API (plus feedback, audit and the arena at /arena)."""
     import os
@@ -62,8 +63,11 @@ def serve(
         fail(f"no registry at {registry}")
     if arena_prompts is not None and not arena_prompts.is_file():
         fail(f"no arena prompts file at {arena_prompts}")
+    if quantize not in ("none", "int8"):
+        fail(f"--quantize {quantize!r} is not one of none, int8")
     values = dict(host=host, port=port, state=state, registry=registry, canary_share=canary_share, log_text=log_text,
-                  rate_limit=rate_limit, max_tokens=max_tokens, arena_prompts=arena_prompts, precision=precision)
+                  rate_limit=rate_limit, max_tokens=max_tokens, arena_prompts=arena_prompts, precision=precision,
+                  quantize=quantize)
     cfg = ServeConfig(**values, **({"model": model} if model else {}))
     from tempering.serve.app import create_app
 

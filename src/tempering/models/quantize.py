@@ -1,17 +1,21 @@
-"""int8 for CPU serving: dynamic quantization of the Linear layers through PyTorch's own
-`torch.ao.quantization.quantize_dynamic` (fbgemm kernels).
+"""int8 for CPU serving: the Linear layers of a model with int8 weights.
 
-Weights are stored as int8 with one scale per output channel; activations are quantized per
-call at run time, so no calibration data is needed. Measured here against torchao's int8
-weight-only and int8-dynamic configs (bench/int8.py, docs/speculative.md): the fbgemm dynamic
-path was the fastest for batch-1 decode on this CPU (torchao's CPU kernels were slower than
-plain bf16).
+Two methods, both PyTorch's own kernels:
 
-The LM head (tied to the embeddings on SmolLM2, 49k x 576: a fifth of the weights and most
-of a decode step's matmul) is the sensitive and the expensive layer at once, so `head`
-chooses: "int8" (quantized like the rest), "bf16" or "fp32" (kept in that precision).
-A quantized model computes in fp32 activations: run its engine with precision "fp32" (bf16
-autocast does not reach the int8 kernels).
+* "weight" (default): weight-only int8. Weights are int8 with one scale per output channel
+  (symmetric, absmax); activations stay bf16 and the matmul is `aten._weight_int8pack_mm`,
+  the CPU kernel that streams int8 weights and dequantizes inside the GEMM (the one torchao's
+  int8 weight-only config and inductor's weight-only-quant lowering call on CPU). Decoding at
+  batch 1 is memory-bound, so reading a quarter of fp32's bytes is the speedup, and float
+  activations keep the outputs close to the float model.
+* "dynamic": `torch.ao.quantization.quantize_dynamic` (fbgemm): activations are quantized per
+  call too. Measured here it changed the default model's outputs too much (outlier channels in
+  the hidden states: the arithmetic gate failed), so it is kept as the comparison.
+
+The LM head (tied to the embeddings on SmolLM2, 49k x 576: a fifth of the weights) may stay
+in "bf16" or "fp32" instead of "int8". The embedding itself is never quantized (a lookup).
+Run the quantized model's engine in "fp32" or "bf16": the int8 layers cast their input to
+the kernel's dtype and their output back.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, Literal
 import torch
 
 HEADS = ("int8", "bf16", "fp32")
+METHODS = ("weight", "dynamic")
 
 
 class CastLinear(torch.nn.Module):
@@ -38,28 +43,86 @@ class CastLinear(torch.nn.Module):
         return torch.nn.functional.linear(x.to(self.weight.dtype), self.weight, self.bias).to(x.dtype)
 
 
-def quantize_int8(model: Any, head: Literal["int8", "bf16", "fp32"] = "int8") -> Any:
-    """A copy of `model` with every decoder Linear int8 (per-channel weights, dynamic activations).
+def int8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel int8: (q, scale) with weight ~= q * scale[:, None], |q| <= 127."""
+    w = weight.detach().float()
+    scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+    return torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8), scale
+
+
+KERNEL_K_MULTIPLE = 16
+"""`_weight_int8pack_mm` reads its inner dimension in blocks of 16: with in_features 8, 24, 40
+or 100 it returned wrong numbers or crashed (torch 2.13, measured), so such layers stay float."""
+
+
+class Int8WeightLinear(torch.nn.Module):
+    """y = x W^T + b with W int8 per output channel; x computed in bf16 (`_weight_int8pack_mm`)."""
+
+    def __init__(self, linear: torch.nn.Linear, compute_dtype: torch.dtype = torch.bfloat16):
+        super().__init__()
+        q, scale = int8_per_channel(linear.weight)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("weight_int8", q.contiguous())
+        self.register_buffer("scale", scale.to(compute_dtype))
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().to(compute_dtype).clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).to(self.scale.dtype).contiguous()
+        y = torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scale)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, weight=int8, compute={self.scale.dtype}"
+
+
+def int8_weight_fits(linear: torch.nn.Linear) -> bool:
+    """Whether the weight-only kernel takes this layer (its in_features a multiple of 16)."""
+    return linear.in_features % KERNEL_K_MULTIPLE == 0
+
+
+def _swap_linears(module: torch.nn.Module) -> None:
+    for name, child in module.named_children():
+        if isinstance(child, torch.nn.Linear):
+            if int8_weight_fits(child):
+                setattr(module, name, Int8WeightLinear(child))
+        else:
+            _swap_linears(child)
+
+
+def quantize_int8(model: Any, head: Literal["int8", "bf16", "fp32"] = "int8",
+                  method: Literal["weight", "dynamic"] = "weight") -> Any:
+    """A copy of `model` with every decoder Linear int8 (per-channel weight scales); with
+    "weight", layers the kernel cannot take (`int8_weight_fits`) stay in float.
 
     Args:
-        model: an HF causal LM (fp32 weights); it is not modified.
+        model: an HF causal LM; it is not modified.
         head: precision of the LM head: "int8", or kept in "bf16" / "fp32".
+        method: "weight" (int8 weights, bf16 activations) or "dynamic" (torch.ao dynamic:
+            activations quantized per call as well).
     Returns:
         the quantized copy, in eval mode (inference only).
     Raises:
-        ValueError: an unknown `head`.
+        ValueError: an unknown `head` or `method`.
     """
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
     if head not in HEADS:
         raise ValueError(f"head precision {head!r} is not one of {', '.join(HEADS)}")
+    if method not in METHODS:
+        raise ValueError(f"int8 method {method!r} is not one of {', '.join(METHODS)}")
     out = copy.deepcopy(model).float().eval()
     lm_head = out.get_output_embeddings()
-    if head == "int8":
-        return quantize_dynamic(out, {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
-    quantize_dynamic(out.get_decoder(), {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
-    kept = lm_head if head == "fp32" else CastLinear(lm_head, torch.bfloat16)
-    out.set_output_embeddings(kept)
+    if method == "dynamic":
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        quantize_dynamic(out if head == "int8" else out.get_decoder(),
+                         {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+    else:
+        _swap_linears(out.get_decoder())
+        if head == "int8" and int8_weight_fits(lm_head):
+            out.set_output_embeddings(Int8WeightLinear(lm_head))
+    if head != "int8":
+        out.set_output_embeddings(lm_head if head == "fp32" else CastLinear(lm_head, torch.bfloat16))
     return out
 
 

@@ -233,4 +233,4 @@ def default_models(cfg: ServeConfig) -> Models:
 
         releases = Releases(Registry(cfg.registry))
     return Models(cfg.model, releases, cfg.canary_share, cfg.max_loaded, cfg.seed,
-                  load=lambda spec: engine_for(spec, cfg.precision))
+                  load=lambda spec: engine_for(spec, cfg.precision, cfg.quantize))

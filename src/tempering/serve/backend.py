@@ -58,14 +58,21 @@ MAX_LEN = 2048
 """Prompt + answer tokens a served request may use (capped by the model's own context)."""
 
 
-def engine_for(spec: str, precision: str = "auto") -> Served:
+def engine_for(spec: str, precision: str = "auto", quantize: str = "none") -> Served:
     """Load `spec` (alias, HF dir, run output, adapter) as a started `BatchingEngine`: the one
-    place engines are built. Concurrent requests join one running batch (continuous batching)."""
+    place engines are built. Concurrent requests join one running batch (continuous batching).
+    quantize "int8": the model (an adapter merged first) is served as a weight-only int8 copy."""
     from tempering.data.render import detect_tool_call_style
     from tempering.models.load import load_model, load_tokenizer
     from tempering.rollout.batching_engine import BatchingEngine
 
     model, tokenizer = load_model(spec), load_tokenizer(spec)
+    if quantize == "int8":
+        from tempering.models.quantize import quantize_int8
+
+        if hasattr(model, "merge_and_unload"):
+            model = model.merge_and_unload()
+        model, precision = quantize_int8(model), "fp32"  # the int8 layers pick their own compute dtype
     context = min(int(getattr(model.config, "max_position_embeddings", 0) or MAX_LEN), MAX_LEN)
     engine = BatchingEngine(model, tokenizer, precision=precision, max_slots=SLOTS, max_len=context)
     engine.start()

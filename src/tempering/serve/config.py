@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +34,9 @@ class ServeConfig(BaseModel):
     """Default and largest `max_tokens` of a request."""
     precision: str = "auto"
     """auto | bf16 | fp32 for the engines."""
+    quantize: Literal["none", "int8"] = "none"
+    """int8: serve weight-only int8 copies of the models (CPU; faster decoding, outputs change
+    slightly: gate the int8 model before serving it, docs/speculative.md)."""
     max_loaded: int = Field(3, ge=1)
     """Most models kept loaded at once (least recently used is dropped)."""
     arena_prompts: Path | None = None
