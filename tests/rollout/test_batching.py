@@ -168,6 +168,32 @@ def test_seeded_generate_repeats_and_n_samples_share_the_prompt(tiny, smol_token
     assert len({tuple(c.token_ids) for c in a[0]}) > 1
 
 
+def test_shared_prefix_by_hand():
+    from tempering.rollout.batching_engine import shared_prefix
+
+    assert shared_prefix([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 9]]) == 2
+    assert shared_prefix([[1, 2, 3], [1, 2, 3, 4]]) == 2  # each prompt keeps one token of its own
+    assert shared_prefix([[7, 8], [6, 8]]) == 0
+
+
+def test_prompts_sharing_a_prefix_prefill_it_once_and_decode_as_alone(tiny, smol_tokenizer):
+    """A common opening of 16+ tokens (a system prompt) is prefilled once for the prompts admitted
+    together; logits and greedy tokens equal each prompt run alone (HFEngine, fp32)."""
+    model, _ = tiny
+    system = smol_tokenizer.encode("You are a careful assistant. Answer every question briefly, exactly and politely, please.")
+    assert len(system) >= 16
+    prompts = [system + smol_tokenizer.encode(q) for q in ("What is 2+2?", "Name a colour", "hi")]
+    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=4)
+    greedy = SamplingParams(temperature=0, max_new_tokens=8)
+    got = engine.generate(prompts, greedy)
+    assert engine.shared_prefix_tokens == len(system) * 2  # prefilled once instead of three times
+    reference = HFEngine(model, smol_tokenizer, precision="fp32")
+    for p, g in zip(prompts, got):
+        r = reference.generate([p], greedy)[0][0]
+        assert g[0].token_ids == r.token_ids
+        assert torch.allclose(torch.tensor(g[0].logprobs), torch.tensor(r.logprobs), atol=1e-4)
+
+
 @pytest.mark.slow
 def test_default_model_batched_greedy_equals_each_prompt_alone_fp32(smol_tokenizer):
     from tempering.models.load import load_model
@@ -178,6 +204,7 @@ def test_default_model_batched_greedy_equals_each_prompt_alone_fp32(smol_tokeniz
     prompts = [engine.chat_prompt([{"role": "user", "content": q}]) for q in questions]
     greedy = SamplingParams(temperature=0, max_new_tokens=10)
     batched = engine.generate(prompts, greedy)
+    assert engine.shared_prefix_tokens > 0  # the chat template's system prompt was prefilled once
     for p, b in zip(prompts, batched):
         assert b[0].token_ids == engine.generate([p], greedy)[0][0].token_ids
 

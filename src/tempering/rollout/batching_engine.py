@@ -33,7 +33,20 @@ from tempering.rollout.batching import Request, Scheduler, prompt_seed, sample_r
 from tempering.rollout.engine import Completion, HFEngine, inference_weights
 from tempering.rollout.kvcache import SlotKVCache
 
-__all__ = ["BatchingEngine"]
+__all__ = ["BatchingEngine", "shared_prefix"]
+
+MIN_SHARED_PREFIX = 16
+"""Prompts admitted together share a prefill of their common prefix from this many tokens on."""
+
+
+def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common prefix of `prompts`, leaving every prompt at least one
+    token of its own (its logits come from the last one)."""
+    first, limit = prompts[0], min(len(p) for p in prompts) - 1
+    for i in range(limit):
+        if any(p[i] != first[i] for p in prompts[1:]):
+            return i
+    return max(limit, 0)
 
 
 class BatchingEngine(HFEngine):
@@ -51,6 +64,8 @@ class BatchingEngine(HFEngine):
         self._stopping = False
         self.peak_running = 0
         """The most sequences one step has decoded together (how much batching happened)."""
+        self.shared_prefix_tokens = 0
+        """Prompt tokens not prefilled because a prompt admitted alongside shared them."""
 
     # --- the Engine protocol ---
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
@@ -205,20 +220,31 @@ class BatchingEngine(HFEngine):
         from transformers import DynamicCache
 
         lengths = [len(r.prompt) for r in requests]
-        width = max(lengths)
+        # prompts admitted together that open alike (a system prompt, few-shot examples) share
+        # one forward over the common prefix; each row then prefills only its own suffix
+        shared = shared_prefix([r.prompt for r in requests])
+        shared = shared if len(requests) > 1 and shared >= MIN_SHARED_PREFIX else 0
+        prefill = DynamicCache()
+        if shared:
+            with autocast(self.precision, self.device):
+                self.model(input_ids=torch.tensor([requests[0].prompt[:shared]], device=self.device),
+                           use_cache=True, logits_to_keep=1, **{self._cache_kw: prefill})
+            prefill.batch_repeat_interleave(len(requests))
+            self.shared_prefix_tokens += shared * (len(requests) - 1)
+        width = max(lengths) - shared
         ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
         for i, r in enumerate(requests):
-            ids[i, :lengths[i]] = torch.tensor(r.prompt)
+            ids[i, :lengths[i] - shared] = torch.tensor(r.prompt[shared:])
         ids = ids.to(self.device)
+        positions = (shared + torch.arange(width, device=self.device)).expand(len(requests), -1)
         # right padding: causal attention keeps pads (after each prompt) out of its K/V and logits
-        keep = torch.tensor(sorted({n - 1 for n in lengths}), device=self.device)
-        prefill = DynamicCache()
+        keep = torch.tensor(sorted({n - 1 - shared for n in lengths}), device=self.device)
         with autocast(self.precision, self.device):
-            logits = self.model(input_ids=ids, use_cache=True, logits_to_keep=keep,
+            logits = self.model(input_ids=ids, position_ids=positions, use_cache=True, logits_to_keep=keep,
                                 **{self._cache_kw: prefill}).logits
         self._cache.write_prefill([(layer.keys, layer.values) for layer in prefill.layers], rows_to_slots, lengths)
         col = {int(p): j for j, p in enumerate(keep.tolist())}
-        picked = torch.stack([logits[i, col[n - 1]] for i, n in enumerate(lengths)]).float()
+        picked = torch.stack([logits[i, col[n - 1 - shared]] for i, n in enumerate(lengths)]).float()
         counts = torch.tensor([len(s) for s in rows_to_slots], device=picked.device)
         return picked.repeat_interleave(counts, dim=0)
 
