@@ -31,3 +31,33 @@ def test_default_model_plain_and_streamed_agree(tmp_path):
         assert n_content == plain.usage.completion_tokens - (plain.choices[0].finish_reason == "stop")
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_default_model_streams_tokens_while_it_still_decodes(tmp_path):
+    """The first content chunk reaches the client while the engine is still decoding the answer
+    (token-by-token streaming), and the streamed text equals the plain answer."""
+    import openai
+
+    from tempering.serve.app import create_app
+    from tempering.serve.config import ServeConfig
+
+    app = create_app(ServeConfig(state=tmp_path / "state"))
+    _, secret = app.state.store.create_key("live")
+    server = ServerThread(app)
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key=secret, max_retries=0, timeout=300)
+        ask = dict(model="smollm2-135m-instruct", messages=[{"role": "user", "content": "Write a story about a cat."}],
+                   temperature=0, seed=1, max_tokens=48)
+        text, running_at_first = "", None
+        for c in client.chat.completions.create(**ask, stream=True):
+            piece = c.choices[0].delta.content if c.choices else None
+            if piece and running_at_first is None:
+                engine = next(iter(app.state.models._loaded.values())).engine
+                running_at_first = len(engine._scheduler.running)
+            text += piece or ""
+        plain = client.chat.completions.create(**ask)
+    finally:
+        server.stop()
+    assert running_at_first == 1  # the answer was still being decoded when its first text arrived
+    assert text == plain.choices[0].message.content and plain.usage.completion_tokens == 48

@@ -4,7 +4,8 @@
 
 Every route but `/health`, `/metrics` and the arena page needs `Authorization: Bearer <key>`
 (a key of `temper keys create`). Each answered request appends an audit row before its
-response (or its first stream chunk) leaves, so a client that got an answer has its row.
+response (or its first stream chunk) leaves, so a client that got an answer has its row; a
+token-by-token stream (`live.py`) appends it when the answer completes, before its finish chunk.
 Errors have OpenAI's shape and status codes; a bad request is a 4xx, never a 500.
 """
 
@@ -25,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException
 
-from tempering.serve import arena, chat
+from tempering.serve import arena, chat, live
 from tempering.serve.backend import Models, Route, Served, UnknownModel
 from tempering.serve.config import ServeConfig
 from tempering.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, FeedbackRequest
@@ -100,23 +101,26 @@ class Server:
 
     async def answer(self, request: Request, key: ApiKey, req: Any, prepare: Callable, respond: Callable,
                      chunks: Callable, prefix: str) -> Any:
-        """Generate, audit (before anything is sent), then answer whole or as an SSE stream."""
+        """Generate, audit (before anything is sent), then answer whole or as an SSE stream.
+        A streamed chat answer that can go out token by token (`live.streams_live`) is audited
+        when it completes, before its finish chunk."""
         started = time.perf_counter()
         route, served = await run_in_threadpool(self.route_for, req.model)
         prepared = prepare(served, req, self.cfg.max_tokens)
-        groups = await run_in_threadpool(chat.generate, served, prepared)
         response_id = prefix + secrets.token_hex(12)
+        if req.stream and respond is chat.chat_response and live.streams_live(served, req, prepared):
+            def finished(groups: list[list[Any]]) -> None:
+                self.record(request, key, req, route, respond(served, req, prepared, groups, response_id, route.name),
+                            started)
+
+            async def live_events():
+                async for c in live.chat_stream(served, req, prepared, response_id, route.name, finished):
+                    yield {"data": json.dumps(c, ensure_ascii=False)}
+                yield {"data": "[DONE]"}
+            return EventSourceResponse(live_events(), ping=3600)
+        groups = await run_in_threadpool(chat.generate, served, prepared)
         body = respond(served, req, prepared, groups, response_id, route.name)
-        use, keep = body["usage"], self.cfg.log_text
-        self.store.audit(key.id, request.url.path, 200, model=route.name, release=route.release,
-                         prompt_tokens=use["prompt_tokens"], completion_tokens=use["completion_tokens"],
-                         latency_ms=(time.perf_counter() - started) * 1000, response_id=response_id,
-                         request=req.model_dump(exclude_none=True) if keep else None,
-                         response=body["choices"] if keep else None)
-        self.metrics.requests.labels(request.url.path, "200").inc()
-        self.metrics.tokens.labels("prompt").inc(use["prompt_tokens"])
-        self.metrics.tokens.labels("completion").inc(use["completion_tokens"])
-        self.metrics.latency.labels(request.url.path).observe(time.perf_counter() - started)
+        self.record(request, key, req, route, body, started)
         if not req.stream:
             return body
 
@@ -125,6 +129,20 @@ class Server:
                 yield {"data": json.dumps(c, ensure_ascii=False)}
             yield {"data": "[DONE]"}
         return EventSourceResponse(events(), ping=3600)
+
+    def record(self, request: Request, key: ApiKey, req: Any, route: Route, body: dict[str, Any],
+               started: float) -> None:
+        """Audit row and metrics of an answered request."""
+        use, keep = body["usage"], self.cfg.log_text
+        self.store.audit(key.id, request.url.path, 200, model=route.name, release=route.release,
+                         prompt_tokens=use["prompt_tokens"], completion_tokens=use["completion_tokens"],
+                         latency_ms=(time.perf_counter() - started) * 1000, response_id=body["id"],
+                         request=req.model_dump(exclude_none=True) if keep else None,
+                         response=body["choices"] if keep else None)
+        self.metrics.requests.labels(request.url.path, "200").inc()
+        self.metrics.tokens.labels("prompt").inc(use["prompt_tokens"])
+        self.metrics.tokens.labels("completion").inc(use["completion_tokens"])
+        self.metrics.latency.labels(request.url.path).observe(time.perf_counter() - started)
 
 
 def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | None = None) -> FastAPI:

@@ -1,9 +1,9 @@
 """OpenAI chat and text completions over an `Engine`: prompts in, response objects and stream chunks out.
 
-The engine answers whole completions; a streamed answer is the same completion cut into one
-chunk per token (`token_pieces`), so a streamed and a non-streamed request with the same seed
-give the same text, token for token. (Time to first token is therefore the whole generation;
-an engine that yields tokens as it decodes would plug in here.)
+Streamed chat answers with one choice and no tools go out token by token as the serving engine
+decodes them (`serve/live.py`); every other streamed answer is the whole completion cut into
+one chunk per token (`token_pieces`). Either way a streamed and a non-streamed request with
+the same seed give the same text.
 
 Tools. A template that writes tool calls itself gets the request's tools as they are;
 otherwise (SmolLM2) the tools are described in the system turn and the model is asked to
