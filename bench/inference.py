@@ -8,11 +8,14 @@ All sides run in this one process, one after the other, after a warm-up each.
   * hf_generate_one_at_a_time: for each request, `model.generate(do_sample=False)` alone
     (HF's own dynamic KV cache). Its tokens/s does not depend on concurrency (requests wait
     in line), so it is measured once over all 32 requests.
-  * batching_engine at 1, 8 and 32 concurrent requests: the first c prompts are submitted at
-    once to `BatchingEngine` through its serving API (`start` / `submit`), and the clock runs
-    until the last completes; time to first token and per-request latency are recorded.
-  * hf_engine (the static-batch `HFEngine`, finished rows dropped, none joining) at 8 and 32:
-    what continuous batching adds over batching alone.
+  * batching_engine at 1, 8 and 32 concurrent requests: all 32 prompts go to `BatchingEngine`
+    through its serving API (`start` / `submit`) with c requests in flight (each completion
+    submits the next prompt), and the clock runs until the last completes; time to first
+    token and per-request latency (from each request's submission) are recorded.
+  * hf_engine (the static-batch `HFEngine`, finished rows dropped, none joining), all 32
+    prompts in batches of 8 and of 32: what continuous batching adds over batching alone.
+
+Every side generates for the same 32 requests, so the tokens/s compare like for like.
   * llama.cpp (llama-cpp-python) on the same model at Q8_0, the same 32 requests one at a
     time, when that package is installed and a Q8_0 GGUF can be made (else the reason).
 
@@ -62,35 +65,49 @@ def hf_one_at_a_time(model, prompts, max_new_tokens: int, eos: int, pad: int) ->
     return {"requests": len(prompts), "seconds": seconds, "generated_tokens": tokens, "tokens_per_s": tokens / seconds}
 
 
-def batching_concurrent(engine, prompts, params) -> dict:
-    """Submit all prompts at once to the serving thread; wall clock to the last completion."""
+def batching_concurrent(engine, prompts, params, concurrency: int) -> dict:
+    """All prompts through the serving thread with `concurrency` requests in flight (a closed
+    loop: each completion submits the next prompt); wall clock to the last completion."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
     first: dict[int, float] = {}
     done: dict[int, float] = {}
+    submitted: dict[int, float] = {}
+    results: dict[int, list] = {}
     engine.start()
     try:
         t0 = time.perf_counter()
-        futures = []
-        for i, p in enumerate(prompts):
-            fut = engine.submit(p, params, on_token=lambda j, t, lp, i=i: first.setdefault(i, time.perf_counter()))
-            fut.add_done_callback(lambda f, i=i: done.setdefault(i, time.perf_counter()))
-            futures.append(fut)
-        results = [f.result() for f in futures]
+        pending, queue = {}, list(enumerate(prompts))
+        while queue or pending:
+            while queue and len(pending) < concurrency:
+                i, p = queue.pop(0)
+                submitted[i] = time.perf_counter()
+                fut = engine.submit(p, params, on_token=lambda j, t, lp, i=i: first.setdefault(i, time.perf_counter()))
+                fut.add_done_callback(lambda f, i=i: done.setdefault(i, time.perf_counter()))
+                pending[fut] = i
+            finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for fut in finished:
+                results[pending.pop(fut)] = fut.result()
         seconds = time.perf_counter() - t0
     finally:
         engine.stop()
-    tokens = sum(len(r[0].token_ids) for r in results)
-    return {"requests": len(prompts), "seconds": seconds, "generated_tokens": tokens, "tokens_per_s": tokens / seconds,
-            "mean_time_to_first_token_s": sum(first[i] - t0 for i in first) / len(first),
-            "mean_latency_s": sum(done[i] - t0 for i in done) / len(done),
-            "completions": [r[0].token_ids for r in results]}
+    tokens = sum(len(r[0].token_ids) for r in results.values())
+    return {"requests": len(prompts), "concurrency": concurrency, "seconds": seconds, "generated_tokens": tokens,
+            "tokens_per_s": tokens / seconds,
+            "mean_time_to_first_token_s": sum(first[i] - submitted[i] for i in first) / len(first),
+            "mean_latency_s": sum(done[i] - submitted[i] for i in done) / len(done),
+            "completions": [results[i][0].token_ids for i in sorted(results)]}
 
 
-def hf_engine_batch(engine, prompts, params) -> dict:
+def hf_engine_batch(engine, prompts, params, batch: int) -> dict:
+    """All prompts through the static-batch engine, `batch` prompts per call."""
     t0 = time.perf_counter()
-    groups = engine.generate(prompts, params)
+    tokens = 0
+    for start in range(0, len(prompts), batch):
+        tokens += sum(len(g[0].token_ids) for g in engine.generate(prompts[start:start + batch], params))
     seconds = time.perf_counter() - t0
-    tokens = sum(len(g[0].token_ids) for g in groups)
-    return {"requests": len(prompts), "seconds": seconds, "generated_tokens": tokens, "tokens_per_s": tokens / seconds}
+    return {"requests": len(prompts), "batch": batch, "seconds": seconds, "generated_tokens": tokens,
+            "tokens_per_s": tokens / seconds}
 
 
 def llama_cpp_run(prompts, max_new_tokens: int) -> dict:
@@ -157,12 +174,12 @@ def main() -> None:
     print(f"  {hf['tokens_per_s']:.1f} tokens/s", flush=True)
     runs: dict = {"hf_generate_one_at_a_time": hf, "batching_engine": {}, "hf_engine_static_batch": {}}
     for c in levels:
-        r = batching_concurrent(batching, prompts[:c], greedy)
+        r = batching_concurrent(batching, prompts, greedy, c)
         runs["batching_engine"][str(c)] = {k: v for k, v in r.items() if k != "completions"}
         print(f"batching engine, {c} concurrent: {r['tokens_per_s']:.1f} tokens/s "
               f"(TTFT {r['mean_time_to_first_token_s']:.2f}s)", flush=True)
         if c > 1:
-            s = hf_engine_batch(static, prompts[:c], greedy)
+            s = hf_engine_batch(static, prompts, greedy, c)
             runs["hf_engine_static_batch"][str(c)] = s
             print(f"HFEngine static batch, {c}: {s['tokens_per_s']:.1f} tokens/s", flush=True)
     runs["llama_cpp_q8_0_one_at_a_time"] = llama_cpp_run(prompts, args.max_new_tokens)
