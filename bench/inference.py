@@ -19,9 +19,10 @@ Every side generates for the same 32 requests, so the tokens/s compare like for 
   * llama.cpp (llama-cpp-python) on the same model at Q8_0, the same 32 requests one at a
     time, when that package is installed and a Q8_0 GGUF can be made (else the reason).
 
-    python bench/inference.py [--max-new-tokens 64] [--precision bf16]
+    python bench/inference.py [--max-new-tokens 64] [--precision bf16] [--quantize int8 --out FILE]
 
-Writes bench/results/inference.json and prints a summary.
+Writes bench/results/inference.json (or --out) and prints a summary. With --quantize int8
+every side runs the weight-only int8 copy (bench/results/inference_int8.json).
 """
 
 from __future__ import annotations
@@ -142,6 +143,8 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--levels", default="1,8,32")
+    p.add_argument("--quantize", choices=["none", "int8"], default="none",
+                   help="int8: every side runs the weight-only int8 copy (models/quantize.py)")
     p.add_argument("--out", type=Path, default=HERE / "results" / "inference.json")
     args = p.parse_args()
 
@@ -156,6 +159,10 @@ def main() -> None:
     dtype = {"bf16": "bfloat16", "fp32": "float32"}[args.precision]
     model, tokenizer = load_model(MODEL, dtype=dtype), load_tokenizer(MODEL)
     model.eval()
+    if args.quantize == "int8":
+        from tempering.models.quantize import quantize_int8
+
+        model = quantize_int8(model)
     levels = [int(x) for x in args.levels.split(",")]
     batching = BatchingEngine(model, tokenizer, precision=args.precision, max_slots=max(levels), max_len=512)
     static = HFEngine(model, tokenizer, precision=args.precision)
@@ -188,6 +195,7 @@ def main() -> None:
         "benchmark": "inference", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "model": MODEL, "precision": args.precision,
         "precision_note": f"weights loaded in {dtype} on every side; greedy decoding",
+        "quantize": args.quantize,
         "workload": {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "decoding": "greedy, eos stops",
                      "prompt_tokens_mean": sum(map(len, prompts)) / len(prompts)},
         "torch_threads": torch.get_num_threads(),
