@@ -38,6 +38,10 @@ def test_a_config_file_is_loaded_like_training_configs_and_flags_override_it(rec
     assert res.exit_code == 0, res.output
     first = EvalResults.load(env / "a" / "results.json").suites[0]
     assert len(first.task_scores) == 5 and first.sampling["samples"] == 2 and first.sampling["precision"] == "fp32"
+    # the secondary metric keeps its per-task scores too (gate rules on `recall.pass@2` pair them)
+    pass2 = first.metric_task_scores["pass@2"]
+    assert list(first.metric_task_scores) == ["pass@2"] and pass2.keys() == first.task_scores.keys()
+    assert sum(v[0] for v in pass2.values()) / len(pass2) == pytest.approx(first.metrics["pass@2"].mean)
     res = run("--config", cfg, "--limit", 3, "--out", env / "b", "--set", "samples=1")
     assert res.exit_code == 0, res.output
     second = EvalResults.load(env / "b" / "results.json").suites[0]

@@ -81,7 +81,7 @@ def test_missing_data_fails_the_rule_instead_of_passing():
         "suite 'math' is not in the candidate results",
         "suite 'code' has no metric 'pass@5' (has: pass@1, pass@10)",
         "no base result for code.pass@10 to compare with",
-        "no suite or track named 'safety' in the candidate results",
+        "no suite, track or suite.metric named 'safety' in the candidate results",
     ]
     no_base = [SuiteOutcome("qa", "general", {"accuracy": 0.5})]
     (check,) = evaluate([parse_rule("no significant regression on general")], no_base).rules
@@ -107,7 +107,7 @@ def test_gate_passes_only_when_every_rule_passes():
     (".accuracy >= 0.5", "'.accuracy' is not '<suite>.<metric>'"),
     ("contamination == base", "contamination is compared with a count, got 'base'"),
     ("contamination >= -1", "contamination is compared with a count"),
-    ("no regression on general", "expected 'no significant regression on <suite-or-track>'"),
+    ("no regression on general", "expected 'no significant regression on <suite-or-track-or-suite.metric>'"),
     ("no significant regression on", "expected 'no significant regression on"),
     ("__import__('os').system('true')", "no comparison operator"),
     ("   ", "empty rule"),
@@ -168,3 +168,34 @@ def test_non_inferiority_needs_the_interval_above_minus_the_margin():
     assert check.detail == "lower bound below -0.05 or unchecked: qa -0.05 [-0.08, -0.02]"
     with pytest.raises(GateRuleError, match="expected 'non-inferior on <suite-or-track> within <margin>'"):
         parse_rule("non-inferior on general")
+
+
+def two_metric_results(model: str, accuracy: dict[str, list[float]], partial: dict[str, list[float]]) -> EvalResults:
+    metrics = {"accuracy": MetricResult.from_scores("accuracy", list(accuracy.values())),
+               "mean_reward": MetricResult.from_scores("mean_reward", list(partial.values()))}
+    s = SuiteResult(suite="spell", suite_hash="h", model_id=model, metrics=metrics, primary_metric="accuracy",
+                    task_scores=accuracy, metric_task_scores={"mean_reward": partial})
+    return EvalResults(model=model, suites=[s])
+
+
+def test_a_rule_on_suite_dot_metric_catches_a_secondary_metric_the_suite_rule_does_not_read():
+    # accuracy is 0 on both; the partial credit (mean_reward) drops from 0.5 to 0 on every task
+    zeros = {f"t{i}": [0.0, 0.0] for i in range(40)}
+    base = two_metric_results("base", zeros, {f"t{i}": [0.5, 0.5] for i in range(40)})
+    cand = two_metric_results("cand", zeros, zeros)
+    rules = parse_rules(["no significant regression on spell", "no significant regression on spell.mean_reward",
+                         "no significant regression on spell.accuracy"])
+    verdicts = run_gate(rules, base, cand).to_dict()["rules"]
+    assert [r["passed"] for r in verdicts] == [True, False, True]
+    assert verdicts[1]["detail"].startswith("regressed or unchecked: spell.mean_reward -0.5 [-0.5, -0.5]")
+    assert verdicts[2]["detail"].startswith("no significant regression: spell +0")  # the primary, by name
+    # a metric the runs kept no per-task scores for fails (never passes for lack of data)
+    (check,) = run_gate(parse_rules(["no significant regression on spell.pass@1"]), base, cand).rules
+    assert not check.passed and check.detail == "regressed or unchecked: spell.pass@1: no paired comparison with the base"
+
+
+def test_metric_task_scores_must_name_a_metric_of_the_suite():
+    with pytest.raises(ValueError, match="metric_task_scores of 'pass@1', which is not among metrics"):
+        SuiteResult(suite="s", suite_hash="h", model_id="m", primary_metric="accuracy",
+                    metrics={"accuracy": MetricResult.from_scores("accuracy", [[1.0]])},
+                    metric_task_scores={"pass@1": {"t": [1.0]}})

@@ -4,7 +4,7 @@ Rule forms (one string each; a YAML file holds a list of them, or `{rules: [...]
 
     <suite>.<metric> <op> <number>            code.pass@1 >= 0.10
     <suite>.<metric> <op> base [+|- <number>] reasoning.accuracy >= base - 0.01
-    no significant regression on <name>       <name> is a suite or a track
+    no significant regression on <name>       <name> is a suite, a track or <suite>.<metric>
     non-inferior on <name> within <margin>    non-inferior on general within 0.02
     contamination <op> <count>                contamination == 0
 
@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 import yaml
 
-from tempering.evals.results import EvalResults, SuiteComparison, compare
+from tempering.evals.results import EvalResults, SuiteComparison, compare, compare_metrics
 from tempering.evals.stats import Comparison
 
 # Comparisons allow this much floating-point slack, so `>= base - 0.01` holds at equality.
@@ -46,7 +46,7 @@ _RHS_BASE = re.compile(rf"base(?:\s*(?P<sign>[+-])\s*(?P<delta>{_UNSIGNED}))?")
 _REGRESSION = re.compile(r"no\s+significant\s+regression\s+on\s+(?P<name>\S+)", re.IGNORECASE)
 _NON_INFERIOR = re.compile(rf"non-inferior\s+on\s+(?P<name>\S+)\s+within\s+(?P<margin>{_UNSIGNED})", re.IGNORECASE)
 _FORMS = ("'<suite>.<metric> <op> <number | base | base +/- number>', "
-          "'no significant regression on <suite-or-track>', 'non-inferior on <suite-or-track> within <margin>' "
+          "'no significant regression on <suite-or-track-or-suite.metric>', 'non-inferior on <suite-or-track> within <margin>' "
           "or 'contamination <op> <count>'")
 
 
@@ -60,6 +60,7 @@ class SuiteOutcome:
 
     candidate / base: metric name -> mean (base is None when the base lacks the suite).
     comparison: paired candidate-minus-base comparison of the primary metric, if any.
+    metric_comparisons: the same for other metrics, by name (where both runs kept their scores).
     """
 
     suite: str
@@ -68,6 +69,8 @@ class SuiteOutcome:
     base: Mapping[str, float] | None = None
     comparison: Comparison | None = None
     contamination_hits: int = 0
+    primary_metric: str | None = None
+    metric_comparisons: Mapping[str, Comparison] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,19 +129,33 @@ class MetricRule:
         return RuleCheck(self.text, passed, f"candidate {_fmt(value)}, required {self.op} {_fmt(threshold)}{why}")
 
 
+def _chosen(name: str, outcomes: Mapping[str, SuiteOutcome]) -> list[tuple[SuiteOutcome, str | None]]:
+    """The suites a rule names, each with the metric it reads (None: the primary): every suite
+    of suite or track `name`, else `<suite>.<metric>`."""
+    chosen = [(o, None) for o in outcomes.values() if name in (o.suite, o.track)]
+    if not chosen and "." in name:
+        suite, metric = name.rsplit(".", 1)
+        if suite in outcomes:
+            o = outcomes[suite]
+            chosen = [(o, None if metric == o.primary_metric else metric)]
+    return chosen
+
+
 def _paired_check(text: str, name: str, outcomes: Mapping[str, SuiteOutcome], passes: Callable[[Any], bool],
                   with_p: bool, failed: str, passed: str) -> RuleCheck:
-    """A rule over the paired comparisons of every suite named `name` (or of track `name`)."""
-    chosen = [o for o in outcomes.values() if name in (o.suite, o.track)]
+    """A rule over the paired comparisons of every suite named `name` (or of track `name`, or
+    of one metric: `<suite>.<metric>`)."""
+    chosen = _chosen(name, outcomes)
     if not chosen:
-        return RuleCheck(text, False, f"no suite or track named {name!r} in the candidate results")
+        return RuleCheck(text, False, f"no suite, track or suite.metric named {name!r} in the candidate results")
     problems, seen = [], []
-    for o in chosen:
-        c = o.comparison
+    for o, metric in chosen:
+        c = o.comparison if metric is None else o.metric_comparisons.get(metric)
+        label = o.suite if metric is None else f"{o.suite}.{metric}"
         if c is None:
-            problems.append(f"{o.suite}: no paired comparison with the base")
+            problems.append(f"{label}: no paired comparison with the base")
             continue
-        line = f"{o.suite} {c.delta:+.4g} [{_fmt(c.low)}, {_fmt(c.high)}]" + (f" p={c.p_value:.3g}" if with_p else "")
+        line = f"{label} {c.delta:+.4g} [{_fmt(c.low)}, {_fmt(c.high)}]" + (f" p={c.p_value:.3g}" if with_p else "")
         (seen if passes(c) else problems).append(line)
     if problems:
         return RuleCheck(text, False, f"{failed}: " + "; ".join(problems))
@@ -205,7 +222,7 @@ def parse_rule(text: str) -> Rule:
     if rule.lower().startswith("no "):
         m = _REGRESSION.fullmatch(rule)
         if m is None:
-            raise bad("expected 'no significant regression on <suite-or-track>'")
+            raise bad("expected 'no significant regression on <suite-or-track-or-suite.metric>'")
         return RegressionRule(rule, m["name"])
     if rule.lower().startswith("non-inferior"):
         m = _NON_INFERIOR.fullmatch(rule)
@@ -294,21 +311,27 @@ def evaluate(rules: Sequence[Rule], outcomes: Sequence[SuiteOutcome]) -> GateRes
 
 
 def outcomes_from_results(
-    base: EvalResults, cand: EvalResults, comparisons: Sequence[SuiteComparison]
+    base: EvalResults, cand: EvalResults, comparisons: Sequence[SuiteComparison],
+    metric_comparisons: Sequence[SuiteComparison] = (),
 ) -> list[SuiteOutcome]:
-    """Gate inputs from two results files and their paired comparisons (see results.compare)."""
+    """Gate inputs from two results files and their paired comparisons (see results.compare
+    and results.compare_metrics)."""
     base_metrics = {s.suite: {k: m.mean for k, m in s.metrics.items()} for s in base.suites}
     by_suite = {c.suite: c.comparison for c in comparisons}
+    others: dict[str, dict[str, Comparison]] = {}
+    for c in metric_comparisons:
+        others.setdefault(c.suite, {})[c.metric] = c.comparison
     return [
         SuiteOutcome(
             suite=s.suite, track=s.track, candidate={k: m.mean for k, m in s.metrics.items()},
             base=base_metrics.get(s.suite), comparison=by_suite.get(s.suite), contamination_hits=s.contamination_hits,
+            primary_metric=s.primary_metric, metric_comparisons=others.get(s.suite, {}),
         )
         for s in cand.suites
     ]
 
 
 def run_gate(rules: Sequence[Rule], base: EvalResults, cand: EvalResults, *, seed: int = 0) -> GateResult:
-    """Compare candidate with base (paired bootstrap per shared suite) and check the rules."""
+    """Compare candidate with base (paired bootstrap per shared suite and metric) and check the rules."""
     comparisons = compare(base, cand, seed=seed)
-    return evaluate(rules, outcomes_from_results(base, cand, comparisons))
+    return evaluate(rules, outcomes_from_results(base, cand, comparisons, compare_metrics(base, cand, seed=seed)))

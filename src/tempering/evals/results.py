@@ -78,6 +78,9 @@ class SuiteResult(BaseModel):
     """The metric that `task_scores` holds and that comparisons use."""
     task_scores: dict[str, list[float]] = Field(default_factory=dict)
     """Task id -> per-sample scores of the primary metric (ids only, no task text)."""
+    metric_task_scores: dict[str, dict[str, list[float]]] = Field(default_factory=dict)
+    """Each other metric -> its task id -> per-sample scores, as `task_scores` holds the
+    primary one (a gate rule may name `<suite>.<metric>`)."""
     stability: Stability | None = None
     paraphrase: ParaphraseSpread | None = None
     truncation_rate: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -102,7 +105,14 @@ class SuiteResult(BaseModel):
         empty = [task for task, scores in self.task_scores.items() if not scores]
         if empty:
             raise ValueError(f"task_scores of {empty[0]!r} is empty")
+        unknown = sorted(set(self.metric_task_scores) - set(self.metrics))
+        if unknown:
+            raise ValueError(f"metric_task_scores of {unknown[0]!r}, which is not among metrics {sorted(self.metrics)}")
         return self
+
+    def scores_of(self, metric: str) -> dict[str, list[float]]:
+        """Task id -> per-sample scores of `metric` (empty when the run kept none for it)."""
+        return self.task_scores if metric == self.primary_metric else self.metric_task_scores.get(metric, {})
 
 
 class EvalResults(BaseModel):
@@ -177,8 +187,10 @@ class SuiteComparison:
         return asdict(self)
 
 
-def _paired_scores(base: SuiteResult, cand: SuiteResult) -> tuple[list[list[float]], list[list[float]]]:
-    """Per-task sample lists of both runs, aligned by task id; raises when they cannot pair."""
+def _paired_scores(base: SuiteResult, cand: SuiteResult,
+                   metric: str | None = None) -> tuple[list[list[float]], list[list[float]]]:
+    """Per-task sample lists of `metric` (default: the primary) of both runs, aligned by task
+    id; raises when they cannot pair."""
     name = cand.suite
     if base.suite_hash != cand.suite_hash:
         raise ValueError(f"suite {name!r}: base and candidate ran different suite versions "
@@ -186,16 +198,38 @@ def _paired_scores(base: SuiteResult, cand: SuiteResult) -> tuple[list[list[floa
     if base.primary_metric != cand.primary_metric:
         raise ValueError(f"suite {name!r}: primary metric {base.primary_metric!r} (base) "
                          f"vs {cand.primary_metric!r} (candidate)")
-    if not base.task_scores or not cand.task_scores:
-        raise ValueError(f"suite {name!r}: per-task scores missing, cannot pair (base "
-                         f"{len(base.task_scores)} tasks, candidate {len(cand.task_scores)})")
-    only_base = base.task_scores.keys() - cand.task_scores.keys()
-    only_cand = cand.task_scores.keys() - base.task_scores.keys()
+    metric = metric or cand.primary_metric
+    a, b = base.scores_of(metric), cand.scores_of(metric)
+    if not a or not b:
+        raise ValueError(f"suite {name!r}: per-task scores of {metric} missing, cannot pair (base "
+                         f"{len(a)} tasks, candidate {len(b)})")
+    only_base, only_cand = a.keys() - b.keys(), b.keys() - a.keys()
     if only_base or only_cand:
         raise ValueError(f"suite {name!r}: base and candidate scored different tasks "
                          f"({len(only_base)} only in base, {len(only_cand)} only in candidate)")
-    ids = sorted(cand.task_scores)
-    return [base.task_scores[t] for t in ids], [cand.task_scores[t] for t in ids]
+    ids = sorted(b)
+    return [a[t] for t in ids], [b[t] for t in ids]
+
+
+def compare_metrics(
+    base: EvalResults, cand: EvalResults, *, level: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> list[SuiteComparison]:
+    """Paired bootstrap of every non-primary metric both runs kept per-task scores of, per
+    shared suite (what `no significant regression on <suite>.<metric>` reads)."""
+    in_base = {s.suite: s for s in base.suites}
+    out = []
+    for cand_suite in cand.suites:
+        base_suite = in_base.get(cand_suite.suite)
+        if base_suite is None or base_suite.suite_hash != cand_suite.suite_hash:
+            continue
+        for metric in sorted(cand_suite.metric_task_scores.keys() & base_suite.metric_task_scores.keys()):
+            a, b = _paired_scores(base_suite, cand_suite, metric)
+            cmp = paired_bootstrap(a, b, level=level, resamples=resamples, seed=seed)
+            out.append(SuiteComparison(
+                suite=cand_suite.suite, track=cand_suite.track, metric=metric,
+                base_mean=float(task_means(a).mean()), candidate_mean=float(task_means(b).mean()), comparison=cmp,
+            ))
+    return out
 
 
 def compare(

@@ -48,7 +48,7 @@ from tempering.evals.suite import Suite, SuiteError, metric_k, render_messages
 from tempering.rollout.rollout import PendingRollout, ThreadRewardWorkers, start_rollout
 from tempering.types import Reward, Trajectory
 
-RUNNER_VERSION = 3  # bump when generation or scoring changes what a cached result would hold
+RUNNER_VERSION = 4  # bump when generation or scoring changes what a cached result would hold
 DEFAULT_BATCH_TOKENS = 32768
 
 
@@ -222,8 +222,8 @@ def suite_metric(metric: str, per_task: Sequence[Sequence[SampleScore]]) -> floa
     return float(np.mean(values)) if values else None
 
 
-def _primary_samples(metric: str, samples: Sequence[SampleScore]) -> list[float]:
-    """Per-sample scores of the primary metric for `task_scores` (their mean is the task's value)."""
+def _metric_samples(metric: str, samples: Sequence[SampleScore]) -> list[float]:
+    """Per-sample scores of `metric` for `task_scores` (their mean is the task's value)."""
     if metric == "accuracy" or metric == "pass@1":
         return [float(s.passed) for s in samples]
     if metric == "mean_reward":
@@ -247,13 +247,17 @@ def _suite_result(suite: Suite, passes: list[_Pass], model_id: str, model_hash: 
         metrics[name] = MetricResult.from_scores(name, list(values.values()), per_seed=per_seed)
     primary = computable[0]
     ids = [_public_id(suite, t.id) for t in suite.task_list]
-    task_scores = {ids[i]: _primary_samples(primary, s) for i, s in enumerate(pooled)
-                   if task_metric(primary, s) is not None}
+
+    def per_task(name: str) -> dict[str, list[float]]:
+        return {ids[i]: _metric_samples(name, s) for i, s in enumerate(pooled) if task_metric(name, s) is not None}
+
+    task_scores, others = per_task(primary), {name: per_task(name) for name in computable[1:]}
     # metric measured per seed / per template: the primary one when one seed's samples suffice
     per_pass = primary if (metric_k(primary) or 1) <= suite.sampling.n else "accuracy"
     return SuiteResult(
         suite=suite.name, suite_hash=suite.hash, track=suite.track, private=suite.private, model_id=model_id,
         model_hash=model_hash, sampling=settings, metrics=metrics, primary_metric=primary, task_scores=task_scores,
+        metric_task_scores=others,
         stability=_stability(per_pass, canonical), paraphrase=_paraphrase(per_pass, passes, suite.templates),
         truncation_rate=truncation_rate([t for p in canonical for t in p.truncated]),
         verifier_errors=sum(p.errors for p in passes), notes=notes,
