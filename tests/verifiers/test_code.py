@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -188,18 +187,6 @@ def test_spec_is_validated(ctx):
         score(code_task(entry_point="not an identifier"), "pass", ctx)
     with pytest.raises(ValueError, match="extra"):
         score(code_task(timeout=3), "    return a + b\n", ctx)
-
-
-def test_one_scoring_call_is_well_under_a_second(ctx):
-    task = code_task()
-    score(task, "    return a + b\n", ctx)  # warm: pool creation and self-check
-    times = []
-    for _ in range(5):
-        started = time.perf_counter()
-        assert score(task, "    return a + b\n", ctx).value == 1.0
-        times.append(time.perf_counter() - started)
-    print(f"score() median {statistics.median(times) * 1000:.0f} ms")
-    assert statistics.median(times) < 1.0
 
 
 # --- pure parts --------------------------------------------------------------------------
