@@ -70,11 +70,20 @@ def eval_run(
         fail(_one_line(exc) + " (flags override the config file)")
     from tempering.evals.agent_suites import is_agent_suite
 
-    if any(is_agent_suite(s) for s in cfg.suites):  # environment suites: their own runner and results file
-        _agent_suites(cfg, [s for s in cfg.suites if is_agent_suite(s)])
+    agent_suites, agent_records = [], []
+    if any(is_agent_suite(s) for s in cfg.suites):  # environment suites: their own runner, the same results.json
+        agent_suites, agent_records = _agent_suites(cfg, [s for s in cfg.suites if is_agent_suite(s)])
         cfg.suites = [s for s in cfg.suites if not is_agent_suite(s)]
-        if not cfg.suites:
-            return
+    from tempering.evals.evaluate import write_eval_outputs
+    from tempering.evals.report import print_table
+    from tempering.evals.results import EvalResults
+
+    if not cfg.suites:
+        results = EvalResults(model=cfg.model, suites=agent_suites)
+        write_eval_outputs(Path(cfg.out), results, agent_records)
+        print_table(results, console=stdout_console())
+        stdout_console().print(f"results: {Path(cfg.out) / 'results.json'}  report: {Path(cfg.out) / 'report.html'}")
+        return
     try:
         loaded = [load_suite(s).with_overrides(seeds=cfg.seeds, samples=cfg.samples, limit=cfg.limit)
                   for s in cfg.suites]
@@ -88,10 +97,10 @@ def eval_run(
                                  threads=cfg.threads, precision=cfg.precision, engine_settings=cfg.engine,
                                  scale=cfg.scale,
                                  warn=lambda line: err.print(f"[yellow]warning: {line}[/yellow]"),
-                                 log=lambda line: err.print(f"[dim]{line}[/dim]"))
+                                 log=lambda line: err.print(f"[dim]{line}[/dim]"),
+                                 extra_suites=agent_suites, extra_records=agent_records)
     except (EvalError, SuiteError) as exc:
         fail(_one_line(exc))
-    from tempering.evals.report import print_table
 
     print_table(results, console=stdout_console())
     for suite in results.suites:
@@ -101,8 +110,9 @@ def eval_run(
               f"report: {Path(cfg.out) / 'report.html'}")
 
 
-def _agent_suites(cfg: Any, names: list[str]) -> None:
-    """`agent:<suite>` names: run them through the agent rollout and print a row per suite and tier."""
+def _agent_suites(cfg: Any, names: list[str]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """`agent:<suite>` names: run them through the agent rollout, print a row per suite and tier,
+    return their `SuiteResult`s and samples rows (for results.json and samples.jsonl)."""
     from tempering.agents.tasks import TaskFileError
     from tempering.evals.agent_suites import run_agent_suites
 
@@ -119,6 +129,7 @@ def _agent_suites(cfg: Any, names: list[str]) -> None:
                           f"{m['invalid_calls']:.2f}, recovery {m['recovery_rate']:.2f}, intact {m['intact_rate']:.2f}, "
                           f"env errors {m['env_errors']}", highlight=False)
     console.print(f"agent results: {Path(cfg.out) / 'agent_results.json'}")
+    return results["suite_results"], results["records"]
 
 
 def _load_results(path: Path):

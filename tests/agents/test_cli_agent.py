@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from tempering.agents.config import AgentConfig
@@ -38,3 +40,16 @@ def test_a_bad_task_row_names_file_and_line(tmp_path):
 def test_eval_run_unknown_agent_suite_is_one_line(tmp_path):
     line = one_line_error(CliRunner().invoke(app, ["eval", "run", "agent:nope", "--out", str(tmp_path)]))
     assert "nope" in line
+
+
+@pytest.mark.slow
+def test_eval_run_agent_suite_writes_results_json_samples_and_report(tmp_path):
+    from tempering.evals.results import EvalResults
+
+    res = CliRunner().invoke(app, ["eval", "run", "agent:tool_arith", "--limit", "2", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    (suite,) = EvalResults.load(tmp_path / "results.json").suites
+    assert suite.suite == "agent:tool_arith" and suite.track == "agent" and len(suite.task_scores) == 2
+    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and {r["suite"] for r in rows} == {"agent:tool_arith"}
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "agent_results.json").is_file()

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from tempering.config import EngineSettings, ScaleSettings
 from tempering.evals.cache import write_jsonl_atomic
-from tempering.evals.results import EvalResults
+from tempering.evals.results import EvalResults, SuiteResult
 from tempering.evals.suite import Suite
 
 SAMPLES_FILE = "samples.jsonl"
@@ -43,10 +43,13 @@ def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, firs
                    cache: bool = True, threads: int | None = None, precision: str = "auto",
                    engine_settings: EngineSettings | None = None, scale: ScaleSettings | None = None,
                    warn: Callable[[str], None] | None = None,
-                   log: Callable[[str], None] | None = None) -> EvalResults:
+                   log: Callable[[str], None] | None = None, extra_suites: Sequence[SuiteResult] = (),
+                   extra_records: Sequence[dict[str, Any]] = ()) -> EvalResults:
     """Load `model`, scan its training lineage for contamination, run every suite, write the outputs.
 
     Args:
+        extra_suites, extra_records: results and sample rows evaluated elsewhere (agent
+            suites) that go into the same results.json, samples.jsonl and report.
         scale: sample on Ray engine replicas and score on Ray reward actors (a local Ray is
             started for the call unless `scale.address` names one).
         warn: receives warnings (a training input gone or changed since training).
@@ -102,8 +105,8 @@ def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, firs
             out_suites.append(result.model_copy(update={"contaminated_rows": rows[suite.name],
                                                         "contamination_hits": len(rows[suite.name])}))
             records += samples
-    results = EvalResults(model=model, suites=out_suites)
-    write_eval_outputs(out_dir, results, records)
+    results = EvalResults(model=model, suites=out_suites + list(extra_suites))
+    write_eval_outputs(out_dir, results, records + list(extra_records))
     return results
 
 
