@@ -114,7 +114,7 @@ def hf_engine_batch(engine, prompts, params, batch: int) -> dict:
 def llama_cpp_run(prompts, max_new_tokens: int) -> dict:
     """The same requests through llama.cpp at Q8_0, one at a time; a reason when it cannot run."""
     try:
-        import llama_cpp  # noqa: F401
+        import llama_cpp
     except ImportError:
         return {"ran": False, "reason": "llama-cpp-python is not installed (see bench/results note: its source build "
                                         "did not finish within 5 minutes on this shared 2-core machine)"}
@@ -134,7 +134,9 @@ def llama_cpp_run(prompts, max_new_tokens: int) -> dict:
                 tokens += n + 1
                 break
     seconds = time.perf_counter() - t0
-    return {"ran": True, "gguf": gguf, "quant": "Q8_0", "requests": len(prompts), "seconds": seconds,
+    return {"ran": True, "gguf": gguf, "quant": "Q8_0", "llama_cpp_python": llama_cpp.__version__,
+            "made_by": "bench/make_q8_gguf.py (the same HF weights, llama.cpp convert_hf_to_gguf.py f32 -> Q8_0)",
+            "n_threads": os.cpu_count(), "requests": len(prompts), "seconds": seconds,
             "generated_tokens": tokens, "tokens_per_s": tokens / seconds}
 
 
@@ -208,6 +210,9 @@ def main() -> None:
         "ratios_vs_hf_engine_static_batch": {c: runs["batching_engine"][c]["tokens_per_s"] / r["tokens_per_s"]
                                              for c, r in runs["hf_engine_static_batch"].items()},
         "target_ratio_32": 5.0,
+        "ratios_vs_llama_cpp_q8_0_one_at_a_time": (
+            {c: r["tokens_per_s"] / runs["llama_cpp_q8_0_one_at_a_time"]["tokens_per_s"]
+             for c, r in runs["batching_engine"].items()} if runs["llama_cpp_q8_0_one_at_a_time"]["ran"] else None),
         "runs": runs,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
