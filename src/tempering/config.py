@@ -221,6 +221,9 @@ class SamplingParams(SamplingSettings):
     top_logprobs: int = Field(0, ge=0, le=20)
     """Also record the k most likely tokens and their log-probs at each step (OpenAI's
     `top_logprobs`; 0: none), under the same distribution as `Completion.logprobs`."""
+    grammar: str | None = None
+    """Constrained decoding: an llguidance grammar every sample follows (`rollout/constrain.py`
+    writes them from a JSON schema or lark text; the batching engine only)."""
 
 
 class VLLMSettings(Strict):

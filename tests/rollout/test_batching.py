@@ -219,3 +219,24 @@ def test_bf16_autocast_over_fp32_weights_runs_and_agrees_alone(tiny, smol_tokeni
     for p in prompts[:3]:
         assert engine.generate([p], greedy)[0][0].token_ids == reference.generate([p], greedy)[0][0].token_ids
     assert [len(g[0].token_ids) for g in engine.generate(prompts, greedy)] == [6] * len(prompts)
+
+
+def test_a_failing_step_fails_its_requests_and_the_server_goes_on(tiny, smol_tokenizer):
+    """A request whose streaming hook raises breaks the step it is in: the requests of that step
+    get the error (their futures raise), and the serving thread answers the next request."""
+    model, prompts = tiny
+    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=4, max_len=64)
+    greedy = SamplingParams(temperature=0, max_new_tokens=5)
+    alone = engine.generate([prompts[1]], greedy)[0][0].token_ids
+
+    def broken(sample, token, logprob):
+        raise RuntimeError("client hook failed")
+
+    engine.start()
+    try:
+        bad = engine.submit(prompts[0], greedy, on_token=broken)
+        with pytest.raises(RuntimeError, match="client hook failed"):
+            bad.result(timeout=60)
+        assert engine.submit(prompts[1], greedy).result(timeout=60)[0].token_ids == alone
+    finally:
+        engine.stop()

@@ -192,3 +192,43 @@ def test_concurrent_requests_share_one_running_batch_and_answer_as_alone(client,
         if max(e.peak_running for e in engines) >= 2:
             break
     assert max(e.peak_running for e in engines) >= 2
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_forced_tool_calls_follow_the_tool_schema(client, choice):
+    """Constrained decoding: the model would write "Paris"; the schema allows only Oslo or Rome."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"enum": ["Oslo", "Rome"]}}, "required": ["city"],
+        "additionalProperties": False}}}]
+    r = client.chat.completions.create(model=model_id(client), messages=ASK, tools=tools, tool_choice=choice,
+                                       temperature=0)
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] in ("Oslo", "Rome")
+
+
+def test_response_format_json_schema_constrains_the_answer(client):
+    import jsonschema
+
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}, "n": {"enum": [1, 2]}},
+              "required": ["answer", "n"], "additionalProperties": False}
+    for stream in (False, True):
+        ask = dict(model=model_id(client), messages=ASK, temperature=0,
+                   response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}})
+        if stream:
+            text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(**ask, stream=True)
+                           if c.choices)
+        else:
+            text = client.chat.completions.create(**ask).choices[0].message.content
+        jsonschema.validate(json.loads(text), schema)  # the model alone answers a tool call, not this
+    # json_object: any object. This model never closes a free string (its greedy choice among the
+    # allowed characters is the lowest id), so the answer runs to max_tokens -- inside JSON text
+    r = client.chat.completions.create(model=model_id(client), messages=ASK, temperature=0, max_tokens=8,
+                                       response_format={"type": "json_object"})
+    assert r.choices[0].message.content.startswith('{"') and r.choices[0].finish_reason == "length"
+
+
+def test_a_schema_that_cannot_constrain_is_a_400(client):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=model_id(client), messages=ASK, response_format={
+            "type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object", "minProperties": "x"}}})
+    assert "cannot constrain the answer" in str(err.value)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -24,7 +24,8 @@ from tempering.config import SamplingParams
 from tempering.rollout.engine import (Completion, cut_at_stop, prompt_seed, row_uniforms, sample_seed, sample_tokens,
                                       top_logprobs)
 
-__all__ = ["Request", "Running", "Scheduler", "prompt_seed", "sample_rows", "sample_seed", "top_rows"]
+__all__ = ["Request", "Running", "Scheduler", "constrain_rows", "prompt_seed", "sample_rows", "sample_seed",
+           "top_rows"]
 
 
 @dataclass
@@ -37,6 +38,8 @@ class Request:
     done: Callable[[list[Completion]], None] | None = None
     on_token: Callable[[int, int, float], None] | None = None
     """Streaming hook: (sample index, token id, log-prob) for every sampled token."""
+    fail: Callable[[BaseException], None] | None = None
+    """Called instead of `done` when the step running this request failed (serving thread)."""
     completions: list[Completion | None] = field(default_factory=list)
 
 
@@ -52,6 +55,8 @@ class Running:
     logprobs: list[float] = field(default_factory=list)
     tops: list[list[tuple[int, float]]] = field(default_factory=list)
     finish_reason: str | None = None
+    constraint: Any = None
+    """The sample's place in its request's grammar (`constrain.Constraint`), if it has one."""
 
     @property
     def cached(self) -> int:
@@ -63,9 +68,12 @@ class Scheduler:
     """Admits waiting requests into free slots, records sampled tokens, retires finished
     sequences. `decode` turns token ids into text (stop strings, completion text)."""
 
-    def __init__(self, slots: int, max_len: int, eos_id: int | None, decode: Callable[[list[int]], str]):
+    def __init__(self, slots: int, max_len: int, eos_id: int | None, decode: Callable[[list[int]], str],
+                 constraint_for: Callable[[str], Any] | None = None):
         self.slots, self.max_len = slots, max_len
         self.eos_id, self.decode = eos_id, decode
+        self.constraint_for = constraint_for
+        """Makes a sample's `Constraint` from a request's grammar (None: grammars are refused)."""
         self.waiting: deque[Request] = deque()
         self.running: list[Running] = []
 
@@ -80,6 +88,10 @@ class Scheduler:
             raise ValueError(f"a request for n={p.n} samples needs more slots than the engine has ({self.slots})")
         if not request.prompt:
             raise ValueError("empty prompt: a request needs at least one token")
+        if p.grammar is not None:
+            if self.constraint_for is None:
+                raise ValueError("this scheduler has no constrained decoding (grammar given)")
+            self.constraint_for(p.grammar)  # a grammar that does not compile fails here, in the caller
         need = len(request.prompt) + p.max_new_tokens
         if need > self.max_len:
             raise ValueError(f"prompt ({len(request.prompt)} tokens) + max_new_tokens ({p.max_new_tokens}) "
@@ -98,7 +110,8 @@ class Scheduler:
                 gen = None
                 if req.params.seed is not None:
                     gen = torch.Generator().manual_seed(sample_seed(req.params.seed, j))
-                self.running.append(Running(req, j, gen, stops))
+                constraint = self.constraint_for(req.params.grammar) if req.params.grammar is not None else None
+                self.running.append(Running(req, j, gen, stops, constraint=constraint))
             admitted.append(req)
         return admitted
 
@@ -114,7 +127,9 @@ class Scheduler:
             if seq.request.on_token is not None:
                 seq.request.on_token(seq.sample, tok, lp)
             params = seq.request.params
-            if tok in seq.stop_ids:
+            grammar_ends = seq.constraint is not None and tok not in seq.stop_ids and (
+                not seq.constraint.accept(tok) or seq.constraint.done)
+            if tok in seq.stop_ids or grammar_ends:
                 seq.finish_reason = "stop"
             elif params.stop and self._stop_string_hit(seq):
                 seq.finish_reason = "stop"
@@ -154,6 +169,13 @@ class Scheduler:
         reason = "stop" if cut else seq.finish_reason
         return Completion(seq.request.prompt_index, seq.tokens, seq.logprobs, text, reason,
                           seq.tops if seq.request.params.top_logprobs else None)
+
+
+def constrain_rows(logits: torch.Tensor, rows: Sequence[Running]) -> None:
+    """Mask, in place, each constrained row's logits to the tokens its grammar allows next."""
+    for i, seq in enumerate(rows):
+        if seq.constraint is not None:
+            seq.constraint.restrict(logits[i])
 
 
 def top_rows(logits: torch.Tensor, rows: Sequence[Running]) -> list[list[tuple[int, float]] | None] | None:

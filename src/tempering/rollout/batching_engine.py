@@ -29,7 +29,8 @@ import torch
 
 from tempering.config import SamplingParams
 from tempering.models.precision import autocast
-from tempering.rollout.batching import Request, Scheduler, prompt_seed, sample_rows, top_rows
+from tempering.rollout.batching import Request, Scheduler, constrain_rows, prompt_seed, sample_rows, top_rows
+from tempering.rollout.constrain import Constraint
 from tempering.rollout.engine import Completion, HFEngine, inference_weights
 from tempering.rollout.kvcache import SlotKVCache
 
@@ -143,7 +144,8 @@ class BatchingEngine(HFEngine):
             raise RuntimeError("BatchingEngine.submit needs start() first (or use generate())")
         future: Future = Future()
         with self._lock:
-            self._scheduler.submit(Request(list(prompt), params, done=future.set_result, on_token=on_token))
+            self._scheduler.submit(Request(list(prompt), params, done=future.set_result, on_token=on_token,
+                                           fail=future.set_exception))
             self._wake.notify_all()
         return future
 
@@ -155,12 +157,26 @@ class BatchingEngine(HFEngine):
                         self._wake.wait()
                     if self._stopping:
                         return
-                    self.step()
+                    try:
+                        self.step()
+                    except Exception as exc:  # noqa: BLE001 -- the thread serves on: fail the batch, not the server
+                        self._fail_all(exc)
+
+    def _fail_all(self, exc: Exception) -> None:
+        """A step failed: every request in it or waiting gets the error (their futures raise), the
+        cache starts empty, and the serving thread goes on with the next requests."""
+        sched = self._scheduler
+        failed = {id(s.request): s.request for s in sched.running} | {id(r): r for r in sched.waiting}
+        self._open(self.max_slots, self._cache.max_len)
+        for req in failed.values():
+            if req.fail is not None:
+                req.fail(exc)
 
     # --- one step of the batch ---
     def _open(self, slots: int, max_len: int) -> None:
         self._cache = SlotKVCache(slots, max_len)
-        self._scheduler = Scheduler(slots, max_len, self.eos_id, self._decode)
+        self._scheduler = Scheduler(slots, max_len, self.eos_id, self._decode,
+                                    constraint_for=lambda grammar: Constraint(self.tokenizer, grammar))
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -180,6 +196,7 @@ class BatchingEngine(HFEngine):
         if not parts:
             return
         logits = torch.cat(parts) if len(parts) > 1 else parts[0]
+        constrain_rows(logits, sched.running)
         tokens, logprobs = sample_rows(logits, sched.running)
         sched.record(tokens, logprobs, top_rows(logits, sched.running))
         moves, _ = sched.finish()

@@ -254,6 +254,7 @@ class HFEngine:
         """Sample `params.n` completions for each prompt (token ids); grouped per prompt."""
         if params.n < 1 or params.max_new_tokens < 1:
             raise ValueError("SamplingParams needs n >= 1 and max_new_tokens >= 1")
+        refuse_grammar(self, params)
         out: list[list[Completion]] = [[] for _ in prompts]
         was_training = self.model.training
         self.model.eval()
@@ -354,6 +355,13 @@ class HFEngine:
             text = self.tokenizer.decode(tail, skip_special_tokens=False)
             hits.append(any(s in text for s in stop))
         return torch.tensor(hits, dtype=torch.bool, device=device)
+
+
+def refuse_grammar(engine: Any, params: SamplingParams) -> None:
+    """Engines without constrained decoding refuse a grammar rather than ignore it."""
+    if params.grammar is not None:
+        raise ValueError(f"{type(engine).__name__} has no constrained decoding: use the batching engine "
+                         "(engine.kind: batching) for requests with a grammar")
 
 
 def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:

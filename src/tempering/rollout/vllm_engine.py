@@ -35,7 +35,7 @@ import torch
 from tempering.config import SamplingParams, VLLMSettings
 from tempering.hashing import sha256_file, tensors_hash
 from tempering.rollout.batching import prompt_seed
-from tempering.rollout.engine import Completion, chat_prompt_ids, merged_lora
+from tempering.rollout.engine import Completion, chat_prompt_ids, merged_lora, refuse_grammar
 
 __all__ = ["EngineUnavailable", "SyncRecord", "VLLMEngine", "WeightSync", "WeightSyncError", "completions_from_vllm",
            "vllm_named_weights", "vllm_sampling_kwargs", "vllm_unavailable"]
@@ -207,6 +207,7 @@ class VLLMEngine:
         return VSamplingParams(**kwargs)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
+        refuse_grammar(self, params)
         requests = [{"prompt_token_ids": list(p)} for p in prompts]
         sampling = [self._vllm_params(**vllm_sampling_kwargs(params, prompt_seed(params.seed, i)))
                     for i in range(len(prompts))]

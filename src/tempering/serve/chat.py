@@ -11,9 +11,12 @@ answer with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, Temperin
 form (data/toolcalls.py), which is parsed back into OpenAI `tool_calls`. `tool_choice`:
 "none" leaves the tools out; "auto" lets the model choose; "required" and a named function
 start the answer with the call's opening (`<tool_call>{"name":`, through `"arguments":`
-when named), so the model can only continue a call. Nothing constrains the arguments: a call
-that does not parse comes back as plain content with finish_reason "stop" (no grammar-guided
-decoding here). `response_format` json asks for JSON in the system turn, likewise unconstrained.
+when named), and constrained decoding (`rollout/constrain.py`) keeps the rest inside the
+grammar of a call: one of the tools' names, arguments valid under its JSON schema, the
+closing tag. With "auto" the model may answer in text or call a tool, unconstrained: a call
+that does not parse comes back as plain content with finish_reason "stop". `response_format`
+json_object / json_schema asks for JSON in the system turn and constrains the answer to JSON
+(an object, or valid under the given schema).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any, Iterator, Sequence
 
 from tempering.config import SamplingParams
 from tempering.data.render import prepare_messages
-from tempering.data.toolcalls import OPEN, parse_tool_calls
+from tempering.data.toolcalls import CLOSE, OPEN, parse_tool_calls
 from tempering.serve.backend import Served
 from tempering.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, NamedToolChoice
 
@@ -100,6 +103,39 @@ def _params(req: Any, prompt_lens: Sequence[int], served: Served, limit: int, to
                           stop=tuple(req.stop_list()), n=req.n, seed=req.seed, top_logprobs=top_logprobs)
 
 
+def _grammar(served: Served, req: ChatCompletionRequest, tools_active: bool) -> str | None:
+    """The grammar the answer must follow (constrained decoding), or None: a forced tool call's
+    continuation after its prefill (the named tool's arguments, or one of the tools), or the
+    JSON `response_format` asks for. A schema that does not compile is a 400."""
+    from tempering.rollout.constrain import Constraint, ConstraintError, json_schema_grammar, json_value, lark_grammar
+
+    def args(tool: Any) -> str:
+        return json_value(tool.function.parameters or {"type": "object"})
+
+    grammar = None
+    close = json.dumps("}" + CLOSE)
+    if tools_active and isinstance(req.tool_choice, NamedToolChoice):
+        (tool,) = [t for t in req.tools if t.function.name == req.tool_choice.function.name] or [None]
+        if tool is None:
+            raise ApiError(400, f"tool_choice names {req.tool_choice.function.name!r}, which is not among the tools",
+                           "invalid_value", "tool_choice")
+        grammar = lark_grammar(f'start: " " {args(tool)} {close}')
+    elif tools_active and req.tool_choice == "required":
+        options = " | ".join(f'{json.dumps(" " + json.dumps(t.function.name) + ", " + json.dumps("arguments") + ": ")} '
+                             f'{args(t)} {close}' for t in req.tools)
+        grammar = lark_grammar(f"start: {options}")
+    elif not tools_active and req.response_format is not None and req.response_format.type != "text":
+        schema = (req.response_format.json_schema or {}).get("schema") if req.response_format.type == "json_schema" \
+            else None
+        grammar = json_schema_grammar(schema or {"type": "object"})
+    if grammar is not None:
+        try:
+            Constraint(served.tokenizer, grammar)
+        except (ConstraintError, ValueError) as exc:
+            raise ApiError(400, f"cannot constrain the answer: {exc}", "invalid_value", "response_format") from None
+    return grammar
+
+
 def prepare_chat(served: Served, req: ChatCompletionRequest, limit: int) -> Prepared:
     tools_active = bool(req.tools) and req.tool_choice != "none"
     prefill = ""
@@ -111,7 +147,9 @@ def prepare_chat(served: Served, req: ChatCompletionRequest, limit: int) -> Prep
     if prefill:
         ids = ids + served.tokenizer.encode(prefill, add_special_tokens=False)
     top = (req.top_logprobs or 0) if req.logprobs else 0
-    return Prepared([ids], _params(req, [len(ids)], served, limit, top), prefill, tools_active)
+    params = _params(req, [len(ids)], served, limit, top)
+    grammar = _grammar(served, req, tools_active)
+    return Prepared([ids], params.model_copy(update={"grammar": grammar}), prefill, tools_active)
 
 
 def prepare_text(served: Served, req: CompletionRequest, limit: int) -> Prepared:
