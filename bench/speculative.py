@@ -136,13 +136,17 @@ def run_timing(args) -> dict:
     for spec in args.spec_precisions:
         weights, precision = spec.split("/")
         target, draft = models[weights]
-        heads = ([("FR-Spec head", vocab, args.ks)] if vocab is not None else []) + [("full head", None, args.full_head_ks)]
-        for head, v, ks in heads:
-            for k in ks:
-                add(f"on: distilled draft, {head}", weights, precision, SpeculativeEngine(
-                    target, tokenizer, ModelDrafter(draft, precision, tokenizer.pad_token_id, v), k, precision))
+        for config in args.drafts:
+            head, k, confidence = config.split(":")
+            if head == "fr" and vocab is None:
+                continue
+            drafter = ModelDrafter(draft, precision, tokenizer.pad_token_id, vocab if head == "fr" else None,
+                                   min_confidence=float(confidence))
+            label = f"on: distilled draft, {'FR-Spec' if head == 'fr' else 'full'} head" + (
+                f", min_confidence {confidence}" if float(confidence) > 0 else "")
+            add(label, weights, precision, SpeculativeEngine(target, tokenizer, drafter, int(k), precision))
     add("on: prompt lookup", "bf16", "bf16",
-        SpeculativeEngine(target16, tokenizer, PromptLookupDrafter(3, 1), max(args.ks), "bf16"))
+        SpeculativeEngine(target16, tokenizer, PromptLookupDrafter(3, 1), args.lookup_k, "bf16"))
     off = max((r for r in rows if r["config"].startswith("off")), key=lambda r: r["tokens_per_s"])
     on = max((r for r in rows if r["config"].startswith("on: distilled")), key=lambda r: r["tokens_per_s"])
     lookup = next(r for r in rows if r["config"] == "on: prompt lookup")
@@ -169,13 +173,16 @@ def run_lossless(args) -> dict:
 
     torch.set_num_threads(args.threads)
     tokenizer, target, draft = load_all(args.draft)
+    head, k, confidence = args.lossless_draft.split(":")
+    vocab = torch.tensor(draft_vocab(tokenizer, Path(args.data))) if head == "fr" else None
     out = {}
     for prec in args.lossless_precisions:
         base = HFEngine(target, tokenizer, precision=prec)
         prompts = prompts_for(base, args.lossless_prompts, seed=1)
         params = SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens)
         alone = [g[0].token_ids for g in base.generate(prompts, params)]
-        spec = SpeculativeEngine(target, tokenizer, ModelDrafter(draft, prec, tokenizer.pad_token_id), 4, prec)
+        drafter = ModelDrafter(draft, prec, tokenizer.pad_token_id, vocab, min_confidence=float(confidence))
+        spec = SpeculativeEngine(target, tokenizer, drafter, int(k), prec)
         fast = [g[0].token_ids for g in spec.generate(prompts, params)]
         alone8 = [t for s in range(0, len(prompts), 8)
                   for t in (g[0].token_ids for g in base.generate(prompts[s:s + 8], params))]
@@ -183,8 +190,10 @@ def run_lossless(args) -> dict:
                      "target_alone_batch200_vs_batch8_identical": sum(a == b for a, b in zip(alone, alone8)),
                      "acceptance": spec.stats.summary()}
         print(prec, out[prec], flush=True)
-    return {"greedy_lossless": out, "greedy_lossless_settings": {"draft": args.draft, "k": 4,
-            "max_new_tokens": args.max_new_tokens, "prompts": "arithmetic held-out chat prompts (seed 1)"}}
+    return {"greedy_lossless": out, "greedy_lossless_settings": {
+        "draft": args.draft, "head": "FR-Spec" if head == "fr" else "full", "k": int(k),
+        "min_confidence": float(confidence), "max_new_tokens": args.max_new_tokens,
+        "prompts": "arithmetic held-out chat prompts (seed 1), all in one batch"}}
 
 
 def main() -> None:
@@ -192,14 +201,16 @@ def main() -> None:
     parser.add_argument("mode", choices=["timing", "lossless"])
     parser.add_argument("--draft", required=True, help="the distilled draft (runs/NAME/final)")
     parser.add_argument("--data", help="the draft's training JSONL (its FR-Spec vocabulary)")
-    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--prompts", type=int, default=24)
     parser.add_argument("--lossless-prompts", type=int, default=200)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--ks", type=int, nargs="+", default=[2, 3, 4])
+    parser.add_argument("--lookup-k", type=int, default=4, help="timing: k of the prompt-lookup row")
+    parser.add_argument("--lossless-draft", default="fr:6:0.4", help="lossless: HEAD:K:MIN_CONFIDENCE")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--lossless-precisions", nargs="+", default=["fp32", "bf16"])
     parser.add_argument("--batch", type=int, default=1, help="timing: prompts decoded together (1 or 8)")
-    parser.add_argument("--full-head-ks", type=int, nargs="*", default=[3])
+    parser.add_argument("--drafts", nargs="+", default=["fr:2:0", "fr:3:0", "fr:4:0", "fr:4:0.4", "fr:6:0.4", "full:4:0.4"],
+                        help="timing: HEAD:K:MIN_CONFIDENCE of each speculative row (head fr = FR-Spec, full)")
     parser.add_argument("--spec-precisions", nargs="+", default=["bf16/bf16"],
                         help="timing: WEIGHTS/COMPUTE of target and draft under speculation (bf16/bf16, fp32/bf16, fp32/fp32)")
     args = parser.parse_args()
