@@ -1,20 +1,34 @@
 """Speculative decoding on the default model: tokens/s with speculation on vs off, acceptance.
 
 Workload: the arithmetic suite's held-out questions in chat form (the model's answers are
-short sentences), greedy, max_new_tokens 64; batch 1 (one prompt at a time) and batch 8.
-Off = `HFEngine` (the engine every caller uses); on = `SpeculativeEngine` over the same
-target with (a) the draft `temper distill` made (examples/distill_draft.yaml), with its full
-LM head and with its head restricted to the tokens of the teacher's generations (FR-Spec),
-for k in --ks, and (b) prompt lookup. Each configuration decodes the same prompts after a
-warm-up call; tokens/s = generated tokens / wall seconds.
+short sentences), greedy, max_new_tokens 64, `--batch` prompts decoded together (1 or 8; one
+batch size per run, each run writes its own `timing_batch{B}` block).
 
-    python bench/speculative.py timing --draft runs/distill-draft/final   # under the bench lock
-    python bench/speculative.py lossless --draft runs/distill-draft/final # 200 prompts, fp32
+Off is the target alone, every way it decodes here, and the headline divides by the fastest
+of them (the bar: the FASTEST non-speculative decoding of the same target):
+  * `HFEngine` with fp32 weights in fp32; with fp32 weights in bf16 (Linears cast to bf16
+    once per call); with the model loaded in bf16 weights;
+  * HF `model.generate` and `BatchingEngine`, both on bf16 weights.
+On = `SpeculativeEngine` over the same target with the draft `temper distill` made
+(examples/distill_draft.yaml), target and draft with the same weights and precision
+(`--spec-precisions`, default both loaded in bf16), one row per `--drafts` HEAD:K:MIN_CONFIDENCE:
+head `fr` = the draft's LM head restricted to the tokens of its training data (FR-Spec),
+`full` = its whole head; MIN_CONFIDENCE > 0 stops a row's proposal after a token the draft
+gives less than that probability (HF's default assistant_confidence_threshold is 0.4); plus
+prompt lookup. Each configuration decodes the same prompts after a warm-up call; tokens/s =
+generated tokens / wall seconds. In bf16 a k-token verify forward rounds differently from a
+1-token forward, so near-ties can flip and the token counts differ a little between rows
+(fp32 is bit-exact: `lossless`).
 
-`lossless` checks greedy output identical to the target alone on 200 prompts in fp32 (bf16
-autocast makes a 1-token and a k-token forward round differently, so in bf16 even the target
-alone differs between batch shapes; the bf16 agreement is recorded next to that noise floor).
-Both modes update bench/results/speculative.json.
+    python bench/speculative.py timing --batch 1 --draft runs/distill-draft/final --data TRAIN.jsonl
+    python bench/speculative.py timing --batch 8 --prompts 48 --draft ... --data ...
+    python bench/speculative.py lossless --lossless-precisions fp32 --draft ... --data ...
+
+`lossless` checks greedy output identical to the target alone on 200 prompts in fp32 with the
+`--lossless-draft` configuration (bf16 makes a 1-token and a k-token forward round
+differently, so in bf16 even the target alone differs between batch shapes; the bf16
+agreement is recorded next to that noise floor when asked for). Both modes update
+bench/results/speculative.json; timing runs under the bench lock.
 """
 
 from __future__ import annotations
@@ -131,7 +145,8 @@ def run_timing(args) -> dict:
     add("off: HFEngine", "fp32", "bf16", HFEngine(target32, tokenizer, "bf16"))
     add("off: HFEngine", "bf16", "bf16", HFEngine(target16, tokenizer, "bf16"))
     add("off: HF generate", "bf16", "bf16", HFGenerate(target16, tokenizer))
-    add("off: BatchingEngine", "bf16", "bf16", BatchingEngine(target16, tokenizer, "bf16", max_slots=batch, max_len=512))
+    add("off: BatchingEngine", "bf16", "bf16",
+        BatchingEngine(target16, tokenizer, "bf16", max_slots=batch, max_len=512))
     # on: the same target with the distilled draft, both with the same weights and precision
     for spec in args.spec_precisions:
         weights, precision = spec.split("/")
@@ -209,10 +224,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--lossless-precisions", nargs="+", default=["fp32", "bf16"])
     parser.add_argument("--batch", type=int, default=1, help="timing: prompts decoded together (1 or 8)")
-    parser.add_argument("--drafts", nargs="+", default=["fr:2:0", "fr:3:0", "fr:4:0", "fr:4:0.4", "fr:6:0.4", "full:4:0.4"],
+    parser.add_argument("--drafts", nargs="+",
+                        default=["fr:2:0", "fr:3:0", "fr:4:0", "fr:4:0.4", "fr:6:0.4", "full:4:0.4"],
                         help="timing: HEAD:K:MIN_CONFIDENCE of each speculative row (head fr = FR-Spec, full)")
     parser.add_argument("--spec-precisions", nargs="+", default=["bf16/bf16"],
-                        help="timing: WEIGHTS/COMPUTE of target and draft under speculation (bf16/bf16, fp32/bf16, fp32/fp32)")
+                        help="timing: WEIGHTS/COMPUTE of target and draft under speculation "
+                             "(bf16/bf16, fp32/bf16, fp32/fp32)")
     args = parser.parse_args()
     load_before = os.getloadavg()
     result = run_timing(args) if args.mode == "timing" else run_lossless(args)
@@ -222,10 +239,11 @@ def main() -> None:
     if args.mode == "timing":
         result[f"timing_batch{args.batch}"].update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                                    load_average_before_after=[load_before, os.getloadavg()])
+    else:
+        result["lossless_load_average_before_after"] = [load_before, os.getloadavg()]
     previous.update(result)
     previous.update({"benchmark": "speculative", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                      "model": MODEL, "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-                     **({} if args.mode == "timing" else {"lossless_load_average_before_after": [load_before, os.getloadavg()]}),
                      "note": "2 shared cores; timing ran alone under the bench lock while other agents' work ran "
                              "at nice 19; lossless ran at nice 19 (no timing)"})
     OUT.write_text(json.dumps(previous, indent=2) + "\n")
