@@ -220,7 +220,7 @@ def main() -> None:
     parser.add_argument("--lossless-prompts", type=int, default=200)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--lookup-k", type=int, default=4, help="timing: k of the prompt-lookup row")
-    parser.add_argument("--lossless-draft", default="fr:6:0.4", help="lossless: HEAD:K:MIN_CONFIDENCE")
+    parser.add_argument("--lossless-draft", default="fr:4:0.4", help="lossless: HEAD:K:MIN_CONFIDENCE")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--lossless-precisions", nargs="+", default=["fp32", "bf16"])
     parser.add_argument("--batch", type=int, default=1, help="timing: prompts decoded together (1 or 8)")
