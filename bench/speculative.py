@@ -237,8 +237,14 @@ def main() -> None:
     for stale in STALE_KEYS:
         previous.pop(stale, None)
     if args.mode == "timing":
-        result[f"timing_batch{args.batch}"].update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                                   load_average_before_after=[load_before, os.getloadavg()])
+        block = result[f"timing_batch{args.batch}"]
+        block.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                     load_average_before_after=[load_before, os.getloadavg()])
+        # every run's headline stays on record (the latest run's rows are the block above)
+        previous.setdefault(f"speculative_speedup_batch{args.batch}_every_run", []).append({
+            "date": block["date"], "draft": args.draft, "speedup": result[f"speculative_speedup_batch{args.batch}"],
+            "fastest_off_tokens_per_s": block["fastest_off"]["tokens_per_s"],
+            "fastest_speculative_tokens_per_s": block["fastest_speculative"]["tokens_per_s"]})
     else:
         result["lossless_load_average_before_after"] = [load_before, os.getloadavg()]
     previous.update(result)
