@@ -1,20 +1,34 @@
 """Speculative decoding on the default model: tokens/s with speculation on vs off, acceptance.
 
 Workload: the arithmetic suite's held-out questions in chat form (the model's answers are
-short sentences), greedy, max_new_tokens 64; batch 1 (one prompt at a time) and batch 8.
-Off = `HFEngine` (the engine every caller uses); on = `SpeculativeEngine` over the same
-target with (a) the draft `temper distill` made (examples/distill_draft.yaml), with its full
-LM head and with its head restricted to the tokens of the teacher's generations (FR-Spec),
-for k in --ks, and (b) prompt lookup. Each configuration decodes the same prompts after a
-warm-up call; tokens/s = generated tokens / wall seconds.
+short sentences), greedy, max_new_tokens 64, `--batch` prompts decoded together (1 or 8; one
+batch size per run, each run writes its own `timing_batch{B}` block).
 
-    python bench/speculative.py timing --draft runs/distill-draft/final   # under the bench lock
-    python bench/speculative.py lossless --draft runs/distill-draft/final # 200 prompts, fp32
+Off is the target alone, every way it decodes here, and the headline divides by the fastest
+of them (the bar: the FASTEST non-speculative decoding of the same target):
+  * `HFEngine` with fp32 weights in fp32; with fp32 weights in bf16 (Linears cast to bf16
+    once per call); with the model loaded in bf16 weights;
+  * HF `model.generate` and `BatchingEngine`, both on bf16 weights.
+On = `SpeculativeEngine` over the same target with the draft `temper distill` made
+(examples/distill_draft.yaml), target and draft with the same weights and precision
+(`--spec-precisions`, default both loaded in bf16), one row per `--drafts` HEAD:K:MIN_CONFIDENCE:
+head `fr` = the draft's LM head restricted to the tokens of its training data (FR-Spec),
+`full` = its whole head; MIN_CONFIDENCE > 0 stops a row's proposal after a token the draft
+gives less than that probability (HF's default assistant_confidence_threshold is 0.4); plus
+prompt lookup. Each configuration decodes the same prompts after a warm-up call; tokens/s =
+generated tokens / wall seconds. In bf16 a k-token verify forward rounds differently from a
+1-token forward, so near-ties can flip and the token counts differ a little between rows
+(fp32 is bit-exact: `lossless`).
 
-`lossless` checks greedy output identical to the target alone on 200 prompts in fp32 (bf16
-autocast makes a 1-token and a k-token forward round differently, so in bf16 even the target
-alone differs between batch shapes; the bf16 agreement is recorded next to that noise floor).
-Both modes update bench/results/speculative.json.
+    python bench/speculative.py timing --batch 1 --draft runs/distill-draft/final --data TRAIN.jsonl
+    python bench/speculative.py timing --batch 8 --prompts 48 --draft ... --data ...
+    python bench/speculative.py lossless --lossless-precisions fp32 --draft ... --data ...
+
+`lossless` checks greedy output identical to the target alone on 200 prompts in fp32 with the
+`--lossless-draft` configuration (bf16 makes a 1-token and a k-token forward round
+differently, so in bf16 even the target alone differs between batch shapes; the bf16
+agreement is recorded next to that noise floor when asked for). Both modes update
+bench/results/speculative.json; timing runs under the bench lock.
 """
 
 from __future__ import annotations
@@ -32,6 +46,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "speculative.json"
 MODEL = "smollm2-135m-instruct"
+# keys of the session-7 layout (one timing per precision, bf16 by autocast over fp32 weights)
+STALE_KEYS = ("timing_by_precision", "batch1_fastest_off", "batch1_fastest_speculative", "batch8_fastest_off",
+              "batch8_fastest_speculative", "speculative_speedup_batch1_same_precision",
+              "speculative_speedup_batch8_same_precision", "timing_load_average_before_after")
 
 
 def prompts_for(engine, n: int, seed: int = 0) -> list[list[int]]:
@@ -67,82 +85,97 @@ def timed(engine, prompts, batch: int, params) -> dict:
     return out
 
 
-def load_all(draft_dir: str):
+def load_all(draft_dir: str, dtype: str = "float32"):
     import torch
 
     from tempering.models.load import load_model, load_tokenizer
 
     torch.manual_seed(0)
-    return load_tokenizer(MODEL), load_model(MODEL).eval(), load_model(draft_dir).eval()
+    return load_tokenizer(MODEL), load_model(MODEL, dtype).eval(), load_model(draft_dir, dtype).eval()
+
+
+class HFGenerate:
+    """HF `model.generate` (greedy, HF's own dynamic cache) behind the one call `timed` makes:
+    a non-speculative baseline outside Tempering's engines. Counts tokens up to the first eos,
+    as the engines do."""
+
+    def __init__(self, model, tokenizer):
+        self.model, self.eos, self.pad = model, tokenizer.eos_token_id, tokenizer.pad_token_id
+
+    def generate(self, prompts, params):
+        import torch
+
+        from tempering.rollout.engine import Completion
+        from tempering.rollout.padding import left_pad
+
+        ids, mask = left_pad(prompts, self.pad)
+        with torch.no_grad():
+            out = self.model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=params.max_new_tokens,
+                                      eos_token_id=self.eos, pad_token_id=self.pad)[:, ids.shape[1]:].tolist()
+        cut = [row[:row.index(self.eos) + 1] if self.eos in row else row for row in out]
+        return [[Completion(i, row, [], "", "stop")] for i, row in enumerate(cut)]
 
 
 def run_timing(args) -> dict:
+    """One batch size: every non-speculative configuration, then speculation, in one run."""
     import torch
 
     from tempering.config import SamplingParams
+    from tempering.rollout.batching_engine import BatchingEngine
     from tempering.rollout.drafters import ModelDrafter, PromptLookupDrafter
     from tempering.rollout.engine import HFEngine
     from tempering.rollout.speculative import SpeculativeEngine
 
     torch.set_num_threads(args.threads)
-    tokenizer, target, draft = load_all(args.draft)
-    base = HFEngine(target, tokenizer, precision=args.precision)
-    prec = base.precision
-    prompts = prompts_for(base, args.prompts)
+    tokenizer, target32, draft32 = load_all(args.draft)
+    _, target16, draft16 = load_all(args.draft, "bfloat16")
+    models = {"fp32": (target32, draft32), "bf16": (target16, draft16)}
+    prompts = prompts_for(HFEngine(target32, tokenizer, "fp32"), args.prompts)
     params = SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens)
     vocab = torch.tensor(draft_vocab(tokenizer, Path(args.data))) if args.data else None
-    rows = []
-    for batch in (1, 8):
-        off = timed(base, prompts, batch, params)
-        rows.append({"config": "off (HFEngine)", **off})
-        print(rows[-1], flush=True)
-        drafts = [("distilled draft", None)] + ([("distilled draft, FR-Spec head", vocab)] if vocab is not None else [])
-        for label, v in drafts:
-            for k in args.ks:
-                eng = SpeculativeEngine(target, tokenizer, ModelDrafter(draft, prec, tokenizer.pad_token_id, v), k, prec)
-                r = timed(eng, prompts, batch, params)
-                rows.append({"config": label, "speedup": round(r["tokens_per_s"] / off["tokens_per_s"], 3), **r})
-                print(rows[-1], flush=True)
-        eng = SpeculativeEngine(target, tokenizer, PromptLookupDrafter(3, 1), max(args.ks), prec)
-        r = timed(eng, prompts, batch, params)
-        rows.append({"config": "prompt lookup", "speedup": round(r["tokens_per_s"] / off["tokens_per_s"], 3), **r})
+    batch, rows = args.batch, []
+
+    def add(config: str, weights: str, precision: str, engine) -> None:
+        rows.append({"config": config, "weights": weights, "precision": precision,
+                     **timed(engine, prompts, batch, params)})
         print(rows[-1], flush=True)
 
-    def best(batch: int, label: str) -> dict:
-        return max((r for r in rows if r["batch"] == batch and r["config"].startswith(label)),
-                   key=lambda r: r["tokens_per_s"])
-
-    return {"timing_by_precision": {prec: {
-        "threads": args.threads, "workload": f"{args.prompts} arithmetic held-out chat "
-        f"prompts, greedy, max_new_tokens {args.max_new_tokens}", "draft": args.draft,
-        "draft_params": sum(p.numel() for p in draft.parameters()),
-        "target_params": sum(p.numel() for p in target.parameters()),
+    # off: the target alone, every way this repo (or HF) decodes it
+    add("off: HFEngine", "fp32", "fp32", HFEngine(target32, tokenizer, "fp32"))
+    add("off: HFEngine", "fp32", "bf16", HFEngine(target32, tokenizer, "bf16"))
+    add("off: HFEngine", "bf16", "bf16", HFEngine(target16, tokenizer, "bf16"))
+    add("off: HF generate", "bf16", "bf16", HFGenerate(target16, tokenizer))
+    add("off: BatchingEngine", "bf16", "bf16",
+        BatchingEngine(target16, tokenizer, "bf16", max_slots=batch, max_len=512))
+    # on: the same target with the distilled draft, both with the same weights and precision
+    for spec in args.spec_precisions:
+        weights, precision = spec.split("/")
+        target, draft = models[weights]
+        for config in args.drafts:
+            head, k, confidence = config.split(":")
+            if head == "fr" and vocab is None:
+                continue
+            drafter = ModelDrafter(draft, precision, tokenizer.pad_token_id, vocab if head == "fr" else None,
+                                   min_confidence=float(confidence))
+            label = f"on: distilled draft, {'FR-Spec' if head == 'fr' else 'full'} head" + (
+                f", min_confidence {confidence}" if float(confidence) > 0 else "")
+            add(label, weights, precision, SpeculativeEngine(target, tokenizer, drafter, int(k), precision))
+    add("on: prompt lookup", "bf16", "bf16",
+        SpeculativeEngine(target16, tokenizer, PromptLookupDrafter(3, 1), args.lookup_k, "bf16"))
+    off = max((r for r in rows if r["config"].startswith("off")), key=lambda r: r["tokens_per_s"])
+    on = max((r for r in rows if r["config"].startswith("on: distilled")), key=lambda r: r["tokens_per_s"])
+    lookup = next(r for r in rows if r["config"] == "on: prompt lookup")
+    for r in rows:
+        r["vs_fastest_off"] = round(r["tokens_per_s"] / off["tokens_per_s"], 3)
+    return {f"timing_batch{batch}": {
+        "threads": args.threads, "workload": f"{args.prompts} arithmetic held-out chat prompts, {batch} at a "
+        f"time, greedy, max_new_tokens {args.max_new_tokens}", "draft": args.draft,
+        "draft_params": sum(p.numel() for p in draft32.parameters()),
+        "target_params": sum(p.numel() for p in target32.parameters()),
         "fr_spec_vocab": None if vocab is None else len(vocab),
-        "rows": rows,
-        "speedup_batch1": best(1, "distilled")["speedup"], "best_batch1": best(1, "distilled"),
-        "best_batch8": best(8, "distilled"),
-        "prompt_lookup_speedup_batch1": best(1, "prompt lookup")["speedup"],
-        "prompt_lookup_speedup_batch8": best(8, "prompt lookup")["speedup"],
-    }}}
-
-
-def headline(by_precision: dict) -> dict:
-    """Speedups against the fastest "off" of any precision measured (fp32 decodes faster than
-    bf16 autocast at batch 1 on this host), each side at its own fastest precision."""
-    out = {}
-    for batch in (1, 8):
-        rows = [dict(r, precision=p) for p, t in by_precision.items() for r in t["rows"] if r["batch"] == batch]
-        off = max((r for r in rows if r["config"].startswith("off")), key=lambda r: r["tokens_per_s"])
-        on = max((r for r in rows if r["config"].startswith("distilled")), key=lambda r: r["tokens_per_s"])
-        lookup = max((r for r in rows if r["config"] == "prompt lookup"), key=lambda r: r["tokens_per_s"])
-        out[f"speculative_speedup_batch{batch}"] = round(on["tokens_per_s"] / off["tokens_per_s"], 3)
-        out[f"prompt_lookup_speedup_batch{batch}"] = round(lookup["tokens_per_s"] / off["tokens_per_s"], 3)
-        out[f"batch{batch}_fastest_off"] = off
-        out[f"batch{batch}_fastest_speculative"] = on
-        out[f"speculative_speedup_batch{batch}_same_precision"] = {
-            p: t["speedup_batch1"] if batch == 1 else t["best_batch8"]["speedup"]
-            for p, t in by_precision.items()}
-    return out
+        "rows": rows, "fastest_off": off, "fastest_speculative": on},
+        f"speculative_speedup_batch{batch}": on["vs_fastest_off"],
+        f"prompt_lookup_speedup_batch{batch}": lookup["vs_fastest_off"]}
 
 
 def run_lossless(args) -> dict:
@@ -155,13 +188,16 @@ def run_lossless(args) -> dict:
 
     torch.set_num_threads(args.threads)
     tokenizer, target, draft = load_all(args.draft)
+    head, k, confidence = args.lossless_draft.split(":")
+    vocab = torch.tensor(draft_vocab(tokenizer, Path(args.data))) if head == "fr" else None
     out = {}
     for prec in args.lossless_precisions:
         base = HFEngine(target, tokenizer, precision=prec)
         prompts = prompts_for(base, args.lossless_prompts, seed=1)
         params = SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens)
         alone = [g[0].token_ids for g in base.generate(prompts, params)]
-        spec = SpeculativeEngine(target, tokenizer, ModelDrafter(draft, prec, tokenizer.pad_token_id), 4, prec)
+        drafter = ModelDrafter(draft, prec, tokenizer.pad_token_id, vocab, min_confidence=float(confidence))
+        spec = SpeculativeEngine(target, tokenizer, drafter, int(k), prec)
         fast = [g[0].token_ids for g in spec.generate(prompts, params)]
         alone8 = [t for s in range(0, len(prompts), 8)
                   for t in (g[0].token_ids for g in base.generate(prompts[s:s + 8], params))]
@@ -169,8 +205,10 @@ def run_lossless(args) -> dict:
                      "target_alone_batch200_vs_batch8_identical": sum(a == b for a, b in zip(alone, alone8)),
                      "acceptance": spec.stats.summary()}
         print(prec, out[prec], flush=True)
-    return {"greedy_lossless": out, "greedy_lossless_settings": {"draft": args.draft, "k": 4,
-            "max_new_tokens": args.max_new_tokens, "prompts": "arithmetic held-out chat prompts (seed 1)"}}
+    return {"greedy_lossless": out, "greedy_lossless_settings": {
+        "draft": args.draft, "head": "FR-Spec" if head == "fr" else "full", "k": int(k),
+        "min_confidence": float(confidence), "max_new_tokens": args.max_new_tokens,
+        "prompts": "arithmetic held-out chat prompts (seed 1), all in one batch"}}
 
 
 def main() -> None:
@@ -178,24 +216,40 @@ def main() -> None:
     parser.add_argument("mode", choices=["timing", "lossless"])
     parser.add_argument("--draft", required=True, help="the distilled draft (runs/NAME/final)")
     parser.add_argument("--data", help="the draft's training JSONL (its FR-Spec vocabulary)")
-    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--prompts", type=int, default=24)
     parser.add_argument("--lossless-prompts", type=int, default=200)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--ks", type=int, nargs="+", default=[2, 3, 4])
+    parser.add_argument("--lookup-k", type=int, default=4, help="timing: k of the prompt-lookup row")
+    parser.add_argument("--lossless-draft", default="fr:4:0.4", help="lossless: HEAD:K:MIN_CONFIDENCE")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--lossless-precisions", nargs="+", default=["fp32", "bf16"])
-    parser.add_argument("--precision", default="auto", help="timing: auto (bf16 here) | bf16 | fp32")
+    parser.add_argument("--batch", type=int, default=1, help="timing: prompts decoded together (1 or 8)")
+    parser.add_argument("--drafts", nargs="+",
+                        default=["fr:2:0", "fr:3:0", "fr:4:0", "fr:4:0.4", "fr:6:0.4", "full:4:0.4"],
+                        help="timing: HEAD:K:MIN_CONFIDENCE of each speculative row (head fr = FR-Spec, full)")
+    parser.add_argument("--spec-precisions", nargs="+", default=["bf16/bf16"],
+                        help="timing: WEIGHTS/COMPUTE of target and draft under speculation "
+                             "(bf16/bf16, fp32/bf16, fp32/fp32)")
     args = parser.parse_args()
     load_before = os.getloadavg()
     result = run_timing(args) if args.mode == "timing" else run_lossless(args)
     previous = json.loads(OUT.read_text()) if OUT.is_file() else {}
-    if "timing_by_precision" in result:
-        previous.setdefault("timing_by_precision", {}).update(result.pop("timing_by_precision"))
-        previous.update(headline(previous["timing_by_precision"]))
+    for stale in STALE_KEYS:
+        previous.pop(stale, None)
+    if args.mode == "timing":
+        block = result[f"timing_batch{args.batch}"]
+        block.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                     load_average_before_after=[load_before, os.getloadavg()])
+        # every run's headline stays on record (the latest run's rows are the block above)
+        previous.setdefault(f"speculative_speedup_batch{args.batch}_every_run", []).append({
+            "date": block["date"], "draft": args.draft, "speedup": result[f"speculative_speedup_batch{args.batch}"],
+            "fastest_off_tokens_per_s": block["fastest_off"]["tokens_per_s"],
+            "fastest_speculative_tokens_per_s": block["fastest_speculative"]["tokens_per_s"]})
+    else:
+        result["lossless_load_average_before_after"] = [load_before, os.getloadavg()]
     previous.update(result)
     previous.update({"benchmark": "speculative", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                      "model": MODEL, "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-                     f"{args.mode}_load_average_before_after": [load_before, os.getloadavg()],
                      "note": "2 shared cores; timing ran alone under the bench lock while other agents' work ran "
                              "at nice 19; lossless ran at nice 19 (no timing)"})
     OUT.write_text(json.dumps(previous, indent=2) + "\n")

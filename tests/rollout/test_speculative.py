@@ -122,13 +122,43 @@ def greedy_setup():
 
 
 def _drafter(kind: str, draft, vocab: int):
-    """A model draft, the same restricted to part of the vocabulary (FR-Spec), or prompt lookup."""
+    """A model draft, the same restricted to part of the vocabulary (FR-Spec), the same stopping
+    at its first token below probability 0.3, or prompt lookup."""
     if kind == "lookup":
         return PromptLookupDrafter(max_ngram=2)
-    return ModelDrafter(draft, "fp32", vocab=torch.arange(vocab // 2) if kind == "subset" else None)
+    return ModelDrafter(draft, "fp32", vocab=torch.arange(vocab // 2) if kind == "subset" else None,
+                        min_confidence=0.3 if kind == "confident" else 0.0)
 
 
-@pytest.mark.parametrize("kind", ["model", "subset", "lookup"])
+def test_min_confidence_ends_each_rows_proposal_after_its_first_unsure_token(greedy_setup):
+    _, draft, _, prompts, _, _ = greedy_setup
+    contexts = prompts[:3]
+    always = ModelDrafter(draft, "fp32")
+    always.begin(contexts)
+    tokens, _, lengths = always.propose(contexts, 4, 0.0, 1.0, None)
+    assert tokens.shape == (3, 4) and lengths.tolist() == [4, 4, 4]
+    never_sure = ModelDrafter(draft, "fp32", min_confidence=1.01)  # no probability reaches 1.01
+    never_sure.begin(contexts)
+    first, _, lengths = never_sure.propose(contexts, 4, 0.0, 1.0, None)
+    assert first.tolist() == tokens[:, :1].tolist() and lengths.tolist() == [1, 1, 1]  # one forward, one token
+    # per row: the rows whose first draft token had probability >= 0.3 go on
+    half = ModelDrafter(draft, "fp32", min_confidence=0.3)
+    half.begin(contexts)
+    probs = torch.softmax(half._forward(*_first_inputs(half, contexts)), dim=-1)
+    half.begin(contexts)
+    _, _, lengths = half.propose(contexts, 2, 0.0, 1.0, None)
+    sure = probs.gather(1, tokens[:, :1]).squeeze(1) >= 0.3
+    assert sure.any() and not sure.all()  # probabilities 0.24, 0.38, 0.26: one row goes on
+    assert lengths.tolist() == [2 if s else 1 for s in sure.tolist()]
+
+
+def _first_inputs(drafter, contexts):
+    """What `ModelDrafter.propose` feeds first right after `begin`: each prompt's last token."""
+    ids = torch.tensor([[c[-1]] for c in contexts])
+    return ids, torch.ones_like(ids), torch.tensor([[len(c) - 1] for c in contexts])
+
+
+@pytest.mark.parametrize("kind", ["model", "subset", "confident", "lookup"])
 def test_greedy_equals_the_target_alone_on_200_prompts(greedy_setup, kind):
     target, draft, tok, prompts, params, reference = greedy_setup
     drafter = _drafter(kind, draft, 64)
@@ -161,7 +191,7 @@ def _sequence_probs(model, prompt: list[int], vocab: int, length: int) -> torch.
     return torch.stack(steps, dim=1).sum(dim=1).exp()
 
 
-@pytest.mark.parametrize("kind", ["model", "subset", "lookup"])
+@pytest.mark.parametrize("kind", ["model", "subset", "confident", "lookup"])
 def test_sampled_output_has_the_targets_distribution(kind):
     vocab, length, rows = 6, 3, 8000
     target, draft = _peaked(vocab, seed=0), _peaked(vocab, seed=1)

@@ -86,10 +86,19 @@ class ModelDrafter:
     frequent ones in the target's outputs (FR-Spec, Zhao et al. 2025): on a small model the
     49k-wide head is most of a draft forward. Tokens outside it are never proposed (q = 0
     there), which costs acceptance, never correctness.
+
+    `min_confidence` (optional) ends a row's proposal early: after a drafted token whose draft
+    probability (softmax at temperature 1) is below it, that row drafts no further this step,
+    and drafting stops once every row has (HF's `assistant_confidence_threshold`, an
+    unsupervised dynamic lookahead; Mamou et al. 2024). Late draft positions are rarely
+    accepted, so their draft forwards are mostly wasted; a shorter proposal is verified as
+    such (positions past a row's length are not drafts), so output is unchanged.
     """
 
-    def __init__(self, model: Any, precision: str, pad_id: int = 0, vocab: torch.Tensor | None = None):
+    def __init__(self, model: Any, precision: str, pad_id: int = 0, vocab: torch.Tensor | None = None,
+                 min_confidence: float = 0.0):
         self.model, self.precision, self.pad_id = model, precision, pad_id
+        self.min_confidence = min_confidence
         self.vocab = None if vocab is None else torch.as_tensor(vocab, dtype=torch.long).unique()
         self._head = None
         if self.vocab is not None:
@@ -153,6 +162,8 @@ class ModelDrafter:
         self._draft_start = self.mask.shape[1]
         next_pos = torch.tensor([[len(c)] for c in contexts])
         tokens, probs = [], []
+        lengths = torch.zeros(len(contexts), dtype=torch.long)
+        drafting = torch.ones(len(contexts), dtype=torch.bool)  # rows still proposing
         for step in range(k):
             if temperature == 0:
                 tok = logits.argmax(dim=-1)
@@ -161,11 +172,16 @@ class ModelDrafter:
                 tok = torch.multinomial(q, 1, generator=generator).squeeze(1)
                 probs.append(q)
             tokens.append(tok)
-            if step < k - 1:
-                logits = self._forward(tok[:, None].cpu(), torch.ones((len(contexts), 1), dtype=torch.long),
-                                       next_pos + step)
+            lengths += drafting.long()
+            if self.min_confidence > 0:
+                confidence = torch.softmax(logits, dim=-1).gather(1, tok[:, None]).squeeze(1)
+                drafting &= confidence >= self.min_confidence
+            if step == k - 1 or not bool(drafting.any()):
+                break
+            logits = self._forward(tok[:, None].cpu(), torch.ones((len(contexts), 1), dtype=torch.long),
+                                   next_pos + step)
         q_all = torch.stack(probs, dim=1) if probs else None
-        return torch.stack(tokens, dim=1).cpu(), q_all, torch.full((len(contexts),), k)
+        return torch.stack(tokens, dim=1).cpu(), q_all, lengths
 
     def accepted(self, n_accepted: Sequence[int]) -> None:
         # the cache holds the unfed context, then drafts d_1..d_{k-1}; keep d_1..d_n only
