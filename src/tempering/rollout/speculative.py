@@ -27,7 +27,7 @@ import torch
 from tempering.config import SamplingParams
 from tempering.models.precision import autocast
 from tempering.rollout.drafters import Drafter
-from tempering.rollout.engine import Completion, HFEngine, cut_at_stop, inference_weights
+from tempering.rollout.engine import Completion, HFEngine, cut_at_stop, inference_weights, refuse_grammar
 from tempering.rollout.padding import left_pad
 from tempering.rollout.speculative_math import sampling_probs, verify_greedy, verify_sampled
 
@@ -90,6 +90,7 @@ class SpeculativeEngine(HFEngine):
             raise ValueError("speculative decoding needs non-empty prompts")
         if getattr(params, "top_logprobs", 0):
             raise ValueError("SpeculativeEngine does not report top_logprobs; use HFEngine for them")
+        refuse_grammar(self, params)
         generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
         rows = [list(p) for p in prompts for _ in range(params.n)]
         was_training = self.model.training
