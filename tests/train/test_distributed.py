@@ -148,3 +148,47 @@ def test_resume_on_another_world_size_is_refused():
     with pytest.raises(WorldSizeChanged, match=r"written by 2 process\(es\) and this resume runs 1; "
                                               r"resume with `--nproc_per_node 2`"):
         check_world_size(2, World(0, 1))
+
+
+def test_dpo_on_two_processes_matches_one(tmp_path, smol_tokenizer):
+    """`torchrun --nproc_per_node 2 temper dpo`: the same losses and weights as one process."""
+    model = tmp_path / "tiny"
+    tiny_llama(vocab=len(smol_tokenizer), tie=True).save_pretrained(model)
+    smol_tokenizer.save_pretrained(model)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": f"What is {a} + {a + 3}?", "chosen": str(2 * a + 3),
+                                         "rejected": str(2 * a + 4)}) + "\n" for a in range(24)))
+    cfg = {"model": str(model), "lora": None, "data": {"train": str(pairs), "max_length": 64},
+           "dpo": {"beta": 0.1, "sft_weight": 0.0, "reference": "cache"},
+           "train": {"steps": 6, "batch_size": 4, "precision": "fp32", "optim": {"lr": 3e-3, "schedule": "constant"},
+                     "checkpoint": {"every": 3}},
+           "out": str(tmp_path / "runs")}
+    path = tmp_path / "dpo.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    one = CliRunner().invoke(app, ["dpo", str(path), "--name", "one"])
+    assert one.exit_code == 0, one.output
+    two = subprocess.run(TORCHRUN[:-1] + ["dpo", str(path), "--name", "two"], env=env(), capture_output=True, text=True)
+    assert two.returncode == 0, two.stderr[-3000:]
+    losses = {r["step"]: r["loss"] for r in step_records(tmp_path / "runs" / "one")}
+    pair = {r["step"]: r["loss"] for r in step_records(tmp_path / "runs" / "two")}
+    assert sorted(pair) == sorted(losses) == list(range(1, 7))
+    assert max(abs(pair[s] - losses[s]) for s in losses) < TOL
+    assert losses[6] < losses[1]  # it learned, so the comparison means something
+    w1 = load_file(tmp_path / "runs" / "one" / "final" / "model.safetensors")
+    w2 = load_file(tmp_path / "runs" / "two" / "final" / "model.safetensors")
+    assert max(float((w1[k] - w2[k]).abs().max()) for k in w1) < WEIGHT_TOL
+
+
+def test_pair_batches_split_each_global_micro_batch():
+    from tempering.data.pair_batches import PairBatches
+    from tempering.data.pair_render import RenderedPair
+
+    pairs = [RenderedPair([1, 2], [3 + i], [1], [4], [1], 1.0) for i in range(6)]
+    one = PairBatches(pairs, 4, seed=2)
+    ranks = [PairBatches(pairs, 4, seed=2, shard=(r, 2)) for r in range(2)]
+    for _ in range(3):
+        whole = one.next_batch()["index"].tolist()
+        assert [b.next_batch()["index"].tolist() for b in ranks] == [whole[0::2], whole[1::2]]
+        assert all(b.state_dict() == one.state_dict() for b in ranks)
+    with pytest.raises(ValueError, match="batch_size 3 is the global batch and must be a multiple of the 2"):
+        PairBatches(pairs, 3, seed=2, shard=(0, 2))

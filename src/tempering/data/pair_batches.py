@@ -67,18 +67,27 @@ class PairBatches:
 
     `ref_logps` (N, 2), when given, are the reference sums of every pair (chosen, rejected),
     computed once before training; each batch carries its rows.
+
+    `shard=(rank, size)`: under torchrun every rank walks the same global order and keeps
+    every `size`-th pair of each micro-batch from its `rank` (as `SFTBatches` does), so
+    `batch_size` is the global micro-batch and the cursor is the same on every rank.
     """
 
     def __init__(self, pairs: list[RenderedPair], batch_size: int, seed: int,
-                 ref_logps: torch.Tensor | None = None, pad_id: int = PAD_ID):
+                 ref_logps: torch.Tensor | None = None, pad_id: int = PAD_ID, shard: tuple[int, int] = (0, 1)):
         if ref_logps is not None and tuple(ref_logps.shape) != (len(pairs), 2):
             raise ValueError(f"ref_logps has shape {tuple(ref_logps.shape)}, expected ({len(pairs)}, 2)")
+        if batch_size % shard[1]:
+            raise ValueError(f"train.batch_size {batch_size} is the global batch and must be a multiple of the "
+                             f"{shard[1]} processes (each takes batch_size / {shard[1]} pairs per micro-batch)")
         self.pairs, self.batch_size, self.pad_id, self.ref_logps = pairs, batch_size, pad_id, ref_logps
+        self.shard = shard
         self.order = ExampleOrder(len(pairs), seed)
         self._fingerprint: str | None = None
 
     def next_batch(self) -> dict[str, Any]:
-        index = self.order.take(self.batch_size)
+        rank, size = self.shard
+        index = self.order.take(self.batch_size)[rank::size]
         batch = collate_pairs([self.pairs[i] for i in index], self.pad_id)
         batch["index"] = torch.tensor(index)
         if self.ref_logps is not None:

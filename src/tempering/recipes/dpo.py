@@ -87,8 +87,10 @@ def dpo_components(cfg: DPOConfig, data: PairData, ref_train: torch.Tensor | Non
     """(training batch source, held-out batches, objective); bench/dpo.py shares it."""
     from tempering.data.pair_batches import PairBatches, collate_pairs
     from tempering.objectives.dpo import PreferenceObjective
+    from tempering.train.distributed import world
 
-    batches = PairBatches(data.train, cfg.train.batch_size, cfg.train.seed, ref_train)
+    w = world()  # under torchrun each rank takes its stride of every global micro-batch
+    batches = PairBatches(data.train, cfg.train.batch_size, cfg.train.seed, ref_train, shard=(w.rank, w.size))
     size, evals = cfg.train.batch_size, []
     for start in range(0, len(data.eval), size):
         batch = collate_pairs(data.eval[start:start + size])

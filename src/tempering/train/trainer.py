@@ -113,7 +113,7 @@ class Trainer:
         self.world = distributed.init()
         if getattr(batches, "shard", (0, 1)) != (self.world.rank, self.world.size):
             raise ValueError(f"{objective.name}: its batches are not sharded over the {self.world.size} processes "
-                             "of this torchrun; only SFT trains data-parallel so far, run this with one process")
+                             "of this torchrun; only SFT and DPO train data-parallel so far, run this with one process")
         # Precision is ours (explicit autocast below); accelerate places the model. It is not
         # wrapped in DDP: gradients are summed across ranks after the backward passes.
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
