@@ -53,6 +53,7 @@ def eval_run(
                                          "~/.cache/tempering/evals (default: on)."),
     threads: Optional[int] = typer.Option(None, help="torch intra-op threads (default: torch's)."),
     precision: Optional[str] = typer.Option(None, help="auto | bf16 | fp32 (auto: bf16 only where it is native)."),
+    quantize: Optional[str] = typer.Option(None, help="none | int8: evaluate the weight-only int8 copy."),
     overrides: Optional[List[str]] = typer.Option(None, "--set", help="Config override key=value (repeatable)."),
 ) -> None:
     """Evaluate a model on suites; contamination is scanned along the checkpoint's training lineage."""
@@ -62,7 +63,7 @@ def eval_run(
 
     flags = {"suites": suites or None, "model": model, "out": str(out_dir) if out_dir else None, "seeds": seeds,
              "first_seed": first_seed, "samples": samples, "limit": limit, "cache": cache, "threads": threads,
-             "precision": precision}
+             "precision": precision, "quantize": quantize}
     try:
         cfg = load_config(EvalConfig, config, list(overrides or []),
                           literal={k: v for k, v in flags.items() if v is not None})
@@ -95,7 +96,7 @@ def eval_run(
     try:
         results = evaluate_model(cfg.model, loaded, Path(cfg.out), first_seed=cfg.first_seed, cache=cfg.cache,
                                  threads=cfg.threads, precision=cfg.precision, engine_settings=cfg.engine,
-                                 scale=cfg.scale,
+                                 scale=cfg.scale, quantize=cfg.quantize,
                                  warn=lambda line: err.print(f"[yellow]warning: {line}[/yellow]"),
                                  log=lambda line: err.print(f"[dim]{line}[/dim]"),
                                  extra_suites=agent_suites, extra_records=agent_records)

@@ -517,6 +517,9 @@ class EvalConfig(Strict):
     """auto: bf16 only where it is native, else fp32."""
     engine: EngineSettings = EngineSettings()
     """The engine that samples the suites."""
+    quantize: Literal["none", "int8"] = "none"
+    """int8: evaluate the weight-only int8 copy of the model (what `temper serve --quantize int8`
+    serves), so the gate can compare it with the float model."""
     scale: ScaleSettings | None = None
     """Ray (docs/scale.md): sample on engine replicas and score on reward actors (each with its
     own sandbox pool) instead of in this process; same samples and scores with one replica."""

@@ -82,3 +82,17 @@ def test_compare_tables_keep_every_column_when_piped(recall_dir, suite_file, env
     header = next(line for line in res.output.splitlines() if "metric" in line)
     assert all(col in header for col in ("suite", "mean", "CI", "seed std", "base", "delta", "delta CI", "p"))
     assert "recall" in res.output and "accuracy" in res.output
+
+
+def test_eval_run_quantize_int8_evaluates_the_int8_copy_under_its_own_cache_key(recall_dir, suite_file, env):
+    from tempering.evals.gate import parse_rules, run_gate
+
+    for name, extra in (("f", []), ("q", ["--quantize", "int8"])):
+        res = run(suite_file, "--model", recall_dir, "--out", env / name, "--limit", 20, "--samples", 2, *extra)
+        assert res.exit_code == 0, res.output
+    base, quant = (EvalResults.load(env / n / "results.json") for n in ("f", "q"))
+    assert quant.suites[0].model_hash == base.suites[0].model_hash + "+int8"  # never the float run's cache entry
+    # per-channel int8 weights keep this small model's recall: the gate sees no regression
+    assert run_gate(parse_rules(["no significant regression on recall"]), base, quant).passed
+    bad = run(suite_file, "--model", recall_dir, "--out", env / "x", "--quantize", "int4")
+    assert bad.exit_code == 2 and "quantize" in bad.output

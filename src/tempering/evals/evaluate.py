@@ -43,11 +43,13 @@ def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, firs
                    cache: bool = True, threads: int | None = None, precision: str = "auto",
                    engine_settings: EngineSettings | None = None, scale: ScaleSettings | None = None,
                    warn: Callable[[str], None] | None = None,
-                   log: Callable[[str], None] | None = None, extra_suites: Sequence[SuiteResult] = (),
+                   log: Callable[[str], None] | None = None, quantize: str = "none",
+                   extra_suites: Sequence[SuiteResult] = (),
                    extra_records: Sequence[dict[str, Any]] = ()) -> EvalResults:
     """Load `model`, scan its training lineage for contamination, run every suite, write the outputs.
 
     Args:
+        quantize: "int8" evaluates the weight-only int8 copy of the model (its own cache key).
         extra_suites, extra_records: results and sample rows evaluated elsewhere (agent
             suites) that go into the same results.json, samples.jsonl and report.
         scale: sample on Ray engine replicas and score on Ray reward actors (a local Ray is
@@ -89,12 +91,19 @@ def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, firs
             else:
                 check_engine(settings)
                 model_dir = resolve_model(model) if settings.kind == "vllm" else None
-                engine = build_engine(settings, load_model(model), load_tokenizer(model), resolve_precision(precision),
+                if quantize != "none" and (scale is not None or settings.kind == "vllm"):
+                    raise EngineUnavailable("quantize: int8 runs on the in-process engines (not vLLM or Ray)")
+                loaded = load_model(model)
+                if quantize == "int8":
+                    from tempering.models.quantize import quantize_int8
+
+                    loaded = quantize_int8(loaded.merge_and_unload() if hasattr(loaded, "merge_and_unload") else loaded)
+                engine = build_engine(settings, loaded, load_tokenizer(model), resolve_precision(precision),
                                       model_dir=model_dir)
         except (ModelNotFound, EngineUnavailable) as exc:
             raise EvalError(str(exc)) from None
         try:
-            model_hash = model_dir_hash(model)
+            model_hash = model_dir_hash(model) + ("" if quantize == "none" else f"+{quantize}")
         except ModelNotFound:  # a hub id: the runner hashes the loaded weights instead
             model_hash = None
         out_suites, records = [], []
