@@ -29,12 +29,17 @@ def two_keys(server):
     return url, model, store, store.create_key("alice")[1], store.create_key("bob")[1]
 
 
-def test_requests_without_a_valid_key_are_refused(two_keys):
-    url, model, _, _, _ = two_keys
+def test_requests_without_a_valid_key_are_refused_and_audited(two_keys):
+    url, model, store, _, _ = two_keys
+    before = len(store.audit_rows(None, limit=10_000))
     for key in (None, "tmp-not-a-key", ""):
         r = post(url, "/v1/chat/completions", key, {**ASK, "model": model})
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
     assert httpx.get(url + "/v1/models").status_code == 401
+    refused = store.audit_rows(None, limit=10_000)[before:]
+    assert [(r["key_id"], r["endpoint"], r["status"]) for r in refused] == (
+        [("-", "/v1/chat/completions", 401)] * 3 + [("-", "/v1/models", 401)])
+    assert refused[0]["request"] == {"client": "127.0.0.1", "reason": "no or unknown key"}
 
 
 def test_a_revoked_key_stops_at_once(two_keys):
@@ -43,6 +48,9 @@ def test_a_revoked_key_stops_at_once(two_keys):
     assert post(url, "/v1/chat/completions", secret, {**ASK, "model": model}).status_code == 200
     store.revoke_key("short-lived")  # what `temper keys revoke` does, while the server runs
     assert post(url, "/v1/chat/completions", secret, {**ASK, "model": model}).status_code == 401
+    last = store.audit_rows(None, limit=10_000)[-1]  # filed under the revoked key: who still uses it shows
+    assert last["status"] == 401 and last["key_id"] == store.key_of(secret).id
+    assert last["request"]["reason"] == "revoked key"
 
 
 def test_keys_are_stored_hashed(two_keys):

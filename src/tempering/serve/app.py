@@ -33,6 +33,15 @@ from tempering.serve.protocol import ApiError, ChatCompletionRequest, Completion
 from tempering.serve.store import ApiKey, Store, StoreError
 
 
+UNKNOWN_KEY = "-"
+"""The audit log's key id for requests refused without a known key."""
+
+
+def _bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    return header[7:].strip() if header.lower().startswith("bearer ") else ""
+
+
 class RateLimiter:
     """Sliding one-minute window of request times per key."""
 
@@ -71,18 +80,24 @@ class Server:
     metrics: Metrics
 
     def error(self, request: Request, exc: ApiError) -> JSONResponse:
-        """An error response in OpenAI's shape; audited when the key is known."""
+        """An error response in OpenAI's shape; audited. A refused key (401) is filed under the
+        key it names when that key exists but is revoked, else under `UNKNOWN_KEY`, with the
+        client's address."""
         self.metrics.requests.labels(request.url.path, str(exc.status)).inc()
         key = getattr(request.state, "key", None)
         if key is not None:
             self.store.audit(key.id, request.url.path, exc.status)
+        elif exc.status == 401:
+            named = self.store.key_of(_bearer(request))
+            self.store.audit(named.id if named else UNKNOWN_KEY, request.url.path, 401,
+                             request={"client": request.client.host if request.client else None,
+                                      "reason": "revoked key" if named else "no or unknown key"})
         return JSONResponse(exc.body(), status_code=exc.status,
                             headers={"Retry-After": "60"} if exc.status == 429 else None)
 
     def authorized(self, request: Request) -> ApiKey:
         """The request's live key (a FastAPI dependency): 401 without one, 429 over its rate."""
-        header = request.headers.get("authorization", "")
-        secret = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        secret = _bearer(request)
         key = self.store.authenticate(secret) if secret else None
         if key is None:
             raise ApiError(401, "Incorrect API key provided" if secret else "Missing API key (Authorization: Bearer)",

@@ -136,6 +136,11 @@ class Store:
         rows = self._run("SELECT * FROM keys WHERE sha256 = ? AND revoked_at IS NULL", (hash_secret(secret),))
         return _key(rows[0]) if rows else None
 
+    def key_of(self, secret: str) -> ApiKey | None:
+        """The key with this secret, revoked or not (to file a refused request under it)."""
+        rows = self._run("SELECT * FROM keys WHERE sha256 = ?", (hash_secret(secret),)) if secret else []
+        return _key(rows[0]) if rows else None
+
     # ------------------------------------------------------------------ audit
     def audit(self, key_id: str, endpoint: str, status: int, *, model: str | None = None,
               release: int | None = None, prompt_tokens: int | None = None, completion_tokens: int | None = None,
