@@ -113,3 +113,21 @@ def test_store_refuses_duplicate_names(tmp_path):
     store.create_key("a")
     with pytest.raises(ValueError, match="exists already"):
         store.create_key("a")
+
+
+def test_refused_requests_from_one_address_are_rate_limited_and_stop_filling_the_audit_log(tiny_models, tmp_path):
+    from tempering.serve.app import create_app
+    from tempering.serve.config import ServeConfig
+    from tests.serve.conftest import ServerThread
+
+    app = create_app(ServeConfig(state=tmp_path / "state", model=str(tiny_models[1]), rate_limit=3))
+    _, secret = app.state.store.create_key("ok")
+    server = ServerThread(app)
+    try:
+        codes = [httpx.get(server.url + "/v1/models", headers={"Authorization": "Bearer nope"}, timeout=30).status_code
+                 for _ in range(5)]
+        good = httpx.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {secret}"}, timeout=30)
+    finally:
+        server.stop()
+    assert codes == [401, 401, 401, 429, 429] and good.status_code == 200  # a valid key is not locked out
+    assert [r["status"] for r in app.state.store.audit_rows(None, limit=100)] == [401, 401, 401]

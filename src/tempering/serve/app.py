@@ -43,20 +43,28 @@ def _bearer(request: Request) -> str:
 
 
 class RateLimiter:
-    """Sliding one-minute window of request times per key."""
+    """Sliding one-minute window of request times per key (and of refused requests per client
+    address, so unauthenticated floods neither pass nor fill the audit log)."""
 
     def __init__(self, default_per_minute: int):
         self.default = default_per_minute
         self._seen: dict[str, deque] = defaultdict(deque)
 
-    def check(self, key: ApiKey) -> None:
-        limit, now, seen = key.rate_limit or self.default, time.monotonic(), self._seen[key.id]
+    def allow(self, ident: str, limit: int) -> bool:
+        """Count one request of `ident`; False when it already made `limit` in the last minute."""
+        now, seen = time.monotonic(), self._seen[ident]
         while seen and now - seen[0] >= 60.0:
             seen.popleft()
         if len(seen) >= limit:
+            return False
+        seen.append(now)
+        return True
+
+    def check(self, key: ApiKey) -> None:
+        limit = key.rate_limit or self.default
+        if not self.allow(key.id, limit):
             raise ApiError(429, f"Rate limit reached for key {key.name}: {limit} requests per minute",
                            "rate_limit_exceeded")
-        seen.append(now)
 
 
 class Metrics:
@@ -82,12 +90,18 @@ class Server:
     def error(self, request: Request, exc: ApiError) -> JSONResponse:
         """An error response in OpenAI's shape; audited. A refused key (401) is filed under the
         key it names when that key exists but is revoked, else under `UNKNOWN_KEY`, with the
-        client's address."""
+        client's address; past `rate_limit` refusals a minute from one address the answer is a
+        429, not audited."""
         self.metrics.requests.labels(request.url.path, str(exc.status)).inc()
         key = getattr(request.state, "key", None)
         if key is not None:
             self.store.audit(key.id, request.url.path, exc.status)
         elif exc.status == 401:
+            client = request.client.host if request.client else "unknown"
+            if not self.limiter.allow(f"refused:{client}", self.limiter.default):
+                exc = ApiError(429, f"Too many refused requests from {client}: {self.limiter.default} per minute",
+                               "rate_limit_exceeded")  # not audited: the 401s before it are
+                return JSONResponse(exc.body(), status_code=429, headers={"Retry-After": "60"})
             named = self.store.key_of(_bearer(request))
             self.store.audit(named.id if named else UNKNOWN_KEY, request.url.path, 401,
                              request={"client": request.client.host if request.client else None,
