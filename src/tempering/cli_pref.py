@@ -28,7 +28,9 @@ def dpo(
 ) -> None:
     """Preference optimisation on prompt/chosen/rejected pairs; the run summary JSON is the last line."""
     from tempering.recipes.dpo import run_dpo
+    from tempering.train.distributed import world
 
     literal = {"model": model, "dpo.loss": loss, "train.steps": steps, "out": out_dir, "name": name}
     summary = train_from_config(DPOConfig, run_dpo, config, set_, literal, full, force)
-    stdout.print(json.dumps(summary))
+    if world().main:  # under torchrun, rank 0 speaks for the run
+        stdout.print(json.dumps(summary))

@@ -41,6 +41,8 @@ class Request:
     fail: Callable[[BaseException], None] | None = None
     """Called instead of `done` when the step running this request failed (serving thread)."""
     completions: list[Completion | None] = field(default_factory=list)
+    constraints: list[Any] = field(default_factory=list)
+    """Each sample's place in `params.grammar` (made by `Scheduler.submit`; empty without one)."""
 
 
 @dataclass
@@ -91,7 +93,8 @@ class Scheduler:
         if p.grammar is not None:
             if self.constraint_for is None:
                 raise ValueError("this scheduler has no constrained decoding (grammar given)")
-            self.constraint_for(p.grammar)  # a grammar that does not compile fails here, in the caller
+            # one per sample, made here so a grammar that does not compile fails in the caller
+            request.constraints = [self.constraint_for(p.grammar) for _ in range(p.n)]
         need = len(request.prompt) + p.max_new_tokens
         if need > self.max_len:
             raise ValueError(f"prompt ({len(request.prompt)} tokens) + max_new_tokens ({p.max_new_tokens}) "
@@ -110,7 +113,7 @@ class Scheduler:
                 gen = None
                 if req.params.seed is not None:
                     gen = torch.Generator().manual_seed(sample_seed(req.params.seed, j))
-                constraint = self.constraint_for(req.params.grammar) if req.params.grammar is not None else None
+                constraint = req.constraints[j] if req.constraints else None
                 self.running.append(Running(req, j, gen, stops, constraint=constraint))
             admitted.append(req)
         return admitted
