@@ -33,6 +33,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	# Layer contracts (.importlinter) first: a forbidden import fails the build before any test runs.
 	$(VENV)/bin/lint-imports
+	# Lint and format (ruff, settings in pyproject.toml): a newcomer runs the same two commands.
+	$(VENV)/bin/ruff check src tests bench tools examples
+	$(VENV)/bin/ruff format --check src tests bench tools examples
 	$(PY) -m pytest -q -x --durations=15
 
 bench: $(STAMP)

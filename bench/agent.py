@@ -40,16 +40,32 @@ def model_episodes(suite: str, engine, renderer, sandbox, group: int, max_tasks:
 
     tasks = select(builtin_tasks(suite), "heldout")[:max_tasks]
     t0 = time.perf_counter()
-    batch = agent_rollout(tasks, engine, renderer, sandbox, SamplingSettings(temperature=1.0, max_new_tokens=max_new),
-                          EpisodeSettings(max_context_tokens=1024), n=group, seed=0)
+    batch = agent_rollout(
+        tasks,
+        engine,
+        renderer,
+        sandbox,
+        SamplingSettings(temperature=1.0, max_new_tokens=max_new),
+        EpisodeSettings(max_context_tokens=1024),
+        n=group,
+        seed=0,
+    )
     wall = time.perf_counter() - t0
     episodes = [ep for g in batch.groups for ep in g]
     steps = batch.steps
-    return {"suite": suite, "tasks": len(tasks), "episodes": len(episodes), "steps": steps, "wall_s": wall,
-            "episodes_per_s": len(episodes) / wall, "steps_per_s": steps / wall,
-            "sampled_tokens": sum(len(t.token_ids) for ep in episodes for t in ep.turns),
-            "per_step_s": {k: v / max(steps, 1) for k, v in batch.times.items()},
-            "total_s": batch.times, "completion_rate": summarise([ep.stats for ep in episodes])["completion_rate"]}
+    return {
+        "suite": suite,
+        "tasks": len(tasks),
+        "episodes": len(episodes),
+        "steps": steps,
+        "wall_s": wall,
+        "episodes_per_s": len(episodes) / wall,
+        "steps_per_s": steps / wall,
+        "sampled_tokens": sum(len(t.token_ids) for ep in episodes for t in ep.turns),
+        "per_step_s": {k: v / max(steps, 1) for k, v in batch.times.items()},
+        "total_s": batch.times,
+        "completion_rate": summarise([ep.stats for ep in episodes])["completion_rate"],
+    }
 
 
 def scripted_episodes(suite: str, sandbox, workers: int) -> dict:
@@ -63,11 +79,18 @@ def scripted_episodes(suite: str, sandbox, workers: int) -> dict:
     wall = time.perf_counter() - t0
     stats = [r.stats for r in results]
     steps = sum(s.steps for s in stats)
-    return {"suite": suite, "episodes": len(stats), "steps": steps, "wall_s": wall, "workers": workers,
-            "episodes_per_s": len(stats) / wall, "steps_per_s": steps / wall,
-            "environment_s_per_step": wall * workers / steps,
-            "sandbox_s_per_step": sum(s.sandbox_s for s in stats) / steps,
-            "completion_rate": summarise(stats)["completion_rate"]}
+    return {
+        "suite": suite,
+        "episodes": len(stats),
+        "steps": steps,
+        "wall_s": wall,
+        "workers": workers,
+        "episodes_per_s": len(stats) / wall,
+        "steps_per_s": steps / wall,
+        "environment_s_per_step": wall * workers / steps,
+        "sandbox_s_per_step": sum(s.sandbox_s for s in stats) / steps,
+        "completion_rate": summarise(stats)["completion_rate"],
+    }
 
 
 def main() -> None:
@@ -95,15 +118,22 @@ def main() -> None:
     precision = resolve_precision("auto")
     engine = HFEngine(model, tokenizer, precision=precision)
     renderer = AgentRenderer(tokenizer)
-    out = {"benchmark": "agent episodes", "model": args.model, "precision": precision, "threads": args.threads,
-           "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
-           "note": "2 shared cores; other agents' work ran at nice 19 alongside this run",
-           "model_episodes": [], "scripted_episodes": []}
+    out = {
+        "benchmark": "agent episodes",
+        "model": args.model,
+        "precision": precision,
+        "threads": args.threads,
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "note": "2 shared cores; other agents' work ran at nice 19 alongside this run",
+        "model_episodes": [],
+        "scripted_episodes": [],
+    }
     with SandboxPool(size=4) as sandbox:
         sandbox.check()
         for suite in args.suites:
-            out["model_episodes"].append(model_episodes(suite, engine, renderer, sandbox, args.group, args.max_tasks,
-                                                        args.max_new))
+            out["model_episodes"].append(
+                model_episodes(suite, engine, renderer, sandbox, args.group, args.max_tasks, args.max_new)
+            )
             print(json.dumps(out["model_episodes"][-1]), flush=True)
         for suite in args.suites:
             out["scripted_episodes"].append(scripted_episodes(suite, sandbox, workers=4))

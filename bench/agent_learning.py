@@ -24,8 +24,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_seed(config: str, out_root: str, seed: int) -> Path:
-    cmd = [sys.executable, "-m", "tempering.cli", "agent", config, "--out", out_root, "--name", f"s{seed}",
-           "--set", f"train.seed={seed}", "--set", f"sft.seed={seed}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tempering.cli",
+        "agent",
+        config,
+        "--out",
+        out_root,
+        "--name",
+        f"s{seed}",
+        "--set",
+        f"train.seed={seed}",
+        "--set",
+        f"sft.seed={seed}",
+    ]
     subprocess.run(cmd, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     return Path(out_root) / f"s{seed}"
 
@@ -39,8 +52,11 @@ def collect(run_dirs: list[Path]) -> dict:
         cfg = json.loads((run / "run_config.json").read_text())
         row = {"run": str(run), "seed": cfg["train"]["seed"], "seconds_rl": s["seconds"], "sft": s.get("sft")}
         for suite, gain in s["gain"].items():
-            phases = {k: {t: v["completion_rate"] for t, v in s[k][suite].items() if t != "success"}
-                      for k in ("before", "after_sft", "after") if k in s}
+            phases = {
+                k: {t: v["completion_rate"] for t, v in s[k][suite].items() if t != "success"}
+                for k in ("before", "after_sft", "after")
+                if k in s
+            }
             row[suite] = {"completion": phases, "gain": gain, "gain_rl_only": s.get("gain_rl_only", {}).get(suite)}
             for phase in ("before", "after_sft", "after"):
                 if phase in s:
@@ -70,11 +86,17 @@ def main() -> None:
     ap.add_argument("--title", default="agent learning (tool use)")
     ap.add_argument("--note", default="", help="Appended to the JSON's note (e.g. what else ran alongside).")
     args = ap.parse_args()
-    runs = [Path(p) for p in args.collect] if args.collect else [run_seed(args.config, args.out_root, s)
-                                                                 for s in args.seeds]
-    result = {"benchmark": args.title, "config": args.config,
-              "note": "2 shared cores, precision auto (bf16); other agents' work ran at nice 19 alongside" + args.note,
-              **collect(runs)}
+    runs = (
+        [Path(p) for p in args.collect]
+        if args.collect
+        else [run_seed(args.config, args.out_root, s) for s in args.seeds]
+    )
+    result = {
+        "benchmark": args.title,
+        "config": args.config,
+        "note": "2 shared cores, precision auto (bf16); other agents' work ran at nice 19 alongside" + args.note,
+        **collect(runs),
+    }
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps(result["pooled"], indent=1))
 

@@ -32,7 +32,7 @@ def batches(rows: list[dict], group: int) -> list[dict]:
     out = []
     for r in sorted({row["rollout"] for row in rows}):
         eps = [row for row in rows if row["rollout"] == r]
-        groups = [eps[i:i + group] for i in range(0, len(eps), group)]
+        groups = [eps[i : i + group] for i in range(0, len(eps), group)]
         groups = [g for g in groups if len({sum(e["rewards"]) for e in g}) > 1]  # tied groups dropped
         plen = [g[0]["loss_mask"].index(1) for g in groups]
         prompt_ids, prompt_mask = left_pad([g[0]["token_ids"][:p] for g, p in zip(groups, plen)], 0)
@@ -40,13 +40,21 @@ def batches(rows: list[dict], group: int) -> list[dict]:
         width = max(len(c) for c, _ in comps)
         ids, cmask, lmask = (torch.zeros(len(comps), width, dtype=torch.long) for _ in range(3))
         for i, (c, m) in enumerate(comps):
-            ids[i, :len(c)], cmask[i, :len(c)], lmask[i, :len(c)] = torch.tensor(c), 1, torch.tensor(m)
+            ids[i, : len(c)], cmask[i, : len(c)], lmask[i, : len(c)] = torch.tensor(c), 1, torch.tensor(m)
         rewards = torch.tensor([[sum(e["rewards"]) for e in g] for g in groups])
-        out.append({"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": ids,
-                    "completion_mask": cmask, "loss_mask": lmask, "sampled_mask": lmask,
-                    "engine_logprobs": torch.zeros(len(comps), width),
-                    "advantages": grpo_advantages(rewards).reshape(-1),
-                    "n_real_tokens": int(cmask.sum() + prompt_mask.sum())})
+        out.append(
+            {
+                "prompt_ids": prompt_ids,
+                "prompt_mask": prompt_mask,
+                "completion_ids": ids,
+                "completion_mask": cmask,
+                "loss_mask": lmask,
+                "sampled_mask": lmask,
+                "engine_logprobs": torch.zeros(len(comps), width),
+                "advantages": grpo_advantages(rewards).reshape(-1),
+                "n_real_tokens": int(cmask.sum() + prompt_mask.sum()),
+            }
+        )
     return out
 
 
@@ -77,12 +85,22 @@ def main() -> None:
     model.load_state_dict(load_file(run / "checkpoints/step-00000000/weights.safetensors"), strict=False)
     items = batches(rows, 4)
     rl = AgentRLSettings(temperature=1.0, max_new_tokens=64, prompts_per_step=4, group_size=4)
-    ts = TrainSettings(steps=len(items), seed=0, threads=1, optim={"lr": lr}, checkpoint={"every": 1000, "keep_last": 1})
+    ts = TrainSettings(
+        steps=len(items), seed=0, threads=1, optim={"lr": lr}, checkpoint={"every": 1000, "keep_last": 1}
+    )
     Trainer(model, GRPOObjective(rl), Replay(items), ts, Path(tempfile.mkdtemp())).fit()
     held = select(load_agent_suite("workspace"), "heldout", [1])
     sandbox = SandboxPool(size=4)
-    b = agent_rollout(held, HFEngine(model, tok, precision="auto"), renderer, sandbox,
-                      AgentEvalSettings(max_new_tokens=64), EpisodeSettings(max_context_tokens=768), n=1, seed=0)
+    b = agent_rollout(
+        held,
+        HFEngine(model, tok, precision="auto"),
+        renderer,
+        sandbox,
+        AgentEvalSettings(max_new_tokens=64),
+        EpisodeSettings(max_context_tokens=768),
+        n=1,
+        seed=0,
+    )
     sandbox.close()
     ok = [g[0].stats.success for g in b.groups]
     print("REPLAY", json.dumps({"run": str(run), "lr": lr, "steps": ts.steps, "after_rl": sum(ok) / len(ok)}))

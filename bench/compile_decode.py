@@ -45,8 +45,11 @@ def main() -> None:
     dtype = {"bf16": "bfloat16", "fp32": "float32"}[args.precision]
     model, tokenizer = load_model(MODEL, dtype=dtype), load_tokenizer(MODEL)
     model.eval()
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": "Explain why the sky is blue in two sentences."}],
-                                        add_generation_prompt=True, return_tensors="pt")
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Explain why the sky is blue in two sentences."}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+    )
     ids = ids if torch.is_tensor(ids) else ids["input_ids"]
     n = args.new_tokens
 
@@ -56,6 +59,7 @@ def main() -> None:
             with torch.no_grad():
                 out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, **kw)
             return time.perf_counter() - t0, out
+
         first, out = once()
         best = min(once()[0] for _ in range(args.repeats))
         return {"first_call_s": first, "seconds": best, "tokens_per_s": n / best}, out
@@ -74,11 +78,19 @@ def main() -> None:
     runs["static_cache_compiled"]["same_tokens_as_eager"] = bool(torch.equal(out, ref))
     base = runs["eager_dynamic_cache"]["tokens_per_s"]
     result = {
-        "benchmark": "compile_decode", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "model": MODEL,
-        "precision": args.precision, "batch": 1, "new_tokens": n, "prompt_tokens": ids.shape[1],
-        "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-        "machine_note": ("2 shared cores: this bench held /work/bench.lock at normal nice while other agents' "
-                         "work ran alongside at nice 19"),
+        "benchmark": "compile_decode",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "model": MODEL,
+        "precision": args.precision,
+        "batch": 1,
+        "new_tokens": n,
+        "prompt_tokens": ids.shape[1],
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "machine_note": (
+            "2 shared cores: this bench held /work/bench.lock at normal nice while other agents' "
+            "work ran alongside at nice 19"
+        ),
         "load_average_before_after": [load_before, os.getloadavg()],
         "speedup_vs_eager": {k: r["tokens_per_s"] / base for k, r in runs.items()},
         "runs": runs,

@@ -37,10 +37,14 @@ sys.path.insert(0, str(ROOT / "src"))
 from tempering.data.dedup import Deduper, jaccard, shingle_set  # noqa: E402
 from tempering.data.textnorm import normalize  # noqa: E402
 
-HEADER = ("Read the question below carefully and answer it with a single number only; do not show any "
-          "working and put the final answer on the last line.")
-DISCLAIMER = ("This material is provided for educational purposes only and may be freely copied and shared "
-              "provided that this notice is kept intact in every copy.")
+HEADER = (
+    "Read the question below carefully and answer it with a single number only; do not show any "
+    "working and put the final answer on the last line."
+)
+DISCLAIMER = (
+    "This material is provided for educational purposes only and may be freely copied and shared "
+    "provided that this notice is kept intact in every copy."
+)
 KINDS = ("exact", "rewrapped", "case_punct", "embedded")
 PUNCT = [".", ",", ";", ":", "!", "?", " -", " --", ""]
 
@@ -51,8 +55,7 @@ PUNCT = [".", ",", ";", ":", "!", "?", " -", " --", ""]
 def vocabulary(rng: random.Random, size: int = 20000) -> tuple[list[str], list[float]]:
     """Pseudo-words with Zipf weights (cumulative), so common words repeat as in real text."""
     letters = "abcdefghijklmnopqrstuvwxyz"
-    words = list(dict.fromkeys("".join(rng.choice(letters) for _ in range(rng.randint(2, 9)))
-                               for _ in range(size)))
+    words = list(dict.fromkeys("".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(size)))
     cum, total = [], 0.0
     for i in range(len(words)):
         total += 1.0 / (i + 1) ** 1.05
@@ -170,17 +173,20 @@ def bench_near_dups(n_base: int) -> dict:
     # the boilerplate-header rows share most of their text with the first of them: count how
     # similar they really are, so a reader can see they are negatives by the threshold's rule
     return {
-        "near_dup_rows": len(rows), "near_dup_planted": len(truth),
+        "near_dup_rows": len(rows),
+        "near_dup_planted": len(truth),
         "near_dup_planted_near": sum(1 for k in truth if k.startswith("near")),
         "near_dup_planted_exact": sum(1 for k in truth if k.startswith("copy")),
         "near_dup_hard_negatives": sum(1 for r in rows if r["id"].startswith(("hardneg", "boiler"))),
         "near_dup_planted_jaccard_min": round(min(sims["near"]), 4),
         "near_dup_hard_negative_jaccard_max": round(max(sims["negative"]), 4),
-        "near_dup_precision": tp / max(1, len(dropped)), "near_dup_recall": tp / len(truth),
+        "near_dup_precision": tp / max(1, len(dropped)),
+        "near_dup_recall": tp / len(truth),
         "near_dup_right_keeper": sum(1 for r, k in dropped.items() if truth.get(r) == k) / max(1, tp),
         "near_dup_false_positives": sorted(r for r in dropped if r not in truth)[:20],
         "near_dup_missed": sorted(r for r in truth if r not in dropped)[:20],
-        "near_dup_threshold": 0.8, "near_dup_lsh_bands": list(deduper.bands),
+        "near_dup_threshold": 0.8,
+        "near_dup_lsh_bands": list(deduper.bands),
         "near_dup_rows_per_s": len(rows) / seconds,
     }
 
@@ -193,9 +199,18 @@ def dedup_worker(data: Path, out: Path) -> None:
     wall, cpu = time.perf_counter(), time.process_time()
     with AtomicJsonl(out) as writer:
         report = dedup_rows(((r["id"], r) for _, r, _ in stream_rows(data)), Deduper(), writer.write)
-    print(json.dumps({"rows": report.rows, "kept": report.kept, "dropped_ids": report.dropped_ids,
-                      "seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu,
-                      "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2}))
+    print(
+        json.dumps(
+            {
+                "rows": report.rows,
+                "kept": report.kept,
+                "dropped_ids": report.dropped_ids,
+                "seconds": time.perf_counter() - wall,
+                "cpu_seconds": time.process_time() - cpu,
+                "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+            }
+        )
+    )
 
 
 def bench_dedup_scale(rows: int, folder: Path) -> dict:
@@ -215,15 +230,24 @@ def bench_dedup_scale(rows: int, folder: Path) -> dict:
                 if len(texts) < 5000:  # sources for the near copies
                     texts.append(text)
             fh.write(json.dumps({"id": f"d{i}", "text": text}) + "\n")
-    proc = subprocess.run([sys.executable, __file__, "--dedup-worker", str(data), str(folder / "kept.jsonl")],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--dedup-worker", str(data), str(folder / "kept.jsonl")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     data.unlink()
-    return {"dedup_scale_rows": rows, "dedup_scale_planted": len(planted),
-            "dedup_scale_planted_found": len(set(planted) & set(got["dropped_ids"])),
-            "dedup_scale_other_dropped": len(set(got["dropped_ids"]) - set(planted)),
-            "dedup_scale_cpu_seconds": got["cpu_seconds"], "dedup_scale_wall_seconds": got["seconds"],
-            "dedup_scale_rows_per_cpu_s": rows / got["cpu_seconds"], "dedup_scale_peak_rss_gb": got["peak_rss_gb"]}
+    return {
+        "dedup_scale_rows": rows,
+        "dedup_scale_planted": len(planted),
+        "dedup_scale_planted_found": len(set(planted) & set(got["dropped_ids"])),
+        "dedup_scale_other_dropped": len(set(got["dropped_ids"]) - set(planted)),
+        "dedup_scale_cpu_seconds": got["cpu_seconds"],
+        "dedup_scale_wall_seconds": got["seconds"],
+        "dedup_scale_rows_per_cpu_s": rows / got["cpu_seconds"],
+        "dedup_scale_peak_rss_gb": got["peak_rss_gb"],
+    }
 
 
 # ---------------------------------------------------------------------------- 2. decontamination quality
@@ -243,8 +267,9 @@ def suite_tasks(n: int, seed: int = 2) -> list[dict]:
 def write_suite(tasks: list[dict], folder: Path) -> tuple[Path, Path]:
     public, private = folder / "suite_public.jsonl", folder / "suite_private.jsonl"
     for path, flag in ((public, False), (private, True)):
-        path.write_text("".join(json.dumps({"id": t["id"], "prompt": t["prompt"]}) + "\n"
-                                for t in tasks if t["private"] == flag))
+        path.write_text(
+            "".join(json.dumps({"id": t["id"], "prompt": t["prompt"]}) + "\n" for t in tasks if t["private"] == flag)
+        )
     return public, private
 
 
@@ -266,9 +291,17 @@ def decontam_set(tasks: list[dict], per_kind: int, clean: int, seed: int = 3) ->
     for kind in KINDS:
         for i in range(per_kind):
             task = rng.choice(tasks)
-            rows.append({"id": f"{kind}-{i}", "label": kind, "task": task["id"], "messages": [
-                {"role": "user", "content": contaminated(rng, w, task, kind)},
-                {"role": "assistant", "content": str(rng.randint(1, 999))}]})
+            rows.append(
+                {
+                    "id": f"{kind}-{i}",
+                    "label": kind,
+                    "task": task["id"],
+                    "messages": [
+                        {"role": "user", "content": contaminated(rng, w, task, kind)},
+                        {"role": "assistant", "content": str(rng.randint(1, 999))},
+                    ],
+                }
+            )
     negatives = {
         "neg_header": lambda: HEADER + " " + w.text(rng.randint(20, 60)),
         "neg_disclaimer": lambda: w.text(rng.randint(30, 120)) + " " + DISCLAIMER + " " + w.text(rng.randint(0, 60)),
@@ -298,9 +331,13 @@ def bench_decontam(n_tasks: int, per_kind: int, clean: int, folder: Path) -> dic
     label = {r["id"]: r["label"] for r in rows}
     task_of = {r["id"]: r.get("task") for r in rows}
     false_pos = [r for r in flagged if label[r] not in KINDS]
-    out: dict = {"decontam_tasks": n_tasks, "decontam_rows": len(rows), "decontam_positives_per_kind": per_kind,
-                 "decontam_boilerplate_grams": index.boilerplate_grams,
-                 "decontam_unindexed_tasks": len(index.unindexed)}
+    out: dict = {
+        "decontam_tasks": n_tasks,
+        "decontam_rows": len(rows),
+        "decontam_positives_per_kind": per_kind,
+        "decontam_boilerplate_grams": index.boilerplate_grams,
+        "decontam_unindexed_tasks": len(index.unindexed),
+    }
     for kind in KINDS:
         hit = [r for r in flagged if label[r] == kind]
         out[f"decontam_recall_{kind}"] = len(hit) / per_kind
@@ -308,7 +345,8 @@ def bench_decontam(n_tasks: int, per_kind: int, clean: int, folder: Path) -> dic
     true_pos = [r for r in flagged if label[r] in KINDS]
     out["decontam_precision"] = len(true_pos) / max(1, len(flagged))
     out["decontam_right_task"] = sum(1 for r in true_pos if task_of[r] in {m.task_id for m in flagged[r]}) / max(
-        1, len(true_pos))
+        1, len(true_pos)
+    )
     for kind in ("neg_header", "neg_disclaimer", "neg_shuffled", "clean"):
         out[f"decontam_false_positives_{kind}"] = sum(1 for r in false_pos if label[r] == kind)
     out["decontam_missed"] = sorted(r for r in label if label[r] in KINDS and r not in flagged)[:20]
@@ -318,7 +356,8 @@ def bench_decontam(n_tasks: int, per_kind: int, clean: int, folder: Path) -> dic
     plain.add_file("bench_private", private, private=True)
     plain_flagged = [r["id"] for r in rows if plain.matches({k: v for k, v in r.items() if k not in ("label", "task")})]
     out["decontam_precision_without_guards"] = sum(1 for r in plain_flagged if label[r] in KINDS) / max(
-        1, len(plain_flagged))
+        1, len(plain_flagged)
+    )
     out["decontam_false_positives_without_guards"] = sum(1 for r in plain_flagged if label[r] not in KINDS)
     return out
 
@@ -350,19 +389,33 @@ def scale_worker(data: Path, public: Path, private: Path, out: Path) -> None:
     index = NgramIndex()
     index.add_file("bench_public", public)
     index.add_file("bench_private", private, private=True)
-    index.unindexed  # build the sorted index now, outside the timed scan
+    _ = index.unindexed  # build the sorted index now, outside the timed scan
     built, cpu_built = time.perf_counter(), time.process_time()
     report = decontaminate(index, data, out)
     done, cpu_done = time.perf_counter(), time.process_time()
-    print(json.dumps({"rows": report.rows, "kept": report.kept, "removed_ids": report.removed_ids,
-                      "index_seconds": built - start, "seconds": done - built, "cpu_seconds": cpu_done - cpu_built,
-                      "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2}))
+    print(
+        json.dumps(
+            {
+                "rows": report.rows,
+                "kept": report.kept,
+                "removed_ids": report.removed_ids,
+                "index_seconds": built - start,
+                "seconds": done - built,
+                "cpu_seconds": cpu_done - cpu_built,
+                "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+            }
+        )
+    )
 
 
 def run_worker(data: Path, public: Path, private: Path, folder: Path) -> dict:
     out = folder / "kept.jsonl"
-    proc = subprocess.run([sys.executable, __file__, "--worker", str(data), str(public), str(private), str(out)],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--worker", str(data), str(public), str(private), str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     out.unlink(missing_ok=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -396,20 +449,27 @@ def bench_scale(sizes: tuple[int, int], folder: Path, repeats_small: int) -> dic
     small, large = sizes
     # cost = CPU seconds of the scanning process: on a host shared with other jobs, wall time also
     # measures their load; the wall-clock ratio is reported beside it
-    result["scale_time_ratio_1m_over_100k"] = result[f"scale_cpu_seconds_{large}"] / result[f"scale_cpu_seconds_{small}"]
-    result["scale_wall_time_ratio_1m_over_100k"] = (result[f"scale_wall_seconds_{large}"]
-                                                    / result[f"scale_wall_seconds_{small}"])
+    result["scale_time_ratio_1m_over_100k"] = (
+        result[f"scale_cpu_seconds_{large}"] / result[f"scale_cpu_seconds_{small}"]
+    )
+    result["scale_wall_time_ratio_1m_over_100k"] = (
+        result[f"scale_wall_seconds_{large}"] / result[f"scale_wall_seconds_{small}"]
+    )
     result["scale_rows_per_s"] = result[f"scale_rows_per_s_{large}"]
     result["peak_rss_gb"] = result[f"scale_peak_rss_gb_{large}"]
-    result["scale_every_planted_found"] = all(result[f"scale_planted_found_{s}"] == result[f"scale_planted_{s}"]
-                                              for s in sizes)
+    result["scale_every_planted_found"] = all(
+        result[f"scale_planted_found_{s}"] == result[f"scale_planted_{s}"] for s in sizes
+    )
     return result
 
 
 def machine_load() -> dict:
     top = subprocess.run(["ps", "-eo", "pcpu,args", "--sort=-pcpu", "--no-headers"], capture_output=True, text=True)
-    return {"loadavg": list(os.getloadavg()), "cpus": os.cpu_count(),
-            "top_processes": [line.strip()[:120] for line in top.stdout.splitlines()[:6]]}
+    return {
+        "loadavg": list(os.getloadavg()),
+        "cpus": os.cpu_count(),
+        "top_processes": [line.strip()[:120] for line in top.stdout.splitlines()[:6]],
+    }
 
 
 def main() -> None:
@@ -425,27 +485,33 @@ def main() -> None:
     if args.dedup_worker:
         dedup_worker(*map(Path, args.dedup_worker))
         return
-    result: dict = {"bench": "data", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "load_before": machine_load()}
+    result: dict = {
+        "bench": "data",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_before": machine_load(),
+    }
     with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
         folder = Path(tmp)
         result.update(bench_near_dups(400 if args.quick else 2000))
         print({k: v for k, v in result.items() if k.startswith("near_dup_") and not isinstance(v, list)}, flush=True)
         result.update(bench_dedup_scale(2_000 if args.quick else 50_000, folder))
         print({k: v for k, v in result.items() if k.startswith("dedup_scale")}, flush=True)
-        result.update(bench_decontam(60 if args.quick else 300, 40 if args.quick else 200,
-                                     300 if args.quick else 3000, folder))
+        result.update(
+            bench_decontam(60 if args.quick else 300, 40 if args.quick else 200, 300 if args.quick else 3000, folder)
+        )
         print({k: v for k, v in result.items() if k.startswith("decontam_")}, flush=True)
         if not args.skip_scale:
             sizes = (2_000, 20_000) if args.quick else (100_000, 1_000_000)
             result.update(bench_scale(sizes, folder, repeats_small=3))
             print({k: v for k, v in result.items() if k.startswith(("scale_", "peak_"))}, flush=True)
     result["load_after"] = machine_load()
-    result["note"] = ("speed: one process on a shared 2-core host (other helpers' jobs ran too; see load_*); "
-                      "timed section = decontaminate() only (read, match, write kept rows), index build "
-                      "reported apart; scale_time_ratio_1m_over_100k is the ratio of the scanning process's "
-                      "CPU seconds (wall-clock ratio beside it); the 100k figure is the median of 3 runs, "
-                      "the 1M figure one run")
+    result["note"] = (
+        "speed: one process on a shared 2-core host (other helpers' jobs ran too; see load_*); "
+        "timed section = decontaminate() only (read, match, write kept rows), index build "
+        "reported apart; scale_time_ratio_1m_over_100k is the ratio of the scanning process's "
+        "CPU seconds (wall-clock ratio beside it); the 100k figure is the median of 3 runs, "
+        "the 1M figure one run"
+    )
     if not args.quick:
         out = ROOT / "bench" / "results" / "data.json"
         if args.skip_scale and out.is_file():  # refresh the quality figures, keep the last scale run

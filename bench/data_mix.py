@@ -34,12 +34,16 @@ def sources():
 
     def make(name, n, track, weight, lo, hi, **kw):
         rng = random.Random(name)
-        return MixSource(name, track, weight, [{"i": i} for i in range(n)], [rng.randint(lo, hi) for _ in range(n)],
-                         **kw)
+        return MixSource(
+            name, track, weight, [{"i": i} for i in range(n)], [rng.randint(lo, hi) for _ in range(n)], **kw
+        )
 
-    return [make("math", 30000, "reasoning", 0.5, 20, 200), make("code", 20000, "code", 0.3, 100, 800),
-            make("safety", 4000, "safety", 0.2, 20, 60, max_epochs=20.0),
-            make("general", 50000, "general", 1.0, 10, 300, replay=True)]
+    return [
+        make("math", 30000, "reasoning", 0.5, 20, 200),
+        make("code", 20000, "code", 0.3, 100, 800),
+        make("safety", 4000, "safety", 0.2, 20, 60, max_epochs=20.0),
+        make("general", 50000, "general", 1.0, 10, 300, replay=True),
+    ]
 
 
 def mixing() -> dict:
@@ -53,13 +57,34 @@ def mixing() -> dict:
         rows = draw_mix(src, plan, seed=0)
         report = mix_report(src, plan, rows)
         names = np.array([r.source for r in rows])
-        prefix_err = max(abs((names[:10_000] == s).mean() - plan.requested[s]) for s in plan.requested) \
-            if by == "rows" else None
-        out[by] = {"size": size, "rows": report["rows"], "tokens": report["tokens"],
-                   "max_abs_error": report["max_abs_error"], "prefix_10k_max_abs_error": prefix_err,
-                   "seconds": round(time.perf_counter() - t0, 2),
-                   "sources": [{k: s[k] for k in ("source", "track", "requested", "realised", "rows", "tokens",
-                                                  "row_share", "token_share", "epochs")} for s in report["sources"]]}
+        prefix_err = (
+            max(abs((names[:10_000] == s).mean() - plan.requested[s]) for s in plan.requested) if by == "rows" else None
+        )
+        out[by] = {
+            "size": size,
+            "rows": report["rows"],
+            "tokens": report["tokens"],
+            "max_abs_error": report["max_abs_error"],
+            "prefix_10k_max_abs_error": prefix_err,
+            "seconds": round(time.perf_counter() - t0, 2),
+            "sources": [
+                {
+                    k: s[k]
+                    for k in (
+                        "source",
+                        "track",
+                        "requested",
+                        "realised",
+                        "rows",
+                        "tokens",
+                        "row_share",
+                        "token_share",
+                        "epochs",
+                    )
+                }
+                for s in report["sources"]
+            ],
+        }
     # the coin-flip baseline: each of 100k rows picks its source with the requested probabilities
     shares = out["rows"]["sources"]
     p = np.array([s["requested"] for s in shares])
@@ -67,8 +92,11 @@ def mixing() -> dict:
     for seed in range(20):
         counts = np.bincount(np.random.default_rng(seed).choice(len(p), 100_000, p=p), minlength=len(p))
         errs.append(float(np.max(np.abs(counts / 100_000 - p))))
-    out["coin_flip_baseline_rows"] = {"seeds": 20, "max_abs_error_mean": float(np.mean(errs)),
-                                      "max_abs_error_worst": float(np.max(errs))}
+    out["coin_flip_baseline_rows"] = {
+        "seeds": 20,
+        "max_abs_error_mean": float(np.mean(errs)),
+        "max_abs_error_worst": float(np.max(errs)),
+    }
     out["within_1pct"] = bool(out["rows"]["max_abs_error"] <= 0.01 and out["tokens"]["max_abs_error"] <= 0.01)
     return out
 
@@ -92,13 +120,20 @@ def clustering(minilm_seeds: int = 1) -> dict:
         seeds = range(minilm_seeds) if embed == "minilm" else range(5)
         for seed in seeds:
             cases, truth = synthetic_failures(60, seed)
-            rows["k=3"].append(adjusted_rand_score(truth, cluster_failures(cases, 3, embed, seed, use_signature=sig)["assignments"]))
+            rows["k=3"].append(
+                adjusted_rand_score(truth, cluster_failures(cases, 3, embed, seed, use_signature=sig)["assignments"])
+            )
             auto = cluster_failures(cases, None, embed, seed, use_signature=sig)
             rows["k=auto"].append(adjusted_rand_score(truth, auto["assignments"]))
             rows["k_auto_chosen"].append(auto["k"])
-        out[name] = {"ari_k3_min": min(rows["k=3"]), "ari_k3_mean": float(np.mean(rows["k=3"])),
-                     "ari_auto_min": min(rows["k=auto"]), "ari_auto_mean": float(np.mean(rows["k=auto"])),
-                     "k_auto_chosen": rows["k_auto_chosen"], "seeds": len(seeds)}
+        out[name] = {
+            "ari_k3_min": min(rows["k=3"]),
+            "ari_k3_mean": float(np.mean(rows["k=3"])),
+            "ari_auto_min": min(rows["k=auto"]),
+            "ari_auto_mean": float(np.mean(rows["k=auto"])),
+            "k_auto_chosen": rows["k_auto_chosen"],
+            "seeds": len(seeds),
+        }
     out["ari_k3_min"] = out["tfidf+signature"]["ari_k3_min"]
     out["ari_auto_min"] = out["tfidf+signature"]["ari_auto_min"]
     out["meets_0.8"] = bool(out["ari_k3_min"] >= 0.8)
@@ -111,8 +146,12 @@ def main() -> None:
     result = json.loads(path.read_text()) if path.is_file() else {}
     result["mixing"] = mixing()
     print(json.dumps({k: v for k, v in result["mixing"].items() if k not in ("rows", "tokens")}))
-    print("rows max_abs_error", result["mixing"]["rows"]["max_abs_error"],
-          "tokens max_abs_error", result["mixing"]["tokens"]["max_abs_error"])
+    print(
+        "rows max_abs_error",
+        result["mixing"]["rows"]["max_abs_error"],
+        "tokens max_abs_error",
+        result["mixing"]["tokens"]["max_abs_error"],
+    )
     import argparse
 
     p = argparse.ArgumentParser()

@@ -41,8 +41,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 HERE = Path(__file__).resolve().parent
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"}
-WORDS = ("the model answer number value check result step first then because so we add carry digit "
-         "total sum plan test file line count list error fix clear short long reason").split()
+WORDS = (
+    "the model answer number value check result step first then because so we add carry digit "
+    "total sum plan test file line count list error fix clear short long reason"
+).split()
 
 
 def make_pairs(n: int, seed: int = 0) -> list[dict]:
@@ -55,10 +57,17 @@ def make_pairs(n: int, seed: int = 0) -> list[dict]:
     out = []
     for _ in range(n):
         a, b = rng.randint(10, 99), rng.randint(10, 99)
-        prompt = [{"role": "system", "content": text(10, 30)},
-                  {"role": "user", "content": f"{text(5, 30)} What is {a}+{b}?"}]
-        out.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": f"{text(5, 80)} {a + b}"}],
-                    "rejected": [{"role": "assistant", "content": f"{text(5, 80)} {a + b + 1}"}]})
+        prompt = [
+            {"role": "system", "content": text(10, 30)},
+            {"role": "user", "content": f"{text(5, 30)} What is {a}+{b}?"},
+        ]
+        out.append(
+            {
+                "prompt": prompt,
+                "chosen": [{"role": "assistant", "content": f"{text(5, 80)} {a + b}"}],
+                "rejected": [{"role": "assistant", "content": f"{text(5, 80)} {a + b + 1}"}],
+            }
+        )
     return out
 
 
@@ -66,8 +75,9 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_tempering(model_dir: str, pairs: list[dict], batch: int, steps: int, warmup: int,
-                  compile_layers: bool = False) -> dict:
+def run_tempering(
+    model_dir: str, pairs: list[dict], batch: int, steps: int, warmup: int, compile_layers: bool = False
+) -> dict:
     import torch
 
     from tempering.config import DPOConfig
@@ -84,15 +94,27 @@ def run_tempering(model_dir: str, pairs: list[dict], batch: int, steps: int, war
     from tempering.train.trainer import Trainer
 
     tokenizer = load_tokenizer(model_dir)
-    loaded = LoadResult(records=[Record(check_pair(p), "bench", f"row {i}") for i, p in enumerate(pairs, 1)],
-                        rows=len(pairs))
+    loaded = LoadResult(
+        records=[Record(check_pair(p), "bench", f"row {i}") for i, p in enumerate(pairs, 1)], rows=len(pairs)
+    )
     rendered = render_pairs(loaded, tokenizer, detect_tool_call_style(tokenizer), 1024)
-    cfg = DPOConfig.model_validate({
-        "model": model_dir, "lora": LORA, "data": {"train": ["<bench pairs>"]},
-        "dpo": {"loss": "dpo", "beta": 0.1},
-        # one step more than timed: the final checkpoint save falls outside the timed steps
-        "train": {"steps": warmup + steps + 1, "batch_size": batch, "precision": "auto", "compile": compile_layers,
-                  "optim": {"lr": 1e-5, "schedule": "constant"}, "checkpoint": {"every": 10_000, "keep_last": 1}}})
+    cfg = DPOConfig.model_validate(
+        {
+            "model": model_dir,
+            "lora": LORA,
+            "data": {"train": ["<bench pairs>"]},
+            "dpo": {"loss": "dpo", "beta": 0.1},
+            # one step more than timed: the final checkpoint save falls outside the timed steps
+            "train": {
+                "steps": warmup + steps + 1,
+                "batch_size": batch,
+                "precision": "auto",
+                "compile": compile_layers,
+                "optim": {"lr": 1e-5, "schedule": "constant"},
+                "checkpoint": {"every": 10_000, "keep_last": 1},
+            },
+        }
+    )
     torch.manual_seed(0)
     model = load_for_training(model_dir, cfg.lora)
     precision = resolve_precision("auto")
@@ -113,12 +135,22 @@ def run_tempering(model_dir: str, pairs: list[dict], batch: int, steps: int, war
         Trainer(model, objective, batches, cfg.train, Path(run_dir), callbacks=[timer]).fit()
     seconds = clock["t1"] - clock["t0"]
     pairs_per_s = steps * batch / seconds
-    return {"pairs_per_s": pairs_per_s, "seconds": seconds, "pairs": steps * batch, "reference_s": reference_s,
-            "epoch_pairs_per_s": len(rendered) / (len(rendered) / pairs_per_s + reference_s),
-            "tokens_run": tokens["n"], "settings": {"precision": precision, "reference": "cached (adapters off)",
-                                                    "shared_prompt_forward": True, "compile": compile_layers,
-                                                    "torch_threads": torch.get_num_threads()},
-            "peak_rss_mb": peak_rss_mb()}
+    return {
+        "pairs_per_s": pairs_per_s,
+        "seconds": seconds,
+        "pairs": steps * batch,
+        "reference_s": reference_s,
+        "epoch_pairs_per_s": len(rendered) / (len(rendered) / pairs_per_s + reference_s),
+        "tokens_run": tokens["n"],
+        "settings": {
+            "precision": precision,
+            "reference": "cached (adapters off)",
+            "shared_prompt_forward": True,
+            "compile": compile_layers,
+            "torch_threads": torch.get_num_threads(),
+        },
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def run_trl(model_dir: str, pairs: list[dict], batch: int, steps: int, warmup: int, precompute: bool) -> dict:
@@ -134,8 +166,9 @@ def run_trl(model_dir: str, pairs: list[dict], batch: int, steps: int, warmup: i
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
-    peft = LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=0.0, target_modules="all-linear",
-                      task_type="CAUSAL_LM")
+    peft = LoraConfig(
+        r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+    )
     clock = {}
 
     class Timer(TrainerCallback):
@@ -146,23 +179,53 @@ def run_trl(model_dir: str, pairs: list[dict], batch: int, steps: int, warmup: i
                 clock["t1"] = time.perf_counter()
 
     with tempfile.TemporaryDirectory() as out:
-        args = DPOConfig(output_dir=out, per_device_train_batch_size=batch, max_steps=warmup + steps,
-                         learning_rate=1e-5, lr_scheduler_type="constant", beta=0.1, loss_type=["sigmoid"],
-                         bf16=precision == "bf16", use_cpu=True, report_to=[], logging_steps=10_000,
-                         save_strategy="no", gradient_checkpointing=False, max_length=1024,
-                         precompute_ref_log_probs=precompute, dataloader_num_workers=0,
-                         dataloader_pin_memory=False, disable_tqdm=True, seed=0)
+        args = DPOConfig(
+            output_dir=out,
+            per_device_train_batch_size=batch,
+            max_steps=warmup + steps,
+            learning_rate=1e-5,
+            lr_scheduler_type="constant",
+            beta=0.1,
+            loss_type=["sigmoid"],
+            bf16=precision == "bf16",
+            use_cpu=True,
+            report_to=[],
+            logging_steps=10_000,
+            save_strategy="no",
+            gradient_checkpointing=False,
+            max_length=1024,
+            precompute_ref_log_probs=precompute,
+            dataloader_num_workers=0,
+            dataloader_pin_memory=False,
+            disable_tqdm=True,
+            seed=0,
+        )
         t0 = time.perf_counter()
-        trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(pairs),
-                             processing_class=tokenizer, peft_config=peft, callbacks=[Timer()])
+        trainer = DPOTrainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list(pairs),
+            processing_class=tokenizer,
+            peft_config=peft,
+            callbacks=[Timer()],
+        )
         setup_s = time.perf_counter() - t0  # tokenisation (+ the reference pass when precomputing)
         trainer.train()
     seconds = clock["t1"] - clock["t0"]
     pairs_per_s = steps * batch / seconds
-    out = {"pairs_per_s": pairs_per_s, "seconds": seconds, "pairs": steps * batch, "setup_s": setup_s,
-           "settings": {"precision": precision, "precompute_ref_log_probs": precompute, "lora": LORA,
-                        "torch_threads": torch.get_num_threads()},
-           "peak_rss_mb": peak_rss_mb()}
+    out = {
+        "pairs_per_s": pairs_per_s,
+        "seconds": seconds,
+        "pairs": steps * batch,
+        "setup_s": setup_s,
+        "settings": {
+            "precision": precision,
+            "precompute_ref_log_probs": precompute,
+            "lora": LORA,
+            "torch_threads": torch.get_num_threads(),
+        },
+        "peak_rss_mb": peak_rss_mb(),
+    }
     if precompute:
         out["epoch_pairs_per_s"] = len(pairs) / (len(pairs) / pairs_per_s + setup_s)
     return out
@@ -194,8 +257,13 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=64)
     p.add_argument("--child", choices=["tempering", "tempering_compiled", "trl", "trl_precompute"])
     p.add_argument("--out")
-    p.add_argument("--threads", type=int, default=0, help="torch threads per child (0: torch's default). On a "
-                   "host shared with other work, 1 avoids OpenMP oversubscription stalls.")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads per child (0: torch's default). On a "
+        "host shared with other work, 1 avoids OpenMP oversubscription stalls.",
+    )
     p.add_argument("--note", default="", help="What else was running (recorded in the JSON).")
     args = p.parse_args()
     if args.child:
@@ -205,8 +273,19 @@ def main() -> None:
     runs, load = {}, os.getloadavg()
     for name in ("tempering", "tempering_compiled", "trl", "trl_precompute"):
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
-            cmd = [sys.executable, __file__, "--child", name, "--out", out.name,
-                   f"--steps={args.steps}", f"--warmup={args.warmup}", f"--batch={args.batch}", f"--pairs={args.pairs}", f"--threads={args.threads}"]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                name,
+                "--out",
+                out.name,
+                f"--steps={args.steps}",
+                f"--warmup={args.warmup}",
+                f"--batch={args.batch}",
+                f"--pairs={args.pairs}",
+                f"--threads={args.threads}",
+            ]
             print(f"running {name} ...", flush=True)
             subprocess.run(cmd, check=True)
             runs[name] = json.loads(Path(out.name).read_text())
@@ -214,15 +293,26 @@ def main() -> None:
     ratio = runs["tempering"]["pairs_per_s"] / runs[best_trl]["pairs_per_s"]
     ratio_compiled = runs["tempering_compiled"]["pairs_per_s"] / runs[best_trl]["pairs_per_s"]
     result = {
-        "benchmark": "dpo", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "model": "smollm2-135m-instruct (LoRA r16 all-linear)", "batch_pairs": args.batch,
-        "timed_steps": args.steps, "warmup_steps": args.warmup, "pairs_in_set": args.pairs,
-        "precision": resolve_precision("auto"), "cpu": platform.processor() or platform.machine(),
-        "ratio_pairs_per_s": ratio, "ratio_pairs_per_s_compiled": ratio_compiled, "best_trl_setting": best_trl,
+        "benchmark": "dpo",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "model": "smollm2-135m-instruct (LoRA r16 all-linear)",
+        "batch_pairs": args.batch,
+        "timed_steps": args.steps,
+        "warmup_steps": args.warmup,
+        "pairs_in_set": args.pairs,
+        "precision": resolve_precision("auto"),
+        "cpu": platform.processor() or platform.machine(),
+        "ratio_pairs_per_s": ratio,
+        "ratio_pairs_per_s_compiled": ratio_compiled,
+        "best_trl_setting": best_trl,
         "ratio_vs_trl_default": runs["tempering"]["pairs_per_s"] / runs["trl"]["pairs_per_s"],
-        "ratio_epoch_vs_trl_precompute": runs["tempering"]["epoch_pairs_per_s"] / runs["trl_precompute"]["epoch_pairs_per_s"],
-        "target_ratio": 2.0, "runs": runs,
-        "load_average_at_start": load, "load_average_at_end": os.getloadavg(), "other_activity": args.note,
+        "ratio_epoch_vs_trl_precompute": runs["tempering"]["epoch_pairs_per_s"]
+        / runs["trl_precompute"]["epoch_pairs_per_s"],
+        "target_ratio": 2.0,
+        "runs": runs,
+        "load_average_at_start": load,
+        "load_average_at_end": os.getloadavg(),
+        "other_activity": args.note,
     }
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "dpo.json").write_text(json.dumps(result, indent=1, default=str))
@@ -231,9 +321,11 @@ def main() -> None:
     for name, r in runs.items():
         epoch = f"{r['epoch_pairs_per_s']:15.3f}" if "epoch_pairs_per_s" in r else f"{'-':>15}"
         print(f"{name:18}{r['pairs_per_s']:10.3f}{epoch}{r['peak_rss_mb']:13.0f}")
-    print(f"ratio tempering / {best_trl}: {ratio:.2f}x (with compiled layers {ratio_compiled:.2f}x; target 2.0x); vs TRL default "
-          f"{result['ratio_vs_trl_default']:.2f}x; one epoch incl. precompute vs TRL precompute "
-          f"{result['ratio_epoch_vs_trl_precompute']:.2f}x")
+    print(
+        f"ratio tempering / {best_trl}: {ratio:.2f}x (with compiled layers {ratio_compiled:.2f}x; target 2.0x); vs TRL default "
+        f"{result['ratio_vs_trl_default']:.2f}x; one epoch incl. precompute vs TRL precompute "
+        f"{result['ratio_epoch_vs_trl_precompute']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

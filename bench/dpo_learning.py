@@ -57,11 +57,20 @@ def strict_suite(work: Path, n: int, split: str = "heldout", seed: int = 0) -> P
     path = work / "heldout_strict_tasks.jsonl"
     path.write_text("".join(t.model_dump_json(exclude_none=True) + "\n" for t in tasks))
     suite = work / f"{STRICT_SUITE}.yaml"
-    suite.write_text(json.dumps({
-        "name": STRICT_SUITE, "track": "reasoning",
-        "description": "held-out two-digit additions; the reply must be exactly the number (exact verifier)",
-        "tasks": {"source": str(path), "n": n}, "templates": ["{prompt}"],
-        "sampling": {"temperature": 0.0, "n": 1, "max_new_tokens": 16}, "metrics": ["accuracy"], "seeds": 1}))
+    suite.write_text(
+        json.dumps(
+            {
+                "name": STRICT_SUITE,
+                "track": "reasoning",
+                "description": "held-out two-digit additions; the reply must be exactly the number (exact verifier)",
+                "tasks": {"source": str(path), "n": n},
+                "templates": ["{prompt}"],
+                "sampling": {"temperature": 0.0, "n": 1, "max_new_tokens": 16},
+                "metrics": ["accuracy"],
+                "seeds": 1,
+            }
+        )
+    )
     return suite
 
 
@@ -71,8 +80,13 @@ def dpo_config(work: Path, pairs: str, args: argparse.Namespace) -> Path:
         "lora": {"r": 16, "alpha": 32, "last_layers": args.last_layers},
         "data": {"train": [pairs], "max_length": 256},
         "dpo": {"loss": args.loss, "beta": args.beta, "sft_weight": args.sft_weight},
-        "train": {"steps": args.steps, "batch_size": args.batch, "threads": args.threads,
-                  "optim": {"lr": args.lr, "schedule": "constant"}, "checkpoint": {"every": 1000}},
+        "train": {
+            "steps": args.steps,
+            "batch_size": args.batch,
+            "threads": args.threads,
+            "optim": {"lr": args.lr, "schedule": "constant"},
+            "checkpoint": {"every": 1000},
+        },
         "out": str(work / "runs"),
     }
     path = work / "dpo.yaml"
@@ -111,16 +125,28 @@ def strict_gain(work: Path, seeds: list[int]) -> dict:
         cmp = paired_bootstrap([base[t] for t in ids], cands[-1], seed=seed)
         per_seed[str(seed)] = {"accuracy": float(np.mean(cands[-1])), **cmp.to_dict()}
     pooled = paired_bootstrap([base[t] for t in ids], list(np.mean(cands, axis=0)), seed=0)
-    return {"base_accuracy": float(np.mean([base[t] for t in ids])), "tasks": len(ids),
-            "per_seed": per_seed, "pooled_gain": pooled.to_dict()}
+    return {
+        "base_accuracy": float(np.mean([base[t] for t in ids])),
+        "tasks": len(ids),
+        "per_seed": per_seed,
+        "pooled_gain": pooled.to_dict(),
+    }
 
 
 def gate_one(work: Path, seed: int, suites: list[str]) -> dict:
     """`temper eval compare BASE CAND --gate` with "no significant regression on S" for every suite."""
     rules = work / "gate.yaml"
     rules.write_text(json.dumps([f"no significant regression on {s}" for s in suites]))
-    proc = temper("eval", "compare", str(work / "eval_gate" / "base"), str(work / "eval_gate" / f"seed{seed}"),
-                  "--gate", str(rules), "--out", str(work / "eval_gate" / f"compare{seed}"))
+    proc = temper(
+        "eval",
+        "compare",
+        str(work / "eval_gate" / "base"),
+        str(work / "eval_gate" / f"seed{seed}"),
+        "--gate",
+        str(rules),
+        "--out",
+        str(work / "eval_gate" / f"compare{seed}"),
+    )
     return {"passed": proc.returncode == 0, "output": proc.stdout[-2500:]}
 
 
@@ -137,12 +163,18 @@ def main() -> None:
     p.add_argument("--last-layers", type=int, default=12)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--heldout", type=int, default=100)
-    p.add_argument("--suite-split", default="heldout", help="heldout: the result; train (with a --suite-seed "
-                   "the pairs never used): a validation suite for choosing settings.")
+    p.add_argument(
+        "--suite-split",
+        default="heldout",
+        help="heldout: the result; train (with a --suite-seed "
+        "the pairs never used): a validation suite for choosing settings.",
+    )
     p.add_argument("--suite-seed", type=int, default=0)
     p.add_argument("--gate-suites", nargs="*", default=["arithmetic", "rg-chain-sum", "rg-spell-backward"])
     p.add_argument("--gate-limit", type=int, default=40)
-    p.add_argument("--gate-seeds", type=int, nargs="*", default=None, help="Seeds whose models are gated (default: all).")
+    p.add_argument(
+        "--gate-seeds", type=int, nargs="*", default=None, help="Seeds whose models are gated (default: all)."
+    )
     p.add_argument("--work", default="/tmp/dpo_learning")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "dpo_learning.json"))
     args = p.parse_args()
@@ -158,8 +190,18 @@ def main() -> None:
         if proc.returncode != 0:
             raise SystemExit(f"dpo seed {seed} failed: {proc.stderr[-800:]}")
         summary = json.loads(proc.stdout.strip().splitlines()[-1])
-        runs[str(seed)] = {k: summary.get(k) for k in ("steps", "train_loss_first", "train_loss_last",
-                                                       "train_reward_accuracy_last", "hit", "pairs_per_s", "data")}
+        runs[str(seed)] = {
+            k: summary.get(k)
+            for k in (
+                "steps",
+                "train_loss_first",
+                "train_loss_last",
+                "train_reward_accuracy_last",
+                "hit",
+                "pairs_per_s",
+                "data",
+            )
+        }
         evaluate(summary["final"], work / "eval_strict" / f"seed{seed}", [str(suite)], None)
     result = {"pairs": str(args.pairs), "settings": vars(args), "runs": runs, "strict": strict_gain(work, args.seeds)}
     print(json.dumps(result["strict"], indent=1), flush=True)
@@ -169,8 +211,12 @@ def main() -> None:
         evaluate("smollm2-135m-instruct", work / "eval_gate" / "base", args.gate_suites, args.gate_limit)
         result["gate"] = {"suites": args.gate_suites, "limit": args.gate_limit, "samples": 1, "by_seed": {}}
         for seed in args.seeds if args.gate_seeds is None else args.gate_seeds:
-            evaluate(str(work / "runs" / f"dpo-seed{seed}" / "final"), work / "eval_gate" / f"seed{seed}",
-                     args.gate_suites, args.gate_limit)
+            evaluate(
+                str(work / "runs" / f"dpo-seed{seed}" / "final"),
+                work / "eval_gate" / f"seed{seed}",
+                args.gate_suites,
+                args.gate_limit,
+            )
             result["gate"]["by_seed"][str(seed)] = gate_one(work, seed, args.gate_suites)
             result["seconds"] = time.time() - t0
             Path(args.out).write_text(json.dumps(result, indent=1))

@@ -43,8 +43,13 @@ def bench_suite(tasks: int, max_new_tokens: int):
     from tempering.evals.suite import load_suite
 
     suite = load_suite("arithmetic-add").with_overrides(limit=tasks)
-    return suite.model_copy(update={"templates": ["{prompt}"], "metrics": ["accuracy"], "sampling": suite.sampling.model_copy(
-        update={"max_new_tokens": max_new_tokens})})
+    return suite.model_copy(
+        update={
+            "templates": ["{prompt}"],
+            "metrics": ["accuracy"],
+            "sampling": suite.sampling.model_copy(update={"max_new_tokens": max_new_tokens}),
+        }
+    )
 
 
 def run_tempering(engine, suite, samples: int) -> dict:
@@ -64,10 +69,16 @@ def run_tempering(engine, suite, samples: int) -> dict:
     seconds = time.perf_counter() - t0
     engine.generate = real
     n = len(suite.task_list) * samples
-    return {"samples": n, "seconds": seconds, "samples_per_s": n / seconds,
-            "generated_tokens": sum(calls), "generated_tokens_per_s": sum(calls) / seconds,
-            "generate_calls": len(calls), "accuracy": result.metrics["accuracy"].mean,
-            "truncation_rate": result.truncation_rate}
+    return {
+        "samples": n,
+        "seconds": seconds,
+        "samples_per_s": n / seconds,
+        "generated_tokens": sum(calls),
+        "generated_tokens_per_s": sum(calls) / seconds,
+        "generate_calls": len(calls),
+        "accuracy": result.metrics["accuracy"].mean,
+        "truncation_rate": result.truncation_rate,
+    }
 
 
 def run_per_sample(model, tokenizer, suite, samples: int, tasks: int) -> dict:
@@ -82,25 +93,40 @@ def run_per_sample(model, tokenizer, suite, samples: int, tasks: int) -> dict:
     correct = truncated = tokens = 0
     t0 = time.perf_counter()
     for task in chosen:
-        ids = tokenizer.apply_chat_template(render_messages(task, "{prompt}"), add_generation_prompt=True,
-                                            return_tensors="pt", return_dict=True)
+        ids = tokenizer.apply_chat_template(
+            render_messages(task, "{prompt}"), add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
         for _ in range(samples):
             with torch.no_grad():
-                out = model.generate(**ids, do_sample=True, temperature=s.temperature, top_p=s.top_p, top_k=0,
-                                     max_new_tokens=s.max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                     eos_token_id=tokenizer.eos_token_id)
-            new = out[0, ids["input_ids"].shape[1]:].tolist()
+                out = model.generate(
+                    **ids,
+                    do_sample=True,
+                    temperature=s.temperature,
+                    top_p=s.top_p,
+                    top_k=0,
+                    max_new_tokens=s.max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                )
+            new = out[0, ids["input_ids"].shape[1] :].tolist()
             tokens += len(new)
             truncated += tokenizer.eos_token_id not in new
             text = tokenizer.decode(new, skip_special_tokens=True)
             correct += score(task, text).value >= 1.0
     seconds = time.perf_counter() - t0
     n = len(chosen) * samples
-    return {"samples": n, "tasks_run": len(chosen), "seconds": seconds, "samples_per_s": n / seconds,
-            "generated_tokens": tokens, "generated_tokens_per_s": tokens / seconds,
-            "accuracy": correct / n, "truncation_rate": truncated / n,
-            "extrapolated": len(chosen) < len(suite.task_list),
-            "extrapolated_seconds_all_tasks": seconds * len(suite.task_list) / len(chosen)}
+    return {
+        "samples": n,
+        "tasks_run": len(chosen),
+        "seconds": seconds,
+        "samples_per_s": n / seconds,
+        "generated_tokens": tokens,
+        "generated_tokens_per_s": tokens / seconds,
+        "accuracy": correct / n,
+        "truncation_rate": truncated / n,
+        "extrapolated": len(chosen) < len(suite.task_list),
+        "extrapolated_seconds_all_tasks": seconds * len(suite.task_list) / len(chosen),
+    }
 
 
 def main() -> None:
@@ -108,8 +134,12 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=100)
     p.add_argument("--samples", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
-                   help="weights and compute of both sides (bf16: what `auto` picks on a CPU with native bf16)")
+    p.add_argument(
+        "--precision",
+        choices=["bf16", "fp32"],
+        default="bf16",
+        help="weights and compute of both sides (bf16: what `auto` picks on a CPU with native bf16)",
+    )
     p.add_argument("--max-slots", type=int, default=None, help="engine.max_slots (default: EngineSettings')")
     p.add_argument("--per-sample-tasks", type=int, default=20, help="tasks the per-sample loop runs (subset)")
     p.add_argument("--out", type=Path, default=HERE / "results" / "eval.json")
@@ -119,8 +149,8 @@ def main() -> None:
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    from tempering.models.load import load_model, load_tokenizer
     from tempering.config import EngineSettings
+    from tempering.models.load import load_model, load_tokenizer
     from tempering.rollout.engine import SamplingParams
     from tempering.rollout.select import build_engine
 
@@ -143,18 +173,30 @@ def main() -> None:
     print(f"  {per_sample['samples_per_s']:.2f} samples/s", flush=True)
     ratio = tempering["samples_per_s"] / per_sample["samples_per_s"]
     result = {
-        "benchmark": "eval", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "model": f"{MODEL} (weights in {args.precision})", "precision": args.precision,
-        "suite": "arithmetic-add (canonical template only)", "tasks": args.tasks, "samples_per_task": args.samples,
-        "sampling": {"temperature": suite.sampling.temperature, "top_p": suite.sampling.top_p,
-                     "max_new_tokens": args.max_new_tokens, "stop": "eos"},
+        "benchmark": "eval",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "model": f"{MODEL} (weights in {args.precision})",
+        "precision": args.precision,
+        "suite": "arithmetic-add (canonical template only)",
+        "tasks": args.tasks,
+        "samples_per_task": args.samples,
+        "sampling": {
+            "temperature": suite.sampling.temperature,
+            "top_p": suite.sampling.top_p,
+            "max_new_tokens": args.max_new_tokens,
+            "stop": "eos",
+        },
         "engine": {"class": type(engine).__name__, **settings.model_dump(exclude={"vllm"})},
         "torch_threads": torch.get_num_threads(),
         "threads_note": "1 torch thread on both sides: the machine's 2 cores are shared with a training run",
         "load_average_before_after": [load_before, os.getloadavg()],
-        "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-        "per_sample_subset_note": (f"the per-sample loop ran the first {per_sample['tasks_run']} of {args.tasks} tasks "
-                                   f"(all {args.samples} samples each); its samples/s is measured on that subset and "
-                                   "taken as the rate for all tasks (the tasks are alike: one 2-digit addition each)"),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "per_sample_subset_note": (
+            f"the per-sample loop ran the first {per_sample['tasks_run']} of {args.tasks} tasks "
+            f"(all {args.samples} samples each); its samples/s is measured on that subset and "
+            "taken as the rate for all tasks (the tasks are alike: one 2-digit addition each)"
+        ),
         "ratio_samples_per_s": ratio,
         "ratio_generated_tokens_per_s": tempering["generated_tokens_per_s"] / per_sample["generated_tokens_per_s"],
         "target_ratio": 15.0,
@@ -163,8 +205,10 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"\nratio tempering / per-sample: {ratio:.2f}x samples/s "
-          f"({result['ratio_generated_tokens_per_s']:.2f}x generated tokens/s), target 15x -> {args.out}")
+    print(
+        f"\nratio tempering / per-sample: {ratio:.2f}x samples/s "
+        f"({result['ratio_generated_tokens_per_s']:.2f}x generated tokens/s), target 15x -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

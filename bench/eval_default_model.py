@@ -45,10 +45,16 @@ def humaneval_subset(every: int, limit: int | None, out: Path):
     path = out / f"humaneval-every{every}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(t.model_dump_json(exclude_none=True) + "\n" for t in tasks))
-    return full.model_copy(update={
-        "name": f"humaneval-{len(tasks)}of164", "tasks": [SuiteTasks(source=str(path), n=len(tasks))],
-        "description": f"HumanEval problems 0, {every}, {2 * every}, ... ({len(tasks)} of 164)",
-        "seeds": 2, "sampling": full.sampling.model_copy(update={"n": 5}), "templates": full.templates[:1]})
+    return full.model_copy(
+        update={
+            "name": f"humaneval-{len(tasks)}of164",
+            "tasks": [SuiteTasks(source=str(path), n=len(tasks))],
+            "description": f"HumanEval problems 0, {every}, {2 * every}, ... ({len(tasks)} of 164)",
+            "seeds": 2,
+            "sampling": full.sampling.model_copy(update={"n": 5}),
+            "templates": full.templates[:1],
+        }
+    )
 
 
 def plan(args) -> list:
@@ -56,12 +62,16 @@ def plan(args) -> list:
 
     if args.quick:  # a few tasks, 2 samples: checks the wiring, measures nothing
         suites = [humaneval_subset(args.humaneval_every, 2, args.out)] + [load_suite(n) for n in CHEAP]
-        return [s.with_overrides(limit=3, samples=2, seeds=2).model_copy(
-            update={"metrics": [m for m in s.metrics if m in ("accuracy", "mean_reward", "pass@1", "pass@2")]})
-            for s in suites]
+        return [
+            s.with_overrides(limit=3, samples=2, seeds=2).model_copy(
+                update={"metrics": [m for m in s.metrics if m in ("accuracy", "mean_reward", "pass@1", "pass@2")]}
+            )
+            for s in suites
+        ]
     seeds_for = dict(item.split("=") for item in args.seeds_for)
     suites = [humaneval_subset(args.humaneval_every, None, args.out)] + [
-        load_suite(n).with_overrides(seeds=int(seeds_for.get(n, args.seeds))) for n in CHEAP]
+        load_suite(n).with_overrides(seeds=int(seeds_for.get(n, args.seeds))) for n in CHEAP
+    ]
     return [s for s in suites if not args.only or s.name in args.only]
 
 
@@ -96,19 +106,47 @@ def main() -> None:
     for suite in suites:
         suite.check_samples()
         t0 = time.perf_counter()
-        results.append(run_suite(suite, engine, model_id=MODEL, model_hash=model_hash, cache_dir=default_cache_dir(),
-                                 log=lambda line: err.print(f"[dim]{line}[/dim]")))
+        results.append(
+            run_suite(
+                suite,
+                engine,
+                model_id=MODEL,
+                model_hash=model_hash,
+                cache_dir=default_cache_dir(),
+                log=lambda line: err.print(f"[dim]{line}[/dim]"),
+            )
+        )
         timings[suite.name] = time.perf_counter() - t0
         err.print(f"{suite.name}: {timings[suite.name]:.0f}s")
     evaluated = EvalResults(model=MODEL, suites=results)
     evaluated.save(args.out / "results.json")
     report = render_report(evaluated, args.out)
-    (args.out / "timings.json").write_text(json.dumps(
-        {"seconds": timings, "torch_threads": torch.get_num_threads(), "precision": engine.precision,
-         "quick": args.quick, "humaneval_every": args.humaneval_every}, indent=1) + "\n")
+    (args.out / "timings.json").write_text(
+        json.dumps(
+            {
+                "seconds": timings,
+                "torch_threads": torch.get_num_threads(),
+                "precision": engine.precision,
+                "quick": args.quick,
+                "humaneval_every": args.humaneval_every,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print_table(evaluated)
-    shot = subprocess.run([sys.executable, str(ROOT / "tools" / "screenshot_report.py"), str(report),
-                           str(args.out / "report.png"), "--height", "4200"], capture_output=True, text=True)
+    shot = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "screenshot_report.py"),
+            str(report),
+            str(args.out / "report.png"),
+            "--height",
+            "4200",
+        ],
+        capture_output=True,
+        text=True,
+    )
     print(shot.stdout.strip() or shot.stderr.strip())
 
 

@@ -65,10 +65,15 @@ def curve_summary(rewards: list[float], times: list[float], warmup: int, complet
     timed = times[warmup:]
     seconds = sum(timed)
     reached = next((i for i, r in enumerate(rewards) if r >= TARGET), None)
-    return {"rewards": rewards, "step_seconds": times, "timed_steps": len(timed), "seconds": seconds,
-            "completions_per_s": completions * len(timed) / seconds if seconds else None,
-            "steps_to_reward_0_5": None if reached is None else reached + 1,
-            "seconds_to_reward_0_5": None if reached is None else sum(times[:reached + 1])}
+    return {
+        "rewards": rewards,
+        "step_seconds": times,
+        "timed_steps": len(timed),
+        "seconds": seconds,
+        "completions_per_s": completions * len(timed) / seconds if seconds else None,
+        "steps_to_reward_0_5": None if reached is None else reached + 1,
+        "seconds_to_reward_0_5": None if reached is None else sum(times[: reached + 1]),
+    }
 
 
 def run_tempering(steps: int, warmup: int) -> dict:
@@ -77,18 +82,37 @@ def run_tempering(steps: int, warmup: int) -> dict:
     from tempering.config import GRPOConfig
     from tempering.models.load import load_tokenizer
     from tempering.models.lora import load_for_training
-    from tempering.recipes.grpo import grpo_components
     from tempering.models.precision import resolve_precision
+    from tempering.recipes.grpo import grpo_components
     from tempering.train.trainer import Trainer
 
     torch.manual_seed(0)
-    cfg = GRPOConfig.model_validate({
-        "model": "smollm2-135m-instruct", "lora": {"r": 16, "alpha": 32}, "heldout": None,
-        "grpo": {"prompts_per_step": PROMPTS, "group_size": GROUP, "max_new_tokens": MAX_NEW, "temperature": 1.0,
-                 "beta": 0.0, "updates_per_batch": 1, "dynamic_sampling": False, "generation_chunks": 1,
-                 "truncation": "keep", "clip_low": 0.2, "clip_high": 0.2},
-        "train": {"steps": steps, "precision": "auto", "optim": {"lr": LR, "schedule": "constant"},
-                  "checkpoint": {"every": 10_000, "keep_last": 1}}})
+    cfg = GRPOConfig.model_validate(
+        {
+            "model": "smollm2-135m-instruct",
+            "lora": {"r": 16, "alpha": 32},
+            "heldout": None,
+            "grpo": {
+                "prompts_per_step": PROMPTS,
+                "group_size": GROUP,
+                "max_new_tokens": MAX_NEW,
+                "temperature": 1.0,
+                "beta": 0.0,
+                "updates_per_batch": 1,
+                "dynamic_sampling": False,
+                "generation_chunks": 1,
+                "truncation": "keep",
+                "clip_low": 0.2,
+                "clip_high": 0.2,
+            },
+            "train": {
+                "steps": steps,
+                "precision": "auto",
+                "optim": {"lr": LR, "schedule": "constant"},
+                "checkpoint": {"every": 10_000, "keep_last": 1},
+            },
+        }
+    )
     tok = load_tokenizer(cfg.model)
     model = load_for_training(cfg.model, cfg.lora)
     precision = resolve_precision(cfg.train.precision)
@@ -107,8 +131,11 @@ def run_tempering(steps: int, warmup: int) -> dict:
         last[0] = time.perf_counter()
         trainer.fit()  # step 1 also writes the step-0 checkpoint: one reason warm-up steps are excluded
     source.close()
-    return {**curve_summary(rewards, times, warmup, PROMPTS * GROUP), "precision": precision,
-            "torch_threads": torch.get_num_threads()}
+    return {
+        **curve_summary(rewards, times, warmup, PROMPTS * GROUP),
+        "precision": precision,
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def run_trl(steps: int, warmup: int, settings: dict | None = None) -> dict:
@@ -150,22 +177,48 @@ def run_trl(steps: int, warmup: int, settings: dict | None = None) -> dict:
             last[0] = now
 
     with tempfile.TemporaryDirectory() as out:
-        cfg = GRPOConfig(output_dir=out, per_device_train_batch_size=PROMPTS * GROUP, num_generations=GROUP,
-                         gradient_accumulation_steps=1, max_completion_length=MAX_NEW, temperature=1.0,
-                         beta=0.0, num_iterations=1, learning_rate=LR, lr_scheduler_type="constant",
-                         max_steps=steps, logging_steps=1, report_to=[], save_strategy="no",
-                         bf16=precision == "bf16", use_cpu=not torch.cuda.is_available(), seed=0,
-                         loss_type="dapo", epsilon=0.2, epsilon_high=0.2, shuffle_dataset=True,
-                         dataloader_num_workers=0, **(settings or TRL_FASTEST))
-        trainer = GRPOTrainer(model=load_model("smollm2-135m-instruct"), reward_funcs=[reward], args=cfg,
-                              train_dataset=data, processing_class=tok,
-                              peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
-                                                     task_type="CAUSAL_LM"),
-                              callbacks=[Clock()])
+        cfg = GRPOConfig(
+            output_dir=out,
+            per_device_train_batch_size=PROMPTS * GROUP,
+            num_generations=GROUP,
+            gradient_accumulation_steps=1,
+            max_completion_length=MAX_NEW,
+            temperature=1.0,
+            beta=0.0,
+            num_iterations=1,
+            learning_rate=LR,
+            lr_scheduler_type="constant",
+            max_steps=steps,
+            logging_steps=1,
+            report_to=[],
+            save_strategy="no",
+            bf16=precision == "bf16",
+            use_cpu=not torch.cuda.is_available(),
+            seed=0,
+            loss_type="dapo",
+            epsilon=0.2,
+            epsilon_high=0.2,
+            shuffle_dataset=True,
+            dataloader_num_workers=0,
+            **(settings or TRL_FASTEST),
+        )
+        trainer = GRPOTrainer(
+            model=load_model("smollm2-135m-instruct"),
+            reward_funcs=[reward],
+            args=cfg,
+            train_dataset=data,
+            processing_class=tok,
+            peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM"),
+            callbacks=[Clock()],
+        )
         trainer.train()
-    return {**curve_summary(rewards, times, warmup, PROMPTS * GROUP), "precision": precision,
-            "torch_threads": torch.get_num_threads(), "loss_type": "dapo (token-mean, as Tempering's default)",
-            "trl_settings": settings or TRL_FASTEST}
+    return {
+        **curve_summary(rewards, times, warmup, PROMPTS * GROUP),
+        "precision": precision,
+        "torch_threads": torch.get_num_threads(),
+        "loss_type": "dapo (token-mean, as Tempering's default)",
+        "trl_settings": settings or TRL_FASTEST,
+    }
 
 
 def main() -> None:
@@ -192,53 +245,112 @@ def main() -> None:
         sweep = []
         for settings in TRL_SWEEP:
             with tempfile.NamedTemporaryFile(suffix=".json") as out:
-                subprocess.run([sys.executable, __file__, "--child", "trl", "--out", out.name, f"--steps={args.steps}",
-                                f"--warmup={args.warmup}", f"--threads={args.threads}",
-                                f"--trl-settings={json.dumps(settings)}"], check=True)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        "trl",
+                        "--out",
+                        out.name,
+                        f"--steps={args.steps}",
+                        f"--warmup={args.warmup}",
+                        f"--threads={args.threads}",
+                        f"--trl-settings={json.dumps(settings)}",
+                    ],
+                    check=True,
+                )
                 r = json.loads(Path(out.name).read_text())
-            sweep.append({"settings": settings, "seconds_per_step": r["seconds"] / max(r["timed_steps"], 1),
-                          "completions_per_s": r["completions_per_s"]})
+            sweep.append(
+                {
+                    "settings": settings,
+                    "seconds_per_step": r["seconds"] / max(r["timed_steps"], 1),
+                    "completions_per_s": r["completions_per_s"],
+                }
+            )
             print(sweep[-1], flush=True)
-        (HERE / "results" / "grpo_trl_sweep.json").write_text(json.dumps(
-            {"benchmark": "grpo TRL settings sweep", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-             "steps": args.steps, "warmup_steps": args.warmup, "torch_threads": args.threads,
-             "load_average_at_end": os.getloadavg(), "sweep": sweep}, indent=1))
+        (HERE / "results" / "grpo_trl_sweep.json").write_text(
+            json.dumps(
+                {
+                    "benchmark": "grpo TRL settings sweep",
+                    "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    "steps": args.steps,
+                    "warmup_steps": args.warmup,
+                    "torch_threads": args.threads,
+                    "load_average_at_end": os.getloadavg(),
+                    "sweep": sweep,
+                },
+                indent=1,
+            )
+        )
         return
     runs = {}
     for name in ("tempering", "trl"):
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
-            cmd = [sys.executable, __file__, "--child", name, "--out", out.name, f"--steps={args.steps}",
-                   f"--warmup={args.warmup}", f"--threads={args.threads}"]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                name,
+                "--out",
+                out.name,
+                f"--steps={args.steps}",
+                f"--warmup={args.warmup}",
+                f"--threads={args.threads}",
+            ]
             print(f"running {name} ...", flush=True)
             subprocess.run(cmd, check=True)
             runs[name] = json.loads(Path(out.name).read_text())
     ours, peer = runs["tempering"], runs["trl"]
     ratio = ours["completions_per_s"] / peer["completions_per_s"]
-    t_ratio = (peer["seconds_to_reward_0_5"] / ours["seconds_to_reward_0_5"]
-               if ours["seconds_to_reward_0_5"] and peer["seconds_to_reward_0_5"] else None)
-    result = {"benchmark": "grpo", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "model": "smollm2-135m-instruct + LoRA r16 all-linear", "task": "builtin:arithmetic ops=+ (train split)",
-              "reward": "examples/grpo_arith.yaml composite (correct + strict + 0.25 close + 0.5 close_bare)",
-              "prompts_per_step": PROMPTS, "group_size": GROUP, "max_new_tokens": MAX_NEW, "beta": 0.0,
-              "updates_per_batch": 1, "lr": LR, "steps": args.steps, "warmup_steps": args.warmup,
-              "cpu": platform.processor() or platform.machine(), "torch_threads": args.threads,
-              "load_average_at_end": os.getloadavg(),
-              "tempering_engine": "BatchingEngine (EngineSettings() default: continuous batching)",
-              "trl_settings": TRL_FASTEST, "trl_settings_swept": [s for s in TRL_SWEEP],
-              "machine_note": "2 shared cores; run under /work/bench.lock while other agents' work ran at nice 19",
-              "ratio_completions_per_s": ratio, "target_ratio": 3.0,
-              "ratio_time_to_reward_0_5": t_ratio, "target_time_ratio": 2.0, "runs": runs}
+    t_ratio = (
+        peer["seconds_to_reward_0_5"] / ours["seconds_to_reward_0_5"]
+        if ours["seconds_to_reward_0_5"] and peer["seconds_to_reward_0_5"]
+        else None
+    )
+    result = {
+        "benchmark": "grpo",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "model": "smollm2-135m-instruct + LoRA r16 all-linear",
+        "task": "builtin:arithmetic ops=+ (train split)",
+        "reward": "examples/grpo_arith.yaml composite (correct + strict + 0.25 close + 0.5 close_bare)",
+        "prompts_per_step": PROMPTS,
+        "group_size": GROUP,
+        "max_new_tokens": MAX_NEW,
+        "beta": 0.0,
+        "updates_per_batch": 1,
+        "lr": LR,
+        "steps": args.steps,
+        "warmup_steps": args.warmup,
+        "cpu": platform.processor() or platform.machine(),
+        "torch_threads": args.threads,
+        "load_average_at_end": os.getloadavg(),
+        "tempering_engine": "BatchingEngine (EngineSettings() default: continuous batching)",
+        "trl_settings": TRL_FASTEST,
+        "trl_settings_swept": [s for s in TRL_SWEEP],
+        "machine_note": "2 shared cores; run under /work/bench.lock while other agents' work ran at nice 19",
+        "ratio_completions_per_s": ratio,
+        "target_ratio": 3.0,
+        "ratio_time_to_reward_0_5": t_ratio,
+        "target_time_ratio": 2.0,
+        "runs": runs,
+    }
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "grpo.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"\nGRPO, {PROMPTS}x{GROUP} per step, <= {MAX_NEW} new tokens, precision {ours['precision']}")
     print(f"{'':12}{'compl/s':>10}{'s/step':>10}{'steps->0.5':>12}{'s->0.5':>10}  rewards")
     for name, r in runs.items():
         per = r["seconds"] / max(r["timed_steps"], 1)
-        print(f"{name:12}{r['completions_per_s']:10.2f}{per:10.1f}{str(r['steps_to_reward_0_5']):>12}"
-              f"{str(round(r['seconds_to_reward_0_5'] or 0)) if r['seconds_to_reward_0_5'] else 'n/a':>10}  "
-              + " ".join(f"{x:.2f}" for x in r["rewards"]))
-    print(f"ratio completions/s tempering / trl: {ratio:.2f}x (target 3x); time to reward 0.5: "
-          + (f"{t_ratio:.2f}x" if t_ratio else "not reached by both within the run") + " (target 2x)")
+        print(
+            f"{name:12}{r['completions_per_s']:10.2f}{per:10.1f}{str(r['steps_to_reward_0_5']):>12}"
+            f"{str(round(r['seconds_to_reward_0_5'] or 0)) if r['seconds_to_reward_0_5'] else 'n/a':>10}  "
+            + " ".join(f"{x:.2f}" for x in r["rewards"])
+        )
+    print(
+        f"ratio completions/s tempering / trl: {ratio:.2f}x (target 3x); time to reward 0.5: "
+        + (f"{t_ratio:.2f}x" if t_ratio else "not reached by both within the run")
+        + " (target 2x)"
+    )
 
 
 if __name__ == "__main__":

@@ -30,10 +30,22 @@ ROOT = HERE.parent
 
 
 def launch(seed: int, minutes: float, threads: int, out: str, extra: list[str]) -> subprocess.Popen:
-    cmd = [str(Path(sys.executable).parent / "temper"), "grpo", str(ROOT / "examples" / "grpo_arith.yaml"),
-           "--name", f"grpo-arith-seed{seed}", "--out", out,
-           "--set", f"train.seed={seed}", "--set", f"train.max_minutes={minutes}",
-           "--set", f"train.threads={threads}", *extra]
+    cmd = [
+        str(Path(sys.executable).parent / "temper"),
+        "grpo",
+        str(ROOT / "examples" / "grpo_arith.yaml"),
+        "--name",
+        f"grpo-arith-seed{seed}",
+        "--out",
+        out,
+        "--set",
+        f"train.seed={seed}",
+        "--set",
+        f"train.max_minutes={minutes}",
+        "--set",
+        f"train.threads={threads}",
+        *extra,
+    ]
     log = open(Path(out) / f"grpo-arith-seed{seed}.log", "w")
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
@@ -63,18 +75,39 @@ def main() -> None:
     runs = {}
     for s in args.seeds:
         summary = json.loads((Path(args.out) / f"grpo-arith-seed{s}" / "summary.json").read_text())
-        runs[s] = {k: summary[k] for k in ("steps", "seconds", "heldout_before", "heldout_after",
-                                            "heldout_history", "alarms", "reward_first", "reward_last", "curves")}
+        runs[s] = {
+            k: summary[k]
+            for k in (
+                "steps",
+                "seconds",
+                "heldout_before",
+                "heldout_after",
+                "heldout_history",
+                "alarms",
+                "reward_first",
+                "reward_last",
+                "curves",
+            )
+        }
     table = {}
     for metric in ("correct", "strict"):
         for when in ("before", "after"):
             table[f"{metric}_{when}"] = mean_std([runs[s][f"heldout_{when}"][metric] for s in args.seeds])
-    result = {"benchmark": "grpo_learning", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "config": "examples/grpo_arith.yaml", "seeds": args.seeds, "minutes_cap": args.minutes,
-              "parallel": not args.sequential, "wall_s": time.time() - t0,
-              "metrics": {"final_answer_accuracy": {"before": table["correct_before"], "after": table["correct_after"]},
-                          "strict_accuracy": {"before": table["strict_before"], "after": table["strict_after"]}},
-              "targets": {"final_answer_accuracy": 0.60, "strict_accuracy": 0.50}, "runs": runs}
+    result = {
+        "benchmark": "grpo_learning",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "config": "examples/grpo_arith.yaml",
+        "seeds": args.seeds,
+        "minutes_cap": args.minutes,
+        "parallel": not args.sequential,
+        "wall_s": time.time() - t0,
+        "metrics": {
+            "final_answer_accuracy": {"before": table["correct_before"], "after": table["correct_after"]},
+            "strict_accuracy": {"before": table["strict_before"], "after": table["strict_after"]},
+        },
+        "targets": {"final_answer_accuracy": 0.60, "strict_accuracy": 0.50},
+        "runs": runs,
+    }
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "grpo_learning.json").write_text(json.dumps(result, indent=1))
     for name, m in result["metrics"].items():

@@ -40,16 +40,35 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 HERE = Path(__file__).resolve().parent
 MODEL = "smollm2-135m-instruct"
-QUESTIONS = [f"What is {a} + {b}? Answer with the number." for a, b in
-             [(12, 7), (45, 38), (101, 99), (7, 8), (230, 470), (66, 34), (19, 23), (512, 256)]] + [
-    "Name three colours.", "Say hello in French.", "What is the capital of Italy?", "Write a haiku about rain.",
-    "Explain what a CPU is in one sentence.", "List two prime numbers.", "What day comes after Monday?",
-    "Give a synonym for happy.", "How many legs does a spider have?", "What is water made of?",
-    "Describe the moon briefly.", "Write one sentence about cats.", "What is 9 times 6?",
-    "Spell the word 'house' backwards.", "What language is spoken in Brazil?", "Name a fruit that is yellow.",
-    "What is the opposite of cold?", "Tell me a fun fact about the ocean.", "What is the boiling point of water?",
-    "Who wrote Romeo and Juliet?", "Suggest a name for a dog.", "What is the square root of 81?",
-    "Translate 'thank you' into Spanish.", "Why is the sky blue? One sentence."]
+QUESTIONS = [
+    f"What is {a} + {b}? Answer with the number."
+    for a, b in [(12, 7), (45, 38), (101, 99), (7, 8), (230, 470), (66, 34), (19, 23), (512, 256)]
+] + [
+    "Name three colours.",
+    "Say hello in French.",
+    "What is the capital of Italy?",
+    "Write a haiku about rain.",
+    "Explain what a CPU is in one sentence.",
+    "List two prime numbers.",
+    "What day comes after Monday?",
+    "Give a synonym for happy.",
+    "How many legs does a spider have?",
+    "What is water made of?",
+    "Describe the moon briefly.",
+    "Write one sentence about cats.",
+    "What is 9 times 6?",
+    "Spell the word 'house' backwards.",
+    "What language is spoken in Brazil?",
+    "Name a fruit that is yellow.",
+    "What is the opposite of cold?",
+    "Tell me a fun fact about the ocean.",
+    "What is the boiling point of water?",
+    "Who wrote Romeo and Juliet?",
+    "Suggest a name for a dog.",
+    "What is the square root of 81?",
+    "Translate 'thank you' into Spanish.",
+    "Why is the sky blue? One sentence.",
+]
 
 
 def hf_one_at_a_time(model, prompts, max_new_tokens: int, eos: int, pad: int) -> dict:
@@ -59,8 +78,9 @@ def hf_one_at_a_time(model, prompts, max_new_tokens: int, eos: int, pad: int) ->
     t0 = time.perf_counter()
     for p in prompts:
         with torch.no_grad():
-            out = model.generate(torch.tensor([p]), do_sample=False, max_new_tokens=max_new_tokens,
-                                 eos_token_id=eos, pad_token_id=pad)
+            out = model.generate(
+                torch.tensor([p]), do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad
+            )
         tokens += out.shape[1] - len(p)
     seconds = time.perf_counter() - t0
     return {"requests": len(prompts), "seconds": seconds, "generated_tokens": tokens, "tokens_per_s": tokens / seconds}
@@ -93,11 +113,16 @@ def batching_concurrent(engine, prompts, params, concurrency: int) -> dict:
     finally:
         engine.stop()
     tokens = sum(len(r[0].token_ids) for r in results.values())
-    return {"requests": len(prompts), "concurrency": concurrency, "seconds": seconds, "generated_tokens": tokens,
-            "tokens_per_s": tokens / seconds,
-            "mean_time_to_first_token_s": sum(first[i] - submitted[i] for i in first) / len(first),
-            "mean_latency_s": sum(done[i] - submitted[i] for i in done) / len(done),
-            "completions": [results[i][0].token_ids for i in sorted(results)]}
+    return {
+        "requests": len(prompts),
+        "concurrency": concurrency,
+        "seconds": seconds,
+        "generated_tokens": tokens,
+        "tokens_per_s": tokens / seconds,
+        "mean_time_to_first_token_s": sum(first[i] - submitted[i] for i in first) / len(first),
+        "mean_latency_s": sum(done[i] - submitted[i] for i in done) / len(done),
+        "completions": [results[i][0].token_ids for i in sorted(results)],
+    }
 
 
 def hf_engine_batch(engine, prompts, params, batch: int) -> dict:
@@ -105,10 +130,15 @@ def hf_engine_batch(engine, prompts, params, batch: int) -> dict:
     t0 = time.perf_counter()
     tokens = 0
     for start in range(0, len(prompts), batch):
-        tokens += sum(len(g[0].token_ids) for g in engine.generate(prompts[start:start + batch], params))
+        tokens += sum(len(g[0].token_ids) for g in engine.generate(prompts[start : start + batch], params))
     seconds = time.perf_counter() - t0
-    return {"requests": len(prompts), "batch": batch, "seconds": seconds, "generated_tokens": tokens,
-            "tokens_per_s": tokens / seconds}
+    return {
+        "requests": len(prompts),
+        "batch": batch,
+        "seconds": seconds,
+        "generated_tokens": tokens,
+        "tokens_per_s": tokens / seconds,
+    }
 
 
 def llama_cpp_run(prompts, max_new_tokens: int) -> dict:
@@ -116,8 +146,11 @@ def llama_cpp_run(prompts, max_new_tokens: int) -> dict:
     try:
         import llama_cpp
     except ImportError:
-        return {"ran": False, "reason": "llama-cpp-python is not installed (see bench/results note: its source build "
-                                        "did not finish within 5 minutes on this shared 2-core machine)"}
+        return {
+            "ran": False,
+            "reason": "llama-cpp-python is not installed (see bench/results note: its source build "
+            "did not finish within 5 minutes on this shared 2-core machine)",
+        }
     gguf = os.environ.get("TEMPERING_Q8_GGUF")
     if not gguf or not Path(gguf).exists():
         return {"ran": False, "reason": "no Q8_0 GGUF of the model (set TEMPERING_Q8_GGUF)"}
@@ -134,10 +167,18 @@ def llama_cpp_run(prompts, max_new_tokens: int) -> dict:
                 tokens += n + 1
                 break
     seconds = time.perf_counter() - t0
-    return {"ran": True, "gguf": gguf, "quant": "Q8_0", "llama_cpp_python": llama_cpp.__version__,
-            "made_by": "bench/make_q8_gguf.py (the same HF weights, llama.cpp convert_hf_to_gguf.py f32 -> Q8_0)",
-            "n_threads": os.cpu_count(), "requests": len(prompts), "seconds": seconds,
-            "generated_tokens": tokens, "tokens_per_s": tokens / seconds}
+    return {
+        "ran": True,
+        "gguf": gguf,
+        "quant": "Q8_0",
+        "llama_cpp_python": llama_cpp.__version__,
+        "made_by": "bench/make_q8_gguf.py (the same HF weights, llama.cpp convert_hf_to_gguf.py f32 -> Q8_0)",
+        "n_threads": os.cpu_count(),
+        "requests": len(prompts),
+        "seconds": seconds,
+        "generated_tokens": tokens,
+        "tokens_per_s": tokens / seconds,
+    }
 
 
 def main() -> None:
@@ -145,8 +186,12 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--levels", default="1,8,32")
-    p.add_argument("--quantize", choices=["none", "int8"], default="none",
-                   help="int8: every side runs the weight-only int8 copy (models/quantize.py)")
+    p.add_argument(
+        "--quantize",
+        choices=["none", "int8"],
+        default="none",
+        help="int8: every side runs the weight-only int8 copy (models/quantize.py)",
+    )
     p.add_argument("--out", type=Path, default=HERE / "results" / "inference.json")
     args = p.parse_args()
 
@@ -168,7 +213,7 @@ def main() -> None:
     levels = [int(x) for x in args.levels.split(",")]
     batching = BatchingEngine(model, tokenizer, precision=args.precision, max_slots=max(levels), max_len=512)
     static = HFEngine(model, tokenizer, precision=args.precision)
-    prompts = [batching.chat_prompt([{"role": "user", "content": q}]) for q in QUESTIONS][:max(levels)]
+    prompts = [batching.chat_prompt([{"role": "user", "content": q}]) for q in QUESTIONS][: max(levels)]
     greedy = SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
 
@@ -185,8 +230,11 @@ def main() -> None:
     for c in levels:
         r = batching_concurrent(batching, prompts, greedy, c)
         runs["batching_engine"][str(c)] = {k: v for k, v in r.items() if k != "completions"}
-        print(f"batching engine, {c} concurrent: {r['tokens_per_s']:.1f} tokens/s "
-              f"(TTFT {r['mean_time_to_first_token_s']:.2f}s)", flush=True)
+        print(
+            f"batching engine, {c} concurrent: {r['tokens_per_s']:.1f} tokens/s "
+            f"(TTFT {r['mean_time_to_first_token_s']:.2f}s)",
+            flush=True,
+        )
         if c > 1:
             s = hf_engine_batch(static, prompts, greedy, c)
             runs["hf_engine_static_batch"][str(c)] = s
@@ -194,32 +242,52 @@ def main() -> None:
     runs["llama_cpp_q8_0_one_at_a_time"] = llama_cpp_run(prompts, args.max_new_tokens)
     top = str(max(levels))
     result = {
-        "benchmark": "inference", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "model": MODEL, "precision": args.precision,
+        "benchmark": "inference",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "model": MODEL,
+        "precision": args.precision,
         "precision_note": f"weights loaded in {dtype} on every side; greedy decoding",
         "quantize": args.quantize,
-        "workload": {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "decoding": "greedy, eos stops",
-                     "prompt_tokens_mean": sum(map(len, prompts)) / len(prompts)},
+        "workload": {
+            "prompts": len(prompts),
+            "max_new_tokens": args.max_new_tokens,
+            "decoding": "greedy, eos stops",
+            "prompt_tokens_mean": sum(map(len, prompts)) / len(prompts),
+        },
         "torch_threads": torch.get_num_threads(),
-        "machine_note": ("2 shared cores: this bench held /work/bench.lock at normal nice while other agents' "
-                         "work ran alongside at nice 19"),
+        "machine_note": (
+            "2 shared cores: this bench held /work/bench.lock at normal nice while other agents' "
+            "work ran alongside at nice 19"
+        ),
         "load_average_before_after": [load_before, os.getloadavg()],
-        "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
         f"ratio_{top}_concurrent_vs_hf_generate": runs["batching_engine"][top]["tokens_per_s"] / hf["tokens_per_s"],
-        "ratios_vs_hf_generate": {c: r["tokens_per_s"] / hf["tokens_per_s"] for c, r in runs["batching_engine"].items()},
-        "ratios_vs_hf_engine_static_batch": {c: runs["batching_engine"][c]["tokens_per_s"] / r["tokens_per_s"]
-                                             for c, r in runs["hf_engine_static_batch"].items()},
+        "ratios_vs_hf_generate": {
+            c: r["tokens_per_s"] / hf["tokens_per_s"] for c, r in runs["batching_engine"].items()
+        },
+        "ratios_vs_hf_engine_static_batch": {
+            c: runs["batching_engine"][c]["tokens_per_s"] / r["tokens_per_s"]
+            for c, r in runs["hf_engine_static_batch"].items()
+        },
         "target_ratio_32": 5.0,
         "ratios_vs_llama_cpp_q8_0_one_at_a_time": (
-            {c: r["tokens_per_s"] / runs["llama_cpp_q8_0_one_at_a_time"]["tokens_per_s"]
-             for c, r in runs["batching_engine"].items()} if runs["llama_cpp_q8_0_one_at_a_time"]["ran"] else None),
+            {
+                c: r["tokens_per_s"] / runs["llama_cpp_q8_0_one_at_a_time"]["tokens_per_s"]
+                for c, r in runs["batching_engine"].items()
+            }
+            if runs["llama_cpp_q8_0_one_at_a_time"]["ran"]
+            else None
+        ),
         "runs": runs,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"\n{top} concurrent vs HF generate one at a time: "
-          f"{result[f'ratio_{top}_concurrent_vs_hf_generate']:.2f}x (target 5x) -> {args.out}")
+    print(
+        f"\n{top} concurrent vs HF generate one at a time: "
+        f"{result[f'ratio_{top}_concurrent_vs_hf_generate']:.2f}x (target 5x) -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -70,10 +70,19 @@ def variants(base, names):
 
 
 TIMING_PROMPTS = [
-    "Explain why the sky is blue.", "Write a short story about a lost key.", "Describe how a bicycle works.",
-    "Give three tips for learning a new language.", "What is photosynthesis?", "Write a poem about the sea.",
-    "Explain what a computer program is.", "Describe your ideal weekend.", "Why do cats purr?",
-    "How do airplanes stay in the air?", "Write a letter to a friend about a trip.", "What makes a good teacher?"]
+    "Explain why the sky is blue.",
+    "Write a short story about a lost key.",
+    "Describe how a bicycle works.",
+    "Give three tips for learning a new language.",
+    "What is photosynthesis?",
+    "Write a poem about the sea.",
+    "Explain what a computer program is.",
+    "Describe your ideal weekend.",
+    "Why do cats purr?",
+    "How do airplanes stay in the air?",
+    "Write a letter to a friend about a trip.",
+    "What makes a good teacher?",
+]
 
 
 def run_timing(args) -> dict:
@@ -93,7 +102,7 @@ def run_timing(args) -> dict:
     rows = {}
     for label, model, prec in variants(base, args.variants):
         engine = HFEngine(model, tokenizer, precision=prec)
-        prompts = [engine.chat_prompt([{"role": "user", "content": q}]) for q in TIMING_PROMPTS[:args.prompts]]
+        prompts = [engine.chat_prompt([{"role": "user", "content": q}]) for q in TIMING_PROMPTS[: args.prompts]]
         engine.generate(prompts[:1], params)
         tokens, whole, to_first = 0, 0.0, 0.0
         for p in prompts:
@@ -102,21 +111,30 @@ def run_timing(args) -> dict:
             t1 = time.perf_counter()
             tokens += len(engine.generate([p], params)[0][0].token_ids)
             to_first, whole = to_first + t1 - t0, whole + time.perf_counter() - t1
-        rows[label] = {"engine_precision": prec, "tokens": tokens, "seconds": round(whole, 2),
-                       "tokens_per_s": round(tokens / whole, 2), "prefill_s": round(to_first, 2),
-                       "decode_tokens_per_s": round((tokens - len(prompts)) / (whole - to_first), 2),
-                       "state_mb": round(state_bytes(model) / 2**20, 1)}
+        rows[label] = {
+            "engine_precision": prec,
+            "tokens": tokens,
+            "seconds": round(whole, 2),
+            "tokens_per_s": round(tokens / whole, 2),
+            "prefill_s": round(to_first, 2),
+            "decode_tokens_per_s": round((tokens - len(prompts)) / (whole - to_first), 2),
+            "state_mb": round(state_bytes(model) / 2**20, 1),
+        }
         print(label, rows[label], flush=True)
-    out = {"timing": rows, "timing_workload": f"{len(prompts)} open instructions (chat), one at a time, greedy, "
-           f"max_new_tokens {args.max_new_tokens}; decode = tokens after the first over (whole - time to the first)",
-           "threads": args.threads}
+    out = {
+        "timing": rows,
+        "timing_workload": f"{len(prompts)} open instructions (chat), one at a time, greedy, "
+        f"max_new_tokens {args.max_new_tokens}; decode = tokens after the first over (whole - time to the first)",
+        "threads": args.threads,
+    }
     floats = [f for f in FLOATS if f in rows]
     fastest = max(floats, key=lambda f: rows[f]["decode_tokens_per_s"]) if floats else None
     for name in rows:
         if name.startswith("int8"):
             for ref in floats:
                 out.setdefault(f"speedup_vs_{ref}", {})[name] = round(
-                    rows[name]["decode_tokens_per_s"] / rows[ref]["decode_tokens_per_s"], 3)
+                    rows[name]["decode_tokens_per_s"] / rows[ref]["decode_tokens_per_s"], 3
+                )
     chosen = args.chosen if args.chosen in rows else None
     if chosen and fastest:
         out["int8_variant"] = chosen
@@ -143,14 +161,17 @@ def run_fidelity(args) -> dict:
     tokenizer, base = load_tokenizer(MODEL), load_model(MODEL).eval()
     engine = HFEngine(base, tokenizer, precision="fp32")
     prompts = [engine.chat_prompt(t.chat()) for t in arithmetic_tasks(args.prompts, seed=1, split="heldout")]
-    answers = [g[0].token_ids for g in engine.generate(prompts, SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens))]
+    answers = [
+        g[0].token_ids
+        for g in engine.generate(prompts, SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens))
+    ]
 
     @torch.no_grad()
     def logprobs(model, prec):
         out = []
         with bf16_linear_weights(model, prec), autocast(prec, torch.device("cpu")):
             for p, a in zip(prompts, answers):
-                logits = model(input_ids=torch.tensor([p + a])).logits[0, len(p) - 1:-1].float()
+                logits = model(input_ids=torch.tensor([p + a])).logits[0, len(p) - 1 : -1].float()
                 out.append(torch.log_softmax(logits, -1))
         return torch.cat(out)
 
@@ -159,11 +180,17 @@ def run_fidelity(args) -> dict:
     for label, model, prec in variants(base, [v for v in args.variants if v != "fp32"]):
         lp = logprobs(model, prec)
         kl = (ref.exp() * (ref - lp)).sum(-1)
-        rows[label] = {"mean_kl_per_token": round(kl.mean().item(), 5), "max_kl": round(kl.max().item(), 4),
-                       "argmax_agreement": round((lp.argmax(-1) == ref.argmax(-1)).float().mean().item(), 4)}
+        rows[label] = {
+            "mean_kl_per_token": round(kl.mean().item(), 5),
+            "max_kl": round(kl.max().item(), 4),
+            "argmax_agreement": round((lp.argmax(-1) == ref.argmax(-1)).float().mean().item(), 4),
+        }
         print(label, rows[label], flush=True)
-    return {"fidelity": rows, "fidelity_workload": f"fp32 greedy answers (<= {args.max_new_tokens} tokens) to {len(prompts)} "
-            f"held-out arithmetic chat prompts, {ref.shape[0]} answer tokens, teacher-forced"}
+    return {
+        "fidelity": rows,
+        "fidelity_workload": f"fp32 greedy answers (<= {args.max_new_tokens} tokens) to {len(prompts)} "
+        f"held-out arithmetic chat prompts, {ref.shape[0]} answer tokens, teacher-forced",
+    }
 
 
 def run_quality(args) -> dict:
@@ -178,8 +205,10 @@ def run_quality(args) -> dict:
 
     torch.set_num_threads(args.threads)
     tokenizer, base = load_tokenizer(MODEL), load_model(MODEL).eval()
-    suites = [load_suite("arithmetic").with_overrides(limit=args.arith_limit),
-              load_suite("humaneval").with_overrides(limit=args.humaneval_limit, samples=2)]
+    suites = [
+        load_suite("arithmetic").with_overrides(limit=args.arith_limit),
+        load_suite("humaneval").with_overrides(limit=args.humaneval_limit, samples=2),
+    ]
     suites = [s.model_copy(update={"templates": s.templates[:1]}) for s in suites]  # canonical template only
     results = {}
     for label, model, prec in variants(base, args.references + [args.chosen]):
@@ -193,17 +222,34 @@ def run_quality(args) -> dict:
     for ref in args.references:
         g = run_gate(rules, results[ref], results[args.chosen])
         gates[f"{args.chosen}_vs_{ref}"] = g.to_dict()
-    return {"quality": {k: v.model_dump(mode="json") for k, v in results.items()}, "gate": gates,
-            "quality_suites": {"arithmetic_limit": args.arith_limit, "humaneval_limit": args.humaneval_limit,
-                               "humaneval_samples": 2, "templates": "canonical only"}}
+    return {
+        "quality": {k: v.model_dump(mode="json") for k, v in results.items()},
+        "gate": gates,
+        "quality_suites": {
+            "arithmetic_limit": args.arith_limit,
+            "humaneval_limit": args.humaneval_limit,
+            "humaneval_samples": 2,
+            "templates": "canonical only",
+        },
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=["timing", "quality", "fidelity"])
-    parser.add_argument("--variants", nargs="+",
-                        default=["bf16", "bf16-autocast", "fp32", "int8-weight", "int8-weight-head-bf16",
-                                 "int8-dynamic", "int8-dynamic-head-fp32"])
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=[
+            "bf16",
+            "bf16-autocast",
+            "fp32",
+            "int8-weight",
+            "int8-weight-head-bf16",
+            "int8-dynamic",
+            "int8-dynamic-head-fp32",
+        ],
+    )
     parser.add_argument("--chosen", default="int8-weight", help="the variant the gate judges")
     parser.add_argument("--prompts", type=int, default=12)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -216,12 +262,19 @@ def main() -> None:
     result = {"timing": run_timing, "quality": run_quality, "fidelity": run_fidelity}[args.mode](args)
     previous = json.loads(OUT.read_text()) if OUT.is_file() else {}
     previous.update(result)
-    previous.update({"benchmark": "int8", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": MODEL,
-                     "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-                     "host_default_precision": "bf16 (native: avx512_bf16)",
-                     f"{args.mode}_load_average_before_after": [load_before, os.getloadavg()],
-                     "note": "2 shared cores; timing ran alone under the bench lock while other agents' work ran "
-                             "at nice 19; quality ran at nice 19"})
+    previous.update(
+        {
+            "benchmark": "int8",
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "model": MODEL,
+            "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "host_default_precision": "bf16 (native: avx512_bf16)",
+            f"{args.mode}_load_average_before_after": [load_before, os.getloadavg()],
+            "note": "2 shared cores; timing ran alone under the bench lock while other agents' work ran "
+            "at nice 19; quality ran at nice 19",
+        }
+    )
     OUT.write_text(json.dumps(previous, indent=2, default=str) + "\n")
 
 

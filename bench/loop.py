@@ -32,8 +32,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
-TARGET = {"add-final": "final_answer_accuracy", "add-strict": "strict_accuracy",
-          "add-reworded-final": "reworded_final_answer_accuracy", "add-reworded-strict": "reworded_strict_accuracy"}
+TARGET = {
+    "add-final": "final_answer_accuracy",
+    "add-strict": "strict_accuracy",
+    "add-reworded-final": "reworded_final_answer_accuracy",
+    "add-reworded-strict": "reworded_strict_accuracy",
+}
 
 
 def load(path: str) -> dict:
@@ -57,33 +61,57 @@ def load_avg() -> list[float]:
 
 
 def run_seed(args: argparse.Namespace, seed: int) -> dict:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "OMP_WAIT_POLICY": "PASSIVE"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
     load_before = load_avg()
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-m", "tempering.cli", "run", args.pipeline, "--seed", str(seed),
-                           "--out", args.out], capture_output=True, text=True, env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "run", args.pipeline, "--seed", str(seed), "--out", args.out],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     wall = time.time() - t0
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if not lines:
-        raise SystemExit(f"seed {seed}: the pipeline printed no result (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"seed {seed}: the pipeline printed no result (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+        )
     out = json.loads(lines[-1])
     stages = out["stages"]
     base, after = load(stages["baseline"]["outputs"]["results"]), load(stages["after"]["outputs"]["results"])
     gate = load(stages["gate"]["outputs"]["verdict"]) if stages["gate"].get("outputs") else None
     cached = [name for name, s in stages.items() if s["status"] == "cached"]
     seconds = {name: stage_seconds(s.get("run_dir")) for name, s in stages.items()}
-    return {"seed": seed, "status": out["status"], "exit_code": proc.returncode, "wall_s": round(wall, 1),
-            "stage_seconds": {k: round(v, 1) for k, v in seconds.items() if v is not None},
-            "pipeline_seconds_incl_cached": round(sum(v for v in seconds.values() if v), 1),
-            "first_run_wall_s": round(wall, 1) if not cached or cached == ["baseline"] else None,
-            "cached_stages": cached, "load_before": load_before, "load_after": load_avg(),
-            "before": _means(base), "after": _means(after), "comparison": _paired(base, after),
-            "gate": {"passed": gate["passed"], "rules": [{"rule": r["rule"], "passed": r["passed"],
-                                                          "detail": r.get("detail")} for r in gate["rules"]]}
-            if gate else None,
-            "release": stages.get("release", {}).get("status"), "run_dirs": {k: s.get("run_dir") for k, s in
-                                                                                stages.items()}}
+    return {
+        "seed": seed,
+        "status": out["status"],
+        "exit_code": proc.returncode,
+        "wall_s": round(wall, 1),
+        "stage_seconds": {k: round(v, 1) for k, v in seconds.items() if v is not None},
+        "pipeline_seconds_incl_cached": round(sum(v for v in seconds.values() if v), 1),
+        "first_run_wall_s": round(wall, 1) if not cached or cached == ["baseline"] else None,
+        "cached_stages": cached,
+        "load_before": load_before,
+        "load_after": load_avg(),
+        "before": _means(base),
+        "after": _means(after),
+        "comparison": _paired(base, after),
+        "gate": {
+            "passed": gate["passed"],
+            "rules": [{"rule": r["rule"], "passed": r["passed"], "detail": r.get("detail")} for r in gate["rules"]],
+        }
+        if gate
+        else None,
+        "release": stages.get("release", {}).get("status"),
+        "run_dirs": {k: s.get("run_dir") for k, s in stages.items()},
+    }
 
 
 def _means(results: dict) -> dict[str, float]:
@@ -98,8 +126,15 @@ def _paired(base: dict, after: dict) -> dict[str, dict]:
     from tempering.evals.results import EvalResults, compare
 
     b, a = EvalResults.model_validate(base), EvalResults.model_validate(after)
-    return {c.suite: {"delta": c.comparison.delta, "low": c.comparison.low, "high": c.comparison.high,
-                      "significant": c.comparison.significant} for c in compare(b, a)}
+    return {
+        c.suite: {
+            "delta": c.comparison.delta,
+            "low": c.comparison.low,
+            "high": c.comparison.high,
+            "significant": c.comparison.significant,
+        }
+        for c in compare(b, a)
+    }
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -107,25 +142,36 @@ def summarize(runs: list[dict]) -> dict:
     for suite, key in TARGET.items():
         before = [r["before"][suite] for r in runs]
         after = [r["after"][suite] for r in runs]
-        metrics[key] = {"before": _stat(before), "after": _stat(after), "gain": _stat([a - b for a, b in
-                                                                                        zip(after, before)])}
+        metrics[key] = {
+            "before": _stat(before),
+            "after": _stat(after),
+            "gain": _stat([a - b for a, b in zip(after, before)]),
+        }
     ratio = {}
-    for kind, (tmpl, rew) in {"final_answer": ("add-final", "add-reworded-final"),
-                              "strict": ("add-strict", "add-reworded-strict")}.items():
+    for kind, (tmpl, rew) in {
+        "final_answer": ("add-final", "add-reworded-final"),
+        "strict": ("add-strict", "add-reworded-strict"),
+    }.items():
         gains = [(r["after"][rew] - r["before"][rew], r["after"][tmpl] - r["before"][tmpl]) for r in runs]
         ratio[kind] = _stat([g_rew / g_tmpl if g_tmpl > 0 else float("nan") for g_rew, g_tmpl in gains])
-    return {"final_answer_accuracy_mean": metrics["final_answer_accuracy"]["after"]["mean"],
-            "strict_accuracy_mean": metrics["strict_accuracy"]["after"]["mean"],
-            "reworded_final_answer_accuracy_mean": metrics["reworded_final_answer_accuracy"]["after"]["mean"],
-            "reworded_strict_accuracy_mean": metrics["reworded_strict_accuracy"]["after"]["mean"],
-            "metrics": metrics, "reworded_gain_over_in_template_gain": ratio,
-            "seconds_per_seed": _stat([r.get("first_run_wall_s") or r["pipeline_seconds_incl_cached"] for r in runs]),
-            "gate_passed": [r["gate"]["passed"] if r["gate"] else None for r in runs]}
+    return {
+        "final_answer_accuracy_mean": metrics["final_answer_accuracy"]["after"]["mean"],
+        "strict_accuracy_mean": metrics["strict_accuracy"]["after"]["mean"],
+        "reworded_final_answer_accuracy_mean": metrics["reworded_final_answer_accuracy"]["after"]["mean"],
+        "reworded_strict_accuracy_mean": metrics["reworded_strict_accuracy"]["after"]["mean"],
+        "metrics": metrics,
+        "reworded_gain_over_in_template_gain": ratio,
+        "seconds_per_seed": _stat([r.get("first_run_wall_s") or r["pipeline_seconds_incl_cached"] for r in runs]),
+        "gate_passed": [r["gate"]["passed"] if r["gate"] else None for r in runs],
+    }
 
 
 def _stat(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "values": values}
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "values": values,
+    }
 
 
 def main() -> None:
@@ -133,8 +179,11 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--pipeline", default="examples/arith_loop.yaml")
     p.add_argument("--out", default="runs/arith-loop")
-    p.add_argument("--keep", action="store_true",
-                   help="keep the runs of other seeds already in bench/results/loop.json (seeds run one per session)")
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the runs of other seeds already in bench/results/loop.json (seeds run one per session)",
+    )
     args = p.parse_args()
     runs = []
     kept = []
@@ -143,23 +192,49 @@ def main() -> None:
     for seed in args.seeds:
         r = run_seed(args, seed)
         runs.append(r)
-        print(f"seed {seed}: {r['status']} in {r['wall_s']:.0f}s; final-answer {r['before']['add-final']:.2f} -> "
-              f"{r['after']['add-final']:.2f}, strict {r['before']['add-strict']:.2f} -> {r['after']['add-strict']:.2f}, "
-              f"reworded {r['before']['add-reworded-final']:.2f}/{r['before']['add-reworded-strict']:.2f} -> "
-              f"{r['after']['add-reworded-final']:.2f}/{r['after']['add-reworded-strict']:.2f}", flush=True)
+        print(
+            f"seed {seed}: {r['status']} in {r['wall_s']:.0f}s; final-answer {r['before']['add-final']:.2f} -> "
+            f"{r['after']['add-final']:.2f}, strict {r['before']['add-strict']:.2f} -> {r['after']['add-strict']:.2f}, "
+            f"reworded {r['before']['add-reworded-final']:.2f}/{r['before']['add-reworded-strict']:.2f} -> "
+            f"{r['after']['add-reworded-final']:.2f}/{r['after']['add-reworded-strict']:.2f}",
+            flush=True,
+        )
     from tempering.models.precision import resolve_precision
 
     runs = sorted(kept + runs, key=lambda r: r["seed"])
-    doc = {"benchmark": "loop", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "pipeline": args.pipeline,
-           "seeds": [r["seed"] for r in runs], "precision": resolve_precision("auto"),
-           "targets": {"final_answer_accuracy": 0.85, "strict_accuracy": 0.80, "minutes_per_seed": 30,
-                       "reworded_gain_ratio": 0.5},
-           **summarize(runs), "runs": runs}
+    doc = {
+        "benchmark": "loop",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "pipeline": args.pipeline,
+        "seeds": [r["seed"] for r in runs],
+        "precision": resolve_precision("auto"),
+        "targets": {
+            "final_answer_accuracy": 0.85,
+            "strict_accuracy": 0.80,
+            "minutes_per_seed": 30,
+            "reworded_gain_ratio": 0.5,
+        },
+        **summarize(runs),
+        "runs": runs,
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "loop.json").write_text(json.dumps(doc, indent=1))
-    print(json.dumps({k: doc[k] for k in ("final_answer_accuracy_mean", "strict_accuracy_mean",
-                                          "reworded_final_answer_accuracy_mean", "reworded_strict_accuracy_mean",
-                                          "reworded_gain_over_in_template_gain", "seconds_per_seed")}, indent=1))
+    print(
+        json.dumps(
+            {
+                k: doc[k]
+                for k in (
+                    "final_answer_accuracy_mean",
+                    "strict_accuracy_mean",
+                    "reworded_final_answer_accuracy_mean",
+                    "reworded_strict_accuracy_mean",
+                    "reworded_gain_over_in_template_gain",
+                    "seconds_per_seed",
+                )
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,19 @@ def main() -> None:
     hf_dir = resolve_model("smollm2-135m-instruct")
     f32 = args.out.with_suffix(".f32.gguf")
     env = {**os.environ, "PYTHONPATH": str(args.llama_cpp_src / "gguf-py")}
-    subprocess.run([sys.executable, str(args.llama_cpp_src / "convert_hf_to_gguf.py"), hf_dir, "--outtype", "f32",
-                    "--outfile", str(f32)], check=True, env=env)
+    subprocess.run(
+        [
+            sys.executable,
+            str(args.llama_cpp_src / "convert_hf_to_gguf.py"),
+            hf_dir,
+            "--outtype",
+            "f32",
+            "--outfile",
+            str(f32),
+        ],
+        check=True,
+        env=env,
+    )
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0
     if llama_cpp.llama_model_quantize(str(f32).encode(), str(args.out).encode(), ctypes.byref(params)) != 0:

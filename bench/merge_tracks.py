@@ -52,25 +52,38 @@ def temper(*args: str) -> subprocess.CompletedProcess:
 
 def others_running() -> dict:
     out = subprocess.run(["ps", "-eo", "pid,ni,pcpu,args", "--sort=-pcpu"], capture_output=True, text=True).stdout
-    procs = [line.strip()[:160] for line in out.splitlines()[1:10]
-             if "python" in line and str(os.getpid()) not in line]
+    procs = [line.strip()[:160] for line in out.splitlines()[1:10] if "python" in line and str(os.getpid()) not in line]
     return {"loadavg": os.getloadavg(), "processes": procs}
 
 
 def suites(work: Path, n_add: int, n_spell: int) -> dict[str, Path]:
     """The built-in suites of both tracks, greedy (one sample, every template): cheap, deterministic."""
     greedy = {"temperature": 0.0, "n": 1}
-    add = {"name": "merge-add", "track": "reasoning",
-           "description": "held-out 2-digit additions (built-in arithmetic-add's tasks and templates), greedy",
-           "tasks": {"source": "builtin:arithmetic", "ops": "+", "split": "heldout", "n": n_add, "seed": 0},
-           "templates": ["{prompt}", "Question: {prompt}", "Please solve this. {prompt}"],
-           "sampling": {**greedy, "max_new_tokens": 16}, "metrics": ["accuracy", "mean_reward"], "seeds": 1}
-    spell = {"name": "merge-spell", "track": "reasoning",
-             "description": "reasoning-gym spell_backward, 3-5 letters (built-in rg-spell-backward's tasks), greedy",
-             "tasks": {"source": "reasoning_gym:spell_backward", "n": n_spell, "seed": 0,
-                       "config": {"min_word_len": 3, "max_word_len": 5}},
-             "templates": ["{prompt}", "Question: {prompt}"],
-             "sampling": {**greedy, "max_new_tokens": 24}, "metrics": ["accuracy", "mean_reward"], "seeds": 1}
+    add = {
+        "name": "merge-add",
+        "track": "reasoning",
+        "description": "held-out 2-digit additions (built-in arithmetic-add's tasks and templates), greedy",
+        "tasks": {"source": "builtin:arithmetic", "ops": "+", "split": "heldout", "n": n_add, "seed": 0},
+        "templates": ["{prompt}", "Question: {prompt}", "Please solve this. {prompt}"],
+        "sampling": {**greedy, "max_new_tokens": 16},
+        "metrics": ["accuracy", "mean_reward"],
+        "seeds": 1,
+    }
+    spell = {
+        "name": "merge-spell",
+        "track": "reasoning",
+        "description": "reasoning-gym spell_backward, 3-5 letters (built-in rg-spell-backward's tasks), greedy",
+        "tasks": {
+            "source": "reasoning_gym:spell_backward",
+            "n": n_spell,
+            "seed": 0,
+            "config": {"min_word_len": 3, "max_word_len": 5},
+        },
+        "templates": ["{prompt}", "Question: {prompt}"],
+        "sampling": {**greedy, "max_new_tokens": 24},
+        "metrics": ["accuracy", "mean_reward"],
+        "seeds": 1,
+    }
     out = {}
     for track, suite in (("add", add), ("spell", spell)):
         out[track] = work / f"suite-{track}.yaml"
@@ -84,28 +97,45 @@ def sft_rows(work: Path, n: int, n_spell_eval: int) -> dict[str, Path]:
     from tempering.sources.reasoning_gym import reasoning_gym_tasks
 
     def row(prompt: str, answer: str) -> str:
-        return json.dumps({"messages": [{"role": "user", "content": prompt},
-                                        {"role": "assistant", "content": answer}]}) + "\n"
+        return (
+            json.dumps({"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]})
+            + "\n"
+        )
 
     add = arithmetic_tasks(n, seed=3, split="train", ops="+")
-    eval_words = {t.verifier["entry"]["metadata"]["word"]
-                  for t in reasoning_gym_tasks("spell_backward", n_spell_eval, 0, min_word_len=3, max_word_len=5)}
-    spell = [t for t in reasoning_gym_tasks("spell_backward", 3 * n, 11, min_word_len=3, max_word_len=5)
-             if t.verifier["entry"]["metadata"]["word"] not in eval_words][:n]
+    eval_words = {
+        t.verifier["entry"]["metadata"]["word"]
+        for t in reasoning_gym_tasks("spell_backward", n_spell_eval, 0, min_word_len=3, max_word_len=5)
+    }
+    spell = [
+        t
+        for t in reasoning_gym_tasks("spell_backward", 3 * n, 11, min_word_len=3, max_word_len=5)
+        if t.verifier["entry"]["metadata"]["word"] not in eval_words
+    ][:n]
     paths = {"add": work / "add_train.jsonl", "spell": work / "spell_train.jsonl"}
     paths["add"].write_text("".join(row(t.prompt, t.verifier["answer"]) for t in add))
-    paths["spell"].write_text("".join(row(t.prompt, f"<answer>{t.verifier['entry']['answer']}</answer>")
-                                      for t in spell))
+    paths["spell"].write_text(
+        "".join(row(t.prompt, f"<answer>{t.verifier['entry']['answer']}</answer>") for t in spell)
+    )
     return paths
 
 
 def sft_config(work: Path, track: str, data: Path, steps: int, threads: int) -> Path:
-    cfg = {"model": "smollm2-135m-instruct", "lora": {"r": 16, "alpha": 32},
-           "data": {"train": [str(data)], "max_length": 256},
-           "train": {"steps": steps, "batch_size": 8, "threads": threads, "precision": "auto",
-                     "optim": {"lr": 1.0e-3, "warmup_steps": 4, "schedule": "cosine"},
-                     "checkpoint": {"every": 1000}},
-           "out": str(work / "runs"), "name": f"track-{track}"}
+    cfg = {
+        "model": "smollm2-135m-instruct",
+        "lora": {"r": 16, "alpha": 32},
+        "data": {"train": [str(data)], "max_length": 256},
+        "train": {
+            "steps": steps,
+            "batch_size": 8,
+            "threads": threads,
+            "precision": "auto",
+            "optim": {"lr": 1.0e-3, "warmup_steps": 4, "schedule": "cosine"},
+            "checkpoint": {"every": 1000},
+        },
+        "out": str(work / "runs"),
+        "name": f"track-{track}",
+    }
     path = work / f"sft-{track}.yaml"
     path.write_text(json.dumps(cfg))
     return path
@@ -115,8 +145,13 @@ def merge_config(work: Path, variant: str, density: float | None) -> Path:
     """`variant` is a method ("cat", weights [1, 1]) or method:weight ("cat:0.5", weights [0.5, 0.5])."""
     method, _, weight = variant.partition(":")
     w = float(weight or 1.0)
-    cfg = {"inputs": [str(work / "runs" / f"track-{t}" / "final") for t in TRACKS], "weights": [w, w],
-           "method": method, "out": str(work / "runs"), "name": f"merge-{label(variant)}"}
+    cfg = {
+        "inputs": [str(work / "runs" / f"track-{t}" / "final") for t in TRACKS],
+        "weights": [w, w],
+        "method": method,
+        "out": str(work / "runs"),
+        "name": f"merge-{label(variant)}",
+    }
     if density is not None and method not in ("linear", "cat"):
         cfg["density"] = density
     path = work / f"merge-{label(variant)}.yaml"
@@ -136,8 +171,18 @@ def evaluate(model: str, out: Path, suite_paths: list[Path], threads: int) -> tu
 
     ran = not (out / "results.json").is_file()
     if ran:
-        temper("eval", "run", *map(str, suite_paths), "--model", model, "--out", str(out), "--no-cache",
-               "--threads", str(threads))
+        temper(
+            "eval",
+            "run",
+            *map(str, suite_paths),
+            "--model",
+            model,
+            "--out",
+            str(out),
+            "--no-cache",
+            "--threads",
+            str(threads),
+        )
     per_task: dict = {}
     for line in (out / "samples.jsonl").read_text().splitlines():
         row = json.loads(line)
@@ -145,9 +190,13 @@ def evaluate(model: str, out: Path, suite_paths: list[Path], threads: int) -> tu
         task["accuracy"].append(1.0 if row["passed"] else 0.0)
         task["mean_reward"].append(float(row["reward"] or 0.0))
     res = EvalResults.load(out / "results.json")
-    return {s.suite: {"metrics": {k: {"mean": m.mean, "low": m.low, "high": m.high, "n": m.n}
-                                  for k, m in s.metrics.items()},
-                      "tasks": per_task[s.suite]} for s in res.suites}, ran
+    return {
+        s.suite: {
+            "metrics": {k: {"mean": m.mean, "low": m.low, "high": m.high, "n": m.n} for k, m in s.metrics.items()},
+            "tasks": per_task[s.suite],
+        }
+        for s in res.suites
+    }, ran
 
 
 def compare(single: dict, merged: dict, metric: str) -> dict:
@@ -160,9 +209,15 @@ def compare(single: dict, merged: dict, metric: str) -> dict:
     a = [float(np.mean(single["tasks"][t][metric])) for t in ids]
     b = [float(np.mean(merged["tasks"][t][metric])) for t in ids]
     s, m = single["metrics"][metric], merged["metrics"][metric]
-    return {"single": s["mean"], "single_ci": [s["low"], s["high"]], "merged": m["mean"],
-            "merged_ci": [m["low"], m["high"]], "within_single_ci": s["low"] <= m["mean"] <= s["high"],
-            "not_below_single_ci": m["mean"] >= s["low"], "paired_diff": paired_bootstrap(a, b, seed=0).to_dict()}
+    return {
+        "single": s["mean"],
+        "single_ci": [s["low"], s["high"]],
+        "merged": m["mean"],
+        "merged_ci": [m["low"], m["high"]],
+        "within_single_ci": s["low"] <= m["mean"] <= s["high"],
+        "not_below_single_ci": m["mean"] >= s["low"],
+        "paired_diff": paired_bootstrap(a, b, seed=0).to_dict(),
+    }
 
 
 def main() -> None:
@@ -173,8 +228,12 @@ def main() -> None:
     p.add_argument("--steps-spell", type=int, default=60)
     p.add_argument("--n-add", type=int, default=100)
     p.add_argument("--n-spell", type=int, default=100)
-    p.add_argument("--methods", nargs="+", default=["linear", "cat", "ties", "dare_ties", "cat:0.5", "ties:0.5"],
-                   help="merge variants: METHOD (weights [1, 1]) or METHOD:W (weights [W, W])")
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=["linear", "cat", "ties", "dare_ties", "cat:0.5", "ties:0.5"],
+        help="merge variants: METHOD (weights [1, 1]) or METHOD:W (weights [W, W])",
+    )
     p.add_argument("--density", type=float, default=0.5, help="ties/dare: share of each delta kept")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--note", default=None, help="what else was running, as observed (kept in the result)")
@@ -196,20 +255,27 @@ def main() -> None:
     state.setdefault("started", time.strftime("%Y-%m-%d %H:%M:%S"))
     data = sft_rows(work, args.rows, args.n_spell)
     suite_paths = suites(work, args.n_add, args.n_spell)
-    record: dict = {"benchmark": "merge_tracks", "model": "smollm2-135m-instruct (precision auto: bf16 on this host)",
-                    "command": "nice -n 19 python bench/merge_tracks.py " + " ".join(sys.argv[1:]),
-                    "settings": {k: v for k, v in vars(args).items() if k != "until"}}
+    record: dict = {
+        "benchmark": "merge_tracks",
+        "model": "smollm2-135m-instruct (precision auto: bf16 on this host)",
+        "command": "nice -n 19 python bench/merge_tracks.py " + " ".join(sys.argv[1:]),
+        "settings": {k: v for k, v in vars(args).items() if k != "until"},
+    }
     for track, steps in (("add", args.steps_add), ("spell", args.steps_spell)):
         run_dir = work / "runs" / f"track-{track}"
         fresh, t = not (run_dir / "summary.json").is_file(), time.time()
         temper("sft", str(sft_config(work, track, data[track], steps, args.threads)))
         done(f"sft-{track}", time.time() - t if fresh else None)
         summary = json.loads((run_dir / "summary.json").read_text())
-        steps_log = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-                     if '"step"' in line]
+        steps_log = [
+            json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"step"' in line
+        ]
         record.setdefault("sft", {})[track] = {
-            **{k: summary.get(k) for k in ("steps", "data", "train_loss_first", "train_loss_last", "real_tokens_per_s")},
-            "train_seconds": sum(r.get("step_s", 0.0) for r in steps_log)}
+            **{
+                k: summary.get(k) for k in ("steps", "data", "train_loss_first", "train_loss_last", "real_tokens_per_s")
+            },
+            "train_seconds": sum(r.get("step_s", 0.0) for r in steps_log),
+        }
     if args.until == "train":
         return
     for method in args.methods:
@@ -218,9 +284,11 @@ def main() -> None:
         done(f"merge-{label(method)}", time.time() - t if fresh else None)
     if args.until == "merge":
         return
-    models = {"base": "smollm2-135m-instruct",
-              **{f"track-{t}": str(work / "runs" / f"track-{t}" / "final") for t in TRACKS},
-              **{f"merge-{label(m)}": str(work / "runs" / f"merge-{label(m)}" / "final") for m in args.methods}}
+    models = {
+        "base": "smollm2-135m-instruct",
+        **{f"track-{t}": str(work / "runs" / f"track-{t}" / "final") for t in TRACKS},
+        **{f"merge-{label(m)}": str(work / "runs" / f"merge-{label(m)}" / "final") for m in args.methods},
+    }
     evals = {}
     for key, model in models.items():
         t = time.time()
@@ -231,21 +299,29 @@ def main() -> None:
     for method in args.methods:
         for track, suite in (("add", "merge-add"), ("spell", "merge-spell")):
             single, merged = evals[f"track-{track}"][suite], evals[f"merge-{label(method)}"][suite]
-            verdicts[f"{label(method)}/{track}"] = {metric: compare(single, merged, metric)
-                                             for metric in ("accuracy", "mean_reward")}
+            verdicts[f"{label(method)}/{track}"] = {
+                metric: compare(single, merged, metric) for metric in ("accuracy", "mean_reward")
+            }
     record["verdicts"] = verdicts
-    record.update(started=state["started"], finished=time.strftime("%Y-%m-%d %H:%M:%S"),
-                  stage_seconds=state["seconds"], total_stage_seconds=sum(state["seconds"].values()),
-                  load_during=state["load"], note=args.note)
+    record.update(
+        started=state["started"],
+        finished=time.strftime("%Y-%m-%d %H:%M:%S"),
+        stage_seconds=state["seconds"],
+        total_stage_seconds=sum(state["seconds"].values()),
+        load_during=state["load"],
+        note=args.note,
+    )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "merge.json").write_text(json.dumps(record, indent=1))
     for key, v in verdicts.items():
         for metric in ("accuracy", "mean_reward"):
             m = v[metric]
-            print(f"{key:14s} {metric:11s} single {m['single']:.3f} [{m['single_ci'][0]:.3f}, {m['single_ci'][1]:.3f}]"
-                  f"  merged {m['merged']:.3f}  within CI: {m['within_single_ci']}  "
-                  f"paired diff {m['paired_diff']['delta']:+.3f} [{m['paired_diff']['low']:+.3f}, "
-                  f"{m['paired_diff']['high']:+.3f}]")
+            print(
+                f"{key:14s} {metric:11s} single {m['single']:.3f} [{m['single_ci'][0]:.3f}, {m['single_ci'][1]:.3f}]"
+                f"  merged {m['merged']:.3f}  within CI: {m['within_single_ci']}  "
+                f"paired diff {m['paired_diff']['delta']:+.3f} [{m['paired_diff']['low']:+.3f}, "
+                f"{m['paired_diff']['high']:+.3f}]"
+            )
 
 
 if __name__ == "__main__":

@@ -29,9 +29,16 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 HERE = Path(__file__).resolve().parent
 MODEL = "smollm2-135m-instruct"
-SHOTS = [("What is 3 + 4?", "7"), ("What is 10 + 15?", "25"), ("Name a colour.", "Blue."),
-         ("What is the capital of Spain?", "Madrid."), ("Say hi in Italian.", "Ciao."),
-         ("What is 6 times 7?", "42"), ("Give an antonym of tall.", "Short."), ("How many days in a week?", "Seven.")]
+SHOTS = [
+    ("What is 3 + 4?", "7"),
+    ("What is 10 + 15?", "25"),
+    ("Name a colour.", "Blue."),
+    ("What is the capital of Spain?", "Madrid."),
+    ("Say hi in Italian.", "Ciao."),
+    ("What is 6 times 7?", "42"),
+    ("Give an antonym of tall.", "Short."),
+    ("How many days in a week?", "Seven."),
+]
 
 
 def main() -> None:
@@ -47,9 +54,8 @@ def main() -> None:
     import torch
 
     sys.path.insert(0, str(HERE))
-    from inference import QUESTIONS  # noqa: E402  (bench/inference.py: the same 32 prompts)
-
     import tempering.rollout.batching_engine as be
+    from inference import QUESTIONS
     from tempering.config import SamplingParams
     from tempering.models.load import load_model, load_tokenizer
     from tempering.rollout.batching_engine import BatchingEngine
@@ -60,16 +66,22 @@ def main() -> None:
     shots = [m for q, a in SHOTS for m in ({"role": "user", "content": q}, {"role": "assistant", "content": a})]
     workloads = {
         "chat": ([engine.chat_prompt([{"role": "user", "content": q}]) for q in QUESTIONS], args.max_new_tokens),
-        "few_shot": ([engine.chat_prompt(shots + [{"role": "user", "content": q}]) for q in QUESTIONS],
-                     args.few_shot_tokens),
+        "few_shot": (
+            [engine.chat_prompt(shots + [{"role": "user", "content": q}]) for q in QUESTIONS],
+            args.few_shot_tokens,
+        ),
     }
     default_min = be.MIN_SHARED_PREFIX
     load_before = os.getloadavg()
     out = {}
     for name, (prompts, new_tokens) in workloads.items():
         params = SamplingParams(temperature=0, max_new_tokens=new_tokens)
-        row = {"prompts": len(prompts), "common_prefix_tokens": be.shared_prefix(prompts),
-               "mean_prompt_tokens": sum(map(len, prompts)) / len(prompts), "max_new_tokens": new_tokens}
+        row = {
+            "prompts": len(prompts),
+            "common_prefix_tokens": be.shared_prefix(prompts),
+            "mean_prompt_tokens": sum(map(len, prompts)) / len(prompts),
+            "max_new_tokens": new_tokens,
+        }
         answers = {}
         for side, minimum in (("shared", default_min), ("not_shared", 10**9)):
             be.MIN_SHARED_PREFIX = minimum
@@ -88,11 +100,19 @@ def main() -> None:
         row["same_greedy_tokens"] = sum(a == b for a, b in zip(answers["shared"], answers["not_shared"]))
         out[name] = row
         print(name, json.dumps(row), flush=True)
-    result = {"benchmark": "prefix", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "model": MODEL,
-              "precision": args.precision, "torch_threads": torch.get_num_threads(),
-              "machine_note": ("2 shared cores: this bench held /work/bench.lock at normal nice while other "
-                               "agents' work ran alongside at nice 19"),
-              "load_average_before_after": [load_before, os.getloadavg()], "workloads": out}
+    result = {
+        "benchmark": "prefix",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "model": MODEL,
+        "precision": args.precision,
+        "torch_threads": torch.get_num_threads(),
+        "machine_note": (
+            "2 shared cores: this bench held /work/bench.lock at normal nice while other "
+            "agents' work ran alongside at nice 19"
+        ),
+        "load_average_before_after": [load_before, os.getloadavg()],
+        "workloads": out,
+    }
     (HERE / "results" / "prefix.json").write_text(json.dumps(result, indent=1) + "\n")
 
 

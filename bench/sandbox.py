@@ -63,21 +63,29 @@ def main() -> None:
         health = pool.health()
     med_bare, med_box = statistics.median(bare), statistics.median(boxed)
     result = {
-        "program": " ".join(PROGRAM), "runs": args.runs, "backend": health["backend"],
-        "median_bare_ms": round(med_bare * 1e3, 2), "median_sandbox_ms": round(med_box * 1e3, 2),
+        "program": " ".join(PROGRAM),
+        "runs": args.runs,
+        "backend": health["backend"],
+        "median_bare_ms": round(med_bare * 1e3, 2),
+        "median_sandbox_ms": round(med_box * 1e3, 2),
         "median_overhead_ms": round((med_box - med_bare) * 1e3, 2),
         "runs_per_s": {k: {str(c): round(v, 1) for c, v in d.items()} for k, d in rates.items()},
         "targets": {"overhead_ms_max": 10, "runs_per_s_at_8_min": 60},
-        "machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
-                    "loadavg_1m_at_end": round(os.getloadavg()[0], 2)},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "kernel": platform.release(),
+            "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
+        },
         "health": health,
     }
     print(f"{'':24}{'bare':>10}{'sandbox':>10}")
     print(f"{'median per run (ms)':24}{result['median_bare_ms']:>10}{result['median_sandbox_ms']:>10}")
     for c in (1, 2, 8):
         print(f"{f'runs/s at {c} concurrent':24}{rates['bare'][c]:>10.1f}{rates['sandbox'][c]:>10.1f}")
-    print(f"median overhead: {result['median_overhead_ms']} ms (target <= 10); "
-          f"sandbox runs/s at 8: {rates['sandbox'][8]:.1f} (target >= 60); load {result['machine']['loadavg_1m_at_end']}")
+    print(
+        f"median overhead: {result['median_overhead_ms']} ms (target <= 10); "
+        f"sandbox runs/s at 8: {rates['sandbox'][8]:.1f} (target >= 60); load {result['machine']['loadavg_1m_at_end']}"
+    )
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)

@@ -36,8 +36,12 @@ sys.path.insert(0, str(ROOT / "src"))
 import httpx  # noqa: E402
 
 LEVELS = (1, 8, 32)
-PROMPTS = ["Explain in two sentences why the sky is blue.", "Write a haiku about autumn.",
-           "What is the capital of France, and why is it famous?", "Give three tips for learning to code."]
+PROMPTS = [
+    "Explain in two sentences why the sky is blue.",
+    "Write a haiku about autumn.",
+    "What is the capital of France, and why is it famous?",
+    "Give three tips for learning to code.",
+]
 
 
 def free_port() -> int:
@@ -48,9 +52,25 @@ def free_port() -> int:
 
 def start_server(state: Path, port: int, log: Path) -> subprocess.Popen:
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen([sys.executable, "-m", "tempering.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-                             "--state", str(state), "--max-tokens", "64"], env=env, stdout=log.open("ab"),
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tempering.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--state",
+            str(state),
+            "--max-tokens",
+            "64",
+        ],
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.time() + 180
     while time.time() < deadline:
         try:
@@ -63,13 +83,20 @@ def start_server(state: Path, port: int, log: Path) -> subprocess.Popen:
 
 
 def one_request(url: str, key: str, seed: int, max_tokens: int) -> dict:
-    body = {"model": "smollm2-135m-instruct", "stream": True, "max_tokens": max_tokens, "temperature": 0.7,
-            "seed": seed, "stream_options": {"include_usage": True},
-            "messages": [{"role": "user", "content": PROMPTS[seed % len(PROMPTS)]}]}
+    body = {
+        "model": "smollm2-135m-instruct",
+        "stream": True,
+        "max_tokens": max_tokens,
+        "temperature": 0.7,
+        "seed": seed,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": PROMPTS[seed % len(PROMPTS)]}],
+    }
     start, first, tokens, done = time.perf_counter(), None, 0, False
     try:
-        with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600,
-                          headers={"Authorization": f"Bearer {key}"}) as r:
+        with httpx.stream(
+            "POST", url + "/v1/chat/completions", json=body, timeout=600, headers={"Authorization": f"Bearer {key}"}
+        ) as r:
             if r.status_code != 200:
                 return {"ok": False, "error": f"status {r.status_code}"}
             for line in r.iter_lines():
@@ -116,13 +143,21 @@ def run_level(url: str, key: str, concurrency: int, per_stream: int, max_tokens:
     ok = [r for r in results if r["ok"]]
     lat, ttft = [r["latency"] for r in ok], [r["ttft"] for r in ok]
     tokens = sum(r["tokens"] for r in ok)
-    return {"concurrency": concurrency, "requests": len(results), "errors": len(results) - len(ok),
-            "error_rate": round((len(results) - len(ok)) / len(results), 4),
-            "error_kinds": sorted({r["error"] for r in results if not r["ok"]}),
-            "latency_p50_s": percentile(lat, 50), "latency_p99_s": percentile(lat, 99),
-            "latency_mean_s": round(statistics.mean(lat), 3) if lat else None,
-            "ttft_p50_s": percentile(ttft, 50), "ttft_p99_s": percentile(ttft, 99),
-            "completion_tokens": tokens, "wall_s": round(wall, 2), "tokens_per_s": round(tokens / wall, 2)}
+    return {
+        "concurrency": concurrency,
+        "requests": len(results),
+        "errors": len(results) - len(ok),
+        "error_rate": round((len(results) - len(ok)) / len(results), 4),
+        "error_kinds": sorted({r["error"] for r in results if not r["ok"]}),
+        "latency_p50_s": percentile(lat, 50),
+        "latency_p99_s": percentile(lat, 99),
+        "latency_mean_s": round(statistics.mean(lat), 3) if lat else None,
+        "ttft_p50_s": percentile(ttft, 50),
+        "ttft_p99_s": percentile(ttft, 99),
+        "completion_tokens": tokens,
+        "wall_s": round(wall, 2),
+        "tokens_per_s": round(tokens / wall, 2),
+    }
 
 
 def main() -> None:
@@ -150,11 +185,18 @@ def main() -> None:
             proc.wait(30)
     by_level = {r["concurrency"]: r for r in rows}
     result = {
-        "bench": "serve", "model": "smollm2-135m-instruct", "precision": resolve_precision("auto"),
+        "bench": "serve",
+        "model": "smollm2-135m-instruct",
+        "precision": resolve_precision("auto"),
         "endpoint": "POST /v1/chat/completions, stream, include_usage; 127.0.0.1 only",
-        "max_tokens": args.max_tokens, "temperature": 0.7, "requests_per_stream": per, "levels": rows,
+        "max_tokens": args.max_tokens,
+        "temperature": 0.7,
+        "requests_per_stream": per,
+        "levels": rows,
         "errors_at_32": by_level[32]["errors"] if 32 in by_level else None,
-        "warmup_request": warm, "server_start_s": started_s, "total_s": round(time.time() - began, 1),
+        "warmup_request": warm,
+        "server_start_s": started_s,
+        "total_s": round(time.time() - began, 1),
         "batching": "continuous (BatchingEngine, 32 slots): concurrent requests decode in one running batch",
         "machine": {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()},
         "note": "other agents' jobs ran at nice 19 alongside (2 shared cores); this bench at normal nice under the lock",
@@ -162,8 +204,9 @@ def main() -> None:
     if args.out.is_file():
         old = json.loads(args.out.read_text())
         if str(old.get("batching", "")).startswith("none"):
-            result["before_batching"] = {k: old.get(k) for k in ("levels", "errors_at_32", "total_s", "batching",
-                                                                  "note")}
+            result["before_batching"] = {
+                k: old.get(k) for k in ("levels", "errors_at_32", "total_s", "batching", "note")
+            }
         elif "before_batching" in old:
             result["before_batching"] = old["before_batching"]
     print(json.dumps(result, indent=1))

@@ -33,8 +33,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
-def run_tempering(model_dir: str, conversations: list[dict], max_length: int, batch: int,
-                  steps: int, warmup: int, compile_layers: bool = False) -> dict:
+def run_tempering(
+    model_dir: str,
+    conversations: list[dict],
+    max_length: int,
+    batch: int,
+    steps: int,
+    warmup: int,
+    compile_layers: bool = False,
+) -> dict:
     """Tempering's SFT path (render -> pack -> Trainer), timing steps warmup+1 .. warmup+steps."""
     import torch
 
@@ -43,20 +50,32 @@ def run_tempering(model_dir: str, conversations: list[dict], max_length: int, ba
     from tempering.data.render import detect_tool_call_style, render_records
     from tempering.models.load import load_tokenizer
     from tempering.models.lora import load_for_training
-    from tempering.recipes.sft import SFTData, sft_components
     from tempering.models.precision import resolve_precision
+    from tempering.recipes.sft import SFTData, sft_components
     from tempering.train.trainer import Trainer
     from tempering.types import Conversation
 
     tokenizer = load_tokenizer(model_dir)
-    loaded = LoadResult(records=[Record(Conversation.model_validate(c), "bench", f"row {i}")
-                                 for i, c in enumerate(conversations, 1)], rows=len(conversations))
+    loaded = LoadResult(
+        records=[Record(Conversation.model_validate(c), "bench", f"row {i}") for i, c in enumerate(conversations, 1)],
+        rows=len(conversations),
+    )
     examples = render_records(loaded, tokenizer, detect_tool_call_style(tokenizer), max_length)
-    cfg = SFTConfig.model_validate({
-        "model": model_dir, "lora": None, "data": {"train": ["<bench conversations>"], "max_length": max_length,
-                                                   "packing": True},
-        "train": {"steps": warmup + steps + 1, "batch_size": batch, "precision": "auto", "compile": compile_layers,
-                  "optim": {"lr": 1e-5, "schedule": "constant"}, "checkpoint": {"every": 10_000, "keep_last": 1}}})
+    cfg = SFTConfig.model_validate(
+        {
+            "model": model_dir,
+            "lora": None,
+            "data": {"train": ["<bench conversations>"], "max_length": max_length, "packing": True},
+            "train": {
+                "steps": warmup + steps + 1,
+                "batch_size": batch,
+                "precision": "auto",
+                "compile": compile_layers,
+                "optim": {"lr": 1e-5, "schedule": "constant"},
+                "checkpoint": {"every": 10_000, "keep_last": 1},
+            },
+        }
+    )
     model = load_for_training(model_dir, None)
     batches, _, objective = sft_components(cfg, SFTData(examples, [], {}, list(loaded.errors)), tokenizer.pad_token_id)
     settings = cfg.train
@@ -73,12 +92,21 @@ def run_tempering(model_dir: str, conversations: list[dict], max_length: int, ba
     with tempfile.TemporaryDirectory() as run_dir:
         Trainer(model, objective, batches, settings, Path(run_dir), callbacks=[timer]).fit()
     seconds = clock["t1"] - clock["t0"]
-    return {"real_tokens": tokens["real"], "seconds": seconds, "real_tokens_per_s": tokens["real"] / seconds,
-            "loss": "assistant_only", "settings": {"packing": True, "precision": resolve_precision("auto"),
-                                                   "head_on_targets_only": True, "compile": compile_layers,
-                                                   "torch_threads": torch.get_num_threads()},
-            "excluded_over_max_length": len(loaded.errors),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "real_tokens": tokens["real"],
+        "seconds": seconds,
+        "real_tokens_per_s": tokens["real"] / seconds,
+        "loss": "assistant_only",
+        "settings": {
+            "packing": True,
+            "precision": resolve_precision("auto"),
+            "head_on_targets_only": True,
+            "compile": compile_layers,
+            "torch_threads": torch.get_num_threads(),
+        },
+        "excluded_over_max_length": len(loaded.errors),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def run_trl(model_dir: str, conversations: list[dict], max_length: int, batch: int, steps: int, warmup: int) -> dict:
@@ -86,13 +114,13 @@ def run_trl(model_dir: str, conversations: list[dict], max_length: int, batch: i
 
     # TRL's fastest settings measured here (trl_peer.DEFAULT_SETTINGS: padding-free, no packing,
     # no gradient checkpointing), with the same assistant-only objective as Tempering.
-    return run_trl_sft(model_dir, conversations, max_length, batch, steps, warmup_steps=warmup,
-                       settings={"assistant_only_loss": True})
+    return run_trl_sft(
+        model_dir, conversations, max_length, batch, steps, warmup_steps=warmup, settings={"assistant_only_loss": True}
+    )
 
 
 def child(args: argparse.Namespace) -> None:
     from sft_data import make_bench_conversations
-
     from tempering.models.load import resolve_model
 
     model_dir = resolve_model("smollm2-135m-instruct")
@@ -122,7 +150,6 @@ def main() -> None:
 
     from peak import measure_bf16_matmul_peak, model_flops_per_token
     from sft_data import make_bench_conversations
-
     from tempering.models.load import load_model, load_tokenizer
     from tempering.models.precision import resolve_precision
 
@@ -130,7 +157,8 @@ def main() -> None:
     for name in ("tempering", "tempering_compiled", "trl"):
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             cmd = [sys.executable, __file__, "--child", name, "--out", out.name] + [
-                f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("child", "out")]
+                f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("child", "out")
+            ]
             print(f"running {name} ...", flush=True)
             subprocess.run(cmd, check=True)
             runs[name] = json.loads(Path(out.name).read_text())
@@ -138,8 +166,10 @@ def main() -> None:
     fp32_peak = measure_bf16_matmul_peak(3.0, dtype=torch.float32)
     model = load_model("smollm2-135m-instruct")
     tok = load_tokenizer("smollm2-135m-instruct")
-    lengths = [len(tok.apply_chat_template(c["messages"], tokenize=True, return_dict=True)["input_ids"])
-               for c in make_bench_conversations(args.examples, seed=0)]
+    lengths = [
+        len(tok.apply_chat_template(c["messages"], tokenize=True, return_dict=True)["input_ids"])
+        for c in make_bench_conversations(args.examples, seed=0)
+    ]
     doc_len = sum(n * n for n in lengths) / sum(lengths)  # token-weighted attention span
     flops_per_token = model_flops_per_token(model, seq_len=doc_len)
     precision = resolve_precision("auto")
@@ -151,29 +181,48 @@ def main() -> None:
     # Headline: Tempering's best setting vs TRL's best; both Tempering settings are reported.
     best = max(("tempering", "tempering_compiled"), key=lambda n: runs[n]["real_tokens_per_s"])
     ratio = runs[best]["real_tokens_per_s"] / runs["trl"]["real_tokens_per_s"]
-    ratios = {n: runs[n]["real_tokens_per_s"] / runs["trl"]["real_tokens_per_s"] for n in ("tempering", "tempering_compiled")}
+    ratios = {
+        n: runs[n]["real_tokens_per_s"] / runs["trl"]["real_tokens_per_s"] for n in ("tempering", "tempering_compiled")
+    }
     result = {
-        "benchmark": "sft", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "model": "smollm2-135m-instruct (full params)",
-        "batch": args.batch, "max_length": args.max_length, "timed_steps": args.steps, "warmup_steps": args.warmup,
-        "examples": args.examples, "precision": precision,
-        "cpu": platform.processor() or platform.machine(), "native_bf16": precision == "bf16",
-        "bf16_matmul_peak_gflops": bf16_peak / 1e9, "fp32_matmul_peak_gflops": fp32_peak / 1e9,
-        "model_flops_per_token": flops_per_token, "ratio_real_tokens_per_s": ratio, "best_tempering_setting": best,
+        "benchmark": "sft",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "model": "smollm2-135m-instruct (full params)",
+        "batch": args.batch,
+        "max_length": args.max_length,
+        "timed_steps": args.steps,
+        "warmup_steps": args.warmup,
+        "examples": args.examples,
+        "precision": precision,
+        "cpu": platform.processor() or platform.machine(),
+        "native_bf16": precision == "bf16",
+        "bf16_matmul_peak_gflops": bf16_peak / 1e9,
+        "fp32_matmul_peak_gflops": fp32_peak / 1e9,
+        "model_flops_per_token": flops_per_token,
+        "ratio_real_tokens_per_s": ratio,
+        "best_tempering_setting": best,
         "ratios_by_setting": ratios,
-        "target_ratio": 2.0, "runs": runs,
+        "target_ratio": 2.0,
+        "runs": runs,
     }
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "sft.json").write_text(json.dumps(result, indent=1, default=str))
-    print(f"\nSFT throughput, batch {args.batch}, max length {args.max_length}, precision {precision}, "
-          f"peaks bf16 {bf16_peak / 1e9:.1f} / fp32 {fp32_peak / 1e9:.1f} GFLOP/s")
+    print(
+        f"\nSFT throughput, batch {args.batch}, max length {args.max_length}, precision {precision}, "
+        f"peaks bf16 {bf16_peak / 1e9:.1f} / fp32 {fp32_peak / 1e9:.1f} GFLOP/s"
+    )
     print(f"{'':20}{'real tok/s':>12}{'MFU(used)':>11}{'MFU(bf16)':>11}{'peak RSS MB':>13}")
     for name, r in runs.items():
         # Against an emulated bf16 peak (no AMX/AVX512-BF16) the percentage means nothing.
         bf16_col = f"{r['mfu_vs_bf16_peak']:11.1%}" if precision == "bf16" else f"{'n/a':>11}"
-        print(f"{name:20}{r['real_tokens_per_s']:12.1f}{r['mfu_vs_peak_of_precision_used']:11.1%}"
-              f"{bf16_col}{r['peak_rss_mb']:13.0f}")
-    print(f"ratio tempering ({best}) / trl: {ratio:.2f}x (target 2.0x); "
-          + ", ".join(f"{n} {r:.2f}x" for n, r in ratios.items()))
+        print(
+            f"{name:20}{r['real_tokens_per_s']:12.1f}{r['mfu_vs_peak_of_precision_used']:11.1%}"
+            f"{bf16_col}{r['peak_rss_mb']:13.0f}"
+        )
+    print(
+        f"ratio tempering ({best}) / trl: {ratio:.2f}x (target 2.0x); "
+        + ", ".join(f"{n} {r:.2f}x" for n, r in ratios.items())
+    )
 
 
 if __name__ == "__main__":

@@ -23,53 +23,162 @@ __all__ = ["make_bench_conversations"]
 # ----------------------------------------------------------------------------- word banks
 
 _NAMES = [
-    "Ava", "Ben", "Chloe", "Diego", "Elena", "Farah", "George", "Hana", "Ivan", "Jamal",
-    "Keiko", "Liam", "Maya", "Noah", "Olga", "Priya", "Quinn", "Rosa", "Samir", "Tara",
+    "Ava",
+    "Ben",
+    "Chloe",
+    "Diego",
+    "Elena",
+    "Farah",
+    "George",
+    "Hana",
+    "Ivan",
+    "Jamal",
+    "Keiko",
+    "Liam",
+    "Maya",
+    "Noah",
+    "Olga",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Samir",
+    "Tara",
 ]
 _ITEMS = [
-    ("apple", "apples"), ("book", "books"), ("marble", "marbles"), ("pencil", "pencils"),
-    ("sticker", "stickers"), ("cookie", "cookies"), ("stamp", "stamps"), ("shell", "shells"),
-    ("card", "cards"), ("plant", "plants"), ("coin", "coins"), ("ribbon", "ribbons"),
+    ("apple", "apples"),
+    ("book", "books"),
+    ("marble", "marbles"),
+    ("pencil", "pencils"),
+    ("sticker", "stickers"),
+    ("cookie", "cookies"),
+    ("stamp", "stamps"),
+    ("shell", "shells"),
+    ("card", "cards"),
+    ("plant", "plants"),
+    ("coin", "coins"),
+    ("ribbon", "ribbons"),
 ]
 _PLACES = ["the market", "school", "the library", "a garage sale", "the bakery", "a craft fair", "the park"]
 
 _TOPICS = [
-    "photosynthesis", "the water cycle", "compound interest", "recursion in programming",
-    "how vaccines work", "plate tectonics", "the French Revolution", "supply and demand",
-    "machine learning", "the immune system", "climate change", "how a CPU executes instructions",
-    "the stock market", "black holes", "version control with git", "healthy sleep habits",
-    "the history of the printing press", "renewable energy", "how bridges carry loads",
-    "public key cryptography", "the Roman Empire", "ocean currents", "time management",
-    "how search engines rank pages", "the basics of nutrition",
+    "photosynthesis",
+    "the water cycle",
+    "compound interest",
+    "recursion in programming",
+    "how vaccines work",
+    "plate tectonics",
+    "the French Revolution",
+    "supply and demand",
+    "machine learning",
+    "the immune system",
+    "climate change",
+    "how a CPU executes instructions",
+    "the stock market",
+    "black holes",
+    "version control with git",
+    "healthy sleep habits",
+    "the history of the printing press",
+    "renewable energy",
+    "how bridges carry loads",
+    "public key cryptography",
+    "the Roman Empire",
+    "ocean currents",
+    "time management",
+    "how search engines rank pages",
+    "the basics of nutrition",
 ]
 _LIST_SUBJECTS = [
-    "tips for learning a new language", "ways to save money on groceries", "ideas for a rainy day",
-    "habits of productive people", "steps to start a vegetable garden", "reasons to learn to code",
-    "ways to reduce stress at work", "things to pack for a camping trip", "ways to improve your writing",
-    "exercises you can do at home", "strategies for studying for exams", "ways to be a better listener",
-    "tips for a job interview", "ideas for a small birthday party", "ways to make a home more energy efficient",
+    "tips for learning a new language",
+    "ways to save money on groceries",
+    "ideas for a rainy day",
+    "habits of productive people",
+    "steps to start a vegetable garden",
+    "reasons to learn to code",
+    "ways to reduce stress at work",
+    "things to pack for a camping trip",
+    "ways to improve your writing",
+    "exercises you can do at home",
+    "strategies for studying for exams",
+    "ways to be a better listener",
+    "tips for a job interview",
+    "ideas for a small birthday party",
+    "ways to make a home more energy efficient",
 ]
 _ADJ = [
-    "simple", "important", "practical", "common", "effective", "surprising", "basic", "useful",
-    "careful", "gradual", "consistent", "clear", "small", "reliable", "flexible", "natural",
+    "simple",
+    "important",
+    "practical",
+    "common",
+    "effective",
+    "surprising",
+    "basic",
+    "useful",
+    "careful",
+    "gradual",
+    "consistent",
+    "clear",
+    "small",
+    "reliable",
+    "flexible",
+    "natural",
 ]
 _NOUNS = [
-    "process", "idea", "system", "pattern", "method", "result", "example", "factor", "step",
-    "habit", "resource", "principle", "question", "change", "structure", "goal", "routine",
+    "process",
+    "idea",
+    "system",
+    "pattern",
+    "method",
+    "result",
+    "example",
+    "factor",
+    "step",
+    "habit",
+    "resource",
+    "principle",
+    "question",
+    "change",
+    "structure",
+    "goal",
+    "routine",
 ]
 _VERBS = [
-    "improves", "explains", "supports", "changes", "reduces", "creates", "connects", "shapes",
-    "affects", "protects", "reveals", "balances", "organizes", "drives", "limits", "strengthens",
+    "improves",
+    "explains",
+    "supports",
+    "changes",
+    "reduces",
+    "creates",
+    "connects",
+    "shapes",
+    "affects",
+    "protects",
+    "reveals",
+    "balances",
+    "organizes",
+    "drives",
+    "limits",
+    "strengthens",
 ]
 _ADV = ["often", "usually", "gradually", "quickly", "rarely", "naturally", "directly", "clearly"]
 _OPENERS = [
-    "In practice,", "For example,", "At the same time,", "As a result,", "In most cases,",
-    "More importantly,", "On the other hand,", "Over time,", "In simple terms,", "Because of this,",
-    "Historically,", "To put it another way,",
+    "In practice,",
+    "For example,",
+    "At the same time,",
+    "As a result,",
+    "In most cases,",
+    "More importantly,",
+    "On the other hand,",
+    "Over time,",
+    "In simple terms,",
+    "Because of this,",
+    "Historically,",
+    "To put it another way,",
 ]
 _CLOSERS = [
-    "I hope this helps!", "Let me know if you want more detail on any part.",
-    "Feel free to ask a follow-up question.", "That is the short version of a big topic.",
+    "I hope this helps!",
+    "Let me know if you want more detail on any part.",
+    "Feel free to ask a follow-up question.",
+    "That is the short version of a big topic.",
     "",
 ]
 _SYSTEM_PROMPTS = [
@@ -80,14 +189,18 @@ _SYSTEM_PROMPTS = [
     "You are an expert assistant that writes well-structured answers.",
 ]
 _FOLLOWUPS = [
-    "Can you explain that in simpler terms?", "Can you give me another example?",
-    "Why does that matter?", "Could you summarize that in a few sentences?",
-    "What is a common mistake people make here?", "Thanks! What should I read next?",
+    "Can you explain that in simpler terms?",
+    "Can you give me another example?",
+    "Why does that matter?",
+    "Could you summarize that in a few sentences?",
+    "What is a common mistake people make here?",
+    "Thanks! What should I read next?",
     "How would you explain this to a ten-year-old?",
 ]
 
 
 # ----------------------------------------------------------------------------- text pieces
+
 
 def _a(word: str) -> str:
     return ("an " if word[0] in "aeiou" else "a ") + word
@@ -120,6 +233,7 @@ def _sentences_for_tokens(tokens: int) -> int:
 
 
 # ----------------------------------------------------------------------------- task kinds
+
 
 def _math_problem(rng: random.Random, budget: int) -> tuple[str, str]:
     name, other = rng.sample(_NAMES, 2)
@@ -167,11 +281,13 @@ def _math_problem(rng: random.Random, budget: int) -> tuple[str, str]:
 def _list_answer(rng: random.Random, budget: int) -> tuple[str, str]:
     subject = rng.choice(_LIST_SUBJECTS)
     n_items = max(3, min(12, budget // 30))
-    user = rng.choice([
-        f"Give me {n_items} {subject}.",
-        f"Can you list {n_items} {subject}? Please keep each one short.",
-        f"I need a numbered list of {n_items} {subject}.",
-    ])
+    user = rng.choice(
+        [
+            f"Give me {n_items} {subject}.",
+            f"Can you list {n_items} {subject}? Please keep each one short.",
+            f"I need a numbered list of {n_items} {subject}.",
+        ]
+    )
     per_item = max(1, (budget - 20) // (n_items * 17))
     lines = [f"Here are {n_items} {subject}:"]
     for i in range(n_items):
@@ -185,12 +301,14 @@ def _list_answer(rng: random.Random, budget: int) -> tuple[str, str]:
 
 def _explanation(rng: random.Random, budget: int) -> tuple[str, str]:
     topic = rng.choice(_TOPICS)
-    user = rng.choice([
-        f"Explain {topic}.",
-        f"Can you explain {topic} in simple terms?",
-        f"What should a beginner know about {topic}?",
-        f"Write a short overview of {topic} for a student.",
-    ])
+    user = rng.choice(
+        [
+            f"Explain {topic}.",
+            f"Can you explain {topic} in simple terms?",
+            f"What should a beginner know about {topic}?",
+            f"Write a short overview of {topic} for a student.",
+        ]
+    )
     n_sent = _sentences_for_tokens(budget)
     n_par = max(1, min(4, n_sent // 4))
     per = [n_sent // n_par + (1 if i < n_sent % n_par else 0) for i in range(n_par)]
@@ -203,12 +321,16 @@ def _short_qa(rng: random.Random, budget: int) -> tuple[str, str]:
     a, b = rng.randint(2, 99), rng.randint(2, 99)
     kind = rng.randrange(3)
     if kind == 0:
-        return (f"What is {a} times {b}?",
-                f"To multiply {a} by {b}, split it up: {a} x {b // 10 * 10} = {a * (b // 10 * 10)} and "
-                f"{a} x {b % 10} = {a * (b % 10)}. Adding them gives {a * b}. So {a} times {b} is {a * b}.")
+        return (
+            f"What is {a} times {b}?",
+            f"To multiply {a} by {b}, split it up: {a} x {b // 10 * 10} = {a * (b // 10 * 10)} and "
+            f"{a} x {b % 10} = {a * (b % 10)}. Adding them gives {a * b}. So {a} times {b} is {a * b}.",
+        )
     if kind == 1:
-        return (f"What is {a} plus {b}? Answer briefly.",
-                f"Adding the tens and the ones separately: {a} + {b} = {a + b}. The answer is {a + b}.")
+        return (
+            f"What is {a} plus {b}? Answer briefly.",
+            f"Adding the tens and the ones separately: {a} + {b} = {a + b}. The answer is {a + b}.",
+        )
     topic = rng.choice(_TOPICS)
     return f"In one or two sentences, what is {topic}?", _paragraph(rng, topic, _sentences_for_tokens(budget))
 
@@ -270,9 +392,13 @@ if __name__ == "__main__":  # quick look at the length distribution
 
     tok = AutoTokenizer.from_pretrained(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("SMOL_DIR", "/tmp/smol"))
     convs = make_bench_conversations(512, 0)
-    lens = sorted(len(tok.apply_chat_template(c["messages"], tokenize=True, return_dict=True)["input_ids"]) for c in convs)
-    q = lambda p: lens[min(len(lens) - 1, int(p * len(lens)))]  # noqa: E731
-    print(f"n={len(lens)} min={lens[0]} p10={q(.1)} p25={q(.25)} median={q(.5)} p75={q(.75)} p90={q(.9)} "
-          f"max={lens[-1]} mean={statistics.mean(lens):.1f}")
+    lens = sorted(
+        len(tok.apply_chat_template(c["messages"], tokenize=True, return_dict=True)["input_ids"]) for c in convs
+    )
+    q = lambda p: lens[min(len(lens) - 1, int(p * len(lens)))]
+    print(
+        f"n={len(lens)} min={lens[0]} p10={q(0.1)} p25={q(0.25)} median={q(0.5)} p75={q(0.75)} p90={q(0.9)} "
+        f"max={lens[-1]} mean={statistics.mean(lens):.1f}"
+    )
     print(f"multi-turn: {sum(sum(m['role'] == 'user' for m in c['messages']) > 1 for c in convs)}/{len(convs)}")
     print(convs[0]["messages"])

@@ -48,9 +48,16 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "speculative.json"
 MODEL = "smollm2-135m-instruct"
 # keys of the session-7 layout (one timing per precision, bf16 by autocast over fp32 weights)
-STALE_KEYS = ("timing_by_precision", "batch1_fastest_off", "batch1_fastest_speculative", "batch8_fastest_off",
-              "batch8_fastest_speculative", "speculative_speedup_batch1_same_precision",
-              "speculative_speedup_batch8_same_precision", "timing_load_average_before_after")
+STALE_KEYS = (
+    "timing_by_precision",
+    "batch1_fastest_off",
+    "batch1_fastest_speculative",
+    "batch8_fastest_off",
+    "batch8_fastest_speculative",
+    "speculative_speedup_batch1_same_precision",
+    "speculative_speedup_batch8_same_precision",
+    "timing_load_average_before_after",
+)
 
 
 def prompts_for(engine, n: int, seed: int = 0) -> list[list[int]]:
@@ -76,11 +83,16 @@ def timed(engine, prompts, batch: int, params) -> dict:
         engine.stats = type(engine.stats)(engine.k)
     tokens, t0 = 0, time.perf_counter()
     for start in range(0, len(prompts), batch):
-        for group in engine.generate(prompts[start:start + batch], params):
+        for group in engine.generate(prompts[start : start + batch], params):
             tokens += len(group[0].token_ids)
     seconds = time.perf_counter() - t0
-    out = {"batch": batch, "prompts": len(prompts), "tokens": tokens, "seconds": round(seconds, 2),
-           "tokens_per_s": round(tokens / seconds, 2)}
+    out = {
+        "batch": batch,
+        "prompts": len(prompts),
+        "tokens": tokens,
+        "seconds": round(seconds, 2),
+        "tokens_per_s": round(tokens / seconds, 2),
+    }
     if hasattr(engine, "stats"):
         out.update(engine.stats.summary())
     return out
@@ -111,9 +123,15 @@ class HFGenerate:
 
         ids, mask = left_pad(prompts, self.pad)
         with torch.no_grad():
-            out = self.model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=params.max_new_tokens,
-                                      eos_token_id=self.eos, pad_token_id=self.pad)[:, ids.shape[1]:].tolist()
-        cut = [row[:row.index(self.eos) + 1] if self.eos in row else row for row in out]
+            out = self.model.generate(
+                ids,
+                attention_mask=mask,
+                do_sample=False,
+                max_new_tokens=params.max_new_tokens,
+                eos_token_id=self.eos,
+                pad_token_id=self.pad,
+            )[:, ids.shape[1] :].tolist()
+        cut = [row[: row.index(self.eos) + 1] if self.eos in row else row for row in out]
         return [[Completion(i, row, [], "", "stop")] for i, row in enumerate(cut)]
 
 
@@ -137,8 +155,9 @@ def run_timing(args) -> dict:
     batch, rows = args.batch, []
 
     def add(config: str, weights: str, precision: str, engine) -> None:
-        rows.append({"config": config, "weights": weights, "precision": precision,
-                     **timed(engine, prompts, batch, params)})
+        rows.append(
+            {"config": config, "weights": weights, "precision": precision, **timed(engine, prompts, batch, params)}
+        )
         print(rows[-1], flush=True)
 
     # off: the target alone, every way this repo (or HF) decodes it
@@ -146,8 +165,9 @@ def run_timing(args) -> dict:
     add("off: HFEngine", "fp32", "bf16", HFEngine(target32, tokenizer, "bf16"))
     add("off: HFEngine", "bf16", "bf16", HFEngine(target16, tokenizer, "bf16"))
     add("off: HF generate", "bf16", "bf16", HFGenerate(target16, tokenizer))
-    add("off: BatchingEngine", "bf16", "bf16",
-        BatchingEngine(target16, tokenizer, "bf16", max_slots=batch, max_len=512))
+    add(
+        "off: BatchingEngine", "bf16", "bf16", BatchingEngine(target16, tokenizer, "bf16", max_slots=batch, max_len=512)
+    )
     # on: the same target with the distilled draft, both with the same weights and precision
     for spec in args.spec_precisions:
         weights, precision = spec.split("/")
@@ -156,27 +176,44 @@ def run_timing(args) -> dict:
             head, k, confidence = config.split(":")
             if head == "fr" and vocab is None:
                 continue
-            drafter = ModelDrafter(draft, precision, tokenizer.pad_token_id, vocab if head == "fr" else None,
-                                   min_confidence=float(confidence))
+            drafter = ModelDrafter(
+                draft,
+                precision,
+                tokenizer.pad_token_id,
+                vocab if head == "fr" else None,
+                min_confidence=float(confidence),
+            )
             label = f"on: distilled draft, {'FR-Spec' if head == 'fr' else 'full'} head" + (
-                f", min_confidence {confidence}" if float(confidence) > 0 else "")
+                f", min_confidence {confidence}" if float(confidence) > 0 else ""
+            )
             add(label, weights, precision, SpeculativeEngine(target, tokenizer, drafter, int(k), precision))
-    add("on: prompt lookup", "bf16", "bf16",
-        SpeculativeEngine(target16, tokenizer, PromptLookupDrafter(3, 1), args.lookup_k, "bf16"))
+    add(
+        "on: prompt lookup",
+        "bf16",
+        "bf16",
+        SpeculativeEngine(target16, tokenizer, PromptLookupDrafter(3, 1), args.lookup_k, "bf16"),
+    )
     off = max((r for r in rows if r["config"].startswith("off")), key=lambda r: r["tokens_per_s"])
     on = max((r for r in rows if r["config"].startswith("on: distilled")), key=lambda r: r["tokens_per_s"])
     lookup = next(r for r in rows if r["config"] == "on: prompt lookup")
     for r in rows:
         r["vs_fastest_off"] = round(r["tokens_per_s"] / off["tokens_per_s"], 3)
-    return {f"timing_batch{batch}": {
-        "threads": args.threads, "workload": f"{args.prompts} arithmetic held-out chat prompts, {batch} at a "
-        f"time, greedy, max_new_tokens {args.max_new_tokens}", "draft": args.draft,
-        "draft_params": sum(p.numel() for p in draft32.parameters()),
-        "target_params": sum(p.numel() for p in target32.parameters()),
-        "fr_spec_vocab": None if vocab is None else len(vocab),
-        "rows": rows, "fastest_off": off, "fastest_speculative": on},
+    return {
+        f"timing_batch{batch}": {
+            "threads": args.threads,
+            "workload": f"{args.prompts} arithmetic held-out chat prompts, {batch} at a "
+            f"time, greedy, max_new_tokens {args.max_new_tokens}",
+            "draft": args.draft,
+            "draft_params": sum(p.numel() for p in draft32.parameters()),
+            "target_params": sum(p.numel() for p in target32.parameters()),
+            "fr_spec_vocab": None if vocab is None else len(vocab),
+            "rows": rows,
+            "fastest_off": off,
+            "fastest_speculative": on,
+        },
         f"speculative_speedup_batch{batch}": on["vs_fastest_off"],
-        f"prompt_lookup_speedup_batch{batch}": lookup["vs_fastest_off"]}
+        f"prompt_lookup_speedup_batch{batch}": lookup["vs_fastest_off"],
+    }
 
 
 def run_lossless(args) -> dict:
@@ -200,16 +237,29 @@ def run_lossless(args) -> dict:
         drafter = ModelDrafter(draft, prec, tokenizer.pad_token_id, vocab, min_confidence=float(confidence))
         spec = SpeculativeEngine(target, tokenizer, drafter, int(k), prec)
         fast = [g[0].token_ids for g in spec.generate(prompts, params)]
-        alone8 = [t for s in range(0, len(prompts), 8)
-                  for t in (g[0].token_ids for g in base.generate(prompts[s:s + 8], params))]
-        out[prec] = {"prompts": len(prompts), "identical_to_target_alone": sum(a == b for a, b in zip(alone, fast)),
-                     "target_alone_batch200_vs_batch8_identical": sum(a == b for a, b in zip(alone, alone8)),
-                     "acceptance": spec.stats.summary()}
+        alone8 = [
+            t
+            for s in range(0, len(prompts), 8)
+            for t in (g[0].token_ids for g in base.generate(prompts[s : s + 8], params))
+        ]
+        out[prec] = {
+            "prompts": len(prompts),
+            "identical_to_target_alone": sum(a == b for a, b in zip(alone, fast)),
+            "target_alone_batch200_vs_batch8_identical": sum(a == b for a, b in zip(alone, alone8)),
+            "acceptance": spec.stats.summary(),
+        }
         print(prec, out[prec], flush=True)
-    return {"greedy_lossless": out, "greedy_lossless_settings": {
-        "draft": args.draft, "head": "FR-Spec" if head == "fr" else "full", "k": int(k),
-        "min_confidence": float(confidence), "max_new_tokens": args.max_new_tokens,
-        "prompts": "arithmetic held-out chat prompts (seed 1), all in one batch"}}
+    return {
+        "greedy_lossless": out,
+        "greedy_lossless_settings": {
+            "draft": args.draft,
+            "head": "FR-Spec" if head == "fr" else "full",
+            "k": int(k),
+            "min_confidence": float(confidence),
+            "max_new_tokens": args.max_new_tokens,
+            "prompts": "arithmetic held-out chat prompts (seed 1), all in one batch",
+        },
+    }
 
 
 def main() -> None:
@@ -225,12 +275,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--lossless-precisions", nargs="+", default=["fp32", "bf16"])
     parser.add_argument("--batch", type=int, default=1, help="timing: prompts decoded together (1 or 8)")
-    parser.add_argument("--drafts", nargs="+",
-                        default=["fr:2:0", "fr:3:0", "fr:4:0", "fr:4:0.4", "fr:6:0.4", "full:4:0.4"],
-                        help="timing: HEAD:K:MIN_CONFIDENCE of each speculative row (head fr = FR-Spec, full)")
-    parser.add_argument("--spec-precisions", nargs="+", default=["bf16/bf16"],
-                        help="timing: WEIGHTS/COMPUTE of target and draft under speculation "
-                             "(bf16/bf16, fp32/bf16, fp32/fp32)")
+    parser.add_argument(
+        "--drafts",
+        nargs="+",
+        default=["fr:2:0", "fr:3:0", "fr:4:0", "fr:4:0.4", "fr:6:0.4", "full:4:0.4"],
+        help="timing: HEAD:K:MIN_CONFIDENCE of each speculative row (head fr = FR-Spec, full)",
+    )
+    parser.add_argument(
+        "--spec-precisions",
+        nargs="+",
+        default=["bf16/bf16"],
+        help="timing: WEIGHTS/COMPUTE of target and draft under speculation (bf16/bf16, fp32/bf16, fp32/fp32)",
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     result = run_timing(args) if args.mode == "timing" else run_lossless(args)
@@ -239,16 +295,24 @@ def main() -> None:
         previous.pop(stale, None)
     if args.mode == "timing":
         block = result[f"timing_batch{args.batch}"]
-        block.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                     load_average_before_after=[load_before, os.getloadavg()])
+        block.update(
+            date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            load_average_before_after=[load_before, os.getloadavg()],
+        )
         # every run stays on record: its headline, and its rows once a newer run replaces them
-        previous.setdefault(f"speculative_speedup_batch{args.batch}_every_run", []).append({
-            "date": block["date"], "draft": args.draft, "speedup": result[f"speculative_speedup_batch{args.batch}"],
-            "fastest_off_tokens_per_s": block["fastest_off"]["tokens_per_s"],
-            "fastest_speculative_tokens_per_s": block["fastest_speculative"]["tokens_per_s"]})
+        previous.setdefault(f"speculative_speedup_batch{args.batch}_every_run", []).append(
+            {
+                "date": block["date"],
+                "draft": args.draft,
+                "speedup": result[f"speculative_speedup_batch{args.batch}"],
+                "fastest_off_tokens_per_s": block["fastest_off"]["tokens_per_s"],
+                "fastest_speculative_tokens_per_s": block["fastest_speculative"]["tokens_per_s"],
+            }
+        )
         if f"timing_batch{args.batch}" in previous:
             previous.setdefault(f"timing_batch{args.batch}_earlier_runs", []).append(
-                previous[f"timing_batch{args.batch}"])
+                previous[f"timing_batch{args.batch}"]
+            )
         # the headline: the median over every run with this draft (one run on 2 shared cores
         # varies by ~15%), so a lucky latest run does not set it
         runs = [r for r in previous[f"speculative_speedup_batch{args.batch}_every_run"] if r["draft"] == args.draft]
@@ -257,10 +321,17 @@ def main() -> None:
     else:
         result["lossless_load_average_before_after"] = [load_before, os.getloadavg()]
     previous.update(result)
-    previous.update({"benchmark": "speculative", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                     "model": MODEL, "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-                     "note": "2 shared cores; timing ran alone under the bench lock while other agents' work ran "
-                             "at nice 19; lossless ran at nice 19 (no timing)"})
+    previous.update(
+        {
+            "benchmark": "speculative",
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "model": MODEL,
+            "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "note": "2 shared cores; timing ran alone under the bench lock while other agents' work ran "
+            "at nice 19; lossless ran at nice 19 (no timing)",
+        }
+    )
     OUT.write_text(json.dumps(previous, indent=2) + "\n")
 
 

@@ -56,9 +56,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import torch  # noqa: E402
+import torch
 
-from tempering.models.precision import cpu_has_native_bf16  # noqa: E402
+from tempering.models.precision import cpu_has_native_bf16
 
 __all__ = ["run_trl_sft", "DEFAULT_SETTINGS", "cpu_has_native_bf16", "SMOLLM2_TRAINING_TEMPLATE"]
 
@@ -78,10 +78,10 @@ DEFAULT_SETTINGS: dict[str, Any] = {
 # AMD EPYC (no AMX / AVX512-BF16) while another process was using ~1 of the 2 cores, so absolute numbers
 # are noisy (1-2 timed steps after 1 warm-up step each); the ranking is what matters.
 SWEEP_RESULTS: dict[str, float] = {
-    "fp32, padding_free (no packing), random order": 20.7,   # 2 steps, 3495 real = 3495 processed tokens
-    "fp32, padded, group_by_length": 18.5,                   # 1 step, 1240 real / 1672 padded
+    "fp32, padding_free (no packing), random order": 20.7,  # 2 steps, 3495 real = 3495 processed tokens
+    "fp32, padded, group_by_length": 18.5,  # 1 step, 1240 real / 1672 padded
     "fp32, packing bfd (=> padding-free), 512-token rows": 17.4,  # 1 step, 3882 tokens, peak RSS 14.8 GB
-    "fp32, padded, random order": 13.1,                      # 2 steps, 3495 real / 6072 padded
+    "fp32, padded, random order": 13.1,  # 2 steps, 3495 real / 6072 padded
     # bf16 autocast: not completed within budget; CPU autocast bf16 linear measured ~7 GFLOP/s vs ~51 fp32
     # on this CPU, and a 2048^2 bf16 matmul 0.26 GFLOP/s vs ~122 fp32: bf16 has no fast kernel here.
 }
@@ -143,7 +143,9 @@ def run_trl_sft(
             tokenizer.chat_template = SMOLLM2_TRAINING_TEMPLATE
 
     dtype = torch.bfloat16 if precision == "bf16_weights" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation=s.get("attn_implementation", "sdpa"))
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=dtype, attn_implementation=s.get("attn_implementation", "sdpa")
+    )
 
     padding_free = bool(s["padding_free"])
     packing = bool(s["packing"])
@@ -224,10 +226,23 @@ def run_trl_sft(
             "trl_sft_config": {
                 k: getattr(args, k)
                 for k in (
-                    "bf16", "packing", "packing_strategy", "padding_free", "max_length", "train_sampling_strategy",
-                    "gradient_checkpointing", "dataloader_num_workers", "dataloader_pin_memory", "optim",
-                    "learning_rate", "lr_scheduler_type", "assistant_only_loss", "completion_only_loss",
-                    "loss_type", "pad_to_multiple_of", "torch_compile",
+                    "bf16",
+                    "packing",
+                    "packing_strategy",
+                    "padding_free",
+                    "max_length",
+                    "train_sampling_strategy",
+                    "gradient_checkpointing",
+                    "dataloader_num_workers",
+                    "dataloader_pin_memory",
+                    "optim",
+                    "learning_rate",
+                    "lr_scheduler_type",
+                    "assistant_only_loss",
+                    "completion_only_loss",
+                    "loss_type",
+                    "pad_to_multiple_of",
+                    "torch_compile",
                 )
             },
             "model_dtype": str(dtype).replace("torch.", ""),
@@ -277,6 +292,13 @@ if __name__ == "__main__":
     overrides = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     steps = int(os.environ.get("TRL_PEER_STEPS", "6"))
     warm = int(os.environ.get("TRL_PEER_WARMUP", "2"))
-    res = run_trl_sft(model_dir, make_bench_conversations(64, seed=0), max_length=512, batch_size=8,
-                      steps=steps, warmup_steps=warm, settings=overrides)
+    res = run_trl_sft(
+        model_dir,
+        make_bench_conversations(64, seed=0),
+        max_length=512,
+        batch_size=8,
+        steps=steps,
+        warmup_steps=warm,
+        settings=overrides,
+    )
     print(json.dumps(res, indent=1, default=str))

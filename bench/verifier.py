@@ -56,18 +56,28 @@ def bench_code(n: int, scorer) -> dict:
         rewards = list(ex.map(lambda job: scorer(*job), jobs))
     wall = time.perf_counter() - t0
     failed = [t.id for t, r in zip(tasks, rewards) if r.value != 1.0]
-    return {"tasks": n, "slots": SLOTS, "threads": THREADS, "wall_s": round(wall, 3),
-            "verdicts_per_s": round(n / wall, 3), "all_pass": not failed, "failed": failed}
+    return {
+        "tasks": n,
+        "slots": SLOTS,
+        "threads": THREADS,
+        "wall_s": round(wall, 3),
+        "verdicts_per_s": round(n / wall, 3),
+        "all_pass": not failed,
+        "failed": failed,
+    }
 
 
 def bench_numeric(n: int, scorer) -> dict:
-    tasks = [Task(id=f"n{i}", prompt=f"{i}+{i}?", verifier={"type": "numeric", "answer": str(2 * i)})
-             for i in range(n)]
+    tasks = [Task(id=f"n{i}", prompt=f"{i}+{i}?", verifier={"type": "numeric", "answer": str(2 * i)}) for i in range(n)]
     t0 = time.perf_counter()
     values = [scorer(t, f"The answer is {2 * i}.").value for i, t in enumerate(tasks)]
     wall = time.perf_counter() - t0
-    return {"scores": n, "wall_s": round(wall, 4), "scores_per_s": round(n / wall, 1),
-            "all_correct": all(v == 1.0 for v in values)}
+    return {
+        "scores": n,
+        "wall_s": round(wall, 4),
+        "scores_per_s": round(n / wall, 1),
+        "all_correct": all(v == 1.0 for v in values),
+    }
 
 
 def main() -> None:
@@ -83,11 +93,16 @@ def main() -> None:
         numeric_result = bench_numeric(args.numeric, scorer)
     finally:
         close()
-    result = {"api": "context" if context_api() else "global_pool", "code": code_result, "numeric": numeric_result,
-              "loadavg_before": [round(x, 2) for x in load_before],
-              "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-              "cpus": os.cpu_count(), "python": platform.python_version(),
-              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    result = {
+        "api": "context" if context_api() else "global_pool",
+        "code": code_result,
+        "numeric": numeric_result,
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     print(json.dumps(result, indent=2))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

@@ -6,20 +6,29 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import random  # noqa: E402
+import random
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-from tempering.data.render import IGNORE, RenderedExample  # noqa: E402
+from tempering.data.render import IGNORE, RenderedExample
 
-SEED_SAMPLE = {"messages": [
-    {"role": "system", "content": "You are a rigorous engineering assistant. Formulate a plan before executing tasks."},
-    {"role": "user", "content": "Count the total lines of all Python files in this repository."},
-    {"role": "assistant", "content": "I will first list all target files, then count them individually and sum the results.",
-     "tool_calls": [{"name": "shell", "arguments": {"cmd": "find . -name '*.py' | xargs wc -l"}}]},
-    {"role": "tool", "content": "...command output..."},
-    {"role": "assistant", "content": "Based on the output, there are N Python files with a total of M lines."}]}
+SEED_SAMPLE = {
+    "messages": [
+        {
+            "role": "system",
+            "content": "You are a rigorous engineering assistant. Formulate a plan before executing tasks.",
+        },
+        {"role": "user", "content": "Count the total lines of all Python files in this repository."},
+        {
+            "role": "assistant",
+            "content": "I will first list all target files, then count them individually and sum the results.",
+            "tool_calls": [{"name": "shell", "arguments": {"cmd": "find . -name '*.py' | xargs wc -l"}}],
+        },
+        {"role": "tool", "content": "...command output..."},
+        {"role": "assistant", "content": "Based on the output, there are N Python files with a total of M lines."},
+    ]
+}
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +44,19 @@ def tiny_llama(vocab: int = 64, seed: int = 0, tie: bool = False, attn: str = "s
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      tie_word_embeddings=tie, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=tie,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     model = LlamaForCausalLM(cfg)
     model.config._attn_implementation = attn
     return model

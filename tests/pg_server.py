@@ -59,8 +59,17 @@ class LocalPostgres:
         self.data = self.dir / "data"
         self.port = _free_port()
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.dir / "log"), "-w", "start",
-                  "-o", f"-h 127.0.0.1 -p {self.port} -k {self.dir} -F")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.dir / "log"),
+            "-w",
+            "start",
+            "-o",
+            f"-h 127.0.0.1 -p {self.port} -k {self.dir} -F",
+        )
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
 
     def _run(self, tool: str, *args: str) -> None:

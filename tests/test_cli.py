@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from tempering.cli import app
 from tempering.models.load import resolve_model
-from tempering.pipeline.registry import Registry
+from tempering.runs.registry import Registry
 
 
 def test_sandbox_is_mounted_on_temper():

@@ -10,8 +10,12 @@ from tempering.cli import app
 
 
 def row(prompt, votes, chosen="a", rejected="b"):
-    return {"prompt": prompt, "chosen": chosen, "rejected": rejected,
-            "votes": [{"annotator": f"a{i}", "prefers": v} for i, v in enumerate(votes)]}
+    return {
+        "prompt": prompt,
+        "chosen": chosen,
+        "rejected": rejected,
+        "votes": [{"annotator": f"a{i}", "prefers": v} for i, v in enumerate(votes)],
+    }
 
 
 def write(path, rows, extra_lines=()):
@@ -24,13 +28,34 @@ def last_json(res):
 
 
 def test_agree_reports_filters_and_quarantines(tmp_path):
-    small = [("chosen", "chosen", "chosen"), ("chosen", "chosen", "rejected"), ("rejected", "rejected", "tie"),
-             ("chosen", "tie", "tie")]
-    data = write(tmp_path / "p.jsonl", [row(f"q{i}", v) for i, v in enumerate(small)],
-                 ['{"prompt": "q", "chosen": "a"}\n', "not json\n"])
+    small = [
+        ("chosen", "chosen", "chosen"),
+        ("chosen", "chosen", "rejected"),
+        ("rejected", "rejected", "tie"),
+        ("chosen", "tie", "tie"),
+    ]
+    data = write(
+        tmp_path / "p.jsonl",
+        [row(f"q{i}", v) for i, v in enumerate(small)],
+        ['{"prompt": "q", "chosen": "a"}\n', "not json\n"],
+    )
     kept = tmp_path / "kept.jsonl"
-    res = CliRunner().invoke(app, ["data", "agree", str(data), "--min-agreement", "0.6", "--flip", "--weight",
-                                   "--out", str(kept), "--quarantine", str(tmp_path / "q.jsonl")])
+    res = CliRunner().invoke(
+        app,
+        [
+            "data",
+            "agree",
+            str(data),
+            "--min-agreement",
+            "0.6",
+            "--flip",
+            "--weight",
+            "--out",
+            str(kept),
+            "--quarantine",
+            str(tmp_path / "q.jsonl"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     s = last_json(res)
     assert (s["rows"], s["valid"], s["quarantined"], s["voted"], s["kept"], s["flipped"]) == (6, 4, 2, 4, 3, 1)

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tempering.cli import app
-from tempering.cli_chat import ChatSession, make_engine
+from tempering.cli.chat import ChatSession, make_engine
 from tempering.rollout.engine import SamplingParams
 from tests.conftest import tiny_llama
 
@@ -48,7 +48,9 @@ def test_interactive_multi_turn_reset_and_exit(tiny_dir):
 
 
 def test_session_keeps_history_until_reset(tiny_dir):
-    session = ChatSession(make_engine(str(tiny_dir), "fp32"), SamplingParams(max_new_tokens=3, seed=0), system="Be brief.")
+    session = ChatSession(
+        make_engine(str(tiny_dir), "fp32"), SamplingParams(max_new_tokens=3, seed=0), system="Be brief."
+    )
     session.say("one")
     session.say("two")
     assert [m["role"] for m in session.messages] == ["system", "user", "assistant", "user", "assistant"]

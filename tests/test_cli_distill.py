@@ -11,8 +11,12 @@ from tests.test_cli_errors import one_line_error
 
 def _config(tmp_path, student: str) -> str:
     data = tmp_path / "d.jsonl"
-    data.write_text(json.dumps({"messages": [{"role": "user", "content": "What is 2+2?"},
-                                             {"role": "assistant", "content": "2 + 2 = 4"}]}) + "\n")
+    data.write_text(
+        json.dumps(
+            {"messages": [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "2 + 2 = 4"}]}
+        )
+        + "\n"
+    )
     cfg = tmp_path / "distill.yaml"
     cfg.write_text(f"student: {student}\ndata: {{train: {data}}}\ntrain: {{steps: 1}}\nout: {tmp_path}/runs\n")
     return str(cfg)

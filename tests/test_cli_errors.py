@@ -6,7 +6,6 @@ import pytest
 from typer.testing import CliRunner
 
 from tempering.cli import app
-from tempering.config import SFTConfig, load_config
 from tempering.models.load import ModelNotFound, resolve_model
 
 
@@ -31,8 +30,9 @@ def test_unknown_model_says_unknown_lists_aliases_and_offline(monkeypatch):
 def test_unknown_model_in_a_training_command(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     data = tmp_path / "d.jsonl"
-    data.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
-                                             {"role": "assistant", "content": "yo"}]}) + "\n")
+    data.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}) + "\n"
+    )
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"model: no-such-model\ndata: {{train: {data}}}\ntrain: {{steps: 1}}\nout: {tmp_path}\n")
     line = one_line_error(CliRunner().invoke(app, ["sft", str(cfg)]))
@@ -45,8 +45,9 @@ def test_verify_missing_files_and_incomplete_spec(tmp_path):
     line = one_line_error(CliRunner().invoke(app, ["verify", "--task", str(task), "--completion", str(completion)]))
     assert str(task) in line and "not found" in line
     task.write_text(json.dumps({"id": "t", "prompt": "2+2?", "verifier": {"type": "numeric", "answer": "4"}}))
-    line = one_line_error(CliRunner().invoke(app, ["verify", "--task", str(task), "--completion",
-                                                   str(tmp_path / "none.txt")]))
+    line = one_line_error(
+        CliRunner().invoke(app, ["verify", "--task", str(task), "--completion", str(tmp_path / "none.txt")])
+    )
     assert "none.txt" in line and "completion" in line
     task.write_text(json.dumps({"id": "t", "prompt": "2+2?", "verifier": {"type": "numeric"}}))
     line = one_line_error(CliRunner().invoke(app, ["verify", "--task", str(task), "--completion", str(completion)]))

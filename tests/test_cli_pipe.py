@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from tempering.cli_pipe import StageBoard
+from tempering.cli.pipeline import StageBoard
 
 
 def rendered(board: StageBoard) -> str:
@@ -22,8 +22,9 @@ def test_the_board_shows_status_steps_eta_and_the_verdict(tmp_path):
     board("base", "cached", {"hash": "a" * 64, "run_dir": tmp_path / "base"})
     board("sft", "running", {"hash": "b" * 64, "run_dir": tmp_path, "steps": 100})
     # the trainer's own record: 10 s per step from step 10 to step 40 -> 60 steps left = 10 minutes
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"time": 1000.0 + 10 * (s - 10), "step": s,
-                                                                "loss": 1.0}) + "\n" for s in (10, 20, 30, 40)))
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps({"time": 1000.0 + 10 * (s - 10), "step": s, "loss": 1.0}) + "\n" for s in (10, 20, 30, 40))
+    )
     text = rendered(board)
     assert "cached" in text and "aaaaaaaaaaaa" in text and "pending" in text
     assert "40/100" in text and "10m00s" in text

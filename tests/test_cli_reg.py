@@ -6,16 +6,25 @@ import pytest
 from typer.testing import CliRunner
 
 from tempering.cli import app
-from tempering.pipeline.registry import REGISTRY_ENV, Registry, describe_input
+from tempering.runs.registry import REGISTRY_ENV, Registry, describe_input
 from tests.evals.conftest import write_jsonl
 
 runner = CliRunner()
 PASSED = {"passed": True, "rules": [{"rule": "arith.accuracy >= base - 0.01", "passed": True, "detail": "ok"}]}
-FAILED = {"passed": False, "rules": [
-    {"rule": "no significant regression on general", "passed": False,
-     "detail": "regressed or unchecked: qa -0.12 [-0.2, -0.05] p=0.001"}]}
-NON_INFERIOR = {"passed": True, "rules": [
-    {"rule": "non-inferior on arith within 0.05", "passed": True, "detail": "arith +0.01 [-0.02, 0.04]"}]}
+FAILED = {
+    "passed": False,
+    "rules": [
+        {
+            "rule": "no significant regression on general",
+            "passed": False,
+            "detail": "regressed or unchecked: qa -0.12 [-0.2, -0.05] p=0.001",
+        }
+    ],
+}
+NON_INFERIOR = {
+    "passed": True,
+    "rules": [{"rule": "non-inferior on arith within 0.05", "passed": True, "detail": "arith +0.01 [-0.02, 0.04]"}],
+}
 
 
 def run(*args):
@@ -50,8 +59,10 @@ def where(registry_location, monkeypatch):
 
 
 def test_lineage_shows_data_pass_stage_checkpoint_eval_and_why_not_released(tmp_path, where):
-    rows = [{"messages": [{"role": "user", "content": f"q{i % 3}"}, {"role": "assistant", "content": "a"}]}
-            for i in range(6)]
+    rows = [
+        {"messages": [{"role": "user", "content": f"q{i % 3}"}, {"role": "assistant", "content": "a"}]}
+        for i in range(6)
+    ]
     raw = write_jsonl(tmp_path / "raw.jsonl", rows)
     kept = tmp_path / "kept.jsonl"
     res = run("data", "dedup", raw, "-o", kept, "--runs", tmp_path / "runs")

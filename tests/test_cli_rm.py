@@ -21,8 +21,9 @@ def test_rm_missing_config_and_unknown_key(tmp_path):
 
 def test_rm_missing_pair_file_names_it(tmp_path):
     cfg = tmp_path / "rm.yaml"
-    cfg.write_text(yaml.safe_dump({"data": {"train": "missing.jsonl"}, "train": {"steps": 1},
-                                   "out": str(tmp_path / "runs")}))
+    cfg.write_text(
+        yaml.safe_dump({"data": {"train": "missing.jsonl"}, "train": {"steps": 1}, "out": str(tmp_path / "runs")})
+    )
     r = run("rm", cfg)
     assert r.exit_code == 2 and "missing.jsonl" in r.output and "Traceback" not in r.output
 

@@ -13,8 +13,13 @@ MODULES = [tempering.config, tempering.evals.suite]
 
 
 def config_models():
-    return [cls for module in MODULES for _, cls in inspect.getmembers(module, inspect.isclass)
-            if issubclass(cls, BaseModel) and cls.__module__ == module.__name__]
+    return [
+        cls
+        for module in MODULES
+        for _, cls in inspect.getmembers(module, inspect.isclass)
+        if issubclass(cls, BaseModel)
+        and (cls.__module__ == module.__name__ or cls.__module__.startswith(module.__name__ + "."))
+    ]
 
 
 def test_the_walk_finds_the_models():

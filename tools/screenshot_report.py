@@ -35,8 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stats = pixel_stats(png)
     verdict = "BLANK" if stats.looks_blank() else "ok"
-    print(f"{png}: {stats.width}x{stats.height}, std {stats.std:.1f}, ink {stats.ink_share:.1%}, "
-          f"colour {stats.colour_share:.2%} -> {verdict}")
+    print(
+        f"{png}: {stats.width}x{stats.height}, std {stats.std:.1f}, ink {stats.ink_share:.1%}, "
+        f"colour {stats.colour_share:.2%} -> {verdict}"
+    )
     return 1 if stats.looks_blank() else 0
 
 

@@ -25,8 +25,12 @@ TEMPER = str(Path(sys.executable).parent / "temper")
 
 
 def verify(task_path: Path, completion_path: Path) -> dict:
-    res = subprocess.run([TEMPER, "verify", "--task", str(task_path), "--completion", str(completion_path)],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [TEMPER, "verify", "--task", str(task_path), "--completion", str(completion_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if res.returncode != 0:
         return {"value": None, "error": res.stderr.strip()[-300:]}
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -53,14 +57,21 @@ def main() -> None:
     passed = [tid for (tid, *_), r in zip(jobs, right) if r.get("value") == 1.0]
     failed = {tid: r for (tid, *_), r in zip(jobs, right) if r.get("value") != 1.0}
     wrong_full = [tid for (tid, *_), r in zip(jobs, wrong) if r.get("value") == 1.0]
-    result = {"tasks": len(tasks), "canonical_pass": len(passed), "canonical_failures": failed,
-              "wrong_solution_scored_1": wrong_full,
-              "wrong_solution_mean": sum(r.get("value") or 0 for r in wrong) / len(wrong),
-              "seconds": time.time() - t0, "jobs": args.jobs}
+    result = {
+        "tasks": len(tasks),
+        "canonical_pass": len(passed),
+        "canonical_failures": failed,
+        "wrong_solution_scored_1": wrong_full,
+        "wrong_solution_mean": sum(r.get("value") or 0 for r in wrong) / len(wrong),
+        "seconds": time.time() - t0,
+        "jobs": args.jobs,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
-    print(f"canonical: {len(passed)}/{len(tasks)} pass; `return None`: {len(wrong_full)} score 1, "
-          f"mean {result['wrong_solution_mean']:.3f}; {result['seconds']:.0f}s")
+    print(
+        f"canonical: {len(passed)}/{len(tasks)} pass; `return None`: {len(wrong_full)} score 1, "
+        f"mean {result['wrong_solution_mean']:.3f}; {result['seconds']:.0f}s"
+    )
     raise SystemExit(0 if len(passed) == len(tasks) else 1)
 
 

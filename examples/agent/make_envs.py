@@ -22,33 +22,75 @@ def call(name: str, **arguments: str) -> dict:
 
 # --- tool arithmetic -------------------------------------------------------------------------
 
+
 def tool_arith(n_train: int = 160, n_heldout: int = 40) -> list[dict]:
     rng, rows, seen = random.Random(12), [], set()
     shapes = {1: "{a} * {b}", 2: "{a} * {b} + {c}", 3: "({a} + {b}) * {c} - {d}"}
     while len(rows) < n_train + n_heldout:
         i = len(rows)
         tier = 1 + i % 3
-        nums = {"a": rng.randrange(100, 10000), "b": rng.randrange(10, 1000), "c": rng.randrange(10, 1000),
-                "d": rng.randrange(100, 10000)}
+        nums = {
+            "a": rng.randrange(100, 10000),
+            "b": rng.randrange(10, 1000),
+            "c": rng.randrange(10, 1000),
+            "d": rng.randrange(100, 10000),
+        }
         expr = shapes[tier].format(**nums)
         if expr in seen:
             continue
         seen.add(expr)
-        value = str(eval(expr))  # noqa: S307 - our own generated arithmetic, not model output
+        value = str(eval(expr))
         split = "heldout" if i >= n_train else "train"
-        rows.append({"id": f"arith-{split}-{i:03d}", "env": "tool_arith", "tier": tier, "split": split,
-                     "prompt": f"What is {expr}?", "tools": ["calculator", "submit"],
-                     "goal": {"type": "answer", "value": value}, "max_steps": 4,
-                     "solution": [[call("calculator", expression=expr)], [call("submit", answer=value)]]})
+        rows.append(
+            {
+                "id": f"arith-{split}-{i:03d}",
+                "env": "tool_arith",
+                "tier": tier,
+                "split": split,
+                "prompt": f"What is {expr}?",
+                "tools": ["calculator", "submit"],
+                "goal": {"type": "answer", "value": value},
+                "max_steps": 4,
+                "solution": [[call("calculator", expression=expr)], [call("submit", answer=value)]],
+            }
+        )
     return rows
 
 
 # --- retry -----------------------------------------------------------------------------------
 
-WORDS = ["strawberry", "bookkeeper", "mississippi", "committee", "balloon", "assessment", "parallel", "coffee",
-         "address", "success", "tomorrow", "occurrence", "bubble", "llama", "referee", "giraffe", "banana",
-         "necessary", "possession", "millennium", "accommodate", "embarrass", "bookshelf", "cabbage", "woodpecker",
-         "grasshopper", "toffee", "barrel", "puzzle", "pepper"]
+WORDS = [
+    "strawberry",
+    "bookkeeper",
+    "mississippi",
+    "committee",
+    "balloon",
+    "assessment",
+    "parallel",
+    "coffee",
+    "address",
+    "success",
+    "tomorrow",
+    "occurrence",
+    "bubble",
+    "llama",
+    "referee",
+    "giraffe",
+    "banana",
+    "necessary",
+    "possession",
+    "millennium",
+    "accommodate",
+    "embarrass",
+    "bookshelf",
+    "cabbage",
+    "woodpecker",
+    "grasshopper",
+    "toffee",
+    "barrel",
+    "puzzle",
+    "pepper",
+]
 
 
 def retry(n_heldout: int = 10) -> list[dict]:
@@ -57,12 +99,22 @@ def retry(n_heldout: int = 10) -> list[dict]:
         letter = rng.choice(sorted(set(word)))
         answer = str(word.count(letter))
         split = "heldout" if i >= len(WORDS) - n_heldout else "train"
-        rows.append({"id": f"retry-{split}-{i:02d}", "env": "retry", "tier": 1, "split": split,
-                     "prompt": f"How many times does the letter '{letter}' occur in the word '{word}'? "
-                               "Answer with the number.",
-                     "tools": ["submit"], "goal": {"type": "answer", "value": answer}, "attempts": 3,
-                     "attempt_rewards": [1.0, 0.5, 0.25], "max_steps": 3,
-                     "solution": [[call("submit", answer=answer)]]})
+        rows.append(
+            {
+                "id": f"retry-{split}-{i:02d}",
+                "env": "retry",
+                "tier": 1,
+                "split": split,
+                "prompt": f"How many times does the letter '{letter}' occur in the word '{word}'? "
+                "Answer with the number.",
+                "tools": ["submit"],
+                "goal": {"type": "answer", "value": answer},
+                "attempts": 3,
+                "attempt_rewards": [1.0, 0.5, 0.25],
+                "max_steps": 3,
+                "solution": [[call("submit", answer=answer)]],
+            }
+        )
     return rows
 
 
@@ -76,8 +128,16 @@ def _py_file(rng: random.Random, lines: int) -> str:
     return "".join(f"x{k} = {rng.randrange(100)}\n" for k in range(lines))
 
 
-CONFIG_NAMES = ["server.ini", "app.ini", "service.ini", "gateway.ini", "proxy.ini", "worker.ini", "cache.ini",
-                "queue.ini"]
+CONFIG_NAMES = [
+    "server.ini",
+    "app.ini",
+    "service.ini",
+    "gateway.ini",
+    "proxy.ini",
+    "worker.ini",
+    "cache.ini",
+    "queue.ini",
+]
 LOG_LEVELS = ["ERROR", "WARN", "ERROR", "WARN", "INFO", "DEBUG", "INFO", "ERROR"]
 
 
@@ -88,29 +148,72 @@ def ws_tier1(rng: random.Random, variants: range = range(4)) -> list[dict]:
         files = {f"{NAMES[(i + k) % 10]}.py": _py_file(rng, rng.randrange(3, 25)) for k in range(2 + i)}
         files["README.md"] = "# notes\n" * rng.randrange(2, 6)
         total = str(sum(t.count("\n") for p, t in files.items() if p.endswith(".py")))
-        rows.append(("count-py-lines", i, "How many lines do the Python files in /work have in total? Submit the number.",
-                     files, total, [[call("shell", cmd="cat *.py | wc -l")], [call("submit", answer=total)]]))
+        rows.append(
+            (
+                "count-py-lines",
+                i,
+                "How many lines do the Python files in /work have in total? Submit the number.",
+                files,
+                total,
+                [[call("shell", cmd="cat *.py | wc -l")], [call("submit", answer=total)]],
+            )
+        )
     for i in variants:  # count files of a kind in a folder
         n = rng.randrange(2, 9)
         files = {f"docs/{NAMES[(k + 3 * (i // 4)) % 10]}{k}.txt": "text\n" for k in range(n)}
         files.update({f"docs/img{k}.png": "png\n" for k in range(rng.randrange(1, 4))})
-        rows.append(("count-txt", i, "How many .txt files are in the folder docs/? Submit the number.", files, str(n),
-                     [[call("shell", cmd="ls docs/*.txt | wc -l")], [call("submit", answer=str(n))]]))
+        rows.append(
+            (
+                "count-txt",
+                i,
+                "How many .txt files are in the folder docs/? Submit the number.",
+                files,
+                str(n),
+                [[call("shell", cmd="ls docs/*.txt | wc -l")], [call("submit", answer=str(n))]],
+            )
+        )
     for i in variants:  # read a value from a config file
         port = str(rng.randrange(1024, 65000))
         name = CONFIG_NAMES[i]
         files = {name: f"[main]\nhost = 127.0.0.1\nport = {port}\nworkers = {rng.randrange(1, 9)}\n"}
-        rows.append(("config-port", i, f"Which port does {name} configure? Submit the number.", files, port,
-                     [[call("read_file", path=name)], [call("submit", answer=port)]]))
+        rows.append(
+            (
+                "config-port",
+                i,
+                f"Which port does {name} configure? Submit the number.",
+                files,
+                port,
+                [[call("read_file", path=name)], [call("submit", answer=port)]],
+            )
+        )
     for i in variants:  # count matching log lines
         level = LOG_LEVELS[i]
         lines = [rng.choice(["INFO", "ERROR", "WARN", "DEBUG"]) + f" event {k}" for k in range(rng.randrange(8, 30))]
         n = str(sum(line.startswith(level) for line in lines))
         files = {"service.log": "\n".join(lines) + "\n"}
-        rows.append(("log-count", i, f"How many lines of service.log start with {level}? Submit the number.", files, n,
-                     [[call("shell", cmd=f"grep -c '^{level}' service.log")], [call("submit", answer=n)]]))
-    return [{"kind": k, "variant": v, "tier": 1, "prompt": p, "files": f, "goal": {"type": "answer", "value": a},
-             "solution": s, "max_steps": 4} for k, v, p, f, a, s in rows]
+        rows.append(
+            (
+                "log-count",
+                i,
+                f"How many lines of service.log start with {level}? Submit the number.",
+                files,
+                n,
+                [[call("shell", cmd=f"grep -c '^{level}' service.log")], [call("submit", answer=n)]],
+            )
+        )
+    return [
+        {
+            "kind": k,
+            "variant": v,
+            "tier": 1,
+            "prompt": p,
+            "files": f,
+            "goal": {"type": "answer", "value": a},
+            "solution": s,
+            "max_steps": 4,
+        }
+        for k, v, p, f, a, s in rows
+    ]
 
 
 BUGS = [  # (function name, buggy body, fixed body, test asserts)
@@ -130,18 +233,30 @@ def _bug_task(i: int, bug: tuple) -> dict:
     module = f"mod_{fn}.py"
     src = f"def {fn}({arg}):\n    {bad}\n"
     fixed = f"def {fn}({arg}):\n    {good}\n"
-    tests = (f"import unittest\nfrom mod_{fn} import {fn}\n\n\nclass T(unittest.TestCase):\n    def test(self):\n"
-             + "".join(f"        self.assertEqual({expr}, {want!r})\n" for expr, want in asserts)
-             + "\n\nunittest.main()\n")
+    tests = (
+        f"import unittest\nfrom mod_{fn} import {fn}\n\n\nclass T(unittest.TestCase):\n    def test(self):\n"
+        + "".join(f"        self.assertEqual({expr}, {want!r})\n" for expr, want in asserts)
+        + "\n\nunittest.main()\n"
+    )
     test_name = f"test_{fn}.py"
-    return {"kind": "fix-bug", "variant": i, "tier": 2, "files": {module: src, test_name: tests},
-            "prompt": f"The tests in {test_name} fail. Find and fix the bug in {module} so that "
-                      f"`python3 {test_name}` passes, then submit \"done\".",
-            "goal": {"type": "command", "cmd": f"python3 {test_name}", "files": {test_name: tests}},
-            "protected": [test_name], "max_steps": 8,
-            "solution": [[call("shell", cmd=f"python3 {test_name}")], [call("read_file", path=module)],
-                         [call("write_file", path=module, content=fixed)],
-                         [call("shell", cmd=f"python3 {test_name}")], [call("submit", answer="done")]]}
+    return {
+        "kind": "fix-bug",
+        "variant": i,
+        "tier": 2,
+        "files": {module: src, test_name: tests},
+        "prompt": f"The tests in {test_name} fail. Find and fix the bug in {module} so that "
+        f'`python3 {test_name}` passes, then submit "done".',
+        "goal": {"type": "command", "cmd": f"python3 {test_name}", "files": {test_name: tests}},
+        "protected": [test_name],
+        "max_steps": 8,
+        "solution": [
+            [call("shell", cmd=f"python3 {test_name}")],
+            [call("read_file", path=module)],
+            [call("write_file", path=module, content=fixed)],
+            [call("shell", cmd=f"python3 {test_name}")],
+            [call("submit", answer="done")],
+        ],
+    }
 
 
 def _csv_task(i: int, rng: random.Random) -> dict:
@@ -150,39 +265,59 @@ def _csv_task(i: int, rng: random.Random) -> dict:
     threshold = rng.randrange(5, 15)
     if i % 2 == 0:
         want = "name,total\n" + "".join(f"{n},{q * p}\n" for n, q, p in rows)
-        prompt = ("Read data.csv (columns name,qty,price) and write totals.csv with the columns name,total "
-                  "where total = qty * price, one row per input row in the same order. Then submit \"done\".")
-        code = ("import csv\nrows = list(csv.DictReader(open('data.csv')))\nwith open('totals.csv', 'w') as f:\n"
-                "    f.write('name,total\\n')\n    for r in rows:\n"
-                "        f.write(f\"{r['name']},{int(r['qty']) * int(r['price'])}\\n\")\n")
+        prompt = (
+            "Read data.csv (columns name,qty,price) and write totals.csv with the columns name,total "
+            'where total = qty * price, one row per input row in the same order. Then submit "done".'
+        )
+        code = (
+            "import csv\nrows = list(csv.DictReader(open('data.csv')))\nwith open('totals.csv', 'w') as f:\n"
+            "    f.write('name,total\\n')\n    for r in rows:\n"
+            "        f.write(f\"{r['name']},{int(r['qty']) * int(r['price'])}\\n\")\n"
+        )
     else:
         want = "name,qty,price\n" + "".join(f"{n},{q},{p}\n" for n, q, p in rows if q > threshold)
-        prompt = (f"Write totals.csv holding the rows of data.csv whose qty is greater than {threshold}, "
-                  "with the same header and order. Then submit \"done\".")
-        code = ("import csv\nrows = list(csv.DictReader(open('data.csv')))\nwith open('totals.csv', 'w') as f:\n"
-                "    f.write('name,qty,price\\n')\n    for r in rows:\n"
-                f"        if int(r['qty']) > {threshold}:\n"
-                "            f.write(f\"{r['name']},{r['qty']},{r['price']}\\n\")\n")
-    return {"kind": "csv", "variant": i, "tier": 2, "files": {"data.csv": data}, "prompt": prompt,
-            "goal": {"type": "file", "path": "totals.csv", "equals": want}, "protected": ["data.csv"], "max_steps": 6,
-            "solution": [[call("read_file", path="data.csv")], [call("python", code=code)],
-                         [call("read_file", path="totals.csv")], [call("submit", answer="done")]]}
+        prompt = (
+            f"Write totals.csv holding the rows of data.csv whose qty is greater than {threshold}, "
+            'with the same header and order. Then submit "done".'
+        )
+        code = (
+            "import csv\nrows = list(csv.DictReader(open('data.csv')))\nwith open('totals.csv', 'w') as f:\n"
+            "    f.write('name,qty,price\\n')\n    for r in rows:\n"
+            f"        if int(r['qty']) > {threshold}:\n"
+            "            f.write(f\"{r['name']},{r['qty']},{r['price']}\\n\")\n"
+        )
+    return {
+        "kind": "csv",
+        "variant": i,
+        "tier": 2,
+        "files": {"data.csv": data},
+        "prompt": prompt,
+        "goal": {"type": "file", "path": "totals.csv", "equals": want},
+        "protected": ["data.csv"],
+        "max_steps": 6,
+        "solution": [
+            [call("read_file", path="data.csv")],
+            [call("python", code=code)],
+            [call("read_file", path="totals.csv")],
+            [call("submit", answer="done")],
+        ],
+    }
 
 
-RUN_PY = '''import json, os, sys
+RUN_PY = """import json, os, sys
 if not os.path.exists("settings/config.json"):
     sys.exit("error: missing settings/config.json; create it from config.example.json and set \\"scale\\" to {scale}")
 scale = json.load(open("settings/config.json"))["scale"]
 numbers = [int(x) for x in open("{data}").read().split()]
 open("report.txt", "w").write(f"total={{sum(numbers) * scale}}\\n")
 print("wrote report.txt")
-'''
+"""
 
-MAIN_PY = '''from helpers import {fn}
+MAIN_PY = """from helpers import {fn}
 values = [int(x) for x in open("values.txt").read().split()]
 open("out.txt", "w").write(str({fn}(values)) + "\\n")
 print("wrote out.txt")
-'''
+"""
 
 
 def _config_task(i: int, rng: random.Random) -> dict:
@@ -190,39 +325,70 @@ def _config_task(i: int, rng: random.Random) -> dict:
     numbers = [rng.randrange(1, 100) for _ in range(rng.randrange(4, 10))]
     run_py = RUN_PY.format(scale=scale, data=data)
     report = f"total={sum(numbers) * scale}"
-    return {"kind": "config", "variant": i, "tier": 3,
-            "files": {"run.py": run_py, data: " ".join(map(str, numbers)) + "\n",
-                      "config.example.json": '{"scale": 1}\n'},
-            "prompt": "Make `python3 run.py` succeed without editing run.py, so that it writes report.txt. "
-                      "Then submit the content of report.txt.",
-            "goal": {"type": "all", "checks": [{"type": "file", "path": "report.txt", "equals": report},
-                                               {"type": "command", "cmd": "python3 run.py", "files": {"run.py": run_py}}]},
-            "protected": ["run.py"], "max_steps": 10,
-            "solution": [[call("shell", cmd="python3 run.py")], [call("read_file", path="config.example.json")],
-                         [call("shell", cmd="mkdir -p settings")],
-                         [call("write_file", path="settings/config.json", content=f'{{"scale": {scale}}}\n')],
-                         [call("shell", cmd="python3 run.py")], [call("read_file", path="report.txt")],
-                         [call("submit", answer=report)]]}
+    return {
+        "kind": "config",
+        "variant": i,
+        "tier": 3,
+        "files": {"run.py": run_py, data: " ".join(map(str, numbers)) + "\n", "config.example.json": '{"scale": 1}\n'},
+        "prompt": "Make `python3 run.py` succeed without editing run.py, so that it writes report.txt. "
+        "Then submit the content of report.txt.",
+        "goal": {
+            "type": "all",
+            "checks": [
+                {"type": "file", "path": "report.txt", "equals": report},
+                {"type": "command", "cmd": "python3 run.py", "files": {"run.py": run_py}},
+            ],
+        },
+        "protected": ["run.py"],
+        "max_steps": 10,
+        "solution": [
+            [call("shell", cmd="python3 run.py")],
+            [call("read_file", path="config.example.json")],
+            [call("shell", cmd="mkdir -p settings")],
+            [call("write_file", path="settings/config.json", content=f'{{"scale": {scale}}}\n')],
+            [call("shell", cmd="python3 run.py")],
+            [call("read_file", path="report.txt")],
+            [call("submit", answer=report)],
+        ],
+    }
 
 
 def _syntax_task(i: int, rng: random.Random) -> dict:
-    fn, body = [("total", "sum(values)"), ("largest", "max(values)"), ("smallest", "min(values)"),
-                ("count", "len(values)"), ("span", "max(values) - min(values)"), ("first", "values[0]")][i]
+    fn, body = [
+        ("total", "sum(values)"),
+        ("largest", "max(values)"),
+        ("smallest", "min(values)"),
+        ("count", "len(values)"),
+        ("span", "max(values) - min(values)"),
+        ("first", "values[0]"),
+    ][i]
     values = [rng.randrange(1, 500) for _ in range(rng.randrange(3, 8))]
     broken = f"def {fn}(values)\n    return {body}\n"  # the colon is missing
     fixed = f"def {fn}(values):\n    return {body}\n"
     main_py = MAIN_PY.format(fn=fn)
-    result = str(eval(body, {"values": values, "sum": sum, "max": max, "min": min, "len": len}))  # noqa: S307
-    return {"kind": "syntax", "variant": i, "tier": 3,
-            "files": {"main.py": main_py, "helpers.py": broken, "values.txt": " ".join(map(str, values)) + "\n"},
-            "prompt": "Run `python3 main.py`; it should write out.txt. Fix whatever stops it (main.py must stay as it "
-                      "is), run it again, and submit the content of out.txt.",
-            "goal": {"type": "all", "checks": [{"type": "file", "path": "out.txt", "equals": result},
-                                               {"type": "answer", "value": result}]},
-            "protected": ["main.py"], "max_steps": 10,
-            "solution": [[call("shell", cmd="python3 main.py")], [call("read_file", path="helpers.py")],
-                         [call("write_file", path="helpers.py", content=fixed)], [call("shell", cmd="python3 main.py")],
-                         [call("read_file", path="out.txt")], [call("submit", answer=result)]]}
+    result = str(eval(body, {"values": values, "sum": sum, "max": max, "min": min, "len": len}))
+    return {
+        "kind": "syntax",
+        "variant": i,
+        "tier": 3,
+        "files": {"main.py": main_py, "helpers.py": broken, "values.txt": " ".join(map(str, values)) + "\n"},
+        "prompt": "Run `python3 main.py`; it should write out.txt. Fix whatever stops it (main.py must stay as it "
+        "is), run it again, and submit the content of out.txt.",
+        "goal": {
+            "type": "all",
+            "checks": [{"type": "file", "path": "out.txt", "equals": result}, {"type": "answer", "value": result}],
+        },
+        "protected": ["main.py"],
+        "max_steps": 10,
+        "solution": [
+            [call("shell", cmd="python3 main.py")],
+            [call("read_file", path="helpers.py")],
+            [call("write_file", path="helpers.py", content=fixed)],
+            [call("shell", cmd="python3 main.py")],
+            [call("read_file", path="out.txt")],
+            [call("submit", answer=result)],
+        ],
+    }
 
 
 def workspace() -> list[dict]:
@@ -238,11 +404,26 @@ def workspace() -> list[dict]:
     for item in items:
         kind, variant = item.pop("kind"), item.pop("variant")
         # the last variant of each kind is held out (other files, numbers, function or bug)
-        last = {"count-py-lines": 3, "count-txt": 3, "config-port": 3, "log-count": 3, "fix-bug": 6, "csv": 6,
-                "config": 5, "syntax": 5}[kind]
+        last = {
+            "count-py-lines": 3,
+            "count-txt": 3,
+            "config-port": 3,
+            "log-count": 3,
+            "fix-bug": 6,
+            "csv": 6,
+            "config": 5,
+            "syntax": 5,
+        }[kind]
         split = "heldout" if variant >= last - (1 if kind in ("fix-bug", "csv") else 0) else "train"
-        rows.append({"id": f"ws-t{item['tier']}-{kind}-{variant}", "env": "workspace", "split": split,
-                     "tools": WS_TOOLS, **item})
+        rows.append(
+            {
+                "id": f"ws-t{item['tier']}-{kind}-{variant}",
+                "env": "workspace",
+                "split": split,
+                "tools": WS_TOOLS,
+                **item,
+            }
+        )
     return rows
 
 

@@ -82,7 +82,7 @@ class Task(BaseModel):
     source: str | None = None
 
     @model_validator(mode="after")
-    def _one_prompt(self) -> "Task":
+    def _one_prompt(self) -> Task:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("a task needs exactly one of 'prompt' or 'messages'")
         if not isinstance(self.verifier.get("type"), str):
@@ -150,7 +150,7 @@ class Trajectory(BaseModel):
     status: TrajectoryStatus = "scored"
 
     @model_validator(mode="after")
-    def _aligned(self) -> "Trajectory":
+    def _aligned(self) -> Trajectory:
         if not (len(self.token_ids) == len(self.loss_mask) == len(self.logprobs)):
             raise ValueError("token_ids, loss_mask and logprobs must have one entry per token")
         if not self.rewards:
@@ -174,11 +174,11 @@ class Trajectory(BaseModel):
 
     @property
     def completion_ids(self) -> list[int]:
-        return self.token_ids[self.prompt_length:]
+        return self.token_ids[self.prompt_length :]
 
     @property
     def completion_logprobs(self) -> list[float]:
-        return self.logprobs[self.prompt_length:]
+        return self.logprobs[self.prompt_length :]
 
     @property
     def truncated(self) -> bool:

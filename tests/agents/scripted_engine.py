@@ -44,9 +44,10 @@ class PolicyEngine:
             ids = self._encode(reply) + [self.tokenizer.eos_token_id]
             finish = "stop"
             if len(ids) > params.max_new_tokens:
-                ids, finish = ids[:params.max_new_tokens], "length"
+                ids, finish = ids[: params.max_new_tokens], "length"
             logprobs = [-0.25 - 0.01 * k for k in range(len(ids))]
             self.calls.append((list(prompt), ids))
-            out.append([Completion(i, ids, logprobs, self.tokenizer.decode(ids[:-1] if finish == "stop" else ids),
-                                   finish)])
+            out.append(
+                [Completion(i, ids, logprobs, self.tokenizer.decode(ids[:-1] if finish == "stop" else ids), finish)]
+            )
         return out

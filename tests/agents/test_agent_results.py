@@ -23,8 +23,13 @@ def test_oracle_and_noop_episodes_become_suite_results_the_gate_and_report_read(
     assert oracle.metric_task_scores["intact"] == {t.id: [1.0, 1.0] for t in tasks}
     assert oracle.suite_hash == noop.suite_hash and len(oracle_rows) == 24 and oracle_rows[0]["passed"] is True
     base, cand = EvalResults(model="oracle", suites=[oracle]), EvalResults(model="noop", suites=[noop])
-    rules = parse_rules(["no significant regression on agent", "agent:tool_arith.completion >= base - 0.05",
-                         "no significant regression on agent:tool_arith.intact"])
+    rules = parse_rules(
+        [
+            "no significant regression on agent",
+            "agent:tool_arith.completion >= base - 0.05",
+            "no significant regression on agent:tool_arith.intact",
+        ]
+    )
     verdicts = [r.passed for r in run_gate(rules, base, cand).rules]
     assert verdicts == [False, False, True]  # completion fell 1 -> 0; nothing was broken
     assert run_gate(rules, cand, base).passed

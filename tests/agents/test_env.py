@@ -11,14 +11,31 @@ from tempering.sandbox.backends import BwrapBackend
 
 
 def arith(**kw) -> AgentTask:
-    return AgentTask(**{"id": "a", "env": "tool_arith", "prompt": "What is 6 * 7?", "tools": ["calculator", "submit"],
-                        "goal": {"type": "answer", "value": "42"}, **kw})
+    return AgentTask(
+        **{
+            "id": "a",
+            "env": "tool_arith",
+            "prompt": "What is 6 * 7?",
+            "tools": ["calculator", "submit"],
+            "goal": {"type": "answer", "value": "42"},
+            **kw,
+        }
+    )
 
 
 def ws(**kw) -> AgentTask:
-    return AgentTask(**{"id": "w", "env": "workspace", "prompt": "Write 7 to n.txt.",
-                        "tools": ["shell", "read_file", "write_file", "submit"], "files": {"keep.txt": "k\n"},
-                        "protected": ["keep.txt"], "goal": {"type": "file", "path": "n.txt", "equals": "7"}, **kw})
+    return AgentTask(
+        **{
+            "id": "w",
+            "env": "workspace",
+            "prompt": "Write 7 to n.txt.",
+            "tools": ["shell", "read_file", "write_file", "submit"],
+            "files": {"keep.txt": "k\n"},
+            "protected": ["keep.txt"],
+            "goal": {"type": "file", "path": "n.txt", "equals": "7"},
+            **kw,
+        }
+    )
 
 
 def test_reset_returns_the_prompt_and_submit_ends_with_the_outcome():
@@ -35,8 +52,9 @@ def test_reset_returns_the_prompt_and_submit_ends_with_the_outcome():
 def test_malformed_unknown_and_badly_typed_calls_are_counted_and_answered():
     env = ToolEnv(invalid_call_penalty=0.1)
     env.reset(arith())
-    text = "\n".join([MALFORMED, format_tool_call("shell", {"cmd": "ls"}),
-                      format_tool_call("calculator", {"expr": "1"})])
+    text = "\n".join(
+        [MALFORMED, format_tool_call("shell", {"cmd": "ls"}), format_tool_call("calculator", {"expr": "1"})]
+    )
     obs, reward, done, info = env.step(text)
     assert not done and len(obs) == 3 and all(m["content"].startswith("error:") for m in obs)
     assert "invalid JSON" in obs[0]["content"] and "unknown tool 'shell'" in obs[1]["content"]
@@ -48,8 +66,12 @@ def test_malformed_unknown_and_badly_typed_calls_are_counted_and_answered():
 
 def test_retry_rewards_fall_with_each_attempt():
     task = arith(attempts=3, attempt_rewards=[1.0, 0.5, 0.25])
-    for answers, rewards, success in [(["42"], [1.0], True), (["41", "42"], [0.0, 0.5], True),
-                                      (["1", "2", "42"], [0.0, 0.0, 0.25], True), (["1", "2", "3"], [0, 0, 0], False)]:
+    for answers, rewards, success in [
+        (["42"], [1.0], True),
+        (["41", "42"], [0.0, 0.5], True),
+        (["1", "2", "42"], [0.0, 0.0, 0.25], True),
+        (["1", "2", "3"], [0, 0, 0], False),
+    ]:
         env = ToolEnv()
         env.reset(task)
         got = []

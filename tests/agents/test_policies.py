@@ -46,7 +46,7 @@ def test_noop_and_random_policies_solve_about_nothing(pool, suites):
 
 def test_one_bad_call_then_the_oracle_is_a_recovery(pool, suites):
     env = ToolEnv(pool)
-    for name, tasks in suites.items():
+    for tasks in suites.values():
         picks = [next(t for t in tasks if t.tier == tier) for tier in sorted({t.tier for t in tasks})]
         for task in picks:
             result = run_episode(env, recover, task)

@@ -42,10 +42,10 @@ def check_token_exact(batch, engine, eot_id, truncated_trainable=False):
                 end = turn.start + len(turn.token_ids)
                 assert (tuple(tr.token_ids[:end])) in sampled  # prompted with exactly the ids before it
                 assert sampled[tuple(tr.token_ids[:end])] == (turn.start, turn.token_ids)
-                assert tr.token_ids[turn.start:end] == turn.token_ids
+                assert tr.token_ids[turn.start : end] == turn.token_ids
                 if turn.finish_reason != "length" or truncated_trainable:
-                    expected_mask[turn.start:end] = [1] * len(turn.token_ids)
-                    assert tr.logprobs[turn.start:end] == turn.logprobs
+                    expected_mask[turn.start : end] = [1] * len(turn.token_ids)
+                    assert tr.logprobs[turn.start : end] == turn.logprobs
                 n_turns += 1
             assert tr.loss_mask == expected_mask
             assert all(lp == 0.0 for lp, m in zip(tr.logprobs, tr.loss_mask) if m == 0)
@@ -58,8 +58,16 @@ def test_every_turn_is_token_exact(template, smol_tokenizer, qwen_tokenizer, tas
     renderer = AgentRenderer(tok)
     assert renderer.style == ("tempering" if template == "smollm2" else "template")
     engine = PolicyEngine(tok, recover, tasks, native=template == "qwen2.5")
-    batch = agent_rollout(tasks, engine, renderer, pool, SamplingSettings(max_new_tokens=400),
-                          EpisodeSettings(max_context_tokens=4096), n=2, seed=0)
+    batch = agent_rollout(
+        tasks,
+        engine,
+        renderer,
+        pool,
+        SamplingSettings(max_new_tokens=400),
+        EpisodeSettings(max_context_tokens=4096),
+        n=2,
+        seed=0,
+    )
     assert check_token_exact(batch, engine, renderer.eot_id) == len(engine.calls) > 2 * len(tasks) * 2
     for group in batch.groups:
         for ep in group:
@@ -71,17 +79,18 @@ def test_inserted_tokens_are_the_templates_own_turns(smol_tokenizer, qwen_tokeni
     task = tasks[0]  # arithmetic: one malformed call, then calculator, then submit
     for tok, native, between in [
         (smol_tokenizer, False, "\n<|im_start|>tool\nerror: invalid JSON"),
-        (qwen_tokenizer, True, "\n<|im_start|>user\n<tool_response>\nerror: invalid JSON")]:
+        (qwen_tokenizer, True, "\n<|im_start|>user\n<tool_response>\nerror: invalid JSON"),
+    ]:
         renderer = AgentRenderer(tok)
         engine = PolicyEngine(tok, recover, [task], native=native)
         ep = agent_rollout([task], engine, renderer, pool, SamplingSettings(max_new_tokens=200)).groups[0][0]
         first, second = ep.turns[0], ep.turns[1]
-        inserted = tok.decode(ep.trajectory.token_ids[first.start + len(first.token_ids):second.start])
+        inserted = tok.decode(ep.trajectory.token_ids[first.start + len(first.token_ids) : second.start])
         assert inserted.startswith(between) and inserted.endswith("<|im_end|>\n<|im_start|>assistant\n")
         written = MALFORMED.replace("<tool_call>", "<tool_call>\n").replace("</tool_call>", "\n</tool_call>")
         assert tok.decode(first.token_ids) == (written if native else MALFORMED) + "<|im_end|>"
         answer = ep.task.goal["value"]
-        assert f"\n{answer}" in tok.decode(ep.trajectory.token_ids[second.start + len(second.token_ids):])
+        assert f"\n{answer}" in tok.decode(ep.trajectory.token_ids[second.start + len(second.token_ids) :])
 
 
 def test_sampled_ids_survive_where_re_rendering_would_not(smol_tokenizer, tasks, pool):
@@ -126,8 +135,14 @@ def test_the_context_budget_ends_the_episode_cleanly(smol_tokenizer, tasks, pool
     engine = PolicyEngine(smol_tokenizer, recover, [task])
     prompt = len(renderer.prompt_ids([{"role": "user", "content": task.prompt}], task.tools))
     budget = prompt + 60  # room for the first turn and its error message, not for a second turn
-    batch = agent_rollout([task], engine, renderer, pool, SamplingSettings(max_new_tokens=100),
-                          EpisodeSettings(max_context_tokens=budget, min_turn_tokens=8))
+    batch = agent_rollout(
+        [task],
+        engine,
+        renderer,
+        pool,
+        SamplingSettings(max_new_tokens=100),
+        EpisodeSettings(max_context_tokens=budget, min_turn_tokens=8),
+    )
     ep = batch.groups[0][0]
     assert ep.trajectory.finish_reason == "context" and len(ep.trajectory.token_ids) <= budget
     assert not ep.trajectory.reward.passed and ep.trajectory.status == "scored"
@@ -153,7 +168,15 @@ def test_real_engine_sampling_is_token_exact(smol_tokenizer, tasks, pool):
     model = tiny_llama(vocab=len(smol_tokenizer))
     engine = Recording(model, smol_tokenizer, precision="fp32")
     renderer = AgentRenderer(smol_tokenizer)
-    batch = agent_rollout(tasks[:3], engine, renderer, pool, SamplingSettings(max_new_tokens=12),
-                          EpisodeSettings(max_context_tokens=400), n=2, seed=1)
+    batch = agent_rollout(
+        tasks[:3],
+        engine,
+        renderer,
+        pool,
+        SamplingSettings(max_new_tokens=12),
+        EpisodeSettings(max_context_tokens=400),
+        n=2,
+        seed=1,
+    )
     assert check_token_exact(batch, engine, renderer.eot_id) == len(engine.calls) >= 6
     assert any(ep.turns[-1].finish_reason == "length" for g in batch.groups for ep in g)

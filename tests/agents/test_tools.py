@@ -5,15 +5,31 @@ import pytest
 from tempering.agents.tools import TOOLS, ToolContext, calculate, check_arguments
 
 
-@pytest.mark.parametrize("expr,value", [("1234 * 5678", 7006652), ("(12 + 30) * 2 - 4", 80), ("7 / 2", 3.5),
-                                        ("2 ** 10", 1024), ("-3 + 10 % 4", -1), ("17 // 5", 3)])
+@pytest.mark.parametrize(
+    "expr,value",
+    [
+        ("1234 * 5678", 7006652),
+        ("(12 + 30) * 2 - 4", 80),
+        ("7 / 2", 3.5),
+        ("2 ** 10", 1024),
+        ("-3 + 10 % 4", -1),
+        ("17 // 5", 3),
+    ],
+)
 def test_calculator_values(expr, value):
     assert calculate(expr) == value
 
 
-@pytest.mark.parametrize("expr,why", [("__import__('os')", "unsupported"), ("1 / 0", "division by zero"),
-                                      ("9 ** 99999", "power too large"), ("1 +", "not an arithmetic"),
-                                      ("x * 2", "unsupported")])
+@pytest.mark.parametrize(
+    "expr,why",
+    [
+        ("__import__('os')", "unsupported"),
+        ("1 / 0", "division by zero"),
+        ("9 ** 99999", "power too large"),
+        ("1 +", "not an arithmetic"),
+        ("x * 2", "unsupported"),
+    ],
+)
 def test_calculator_refuses(expr, why):
     with pytest.raises(ValueError, match=why):
         calculate(expr)

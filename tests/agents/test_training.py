@@ -6,8 +6,13 @@ import torch
 from tempering.agents.render import AgentRenderer
 from tempering.agents.rollout import EpisodeSettings
 from tempering.agents.tasks import builtin_tasks, select
-from tempering.agents.training import (AgentRolloutSource, Curriculum, discounted_step_advantages,
-                                       expert_conversations, expert_examples)
+from tempering.agents.training import (
+    AgentRolloutSource,
+    Curriculum,
+    discounted_step_advantages,
+    expert_conversations,
+    expert_examples,
+)
 from tempering.config import GRPOSettings
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.types import IGNORE
@@ -53,12 +58,14 @@ def test_expert_examples_train_only_the_assistant_turns(smol_tokenizer):
     ex = expert_examples([task], renderer, None)[0]
     trained = smol_tokenizer.decode([t for t in ex.labels if t != IGNORE])
     value = task.goal["value"]
-    assert trained == (f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{task.prompt[8:-1]}"}}}}'
-                       f'</tool_call><|im_end|><tool_call>{{"name": "submit", "arguments": {{"answer": "{value}"}}}}'
-                       "</tool_call><|im_end|>")
+    assert trained == (
+        f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{task.prompt[8:-1]}"}}}}'
+        f'</tool_call><|im_end|><tool_call>{{"name": "submit", "arguments": {{"answer": "{value}"}}}}'
+        "</tool_call><|im_end|>"
+    )
     # the prompt the SFT example starts with is exactly the one sampled episodes start with
     opening = renderer.prompt_ids([{"role": "user", "content": task.prompt}], task.tools)
-    assert ex.input_ids[:len(opening)] == opening
+    assert ex.input_ids[: len(opening)] == opening
 
 
 def test_rollout_source_builds_grpo_batches_from_episodes(smol_tokenizer):

@@ -7,8 +7,15 @@ import random
 
 import pytest
 
-from tempering.data.agreement import (agreement_report, apply_filter, filter_pairs, fleiss_kappa, item_agreement,
-                                      krippendorff_alpha, vote_counts)
+from tempering.data.agreement import (
+    agreement_report,
+    apply_filter,
+    filter_pairs,
+    fleiss_kappa,
+    item_agreement,
+    krippendorff_alpha,
+    vote_counts,
+)
 
 # 4 items x 3 annotators (a1, a2, a3); C = chosen, R = rejected, T = tie
 SMALL = [("C", "C", "C"), ("C", "C", "R"), ("R", "R", "T"), ("C", "T", "T")]
@@ -53,7 +60,10 @@ def test_report_items_and_annotators_by_hand():
 
 
 def test_no_majority_and_undefined_statistics():
-    assert item_agreement([{"annotator": "a", "prefers": "chosen"}, {"annotator": "b", "prefers": "rejected"}]).majority is None
+    assert (
+        item_agreement([{"annotator": "a", "prefers": "chosen"}, {"annotator": "b", "prefers": "rejected"}]).majority
+        is None
+    )
     assert item_agreement([]) is None
     unanimous = vote_counts([votes("CCC"), votes("CCC")])
     assert math.isnan(krippendorff_alpha(unanimous))  # one label only: expected disagreement is 0
@@ -72,8 +82,12 @@ def test_filter_and_flip_and_weights_by_hand():
     loose = filter_pairs(report.items, min_agreement=0.6, flip=True, weight_by_support=True)
     assert loose.kept == [0, 1, 2, 4] and loose.flipped == [2]
     out = apply_filter(rows, loose, report.items)
-    assert [r["weight"] if "weight" in r else None for r in out] == [1.0, pytest.approx(2 / 3, abs=1e-6),
-                                                                     pytest.approx(5 / 6, abs=1e-6), 2.0]
+    assert [r["weight"] if "weight" in r else None for r in out] == [
+        1.0,
+        pytest.approx(2 / 3, abs=1e-6),
+        pytest.approx(5 / 6, abs=1e-6),
+        2.0,
+    ]
     flipped = out[2]
     assert (flipped["chosen"], flipped["rejected"]) == ("b", "a")
     assert [v["prefers"] for v in flipped["votes"]] == ["chosen", "chosen", "tie"]
@@ -100,8 +114,11 @@ def synthetic(n: int, seed: int):
             if kind == "random" or name == "spam":
                 label = rng.choice(["chosen", "rejected", "tie"])
             else:
-                label = truth if rng.random() < acc else rng.choice([x for x in ("chosen", "rejected", "tie")
-                                                                      if x != truth])
+                label = (
+                    truth
+                    if rng.random() < acc
+                    else rng.choice([x for x in ("chosen", "rejected", "tie") if x != truth])
+                )
             vs.append({"annotator": name, "prefers": label})
         rows.append({"prompt": f"q{i}", "chosen": "a", "rejected": "b", "votes": vs})
         clean.append(kind == "clean")
@@ -116,7 +133,9 @@ def test_filter_recovers_clean_rows_from_injected_noise(seed):
     kept = set(result.kept)
     true_pos = sum(1 for i in kept if clean[i])
     precision, recall = true_pos / len(kept), true_pos / sum(clean)
-    print(f"seed {seed}: precision {precision:.3f} recall {recall:.3f} alpha {report.alpha:.3f} kappa {report.kappa:.3f}")
+    print(
+        f"seed {seed}: precision {precision:.3f} recall {recall:.3f} alpha {report.alpha:.3f} kappa {report.kappa:.3f}"
+    )
     assert precision >= 0.9 and recall >= 0.9, (precision, recall)
     # the spammer agrees least with the others' majority
     assert min(report.annotators, key=lambda a: report.annotators[a]["agreement"]) == "spam"

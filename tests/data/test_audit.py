@@ -14,9 +14,9 @@ def pair(prompt, chosen, rejected, votes=None, source="verifier"):
 
 def test_audit_findings_by_hand():
     rows = [
-        pair("What is 1+1?", "2", "1 + 1 is 3, I think"),           # chosen shorter
-        pair("What is 1+1?", "2", "1 + 1 is 3, I think"),           # duplicate row, repeated prompt
-        pair("Say hi", "Hello  there", "hello there"),              # identical after normalising
+        pair("What is 1+1?", "2", "1 + 1 is 3, I think"),  # chosen shorter
+        pair("What is 1+1?", "2", "1 + 1 is 3, I think"),  # duplicate row, repeated prompt
+        pair("Say hi", "Hello  there", "hello there"),  # identical after normalising
         pair("Name a colour", "Red, the colour of fire", "blue", votes=["tie", "tie", "chosen"]),
         pair([{"role": "user", "content": "What is 2+2?"}], "4", "five", source="human"),
     ]
@@ -50,5 +50,7 @@ def test_length_bias_warning():
     rows = [pair(f"q{i}", "a much longer chosen reply", "short") for i in range(8)] + [pair("q", "a", "bb")] * 2
     audit = audit_pairs(rows)
     assert audit.chosen_longer_share == 0.8
-    assert any(w.startswith("length bias: chosen is longer in 80% of pairs and shorter in 20%") for w in audit.warnings())
+    assert any(
+        w.startswith("length bias: chosen is longer in 80% of pairs and shorter in 20%") for w in audit.warnings()
+    )
     assert audit_pairs([]).summary()["chosen_longer_share"] is None

@@ -1,4 +1,5 @@
 import pytest
+
 from tempering.data.builtin import arithmetic_conversations, arithmetic_tasks
 from tempering.verifiers import score
 

@@ -13,8 +13,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_cfg(path, **extra):
-    cfg = {"data": {"train": "d/train.jsonl", "eval": ["d/eval.jsonl", "/abs/e.jsonl"],
-                    "replay": {"data": "../general.jsonl"}}, "train": {"steps": 1}, **extra}
+    cfg = {
+        "data": {
+            "train": "d/train.jsonl",
+            "eval": ["d/eval.jsonl", "/abs/e.jsonl"],
+            "replay": {"data": "../general.jsonl"},
+        },
+        "train": {"steps": 1},
+        **extra,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -35,8 +42,15 @@ def test_relative_data_paths_resolve_against_the_config_directory(tmp_path, monk
 def test_task_file_sources_resolve_but_builtin_names_do_not(tmp_path):
     path = tmp_path / "c" / "grpo.yaml"
     path.parent.mkdir()
-    path.write_text(yaml.safe_dump({"tasks": {"source": "tasks.jsonl"}, "train": {"steps": 1},
-                                    "heldout": {"tasks": {"source": "builtin:arithmetic"}}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "tasks": {"source": "tasks.jsonl"},
+                "train": {"steps": 1},
+                "heldout": {"tasks": {"source": "builtin:arithmetic"}},
+            }
+        )
+    )
     cfg = load_config(GRPOConfig, path)
     assert cfg.tasks.source == str(tmp_path / "c" / "tasks.jsonl")
     assert cfg.heldout.tasks.source == "builtin:arithmetic"
@@ -48,14 +62,17 @@ def test_the_shipped_demo_config_finds_its_data_from_any_directory(tmp_path, mon
     assert all(Path(p).is_file() for p in cfg.data.train + cfg.data.eval)
 
 
-@pytest.mark.parametrize("item, expected", [
-    ("train.steps=[1", "--set 'train.steps=[1': the value '[1' is not valid YAML"),
-    ("train.steps", "--set 'train.steps': expected key.sub=value"),
-    ("train.steps.x=1", "--set 'train.steps.x=1': 'train.steps' is not a section (it holds 1)"),
-    ("train..steps=1", "--set 'train..steps=1': 'train..steps' is not a key"),
-    ("train.steps=abc", "--set 'train.steps=abc': train.steps: Input should be a valid integer"),
-    ("data.packing=[1]", "--set 'data.packing=[1]': data.packing: Input should be a valid boolean"),
-])
+@pytest.mark.parametrize(
+    "item, expected",
+    [
+        ("train.steps=[1", "--set 'train.steps=[1': the value '[1' is not valid YAML"),
+        ("train.steps", "--set 'train.steps': expected key.sub=value"),
+        ("train.steps.x=1", "--set 'train.steps.x=1': 'train.steps' is not a section (it holds 1)"),
+        ("train..steps=1", "--set 'train..steps=1': 'train..steps' is not a key"),
+        ("train.steps=abc", "--set 'train.steps=abc': train.steps: Input should be a valid integer"),
+        ("data.packing=[1]", "--set 'data.packing=[1]': data.packing: Input should be a valid boolean"),
+    ],
+)
 def test_set_errors_name_the_set_argument_not_the_file(tmp_path, item, expected):
     path = write_cfg(tmp_path / "sft.yaml")
     with pytest.raises(ConfigError) as info:

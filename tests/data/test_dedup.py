@@ -57,8 +57,13 @@ def test_keep_first_clusters_and_exact_copy_of_a_dropped_row_joins_the_keeper():
     base, other = doc(1, 100), doc(2, 100)
     near = list(base)
     near[40] = "zzz"
-    rows = [("a", {"text": " ".join(base)}), ("b", {"text": " ".join(other)}), ("c", {"text": " ".join(near)}),
-            ("d", {"text": " ".join(near).upper()}), ("e", {"text": " ".join(other)})]
+    rows = [
+        ("a", {"text": " ".join(base)}),
+        ("b", {"text": " ".join(other)}),
+        ("c", {"text": " ".join(near)}),
+        ("d", {"text": " ".join(near).upper()}),
+        ("e", {"text": " ".join(other)}),
+    ]
     kept = []
     report = dedup_rows(rows, Deduper(threshold=0.8), kept.append)
     assert [r["text"] for r in kept] == [" ".join(base), " ".join(other)]
@@ -102,10 +107,20 @@ def test_shingle_hashes_are_stable_across_processes():
     import subprocess
     import sys
 
-    code = ("from tempering.data.dedup import shingle_set; "
-            "print(shingle_set('the cat sat on the mat today'.split(), 3).tolist())")
-    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={"PYTHONHASHSEED": str(s), "PYTHONPATH": ":".join(sys.path)}).stdout for s in (1, 2)}
+    code = (
+        "from tempering.data.dedup import shingle_set; "
+        "print(shingle_set('the cat sat on the mat today'.split(), 3).tolist())"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": str(s), "PYTHONPATH": ":".join(sys.path)},
+        ).stdout
+        for s in (1, 2)
+    }
     assert len(outs) == 1
     assert eval(outs.pop()) == shingle_set("the cat sat on the mat today".split(), 3).tolist()
     assert shingle_set(["a"], 3).dtype == np.uint64
@@ -134,4 +149,7 @@ def test_labelled_near_duplicates_precision_and_recall_at_least_095():
 def test_a_row_of_punctuation_only_is_compared_exactly():
     d = Deduper()
     assert [d.add(normalize("?!")).kind, d.add(normalize("...")).kind, d.add(normalize("a b")).kind] == [
-        "kept", "exact", "kept"]
+        "kept",
+        "exact",
+        "kept",
+    ]

@@ -13,17 +13,29 @@ from tests.conftest import SEED_SAMPLE
 GOOD = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
 BAD_LINES = [
     ("{not json", "invalid JSON"),
-    (json.dumps({"messages": [{"role": "wizard", "content": "x"}, {"role": "assistant", "content": "y"}]}),
-     "unknown role 'wizard'"),
+    (
+        json.dumps({"messages": [{"role": "wizard", "content": "x"}, {"role": "assistant", "content": "y"}]}),
+        "unknown role 'wizard'",
+    ),
     (json.dumps({"messages": [{"role": "user"}, {"role": "assistant", "content": "y"}]}), "missing content"),
     (json.dumps({"messages": [{"role": "user", "content": "only a question"}]}), "no assistant turn"),
     (json.dumps({"text": "no messages"}), "unknown row format (keys: text)"),
     (json.dumps([1, 2]), "not a JSON object"),
-    (json.dumps({"messages": [{"role": "user", "content": "q"},
-                              {"role": "assistant", "content": "a", "tool_calls": [{"arguments": {}}]}]}),
-     "tool_calls[0] needs a non-empty string 'name'"),
-    (json.dumps({"messages": [{"role": "user", "content": 3}, {"role": "assistant", "content": "a"}]}),
-     "content must be a string"),
+    (
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": "q"},
+                    {"role": "assistant", "content": "a", "tool_calls": [{"arguments": {}}]},
+                ]
+            }
+        ),
+        "tool_calls[0] needs a non-empty string 'name'",
+    ),
+    (
+        json.dumps({"messages": [{"role": "user", "content": 3}, {"role": "assistant", "content": "a"}]}),
+        "content must be a string",
+    ),
 ]
 
 
@@ -62,8 +74,9 @@ def test_data_validate_cli_reports_and_exits_nonzero(tmp_path):
     long_row = {"messages": [{"role": "user", "content": "word " * 300}, {"role": "assistant", "content": "ok"}]}
     with path.open("a") as fh:
         fh.write(json.dumps(long_row) + "\n")
-    res = CliRunner().invoke(app, ["data", "validate", str(path), "--max-length", "256",
-                                   "--quarantine", str(tmp_path / "q.jsonl")])
+    res = CliRunner().invoke(
+        app, ["data", "validate", str(path), "--max-length", "256", "--quarantine", str(tmp_path / "q.jsonl")]
+    )
     assert res.exit_code == 1
     last = json.loads(res.stdout.strip().splitlines()[-1])
     assert last == {"rows": 12, "valid": 3, "quarantined": 9}
@@ -84,9 +97,19 @@ def test_more_bad_shapes_are_quarantined_not_crashes(tmp_path):
         {"messages": [{"role": "assistant", "content": "I speak first"}, {"role": "user", "content": "hi"}]},
         {"messages": [{"role": "user", "content": "q", "name": 5}, {"role": "assistant", "content": "a"}]},
         # accepted: string arguments, OpenAI ids, the function wrapper
-        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{\"d\": \"/\"}"}},
-            {"id": "c2", "name": "cat", "arguments": "{\"f\": \"x\"}"}]}]},
+        {
+            "messages": [
+                {"role": "user", "content": "q"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": '{"d": "/"}'}},
+                        {"id": "c2", "name": "cat", "arguments": '{"f": "x"}'},
+                    ],
+                },
+            ]
+        },
     ]
     path = tmp_path / "rows.json"  # a JSON array file
     path.write_text(json.dumps(rows, indent=2))

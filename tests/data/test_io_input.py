@@ -14,8 +14,9 @@ LINE = json.dumps(GOOD).encode()
 
 def test_one_non_utf8_byte_quarantines_only_its_line(tmp_path):
     path = tmp_path / "latin1.jsonl"
-    bad = json.dumps({"messages": [{"role": "user", "content": "caf\u00e9"},
-                                   {"role": "assistant", "content": "ok"}]}).replace("\\u00e9", "\u00e9")
+    bad = json.dumps(
+        {"messages": [{"role": "user", "content": "caf\u00e9"}, {"role": "assistant", "content": "ok"}]}
+    ).replace("\\u00e9", "\u00e9")
     path.write_bytes(LINE + b"\n" + bad.encode("latin-1") + b"\n" + LINE + b"\n")
     result = load_rows([str(path)])
     assert result.summary() == {"rows": 3, "valid": 2, "quarantined": 1}
@@ -49,8 +50,11 @@ def test_empty_training_file_fails_sft_naming_it(tmp_path):
 
     (tmp_path / "train.jsonl").write_text("")
     cfg = tmp_path / "sft.yaml"
-    cfg.write_text(yaml.safe_dump({"data": {"train": str(tmp_path / "train.jsonl")}, "train": {"steps": 1},
-                                   "out": str(tmp_path / "runs")}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {"data": {"train": str(tmp_path / "train.jsonl")}, "train": {"steps": 1}, "out": str(tmp_path / "runs")}
+        )
+    )
     res = CliRunner().invoke(app, ["sft", str(cfg)])
     assert res.exit_code == 2
     assert f"{tmp_path / 'train.jsonl'}: no rows" in " ".join(res.stderr.split())
@@ -86,9 +90,11 @@ def test_all_rows_bad_fails_sft_naming_the_file_and_first_reason(tmp_path, dry_r
     train = tmp_path / "train.jsonl"
     train.write_text('{"text": "x"}\n{broken\n')
     cfg = tmp_path / "sft.yaml"
-    cfg.write_text(yaml.safe_dump({"data": {"train": str(train)}, "train": {"steps": 1},
-                                   "out": str(tmp_path / "runs")}))
+    cfg.write_text(
+        yaml.safe_dump({"data": {"train": str(train)}, "train": {"steps": 1}, "out": str(tmp_path / "runs")})
+    )
     res = CliRunner().invoke(app, ["sft", str(cfg), *dry_run])
     assert res.exit_code == 2
-    assert (f"{train}: no valid rows (2 of 2 quarantined; first: {train}:1: unknown row format"
-            in " ".join(res.stderr.split()))
+    assert f"{train}: no valid rows (2 of 2 quarantined; first: {train}:1: unknown row format" in " ".join(
+        res.stderr.split()
+    )

@@ -5,20 +5,32 @@ import random
 import numpy as np
 import pytest
 
-from tempering.data.mixing import (MixSource, draw_mix, largest_remainder, mix_report, plan_mix, requested_shares,
-                                   row_text, walk)
+from tempering.data.mixing import (
+    MixSource,
+    draw_mix,
+    largest_remainder,
+    mix_report,
+    plan_mix,
+    requested_shares,
+    row_text,
+    walk,
+)
 
 
 def _source(name, n, track="reasoning", weight=1.0, lo=10, hi=200, seed=0, **kw):
     rng = random.Random(f"{seed}:{name}")
-    return MixSource(name, track, weight, [{"id": f"{name}-{i}"} for i in range(n)],
-                     [rng.randint(lo, hi) for _ in range(n)], **kw)
+    return MixSource(
+        name, track, weight, [{"id": f"{name}-{i}"} for i in range(n)], [rng.randint(lo, hi) for _ in range(n)], **kw
+    )
 
 
 def _four():
-    return [_source("math", 30000, "reasoning", 0.5), _source("code", 20000, "code", 0.3, 100, 800),
-            _source("safety", 4000, "safety", 0.2, 20, 60, max_epochs=20.0),
-            _source("general", 50000, "general", 1.0, 10, 300, replay=True)]
+    return [
+        _source("math", 30000, "reasoning", 0.5),
+        _source("code", 20000, "code", 0.3, 100, 800),
+        _source("safety", 4000, "safety", 0.2, 20, 60, max_epochs=20.0),
+        _source("general", 50000, "general", 1.0, 10, 300, replay=True),
+    ]
 
 
 def test_largest_remainder_by_hand():
@@ -64,8 +76,11 @@ def test_every_prefix_keeps_the_shares():
 
 
 def test_cap_moves_share_to_uncapped_sources_and_keeps_replay():
-    sources = [_source("big", 1000, weight=1.0), _source("tiny", 10, "agent", weight=1.0, max_epochs=3.0),
-               _source("gen", 500, "general", replay=True)]
+    sources = [
+        _source("big", 1000, weight=1.0),
+        _source("tiny", 10, "agent", weight=1.0, max_epochs=3.0),
+        _source("gen", 500, "general", replay=True),
+    ]
     plan = plan_mix(sources, 1000, "rows", replay_ratio=0.25)
     assert plan.quota == {"big": 720, "tiny": 30, "gen": 250}  # tiny capped at 3 x 10 rows
     assert plan.capped == ["tiny"]
@@ -79,7 +94,7 @@ def test_cap_moves_share_to_uncapped_sources_and_keeps_replay():
 def test_walk_is_epoch_aware_and_mix_epochs_continue():
     idx = walk(7, seed=1, name="s", start=0, count=21)
     for e in range(3):
-        assert sorted(idx[7 * e: 7 * e + 7]) == list(range(7))  # every row once per source epoch
+        assert sorted(idx[7 * e : 7 * e + 7]) == list(range(7))  # every row once per source epoch
     assert not np.array_equal(idx[:7], idx[7:14])  # a new permutation each epoch
     sources = [_source("a", 100), _source("b", 1000)]
     plan = plan_mix(sources, 100, "rows")
@@ -107,6 +122,8 @@ def test_bad_sources_are_errors():
 
 
 def test_row_text_counts_message_contents():
-    row = {"messages": [{"role": "user", "content": "two words"}, {"role": "assistant", "content": "three more words"}],
-           "meta": {"ignored": "x y z"}}
+    row = {
+        "messages": [{"role": "user", "content": "two words"}, {"role": "assistant", "content": "three more words"}],
+        "meta": {"ignored": "x y z"},
+    }
     assert row_text(row).split() == ["two", "words", "three", "more", "words"]

@@ -18,18 +18,28 @@ from tests.data.test_render import expected, qwen_tokenizer  # noqa: F401  (fixt
 SIMPLE = {"prompt": "What is 2+2?", "chosen": "4", "rejected": "The answer is 5."}
 CALL = {"name": "shell", "arguments": {"cmd": "ls"}}
 TOOLS = {
-    "prompt": [{"role": "system", "content": "Be terse."},
-               {"role": "user", "content": "List files."},
-               {"role": "assistant", "content": "Listing.", "tool_calls": [CALL]},
-               {"role": "tool", "content": "a.py b.py"}],
+    "prompt": [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "List files."},
+        {"role": "assistant", "content": "Listing.", "tool_calls": [CALL]},
+        {"role": "tool", "content": "a.py b.py"},
+    ],
     "chosen": [{"role": "assistant", "content": "a.py, b.py"}],
-    "rejected": [{"role": "assistant", "content": "Again.", "tool_calls": [CALL]},
-                 {"role": "tool", "content": "a.py b.py"},
-                 {"role": "assistant", "content": "a.py"}],
+    "rejected": [
+        {"role": "assistant", "content": "Again.", "tool_calls": [CALL]},
+        {"role": "tool", "content": "a.py b.py"},
+        {"role": "assistant", "content": "a.py"},
+    ],
 }
-MULTI = {"prompt": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-                    {"role": "user", "content": "2+3?"}],
-         "chosen": "5", "rejected": "6"}
+MULTI = {
+    "prompt": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "2+3?"},
+    ],
+    "chosen": "5",
+    "rejected": "6",
+}
 
 
 def full_ids(tok, pair, side):
@@ -44,7 +54,7 @@ def scored_text(tok, ids, mask):
 
 @pytest.mark.parametrize("row", [SIMPLE, TOOLS, MULTI], ids=["string", "tools", "multi-turn"])
 @pytest.mark.parametrize("which", ["smol", "qwen"])
-def test_shared_prompt_and_concatenation_property(row, which, smol_tokenizer, qwen_tokenizer):  # noqa: F811
+def test_shared_prompt_and_concatenation_property(row, which, smol_tokenizer, qwen_tokenizer):
     tok = smol_tokenizer if which == "smol" else qwen_tokenizer
     pair = check_pair(row)
     r = render_pair(tok, pair, detect_tool_call_style(tok))
@@ -60,19 +70,29 @@ def test_shared_prompt_and_concatenation_property(row, which, smol_tokenizer, qw
         assert sum(1 for i, m in zip(r.ids(side), r.mask(side)) if m and i == tok.eos_token_id) == n_assistant
 
 
-def test_tool_pair_tokens_on_qwen_style_template(qwen_tokenizer):  # noqa: F811
+def test_tool_pair_tokens_on_qwen_style_template(qwen_tokenizer):
     pair = check_pair(TOOLS)
     r = render_pair(qwen_tokenizer, pair, "template")
     call = '<tool_call>\n{"name": "shell", "arguments": {"cmd": "ls"}}\n</tool_call>'
-    prompt = ("<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nList files.<|im_end|>\n"
-              f"<|im_start|>assistant\nListing.\n{call}<|im_end|>\n"
-              "<|im_start|>user\n<tool_response>\na.py b.py\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    prompt = (
+        "<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nList files.<|im_end|>\n"
+        f"<|im_start|>assistant\nListing.\n{call}<|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\na.py b.py\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
     ids, _ = expected(qwen_tokenizer, [(prompt, False)])
     assert r.prompt_ids == ids
-    ids, labels = expected(qwen_tokenizer, [
-        (f"Again.\n{call}<|im_end|>", True),
-        ("\n<|im_start|>user\n<tool_response>\na.py b.py\n</tool_response><|im_end|>\n<|im_start|>assistant\n", False),
-        ("a.py<|im_end|>", True), ("\n", False)])
+    ids, labels = expected(
+        qwen_tokenizer,
+        [
+            (f"Again.\n{call}<|im_end|>", True),
+            (
+                "\n<|im_start|>user\n<tool_response>\na.py b.py\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+                False,
+            ),
+            ("a.py<|im_end|>", True),
+            ("\n", False),
+        ],
+    )
     assert r.rejected_ids == ids
     assert r.rejected_mask == [int(label != -100) for label in labels]
     assert scored_text(qwen_tokenizer, r.chosen_ids, r.chosen_mask) == "a.py, b.py<|im_end|>"
@@ -83,7 +103,8 @@ def test_tool_pair_on_smollm2_writes_calls_in_tempering_form(smol_tokenizer):
     r = render_pair(smol_tokenizer, pair, "tempering")
     call = f"<tool_call>{json.dumps(CALL)}</tool_call>"
     assert smol_tokenizer.decode(r.prompt_ids).endswith(
-        f"Listing.\n{call}<|im_end|>\n<|im_start|>tool\na.py b.py<|im_end|>\n<|im_start|>assistant\n")
+        f"Listing.\n{call}<|im_end|>\n<|im_start|>tool\na.py b.py<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert scored_text(smol_tokenizer, r.rejected_ids, r.rejected_mask) == f"Again.\n{call}<|im_end|>a.py<|im_end|>"
 
 

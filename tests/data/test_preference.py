@@ -6,23 +6,32 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tempering.data.formats import RowInvalid
 from tempering.data.io import NoRows, write_quarantine
 from tempering.data.preference import PreferencePair, check_pair, load_pairs
-from tempering.data.formats import RowInvalid
 
 SIMPLE = {"prompt": "What is 2+2?", "chosen": "4", "rejected": "5"}
 CONV = {
-    "prompt": [{"role": "system", "content": "Be terse."},
-               {"role": "user", "content": "List files."},
-               {"role": "assistant", "content": "", "tool_calls": [{"name": "shell", "arguments": {"cmd": "ls"}}]},
-               {"role": "tool", "content": "a.py b.py"}],
+    "prompt": [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "List files."},
+        {"role": "assistant", "content": "", "tool_calls": [{"name": "shell", "arguments": {"cmd": "ls"}}]},
+        {"role": "tool", "content": "a.py b.py"},
+    ],
     "chosen": [{"role": "assistant", "content": "Two files: a.py and b.py."}],
-    "rejected": [{"role": "assistant", "content": "Let me check again.",
-                  "tool_calls": [{"type": "function", "function": {"name": "shell", "arguments": "{\"cmd\": \"ls\"}"}}]},
-                 {"role": "tool", "content": "a.py b.py"},
-                 {"role": "assistant", "content": "a.py"}],
+    "rejected": [
+        {
+            "role": "assistant",
+            "content": "Let me check again.",
+            "tool_calls": [{"type": "function", "function": {"name": "shell", "arguments": '{"cmd": "ls"}'}}],
+        },
+        {"role": "tool", "content": "a.py b.py"},
+        {"role": "assistant", "content": "a.py"},
+    ],
     "votes": [{"annotator": "a1", "prefers": "chosen"}, {"annotator": "a2", "prefers": "tie"}],
-    "source": "human", "weight": 0.5, "meta": {"id": 7},
+    "source": "human",
+    "weight": 0.5,
+    "meta": {"id": 7},
 }
 
 BAD = [
@@ -31,24 +40,48 @@ BAD = [
     ({**SIMPLE, "score": 3}, "unknown field(s) ['score']; put provenance under 'meta'"),
     ({**SIMPLE, "chosen": 4}, "'chosen' must be a string or a list of messages"),
     ({**SIMPLE, "rejected": "  "}, "'rejected' is empty"),
-    ({**SIMPLE, "prompt": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]},
-     "'prompt' must end before the answer"),
+    (
+        {**SIMPLE, "prompt": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]},
+        "'prompt' must end before the answer",
+    ),
     ({**SIMPLE, "prompt": [{"role": "system", "content": "s"}]}, "'prompt' has no user turn"),
-    ({**SIMPLE, "chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "4"}]},
-     "'chosen' must start with an assistant turn"),
-    ({**SIMPLE, "chosen": [{"role": "assistant", "content": "x", "tool_calls": [{"name": "f"}]},
-                           {"role": "tool", "content": "r"}]}, "'chosen' must end with an assistant turn"),
-    ({**SIMPLE, "rejected": [{"role": "assistant", "content": "x", "tool_calls": [{"arguments": {}}]},
-                             {"role": "tool", "content": "r"}, {"role": "assistant", "content": "y"}]},
-     "rejected.0.tool_calls.0.name: Field required"),
+    (
+        {**SIMPLE, "chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "4"}]},
+        "'chosen' must start with an assistant turn",
+    ),
+    (
+        {
+            **SIMPLE,
+            "chosen": [
+                {"role": "assistant", "content": "x", "tool_calls": [{"name": "f"}]},
+                {"role": "tool", "content": "r"},
+            ],
+        },
+        "'chosen' must end with an assistant turn",
+    ),
+    (
+        {
+            **SIMPLE,
+            "rejected": [
+                {"role": "assistant", "content": "x", "tool_calls": [{"arguments": {}}]},
+                {"role": "tool", "content": "r"},
+                {"role": "assistant", "content": "y"},
+            ],
+        },
+        "rejected.0.tool_calls.0.name: Field required",
+    ),
     ({**SIMPLE, "votes": [{"annotator": "a1", "prefers": "left"}]}, "votes.0.prefers"),
-    ({**SIMPLE, "votes": [{"annotator": "a1", "prefers": "chosen"}, {"annotator": "a1", "prefers": "tie"}]},
-     "annotator 'a1' voted more than once"),
+    (
+        {**SIMPLE, "votes": [{"annotator": "a1", "prefers": "chosen"}, {"annotator": "a1", "prefers": "tie"}]},
+        "annotator 'a1' voted more than once",
+    ),
     ({**SIMPLE, "source": "crowd"}, "source:"),
     ({**SIMPLE, "weight": -1}, "weight: Input should be greater than or equal to 0"),
     ({**SIMPLE, "weight": float("nan")}, "weight"),
-    ({**SIMPLE, "prompt": [{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}]},
-     "only text parts can be trained on"),
+    (
+        {**SIMPLE, "prompt": [{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}]},
+        "only text parts can be trained on",
+    ),
 ]
 
 
@@ -69,8 +102,10 @@ def test_string_and_conversation_rows_load_and_round_trip():
 
 
 def test_content_parts_are_joined():
-    row = {**SIMPLE, "prompt": [{"role": "user", "content": [{"type": "text", "text": "a"},
-                                                            {"type": "text", "text": "b"}]}]}
+    row = {
+        **SIMPLE,
+        "prompt": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+    }
     assert check_pair(row).prompt_messages() == [{"role": "user", "content": "ab"}]
 
 
@@ -96,7 +131,9 @@ def test_load_pairs_quarantines_with_file_and_line(tmp_path):
 
 def test_parquet_nulls_count_as_absent(tmp_path):
     # Arrow fills a column missing from one row with null: that row must still load
-    pq.write_table(pa.Table.from_pylist([{**SIMPLE, "source": None}, {**SIMPLE, "source": "verifier"}]), tmp_path / "p.parquet")
+    pq.write_table(
+        pa.Table.from_pylist([{**SIMPLE, "source": None}, {**SIMPLE, "source": "verifier"}]), tmp_path / "p.parquet"
+    )
     result = load_pairs([tmp_path / "p.parquet"])
     assert result.summary() == {"rows": 2, "valid": 2, "quarantined": 0}
     assert [r.value.source for r in result.records] == [None, "verifier"]

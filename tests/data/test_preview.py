@@ -31,8 +31,11 @@ def cfg_path(tmp_path):
     lines = [json.dumps(r) for r in ROWS] + ['{"text": "no format"}']
     (tmp_path / "train.jsonl").write_text("\n".join(lines) + "\n")
     path = tmp_path / "sft.yaml"
-    path.write_text(yaml.safe_dump({"data": {"train": "train.jsonl", "max_length": 256},
-                                    "train": {"steps": 5}, "out": str(tmp_path / "runs")}))
+    path.write_text(
+        yaml.safe_dump(
+            {"data": {"train": "train.jsonl", "max_length": 256}, "train": {"steps": 5}, "out": str(tmp_path / "runs")}
+        )
+    )
     return path
 
 
@@ -44,20 +47,27 @@ def preview(path, tokenizer):
 def test_preview_counts_what_training_would_see(cfg_path, smol_tokenizer):
     p = preview(cfg_path, smol_tokenizer)
     assert (p["data"]["rows"], p["data"]["valid"], p["data"]["quarantined"]) == (4, 3, 1)
-    assert p["errors"] == [f"{cfg_path.parent / 'train.jsonl'}:4: unknown row format (keys: text); expected "
-                           "'messages', 'prompt' + 'completion', 'conversations' (ShareGPT) or "
-                           "'instruction' + 'output' (Alpaca)"]
+    assert p["errors"] == [
+        f"{cfg_path.parent / 'train.jsonl'}:4: unknown row format (keys: text); expected "
+        "'messages', 'prompt' + 'completion', 'conversations' (ShareGPT) or "
+        "'instruction' + 'output' (Alpaca)"
+    ]
     rendered = [render_with_mask(smol_tokenizer, c, "tempering") for c in CHATS]
     lengths = [len(r.input_ids) for r in rendered]
-    assert p["tokens"] == {"total": sum(lengths), "loss": sum(r.n_loss_tokens for r in rendered),
-                           "mean_length": round(sum(lengths) / 3, 1), "max_length": max(lengths)}
+    assert p["tokens"] == {
+        "total": sum(lengths),
+        "loss": sum(r.n_loss_tokens for r in rendered),
+        "mean_length": round(sum(lengths) / 3, 1),
+        "max_length": max(lengths),
+    }
     assert p["config"]["data"]["train"] == [str(cfg_path.parent / "train.jsonl")]
     # the example: all of the first row's text, cut where the mask switches
     first = rendered[0]
     spans = p["example"]
     assert "".join(s["text"] for s in spans) == smol_tokenizer.decode(first.input_ids)
     assert "".join(s["text"] for s in spans if s["trained"]) == smol_tokenizer.decode(
-        [t for t in first.labels if t != IGNORE])
+        [t for t in first.labels if t != IGNORE]
+    )
     assert [s["trained"] for s in spans] == [False, True, False]  # prompt, "4<|im_end|>", trailing glue
 
 
@@ -68,7 +78,7 @@ def test_dry_run_prints_marked_example_and_creates_no_run(cfg_path, tmp_path):
     assert "rows 4, valid 3, quarantined 1" in res.stdout
     assert "train.jsonl:4: unknown row format" in res.stdout
     assert "<|im_start|>assistant\n\u27e64<|im_end|>\u27e7" in res.stdout
-    summary = json.loads(res.stdout[res.stdout.rindex("\n{"):])
+    summary = json.loads(res.stdout[res.stdout.rindex("\n{") :])
     assert summary["dry_run"] is True and summary["valid"] == 3
     assert not (tmp_path / "runs").exists()  # no run dir, no registry
 

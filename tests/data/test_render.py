@@ -28,7 +28,7 @@ QWEN_STYLE = (
     "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
     "{%- for tool_call in message.tool_calls %}"
     "{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}"
-    "{{- '\\n<tool_call>\\n{\"name\": \"' }}{{- tool_call.name }}"
+    '{{- \'\\n<tool_call>\\n{"name": "\' }}{{- tool_call.name }}'
     "{{- '\", \"arguments\": ' }}{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}"
     "{%- endfor %}"
     "{{- '<|im_end|>\\n' }}"
@@ -80,14 +80,20 @@ def test_smollm2_template_drops_tool_calls_so_tempering_form_is_used(smol_tokeni
 def test_seed_sample_mask_exact_on_smollm2(smol_tokenizer):
     m = SEED_SAMPLE["messages"]
     call = json.dumps({"name": "shell", "arguments": {"cmd": "find . -name '*.py' | xargs wc -l"}})
-    ids, labels = expected(smol_tokenizer, [
-        (f"<|im_start|>system\n{m[0]['content']}<|im_end|>\n<|im_start|>user\n{m[1]['content']}<|im_end|>\n"
-         "<|im_start|>assistant\n", False),
-        (f"{m[2]['content']}\n<tool_call>{call}</tool_call><|im_end|>", True),
-        ("\n<|im_start|>tool\n...command output...<|im_end|>\n<|im_start|>assistant\n", False),
-        (f"{m[4]['content']}<|im_end|>", True),
-        ("\n", False),
-    ])
+    ids, labels = expected(
+        smol_tokenizer,
+        [
+            (
+                f"<|im_start|>system\n{m[0]['content']}<|im_end|>\n<|im_start|>user\n{m[1]['content']}<|im_end|>\n"
+                "<|im_start|>assistant\n",
+                False,
+            ),
+            (f"{m[2]['content']}\n<tool_call>{call}</tool_call><|im_end|>", True),
+            ("\n<|im_start|>tool\n...command output...<|im_end|>\n<|im_start|>assistant\n", False),
+            (f"{m[4]['content']}<|im_end|>", True),
+            ("\n", False),
+        ],
+    )
     ex = render_with_mask(smol_tokenizer, m, detect_tool_call_style(smol_tokenizer))
     assert ex.input_ids == ids
     assert ex.labels == labels
@@ -106,15 +112,24 @@ def test_seed_sample_mask_exact_on_qwen_style_template(qwen_tokenizer):
     assert detect_tool_call_style(qwen_tokenizer) == "template"
     m = SEED_SAMPLE["messages"]
     args = json.dumps({"cmd": "find . -name '*.py' | xargs wc -l"})
-    ids, labels = expected(qwen_tokenizer, [
-        (f"<|im_start|>system\n{m[0]['content']}<|im_end|>\n<|im_start|>user\n{m[1]['content']}<|im_end|>\n"
-         "<|im_start|>assistant\n", False),
-        (f'{m[2]["content"]}\n<tool_call>\n{{"name": "shell", "arguments": {args}}}\n</tool_call><|im_end|>', True),
-        ("\n<|im_start|>user\n<tool_response>\n...command output...\n</tool_response><|im_end|>\n"
-         "<|im_start|>assistant\n", False),
-        (f"{m[4]['content']}<|im_end|>", True),
-        ("\n", False),
-    ])
+    ids, labels = expected(
+        qwen_tokenizer,
+        [
+            (
+                f"<|im_start|>system\n{m[0]['content']}<|im_end|>\n<|im_start|>user\n{m[1]['content']}<|im_end|>\n"
+                "<|im_start|>assistant\n",
+                False,
+            ),
+            (f'{m[2]["content"]}\n<tool_call>\n{{"name": "shell", "arguments": {args}}}\n</tool_call><|im_end|>', True),
+            (
+                "\n<|im_start|>user\n<tool_response>\n...command output...\n</tool_response><|im_end|>\n"
+                "<|im_start|>assistant\n",
+                False,
+            ),
+            (f"{m[4]['content']}<|im_end|>", True),
+            ("\n", False),
+        ],
+    )
     ex = render_with_mask(qwen_tokenizer, m, "template")
     assert ex.input_ids == ids
     assert ex.labels == labels
@@ -122,8 +137,12 @@ def test_seed_sample_mask_exact_on_qwen_style_template(qwen_tokenizer):
 
 
 def test_default_system_prompt_and_multi_turn_mask(smol_tokenizer):
-    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-            {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+    msgs = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+        {"role": "assistant", "content": "d"},
+    ]
     ex = render_with_mask(smol_tokenizer, msgs, "tempering")
     assert spans(ex, smol_tokenizer) == ["b<|im_end|>", "d<|im_end|>"]
     text = smol_tokenizer.decode(ex.input_ids)
@@ -132,17 +151,21 @@ def test_default_system_prompt_and_multi_turn_mask(smol_tokenizer):
 
 def test_template_dropping_tool_results_is_an_error(smol_tokenizer):
     tok = copy.deepcopy(smol_tokenizer)
-    tok.chat_template = ("{% for m in messages %}{% if m['role'] != 'tool' %}<|im_start|>{{ m['role'] }}\n"
-                         "{{ m['content'] }}<|im_end|>\n{% endif %}{% endfor %}")
+    tok.chat_template = (
+        "{% for m in messages %}{% if m['role'] != 'tool' %}<|im_start|>{{ m['role'] }}\n"
+        "{{ m['content'] }}<|im_end|>\n{% endif %}{% endfor %}"
+    )
     with pytest.raises(TemplateError, match="drops the content of 'tool' turns"):
         detect_tool_call_style(tok)
 
 
 def test_template_with_unparseable_native_tool_calls_is_an_error(smol_tokenizer):
     tok = copy.deepcopy(smol_tokenizer)
-    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
-                         "{% for c in m.get('tool_calls', []) %}CALL {{ c['name'] }}({{ c['arguments'] }}){% endfor %}"
-                         "<|im_end|>\n{% endfor %}")
+    tok.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+        "{% for c in m.get('tool_calls', []) %}CALL {{ c['name'] }}({{ c['arguments'] }}){% endfor %}"
+        "<|im_end|>\n{% endfor %}"
+    )
     with pytest.raises(TemplateError, match="cannot parse back"):
         detect_tool_call_style(tok)
 
@@ -150,11 +173,17 @@ def test_template_with_unparseable_native_tool_calls_is_an_error(smol_tokenizer)
 def test_template_that_is_not_prefix_consistent_fails_clearly(smol_tokenizer):
     # Renders the last message differently from earlier ones (like "thinking" stripping).
     tok = copy.deepcopy(smol_tokenizer)
-    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if loop.last %}[last] {% endif %}"
-                         "{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-            {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+    tok.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if loop.last %}[last] {% endif %}"
+        "{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    msgs = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+        {"role": "assistant", "content": "d"},
+    ]
     with pytest.raises(TemplateError, match="not prefix-consistent"):
         render_with_mask(tok, msgs, "tempering")
 
@@ -165,4 +194,4 @@ def test_parse_tool_calls_reports_bad_blocks():
     assert parsed.calls == [{"name": "a", "arguments": {"x": 1}}]
     assert len(parsed.errors) == 1 and "invalid JSON" in parsed.errors[0]
     assert parsed.content == "ok"
-    assert parse_tool_calls("<tool_call>{\"name\": \"a\"").errors == ["unterminated <tool_call> block"]
+    assert parse_tool_calls('<tool_call>{"name": "a"').errors == ["unterminated <tool_call> block"]

@@ -39,7 +39,8 @@ def test_gram_hashes_follow_the_documented_polynomial():
     assert len(gram_hashes(np.array(ids, dtype=np.uint64), 9)) == 0
     # windows of different lengths over the same ids do not collide
     assert set(gram_hashes(np.array([1, 2], dtype=np.uint64), 2).tolist()).isdisjoint(
-        gram_hashes(np.array([1, 2], dtype=np.uint64), 1).tolist())
+        gram_hashes(np.array([1, 2], dtype=np.uint64), 1).tolist()
+    )
 
 
 def test_stable_token_ids_are_crc32_plus_one():

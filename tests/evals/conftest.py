@@ -14,14 +14,32 @@ from pathlib import Path
 import pytest
 import torch
 
-from tempering.pipeline.registry import Registry
+from tempering.runs.registry import Registry
 from tests.conftest import tiny_llama
 
 DIGITS = [str(d) for d in range(10)]
-WORDS = ["<pad>", "<s>", "</s>", "<unk>", "user", "assistant", "system", ":", "|", "recall", "Question",
-         "Please", "answer", ".", "?", *DIGITS]
-TEMPLATE = ("{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} | {% endfor %}"
-            "{% if add_generation_prompt %}assistant :{% endif %}")
+WORDS = [
+    "<pad>",
+    "<s>",
+    "</s>",
+    "<unk>",
+    "user",
+    "assistant",
+    "system",
+    ":",
+    "|",
+    "recall",
+    "Question",
+    "Please",
+    "answer",
+    ".",
+    "?",
+    *DIGITS,
+]
+TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} | {% endfor %}"
+    "{% if add_generation_prompt %}assistant :{% endif %}"
+)
 
 
 def word_tokenizer():
@@ -31,8 +49,9 @@ def word_tokenizer():
 
     core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                  unk_token="<unk>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
     tok.chat_template = TEMPLATE
     return tok
 
@@ -47,8 +66,14 @@ def recall_tasks(n: int, seed: int, *, exclude: set[str] = frozenset()) -> list[
         if prompt in seen:
             continue
         seen.add(prompt)
-        rows.append({"id": f"recall-{seed}-{len(rows):03d}", "prompt": prompt,
-                     "verifier": {"type": "numeric", "answer": b}, "track": "reasoning"})
+        rows.append(
+            {
+                "id": f"recall-{seed}-{len(rows):03d}",
+                "prompt": prompt,
+                "verifier": {"type": "numeric", "answer": b},
+                "track": "reasoning",
+            }
+        )
     return rows
 
 
@@ -57,8 +82,9 @@ def train_recall(model, tok, rows: list[dict], steps: int, lr: float = 2e-2, see
     torch.manual_seed(seed)
     seqs = []
     for r in rows:
-        prompt = tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], add_generation_prompt=True,
-                                         tokenize=True)
+        prompt = tok.apply_chat_template(
+            [{"role": "user", "content": r["prompt"]}], add_generation_prompt=True, tokenize=True
+        )
         prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
         seqs.append((prompt, [tok.convert_tokens_to_ids(r["verifier"]["answer"]), tok.eos_token_id]))
     ids = torch.tensor([p + a for p, a in seqs])
@@ -79,8 +105,9 @@ def answer_accuracy(model, tok, rows: list[dict]) -> float:
     hits = 0
     with torch.no_grad():
         for r in rows:
-            prompt = tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], add_generation_prompt=True,
-                                             tokenize=True)
+            prompt = tok.apply_chat_template(
+                [{"role": "user", "content": r["prompt"]}], add_generation_prompt=True, tokenize=True
+            )
             prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
             logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]
             hits += int(logits.argmax()) == tok.convert_tokens_to_ids(r["verifier"]["answer"])
@@ -124,7 +151,7 @@ def sft_row(prompt: str, answer: str, **extra) -> dict:
 
 def record_run(out: Path, name: str, train: list[str], base: str, evals: list[str] = ()) -> Path:
     """A finished SFT run as run_sft records it (paths as given, relative to the cwd at training)."""
-    from tempering.pipeline.registry import describe_input
+    from tempering.runs.registry import describe_input
 
     registry = Registry(out / "registry.sqlite")
     config = {"data": {"train": list(train), "eval": list(evals), "replay": None}, "out": str(out), "name": name}
@@ -143,10 +170,15 @@ def record_run(out: Path, name: str, train: list[str], base: str, evals: list[st
 def write_suite(directory: Path, name: str, tasks_file: Path, **fields) -> Path:
     import yaml
 
-    spec = {"name": name, "track": "reasoning", "tasks": {"source": str(tasks_file)},
-            "templates": ["{prompt}", "Question : {prompt}"],
-            "sampling": {"temperature": 1.0, "max_new_tokens": 3, "n": 4}, "metrics": ["accuracy", "pass@2"],
-            **fields}
+    spec = {
+        "name": name,
+        "track": "reasoning",
+        "tasks": {"source": str(tasks_file)},
+        "templates": ["{prompt}", "Question : {prompt}"],
+        "sampling": {"temperature": 1.0, "max_new_tokens": 3, "n": 4},
+        "metrics": ["accuracy", "pass@2"],
+        **fields,
+    }
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

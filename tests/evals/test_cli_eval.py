@@ -8,13 +8,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tempering.cli_eval import eval_app
+from tempering.cli.eval import eval_app
 from tempering.evals.gate import parse_rules, run_gate
 from tempering.evals.results import EvalResults, compare
 from tempering.evals.runner import run_suite
 from tempering.evals.suite import read_suite
 from tempering.rollout.engine import HFEngine
-from tests.evals.conftest import degrade, degrade_until, recall_tasks, record_run, sft_row, write_jsonl, write_suite
+from tests.evals.conftest import degrade, degrade_until, record_run, sft_row, write_jsonl
 
 DEGRADED_AT_MOST = 0.85  # greedy answer accuracy of the degraded checkpoint (the base is ~0.99)
 NULL_NOISE = 0.7  # a noisier copy for the null comparisons: ~45% accuracy, so seeds change outcomes
@@ -63,10 +63,13 @@ def test_eval_run_writes_results_report_and_table_then_hits_the_cache(recall_dir
 
 
 def test_degraded_checkpoint_is_a_significant_regression_and_fails_the_gate(
-        recall_dir, degraded_dir, suite_file, gate_file, env):
+    recall_dir, degraded_dir, suite_file, gate_file, env
+):
     for name, model, first_seed in (("base", recall_dir, 0), ("self", recall_dir, 7), ("noised", degraded_dir, 0)):
-        result = invoke(eval_app, ["run", suite_file, "--model", model, "--out", env / name, "--seeds", 2,
-                                   "--first-seed", first_seed])
+        result = invoke(
+            eval_app,
+            ["run", suite_file, "--model", model, "--out", env / name, "--seeds", 2, "--first-seed", first_seed],
+        )
         assert result.exit_code == 0, result.output
     same = invoke(eval_app, ["compare", env / "base", env / "self", "--gate", gate_file])
     assert same.exit_code == 0 and "gate passed" in same.output, same.output
@@ -75,8 +78,10 @@ def test_degraded_checkpoint_is_a_significant_regression_and_fails_the_gate(
     verdict = json.loads((env / "cmp" / "gate.json").read_text())
     assert [r["passed"] for r in verdict["rules"]] == [False, False, True]
     (c,) = compare(EvalResults.load(env / "base" / "results.json"), EvalResults.load(env / "noised" / "results.json"))
-    print(f"\nnoised checkpoint: accuracy {c.base_mean:.3f} -> {c.candidate_mean:.3f}, delta {c.comparison.delta:+.3f} "
-          f"[{c.comparison.low:+.3f}, {c.comparison.high:+.3f}] p={c.comparison.p_value:.3g}")
+    print(
+        f"\nnoised checkpoint: accuracy {c.base_mean:.3f} -> {c.candidate_mean:.3f}, delta {c.comparison.delta:+.3f} "
+        f"[{c.comparison.low:+.3f}, {c.comparison.high:+.3f}] p={c.comparison.p_value:.3g}"
+    )
     assert c.comparison.significant and c.comparison.high < 0
     assert "sig" in worse.output and (env / "cmp" / "report.html").is_file()
 
@@ -86,28 +91,37 @@ def test_null_comparisons_raise_at_most_five_percent_false_alarms(recall_model, 
     model, tok, _ = recall_model
     engine = HFEngine(degrade(model, NULL_NOISE), tok, precision="fp32")
     suite = read_suite(suite_file).model_copy(update={"templates": ["{prompt}"]})
-    runs = [EvalResults(model=f"seed-{s}", suites=[run_suite(suite, engine, seeds=1, first_seed=s)])
-            for s in range(400)]
+    runs = [
+        EvalResults(model=f"seed-{s}", suites=[run_suite(suite, engine, seeds=1, first_seed=s)]) for s in range(400)
+    ]
     rules = parse_rules(["no significant regression on reasoning"])
     alarms = [not run_gate(rules, runs[i], runs[i + 1]).passed for i in range(0, 400, 2)]
     either_way = [compare(runs[i], runs[i + 1])[0].comparison.significant for i in range(0, 400, 2)]
     accuracy = sum(r.suites[0].metrics["accuracy"].mean for r in runs) / len(runs)
-    print(f"\nnull comparisons: {sum(alarms)}/{len(alarms)} gate false alarms, {sum(either_way)}/{len(either_way)} "
-          f"significant either way (mean accuracy {accuracy:.3f})")
+    print(
+        f"\nnull comparisons: {sum(alarms)}/{len(alarms)} gate false alarms, {sum(either_way)}/{len(either_way)} "
+        f"significant either way (mean accuracy {accuracy:.3f})"
+    )
     assert 0.3 < accuracy < 0.9  # outcomes really vary between seeds
     assert sum(alarms) / len(alarms) <= 0.05
 
 
-def test_contaminated_lineage_is_reported_and_fails_the_gate(recall_model, recall_dir, suite_file, gate_file, env,
-                                                             monkeypatch):
+def test_contaminated_lineage_is_reported_and_fails_the_gate(
+    recall_model, recall_dir, suite_file, gate_file, env, monkeypatch
+):
     import shutil
 
     _, _, rows = recall_model
     project = env / "project"
     project.mkdir()
     monkeypatch.chdir(project)
-    write_jsonl(project / "train.jsonl", [sft_row("recall 0 0 1", "0", id="clean-1"),
-                                          sft_row(rows[5]["prompt"], rows[5]["verifier"]["answer"], id="leak-5")])
+    write_jsonl(
+        project / "train.jsonl",
+        [
+            sft_row("recall 0 0 1", "0", id="clean-1"),
+            sft_row(rows[5]["prompt"], rows[5]["verifier"]["answer"], id="leak-5"),
+        ],
+    )
     final = record_run(project / "runs", "sft-leak", ["train.jsonl"], "smollm2-135m-instruct")
     shutil.copytree(recall_dir, final, dirs_exist_ok=True)  # the trained weights; the run's marker stays
     result = invoke(eval_app, ["run", suite_file, "--model", final, "--out", env / "leaky"])

@@ -6,11 +6,15 @@ import pytest
 
 from tempering.evals.contamination import NgramIndex, decontaminate, normalize
 
-LONG_TASK = ("A farmer has three fields of wheat and each field yields forty bushels in a good year "
-             "while a bad year halves the yield; how many bushels does the farmer expect over two years?")
+LONG_TASK = (
+    "A farmer has three fields of wheat and each field yields forty bushels in a good year "
+    "while a bad year halves the yield; how many bushels does the farmer expect over two years?"
+)
 SHORT_TASK = "What is 12+5?"
-PRIVATE_TASK = ("The lighthouse keeper Ormsby logged seventeen zeppelins crossing the northern estuary "
-                "before the tide tables were rewritten by the harbour council in secret.")
+PRIVATE_TASK = (
+    "The lighthouse keeper Ormsby logged seventeen zeppelins crossing the northern estuary "
+    "before the tide tables were rewritten by the harbour council in secret."
+)
 
 
 def chat(user: str, assistant: str = "Let me think.", **extra) -> dict:
@@ -31,12 +35,23 @@ def planted_rows() -> list:
     return [
         chat(LONG_TASK, "80 + 40 ... = 120", id="exact"),
         chat(LONG_TASK.upper(), "120", id="upper"),
-        chat("  a farmer HAS three fields of wheat, and each field yields forty bushels -- in a good year;\n"
-             "while a bad year halves the yield.   How many bushels?", id="spacing"),
-        {"messages": [{"role": "system", "content": "Be brief."},
-                      {"role": "user", "content": "Here is a homework problem my teacher gave us yesterday: "
-                                                  + LONG_TASK + " Please help, I am stuck."},
-                      {"role": "assistant", "content": "Sure."}]},  # no id: named by path:line
+        chat(
+            "  a farmer HAS three fields of wheat, and each field yields forty bushels -- in a good year;\n"
+            "while a bad year halves the yield.   How many bushels?",
+            id="spacing",
+        ),
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {
+                    "role": "user",
+                    "content": "Here is a homework problem my teacher gave us yesterday: "
+                    + LONG_TASK
+                    + " Please help, I am stuck.",
+                },
+                {"role": "assistant", "content": "Sure."},
+            ]
+        },  # no id: named by path:line
         chat("ok", "Quiz answer key. Q1: what is 12 + 5 ? A: 17"),  # short task inside an assistant turn
         {"prompt": PRIVATE_TASK, "completion": "A story.", "id": "private-copy"},
     ]
@@ -45,11 +60,19 @@ def planted_rows() -> list:
 @pytest.fixture
 def index() -> NgramIndex:
     idx = NgramIndex(n=13)
-    idx.add_tasks("reasoning", [
-        {"id": "farm-1", "messages": [{"role": "system", "content": "Answer with a number and nothing else please."},
-                                      {"role": "user", "content": LONG_TASK}]},
-        {"id": "add-7", "prompt": SHORT_TASK},
-    ])
+    idx.add_tasks(
+        "reasoning",
+        [
+            {
+                "id": "farm-1",
+                "messages": [
+                    {"role": "system", "content": "Answer with a number and nothing else please."},
+                    {"role": "user", "content": LONG_TASK},
+                ],
+            },
+            {"id": "add-7", "prompt": SHORT_TASK},
+        ],
+    )
     idx.add_tasks("heldout", [{"id": "ho-3", "prompt": PRIVATE_TASK}], private=True)
     return idx
 
@@ -63,8 +86,20 @@ def test_normalize_drops_case_punctuation_and_spacing_but_keeps_operators():
     assert normalize("What is 12+5?") == normalize("what is 12 + 5") == ["what", "is", "12", "+", "5"]
     assert normalize("12-5") != normalize("12+5")
     assert normalize("well-known state-of-the-art") == ["well", "known", "state", "of", "the", "art"]
-    assert normalize("**Bold** -- a dash, 50% off, 2*3 = -6") == ["bold", "a", "dash", "50", "%", "off",
-                                                                   "2", "*", "3", "=", "-", "6"]
+    assert normalize("**Bold** -- a dash, 50% off, 2*3 = -6") == [
+        "bold",
+        "a",
+        "dash",
+        "50",
+        "%",
+        "off",
+        "2",
+        "*",
+        "3",
+        "=",
+        "-",
+        "6",
+    ]
 
 
 def test_planted_overlaps_are_found_with_row_ids_and_counts(index, tmp_path):
@@ -134,16 +169,23 @@ def test_decontaminate_quarantines_bad_rows_and_writes_atomically_with_a_checksu
     import hashlib
 
     src = tmp_path / "bad.jsonl"
-    src.write_text(json.dumps(CLEAN_ROWS[0]) + "\n{oops\n" + json.dumps({"id": "x", "label": 3}) + "\n"
-                   + json.dumps(chat(LONG_TASK, id="leak")) + "\n")
+    src.write_text(
+        json.dumps(CLEAN_ROWS[0])
+        + "\n{oops\n"
+        + json.dumps({"id": "x", "label": 3})
+        + "\n"
+        + json.dumps(chat(LONG_TASK, id="leak"))
+        + "\n"
+    )
     out = tmp_path / "out.jsonl"
     report = decontaminate(index, src, out)
     assert (report.rows, report.kept, report.removed, report.quarantined) == (4, 1, 1, 2)
-    assert [str(e) for e in report.errors] == [f"{src}:2: invalid JSON (Expecting property name enclosed in "
-                                               "double quotes at column 2)",
-                                               f"{src}:3: no text to check (expected one of messages, prompt, "
-                                               "text, completion, response, chosen, rejected, conversations, "
-                                               "instruction, input, output)"]
+    assert [str(e) for e in report.errors] == [
+        f"{src}:2: invalid JSON (Expecting property name enclosed in double quotes at column 2)",
+        f"{src}:3: no text to check (expected one of messages, prompt, "
+        "text, completion, response, chosen, rejected, conversations, "
+        "instruction, input, output)",
+    ]
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     assert report.sha256 == digest
     assert (tmp_path / "out.jsonl.sha256").read_text() == f"{digest}  out.jsonl\n"
@@ -172,8 +214,10 @@ QUESTIONS = [
     "A train leaves the station at noon travelling sixty miles each hour; how far has it gone by three o'clock?",
     "If a rectangle is nine metres long and four metres wide, what is its area in square metres exactly?",
 ]
-NOTICE = ("This material is provided for educational purposes only and may be freely copied and shared provided "
-          "that this notice is kept intact.")
+NOTICE = (
+    "This material is provided for educational purposes only and may be freely copied and shared provided "
+    "that this notice is kept intact."
+)
 
 
 @pytest.fixture
@@ -233,7 +277,12 @@ def test_parquet_is_streamed_by_batch(index, tmp_path, monkeypatch):
     pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=2)
     report = decontaminate(index, path, tmp_path / "out.jsonl")
     assert (report.rows, report.removed_ids) == (5, ["r3"])
-    assert [e["id"] for e in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())] == ["r0", "r1", "r2", "r4"]
+    assert [e["id"] for e in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())] == [
+        "r0",
+        "r1",
+        "r2",
+        "r4",
+    ]
 
 
 def test_labelled_set_recall_and_precision_per_kind_at_least_095(tmp_path):

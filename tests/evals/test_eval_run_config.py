@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 
 from tempering.cli import app
 from tempering.evals.results import EvalResults
-from tests.evals.conftest import write_jsonl, write_suite
 
 runner = CliRunner()
 
@@ -18,9 +17,16 @@ def run(*args):
     return runner.invoke(app, ["eval", "run", *[str(a) for a in args]])
 
 
-@pytest.mark.parametrize("flag,value,named", [("--seeds", 0, "seeds"), ("--limit", 0, "limit"),
-                                              ("--limit", -1, "limit"), ("--precision", "banana", "precision"),
-                                              ("--samples", 0, "samples")])
+@pytest.mark.parametrize(
+    "flag,value,named",
+    [
+        ("--seeds", 0, "seeds"),
+        ("--limit", 0, "limit"),
+        ("--limit", -1, "limit"),
+        ("--precision", "banana", "precision"),
+        ("--samples", 0, "samples"),
+    ],
+)
 def test_bad_values_are_one_line_errors_before_any_work(env, flag, value, named):
     res = run("arithmetic", "--out", env / "o", flag, value)
     assert res.exit_code == 2, res.output
@@ -32,8 +38,19 @@ def test_bad_values_are_one_line_errors_before_any_work(env, flag, value, named)
 
 def test_a_config_file_is_loaded_like_training_configs_and_flags_override_it(recall_dir, suite_file, env):
     cfg = env / "eval.yaml"
-    cfg.write_text(yaml.safe_dump({"suites": [str(suite_file)], "model": str(recall_dir), "out": str(env / "a"),
-                                   "limit": 5, "samples": 2, "cache": False, "precision": "fp32"}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "suites": [str(suite_file)],
+                "model": str(recall_dir),
+                "out": str(env / "a"),
+                "limit": 5,
+                "samples": 2,
+                "cache": False,
+                "precision": "fp32",
+            }
+        )
+    )
     res = run("--config", cfg)
     assert res.exit_code == 0, res.output
     first = EvalResults.load(env / "a" / "results.json").suites[0]
@@ -59,8 +76,22 @@ def test_eval_run_writes_samples_jsonl_and_runs_one_sample_with_a_note(recall_di
     assert list(suite.metrics) == ["accuracy"] and suite.notes and "pass@2" in suite.notes[0]
     records = [json.loads(line) for line in (env / "o" / "samples.jsonl").read_text().splitlines()]
     assert len(records) == 10 * 2  # 10 tasks x 1 sample x (canonical + paraphrase template)
-    assert {k for k in ("suite", "task_id", "template", "seed", "sample", "prompt", "completion", "reward",
-                        "passed", "status", "detail")} <= set(records[0])
+    assert {
+        k
+        for k in (
+            "suite",
+            "task_id",
+            "template",
+            "seed",
+            "sample",
+            "prompt",
+            "completion",
+            "reward",
+            "passed",
+            "status",
+            "detail",
+        )
+    } <= set(records[0])
     assert {r["task_id"] for r in records} == set(suite.task_scores) and records[0]["suite"] == "recall"
 
 
@@ -73,8 +104,9 @@ def test_an_unknown_model_is_one_line(env, suite_file):
 def test_compare_tables_keep_every_column_when_piped(recall_dir, suite_file, env, monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
     for name, seed in (("a", 0), ("b", 3)):
-        res = run(suite_file, "--model", recall_dir, "--out", env / name, "--limit", 6, "--seeds", 2,
-                  "--first-seed", seed)
+        res = run(
+            suite_file, "--model", recall_dir, "--out", env / name, "--limit", 6, "--seeds", 2, "--first-seed", seed
+        )
         assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["eval", "compare", str(env / "a"), str(env / "b")])
     assert res.exit_code == 0, res.output

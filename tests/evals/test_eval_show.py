@@ -7,16 +7,69 @@ from typer.testing import CliRunner
 from tempering.cli import app
 
 ROWS = [
-    {"suite": "arith", "task_id": "a-1", "template": "plain", "seed": 0, "sample": 0, "prompt": "2+2?",
-     "completion": "The answer is 4", "reward": 1.0, "passed": True, "status": "scored", "detail": "4 == 4"},
-    {"suite": "arith", "task_id": "a-2", "template": "plain", "seed": 0, "sample": 0, "prompt": "3*3?",
-     "completion": "It is 6\nreally", "reward": 0.0, "passed": False, "status": "scored", "detail": "6 != 9"},
-    {"suite": "arith", "task_id": "a-2", "template": "plain", "seed": 1, "sample": 0, "prompt": "3*3?",
-     "completion": "9", "reward": 1.0, "passed": True, "status": "scored", "detail": ""},
-    {"suite": "code", "task_id": "c-1", "template": "plain", "seed": 0, "sample": 0, "prompt": "def f(): ...",
-     "completion": "while True: pass", "reward": 0.0, "passed": False, "status": "timeout", "detail": "wall limit"},
-    {"suite": "secret", "task_id": "9f86d081", "template": "plain", "seed": 0, "sample": 0,
-     "reward": 0.0, "passed": False, "status": "verifier_error", "detail": "sandbox down"},
+    {
+        "suite": "arith",
+        "task_id": "a-1",
+        "template": "plain",
+        "seed": 0,
+        "sample": 0,
+        "prompt": "2+2?",
+        "completion": "The answer is 4",
+        "reward": 1.0,
+        "passed": True,
+        "status": "scored",
+        "detail": "4 == 4",
+    },
+    {
+        "suite": "arith",
+        "task_id": "a-2",
+        "template": "plain",
+        "seed": 0,
+        "sample": 0,
+        "prompt": "3*3?",
+        "completion": "It is 6\nreally",
+        "reward": 0.0,
+        "passed": False,
+        "status": "scored",
+        "detail": "6 != 9",
+    },
+    {
+        "suite": "arith",
+        "task_id": "a-2",
+        "template": "plain",
+        "seed": 1,
+        "sample": 0,
+        "prompt": "3*3?",
+        "completion": "9",
+        "reward": 1.0,
+        "passed": True,
+        "status": "scored",
+        "detail": "",
+    },
+    {
+        "suite": "code",
+        "task_id": "c-1",
+        "template": "plain",
+        "seed": 0,
+        "sample": 0,
+        "prompt": "def f(): ...",
+        "completion": "while True: pass",
+        "reward": 0.0,
+        "passed": False,
+        "status": "timeout",
+        "detail": "wall limit",
+    },
+    {
+        "suite": "secret",
+        "task_id": "9f86d081",
+        "template": "plain",
+        "seed": 0,
+        "sample": 0,
+        "reward": 0.0,
+        "passed": False,
+        "status": "verifier_error",
+        "detail": "sandbox down",
+    },
 ]
 
 
@@ -33,8 +86,16 @@ def show(*args):
 
 def test_table_of_every_sample(tmp_path):
     text = show(run_dir(tmp_path))
-    for cell in ["a-1", "c-1", "9f86d081", "timeout", "verifier_error", "The answer is 4", "It is 6\\nreally",
-                 "(private)"]:
+    for cell in [
+        "a-1",
+        "c-1",
+        "9f86d081",
+        "timeout",
+        "verifier_error",
+        "The answer is 4",
+        "It is 6\\nreally",
+        "(private)",
+    ]:
         assert cell in text, cell
     assert "5 shown of 5 matching (2 passed); 5 in the file" in text
 

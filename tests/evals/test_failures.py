@@ -7,8 +7,15 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-from tempering.evals.failures import (FailureCase, cluster_failures, read_failures, repetition, rule_tag, signature,
-                                      synthetic_failures)
+from tempering.evals.failures import (
+    FailureCase,
+    cluster_failures,
+    read_failures,
+    repetition,
+    rule_tag,
+    signature,
+    synthetic_failures,
+)
 
 
 def test_repetition_by_hand():
@@ -17,15 +24,18 @@ def test_repetition_by_hand():
     assert repetition("a b a b a b") == 0.5
 
 
-@pytest.mark.parametrize("case,tag", [
-    (FailureCase("t", "q", "The answer is 12.", components={"correct": 1.0, "strict": 0.0}), "format"),
-    (FailureCase("t", "q", "Let me think. Let me think. Let me", finish_reason="length"), "generation"),
-    (FailureCase("t", "q", "", finish_reason="stop"), "generation"),
-    (FailureCase("t", "q", '<tool_call>{"name": "ls"}</tool_call>', verifier="tool_call"), "tool use"),
-    (FailureCase("t", "q", "I'm sorry, I can't help with maths.", verifier="numeric"), "understanding"),
-    (FailureCase("t", "q", "13", verifier="numeric"), "reasoning"),
-    (FailureCase("t", "q", "step one then step two", finish_reason="length", turns=4), "planning"),
-])
+@pytest.mark.parametrize(
+    "case,tag",
+    [
+        (FailureCase("t", "q", "The answer is 12.", components={"correct": 1.0, "strict": 0.0}), "format"),
+        (FailureCase("t", "q", "Let me think. Let me think. Let me", finish_reason="length"), "generation"),
+        (FailureCase("t", "q", "", finish_reason="stop"), "generation"),
+        (FailureCase("t", "q", '<tool_call>{"name": "ls"}</tool_call>', verifier="tool_call"), "tool use"),
+        (FailureCase("t", "q", "I'm sorry, I can't help with maths.", verifier="numeric"), "understanding"),
+        (FailureCase("t", "q", "13", verifier="numeric"), "reasoning"),
+        (FailureCase("t", "q", "step one then step two", finish_reason="length", turns=4), "planning"),
+    ],
+)
 def test_rule_tags(case, tag):
     assert rule_tag(signature(case)) == tag
 
@@ -48,18 +58,40 @@ def test_three_known_failure_types_are_separated(seed):
 def test_readers_keep_only_judged_failures(tmp_path):
     samples = tmp_path / "ev" / "samples.jsonl"
     samples.parent.mkdir()
-    rows = [{"task_id": "a", "prompt": "q", "completion": "1", "passed": False, "status": "scored", "reward": 0.0},
-            {"task_id": "b", "prompt": "q", "completion": "2", "passed": True, "status": "scored", "reward": 1.0},
-            {"task_id": "c", "prompt": "q", "completion": "3", "passed": False, "status": "verifier_error"}]
+    rows = [
+        {"task_id": "a", "prompt": "q", "completion": "1", "passed": False, "status": "scored", "reward": 0.0},
+        {"task_id": "b", "prompt": "q", "completion": "2", "passed": True, "status": "scored", "reward": 1.0},
+        {"task_id": "c", "prompt": "q", "completion": "3", "passed": False, "status": "verifier_error"},
+    ]
     samples.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     assert [c.task_id for c in read_failures(tmp_path / "ev")] == ["a"]
     traj = tmp_path / "grpo" / "trajectories"
     traj.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist([
-        {"task_id": "x", "prompt": "q", "completion": "no", "reward": 0.2, "components": '{"correct": 0.0}',
-         "flags": [], "finish_reason": "length"},
-        {"task_id": "y", "prompt": "q", "completion": "ok", "reward": 1.0, "components": '{"correct": 1.0}',
-         "flags": [], "finish_reason": "stop"}]), traj / "step-000001.parquet")
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {
+                    "task_id": "x",
+                    "prompt": "q",
+                    "completion": "no",
+                    "reward": 0.2,
+                    "components": '{"correct": 0.0}',
+                    "flags": [],
+                    "finish_reason": "length",
+                },
+                {
+                    "task_id": "y",
+                    "prompt": "q",
+                    "completion": "ok",
+                    "reward": 1.0,
+                    "components": '{"correct": 1.0}',
+                    "flags": [],
+                    "finish_reason": "stop",
+                },
+            ]
+        ),
+        traj / "step-000001.parquet",
+    )
     got = read_failures(tmp_path / "grpo")
     assert [(c.task_id, c.finish_reason) for c in got] == [("x", "length")]
     bad = tmp_path / "bad.jsonl"

@@ -70,12 +70,17 @@ def test_contamination_rule():
 
 
 def test_missing_data_fails_the_rule_instead_of_passing():
-    results = evaluate(parse_rules([
-        "math.accuracy >= 0.5",
-        "code.pass@5 >= 0.2",
-        "code.pass@10 >= base",
-        "no significant regression on safety",
-    ]), outcomes())
+    results = evaluate(
+        parse_rules(
+            [
+                "math.accuracy >= 0.5",
+                "code.pass@5 >= 0.2",
+                "code.pass@10 >= base",
+                "no significant regression on safety",
+            ]
+        ),
+        outcomes(),
+    )
     assert not results.passed
     assert [r.detail for r in results.rules] == [
         "suite 'math' is not in the candidate results",
@@ -89,29 +94,38 @@ def test_missing_data_fails_the_rule_instead_of_passing():
 
 
 def test_gate_passes_only_when_every_rule_passes():
-    rules = parse_rules(["reasoning.accuracy >= base - 0.01", "code.pass@1 >= 0.10",
-                         "no significant regression on general", "contamination == 0"])
+    rules = parse_rules(
+        [
+            "reasoning.accuracy >= base - 0.01",
+            "code.pass@1 >= 0.10",
+            "no significant regression on general",
+            "contamination == 0",
+        ]
+    )
     assert evaluate(rules, outcomes()).passed
     failed = evaluate(rules, outcomes(code=0.05))
     assert not failed.passed and [r["passed"] for r in failed.to_dict()["rules"]] == [True, False, True, True]
 
 
-@pytest.mark.parametrize("rule, problem", [
-    ("reasoning.accuracy => 0.5", "no comparison operator"),
-    ("reasoning.accuracy = 0.5", "no comparison operator"),
-    ("reasoning.accuracy >=", "nothing after '>='"),
-    ("reasoning.accuracy >= base * 0.9", "'base \\* 0.9' is not a number, 'base', or 'base \\+ / - <number>'"),
-    ("reasoning.accuracy >= 1%", "'1%' is not a number"),
-    ("reasoning.accuracy >= basement", "'basement' is not a number"),
-    ("accuracy >= 0.5", "'accuracy' is not '<suite>.<metric>' or 'contamination'"),
-    (".accuracy >= 0.5", "'.accuracy' is not '<suite>.<metric>'"),
-    ("contamination == base", "contamination is compared with a count, got 'base'"),
-    ("contamination >= -1", "contamination is compared with a count"),
-    ("no regression on general", "expected 'no significant regression on <suite-or-track-or-suite.metric>'"),
-    ("no significant regression on", "expected 'no significant regression on"),
-    ("__import__('os').system('true')", "no comparison operator"),
-    ("   ", "empty rule"),
-])
+@pytest.mark.parametrize(
+    "rule, problem",
+    [
+        ("reasoning.accuracy => 0.5", "no comparison operator"),
+        ("reasoning.accuracy = 0.5", "no comparison operator"),
+        ("reasoning.accuracy >=", "nothing after '>='"),
+        ("reasoning.accuracy >= base * 0.9", "'base \\* 0.9' is not a number, 'base', or 'base \\+ / - <number>'"),
+        ("reasoning.accuracy >= 1%", "'1%' is not a number"),
+        ("reasoning.accuracy >= basement", "'basement' is not a number"),
+        ("accuracy >= 0.5", "'accuracy' is not '<suite>.<metric>' or 'contamination'"),
+        (".accuracy >= 0.5", "'.accuracy' is not '<suite>.<metric>'"),
+        ("contamination == base", "contamination is compared with a count, got 'base'"),
+        ("contamination >= -1", "contamination is compared with a count"),
+        ("no regression on general", "expected 'no significant regression on <suite-or-track-or-suite.metric>'"),
+        ("no significant regression on", "expected 'no significant regression on"),
+        ("__import__('os').system('true')", "no comparison operator"),
+        ("   ", "empty rule"),
+    ],
+)
 def test_bad_rules_error_clearly(rule, problem):
     with pytest.raises(GateRuleError, match=problem):
         parse_rule(rule)
@@ -141,8 +155,15 @@ def test_rule_lists_and_files_name_the_bad_rule(tmp_path):
 
 def results(model: str, scores: dict[str, list[float]], hits: int = 0) -> EvalResults:
     metric = MetricResult.from_scores("accuracy", list(scores.values()))
-    s = SuiteResult(suite="qa", suite_hash="h", model_id=model, metrics={"accuracy": metric},
-                    primary_metric="accuracy", task_scores=scores, contamination_hits=hits)
+    s = SuiteResult(
+        suite="qa",
+        suite_hash="h",
+        model_id=model,
+        metrics={"accuracy": metric},
+        primary_metric="accuracy",
+        task_scores=scores,
+        contamination_hits=hits,
+    )
     return EvalResults(model=model, suites=[s])
 
 
@@ -171,10 +192,19 @@ def test_non_inferiority_needs_the_interval_above_minus_the_margin():
 
 
 def two_metric_results(model: str, accuracy: dict[str, list[float]], partial: dict[str, list[float]]) -> EvalResults:
-    metrics = {"accuracy": MetricResult.from_scores("accuracy", list(accuracy.values())),
-               "mean_reward": MetricResult.from_scores("mean_reward", list(partial.values()))}
-    s = SuiteResult(suite="spell", suite_hash="h", model_id=model, metrics=metrics, primary_metric="accuracy",
-                    task_scores=accuracy, metric_task_scores={"mean_reward": partial})
+    metrics = {
+        "accuracy": MetricResult.from_scores("accuracy", list(accuracy.values())),
+        "mean_reward": MetricResult.from_scores("mean_reward", list(partial.values())),
+    }
+    s = SuiteResult(
+        suite="spell",
+        suite_hash="h",
+        model_id=model,
+        metrics=metrics,
+        primary_metric="accuracy",
+        task_scores=accuracy,
+        metric_task_scores={"mean_reward": partial},
+    )
     return EvalResults(model=model, suites=[s])
 
 
@@ -183,19 +213,31 @@ def test_a_rule_on_suite_dot_metric_catches_a_secondary_metric_the_suite_rule_do
     zeros = {f"t{i}": [0.0, 0.0] for i in range(40)}
     base = two_metric_results("base", zeros, {f"t{i}": [0.5, 0.5] for i in range(40)})
     cand = two_metric_results("cand", zeros, zeros)
-    rules = parse_rules(["no significant regression on spell", "no significant regression on spell.mean_reward",
-                         "no significant regression on spell.accuracy"])
+    rules = parse_rules(
+        [
+            "no significant regression on spell",
+            "no significant regression on spell.mean_reward",
+            "no significant regression on spell.accuracy",
+        ]
+    )
     verdicts = run_gate(rules, base, cand).to_dict()["rules"]
     assert [r["passed"] for r in verdicts] == [True, False, True]
     assert verdicts[1]["detail"].startswith("regressed or unchecked: spell.mean_reward -0.5 [-0.5, -0.5]")
     assert verdicts[2]["detail"].startswith("no significant regression: spell +0")  # the primary, by name
     # a metric the runs kept no per-task scores for fails (never passes for lack of data)
     (check,) = run_gate(parse_rules(["no significant regression on spell.pass@1"]), base, cand).rules
-    assert not check.passed and check.detail == "regressed or unchecked: spell.pass@1: no paired comparison with the base"
+    assert (
+        not check.passed and check.detail == "regressed or unchecked: spell.pass@1: no paired comparison with the base"
+    )
 
 
 def test_metric_task_scores_must_name_a_metric_of_the_suite():
     with pytest.raises(ValueError, match="metric_task_scores of 'pass@1', which is not among metrics"):
-        SuiteResult(suite="s", suite_hash="h", model_id="m", primary_metric="accuracy",
-                    metrics={"accuracy": MetricResult.from_scores("accuracy", [[1.0]])},
-                    metric_task_scores={"pass@1": {"t": [1.0]}})
+        SuiteResult(
+            suite="s",
+            suite_hash="h",
+            model_id="m",
+            primary_metric="accuracy",
+            metrics={"accuracy": MetricResult.from_scores("accuracy", [[1.0]])},
+            metric_task_scores={"pass@1": {"t": [1.0]}},
+        )

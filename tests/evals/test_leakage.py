@@ -6,20 +6,26 @@ from pathlib import Path
 import pytest
 
 from tempering.evals.leakage import (
-    PrivateSuiteOverlap, check_private_overlap, check_private_overlap_tasks, contaminated_rows, find_run,
+    PrivateSuiteOverlap,
+    check_private_overlap,
+    check_private_overlap_tasks,
+    contaminated_rows,
+    find_run,
     training_lineage,
 )
 from tempering.evals.suite import read_suite
 from tempering.types import Task
-from tests.evals.conftest import record_run, recall_tasks, sft_row, write_jsonl, write_suite
+from tests.evals.conftest import recall_tasks, record_run, sft_row, write_jsonl, write_suite
 
 EVAL = recall_tasks(30, seed=1)
 CLEAN = recall_tasks(20, seed=2, exclude={r["prompt"] for r in EVAL})
 
 
 def training_file(path: Path, planted: list[int], with_ids: bool = True) -> Path:
-    rows = [sft_row(r["prompt"], r["verifier"]["answer"], **({"id": f"clean-{i}"} if with_ids else {}))
-            for i, r in enumerate(CLEAN)]
+    rows = [
+        sft_row(r["prompt"], r["verifier"]["answer"], **({"id": f"clean-{i}"} if with_ids else {}))
+        for i, r in enumerate(CLEAN)
+    ]
     for k, i in enumerate(planted):
         row = sft_row("Please answer. " + EVAL[i]["prompt"] + " ?", EVAL[i]["verifier"]["answer"])
         rows.insert(3 * k + 1, {**row, "id": f"planted-{i}"} if with_ids else row)
@@ -101,8 +107,9 @@ def test_sft_refuses_a_planted_private_task_before_recording_a_run(tmp_path, mon
     write_suite(suites, "holdout", write_jsonl(suites / "holdout.jsonl", EVAL), private=True)
     monkeypatch.setenv("TEMPERING_SUITES", str(suites))
     planted = training_file(tmp_path / "train.jsonl", planted=[12])
-    cfg = SFTConfig.model_validate({"data": {"train": [str(planted)]}, "train": {"steps": 1},
-                                    "out": str(tmp_path / "runs")})
+    cfg = SFTConfig.model_validate(
+        {"data": {"train": [str(planted)]}, "train": {"steps": 1}, "out": str(tmp_path / "runs")}
+    )
     with pytest.raises(PrivateSuiteOverlap, match="holdout"):
         run_sft(cfg)
     assert not (tmp_path / "runs").exists()
@@ -110,7 +117,7 @@ def test_sft_refuses_a_planted_private_task_before_recording_a_run(tmp_path, mon
 
 def test_lineage_crosses_run_roots_and_exports(tmp_path, monkeypatch):
     """A run in another run root (another registry) trained from this one's export: both files found."""
-    from tempering.pipeline.stage import record_export
+    from tempering.runs.stage import record_export
 
     monkeypatch.chdir(tmp_path)
     training_file(tmp_path / "a.jsonl", planted=[1])
@@ -125,7 +132,7 @@ def test_lineage_crosses_run_roots_and_exports(tmp_path, monkeypatch):
 
 
 def test_training_lineage_reads_the_registry_the_marker_names_on_either_backend(tmp_path, registry_location):
-    from tempering.pipeline.registry import Registry, describe_input
+    from tempering.runs.registry import Registry, describe_input
 
     data = tmp_path / "train.jsonl"
     data.write_text('{"text": "x"}\n')

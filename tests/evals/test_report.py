@@ -22,27 +22,45 @@ PRIVATE_IDS = [f"holdout-secret-{i:03d}" for i in range(12)]
 def public_suite(model: str, improved: bool) -> SuiteResult:
     # 20 tasks x 4 samples: 8 always right, 6 flip (variance 0.25), 6 always wrong -> mean 0.55;
     # `improved` turns the 6 wrong ones right -> mean 0.85.
-    scores = {f"arith-{i:03d}": ([1.0] * 4 if i < 8 or improved and i >= 14 else
-                                 [1.0, 0.0, 1.0, 0.0] if i < 14 else [0.0] * 4) for i in range(20)}
+    scores = {
+        f"arith-{i:03d}": (
+            [1.0] * 4 if i < 8 or improved and i >= 14 else [1.0, 0.0, 1.0, 0.0] if i < 14 else [0.0] * 4
+        )
+        for i in range(20)
+    }
     mean, low, high = (0.850, 0.725, 0.950) if improved else (0.550, 0.400, 0.700)
     return SuiteResult(
-        suite="arith-public", suite_hash="h-arith", track="reasoning", model_id=model,
-        metrics={"accuracy": MetricResult(name="accuracy", mean=mean, low=low, high=high, n=20,
-                                          per_seed=[mean - 0.01, mean + 0.01], std=0.014),
-                 "format_ok": MetricResult(name="format_ok", mean=0.876, low=0.812, high=0.934, n=20)},
-        primary_metric="accuracy", task_scores=scores,
+        suite="arith-public",
+        suite_hash="h-arith",
+        track="reasoning",
+        model_id=model,
+        metrics={
+            "accuracy": MetricResult(
+                name="accuracy", mean=mean, low=low, high=high, n=20, per_seed=[mean - 0.01, mean + 0.01], std=0.014
+            ),
+            "format_ok": MetricResult(name="format_ok", mean=0.876, low=0.812, high=0.934, n=20),
+        },
+        primary_metric="accuracy",
+        task_scores=scores,
         stability=Stability(tasks=20, repeats=4, mean_task_variance=0.075, flip_share=0.3, repeat_std=0.021),
         paraphrase=ParaphraseSpread(spread=0.083, std=0.037, min=0.511, max=0.594, n=3),
-        truncation_rate=0.05 if improved else 0.125, contamination_hits=0)
+        truncation_rate=0.05 if improved else 0.125,
+        contamination_hits=0,
+    )
 
 
 def private_suite(model: str) -> SuiteResult:
     return SuiteResult(
-        suite="holdout-private", suite_hash="h-holdout", private=True, model_id=model,
+        suite="holdout-private",
+        suite_hash="h-holdout",
+        private=True,
+        model_id=model,
         metrics={"pass@1": MetricResult(name="pass@1", mean=0.25, low=0.083, high=0.5, n=12)},
         primary_metric="pass@1",
         task_scores={t: [1.0, 0.0] if i < 6 else [0.0, 0.0] for i, t in enumerate(PRIVATE_IDS)},
-        truncation_rate=0.05, contamination_hits=2)
+        truncation_rate=0.05,
+        contamination_hits=2,
+    )
 
 
 def results(model: str, improved: bool = False) -> EvalResults:
@@ -59,8 +77,21 @@ def test_report_is_self_contained_and_holds_the_numbers(tmp_path):
     assert len(images) == 2 + 3  # one metrics figure per suite + stability, paraphrase, truncation
     for data in images:
         assert base64.b64decode(data).startswith(b"\x89PNG")
-    for text in ["arith-public", "holdout-private", "cand-7", "0.550", "[0.400, 0.700]", "0.876",
-                 "0.250", "[0.083, 0.500]", "0.075", "0.083", "12.5%", "5.0%", "0.014"]:
+    for text in [
+        "arith-public",
+        "holdout-private",
+        "cand-7",
+        "0.550",
+        "[0.400, 0.700]",
+        "0.876",
+        "0.250",
+        "[0.083, 0.500]",
+        "0.075",
+        "0.083",
+        "12.5%",
+        "5.0%",
+        "0.014",
+    ]:
         assert text in page, text
 
 
@@ -102,15 +133,21 @@ def test_print_table():
         assert cell in text, cell
 
 
-@pytest.mark.skipif(not any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")),
-                    reason="Chromium not installed (apt-get install -y chromium); screenshot check skipped")
+@pytest.mark.skipif(
+    not any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")),
+    reason="Chromium not installed (apt-get install -y chromium); screenshot check skipped",
+)
 def test_screenshot_is_not_blank(tmp_path):
     from PIL import Image
 
     html = render_report(results("cand-7", improved=True), tmp_path, compare=results("base-0"))
     png = tmp_path / "report.png"
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "screenshot_report.py"), str(html), str(png),
-                           "--height", "2600"], capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "screenshot_report.py"), str(html), str(png), "--height", "2600"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "-> ok" in proc.stdout
     assert Image.open(png).size == (1280, 2600)

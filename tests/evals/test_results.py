@@ -8,11 +8,20 @@ from tempering.evals.results import EvalResults, MetricResult, SuiteResult, comp
 from tempering.evals.stats import Stability
 
 
-def suite(name: str, scores: dict[str, list[float]], *, track: str = "general", suite_hash: str = "h1",
-          **extra) -> SuiteResult:
+def suite(
+    name: str, scores: dict[str, list[float]], *, track: str = "general", suite_hash: str = "h1", **extra
+) -> SuiteResult:
     metric = MetricResult.from_scores("accuracy", list(scores.values()))
-    return SuiteResult(suite=name, suite_hash=suite_hash, track=track, model_id="m", metrics={"accuracy": metric},
-                       primary_metric="accuracy", task_scores=scores, **extra)
+    return SuiteResult(
+        suite=name,
+        suite_hash=suite_hash,
+        track=track,
+        model_id="m",
+        metrics={"accuracy": metric},
+        primary_metric="accuracy",
+        task_scores=scores,
+        **extra,
+    )
 
 
 def test_metric_from_scores_hand_values():
@@ -30,19 +39,33 @@ def test_suite_result_rejects_inconsistent_fields():
     with pytest.raises(ValueError, match="metrics\\['acc'\\] is named 'accuracy'"):
         SuiteResult(suite="s", suite_hash="h", model_id="m", metrics={"acc": acc}, primary_metric="acc")
     with pytest.raises(ValueError, match="task_scores of 't2' is empty"):
-        SuiteResult(suite="s", suite_hash="h", model_id="m", metrics={"accuracy": acc}, primary_metric="accuracy",
-                    task_scores={"t1": [1.0], "t2": []})
+        SuiteResult(
+            suite="s",
+            suite_hash="h",
+            model_id="m",
+            metrics={"accuracy": acc},
+            primary_metric="accuracy",
+            task_scores={"t1": [1.0], "t2": []},
+        )
     with pytest.raises(ValueError, match="listed twice: s"):
         EvalResults(model="m", suites=[suite("s", {"t": [1.0]}), suite("s", {"t": [0.0]})])
 
 
 def test_save_and_load_round_trip(tmp_path):
     stab = Stability(tasks=2, repeats=3, mean_task_variance=0.1, flip_share=0.5, repeat_std=0.05)
-    results = EvalResults(model="cand", suites=[
-        suite("arith", {"a1": [1.0, 0.0], "a2": [1.0, 1.0]}, stability=stab, truncation_rate=0.25,
-              sampling={"temperature": 0.0, "samples": 2}),
-        suite("heldout", {"h1": [0.0]}, private=True, contamination_hits=2),
-    ])
+    results = EvalResults(
+        model="cand",
+        suites=[
+            suite(
+                "arith",
+                {"a1": [1.0, 0.0], "a2": [1.0, 1.0]},
+                stability=stab,
+                truncation_rate=0.25,
+                sampling={"temperature": 0.0, "samples": 2},
+            ),
+            suite("heldout", {"h1": [0.0]}, private=True, contamination_hits=2),
+        ],
+    )
     path = results.save(tmp_path / "run" / "results.json")
     loaded = EvalResults.load(path)
     assert loaded == results
@@ -67,15 +90,21 @@ def test_load_errors_name_file_and_field(tmp_path):
 
 
 def test_compare_pairs_tasks_of_shared_suites():
-    base = EvalResults(model="base", suites=[
-        suite("arith", {"t1": [1.0], "t2": [0.0], "t3": [0.0], "t4": [1.0]}),
-        suite("only-base", {"x": [1.0]}),
-    ])
-    cand = EvalResults(model="cand", suites=[
-        suite("new", {"y": [1.0]}),
-        # Listed in another order and with two samples per task: pairing is by task id.
-        suite("arith", {"t4": [1.0, 1.0], "t3": [0.0, 1.0], "t2": [1.0, 1.0], "t1": [1.0, 0.0]}),
-    ])
+    base = EvalResults(
+        model="base",
+        suites=[
+            suite("arith", {"t1": [1.0], "t2": [0.0], "t3": [0.0], "t4": [1.0]}),
+            suite("only-base", {"x": [1.0]}),
+        ],
+    )
+    cand = EvalResults(
+        model="cand",
+        suites=[
+            suite("new", {"y": [1.0]}),
+            # Listed in another order and with two samples per task: pairing is by task id.
+            suite("arith", {"t4": [1.0, 1.0], "t3": [0.0, 1.0], "t2": [1.0, 1.0], "t1": [1.0, 0.0]}),
+        ],
+    )
     (cmp,) = compare(base, cand)
     assert (cmp.suite, cmp.metric, cmp.base_mean) == ("arith", "accuracy", 0.5)
     # Candidate task means t1..t4: 0.5, 1, 0.5, 1 -> 0.75; per-task deltas -0.5, 1, 0.5, 0.

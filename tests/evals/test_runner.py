@@ -44,8 +44,9 @@ def test_same_seeds_give_identical_results_other_seeds_do_not(suite, recall_mode
 def test_generation_is_batched_per_chunk_of_prompts(suite, engine, monkeypatch):
     calls = []
     real = engine.generate
-    monkeypatch.setattr(engine, "generate", lambda prompts, params: calls.append((len(prompts), params.n))
-                        or real(prompts, params))
+    monkeypatch.setattr(
+        engine, "generate", lambda prompts, params: calls.append((len(prompts), params.n)) or real(prompts, params)
+    )
     run_suite(suite, engine, seeds=1)
     assert calls == [(60, 4)] * 2  # all 60 tasks x 4 samples in one decode batch, per template
     calls.clear()
@@ -78,8 +79,10 @@ def test_cache_hit_skips_generation_and_renames(suite, engine, tmp_path, monkeyp
 
 def test_verifier_errors_are_skipped_and_counted(recall_model, engine, tmp_path, monkeypatch):
     _, _, rows = recall_model
-    rows = [dict(r, verifier={"type": "flaky", "answer": r["verifier"]["answer"], "broken": i % 3 == 0})
-            for i, r in enumerate(rows)]
+    rows = [
+        dict(r, verifier={"type": "flaky", "answer": r["verifier"]["answer"], "broken": i % 3 == 0})
+        for i, r in enumerate(rows)
+    ]
 
     def flaky(spec, completion, ctx):
         if spec["broken"]:
@@ -123,8 +126,10 @@ def test_private_suite_leaves_no_task_text_or_ids(recall_model, engine, tmp_path
 def test_any_verifier_crash_is_skipped_and_counted_not_raised(recall_model, engine, tmp_path, monkeypatch):
     """The one failure policy: a crash that is not a VerifierError is a verifier failure too."""
     _, _, rows = recall_model
-    rows = [dict(r, verifier={"type": "crashy", "answer": r["verifier"]["answer"], "broken": i % 2 == 0})
-            for i, r in enumerate(rows[:10])]
+    rows = [
+        dict(r, verifier={"type": "crashy", "answer": r["verifier"]["answer"], "broken": i % 2 == 0})
+        for i, r in enumerate(rows[:10])
+    ]
 
     numeric = VERIFIERS["numeric"]
 
@@ -138,7 +143,8 @@ def test_any_verifier_crash_is_skipped_and_counted_not_raised(recall_model, engi
     result, records = run_suite_samples(s, engine)
     assert result.verifier_errors == 5 * 4 * 2 and len(result.task_scores) == 5
     assert {r["status"] for r in records if r["task_id"] in {rows[i]["id"] for i in (0, 2, 4, 6, 8)}} == {
-        "verifier_error"}
+        "verifier_error"
+    }
     assert "sandbox slot is gone" in next(r["detail"] for r in records if r["status"] == "verifier_error")
 
 
@@ -146,8 +152,21 @@ def test_samples_records_hold_every_generation_with_its_score(suite, engine):
     result, records = run_suite_samples(suite, engine, seeds=2)
     # 60 tasks x 4 samples x (2 seeds of the canonical template + 1 paraphrase pass)
     assert len(records) == 60 * 4 * 3
-    assert set(records[0]) == {"suite", "task_id", "template", "seed", "sample", "prompt", "completion", "reward",
-                               "passed", "status", "detail", "components", "finish_reason"}
+    assert set(records[0]) == {
+        "suite",
+        "task_id",
+        "template",
+        "seed",
+        "sample",
+        "prompt",
+        "completion",
+        "reward",
+        "passed",
+        "status",
+        "detail",
+        "components",
+        "finish_reason",
+    }
     by_task: dict = {}
     for r in records:
         if r["template"] == 0:

@@ -142,9 +142,7 @@ def test_seed_spread_hand_values():
 
 
 def test_stability_hand_values():
-    m = [[1, 1, 1, 1],
-         [1, 0, 1, 0],
-         [0, 0, 0, 1]]
+    m = [[1, 1, 1, 1], [1, 0, 1, 0], [0, 0, 0, 1]]
     s = stability(m)
     # Per-task variances p(1-p): 0, 1/4, 3/16. Repeat means 2/3, 1/3, 2/3, 2/3 -> std 1/6.
     assert s.tasks == 3 and s.repeats == 4

@@ -6,7 +6,14 @@ from pathlib import Path
 import pytest
 
 from tempering.evals.suite import (
-    Suite, SuiteError, builtin_suite_dir, load_suite, metric_k, read_suite, registered_suites, render_messages,
+    Suite,
+    SuiteError,
+    builtin_suite_dir,
+    load_suite,
+    metric_k,
+    read_suite,
+    registered_suites,
+    render_messages,
 )
 from tempering.types import Task
 from tests.evals.conftest import recall_tasks, write_jsonl, write_suite
@@ -57,9 +64,12 @@ def test_user_suite_by_name_and_relative_task_file(suite_dir):
 
 def test_invalid_suites_name_the_file_and_field(tmp_path):
     tasks = write_jsonl(tmp_path / "t.jsonl", recall_tasks(3, seed=0))
-    cases = [({"metricz": ["accuracy"]}, "metricz"), ({"metrics": ["acc"]}, "unknown metric 'acc'"),
-             ({"templates": ["no slot"]}, "exactly one {prompt}"),
-             ({"tasks": {"source": str(tasks), "style": "chat"}}, "humaneval source only")]
+    cases = [
+        ({"metricz": ["accuracy"]}, "metricz"),
+        ({"metrics": ["acc"]}, "unknown metric 'acc'"),
+        ({"templates": ["no slot"]}, "exactly one {prompt}"),
+        ({"tasks": {"source": str(tasks), "style": "chat"}}, "humaneval source only"),
+    ]
     for extra, message in cases:
         path = write_suite(tmp_path, "bad", tasks, **extra)
         with pytest.raises(SuiteError, match=message) as info:
@@ -83,8 +93,11 @@ def test_hash_covers_tasks_and_definition_not_seeds_or_samples(tmp_path):
 
 
 def test_pass_at_k_needs_enough_samples(tmp_path):
-    s = read_suite(write_suite(tmp_path, "s", write_jsonl(tmp_path / "t.jsonl", recall_tasks(3, seed=0)),
-                               metrics=["accuracy", "pass@8"]))
+    s = read_suite(
+        write_suite(
+            tmp_path, "s", write_jsonl(tmp_path / "t.jsonl", recall_tasks(3, seed=0)), metrics=["accuracy", "pass@8"]
+        )
+    )
     assert metric_k("pass@8") == 8 and metric_k("accuracy") is None
     with pytest.raises(SuiteError, match="pass@8 needs >= 8 samples"):
         s.check_samples()
@@ -92,10 +105,15 @@ def test_pass_at_k_needs_enough_samples(tmp_path):
 
 
 def test_templates_apply_to_the_last_user_message():
-    task = Task(id="t", messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}],
-                verifier={"type": "numeric", "answer": "4"})
+    task = Task(
+        id="t",
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}],
+        verifier={"type": "numeric", "answer": "4"},
+    )
     assert render_messages(task, "Question: {prompt}") == [
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Question: 2+2?"}]
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Question: 2+2?"},
+    ]
     braces = Task(id="c", prompt="def f(x): return {x: 1}", verifier={"type": "exact", "answer": "x"})
     assert render_messages(braces, "{prompt}")[0]["content"] == "def f(x): return {x: 1}"
     assert Suite(name="x", tasks={"source": "builtin:arithmetic", "n": 2}).templates == ["{prompt}"]

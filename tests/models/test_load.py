@@ -30,7 +30,6 @@ def test_missing_paths_fail_clearly(tmp_path):
         resolve_model("./no/such/dir")
 
 
-
 def test_hub_ids_pass_through_only_when_loadable_here(tmp_path, monkeypatch):
     """Offline, a hub id not in the local hub cache is unknown (one line, not a connection
     traceback from from_pretrained); a cached one passes through to from_pretrained."""

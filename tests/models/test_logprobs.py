@@ -13,8 +13,9 @@ def test_head_logprobs_hand_derived_with_temperature_and_entropy():
     with torch.no_grad():
         head.weight.copy_(torch.eye(2))  # logits are the hidden states
     hidden = torch.tensor([[[math.log(3.0), 0.0], [9.0, 9.0]]])
-    logp, entropy = head_logprobs(head, hidden, torch.tensor([[0, -100]]), torch.tensor([[1, 0]]),
-                                  temperature=2.0, with_entropy=True)
+    logp, entropy = head_logprobs(
+        head, hidden, torch.tensor([[0, -100]]), torch.tensor([[1, 0]]), temperature=2.0, with_entropy=True
+    )
     # logits / 2 = (log 3 / 2, 0): p(0) = sqrt3 / (sqrt3 + 1); the masked position stays 0
     p0 = math.sqrt(3) / (math.sqrt(3) + 1)
     assert math.isclose(float(logp[0, 0]), math.log(p0), rel_tol=1e-6) and float(logp[0, 1]) == 0.0

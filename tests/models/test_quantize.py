@@ -61,8 +61,14 @@ def test_layers_the_weight_only_kernel_cannot_take_stay_float():
     assert int8_weight_fits(torch.nn.Linear(32, 8)) and not int8_weight_fits(torch.nn.Linear(24, 8))
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=24, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=24,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).eval()
     q = quantize_int8(model)

@@ -3,8 +3,14 @@
 import pytest
 import torch
 
-from tempering.models.reward import (NotARewardModel, RewardModel, last_token_index, load_reward_model, pad_right,
-                                     score_ids)
+from tempering.models.reward import (
+    NotARewardModel,
+    RewardModel,
+    last_token_index,
+    load_reward_model,
+    pad_right,
+    score_ids,
+)
 from tests.conftest import tiny_llama
 
 EOS = 2  # tiny_llama's eos; used as the pad token below, as SmolLM2 does
@@ -88,8 +94,9 @@ def test_save_and_load_round_trip(tmp_path, lora):
     back = load_reward_model(out)
     seqs = [[3, 4, 5, EOS], [6, 7, EOS]]
     assert not back.training
-    assert score_ids(back, seqs, EOS, precision="fp32") == pytest.approx(score_ids(rm, seqs, EOS, precision="fp32"),
-                                                                        abs=1e-5)
+    assert score_ids(back, seqs, EOS, precision="fp32") == pytest.approx(
+        score_ids(rm, seqs, EOS, precision="fp32"), abs=1e-5
+    )
 
 
 def test_plain_model_dir_is_not_a_reward_model(tmp_path):

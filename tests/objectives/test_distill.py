@@ -61,8 +61,9 @@ def test_student_learns_its_teacher_in_the_trainer(tmp_path):
         teacher.lm_head.weight.mul_(20)  # peaked next-token distributions: a real target to match
     student = student_from_teacher(teacher, [0])
     objective = DistillObjective(teacher, temperature=1.0, kl_weight=1.0)
-    settings = TrainSettings.model_validate({"steps": 30, "batch_size": 8, "precision": "fp32",
-                                             "optim": {"lr": 1e-3, "warmup_steps": 2}})
+    settings = TrainSettings.model_validate(
+        {"steps": 30, "batch_size": 8, "precision": "fp32", "optim": {"lr": 1e-3, "warmup_steps": 2}}
+    )
     examples = random_examples(64, seed=1)
     held = SFTBatches(random_examples(16, seed=2), 16, 128, 0, True, seed=0).next_batch()
     before = evaluate(student, objective, [held], "fp32")

@@ -57,9 +57,9 @@ def test_batch_layout_interleaves_sides_and_counts_tokens():
     pairs = random_pairs(3, seed=1)
     b = collate_pairs(pairs)
     assert b["prompt_ids"].shape[0] == 3 and b["completion_ids"].shape[0] == 6
-    assert b["completion_ids"][3, :len(pairs[1].rejected_ids)].tolist() == pairs[1].rejected_ids
+    assert b["completion_ids"][3, : len(pairs[1].rejected_ids)].tolist() == pairs[1].rejected_ids
     assert b["score_mask"][2].sum() == sum(pairs[1].chosen_mask)
-    assert b["prompt_ids"][0, -len(pairs[0].prompt_ids):].tolist() == pairs[0].prompt_ids  # left-padded
+    assert b["prompt_ids"][0, -len(pairs[0].prompt_ids) :].tolist() == pairs[0].prompt_ids  # left-padded
     assert b["n_real_tokens"] == sum(len(p.prompt_ids) + len(p.chosen_ids) + len(p.rejected_ids) for p in pairs)
     assert b["weights"].tolist() == [p.weight for p in pairs]
 
@@ -115,9 +115,14 @@ def test_preference_training_learns_the_preference(loss, tmp_path):
     beta = {"dpo": 0.5, "ipo": 0.5, "simpo": 2.0}[loss]
     objective = PreferenceObjective(PreferenceSettings(loss=loss, beta=beta, simpo_gamma=0.2))
     batches = PairBatches(pairs, 8, seed=0, ref_logps=ref)
-    settings = TrainSettings(steps=40, batch_size=8, precision="fp32",
-                             optim={"lr": 2e-2, "schedule": "constant", "max_grad_norm": None},
-                             guard={"enabled": False}, checkpoint={"every": 100})
+    settings = TrainSettings(
+        steps=40,
+        batch_size=8,
+        precision="fp32",
+        optim={"lr": 2e-2, "schedule": "constant", "max_grad_norm": None},
+        guard={"enabled": False},
+        checkpoint={"every": 100},
+    )
     first = objective.loss(model, batches.next_batch())[1]
     result = Trainer(model, objective, batches, settings, tmp_path).fit()
     last = result.history[-1]

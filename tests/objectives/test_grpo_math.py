@@ -34,11 +34,14 @@ def loss_of(**kw):
 TOKENS = [-1.28, -0.5, 1.5, 0.8, 1.0]
 
 
-@pytest.mark.parametrize("how,expected", [
-    ("token_mean", sum(TOKENS) / 5),                               # 1.52 / 5
-    ("seq_mean", ((-1.28 - 0.5) / 2 + (1.5 + 0.8 + 1.0) / 3) / 2),  # (-0.89 + 1.1) / 2
-    ("constant", sum(TOKENS) / (2 * 4)),                          # / (B x max_tokens = 4)
-])
+@pytest.mark.parametrize(
+    "how,expected",
+    [
+        ("token_mean", sum(TOKENS) / 5),  # 1.52 / 5
+        ("seq_mean", ((-1.28 - 0.5) / 2 + (1.5 + 0.8 + 1.0) / 3) / 2),  # (-0.89 + 1.1) / 2
+        ("constant", sum(TOKENS) / (2 * 4)),  # / (B x max_tokens = 4)
+    ],
+)
 def test_clip_higher_loss_for_every_aggregation(how, expected):
     loss, stats, _ = loss_of(clip_low=0.2, clip_high=0.28, aggregation=how, max_tokens=4)
     assert math.isclose(float(loss), expected, rel_tol=1e-5)

@@ -18,9 +18,15 @@ def test_mismatch_counts_only_sampled_tokens():
     with torch.no_grad():
         logp, _ = grouped_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     engine = logp * sampled  # the engine's log-probs where it sampled, 0 elsewhere (as agent episodes store)
-    batch = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
-             "completion_mask": completion_mask, "loss_mask": sampled, "engine_logprobs": engine,
-             "advantages": torch.tensor([1.0, -1.0])}
+    batch = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "loss_mask": sampled,
+        "engine_logprobs": engine,
+        "advantages": torch.tensor([1.0, -1.0]),
+    }
     s = GRPOSettings(max_new_tokens=6)
     with torch.no_grad():
         _, unmasked = GRPOObjective(s).loss(model, batch)

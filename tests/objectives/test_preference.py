@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tempering.objectives.preference import dpo_loss, ipo_loss, preference_losses, simpo_loss, sft_term
+from tempering.objectives.preference import dpo_loss, ipo_loss, preference_losses, sft_term, simpo_loss
 
 trl_dpo = pytest.importorskip("trl.trainer.dpo_trainer")
 trl_cpo = pytest.importorskip("trl.experimental.cpo.cpo_trainer")
@@ -29,7 +29,7 @@ def per_token_batch(seed: int, equal_lengths: bool = False):
     mask = torch.zeros(2 * B, T, dtype=torch.long)
     for r in range(2 * B):
         n = 5 if equal_lengths else 2 + (r * 3) % 6
-        mask[r, T - n:] = 1
+        mask[r, T - n :] = 1
     logp = -torch.rand(2 * B, T - 1, generator=gen, dtype=torch.float64) * 3 * mask[:, 1:]
     ref = -torch.rand(2 * B, T - 1, generator=gen, dtype=torch.float64) * 3 * mask[:, 1:]
     return logp, ref, mask
@@ -38,22 +38,48 @@ def per_token_batch(seed: int, equal_lengths: bool = False):
 def trl_dpo_loss(logp, ref_sums, mask, loss_types, beta, loss_weights=None):
     """TRL's DPO loss, from its own `_compute_loss`, on given per-token log-probs."""
     n = logp.shape[0]
-    outputs = SimpleNamespace(log_probs=logp, entropy=torch.zeros_like(logp), mean_logits=torch.zeros_like(logp),
-                              is_top1=torch.zeros_like(logp, dtype=torch.bool))
+    outputs = SimpleNamespace(
+        log_probs=logp,
+        entropy=torch.zeros_like(logp),
+        mean_logits=torch.zeros_like(logp),
+        is_top1=torch.zeros_like(logp, dtype=torch.bool),
+    )
     accel = SimpleNamespace(device=torch.device("cpu"), gather=lambda x: x, gather_for_metrics=lambda x: x)
-    stub = SimpleNamespace(model=SimpleNamespace(training=True), accelerator=accel, aux_loss_enabled=False,
-                           ld_alpha=None, precompute_ref_logps=True, f_divergence_type="reverse_kl",
-                           loss_types=loss_types, loss_weights=loss_weights or [1.0] * len(loss_types), beta=beta,
-                           label_smoothing=0.0, use_weighting=False, _metrics=defaultdict(lambda: defaultdict(list)),
-                           _total_train_tokens=0, _tp_size=1)
-    inputs = {"input_ids": torch.zeros_like(mask), "attention_mask": torch.ones_like(mask), "completion_mask": mask,
-              "ref_chosen_logps": ref_sums[: n // 2], "ref_rejected_logps": ref_sums[n // 2:]}
+    stub = SimpleNamespace(
+        model=SimpleNamespace(training=True),
+        accelerator=accel,
+        aux_loss_enabled=False,
+        ld_alpha=None,
+        precompute_ref_logps=True,
+        f_divergence_type="reverse_kl",
+        loss_types=loss_types,
+        loss_weights=loss_weights or [1.0] * len(loss_types),
+        beta=beta,
+        label_smoothing=0.0,
+        use_weighting=False,
+        _metrics=defaultdict(lambda: defaultdict(list)),
+        _total_train_tokens=0,
+        _tp_size=1,
+    )
+    inputs = {
+        "input_ids": torch.zeros_like(mask),
+        "attention_mask": torch.ones_like(mask),
+        "completion_mask": mask,
+        "ref_chosen_logps": ref_sums[: n // 2],
+        "ref_rejected_logps": ref_sums[n // 2 :],
+    }
     return trl_dpo.DPOTrainer._compute_loss(stub, lambda **kw: outputs, inputs, False)
 
 
 def trl_cpo_loss(chosen, rejected, loss_type, beta, label_smoothing=0.0, gamma=0.0):
-    stub = SimpleNamespace(alpha=0.0, beta=beta, loss_type=loss_type, simpo_gamma=gamma,
-                           label_smoothing=label_smoothing, accelerator=SimpleNamespace(device=torch.device("cpu")))
+    stub = SimpleNamespace(
+        alpha=0.0,
+        beta=beta,
+        loss_type=loss_type,
+        simpo_gamma=gamma,
+        label_smoothing=label_smoothing,
+        accelerator=SimpleNamespace(device=torch.device("cpu")),
+    )
     losses, _, _ = trl_cpo.CPOTrainer.cpo_loss(stub, chosen, rejected)
     return losses.mean()
 
@@ -63,7 +89,9 @@ def ours(loss_type, logp, ref, mask, **kw):
     scored = mask[:, 1:].to(logp.dtype)  # as head_logprobs: nothing flows from unscored positions
     sums, lens = (logp * scored).sum(1), scored.sum(1)
     ref_sums = ref.sum(1)
-    losses, _, _ = preference_losses(loss_type, sums[:B], sums[B:], ref_sums[:B], ref_sums[B:], lens[:B], lens[B:], **kw)
+    losses, _, _ = preference_losses(
+        loss_type, sums[:B], sums[B:], ref_sums[:B], ref_sums[B:], lens[:B], lens[B:], **kw
+    )
     return losses.mean()
 
 
@@ -78,8 +106,10 @@ def grads_match(a, b, leaf, mask):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("loss_type,trl_type,beta", [("dpo", "sigmoid", 0.1), ("dpo", "sigmoid", 2.0),
-                                                     ("ipo", "ipo", 0.1), ("ipo", "ipo", 0.5)])
+@pytest.mark.parametrize(
+    "loss_type,trl_type,beta",
+    [("dpo", "sigmoid", 0.1), ("dpo", "sigmoid", 2.0), ("ipo", "ipo", 0.1), ("ipo", "ipo", 0.5)],
+)
 def test_dpo_and_ipo_match_trl(loss_type, trl_type, beta, dtype):
     for seed in range(3):
         logp, ref, mask = per_token_batch(seed)
@@ -134,8 +164,9 @@ def test_hand_derived_values():
     # IPO: per-token ratios 1/2 - (-1)/1 = 1.5; tau 0.25 -> (1.5 - 2)^2
     assert ipo_loss(-one, -3 * one, -2 * one, -2 * one, 2 * one, one, beta=0.25).item() == pytest.approx(0.25)
     # SimPO: beta (-4/4 - -6/2) - gamma = 2 * 2 - 1 = 3 -> -log sigmoid(3)
-    assert simpo_loss(-4 * one, -6 * one, 4 * one, 2 * one, beta=2.0, gamma=1.0).item() == \
-        pytest.approx(math.log1p(math.exp(-3.0)))
+    assert simpo_loss(-4 * one, -6 * one, 4 * one, 2 * one, beta=2.0, gamma=1.0).item() == pytest.approx(
+        math.log1p(math.exp(-3.0))
+    )
     assert sft_term(-6 * one, 3 * one).item() == pytest.approx(2.0)
 
 

@@ -31,7 +31,7 @@ def test_gradient_is_minus_sigmoid_of_minus_difference():
     chosen = torch.tensor([1.0, -0.5], requires_grad=True)
     rejected = torch.tensor([0.0, 0.5], requires_grad=True)
     bradley_terry_loss_sum(chosen, rejected).backward()
-    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    sig = lambda x: 1 / (1 + math.exp(-x))
     want = [-sig(-1.0), -sig(1.0)]
     assert torch.allclose(chosen.grad, torch.tensor(want), atol=1e-6)
     assert torch.allclose(rejected.grad, -torch.tensor(want), atol=1e-6)
@@ -61,8 +61,12 @@ class ScoreTable(torch.nn.Module):
 
 
 def test_objective_splits_chosen_first_then_rejected():
-    batch = {"input_ids": torch.tensor([[2], [1], [0], [2]]), "attention_mask": torch.ones(4, 1),
-             "weight": torch.tensor([1.0, 1.0]), "margin": torch.tensor([0.0, 0.0])}
+    batch = {
+        "input_ids": torch.tensor([[2], [1], [0], [2]]),
+        "attention_mask": torch.ones(4, 1),
+        "weight": torch.tensor([1.0, 1.0]),
+        "margin": torch.tensor([0.0, 0.0]),
+    }
     objective = RewardObjective()
     loss, stats = objective.loss(ScoreTable(), batch)
     assert objective.units(batch) == 2

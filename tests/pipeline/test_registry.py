@@ -8,8 +8,15 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from tempering.pipeline.registry import (
-    MARKER, REGISTRY_ENV, SCHEMA_VERSION, Registry, RegistryError, describe_input, file_sha256, read_marker,
+from tempering.runs.registry import (
+    MARKER,
+    REGISTRY_ENV,
+    SCHEMA_VERSION,
+    Registry,
+    RegistryError,
+    describe_input,
+    file_sha256,
+    read_marker,
 )
 
 
@@ -88,8 +95,10 @@ def test_lineage_walks_data_passes_by_content_hash_and_models_by_marker(tmp_path
         reg.record_output(later, "kept", held)
         rows = [(r.depth, r.run_name, r.role, r.path, r.parent_run) for r in reg.lineage(grpo)]
     assert rows == [
-        (0, "grpo", "tasks", str(held), None), (0, "grpo", "base_model", str(final), sft),
-        (1, "sft", "train", str(copied), dedup), (1, "sft", "eval", str(held), None),
+        (0, "grpo", "tasks", str(held), None),
+        (0, "grpo", "base_model", str(final), sft),
+        (1, "sft", "train", str(copied), dedup),
+        (1, "sft", "eval", str(held), None),
         (1, "sft", "base_model", "base", None),
         (2, "dedup", "train", str(raw), None),
     ]
@@ -187,10 +196,20 @@ def test_v2_sqlite_registry_is_migrated_keeping_row_order(tmp_path):
         db.executescript(V2_SCHEMA)
     with Registry(path) as reg:
         assert [(r.run_name, r.path) for r in reg.lineage("b")] == [
-            ("b", "/x/a/final"), ("a", "t2.jsonl"), ("a", "t1.jsonl"), ("a", "base")]
+            ("b", "/x/a/final"),
+            ("a", "t2.jsonl"),
+            ("a", "t1.jsonl"),
+            ("a", "base"),
+        ]
         assert reg.run_for_output("/x/a/final")["id"] == "a"
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION
         assert {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")} >= {
-            "runs", "run_inputs", "run_outputs", "evals", "releases", "alias_events"}
+            "runs",
+            "run_inputs",
+            "run_outputs",
+            "evals",
+            "releases",
+            "alias_events",
+        }
         assert not db.execute("SELECT name FROM sqlite_master WHERE name LIKE '%_v2'").fetchall()

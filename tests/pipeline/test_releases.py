@@ -5,16 +5,22 @@ import os
 
 import pytest
 
-from tempering.pipeline.registry import Registry
-from tempering.pipeline.releases import ReleaseError, Releases
+from tempering.runs.registry import Registry
+from tempering.runs.releases import ReleaseError, Releases
 
 PASSED = {"passed": True, "rules": [{"rule": "arith.accuracy >= base - 0.01", "passed": True, "detail": "0.8 >= 0.5"}]}
-FAILED = {"passed": False, "rules": [{"rule": "arith.accuracy >= base - 0.01", "passed": False,
-                                      "detail": "candidate 0.2, required >= 0.5"}]}
-NON_INFERIOR = {"passed": True, "rules": [
-    {"rule": "non-inferior on arith within 0.05", "passed": True, "detail": "arith +0.01 [-0.02, 0.04]"}]}
-INFERIOR = {"passed": False, "rules": [
-    {"rule": "non-inferior on arith within 0.05", "passed": False, "detail": "arith -0.1 [-0.15, -0.05]"}]}
+FAILED = {
+    "passed": False,
+    "rules": [{"rule": "arith.accuracy >= base - 0.01", "passed": False, "detail": "candidate 0.2, required >= 0.5"}],
+}
+NON_INFERIOR = {
+    "passed": True,
+    "rules": [{"rule": "non-inferior on arith within 0.05", "passed": True, "detail": "arith +0.01 [-0.02, 0.04]"}],
+}
+INFERIOR = {
+    "passed": False,
+    "rules": [{"rule": "non-inferior on arith within 0.05", "passed": False, "detail": "arith -0.1 [-0.15, -0.05]"}],
+}
 
 
 def model(tmp_path, name):
@@ -33,8 +39,11 @@ def releases(registry_location):
 
 def test_promotion_refuses_a_checkpoint_whose_gate_did_not_pass(tmp_path, releases):
     m = model(tmp_path, "m")
-    with pytest.raises(ReleaseError, match=r"gate did not pass, not released: arith.accuracy >= base - 0.01 "
-                                           r"\(candidate 0.2, required >= 0.5\)"):
+    with pytest.raises(
+        ReleaseError,
+        match=r"gate did not pass, not released: arith.accuracy >= base - 0.01 "
+        r"\(candidate 0.2, required >= 0.5\)",
+    ):
         releases.promote(m, gate=FAILED)
     with pytest.raises(ReleaseError, match="expected a gate verdict"):
         releases.promote(m, gate={"passed": "yes"})
@@ -55,7 +64,12 @@ def test_versions_aliases_and_rollback(tmp_path, releases):
     releases.promote(m3, gate=PASSED)
     assert releases.rollback(reason="bad outputs").version == 1  # back to what v3 replaced, not to v2
     assert [(e.action, e.release, e.previous) for e in releases.history("production")] == [
-        ("promote", 1, None), ("promote", 2, 1), ("rollback", 1, 2), ("promote", 3, 1), ("rollback", 1, 3)]
+        ("promote", 1, None),
+        ("promote", 2, 1),
+        ("rollback", 1, 2),
+        ("promote", 3, 1),
+        ("rollback", 1, 3),
+    ]
     with pytest.raises(ReleaseError, match="no release is 'candidate'"):
         releases.resolve("candidate")
 
@@ -71,10 +85,13 @@ def test_a_non_inferior_canary_is_promoted(tmp_path, releases):
     assert releases.rollback().version == 1  # a promoted canary can still be rolled back
 
 
-@pytest.mark.parametrize("verdict, why", [
-    (INFERIOR, "canary gate failed: non-inferior on arith within 0.05"),
-    (PASSED, "no 'non-inferior on <suite-or-track> within <margin>' rule"),  # passing, but shows nothing
-])
+@pytest.mark.parametrize(
+    "verdict, why",
+    [
+        (INFERIOR, "canary gate failed: non-inferior on arith within 0.05"),
+        (PASSED, "no 'non-inferior on <suite-or-track> within <margin>' rule"),  # passing, but shows nothing
+    ],
+)
 def test_a_canary_not_shown_non_inferior_is_rolled_back(tmp_path, releases, verdict, why):
     releases.promote(model(tmp_path, "prod"), gate=PASSED)
     old = releases.promote(model(tmp_path, "old-cand"), gate=PASSED, alias="candidate")
@@ -93,8 +110,7 @@ def _state(releases):
 
 
 @pytest.mark.parametrize("operation", ["promote", "rollback", "decide"])
-def test_a_crash_between_moving_the_alias_and_recording_it_changes_nothing(tmp_path, releases, monkeypatch,
-                                                                            operation):
+def test_a_crash_between_moving_the_alias_and_recording_it_changes_nothing(tmp_path, releases, monkeypatch, operation):
     releases.promote(model(tmp_path, "m1"), gate=PASSED)
     releases.promote(model(tmp_path, "m2"), gate=PASSED)
     releases.promote(model(tmp_path, "m3"), gate=PASSED, alias="candidate")
@@ -128,8 +144,9 @@ def _promote_then_die(location, path):
 def test_a_process_killed_mid_promotion_leaves_the_previous_release(tmp_path, releases, registry_location):
     releases.promote(model(tmp_path, "m1"), gate=PASSED)
     before = _state(releases)
-    proc = multiprocessing.get_context("spawn").Process(target=_promote_then_die,
-                                                         args=(registry_location, model(tmp_path, "m2")))
+    proc = multiprocessing.get_context("spawn").Process(
+        target=_promote_then_die, args=(registry_location, model(tmp_path, "m2"))
+    )
     proc.start()
     proc.join(60)
     assert proc.exitcode == 9
@@ -162,8 +179,10 @@ def _promoter(location, paths, barrier):
 def test_two_processes_promoting_at_once_keep_one_consistent_history(tmp_path, releases, registry_location):
     ctx, n = multiprocessing.get_context("spawn"), 10
     barrier = ctx.Barrier(2)
-    procs = [ctx.Process(target=_promoter, args=(registry_location, [model(tmp_path, f"{t}{i}") for i in range(n)],
-                                                 barrier)) for t in "ab"]
+    procs = [
+        ctx.Process(target=_promoter, args=(registry_location, [model(tmp_path, f"{t}{i}") for i in range(n)], barrier))
+        for t in "ab"
+    ]
     for p in procs:
         p.start()
     for p in procs:

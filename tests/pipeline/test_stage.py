@@ -10,9 +10,17 @@ import textwrap
 import pytest
 import torch
 
-from tempering.pipeline.registry import Registry, describe_input, read_marker
-from tempering.pipeline.stage import (ConfigChanged, InvalidRunName, RunLocked, StageSpec, prune_failed, run_lock,
-                                      run_stage, validate_run_name)
+from tempering.runs.registry import Registry, describe_input, read_marker
+from tempering.runs.stage import (
+    ConfigChanged,
+    InvalidRunName,
+    RunLocked,
+    StageSpec,
+    prune_failed,
+    run_lock,
+    run_stage,
+    validate_run_name,
+)
 from tempering.train.checkpoint import CheckpointError, fall_back_to_verified, list_checkpoints, save_checkpoint
 
 
@@ -21,8 +29,9 @@ def spec(tmp_path, name="r", lr=0.1, steps=2, force=False, data=None):
     if not data.exists():
         data.write_text('{"x": 1}\n')
     cfg = {"train": {"steps": steps, "optim": {"lr": lr}}, "lora": {"r": 4}, "name": name}
-    return StageSpec("sft", str(tmp_path / "runs"), name, cfg, [describe_input(data, "train")], None, steps,
-                     force=force)
+    return StageSpec(
+        "sft", str(tmp_path / "runs"), name, cfg, [describe_input(data, "train")], None, steps, force=force
+    )
 
 
 def fake_run(s, steps_done=None):
@@ -61,14 +70,19 @@ def test_second_holder_of_a_run_dir_gets_the_pid(tmp_path):
 def test_lock_held_by_another_process(tmp_path):
     code = textwrap.dedent(f"""
         import sys, time
-        from tempering.pipeline.stage import run_lock
+        from tempering.runs.stage import run_lock
         from pathlib import Path
-        with run_lock(Path({str(tmp_path / 'runs' / 'r')!r})):
+        with run_lock(Path({str(tmp_path / "runs" / "r")!r})):
             print("locked", flush=True)
             sys.stdin.readline()
     """)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     try:
         assert proc.stdout.readline().strip() == "locked"
         with pytest.raises(RunLocked, match=f"pid {proc.pid}"):
@@ -162,16 +176,32 @@ def test_v1_registry_is_migrated_with_roles_parents_and_markers(tmp_path):
     b_cfg = {"tasks": {"source": str(files["task"])}, "heldout": None}
     with sqlite3.connect(root / "registry.sqlite") as db:
         db.executescript(V1_SCHEMA)
-        db.execute("INSERT INTO runs VALUES ('ida','a','sft','finished','base',?,?,?,'{}',NULL,1,2)",
-                   (json.dumps(a_cfg), json.dumps({str(files["ta"]): sha["ta"], str(files["ea"]): sha["ea"]}),
-                    json.dumps({"final": str(root / "a" / "final")})))
-        db.execute("INSERT INTO runs VALUES ('idb','b','grpo','finished',?,?,?,?,'{}',NULL,3,4)",
-                   (str(root / "a" / "final"), json.dumps(b_cfg), json.dumps({str(files["task"]): sha["task"]}),
-                    json.dumps({"final": str(root / "b" / "final")})))
+        db.execute(
+            "INSERT INTO runs VALUES ('ida','a','sft','finished','base',?,?,?,'{}',NULL,1,2)",
+            (
+                json.dumps(a_cfg),
+                json.dumps({str(files["ta"]): sha["ta"], str(files["ea"]): sha["ea"]}),
+                json.dumps({"final": str(root / "a" / "final")}),
+            ),
+        )
+        db.execute(
+            "INSERT INTO runs VALUES ('idb','b','grpo','finished',?,?,?,?,'{}',NULL,3,4)",
+            (
+                str(root / "a" / "final"),
+                json.dumps(b_cfg),
+                json.dumps({str(files["task"]): sha["task"]}),
+                json.dumps({"final": str(root / "b" / "final")}),
+            ),
+        )
     with Registry(root / "registry.sqlite") as reg:
         rows = [(r.run_name, r.role, r.path) for r in reg.lineage("idb")]
-    assert rows == [("b", "tasks", str(files["task"])), ("b", "base_model", str(root / "a" / "final")),
-                    ("a", "train", str(files["ta"])), ("a", "eval", str(files["ea"])), ("a", "base_model", "base")]
+    assert rows == [
+        ("b", "tasks", str(files["task"])),
+        ("b", "base_model", str(root / "a" / "final")),
+        ("a", "train", str(files["ta"])),
+        ("a", "eval", str(files["ea"])),
+        ("a", "base_model", "base"),
+    ]
     assert read_marker(root / "b" / "final")["run_id"] == "idb"
 
 

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tempering.cli import app
+from tempering.pipeline.runner import load_plan
 from tempering.recipes.demo import demo_pipeline
-from tempering.recipes.loop import load_plan
 from tests.evals.conftest import env, recall_dir, recall_model  # noqa: F401 (fixtures)
 from tests.recipes.test_loop import eval_stage, gate_stage, recall_setup, sft_stage, write_pipeline  # noqa: F401
 
@@ -29,11 +29,13 @@ def test_the_shipped_demo_is_the_loop_and_validates_from_any_directory(tmp_path,
 
 
 def test_demo_prints_before_after_gate_release_and_writes_the_report(tmp_path, recall_setup):
-    stages = {"baseline": eval_stage(recall_setup),
-              "sft": sft_stage(recall_setup, recall_setup["data"], lr=1e-5, steps=2),
-              "after": eval_stage(recall_setup, "${sft.final}"),
-              "gate": gate_stage(),
-              "release": {"kind": "release", "model": "${sft.final}", "gate": "${gate.verdict}"}}
+    stages = {
+        "baseline": eval_stage(recall_setup),
+        "sft": sft_stage(recall_setup, recall_setup["data"], lr=1e-5, steps=2),
+        "after": eval_stage(recall_setup, "${sft.final}"),
+        "gate": gate_stage(),
+        "release": {"kind": "release", "model": "${sft.final}", "gate": "${gate.verdict}"},
+    }
     path = write_pipeline(tmp_path, stages)
     res = CliRunner().invoke(app, ["demo", "--pipeline", str(path)], terminal_width=200)
     assert res.exit_code == 0, res.output
@@ -54,11 +56,13 @@ def test_demo_prints_before_after_gate_release_and_writes_the_report(tmp_path, r
 
 @pytest.mark.parametrize("lr", [3.0])
 def test_demo_of_a_rejected_run_says_so_and_exits_1(tmp_path, recall_setup, lr):
-    stages = {"baseline": eval_stage(recall_setup),
-              "sft": sft_stage(recall_setup, recall_setup["data"], lr=lr, steps=4),
-              "after": eval_stage(recall_setup, "${sft.final}"),
-              "gate": gate_stage(),
-              "release": {"kind": "release", "model": "${sft.final}", "gate": "${gate.verdict}"}}
+    stages = {
+        "baseline": eval_stage(recall_setup),
+        "sft": sft_stage(recall_setup, recall_setup["data"], lr=lr, steps=4),
+        "after": eval_stage(recall_setup, "${sft.final}"),
+        "gate": gate_stage(),
+        "release": {"kind": "release", "model": "${sft.final}", "gate": "${gate.verdict}"},
+    }
     res = CliRunner().invoke(app, ["demo", "--pipeline", str(write_pipeline(tmp_path, stages))], terminal_width=200)
     text = " ".join(res.output.split())
     assert res.exit_code == 1, res.output

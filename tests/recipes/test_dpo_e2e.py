@@ -17,8 +17,14 @@ def write_pairs(path, n, seed, bad=()):
     rows = []
     for _ in range(n):
         a, b = rng.randint(10, 99), rng.randint(10, 99)
-        rows.append({"prompt": f"What is {a}+{b}?", "chosen": str(a + b), "rejected": f"{a} + {b} = {a + b + 1}",
-                     "source": "verifier"})
+        rows.append(
+            {
+                "prompt": f"What is {a}+{b}?",
+                "chosen": str(a + b),
+                "rejected": f"{a} + {b} = {a + b + 1}",
+                "source": "verifier",
+            }
+        )
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "".join(line + "\n" for line in bad))
     return str(path)
 
@@ -29,14 +35,24 @@ def setup(tmp_path, smol_tokenizer, monkeypatch):
     model = tmp_path / "tiny"
     tiny_llama(vocab=len(smol_tokenizer), tie=True).save_pretrained(model)
     smol_tokenizer.save_pretrained(model)
-    cfg = {"model": str(model), "lora": None,
-           "data": {"train": write_pairs(tmp_path / "train.jsonl", 32, 0,
-                                         ['{"prompt": "q", "chosen": "a"}', "{broken"]),
-                    "eval": write_pairs(tmp_path / "eval.jsonl", 16, 1), "max_length": 96},
-           "dpo": {"beta": 0.5},
-           "train": {"steps": 10, "batch_size": 8, "precision": "fp32",
-                     "optim": {"lr": 3e-3, "schedule": "constant"}, "checkpoint": {"every": 5}},
-           "out": str(tmp_path / "runs")}
+    cfg = {
+        "model": str(model),
+        "lora": None,
+        "data": {
+            "train": write_pairs(tmp_path / "train.jsonl", 32, 0, ['{"prompt": "q", "chosen": "a"}', "{broken"]),
+            "eval": write_pairs(tmp_path / "eval.jsonl", 16, 1),
+            "max_length": 96,
+        },
+        "dpo": {"beta": 0.5},
+        "train": {
+            "steps": 10,
+            "batch_size": 8,
+            "precision": "fp32",
+            "optim": {"lr": 3e-3, "schedule": "constant"},
+            "checkpoint": {"every": 5},
+        },
+        "out": str(tmp_path / "runs"),
+    }
     path = tmp_path / "dpo.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path, tmp_path

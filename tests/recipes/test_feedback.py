@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from tempering.cli import app
 from tempering.config import FeedbackConfig, TaskSourceSettings
 from tempering.data.builtin import arithmetic_tasks
-from tempering.pipeline.registry import Registry
 from tempering.recipes.feedback import read_served, run_feedback
+from tempering.runs.registry import Registry
 from tests.conftest import tiny_llama
 
 POOL = {"source": "builtin:arithmetic", "ops": "+", "n": 400, "seed": 0, "split": "train", "phrasing": "varied"}
@@ -27,10 +27,22 @@ def write_jsonl(path: Path, rows) -> str:
 def eval_samples(tmp: Path) -> Path:
     """An eval run dir whose samples.jsonl holds 6 failures (word problems and symbolic) and 2 passes."""
     tasks = arithmetic_tasks(8, seed=0, split="heldout", ops="+", phrasing="reworded")
-    rows = [{"suite": "add", "task_id": t.id, "template": 0, "seed": 0, "sample": 0, "prompt": t.prompt,
-             "completion": "I think it is 7" if i < 6 else t.verifier["answer"], "reward": float(i >= 6),
-             "passed": i >= 6, "status": "scored", "components": {"correct": float(i >= 6)}}
-            for i, t in enumerate(tasks)]
+    rows = [
+        {
+            "suite": "add",
+            "task_id": t.id,
+            "template": 0,
+            "seed": 0,
+            "sample": 0,
+            "prompt": t.prompt,
+            "completion": "I think it is 7" if i < 6 else t.verifier["answer"],
+            "reward": float(i >= 6),
+            "passed": i >= 6,
+            "status": "scored",
+            "components": {"correct": float(i >= 6)},
+        }
+        for i, t in enumerate(tasks)
+    ]
     run = tmp / "eval-run"
     run.mkdir()
     write_jsonl(run / "samples.jsonl", rows)
@@ -39,22 +51,46 @@ def eval_samples(tmp: Path) -> Path:
 
 
 SERVED = [
-    {"id": "f1", "prompt": "What is 12+30?", "completion": "40", "correction": "42", "kind": "correction",
-     "release": "v3"},
-    {"id": "f2", "prompt": "Add 11 and 11.", "completion": "23", "kind": "thumbs_down",
-     "task": {"verifier": {"type": "numeric", "answer": "22"}}},
+    {
+        "id": "f1",
+        "prompt": "What is 12+30?",
+        "completion": "40",
+        "correction": "42",
+        "kind": "correction",
+        "release": "v3",
+    },
+    {
+        "id": "f2",
+        "prompt": "Add 11 and 11.",
+        "completion": "23",
+        "kind": "thumbs_down",
+        "task": {"verifier": {"type": "numeric", "answer": "22"}},
+    },
     {"id": "f3", "prompt": "Say hi", "completion": "hi", "kind": "thumbs_up"},
 ]
-VOTES = [{"prompt": "What is 2+2?", "chosen": "4", "rejected": "5", "source": "arena",
-          "votes": [{"annotator": "a", "prefers": "chosen"}]},
-         {"prompt": "broken", "chosen": "x"}]
+VOTES = [
+    {
+        "prompt": "What is 2+2?",
+        "chosen": "4",
+        "rejected": "5",
+        "source": "arena",
+        "votes": [{"annotator": "a", "prefers": "chosen"}],
+    },
+    {"prompt": "broken", "chosen": "x"},
+]
 
 
 def test_feedback_mines_training_neighbours_converts_corrections_and_keeps_votes(tmp_path):
     run = eval_samples(tmp_path)
-    cfg = FeedbackConfig(evals=[str(run / "results.json")], served=[write_jsonl(tmp_path / "served.jsonl", SERVED)],
-                         votes=[write_jsonl(tmp_path / "votes.jsonl", VOTES)], pool=TaskSourceSettings(**POOL),
-                         per_failure=2, out=str(tmp_path / "runs"), name="fb")
+    cfg = FeedbackConfig(
+        evals=[str(run / "results.json")],
+        served=[write_jsonl(tmp_path / "served.jsonl", SERVED)],
+        votes=[write_jsonl(tmp_path / "votes.jsonl", VOTES)],
+        pool=TaskSourceSettings(**POOL),
+        per_failure=2,
+        out=str(tmp_path / "runs"),
+        name="fb",
+    )
     s = run_feedback(cfg)
     assert s["eval_failures"] == 6 and s["served_rows"] == 3 and s["served_bad_cases"] == 2  # thumbs up is no bad case
     assert s["corrections"] == 1 and s["votes"] == 1 and s["votes_quarantined"] == 1
@@ -66,8 +102,11 @@ def test_feedback_mines_training_neighbours_converts_corrections_and_keeps_votes
     assert any(t["id"] == "feedback-f2" and t["verifier"]["answer"] == "22" for t in tasks)
     report = json.loads((out / "feedback.json").read_text())
     by_task = {m["task_id"]: m for m in report["mined_for"]}
-    word_failures = {r["task_id"] for r in map(json.loads, (run / "samples.jsonl").read_text().splitlines())
-                     if not r["passed"] and "How many" in r["prompt"]}
+    word_failures = {
+        r["task_id"]
+        for r in map(json.loads, (run / "samples.jsonl").read_text().splitlines())
+        if not r["passed"] and "How many" in r["prompt"]
+    }
     assert word_failures  # the fixture has word problems among its failures
     for t in mined:  # a word problem's nearest training tasks are word problems too
         if by_task[t["id"]]["for"] in word_failures:
@@ -94,12 +133,28 @@ def test_the_next_round_trains_on_feedback_and_its_lineage_shows_the_exports(tmp
     smol_tokenizer.save_pretrained(model)
     served = write_jsonl(tmp_path / "served.jsonl", SERVED)
     votes = write_jsonl(tmp_path / "votes.jsonl", VOTES[:1] * 4)
-    stages = {"feedback": {"kind": "feedback", "evals": [str(eval_samples(tmp_path))], "served": [served],
-                           "votes": [votes], "pool": POOL},
-              "dpo": {"kind": "dpo", "model": str(model), "lora": None,
-                      "data": {"train": ["${feedback.pairs}"], "max_length": 64},
-                      "train": {"steps": 2, "batch_size": 2, "precision": "fp32", "threads": 1,
-                                "optim": {"lr": 1e-4, "schedule": "constant", "warmup_steps": 0}}}}
+    stages = {
+        "feedback": {
+            "kind": "feedback",
+            "evals": [str(eval_samples(tmp_path))],
+            "served": [served],
+            "votes": [votes],
+            "pool": POOL,
+        },
+        "dpo": {
+            "kind": "dpo",
+            "model": str(model),
+            "lora": None,
+            "data": {"train": ["${feedback.pairs}"], "max_length": 64},
+            "train": {
+                "steps": 2,
+                "batch_size": 2,
+                "precision": "fp32",
+                "threads": 1,
+                "optim": {"lr": 1e-4, "schedule": "constant", "warmup_steps": 0},
+            },
+        },
+    }
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({"out": str(tmp_path / "runs"), "stages": stages}, sort_keys=False))
     res = CliRunner().invoke(app, ["run", str(path)])

@@ -22,16 +22,23 @@ def tiny_dir(tmp_path_factory, smol_tokenizer):
 
 def _config(tmp_path, model_dir, steps):
     cfg = {
-        "model": str(model_dir), "lora": {"r": 4, "alpha": 8, "last_layers": 1},
+        "model": str(model_dir),
+        "lora": {"r": 4, "alpha": 8, "last_layers": 1},
         "tasks": {"source": "builtin:arithmetic", "ops": "+", "n": 64},
-        "heldout": {"tasks": {"source": "builtin:arithmetic", "ops": "+", "n": 6, "split": "heldout"},
-                    "every": 2, "max_new_tokens": 4},
+        "heldout": {
+            "tasks": {"source": "builtin:arithmetic", "ops": "+", "n": 6, "split": "heldout"},
+            "every": 2,
+            "max_new_tokens": 4,
+        },
         # a reward the random tiny model earns sometimes: any digit in the reply
-        "reward": [{"name": "correct", "weight": 1.0, "verifier": {"type": "numeric"}},
-                   {"name": "digit", "weight": 0.5, "verifier": {"type": "regex", "pattern": "\\d", "on": "completion"}}],
+        "reward": [
+            {"name": "correct", "weight": 1.0, "verifier": {"type": "numeric"}},
+            {"name": "digit", "weight": 0.5, "verifier": {"type": "regex", "pattern": "\\d", "on": "completion"}},
+        ],
         "grpo": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6, "max_refills": 1},
         "train": {"steps": steps, "precision": "fp32", "optim": {"lr": 1e-3}, "checkpoint": {"every": 2}},
-        "out": str(tmp_path / "runs"), "name": "g",
+        "out": str(tmp_path / "runs"),
+        "name": "g",
     }
     path = tmp_path / "grpo.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -47,9 +54,20 @@ def test_grpo_runs_records_and_resumes(tmp_path, tiny_dir):
     assert {"reward", "correct", "digit", "truncation_rate"} <= set(summary["heldout_after"])
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "reward_mean" in r]
-    for key in ("reward_mean", "reward_std", "accuracy", "zero_variance_share", "kl", "clip_fraction",
-                "entropy", "response_len", "truncation_rate", "logprob_mismatch",
-                "reward/builtin:arithadd/mean", "component/digit"):
+    for key in (
+        "reward_mean",
+        "reward_std",
+        "accuracy",
+        "zero_variance_share",
+        "kl",
+        "clip_fraction",
+        "entropy",
+        "response_len",
+        "truncation_rate",
+        "logprob_mismatch",
+        "reward/builtin:arithadd/mean",
+        "component/digit",
+    ):
         assert key in steps[-1], key
     assert steps[-1]["logprob_mismatch"] < 1e-3  # engine and trainer agree on the sampled tokens
     assert sorted(p.name for p in (run / "trajectories").iterdir()) == ["step-000001.parquet", "step-000002.parquet"]

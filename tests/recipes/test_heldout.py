@@ -18,8 +18,10 @@ runner = CliRunner()
 
 
 def _samples(path):
-    return sorted((r["task_id"], r["sample"], r["completion"], r["reward"], r["status"])
-                  for r in map(json.loads, path.read_text().splitlines()))
+    return sorted(
+        (r["task_id"], r["sample"], r["completion"], r["reward"], r["status"])
+        for r in map(json.loads, path.read_text().splitlines())
+    )
 
 
 def test_grpo_heldout_and_eval_run_give_identical_per_task_results(recall_model, recall_dir, env):
@@ -27,19 +29,44 @@ def test_grpo_heldout_and_eval_run_give_identical_per_task_results(recall_model,
     held = write_jsonl(env / "held.jsonl", rows[:12])
     train = write_jsonl(env / "train.jsonl", recall_tasks(8, seed=9, exclude={r["prompt"] for r in rows}))
     sampling = {"temperature": 1.0, "max_new_tokens": 3}  # sampled, so equal results need equal seeding
-    cfg = {"model": str(recall_dir), "lora": {"r": 4, "alpha": 8, "last_layers": 1},
-           "tasks": {"source": str(train)}, "heldout": {"tasks": {"source": str(held)}, "every": 1, **sampling},
-           "grpo": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 3},
-           "train": {"steps": 1, "seed": 0, "precision": "fp32", "checkpoint": {"every": 1}},
-           "out": str(env / "runs"), "name": "g"}
+    cfg = {
+        "model": str(recall_dir),
+        "lora": {"r": 4, "alpha": 8, "last_layers": 1},
+        "tasks": {"source": str(train)},
+        "heldout": {"tasks": {"source": str(held)}, "every": 1, **sampling},
+        "grpo": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 3},
+        "train": {"steps": 1, "seed": 0, "precision": "fp32", "checkpoint": {"every": 1}},
+        "out": str(env / "runs"),
+        "name": "g",
+    }
     (env / "grpo.yaml").write_text(yaml.safe_dump(cfg))
     res = runner.invoke(app, ["grpo", str(env / "grpo.yaml")])
     assert res.exit_code == 0, res.output
-    suite = {"name": "heldout", "tasks": {"source": str(held)}, "templates": ["{prompt}"],
-             "sampling": {**sampling, "n": 1}, "metrics": ["mean_reward", "accuracy"]}
+    suite = {
+        "name": "heldout",
+        "tasks": {"source": str(held)},
+        "templates": ["{prompt}"],
+        "sampling": {**sampling, "n": 1},
+        "metrics": ["mean_reward", "accuracy"],
+    }
     (env / "heldout.yaml").write_text(yaml.safe_dump(suite))
-    res = runner.invoke(app, ["eval", "run", str(env / "heldout.yaml"), "--model", str(recall_dir), "--out",
-                              str(env / "eval"), "--precision", "fp32", "--first-seed", "0", "--no-cache"])
+    res = runner.invoke(
+        app,
+        [
+            "eval",
+            "run",
+            str(env / "heldout.yaml"),
+            "--model",
+            str(recall_dir),
+            "--out",
+            str(env / "eval"),
+            "--precision",
+            "fp32",
+            "--first-seed",
+            "0",
+            "--no-cache",
+        ],
+    )
     assert res.exit_code == 0, res.output
 
     step0 = env / "runs" / "g" / "heldout" / "step-000000"  # before the first update: the same weights
@@ -73,8 +100,9 @@ def test_heldout_split_is_seeded_disjoint_and_capped():
 
 
 def test_grpo_without_heldout_tasks_holds_out_a_recorded_split_of_its_training_tasks(tmp_path):
-    cfg = GRPOConfig.model_validate({"tasks": {"source": "builtin:arithmetic", "n": 40}, "train": {"steps": 1},
-                                     "heldout": {"split_size": 5}})
+    cfg = GRPOConfig.model_validate(
+        {"tasks": {"source": "builtin:arithmetic", "n": 40}, "train": {"steps": 1}, "heldout": {"split_size": 5}}
+    )
     assert cfg.heldout.tasks is None  # no built-in arithmetic held-out set by default
     tasks = _tasks(40)
     train, held = heldout_tasks(cfg, tasks, tmp_path)

@@ -15,10 +15,9 @@ import yaml
 from typer.testing import CliRunner
 
 from tempering.cli import app
-from tempering.pipeline.registry import Registry
-from tempering.recipes.loop import RECORD, content_digest
-from tests.evals.conftest import (env, recall_dir, recall_model, recall_tasks, sft_row, write_jsonl,  # noqa: F401
-                                  write_suite)
+from tempering.pipeline.runner import RECORD, content_digest
+from tempering.runs.registry import Registry
+from tests.evals.conftest import env, recall_dir, recall_model, recall_tasks, sft_row, write_jsonl, write_suite  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +42,7 @@ def registry_runs(tmp: Path) -> list[dict]:
 
 
 @pytest.fixture
-def recall_setup(env, recall_model, recall_dir):  # noqa: F811
+def recall_setup(env, recall_model, recall_dir):
     """A recall suite on 40 held-out tasks and SFT rows of the recall task (disjoint prompts)."""
     _, _, rows = recall_model
     suite = write_suite(env, "recall", write_jsonl(env / "recall.jsonl", rows[:40]))
@@ -53,16 +52,30 @@ def recall_setup(env, recall_model, recall_dir):  # noqa: F811
 
 
 def eval_stage(setup: dict, model: str | None = None) -> dict:
-    return {"kind": "eval", "model": model or setup["model"], "suites": [setup["suite"]], "threads": 1,
-            "precision": "fp32"}
+    return {
+        "kind": "eval",
+        "model": model or setup["model"],
+        "suites": [setup["suite"]],
+        "threads": 1,
+        "precision": "fp32",
+    }
 
 
 def sft_stage(setup: dict, data: str, *, lr: float = 1e-5, steps: int = 2, every: int = 50, lora=None) -> dict:
-    return {"kind": "sft", "model": setup["model"], "lora": lora,
-            "data": {"train": [data], "max_length": 32, "packing": False, "tool_call_style": "template"},
-            "train": {"steps": steps, "batch_size": 4, "precision": "fp32", "threads": 1,
-                      "optim": {"lr": lr, "warmup_steps": 0, "schedule": "constant"},
-                      "checkpoint": {"every": every, "keep_last": 2}}}
+    return {
+        "kind": "sft",
+        "model": setup["model"],
+        "lora": lora,
+        "data": {"train": [data], "max_length": 32, "packing": False, "tool_call_style": "template"},
+        "train": {
+            "steps": steps,
+            "batch_size": 4,
+            "precision": "fp32",
+            "threads": 1,
+            "optim": {"lr": lr, "warmup_steps": 0, "schedule": "constant"},
+            "checkpoint": {"every": every, "keep_last": 2},
+        },
+    }
 
 
 def gate_stage(rules=("recall.accuracy >= base - 0.15",)) -> dict:
@@ -73,21 +86,31 @@ def gate_stage(rules=("recall.accuracy >= base - 0.15",)) -> dict:
 BAD = {
     "unknown kind": ({"a": {"kind": "sfft"}}, ["stage 'a'", "unknown kind 'sfft'"]),
     "unknown key": ({"a": {"kind": "data.dedup", "data": "DATA", "treshold": 0.5}}, ["stage 'a'", "treshold"]),
-    "nested unknown key": ({"a": {"kind": "sft", "data": {"train": ["DATA"]}, "train": {"steps": 1, "stepz": 2}}},
-                           ["stage 'a'", "train.stepz"]),
-    "missing file": ({"a": {"kind": "data.dedup", "data": "nope.jsonl"}}, ["stage 'a'", "data", "not found",
-                                                                           "nope.jsonl"]),
-    "later stage": ({"a": {"kind": "data.dedup", "data": "${b.data}"}, "b": {"kind": "data.dedup", "data": "DATA"}},
-                    ["stage 'a'", "data", "${b.data}", "runs later"]),
-    "unknown stage": ({"a": {"kind": "data.dedup", "data": "${zz.data}"}}, ["stage 'a'", "${zz.data}",
-                                                                          "not a stage"]),
-    "unknown output": ({"a": {"kind": "data.dedup", "data": "DATA"},
-                        "b": {"kind": "data.dedup", "data": "${a.final}"}}, ["stage 'b'", "data", "no output 'final'",
-                                                                             "data, report"]),
-    "owned key": ({"a": {"kind": "sft", "out": "elsewhere", "data": {"train": ["DATA"]}, "train": {"steps": 1}}},
-                  ["stage 'a'", "'out'", "set by the pipeline"]),
-    "bad gate rule": ({"g": {"kind": "gate", "base": "DATA", "candidate": "DATA", "rules": ["accuracy is fine"]}},
-                      ["stage 'g'", "rule 1"]),
+    "nested unknown key": (
+        {"a": {"kind": "sft", "data": {"train": ["DATA"]}, "train": {"steps": 1, "stepz": 2}}},
+        ["stage 'a'", "train.stepz"],
+    ),
+    "missing file": (
+        {"a": {"kind": "data.dedup", "data": "nope.jsonl"}},
+        ["stage 'a'", "data", "not found", "nope.jsonl"],
+    ),
+    "later stage": (
+        {"a": {"kind": "data.dedup", "data": "${b.data}"}, "b": {"kind": "data.dedup", "data": "DATA"}},
+        ["stage 'a'", "data", "${b.data}", "runs later"],
+    ),
+    "unknown stage": ({"a": {"kind": "data.dedup", "data": "${zz.data}"}}, ["stage 'a'", "${zz.data}", "not a stage"]),
+    "unknown output": (
+        {"a": {"kind": "data.dedup", "data": "DATA"}, "b": {"kind": "data.dedup", "data": "${a.final}"}},
+        ["stage 'b'", "data", "no output 'final'", "data, report"],
+    ),
+    "owned key": (
+        {"a": {"kind": "sft", "out": "elsewhere", "data": {"train": ["DATA"]}, "train": {"steps": 1}}},
+        ["stage 'a'", "'out'", "set by the pipeline"],
+    ),
+    "bad gate rule": (
+        {"g": {"kind": "gate", "base": "DATA", "candidate": "DATA", "rules": ["accuracy is fine"]}},
+        ["stage 'g'", "rule 1"],
+    ),
     "unknown suite": ({"e": {"kind": "eval", "suites": ["no-such-suite"]}}, ["stage 'e'", "no-such-suite"]),
 }
 
@@ -115,9 +138,11 @@ def test_the_example_pipeline_validates(tmp_path):
 
 # ------------------------------------------------------------------ caching
 def test_stages_are_cached_by_content_and_a_forced_recompute_is_bit_identical(tmp_path, recall_setup):
-    stages = {"clean": {"kind": "data.dedup", "data": recall_setup["data"]},
-              "sft": sft_stage(recall_setup, "${clean.data}", steps=3),
-              "after": eval_stage(recall_setup, "${sft.final}")}
+    stages = {
+        "clean": {"kind": "data.dedup", "data": recall_setup["data"]},
+        "sft": sft_stage(recall_setup, "${clean.data}", steps=3),
+        "after": eval_stage(recall_setup, "${sft.final}"),
+    }
     path = write_pipeline(tmp_path, stages)
     first = invoke(path)
     assert first.exit_code == 0, first.output
@@ -147,8 +172,9 @@ def test_stages_are_cached_by_content_and_a_forced_recompute_is_bit_identical(tm
     assert json.loads((Path(out3["sft"]["run_dir"]) / RECORD).read_text())["outputs"]["final"]["sha256"] == digest
 
     # a changed input byte is a new hash for its stage and those below; the rest stays cached
-    Path(recall_setup["data"]).write_text(Path(recall_setup["data"]).read_text() + json.dumps(
-        sft_row("recall 9 9 9", "9")) + "\n")
+    Path(recall_setup["data"]).write_text(
+        Path(recall_setup["data"]).read_text() + json.dumps(sft_row("recall 9 9 9", "9")) + "\n"
+    )
     changed = last_json(invoke(path).output)["stages"]
     assert [s["status"] for s in changed.values()] == ["done", "done", "done"]
     assert changed["clean"]["hash"] != out1["clean"]["hash"]
@@ -164,13 +190,15 @@ def test_unknown_force_stage_is_an_error(tmp_path, recall_setup):
 # ------------------------------------------------------------------ the gate
 @pytest.mark.parametrize("lr, expected", [(1e-5, "passed"), (3.0, "rejected")], ids=["sane", "harmful"])
 def test_the_gate_rejects_a_harmful_sft_and_it_is_not_released(tmp_path, recall_setup, lr, expected):
-    from tempering.pipeline.releases import Releases
+    from tempering.runs.releases import Releases
 
-    stages = {"baseline": eval_stage(recall_setup),
-              "sft": sft_stage(recall_setup, recall_setup["data"], lr=lr, steps=4),
-              "after": eval_stage(recall_setup, "${sft.final}"),
-              "gate": gate_stage(),
-              "ship": {"kind": "release", "model": "${sft.final}", "gate": "${gate.verdict}"}}
+    stages = {
+        "baseline": eval_stage(recall_setup),
+        "sft": sft_stage(recall_setup, recall_setup["data"], lr=lr, steps=4),
+        "after": eval_stage(recall_setup, "${sft.final}"),
+        "gate": gate_stage(),
+        "ship": {"kind": "release", "model": "${sft.final}", "gate": "${gate.verdict}"},
+    }
     res = invoke(write_pipeline(tmp_path, stages))
     out = last_json(res.output)
     assert out["status"] == expected, res.output
@@ -210,13 +238,24 @@ def test_the_gate_rejects_a_harmful_sft_and_it_is_not_released(tmp_path, recall_
 
 # ------------------------------------------------------------------ kill -9
 def test_a_pipeline_killed_with_sigkill_resumes_without_redoing_finished_stages(tmp_path, recall_setup):
-    stages = {"baseline": eval_stage(recall_setup),
-              "sft": sft_stage(recall_setup, recall_setup["data"], steps=600, every=25, lr=1e-4)}
+    stages = {
+        "baseline": eval_stage(recall_setup),
+        "sft": sft_stage(recall_setup, recall_setup["data"], steps=600, every=25, lr=1e-4),
+    }
     path = write_pipeline(tmp_path, stages)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "tempering.cli", "run", str(path)], env=env, cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tempering.cli", "run", str(path)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     runs = tmp_path / "runs"
     try:
         deadline = time.monotonic() + 300
@@ -275,10 +314,16 @@ def test_an_interrupted_stage_that_cannot_resume_restarts_in_a_clean_dir(tmp_pat
 # ------------------------------------------------------------------ merge as a stage
 def test_two_tracks_merge_as_a_stage_with_lineage_through_both(tmp_path, recall_setup):
     lora = {"r": 4, "alpha": 8}
-    stages = {"track_a": sft_stage(recall_setup, recall_setup["data"], steps=2, lora=lora),
-              "track_b": sft_stage(recall_setup, recall_setup["data"], steps=3, lora=lora),
-              "merged": {"kind": "merge", "inputs": ["${track_a.final}", "${track_b.final}"], "method": "cat",
-                         "weights": [0.5, 0.5]}}
+    stages = {
+        "track_a": sft_stage(recall_setup, recall_setup["data"], steps=2, lora=lora),
+        "track_b": sft_stage(recall_setup, recall_setup["data"], steps=3, lora=lora),
+        "merged": {
+            "kind": "merge",
+            "inputs": ["${track_a.final}", "${track_b.final}"],
+            "method": "cat",
+            "weights": [0.5, 0.5],
+        },
+    }
     res = invoke(write_pipeline(tmp_path, stages))
     out = last_json(res.output)
     assert res.exit_code == 0 and out["stages"]["merged"]["status"] == "done", res.output
@@ -295,9 +340,11 @@ def test_two_tracks_merge_as_a_stage_with_lineage_through_both(tmp_path, recall_
 
 
 def test_an_export_stage_merges_the_adapter_and_lineage_reaches_its_training(tmp_path, recall_setup):
-    stages = {"sft": sft_stage(recall_setup, recall_setup["data"], steps=2, lora={"r": 4, "alpha": 8}),
-              "export": {"kind": "export", "model": "${sft.final}"},
-              "after": eval_stage(recall_setup, "${export.final}")}
+    stages = {
+        "sft": sft_stage(recall_setup, recall_setup["data"], steps=2, lora={"r": 4, "alpha": 8}),
+        "export": {"kind": "export", "model": "${sft.final}"},
+        "after": eval_stage(recall_setup, "${export.final}"),
+    }
     res = invoke(write_pipeline(tmp_path, stages))
     out = last_json(res.output)
     assert res.exit_code == 0, res.output

@@ -15,8 +15,8 @@ from tempering.cli import app
 from tempering.config import LoraSettings, MergeConfig
 from tempering.models.load import load_model
 from tempering.models.lora import apply_lora
-from tempering.pipeline.registry import Registry, read_marker
 from tempering.recipes.merge import MergeError, run_merge, tokenizer_roundtrip
+from tempering.runs.registry import Registry, read_marker
 from tests.conftest import tiny_llama
 
 IDS = torch.tensor([[5, 17, 300, 42, 9, 1000, 7, 3]])
@@ -47,9 +47,12 @@ def _save_adapter(path: Path, base: Path, tokenizer, seed: int, r: int = 4) -> P
 def tracks(tmp_path_factory, smol_tokenizer):
     root = tmp_path_factory.mktemp("merge")
     base = _save_base(root / "base", smol_tokenizer, seed=0)
-    return {"root": root, "base": base,
-            "a": _save_adapter(root / "a", base, smol_tokenizer, seed=1),
-            "b": _save_adapter(root / "b", base, smol_tokenizer, seed=2)}
+    return {
+        "root": root,
+        "base": base,
+        "a": _save_adapter(root / "a", base, smol_tokenizer, seed=1),
+        "b": _save_adapter(root / "b", base, smol_tokenizer, seed=2),
+    }
 
 
 def _merge(tmp_path, inputs, name, **kw):
@@ -110,8 +113,9 @@ def test_linear_half_half_mixes_the_factors_with_cross_terms(tmp_path, tracks):
 
 @pytest.mark.parametrize("method", ["ties", "dare_ties", "dare_linear"])
 def test_ties_and_dare_give_a_loadable_adapter(tmp_path, tracks, method):
-    final, summary = _merge(tmp_path, [tracks["a"], tracks["b"]], method, weights=[1.0, 1.0], method=method,
-                            density=0.5)
+    final, summary = _merge(
+        tmp_path, [tracks["a"], tracks["b"]], method, weights=[1.0, 1.0], method=method, density=0.5
+    )
     assert summary["method"] == method and (final / "adapter_model.safetensors").is_file()
     logits = _logits(str(final))
     assert torch.isfinite(logits).all()
@@ -122,8 +126,9 @@ def test_ties_and_dare_give_a_loadable_adapter(tmp_path, tracks, method):
 
 
 def test_merged_model_option_writes_a_standalone_model(tmp_path, tracks):
-    final, summary = _merge(tmp_path, [tracks["a"], tracks["b"]], "cat-full", weights=[0.5, 0.5], method="cat",
-                            merged_model=True)
+    final, summary = _merge(
+        tmp_path, [tracks["a"], tracks["b"]], "cat-full", weights=[0.5, 0.5], method="cat", merged_model=True
+    )
     standalone = Path(summary["run_dir"]) / "merged_model"
     assert (standalone / "config.json").is_file() and not (standalone / "adapter_config.json").exists()
     torch.testing.assert_close(_logits(str(standalone)), _logits(str(final)), rtol=1e-4, atol=1e-5)
@@ -164,8 +169,11 @@ def test_merge_records_inputs_and_lineage(tmp_path, tracks):
     with Registry(runs / "registry.sqlite") as reg:
         inputs = reg.inputs(summary["run_id"])
         # the two adapters and their shared base, each the starting weights of the merge
-        assert [(i.path, i.role) for i in inputs] == [(str(adapter), "base_model"), (str(tracks["b"]), "base_model"),
-                                                      (str(tracks["base"]), "base_model")]
+        assert [(i.path, i.role) for i in inputs] == [
+            (str(adapter), "base_model"),
+            (str(tracks["b"]), "base_model"),
+            (str(tracks["base"]), "base_model"),
+        ]
         assert inputs[0].parent_run == trained
         assert {row.run_name for row in reg.lineage(summary["run_id"])} == {"lineage", "track-a"}
         assert reg.get(summary["run_id"])["kind"] == "merge"
@@ -192,8 +200,11 @@ def test_config_errors_are_one_line(tmp_path, tracks):
     cfg.write_text(yaml.safe_dump({"inputs": [str(tracks["a"]), str(tracks["b"])], "weights": [1.0]}))
     line = _one_line_error(CliRunner().invoke(app, ["merge", str(cfg)]))
     assert "weights has 1 values for 2 inputs" in line
-    cfg.write_text(yaml.safe_dump({"inputs": [str(tracks["a"]), str(tracks["b"])], "method": "task_arithmetic",
-                                   "out": str(tmp_path / "runs")}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {"inputs": [str(tracks["a"]), str(tracks["b"])], "method": "task_arithmetic", "out": str(tmp_path / "runs")}
+        )
+    )
     line = _one_line_error(CliRunner().invoke(app, ["merge", str(cfg)]))
     assert "not a PEFT combination type" in line
 
@@ -214,8 +225,16 @@ def test_a_broken_tokenizer_fails_the_merge_in_one_line(tmp_path, tracks):
         tokenizer_roundtrip(broken, str(tracks["base"]))
     assert "\n" not in str(info.value)
     cfg = tmp_path / "merge.yaml"
-    cfg.write_text(yaml.safe_dump({"inputs": [str(broken), str(tracks["b"])], "method": "cat",
-                                   "out": str(tmp_path / "runs"), "name": "bad-tok"}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "inputs": [str(broken), str(tracks["b"])],
+                "method": "cat",
+                "out": str(tmp_path / "runs"),
+                "name": "bad-tok",
+            }
+        )
+    )
     line = _one_line_error(CliRunner().invoke(app, ["merge", str(cfg)]))
     assert "tokenizer round trip failed" in line and "tool-call chat" in line
     with Registry(tmp_path / "runs" / "registry.sqlite") as reg:

@@ -6,12 +6,21 @@ import json
 from typer.testing import CliRunner
 
 from tempering.cli import app
-from tempering.pipeline.registry import Registry
+from tempering.runs.registry import Registry
 
 
 def _rows(path, n, word, bad=0):
-    lines = [json.dumps({"messages": [{"role": "user", "content": f"{word} {i}"},
-                                      {"role": "assistant", "content": f"{word} answer {i}"}]}) for i in range(n)]
+    lines = [
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": f"{word} {i}"},
+                    {"role": "assistant", "content": f"{word} answer {i}"},
+                ]
+            }
+        )
+        for i in range(n)
+    ]
     path.write_text("\n".join(lines + ["{not json"] * bad) + "\n")
 
 
@@ -27,7 +36,7 @@ def test_mix_cli_writes_records_and_reports(tmp_path):
   - {{name: code, data: code.jsonl, track: code, weight: 1, max_epochs: 2}}
 replay: {{data: gen.jsonl, ratio: 0.25}}
 size: 400
-out: {tmp_path / 'runs'}
+out: {tmp_path / "runs"}
 """)  # relative data paths resolve against the config's directory
     res = CliRunner().invoke(app, ["data", "mix", str(cfg), "--name", "m", "--seed", "1"])
     assert res.exit_code == 0, res.output
@@ -57,8 +66,9 @@ out: {tmp_path / 'runs'}
 
 def test_mix_cli_bad_input_is_one_line(tmp_path):
     cfg = tmp_path / "mix.yaml"
-    cfg.write_text("sources:\n  - {name: a, data: nowhere.jsonl, track: reasoning}\nsize: 10\n"
-                   f"out: {tmp_path / 'runs'}\n")
+    cfg.write_text(
+        f"sources:\n  - {{name: a, data: nowhere.jsonl, track: reasoning}}\nsize: 10\nout: {tmp_path / 'runs'}\n"
+    )
     res = CliRunner().invoke(app, ["data", "mix", str(cfg)])
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "nowhere.jsonl" in res.stderr
@@ -71,8 +81,10 @@ def test_mix_by_tokens_with_the_model_tokenizer(tmp_path):
     _rows(tmp_path / "a.jsonl", 50, "alpha")
     _rows(tmp_path / "b.jsonl", 50, "beta gamma delta epsilon zeta eta theta")
     cfg = tmp_path / "mix.yaml"
-    cfg.write_text("sources:\n  - {name: a, data: a.jsonl, weight: 1}\n  - {name: b, data: b.jsonl, weight: 3}\n"
-                   f"size: 4000\nby: tokens\ntokenizer: smollm2-135m-instruct\nout: {tmp_path / 'runs'}\n")
+    cfg.write_text(
+        "sources:\n  - {name: a, data: a.jsonl, weight: 1}\n  - {name: b, data: b.jsonl, weight: 3}\n"
+        f"size: 4000\nby: tokens\ntokenizer: smollm2-135m-instruct\nout: {tmp_path / 'runs'}\n"
+    )
     res = CliRunner().invoke(app, ["data", "mix", str(cfg), "--name", "t"])
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "runs" / "t" / "summary.json").read_text())

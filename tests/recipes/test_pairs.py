@@ -48,8 +48,11 @@ class ScriptedEngine:
 
 
 def add_task(i: int, a: int, b: int) -> Task:
-    return Task(id=f"t{i}", prompt=f"What is {a}+{b}? Answer with just the number.",
-                verifier={"type": "numeric", "answer": str(a + b)})
+    return Task(
+        id=f"t{i}",
+        prompt=f"What is {a}+{b}? Answer with just the number.",
+        verifier={"type": "numeric", "answer": str(a + b)},
+    )
 
 
 def build(script, tasks, **cfg):
@@ -136,8 +139,9 @@ def test_written_rows_load_with_the_pair_loader(tmp_path):
     assert json.loads(path.read_text().splitlines()[0])["prompt"].startswith("What is 25+67")
 
 
-@pytest.mark.parametrize("text, want", [("25 + 67 = 92.", "92"), ("The answer is 1,024", "1024"),
-                                        ("half: 1/2", "0.5"), ("no number", None)])
+@pytest.mark.parametrize(
+    "text, want", [("25 + 67 = 92.", "92"), ("The answer is 1,024", "1024"), ("half: 1/2", "0.5"), ("no number", None)]
+)
 def test_bare_answer(text, want):
     assert bare_answer(text) == want
 
@@ -157,12 +161,19 @@ def test_pairs_from_the_default_model_end_to_end(tmp_path):
     samples without one correct reply would be a ~0.1% event.)"""
     from tempering.config import PairSampling, TaskSourceSettings
     from tempering.data.builtin import arithmetic_tasks
-    from tempering.pipeline.registry import Registry
     from tempering.recipes.pairs import run_pairs
+    from tempering.runs.registry import Registry
     from tempering.verifiers import score
 
-    cfg = PairsConfig(tasks=TaskSourceSettings(n=16, ops="+"), k=8, sampling=PairSampling(max_new_tokens=24),
-                      output=str(tmp_path / "pairs.jsonl"), out=str(tmp_path / "runs"), name="pairs-e2e", threads=1)
+    cfg = PairsConfig(
+        tasks=TaskSourceSettings(n=16, ops="+"),
+        k=8,
+        sampling=PairSampling(max_new_tokens=24),
+        output=str(tmp_path / "pairs.jsonl"),
+        out=str(tmp_path / "runs"),
+        name="pairs-e2e",
+        threads=1,
+    )
     summary = run_pairs(cfg)
     assert summary["samples"] == 128 and summary["strict"] + summary["sloppy"] + summary["wrong"] == summary["judged"]
     loaded = load_pairs([cfg.output])

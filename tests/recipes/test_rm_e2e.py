@@ -37,8 +37,11 @@ def rule_pairs(n, seed, votes=False):
             row["prompt"] = [{"role": "user", "content": q}]
             row["chosen"] = [{"role": "assistant", "content": GOOD.format(a + b)}]
         if votes:
-            row["votes"] = [{"annotator": "a1", "prefers": "chosen"}, {"annotator": "a2", "prefers": "chosen"},
-                            {"annotator": "a3", "prefers": "rejected" if i % 4 == 0 else "chosen"}]
+            row["votes"] = [
+                {"annotator": "a1", "prefers": "chosen"},
+                {"annotator": "a2", "prefers": "chosen"},
+                {"annotator": "a3", "prefers": "rejected" if i % 4 == 0 else "chosen"},
+            ]
         rows.append(row)
     return rows
 
@@ -49,13 +52,23 @@ def write_jsonl(path, rows, extra=()):
 
 
 def rm_config(tmp_path, model):
-    train = write_jsonl(tmp_path / "train.jsonl", rule_pairs(48, 0),
-                        extra=['{"prompt": "q", "chosen": "a"}', "{broken"])
+    train = write_jsonl(
+        tmp_path / "train.jsonl", rule_pairs(48, 0), extra=['{"prompt": "q", "chosen": "a"}', "{broken"]
+    )
     held = write_jsonl(tmp_path / "eval.jsonl", rule_pairs(16, 1, votes=True))
-    cfg = {"model": model, "lora": None, "data": {"train": train, "eval": held, "max_length": 128},
-           "train": {"steps": 16, "batch_size": 8, "precision": "fp32", "optim": {"lr": 3e-3, "warmup_steps": 2},
-                     "checkpoint": {"every": 8}},
-           "out": str(tmp_path / "runs")}
+    cfg = {
+        "model": model,
+        "lora": None,
+        "data": {"train": train, "eval": held, "max_length": 128},
+        "train": {
+            "steps": 16,
+            "batch_size": 8,
+            "precision": "fp32",
+            "optim": {"lr": 3e-3, "warmup_steps": 2},
+            "checkpoint": {"every": 8},
+        },
+        "out": str(tmp_path / "runs"),
+    }
     path = tmp_path / "rm.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -103,8 +116,10 @@ class ScriptedEngine:
     def generate(self, prompts, params):
         from tempering.rollout.engine import Completion
 
-        return [[Completion(i, [1], [0.0], self.texts[j % len(self.texts)], "stop") for j in range(params.n)]
-                for i in range(len(prompts))]
+        return [
+            [Completion(i, [1], [0.0], self.texts[j % len(self.texts)], "stop") for j in range(params.n)]
+            for i in range(len(prompts))
+        ]
 
 
 class LengthScorer:
@@ -136,8 +151,11 @@ def test_split_keeps_each_prompt_on_one_side_and_ceiling_counts_ties_half():
     assert len(held) == 6 and len(train) == 24
     assert not {p.prompt_key for p in train} & {p.prompt_key for p in held}
     assert split_by_prompt(pairs, 0.2, seed=0)[1] == held  # seeded
-    voted = [ScoredPair([0], [1], [2], votes=["chosen", "tie"]), ScoredPair([0], [1], [2], votes=["rejected"]),
-             ScoredPair([0], [1], [2])]
+    voted = [
+        ScoredPair([0], [1], [2], votes=["chosen", "tie"]),
+        ScoredPair([0], [1], [2], votes=["rejected"]),
+        ScoredPair([0], [1], [2]),
+    ]
     assert agreement_ceiling(voted) == [0.75, 0.0]
 
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from tempering.cli import app
 from tempering.data.builtin import arithmetic_conversations
-from tempering.pipeline.registry import Registry
+from tempering.runs.registry import Registry
 from tests.conftest import SEED_SAMPLE, tiny_llama
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,14 +29,25 @@ def tiny_dir(tmp_path, smol_tokenizer):
 
 
 def sft_config(tmp_path, model, **data_extra):
-    train = write_jsonl(tmp_path / "train.jsonl", arithmetic_conversations(64, 1) + [SEED_SAMPLE],
-                        extra_lines=['{"messages": [{"role": "user", "content": "no answer"}]}', "{broken"])
+    train = write_jsonl(
+        tmp_path / "train.jsonl",
+        arithmetic_conversations(64, 1) + [SEED_SAMPLE],
+        extra_lines=['{"messages": [{"role": "user", "content": "no answer"}]}', "{broken"],
+    )
     heldout = write_jsonl(tmp_path / "eval.jsonl", arithmetic_conversations(16, 1, "heldout"))
-    cfg = {"model": model, "lora": None,
-           "data": {"train": train, "eval": heldout, "max_length": 160, **data_extra},
-           "train": {"steps": 12, "batch_size": 8, "precision": "fp32",
-                     "optim": {"lr": 3e-3, "warmup_steps": 2}, "checkpoint": {"every": 6}},
-           "out": str(tmp_path / "runs")}
+    cfg = {
+        "model": model,
+        "lora": None,
+        "data": {"train": train, "eval": heldout, "max_length": 160, **data_extra},
+        "train": {
+            "steps": 12,
+            "batch_size": 8,
+            "precision": "fp32",
+            "optim": {"lr": 3e-3, "warmup_steps": 2},
+            "checkpoint": {"every": 6},
+        },
+        "out": str(tmp_path / "runs"),
+    }
     path = tmp_path / "sft.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -49,7 +60,7 @@ def run(*args):
 
 def summary_of(result):
     assert result.exit_code == 0, result.output + repr(result.exception)
-    return json.loads(result.stdout[result.stdout.index("{"):])
+    return json.loads(result.stdout[result.stdout.index("{") :])
 
 
 def test_sft_cli_learns_quarantines_and_records(tmp_path, tiny_dir):
@@ -61,7 +72,10 @@ def test_sft_cli_learns_quarantines_and_records(tmp_path, tiny_dir):
     assert [r["location"] for r in q] == ["line 66", "line 67"]
     assert "no assistant turn" in q[0]["reason"] and "invalid JSON" in q[1]["reason"]
     row = Registry(tmp_path / "runs" / "registry.sqlite").get("e2e")
-    assert row["status"] == "finished" and set(row["inputs"]) == {str(tmp_path / "train.jsonl"), str(tmp_path / "eval.jsonl")}
+    assert row["status"] == "finished" and set(row["inputs"]) == {
+        str(tmp_path / "train.jsonl"),
+        str(tmp_path / "eval.jsonl"),
+    }
     assert (Path(s["final"]) / "model.safetensors").is_file()
     # same name again: resumes from the final checkpoint instead of starting over
     again = summary_of(run("sft", cfg, "--name", "e2e", "--steps", "14"))
@@ -96,9 +110,24 @@ def test_unknown_config_keys_are_errors(tmp_path, tiny_dir):
 def test_demo_config_on_the_real_default_model(tmp_path):
     """A few LoRA steps of the demo config on SmolLM2-135M: held-out loss falls."""
     heldout = write_jsonl(tmp_path / "eval.jsonl", arithmetic_conversations(8, 0, "heldout"))
-    s = summary_of(run("sft", ROOT / "examples" / "sft_demo.yaml", "--out", tmp_path / "runs",
-                       "--name", "real", "--steps", "4", "--set", f"data.eval={heldout}",
-                       "--set", "train.batch_size=4", "--set", f"data.train={ROOT / 'examples/data/arith_train.jsonl'}"))
+    s = summary_of(
+        run(
+            "sft",
+            ROOT / "examples" / "sft_demo.yaml",
+            "--out",
+            tmp_path / "runs",
+            "--name",
+            "real",
+            "--steps",
+            "4",
+            "--set",
+            f"data.eval={heldout}",
+            "--set",
+            "train.batch_size=4",
+            "--set",
+            f"data.train={ROOT / 'examples/data/arith_train.jsonl'}",
+        )
+    )
     assert s["eval_loss_after"] < s["eval_loss_before"]
     assert s["data"]["tool_call_style"] == "tempering" and s["data"]["quarantined"] == 0
 
@@ -116,8 +145,11 @@ def test_sigkill_mid_run_then_resume_is_bit_identical(tmp_path, tiny_dir):
     cfg = sft_config(tmp_path, tiny_dir)
     args = ["--set", "train.steps=40", "--set", "train.checkpoint.every=4", "--set", "data.eval=[]"]
     summary_of(run("sft", cfg, "--name", "straight", *args))
-    proc = subprocess.Popen([sys.executable, "-m", "tempering.cli", "sft", str(cfg), "--name", "killed", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tempering.cli", "sft", str(cfg), "--name", "killed", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     target = tmp_path / "runs" / "killed" / "checkpoints" / "step-00000008"
     deadline = time.time() + 300
     while not target.exists() and proc.poll() is None and time.time() < deadline:

@@ -16,7 +16,7 @@ from tempering.cli import app
 from tempering.data.builtin import arithmetic_tasks
 from tempering.evals.leakage import contaminated_rows, training_lineage
 from tempering.evals.suite import read_suite
-from tempering.pipeline.registry import Registry, read_marker
+from tempering.runs.registry import Registry, read_marker
 from tests.conftest import tiny_llama
 from tests.evals.conftest import recall_tasks, sft_row, write_jsonl, write_suite
 
@@ -50,10 +50,14 @@ def sft_yaml(tmp_path, tiny_dir):
     rows += [sft_row(EVAL[i]["prompt"], EVAL[i]["verifier"]["answer"]) for i in range(4)]
     train = write_jsonl(tmp_path / "train.jsonl", rows)
     evals = write_jsonl(tmp_path / "eval.jsonl", rows[:4])
-    cfg = {"model": str(tiny_dir), "lora": {"r": 4, "alpha": 8},
-           "data": {"train": [str(train)], "eval": [str(evals)], "max_length": 64},
-           "train": {"steps": 2, "batch_size": 4, "precision": "fp32", "optim": {"lr": 1e-3}},
-           "out": str(tmp_path / "runs"), "name": "x"}
+    cfg = {
+        "model": str(tiny_dir),
+        "lora": {"r": 4, "alpha": 8},
+        "data": {"train": [str(train)], "eval": [str(evals)], "max_length": 64},
+        "train": {"steps": 2, "batch_size": 4, "precision": "fp32", "optim": {"lr": 1e-3}},
+        "out": str(tmp_path / "runs"),
+        "name": "x",
+    }
     path = tmp_path / "sft.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -124,11 +128,18 @@ def test_bad_name_and_locked_run_are_one_line_errors(tmp_path, sft_yaml):
     assert "would leave the run root" in msg
     assert not (tmp_path / "escape").exists() and not (tmp_path.parent / "escape").exists()
 
-    code = ("import sys; from pathlib import Path; from tempering.pipeline.stage import run_lock\n"
-            f"with run_lock(Path({str(tmp_path / 'runs' / 'x')!r})):\n"
-            "    print('locked', flush=True); sys.stdin.readline()")
-    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    code = (
+        "import sys; from pathlib import Path; from tempering.runs.stage import run_lock\n"
+        f"with run_lock(Path({str(tmp_path / 'runs' / 'x')!r})):\n"
+        "    print('locked', flush=True); sys.stdin.readline()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         msg = one_line_error(run("sft", sft_yaml))
@@ -141,10 +152,16 @@ def test_bad_name_and_locked_run_are_one_line_errors(tmp_path, sft_yaml):
 def test_grpo_lineage_is_the_same_query(tmp_path, tiny_dir):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(t.model_dump_json() + "\n" for t in arithmetic_tasks(16, 0, "train", "+")))
-    cfg = {"model": str(tiny_dir), "lora": {"r": 4, "alpha": 8, "last_layers": 1},
-           "tasks": {"source": str(tasks)}, "heldout": None,
-           "grpo": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4, "dynamic_sampling": False},
-           "train": {"steps": 1, "precision": "fp32"}, "out": str(tmp_path / "runs"), "name": "g"}
+    cfg = {
+        "model": str(tiny_dir),
+        "lora": {"r": 4, "alpha": 8, "last_layers": 1},
+        "tasks": {"source": str(tasks)},
+        "heldout": None,
+        "grpo": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4, "dynamic_sampling": False},
+        "train": {"steps": 1, "precision": "fp32"},
+        "out": str(tmp_path / "runs"),
+        "name": "g",
+    }
     path = tmp_path / "grpo.yaml"
     path.write_text(yaml.safe_dump(cfg))
     res = run("grpo", path)
@@ -152,5 +169,8 @@ def test_grpo_lineage_is_the_same_query(tmp_path, tiny_dir):
     final = tmp_path / "runs" / "g" / "final"
     with Registry(tmp_path / "runs" / "registry.sqlite") as reg:
         rows = reg.lineage(read_marker(final)["run_id"])
-    assert [(r.run_name, r.role, r.path) for r in rows] == [("g", "tasks", str(tasks)), ("g", "base_model", str(tiny_dir))]
+    assert [(r.run_name, r.role, r.path) for r in rows] == [
+        ("g", "tasks", str(tasks)),
+        ("g", "base_model", str(tiny_dir)),
+    ]
     assert training_lineage(final).files == [tasks]

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from tempering.config import SamplingSettings, SynthConfig
-from tempering.recipes.flywheel import pick_best, reflow_final_answer, synth_rows
 from tempering.recipes.stratify import bucket, pass_rates, sample_tasks, stratify
+from tempering.recipes.synth import pick_best, reflow_final_answer, synth_rows
 from tempering.rollout.engine import Completion
 from tempering.types import Task
 
@@ -38,22 +38,40 @@ class ScriptedEngine:
 
 
 def _tasks():
-    return [Task(id=f"t{i}", prompt=f"What is {i}+{i}? Answer with just the number.",
-                 verifier={"type": "numeric", "answer": str(2 * i)}, track="reasoning", source="test") for i in range(4)]
+    return [
+        Task(
+            id=f"t{i}",
+            prompt=f"What is {i}+{i}? Answer with just the number.",
+            verifier={"type": "numeric", "answer": str(2 * i)},
+            track="reasoning",
+            source="test",
+        )
+        for i in range(4)
+    ]
 
 
 def _script():
     # t0 always right, t1 right in 2 of 4 (once bare, once in prose), t2 never, t3 right in 1 of 4
-    return {"What is 0+0? Answer with just the number.": lambda j: "0",
-            "What is 1+1? Answer with just the number.": lambda j: ["2", "5", "The answer is 2.", "7"][j],
-            "What is 2+2? Answer with just the number.": lambda j: "5",
-            "What is 3+3? Answer with just the number.": lambda j: ["1", "So 3 + 3 = 6, done", "9", "x"][j]}
+    return {
+        "What is 0+0? Answer with just the number.": lambda j: "0",
+        "What is 1+1? Answer with just the number.": lambda j: ["2", "5", "The answer is 2.", "7"][j],
+        "What is 2+2? Answer with just the number.": lambda j: "5",
+        "What is 3+3? Answer with just the number.": lambda j: ["1", "So 3 + 3 = 6, done", "9", "x"][j],
+    }
 
 
 def test_stratify_buckets_and_curriculum():
     tasks = _tasks()
-    groups = sample_tasks(tasks, ScriptedEngine(tasks, _script()), SamplingSettings(), 4, seed=0, batch_prompts=3,
-                          reward_workers=2, label="test")
+    groups = sample_tasks(
+        tasks,
+        ScriptedEngine(tasks, _script()),
+        SamplingSettings(),
+        4,
+        seed=0,
+        batch_prompts=3,
+        reward_workers=2,
+        label="test",
+    )
     rates = pass_rates(tasks, groups)
     assert [(r.passed, r.judged) for r in rates] == [(4, 4), (2, 4), (0, 4), (1, 4)]
     stratified, rl_set, report = stratify(rates)
@@ -70,8 +88,16 @@ def test_stratify_buckets_and_curriculum():
 
 def test_flywheel_keeps_best_reflows_and_records_provenance():
     tasks = _tasks()
-    groups = sample_tasks(tasks, ScriptedEngine(tasks, _script()), SamplingSettings(), 4, seed=0, batch_prompts=4,
-                          reward_workers=2, label="test")
+    groups = sample_tasks(
+        tasks,
+        ScriptedEngine(tasks, _script()),
+        SamplingSettings(),
+        4,
+        seed=0,
+        batch_prompts=4,
+        reward_workers=2,
+        label="test",
+    )
     cfg = SynthConfig(n=4, reflow="final_answer", pairs=True, model="m")
     sft, failures, pairs, counts = synth_rows(tasks, groups, cfg, "hash123")
     assert counts["kept"] == 3 and counts["passed"] == 7 and counts["failures"] == 9
@@ -100,8 +126,16 @@ def test_reflow_only_extracts_what_the_verifier_reads():
 
 def test_pick_best_prefers_high_reward_then_short():
     tasks = _tasks()
-    groups = sample_tasks(tasks[1:2], ScriptedEngine(tasks, _script()), SamplingSettings(), 4, seed=0,
-                          batch_prompts=1, reward_workers=1, label="test")
+    groups = sample_tasks(
+        tasks[1:2],
+        ScriptedEngine(tasks, _script()),
+        SamplingSettings(),
+        4,
+        seed=0,
+        batch_prompts=1,
+        reward_workers=1,
+        label="test",
+    )
     assert pick_best(groups[0], 1.0).completion == "2"
     assert pick_best(groups[0], 2.0) is None
 
@@ -112,7 +146,7 @@ def test_stratify_and_synth_cli_on_the_default_model(tmp_path):
     from typer.testing import CliRunner
 
     from tempering.cli import app
-    from tempering.pipeline.registry import Registry
+    from tempering.runs.registry import Registry
 
     common = ["--set", "sampling.max_new_tokens=6", "--set", f"out={tmp_path}", "--set", "threads=2"]
     res = CliRunner().invoke(app, ["data", "stratify", "--n", "3", "--k", "2", "--name", "s", *common])
@@ -121,8 +155,9 @@ def test_stratify_and_synth_cli_on_the_default_model(tmp_path):
     assert line["tasks"] == 3 and line["too_easy"] + line["learnable"] + line["too_hard"] + line["unjudged"] == 3
     rows = [json.loads(x) for x in (tmp_path / "s" / "stratified.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(r["difficulty"] in (0.0, 0.5, 1.0) for r in rows)
-    res = CliRunner().invoke(app, ["data", "synth", "--tasks-n", "3", "--n", "2", "--reflow", "final_answer",
-                                   "--name", "y", *common])
+    res = CliRunner().invoke(
+        app, ["data", "synth", "--tasks-n", "3", "--n", "2", "--reflow", "final_answer", "--name", "y", *common]
+    )
     assert res.exit_code == 0, res.output
     line = json.loads(res.stdout.strip().splitlines()[-1])
     assert line["candidates"] == 6 and line["kept"] <= 3

@@ -23,6 +23,7 @@ def _req(n=1, max_new=4, prompt=(5, 6, 7), **kw):
 
 # --- the scheduler, no model ---
 
+
 def test_admission_fills_free_slots_first_come_first_served_with_whole_groups():
     s = Scheduler(slots=4, max_len=64, eos_id=2, decode=_decode)
     a, b, c = _req(n=2), _req(n=3), _req(n=1)
@@ -97,7 +98,7 @@ def test_seeded_rows_sample_as_they_would_alone_whatever_shares_the_batch():
         s.admit()
         return sample_rows(logits[rows], s.running)
 
-    seeded = lambda: Request([1], SamplingParams(n=2, temperature=0.9, seed=4))  # noqa: E731
+    seeded = lambda: Request([1], SamplingParams(n=2, temperature=0.9, seed=4))
     other = Request([1], SamplingParams(temperature=0.5, top_p=0.8, seed=9))
     greedy = Request([1], SamplingParams(temperature=0))
     alone = sampled([seeded()], [0, 1])
@@ -111,6 +112,7 @@ def test_seeded_rows_sample_as_they_would_alone_whatever_shares_the_batch():
 
 
 # --- the engine on a tiny random model (fp32) ---
+
 
 @pytest.fixture(scope="module")
 def tiny(smol_tokenizer):
@@ -139,14 +141,18 @@ def test_mixed_requests_joining_and_leaving_equal_each_request_alone(tiny, smol_
     model, prompts = tiny
     engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=3, max_len=64)
     params = [SamplingParams(temperature=0, max_new_tokens=3 + 2 * i) for i in range(4)]
-    params += [SamplingParams(n=2, temperature=0.8, max_new_tokens=7, seed=5),
-               SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=5, seed=6)]
+    params += [
+        SamplingParams(n=2, temperature=0.8, max_new_tokens=7, seed=5),
+        SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=5, seed=6),
+    ]
     alone = [engine.generate([p], q)[0] for p, q in zip(prompts, params)]
     streamed = []
     engine.start()
     try:
-        futures = [engine.submit(p, q, on_token=(lambda j, t, lp: streamed.append(t)) if i == 0 else None)
-                   for i, (p, q) in enumerate(zip(prompts, params))]
+        futures = [
+            engine.submit(p, q, on_token=(lambda j, t, lp: streamed.append(t)) if i == 0 else None)
+            for i, (p, q) in enumerate(zip(prompts, params))
+        ]
         batched = [f.result(timeout=120) for f in futures]
     finally:
         engine.stop()
@@ -180,7 +186,9 @@ def test_prompts_sharing_a_prefix_prefill_it_once_and_decode_as_alone(tiny, smol
     """A common opening of 16+ tokens (a system prompt) is prefilled once for the prompts admitted
     together; logits and greedy tokens equal each prompt run alone (HFEngine, fp32)."""
     model, _ = tiny
-    system = smol_tokenizer.encode("You are a careful assistant. Answer every question briefly, exactly and politely, please.")
+    system = smol_tokenizer.encode(
+        "You are a careful assistant. Answer every question briefly, exactly and politely, please."
+    )
     assert len(system) >= 16
     prompts = [system + smol_tokenizer.encode(q) for q in ("What is 2+2?", "Name a colour", "hi")]
     engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=4)

@@ -5,7 +5,6 @@ import json
 
 import jsonschema
 import pytest
-import torch
 
 from tempering.config import SamplingParams
 from tempering.rollout.batching_engine import BatchingEngine
@@ -13,9 +12,16 @@ from tempering.rollout.constrain import ConstraintError, json_schema_grammar, js
 from tempering.rollout.engine import HFEngine
 from tests.conftest import tiny_llama
 
-SCHEMA = {"type": "object", "properties": {"unit": {"enum": ["C", "F"]}, "n": {"type": "integer", "minimum": 0, "maximum": 99},
-                                           "ok": {"type": "boolean"}},
-          "required": ["unit", "n", "ok"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "unit": {"enum": ["C", "F"]},
+        "n": {"type": "integer", "minimum": 0, "maximum": 99},
+        "ok": {"type": "boolean"},
+    },
+    "required": ["unit", "n", "ok"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +34,9 @@ def engine(smol_tokenizer):
 def test_every_sample_is_valid_json_of_the_schema(engine, smol_tokenizer):
     prompts = [smol_tokenizer.encode(t) for t in ("weather?", "a b c", "json please")]
     free = engine.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=40, seed=1))
-    constrained = engine.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=40, seed=1,
-                                                          grammar=json_schema_grammar(SCHEMA)))
+    constrained = engine.generate(
+        prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=40, seed=1, grammar=json_schema_grammar(SCHEMA))
+    )
     assert not any(_is_json(c.text) for g in free for c in g)  # a random model writes no JSON by itself
     for group in constrained:
         for c in group:
@@ -39,19 +46,26 @@ def test_every_sample_is_valid_json_of_the_schema(engine, smol_tokenizer):
 
 
 def test_a_lark_grammar_with_a_json_item_and_literal_text(engine, smol_tokenizer):
-    args = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"],
-            "additionalProperties": False}
+    args = {
+        "type": "object",
+        "properties": {"city": {"enum": ["Paris", "Oslo"]}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
     grammar = lark_grammar(f'start: "<tool_call>" {json_value(args)} "</tool_call>"')
-    (group,) = engine.generate([smol_tokenizer.encode("call")], SamplingParams(temperature=0, max_new_tokens=30,
-                                                                             grammar=grammar))
+    (group,) = engine.generate(
+        [smol_tokenizer.encode("call")], SamplingParams(temperature=0, max_new_tokens=30, grammar=grammar)
+    )
     text = group[0].text
     assert text.startswith("<tool_call>") and text.endswith("</tool_call>")
-    assert json.loads(text[len("<tool_call>"):-len("</tool_call>")])["city"] in ("Paris", "Oslo")
+    assert json.loads(text[len("<tool_call>") : -len("</tool_call>")])["city"] in ("Paris", "Oslo")
 
 
 def test_a_grammar_that_does_not_compile_and_engines_without_constraints_refuse(engine, smol_tokenizer):
     with pytest.raises(ConstraintError, match="grammar does not compile"):
-        engine.generate([smol_tokenizer.encode("x")], SamplingParams(max_new_tokens=4, grammar=lark_grammar("start: (")))
+        engine.generate(
+            [smol_tokenizer.encode("x")], SamplingParams(max_new_tokens=4, grammar=lark_grammar("start: ("))
+        )
     static = HFEngine(engine.model, smol_tokenizer, precision="fp32")
     with pytest.raises(ValueError, match="HFEngine has no constrained decoding"):
         static.generate([[5, 6]], SamplingParams(max_new_tokens=4, grammar=json_schema_grammar(SCHEMA)))

@@ -34,7 +34,7 @@ def sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion
     mask = torch.cat([prompt_mask, completion_mask], dim=1)
     loss_mask = torch.cat([torch.zeros_like(prompt_mask), completion_mask], dim=1)
     logp, entropy = token_logprobs(model, ids, mask, loss_mask, temperature=temperature, with_entropy=True)
-    return logp[:, prompt_ids.shape[1]:], entropy[:, prompt_ids.shape[1]:]
+    return logp[:, prompt_ids.shape[1] :], entropy[:, prompt_ids.shape[1] :]
 
 
 def test_hf_engine_is_an_engine(setup):
@@ -46,8 +46,9 @@ def test_greedy_matches_hf_generate(setup):
     model, engine, prompts = setup
     groups = engine.generate(prompts, SamplingParams(temperature=0, max_new_tokens=12))
     for p, group in zip(prompts, groups):
-        ref = model.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False,
-                             pad_token_id=0, eos_token_id=engine.eos_id)[0, len(p):].tolist()
+        ref = model.generate(
+            torch.tensor([p]), max_new_tokens=12, do_sample=False, pad_token_id=0, eos_token_id=engine.eos_id
+        )[0, len(p) :].tolist()
         assert group[0].token_ids == ref
 
 
@@ -60,8 +61,8 @@ def test_logprobs_match_trainer_recompute(setup):
     with torch.no_grad():
         logp, entropy = sequence_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature=0.7)
     for i, (_, c) in enumerate(flat):
-        assert torch.allclose(logp[i, :len(c.logprobs)], torch.tensor(c.logprobs), atol=1e-4)
-        assert (entropy[i, :len(c.logprobs)] > 0).all()
+        assert torch.allclose(logp[i, : len(c.logprobs)], torch.tensor(c.logprobs), atol=1e-4)
+        assert (entropy[i, : len(c.logprobs)] > 0).all()
 
 
 def test_grouped_forward_equals_per_sample_forward_values_and_grads(setup):
@@ -100,8 +101,9 @@ def test_seeded_sampling_repeats_and_stops(setup):
 def test_stop_token_ends_a_sample(setup):
     _, engine, prompts = setup
     first = engine.generate(prompts, SamplingParams(temperature=0, max_new_tokens=4))[0][0].token_ids
-    stopped = engine.generate(prompts[:1], SamplingParams(temperature=0, max_new_tokens=4,
-                                                          stop_token_ids=(first[1],)))[0][0]
+    stopped = engine.generate(prompts[:1], SamplingParams(temperature=0, max_new_tokens=4, stop_token_ids=(first[1],)))[
+        0
+    ][0]
     assert stopped.token_ids == first[:2] and stopped.finish_reason == "stop"
 
 
@@ -135,7 +137,15 @@ def test_lora_last_layers_adapts_every_linear_of_the_top_blocks_only():
     model = apply_lora(tiny_llama(vocab=64, seed=0), LoraSettings(r=2, alpha=4, last_layers=1), "tiny")
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     assert names and all(".layers.1." in n for n in names)
-    assert {n.split(".")[-4] for n in names} >= {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert {n.split(".")[-4] for n in names} >= {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    }
 
 
 def test_generation_merges_lora_and_restores_the_base_weights_exactly(smol_tokenizer):
@@ -157,7 +167,7 @@ def test_generation_merges_lora_and_restores_the_base_weights_exactly(smol_token
     with torch.no_grad():
         logp, _ = sequence_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature=0.8)
     for i, c in enumerate(got[0]):  # the unmerged adapter model agrees with what the merged one sampled
-        assert torch.allclose(logp[i, :len(c.logprobs)], torch.tensor(c.logprobs), atol=1e-4)
+        assert torch.allclose(logp[i, : len(c.logprobs)], torch.tensor(c.logprobs), atol=1e-4)
 
 
 def test_sync_weights_makes_the_engine_sample_the_new_weights(smol_tokenizer):
@@ -181,7 +191,7 @@ def test_stop_string_ends_a_sample_and_is_cut_from_the_text(setup):
     stopped = engine.generate(prompts[:1], SamplingParams(temperature=0, max_new_tokens=8, stop=(target,)))[0][0]
     first = full.text.find(target)
     assert stopped.text == full.text[:first] and stopped.finish_reason == "stop"
-    assert stopped.token_ids == full.token_ids[:len(stopped.token_ids)] and len(stopped.token_ids) <= 4
+    assert stopped.token_ids == full.token_ids[: len(stopped.token_ids)] and len(stopped.token_ids) <= 4
     assert target in engine.tokenizer.decode(stopped.token_ids)
 
 
@@ -190,8 +200,9 @@ def test_stop_string_absent_changes_nothing(setup):
     base = SamplingParams(temperature=0, max_new_tokens=6)
     a = engine.generate(prompts, base)
     b = engine.generate(prompts, SamplingParams(temperature=0, max_new_tokens=6, stop=("\\u0000never",)))
-    assert [[(c.token_ids, c.text, c.finish_reason) for c in g] for g in a] == \
-        [[(c.token_ids, c.text, c.finish_reason) for c in g] for g in b]
+    assert [[(c.token_ids, c.text, c.finish_reason) for c in g] for g in a] == [
+        [(c.token_ids, c.text, c.finish_reason) for c in g] for g in b
+    ]
 
 
 def test_cut_at_stop_takes_the_earliest_stop_string():

@@ -15,8 +15,14 @@ from tempering.models.logprobs import token_logprobs
 from tempering.rollout.batching_engine import BatchingEngine
 from tempering.rollout.engine import HFEngine
 from tempering.rollout.select import EngineUnavailable, build_engine
-from tempering.rollout.vllm_engine import (WeightSync, WeightSyncError, completions_from_vllm, vllm_named_weights,
-                                           vllm_sampling_kwargs, vllm_unavailable)
+from tempering.rollout.vllm_engine import (
+    WeightSync,
+    WeightSyncError,
+    completions_from_vllm,
+    vllm_named_weights,
+    vllm_sampling_kwargs,
+    vllm_unavailable,
+)
 from tests.conftest import tiny_llama
 
 NO_VLLM = importlib.util.find_spec("vllm") is None
@@ -42,8 +48,11 @@ def test_grpo_with_a_vllm_engine_fails_in_one_line_before_any_work(tmp_path):
     from tempering.cli import app
     from tests.test_cli_errors import one_line_error
 
-    line = one_line_error(CliRunner().invoke(app, ["grpo", "examples/grpo_arith.yaml", "--set", "engine.kind=vllm",
-                                                   "--out", str(tmp_path)]))
+    line = one_line_error(
+        CliRunner().invoke(
+            app, ["grpo", "examples/grpo_arith.yaml", "--set", "engine.kind=vllm", "--out", str(tmp_path)]
+        )
+    )
     assert "engine kind 'vllm' needs vLLM" in line
     assert list(tmp_path.iterdir()) == []  # no run dir, no registry: refused before any work
 
@@ -107,7 +116,10 @@ def test_lora_weights_go_out_merged_under_plain_names():
     named = vllm_named_weights(model)
     assert set(named) == plain_names
     layer = model.base_model.model.model.layers[0].self_attn.q_proj
-    expected = layer.base_layer.weight + layer.scaling["default"] * layer.lora_B["default"].weight @ layer.lora_A["default"].weight
+    expected = (
+        layer.base_layer.weight
+        + layer.scaling["default"] * layer.lora_B["default"].weight @ layer.lora_A["default"].weight
+    )
     assert torch.allclose(named["model.layers.0.self_attn.q_proj.weight"], expected, atol=1e-6)
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())  # the trainer's weights untouched
 
@@ -115,17 +127,34 @@ def test_lora_weights_go_out_merged_under_plain_names():
 def test_sampling_params_map_to_vllm_arguments():
     p = SamplingParams(n=4, temperature=0.7, top_p=0.9, max_new_tokens=33, stop=("\n\n",), stop_token_ids=(7,))
     assert vllm_sampling_kwargs(p, seed=12) == {
-        "n": 4, "temperature": 0.7, "top_p": 0.9, "max_tokens": 33, "stop": ["\n\n"], "stop_token_ids": [7],
-        "seed": 12, "logprobs": 0, "skip_special_tokens": False}
+        "n": 4,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "max_tokens": 33,
+        "stop": ["\n\n"],
+        "stop_token_ids": [7],
+        "seed": 12,
+        "logprobs": 0,
+        "skip_special_tokens": False,
+    }
     assert vllm_sampling_kwargs(SamplingParams(), None)["stop"] is None
 
 
 def test_vllm_outputs_become_completions_with_the_sampled_tokens_logprobs():
-    lp = lambda v: SimpleNamespace(logprob=v)  # noqa: E731 -- vLLM's Logprob has .logprob
-    outputs = [SimpleNamespace(outputs=[
-        SimpleNamespace(token_ids=[5, 2], logprobs=[{5: lp(-0.5), 9: lp(-1.0)}, {2: lp(-0.25)}], text="hi",
-                        finish_reason="stop"),
-        SimpleNamespace(token_ids=[6, 6, 6], logprobs=[{6: lp(-1.5)}] * 3, text="xxx", finish_reason="length")])]
-    (a, b), = completions_from_vllm(outputs)
+    lp = lambda v: SimpleNamespace(logprob=v)
+    outputs = [
+        SimpleNamespace(
+            outputs=[
+                SimpleNamespace(
+                    token_ids=[5, 2],
+                    logprobs=[{5: lp(-0.5), 9: lp(-1.0)}, {2: lp(-0.25)}],
+                    text="hi",
+                    finish_reason="stop",
+                ),
+                SimpleNamespace(token_ids=[6, 6, 6], logprobs=[{6: lp(-1.5)}] * 3, text="xxx", finish_reason="length"),
+            ]
+        )
+    ]
+    ((a, b),) = completions_from_vllm(outputs)
     assert (a.token_ids, a.logprobs, a.text, a.finish_reason) == ([5, 2], [-0.5, -0.25], "hi", "stop")
     assert (b.logprobs, b.truncated, b.prompt_index) == ([-1.5] * 3, True, 0)

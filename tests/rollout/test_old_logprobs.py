@@ -16,12 +16,22 @@ KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
 def _batch(smol_tokenizer, device):
     model = tiny_llama(vocab=49152, seed=7).to(device)
     model.config.eos_token_id = smol_tokenizer.eos_token_id
-    tasks = [Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": str(i)}, source="test")
-             for i in range(8)]
-    settings = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=4, updates_per_batch=2,
-                            dynamic_sampling=False)
-    source = RolloutSource(tasks, HFEngine(model, smol_tokenizer, precision="fp32"), settings, grad_accum=1,
-                           seed=0, model=model, precision="fp32")
+    tasks = [
+        Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": str(i)}, source="test")
+        for i in range(8)
+    ]
+    settings = GRPOSettings(
+        prompts_per_step=2, group_size=2, max_new_tokens=4, updates_per_batch=2, dynamic_sampling=False
+    )
+    source = RolloutSource(
+        tasks,
+        HFEngine(model, smol_tokenizer, precision="fp32"),
+        settings,
+        grad_accum=1,
+        seed=0,
+        model=model,
+        precision="fp32",
+    )
     return model, source.next_batch()
 
 

@@ -52,9 +52,9 @@ def test_trajectories_hold_prompt_and_completion_tokens_with_mask_and_logprobs(e
         prompt = engine.chat_prompt(task.chat())
         for j, t in enumerate(group):
             assert t.task_id == task.id and t.sample == j and t.status == "scored" and t.reward.value == 1.0
-            assert t.token_ids[:t.prompt_length] == prompt and 1 <= len(t.completion_ids) <= 5
+            assert t.token_ids[: t.prompt_length] == prompt and 1 <= len(t.completion_ids) <= 5
             assert t.loss_mask == [0] * len(prompt) + [1] * len(t.completion_ids)
-            assert all(lp == 0.0 for lp in t.logprobs[:t.prompt_length])
+            assert all(lp == 0.0 for lp in t.logprobs[: t.prompt_length])
             assert all(lp <= 0.0 for lp in t.completion_logprobs) and any(lp < 0 for lp in t.completion_logprobs)
             assert t.messages[:-1] == task.chat() and t.messages[-1]["role"] == "assistant"
     with ThreadRewardWorkers(2) as workers:  # same seed, same samples
@@ -63,8 +63,11 @@ def test_trajectories_hold_prompt_and_completion_tokens_with_mask_and_logprobs(e
 
 
 def test_a_crashing_or_slow_verifier_is_recorded_as_such_never_as_a_model_failure(engine):
-    tasks = [_task(0, {"type": "test_rollout_ok"}), _task(1, {"type": "test_rollout_crash"}),
-             _task(2, {"type": "test_rollout_slow", "seconds": 3.0})]
+    tasks = [
+        _task(0, {"type": "test_rollout_ok"}),
+        _task(1, {"type": "test_rollout_crash"}),
+        _task(2, {"type": "test_rollout_slow", "seconds": 3.0}),
+    ]
     with ThreadRewardWorkers(4) as workers:
         groups = rollout(tasks, engine, SamplingSettings(max_new_tokens=3), workers, n=2, seed=0, timeout_s=0.5)
     ok, crashed, slow = groups

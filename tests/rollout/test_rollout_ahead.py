@@ -25,10 +25,12 @@ def test_the_prefetched_batch_is_one_step_stale_and_corrected(smol_tokenizer):
     trainer_model.config.eos_token_id = smol_tokenizer.eos_token_id
     # an engine with its own copy of the weights (as a Ray replica has): sync_weights copies into it
     engine = HFEngine(copy.deepcopy(trainer_model), smol_tokenizer, precision="fp32")
-    tasks = [Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": str(i)}, source="t")
-             for i in range(12)]
-    settings = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=4, dynamic_sampling=False,
-                            rollout_ahead=True)
+    tasks = [
+        Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": str(i)}, source="t") for i in range(12)
+    ]
+    settings = GRPOSettings(
+        prompts_per_step=2, group_size=2, max_new_tokens=4, dynamic_sampling=False, rollout_ahead=True
+    )
     source = RolloutSource(tasks, engine, settings, grad_accum=1, seed=0, model=trainer_model, precision="fp32")
     try:
         first = source.next_batch()  # sampled now from W0; batch 2 starts sampling from W0 too

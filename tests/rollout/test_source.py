@@ -39,8 +39,9 @@ def _tasks(n, spec):
 
 def _source(engine, tasks, tmp_path, **kw):
     settings = GRPOSettings(**{"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 6, **kw})
-    return RolloutSource(tasks, engine, settings, grad_accum=2, seed=0,
-                         store=TrajectoryStore(tmp_path, "run-x"), model=engine.model)
+    return RolloutSource(
+        tasks, engine, settings, grad_accum=2, seed=0, store=TrajectoryStore(tmp_path, "run-x"), model=engine.model
+    )
 
 
 def test_dynamic_sampling_drops_tied_groups_and_records_everything(engine, tmp_path):
@@ -81,13 +82,21 @@ def test_a_crashing_verifier_drops_the_group_and_is_counted(engine, tmp_path):
 
 def test_truncated_samples_are_penalised_or_masked(engine, tmp_path):
     spec = {"type": "test_first_char", "chars": "".join(chr(c) for c in range(32, 127))}
-    pen = _source(engine, _tasks(8, spec), tmp_path / "p", max_new_tokens=2, truncation="penalty",
-                  truncation_reward=-1.0, dynamic_sampling=False)
+    pen = _source(
+        engine,
+        _tasks(8, spec),
+        tmp_path / "p",
+        max_new_tokens=2,
+        truncation="penalty",
+        truncation_reward=-1.0,
+        dynamic_sampling=False,
+    )
     pen.next_batch()
     rows = read_trajectories(tmp_path / "p")
     assert all(r["reward"] == -1.0 and "truncated" in r["flags"] for r in rows if r["finish_reason"] == "length")
-    masked = _source(engine, _tasks(8, spec), tmp_path / "m", max_new_tokens=2, truncation="mask",
-                     dynamic_sampling=False)
+    masked = _source(
+        engine, _tasks(8, spec), tmp_path / "m", max_new_tokens=2, truncation="mask", dynamic_sampling=False
+    )
     batch = masked.next_batch()
     truncated = batch["completion_mask"].sum(dim=1) == 2  # tiny model never stops within 2 tokens
     assert truncated.any() and torch.all(batch["loss_mask"][truncated] == 0)

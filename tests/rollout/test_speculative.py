@@ -44,6 +44,7 @@ def _peaked(vocab: int, seed: int, layers: int = 2):
 
 # --- the rule, by hand ---
 
+
 def test_verify_greedy_accepts_the_matching_prefix_then_corrects():
     # target argmax per position: [5, 6, 7, 8]; drafts [5, 6, 1]: two accepted, then 7
     logits = torch.full((2, 4, 10), -1.0)
@@ -108,13 +109,16 @@ def test_prompt_lookup_copies_after_the_latest_match_of_the_longest_ngram():
 
 # --- lossless end to end ---
 
+
 @pytest.fixture(scope="module")
 def greedy_setup():
     target = _peaked(64, seed=0)
     draft = _peaked(64, seed=0, layers=1)  # the target's first layer: a partly right draft
     gen = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(3, 64, (int(torch.randint(2, 12, (1,), generator=gen)),), generator=gen).tolist()
-               for _ in range(200)]
+    prompts = [
+        torch.randint(3, 64, (int(torch.randint(2, 12, (1,), generator=gen)),), generator=gen).tolist()
+        for _ in range(200)
+    ]
     params = SamplingParams(temperature=0, max_new_tokens=20)
     tok = _IdsTokenizer(64, eos=2)
     reference = [g[0].token_ids for g in HFEngine(target, tok, precision="fp32").generate(prompts, params)]
@@ -126,8 +130,12 @@ def _drafter(kind: str, draft, vocab: int):
     at its first token below probability 0.3, or prompt lookup."""
     if kind == "lookup":
         return PromptLookupDrafter(max_ngram=2)
-    return ModelDrafter(draft, "fp32", vocab=torch.arange(vocab // 2) if kind == "subset" else None,
-                        min_confidence=0.3 if kind == "confident" else 0.0)
+    return ModelDrafter(
+        draft,
+        "fp32",
+        vocab=torch.arange(vocab // 2) if kind == "subset" else None,
+        min_confidence=0.3 if kind == "confident" else 0.0,
+    )
 
 
 def test_min_confidence_ends_each_rows_proposal_after_its_first_unsure_token(greedy_setup):
@@ -197,8 +205,9 @@ def test_sampled_output_has_the_targets_distribution(kind):
     target, draft = _peaked(vocab, seed=0), _peaked(vocab, seed=1)
     prompt = [3, 4, 5]
     exact, exact_draft = _sequence_probs(target, prompt, vocab, length), _sequence_probs(draft, prompt, vocab, length)
-    engine = SpeculativeEngine(target, _IdsTokenizer(vocab, eos=None), _drafter(kind, draft, vocab), k=2,
-                               precision="fp32")
+    engine = SpeculativeEngine(
+        target, _IdsTokenizer(vocab, eos=None), _drafter(kind, draft, vocab), k=2, precision="fp32"
+    )
     samples = engine.generate([prompt], SamplingParams(temperature=1.0, max_new_tokens=length, n=rows, seed=1))[0]
     index = {s: i for i, s in enumerate(itertools.product(range(vocab), repeat=length))}
     counts = torch.bincount(torch.tensor([index[tuple(c.token_ids)] for c in samples]), minlength=len(index))

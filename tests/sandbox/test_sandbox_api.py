@@ -35,8 +35,11 @@ def test_missing_command_is_the_programs(pool):
 
 
 def test_files_in_and_out(pool):
-    r = pool.exec("cat data/in.txt > out.txt; echo more >> out.txt",
-                  files={"data/in.txt": "hello\n"}, collect=["out.txt", "missing.txt"])
+    r = pool.exec(
+        "cat data/in.txt > out.txt; echo more >> out.txt",
+        files={"data/in.txt": "hello\n"},
+        collect=["out.txt", "missing.txt"],
+    )
     assert r.status == "ok" and r.files == {"out.txt": b"hello\nmore\n"}
 
 
@@ -153,8 +156,10 @@ def test_slot_reuse_leaks_nothing_between_runs():
     from tempering.sandbox.base import Limits
 
     with SandboxPool(size=1) as p:
-        first = p.exec("mkdir -p d/e; echo s > d/e/f; echo t > .hidden; ln -s /etc/passwd l; chmod 777 /work; "
-                       "(setsid sleep 600 &) ; python3 -c 'x = bytearray(64 << 20); import time; time.sleep(0.3)'")
+        first = p.exec(
+            "mkdir -p d/e; echo s > d/e/f; echo t > .hidden; ln -s /etc/passwd l; chmod 777 /work; "
+            "(setsid sleep 600 &) ; python3 -c 'x = bytearray(64 << 20); import time; time.sleep(0.3)'"
+        )
         assert first.ok, first
         assert first.peak_memory_bytes > 60 << 20
         lease = p._leases[0]

@@ -8,8 +8,7 @@ import math
 
 import pytest
 
-from tempering.sandbox import (BwrapBackend, Limits, Sandbox, SandboxPool, SandboxSession, SandboxUnavailable,
-                               Session)
+from tempering.sandbox import BwrapBackend, Limits, Sandbox, SandboxPool, SandboxSession, SandboxUnavailable, Session
 
 
 def _params(fn) -> list[tuple[str, object, object]]:

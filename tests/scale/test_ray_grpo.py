@@ -12,13 +12,13 @@ import pytest
 import yaml
 
 pytest.importorskip("ray")
-import ray  # noqa: E402
+import ray
 
-from tempering.config import GRPOConfig, load_config  # noqa: E402
-from tempering.recipes.grpo import run_grpo  # noqa: E402
-from tempering.rollout.store import read_trajectories  # noqa: E402
-from tempering.scale.reward_workers import RayRewardWorkers  # noqa: E402
-from tests.conftest import tiny_llama  # noqa: E402
+from tempering.config import GRPOConfig, load_config
+from tempering.recipes.grpo import run_grpo
+from tempering.rollout.store import read_trajectories
+from tempering.scale.reward_workers import RayRewardWorkers
+from tests.conftest import tiny_llama
 
 
 @pytest.fixture()
@@ -29,13 +29,23 @@ def grpo_cfg(tmp_path, smol_tokenizer):
     tiny.save_pretrained(model)
     smol_tokenizer.save_pretrained(model)
     cfg = {
-        "model": str(model), "lora": None, "heldout": None,
+        "model": str(model),
+        "lora": None,
+        "heldout": None,
         "tasks": {"source": "builtin:arithmetic", "ops": "+", "n": 16},
         # a reward the random tiny model earns about every third sample: two capitals in a row
-        "reward": [{"name": "correct", "weight": 1.0, "verifier": {"type": "numeric"}},
-                   {"name": "caps", "weight": 0.5, "verifier": {"type": "regex", "pattern": "[A-Z]{2}", "on": "completion"}}],
-        "grpo": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8, "generation_chunks": 2,
-                 "dynamic_sampling": False, "truncation": "keep"},
+        "reward": [
+            {"name": "correct", "weight": 1.0, "verifier": {"type": "numeric"}},
+            {"name": "caps", "weight": 0.5, "verifier": {"type": "regex", "pattern": "[A-Z]{2}", "on": "completion"}},
+        ],
+        "grpo": {
+            "prompts_per_step": 4,
+            "group_size": 4,
+            "max_new_tokens": 8,
+            "generation_chunks": 2,
+            "dynamic_sampling": False,
+            "truncation": "keep",
+        },
         "train": {"steps": 1, "precision": "fp32", "optim": {"lr": 1e-3}},
         "out": str(tmp_path / "runs"),
     }
@@ -72,8 +82,9 @@ def test_ray_actors_give_the_in_process_rewards_and_loss_and_survive_a_killed_wo
     a, b = step_record(runs / "local"), step_record(runs / "ray")
     rows_a, rows_b = read_trajectories(runs / "local"), read_trajectories(runs / "ray")
     assert len(rows_a) == len(rows_b) == 16  # no sample lost
-    assert [(r["task_id"], r["completion"], r["reward"]) for r in rows_a] == \
-           [(r["task_id"], r["completion"], r["reward"]) for r in rows_b]
+    assert [(r["task_id"], r["completion"], r["reward"]) for r in rows_a] == [
+        (r["task_id"], r["completion"], r["reward"]) for r in rows_b
+    ]
     assert not any("verifier_error" in r["flags"] for r in rows_b)
     assert len({r["reward"] for r in rows_a}) > 1  # rewards vary, so equality is not trivial
     assert a["reward_mean"] == b["reward_mean"] and a["completions"] == b["completions"] == 16

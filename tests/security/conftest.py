@@ -15,8 +15,15 @@ from tempering.sandbox import Limits, SandboxPool
 from tempering.sandbox.base import MiB
 from tempering.sandbox.hoststate import leftovers
 
-ATTACK_LIMITS = Limits(wall_s=3, cpu_s=2, memory_bytes=64 * MiB, processes=32, file_bytes=4 * MiB,
-                       scratch_bytes=8 * MiB, output_bytes=64 * 1024)
+ATTACK_LIMITS = Limits(
+    wall_s=3,
+    cpu_s=2,
+    memory_bytes=64 * MiB,
+    processes=32,
+    file_bytes=4 * MiB,
+    scratch_bytes=8 * MiB,
+    output_bytes=64 * 1024,
+)
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,10 @@ import pytest
 
 
 def _try_read(path):
-    return (f"import sys\ntry:\n    print(open({path!r}, 'rb').read(64))\n    print('READ')\n"
-            f"except OSError as e:\n    print('blocked', type(e).__name__)\n")
+    return (
+        f"import sys\ntry:\n    print(open({path!r}, 'rb').read(64))\n    print('READ')\n"
+        f"except OSError as e:\n    print('blocked', type(e).__name__)\n"
+    )
 
 
 def test_read_work_repo(pool):
@@ -31,9 +33,11 @@ def test_read_world_readable_host_secret(pool, canary_dir):
 
 
 def test_host_proc_not_visible(pool):
-    r = pool.exec(code="import os\npids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
-                       "cmds = [open(f'/proc/{p}/cmdline','rb').read() for p in pids]\n"
-                       "print(len(pids), any(b'pytest' in c for c in cmds), os.path.exists('/proc/%d' % " + str(os.getpid()) + "))\n")
+    r = pool.exec(
+        code="import os\npids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+        "cmds = [open(f'/proc/{p}/cmdline','rb').read() for p in pids]\n"
+        "print(len(pids), any(b'pytest' in c for c in cmds), os.path.exists('/proc/%d' % " + str(os.getpid()) + "))\n"
+    )
     assert r.status == "ok"
     count, sees_pytest, _ = r.stdout.split()
     assert int(count) <= 3 and sees_pytest == "False"
@@ -47,13 +51,15 @@ def test_host_environment_not_visible(pool, monkeypatch):
 
 def test_write_into_world_writable_host_dir(pool, canary_dir):
     path = os.path.join(canary_dir, "planted")
-    r = pool.exec(f"mkdir -p {canary_dir}; echo pwned > {path} && echo WROTE")
+    pool.exec(f"mkdir -p {canary_dir}; echo pwned > {path} && echo WROTE")
     assert not os.path.exists(path)
 
 
 def test_write_root_and_usr(pool):
-    r = pool.exec("for p in /evil /usr/evil /usr/bin/evil /etc/evil /proc/sys/kernel/hostname; do "
-                  "echo x > $p 2>/dev/null && echo WROTE $p; done; echo done")
+    r = pool.exec(
+        "for p in /evil /usr/evil /usr/bin/evil /etc/evil /proc/sys/kernel/hostname; do "
+        "echo x > $p 2>/dev/null && echo WROTE $p; done; echo done"
+    )
     assert "WROTE" not in r.stdout and "done" in r.stdout
     assert not os.path.exists("/evil") and not os.path.exists("/usr/bin/evil")
 
@@ -65,8 +71,10 @@ def test_remount_root_rw_refused(pool):
 
 def test_collect_does_not_follow_symlink_to_host(pool, canary_dir):
     secret = os.path.join(canary_dir, "secret.txt")
-    r = pool.exec(f"ln -s {secret} out.txt; ln -s /etc/shadow shadow; ln -s {canary_dir} d",
-                  collect=["out.txt", "shadow", "d/secret.txt"])
+    r = pool.exec(
+        f"ln -s {secret} out.txt; ln -s /etc/shadow shadow; ln -s {canary_dir} d",
+        collect=["out.txt", "shadow", "d/secret.txt"],
+    )
     assert r.status == "ok" and r.files == {}
 
 
@@ -88,12 +96,30 @@ def test_session_write_does_not_follow_planted_symlink(pool, canary_dir):
 
 
 def test_dev_is_minimal(pool):
-    r = pool.exec(code="import os\nprint(sorted(os.listdir('/dev')))\n"
-                       "for d in ('/dev/mem', '/dev/kmsg', '/dev/vda', '/dev/sda', '/dev/port'):\n"
-                       "    try:\n        open(d, 'rb').read(1); print('OPENED', d)\n    except OSError:\n        pass\n")
+    r = pool.exec(
+        code="import os\nprint(sorted(os.listdir('/dev')))\n"
+        "for d in ('/dev/mem', '/dev/kmsg', '/dev/vda', '/dev/sda', '/dev/port'):\n"
+        "    try:\n        open(d, 'rb').read(1); print('OPENED', d)\n    except OSError:\n        pass\n"
+    )
     assert r.status == "ok" and "OPENED" not in r.stdout
-    allowed = {"core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout",
-               "tty", "urandom", "zero", "console", "mqueue"}
+    allowed = {
+        "core",
+        "fd",
+        "full",
+        "null",
+        "ptmx",
+        "pts",
+        "random",
+        "shm",
+        "stderr",
+        "stdin",
+        "stdout",
+        "tty",
+        "urandom",
+        "zero",
+        "console",
+        "mqueue",
+    }
     assert set(eval(r.stdout.splitlines()[0])) <= allowed
 
 

@@ -9,8 +9,10 @@ SHORT = {"wall_s": 2.0, "cpu_s": 1.0}
 
 
 def test_double_fork_daemon(pool):
-    code = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            "        os.close(1); os.close(2)\n        time.sleep(60)\n    os._exit(0)\nprint('parent done')\n")
+    code = (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        os.close(1); os.close(2)\n        time.sleep(60)\n    os._exit(0)\nprint('parent done')\n"
+    )
     r = pool.exec(code=code)
     assert r.status == "ok" and "parent done" in r.stdout  # host_guard: no process left
 
@@ -21,9 +23,11 @@ def test_setsid_nohup_ignoring_sigterm(pool):
 
 
 def test_main_ignores_sigterm(pool):
-    r = pool.exec(code="import signal, time\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGXCPU):\n"
-                       "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.01)\n",
-                  limits=pool.limits.replace(**SHORT))
+    r = pool.exec(
+        code="import signal, time\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGXCPU):\n"
+        "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.01)\n",
+        limits=pool.limits.replace(**SHORT),
+    )
     assert r.status == "timeout"
 
 
@@ -34,9 +38,11 @@ def test_daemon_holding_output_pipe(pool):
 
 def test_signal_parent_and_everyone(pool):
     host_pid = os.getpid()
-    r = pool.exec(code=f"import os, signal\nfor pid in (os.getppid(), 1, {host_pid}, {os.getppid()}):\n"
-                       "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError as e:\n        print('refused', pid, e.errno)\n"
-                       "print('survived')\nos.kill(-1, signal.SIGKILL)\n")
+    r = pool.exec(
+        code=f"import os, signal\nfor pid in (os.getppid(), 1, {host_pid}, {os.getppid()}):\n"
+        "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError as e:\n        print('refused', pid, e.errno)\n"
+        "print('survived')\nos.kill(-1, signal.SIGKILL)\n"
+    )
     assert r.status != "sandbox_error" and "survived" in r.stdout
     os.kill(host_pid, 0)  # we are alive, and so is our parent
     os.kill(os.getppid(), 0)
@@ -44,9 +50,11 @@ def test_signal_parent_and_everyone(pool):
 
 def test_ptrace_host_and_init(pool):
     host_pid = os.getpid()
-    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-            f"rc = libc.ptrace(16, {host_pid}, 0, 0)\nprint('host', rc, ctypes.get_errno())\n"
-            "print(open('/proc/1/status').read().split('CapEff:')[1].split()[0])\n")
+    code = (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"rc = libc.ptrace(16, {host_pid}, 0, 0)\nprint('host', rc, ctypes.get_errno())\n"
+        "print(open('/proc/1/status').read().split('CapEff:')[1].split()[0])\n"
+    )
     r = pool.exec(code=code)
     assert r.status == "ok"
     host_line, caps = r.stdout.splitlines()
@@ -55,9 +63,11 @@ def test_ptrace_host_and_init(pool):
 
 
 def test_nested_user_namespace(pool):
-    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-            "for flag in (0x10000000, 0x10000000 | 0x20000):\n"
-            "    print(libc.unshare(flag), ctypes.get_errno())\n")
+    code = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "for flag in (0x10000000, 0x10000000 | 0x20000):\n"
+        "    print(libc.unshare(flag), ctypes.get_errno())\n"
+    )
     r = pool.exec(code=code)
     assert r.status == "ok" and all(line.split()[0] == "-1" for line in r.stdout.splitlines())
     r = pool.exec("unshare -Ur id && echo NESTED; echo done")
@@ -65,21 +75,27 @@ def test_nested_user_namespace(pool):
 
 
 def test_become_root_refused(pool):
-    r = pool.exec(code="import os\nfor f in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.chroot('/tmp')):\n"
-                       "    try:\n        f(); print('ESCALATED')\n    except OSError:\n        pass\n"
-                       "print(os.getuid(), os.geteuid())\n")
+    r = pool.exec(
+        code="import os\nfor f in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.chroot('/tmp')):\n"
+        "    try:\n        f(); print('ESCALATED')\n    except OSError:\n        pass\n"
+        "print(os.getuid(), os.geteuid())\n"
+    )
     assert r.status == "ok" and "ESCALATED" not in r.stdout and not r.stdout.startswith("0 ")
 
 
 def test_huge_argv_inside(pool):
-    r = pool.exec(code="import os\ntry:\n    os.execv('/bin/true', ['true', 'x' * (4 * 1024 * 1024)])\n"
-                       "except OSError as e:\n    print('refused', e.errno)\n")
+    r = pool.exec(
+        code="import os\ntry:\n    os.execv('/bin/true', ['true', 'x' * (4 * 1024 * 1024)])\n"
+        "except OSError as e:\n    print('refused', e.errno)\n"
+    )
     assert r.status == "ok" and "refused 7" in r.stdout  # E2BIG
 
 
 def test_huge_env_inside(pool):
-    r = pool.exec(code="import os\ntry:\n    os.execve('/bin/true', ['true'], {'A': 'y' * (4 * 1024 * 1024)})\n"
-                       "except OSError as e:\n    print('refused', e.errno)\n")
+    r = pool.exec(
+        code="import os\ntry:\n    os.execve('/bin/true', ['true'], {'A': 'y' * (4 * 1024 * 1024)})\n"
+        "except OSError as e:\n    print('refused', e.errno)\n"
+    )
     assert r.status == "ok" and "refused 7" in r.stdout
 
 

@@ -6,8 +6,10 @@ SHORT = {"wall_s": 2.0, "cpu_s": 1.0}
 
 
 def test_python_fork_bomb(pool):
-    r = pool.exec(code="import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
-                  limits=pool.limits.replace(**SHORT))
+    r = pool.exec(
+        code="import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        limits=pool.limits.replace(**SHORT),
+    )
     # Contained either way: the pids cap stops the forks, then the wall (timeout) or, when the
     # capped processes' private pages outgrow the cgroup first, the memory cap ends the run.
     assert r.status in ("timeout", "memory_limit")
@@ -19,9 +21,12 @@ def test_bash_fork_bomb(pool):
 
 
 def test_thread_bomb(pool):
-    r = pool.exec(code="import threading, time\nn = 0\ntry:\n    while True:\n"
-                       "        threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); n += 1\n"
-                       "except RuntimeError:\n    print('capped at', n)\n", limits=pool.limits.replace(**SHORT))
+    r = pool.exec(
+        code="import threading, time\nn = 0\ntry:\n    while True:\n"
+        "        threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); n += 1\n"
+        "except RuntimeError:\n    print('capped at', n)\n",
+        limits=pool.limits.replace(**SHORT),
+    )
     assert r.status == "ok" and int(r.stdout.split()[-1]) <= pool.limits.processes
 
 
@@ -33,23 +38,29 @@ def test_memory_bomb_single_process(pool):
 
 def test_memory_bomb_many_processes(pool):
     # each child stays under the cap (and far under RLIMIT_AS); only the cgroup sees the total
-    code = ("import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n"
-            "        a = bytearray(24 * 1024 * 1024)\n        for i in range(0, len(a), 4096):\n            a[i] = 1\n"
-            "        time.sleep(5)\n        os._exit(0)\nfor _ in range(4):\n    os.wait()\n")
+    code = (
+        "import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n"
+        "        a = bytearray(24 * 1024 * 1024)\n        for i in range(0, len(a), 4096):\n            a[i] = 1\n"
+        "        time.sleep(5)\n        os._exit(0)\nfor _ in range(4):\n    os.wait()\n"
+    )
     r = pool.exec(code=code)
     assert r.status == "memory_limit"
 
 
 def test_huge_single_mapping(pool):
-    r = pool.exec(code="import mmap\ntry:\n    m = mmap.mmap(-1, 64 * 1024 ** 3)\n    print('MAPPED')\n"
-                       "except (OSError, MemoryError) as e:\n    print('refused', e)\n")
+    r = pool.exec(
+        code="import mmap\ntry:\n    m = mmap.mmap(-1, 64 * 1024 ** 3)\n    print('MAPPED')\n"
+        "except (OSError, MemoryError) as e:\n    print('refused', e)\n"
+    )
     assert r.status == "ok" and "refused" in r.stdout
 
 
 def _fill(directory):
-    return (f"import errno\nn = 0\ntry:\n    while True:\n        with open('{directory}/f%d' % n, 'wb') as f:\n"
-            f"            f.write(b'x' * 1024 * 1024)\n        n += 1\n"
-            f"except OSError as e:\n    print('stopped', errno.errorcode[e.errno], n)\n")
+    return (
+        f"import errno\nn = 0\ntry:\n    while True:\n        with open('{directory}/f%d' % n, 'wb') as f:\n"
+        f"            f.write(b'x' * 1024 * 1024)\n        n += 1\n"
+        f"except OSError as e:\n    print('stopped', errno.errorcode[e.errno], n)\n"
+    )
 
 
 def test_fill_tmp_tmpfs(pool):
@@ -69,14 +80,18 @@ def test_fill_work_scratch(pool):
 
 
 def test_file_size_limit(pool):
-    r = pool.exec(code="import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-                       "try:\n    open('/work/big', 'wb').write(b'x' * (6 * 1024 * 1024))\n"
-                       "except OSError as e:\n    print('stopped', e.errno)\n")
+    r = pool.exec(
+        code="import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "try:\n    open('/work/big', 'wb').write(b'x' * (6 * 1024 * 1024))\n"
+        "except OSError as e:\n    print('stopped', e.errno)\n"
+    )
     assert r.status == "ok" and "stopped 27" in r.stdout  # EFBIG
 
 
 def test_disk_write_outside_tmpfs(pool):
-    r = pool.exec("dd if=/dev/zero of=/var/fill bs=1M count=10 2>&1; dd if=/dev/zero of=/fill bs=1M count=10 2>&1; echo done")
+    r = pool.exec(
+        "dd if=/dev/zero of=/var/fill bs=1M count=10 2>&1; dd if=/dev/zero of=/fill bs=1M count=10 2>&1; echo done"
+    )
     assert "done" in r.stdout and "10485760 bytes" not in r.stdout
 
 
@@ -117,6 +132,8 @@ def test_flood_from_daemon_after_exit(pool):
 
 
 def test_open_files_exhaustion(pool):
-    r = pool.exec(code="fs = []\ntry:\n    while True:\n        fs.append(open('/dev/null'))\n"
-                       "except OSError as e:\n    print('stopped', len(fs), e.errno)\n")
+    r = pool.exec(
+        code="fs = []\ntry:\n    while True:\n        fs.append(open('/dev/null'))\n"
+        "except OSError as e:\n    print('stopped', len(fs), e.errno)\n"
+    )
     assert r.status == "ok" and r.stdout.split()[-1] == "24"  # EMFILE

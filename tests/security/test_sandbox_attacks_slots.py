@@ -47,11 +47,13 @@ def test_humaneval_0_scores_one_after_deep_tree_completions():
 
     task = next(t for t in humaneval_tasks() if t.id == "HumanEval/0")
     # `os` is flagged by the static checks; tarfile (not flagged) builds the tree just as well
-    attack = ("    import tarfile\n    try:\n        t = tarfile.open('t.tar', 'x')\n    except FileExistsError:\n"
-              "        return False\n    with t:\n        for i in range(1, 1201):\n"
-              "            info = tarfile.TarInfo('/'.join(['d'] * i))\n"
-              "            info.type, info.mode = tarfile.DIRTYPE, 0o755\n            t.addfile(info)\n"
-              "    with tarfile.open('t.tar') as t:\n        t.extractall('.')\n    return False\n")
+    attack = (
+        "    import tarfile\n    try:\n        t = tarfile.open('t.tar', 'x')\n    except FileExistsError:\n"
+        "        return False\n    with t:\n        for i in range(1, 1201):\n"
+        "            info = tarfile.TarInfo('/'.join(['d'] * i))\n"
+        "            info.type, info.mode = tarfile.DIRTYPE, 0o755\n            t.addfile(info)\n"
+        "    with tarfile.open('t.tar') as t:\n        t.extractall('.')\n    return False\n"
+    )
     for _ in range(4):
         reward = score(task, attack)  # before the fix: RecursionError out of the sandbox
         assert reward.value < 1.0 and "asserts passed" in reward.detail  # scored as the candidate's answer

@@ -11,12 +11,22 @@ from pathlib import Path
 import pytest
 import torch
 
-
-TOOL_PIECES = ["<tool_call>", '{"name":', ' "get_weather"', ', "arguments":', ' {"city":', ' "Paris"', "}}", "</tool_call>"]
+TOOL_PIECES = [
+    "<tool_call>",
+    '{"name":',
+    ' "get_weather"',
+    ', "arguments":',
+    ' {"city":',
+    ' "Paris"',
+    "}}",
+    "</tool_call>",
+]
 TEXT_PIECES = ["The", " answer", " is", " 4", "."]
 TOOL_ANSWER, TEXT_ANSWER = "".join(TOOL_PIECES), "".join(TEXT_PIECES)
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 LOGIT = 8.0  # the next answer token's logit; every other token's is 0
 
 
@@ -30,9 +40,14 @@ def tiny_tokenizer():
     tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|im_end|>",
-                                 pad_token="<|endoftext|>", additional_special_tokens=["<|im_start|>"],
-                                 chat_template=CHATML)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        chat_template=CHATML,
+    )
     hf.add_tokens(TOOL_PIECES + TEXT_PIECES)
     return hf
 
@@ -51,10 +66,20 @@ def chain_model(pieces: list[str], out: Path) -> Path:
     tokenizer = tiny_tokenizer()
     v = len(tokenizer)
     h = v + v % 2  # RoPE needs an even head size
-    cfg = LlamaConfig(vocab_size=v, hidden_size=h, intermediate_size=8, num_hidden_layers=1, num_attention_heads=1,
-                      num_key_value_heads=1, max_position_embeddings=512, tie_word_embeddings=False,
-                      rms_norm_eps=0.0, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                      eos_token_id=tokenizer.eos_token_id)
+    cfg = LlamaConfig(
+        vocab_size=v,
+        hidden_size=h,
+        intermediate_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        rms_norm_eps=0.0,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     model = LlamaForCausalLM(cfg)
     ids = [tokenizer.convert_tokens_to_ids(p) for p in pieces]
     newline = tokenizer.encode("\n", add_special_tokens=False)[-1]
@@ -63,7 +88,7 @@ def chain_model(pieces: list[str], out: Path) -> Path:
         for p in model.parameters():
             p.zero_()
         model.model.embed_tokens.weight.copy_(torch.eye(v, h))
-        model.model.norm.weight.fill_(h ** -0.5)  # RMSNorm of a one-hot row is sqrt(h) * the row
+        model.model.norm.weight.fill_(h**-0.5)  # RMSNorm of a one-hot row is sqrt(h) * the row
         for t in range(v):
             model.lm_head.weight[chain.get(t, ids[0]), t] = LOGIT
     model.save_pretrained(out)

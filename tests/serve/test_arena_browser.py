@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tempering.pipeline.registry import Registry
-from tempering.pipeline.releases import Releases
+from tempering.runs.registry import Registry
+from tempering.runs.releases import Releases
 from tempering.serve.app import create_app
 from tempering.serve.config import ServeConfig
 from tests.serve.conftest import TEXT_ANSWER, TOOL_ANSWER, ServerThread
@@ -23,8 +23,9 @@ def arena_server(tiny_models, tmp_path):
     releases = Releases(Registry(tmp_path / "registry.sqlite"))
     for model in tiny_models:  # v1: tool-call answers, v2: "The answer is 4."
         releases.promote(model, gate={"passed": True, "rules": []})
-    app = create_app(ServeConfig(state=tmp_path / "state", registry=str(tmp_path / "registry.sqlite"), seed=1,
-                                 arena_temperature=0))  # greedy: the answers are the known texts
+    app = create_app(
+        ServeConfig(state=tmp_path / "state", registry=str(tmp_path / "registry.sqlite"), seed=1, arena_temperature=0)
+    )  # greedy: the answers are the known texts
     _, secret = app.state.store.create_key("annotators")
     thread = ServerThread(app)
     yield thread.url, secret, app.state.store

@@ -27,11 +27,15 @@ def test_keys_create_list_revoke(tmp_path):
 def test_errors_are_one_line(tmp_path):
     state = str(tmp_path / "dep")
     runner.invoke(app, ["keys", "create", "alice", "--state", state])
-    cases = [(["keys", "create", "alice", "--state", state], "a key named 'alice' exists already"),
-             (["keys", "revoke", "bob", "--state", state], "no key named 'bob'"),
-             (["feedback", "export", "--out", str(tmp_path / "f.jsonl"), "--state", str(tmp_path / "none")],
-              "no deployment at"),
-             (["serve", "--registry", str(tmp_path / "missing.sqlite"), "--state", state], "no registry at")]
+    cases = [
+        (["keys", "create", "alice", "--state", state], "a key named 'alice' exists already"),
+        (["keys", "revoke", "bob", "--state", state], "no key named 'bob'"),
+        (
+            ["feedback", "export", "--out", str(tmp_path / "f.jsonl"), "--state", str(tmp_path / "none")],
+            "no deployment at",
+        ),
+        (["serve", "--registry", str(tmp_path / "missing.sqlite"), "--state", state], "no registry at"),
+    ]
     for args, message in cases:
         res = runner.invoke(app, args)
         assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output

@@ -13,8 +13,8 @@ import time
 
 import httpx
 
-from tempering.pipeline.registry import Registry
-from tempering.pipeline.releases import Releases
+from tempering.runs.registry import Registry
+from tempering.runs.releases import Releases
 from tempering.serve.store import Store
 from tests.serve.conftest import free_port
 
@@ -23,9 +23,24 @@ STREAMS = 32
 
 def start_server(state, registry, port):
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
-    proc = subprocess.Popen([sys.executable, "-m", "tempering.cli", "serve", "--port", str(port), "--state", str(state),
-                             "--registry", str(registry), "--log-text"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(state.parent / f"server{port}.log", "ab"))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tempering.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--state",
+            str(state),
+            "--registry",
+            str(registry),
+            "--log-text",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(state.parent / f"server{port}.log", "ab"),
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         try:
@@ -43,8 +58,12 @@ def test_kill_9_loses_nothing_accepted(tiny_models, tmp_path):
     for model in tiny_models:
         releases.promote(model, gate={"passed": True, "rules": []})
     state = tmp_path / "state"
-    created = subprocess.run([sys.executable, "-m", "tempering.cli", "keys", "create", "crash", "--state", str(state)],
-                             capture_output=True, text=True, check=True)
+    created = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "keys", "create", "crash", "--state", str(state)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     key = created.stdout.strip().splitlines()[-1]  # the key is the last line printed
     port = free_port()
     proc = start_server(state, registry, port)
@@ -52,8 +71,14 @@ def test_kill_9_loses_nothing_accepted(tiny_models, tmp_path):
     completed, feedback, votes, lock = [], [], [], threading.Lock()
 
     def stream(i: int) -> None:
-        body = {"model": "production", "stream": True, "temperature": 1.5, "seed": i, "max_tokens": 60,
-                "messages": [{"role": "user", "content": f"request {i}"}]}
+        body = {
+            "model": "production",
+            "stream": True,
+            "temperature": 1.5,
+            "seed": i,
+            "max_tokens": 60,
+            "messages": [{"role": "user", "content": f"request {i}"}],
+        }
         try:
             with httpx.stream("POST", url + "/v1/chat/completions", json=body, headers=headers, timeout=120) as r:
                 rid, done = None, False
@@ -65,8 +90,12 @@ def test_kill_9_loses_nothing_accepted(tiny_models, tmp_path):
                 return
             with lock:
                 completed.append(rid)
-            f = httpx.post(url + "/v1/feedback", headers=headers, timeout=30,
-                           json={"response_id": rid, "kind": "thumbs_down", "comment": f"bad {i}"})
+            f = httpx.post(
+                url + "/v1/feedback",
+                headers=headers,
+                timeout=30,
+                json={"response_id": rid, "kind": "thumbs_down", "comment": f"bad {i}"},
+            )
             if f.status_code == 200:
                 with lock:
                     feedback.append(f.json()["id"])
@@ -76,10 +105,18 @@ def test_kill_9_loses_nothing_accepted(tiny_models, tmp_path):
     def arena() -> None:
         try:
             for n in range(6):
-                b = httpx.post(url + "/arena/battles", headers=headers, timeout=120,
-                               json={"annotator": f"ann{n}", "prompt": f"prompt {n}"}).json()
-                v = httpx.post(url + f"/arena/battles/{b['id']}/votes", headers=headers, timeout=60,
-                               json={"annotator": f"ann{n}", "choice": "a"})
+                b = httpx.post(
+                    url + "/arena/battles",
+                    headers=headers,
+                    timeout=120,
+                    json={"annotator": f"ann{n}", "prompt": f"prompt {n}"},
+                ).json()
+                v = httpx.post(
+                    url + f"/arena/battles/{b['id']}/votes",
+                    headers=headers,
+                    timeout=60,
+                    json={"annotator": f"ann{n}", "choice": "a"},
+                )
                 if v.status_code == 200:
                     with lock:
                         votes.append((b["id"], f"ann{n}"))

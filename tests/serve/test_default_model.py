@@ -20,8 +20,14 @@ def test_default_model_plain_and_streamed_agree(tmp_path):
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key=secret, max_retries=0, timeout=300)
         assert [m.id for m in client.models.list().data] == ["smollm2-135m-instruct"]
-        ask = dict(model="smollm2-135m-instruct", messages=[{"role": "user", "content": "What is the capital of France?"}],
-                   temperature=0, seed=1, max_tokens=12, logprobs=True)
+        ask = dict(
+            model="smollm2-135m-instruct",
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+            temperature=0,
+            seed=1,
+            max_tokens=12,
+            logprobs=True,
+        )
         plain = client.chat.completions.create(**ask)
         chunks = list(client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}))
         streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -47,8 +53,13 @@ def test_default_model_streams_tokens_while_it_still_decodes(tmp_path):
     server = ServerThread(app)
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key=secret, max_retries=0, timeout=300)
-        ask = dict(model="smollm2-135m-instruct", messages=[{"role": "user", "content": "Write a story about a cat."}],
-                   temperature=0, seed=1, max_tokens=48)
+        ask = dict(
+            model="smollm2-135m-instruct",
+            messages=[{"role": "user", "content": "Write a story about a cat."}],
+            temperature=0,
+            seed=1,
+            max_tokens=48,
+        )
         text, running_at_first = "", None
         for c in client.chat.completions.create(**ask, stream=True):
             piece = c.choices[0].delta.content if c.choices else None
@@ -75,13 +86,27 @@ def test_default_model_forced_tool_calls_and_json_mode_are_valid(tmp_path):
     from tempering.serve.app import create_app
     from tempering.serve.config import ServeConfig
 
-    params = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["C", "F"]}},
-              "required": ["city", "unit"], "additionalProperties": False}
-    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
-                                               "parameters": params}}]
-    person = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 30},
-                                               "age": {"type": "integer", "minimum": 0, "maximum": 120}},
-              "required": ["name", "age"], "additionalProperties": False}
+    params = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["C", "F"]}},
+        "required": ["city", "unit"],
+        "additionalProperties": False,
+    }
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "get_weather", "description": "Weather of a city", "parameters": params},
+        }
+    ]
+    person = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 30},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        },
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
     app = create_app(ServeConfig(state=tmp_path / "state"))
     _, secret = app.state.store.create_key("tools")
     server = ServerThread(app)
@@ -90,15 +115,23 @@ def test_default_model_forced_tool_calls_and_json_mode_are_valid(tmp_path):
         calls = []
         for city, question in (("Paris", "What's the weather in Paris?"), ("Oslo", "Is it cold in Oslo today?")):
             for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
-                r = client.chat.completions.create(model="smollm2-135m-instruct", tools=tools, tool_choice=choice,
-                                                   messages=[{"role": "user", "content": question}], temperature=0,
-                                                   max_tokens=48)
+                r = client.chat.completions.create(
+                    model="smollm2-135m-instruct",
+                    tools=tools,
+                    tool_choice=choice,
+                    messages=[{"role": "user", "content": question}],
+                    temperature=0,
+                    max_tokens=48,
+                )
                 (call,) = r.choices[0].message.tool_calls
                 calls.append((city, call.function.name, json.loads(call.function.arguments)))
         r = client.chat.completions.create(
-            model="smollm2-135m-instruct", temperature=0, max_tokens=60,
+            model="smollm2-135m-instruct",
+            temperature=0,
+            max_tokens=60,
             messages=[{"role": "user", "content": "Give me a JSON with a name and an age for a fictional person."}],
-            response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": person}})
+            response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": person}},
+        )
     finally:
         server.stop()
     for city, name, args in calls:

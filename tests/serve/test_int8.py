@@ -19,8 +19,13 @@ def test_int8_deployment_serves_the_same_answer_with_the_same_logprobs(tiny_mode
     server = ServerThread(app)
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key=secret, max_retries=0, timeout=60)
-        reply = client.chat.completions.create(model=str(tiny_models[1]), messages=[{"role": "user", "content": "2+2?"}],
-                                               temperature=0, max_tokens=16, logprobs=True)
+        reply = client.chat.completions.create(
+            model=str(tiny_models[1]),
+            messages=[{"role": "user", "content": "2+2?"}],
+            temperature=0,
+            max_tokens=16,
+            logprobs=True,
+        )
         served = next(iter(app.state.models._loaded.values()))
     finally:
         server.stop()

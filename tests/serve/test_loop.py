@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from tempering.cli import app as cli
-from tempering.pipeline.registry import Registry
-from tempering.pipeline.releases import Releases
+from tempering.runs.registry import Registry
+from tempering.runs.releases import Releases
 from tempering.serve.app import create_app
 from tempering.serve.config import ServeConfig
 from tests.serve.conftest import TEXT_ANSWER, TOOL_ANSWER
@@ -30,15 +30,25 @@ def serve_a_day(state: Path, registry: Path) -> None:
     alice, bob = (TestClient(app, headers={"Authorization": f"Bearer {k}"}) for k in keys)
 
     def ask(client, text):
-        r = client.post("/v1/chat/completions", json={"model": "production", "temperature": 0,
-                                                       "messages": [{"role": "user", "content": text}]})
+        r = client.post(
+            "/v1/chat/completions",
+            json={"model": "production", "temperature": 0, "messages": [{"role": "user", "content": text}]},
+        )
         return r.json()["id"]
 
     for client, rid, body in [
-            (alice, ask(alice, "What is 2+2?"), {"kind": "correction", "correction": "4"}),
-            (alice, ask(alice, "Add 1 and 3."), {"kind": "thumbs_down", "comment": "no tool needed",
-                                                 "task": {"verifier": {"type": "numeric", "answer": "4"}}}),
-            (bob, ask(bob, "Say hi."), {"kind": "thumbs_up"})]:
+        (alice, ask(alice, "What is 2+2?"), {"kind": "correction", "correction": "4"}),
+        (
+            alice,
+            ask(alice, "Add 1 and 3."),
+            {
+                "kind": "thumbs_down",
+                "comment": "no tool needed",
+                "task": {"verifier": {"type": "numeric", "answer": "4"}},
+            },
+        ),
+        (bob, ask(bob, "Say hi."), {"kind": "thumbs_up"}),
+    ]:
         assert client.post("/v1/feedback", json={"response_id": rid, **body}).status_code == 200
     for prompt in ("What is 2+2?", "Two plus two?"):
         battle = alice.post("/arena/battles", json={"annotator": "ann1", "prompt": prompt}).json()
@@ -46,8 +56,12 @@ def serve_a_day(state: Path, registry: Path) -> None:
             if annotator == "ann2":  # the second annotator is served the same, unjudged battle
                 assert client.post("/arena/battles", json={"annotator": "ann2"}).json()["id"] == battle["id"]
             side = "a" if battle["a"] == TEXT_ANSWER else "b"
-            assert client.post(f"/arena/battles/{battle['id']}/votes",
-                               json={"annotator": annotator, "choice": side}).status_code == 200
+            assert (
+                client.post(
+                    f"/arena/battles/{battle['id']}/votes", json={"annotator": annotator, "choice": side}
+                ).status_code
+                == 200
+            )
 
 
 def test_feedback_and_votes_train_the_next_release(tiny_models, tmp_path, monkeypatch):
@@ -75,11 +89,22 @@ def test_feedback_and_votes_train_the_next_release(tiny_models, tmp_path, monkey
     assert all(p["chosen"] == TEXT_ANSWER and p["rejected"] == TOOL_ANSWER for p in pairs)
     assert [v["prefers"] for v in pairs[0]["votes"]] == ["chosen", "chosen"]
 
-    stages = {"feedback": {"kind": "feedback", "served": [str(served)], "votes": [str(votes)]},
-              "dpo": {"kind": "dpo", "model": str(tiny_models[0]), "lora": None,
-                      "data": {"train": ["${feedback.pairs}"], "max_length": 128},
-                      "train": {"steps": 2, "batch_size": 2, "precision": "fp32", "threads": 1,
-                                "optim": {"lr": 1e-4, "schedule": "constant", "warmup_steps": 0}}}}
+    stages = {
+        "feedback": {"kind": "feedback", "served": [str(served)], "votes": [str(votes)]},
+        "dpo": {
+            "kind": "dpo",
+            "model": str(tiny_models[0]),
+            "lora": None,
+            "data": {"train": ["${feedback.pairs}"], "max_length": 128},
+            "train": {
+                "steps": 2,
+                "batch_size": 2,
+                "precision": "fp32",
+                "threads": 1,
+                "optim": {"lr": 1e-4, "schedule": "constant", "warmup_steps": 0},
+            },
+        },
+    }
     pipeline = tmp_path / "round.yaml"
     pipeline.write_text(yaml.safe_dump({"out": str(runs), "stages": stages}, sort_keys=False))
     res = runner.invoke(cli, ["run", str(pipeline)])

@@ -35,14 +35,27 @@ def test_ranking_has_bootstrap_cis_and_counts():
 
 
 def _vote(battle, annotator, choice):
-    return {"battle_id": battle, "annotator": annotator, "choice": choice, "prompt": "2+2?", "model_a": "v2",
-            "model_b": "v1", "answer_a": "4", "answer_b": "5"}
+    return {
+        "battle_id": battle,
+        "annotator": annotator,
+        "choice": choice,
+        "prompt": "2+2?",
+        "model_a": "v2",
+        "model_b": "v1",
+        "answer_a": "4",
+        "answer_b": "5",
+    }
 
 
 def test_votes_become_pairs_with_votes():
-    votes = [_vote("b1", "ann1", "a"), _vote("b1", "ann2", "a"), _vote("b1", "ann3", "b"),
-             _vote("b2", "ann1", "b"), _vote("b2", "ann2", "both_bad"),
-             _vote("b3", "ann1", "tie")]
+    votes = [
+        _vote("b1", "ann1", "a"),
+        _vote("b1", "ann2", "a"),
+        _vote("b1", "ann3", "b"),
+        _vote("b2", "ann1", "b"),
+        _vote("b2", "ann2", "both_bad"),
+        _vote("b3", "ann1", "tie"),
+    ]
     pairs, skipped = arena_pairs(votes)
     assert skipped == 1  # b3: a tie only
     first, second = pairs

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from tempering.pipeline.registry import Registry
-from tempering.pipeline.releases import Releases
+from tempering.runs.registry import Registry
+from tempering.runs.releases import Releases
 from tempering.serve.app import create_app
 from tempering.serve.config import ServeConfig
 from tests.serve.conftest import TEXT_ANSWER, TOOL_ANSWER
@@ -29,12 +29,14 @@ def deployment(tiny_models, tmp_path):
         app = create_app(cfg)
         _, secret = app.state.store.create_key(f"k{len(app.state.store.keys())}")
         return TestClient(app, headers={"Authorization": f"Bearer {secret}"})
+
     return releases, make
 
 
 def ask(client, model):
-    r = client.post("/v1/chat/completions", json={"model": model, "temperature": 0,
-                                                  "messages": [{"role": "user", "content": "hi"}]})
+    r = client.post(
+        "/v1/chat/completions", json={"model": model, "temperature": 0, "messages": [{"role": "user", "content": "hi"}]}
+    )
     assert r.status_code == 200, r.text
     return r.json()["model"], r.json()["choices"][0]["message"]["content"]
 
@@ -42,8 +44,12 @@ def ask(client, model):
 def test_models_lists_aliases_and_versions(deployment):
     _, make = deployment
     entries = make().get("/v1/models").json()["data"]
-    assert [(e["id"], e["root"]) for e in entries] == [("production", "v1"), ("candidate", "v2"),
-                                                       ("v2", "candidate"), ("v1", "production")]
+    assert [(e["id"], e["root"]) for e in entries] == [
+        ("production", "v1"),
+        ("candidate", "v2"),
+        ("v2", "candidate"),
+        ("v1", "production"),
+    ]
 
 
 def test_aliases_and_versions_route(deployment):
@@ -52,8 +58,12 @@ def test_aliases_and_versions_route(deployment):
     assert ask(client, "production") == ("v1", TOOL_ANSWER)
     assert ask(client, "candidate") == ("v2", TEXT_ANSWER)
     assert ask(client, "v2") == ("v2", TEXT_ANSWER)
-    assert client.post("/v1/chat/completions", json={"model": "v9", "messages": [{"role": "user", "content": "x"}]}
-                       ).json()["error"]["code"] == "model_not_found"
+    assert (
+        client.post(
+            "/v1/chat/completions", json={"model": "v9", "messages": [{"role": "user", "content": "x"}]}
+        ).json()["error"]["code"]
+        == "model_not_found"
+    )
 
 
 def test_canary_share_sends_that_share_to_the_candidate(deployment):

@@ -38,7 +38,8 @@ def test_requests_without_a_valid_key_are_refused_and_audited(two_keys):
     assert httpx.get(url + "/v1/models").status_code == 401
     refused = store.audit_rows(None, limit=10_000)[before:]
     assert [(r["key_id"], r["endpoint"], r["status"]) for r in refused] == (
-        [("-", "/v1/chat/completions", 401)] * 3 + [("-", "/v1/models", 401)])
+        [("-", "/v1/chat/completions", 401)] * 3 + [("-", "/v1/models", 401)]
+    )
     assert refused[0]["request"] == {"client": "127.0.0.1", "reason": "no or unknown key"}
 
 
@@ -69,8 +70,9 @@ def test_one_key_cannot_read_anothers_audit_or_feedback(two_keys):
     assert answer["id"] in {r["response_id"] for r in alice_audit}
     bob_audit = get(url, "/v1/audit", bob).json()["data"]
     assert answer["id"] not in {r["response_id"] for r in bob_audit}
-    assert len({r["key_id"] for r in alice_audit + bob_audit}) == len({r["key_id"] for r in alice_audit}) + \
-        len({r["key_id"] for r in bob_audit})  # no row in both
+    assert len({r["key_id"] for r in alice_audit + bob_audit}) == len({r["key_id"] for r in alice_audit}) + len(
+        {r["key_id"] for r in bob_audit}
+    )  # no row in both
     assert get(url, "/v1/feedback", bob).json()["data"] == []
     assert [f["response_id"] for f in get(url, "/v1/feedback", alice).json()["data"]] == [answer["id"]]
     # nor give feedback on alice's answer
@@ -124,8 +126,10 @@ def test_refused_requests_from_one_address_are_rate_limited_and_stop_filling_the
     _, secret = app.state.store.create_key("ok")
     server = ServerThread(app)
     try:
-        codes = [httpx.get(server.url + "/v1/models", headers={"Authorization": "Bearer nope"}, timeout=30).status_code
-                 for _ in range(5)]
+        codes = [
+            httpx.get(server.url + "/v1/models", headers={"Authorization": "Bearer nope"}, timeout=30).status_code
+            for _ in range(5)
+        ]
         good = httpx.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {secret}"}, timeout=30)
     finally:
         server.stop()

@@ -47,12 +47,15 @@ def test_instruction_can_be_dropped():
     assert "<answer>" not in task.prompt and task.prompt.endswith("=")
 
 
-@pytest.mark.parametrize("name,config,message", [
-    ("chain_sum", {"no_such_field": 1}, "bad reasoning-gym config"),
-    ("chain_sum", {"min_terms": 3, "max_terms": 2}, "bad reasoning-gym config"),
-    ("no_such_dataset", {}, "not registered"),
-    ("arc_agi", {}, "not supported"),  # its tuple grids do not survive JSON
-])
+@pytest.mark.parametrize(
+    "name,config,message",
+    [
+        ("chain_sum", {"no_such_field": 1}, "bad reasoning-gym config"),
+        ("chain_sum", {"min_terms": 3, "max_terms": 2}, "bad reasoning-gym config"),
+        ("no_such_dataset", {}, "not registered"),
+        ("arc_agi", {}, "not supported"),  # its tuple grids do not survive JSON
+    ],
+)
 def test_bad_requests_fail_loudly(name, config, message):
     with pytest.raises(ValueError, match=message):
         reasoning_gym_tasks(name, size=2, seed=0, **config)

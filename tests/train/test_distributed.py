@@ -27,8 +27,17 @@ from tests.conftest import tiny_llama
 
 TOL, WEIGHT_TOL = 1e-5, 1e-4
 STEPS = 16
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-            "-m", "tempering.cli", "sft"]
+TORCHRUN = [
+    sys.executable,
+    "-m",
+    "torch.distributed.run",
+    "--standalone",
+    "--nproc_per_node",
+    "2",
+    "-m",
+    "tempering.cli",
+    "sft",
+]
 
 
 @pytest.fixture()
@@ -38,10 +47,20 @@ def sft_setup(tmp_path, smol_tokenizer):
     smol_tokenizer.save_pretrained(model)
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in arithmetic_conversations(64, 1)))
-    cfg = {"model": str(model), "lora": None, "data": {"train": str(train), "max_length": 160},
-           "train": {"steps": STEPS, "batch_size": 4, "grad_accum": 2, "precision": "fp32",
-                     "optim": {"lr": 3e-3, "warmup_steps": 2}, "checkpoint": {"every": 4, "keep_last": 2}},
-           "out": str(tmp_path / "runs")}
+    cfg = {
+        "model": str(model),
+        "lora": None,
+        "data": {"train": str(train), "max_length": 160},
+        "train": {
+            "steps": STEPS,
+            "batch_size": 4,
+            "grad_accum": 2,
+            "precision": "fp32",
+            "optim": {"lr": 3e-3, "warmup_steps": 2},
+            "checkpoint": {"every": 4, "keep_last": 2},
+        },
+        "out": str(tmp_path / "runs"),
+    }
     path = tmp_path / "sft.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path, tmp_path / "runs"
@@ -54,8 +73,12 @@ def step_records(run_dir: Path) -> list[dict]:
 
 def env() -> dict:
     src = str(Path(__file__).resolve().parents[2] / "src")
-    return {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""),
-            "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    return {
+        **os.environ,
+        "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": "1",
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
 
 
 def rank_pid(torchrun_pid: int, rank: int) -> int | None:
@@ -73,8 +96,13 @@ def rank_pid(torchrun_pid: int, rank: int) -> int | None:
 
 def run_killing_rank1(cfg: Path, run_dir: Path, after_step: int) -> tuple[int, str]:
     """Start 2 processes, SIGKILL rank 1 once `after_step` is logged; returns torchrun's exit code."""
-    proc = subprocess.Popen(TORCHRUN + [str(cfg), "--name", run_dir.name], env=env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        TORCHRUN + [str(cfg), "--name", run_dir.name],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if any(r["step"] >= after_step for r in step_records(run_dir)):
@@ -101,11 +129,11 @@ def test_two_processes_match_one_and_resume_exactly_after_a_kill(sft_setup):
 
     again = subprocess.run(TORCHRUN + [str(cfg), "--name", "two"], env=env(), capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
-    summary = json.loads(again.stdout[again.stdout.index("{"):])  # rank 0 alone prints the summary
+    summary = json.loads(again.stdout[again.stdout.index("{") :])  # rank 0 alone prints the summary
     resumed = summary["resumed_from"]
     assert resumed is not None and resumed % 4 == 0 and resumed < max(first)
     records = step_records(runs / "two")
-    redone = [r for r in records[len(first):] if r["step"] in first]
+    redone = [r for r in records[len(first) :] if r["step"] in first]
     assert redone, "the resumed run recomputes the steps after its checkpoint"
     assert all(r["loss"] == first[r["step"]] for r in redone)  # exact: bit-identical
 
@@ -134,8 +162,7 @@ def test_ranks_split_each_global_micro_batch_and_keep_one_cursor():
         whole = one.next_batch()
         parts = [b.next_batch() for b in ranks]
         # rank r holds conversations r and r+2 of the global micro-batch
-        assert [p["n_real_tokens"] for p in parts] == [
-            int(whole["attention_mask"][[r, r + 2]].sum()) for r in range(2)]
+        assert [p["n_real_tokens"] for p in parts] == [int(whole["attention_mask"][[r, r + 2]].sum()) for r in range(2)]
         assert all(b.state_dict() == one.state_dict() for b in ranks)
     with pytest.raises(ValueError, match="batch_size 3 is the global batch and must be a multiple of the 2"):
         SFTBatches(examples, 3, 128, 0, False, seed=1, shard=(0, 2))
@@ -145,8 +172,11 @@ def test_resume_on_another_world_size_is_refused():
     from tempering.train.distributed import World, WorldSizeChanged, check_world_size
 
     check_world_size(2, World(1, 2))
-    with pytest.raises(WorldSizeChanged, match=r"written by 2 process\(es\) and this resume runs 1; "
-                                              r"resume with `--nproc_per_node 2`"):
+    with pytest.raises(
+        WorldSizeChanged,
+        match=r"written by 2 process\(es\) and this resume runs 1; "
+        r"resume with `--nproc_per_node 2`",
+    ):
         check_world_size(2, World(0, 1))
 
 
@@ -156,13 +186,27 @@ def test_dpo_on_two_processes_matches_one(tmp_path, smol_tokenizer):
     tiny_llama(vocab=len(smol_tokenizer), tie=True).save_pretrained(model)
     smol_tokenizer.save_pretrained(model)
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps({"prompt": f"What is {a} + {a + 3}?", "chosen": str(2 * a + 3),
-                                         "rejected": str(2 * a + 4)}) + "\n" for a in range(24)))
-    cfg = {"model": str(model), "lora": None, "data": {"train": str(pairs), "max_length": 64},
-           "dpo": {"beta": 0.1, "sft_weight": 0.0, "reference": "cache"},
-           "train": {"steps": 6, "batch_size": 4, "precision": "fp32", "optim": {"lr": 3e-3, "schedule": "constant"},
-                     "checkpoint": {"every": 3}},
-           "out": str(tmp_path / "runs")}
+    pairs.write_text(
+        "".join(
+            json.dumps({"prompt": f"What is {a} + {a + 3}?", "chosen": str(2 * a + 3), "rejected": str(2 * a + 4)})
+            + "\n"
+            for a in range(24)
+        )
+    )
+    cfg = {
+        "model": str(model),
+        "lora": None,
+        "data": {"train": str(pairs), "max_length": 64},
+        "dpo": {"beta": 0.1, "sft_weight": 0.0, "reference": "cache"},
+        "train": {
+            "steps": 6,
+            "batch_size": 4,
+            "precision": "fp32",
+            "optim": {"lr": 3e-3, "schedule": "constant"},
+            "checkpoint": {"every": 3},
+        },
+        "out": str(tmp_path / "runs"),
+    }
     path = tmp_path / "dpo.yaml"
     path.write_text(yaml.safe_dump(cfg))
     one = CliRunner().invoke(app, ["dpo", str(path), "--name", "one"])

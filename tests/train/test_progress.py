@@ -10,8 +10,15 @@ from tests.train.test_trainer import make_trainer
 
 
 def grpo_record(reward_std=0.3, zero_share=0.0, failed=0, generated=4):
-    return {"loss": 0.25, "real_tokens": 100, "reward_mean": 0.5, "reward_std": reward_std,
-            "zero_variance_share": zero_share, "groups_generated": generated, "verifier_failed_groups": failed}
+    return {
+        "loss": 0.25,
+        "real_tokens": 100,
+        "reward_mean": 0.5,
+        "reward_std": reward_std,
+        "zero_variance_share": zero_share,
+        "groups_generated": generated,
+        "verifier_failed_groups": failed,
+    }
 
 
 def test_sft_fit_prints_plain_progress_lines_when_piped(tmp_path, capsys):

@@ -18,8 +18,14 @@ EXAMPLES = random_examples(40, seed=7)
 
 
 def settings(**kw):
-    base = {"steps": 20, "batch_size": 4, "precision": "fp32", "seed": 0,
-            "optim": {"lr": 3e-3, "warmup_steps": 2}, "checkpoint": {"every": 5, "keep_last": 3}}
+    base = {
+        "steps": 20,
+        "batch_size": 4,
+        "precision": "fp32",
+        "seed": 0,
+        "optim": {"lr": 3e-3, "warmup_steps": 2},
+        "checkpoint": {"every": 5, "keep_last": 3},
+    }
     for key, value in kw.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             base[key] = {**base[key], **value}
@@ -43,6 +49,7 @@ def kill_at(step_to_die):
     def cb(step, record):
         if step == step_to_die:
             raise Killed()
+
     return cb
 
 
@@ -138,8 +145,12 @@ def test_loss_spike_is_skipped(tmp_path):
 
 
 def test_repeated_nans_roll_back_with_lower_lr(tmp_path):
-    trainer = make_trainer(tmp_path, objective=Poisoned(SFTObjective(), {8, 9, 10}), steps=12,
-                           guard={"max_bad_in_row": 3, "rollback_lr_factor": 0.5})
+    trainer = make_trainer(
+        tmp_path,
+        objective=Poisoned(SFTObjective(), {8, 9, 10}),
+        steps=12,
+        guard={"max_bad_in_row": 3, "rollback_lr_factor": 0.5},
+    )
     result = trainer.fit()
     assert result.counts["rollbacks"] == 1 and result.counts["skipped"] == 3
     (rb,) = events(tmp_path, "rollback")
@@ -152,8 +163,12 @@ def test_repeated_nans_roll_back_with_lower_lr(tmp_path):
 
 
 def test_endless_nans_stop_with_a_clear_error(tmp_path):
-    trainer = make_trainer(tmp_path, objective=Poisoned(SFTObjective(), set(range(1, 100))), steps=5,
-                           guard={"max_bad_in_row": 2, "max_rollbacks": 2})
+    trainer = make_trainer(
+        tmp_path,
+        objective=Poisoned(SFTObjective(), set(range(1, 100))),
+        steps=5,
+        guard={"max_bad_in_row": 2, "max_rollbacks": 2},
+    )
     with pytest.raises(TrainingDiverged, match="after 2 rollbacks"):
         trainer.fit()
 
@@ -192,8 +207,13 @@ def test_rollback_survives_a_resume(tmp_path):
             raise Killed()
 
     with pytest.raises(Killed):
-        make_trainer(tmp_path, objective=Poisoned(SFTObjective(), {8, 9, 10}), steps=12,
-                     callbacks=[kill_second_step_7], guard={"max_bad_in_row": 3}).fit()
+        make_trainer(
+            tmp_path,
+            objective=Poisoned(SFTObjective(), {8, 9, 10}),
+            steps=12,
+            callbacks=[kill_second_step_7],
+            guard={"max_bad_in_row": 3},
+        ).fit()
     # steps 1..7, rollback to 5 (re-saved with the halved LR), 6, 7 -> killed
     resumed = make_trainer(tmp_path, steps=12)
     result = resumed.fit()

@@ -15,13 +15,16 @@ def task(verifier, **kw):
     return Task(id="t", prompt="q", verifier=verifier, **kw)
 
 
-@pytest.mark.parametrize("text,answer", [
-    ("so \\boxed{\\frac{1}{2}} and then \\boxed{42}", "42"),
-    ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
-    ("Thinking...\nThe answer is 17.\nDone", "17"),
-    ("answer: blue", "blue"),
-    ("  122 \n", "122"),
-])
+@pytest.mark.parametrize(
+    "text,answer",
+    [
+        ("so \\boxed{\\frac{1}{2}} and then \\boxed{42}", "42"),
+        ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
+        ("Thinking...\nThe answer is 17.\nDone", "17"),
+        ("answer: blue", "blue"),
+        ("  122 \n", "122"),
+    ],
+)
 def test_final_answer_rule(text, answer):
     assert extract_final_answer(text) == answer
 
@@ -66,17 +69,22 @@ def test_tool_call_schema():
     spec = {"type": "tool_call", "tools": TOOLS}
     good = '<tool_call>{"name": "shell", "arguments": {"cmd": "ls"}}</tool_call>'
     assert score(task(spec), good).value == 1.0
-    r = score(task(spec), good + '<tool_call>{"name": "shell", "arguments": {"cmd": 3}}</tool_call><tool_call>{x}</tool_call>')
+    r = score(
+        task(spec), good + '<tool_call>{"name": "shell", "arguments": {"cmd": 3}}</tool_call><tool_call>{x}</tool_call>'
+    )
     assert r.value == pytest.approx(1 / 3) and r.components == {"valid_calls": 1.0, "invalid_calls": 2.0}
     assert score(task(spec), "no calls").value == 0.0
 
 
 def test_composite_logs_each_component():
-    spec = {"type": "composite", "parts": [
-        {"name": "plan", "weight": 0.5, "verifier": {"type": "regex", "pattern": "(?i)plan", "on": "completion"}},
-        {"name": "bad_calls", "per_invalid_call": -0.1, "verifier": {"type": "tool_call", "tools": TOOLS}},
-        {"name": "goal", "weight": 2.0, "verifier": {"type": "numeric", "answer": "7"}},
-    ]}
+    spec = {
+        "type": "composite",
+        "parts": [
+            {"name": "plan", "weight": 0.5, "verifier": {"type": "regex", "pattern": "(?i)plan", "on": "completion"}},
+            {"name": "bad_calls", "per_invalid_call": -0.1, "verifier": {"type": "tool_call", "tools": TOOLS}},
+            {"name": "goal", "weight": 2.0, "verifier": {"type": "numeric", "answer": "7"}},
+        ],
+    }
     text = 'Plan: count.\n<tool_call>{"name": "rm", "arguments": {}}</tool_call>\nThe answer is 7'
     r = score(task(spec), text)
     assert r.components == {"plan": 0.5, "bad_calls": pytest.approx(-0.1), "goal": 2.0}
@@ -91,12 +99,22 @@ def test_unknown_verifier_and_bad_tasks():
 
 
 def test_verify_cli_prints_reward_last(tmp_path):
-    (tmp_path / "task.json").write_text(json.dumps(
-        {"id": "add-0001", "prompt": "What is 59+63? Answer with just the number.",
-         "verifier": {"type": "numeric", "answer": "122"}, "track": "reasoning", "difficulty": None,
-         "source": "builtin:arithmetic"}))
+    (tmp_path / "task.json").write_text(
+        json.dumps(
+            {
+                "id": "add-0001",
+                "prompt": "What is 59+63? Answer with just the number.",
+                "verifier": {"type": "numeric", "answer": "122"},
+                "track": "reasoning",
+                "difficulty": None,
+                "source": "builtin:arithmetic",
+            }
+        )
+    )
     (tmp_path / "c.txt").write_text("122")
-    res = CliRunner().invoke(app, ["verify", "--task", str(tmp_path / "task.json"), "--completion", str(tmp_path / "c.txt")])
+    res = CliRunner().invoke(
+        app, ["verify", "--task", str(tmp_path / "task.json"), "--completion", str(tmp_path / "c.txt")]
+    )
     assert res.exit_code == 0, res.output
     reward = json.loads(res.stdout.strip().splitlines()[-1])
     assert reward["value"] == 1.0 and reward["components"] == {"correct": 1.0}
@@ -107,9 +125,9 @@ def test_numeric_close_gives_graded_credit_and_can_require_a_bare_number(ctx):
 
     spec = {"type": "numeric_close", "answer": "155"}
     assert score_spec(spec, "155", ctx).value == 1.0
-    assert score_spec(spec, "67 + 88 = 154", ctx).value == pytest.approx(0.9)   # 1 - 1/10
-    assert score_spec(spec, "160", ctx).value == pytest.approx(0.5)             # 1 - 5/10
-    assert score_spec(spec, "43", ctx).value == 0.0                             # far: no credit
+    assert score_spec(spec, "67 + 88 = 154", ctx).value == pytest.approx(0.9)  # 1 - 1/10
+    assert score_spec(spec, "160", ctx).value == pytest.approx(0.5)  # 1 - 5/10
+    assert score_spec(spec, "43", ctx).value == 0.0  # far: no credit
     assert score_spec({**spec, "scale": 20}, "145", ctx).value == pytest.approx(0.5)
     bare = {**spec, "bare_only": True}
     assert score_spec(bare, " 154\n", ctx).value == pytest.approx(0.9)

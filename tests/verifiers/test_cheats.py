@@ -80,11 +80,14 @@ def naive_run(task: Task, completion: str, sandbox, visible_only: bool = False):
     program = assemble_program(spec["prompt"], completion, spec["entry_point"]).source
     tests = spec["tests"]
     if visible_only:
-        lines = [f"    assert candidate(*{args!r}) == {want!r}" for args, want in
-                 visible_examples(spec["prompt"], spec["entry_point"])]
+        lines = [
+            f"    assert candidate(*{args!r}) == {want!r}"
+            for args, want in visible_examples(spec["prompt"], spec["entry_point"])
+        ]
         tests = "def check(candidate):\n" + "\n".join(lines) + "\n"
-    limits = Limits(wall_s=2, cpu_s=2, memory_bytes=256 * MiB, processes=64, scratch_bytes=8 * MiB,
-                    output_bytes=64 * 1024)
+    limits = Limits(
+        wall_s=2, cpu_s=2, memory_bytes=256 * MiB, processes=64, scratch_bytes=8 * MiB, output_bytes=64 * 1024
+    )
     files = {"main.py": NAIVE_MAIN, "solution.py": program, "test_solution.py": tests}
     return sandbox.exec(["python3", "-S", "main.py", spec["entry_point"]], files=files, limits=limits)
 

@@ -18,8 +18,15 @@ from tempering.sources.humaneval import humaneval_canonical, humaneval_tasks
 from tempering.types import Reward, Task
 from tempering.verifiers import VerifierError, score
 from tempering.verifiers.code import CodeSpec, parse_verdict, reward_from_run, run_judge
-from tempering.verifiers.code_judge import (VERDICT_MAGIC, CandidateError, HarnessError, candidate_exception,
-                                            decode, encode, instrument_tests)
+from tempering.verifiers.code_judge import (
+    VERDICT_MAGIC,
+    CandidateError,
+    HarnessError,
+    candidate_exception,
+    decode,
+    encode,
+    instrument_tests,
+)
 from tempering.verifiers.code_static import assemble_program, cheat_flags, parse_program
 
 ADD_TESTS = """
@@ -45,13 +52,15 @@ def tasks() -> dict[str, Task]:
 
 # --- scoring through the CLI and `score` --------------------------------------------------
 
+
 @pytest.mark.parametrize("task_id", ["HumanEval/0", "HumanEval/32", "HumanEval/38", "HumanEval/162"])
 def test_canonical_solutions_score_one_through_the_cli(tmp_path, tasks, task_id):
     # 32 and 38 call prompt helpers (poly, encode_cyclic) in loops; 162 imports hashlib
     (tmp_path / "task.json").write_text(tasks[task_id].model_dump_json())
     (tmp_path / "completion.txt").write_text(humaneval_canonical(task_id))
-    res = CliRunner().invoke(app, ["verify", "--task", str(tmp_path / "task.json"),
-                                   "--completion", str(tmp_path / "completion.txt")])
+    res = CliRunner().invoke(
+        app, ["verify", "--task", str(tmp_path / "task.json"), "--completion", str(tmp_path / "completion.txt")]
+    )
     assert res.exit_code == 0, res.output
     reward = Reward.model_validate_json(res.stdout.strip().splitlines()[-1])
     assert reward.value == 1.0 and reward.flags == [], reward
@@ -143,10 +152,12 @@ def test_heldout_tests_never_touch_the_value(ctx):
 
 
 def test_chat_completion_with_a_code_fence(tasks, ctx):
-    completion = ("Sure! Here is the function:\n\n```python\nfrom typing import List\n\n"
-                  "def has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
-                  "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n"
-                  "```\nIt compares every pair.")
+    completion = (
+        "Sure! Here is the function:\n\n```python\nfrom typing import List\n\n"
+        "def has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
+        "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n"
+        "```\nIt compares every pair."
+    )
     assert score(tasks["HumanEval/0"], completion, ctx).value == 1.0
 
 
@@ -191,9 +202,32 @@ def test_spec_is_validated(ctx):
 
 # --- pure parts --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("value", [None, True, False, 0, -7, 2**200, 1.5, float("inf"), -0.0, 1e-310, 2 + 3j, "",
-                                   "ünï\n\"", b"\x00\xff", [1, [2, (3,)]], (1, "a"), {"k": [1], 2: None},
-                                   {1, 2}, frozenset({"x"}), {(1, 2): {3.5}}])
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        False,
+        0,
+        -7,
+        2**200,
+        1.5,
+        float("inf"),
+        -0.0,
+        1e-310,
+        2 + 3j,
+        "",
+        'ünï\n"',
+        b"\x00\xff",
+        [1, [2, (3,)]],
+        (1, "a"),
+        {"k": [1], 2: None},
+        {1, 2},
+        frozenset({"x"}),
+        {(1, 2): {3.5}},
+    ],
+)
 def test_codec_round_trip(value):
     back = decode(json.loads(json.dumps(encode(value))))
     assert back == value and type(back) is type(value)
@@ -213,8 +247,19 @@ def test_codec_turns_subclasses_into_their_base_and_refuses_other_objects():
         encode(nested)
 
 
-@pytest.mark.parametrize("bad", [[], ["int", 5], ["bool", 1], ["nope"], ["dict", [[["list", []], ["none"]]]],
-                                 ["list", "abc"], "str", ["str", "a", "b"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [],
+        ["int", 5],
+        ["bool", 1],
+        ["nope"],
+        ["dict", [[["list", []], ["none"]]]],
+        ["list", "abc"],
+        "str",
+        ["str", "a", "b"],
+    ],
+)
 def test_decode_is_strict(bad):
     with pytest.raises((ValueError, TypeError)):
         decode(bad)
@@ -236,8 +281,10 @@ def test_candidate_exceptions_keep_their_builtin_type_only():
     assert type(candidate_exception("MyError", "x")) is CandidateError
 
 
-@pytest.mark.parametrize("name", ["StopIteration", "StopAsyncIteration", "GeneratorExit", "Exception", "OSError",
-                                  "Warning", "BaseExceptionGroup"])
+@pytest.mark.parametrize(
+    "name",
+    ["StopIteration", "StopAsyncIteration", "GeneratorExit", "Exception", "OSError", "Warning", "BaseExceptionGroup"],
+)
 def test_control_flow_exceptions_never_reach_the_tests_as_themselves(name):
     """A StopIteration re-raised in trusted code ends the tests' map()/filter() early (issue 17 item 5)."""
     exc = candidate_exception(name, "")
@@ -257,7 +304,7 @@ def test_verdict_needs_the_runs_key_and_nonce():
 
 
 def test_program_assembly():
-    prompt = "import math\n\ndef f(x):\n    \"\"\"doc\"\"\"\n"
+    prompt = 'import math\n\ndef f(x):\n    """doc"""\n'
     body = assemble_program(prompt, "    return math.sqrt(x)\n", "f")
     assert body.source == prompt + "    return math.sqrt(x)\n" and body.completion_line == 5
     fenced = assemble_program(prompt, "Here:\n```python\ndef f(x):\n    return x\n```\n", "f")
@@ -269,52 +316,64 @@ def static_flags(completion: str, prompt: str = "def f(x):\n", entry_point: str 
     return cheat_flags(parse_program(program), program, prompt, entry_point)
 
 
-@pytest.mark.parametrize("completion", [
-    "    import math, hashlib, re, collections, itertools, functools, heapq, string, random\n    return x\n",
-    "    import sys\n    sys.setrecursionlimit(10000)\n    return min(x, sys.maxsize)\n",
-    "    return eval(x)\n",
-    "    return x.replace('  ', '__')\n",
-    "    return '_'.join(x.split()) + '-' * 2\n",
-    "    sep = '_'\n    return sep.join([x, x]).upper()[::-1]\n",
-    "    return ('a' * 10**9) + chr(10**7)\n",  # folding refuses big values instead of building them
-    "    self._io = x\n    return self._code\n",
-    "    return x\n\nif __name__ == '__main__':\n    import sys\n    assert f(1) == 1\n    print('All tests passed!')\n"
-    "    sys.exit(0)\n",
-])
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "    import math, hashlib, re, collections, itertools, functools, heapq, string, random\n    return x\n",
+        "    import sys\n    sys.setrecursionlimit(10000)\n    return min(x, sys.maxsize)\n",
+        "    return eval(x)\n",
+        "    return x.replace('  ', '__')\n",
+        "    return '_'.join(x.split()) + '-' * 2\n",
+        "    sep = '_'\n    return sep.join([x, x]).upper()[::-1]\n",
+        "    return ('a' * 10**9) + chr(10**7)\n",  # folding refuses big values instead of building them
+        "    self._io = x\n    return self._code\n",
+        "    return x\n\nif __name__ == '__main__':\n    import sys\n    assert f(1) == 1\n    print('All tests passed!')\n"
+        "    sys.exit(0)\n",
+    ],
+)
 def test_ordinary_code_is_not_flagged(completion):
     assert static_flags(completion) == []
 
 
-@pytest.mark.parametrize("completion,flag", [
-    ("    import os\n    return x\n", "cheat:import:os"),
-    ("    from os import _exit\n    return x\n", "cheat:import:os"),
-    ("    import sys as s\n    s.exit(0)\n", "cheat:sys_internals"),
-    ("    from sys import _getframe\n    return x\n", "cheat:sys_internals"),
-    ("    import sys\n    getattr(sys, 'ex' + 'it')(0)\n", "cheat:sys_internals"),
-    ("    return ().__class__.__bases__[0].__subclasses__()\n", "cheat:introspection"),
-    ("    return getattr(x, '__globals__')\n", "cheat:dunder_string"),
-    ("    return open('/work/tests.py').read()\n", "cheat:call:open"),
-    ("    return vars()\n", "cheat:call:vars"),
-    ("    raise KeyboardInterrupt\n", "cheat:exit_exception"),
-    ("    print('PASSED')\n", "cheat:fake_output"),
-    # issue 17 item 6: ways around the checks above
-    ("    return x\n\nfrom __main__ import __name__\nif __name__ == '__main__':\n    import os\n", "cheat:name_rebind"),
-    ("    return x\n\nfrom __main__ import __name__\n", "cheat:import:__main__"),
-    ("    try:\n        pass\n    except Exception as __name__:\n        pass\n", "cheat:name_rebind"),
-    ("    import random\n    random._os._exit(0)\n", "cheat:module_alias"),
-    ("    import logging\n    logging.sys.exit(0)\n", "cheat:module_alias"),
-    ("    import random\n    return getattr(random, '_' + 'os')\n", "cheat:module_alias"),
-    ("    import sys\n    sys.__dict__['mod' + 'ules']['os']._exit(0)\n", "cheat:sys_internals"),
-    ("    d = '_' * 2\n    return getattr((), d + 'class' + d)\n", "cheat:dunder_string"),
-    ("    return getattr(x, ''.join(['_', '_', 'class', '_', '_']))\n", "cheat:dunder_string"),
-    ("    return getattr(x, chr(95) * 2 + 'class' + chr(95) * 2)\n", "cheat:dunder_string"),
-    ("    u = '_'\n    return getattr(x, f'{u}{u}class{u}{u}')\n", "cheat:dunder_string"),
-    ("    return getattr(x, '__ssalc__'[::-1])\n", "cheat:dunder_string"),
-    ("    d = '_' * 2\n    return getattr(x, " + "str(" * 40 + "d + 'class' + d" + ")" * 40 + ")\n", "cheat:dunder_string"),
-    ("    return getattr(x, bytes([95, 95, 99, 108, 97, 115, 115, 95, 95]).decode())\n", "cheat:dunder_string"),
-    ("    return x\n\n__name__ = '__main__'\nif __name__ == '__main__':\n    import os\n", "cheat:name_rebind"),
-    ("    class T:\n        __eq__ = lambda s, o: True\n    return T()\n", "cheat:comparison_override"),
-])
+@pytest.mark.parametrize(
+    "completion,flag",
+    [
+        ("    import os\n    return x\n", "cheat:import:os"),
+        ("    from os import _exit\n    return x\n", "cheat:import:os"),
+        ("    import sys as s\n    s.exit(0)\n", "cheat:sys_internals"),
+        ("    from sys import _getframe\n    return x\n", "cheat:sys_internals"),
+        ("    import sys\n    getattr(sys, 'ex' + 'it')(0)\n", "cheat:sys_internals"),
+        ("    return ().__class__.__bases__[0].__subclasses__()\n", "cheat:introspection"),
+        ("    return getattr(x, '__globals__')\n", "cheat:dunder_string"),
+        ("    return open('/work/tests.py').read()\n", "cheat:call:open"),
+        ("    return vars()\n", "cheat:call:vars"),
+        ("    raise KeyboardInterrupt\n", "cheat:exit_exception"),
+        ("    print('PASSED')\n", "cheat:fake_output"),
+        # issue 17 item 6: ways around the checks above
+        (
+            "    return x\n\nfrom __main__ import __name__\nif __name__ == '__main__':\n    import os\n",
+            "cheat:name_rebind",
+        ),
+        ("    return x\n\nfrom __main__ import __name__\n", "cheat:import:__main__"),
+        ("    try:\n        pass\n    except Exception as __name__:\n        pass\n", "cheat:name_rebind"),
+        ("    import random\n    random._os._exit(0)\n", "cheat:module_alias"),
+        ("    import logging\n    logging.sys.exit(0)\n", "cheat:module_alias"),
+        ("    import random\n    return getattr(random, '_' + 'os')\n", "cheat:module_alias"),
+        ("    import sys\n    sys.__dict__['mod' + 'ules']['os']._exit(0)\n", "cheat:sys_internals"),
+        ("    d = '_' * 2\n    return getattr((), d + 'class' + d)\n", "cheat:dunder_string"),
+        ("    return getattr(x, ''.join(['_', '_', 'class', '_', '_']))\n", "cheat:dunder_string"),
+        ("    return getattr(x, chr(95) * 2 + 'class' + chr(95) * 2)\n", "cheat:dunder_string"),
+        ("    u = '_'\n    return getattr(x, f'{u}{u}class{u}{u}')\n", "cheat:dunder_string"),
+        ("    return getattr(x, '__ssalc__'[::-1])\n", "cheat:dunder_string"),
+        (
+            "    d = '_' * 2\n    return getattr(x, " + "str(" * 40 + "d + 'class' + d" + ")" * 40 + ")\n",
+            "cheat:dunder_string",
+        ),
+        ("    return getattr(x, bytes([95, 95, 99, 108, 97, 115, 115, 95, 95]).decode())\n", "cheat:dunder_string"),
+        ("    return x\n\n__name__ = '__main__'\nif __name__ == '__main__':\n    import os\n", "cheat:name_rebind"),
+        ("    class T:\n        __eq__ = lambda s, o: True\n    return T()\n", "cheat:comparison_override"),
+    ],
+)
 def test_cheat_patterns_are_flagged(completion, flag):
     assert flag in static_flags(completion)
 
@@ -322,31 +381,45 @@ def test_cheat_patterns_are_flagged(completion, flag):
 def test_main_guarded_demo_code_still_scores(tasks, ctx):
     completion = humaneval_canonical("HumanEval/0") + (
         "\n\nif __name__ == '__main__':\n    print(has_close_elements([1.0, 2.0, 3.0], 0.5))\n"
-        "    print('All tests passed')\n")
+        "    print('All tests passed')\n"
+    )
     reward = score(tasks["HumanEval/0"], completion, ctx)
     assert reward.value == 1.0 and reward.flags == []
 
 
-@pytest.mark.parametrize("junk", ['["load_error", 5, 6]', '["ok", ["int", 7]]', '{"a": 1}', '[[[[[[[[[[[[[[[[[[[[',
-                                  '["raise", ["x"], null]', '["ok", ["dict", [[["list", []], ["none"]]]]]'])
+@pytest.mark.parametrize(
+    "junk",
+    [
+        '["load_error", 5, 6]',
+        '["ok", ["int", 7]]',
+        '{"a": 1}',
+        "[[[[[[[[[[[[[[[[[[[[",
+        '["raise", ["x"], null]',
+        '["ok", ["dict", [[["list", []], ["none"]]]]]',
+    ],
+)
 def test_junk_on_the_reply_pipe_is_the_candidates_loss(junk, ctx):
     """The worker process is the candidate's: whatever it writes to the judge is checked."""
-    program = ("import os, stat\n"
-               "for fd in range(3, 64):\n"
-               "    try:\n"
-               "        if stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
-               f"            os.write(fd, {junk!r}.encode() + b'\\n')\n"
-               "    except OSError:\n"
-               "        pass\n"
-               "def add(a, b):\n    return a + b\n")
+    program = (
+        "import os, stat\n"
+        "for fd in range(3, 64):\n"
+        "    try:\n"
+        "        if stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+        f"            os.write(fd, {junk!r}.encode() + b'\\n')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "def add(a, b):\n    return a + b\n"
+    )
     reward = reward_from_run(run_judge(CodeSpec.model_validate(code_task().verifier), program, ctx.sandbox()))
     assert reward.value < 1.0 and not any(f.startswith("sandbox:") for f in reward.flags), reward
 
 
 def test_an_if_chain_over_the_visible_examples_is_flagged(tasks):
     spec = tasks["HumanEval/72"].verifier  # will_it_fly: examples ([1, 2], 5) -> False, ([3, 2, 3], 1) -> False, ...
-    completion = ("    if q == [1, 2] and w == 5:\n        return False\n"
-                  "    if q == [3, 2, 3] and w == 1:\n        return False\n    return True\n")
+    completion = (
+        "    if q == [1, 2] and w == 5:\n        return False\n"
+        "    if q == [3, 2, 3] and w == 1:\n        return False\n    return True\n"
+    )
     assert "cheat:hardcoded_examples" in static_flags(completion, spec["prompt"], spec["entry_point"])
     honest = "    return q == q[::-1] and sum(q) <= w\n"
     assert static_flags(honest, spec["prompt"], spec["entry_point"]) == []

@@ -27,8 +27,12 @@ class CountingSandbox:
 
 def add_task(verifier: dict | None = None) -> Task:
     prompt = "def add(a, b):\n"
-    code = {"type": "code", "entry_point": "add", "prompt": prompt,
-            "tests": "def check(candidate):\n    assert candidate(1, 2) == 3\n"}
+    code = {
+        "type": "code",
+        "entry_point": "add",
+        "prompt": prompt,
+        "tests": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
+    }
     return Task(id="t", prompt=prompt, verifier=verifier or code, track="code")
 
 
@@ -44,9 +48,13 @@ def test_a_given_sandbox_is_used_and_left_open(ctx):
 def test_composite_passes_the_context_to_its_parts(ctx):
     counting = CountingSandbox(ctx.sandbox())
     code_part = add_task().verifier
-    composite = {"type": "composite", "parts": [
-        {"name": "tests", "weight": 0.5, "verifier": code_part},
-        {"name": "again", "weight": 0.5, "verifier": code_part}]}
+    composite = {
+        "type": "composite",
+        "parts": [
+            {"name": "tests", "weight": 0.5, "verifier": code_part},
+            {"name": "again", "weight": 0.5, "verifier": code_part},
+        ],
+    }
     reward = score(add_task(composite), "    return a + b\n", VerifierContext(sandbox=counting))
     assert reward.value == 1.0 and counting.runs == 2
 

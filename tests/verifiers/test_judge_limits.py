@@ -45,9 +45,22 @@ def test_a_lone_surrogate_does_not_crash_temper_verify(tmp_path):
     (tmp_path / "task.json").write_text(add_task().model_dump_json())
     (tmp_path / "completion.txt").write_text(SURROGATE)
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    res = subprocess.run([sys.executable, "-m", "tempering.cli", "verify", "--task", str(tmp_path / "task.json"),
-                          "--completion", str(tmp_path / "completion.txt")],
-                         capture_output=True, text=True, env=env, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tempering.cli",
+            "verify",
+            "--task",
+            str(tmp_path / "task.json"),
+            "--completion",
+            str(tmp_path / "completion.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     reward = Reward.model_validate_json(res.stdout.strip().splitlines()[-1])
     assert reward.value == 0.0 and "ValueError" in reward.detail
@@ -79,24 +92,30 @@ def test_decode_stops_at_the_element_cap_and_the_deadline():
 def crafted_reply_program(reply_expr: str) -> str:
     """A candidate that builds its own 'ok' reply line at load time and writes it straight to the
     judge's pipe when called (only the judge alone sees this: the static checks flag `import os`)."""
-    return ("import os, stat, time\n"
-            f"LINE = ('[\"ok\", ' + {reply_expr} + ']\\n').encode()\n"
-            "def add(a, b):\n"
-            "    for fd in range(3, 64):\n"
-            "        try:\n"
-            "            if stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
-            "                os.write(fd, LINE)\n"
-            "        except OSError:\n"
-            "            pass\n"
-            "    time.sleep(60)\n")  # until the judge ends us
+    return (
+        "import os, stat, time\n"
+        f"LINE = ('[\"ok\", ' + {reply_expr} + ']\\n').encode()\n"
+        "def add(a, b):\n"
+        "    for fd in range(3, 64):\n"
+        "        try:\n"
+        "            if stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+        "                os.write(fd, LINE)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    time.sleep(60)\n"
+    )  # until the judge ends us
 
 
-@pytest.mark.parametrize("reply_expr", [
-    # more values than the cap: 250k Nones in one list
-    f"'[\"list\", [' + ', '.join(['[\"none\"]'] * {MAX_REPLY_ELEMENTS + 50_000}) + ']]'",
-    # a set of 250k ints that share one hash: quadratic to build, hours of the judge's time
-    "'[\"set\", [' + ', '.join('[\"int\", \"%x\"]' % (1 + k * ((1 << 61) - 1)) for k in range(250_000)) + ']]'",
-], ids=["too_many_values", "colliding_hashes"])
+@pytest.mark.parametrize(
+    "reply_expr",
+    [
+        # more values than the cap: 250k Nones in one list
+        f"'[\"list\", [' + ', '.join(['[\"none\"]'] * {MAX_REPLY_ELEMENTS + 50_000}) + ']]'",
+        # a set of 250k ints that share one hash: quadratic to build, hours of the judge's time
+        "'[\"set\", [' + ', '.join('[\"int\", \"%x\"]' % (1 + k * ((1 << 61) - 1)) for k in range(250_000)) + ']]'",
+    ],
+    ids=["too_many_values", "colliding_hashes"],
+)
 def test_a_reply_expensive_to_decode_is_the_candidates_loss(ctx, reply_expr):
     one_call = "def check(candidate):\n    assert candidate(1, 2) == 3\n"
     spec = CodeSpec.model_validate(add_task(tests=one_call, call_timeout_s=3.0, budget_s=6.0).verifier)

@@ -22,7 +22,7 @@ def test_chain_sum_hand_made():
     assert task.prompt.startswith("State the final answer to the following arithmetic problem: 4 - 1 - 7 =")
     assert task.verifier["entry"]["answer"] == "-4"
     assert score(task, "4 - 1 = 3, 3 - 7 = -4\n<answer>-4</answer>").value == 1.0
-    assert score(task, "The answer is -4.").value == 1.0          # no tag: the shared final-answer rule
+    assert score(task, "The answer is -4.").value == 1.0  # no tag: the shared final-answer rule
     assert score(task, "\\boxed{-4}").value == 1.0
     assert score(task, "<answer>-4</answer> ... <answer>4</answer>").value == 0.0  # the last tag counts
     assert score(task, "<answer>3</answer>").value == 0.0
@@ -46,11 +46,14 @@ def test_scores_in_a_fresh_verifier_without_the_generator_state():
     assert score(again, f"<answer>{answer}</answer>").value == 1.0
 
 
-@pytest.mark.parametrize("text,answer", [
-    ("<think>2+2</think><answer> 4 </answer>", "4"),
-    ("<answer>a\nb</answer> then <answer>c</answer>", "c"),
-    ("no tags, the answer is 12.", "12"),
-])
+@pytest.mark.parametrize(
+    "text,answer",
+    [
+        ("<think>2+2</think><answer> 4 </answer>", "4"),
+        ("<answer>a\nb</answer> then <answer>c</answer>", "c"),
+        ("no tags, the answer is 12.", "12"),
+    ],
+)
 def test_extraction_rule(text, answer):
     assert extract_tagged_answer(text) == answer
 

@@ -13,10 +13,14 @@ def test_registered_as_a_prompted_verifier():
 
 def test_with_prompt_reaches_composite_parts_and_keeps_a_given_prompt():
     msgs = [{"role": "user", "content": "hi"}]
-    spec = {"type": "composite", "parts": [
-        {"name": "rm", "weight": 1.0, "verifier": {"type": "reward_model", "model": "m"}},
-        {"name": "own", "weight": 1.0, "verifier": {"type": "reward_model", "model": "m", "prompt": "given"}},
-        {"name": "num", "weight": 1.0, "verifier": {"type": "numeric", "answer": "1"}}]}
+    spec = {
+        "type": "composite",
+        "parts": [
+            {"name": "rm", "weight": 1.0, "verifier": {"type": "reward_model", "model": "m"}},
+            {"name": "own", "weight": 1.0, "verifier": {"type": "reward_model", "model": "m", "prompt": "given"}},
+            {"name": "num", "weight": 1.0, "verifier": {"type": "numeric", "answer": "1"}},
+        ],
+    }
     out = with_prompt(spec, msgs)
     parts = [p["verifier"] for p in out["parts"]]
     assert parts[0]["prompt"] == msgs and parts[1]["prompt"] == "given" and "prompt" not in parts[2]

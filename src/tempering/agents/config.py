@@ -80,7 +80,7 @@ class AgentConfig(Strict):
     """Run name (default: agent-<timestamp>)."""
 
     @model_validator(mode="after")
-    def _accumulation_fits(self) -> "AgentConfig":
+    def _accumulation_fits(self) -> AgentConfig:
         if self.train.grad_accum > self.rl.prompts_per_step:
             raise ValueError("train.grad_accum must not exceed rl.prompts_per_step (micro-batches hold whole groups)")
         return self

@@ -95,8 +95,7 @@ class ToolEnv:
         invalid_call_penalty: subtracted from a step's reward per invalid call.
     """
 
-    def __init__(self, sandbox: Sandbox | None = None, limits: Limits | None = None,
-                 invalid_call_penalty: float = 0.0):
+    def __init__(self, sandbox: Sandbox | None = None, limits: Limits | None = None, invalid_call_penalty: float = 0.0):
         self.sandbox, self.limits, self.invalid_call_penalty = sandbox, limits, invalid_call_penalty
         self.task: AgentTask | None = None
         self.ctx = ToolContext(session=None)
@@ -150,16 +149,20 @@ class ToolEnv:
         obs: Observation = []
         reward = 0.0
         for error in parsed.errors:
-            obs.append(self._invalid(f"{error}. Write calls as <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}"
-                                      "</tool_call>."))
+            obs.append(
+                self._invalid(f'{error}. Write calls as <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>.')
+            )
         answered = False
         for call in parsed.calls:
             if self.done:
                 break
             name, args = call["name"], call["arguments"]
             tool = TOOLS.get(name) if name in self.task.tools else None
-            problem = (f"unknown tool {name!r}; available: {', '.join(self.task.tools)}" if tool is None
-                       else check_arguments(tool, args))
+            problem = (
+                f"unknown tool {name!r}; available: {', '.join(self.task.tools)}"
+                if tool is None
+                else check_arguments(tool, args)
+            )
             if problem:
                 obs.append(self._invalid(problem))
                 continue
@@ -190,8 +193,12 @@ class ToolEnv:
                 return self._finish(answer)
             self.stats.wrong_answers += 1
             left = self.task.attempts - self.stats.attempts
-            obs.append({"role": "user", "content": f"That is not correct. Try again ({left} "
-                                                   f"attempt{'s' if left > 1 else ''} left)."})
+            obs.append(
+                {
+                    "role": "user",
+                    "content": f"That is not correct. Try again ({left} attempt{'s' if left > 1 else ''} left).",
+                }
+            )
             return 0.0
         return self._finish(answer)
 
@@ -204,8 +211,10 @@ class ToolEnv:
     def _intact(self) -> bool:
         if not self._initial:
             return True
-        return all((self.ctx.session.read_file(p) or b"").decode("utf-8", "replace") == text
-                   for p, text in self._initial.items())
+        return all(
+            (self.ctx.session.read_file(p) or b"").decode("utf-8", "replace") == text
+            for p, text in self._initial.items()
+        )
 
     def _close_session(self) -> None:
         if self.ctx.session is not None:

@@ -48,8 +48,9 @@ def run_episode(env: ToolEnv, policy: Policy, task: AgentTask) -> EpisodeResult:
         env.close()
 
 
-def run_episodes(sandbox: Any, make_policy: Callable[[int], Policy], tasks: list[AgentTask],
-                 workers: int = 4) -> list[EpisodeResult]:
+def run_episodes(
+    sandbox: Any, make_policy: Callable[[int], Policy], tasks: list[AgentTask], workers: int = 4
+) -> list[EpisodeResult]:
     """`run_episode` over `tasks` on `workers` threads (each its own `ToolEnv`), in task order.
 
     `make_policy(i)` gives episode i's policy (`POLICIES[name]`: random policies get their
@@ -71,7 +72,8 @@ def summarise(stats: list[EpisodeStats]) -> dict[str, float]:
     n = max(len(scored), 1)
     with_error = [s for s in scored if s.errors > 0]
     return {
-        "episodes": len(stats), "env_errors": len(stats) - len(scored),
+        "episodes": len(stats),
+        "env_errors": len(stats) - len(scored),
         "completion_rate": sum(s.success for s in scored) / n,
         "steps": sum(s.steps for s in scored) / n,
         "invalid_calls": sum(s.invalid_calls for s in scored) / n,

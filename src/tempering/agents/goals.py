@@ -1,11 +1,11 @@
 """Goal checks: did the episode leave the world in the wanted state? (Never read from the transcript.)
 
-    {"type": "answer", "value": "4181"}                     the submitted answer (numbers compared as numbers)
-    {"type": "file", "path": "out.csv", "equals": "..."}    a file's content (trailing whitespace ignored)
-    {"type": "command", "cmd": "python3 test_calc.py",      a program run in the episode's sandbox exits 0;
-     "files": {"test_calc.py": "..."}}                        `files` (hidden copies, e.g. the real tests)
-                                                              are written first, so edits to them do not help
-    {"type": "all", "checks": [...]}                        every check passes
+{"type": "answer", "value": "4181"}                     the submitted answer (numbers compared as numbers)
+{"type": "file", "path": "out.csv", "equals": "..."}    a file's content (trailing whitespace ignored)
+{"type": "command", "cmd": "python3 test_calc.py",      a program run in the episode's sandbox exits 0;
+ "files": {"test_calc.py": "..."}}                        `files` (hidden copies, e.g. the real tests)
+                                                          are written first, so edits to them do not help
+{"type": "all", "checks": [...]}                        every check passes
 """
 
 from __future__ import annotations

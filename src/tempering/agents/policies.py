@@ -64,20 +64,22 @@ def random_policy(seed: int = 0) -> Callable[[AgentTask, list[dict[str, Any]]], 
         if roll < 0.15:
             return MALFORMED
         if roll < 0.3:
-            return f"The answer is {rng.randrange(10 ** 6)}."
+            return f"The answer is {rng.randrange(10**6)}."
         from tempering.agents.tools import TOOLS
 
         name = rng.choice(task.tools)
         props = TOOLS[name].parameters["properties"]
         args = {k: rng.choice(_WORDS) for k in props}
         if name == "submit":
-            args = {"answer": str(rng.randrange(10 ** 6))}
+            args = {"answer": str(rng.randrange(10**6))}
         return format_tool_call(name, args)
 
     return act
 
 
 POLICIES: dict[str, Callable[[int], Policy]] = {
-    "oracle": lambda seed: oracle, "noop": lambda seed: noop, "recover": lambda seed: recover,
+    "oracle": lambda seed: oracle,
+    "noop": lambda seed: noop,
+    "recover": lambda seed: recover,
     "random": random_policy,
 }

@@ -28,15 +28,19 @@ from typing import Any
 from tempering.agents.tools import TOOLS
 from tempering.data.render import TemplateError, detect_tool_call_style
 
-_BASE = [{"role": "user", "content": "tempering-probe-question"},
-         {"role": "assistant", "content": "tempering-probe-answer"}]
+_BASE = [
+    {"role": "user", "content": "tempering-probe-question"},
+    {"role": "assistant", "content": "tempering-probe-answer"},
+]
 
 
 def tool_system_prompt(tools: list[str]) -> str:
     """The system message of "tempering" style: the tools and how to call them."""
-    lines = ["You can use tools. To call one, write on its own line:",
-             '<tool_call>{"name": "<tool>", "arguments": {<arguments as JSON>}}</tool_call>',
-             "Tools:"]
+    lines = [
+        "You can use tools. To call one, write on its own line:",
+        '<tool_call>{"name": "<tool>", "arguments": {<arguments as JSON>}}</tool_call>',
+        "Tools:",
+    ]
     for name in tools:
         t = TOOLS[name]
         lines.append(f"- {name} {json.dumps(list(t.parameters['properties']))}: {t.description}")
@@ -88,5 +92,5 @@ class AgentRenderer:
         cut = head.rfind(self.eot_text)
         if cut < 0:
             raise TemplateError(f"the end-of-turn token {self.eot_text!r} does not close an assistant turn")
-        ids = self._encode(full[cut + len(self.eot_text):])
+        ids = self._encode(full[cut + len(self.eot_text) :])
         return ids if closed else [self.eot_id, *ids]

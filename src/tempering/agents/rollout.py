@@ -116,9 +116,17 @@ class _Live:
         self.logprobs += list(logprobs) if logprobs is not None else [0.0] * len(ids)
 
 
-def agent_rollout(tasks: Sequence[AgentTask], engine: Engine, renderer: AgentRenderer, sandbox: Any,
-                  sampling: SamplingSettings, settings: EpisodeSettings | None = None, *, n: int = 1,
-                  seed: int | None = None) -> AgentBatch:
+def agent_rollout(
+    tasks: Sequence[AgentTask],
+    engine: Engine,
+    renderer: AgentRenderer,
+    sandbox: Any,
+    sampling: SamplingSettings,
+    settings: EpisodeSettings | None = None,
+    *,
+    n: int = 1,
+    seed: int | None = None,
+) -> AgentBatch:
     """Run `n` episodes of each task with the engine as the policy; groups in task order."""
     settings = settings or EpisodeSettings()
     times = {"generation": 0.0, "environment": 0.0, "rendering": 0.0}
@@ -146,11 +154,17 @@ def agent_rollout(tasks: Sequence[AgentTask], engine: Engine, renderer: AgentRen
             times["rendering"] += perf_counter() - t0
             round_ += 1
     episodes = [_finish(e) for e in live]
-    return AgentBatch([episodes[i * n:(i + 1) * n] for i in range(len(tasks))], times, steps)
+    return AgentBatch([episodes[i * n : (i + 1) * n] for i in range(len(tasks))], times, steps)
 
 
-def _start(task: AgentTask, sample: int, renderer: AgentRenderer, sandbox: Any, settings: EpisodeSettings,
-           times: dict[str, float]) -> _Live:
+def _start(
+    task: AgentTask,
+    sample: int,
+    renderer: AgentRenderer,
+    sandbox: Any,
+    settings: EpisodeSettings,
+    times: dict[str, float],
+) -> _Live:
     e = _Live(task, sample, ToolEnv(sandbox, invalid_call_penalty=settings.invalid_call_penalty))
     t0 = perf_counter()
     try:
@@ -176,15 +190,23 @@ def _room(e: _Live, settings: EpisodeSettings) -> int | None:
     return room
 
 
-def _generate(active: list[_Live], engine: Engine, renderer: AgentRenderer, sampling: SamplingSettings,
-              settings: EpisodeSettings, seed: int | None, round_: int) -> None:
+def _generate(
+    active: list[_Live],
+    engine: Engine,
+    renderer: AgentRenderer,
+    sampling: SamplingSettings,
+    settings: EpisodeSettings,
+    seed: int | None,
+    round_: int,
+) -> None:
     by_budget: dict[int, list[_Live]] = {}
     for e in active:
         by_budget.setdefault(min(sampling.max_new_tokens, _room(e, settings) or 0), []).append(e)
     for budget, episodes in sorted(by_budget.items()):
         params = sampling.params(n=1, seed=None if seed is None else seed * 100_003 + round_ * 1009 + budget)
-        params = params.model_copy(update={"max_new_tokens": budget,
-                                           "stop_token_ids": tuple({*params.stop_token_ids, renderer.eot_id})})
+        params = params.model_copy(
+            update={"max_new_tokens": budget, "stop_token_ids": tuple({*params.stop_token_ids, renderer.eot_id})}
+        )
         for e, group in zip(episodes, engine.generate([e.ids for e in episodes], params)):
             c = group[0]
             e.turns.append(Turn(len(e.ids), list(c.token_ids), list(c.logprobs), c.finish_reason))
@@ -198,8 +220,8 @@ def _truncated(e: _Live, settings: EpisodeSettings) -> None:
     turn = e.turns[-1]
     if settings.truncated_turns == "mask":
         end = turn.start + len(turn.token_ids)
-        e.mask[turn.start:end] = [0] * len(turn.token_ids)
-        e.logprobs[turn.start:end] = [0.0] * len(turn.token_ids)
+        e.mask[turn.start : end] = [0] * len(turn.token_ids)
+        e.logprobs[turn.start : end] = [0.0] * len(turn.token_ids)
         e.rewards.append(0.0)
     else:
         e.rewards.append(-settings.truncation_penalty)
@@ -240,10 +262,22 @@ def _finish(e: _Live) -> AgentEpisode:
     success = stats.success and e.finish == "stop"
     rewards = [Reward(value=r) for r in (e.rewards or [0.0])]
     last = rewards[-1]
-    rewards[-1] = Reward(value=last.value, components={"correct": float(success)},
-                         flags=[ENV_ERROR] if e.status == ENV_ERROR else [],
-                         detail=e.error or None)
-    trajectory = Trajectory(task_id=e.task.id, sample=e.sample, messages=e.messages, token_ids=e.ids,
-                            loss_mask=e.mask, logprobs=e.logprobs, prompt_length=e.prompt_length, rewards=rewards,
-                            finish_reason=e.finish, status=e.status)
+    rewards[-1] = Reward(
+        value=last.value,
+        components={"correct": float(success)},
+        flags=[ENV_ERROR] if e.status == ENV_ERROR else [],
+        detail=e.error or None,
+    )
+    trajectory = Trajectory(
+        task_id=e.task.id,
+        sample=e.sample,
+        messages=e.messages,
+        token_ids=e.ids,
+        loss_mask=e.mask,
+        logprobs=e.logprobs,
+        prompt_length=e.prompt_length,
+        rewards=rewards,
+        finish_reason=e.finish,
+        status=e.status,
+    )
     return AgentEpisode(e.task, e.sample, trajectory, stats, e.turns)

@@ -58,7 +58,7 @@ class AgentTask(BaseModel):
     """The scripted expert: tool calls per turn (hidden from the model)."""
 
     @model_validator(mode="after")
-    def _known(self) -> "AgentTask":
+    def _known(self) -> AgentTask:
         unknown = sorted(set(self.tools) - set(TOOLS))
         if unknown:
             raise ValueError(f"unknown tools {unknown}; known: {sorted(TOOLS)}")
@@ -68,8 +68,11 @@ class AgentTask(BaseModel):
 
     @property
     def needs_sandbox(self) -> bool:
-        return bool(self.files) or self.goal["type"] in ("command", "file") or any(
-            TOOLS[t].needs_sandbox for t in self.tools)
+        return (
+            bool(self.files)
+            or self.goal["type"] in ("command", "file")
+            or any(TOOLS[t].needs_sandbox for t in self.tools)
+        )
 
     def attempt_reward(self, attempt: int) -> float:
         """Reward for a correct answer given on attempt `attempt` (1-based)."""

@@ -61,13 +61,19 @@ class Tool:
     @property
     def schema(self) -> dict[str, Any]:
         """The tool as chat templates take it (`apply_chat_template(..., tools=[...])`)."""
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
 
 
 def _params(required: dict[str, str]) -> dict[str, Any]:
-    return {"type": "object", "properties": {k: {"type": "string", "description": d} for k, d in required.items()},
-            "required": list(required), "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {k: {"type": "string", "description": d} for k, d in required.items()},
+        "required": list(required),
+        "additionalProperties": False,
+    }
 
 
 def clip(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
@@ -99,8 +105,12 @@ def _shell(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
 def _python(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
     # runs as /work/_agent_code.py so the episode's own main.py (if any) is left alone
     session = _session(ctx)
-    return _exec_outcome(session.exec(["python3", "-E", "-S", "_agent_code.py"], files={"_agent_code.py": args["code"]},
-                                      limits=ctx.limits), ctx)
+    return _exec_outcome(
+        session.exec(
+            ["python3", "-E", "-S", "_agent_code.py"], files={"_agent_code.py": args["code"]}, limits=ctx.limits
+        ),
+        ctx,
+    )
 
 
 def _relative(path: str) -> str | None:
@@ -139,10 +149,17 @@ def _submit(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
     return ToolOutcome("submitted", done=True)
 
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
-MAX_CALC_MAGNITUDE = 10 ** 30
+MAX_CALC_MAGNITUDE = 10**30
 
 
 def calculate(expression: str) -> int | float:
@@ -167,7 +184,7 @@ def _value(node: ast.AST) -> int | float:
         return _UNARY[type(node.op)](_value(node.operand))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _value(node.left), _value(node.right)
-        if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 10 ** 6):
+        if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 10**6):
             raise ValueError("power too large")
         try:
             out = _BINARY[type(node.op)](left, right)
@@ -189,19 +206,44 @@ def _calculator(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
     return ToolOutcome(str(value))
 
 
-TOOLS: dict[str, Tool] = {t.name: t for t in [
-    Tool("shell", "Run a bash command line in the working directory /work; returns stdout and stderr.",
-         _params({"cmd": "the command line"}), _shell),
-    Tool("python", "Run Python code (standard library only) in /work; returns what it prints.",
-         _params({"code": "the program"}), _python),
-    Tool("read_file", "Read a text file under /work.", _params({"path": "path relative to /work"}), _read_file),
-    Tool("write_file", "Write a text file under /work (replacing it).",
-         _params({"path": "path relative to /work", "content": "the full new content"}), _write_file),
-    Tool("submit", "Submit the final answer; ends the task.", _params({"answer": "the final answer"}), _submit,
-         needs_sandbox=False),
-    Tool("calculator", "Evaluate an arithmetic expression exactly (+ - * / // % ** and parentheses).",
-         _params({"expression": "e.g. 1234 * 5678"}), _calculator, needs_sandbox=False),
-]}
+TOOLS: dict[str, Tool] = {
+    t.name: t
+    for t in [
+        Tool(
+            "shell",
+            "Run a bash command line in the working directory /work; returns stdout and stderr.",
+            _params({"cmd": "the command line"}),
+            _shell,
+        ),
+        Tool(
+            "python",
+            "Run Python code (standard library only) in /work; returns what it prints.",
+            _params({"code": "the program"}),
+            _python,
+        ),
+        Tool("read_file", "Read a text file under /work.", _params({"path": "path relative to /work"}), _read_file),
+        Tool(
+            "write_file",
+            "Write a text file under /work (replacing it).",
+            _params({"path": "path relative to /work", "content": "the full new content"}),
+            _write_file,
+        ),
+        Tool(
+            "submit",
+            "Submit the final answer; ends the task.",
+            _params({"answer": "the final answer"}),
+            _submit,
+            needs_sandbox=False,
+        ),
+        Tool(
+            "calculator",
+            "Evaluate an arithmetic expression exactly (+ - * / // % ** and parentheses).",
+            _params({"expression": "e.g. 1234 * 5678"}),
+            _calculator,
+            needs_sandbox=False,
+        ),
+    ]
+}
 
 
 def check_arguments(tool: Tool, arguments: dict[str, Any]) -> str | None:

@@ -63,8 +63,10 @@ def expert_conversations(tasks: list[AgentTask], renderer: AgentRenderer, sandbo
 def expert_examples(tasks: list[AgentTask], renderer: AgentRenderer, sandbox: Any) -> list[RenderedExample]:
     """Expert conversations rendered for SFT (assistant tokens only, token-exact prefixes)."""
     tok = renderer.tokenizer
-    return [render_with_mask(tok, c, renderer.style, renderer.eot_id) for c in
-            expert_conversations(tasks, renderer, sandbox)]
+    return [
+        render_with_mask(tok, c, renderer.style, renderer.eot_id)
+        for c in expert_conversations(tasks, renderer, sandbox)
+    ]
 
 
 class Curriculum:
@@ -105,8 +107,7 @@ class Curriculum:
             self.queue = []
 
     def state_dict(self) -> dict:
-        return {"level": self.level, "recent": list(self.recent), "rng": self.rng.getstate(),
-                "queue": list(self.queue)}
+        return {"level": self.level, "recent": list(self.recent), "rng": self.rng.getstate(), "queue": list(self.queue)}
 
     def load_state_dict(self, state: dict) -> None:
         self.level, self.recent = state["level"], deque(state["recent"], maxlen=self.recent.maxlen)
@@ -115,22 +116,24 @@ class Curriculum:
         self.rng.setstate((rng[0], tuple(rng[1]), rng[2]))
 
 
-def step_rewards_tensor(groups: list[list[AgentEpisode]], width: int,
-                        prompt_lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def step_rewards_tensor(
+    groups: list[list[AgentEpisode]], width: int, prompt_lengths: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(rewards, step_mask), both (N, width) over completion positions: each turn's reward at
     the turn's last sampled token."""
     rows = [(i, ep) for i, g in enumerate(groups) for ep in g]
     rewards, step_mask = torch.zeros(len(rows), width), torch.zeros(len(rows), width)
     for r, (i, ep) in enumerate(rows):
         values = [x.value for x in ep.trajectory.rewards]
-        for k, turn in enumerate(ep.turns[:len(values)]):
+        for k, turn in enumerate(ep.turns[: len(values)]):
             pos = turn.start + len(turn.token_ids) - 1 - prompt_lengths[i]
             rewards[r, pos], step_mask[r, pos] = values[k], 1.0
     return rewards, step_mask
 
 
-def discounted_step_advantages(rewards: torch.Tensor, step_mask: torch.Tensor, groups: torch.Tensor,
-                               gamma: float, scale_std: bool = True) -> torch.Tensor:
+def discounted_step_advantages(
+    rewards: torch.Tensor, step_mask: torch.Tensor, groups: torch.Tensor, gamma: float, scale_std: bool = True
+) -> torch.Tensor:
     """Process-supervision advantages with a discount: (N, T) -> (N, T).
 
     Step rewards are normalised within their group as in `grpo_advantages`; a token's
@@ -159,10 +162,23 @@ class AgentRolloutSource:
         store: a JSONL path every episode is appended to (None: not kept).
     """
 
-    def __init__(self, tasks: list[AgentTask], engine: Any, renderer: AgentRenderer, sandbox: Any,
-                 grpo: GRPOSettings, episode: EpisodeSettings, grad_accum: int, seed: int, *,
-                 promote_at: float = 0.8, window: int = 32, step_rewards: bool = False, gamma: float = 1.0,
-                 store: Path | None = None):
+    def __init__(
+        self,
+        tasks: list[AgentTask],
+        engine: Any,
+        renderer: AgentRenderer,
+        sandbox: Any,
+        grpo: GRPOSettings,
+        episode: EpisodeSettings,
+        grad_accum: int,
+        seed: int,
+        *,
+        promote_at: float = 0.8,
+        window: int = 32,
+        step_rewards: bool = False,
+        gamma: float = 1.0,
+        store: Path | None = None,
+    ):
         if not tasks:
             raise ValueError("agent RL needs at least one training task")
         self.engine, self.renderer, self.sandbox = engine, renderer, sandbox
@@ -193,8 +209,16 @@ class AgentRolloutSource:
     def _rollout_batch(self) -> list[dict[str, Any]]:
         tier = self.curriculum.tier
         tasks = self.curriculum.sample(self.s.prompts_per_step)
-        batch = agent_rollout(tasks, self.engine, self.renderer, self.sandbox, self.s, self.episode,
-                              n=self.s.group_size, seed=hash((self.seed, self.rollouts)) % 2**31)
+        batch = agent_rollout(
+            tasks,
+            self.engine,
+            self.renderer,
+            self.sandbox,
+            self.s,
+            self.episode,
+            n=self.s.group_size,
+            seed=hash((self.seed, self.rollouts)) % 2**31,
+        )
         self.rollouts += 1
         seen = batch.groups
         ok = [g for g in seen if all(ep.trajectory.status == "scored" for ep in g)]
@@ -209,13 +233,13 @@ class AgentRolloutSource:
     def _micro_batches(self, groups: list[list[AgentEpisode]]) -> list[dict[str, Any]]:
         n_micro = min(self.grad_accum, len(groups))
         per = math.ceil(len(groups) / n_micro)
-        out = [self._tensors(groups[i:i + per]) for i in range(0, len(groups), per)]
+        out = [self._tensors(groups[i : i + per]) for i in range(0, len(groups), per)]
         while len(out) < self.grad_accum:
             out.append({**out[-1], "loss_mask": torch.zeros_like(out[-1]["loss_mask"]), "n_real_tokens": 0})
         return out
 
     def _tensors(self, groups: list[list[AgentEpisode]]) -> dict[str, Any]:
-        prompts = [g[0].trajectory.token_ids[:g[0].trajectory.prompt_length] for g in groups]
+        prompts = [g[0].trajectory.token_ids[: g[0].trajectory.prompt_length] for g in groups]
         prompt_ids, prompt_mask = left_pad(prompts, PAD_ID)
         trajs = [ep.trajectory for g in groups for ep in g]
         width = max(1, max(len(t.completion_ids) for t in trajs))
@@ -227,7 +251,7 @@ class AgentRolloutSource:
             n = len(t.completion_ids)
             completion_ids[i, :n] = torch.tensor(t.completion_ids, dtype=torch.long)
             completion_mask[i, :n] = 1
-            loss_mask[i, :n] = torch.tensor(t.loss_mask[t.prompt_length:], dtype=torch.long)
+            loss_mask[i, :n] = torch.tensor(t.loss_mask[t.prompt_length :], dtype=torch.long)
             engine_logprobs[i, :n] = torch.tensor(t.completion_logprobs)
         if self.step_rewards:
             rewards, step_mask = step_rewards_tensor(groups, width, [len(p) for p in prompts])
@@ -236,17 +260,25 @@ class AgentRolloutSource:
         else:
             rewards = torch.tensor([[ep.trajectory.reward.value for ep in g] for g in groups])
             advantages = grpo_advantages(rewards, scale_std=self.s.scale_std).reshape(-1)
-        return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
-                "completion_mask": completion_mask, "loss_mask": loss_mask, "engine_logprobs": engine_logprobs,
-                "sampled_mask": loss_mask.clone(),
-                "advantages": advantages, "n_real_tokens": int(completion_mask.sum()) + int(prompt_mask.sum())}
+        return {
+            "prompt_ids": prompt_ids,
+            "prompt_mask": prompt_mask,
+            "completion_ids": completion_ids,
+            "completion_mask": completion_mask,
+            "loss_mask": loss_mask,
+            "engine_logprobs": engine_logprobs,
+            "sampled_mask": loss_mask.clone(),
+            "advantages": advantages,
+            "n_real_tokens": int(completion_mask.sum()) + int(prompt_mask.sum()),
+        }
 
     def _record(self, seen: list[list[AgentEpisode]], kept: list, tier: int, batch: Any) -> None:
         eps = [ep for g in seen for ep in g]
         scored = [ep for ep in eps if ep.trajectory.status == "scored"] or eps
         n = len(scored)
         self._stats = {
-            "tier": float(tier), "success_rate": sum(ep.stats.success for ep in scored) / n,
+            "tier": float(tier),
+            "success_rate": sum(ep.stats.success for ep in scored) / n,
             "reward_mean": sum(ep.trajectory.reward.value for ep in scored) / n,
             "turns": sum(len(ep.turns) for ep in scored) / n,
             "invalid_calls": sum(ep.stats.invalid_calls for ep in scored) / n,
@@ -254,7 +286,8 @@ class AgentRolloutSource:
             "truncated": sum(ep.trajectory.finish_reason == "length" for ep in scored) / n,
             "context_ended": sum(ep.trajectory.finish_reason == "context" for ep in scored) / n,
             "env_errors": float(sum(ep.trajectory.status != "scored" for ep in eps)),
-            "groups_kept": float(len(kept)), "groups": float(len(seen)),
+            "groups_kept": float(len(kept)),
+            "groups": float(len(seen)),
             **{f"time/{k}_s": v for k, v in batch.times.items()},
         }
         if self.store is not None:
@@ -268,7 +301,18 @@ def episode_row(ep: AgentEpisode, rollout: int) -> dict[str, Any]:
     from dataclasses import asdict
 
     t = ep.trajectory
-    return {"rollout": rollout, "task_id": ep.task.id, "tier": ep.task.tier, "sample": ep.sample,
-            "messages": t.messages, "rewards": [r.value for r in t.rewards], "status": t.status,
-            "finish_reason": t.finish_reason, "success": ep.stats.success, "recovered": ep.stats.recovered,
-            "stats": asdict(ep.stats), "token_ids": t.token_ids, "loss_mask": t.loss_mask}
+    return {
+        "rollout": rollout,
+        "task_id": ep.task.id,
+        "tier": ep.task.tier,
+        "sample": ep.sample,
+        "messages": t.messages,
+        "rewards": [r.value for r in t.rewards],
+        "status": t.status,
+        "finish_reason": t.finish_reason,
+        "success": ep.stats.success,
+        "recovered": ep.stats.recovered,
+        "stats": asdict(ep.stats),
+        "token_ids": t.token_ids,
+        "loss_mask": t.loss_mask,
+    }

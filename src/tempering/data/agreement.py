@@ -110,9 +110,14 @@ def annotator_agreement(items: Sequence[Sequence[Any]]) -> dict[str, dict[str, f
                 continue
             judged[name] += 1
             hits[name] += _label(vote) == others.majority
-    return {name: {"votes": voted[name], "judged": judged[name],
-                   "agreement": hits[name] / judged[name] if judged[name] else math.nan}
-            for name in sorted(voted)}
+    return {
+        name: {
+            "votes": voted[name],
+            "judged": judged[name],
+            "agreement": hits[name] / judged[name] if judged[name] else math.nan,
+        }
+        for name in sorted(voted)
+    }
 
 
 @dataclass
@@ -129,9 +134,15 @@ class AgreementReport:
     items: list[ItemAgreement | None] = field(repr=False)
 
     def summary(self) -> dict[str, Any]:
-        return {"rows": self.rows, "voted": self.voted, "alpha": _json_float(self.alpha),
-                "kappa": _json_float(self.kappa), "kappa_items": self.kappa_items,
-                "mean_agreement": _json_float(self.mean_agreement), "annotators": len(self.annotators)}
+        return {
+            "rows": self.rows,
+            "voted": self.voted,
+            "alpha": _json_float(self.alpha),
+            "kappa": _json_float(self.kappa),
+            "kappa_items": self.kappa_items,
+            "mean_agreement": _json_float(self.mean_agreement),
+            "annotators": len(self.annotators),
+        }
 
 
 def _json_float(x: float) -> float | None:
@@ -146,9 +157,15 @@ def agreement_report(votes_per_row: Sequence[Sequence[Any] | None]) -> Agreement
     kappa, kappa_items = fleiss_kappa(counts)
     voted = [i for i in items if i is not None]
     return AgreementReport(
-        rows=len(lists), voted=len(voted), alpha=krippendorff_alpha(counts), kappa=kappa, kappa_items=kappa_items,
+        rows=len(lists),
+        voted=len(voted),
+        alpha=krippendorff_alpha(counts),
+        kappa=kappa,
+        kappa_items=kappa_items,
         mean_agreement=float(np.mean([i.agreement for i in voted])) if voted else math.nan,
-        annotators=annotator_agreement([v for v in lists if v]), items=items)
+        annotators=annotator_agreement([v for v in lists if v]),
+        items=items,
+    )
 
 
 @dataclass
@@ -163,8 +180,12 @@ class FilterResult:
     """Row index -> its new weight factor (support of the kept side), when weighting."""
 
 
-def filter_pairs(items: Sequence[ItemAgreement | None], min_agreement: float = 0.0, flip: bool = False,
-                 weight_by_support: bool = False) -> FilterResult:
+def filter_pairs(
+    items: Sequence[ItemAgreement | None],
+    min_agreement: float = 0.0,
+    flip: bool = False,
+    weight_by_support: bool = False,
+) -> FilterResult:
     """Which rows to keep by their votes (see the module docstring)."""
     if not 0.0 <= min_agreement <= 1.0:
         raise ValueError(f"min_agreement must be within [0, 1], got {min_agreement}")
@@ -192,8 +213,9 @@ def filter_pairs(items: Sequence[ItemAgreement | None], min_agreement: float = 0
     return FilterResult(kept, flipped, dropped, weights)
 
 
-def apply_filter(rows: Sequence[dict[str, Any]], result: FilterResult, items: Sequence[ItemAgreement | None]
-                 ) -> list[dict[str, Any]]:
+def apply_filter(
+    rows: Sequence[dict[str, Any]], result: FilterResult, items: Sequence[ItemAgreement | None]
+) -> list[dict[str, Any]]:
     """The kept rows as JSON rows: flipped ones swapped (votes relabelled to match), weights
     multiplied, and the item's agreement recorded under `meta.agreement`."""
     swap_vote = {"chosen": "rejected", "rejected": "chosen", "tie": "tie"}
@@ -206,9 +228,15 @@ def apply_filter(rows: Sequence[dict[str, Any]], result: FilterResult, items: Se
             if i in flipped:
                 row["chosen"], row["rejected"] = row["rejected"], row["chosen"]
                 row["votes"] = [{**v, "prefers": swap_vote[v["prefers"]]} for v in row["votes"]]
-            row["meta"] = {**(row.get("meta") or {}), "agreement": {
-                "agreement": round(item.agreement, 6), "support": round(item.support, 6), "votes": item.votes,
-                "flipped": i in flipped}}
+            row["meta"] = {
+                **(row.get("meta") or {}),
+                "agreement": {
+                    "agreement": round(item.agreement, 6),
+                    "support": round(item.support, 6),
+                    "votes": item.votes,
+                    "flipped": i in flipped,
+                },
+            }
         if i in result.weights:
             row["weight"] = round(float(row.get("weight", 1.0)) * result.weights[i], 6)
         out.append(row)

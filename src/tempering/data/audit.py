@@ -77,9 +77,14 @@ class PairAudit:
         out = []
         share = self.chosen_longer_share
         if share is not None and (share > LENGTH_BIAS_WARN or (self.rejected_longer / self.rows) > LENGTH_BIAS_WARN):
-            out.append(("length", f"length bias: chosen is longer in {share:.0%} of pairs and shorter in "
-                        f"{self.rejected_longer / self.rows:.0%} (mean {self.mean_chars_chosen:.0f} vs "
-                        f"{self.mean_chars_rejected:.0f} chars)"))
+            out.append(
+                (
+                    "length",
+                    f"length bias: chosen is longer in {share:.0%} of pairs and shorter in "
+                    f"{self.rejected_longer / self.rows:.0%} (mean {self.mean_chars_chosen:.0f} vs "
+                    f"{self.mean_chars_rejected:.0f} chars)",
+                )
+            )
         if self.identical:
             out.append(("identical", f"{self.identical} pairs with chosen == rejected (no preference signal)"))
         if self.tie_majority:
@@ -96,17 +101,29 @@ class PairAudit:
 
     def summary(self) -> dict[str, Any]:
         share = self.chosen_longer_share
-        return {"rows": self.rows, "chosen_longer_share": None if share is None else round(share, 4),
-                "rejected_longer_share": round(self.rejected_longer / self.rows, 4) if self.rows else None,
-                "mean_chars_chosen": round(self.mean_chars_chosen, 1),
-                "mean_chars_rejected": round(self.mean_chars_rejected, 1),
-                "tie_votes": self.tie_votes, "tie_majority": self.tie_majority, "identical": self.identical,
-                "duplicate_rows": self.duplicate_rows, "repeated_prompts": self.repeated_prompts,
-                "across_splits": self.across_splits, "sources": self.sources, "warnings": len(self.warnings())}
+        return {
+            "rows": self.rows,
+            "chosen_longer_share": None if share is None else round(share, 4),
+            "rejected_longer_share": round(self.rejected_longer / self.rows, 4) if self.rows else None,
+            "mean_chars_chosen": round(self.mean_chars_chosen, 1),
+            "mean_chars_rejected": round(self.mean_chars_rejected, 1),
+            "tie_votes": self.tie_votes,
+            "tie_majority": self.tie_majority,
+            "identical": self.identical,
+            "duplicate_rows": self.duplicate_rows,
+            "repeated_prompts": self.repeated_prompts,
+            "across_splits": self.across_splits,
+            "sources": self.sources,
+            "warnings": len(self.warnings()),
+        }
 
 
-def audit_pairs(pairs: Sequence[Any], locations: Sequence[str] | None = None,
-                other_splits: dict[str, set[str]] | None = None, max_examples: int = 5) -> PairAudit:
+def audit_pairs(
+    pairs: Sequence[Any],
+    locations: Sequence[str] | None = None,
+    other_splits: dict[str, set[str]] | None = None,
+    max_examples: int = 5,
+) -> PairAudit:
     """Audit pairs (`PreferencePair`s or row dicts); `other_splits` maps a name to its prompt keys
     (`prompt_keys`). `locations` (e.g. "file:line") name the examples."""
     audit = PairAudit(rows=len(pairs))

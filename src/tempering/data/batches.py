@@ -49,7 +49,9 @@ class ExampleOrder:
     def load_state_dict(self, state: dict) -> None:
         for key in ("n", "seed"):
             if state[key] != getattr(self, key):
-                raise ValueError(f"data order changed since the checkpoint ({key}: {state[key]} -> {getattr(self, key)})")
+                raise ValueError(
+                    f"data order changed since the checkpoint ({key}: {state[key]} -> {getattr(self, key)})"
+                )
         self.epoch, self.cursor = state["epoch"], state["cursor"]
         self._perm = self._permutation(self.epoch)
 
@@ -135,11 +137,21 @@ class SFTBatches:
     global micro-batch and the cursor (the state) is the same on every rank.
     """
 
-    def __init__(self, examples: list[RenderedExample], batch_size: int, max_length: int,
-                 pad_id: int, packing: bool, seed: int, shard: tuple[int, int] = (0, 1)):
+    def __init__(
+        self,
+        examples: list[RenderedExample],
+        batch_size: int,
+        max_length: int,
+        pad_id: int,
+        packing: bool,
+        seed: int,
+        shard: tuple[int, int] = (0, 1),
+    ):
         if batch_size % shard[1]:
-            raise ValueError(f"train.batch_size {batch_size} is the global batch and must be a multiple of the "
-                             f"{shard[1]} processes (each takes batch_size / {shard[1]} conversations per micro-batch)")
+            raise ValueError(
+                f"train.batch_size {batch_size} is the global batch and must be a multiple of the "
+                f"{shard[1]} processes (each takes batch_size / {shard[1]} conversations per micro-batch)"
+            )
         self.examples, self.batch_size, self.shard = examples, batch_size, shard
         self.max_length, self.pad_id, self.packing = max_length, pad_id, packing
         self.order = ExampleOrder(len(examples), seed)
@@ -169,6 +181,8 @@ class SFTBatches:
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("fingerprint") != self.fingerprint():
-            raise ValueError("training data changed since the checkpoint (token fingerprint differs); "
-                             "use a new run name to start over")
+            raise ValueError(
+                "training data changed since the checkpoint (token fingerprint differs); "
+                "use a new run name to start over"
+            )
         self.order.load_state_dict(state)

@@ -83,8 +83,9 @@ def heldout_by_hash(a: int, op: str, b: int) -> bool:
     return hashlib.blake2b(f"{a}{op}{b}".encode(), digest_size=8).digest()[0] % 4 == 0
 
 
-def arithmetic_questions(n: int, seed: int, split: str = "train", ops: str = "+-*",
-                         phrasing: str = "canonical", split_by: str = "parity") -> list[tuple[str, int]]:
+def arithmetic_questions(
+    n: int, seed: int, split: str = "train", ops: str = "+-*", phrasing: str = "canonical", split_by: str = "parity"
+) -> list[tuple[str, int]]:
     """`n` (question, answer) pairs: two-digit +, -, and x by a single digit (`ops` picks which)."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
@@ -107,19 +108,33 @@ def arithmetic_questions(n: int, seed: int, split: str = "train", ops: str = "+-
     return out
 
 
-def arithmetic_tasks(n: int, seed: int, split: str = "train", ops: str = "+-*",
-                     verifier: dict | None = None, phrasing: str = "canonical",
-                     split_by: str = "parity") -> list[Task]:
+def arithmetic_tasks(
+    n: int,
+    seed: int,
+    split: str = "train",
+    ops: str = "+-*",
+    verifier: dict | None = None,
+    phrasing: str = "canonical",
+    split_by: str = "parity",
+) -> list[Task]:
     """Arithmetic `Task`s; the verifier spec defaults to `numeric` (`verifier` adds fields to it)."""
     name = "arith" if ops == "+-*" else "arith" + "".join({"+": "add", "-": "sub", "*": "mul"}[o] for o in ops)
     name += ("" if phrasing == "canonical" else f"-{phrasing}") + ("" if split_by == "parity" else f"-{split_by}")
-    return [Task(id=f"{name}-{split}-{seed}-{i:05d}", prompt=q,
-                 verifier={"type": "numeric", **(verifier or {}), "answer": str(a)},
-                 track="reasoning", source=f"builtin:{name}")
-            for i, (q, a) in enumerate(arithmetic_questions(n, seed, split, ops, phrasing, split_by))]
+    return [
+        Task(
+            id=f"{name}-{split}-{seed}-{i:05d}",
+            prompt=q,
+            verifier={"type": "numeric", **(verifier or {}), "answer": str(a)},
+            track="reasoning",
+            source=f"builtin:{name}",
+        )
+        for i, (q, a) in enumerate(arithmetic_questions(n, seed, split, ops, phrasing, split_by))
+    ]
 
 
 def arithmetic_conversations(n: int, seed: int, split: str = "train") -> list[dict]:
     """The same questions answered correctly, as SFT conversations."""
-    return [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": str(a)}]}
-            for q, a in arithmetic_questions(n, seed, split)]
+    return [
+        {"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": str(a)}]}
+        for q, a in arithmetic_questions(n, seed, split)
+    ]

@@ -81,8 +81,7 @@ class Cluster:
 class Deduper:
     """Streaming keep-first dedup (see the module doc); feed rows in order with `add`."""
 
-    def __init__(self, threshold: float = 0.8, num_perm: int = 128, shingle: int = 5, seed: int = 1,
-                 near: bool = True):
+    def __init__(self, threshold: float = 0.8, num_perm: int = 128, shingle: int = 5, seed: int = 1, near: bool = True):
         from datasketch import MinHashLSH
 
         if not 0.0 < threshold <= 1.0:
@@ -101,8 +100,9 @@ class Deduper:
         from datasketch import MinHash
 
         # 32-bit inputs, hashed already: MinHash only permutes them (identity hashfunc).
-        m = MinHash(num_perm=self.num_perm, seed=self.seed, hashfunc=int, permutations=self._permutations,
-                    scheme="affine32")
+        m = MinHash(
+            num_perm=self.num_perm, seed=self.seed, hashfunc=int, permutations=self._permutations, scheme="affine32"
+        )
         self._permutations = m.permutations
         m.update_batch(((shingles >> np.uint64(32)) ^ (shingles & np.uint64(0xFFFFFFFF))).tolist())
         return m
@@ -148,14 +148,21 @@ class DedupReport:
     dropped_ids: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        return {"rows": self.rows, "kept": self.kept, "exact_duplicates": self.exact,
-                "near_duplicates": self.near, "clusters": len(self.clusters)}
+        return {
+            "rows": self.rows,
+            "kept": self.kept,
+            "exact_duplicates": self.exact,
+            "near_duplicates": self.near,
+            "clusters": len(self.clusters),
+        }
 
     def cluster_list(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Clusters, largest first (ties: reading order), as plain dicts."""
         ordered = sorted(self.clusters.items(), key=lambda kv: (-len(kv[1].members), kv[0]))
-        return [{"keeper": c.keeper, "size": 1 + len(c.members), "example": c.example, "members": c.members}
-                for _, c in ordered[:limit]]
+        return [
+            {"keeper": c.keeper, "size": 1 + len(c.members), "example": c.example, "members": c.members}
+            for _, c in ordered[:limit]
+        ]
 
 
 def _example(tokens_text: list[str]) -> str:
@@ -163,8 +170,12 @@ def _example(tokens_text: list[str]) -> str:
     return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 3] + "..."
 
 
-def dedup_rows(rows: Iterable[tuple[str, Any]], deduper: Deduper, keep: Callable[[Any], None],
-               progress: Callable[[int], None] | None = None) -> DedupReport:
+def dedup_rows(
+    rows: Iterable[tuple[str, Any]],
+    deduper: Deduper,
+    keep: Callable[[Any], None],
+    progress: Callable[[int], None] | None = None,
+) -> DedupReport:
     """Run `deduper` over `(row id, row)` pairs; `keep(row)` is called for each kept row.
 
     Raises:
@@ -191,6 +202,7 @@ def dedup_rows(rows: Iterable[tuple[str, Any]], deduper: Deduper, keep: Callable
         report.dropped_ids.append(row_id)
         keeper_id, keeper_example = first_seen[decision.of]
         cluster = report.clusters.setdefault(decision.of, Cluster(keeper_id, keeper_example))
-        cluster.members.append({"row": row_id, "kind": decision.kind, "jaccard": round(decision.jaccard, 4),
-                                "example": _example(texts)})
+        cluster.members.append(
+            {"row": row_id, "kind": decision.kind, "jaccard": round(decision.jaccard, 4), "example": _example(texts)}
+        )
     return report

@@ -27,8 +27,16 @@ FORMAT_KEYS: dict[str, frozenset[str]] = {
     "ShareGPT": frozenset({"conversations"}),
     "Alpaca": frozenset({"instruction", "output"}),
 }
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                  "system": "system", "tool": "tool", "observation": "tool", "function_call": "assistant"}
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "observation": "tool",
+    "function_call": "assistant",
+}
 
 
 class RowInvalid(ValueError):
@@ -47,11 +55,14 @@ def detect_format(row: Any) -> str:
     fits = [name for name, keys in FORMAT_KEYS.items() if keys <= present]
     keys = ", ".join(sorted(map(str, present))) or "none"
     if len(fits) > 1:
-        raise RowInvalid(f"ambiguous row: its keys ({keys}) fit the {' and '.join(fits)} formats; "
-                         "keep the columns of one")
+        raise RowInvalid(
+            f"ambiguous row: its keys ({keys}) fit the {' and '.join(fits)} formats; keep the columns of one"
+        )
     if not fits:
-        raise RowInvalid(f"unknown row format (keys: {keys}); expected 'messages', 'prompt' + 'completion', "
-                         "'conversations' (ShareGPT) or 'instruction' + 'output' (Alpaca)")
+        raise RowInvalid(
+            f"unknown row format (keys: {keys}); expected 'messages', 'prompt' + 'completion', "
+            "'conversations' (ShareGPT) or 'instruction' + 'output' (Alpaca)"
+        )
     return fits[0]
 
 
@@ -73,8 +84,10 @@ def text_content(content: Any, where: str) -> Any:
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else type(part).__name__
         if kind != "text":
-            raise RowInvalid(f"{where}: content part {j} has type {kind!r}; only text parts can be "
-                             "trained on (Tempering trains text-only models)")
+            raise RowInvalid(
+                f"{where}: content part {j} has type {kind!r}; only text parts can be "
+                "trained on (Tempering trains text-only models)"
+            )
         if not isinstance(part.get("text"), str):
             raise RowInvalid(f"{where}: content part {j} needs a string 'text'")
         texts.append(part["text"])
@@ -123,8 +136,10 @@ def _from_sharegpt(row: dict) -> list[dict]:
             raise RowInvalid(f"conversations[{i}] needs 'from' and a string 'value'")
         role = SHAREGPT_ROLES.get(turn.get("from"))
         if role is None:
-            raise RowInvalid(f"conversations[{i}]: unknown 'from' {turn.get('from')!r} "
-                             "(expected human, gpt, system, tool, function_call or observation)")
+            raise RowInvalid(
+                f"conversations[{i}]: unknown 'from' {turn.get('from')!r} "
+                "(expected human, gpt, system, tool, function_call or observation)"
+            )
         if turn["from"] == "function_call":
             out.append({"role": "assistant", "content": None, "tool_calls": _calls(turn["value"], i)})
         else:

@@ -82,9 +82,14 @@ def iter_rows(path: str | Path) -> Iterator[tuple[str, Any, Exception | None]]:
         yield from _dataset_dir_rows(path)
         return
     if not path.is_file():
-        hint = "" if path.is_absolute() else (
-            " (relative paths in a config file resolve against the config's directory; "
-            "on the command line and in --set, against the working directory)")
+        hint = (
+            ""
+            if path.is_absolute()
+            else (
+                " (relative paths in a config file resolve against the config's directory; "
+                "on the command line and in --set, against the working directory)"
+            )
+        )
         raise FileNotFoundError(f"data file not found: {path}{hint}")
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -96,8 +101,10 @@ def iter_rows(path: str | Path) -> Iterator[tuple[str, Any, Exception | None]]:
         yield from _json_rows(path)
         return
     if path.suffix not in (".jsonl", ".ndjson"):
-        raise ValueError(f"{path}: unsupported data format {path.suffix!r} "
-                         "(use .jsonl, .json, .parquet or a saved Hugging Face dataset directory)")
+        raise ValueError(
+            f"{path}: unsupported data format {path.suffix!r} "
+            "(use .jsonl, .json, .parquet or a saved Hugging Face dataset directory)"
+        )
     with path.open("rb") as fh:
         yield from _jsonl_rows(fh)
 
@@ -105,13 +112,19 @@ def iter_rows(path: str | Path) -> Iterator[tuple[str, Any, Exception | None]]:
 def _jsonl_rows(lines: Any) -> Iterator[tuple[str, Any, Exception | None]]:
     for i, raw in enumerate(lines, 1):
         if i == 1 and raw.startswith(BOM):
-            raw = raw[len(BOM):]
+            raw = raw[len(BOM) :]
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            yield f"line {i}", text, RowInvalid(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at byte "
-                                                f"{exc.start + 1} of the line); re-encode the file as UTF-8")
+            yield (
+                f"line {i}",
+                text,
+                RowInvalid(
+                    f"not UTF-8 (byte 0x{raw[exc.start]:02x} at byte "
+                    f"{exc.start + 1} of the line); re-encode the file as UTF-8"
+                ),
+            )
             continue
         if not line.strip():
             continue
@@ -128,9 +141,10 @@ def _json_rows(path: Path) -> Iterator[tuple[str, Any, Exception | None]]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise ValueError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); "
-                         "re-encode the file as UTF-8") from None
+        line = data[: exc.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); re-encode the file as UTF-8"
+        ) from None
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -148,17 +162,23 @@ def _dataset_dir_rows(path: Path) -> Iterator[tuple[str, Any, Exception | None]]
     try:
         import datasets
     except ImportError:
-        raise ValueError(f"{path}: a directory; reading saved Hugging Face datasets needs "
-                         "the `datasets` package (pip install datasets)") from None
+        raise ValueError(
+            f"{path}: a directory; reading saved Hugging Face datasets needs "
+            "the `datasets` package (pip install datasets)"
+        ) from None
     try:
         ds = datasets.load_from_disk(str(path))
     except FileNotFoundError:
-        raise ValueError(f"{path}: a directory, but not a Hugging Face dataset saved with "
-                         "save_to_disk (give a .jsonl, .json or .parquet file, or such a directory)") from None
+        raise ValueError(
+            f"{path}: a directory, but not a Hugging Face dataset saved with "
+            "save_to_disk (give a .jsonl, .json or .parquet file, or such a directory)"
+        ) from None
     if isinstance(ds, datasets.DatasetDict):
         if "train" not in ds:
-            raise ValueError(f"{path}: dataset has no 'train' split (splits: {', '.join(ds)}); "
-                             f"point at one split's directory, e.g. {path / next(iter(ds))}")
+            raise ValueError(
+                f"{path}: dataset has no 'train' split (splits: {', '.join(ds)}); "
+                f"point at one split's directory, e.g. {path / next(iter(ds))}"
+            )
         ds = ds["train"]
     for i, row in enumerate(ds, 1):
         yield f"row {i}", row, None

@@ -121,8 +121,7 @@ def largest_remainder(total: int, shares: dict[str, float]) -> dict[str, int]:
     return out
 
 
-def plan_mix(sources: Sequence[MixSource], size: int, by: Unit = "rows",
-             replay_ratio: float | None = None) -> MixPlan:
+def plan_mix(sources: Sequence[MixSource], size: int, by: Unit = "rows", replay_ratio: float | None = None) -> MixPlan:
     """Quotas per source for a mix of `size` rows (or tokens), upsampling caps applied.
 
     Replay keeps its share of the whole. Within each group (the main sources, the replay
@@ -135,15 +134,17 @@ def plan_mix(sources: Sequence[MixSource], size: int, by: Unit = "rows",
     requested = requested_shares(sources, replay_ratio)
     cap = {s.name: _cap(s, by) for s in sources}
     groups = [[s.name for s in sources if not s.replay], [s.name for s in sources if s.replay]]
-    totals = largest_remainder(size, {"main": sum(requested[k] for k in groups[0]),
-                                      "replay": sum(requested[k] for k in groups[1])})
+    totals = largest_remainder(
+        size, {"main": sum(requested[k] for k in groups[0]), "replay": sum(requested[k] for k in groups[1])}
+    )
     quota = _fill(groups[0], totals["main"], requested, cap)
     quota.update(_fill(groups[1], totals["replay"] + totals["main"] - sum(quota.values()), requested, cap))
     spill = size - sum(quota.values())
     if spill:  # the replay group could not hold its share: the main sources take it
         quota.update(_fill(groups[0], sum(quota[k] for k in groups[0]) + spill, requested, cap))
-    capped = sorted(k for k in quota if cap[k] is not None and quota[k] == cap[k] and
-                    quota[k] < size * requested[k] - 1)
+    capped = sorted(
+        k for k in quota if cap[k] is not None and quota[k] == cap[k] and quota[k] < size * requested[k] - 1
+    )
     total = sum(quota.values())
     effective = {k: quota[k] / total if total else 0.0 for k in requested}
     return MixPlan(by, size, requested, effective, {k: quota[k] for k in requested}, capped)
@@ -187,7 +188,7 @@ def walk(n: int, seed: int, name: str, start: int, count: int) -> np.ndarray:
         epoch, offset = divmod(pos, n)
         perm = np.random.default_rng([_seed_of(seed, name), epoch]).permutation(n)
         take = min(n - offset, end - pos)
-        out.append(perm[offset: offset + take])
+        out.append(perm[offset : offset + take])
         pos += take
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
@@ -259,8 +260,10 @@ def draw_mix(sources: Sequence[MixSource], plan: MixPlan, seed: int = 0, epoch: 
         return []
     order = np.argsort(np.concatenate(keys), kind="stable")
     pairs = np.concatenate(owners)[order]
-    return [MixedRow(sources[k].name, int(picks[sources[k].name][j]), sources[k].rows[picks[sources[k].name][j]])
-            for k, j in pairs]
+    return [
+        MixedRow(sources[k].name, int(picks[sources[k].name][j]), sources[k].rows[picks[sources[k].name][j]])
+        for k, j in pairs
+    ]
 
 
 def realised(sources: Sequence[MixSource], rows: Sequence[MixedRow]) -> dict[str, dict[str, float]]:
@@ -272,8 +275,10 @@ def realised(sources: Sequence[MixSource], rows: Sequence[MixedRow]) -> dict[str
         counts[r.source] += 1
         tokens[r.source] += by_name[r.source].tokens[r.index]
     n, t = max(sum(counts.values()), 1), max(sum(tokens.values()), 1)
-    return {k: {"rows": counts[k], "tokens": tokens[k], "row_share": counts[k] / n, "token_share": tokens[k] / t}
-            for k in counts}
+    return {
+        k: {"rows": counts[k], "tokens": tokens[k], "row_share": counts[k] / n, "token_share": tokens[k] / t}
+        for k in counts
+    }
 
 
 def mix_report(sources: Sequence[MixSource], plan: MixPlan, rows: Sequence[MixedRow]) -> dict[str, Any]:
@@ -288,19 +293,37 @@ def mix_report(sources: Sequence[MixSource], plan: MixPlan, rows: Sequence[Mixed
     for s in sources:
         r = real[s.name]
         distinct = len({m.index for m in rows if m.source == s.name})
-        per_source.append({
-            "source": s.name, "track": s.track, "replay": s.replay, "source_rows": len(s.rows),
-            "requested": plan.requested[s.name], "effective": plan.effective[s.name], "realised": r[key],
-            "rows": r["rows"], "tokens": r["tokens"], "row_share": r["row_share"], "token_share": r["token_share"],
-            "epochs": r["rows"] / len(s.rows), "distinct_rows": distinct, "capped": s.name in plan.capped})
+        per_source.append(
+            {
+                "source": s.name,
+                "track": s.track,
+                "replay": s.replay,
+                "source_rows": len(s.rows),
+                "requested": plan.requested[s.name],
+                "effective": plan.effective[s.name],
+                "realised": r[key],
+                "rows": r["rows"],
+                "tokens": r["tokens"],
+                "row_share": r["row_share"],
+                "token_share": r["token_share"],
+                "epochs": r["rows"] / len(s.rows),
+                "distinct_rows": distinct,
+                "capped": s.name in plan.capped,
+            }
+        )
     tracks: dict[str, dict[str, float]] = {}
     for p in per_source:
         t = tracks.setdefault(p["track"], {"requested": 0.0, "realised": 0.0, "rows": 0, "tokens": 0})
         for k in ("requested", "realised", "rows", "tokens"):
             t[k] += p[k]
     return {
-        "unit": plan.unit, "size": plan.size, "rows": len(rows), "tokens": sum(p["tokens"] for p in per_source),
-        "sources": per_source, "tracks": tracks, "capped": plan.capped,
+        "unit": plan.unit,
+        "size": plan.size,
+        "rows": len(rows),
+        "tokens": sum(p["tokens"] for p in per_source),
+        "sources": per_source,
+        "tracks": tracks,
+        "capped": plan.capped,
         "max_abs_error": max(abs(p["realised"] - p["requested"]) for p in per_source),
         "max_abs_error_effective": max(abs(p["realised"] - p["effective"]) for p in per_source),
     }
@@ -312,7 +335,9 @@ def row_text(row: Any) -> str:
         return row
     if isinstance(row, dict):
         if isinstance(row.get("messages"), list):
-            return "\n".join(row_text(m.get("content") or "") + _calls(m) for m in row["messages"] if isinstance(m, dict))
+            return "\n".join(
+                row_text(m.get("content") or "") + _calls(m) for m in row["messages"] if isinstance(m, dict)
+            )
         return "\n".join(row_text(v) for k, v in row.items() if k not in ("meta", "verifier", "id"))
     if isinstance(row, list):
         return "\n".join(row_text(v) for v in row)

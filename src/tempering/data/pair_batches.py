@@ -40,25 +40,29 @@ def collate_pairs(pairs: Sequence[RenderedPair], pad_id: int = PAD_ID) -> dict[s
     score_mask = torch.zeros((2 * b, c_width), dtype=torch.long)
     for i, pair in enumerate(pairs):
         n = len(pair.prompt_ids)
-        prompt_ids[i, p_width - n:] = torch.tensor(pair.prompt_ids)
-        prompt_mask[i, p_width - n:] = 1
+        prompt_ids[i, p_width - n :] = torch.tensor(pair.prompt_ids)
+        prompt_mask[i, p_width - n :] = 1
         for j, side in enumerate(("chosen", "rejected")):
             ids, row = pair.ids(side), 2 * i + j
-            completion_ids[row, :len(ids)] = torch.tensor(ids)
-            completion_mask[row, :len(ids)] = 1
-            score_mask[row, :len(ids)] = torch.tensor(pair.mask(side))
-    return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
-            "completion_mask": completion_mask, "score_mask": score_mask,
-            "weights": torch.tensor([p.weight for p in pairs], dtype=torch.float32),
-            "n_real_tokens": sum(p.n_tokens for p in pairs)}
+            completion_ids[row, : len(ids)] = torch.tensor(ids)
+            completion_mask[row, : len(ids)] = 1
+            score_mask[row, : len(ids)] = torch.tensor(pair.mask(side))
+    return {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "score_mask": score_mask,
+        "weights": torch.tensor([p.weight for p in pairs], dtype=torch.float32),
+        "n_real_tokens": sum(p.n_tokens for p in pairs),
+    }
 
 
 def pairs_fingerprint(pairs: Sequence[RenderedPair]) -> str:
     """sha256 of every pair's tokens, masks and weight (the data part of cache keys and resume checks)."""
     h = hashlib.sha256()
     for p in pairs:
-        h.update(repr((p.prompt_ids, p.chosen_ids, p.chosen_mask, p.rejected_ids, p.rejected_mask,
-                       p.weight)).encode())
+        h.update(repr((p.prompt_ids, p.chosen_ids, p.chosen_mask, p.rejected_ids, p.rejected_mask, p.weight)).encode())
     return h.hexdigest()
 
 
@@ -73,13 +77,22 @@ class PairBatches:
     `batch_size` is the global micro-batch and the cursor is the same on every rank.
     """
 
-    def __init__(self, pairs: list[RenderedPair], batch_size: int, seed: int,
-                 ref_logps: torch.Tensor | None = None, pad_id: int = PAD_ID, shard: tuple[int, int] = (0, 1)):
+    def __init__(
+        self,
+        pairs: list[RenderedPair],
+        batch_size: int,
+        seed: int,
+        ref_logps: torch.Tensor | None = None,
+        pad_id: int = PAD_ID,
+        shard: tuple[int, int] = (0, 1),
+    ):
         if ref_logps is not None and tuple(ref_logps.shape) != (len(pairs), 2):
             raise ValueError(f"ref_logps has shape {tuple(ref_logps.shape)}, expected ({len(pairs)}, 2)")
         if batch_size % shard[1]:
-            raise ValueError(f"train.batch_size {batch_size} is the global batch and must be a multiple of the "
-                             f"{shard[1]} processes (each takes batch_size / {shard[1]} pairs per micro-batch)")
+            raise ValueError(
+                f"train.batch_size {batch_size} is the global batch and must be a multiple of the "
+                f"{shard[1]} processes (each takes batch_size / {shard[1]} pairs per micro-batch)"
+            )
         self.pairs, self.batch_size, self.pad_id, self.ref_logps = pairs, batch_size, pad_id, ref_logps
         self.shard = shard
         self.order = ExampleOrder(len(pairs), seed)
@@ -104,6 +117,8 @@ class PairBatches:
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("fingerprint") != self.fingerprint():
-            raise ValueError("preference pairs changed since the checkpoint (token fingerprint differs); "
-                             "use a new run name to start over")
+            raise ValueError(
+                "preference pairs changed since the checkpoint (token fingerprint differs); "
+                "use a new run name to start over"
+            )
         self.order.load_state_dict(state)

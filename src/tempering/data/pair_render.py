@@ -24,8 +24,15 @@ from typing import Any
 
 from tempering.data.io import LoadResult
 from tempering.data.preference import PreferencePair, Side
-from tempering.data.render import (IGNORE, TemplateError, ToolCallStyle, _apply, _encode, prepare_messages,
-                                   render_with_mask)
+from tempering.data.render import (
+    IGNORE,
+    TemplateError,
+    ToolCallStyle,
+    _apply,
+    _encode,
+    prepare_messages,
+    render_with_mask,
+)
 
 
 @dataclass
@@ -64,8 +71,9 @@ def render_prompt(tokenizer: Any, messages: list[dict], style: ToolCallStyle) ->
     return _encode(tokenizer, _apply(tokenizer, prepare_messages(messages, style), add_generation_prompt=True))
 
 
-def render_pair(tokenizer: Any, pair: PreferencePair, style: ToolCallStyle,
-                end_of_turn_id: int | None = None) -> RenderedPair:
+def render_pair(
+    tokenizer: Any, pair: PreferencePair, style: ToolCallStyle, end_of_turn_id: int | None = None
+) -> RenderedPair:
     """Render both sides of a pair over one shared prompt (see the module docstring).
 
     Raises:
@@ -78,9 +86,13 @@ def render_pair(tokenizer: Any, pair: PreferencePair, style: ToolCallStyle,
     for side in ("chosen", "rejected"):
         ex = render_with_mask(tokenizer, pair.conversation(side), style, end_of_turn_id)
         if ex.input_ids[:n] != prompt_ids:
-            at = next((k for k, (a, b) in enumerate(zip(prompt_ids, ex.input_ids)) if a != b), min(n, len(ex.input_ids)))
-            raise TemplateError(f"{side}: the prompt's tokens are not a prefix of the full render (they differ "
-                                f"at token {at}); the template renders the prompt differently once an answer follows")
+            at = next(
+                (k for k, (a, b) in enumerate(zip(prompt_ids, ex.input_ids)) if a != b), min(n, len(ex.input_ids))
+            )
+            raise TemplateError(
+                f"{side}: the prompt's tokens are not a prefix of the full render (they differ "
+                f"at token {at}); the template renders the prompt differently once an answer follows"
+            )
         mask = [int(label != IGNORE) for label in ex.labels[n:]]
         if not any(mask):
             raise TemplateError(f"{side}: the answer renders to no assistant tokens")

@@ -97,8 +97,10 @@ def _plain_messages(value: Any, field: str) -> Any:
     """Content parts joined to text, so `[{"type": "text", ...}]` content loads as SFT does."""
     if not isinstance(value, list):
         return value
-    return [{**m, "content": text_content(m["content"], f"{field}[{i}]")}
-            if isinstance(m, dict) and "content" in m else m for i, m in enumerate(value)]
+    return [
+        {**m, "content": text_content(m["content"], f"{field}[{i}]")} if isinstance(m, dict) and "content" in m else m
+        for i, m in enumerate(value)
+    ]
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -130,8 +132,9 @@ def _check_shape(pair: PreferencePair) -> None:
     if not any(m["role"] == "user" for m in prompt):
         raise RowInvalid("'prompt' has no user turn")
     if prompt[-1]["role"] not in ("user", "tool"):
-        raise RowInvalid(f"'prompt' must end before the answer (its last turn is {prompt[-1]['role']!r}; "
-                         "expected 'user' or 'tool')")
+        raise RowInvalid(
+            f"'prompt' must end before the answer (its last turn is {prompt[-1]['role']!r}; expected 'user' or 'tool')"
+        )
     for side in ("chosen", "rejected"):
         value = getattr(pair, side)
         if isinstance(value, str):
@@ -142,8 +145,10 @@ def _check_shape(pair: PreferencePair) -> None:
             raise RowInvalid(f"'{side}' is an empty list")
         roles = [m.role for m in value]
         if roles[0] != "assistant":
-            raise RowInvalid(f"'{side}' must start with an assistant turn (got {roles[0]!r}); "
-                             "put the shared conversation before the answer in 'prompt'")
+            raise RowInvalid(
+                f"'{side}' must start with an assistant turn (got {roles[0]!r}); "
+                "put the shared conversation before the answer in 'prompt'"
+            )
         bad = next((i for i, r in enumerate(roles) if r not in ("assistant", "tool")), None)
         if bad is not None:
             raise RowInvalid(f"'{side}'[{bad}]: role {roles[bad]!r}; an answer holds only assistant and tool turns")
@@ -167,8 +172,10 @@ def check_pair(obj: Any) -> PreferencePair:
     missing = [k for k in ("prompt", "chosen", "rejected") if k not in row]
     if missing:
         keys = ", ".join(sorted(map(str, row))) or "none"
-        raise RowInvalid(f"not a preference pair: missing {', '.join(repr(k) for k in missing)} "
-                         f"(keys: {keys}); expected 'prompt', 'chosen', 'rejected'")
+        raise RowInvalid(
+            f"not a preference pair: missing {', '.join(repr(k) for k in missing)} "
+            f"(keys: {keys}); expected 'prompt', 'chosen', 'rejected'"
+        )
     unknown = sorted(set(map(str, row)) - set(PAIR_KEYS))
     if unknown:
         raise RowInvalid(f"unknown field(s) {unknown}; put provenance under 'meta'")

@@ -87,10 +87,18 @@ def render_preview(preview: dict[str, Any], console: Console) -> None:
         say("no valid training example to show")
         return
     if console.is_terminal:
-        say(Text.assemble("# first training example: ", ("trained (loss)", TRAINED_STYLE), " / ",
-                          ("context (no loss)", CONTEXT_STYLE)))
+        say(
+            Text.assemble(
+                "# first training example: ",
+                ("trained (loss)", TRAINED_STYLE),
+                " / ",
+                ("context (no loss)", CONTEXT_STYLE),
+            )
+        )
         styled = ((s["text"], TRAINED_STYLE if s["trained"] else CONTEXT_STYLE) for s in preview["example"])
         say(Text.assemble(*styled))
     else:
-        say(f"# first training example: text between {MARK_OPEN} and {MARK_CLOSE} is trained (loss); the rest is context")
+        say(
+            f"# first training example: text between {MARK_OPEN} and {MARK_CLOSE} is trained (loss); the rest is context"
+        )
         say("".join(f"{MARK_OPEN}{s['text']}{MARK_CLOSE}" if s["trained"] else s["text"] for s in preview["example"]))

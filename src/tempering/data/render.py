@@ -50,9 +50,7 @@ class RenderedExample:
 
 
 def _apply(tokenizer: Any, messages: list[dict], add_generation_prompt: bool = False) -> str:
-    return tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=add_generation_prompt
-    )
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
@@ -109,7 +107,7 @@ def _prefix_len(tokenizer: Any, prefix: str, full: str, full_ids: list[int], whe
         at = next((k for k, (a, b) in enumerate(zip(prefix, full)) if a != b), min(len(prefix), len(full)))
         raise TemplateError(
             f"chat template is not prefix-consistent: the render {where} is not a prefix of the "
-            f"full conversation (they differ at character {at}: {prefix[at:at + 40]!r} vs {full[at:at + 40]!r})"
+            f"full conversation (they differ at character {at}: {prefix[at : at + 40]!r} vs {full[at : at + 40]!r})"
         )
     ids = _encode(tokenizer, prefix)
     if full_ids[: len(ids)] != ids:
@@ -162,8 +160,11 @@ def render_records(loaded: LoadResult, tokenizer: Any, style: str, max_length: i
         except TemplateError as exc:
             raise TemplateError(f"{rec.source}:{rec.location.split()[-1]}: {exc}") from None
         if len(ex.input_ids) > max_length:
-            loaded.reject(rec, f"over max length: {len(ex.input_ids)} tokens > {max_length}",
-                          rec.value.model_dump(exclude_none=True))
+            loaded.reject(
+                rec,
+                f"over max length: {len(ex.input_ids)} tokens > {max_length}",
+                rec.value.model_dump(exclude_none=True),
+            )
             continue
         out.append(ex)
     return out

@@ -53,9 +53,9 @@ def where(path: str | Path, location: str) -> str:
 class AtomicJsonl:
     """Write JSONL rows to `path` atomically, with a sha256 of the file's bytes.
 
-        with AtomicJsonl(out) as writer:
-            writer.write(row)
-        writer.sha256, writer.rows
+    with AtomicJsonl(out) as writer:
+        writer.write(row)
+    writer.sha256, writer.rows
     """
 
     def __init__(self, path: str | Path):
@@ -78,8 +78,9 @@ class AtomicJsonl:
         self._fh.write(line)
         self.rows += 1
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc_type is None:
             self._fh.flush()
             os.fsync(self._fh.fileno())

@@ -18,8 +18,19 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-TRAINING_TEXT_FIELDS = ("messages", "prompt", "text", "completion", "response", "chosen", "rejected",
-                        "conversations", "instruction", "input", "output")  # + ShareGPT, Alpaca
+TRAINING_TEXT_FIELDS = (
+    "messages",
+    "prompt",
+    "text",
+    "completion",
+    "response",
+    "chosen",
+    "rejected",
+    "conversations",
+    "instruction",
+    "input",
+    "output",
+)  # + ShareGPT, Alpaca
 SUITE_TEXT_FIELDS = ("messages", "prompt", "text")
 
 # Runs of letters/digits, or a single arithmetic operator.

@@ -30,8 +30,9 @@ def is_agent_suite(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
-def agent_suite_result(name: str, tasks: list[Any], episodes: list[tuple[int, Any]], model_id: str,
-                       sampling: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
+def agent_suite_result(
+    name: str, tasks: list[Any], episodes: list[tuple[int, Any]], model_id: str, sampling: dict[str, Any]
+) -> tuple[Any, list[dict[str, Any]]]:
     """(SuiteResult, samples.jsonl rows) of one agent suite from its (seed, episode) pairs."""
     import hashlib
 
@@ -42,10 +43,21 @@ def agent_suite_result(name: str, tasks: list[Any], episodes: list[tuple[int, An
     records = []
     for seed, e in episodes:
         st = e.stats
-        records.append({"suite": name, "task_id": e.task.id, "tier": e.task.tier, "seed": seed,
-                        "passed": bool(st.success), "status": st.status, "steps": st.steps,
-                        "invalid_calls": st.invalid_calls, "tool_errors": st.tool_errors, "intact": st.intact,
-                        "detail": st.error})
+        records.append(
+            {
+                "suite": name,
+                "task_id": e.task.id,
+                "tier": e.task.tier,
+                "seed": seed,
+                "passed": bool(st.success),
+                "status": st.status,
+                "steps": st.steps,
+                "invalid_calls": st.invalid_calls,
+                "tool_errors": st.tool_errors,
+                "intact": st.intact,
+                "detail": st.error,
+            }
+        )
         if st.status == "scored":
             completion.setdefault(e.task.id, []).append(float(st.success))
             intact.setdefault(e.task.id, []).append(float(st.intact))
@@ -54,18 +66,38 @@ def agent_suite_result(name: str, tasks: list[Any], episodes: list[tuple[int, An
     env_errors = sum(1 for _, e in episodes if e.stats.status != "scored")
     suite_hash = hashlib.sha256("\n".join(sorted(t.model_dump_json() for t in tasks)).encode()).hexdigest()[:16]
     result = SuiteResult(
-        suite=name, suite_hash=suite_hash, track="agent", model_id=model_id, sampling=sampling,
-        metrics={"completion": MetricResult.from_scores("completion", list(completion.values())),
-                 "intact": MetricResult.from_scores("intact", list(intact.values()))},
-        primary_metric="completion", task_scores=completion, metric_task_scores={"intact": intact},
+        suite=name,
+        suite_hash=suite_hash,
+        track="agent",
+        model_id=model_id,
+        sampling=sampling,
+        metrics={
+            "completion": MetricResult.from_scores("completion", list(completion.values())),
+            "intact": MetricResult.from_scores("intact", list(intact.values())),
+        },
+        primary_metric="completion",
+        task_scores=completion,
+        metric_task_scores={"intact": intact},
         verifier_errors=env_errors,
-        notes=[f"{env_errors} episode(s) ended in an environment error: left out of every metric"] if env_errors else [])
+        notes=[f"{env_errors} episode(s) ended in an environment error: left out of every metric"]
+        if env_errors
+        else [],
+    )
     return result, records
 
 
-def run_agent_suites(model_spec: str, names: list[str], out: Path, *, seeds: int = 1, first_seed: int = 0,
-                     limit: int | None = None, precision: str = "auto", max_new_tokens: int = 48,
-                     max_context_tokens: int = 1024) -> dict[str, Any]:
+def run_agent_suites(
+    model_spec: str,
+    names: list[str],
+    out: Path,
+    *,
+    seeds: int = 1,
+    first_seed: int = 0,
+    limit: int | None = None,
+    precision: str = "auto",
+    max_new_tokens: int = 48,
+    max_context_tokens: int = 1024,
+) -> dict[str, Any]:
     """Evaluate a model on agent suites; returns (and writes `agent_results.json`) the per-tier
     summary, with the `SuiteResult`s under "suite_results" and samples rows under "records"."""
     from tempering.agents.episode import summarise
@@ -94,13 +126,21 @@ def run_agent_suites(model_spec: str, names: list[str], out: Path, *, seeds: int
         sandbox = SandboxPool(size=4)
     results: dict[str, Any] = {"model": model_spec, "precision": engine.precision, "seeds": seeds, "suites": {}}
     suite_results, records = [], []
-    settings = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "max_context_tokens": max_context_tokens,
-                "seeds": list(range(first_seed, first_seed + seeds)), "precision": engine.precision,
-                "engine": type(engine).__name__}
+    settings = {
+        "temperature": 0.0,
+        "max_new_tokens": max_new_tokens,
+        "max_context_tokens": max_context_tokens,
+        "seeds": list(range(first_seed, first_seed + seeds)),
+        "precision": engine.precision,
+        "engine": type(engine).__name__,
+    }
     try:
         for name, tasks in suites.items():
-            seeded = [(seed, g[0]) for seed in range(first_seed, first_seed + seeds)
-                      for g in agent_rollout(tasks, engine, renderer, sandbox, sampling, episode, seed=seed).groups]
+            seeded = [
+                (seed, g[0])
+                for seed in range(first_seed, first_seed + seeds)
+                for g in agent_rollout(tasks, engine, renderer, sandbox, sampling, episode, seed=seed).groups
+            ]
             episodes = [e for _, e in seeded]
             result, rows = agent_suite_result(name, tasks, seeded, model_spec, settings)
             suite_results.append(result)
@@ -113,9 +153,13 @@ def run_agent_suites(model_spec: str, names: list[str], out: Path, *, seeds: int
                     by_task.setdefault(e.task.id, []).append(float(e.stats.success))
                 ci = bootstrap_ci(list(by_task.values()))
                 turns = sum(len(e.turns) for e in eps)
-                per_tier[str(tier)] = {**summarise([e.stats for e in eps]), "tasks": len(by_task),
-                                       "ci_low": ci.low, "ci_high": ci.high,
-                                       "invalid_calls_per_turn": sum(e.stats.invalid_calls for e in eps) / max(turns, 1)}
+                per_tier[str(tier)] = {
+                    **summarise([e.stats for e in eps]),
+                    "tasks": len(by_task),
+                    "ci_low": ci.low,
+                    "ci_high": ci.high,
+                    "invalid_calls_per_turn": sum(e.stats.invalid_calls for e in eps) / max(turns, 1),
+                }
             results["suites"][name] = per_tier
     finally:
         if sandbox is not None:

@@ -36,17 +36,33 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from tempering.data.io import RowError
 from tempering.data.streams import AtomicJsonl, require_jsonl, stream_rows, where
-from tempering.data.textnorm import (SUITE_TEXT_FIELDS, TRAINING_TEXT_FIELDS, gram_hashes, normalize, row_texts,
-                                     row_tokens)
+from tempering.data.textnorm import (
+    SUITE_TEXT_FIELDS,
+    TRAINING_TEXT_FIELDS,
+    gram_hashes,
+    normalize,
+    row_texts,
+    row_tokens,
+)
 
-__all__ = ["NgramIndex", "TaskMatch", "Hit", "DecontamReport", "decontaminate", "normalize", "row_texts",
-           "SUITE_TEXT_FIELDS", "TRAINING_TEXT_FIELDS"]
+__all__ = [
+    "NgramIndex",
+    "TaskMatch",
+    "Hit",
+    "DecontamReport",
+    "decontaminate",
+    "normalize",
+    "row_texts",
+    "SUITE_TEXT_FIELDS",
+    "TRAINING_TEXT_FIELDS",
+]
+
 
 @dataclass(frozen=True)
 class TaskMatch:
@@ -94,7 +110,9 @@ class NgramIndex:
         if n < 1:
             raise ValueError(f"n-gram size must be >= 1, got {n}")
         if boilerplate_tasks < 2:
-            raise ValueError(f"boilerplate_tasks must be >= 2 (a gram of one task is that task), got {boilerplate_tasks}")
+            raise ValueError(
+                f"boilerplate_tasks must be >= 2 (a gram of one task is that task), got {boilerplate_tasks}"
+            )
         if not 0.0 < min_coverage <= 1.0:
             raise ValueError(f"min_coverage must be in (0, 1], got {min_coverage}")
         self.n, self.boilerplate_tasks, self.min_coverage = n, boilerplate_tasks, min_coverage
@@ -132,8 +150,9 @@ class NgramIndex:
         tokens = row_tokens([text] if isinstance(text, str) else text)
         if not tokens:
             raise ValueError(f"suite {suite!r}: task {task_id!r} has no words to index")
-        ids = np.fromiter((self._vocab.setdefault(hash(t), len(self._vocab) + 1) for t in tokens),
-                          dtype=np.uint64, count=len(tokens))
+        ids = np.fromiter(
+            (self._vocab.setdefault(hash(t), len(self._vocab) + 1) for t in tokens), dtype=np.uint64, count=len(tokens)
+        )
         length = min(self.n, len(tokens))
         self._lengths.add(length)
         self._entries.append(_Entry(suite, str(task_id), private))
@@ -227,8 +246,11 @@ class NgramIndex:
                     seen.setdefault(entry, set()).add(gram)
                     if entry not in first:
                         first[entry] = " ".join(tokens[window : window + length])
-        return tuple(self._match(e, len(seen[e]), first[e]) for e in sorted(seen)
-                     if len(seen[e]) >= self.min_coverage * self._grams_per_entry[e])
+        return tuple(
+            self._match(e, len(seen[e]), first[e])
+            for e in sorted(seen)
+            if len(seen[e]) >= self.min_coverage * self._grams_per_entry[e]
+        )
 
     def _match(self, entry: int, ngrams: int, gram: str) -> TaskMatch:
         e = self._entries[entry]
@@ -299,8 +321,12 @@ class DecontamReport:
         }
 
 
-def decontaminate(index: NgramIndex, in_path: str | Path, out_path: str | Path | None = None,
-                  progress: Callable[[int], None] | None = None) -> DecontamReport:
+def decontaminate(
+    index: NgramIndex,
+    in_path: str | Path,
+    out_path: str | Path | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> DecontamReport:
     """Stream `in_path`; write the rows with no suite match to `out_path` (JSONL), if given.
 
     Rows that cannot be read (bad JSON, no text) are quarantined in `report.errors` with

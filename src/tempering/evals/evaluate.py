@@ -26,8 +26,9 @@ class EvalError(ValueError):
     """An evaluation that cannot run (e.g. the model cannot be loaded); the message says why."""
 
 
-def write_eval_outputs(out_dir: str | Path, results: EvalResults, records: Sequence[dict[str, Any]],
-                       report: bool = True) -> Path:
+def write_eval_outputs(
+    out_dir: str | Path, results: EvalResults, records: Sequence[dict[str, Any]], report: bool = True
+) -> Path:
     """results.json, samples.jsonl (and report.html) under `out_dir`; returns the results path."""
     out_dir = Path(out_dir)
     path = results.save(out_dir / "results.json")
@@ -39,13 +40,23 @@ def write_eval_outputs(out_dir: str | Path, results: EvalResults, records: Seque
     return path
 
 
-def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, first_seed: int = 0,
-                   cache: bool = True, threads: int | None = None, precision: str = "auto",
-                   engine_settings: EngineSettings | None = None, scale: ScaleSettings | None = None,
-                   warn: Callable[[str], None] | None = None,
-                   log: Callable[[str], None] | None = None, quantize: str = "none",
-                   extra_suites: Sequence[SuiteResult] = (),
-                   extra_records: Sequence[dict[str, Any]] = ()) -> EvalResults:
+def evaluate_model(
+    model: str,
+    suites: list[Suite],
+    out_dir: str | Path,
+    *,
+    first_seed: int = 0,
+    cache: bool = True,
+    threads: int | None = None,
+    precision: str = "auto",
+    engine_settings: EngineSettings | None = None,
+    scale: ScaleSettings | None = None,
+    warn: Callable[[str], None] | None = None,
+    log: Callable[[str], None] | None = None,
+    quantize: str = "none",
+    extra_suites: Sequence[SuiteResult] = (),
+    extra_records: Sequence[dict[str, Any]] = (),
+) -> EvalResults:
     """Load `model`, scan its training lineage for contamination, run every suite, write the outputs.
 
     Args:
@@ -80,8 +91,10 @@ def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, firs
     rows = contaminated_rows(lineage.files, suites)
     if lineage.runs:
         found = sum(len(r) for r in rows.values())
-        log(f"lineage: {' <- '.join(lineage.runs)}; {len(lineage.files)} training file(s) scanned, "
-            f"{found} contaminated row(s)")
+        log(
+            f"lineage: {' <- '.join(lineage.runs)}; {len(lineage.files)} training file(s) scanned, "
+            f"{found} contaminated row(s)"
+        )
     settings = engine_settings or EngineSettings()
     with ExitStack() as stack:
         pool = None
@@ -98,8 +111,9 @@ def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, firs
                     from tempering.models.quantize import quantize_int8
 
                     loaded = quantize_int8(loaded.merge_and_unload() if hasattr(loaded, "merge_and_unload") else loaded)
-                engine = build_engine(settings, loaded, load_tokenizer(model), resolve_precision(precision),
-                                      model_dir=model_dir)
+                engine = build_engine(
+                    settings, loaded, load_tokenizer(model), resolve_precision(precision), model_dir=model_dir
+                )
         except (ModelNotFound, EngineUnavailable) as exc:
             raise EvalError(str(exc)) from None
         try:
@@ -108,11 +122,21 @@ def evaluate_model(model: str, suites: list[Suite], out_dir: str | Path, *, firs
             model_hash = None
         out_suites, records = [], []
         for suite in suites:
-            result, samples = run_suite_samples(suite, engine, first_seed=first_seed, model_id=model,
-                                                model_hash=model_hash, reward_workers=pool,
-                                                cache_dir=default_cache_dir() if cache else None, log=log)
-            out_suites.append(result.model_copy(update={"contaminated_rows": rows[suite.name],
-                                                        "contamination_hits": len(rows[suite.name])}))
+            result, samples = run_suite_samples(
+                suite,
+                engine,
+                first_seed=first_seed,
+                model_id=model,
+                model_hash=model_hash,
+                reward_workers=pool,
+                cache_dir=default_cache_dir() if cache else None,
+                log=log,
+            )
+            out_suites.append(
+                result.model_copy(
+                    update={"contaminated_rows": rows[suite.name], "contamination_hits": len(rows[suite.name])}
+                )
+            )
             records += samples
     results = EvalResults(model=model, suites=out_suites + list(extra_suites))
     write_eval_outputs(out_dir, results, records + list(extra_records))
@@ -128,6 +152,7 @@ def _ray_engine_and_workers(stack: ExitStack, model: str, precision: str, scale:
     stack.enter_context(ray_session(scale))
     engine = EngineReplicas(model, None, precision, scale.engine_replicas, gpus=scale.engine_gpus)
     stack.callback(engine.close)
-    pool = stack.enter_context(RayRewardWorkers(scale.reward_workers, scale.sandbox_slots, scale.worker_cpus,
-                                                scale.max_retries))
+    pool = stack.enter_context(
+        RayRewardWorkers(scale.reward_workers, scale.sandbox_slots, scale.worker_cpus, scale.max_retries)
+    )
     return engine, pool

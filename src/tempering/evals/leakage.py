@@ -68,7 +68,7 @@ def find_run(model_path: str | Path) -> tuple[Path | str, dict[str, Any]] | None
     stage runner and by `temper export`), or, for a checkpoint dir `<run>/checkpoints/step-N`,
     the run dir's marker. Nothing is guessed from parent directories.
     """
-    from tempering.pipeline.registry import Registry, is_url, read_marker, registry_exists
+    from tempering.runs.registry import Registry, is_url, read_marker, registry_exists
 
     path = Path(model_path).expanduser()
     if not path.is_dir():
@@ -80,8 +80,9 @@ def find_run(model_path: str | Path) -> tuple[Path | str, dict[str, Any]] | None
         return None
     registry = Registry(marker["registry"])
     try:  # a PostgreSQL registry is named by its URL, an SQLite one by its file
-        return (marker["registry"] if is_url(marker["registry"]) else Path(marker["registry"])), \
-            registry.get(marker["run_id"])
+        return (marker["registry"] if is_url(marker["registry"]) else Path(marker["registry"])), registry.get(
+            marker["run_id"]
+        )
     except KeyError:
         return None
     finally:
@@ -102,7 +103,7 @@ def training_lineage(model_path: str | Path) -> Lineage:
     ancestors with its role; the files in training roles are kept. A base model that lives
     in another run root (its marker names another registry) continues the walk there.
     """
-    from tempering.pipeline.registry import TRAINING_ROLES, Registry
+    from tempering.runs.registry import TRAINING_ROLES, Registry
 
     lineage, seen, todo = Lineage(), set(), [str(model_path)]
     while todo:
@@ -134,7 +135,7 @@ def _root(db: Path | str) -> Path:
 
 def _elsewhere(path: str, db: Path | str) -> list[str]:
     """A base model written by a run of *another* registry (another run root): walk on there."""
-    from tempering.pipeline.registry import is_url, read_marker
+    from tempering.runs.registry import is_url, read_marker
 
     for c in _locate(path, _root(db)):
         marker = read_marker(c)
@@ -199,8 +200,9 @@ def check_private_overlap(data_paths: Sequence[str | Path], suites: Sequence[Sui
     _raise_on_hits(hits, ", ".join(str(p) for p in data_paths))
 
 
-def check_private_overlap_tasks(tasks: Sequence[Task], suites: Sequence[Suite] | None = None,
-                                source: str = "training tasks") -> None:
+def check_private_overlap_tasks(
+    tasks: Sequence[Task], suites: Sequence[Suite] | None = None, source: str = "training tasks"
+) -> None:
     """The same check for in-memory training tasks (e.g. GRPO prompts from a generator)."""
     private = _private(suites)
     if not private or not tasks:
@@ -221,4 +223,5 @@ def _raise_on_hits(hits: list[tuple[Path, Hit]], where: str) -> None:
     shown = ", ".join(rows[:SHOWN_ROWS]) + (f" (+{len(rows) - SHOWN_ROWS} more)" if len(rows) > SHOWN_ROWS else "")
     raise PrivateSuiteOverlap(
         f"training data overlaps private eval suite(s) {', '.join(names)}: {len(rows)} row(s) in {where}: {shown}. "
-        f"Remove them first: temper data decontam --against {','.join(names)} DATA -o CLEAN.jsonl")
+        f"Remove them first: temper data decontam --against {','.join(names)} DATA -o CLEAN.jsonl"
+    )

@@ -32,7 +32,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tempering.evals.results import EvalResults, MetricResult, SuiteComparison, SuiteResult, compare as compare_results
+from tempering.evals.results import EvalResults, MetricResult, SuiteComparison, SuiteResult
+from tempering.evals.results import compare as compare_results
 from tempering.tables import print_wide
 
 BASE_COLOR, CAND_COLOR = "#9aa5b1", "#2f6fdf"
@@ -71,25 +72,38 @@ def render_report(results: EvalResults, out_dir: str | Path, *, compare: EvalRes
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.html"
     title = html.escape(f"Tempering eval report: {results.model}")
-    path.write_text(f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-                    f"<style>{_CSS}</style></head><body>\n{body}\n</body></html>\n", encoding="utf-8")
+    path.write_text(
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+        f"<style>{_CSS}</style></head><body>\n{body}\n</body></html>\n",
+        encoding="utf-8",
+    )
     return path
 
 
-def _body(results: EvalResults, compare: EvalResults | None, base_suites: dict[str, SuiteResult],
-          comparisons: dict[str, SuiteComparison]) -> str:
-    parts = [_header(results, compare), "<h2>Metrics</h2>",
-             '<p class="note">Bars: mean over tasks; whiskers: the confidence interval recorded with the results '
-             "(bootstrap over tasks, 95% by default).</p>", '<div class="grid">']
+def _body(
+    results: EvalResults,
+    compare: EvalResults | None,
+    base_suites: dict[str, SuiteResult],
+    comparisons: dict[str, SuiteComparison],
+) -> str:
+    parts = [
+        _header(results, compare),
+        "<h2>Metrics</h2>",
+        '<p class="note">Bars: mean over tasks; whiskers: the confidence interval recorded with the results '
+        "(bootstrap over tasks, 95% by default).</p>",
+        '<div class="grid">',
+    ]
     for suite in results.suites:
         fig = _metrics_figure(suite, base_suites.get(suite.suite), comparisons.get(suite.suite))
         parts.append(_img(fig, f"metrics of {suite.suite}"))
     parts.append("</div>")
     parts += _stability_section(results.suites)
-    parts += _figure_section("Paraphrase spread", _paraphrase_figure(results.suites),
-                             "No suite recorded paraphrased variants.")
-    parts += _figure_section("Truncation rate", _truncation_figure(results.suites, base_suites),
-                             "No suite recorded a truncation rate.")
+    parts += _figure_section(
+        "Paraphrase spread", _paraphrase_figure(results.suites), "No suite recorded paraphrased variants."
+    )
+    parts += _figure_section(
+        "Truncation rate", _truncation_figure(results.suites, base_suites), "No suite recorded a truncation rate."
+    )
     parts += ["<h2>All numbers</h2>", _numbers_table(results, base_suites, comparisons)]
     parts += _contamination_section(results.suites)
     return "\n".join(parts)
@@ -99,14 +113,22 @@ def print_table(results: EvalResults, *, compare: EvalResults | None = None, con
     """Every metric of every suite as a rich table; with a base, the paired delta of primary metrics."""
     comparisons = _comparisons(results, compare)
     base_suites = {s.suite: s for s in compare.suites} if compare is not None else {}
-    table = Table(box=box.SIMPLE_HEAD, title=escape(results.model + (f"  vs base {compare.model}" if compare is not None else "")))
+    table = Table(
+        box=box.SIMPLE_HEAD, title=escape(results.model + (f"  vs base {compare.model}" if compare is not None else ""))
+    )
     for col in _columns(with_base=compare is not None):
         table.add_column(col, justify="left" if col in ("suite", "metric") else "right")
     for suite in results.suites:
         for metric in suite.metrics.values():
             name = escape(suite.suite) + (" (private)" if suite.private else "")
-            row = [name, escape(_metric_label(suite, metric.name)), _f(metric.mean), _ci(metric.low, metric.high),
-                   str(metric.n), _f(metric.std)]
+            row = [
+                name,
+                escape(_metric_label(suite, metric.name)),
+                _f(metric.mean),
+                _ci(metric.low, metric.high),
+                str(metric.n),
+                _f(metric.std),
+            ]
             if compare is not None:
                 row += _delta_cells(base_suites.get(suite.suite), comparisons.get(suite.suite), metric.name, rich=True)
             table.add_row(*row)
@@ -161,10 +183,12 @@ def task_variances(suite: SuiteResult) -> dict[str, float]:
 
 def _header(results: EvalResults, base: EvalResults | None) -> str:
     against = f" &middot; compared with base <b>{html.escape(base.model)}</b>" if base is not None else ""
-    return (f"<h1>Eval report: {html.escape(results.model)}</h1>"
-            f'<div class="meta">{len(results.suites)} suite(s) &middot; '
-            f'created {results.created.isoformat(timespec="minutes")} &middot; '
-            f"Tempering {html.escape(results.tempering_version)}{against}</div>")
+    return (
+        f"<h1>Eval report: {html.escape(results.model)}</h1>"
+        f'<div class="meta">{len(results.suites)} suite(s) &middot; '
+        f"created {results.created.isoformat(timespec='minutes')} &middot; "
+        f"Tempering {html.escape(results.tempering_version)}{against}</div>"
+    )
 
 
 def _img(fig: Figure, alt: str) -> str:
@@ -180,29 +204,40 @@ def _figure_section(title: str, fig: Figure | None, empty: str) -> list[str]:
 
 
 def _stability_section(suites: Sequence[SuiteResult]) -> list[str]:
-    parts = _figure_section("Stability", _stability_figure(suites),
-                            "No suite recorded repeats or several samples per task.")
+    parts = _figure_section(
+        "Stability", _stability_figure(suites), "No suite recorded repeats or several samples per task."
+    )
     rows = []
     for suite in suites:
         variances = task_variances(suite)
         unstable = sorted((-v, t) for t, v in variances.items() if v > 0)[:UNSTABLE_SHOWN]
         if suite.private and variances:
-            rows.append(f'<tr><td class="name">{html.escape(suite.suite)} <span class="private">private</span></td>'
-                        f'<td class="name">per-task detail withheld</td></tr>')
+            rows.append(
+                f'<tr><td class="name">{html.escape(suite.suite)} <span class="private">private</span></td>'
+                f'<td class="name">per-task detail withheld</td></tr>'
+            )
         elif unstable:
             listed = ", ".join(f"{html.escape(t)} ({-v:.3f})" for v, t in unstable)
             rows.append(f'<tr><td class="name">{html.escape(suite.suite)}</td><td class="name">{listed}</td></tr>')
     if rows:
-        parts += ['<p class="note">Least stable tasks (variance across samples):</p><table><tr>'
-                  '<th class="name">suite</th><th class="name">task (variance)</th></tr>', *rows, "</table>"]
+        parts += [
+            '<p class="note">Least stable tasks (variance across samples):</p><table><tr>'
+            '<th class="name">suite</th><th class="name">task (variance)</th></tr>',
+            *rows,
+            "</table>",
+        ]
     return parts
 
 
-def _numbers_table(results: EvalResults, base_suites: dict[str, SuiteResult],
-                   comparisons: dict[str, SuiteComparison]) -> str:
+def _numbers_table(
+    results: EvalResults, base_suites: dict[str, SuiteResult], comparisons: dict[str, SuiteComparison]
+) -> str:
     with_base = bool(base_suites)
-    rows = ["<table><tr>" + "".join(f'<th class="{"name" if h in ("suite", "metric") else ""}">{h}</th>'
-                                    for h in _columns(with_base)) + "</tr>"]
+    rows = [
+        "<table><tr>"
+        + "".join(f'<th class="{"name" if h in ("suite", "metric") else ""}">{h}</th>' for h in _columns(with_base))
+        + "</tr>"
+    ]
     for suite in results.suites:
         tag = ' <span class="private">private</span>' if suite.private else ""
         for metric in suite.metrics.values():
@@ -210,13 +245,18 @@ def _numbers_table(results: EvalResults, base_suites: dict[str, SuiteResult],
             if with_base:
                 base = base_suites.get(suite.suite)
                 cells += _delta_cells(base, comparisons.get(suite.suite), metric.name, rich=False)
-            rows.append(f'<tr><td class="name">{html.escape(suite.suite)}{tag}</td>'
-                        f'<td class="name">{html.escape(_metric_label(suite, metric.name))}</td>'
-                        + "".join(f"<td{_delta_class(c)}>{html.escape(c)}</td>" for c in cells) + "</tr>")
+            rows.append(
+                f'<tr><td class="name">{html.escape(suite.suite)}{tag}</td>'
+                f'<td class="name">{html.escape(_metric_label(suite, metric.name))}</td>'
+                + "".join(f"<td{_delta_class(c)}>{html.escape(c)}</td>" for c in cells)
+                + "</tr>"
+            )
     rows.append("</table>")
     rows.append(_suite_facts_table(results.suites))
-    return "\n".join(rows) + '<p class="note">* primary metric (the one paired comparisons and the gate use). ' \
-                             "sig: the delta's interval excludes 0.</p>"
+    return (
+        "\n".join(rows) + '<p class="note">* primary metric (the one paired comparisons and the gate use). '
+        "sig: the delta's interval excludes 0.</p>"
+    )
 
 
 def _delta_class(cell: str) -> str:
@@ -230,30 +270,55 @@ def _contamination_section(suites: Sequence[SuiteResult]) -> list[str]:
     dirty = [s for s in suites if s.contaminated_rows]
     if not dirty:
         return []
-    parts = ["<h2>Contamination</h2>", '<p class="note">Training rows of this model\'s lineage that contain '
-             "suite tasks (see evals.leakage).</p>", '<table><tr><th class="name">suite</th><th>rows</th>'
-             '<th class="name">training rows</th></tr>']
+    parts = [
+        "<h2>Contamination</h2>",
+        '<p class="note">Training rows of this model\'s lineage that contain suite tasks (see evals.leakage).</p>',
+        '<table><tr><th class="name">suite</th><th>rows</th><th class="name">training rows</th></tr>',
+    ]
     for s in dirty:
         listed = "<br>".join(html.escape(r) for r in s.contaminated_rows)
-        parts.append(f'<tr><td class="name">{html.escape(s.suite)}</td><td>{len(s.contaminated_rows)}</td>'
-                     f'<td class="name">{listed}</td></tr>')
+        parts.append(
+            f'<tr><td class="name">{html.escape(s.suite)}</td><td>{len(s.contaminated_rows)}</td>'
+            f'<td class="name">{listed}</td></tr>'
+        )
     return parts + ["</table>"]
 
 
 def _suite_facts_table(suites: Sequence[SuiteResult]) -> str:
-    head = ["suite", "model", "tasks", "task var.", "flip share", "repeat std", "paraphrase spread",
-            "truncation", "verifier errors", "contamination hits"]
-    rows = ["<table><tr>" + "".join(f'<th class="{"name" if h in ("suite", "model") else ""}">{h}</th>'
-                                    for h in head) + "</tr>"]
+    head = [
+        "suite",
+        "model",
+        "tasks",
+        "task var.",
+        "flip share",
+        "repeat std",
+        "paraphrase spread",
+        "truncation",
+        "verifier errors",
+        "contamination hits",
+    ]
+    rows = [
+        "<table><tr>"
+        + "".join(f'<th class="{"name" if h in ("suite", "model") else ""}">{h}</th>' for h in head)
+        + "</tr>"
+    ]
     for s in suites:
         st, pp = s.stability, s.paraphrase
-        cells = [str(len(s.task_scores) or s.metrics[s.primary_metric].n),
-                 _f(st.mean_task_variance if st else None), _f(st.flip_share if st else None),
-                 _f(st.repeat_std if st else None), _f(pp.spread if pp else None),
-                 "–" if s.truncation_rate is None else f"{s.truncation_rate:.1%}", str(s.verifier_errors),
-                 str(s.contamination_hits)]
-        rows.append(f'<tr><td class="name">{html.escape(s.suite)}</td><td class="name">{html.escape(s.model_id)}</td>'
-                    + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+        cells = [
+            str(len(s.task_scores) or s.metrics[s.primary_metric].n),
+            _f(st.mean_task_variance if st else None),
+            _f(st.flip_share if st else None),
+            _f(st.repeat_std if st else None),
+            _f(pp.spread if pp else None),
+            "–" if s.truncation_rate is None else f"{s.truncation_rate:.1%}",
+            str(s.verifier_errors),
+            str(s.contamination_hits),
+        ]
+        rows.append(
+            f'<tr><td class="name">{html.escape(s.suite)}</td><td class="name">{html.escape(s.model_id)}</td>'
+            + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
+            + "</tr>"
+        )
     return "\n".join(rows + ["</table>"])
 
 
@@ -281,15 +346,36 @@ def _metrics_figure(suite: SuiteResult, base: SuiteResult | None, comparison: Su
     else:
         old = [base.metrics.get(n) for n in names]
         values += [m.mean for m in old if m is not None] + [m.high for m in old if m is not None and m.high is not None]
-        ax.bar(x - 0.2, [m.mean if m else 0.0 for m in old], 0.4, yerr=_bar_errors(old), capsize=3,
-               color=BASE_COLOR, label=f"base {base.model_id}")
-        ax.bar(x + 0.2, [m.mean for m in cand], 0.4, yerr=_bar_errors(cand), capsize=3,
-               color=CAND_COLOR, label=suite.model_id)
+        ax.bar(
+            x - 0.2,
+            [m.mean if m else 0.0 for m in old],
+            0.4,
+            yerr=_bar_errors(old),
+            capsize=3,
+            color=BASE_COLOR,
+            label=f"base {base.model_id}",
+        )
+        ax.bar(
+            x + 0.2,
+            [m.mean for m in cand],
+            0.4,
+            yerr=_bar_errors(cand),
+            capsize=3,
+            color=CAND_COLOR,
+            label=suite.model_id,
+        )
         fig.legend(fontsize=7, loc="outside lower center", ncols=2, frameon=False)
     for i, m in enumerate(cand):  # the value sits above the whisker, where it cannot collide with it
         top = m.high if m.high is not None else m.mean
-        ax.annotate(f"{m.mean:.3f}", (x[i] + (0.2 if base is not None else 0.0), top), xytext=(0, 2),
-                    textcoords="offset points", ha="center", va="bottom", fontsize=7)
+        ax.annotate(
+            f"{m.mean:.3f}",
+            (x[i] + (0.2 if base is not None else 0.0), top),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=7,
+        )
     ax.set_xticks(x, [_metric_label(suite, n) for n in names], fontsize=8)
     if all(0.0 <= v <= 1.0 for v in values):
         ax.set_ylim(0, 1.12)
@@ -297,8 +383,9 @@ def _metrics_figure(suite: SuiteResult, base: SuiteResult | None, comparison: Su
     title = suite.suite + ("  [private]" if suite.private else "")
     if comparison is not None:
         c = comparison.comparison
-        title += (f"\n{comparison.metric}: Δ {c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}], p={c.p_value:.3g}"
-                  + (" (significant)" if c.significant else " (n.s.)"))
+        title += f"\n{comparison.metric}: Δ {c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}], p={c.p_value:.3g}" + (
+            " (significant)" if c.significant else " (n.s.)"
+        )
     ax.set_title(title, fontsize=9)
     return fig
 
@@ -313,9 +400,11 @@ def _stability_figure(suites: Sequence[SuiteResult]) -> Figure | None:
     left, right = fig.subplots(1, 2)
     if recorded:
         y = np.arange(len(recorded))
-        for offset, label, field, color in [(-0.27, "mean task variance", "mean_task_variance", "#2f6fdf"),
-                                            (0.0, "flip share", "flip_share", "#e3a21a"),
-                                            (0.27, "repeat std", "repeat_std", "#6b8e23")]:
+        for offset, label, field, color in [
+            (-0.27, "mean task variance", "mean_task_variance", "#2f6fdf"),
+            (0.0, "flip share", "flip_share", "#e3a21a"),
+            (0.27, "repeat std", "repeat_std", "#6b8e23"),
+        ]:
             left.barh(y + offset, [getattr(s.stability, field) for s in recorded], 0.27, label=label, color=color)
         left.set_yticks(y, [s.suite for s in recorded], fontsize=8)
         left.set_ylim(max(len(recorded), 2) - 0.5, -0.5)  # a lone suite keeps slim bars
@@ -354,8 +443,13 @@ def _paraphrase_figure(suites: Sequence[SuiteResult]) -> Figure | None:
         p = s.paraphrase
         ax.hlines(y, p.min, p.max, color=CAND_COLOR, linewidth=3)
         ax.plot([p.min, p.max], [y, y], "o", color=CAND_COLOR)
-        ax.annotate(f"spread {p.spread:.3f} (std {p.std:.3f}, {p.n} variants)", (p.max, y), xytext=(8, -3),
-                    textcoords="offset points", fontsize=8)
+        ax.annotate(
+            f"spread {p.spread:.3f} (std {p.std:.3f}, {p.n} variants)",
+            (p.max, y),
+            xytext=(8, -3),
+            textcoords="offset points",
+            fontsize=8,
+        )
     ax.set_yticks(range(len(recorded)), [s.suite for s in recorded], fontsize=8)
     ax.set_ylim(max(len(recorded), 2) - 0.5, -0.5)
     if all(0.0 <= s.paraphrase.min and s.paraphrase.max <= 1.0 for s in recorded):
@@ -374,8 +468,9 @@ def _truncation_figure(suites: Sequence[SuiteResult], base_suites: dict[str, Sui
     y = np.arange(len(recorded))
     base = [base_suites.get(s.suite) for s in recorded]
     if any(b is not None and b.truncation_rate is not None for b in base):
-        ax.barh(y - 0.2, [100 * (b.truncation_rate or 0.0) if b else 0.0 for b in base], 0.4, color=BASE_COLOR,
-                label="base")
+        ax.barh(
+            y - 0.2, [100 * (b.truncation_rate or 0.0) if b else 0.0 for b in base], 0.4, color=BASE_COLOR, label="base"
+        )
         ax.barh(y + 0.2, [100 * s.truncation_rate for s in recorded], 0.4, color=CAND_COLOR, label="candidate")
         ax.legend(fontsize=7, frameon=False)
     else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -49,9 +49,15 @@ class MetricResult(BaseModel):
 
     @classmethod
     def from_scores(
-        cls, name: str, task_scores, *, per_seed: Sequence[float] = (), level: float = 0.95,
-        resamples: int = 2000, seed: int = 0,
-    ) -> "MetricResult":
+        cls,
+        name: str,
+        task_scores,
+        *,
+        per_seed: Sequence[float] = (),
+        level: float = 0.95,
+        resamples: int = 2000,
+        seed: int = 0,
+    ) -> MetricResult:
         """Mean and interval from per-task scores (or per-task sample lists), plus seed spread."""
         est = bootstrap_ci(task_scores, level=level, resamples=resamples, seed=seed)
         std = seed_spread(per_seed).std if per_seed else None
@@ -96,7 +102,7 @@ class SuiteResult(BaseModel):
     """What the run could not do as the suite asks, e.g. a pass@k skipped for too few samples."""
 
     @model_validator(mode="after")
-    def _consistent(self) -> "SuiteResult":
+    def _consistent(self) -> SuiteResult:
         for key, metric in self.metrics.items():
             if key != metric.name:
                 raise ValueError(f"metrics[{key!r}] is named {metric.name!r}")
@@ -121,12 +127,12 @@ class EvalResults(BaseModel):
     model_config = ConfigDict(extra="forbid")
     schema_version: Literal[1] = SCHEMA_VERSION
     model: str = Field(min_length=1)
-    created: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    created: datetime = Field(default_factory=lambda: datetime.now(UTC))
     tempering_version: str = __version__
     suites: list[SuiteResult]
 
     @model_validator(mode="after")
-    def _unique_suites(self) -> "EvalResults":
+    def _unique_suites(self) -> EvalResults:
         names = [s.suite for s in self.suites]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
@@ -152,7 +158,7 @@ class EvalResults(BaseModel):
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "EvalResults":
+    def load(cls, path: str | Path) -> EvalResults:
         """Read a results file; errors name the file and the offending field."""
         path = Path(path)
         if not path.is_file():
@@ -187,26 +193,34 @@ class SuiteComparison:
         return asdict(self)
 
 
-def _paired_scores(base: SuiteResult, cand: SuiteResult,
-                   metric: str | None = None) -> tuple[list[list[float]], list[list[float]]]:
+def _paired_scores(
+    base: SuiteResult, cand: SuiteResult, metric: str | None = None
+) -> tuple[list[list[float]], list[list[float]]]:
     """Per-task sample lists of `metric` (default: the primary) of both runs, aligned by task
     id; raises when they cannot pair."""
     name = cand.suite
     if base.suite_hash != cand.suite_hash:
-        raise ValueError(f"suite {name!r}: base and candidate ran different suite versions "
-                         f"(hash {base.suite_hash} vs {cand.suite_hash})")
+        raise ValueError(
+            f"suite {name!r}: base and candidate ran different suite versions "
+            f"(hash {base.suite_hash} vs {cand.suite_hash})"
+        )
     if base.primary_metric != cand.primary_metric:
-        raise ValueError(f"suite {name!r}: primary metric {base.primary_metric!r} (base) "
-                         f"vs {cand.primary_metric!r} (candidate)")
+        raise ValueError(
+            f"suite {name!r}: primary metric {base.primary_metric!r} (base) vs {cand.primary_metric!r} (candidate)"
+        )
     metric = metric or cand.primary_metric
     a, b = base.scores_of(metric), cand.scores_of(metric)
     if not a or not b:
-        raise ValueError(f"suite {name!r}: per-task scores of {metric} missing, cannot pair (base "
-                         f"{len(a)} tasks, candidate {len(b)})")
+        raise ValueError(
+            f"suite {name!r}: per-task scores of {metric} missing, cannot pair (base "
+            f"{len(a)} tasks, candidate {len(b)})"
+        )
     only_base, only_cand = a.keys() - b.keys(), b.keys() - a.keys()
     if only_base or only_cand:
-        raise ValueError(f"suite {name!r}: base and candidate scored different tasks "
-                         f"({len(only_base)} only in base, {len(only_cand)} only in candidate)")
+        raise ValueError(
+            f"suite {name!r}: base and candidate scored different tasks "
+            f"({len(only_base)} only in base, {len(only_cand)} only in candidate)"
+        )
     ids = sorted(b)
     return [a[t] for t in ids], [b[t] for t in ids]
 
@@ -225,10 +239,16 @@ def compare_metrics(
         for metric in sorted(cand_suite.metric_task_scores.keys() & base_suite.metric_task_scores.keys()):
             a, b = _paired_scores(base_suite, cand_suite, metric)
             cmp = paired_bootstrap(a, b, level=level, resamples=resamples, seed=seed)
-            out.append(SuiteComparison(
-                suite=cand_suite.suite, track=cand_suite.track, metric=metric,
-                base_mean=float(task_means(a).mean()), candidate_mean=float(task_means(b).mean()), comparison=cmp,
-            ))
+            out.append(
+                SuiteComparison(
+                    suite=cand_suite.suite,
+                    track=cand_suite.track,
+                    metric=metric,
+                    base_mean=float(task_means(a).mean()),
+                    candidate_mean=float(task_means(b).mean()),
+                    comparison=cmp,
+                )
+            )
     return out
 
 
@@ -251,8 +271,14 @@ def compare(
             continue
         a, b = _paired_scores(base_suite, cand_suite)
         cmp = paired_bootstrap(a, b, level=level, resamples=resamples, seed=seed)
-        out.append(SuiteComparison(
-            suite=cand_suite.suite, track=cand_suite.track, metric=cand_suite.primary_metric,
-            base_mean=float(task_means(a).mean()), candidate_mean=float(task_means(b).mean()), comparison=cmp,
-        ))
+        out.append(
+            SuiteComparison(
+                suite=cand_suite.suite,
+                track=cand_suite.track,
+                metric=cand_suite.primary_metric,
+                base_mean=float(task_means(a).mean()),
+                candidate_mean=float(task_means(b).mean()),
+                comparison=cmp,
+            )
+        )
     return out

@@ -69,8 +69,10 @@ class _Pass:
     @cached_property
     def samples(self) -> list[list[SampleScore]]:
         """Per task, the judged samples (verifier errors and timeouts left out)."""
-        return [[SampleScore(t.reward.value, sample_passed(t.reward)) for t in trajs if t.scored]
-                for trajs in self.trajectories]
+        return [
+            [SampleScore(t.reward.value, sample_passed(t.reward)) for t in trajs if t.scored]
+            for trajs in self.trajectories
+        ]
 
     @property
     def truncated(self) -> list[bool]:
@@ -92,9 +94,16 @@ def run_suite(suite: Suite, engine, **kwargs: Any) -> SuiteResult:
 
 
 def run_suite_samples(
-    suite: Suite, engine, *, seeds: int | None = None, first_seed: int = 0, samples: int | None = None,
+    suite: Suite,
+    engine,
+    *,
+    seeds: int | None = None,
+    first_seed: int = 0,
+    samples: int | None = None,
     model_id: str = "model",
-    model_hash: str | None = None, cache_dir: str | Path | None = None, workers: int = 8,
+    model_hash: str | None = None,
+    cache_dir: str | Path | None = None,
+    workers: int = 8,
     reward_workers: Any = None,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     log: Callable[[str], None] | None = None,
@@ -119,15 +128,23 @@ def run_suite_samples(
     """
     suite = suite.with_overrides(seeds=seeds, samples=samples)
     if not suite.computable_metrics():
-        raise SuiteError(f"suite {suite.name!r}: no metric can be computed from {suite.sampling.n} sample(s) x "
-                         f"{suite.seeds} seed(s) per task ({', '.join(suite.metrics)})")
+        raise SuiteError(
+            f"suite {suite.name!r}: no metric can be computed from {suite.sampling.n} sample(s) x "
+            f"{suite.seeds} seed(s) per task ({', '.join(suite.metrics)})"
+        )
     log = log or (lambda _: None)
     model_hash = model_hash or engine.identity
-    settings = {"temperature": suite.sampling.temperature, "top_p": suite.sampling.top_p,
-                "max_new_tokens": suite.sampling.max_new_tokens, "samples": suite.sampling.n,
-                "seeds": list(range(first_seed, first_seed + suite.seeds)), "templates": len(suite.templates),
-                "precision": engine.precision, "batch_tokens": batch_tokens,
-                "engine": type(engine).__name__}  # engines draw different (equally valid) samples per seed
+    settings = {
+        "temperature": suite.sampling.temperature,
+        "top_p": suite.sampling.top_p,
+        "max_new_tokens": suite.sampling.max_new_tokens,
+        "samples": suite.sampling.n,
+        "seeds": list(range(first_seed, first_seed + suite.seeds)),
+        "templates": len(suite.templates),
+        "precision": engine.precision,
+        "batch_tokens": batch_tokens,
+        "engine": type(engine).__name__,
+    }  # engines draw different (equally valid) samples per seed
     key = cache_key(runner=RUNNER_VERSION, model=model_hash, suite=suite.full_hash, **settings)
     cache = ResultCache(cache_dir) if cache_dir is not None else None
     if cache is not None and (hit := cache.get(key)) is not None:
@@ -149,8 +166,15 @@ def _chunk_seed(seed: int, template: int, chunk: int) -> int:
     return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def _sample_and_score(suite: Suite, seeds: list[int], engine, workers: int, batch_tokens: int,
-                      log: Callable[[str], None], reward_workers: Any = None) -> list[_Pass]:
+def _sample_and_score(
+    suite: Suite,
+    seeds: list[int],
+    engine,
+    workers: int,
+    batch_tokens: int,
+    log: Callable[[str], None],
+    reward_workers: Any = None,
+) -> list[_Pass]:
     """Generate every pass (template, seed) in order; scoring runs in the pool meanwhile."""
     plan = [(0, seed) for seed in seeds] + [(t, seeds[0]) for t in range(1, len(suite.templates))]
     with nullcontext(reward_workers) if reward_workers is not None else ThreadRewardWorkers(workers) as pool:
@@ -162,19 +186,24 @@ def _sample_and_score(suite: Suite, seeds: list[int], engine, workers: int, batc
     return passes
 
 
-def _generate_pass(suite: Suite, template: int, seed: int, engine, pool: Any, batch_tokens: int,
-                   log: Callable[[str], None]) -> PendingRollout:
+def _generate_pass(
+    suite: Suite, template: int, seed: int, engine, pool: Any, batch_tokens: int, log: Callable[[str], None]
+) -> PendingRollout:
     """Sample all tasks under one template and seed, a chunk of similar-length prompts at a time."""
     t0, tasks, s = time.perf_counter(), suite.task_list, suite.sampling
     messages = [render_messages(t, suite.templates[template]) for t in tasks]
     prompts = [engine.chat_prompt(m) for m in messages]
     order = sorted(range(len(tasks)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
     per_chunk = max(1, batch_tokens // (s.n * (len(prompts[order[-1]]) + s.max_new_tokens)))
-    chunks = [(order[start:start + per_chunk], _chunk_seed(seed, template, c))
-              for c, start in enumerate(range(0, len(order), per_chunk))]
+    chunks = [
+        (order[start : start + per_chunk], _chunk_seed(seed, template, c))
+        for c, start in enumerate(range(0, len(order), per_chunk))
+    ]
     pending = start_rollout(tasks, engine, s, pool, n=s.n, messages=messages, prompts=prompts, chunks=chunks)
-    log(f"{suite.name}: template {template + 1}/{len(suite.templates)}, seed {seed}: "
-        f"{len(tasks) * s.n} samples generated in {time.perf_counter() - t0:.1f}s")
+    log(
+        f"{suite.name}: template {template + 1}/{len(suite.templates)}, seed {seed}: "
+        f"{len(tasks) * s.n} samples generated in {time.perf_counter() - t0:.1f}s"
+    )
     return pending
 
 
@@ -185,13 +214,23 @@ def sample_record(suite: Suite, template: int, seed: int, trajectory: Trajectory
     completion and the verifier's detail (which may quote either) are left out.
     """
     reward = trajectory.reward
-    record: dict[str, Any] = {"suite": suite.name, "task_id": _public_id(suite, trajectory.task_id),
-                              "template": template, "seed": seed, "sample": trajectory.sample}
+    record: dict[str, Any] = {
+        "suite": suite.name,
+        "task_id": _public_id(suite, trajectory.task_id),
+        "template": template,
+        "seed": seed,
+        "sample": trajectory.sample,
+    }
     if not suite.private:
         prompt = next((m.get("content") or "" for m in reversed(trajectory.messages) if m["role"] == "user"), "")
         record.update(prompt=prompt, completion=trajectory.completion)
-    record.update(reward=reward.value, passed=sample_passed(reward), status=trajectory.status,
-                  components=reward.components, finish_reason=trajectory.finish_reason)
+    record.update(
+        reward=reward.value,
+        passed=sample_passed(reward),
+        status=trajectory.status,
+        components=reward.components,
+        finish_reason=trajectory.finish_reason,
+    )
     if not suite.private:
         record["detail"] = reward.detail
     return record
@@ -235,13 +274,18 @@ def _suite_result(suite: Suite, passes: list[_Pass], model_id: str, model_hash: 
     canonical = [p for p in passes if p.template == 0]
     pooled = [[s for p in canonical for s in p.samples[i]] for i in range(len(suite.task_list))]
     metrics, computable = {}, suite.computable_metrics()
-    notes = [f"{name} skipped: needs >= {metric_k(name)} samples per task, got {suite.sampling.n} x "
-             f"{suite.seeds} seed(s)" for name in suite.metrics if name not in computable]
+    notes = [
+        f"{name} skipped: needs >= {metric_k(name)} samples per task, got {suite.sampling.n} x {suite.seeds} seed(s)"
+        for name in suite.metrics
+        if name not in computable
+    ]
     for name in computable:
         values = {i: v for i, v in enumerate(task_metric(name, s) for s in pooled) if v is not None}
         if not values:
-            raise SuiteError(f"suite {suite.name!r}: no task could be scored for {name} "
-                             f"({sum(p.errors for p in passes)} verifier errors)")
+            raise SuiteError(
+                f"suite {suite.name!r}: no task could be scored for {name} "
+                f"({sum(p.errors for p in passes)} verifier errors)"
+            )
         per_seed = [suite_metric(name, p.samples) for p in canonical]
         per_seed = [v for v in per_seed if v is not None] if len(canonical) > 1 else []
         metrics[name] = MetricResult.from_scores(name, list(values.values()), per_seed=per_seed)
@@ -255,12 +299,22 @@ def _suite_result(suite: Suite, passes: list[_Pass], model_id: str, model_hash: 
     # metric measured per seed / per template: the primary one when one seed's samples suffice
     per_pass = primary if (metric_k(primary) or 1) <= suite.sampling.n else "accuracy"
     return SuiteResult(
-        suite=suite.name, suite_hash=suite.hash, track=suite.track, private=suite.private, model_id=model_id,
-        model_hash=model_hash, sampling=settings, metrics=metrics, primary_metric=primary, task_scores=task_scores,
+        suite=suite.name,
+        suite_hash=suite.hash,
+        track=suite.track,
+        private=suite.private,
+        model_id=model_id,
+        model_hash=model_hash,
+        sampling=settings,
+        metrics=metrics,
+        primary_metric=primary,
+        task_scores=task_scores,
         metric_task_scores=others,
-        stability=_stability(per_pass, canonical), paraphrase=_paraphrase(per_pass, passes, suite.templates),
+        stability=_stability(per_pass, canonical),
+        paraphrase=_paraphrase(per_pass, passes, suite.templates),
         truncation_rate=truncation_rate([t for p in canonical for t in p.truncated]),
-        verifier_errors=sum(p.errors for p in passes), notes=notes,
+        verifier_errors=sum(p.errors for p in passes),
+        notes=notes,
     )
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-MIN_INK_SHARE = 0.01      # text, lines and bars cover well over 1% of a report
+MIN_INK_SHARE = 0.01  # text, lines and bars cover well over 1% of a report
 MIN_COLOUR_SHARE = 0.002  # chart bars: saturated pixels; text and tables are grey
-MIN_STD = 5.0             # pixel standard deviation (0-255) of the grey image
+MIN_STD = 5.0  # pixel standard deviation (0-255) of the grey image
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 
 
@@ -48,14 +48,25 @@ def screenshot(html: Path, png: Path, *, width: int = 1280, height: int = 3000, 
     """Render `html` to `png` with headless Chromium (fresh profile, no sandbox, no GPU)."""
     chromium = find_chromium()
     if chromium is None:
-        raise FileNotFoundError(f"no Chromium binary on PATH (looked for {', '.join(CHROMIUM_NAMES)}); "
-                                "install it with `apt-get install -y chromium`")
+        raise FileNotFoundError(
+            f"no Chromium binary on PATH (looked for {', '.join(CHROMIUM_NAMES)}); "
+            "install it with `apt-get install -y chromium`"
+        )
     png = png.resolve()
     png.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
-        cmd = [chromium, "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars", "--no-first-run",
-               f"--user-data-dir={profile}", f"--window-size={width},{height}", f"--screenshot={png}",
-               html.resolve().as_uri()]
+        cmd = [
+            chromium,
+            "--headless",
+            "--disable-gpu",
+            "--no-sandbox",
+            "--hide-scrollbars",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            f"--screenshot={png}",
+            html.resolve().as_uri(),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0 or not png.is_file():
         raise RuntimeError(f"chromium exited {proc.returncode} without writing {png}:\n{proc.stderr[-2000:]}")
@@ -67,5 +78,10 @@ def pixel_stats(png: Path) -> PixelStats:
     rgb = np.asarray(Image.open(png).convert("RGB"), dtype=float)
     grey = rgb.mean(axis=2)
     saturation = rgb.max(axis=2) - rgb.min(axis=2)
-    return PixelStats(width=rgb.shape[1], height=rgb.shape[0], std=float(grey.std()),
-                      ink_share=float((grey < 200).mean()), colour_share=float((saturation > 60).mean()))
+    return PixelStats(
+        width=rgb.shape[1],
+        height=rgb.shape[0],
+        std=float(grey.std()),
+        ink_share=float((grey < 200).mean()),
+        colour_share=float((saturation > 60).mean()),
+    )

@@ -59,7 +59,7 @@ class SuiteTasks(TaskSourceSettings):
     """reasoning_gym:<dataset> only: fields of the dataset's config, e.g. {max_terms: 3}."""
 
     @model_validator(mode="after")
-    def _options_fit_source(self) -> "SuiteTasks":
+    def _options_fit_source(self) -> SuiteTasks:
         if self.style is not None and self.source != "humaneval":
             raise ValueError(f"'style' applies to the humaneval source only, not {self.source!r}")
         if self.config and not self.source.startswith("reasoning_gym:"):
@@ -156,22 +156,23 @@ class Suite(BaseModel):
     def primary_metric(self) -> str:
         return self.metrics[0]
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "Suite":
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Suite:
         """A validated copy with `update` applied; its tasks and hash are computed afresh."""
-        return Suite.model_validate({**self.model_dump(), "path": self.path, "given_tasks": self.given_tasks,
-                                     **(update or {})})
+        return Suite.model_validate(
+            {**self.model_dump(), "path": self.path, "given_tasks": self.given_tasks, **(update or {})}
+        )
 
     @classmethod
-    def of_tasks(cls, name: str, tasks: list[Task], origin: TaskSourceSettings, **fields: Any) -> "Suite":
+    def of_tasks(cls, name: str, tasks: list[Task], origin: TaskSourceSettings, **fields: Any) -> Suite:
         """A suite over tasks already in memory (e.g. GRPO's held-out tasks with its reward applied).
 
         `origin` is the task source they were drawn from (recorded, not loaded again).
         """
-        return cls.model_validate({"name": name, "tasks": [origin.model_dump()], "given_tasks": list(tasks),
-                                   **fields})
+        return cls.model_validate({"name": name, "tasks": [origin.model_dump()], "given_tasks": list(tasks), **fields})
 
-    def with_overrides(self, *, seeds: int | None = None, samples: int | None = None,
-                       limit: int | None = None) -> "Suite":
+    def with_overrides(
+        self, *, seeds: int | None = None, samples: int | None = None, limit: int | None = None
+    ) -> Suite:
         """A copy with another seed count, samples per task, or at most `limit` tasks per source."""
         update: dict[str, Any] = {}
         if seeds is not None:
@@ -190,8 +191,10 @@ class Suite(BaseModel):
         for m in self.metrics:
             k = metric_k(m)
             if k is not None and k > total:
-                raise SuiteError(f"suite {self.name!r}: {m} needs >= {k} samples per task, "
-                                 f"got {self.sampling.n} x {self.seeds} seed(s) = {total}")
+                raise SuiteError(
+                    f"suite {self.name!r}: {m} needs >= {k} samples per task, "
+                    f"got {self.sampling.n} x {self.seeds} seed(s) = {total}"
+                )
 
     def computable_metrics(self) -> list[str]:
         """The metrics the drawn samples can give (a pass@k needs k samples per task), in order."""
@@ -216,10 +219,16 @@ class Suite(BaseModel):
     @cached_property
     def full_hash(self) -> str:
         """sha256 of the definition and the tasks' content (see the module docstring)."""
-        definition = {"name": self.name, "track": self.track, "templates": self.templates,
-                      "metrics": self.metrics, "private": self.private,
-                      "sampling": self.sampling.model_dump(exclude=_UNHASHED_SAMPLING | (
-                          {k for k in ("stop_token_ids", "stop") if not getattr(self.sampling, k)}))}
+        definition = {
+            "name": self.name,
+            "track": self.track,
+            "templates": self.templates,
+            "metrics": self.metrics,
+            "private": self.private,
+            "sampling": self.sampling.model_dump(
+                exclude=_UNHASHED_SAMPLING | ({k for k in ("stop_token_ids", "stop") if not getattr(self.sampling, k)})
+            ),
+        }
         h = hashlib.sha256(json.dumps(definition, sort_keys=True).encode())
         for task in self.task_list:
             h.update(b"\0" + task.model_dump_json().encode())

@@ -103,13 +103,16 @@ def resolve_model(spec: str) -> str:
 
 def hub_offline() -> bool:
     """Whether the hub is switched off here (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)."""
-    return any(os.environ.get(k, "").strip().upper() in ("1", "ON", "YES", "TRUE")
-               for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(k, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+        for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def _unknown(spec: str, why: str) -> ModelNotFound:
-    return ModelNotFound(f"unknown model {spec!r}: not an alias ({', '.join(sorted(ALIASES))}), "
-                         f"not a local path, and {why}")
+    return ModelNotFound(
+        f"unknown model {spec!r}: not an alias ({', '.join(sorted(ALIASES))}), not a local path, and {why}"
+    )
 
 
 def check_hub_id(spec: str) -> str:
@@ -134,9 +137,12 @@ def check_hub_id(spec: str) -> str:
         HfApi().model_info(spec, timeout=10)
     except RepositoryNotFoundError:
         raise _unknown(spec, "no such model on the hub") from None
-    except Exception as exc:  # noqa: BLE001  any transport error (httpx's are not OSErrors) means unreachable
-        raise _unknown(spec, f"the hub could not be reached ({type(exc).__name__}: {exc}); "
-                             "set HF_HUB_OFFLINE=1 on machines without a network") from None
+    except Exception as exc:
+        raise _unknown(
+            spec,
+            f"the hub could not be reached ({type(exc).__name__}: {exc}); "
+            "set HF_HUB_OFFLINE=1 on machines without a network",
+        ) from None
     return spec
 
 

@@ -28,8 +28,14 @@ def cache_keyword(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
-def head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
-                  temperature: float = 1.0, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def head_logprobs(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log softmax(head(hidden) / temperature)[target] where `mask`, else 0.
 
     Args:
@@ -57,9 +63,15 @@ def head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Te
     return out, entropy
 
 
-def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor,
-                   position_ids: torch.Tensor | None = None, temperature: float = 1.0,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+    position_ids: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (B, T) of `input_ids[:, t]` given the tokens before it, where `loss_mask`.
 
     Column 0 is always 0 (nothing predicts the first token). `position_ids` default to the
@@ -67,17 +79,24 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Te
     """
     if position_ids is None:
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                 use_cache=False).last_hidden_state
-    logp, entropy = head_logprobs(model.get_output_embeddings(), hidden[:, :-1], input_ids[:, 1:],
-                                  loss_mask[:, 1:], temperature, with_entropy)
+    hidden = model.get_decoder()(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+    ).last_hidden_state
+    logp, entropy = head_logprobs(
+        model.get_output_embeddings(), hidden[:, :-1], input_ids[:, 1:], loss_mask[:, 1:], temperature, with_entropy
+    )
     pad = logp.new_zeros((logp.shape[0], 1))
     return torch.cat([pad, logp], dim=1), None if entropy is None else torch.cat([pad, entropy], dim=1)
 
 
-def sequence_logprob_sums(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                          loss_mask: torch.Tensor, position_ids: torch.Tensor | None = None,
-                          temperature: float = 1.0) -> torch.Tensor:
+def sequence_logprob_sums(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+    position_ids: torch.Tensor | None = None,
+    temperature: float = 1.0,
+) -> torch.Tensor:
     """Sum over `loss_mask` of each sequence's token log-probs: log p(response | prompt), (B,).
 
     What DPO (chosen vs rejected) and reward-model style objectives compare.
@@ -86,9 +105,14 @@ def sequence_logprob_sums(model: Any, input_ids: torch.Tensor, attention_mask: t
     return logp.sum(dim=1)
 
 
-def grouped_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                     completion_ids: torch.Tensor, completion_mask: torch.Tensor,
-                     temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def grouped_logprobs(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs and entropies (B*G, C) of G completions per prompt.
 
     `prompt_ids`/`prompt_mask` are (B, P), left-padded, one row per group; completions are
@@ -103,8 +127,9 @@ def grouped_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Te
     decoder, cache_kw = model.get_decoder(), cache_keyword(model)
     cache = DynamicCache()
     p_pos = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
-    p_hidden = decoder(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=p_pos,
-                       use_cache=True, **{cache_kw: cache}).last_hidden_state[:, -1:]
+    p_hidden = decoder(
+        input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=p_pos, use_cache=True, **{cache_kw: cache}
+    ).last_hidden_state[:, -1:]
     if group > 1:
         cache.batch_repeat_interleave(group)
         p_hidden = p_hidden.repeat_interleave(group, dim=0)
@@ -112,9 +137,11 @@ def grouped_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Te
         p_pos = p_pos.repeat_interleave(group, dim=0)
     c_pos = p_pos[:, -1:] + 1 + torch.arange(completion_ids.shape[1], device=completion_ids.device)
     mask = torch.cat([prompt_mask, completion_mask], dim=1)
-    c_hidden = decoder(input_ids=completion_ids, attention_mask=mask, position_ids=c_pos,
-                       use_cache=True, **{cache_kw: cache}).last_hidden_state
+    c_hidden = decoder(
+        input_ids=completion_ids, attention_mask=mask, position_ids=c_pos, use_cache=True, **{cache_kw: cache}
+    ).last_hidden_state
     before = torch.cat([p_hidden, c_hidden[:, :-1]], dim=1)  # the state predicting each token
-    logp, entropy = head_logprobs(model.get_output_embeddings(), before, completion_ids, completion_mask,
-                                  temperature, with_entropy=True)
+    logp, entropy = head_logprobs(
+        model.get_output_embeddings(), before, completion_ids, completion_mask, temperature, with_entropy=True
+    )
     return logp, entropy

@@ -77,8 +77,13 @@ def _linear_names(model: Any) -> list[str]:
     import torch
 
     head = model.get_output_embeddings()
-    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules()
-                   if isinstance(m, torch.nn.Linear) and m is not head and ".layers." in name})
+    return sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and m is not head and ".layers." in name
+        }
+    )
 
 
 EXPORT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

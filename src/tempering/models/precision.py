@@ -33,7 +33,7 @@ def cpu_has_native_bf16() -> bool:
 
 
 def resolve_precision(precision: str) -> str:
-    """"auto" -> "bf16" where bf16 is native on the device in use, else "fp32".
+    """ "auto" -> "bf16" where bf16 is native on the device in use, else "fp32".
 
     Raises:
         ValueError: for anything but auto, bf16 or fp32 (naming the value).
@@ -53,5 +53,7 @@ def autocast(precision: str, device: torch.device) -> Any:
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     if precision == "fp32":
         return nullcontext()
-    raise ValueError(f"autocast needs a resolved precision (bf16 or fp32), got {precision!r}; "
-                     "call resolve_precision once where the run is built")
+    raise ValueError(
+        f"autocast needs a resolved precision (bf16 or fp32), got {precision!r}; "
+        "call resolve_precision once where the run is built"
+    )

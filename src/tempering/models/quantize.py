@@ -36,8 +36,11 @@ class CastLinear(torch.nn.Module):
     def __init__(self, linear: torch.nn.Linear, dtype: torch.dtype):
         super().__init__()
         self.weight = torch.nn.Parameter(linear.weight.detach().to(dtype).clone(), requires_grad=False)
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().to(dtype).clone(),
-                                                                        requires_grad=False)
+        self.bias = (
+            None
+            if linear.bias is None
+            else torch.nn.Parameter(linear.bias.detach().to(dtype).clone(), requires_grad=False)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.linear(x.to(self.weight.dtype), self.weight, self.bias).to(x.dtype)
@@ -74,7 +77,9 @@ class Int8WeightLinear(torch.nn.Module):
         return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, weight=int8, compute={self.scale.dtype}"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, weight=int8, compute={self.scale.dtype}"
+        )
 
 
 def int8_weight_fits(linear: torch.nn.Linear) -> bool:
@@ -91,8 +96,9 @@ def _swap_linears(module: torch.nn.Module) -> None:
             _swap_linears(child)
 
 
-def quantize_int8(model: Any, head: Literal["int8", "bf16", "fp32"] = "int8",
-                  method: Literal["weight", "dynamic"] = "weight") -> Any:
+def quantize_int8(
+    model: Any, head: Literal["int8", "bf16", "fp32"] = "int8", method: Literal["weight", "dynamic"] = "weight"
+) -> Any:
     """A copy of `model` with every decoder Linear int8 (per-channel weight scales); with
     "weight", layers the kernel cannot take (`int8_weight_fits`) stay in float.
 
@@ -115,8 +121,9 @@ def quantize_int8(model: Any, head: Literal["int8", "bf16", "fp32"] = "int8",
     if method == "dynamic":
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-        quantize_dynamic(out if head == "int8" else out.get_decoder(),
-                         {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+        quantize_dynamic(
+            out if head == "int8" else out.get_decoder(), {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True
+        )
     else:
         _swap_linears(out.get_decoder())
         if head == "int8" and int8_weight_fits(lm_head):

@@ -74,14 +74,20 @@ class RewardModel(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Scores (B,) of each sequence at its last real token."""
         positions = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)  # right or left padding
-        hidden = self.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                                    use_cache=False).last_hidden_state  # (B, T, H)
+        hidden = self.get_decoder()(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False
+        ).last_hidden_state  # (B, T, H)
         last = last_token_index(attention_mask)
         pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]  # (B, H)
         return self.score_head(pooled).squeeze(-1).float()
 
-    def forward_grouped(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
-                        completion_mask: torch.Tensor) -> torch.Tensor:
+    def forward_grouped(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        completion_ids: torch.Tensor,
+        completion_mask: torch.Tensor,
+    ) -> torch.Tensor:
         """Scores (B*G,) of G completions per prompt, each prompt run through the decoder once.
 
         `prompt_ids`/`prompt_mask` are (B, P), left-padded; completions (B*G, C), right-padded,
@@ -97,15 +103,21 @@ class RewardModel(torch.nn.Module):
         group = completion_ids.shape[0] // prompt_ids.shape[0]
         decoder, cache_kw, cache = self.get_decoder(), cache_keyword(self.lm), DynamicCache()
         p_pos = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
-        decoder(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=p_pos, use_cache=True,
-                **{cache_kw: cache})
+        decoder(
+            input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=p_pos, use_cache=True, **{cache_kw: cache}
+        )
         if group > 1:
             cache.batch_repeat_interleave(group)
             prompt_mask = prompt_mask.repeat_interleave(group, dim=0)
             p_pos = p_pos.repeat_interleave(group, dim=0)
         c_pos = p_pos[:, -1:] + 1 + torch.arange(completion_ids.shape[1], device=completion_ids.device)
-        hidden = decoder(input_ids=completion_ids, attention_mask=torch.cat([prompt_mask, completion_mask], dim=1),
-                         position_ids=c_pos, use_cache=True, **{cache_kw: cache}).last_hidden_state
+        hidden = decoder(
+            input_ids=completion_ids,
+            attention_mask=torch.cat([prompt_mask, completion_mask], dim=1),
+            position_ids=c_pos,
+            use_cache=True,
+            **{cache_kw: cache},
+        ).last_hidden_state
         last = last_token_index(completion_mask)
         pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
         return self.score_head(pooled).squeeze(-1).float()
@@ -118,8 +130,9 @@ class RewardModel(torch.nn.Module):
         self.lm.save_pretrained(out, **({"save_embedding_layers": False} if self.is_peft else {}))
         weights = {k: v.detach().float().contiguous().cpu() for k, v in self.score_head.state_dict().items()}
         save_file(weights, str(out / HEAD_WEIGHTS))
-        (out / HEAD_META).write_text(json.dumps({"format": FORMAT, "hidden_size": self.score_head.in_features,
-                                                 "pooling": "last_real_token"}))
+        (out / HEAD_META).write_text(
+            json.dumps({"format": FORMAT, "hidden_size": self.score_head.in_features, "pooling": "last_real_token"})
+        )
         return out
 
 
@@ -153,8 +166,9 @@ def load_reward_model(spec: str | Path, dtype: str = "float32", trainable: bool 
 
 
 @torch.no_grad()
-def score_ids(model: RewardModel, sequences: list[list[int]], pad_id: int, batch_size: int = 16,
-              precision: str = "auto") -> list[float]:
+def score_ids(
+    model: RewardModel, sequences: list[list[int]], pad_id: int, batch_size: int = 16, precision: str = "auto"
+) -> list[float]:
     """Scores of token sequences, right-padded in batches of `batch_size` (order kept)."""
     from tempering.models.precision import autocast, resolve_precision
 
@@ -162,7 +176,7 @@ def score_ids(model: RewardModel, sequences: list[list[int]], pad_id: int, batch
     device = next(model.parameters()).device
     out: list[float] = []
     for start in range(0, len(sequences), batch_size):
-        ids, mask = pad_right(sequences[start: start + batch_size], pad_id)
+        ids, mask = pad_right(sequences[start : start + batch_size], pad_id)
         with autocast(precision, device):
             out += model(ids.to(device), mask.to(device)).tolist()
     return out
@@ -187,8 +201,8 @@ def pad_left(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for i, seq in enumerate(sequences):
         if seq:
-            ids[i, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-            mask[i, width - len(seq):] = 1
+            ids[i, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+            mask[i, width - len(seq) :] = 1
     return ids, mask
 
 

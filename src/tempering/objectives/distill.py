@@ -27,11 +27,16 @@ def forward_kl_sum(student_logits: torch.Tensor, teacher_logits: torch.Tensor, t
     """
     t_logp = torch.log_softmax(teacher_logits.float() / temperature, dim=-1)
     s_logp = torch.log_softmax(student_logits.float() / temperature, dim=-1)
-    return temperature ** 2 * (t_logp.exp() * (t_logp - s_logp)).sum()
+    return temperature**2 * (t_logp.exp() * (t_logp - s_logp)).sum()
 
 
-def distill_loss_sum(student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
-                     temperature: float, kl_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+def distill_loss_sum(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    kl_weight: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """kl_weight * forward KL sum + (1 - kl_weight) * cross-entropy sum over N target rows.
 
     Args:

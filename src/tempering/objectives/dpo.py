@@ -41,8 +41,10 @@ def adapters_disabled(model: Any) -> Any:
     """
     if hasattr(model, "disable_adapter"):
         return model.disable_adapter()
-    raise ValueError("an online reference needs a LoRA model (the base with adapters disabled); "
-                     "full-parameter training uses cached reference log-probs")
+    raise ValueError(
+        "an online reference needs a LoRA model (the base with adapters disabled); "
+        "full-parameter training uses cached reference log-probs"
+    )
 
 
 def pair_sums(model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,12 +80,27 @@ class PreferenceObjective:
         lengths = batch["score_mask"].sum(dim=1).to(chosen.dtype)
         s = self.s
         losses, chosen_reward, rejected_reward = preference_losses(
-            s.loss, chosen, rejected, ref_chosen, ref_rejected, lengths[0::2], lengths[1::2], beta=s.beta,
-            label_smoothing=s.label_smoothing, gamma=s.simpo_gamma, sft_weight=s.sft_weight)
+            s.loss,
+            chosen,
+            rejected,
+            ref_chosen,
+            ref_rejected,
+            lengths[0::2],
+            lengths[1::2],
+            beta=s.beta,
+            label_smoothing=s.label_smoothing,
+            gamma=s.simpo_gamma,
+            sft_weight=s.sft_weight,
+        )
         loss_sum = (losses * batch["weights"].to(losses.dtype)).sum()
         margin = chosen_reward - rejected_reward
-        stats = {"reward_accuracy": float((margin > 0).float().mean()), "reward_margin": float(margin.mean()),
-                 "reward_chosen": float(chosen_reward.mean()), "reward_rejected": float(rejected_reward.mean()),
-                 "logp_chosen": float(chosen.detach().mean()), "logp_rejected": float(rejected.detach().mean()),
-                 "entropy": float(entropy)}
+        stats = {
+            "reward_accuracy": float((margin > 0).float().mean()),
+            "reward_margin": float(margin.mean()),
+            "reward_chosen": float(chosen_reward.mean()),
+            "reward_rejected": float(rejected_reward.mean()),
+            "logp_chosen": float(chosen.detach().mean()),
+            "logp_rejected": float(rejected.detach().mean()),
+            "entropy": float(entropy),
+        }
         return loss_sum, stats

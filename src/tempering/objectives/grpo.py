@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from tempering.config import GRPOSettings
-from tempering.objectives.grpo_math import aggregation_units, grpo_loss_sum
 from tempering.models.logprobs import grouped_logprobs
+from tempering.objectives.grpo_math import aggregation_units, grpo_loss_sum
 
 
 def _reference(model: Any):
@@ -50,8 +50,18 @@ class GRPOObjective:
             with torch.no_grad(), _reference(model):
                 ref, _ = grouped_logprobs(model, *args, temperature=self.s.temperature)
         mask = batch["loss_mask"]
-        numerator, _, stats = grpo_loss_sum(logp, old, batch["advantages"], mask, self.s.clip_low, self.s.clip_high,
-                                            self.s.aggregation, self.s.max_new_tokens, ref, self.s.beta)
+        numerator, _, stats = grpo_loss_sum(
+            logp,
+            old,
+            batch["advantages"],
+            mask,
+            self.s.clip_low,
+            self.s.clip_high,
+            self.s.aggregation,
+            self.s.max_new_tokens,
+            ref,
+            self.s.beta,
+        )
         seen = batch["completion_mask"].to(logp.dtype)
         n_seen = seen.sum().clamp(min=1.0)
         # the mismatch is measured where the engine sampled (agent batches: not on environment tokens,

@@ -22,8 +22,13 @@ import torch
 Aggregation = Literal["token_mean", "seq_mean", "constant"]
 
 
-def grpo_advantages(rewards: torch.Tensor, scale_std: bool = True, eps: float = 1e-6,
-                    groups: torch.Tensor | None = None, step_mask: torch.Tensor | None = None) -> torch.Tensor:
+def grpo_advantages(
+    rewards: torch.Tensor,
+    scale_std: bool = True,
+    eps: float = 1e-6,
+    groups: torch.Tensor | None = None,
+    step_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Group-normalised advantages for outcome rewards or per-step rewards.
 
     Three shapes, one rule (normalise each reward by the mean and population std of all
@@ -89,8 +94,9 @@ def aggregation_units(mask: torch.Tensor, how: Aggregation, max_tokens: int | No
     raise ValueError(f"unknown aggregation {how!r}")
 
 
-def aggregate_sum(per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation,
-                  max_tokens: int | None = None) -> tuple[torch.Tensor, float]:
+def aggregate_sum(
+    per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation, max_tokens: int | None = None
+) -> tuple[torch.Tensor, float]:
     """Reduce (B, T) per-token values over valid tokens (`mask` 1/0) to (numerator, units).
 
     numerator / units is the reduction documented above for one batch; over several
@@ -104,7 +110,9 @@ def aggregate_sum(per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation,
     return (per_token * m).sum(), units
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation, max_tokens: int | None = None) -> torch.Tensor:
+def aggregate(
+    per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation, max_tokens: int | None = None
+) -> torch.Tensor:
     """`aggregate_sum` normalised over this batch alone (an empty mask gives 0)."""
     numerator, units = aggregate_sum(per_token, mask, how, max_tokens)
     return numerator / max(units, 1.0)
@@ -142,17 +150,29 @@ def grpo_loss_sum(
         kl = (kl_tok * m).sum() / m.sum().clamp(min=1.0)
     with torch.no_grad():
         was_clipped = (clipped < unclipped).to(m.dtype)
-        stats = {"clip_fraction": (was_clipped * m).sum() / m.sum().clamp(min=1.0), "kl": kl.detach(),
-                 "ratio_mean": (ratio * m).sum() / m.sum().clamp(min=1.0)}
+        stats = {
+            "clip_fraction": (was_clipped * m).sum() / m.sum().clamp(min=1.0),
+            "kl": kl.detach(),
+            "ratio_mean": (ratio * m).sum() / m.sum().clamp(min=1.0),
+        }
     numerator, units = aggregate_sum(per_token, mask, aggregation, max_tokens)
     return numerator, units, stats
 
 
-def grpo_loss(logp: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-              clip_low: float = 0.2, clip_high: float = 0.2, aggregation: Aggregation = "token_mean",
-              max_tokens: int | None = None, logp_ref: torch.Tensor | None = None,
-              beta: float = 0.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def grpo_loss(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    aggregation: Aggregation = "token_mean",
+    max_tokens: int | None = None,
+    logp_ref: torch.Tensor | None = None,
+    beta: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """`grpo_loss_sum` normalised over this one batch: (loss to minimise, stats)."""
-    numerator, units, stats = grpo_loss_sum(logp, logp_old, advantages, mask, clip_low, clip_high,
-                                            aggregation, max_tokens, logp_ref, beta)
+    numerator, units, stats = grpo_loss_sum(
+        logp, logp_old, advantages, mask, clip_low, clip_high, aggregation, max_tokens, logp_ref, beta
+    )
     return numerator / max(units, 1.0), stats

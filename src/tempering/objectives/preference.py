@@ -35,24 +35,44 @@ LossType = Literal["dpo", "ipo", "simpo"]
 REFERENCE_FREE = ("simpo",)
 
 
-def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,
-             ref_rejected: torch.Tensor, beta: float, label_smoothing: float = 0.0) -> torch.Tensor:
+def dpo_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+    beta: float,
+    label_smoothing: float = 0.0,
+) -> torch.Tensor:
     """DPO sigmoid loss per pair (B,); `label_smoothing` > 0 gives cDPO."""
     delta = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
     return -(1 - label_smoothing) * F.logsigmoid(beta * delta) - label_smoothing * F.logsigmoid(-beta * delta)
 
 
-def ipo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,
-             ref_rejected: torch.Tensor, chosen_len: torch.Tensor, rejected_len: torch.Tensor,
-             beta: float) -> torch.Tensor:
+def ipo_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+    chosen_len: torch.Tensor,
+    rejected_len: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
     """IPO squared loss per pair (B,) on per-token log-ratios; beta is IPO's tau."""
-    delta = ((policy_chosen - ref_chosen) / chosen_len.clamp(min=1)
-             - (policy_rejected - ref_rejected) / rejected_len.clamp(min=1))
+    delta = (policy_chosen - ref_chosen) / chosen_len.clamp(min=1) - (
+        policy_rejected - ref_rejected
+    ) / rejected_len.clamp(min=1)
     return (delta - 1 / (2 * beta)) ** 2
 
 
-def simpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, chosen_len: torch.Tensor,
-               rejected_len: torch.Tensor, beta: float, gamma: float, label_smoothing: float = 0.0) -> torch.Tensor:
+def simpo_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    chosen_len: torch.Tensor,
+    rejected_len: torch.Tensor,
+    beta: float,
+    gamma: float,
+    label_smoothing: float = 0.0,
+) -> torch.Tensor:
     """SimPO loss per pair (B,): reference-free, length-normalised, target margin `gamma`."""
     margin = beta * (policy_chosen / chosen_len.clamp(min=1) - policy_rejected / rejected_len.clamp(min=1)) - gamma
     return -(1 - label_smoothing) * F.logsigmoid(margin) - label_smoothing * F.logsigmoid(-margin)
@@ -63,11 +83,20 @@ def sft_term(policy_chosen: torch.Tensor, chosen_len: torch.Tensor) -> torch.Ten
     return -policy_chosen / chosen_len.clamp(min=1)
 
 
-def preference_losses(loss_type: LossType, policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
-                      ref_chosen: torch.Tensor | None, ref_rejected: torch.Tensor | None,
-                      chosen_len: torch.Tensor, rejected_len: torch.Tensor, *, beta: float,
-                      label_smoothing: float = 0.0, gamma: float = 0.0,
-                      sft_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def preference_losses(
+    loss_type: LossType,
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    ref_chosen: torch.Tensor | None,
+    ref_rejected: torch.Tensor | None,
+    chosen_len: torch.Tensor,
+    rejected_len: torch.Tensor,
+    *,
+    beta: float,
+    label_smoothing: float = 0.0,
+    gamma: float = 0.0,
+    sft_weight: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss per pair, chosen reward, rejected reward), all (B,); rewards carry no gradient.
 
     Raises:

@@ -29,8 +29,13 @@ import torch
 import torch.nn.functional as F
 
 
-def bradley_terry_loss_sum(chosen: torch.Tensor, rejected: torch.Tensor, margin: torch.Tensor | float = 0.0,
-                           weight: torch.Tensor | float = 1.0, center_coef: float = 0.0) -> torch.Tensor:
+def bradley_terry_loss_sum(
+    chosen: torch.Tensor,
+    rejected: torch.Tensor,
+    margin: torch.Tensor | float = 0.0,
+    weight: torch.Tensor | float = 1.0,
+    center_coef: float = 0.0,
+) -> torch.Tensor:
     """Summed Bradley-Terry loss over P pairs.
 
     Args:
@@ -52,9 +57,12 @@ def pair_stats(chosen: torch.Tensor, rejected: torch.Tensor) -> dict[str, float]
     """Per-batch metrics: accuracy (a tie counts half), mean margin, mean scores."""
     diff = (chosen - rejected).detach().float()
     acc = ((diff > 0).float() + 0.5 * (diff == 0).float()).mean()
-    return {"accuracy": float(acc), "margin": float(diff.mean()),
-            "chosen_score": float(chosen.detach().float().mean()),
-            "rejected_score": float(rejected.detach().float().mean())}
+    return {
+        "accuracy": float(acc),
+        "margin": float(diff.mean()),
+        "chosen_score": float(chosen.detach().float().mean()),
+        "rejected_score": float(rejected.detach().float().mean()),
+    }
 
 
 class RewardObjective:
@@ -74,8 +82,9 @@ class RewardObjective:
     def scores(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """(chosen (P,), rejected (P,)) scores, all 2P answers in one forward."""
         if "prompt_ids" in batch:
-            scores = model.forward_grouped(batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"],
-                                           batch["completion_mask"])  # (2P,): chosen, rejected per pair
+            scores = model.forward_grouped(
+                batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], batch["completion_mask"]
+            )  # (2P,): chosen, rejected per pair
             return scores[0::2], scores[1::2]
         scores = model(batch["input_ids"], batch["attention_mask"])
         pairs = scores.shape[0] // 2
@@ -83,6 +92,7 @@ class RewardObjective:
 
     def loss(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
         chosen, rejected = self.scores(model, batch)
-        loss_sum = bradley_terry_loss_sum(chosen, rejected, batch.get("margin", 0.0), batch.get("weight", 1.0),
-                                          self.center_coef)
+        loss_sum = bradley_terry_loss_sum(
+            chosen, rejected, batch.get("margin", 0.0), batch.get("weight", 1.0), self.center_coef
+        )
         return loss_sum, pair_stats(chosen, rejected)

@@ -20,7 +20,9 @@ from tempering.models.logprobs import head_logprobs
 from tempering.types import IGNORE
 
 
-def masked_nll_sum(hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_nll_sum(
+    hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum of -log p(label_{t+1} | <= t) over positions whose next label is not IGNORE.
 
     Args:

@@ -20,7 +20,7 @@ from tempering.agents.config import AgentConfig
 from tempering.agents.episode import summarise
 from tempering.agents.rollout import AgentBatch, agent_rollout
 from tempering.agents.tasks import BUILTIN, AgentTask, load_agent_suite, select
-from tempering.pipeline.stage import StageSpec, input_list, run_stage
+from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.train.metrics import console
 
 
@@ -28,8 +28,10 @@ def agent_tasks(cfg: AgentConfig) -> tuple[list[AgentTask], dict[str, list[Agent
     """(training tasks, held-out tasks per eval suite), tiers filtered."""
     tiers = cfg.tasks.tiers
     train = [t for name in cfg.tasks.suites for t in select(load_agent_suite(name), "train", tiers)]
-    held = {name: select(load_agent_suite(name), "heldout", tiers)[:cfg.tasks.eval_limit]
-            for name in (cfg.tasks.eval_suites or cfg.tasks.suites)}
+    held = {
+        name: select(load_agent_suite(name), "heldout", tiers)[: cfg.tasks.eval_limit]
+        for name in (cfg.tasks.eval_suites or cfg.tasks.suites)
+    }
     if not train:
         raise ValueError(f"no training tasks in {cfg.tasks.suites} (tiers {tiers})")
     return train, {k: v for k, v in held.items() if v}
@@ -62,8 +64,18 @@ def paired_gain(before: dict[str, Any], after: dict[str, Any]) -> dict[str, floa
 def agent_stage(cfg: AgentConfig, force: bool = False) -> StageSpec:
     files = [s for s in cfg.tasks.suites + (cfg.tasks.eval_suites or []) if s not in BUILTIN]
     inputs = input_list([(p, "tasks") for p in files])
-    return StageSpec("agent", cfg.out, cfg.name, cfg.model_dump(), inputs, cfg.model, cfg.train.steps,
-                     cfg.train.seed, cfg.train.threads, force)
+    return StageSpec(
+        "agent",
+        cfg.out,
+        cfg.name,
+        cfg.model_dump(),
+        inputs,
+        cfg.model,
+        cfg.train.steps,
+        cfg.train.seed,
+        cfg.train.threads,
+        force,
+    )
 
 
 def run_agent(cfg: AgentConfig, force: bool = False) -> dict[str, Any]:
@@ -90,8 +102,9 @@ def _sandbox(tasks: list[AgentTask]) -> Any:
     return SandboxPool(size=4)
 
 
-def _train(cfg: AgentConfig, stage: Any, train_tasks: list[AgentTask], held: dict[str, list[AgentTask]],
-           sandbox: Any) -> dict[str, Any]:
+def _train(
+    cfg: AgentConfig, stage: Any, train_tasks: list[AgentTask], held: dict[str, list[AgentTask]], sandbox: Any
+) -> dict[str, Any]:
     from tempering.agents.render import AgentRenderer
     from tempering.agents.training import AgentRolloutSource
     from tempering.models.load import load_tokenizer
@@ -112,9 +125,11 @@ def _train(cfg: AgentConfig, stage: Any, train_tasks: list[AgentTask], held: dic
         for name, tasks in held.items():
             batch = agent_rollout(tasks, engine, renderer, sandbox, cfg.eval, cfg.episode, n=1, seed=cfg.train.seed)
             results[name] = evaluate_agent(batch)
-            console.print(f"[bold]{label}[/bold] {name}: completion {results[name]['all']['completion_rate']:.2f} "
-                          f"[{results[name]['all']['ci_low']:.2f}, {results[name]['all']['ci_high']:.2f}] "
-                          f"on {len(tasks)} held-out tasks")
+            console.print(
+                f"[bold]{label}[/bold] {name}: completion {results[name]['all']['completion_rate']:.2f} "
+                f"[{results[name]['all']['ci_low']:.2f}, {results[name]['all']['ci_high']:.2f}] "
+                f"on {len(tasks)} held-out tasks"
+            )
         return results
 
     summary: dict[str, Any] = {"train_tasks": len(train_tasks), "heldout_tasks": {k: len(v) for k, v in held.items()}}
@@ -122,25 +137,42 @@ def _train(cfg: AgentConfig, stage: Any, train_tasks: list[AgentTask], held: dic
     if cfg.sft is not None:
         summary["sft"] = _expert_sft(cfg, model, renderer, train_tasks, sandbox, run_dir / "sft")
         summary["after_sft"] = evaluate("after SFT")
-    source = AgentRolloutSource(train_tasks, engine, renderer, sandbox, cfg.rl, cfg.episode, cfg.train.grad_accum,
-                                cfg.train.seed, promote_at=cfg.rl.promote_at, window=cfg.rl.window,
-                                step_rewards=cfg.rl.step_rewards, gamma=cfg.rl.gamma,
-                                store=run_dir / "trajectories.jsonl")
+    source = AgentRolloutSource(
+        train_tasks,
+        engine,
+        renderer,
+        sandbox,
+        cfg.rl,
+        cfg.episode,
+        cfg.train.grad_accum,
+        cfg.train.seed,
+        promote_at=cfg.rl.promote_at,
+        window=cfg.rl.window,
+        step_rewards=cfg.rl.step_rewards,
+        gamma=cfg.rl.gamma,
+        store=run_dir / "trajectories.jsonl",
+    )
     result = Trainer(model, GRPOObjective(cfg.rl), source, cfg.train, run_dir).fit()
     summary["after"] = after = evaluate("after RL")
     summary["gain"] = {name: paired_gain(before[name], after[name]) for name in held}
     if cfg.sft is not None:
         summary["gain_rl_only"] = {name: paired_gain(summary["after_sft"][name], after[name]) for name in held}
-    summary.update(steps=result.steps, seconds=result.seconds, resumed_from=result.resumed_from, guard=result.counts,
-                   curriculum_tier=source.curriculum.tier,
-                   reward_first=result.history[0].get("reward_mean") if result.history else None,
-                   reward_last=result.history[-1].get("reward_mean") if result.history else None)
+    summary.update(
+        steps=result.steps,
+        seconds=result.seconds,
+        resumed_from=result.resumed_from,
+        guard=result.counts,
+        curriculum_tier=source.curriculum.tier,
+        reward_first=result.history[0].get("reward_mean") if result.history else None,
+        reward_last=result.history[-1].get("reward_mean") if result.history else None,
+    )
     stage.save_model(model, tokenizer)
     return summary
 
 
-def _expert_sft(cfg: AgentConfig, model: Any, renderer: Any, tasks: list[AgentTask], sandbox: Any,
-                run_dir: Path) -> dict[str, Any]:
+def _expert_sft(
+    cfg: AgentConfig, model: Any, renderer: Any, tasks: list[AgentTask], sandbox: Any, run_dir: Path
+) -> dict[str, Any]:
     from tempering.agents.training import expert_examples
     from tempering.data.batches import SFTBatches
     from tempering.objectives.sft import SFTObjective
@@ -151,6 +183,10 @@ def _expert_sft(cfg: AgentConfig, model: Any, renderer: Any, tasks: list[AgentTa
     pad = renderer.tokenizer.pad_token_id if renderer.tokenizer.pad_token_id is not None else 0
     batches = SFTBatches(kept, cfg.sft.batch_size, cfg.sft.max_length, pad, True, cfg.sft.seed)
     result = Trainer(model, SFTObjective(), batches, cfg.sft, run_dir).fit()
-    return {"examples": len(kept), "too_long": len(examples) - len(kept), "steps": result.steps,
-            "loss_first": result.losses[0] if result.losses else None,
-            "loss_last": result.losses[-1] if result.losses else None}
+    return {
+        "examples": len(kept),
+        "too_long": len(examples) - len(kept),
+        "steps": result.steps,
+        "loss_first": result.losses[0] if result.losses else None,
+        "loss_last": result.losses[-1] if result.losses else None,
+    }

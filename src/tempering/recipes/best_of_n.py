@@ -16,8 +16,15 @@ from tempering.config import BestOfNSettings, SamplingSettings
 from tempering.types import Task
 
 
-def best_of_n(tasks: Sequence[Task], engine: Any, scorer: Any, sampling: SamplingSettings, n: int,
-              seed: int = 0, workers: Any = None) -> list[dict[str, Any]]:
+def best_of_n(
+    tasks: Sequence[Task],
+    engine: Any,
+    scorer: Any,
+    sampling: SamplingSettings,
+    n: int,
+    seed: int = 0,
+    workers: Any = None,
+) -> list[dict[str, Any]]:
     """One record per task: the n answers, their RM scores and verdicts, and the pick.
 
     Args:
@@ -41,8 +48,16 @@ def best_of_n(tasks: Sequence[Task], engine: Any, scorer: Any, sampling: Samplin
         scores = scorer.score([t.messages for t in group])
         pick = max(range(len(group)), key=lambda j: scores[j])
         passed = [bool(t.scored and t.reward.passed) for t in group]
-        out.append({"task_id": task.id, "completions": [t.completion for t in group],
-                    "scores": scores, "passed": passed, "pick": pick, "pick_passed": passed[pick]})
+        out.append(
+            {
+                "task_id": task.id,
+                "completions": [t.completion for t in group],
+                "scores": scores,
+                "passed": passed,
+                "pick": pick,
+                "pick_passed": passed[pick],
+            }
+        )
     return out
 
 
@@ -53,14 +68,20 @@ def summarize(records: list[dict[str, Any]], n: int, seed: int = 0) -> dict[str,
     pick = [float(r["pick_passed"]) for r in records]
     rand = [sum(r["passed"]) / len(r["passed"]) for r in records]
     gain = paired_bootstrap(rand, pick, seed=seed)
-    return {"n": n, "tasks": len(records), "rm_pick": sum(pick) / len(pick),
-            "rm_pick_ci": bootstrap_ci(pick, seed=seed).to_dict(), "random_pick": sum(rand) / len(rand),
-            "oracle": sum(any(r["passed"]) for r in records) / len(records),
-            "gain_over_random": gain.to_dict()}
+    return {
+        "n": n,
+        "tasks": len(records),
+        "rm_pick": sum(pick) / len(pick),
+        "rm_pick_ci": bootstrap_ci(pick, seed=seed).to_dict(),
+        "random_pick": sum(rand) / len(rand),
+        "oracle": sum(any(r["passed"]) for r in records) / len(records),
+        "gain_over_random": gain.to_dict(),
+    }
 
 
-def run_best_of_n(settings: BestOfNSettings, reward_model: str | Path, precision: str = "auto",
-                  out: str | Path | None = None) -> dict[str, Any]:
+def run_best_of_n(
+    settings: BestOfNSettings, reward_model: str | Path, precision: str = "auto", out: str | Path | None = None
+) -> dict[str, Any]:
     """Load the policy and the reward model, run `best_of_n` on the settings' tasks, summarize.
 
     `out`: a JSONL file for the per-task records (None: not written).

@@ -37,8 +37,13 @@ def write_errors(errors: list, out: Path | None, data: Path) -> Path | None:
     return write_quarantine(errors, Path(f"{out if out is not None else data}.quarantine.jsonl"))
 
 
-def dedup_file(data: Path, out_path: Path, settings: DedupSettings, report_path: Path | None = None,
-               progress: Callable[[int], None] | None = None) -> PassResult:
+def dedup_file(
+    data: Path,
+    out_path: Path,
+    settings: DedupSettings,
+    report_path: Path | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> PassResult:
     """Remove exact and near-duplicate rows of `data` (keep-first) into `out_path`; report the clusters."""
     from tempering.data.dedup import Deduper, dedup_rows
     from tempering.data.io import RowError
@@ -56,7 +61,10 @@ def dedup_file(data: Path, out_path: Path, settings: DedupSettings, report_path:
             except ValueError as exc:
                 errors.append(RowError(str(data), location, str(exc), row))
                 continue
-            yield (str(row["id"]) if isinstance(row, dict) and row.get("id") is not None else where(data, location)), row
+            yield (
+                (str(row["id"]) if isinstance(row, dict) and row.get("id") is not None else where(data, location)),
+                row,
+            )
 
     deduper = Deduper(**settings.model_dump())
     with AtomicJsonl(require_jsonl(out_path)) as writer:
@@ -64,11 +72,24 @@ def dedup_file(data: Path, out_path: Path, settings: DedupSettings, report_path:
     quarantine = write_errors(errors, out_path, data)
     counts = {**report.summary(), "rows": report.rows + len(errors), "quarantined": len(errors)}
     report_path = report_path or out_path.with_suffix(".dedup.json")
-    report_path.write_text(json.dumps({**counts, "settings": settings.model_dump(), "lsh_bands": list(deduper.bands),
-                                       "input": str(data), "written": str(out_path), "sha256": writer.sha256,
-                                       "clusters": report.cluster_list()}, indent=1, ensure_ascii=False))
-    return PassResult(counts, report_path, writer.sha256, quarantine, errors,
-                      {"clusters": report.cluster_list(limit=3)})
+    report_path.write_text(
+        json.dumps(
+            {
+                **counts,
+                "settings": settings.model_dump(),
+                "lsh_bands": list(deduper.bands),
+                "input": str(data),
+                "written": str(out_path),
+                "sha256": writer.sha256,
+                "clusters": report.cluster_list(),
+            },
+            indent=1,
+            ensure_ascii=False,
+        )
+    )
+    return PassResult(
+        counts, report_path, writer.sha256, quarantine, errors, {"clusters": report.cluster_list(limit=3)}
+    )
 
 
 def suite_index(against: Sequence[str], settings: DecontamSettings) -> Any:
@@ -98,8 +119,14 @@ def decontam_summary(hits) -> dict:
     return {"matched_rows": len(hits), "by_suite": by_suite, "rows": rows}
 
 
-def decontam_file(data: Path, against: Sequence[str], out_path: Path | None, settings: DecontamSettings,
-                  report_path: Path | None = None, progress: Callable[[int], None] | None = None) -> PassResult:
+def decontam_file(
+    data: Path,
+    against: Sequence[str],
+    out_path: Path | None,
+    settings: DecontamSettings,
+    report_path: Path | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> PassResult:
     """Find rows of `data` that contain eval suite tasks; with `out_path`, write the others there."""
     from tempering.evals.contamination import decontaminate
 
@@ -107,12 +134,28 @@ def decontam_file(data: Path, against: Sequence[str], out_path: Path | None, set
     report = decontaminate(index, data, out_path, progress=progress)
     quarantine = write_errors(report.errors, out_path, data)
     summary = decontam_summary(report.hits)
-    counts = {"rows": report.rows, "matched_rows": report.removed, "kept": report.kept if out_path else None,
-              "quarantined": report.quarantined, "boilerplate_grams": index.boilerplate_grams}
+    counts = {
+        "rows": report.rows,
+        "matched_rows": report.removed,
+        "kept": report.kept if out_path else None,
+        "quarantined": report.quarantined,
+        "boilerplate_grams": index.boilerplate_grams,
+    }
     if report_path is None and out_path is not None:
         report_path = out_path.with_suffix(".decontam.json")
     if report_path is not None:
-        report_path.write_text(json.dumps({**counts, "settings": settings.model_dump(), **summary,
-                                           "hits": [h.to_dict() for h in report.hits]}, indent=1, ensure_ascii=False))
-    return PassResult(counts, report_path, report.sha256, quarantine, report.errors,
-                      {"summary": summary, "unindexed": index.unindexed, "hits": len(report.hits)})
+        report_path.write_text(
+            json.dumps(
+                {**counts, "settings": settings.model_dump(), **summary, "hits": [h.to_dict() for h in report.hits]},
+                indent=1,
+                ensure_ascii=False,
+            )
+        )
+    return PassResult(
+        counts,
+        report_path,
+        report.sha256,
+        quarantine,
+        report.errors,
+        {"summary": summary, "unindexed": index.unindexed, "hits": len(report.hits)},
+    )

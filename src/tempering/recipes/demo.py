@@ -52,11 +52,16 @@ def summarize(result: Any, root: Path, console: Console) -> dict[str, Any]:
     print_table(after, compare=before, console=console)  # the paired deltas with their CIs
     example = _example(evals[0].run_dir, evals[-1].run_dir)
     if example:
-        console.print(f"example: {example['prompt']!r}\n  before: {example['before']!r}\n  after:  {example['after']!r}")
+        console.print(
+            f"example: {example['prompt']!r}\n  before: {example['before']!r}\n  after:  {example['after']!r}"
+        )
     for o in result.stages:  # the gate's rules were printed with the pipeline's outcome
         if o.kind == "release" and o.summary:
-            console.print(f"release: {json.dumps(o.summary.get('release', o.summary), default=str)[:300]}",
-                          soft_wrap=True, highlight=False)
+            console.print(
+                f"release: {json.dumps(o.summary.get('release', o.summary), default=str)[:300]}",
+                soft_wrap=True,
+                highlight=False,
+            )
     report = render_report(after, root / "report", compare=before)
     shown["report"] = str(report)
     console.print(f"report: {report}", soft_wrap=True, highlight=False)
@@ -66,6 +71,7 @@ def summarize(result: Any, root: Path, console: Console) -> dict[str, Any]:
 
 def _example(before_dir: Path | None, after_dir: Path | None) -> dict[str, str] | None:
     """The first task's reply before and after, from the eval stages' samples.jsonl."""
+
     def first(run_dir: Path | None) -> dict[str, Any] | None:
         path = next(iter(sorted(Path(run_dir).rglob("samples.jsonl"))), None) if run_dir else None
         if path is None:

@@ -11,17 +11,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from tempering.config_distill import DistillConfig
+from tempering.config.distill import DistillConfig
 from tempering.data.io import quarantine_in_run
-from tempering.pipeline.stage import StageSpec, run_stage
 from tempering.recipes.sft import data_inputs, prepare_sft_data, sft_components
+from tempering.runs.stage import StageSpec, run_stage
 from tempering.train.metrics import console
 
 
 def distill_stage(cfg: DistillConfig, force: bool = False) -> StageSpec:
     """The stage a distill config describes: its inputs with their roles."""
-    return StageSpec("distill", cfg.out, cfg.name, cfg.model_dump(), data_inputs(cfg.data), cfg.teacher,
-                     cfg.train.steps, cfg.train.seed, cfg.train.threads, force)
+    return StageSpec(
+        "distill",
+        cfg.out,
+        cfg.name,
+        cfg.model_dump(),
+        data_inputs(cfg.data),
+        cfg.teacher,
+        cfg.train.steps,
+        cfg.train.seed,
+        cfg.train.threads,
+        force,
+    )
 
 
 def build_student(cfg: DistillConfig, teacher: Any) -> Any:
@@ -39,8 +49,10 @@ def build_student(cfg: DistillConfig, teacher: Any) -> Any:
         raise ValueError("student: give `layers` (a subset of the teacher's) or `model`")
     student = load_model(cfg.student.model)
     if student.config.vocab_size != teacher.config.vocab_size:
-        raise ValueError(f"student {cfg.student.model!r} has vocabulary {student.config.vocab_size}, "
-                         f"the teacher {teacher.config.vocab_size}: distillation compares them token for token")
+        raise ValueError(
+            f"student {cfg.student.model!r} has vocabulary {student.config.vocab_size}, "
+            f"the teacher {teacher.config.vocab_size}: distillation compares them token for token"
+        )
     return student
 
 
@@ -66,14 +78,20 @@ def run_distill(cfg: DistillConfig, force: bool = False) -> dict[str, Any]:
         result = Trainer(student, objective, batches, cfg.train, stage.run_dir).fit()
         after = evaluate(student, objective, evals, cfg.train.precision) if evals else None
         stage.save_model(student, tokenizer)
-        stage.finish({
-            "data": data.summary, "steps": result.steps, "resumed_from": result.resumed_from,
-            "guard": result.counts,
-            "student_params": sum(p.numel() for p in student.parameters()),
-            "teacher_params": sum(p.numel() for p in teacher.parameters()),
-            "train_loss_first": result.losses[0] if result.losses else None,
-            "train_loss_last": result.losses[-1] if result.losses else None,
-            "eval_loss_before": before, "eval_loss_after": after,
-            "real_tokens_per_s": result.real_tokens / result.seconds if result.seconds else None,
-        }, {})
+        stage.finish(
+            {
+                "data": data.summary,
+                "steps": result.steps,
+                "resumed_from": result.resumed_from,
+                "guard": result.counts,
+                "student_params": sum(p.numel() for p in student.parameters()),
+                "teacher_params": sum(p.numel() for p in teacher.parameters()),
+                "train_loss_first": result.losses[0] if result.losses else None,
+                "train_loss_last": result.losses[-1] if result.losses else None,
+                "eval_loss_before": before,
+                "eval_loss_after": after,
+                "real_tokens_per_s": result.real_tokens / result.seconds if result.seconds else None,
+            },
+            {},
+        )
     return stage.result.summary

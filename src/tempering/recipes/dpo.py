@@ -18,7 +18,7 @@ import torch
 from tempering.config import DPOConfig
 from tempering.data.io import NoRows, RowError, quarantine_in_run
 from tempering.data.pair_render import RenderedPair
-from tempering.pipeline.stage import StageSpec, input_list, run_stage
+from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.train.metrics import console
 
 
@@ -41,8 +41,10 @@ def prepare_pairs(cfg: DPOConfig, tokenizer: Any) -> PairData:
     main = load_pairs(d.train)
     train = render_pairs(main, tokenizer, style, d.max_length)
     if not train:
-        raise NoRows(f"{', '.join(d.train)}: no valid pairs ({len(main.errors)} of {main.rows} quarantined; "
-                     f"first: {main.errors[0]})")
+        raise NoRows(
+            f"{', '.join(d.train)}: no valid pairs ({len(main.errors)} of {main.rows} quarantined; "
+            f"first: {main.errors[0]})"
+        )
     errors = list(main.errors)
     summary: dict[str, Any] = {"rows": main.rows, "valid": len(train), "tool_call_style": style}
     held: list[RenderedPair] = []
@@ -58,12 +60,23 @@ def prepare_pairs(cfg: DPOConfig, tokenizer: Any) -> PairData:
 def dpo_stage(cfg: DPOConfig, force: bool = False) -> StageSpec:
     """The stage a preference config describes: its pair files with their roles."""
     inputs = input_list([(p, "train") for p in cfg.data.train] + [(p, "eval") for p in cfg.data.eval])
-    return StageSpec("dpo", cfg.out, cfg.name, cfg.model_dump(), inputs, cfg.model, cfg.train.steps,
-                     cfg.train.seed, cfg.train.threads, force)
+    return StageSpec(
+        "dpo",
+        cfg.out,
+        cfg.name,
+        cfg.model_dump(),
+        inputs,
+        cfg.model,
+        cfg.train.steps,
+        cfg.train.seed,
+        cfg.train.threads,
+        force,
+    )
 
 
-def reference_for(cfg: DPOConfig, model: Any, tokenizer: Any, pairs: list[RenderedPair],
-                  precision: str) -> tuple[torch.Tensor | None, dict[str, Any]]:
+def reference_for(
+    cfg: DPOConfig, model: Any, tokenizer: Any, pairs: list[RenderedPair], precision: str
+) -> tuple[torch.Tensor | None, dict[str, Any]]:
     """Cached reference sums for `pairs` (None when the loss needs none or it is computed online)."""
     from tempering.models.load import cache_dir
     from tempering.objectives.dpo import pair_sums
@@ -74,16 +87,20 @@ def reference_for(cfg: DPOConfig, model: Any, tokenizer: Any, pairs: list[Render
         return None, {"reference": "none"}
     if cfg.dpo.reference == "online":
         if cfg.lora is None:
-            raise ValueError("dpo.reference: online needs LoRA (the base with adapters off is the reference); "
-                             "with full parameters use dpo.reference: cache")
+            raise ValueError(
+                "dpo.reference: online needs LoRA (the base with adapters off is the reference); "
+                "with full parameters use dpo.reference: cache"
+            )
         return None, {"reference": "online (adapters disabled)"}
-    logps, record = cached_reference_logps(pair_sums, model, tokenizer, pairs, cfg.train.batch_size, precision, cache_dir(),
-                                           console)
+    logps, record = cached_reference_logps(
+        pair_sums, model, tokenizer, pairs, cfg.train.batch_size, precision, cache_dir(), console
+    )
     return logps, {"reference": "cache", **record}
 
 
-def dpo_components(cfg: DPOConfig, data: PairData, ref_train: torch.Tensor | None,
-                   ref_eval: torch.Tensor | None) -> tuple[Any, list[dict[str, Any]], Any]:
+def dpo_components(
+    cfg: DPOConfig, data: PairData, ref_train: torch.Tensor | None, ref_eval: torch.Tensor | None
+) -> tuple[Any, list[dict[str, Any]], Any]:
     """(training batch source, held-out batches, objective); bench/dpo.py shares it."""
     from tempering.data.pair_batches import PairBatches, collate_pairs
     from tempering.objectives.dpo import PreferenceObjective
@@ -93,9 +110,9 @@ def dpo_components(cfg: DPOConfig, data: PairData, ref_train: torch.Tensor | Non
     batches = PairBatches(data.train, cfg.train.batch_size, cfg.train.seed, ref_train, shard=(w.rank, w.size))
     size, evals = cfg.train.batch_size, []
     for start in range(0, len(data.eval), size):
-        batch = collate_pairs(data.eval[start:start + size])
+        batch = collate_pairs(data.eval[start : start + size])
         if ref_eval is not None:
-            batch["ref_logps"] = ref_eval[start:start + size]
+            batch["ref_logps"] = ref_eval[start : start + size]
         evals.append(batch)
     return batches, evals, PreferenceObjective(cfg.dpo)
 
@@ -151,14 +168,25 @@ def run_dpo(cfg: DPOConfig, force: bool = False) -> dict[str, Any]:
         after = evaluate_pairs(model, objective, eval_batches, precision) if eval_batches else None
         stage.save_model(model, tokenizer)
         last = result.history[-1] if result.history else {}
-        stage.finish({
-            "data": data.summary, "loss": cfg.dpo.loss, "steps": result.steps, "resumed_from": result.resumed_from,
-            "guard": result.counts, **ref_info,
-            "train_loss_first": result.losses[0] if result.losses else None,
-            "train_loss_last": result.losses[-1] if result.losses else None,
-            "train_reward_accuracy_last": last.get("reward_accuracy"),
-            "eval_before": before, "eval_after": after,
-            "pairs_per_s": (result.steps * cfg.train.batch_size * cfg.train.grad_accum / result.seconds
-                            if result.seconds else None),
-        }, {})
+        stage.finish(
+            {
+                "data": data.summary,
+                "loss": cfg.dpo.loss,
+                "steps": result.steps,
+                "resumed_from": result.resumed_from,
+                "guard": result.counts,
+                **ref_info,
+                "train_loss_first": result.losses[0] if result.losses else None,
+                "train_loss_last": result.losses[-1] if result.losses else None,
+                "train_reward_accuracy_last": last.get("reward_accuracy"),
+                "eval_before": before,
+                "eval_after": after,
+                "pairs_per_s": (
+                    result.steps * cfg.train.batch_size * cfg.train.grad_accum / result.seconds
+                    if result.seconds
+                    else None
+                ),
+            },
+            {},
+        )
     return stage.result.summary

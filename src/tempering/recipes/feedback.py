@@ -28,17 +28,32 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tempering.config import FeedbackConfig
-from tempering.pipeline.stage import StageSpec, input_list, run_stage
+from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.types import Task
 
 OUTPUT_FILES = {"tasks": "tasks.jsonl", "pairs": "pairs.jsonl", "report": "feedback.json"}
-SERVED_KEYS = ("id", "prompt", "messages", "completion", "response", "correction", "kind", "release", "task", "meta",
-               "comment", "rating", "created_at", "request_id")
+SERVED_KEYS = (
+    "id",
+    "prompt",
+    "messages",
+    "completion",
+    "response",
+    "correction",
+    "kind",
+    "release",
+    "task",
+    "meta",
+    "comment",
+    "rating",
+    "created_at",
+    "request_id",
+)
 
 
 def feedback_stage(cfg: FeedbackConfig) -> StageSpec:
-    files = [(p, "failures") for p in cfg.evals] + [(p, "feedback") for p in cfg.served] + \
-        [(p, "votes") for p in cfg.votes]
+    files = (
+        [(p, "failures") for p in cfg.evals] + [(p, "feedback") for p in cfg.served] + [(p, "votes") for p in cfg.votes]
+    )
     if cfg.pool is not None and Path(cfg.pool.source).exists():
         files.append((cfg.pool.source, "pool"))
     return StageSpec("feedback", cfg.out, cfg.name, cfg.model_dump(), input_list(files), None, 1, cfg.seed)
@@ -62,17 +77,32 @@ def run_feedback(cfg: FeedbackConfig) -> dict[str, Any]:
         outputs = {key: stage.run_dir / name for key, name in OUTPUT_FILES.items()}
         write_jsonl_atomic(outputs["tasks"], [t.model_dump(exclude_none=True) for t in tasks])
         write_jsonl_atomic(outputs["pairs"], pairs)
-        counts = {"eval_failures": len(failures), "private_failures": private, "served_rows": served,
-                  "served_bad_cases": len(served_bad), "served_tasks": len(served_tasks),
-                  "corrections": len(corrections), "votes": len(votes), "votes_quarantined": quarantined,
-                  "mined_tasks": len(mined), "tasks": len(tasks), "pairs": len(pairs)}
-        outputs["report"].write_text(json.dumps({**counts, "clusters": clusters.get("clusters", []),
-                                                 "mined_for": why[: len(tasks)]}, indent=1, ensure_ascii=False))
+        counts = {
+            "eval_failures": len(failures),
+            "private_failures": private,
+            "served_rows": served,
+            "served_bad_cases": len(served_bad),
+            "served_tasks": len(served_tasks),
+            "corrections": len(corrections),
+            "votes": len(votes),
+            "votes_quarantined": quarantined,
+            "mined_tasks": len(mined),
+            "tasks": len(tasks),
+            "pairs": len(pairs),
+        }
+        outputs["report"].write_text(
+            json.dumps(
+                {**counts, "clusters": clusters.get("clusters", []), "mined_for": why[: len(tasks)]},
+                indent=1,
+                ensure_ascii=False,
+            )
+        )
         for key, path in outputs.items():
             stage.registry.record_output(stage.run_id, key, path)
-        stage.finish({"steps": 1, **counts, "failure_modes": [(c["label"], c["size"]) for c in
-                                                              clusters.get("clusters", [])]},
-                     {k: str(v) for k, v in outputs.items()})
+        stage.finish(
+            {"steps": 1, **counts, "failure_modes": [(c["label"], c["size"]) for c in clusters.get("clusters", [])]},
+            {k: str(v) for k, v in outputs.items()},
+        )
     return stage.result.summary
 
 
@@ -125,14 +155,32 @@ def read_served(paths: Sequence[str]) -> tuple[int, list[Task], list[dict[str, A
             answer = row.get("completion", row.get("response")) or ""
             rid = str(row.get("id") or f"{Path(p).name}:{where}")
             if row.get("task"):
-                tasks.append(Task.model_validate({"id": f"feedback-{rid}", **_prompt_field(prompt),
-                                                  **row["task"], "source": "feedback"}))
+                tasks.append(
+                    Task.model_validate(
+                        {"id": f"feedback-{rid}", **_prompt_field(prompt), **row["task"], "source": "feedback"}
+                    )
+                )
             if row.get("correction"):
-                pairs.append({"prompt": prompt, "chosen": row["correction"], "rejected": answer, "source": "human",
-                              "meta": {"feedback_id": rid, "release": row.get("release")}})
+                pairs.append(
+                    {
+                        "prompt": prompt,
+                        "chosen": row["correction"],
+                        "rejected": answer,
+                        "source": "human",
+                        "meta": {"feedback_id": rid, "release": row.get("release")},
+                    }
+                )
             if row.get("kind", "thumbs_down") != "thumbs_up":
-                bad.append(case_from_row({"task_id": f"feedback-{rid}", "prompt": prompt, "completion": answer,
-                                          "detail": row.get("comment")}))
+                bad.append(
+                    case_from_row(
+                        {
+                            "task_id": f"feedback-{rid}",
+                            "prompt": prompt,
+                            "completion": answer,
+                            "detail": row.get("comment"),
+                        }
+                    )
+                )
     return rows, tasks, pairs, bad
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from tempering.config import GRPOConfig
 from tempering.evals.suite import Suite
-from tempering.pipeline.stage import StageSpec, input_list, run_stage
 from tempering.rollout.engine import Engine
+from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.train.metrics import console
 from tempering.types import Task
 
@@ -35,10 +35,17 @@ def heldout_suite(cfg: GRPOConfig, tasks: list[Task]) -> Suite:
     from tempering.evals.suite import SuiteSampling
 
     h = cfg.heldout
-    sampling = SuiteSampling(n=1, **{k: getattr(h, k) for k in ("temperature", "top_p", "max_new_tokens",
-                                                                 "stop_token_ids", "stop")})
-    return Suite.of_tasks("heldout", tasks, h.tasks or cfg.tasks, sampling=sampling, metrics=HELDOUT_METRICS,
-                          description="GRPO held-out monitor")
+    sampling = SuiteSampling(
+        n=1, **{k: getattr(h, k) for k in ("temperature", "top_p", "max_new_tokens", "stop_token_ids", "stop")}
+    )
+    return Suite.of_tasks(
+        "heldout",
+        tasks,
+        h.tasks or cfg.tasks,
+        sampling=sampling,
+        metrics=HELDOUT_METRICS,
+        description="GRPO held-out monitor",
+    )
 
 
 def split_heldout(tasks: list[Task], size: int, seed: int) -> tuple[list[Task], list[Task]]:
@@ -55,8 +62,11 @@ def split_heldout(tasks: list[Task], size: int, seed: int) -> tuple[list[Task], 
     random.Random(f"heldout:{seed}").shuffle(order)
     held = [tasks[i] for i in sorted(order[:n])]
     prompts = {json.dumps(t.chat(), sort_keys=True) for t in held}
-    train = [t for i, t in enumerate(tasks) if i not in set(order[:n])
-             and json.dumps(t.chat(), sort_keys=True) not in prompts]
+    train = [
+        t
+        for i, t in enumerate(tasks)
+        if i not in set(order[:n]) and json.dumps(t.chat(), sort_keys=True) not in prompts
+    ]
     return train, held
 
 
@@ -77,17 +87,31 @@ def heldout_tasks(cfg: GRPOConfig, tasks: list[Task], run_dir: Path) -> tuple[li
             raise ValueError(f"{len(overlap)} held-out prompts also appear in the training tasks")
         return tasks, held
     train, held = split_heldout(tasks, cfg.heldout.split_size, cfg.train.seed)
-    record = {"from": cfg.tasks.source, "seed": cfg.train.seed, "heldout": len(held), "train": len(train),
-              "heldout_ids": [t.id for t in held]}
+    record = {
+        "from": cfg.tasks.source,
+        "seed": cfg.train.seed,
+        "heldout": len(held),
+        "train": len(train),
+        "heldout_ids": [t.id for t in held],
+    }
     (run_dir / "heldout").mkdir(parents=True, exist_ok=True)
     (run_dir / "heldout" / "split.json").write_text(json.dumps(record, indent=1))
-    console.print(f"[cyan]held-out: {len(held)} of the {len(tasks)} training tasks (seeded split, "
-                  f"{run_dir / 'heldout' / 'split.json'})[/cyan]")
+    console.print(
+        f"[cyan]held-out: {len(held)} of the {len(tasks)} training tasks (seeded split, "
+        f"{run_dir / 'heldout' / 'split.json'})[/cyan]"
+    )
     return train, held
 
 
-def heldout_eval(engine: Engine, suite: Suite, weights: dict[str, float], *, seed: int = 0,
-                 out_dir: Path | None = None, model_id: str = "policy") -> dict[str, float]:
+def heldout_eval(
+    engine: Engine,
+    suite: Suite,
+    weights: dict[str, float],
+    *,
+    seed: int = 0,
+    out_dir: Path | None = None,
+    model_id: str = "policy",
+) -> dict[str, float]:
     """Run the held-out suite (the eval suite runner); mean reward, accuracy, per-part rates, truncation.
 
     With `out_dir`, writes results.json and samples.jsonl there, as `temper eval run` does.
@@ -100,8 +124,12 @@ def heldout_eval(engine: Engine, suite: Suite, weights: dict[str, float], *, see
     if out_dir is not None:
         write_eval_outputs(out_dir, EvalResults(model=model_id, suites=[result]), records, report=False)
     scored = [r for r in records if r["status"] == "scored"] or [{"components": {}}]
-    out = {"reward": result.metrics["mean_reward"].mean, "accuracy": result.metrics["accuracy"].mean,
-           "truncation_rate": result.truncation_rate or 0.0, "verifier_errors": result.verifier_errors}
+    out = {
+        "reward": result.metrics["mean_reward"].mean,
+        "accuracy": result.metrics["accuracy"].mean,
+        "truncation_rate": result.truncation_rate or 0.0,
+        "verifier_errors": result.verifier_errors,
+    }
     for name, weight in weights.items():
         out[name] = sum(r["components"].get(name, 0.0) for r in scored) / len(scored) / (weight or 1.0)
     return out
@@ -124,9 +152,14 @@ class HeldoutMonitor:
         t0 = time.perf_counter()
         if self.model is not None:
             self.engine.sync_weights(self.model)
-        result = heldout_eval(self.engine, self.suite, self.weights, seed=self.cfg.train.seed,
-                              out_dir=self.run_dir / "heldout" / f"step-{step:06d}",
-                              model_id=f"{self.run_dir.name}@step-{step}")
+        result = heldout_eval(
+            self.engine,
+            self.suite,
+            self.weights,
+            seed=self.cfg.train.seed,
+            out_dir=self.run_dir / "heldout" / f"step-{step:06d}",
+            model_id=f"{self.run_dir.name}@step-{step}",
+        )
         result.update(step=step, eval_s=time.perf_counter() - t0)
         self.history.append(result)
         with self.metrics_path.open("a") as fh:
@@ -157,8 +190,10 @@ class HeldoutMonitor:
             self.alarms.append(alarm)
             with self.metrics_path.open("a") as fh:
                 fh.write(json.dumps({"event": "alarm", "kind": "reward_heldout_divergence", **alarm}) + "\n")
-            console.print(f"[bold red]alarm: training reward +{rise:.3f} while held-out changed {held:+.3f} "
-                          f"(steps {first['step']}..{last['step']}): reward hacking or overfitting?[/bold red]")
+            console.print(
+                f"[bold red]alarm: training reward +{rise:.3f} while held-out changed {held:+.3f} "
+                f"(steps {first['step']}..{last['step']}): reward hacking or overfitting?[/bold red]"
+            )
 
     def plot(self, out: Path, train_history: list[dict]) -> Path:
         import matplotlib
@@ -175,7 +210,11 @@ class HeldoutMonitor:
         hs = [h["step"] for h in self.history]
         for key in ["reward", *self.weights]:
             ax[1].plot(hs, [h.get(key, 0.0) for h in self.history], marker="o", label=f"held-out {key}")
-        ax[1].set(title="held-out", xlabel="step", ylim=(0, max(1.05, max((h["reward"] for h in self.history), default=1) + 0.05)))
+        ax[1].set(
+            title="held-out",
+            xlabel="step",
+            ylim=(0, max(1.05, max((h["reward"] for h in self.history), default=1) + 0.05)),
+        )
         ax[1].legend()
         fig.tight_layout()
         fig.savefig(out, dpi=110)
@@ -185,12 +224,26 @@ class HeldoutMonitor:
 
 def grpo_stage(cfg: GRPOConfig, force: bool = False) -> StageSpec:
     """The stage a GRPO config describes: its task files with their roles."""
-    pairs = [(cfg.tasks.source, "tasks")] + ([(cfg.heldout.tasks.source, "heldout")] if cfg.heldout and cfg.heldout.tasks else [])
-    return StageSpec("grpo", cfg.out, cfg.name, cfg.model_dump(), input_list(pairs), cfg.model, cfg.train.steps,
-                     cfg.train.seed, cfg.train.threads, force)
+    pairs = [(cfg.tasks.source, "tasks")] + (
+        [(cfg.heldout.tasks.source, "heldout")] if cfg.heldout and cfg.heldout.tasks else []
+    )
+    return StageSpec(
+        "grpo",
+        cfg.out,
+        cfg.name,
+        cfg.model_dump(),
+        input_list(pairs),
+        cfg.model,
+        cfg.train.steps,
+        cfg.train.seed,
+        cfg.train.threads,
+        force,
+    )
 
 
-def grpo_components(cfg: GRPOConfig, model: Any, tokenizer: Any, tasks: list[Task], store: Any = None) -> tuple[Any, Any, Any]:
+def grpo_components(
+    cfg: GRPOConfig, model: Any, tokenizer: Any, tasks: list[Task], store: Any = None
+) -> tuple[Any, Any, Any]:
     """(engine, batch source, objective) of a GRPO stage; the recipe and bench/grpo.py share it.
 
     With `cfg.scale`, the engine is Ray replicas and the reward workers Ray actors (Ray must
@@ -203,8 +256,10 @@ def grpo_components(cfg: GRPOConfig, model: Any, tokenizer: Any, tasks: list[Tas
     from tempering.rollout.source import RolloutSource
 
     if cfg.grpo.rollout_ahead and cfg.scale is None:
-        raise ValueError("grpo.rollout_ahead needs `scale:` engine replicas: the in-process engine samples "
-                         "from the very model the trainer is updating")
+        raise ValueError(
+            "grpo.rollout_ahead needs `scale:` engine replicas: the in-process engine samples "
+            "from the very model the trainer is updating"
+        )
     precision = resolve_precision(cfg.train.precision)
     engine, workers = None, None
     if cfg.scale is not None:
@@ -217,8 +272,9 @@ def grpo_components(cfg: GRPOConfig, model: Any, tokenizer: Any, tasks: list[Tas
     else:
         model_dir = resolve_model(cfg.model) if cfg.engine.kind == "vllm" else None
         engine = build_engine(cfg.engine, model, tokenizer, precision, model_dir=model_dir)
-    source = RolloutSource(tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision,
-                           workers)
+    source = RolloutSource(
+        tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision, workers
+    )
     return engine, source, GRPOObjective(cfg.grpo)
 
 
@@ -228,13 +284,16 @@ class MismatchExceeded(ValueError):
 
 def mismatch_bound(bound: float | None) -> Any:
     """Trainer callback: stop the run when a step's `logprob_mismatch` exceeds `bound`."""
+
     def check(step: int, record: dict) -> None:
         value = record.get("logprob_mismatch")
         if bound is not None and value is not None and value > bound:
             raise MismatchExceeded(
                 f"step {step}: mean |log p_train - log p_rollout| = {value:.4g} exceeds grpo.max_logprob_mismatch "
                 f"{bound:g}; the rollout engine samples from other weights or numerics than the trainer "
-                "(check the weight sync and both precisions), or raise the bound")
+                "(check the weight sync and both precisions), or raise the bound"
+            )
+
     return check
 
 
@@ -286,15 +345,23 @@ def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
                 after = monitor.history[-1]
             stage.save_model(model, tokenizer)
             plot = monitor.plot(run_dir / "curves.png", result.history) if monitor else None
-            stage.finish({
-                "steps": result.steps,
-                "seconds": result.seconds, "resumed_from": result.resumed_from, "guard": result.counts,
-                "tasks": len(tasks), "heldout_before": before, "heldout_after": after,
-                "heldout_history": monitor.history if monitor else [], "alarms": monitor.alarms if monitor else [],
-                "reward_first": result.history[0].get("reward_mean") if result.history else None,
-                "reward_last": result.history[-1].get("reward_mean") if result.history else None,
-                "curves": str(plot) if plot else None,
-            }, {"trajectories": str(store.dir)})
+            stage.finish(
+                {
+                    "steps": result.steps,
+                    "seconds": result.seconds,
+                    "resumed_from": result.resumed_from,
+                    "guard": result.counts,
+                    "tasks": len(tasks),
+                    "heldout_before": before,
+                    "heldout_after": after,
+                    "heldout_history": monitor.history if monitor else [],
+                    "alarms": monitor.alarms if monitor else [],
+                    "reward_first": result.history[0].get("reward_mean") if result.history else None,
+                    "reward_last": result.history[-1].get("reward_mean") if result.history else None,
+                    "curves": str(plot) if plot else None,
+                },
+                {"trajectories": str(store.dir)},
+            )
         finally:
             if source is not None:
                 source.close()

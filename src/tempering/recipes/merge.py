@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import MergeConfig
-from tempering.pipeline.stage import StageSpec, input_list, run_stage
+from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.train.metrics import console
 
 PEFT_METHODS = ("linear", "cat", "svd", "ties", "dare_linear", "dare_ties")
@@ -46,8 +46,11 @@ TEXT_PROBES = (
 CHAT_PROBE = [
     {"role": "system", "content": "You are a careful assistant."},
     {"role": "user", "content": "How many Python files are here?"},
-    {"role": "assistant", "content": "Let me count them.",
-     "tool_calls": [{"name": "shell", "arguments": {"cmd": "find . -name '*.py' | wc -l"}}]},
+    {
+        "role": "assistant",
+        "content": "Let me count them.",
+        "tool_calls": [{"name": "shell", "arguments": {"cmd": "find . -name '*.py' | wc -l"}}],
+    },
     {"role": "tool", "content": "42"},
     {"role": "assistant", "content": "There are 42 Python files."},
 ]
@@ -91,13 +94,23 @@ def run_merge(cfg: MergeConfig) -> dict[str, Any]:
         checked = [tokenizer_roundtrip(final, reference)]
         if "merged_model" in outputs:
             checked.append(tokenizer_roundtrip(outputs["merged_model"], reference))
-        stage.finish({"steps": 1, "kind": kind, "method": cfg.method, "weights": weights,
-                      "density": cfg.density, "inputs": list(cfg.inputs), "tokenizer_check": checked[0]}, outputs)
+        stage.finish(
+            {
+                "steps": 1,
+                "kind": kind,
+                "method": cfg.method,
+                "weights": weights,
+                "density": cfg.density,
+                "inputs": list(cfg.inputs),
+                "tokenizer_check": checked[0],
+            },
+            outputs,
+        )
     return stage.result.summary
 
 
 def input_kind(cfg: MergeConfig) -> str:
-    """"adapter" when every input is a LoRA adapter over one base, "model" when all are full models.
+    """ "adapter" when every input is a LoRA adapter over one base, "model" when all are full models.
 
     Raises:
         MergeError: an input that is neither, a mix of both, adapters over different bases,
@@ -117,24 +130,34 @@ def input_kind(cfg: MergeConfig) -> str:
             bases[spec] = _same_path(base)
     if len(set(kinds)) > 1:
         adapters = [s for s, k in zip(cfg.inputs, kinds) if k == "adapter"]
-        raise MergeError(f"inputs mix LoRA adapters ({', '.join(adapters)}) and full models; merge one kind at a "
-                         "time (export an adapter with `temper export` to merge it as a full model)")
+        raise MergeError(
+            f"inputs mix LoRA adapters ({', '.join(adapters)}) and full models; merge one kind at a "
+            "time (export an adapter with `temper export` to merge it as a full model)"
+        )
     kind = kinds[0]
     if kind == "adapter":
         first, base = next(iter(bases.items()))
         for spec, other in bases.items():
             if other != base:
-                raise MergeError(f"adapters have different bases: {first} is over {base} but {spec} is over {other}; "
-                                 "LoRA adapters merge only over the same base model")
+                raise MergeError(
+                    f"adapters have different bases: {first} is over {base} but {spec} is over {other}; "
+                    "LoRA adapters merge only over the same base model"
+                )
         if cfg.base is not None:
-            raise MergeError("base: applies to full-model merges only (an adapter's base is in its adapter_config.json)")
+            raise MergeError(
+                "base: applies to full-model merges only (an adapter's base is in its adapter_config.json)"
+            )
         if cfg.method not in PEFT_METHODS:
-            raise MergeError(f"method {cfg.method!r} is not a PEFT combination type; for adapters use one of "
-                             f"{', '.join(PEFT_METHODS)}")
+            raise MergeError(
+                f"method {cfg.method!r} is not a PEFT combination type; for adapters use one of "
+                f"{', '.join(PEFT_METHODS)}"
+            )
     else:
         if cfg.method not in MERGEKIT_METHODS:
-            raise MergeError(f"method {cfg.method!r} merges LoRA adapters only; for full models use one of "
-                             f"{', '.join(MERGEKIT_METHODS)}")
+            raise MergeError(
+                f"method {cfg.method!r} merges LoRA adapters only; for full models use one of "
+                f"{', '.join(MERGEKIT_METHODS)}"
+            )
         if cfg.method != "linear" and cfg.base is None:
             raise MergeError(f"method {cfg.method!r} takes task vectors from a base model: set base: to it")
         if cfg.merged_model:
@@ -162,8 +185,14 @@ def merge_adapters(cfg: MergeConfig, weights: list[float], final: Path, merged_d
     _check_ranks(model, names, cfg)
     density = cfg.density if cfg.density is not None or cfg.method not in NEEDS_DENSITY else 1.0
     # the merged adapter is named "default" so that it saves at the top of `final`
-    model.add_weighted_adapter(names, weights, "default", combination_type=cfg.method, density=density,
-                               majority_sign_method=cfg.majority_sign_method)
+    model.add_weighted_adapter(
+        names,
+        weights,
+        "default",
+        combination_type=cfg.method,
+        density=density,
+        majority_sign_method=cfg.majority_sign_method,
+    )
     model.set_adapter("default")
     for name in names:
         model.delete_adapter(name)
@@ -210,8 +239,13 @@ def merge_full(cfg: MergeConfig, weights: list[float], final: Path) -> None:
         config = MergeConfiguration.model_validate(spec)
     except ValueError as exc:
         raise MergeError(f"mergekit refused the merge: {str(exc).splitlines()[0]}") from None
-    mergekit_run(config, str(final), MergeOptions(random_seed=cfg.seed, quiet=True, copy_tokenizer=True,
-                                                  write_model_card=False, lazy_unpickle=False))
+    mergekit_run(
+        config,
+        str(final),
+        MergeOptions(
+            random_seed=cfg.seed, quiet=True, copy_tokenizer=True, write_model_card=False, lazy_unpickle=False
+        ),
+    )
 
 
 def tokenizer_roundtrip(candidate: str | Path, reference: str) -> dict[str, Any]:
@@ -230,29 +264,38 @@ def tokenizer_roundtrip(candidate: str | Path, reference: str) -> dict[str, Any]
 
     try:
         got = load_tokenizer(str(candidate))
-    except Exception as exc:  # noqa: BLE001  any loader failure means the written tokenizer is unusable
-        raise MergeError(f"{candidate}: the merged tokenizer does not load ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    except Exception as exc:
+        raise MergeError(
+            f"{candidate}: the merged tokenizer does not load ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
     want = load_tokenizer(reference)
     for i, text in enumerate(TEXT_PROBES):
         ids_got, ids_want = got.encode(text, add_special_tokens=False), want.encode(text, add_special_tokens=False)
         if ids_got != ids_want:
-            raise MergeError(f"{candidate}: tokenizer round trip failed: probe {i} ({text[:30]!r}) encodes to "
-                             f"{ids_got[:8]}... here but {ids_want[:8]}... with the base {reference}")
+            raise MergeError(
+                f"{candidate}: tokenizer round trip failed: probe {i} ({text[:30]!r}) encodes to "
+                f"{ids_got[:8]}... here but {ids_want[:8]}... with the base {reference}"
+            )
         if got.decode(ids_got) != want.decode(ids_want):
-            raise MergeError(f"{candidate}: tokenizer round trip failed: probe {i} ({text[:30]!r}) decodes "
-                             f"differently from the base {reference}")
+            raise MergeError(
+                f"{candidate}: tokenizer round trip failed: probe {i} ({text[:30]!r}) decodes "
+                f"differently from the base {reference}"
+            )
     try:
         style = detect_tool_call_style(got)
         if style != detect_tool_call_style(want):
-            raise MergeError(f"{candidate}: the chat template writes tool calls differently ({style}) from the base "
-                             f"{reference}")
+            raise MergeError(
+                f"{candidate}: the chat template writes tool calls differently ({style}) from the base {reference}"
+            )
         chat_got, chat_want = render_with_mask(got, CHAT_PROBE, style), render_with_mask(want, CHAT_PROBE, style)
     except TemplateError as exc:
         raise MergeError(f"{candidate}: chat template check failed: {exc}") from None
     if chat_got != chat_want:
-        raise MergeError(f"{candidate}: tokenizer round trip failed: the tool-call chat renders to different tokens "
-                         f"({len(chat_got.input_ids)} vs {len(chat_want.input_ids)}) than with the base {reference}")
+        raise MergeError(
+            f"{candidate}: tokenizer round trip failed: the tool-call chat renders to different tokens "
+            f"({len(chat_got.input_ids)} vs {len(chat_want.input_ids)}) than with the base {reference}"
+        )
     return {"text_probes": len(TEXT_PROBES), "chat_tokens": len(chat_got.input_ids), "tool_call_style": style}
 
 

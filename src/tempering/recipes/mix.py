@@ -12,10 +12,10 @@ from typing import Any, Callable
 import yaml
 
 from tempering.config import ConfigError, MixConfig, load_config
-from tempering.data.streams import write_jsonl_atomic
 from tempering.data.io import NoRows, RowError, iter_rows, write_quarantine
 from tempering.data.mixing import MixSource, draw_mix, mix_report, plan_mix, row_text, word_count
-from tempering.pipeline.stage import StageSpec, input_list, run_stage
+from tempering.data.streams import write_jsonl_atomic
+from tempering.runs.stage import StageSpec, input_list, run_stage
 
 
 class MixOffTarget(ValueError):
@@ -94,8 +94,10 @@ def load_sources(cfg: MixConfig, count: Callable[[list[str]], list[int]]) -> tup
 
 
 def mix_stage(cfg: MixConfig, force: bool = False) -> StageSpec:
-    inputs = input_list([(p, "train") for s in cfg.sources for p in s.data]
-                        + [(p, "replay") for p in (cfg.replay.data if cfg.replay else [])])
+    inputs = input_list(
+        [(p, "train") for s in cfg.sources for p in s.data]
+        + [(p, "replay") for p in (cfg.replay.data if cfg.replay else [])]
+    )
     return StageSpec("mix", cfg.out, cfg.name, cfg.model_dump(), inputs, None, 1, cfg.seed, None, force)
 
 
@@ -115,16 +117,26 @@ def run_mix(cfg: MixConfig, force: bool = False) -> dict[str, Any]:
         rows = draw_mix(sources, plan, cfg.seed, cfg.epoch)
         report = mix_report(sources, plan, rows)
         if report["max_abs_error_effective"] > cfg.tolerance:
-            raise MixOffTarget(f"realised shares miss the effective ones by {report['max_abs_error_effective']:.4f} "
-                               f"(> tolerance {cfg.tolerance})")
+            raise MixOffTarget(
+                f"realised shares miss the effective ones by {report['max_abs_error_effective']:.4f} "
+                f"(> tolerance {cfg.tolerance})"
+            )
         output = Path(cfg.output) if cfg.output else stage.run_dir / "mix.jsonl"
         written, digest = write_jsonl_atomic(output, (m.row for m in rows))
         stage.registry.record_output(stage.run_id, "mix", output)
         # the provenance of every row: (source, row index in the source), in mix order
         write_jsonl_atomic(stage.run_dir / "mix_index.jsonl", ({"source": m.source, "index": m.index} for m in rows))
-        summary = {"steps": 1, "output": str(output), "sha256": digest, "written": written,
-                   "quarantined": len(errors), "seed": cfg.seed, "epoch": cfg.epoch,
-                   "token_unit": cfg.tokenizer or "whitespace words", **report}
+        summary = {
+            "steps": 1,
+            "output": str(output),
+            "sha256": digest,
+            "written": written,
+            "quarantined": len(errors),
+            "seed": cfg.seed,
+            "epoch": cfg.epoch,
+            "token_unit": cfg.tokenizer or "whitespace words",
+            **report,
+        }
         stage.finish(summary, {"mix": str(output)})
     return stage.result.summary
 

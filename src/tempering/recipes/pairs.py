@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from tempering.config import PairsConfig
-from tempering.pipeline.stage import StageSpec, input_list, run_stage
+from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.types import Task, Trajectory
 
 Label = Literal["strict", "sloppy", "wrong"]
@@ -73,9 +73,17 @@ def label_of(components: dict[str, float], n_strict: int) -> Label:
 def candidates(trajectories: Sequence[Trajectory], n_strict: int) -> list[Candidate]:
     """The judged samples of one task. A verifier error or timeout is dropped (not called wrong),
     and so is an empty reply (a pair row needs text on both sides)."""
-    return [Candidate(t.sample, t.completion, label_of(t.reward.components, n_strict), t.finish_reason == "length",
-                      dict(t.reward.components))
-            for t in trajectories if t.scored and t.completion.strip()]
+    return [
+        Candidate(
+            t.sample,
+            t.completion,
+            label_of(t.reward.components, n_strict),
+            t.finish_reason == "length",
+            dict(t.reward.components),
+        )
+        for t in trajectories
+        if t.scored and t.completion.strip()
+    ]
 
 
 def bare_answer(text: str) -> str | None:
@@ -102,8 +110,15 @@ def reformatted(task: Task, pool: Sequence[Candidate], n_strict: int) -> Candida
     return None
 
 
-def choose_pairs(task: Task, cands: list[Candidate], kinds: Sequence[str], per_kind: int, reformat: bool,
-                 n_strict: int, rng: random.Random) -> list[tuple[str, Candidate, Candidate]]:
+def choose_pairs(
+    task: Task,
+    cands: list[Candidate],
+    kinds: Sequence[str],
+    per_kind: int,
+    reformat: bool,
+    n_strict: int,
+    rng: random.Random,
+) -> list[tuple[str, Candidate, Candidate]]:
     """(kind, chosen, rejected) triples of one task; texts of a pair always differ."""
     by = {lab: [c for c in cands if c.label == lab] for lab in ("strict", "sloppy", "wrong")}
     for group in by.values():
@@ -132,14 +147,15 @@ def _distinct(cands: list[Candidate]) -> list[Candidate]:
     return kept
 
 
-def _pairs(kind: str, chosen: list[Candidate], rejected: list[Candidate], per_kind: int
-           ) -> list[tuple[str, Candidate, Candidate]]:
+def _pairs(
+    kind: str, chosen: list[Candidate], rejected: list[Candidate], per_kind: int
+) -> list[tuple[str, Candidate, Candidate]]:
     """Up to `per_kind` pairs, each with its own rejected candidate, chosen ones taken in turn."""
     out = []
     for rej in rejected:
         if len(out) == per_kind:
             break
-        pick = next((c for c in chosen[len(out) % len(chosen):] + chosen if c.text.strip() != rej.text.strip()), None)
+        pick = next((c for c in chosen[len(out) % len(chosen) :] + chosen if c.text.strip() != rej.text.strip()), None)
         if pick is not None:
             out.append((kind, pick, rej))
     return out
@@ -149,31 +165,56 @@ def pair_row(task: Task, kind: str, chosen: Candidate, rejected: Candidate, prov
     """One row of the shared pair contract."""
     messages = task.chat()
     prompt: Any = messages[0]["content"] if len(messages) == 1 and messages[0]["role"] == "user" else messages
-    return {"prompt": prompt, "chosen": chosen.text, "rejected": rejected.text, "source": "verifier", "weight": 1.0,
-            "meta": {"task_id": task.id, "kind": kind, "chosen_origin": chosen.origin,
-                     "chosen_label": chosen.label, "rejected_label": rejected.label,
-                     "samples": {"chosen": chosen.index, "rejected": rejected.index},
-                     "scores": {"chosen": chosen.components, "rejected": rejected.components},
-                     **provenance}}
+    return {
+        "prompt": prompt,
+        "chosen": chosen.text,
+        "rejected": rejected.text,
+        "source": "verifier",
+        "weight": 1.0,
+        "meta": {
+            "task_id": task.id,
+            "kind": kind,
+            "chosen_origin": chosen.origin,
+            "chosen_label": chosen.label,
+            "rejected_label": rejected.label,
+            "samples": {"chosen": chosen.index, "rejected": rejected.index},
+            "scores": {"chosen": chosen.components, "rejected": rejected.components},
+            **provenance,
+        },
+    }
 
 
-def build_pairs(tasks: Sequence[Task], engine: Any, cfg: PairsConfig, workers: Any,
-                progress: Any = None) -> tuple[list[dict], dict[str, Any]]:
+def build_pairs(
+    tasks: Sequence[Task], engine: Any, cfg: PairsConfig, workers: Any, progress: Any = None
+) -> tuple[list[dict], dict[str, Any]]:
     """Sample, score and pair; returns (rows, counts). `progress(done_tasks)` after each chunk."""
     from tempering.rollout.rollout import rollout
 
     n_strict = len(cfg.strict)
     judged = [t.model_copy(update={"verifier": pair_verifier(t.verifier, cfg.strict)}) for t in tasks]
-    provenance = {"generator": {"model": cfg.model, "identity": engine.identity, "precision": engine.precision},
-                  "sampling": {**cfg.sampling.model_dump(mode="json"), "k": cfg.k, "seed": cfg.seed},
-                  "verifier": {"strict": cfg.strict, "reformat": cfg.reformat}}
+    provenance = {
+        "generator": {"model": cfg.model, "identity": engine.identity, "precision": engine.precision},
+        "sampling": {**cfg.sampling.model_dump(mode="json"), "k": cfg.k, "seed": cfg.seed},
+        "verifier": {"strict": cfg.strict, "reformat": cfg.reformat},
+    }
     rng = random.Random(cfg.seed)
     rows: list[dict] = []
-    counts = {"tasks": len(tasks), "samples": 0, "judged": 0, "strict": 0, "sloppy": 0, "wrong": 0,
-              "tasks_with_correct": 0, "tasks_with_strict_sample": 0, "tasks_paired": 0, "reformatted": 0,
-              "pairs_correct": 0, "pairs_strict": 0}
+    counts = {
+        "tasks": len(tasks),
+        "samples": 0,
+        "judged": 0,
+        "strict": 0,
+        "sloppy": 0,
+        "wrong": 0,
+        "tasks_with_correct": 0,
+        "tasks_with_strict_sample": 0,
+        "tasks_paired": 0,
+        "reformatted": 0,
+        "pairs_correct": 0,
+        "pairs_strict": 0,
+    }
     for chunk, start in enumerate(range(0, len(judged), cfg.chunk_tasks)):
-        part = judged[start:start + cfg.chunk_tasks]
+        part = judged[start : start + cfg.chunk_tasks]
         groups = rollout(part, engine, cfg.sampling, workers, n=cfg.k, seed=cfg.seed + chunk)
         for task, group in zip(part, groups):
             cands = candidates(group, n_strict)
@@ -220,21 +261,32 @@ def run_pairs(cfg: PairsConfig, console: Any = None, force: bool = False) -> dic
     from tempering.rollout.engine import HFEngine
     from tempering.rollout.rollout import ThreadRewardWorkers
     from tempering.sources.tasks import load_tasks
-
     from tempering.train.metrics import console as default_console
 
     console = console or default_console
     tasks = load_tasks(cfg.tasks)
-    spec = StageSpec("pairs", cfg.out, cfg.name, cfg.model_dump(mode="json"),
-                     input_list([(cfg.tasks.source, "tasks")]), cfg.model, 1, cfg.seed, cfg.threads, force)
+    spec = StageSpec(
+        "pairs",
+        cfg.out,
+        cfg.name,
+        cfg.model_dump(mode="json"),
+        input_list([(cfg.tasks.source, "tasks")]),
+        cfg.model,
+        1,
+        cfg.seed,
+        cfg.threads,
+        force,
+    )
     with run_stage(spec) as stage:
         if stage.finished:
             return stage.result.summary
         t0 = time.perf_counter()
         engine = HFEngine(load_model(cfg.model), load_tokenizer(cfg.model), precision=cfg.precision)
         columns = (TextColumn("pairs"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"), TimeRemainingColumn())
-        with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as bar, \
-                ThreadRewardWorkers(4) as workers:
+        with (
+            Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as bar,
+            ThreadRewardWorkers(4) as workers,
+        ):
             job = bar.add_task("sample", total=len(tasks))
 
             def progress(done: int) -> None:  # piped or redirected: one plain line per batch, not a redrawn bar
@@ -245,6 +297,8 @@ def run_pairs(cfg: PairsConfig, console: Any = None, force: bool = False) -> dic
             rows, counts = build_pairs(tasks, engine, cfg, workers, progress)
         path = write_jsonl(rows, cfg.output)
         stage.registry.record_output(stage.run_id, "pairs", path)
-        stage.finish({"steps": 1, **counts, "output": str(path), "seconds": round(time.perf_counter() - t0, 1)},
-                     {"pairs": str(path.resolve())})
+        stage.finish(
+            {"steps": 1, **counts, "output": str(path), "seconds": round(time.perf_counter() - t0, 1)},
+            {"pairs": str(path.resolve())},
+        )
     return stage.result.summary

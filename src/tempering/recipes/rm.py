@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tempering.config import RMConfig, RMDataSettings, RMSettings
-from tempering.pipeline.stage import StageSpec, input_list, run_stage
+from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.train.metrics import console
 
 
@@ -49,8 +49,9 @@ class RMData:
     errors: list[Any]
 
 
-def _scored_pairs(paths: list[str], tokenizer: Any, cfg: RMDataSettings, rm: RMSettings,
-                  style: str) -> tuple[list[ScoredPair], Any]:
+def _scored_pairs(
+    paths: list[str], tokenizer: Any, cfg: RMDataSettings, rm: RMSettings, style: str
+) -> tuple[list[ScoredPair], Any]:
     from tempering.data.pair_render import render_pairs
     from tempering.data.preference import load_pairs
     from tempering.models.reward import scored_prefix
@@ -61,12 +62,17 @@ def _scored_pairs(paths: list[str], tokenizer: Any, cfg: RMDataSettings, rm: RMS
     for rec, r in zip(loaded.records, rendered):  # render_pairs keeps records and results in step
         pair = rec.value
         margin = rm.margin + float((pair.meta or {}).get(rm.margin_key, 0.0) if rm.margin_key else 0.0)
-        out.append(ScoredPair(
-            prompt=r.prompt_ids, chosen=scored_prefix(r.chosen_ids, r.chosen_mask),
-            rejected=scored_prefix(r.rejected_ids, r.rejected_mask),
-            weight=pair.weight if rm.use_weights else 1.0, margin=margin,
-            prompt_key=hashlib.sha256(json.dumps(r.prompt_ids).encode()).hexdigest()[:16],
-            votes=[v.prefers for v in pair.votes or []]))
+        out.append(
+            ScoredPair(
+                prompt=r.prompt_ids,
+                chosen=scored_prefix(r.chosen_ids, r.chosen_mask),
+                rejected=scored_prefix(r.rejected_ids, r.rejected_mask),
+                weight=pair.weight if rm.use_weights else 1.0,
+                margin=margin,
+                prompt_key=hashlib.sha256(json.dumps(r.prompt_ids).encode()).hexdigest()[:16],
+                votes=[v.prefers for v in pair.votes or []],
+            )
+        )
     return out, loaded
 
 
@@ -97,10 +103,18 @@ def prepare_rm_data(cfg: RMConfig, tokenizer: Any) -> RMData:
         train, evals = split_by_prompt(pairs, d.eval_share, cfg.train.seed)
         summary.update(split=f"{d.eval_share:g} of prompts held out (seed {cfg.train.seed})")
     if not train:
-        raise NoRows(f"{', '.join(d.train)}: no training pairs ({len(errors)} of {loaded.rows} rows quarantined"
-                     + (f"; first: {errors[0]}" if errors else "") + ")")
-    summary.update(train_pairs=len(train), eval_pairs=len(evals), quarantined=len(errors),
-                   train_prompts=len({p.prompt_key for p in train}), eval_prompts=len({p.prompt_key for p in evals}))
+        raise NoRows(
+            f"{', '.join(d.train)}: no training pairs ({len(errors)} of {loaded.rows} rows quarantined"
+            + (f"; first: {errors[0]}" if errors else "")
+            + ")"
+        )
+    summary.update(
+        train_pairs=len(train),
+        eval_pairs=len(evals),
+        quarantined=len(errors),
+        train_prompts=len({p.prompt_key for p in train}),
+        eval_prompts=len({p.prompt_key for p in evals}),
+    )
     return RMData(train, evals, summary, errors)
 
 
@@ -113,10 +127,15 @@ def pair_batch(pairs: list[ScoredPair], pad_id: int) -> dict[str, Any]:
 
     p_ids, p_mask = pad_left([p.prompt for p in pairs], pad_id)
     c_ids, c_mask = pad_right([side for p in pairs for side in (p.chosen, p.rejected)], pad_id)
-    return {"prompt_ids": p_ids, "prompt_mask": p_mask, "completion_ids": c_ids, "completion_mask": c_mask,
-            "weight": torch.tensor([p.weight for p in pairs], dtype=torch.float32),
-            "margin": torch.tensor([p.margin for p in pairs], dtype=torch.float32),
-            "n_real_tokens": int(p_mask.sum() + c_mask.sum())}
+    return {
+        "prompt_ids": p_ids,
+        "prompt_mask": p_mask,
+        "completion_ids": c_ids,
+        "completion_mask": c_mask,
+        "weight": torch.tensor([p.weight for p in pairs], dtype=torch.float32),
+        "margin": torch.tensor([p.margin for p in pairs], dtype=torch.float32),
+        "n_real_tokens": int(p_mask.sum() + c_mask.sum()),
+    }
 
 
 class RewardPairBatches:
@@ -155,8 +174,9 @@ class RewardPairBatches:
         return {"epoch": self.epoch + self.pos / len(self.pairs)}
 
 
-def pair_scores(model: Any, pairs: list[ScoredPair], pad_id: int, batch_size: int = 16,
-                precision: str = "auto") -> list[tuple[float, float]]:
+def pair_scores(
+    model: Any, pairs: list[ScoredPair], pad_id: int, batch_size: int = 16, precision: str = "auto"
+) -> list[tuple[float, float]]:
     """(chosen score, rejected score) of every pair, in order."""
     from tempering.models.reward import score_ids
 
@@ -179,8 +199,9 @@ def agreement_ceiling(pairs: list[ScoredPair]) -> list[float]:
     return [sum(credit[v] for v in p.votes) / len(p.votes) for p in pairs if p.votes]
 
 
-def heldout_report(model: Any, pairs: list[ScoredPair], pad_id: int, s: RMSettings, precision: str,
-                   seed: int) -> dict[str, Any]:
+def heldout_report(
+    model: Any, pairs: list[ScoredPair], pad_id: int, s: RMSettings, precision: str, seed: int
+) -> dict[str, Any]:
     """Held-out pairwise accuracy with its bootstrap CI, and the agreement ceiling (with its CI)."""
     from tempering.evals.stats import bootstrap_ci
 
@@ -188,19 +209,33 @@ def heldout_report(model: Any, pairs: list[ScoredPair], pad_id: int, s: RMSettin
     correct = pairwise_correct(scores)
     acc = bootstrap_ci(correct, resamples=s.bootstrap_resamples, seed=seed).to_dict()
     ceiling = agreement_ceiling(pairs)
-    return {"accuracy": acc,
-            "ceiling": bootstrap_ci(ceiling, resamples=s.bootstrap_resamples, seed=seed).to_dict() if ceiling else None,
-            "ceiling_note": (f"share of annotator votes agreeing with the pair label, {len(ceiling)} pairs with votes"
-                             if ceiling else "no votes on the held-out pairs (e.g. verifier-built): no measured "
-                                             "disagreement, no ceiling below 100%"),
-            "mean_margin": sum(c - r for c, r in scores) / len(scores)}
+    return {
+        "accuracy": acc,
+        "ceiling": bootstrap_ci(ceiling, resamples=s.bootstrap_resamples, seed=seed).to_dict() if ceiling else None,
+        "ceiling_note": (
+            f"share of annotator votes agreeing with the pair label, {len(ceiling)} pairs with votes"
+            if ceiling
+            else "no votes on the held-out pairs (e.g. verifier-built): no measured disagreement, no ceiling below 100%"
+        ),
+        "mean_margin": sum(c - r for c, r in scores) / len(scores),
+    }
 
 
 def rm_stage(cfg: RMConfig, force: bool = False) -> StageSpec:
     """The stage an RM config describes: its inputs with their roles."""
     inputs = input_list([(p, "train") for p in cfg.data.train] + [(p, "eval") for p in cfg.data.eval])
-    return StageSpec("rm", cfg.out, cfg.name, cfg.model_dump(), inputs, cfg.model, cfg.train.steps,
-                     cfg.train.seed, cfg.train.threads, force)
+    return StageSpec(
+        "rm",
+        cfg.out,
+        cfg.name,
+        cfg.model_dump(),
+        inputs,
+        cfg.model,
+        cfg.train.steps,
+        cfg.train.seed,
+        cfg.train.threads,
+        force,
+    )
 
 
 def run_rm(cfg: RMConfig, force: bool = False) -> dict[str, Any]:
@@ -218,27 +253,38 @@ def run_rm(cfg: RMConfig, force: bool = False) -> dict[str, Any]:
         tokenizer = load_tokenizer(cfg.model)
         data = prepare_rm_data(cfg, tokenizer)
         quarantine_in_run(data.errors, stage.run_dir, console)
-        console.print(f"[dim]pairs: {data.summary['train_pairs']} train ({data.summary['train_prompts']} prompts), "
-                      f"{data.summary['eval_pairs']} held out ({data.summary['eval_prompts']} prompts)[/dim]")
+        console.print(
+            f"[dim]pairs: {data.summary['train_pairs']} train ({data.summary['train_prompts']} prompts), "
+            f"{data.summary['eval_pairs']} held out ({data.summary['eval_prompts']} prompts)[/dim]"
+        )
         model = RewardModel(load_for_training(cfg.model, cfg.lora), seed=cfg.train.seed)
         pad = tokenizer.pad_token_id
-        evaluate = (lambda: heldout_report(model, data.eval, pad, cfg.rm, cfg.train.precision, cfg.train.seed)) \
-            if data.eval else (lambda: None)
+        evaluate = (
+            (lambda: heldout_report(model, data.eval, pad, cfg.rm, cfg.train.precision, cfg.train.seed))
+            if data.eval
+            else (lambda: None)
+        )
         before = evaluate()
         batches = RewardPairBatches(data.train, cfg.train.batch_size, pad, cfg.train.seed)
         result = Trainer(model, RewardObjective(cfg.rm.center_coef), batches, cfg.train, stage.run_dir).fit()
         after = evaluate()
         stage.save_model(model, tokenizer)
-        summary = {"data": data.summary, "steps": result.steps, "resumed_from": result.resumed_from,
-                   "guard": result.counts,
-                   "train_loss_first": result.losses[0] if result.losses else None,
-                   "train_loss_last": result.losses[-1] if result.losses else None,
-                   "heldout_before": before, "heldout": after}
+        summary = {
+            "data": data.summary,
+            "steps": result.steps,
+            "resumed_from": result.resumed_from,
+            "guard": result.counts,
+            "train_loss_first": result.losses[0] if result.losses else None,
+            "train_loss_last": result.losses[-1] if result.losses else None,
+            "heldout_before": before,
+            "heldout": after,
+        }
         if cfg.best_of_n is not None:
             from tempering.recipes.best_of_n import run_best_of_n
 
-            summary["best_of_n"] = run_best_of_n(cfg.best_of_n, stage.run_dir / "final", cfg.train.precision,
-                                                 stage.run_dir / "best_of_n.jsonl")
+            summary["best_of_n"] = run_best_of_n(
+                cfg.best_of_n, stage.run_dir / "final", cfg.train.precision, stage.run_dir / "best_of_n.jsonl"
+            )
         stage.finish(summary, {})
         print_report(summary)
     return stage.result.summary
@@ -258,12 +304,17 @@ def print_report(summary: dict[str, Any]) -> None:
     table = Table("held-out pairs", "before", "after", title="reward model")
     table.add_row("pairwise accuracy [95% CI]", _fmt(before.get("accuracy")), _fmt(after.get("accuracy")))
     table.add_row("agreement ceiling [95% CI]", _fmt(after.get("ceiling")), _fmt(after.get("ceiling")))
-    table.add_row("mean score margin", f"{before.get('mean_margin', float('nan')):+.3f}",
-                  f"{after.get('mean_margin', float('nan')):+.3f}")
+    table.add_row(
+        "mean score margin",
+        f"{before.get('mean_margin', float('nan')):+.3f}",
+        f"{after.get('mean_margin', float('nan')):+.3f}",
+    )
     console.print(table)
     if after.get("ceiling") is None and after:
         console.print(f"[dim]ceiling: {after.get('ceiling_note')}[/dim]")
     bon = summary.get("best_of_n")
     if bon:
-        console.print(f"best-of-{bon['n']} on {bon['tasks']} tasks: RM pick {bon['rm_pick']:.1%}, "
-                      f"random sample {bon['random_pick']:.1%}, any correct (oracle) {bon['oracle']:.1%}")
+        console.print(
+            f"best-of-{bon['n']} on {bon['tasks']} tasks: RM pick {bon['rm_pick']:.1%}, "
+            f"random sample {bon['random_pick']:.1%}, any correct (oracle) {bon['oracle']:.1%}"
+        )

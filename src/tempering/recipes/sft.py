@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tempering.config import DataSettings, SFTConfig
 from tempering.data.io import NoRows, RowError, load_rows, quarantine_in_run
 from tempering.data.render import RenderedExample, detect_tool_call_style, render_records
-from tempering.pipeline.stage import StageSpec, input_list, run_stage
+from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.train.metrics import console
 
 
@@ -32,8 +31,10 @@ def prepare_sft_data(cfg: DataSettings, tokenizer: Any, seed: int) -> SFTData:
     main = load_rows(cfg.train)
     train = render_records(main, tokenizer, style, cfg.max_length)
     if not train:  # refuse here, naming the files: an empty example list cannot be batched
-        raise NoRows(f"{', '.join(cfg.train)}: no valid rows ({len(main.errors)} of {main.rows} "
-                     f"quarantined; first: {main.errors[0]})")
+        raise NoRows(
+            f"{', '.join(cfg.train)}: no valid rows ({len(main.errors)} of {main.rows} "
+            f"quarantined; first: {main.errors[0]})"
+        )
     errors = list(main.errors)
     summary: dict[str, Any] = {"rows": main.rows, "valid": len(train), "tool_call_style": style}
     if cfg.replay:
@@ -61,14 +62,25 @@ def prepare_sft_data(cfg: DataSettings, tokenizer: Any, seed: int) -> SFTData:
 def data_inputs(data: Any) -> list:
     """The recorded inputs of SFT-style data settings (SFT, distillation), with their roles."""
     replay = data.replay.data if data.replay else []
-    return input_list([(p, "train") for p in data.train] + [(p, "replay") for p in replay]
-                      + [(p, "eval") for p in data.eval])
+    return input_list(
+        [(p, "train") for p in data.train] + [(p, "replay") for p in replay] + [(p, "eval") for p in data.eval]
+    )
 
 
 def sft_stage(cfg: SFTConfig, force: bool = False) -> StageSpec:
     """The stage an SFT config describes: its inputs with their roles."""
-    return StageSpec("sft", cfg.out, cfg.name, cfg.model_dump(), data_inputs(cfg.data), cfg.model, cfg.train.steps,
-                     cfg.train.seed, cfg.train.threads, force)
+    return StageSpec(
+        "sft",
+        cfg.out,
+        cfg.name,
+        cfg.model_dump(),
+        data_inputs(cfg.data),
+        cfg.model,
+        cfg.train.steps,
+        cfg.train.seed,
+        cfg.train.threads,
+        force,
+    )
 
 
 def run_sft(cfg: SFTConfig, force: bool = False) -> dict[str, Any]:
@@ -96,14 +108,20 @@ def run_sft(cfg: SFTConfig, force: bool = False) -> dict[str, Any]:
         result = Trainer(model, objective, batches, cfg.train, stage.run_dir).fit()
         after = evaluate(model, objective, eval_batches, cfg.train.precision) if eval_batches else None
         stage.save_model(model, tokenizer)
-        stage.finish({
-            "data": data.summary, "steps": result.steps, "resumed_from": result.resumed_from,
-            "guard": result.counts,
-            "train_loss_first": result.losses[0] if result.losses else None,
-            "train_loss_last": result.losses[-1] if result.losses else None,
-            "eval_loss_before": before, "eval_loss_after": after,
-            "real_tokens_per_s": result.real_tokens / result.seconds if result.seconds else None,
-        }, {})
+        stage.finish(
+            {
+                "data": data.summary,
+                "steps": result.steps,
+                "resumed_from": result.resumed_from,
+                "guard": result.counts,
+                "train_loss_first": result.losses[0] if result.losses else None,
+                "train_loss_last": result.losses[-1] if result.losses else None,
+                "eval_loss_before": before,
+                "eval_loss_after": after,
+                "real_tokens_per_s": result.real_tokens / result.seconds if result.seconds else None,
+            },
+            {},
+        )
     return stage.result.summary
 
 
@@ -114,9 +132,16 @@ def sft_components(cfg: SFTConfig, data: SFTData, pad: int) -> tuple[Any, list[d
     from tempering.train.distributed import world
 
     w = world()  # under torchrun each rank takes its stride of every global micro-batch
-    batches = SFTBatches(data.train, cfg.train.batch_size, cfg.data.max_length, pad, cfg.data.packing,
-                         cfg.train.seed, shard=(w.rank, w.size))
+    batches = SFTBatches(
+        data.train,
+        cfg.train.batch_size,
+        cfg.data.max_length,
+        pad,
+        cfg.data.packing,
+        cfg.train.seed,
+        shard=(w.rank, w.size),
+    )
     size = cfg.train.batch_size
-    chunks = [data.eval[i: i + size] for i in range(0, len(data.eval), size)]
+    chunks = [data.eval[i : i + size] for i in range(0, len(data.eval), size)]
     evals = [pack_batch(c, cfg.data.max_length, pad) if cfg.data.packing else pad_batch(c, pad) for c in chunks]
     return batches, evals, SFTObjective()

@@ -27,5 +27,8 @@ def dry_run_sft(cfg: SFTConfig, console: Console, tokenizer: Any = None) -> dict
         tokenizer = load_tokenizer(cfg.model)
     preview = preview_sft(cfg, prepare_sft_data(cfg.data, tokenizer, cfg.train.seed), tokenizer)
     render_preview(preview, console)
-    return {"dry_run": True, **{k: preview["data"][k] for k in ("rows", "valid", "quarantined")},
-            "tokens": preview["tokens"]}
+    return {
+        "dry_run": True,
+        **{k: preview["data"][k] for k in ("rows", "valid", "quarantined")},
+        "tokens": preview["tokens"],
+    }

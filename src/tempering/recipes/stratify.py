@@ -22,7 +22,7 @@ from rich.console import Console
 
 from tempering.config import SamplingSettings, StratifyConfig, TaskSourceSettings
 from tempering.data.streams import write_jsonl_atomic
-from tempering.pipeline.stage import StageSpec, input_list, run_stage
+from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.types import Task, Trajectory
 
 BUCKETS = ("too_easy", "learnable", "too_hard", "unjudged")
@@ -36,9 +36,18 @@ def build_engine(model: str, precision: str = "auto") -> Any:
     return HFEngine(load_model(model), load_tokenizer(model), precision=precision)
 
 
-def sample_tasks(tasks: Sequence[Task], engine: Any, sampling: SamplingSettings, k: int, *, seed: int,
-                 batch_prompts: int, reward_workers: int, label: str,
-                 console: Console | None = None) -> list[list[Trajectory]]:
+def sample_tasks(
+    tasks: Sequence[Task],
+    engine: Any,
+    sampling: SamplingSettings,
+    k: int,
+    *,
+    seed: int,
+    batch_prompts: int,
+    reward_workers: int,
+    label: str,
+    console: Console | None = None,
+) -> list[list[Trajectory]]:
     """`k` scored samples per task through the one rollout path, a batch of prompts at a time,
     with a progress line per batch (stderr)."""
     from tempering.rollout.rollout import ThreadRewardWorkers, start_rollout
@@ -49,13 +58,16 @@ def sample_tasks(tasks: Sequence[Task], engine: Any, sampling: SamplingSettings,
     t0 = time.perf_counter()
     with ThreadRewardWorkers(reward_workers) as workers:
         for b, start in enumerate(range(0, len(tasks), batch_prompts)):
-            chunk = tasks[start:start + batch_prompts]
+            chunk = tasks[start : start + batch_prompts]
             out += start_rollout(chunk, engine, sampling, workers, n=k, seed=seed * 100_003 + b).collect()
             done, elapsed = len(out), time.perf_counter() - t0
             rate = done * k / elapsed
             eta = (len(tasks) - done) * k / rate if rate else 0.0
-            console.print(f"{label}: {done}/{len(tasks)} tasks, {done * k} samples, {rate:.1f} samples/s, "
-                          f"eta {eta:.0f}s", highlight=False, soft_wrap=True)
+            console.print(
+                f"{label}: {done}/{len(tasks)} tasks, {done * k} samples, {rate:.1f} samples/s, eta {eta:.0f}s",
+                highlight=False,
+                soft_wrap=True,
+            )
     return out
 
 
@@ -73,8 +85,10 @@ class TaskRate:
 
 def pass_rates(tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]]) -> list[TaskRate]:
     """Passed and judged samples per task (verifier errors and timeouts are not judged)."""
-    return [TaskRate(t, sum(1 for s in g if s.scored and s.reward.passed), sum(1 for s in g if s.scored), len(g))
-            for t, g in zip(tasks, groups)]
+    return [
+        TaskRate(t, sum(1 for s in g if s.scored and s.reward.passed), sum(1 for s in g if s.scored), len(g))
+        for t, g in zip(tasks, groups)
+    ]
 
 
 def bucket(rate: float | None, too_easy: float, too_hard: float) -> str:
@@ -88,8 +102,9 @@ def bucket(rate: float | None, too_easy: float, too_hard: float) -> str:
     return "learnable"
 
 
-def stratify(rates: Sequence[TaskRate], too_easy: float = 1.0, too_hard: float = 0.0, order: str = "curriculum",
-             seed: int = 0) -> tuple[list[Task], list[Task], dict[str, Any]]:
+def stratify(
+    rates: Sequence[TaskRate], too_easy: float = 1.0, too_hard: float = 0.0, order: str = "curriculum", seed: int = 0
+) -> tuple[list[Task], list[Task], dict[str, Any]]:
     """(every task with `difficulty` = 1 - pass rate, the RL set, a report of counts and rates)."""
     if too_hard >= too_easy:
         raise ValueError(f"too_hard ({too_hard}) must be below too_easy ({too_easy})")
@@ -103,8 +118,16 @@ def stratify(rates: Sequence[TaskRate], too_easy: float = 1.0, too_hard: float =
         stratified.append(task)
         if name == "learnable":
             learnable.append(task)
-        per_task.append({"id": task.id, "passed": r.passed, "judged": r.judged, "samples": r.samples,
-                         "pass_rate": rate, "bucket": name})
+        per_task.append(
+            {
+                "id": task.id,
+                "passed": r.passed,
+                "judged": r.judged,
+                "samples": r.samples,
+                "pass_rate": rate,
+                "bucket": name,
+            }
+        )
     if order == "curriculum":
         learnable.sort(key=lambda t: t.difficulty)  # stable: ties keep their order
     elif order == "shuffle":
@@ -114,16 +137,22 @@ def stratify(rates: Sequence[TaskRate], too_easy: float = 1.0, too_hard: float =
     for p in judged:
         i = min(int(p * 10), 9)
         hist[f"{i / 10:.1f}-{(i + 1) / 10:.1f}"] += 1
-    report = {"tasks": len(rates), "buckets": counts, "rl_set": len(learnable),
-              "mean_pass_rate": sum(judged) / len(judged) if judged else None,
-              "pass_rate_histogram": hist, "per_task": per_task}
+    report = {
+        "tasks": len(rates),
+        "buckets": counts,
+        "rl_set": len(learnable),
+        "mean_pass_rate": sum(judged) / len(judged) if judged else None,
+        "pass_rate_histogram": hist,
+        "per_task": per_task,
+    }
     return stratified, learnable, report
 
 
 def stratify_stage(cfg: StratifyConfig, force: bool = False) -> StageSpec:
     inputs = input_list([(cfg.tasks.source, "tasks")])
-    return StageSpec("stratify", cfg.out, cfg.name, cfg.model_dump(), inputs, cfg.model, 1, cfg.seed,
-                     cfg.threads, force)
+    return StageSpec(
+        "stratify", cfg.out, cfg.name, cfg.model_dump(), inputs, cfg.model, 1, cfg.seed, cfg.threads, force
+    )
 
 
 def load_task_source(s: TaskSourceSettings) -> list[Task]:
@@ -143,10 +172,20 @@ def run_stratify(cfg: StratifyConfig, force: bool = False, console: Console | No
             return stage.result.summary
         tasks = load_task_source(cfg.tasks)
         engine = build_engine(cfg.model, cfg.precision)
-        groups = sample_tasks(tasks, engine, cfg.sampling, cfg.k, seed=cfg.seed, batch_prompts=cfg.batch_prompts,
-                              reward_workers=cfg.reward_workers, label="stratify", console=console)
-        stratified, rl_set, report = stratify(pass_rates(tasks, groups), cfg.too_easy, cfg.too_hard, cfg.order,
-                                              cfg.seed)
+        groups = sample_tasks(
+            tasks,
+            engine,
+            cfg.sampling,
+            cfg.k,
+            seed=cfg.seed,
+            batch_prompts=cfg.batch_prompts,
+            reward_workers=cfg.reward_workers,
+            label="stratify",
+            console=console,
+        )
+        stratified, rl_set, report = stratify(
+            pass_rates(tasks, groups), cfg.too_easy, cfg.too_hard, cfg.order, cfg.seed
+        )
         outputs = {}
         for key, rows in (("stratified", stratified), ("rl_set", rl_set)):
             path = stage.run_dir / f"{key}.jsonl"
@@ -154,8 +193,15 @@ def run_stratify(cfg: StratifyConfig, force: bool = False, console: Console | No
             stage.registry.record_output(stage.run_id, key, path)
             outputs[key], report[f"{key}_sha256"] = str(path), digest
         write_jsonl_atomic(stage.run_dir / "pass_rates.jsonl", report.pop("per_task"))
-        summary = {"steps": 1, "model": cfg.model, "generator_hash": engine.identity, "k": cfg.k,
-                   "sampling": cfg.sampling.model_dump(), **report, **{f"{k}_file": v for k, v in outputs.items()},
-                   "pass_rates": str(stage.run_dir / "pass_rates.jsonl")}
+        summary = {
+            "steps": 1,
+            "model": cfg.model,
+            "generator_hash": engine.identity,
+            "k": cfg.k,
+            "sampling": cfg.sampling.model_dump(),
+            **report,
+            **{f"{k}_file": v for k, v in outputs.items()},
+            "pass_rates": str(stage.run_dir / "pass_rates.jsonl"),
+        }
         stage.finish(summary, outputs)
     return stage.result.summary

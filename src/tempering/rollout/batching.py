@@ -21,11 +21,17 @@ from typing import Any, Callable, Sequence
 import torch
 
 from tempering.config import SamplingParams
-from tempering.rollout.engine import (Completion, cut_at_stop, prompt_seed, row_uniforms, sample_seed, sample_tokens,
-                                      top_logprobs)
+from tempering.rollout.engine import (
+    Completion,
+    cut_at_stop,
+    prompt_seed,
+    row_uniforms,
+    sample_seed,
+    sample_tokens,
+    top_logprobs,
+)
 
-__all__ = ["Request", "Running", "Scheduler", "constrain_rows", "prompt_seed", "sample_rows", "sample_seed",
-           "top_rows"]
+__all__ = ["Request", "Running", "Scheduler", "constrain_rows", "prompt_seed", "sample_rows", "sample_seed", "top_rows"]
 
 
 @dataclass
@@ -70,8 +76,14 @@ class Scheduler:
     """Admits waiting requests into free slots, records sampled tokens, retires finished
     sequences. `decode` turns token ids into text (stop strings, completion text)."""
 
-    def __init__(self, slots: int, max_len: int, eos_id: int | None, decode: Callable[[list[int]], str],
-                 constraint_for: Callable[[str], Any] | None = None):
+    def __init__(
+        self,
+        slots: int,
+        max_len: int,
+        eos_id: int | None,
+        decode: Callable[[list[int]], str],
+        constraint_for: Callable[[str], Any] | None = None,
+    ):
         self.slots, self.max_len = slots, max_len
         self.eos_id, self.decode = eos_id, decode
         self.constraint_for = constraint_for
@@ -97,8 +109,10 @@ class Scheduler:
             request.constraints = [self.constraint_for(p.grammar) for _ in range(p.n)]
         need = len(request.prompt) + p.max_new_tokens
         if need > self.max_len:
-            raise ValueError(f"prompt ({len(request.prompt)} tokens) + max_new_tokens ({p.max_new_tokens}) "
-                             f"exceeds the KV cache's max_len {self.max_len}")
+            raise ValueError(
+                f"prompt ({len(request.prompt)} tokens) + max_new_tokens ({p.max_new_tokens}) "
+                f"exceeds the KV cache's max_len {self.max_len}"
+            )
         request.completions = [None] * p.n
         self.waiting.append(request)
 
@@ -118,8 +132,12 @@ class Scheduler:
             admitted.append(req)
         return admitted
 
-    def record(self, tokens: Sequence[int], logprobs: Sequence[float],
-               tops: Sequence[list[tuple[int, float]] | None] | None = None) -> None:
+    def record(
+        self,
+        tokens: Sequence[int],
+        logprobs: Sequence[float],
+        tops: Sequence[list[tuple[int, float]] | None] | None = None,
+    ) -> None:
         """Append each running sequence's sampled token (row i -> running[i]) and, for requests
         that asked, its most likely alternatives (`tops`, from `top_rows`); mark finishes."""
         for i, (seq, tok, lp) in enumerate(zip(self.running, tokens, logprobs)):
@@ -130,8 +148,11 @@ class Scheduler:
             if seq.request.on_token is not None:
                 seq.request.on_token(seq.sample, tok, lp)
             params = seq.request.params
-            grammar_ends = seq.constraint is not None and tok not in seq.stop_ids and (
-                not seq.constraint.accept(tok) or seq.constraint.done)
+            grammar_ends = (
+                seq.constraint is not None
+                and tok not in seq.stop_ids
+                and (not seq.constraint.accept(tok) or seq.constraint.done)
+            )
             if tok in seq.stop_ids or grammar_ends:
                 seq.finish_reason = "stop"
             elif params.stop and self._stop_string_hit(seq):
@@ -170,8 +191,14 @@ class Scheduler:
         text = self.decode([t for t in seq.tokens if t not in seq.stop_ids])
         text, cut = cut_at_stop(text, seq.request.params.stop)
         reason = "stop" if cut else seq.finish_reason
-        return Completion(seq.request.prompt_index, seq.tokens, seq.logprobs, text, reason,
-                          seq.tops if seq.request.params.top_logprobs else None)
+        return Completion(
+            seq.request.prompt_index,
+            seq.tokens,
+            seq.logprobs,
+            text,
+            reason,
+            seq.tops if seq.request.params.top_logprobs else None,
+        )
 
 
 def constrain_rows(logits: torch.Tensor, rows: Sequence[Running]) -> None:
@@ -189,7 +216,7 @@ def top_rows(logits: torch.Tensor, rows: Sequence[Running]) -> list[list[tuple[i
     out: list[list[tuple[int, float]] | None] = []
     for i, seq in enumerate(rows):
         p = seq.request.params
-        out.append(top_logprobs(logits[i:i + 1], p.temperature, p.top_logprobs)[0] if p.top_logprobs else None)
+        out.append(top_logprobs(logits[i : i + 1], p.temperature, p.top_logprobs)[0] if p.top_logprobs else None)
     return out
 
 

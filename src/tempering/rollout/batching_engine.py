@@ -53,8 +53,15 @@ def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
 class BatchingEngine(HFEngine):
     """`Engine` with continuous batching over `max_slots` concurrent sequences."""
 
-    def __init__(self, model: Any, tokenizer: Any, precision: str = "auto", max_slots: int = 64,
-                 max_len: int = 2048, max_prefill_tokens: int = 4096):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        precision: str = "auto",
+        max_slots: int = 64,
+        max_len: int = 2048,
+        max_prefill_tokens: int = 4096,
+    ):
         super().__init__(model, tokenizer, precision=precision)
         self.max_slots, self.max_len, self.max_prefill_tokens = max_slots, max_len, max_prefill_tokens
         self._lock = threading.RLock()
@@ -82,6 +89,7 @@ class BatchingEngine(HFEngine):
             def store(completions: list[Completion]) -> None:
                 out[i] = completions
                 pending["left"] -= 1
+
             return store
 
         with self._lock:
@@ -96,8 +104,9 @@ class BatchingEngine(HFEngine):
             try:
                 for i, p in enumerate(prompts):
                     seed = prompt_seed(params.seed, i)
-                    self._scheduler.submit(Request(list(p), params.model_copy(update={"seed": seed}),
-                                                   prompt_index=i, done=done(i)))
+                    self._scheduler.submit(
+                        Request(list(p), params.model_copy(update={"seed": seed}), prompt_index=i, done=done(i))
+                    )
                 with inference_weights(self.model, self.precision):
                     while pending["left"]:
                         self.step()
@@ -136,16 +145,18 @@ class BatchingEngine(HFEngine):
             self._thread = None
             self._scheduler = self._cache = None
 
-    def submit(self, prompt: Sequence[int], params: SamplingParams,
-               on_token: Callable[[int, int, float], None] | None = None) -> Future:
+    def submit(
+        self, prompt: Sequence[int], params: SamplingParams, on_token: Callable[[int, int, float], None] | None = None
+    ) -> Future:
         """Queue one request on the serving thread; the future resolves to its n completions.
         `on_token(sample, token_id, logprob)` is called from the serving thread per token."""
         if self._thread is None:
             raise RuntimeError("BatchingEngine.submit needs start() first (or use generate())")
         future: Future = Future()
         with self._lock:
-            self._scheduler.submit(Request(list(prompt), params, done=future.set_result, on_token=on_token,
-                                           fail=future.set_exception))
+            self._scheduler.submit(
+                Request(list(prompt), params, done=future.set_result, on_token=on_token, fail=future.set_exception)
+            )
             self._wake.notify_all()
         return future
 
@@ -159,7 +170,7 @@ class BatchingEngine(HFEngine):
                         return
                     try:
                         self.step()
-                    except Exception as exc:  # noqa: BLE001 -- the thread serves on: fail the batch, not the server
+                    except Exception as exc:
                         self._fail_all(exc)
 
     def _fail_all(self, exc: Exception) -> None:
@@ -175,8 +186,13 @@ class BatchingEngine(HFEngine):
     # --- one step of the batch ---
     def _open(self, slots: int, max_len: int) -> None:
         self._cache = SlotKVCache(slots, max_len)
-        self._scheduler = Scheduler(slots, max_len, self.eos_id, self._decode,
-                                    constraint_for=lambda grammar: Constraint(self.tokenizer, grammar))
+        self._scheduler = Scheduler(
+            slots,
+            max_len,
+            self.eos_id,
+            self._decode,
+            constraint_for=lambda grammar: Constraint(self.tokenizer, grammar),
+        )
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -211,8 +227,13 @@ class BatchingEngine(HFEngine):
         write_at = torch.tensor([s.cached for s in running], device=device)
         self._cache.bind(write_at)
         with autocast(self.precision, device):
-            out = self.model(input_ids=last, position_ids=write_at[:, None], attention_mask=self._cache.decode_mask(),
-                             use_cache=True, **{self._cache_kw: self._cache})
+            out = self.model(
+                input_ids=last,
+                position_ids=write_at[:, None],
+                attention_mask=self._cache.decode_mask(),
+                use_cache=True,
+                **{self._cache_kw: self._cache},
+            )
         return out.logits[:, -1].float()
 
     def _prefill(self, requests: list[Request], first_slot: int) -> torch.Tensor:
@@ -226,7 +247,10 @@ class BatchingEngine(HFEngine):
         while start < len(requests):
             end = start + 1
             width = len(requests[start].prompt)
-            while end < len(requests) and max(width, len(requests[end].prompt)) * (end + 1 - start) <= self.max_prefill_tokens:
+            while (
+                end < len(requests)
+                and max(width, len(requests[end].prompt)) * (end + 1 - start) <= self.max_prefill_tokens
+            ):
                 width = max(width, len(requests[end].prompt))
                 end += 1
             out.append(self._prefill_chunk(requests[start:end], rows[start:end]))
@@ -244,24 +268,28 @@ class BatchingEngine(HFEngine):
         prefill = DynamicCache()
         if shared:
             with autocast(self.precision, self.device):
-                self.model(input_ids=torch.tensor([requests[0].prompt[:shared]], device=self.device),
-                           use_cache=True, logits_to_keep=1, **{self._cache_kw: prefill})
+                self.model(
+                    input_ids=torch.tensor([requests[0].prompt[:shared]], device=self.device),
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **{self._cache_kw: prefill},
+                )
             prefill.batch_repeat_interleave(len(requests))
             self.shared_prefix_tokens += shared * (len(requests) - 1)
         width = max(lengths) - shared
         ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
         for i, r in enumerate(requests):
-            ids[i, :lengths[i] - shared] = torch.tensor(r.prompt[shared:])
+            ids[i, : lengths[i] - shared] = torch.tensor(r.prompt[shared:])
         ids = ids.to(self.device)
         positions = (shared + torch.arange(width, device=self.device)).expand(len(requests), -1)
         # right padding: causal attention keeps pads (after each prompt) out of its K/V and logits
         keep = torch.tensor(sorted({n - 1 - shared for n in lengths}), device=self.device)
         with autocast(self.precision, self.device):
-            logits = self.model(input_ids=ids, position_ids=positions, use_cache=True, logits_to_keep=keep,
-                                **{self._cache_kw: prefill}).logits
+            logits = self.model(
+                input_ids=ids, position_ids=positions, use_cache=True, logits_to_keep=keep, **{self._cache_kw: prefill}
+            ).logits
         self._cache.write_prefill([(layer.keys, layer.values) for layer in prefill.layers], rows_to_slots, lengths)
         col = {int(p): j for j, p in enumerate(keep.tolist())}
         picked = torch.stack([logits[i, col[n - 1 - shared]] for i, n in enumerate(lengths)]).float()
         counts = torch.tensor([len(s) for s in rows_to_slots], device=picked.device)
         return picked.repeat_interleave(counts, dim=0)
-

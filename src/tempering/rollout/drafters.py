@@ -25,8 +25,14 @@ class Drafter(Protocol):
     def begin(self, prompts: Sequence[Sequence[int]]) -> None:
         """A new batch of rows starts from these prompts."""
 
-    def propose(self, contexts: Sequence[Sequence[int]], k: int, temperature: float, top_p: float,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    def propose(
+        self,
+        contexts: Sequence[Sequence[int]],
+        k: int,
+        temperature: float,
+        top_p: float,
+        generator: torch.Generator | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """(tokens (B, k'), q (B, k', V) or None for a deterministic draft, lengths (B,)), k' <= k."""
 
     def accepted(self, n_accepted: Sequence[int]) -> None:
@@ -55,8 +61,8 @@ class PromptLookupDrafter:
         for n in range(min(self.max_ngram, len(ctx) - 1), self.min_ngram - 1, -1):
             tail = ctx[-n:]
             for start in range(len(ctx) - n - 1, -1, -1):  # latest first, never the tail itself
-                if ctx[start:start + n] == tail:
-                    return ctx[start + n:start + n + k]
+                if ctx[start : start + n] == tail:
+                    return ctx[start + n : start + n + k]
         return []
 
     def propose(self, contexts, k, temperature, top_p, generator):
@@ -64,7 +70,7 @@ class PromptLookupDrafter:
         width = max(len(f) for f in found)
         tokens = torch.zeros((len(found), width), dtype=torch.long)
         for i, f in enumerate(found):
-            tokens[i, :len(f)] = torch.tensor(f, dtype=torch.long)
+            tokens[i, : len(f)] = torch.tensor(f, dtype=torch.long)
         return tokens, None, torch.tensor([len(f) for f in found])
 
     def accepted(self, n_accepted: Sequence[int]) -> None:
@@ -95,8 +101,14 @@ class ModelDrafter:
     such (positions past a row's length are not drafts), so output is unchanged.
     """
 
-    def __init__(self, model: Any, precision: str, pad_id: int = 0, vocab: torch.Tensor | None = None,
-                 min_confidence: float = 0.0):
+    def __init__(
+        self,
+        model: Any,
+        precision: str,
+        pad_id: int = 0,
+        vocab: torch.Tensor | None = None,
+        min_confidence: float = 0.0,
+    ):
         self.model, self.precision, self.pad_id = model, precision, pad_id
         self.min_confidence = min_confidence
         self.vocab = None if vocab is None else torch.as_tensor(vocab, dtype=torch.long).unique()
@@ -124,8 +136,13 @@ class ModelDrafter:
     def _forward(self, ids: torch.Tensor, new_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits (B, V) of the last position (-inf outside `vocab`)."""
         self.mask = torch.cat([self.mask, new_mask], dim=1)
-        inputs = dict(input_ids=ids.to(self.device), attention_mask=self.mask.to(self.device),
-                      position_ids=positions.to(self.device), use_cache=True, **{self._cache_kw: self.cache})
+        inputs = dict(
+            input_ids=ids.to(self.device),
+            attention_mask=self.mask.to(self.device),
+            position_ids=positions.to(self.device),
+            use_cache=True,
+            **{self._cache_kw: self.cache},
+        )
         with autocast(self.precision, self.device):
             if self._head is None:
                 return self.model(**inputs, logits_to_keep=1).logits[:, -1].float().cpu()
@@ -156,8 +173,9 @@ class ModelDrafter:
         self._proposed = [len(c) for c in contexts]
         ids, mask = left_pad(unfed, self.pad_id)
         width = ids.shape[1]
-        positions = torch.tensor([[max(f + j - (width - len(u)), 0) for j in range(width)]
-                                  for f, u in zip(self.fed, unfed)])
+        positions = torch.tensor(
+            [[max(f + j - (width - len(u)), 0) for j in range(width)] for f, u in zip(self.fed, unfed)]
+        )
         logits = self._forward(ids, mask, positions)
         self._draft_start = self.mask.shape[1]
         next_pos = torch.tensor([[len(c)] for c in contexts])
@@ -178,8 +196,9 @@ class ModelDrafter:
                 drafting &= confidence >= self.min_confidence
             if step == k - 1 or not bool(drafting.any()):
                 break
-            logits = self._forward(tok[:, None].cpu(), torch.ones((len(contexts), 1), dtype=torch.long),
-                                   next_pos + step)
+            logits = self._forward(
+                tok[:, None].cpu(), torch.ones((len(contexts), 1), dtype=torch.long), next_pos + step
+            )
         q_all = torch.stack(probs, dim=1) if probs else None
         return torch.stack(tokens, dim=1).cpu(), q_all, lengths
 
@@ -188,7 +207,7 @@ class ModelDrafter:
         n = torch.tensor(list(n_accepted))
         fed_drafts = self.mask.shape[1] - self._draft_start
         kept = n.clamp(max=fed_drafts)
-        self.mask[:, self._draft_start:] = (torch.arange(fed_drafts)[None, :] < kept[:, None]).long()
+        self.mask[:, self._draft_start :] = (torch.arange(fed_drafts)[None, :] < kept[:, None]).long()
         self.fed = [p + int(c) for p, c in zip(self._proposed, kept.tolist())]
 
     def keep_rows(self, rows: torch.Tensor) -> None:

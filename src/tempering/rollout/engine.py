@@ -43,9 +43,23 @@ from tempering.models.logprobs import cache_keyword
 from tempering.models.precision import autocast, resolve_precision
 from tempering.rollout.padding import left_pad
 
-__all__ = ["Completion", "Engine", "HFEngine", "SamplingParams", "SamplingSettings", "bf16_linear_weights", "chat_prompt_ids",
-           "cut_at_stop",
-           "inference_weights", "merged_lora", "prompt_seed", "row_uniforms", "sample_seed", "sample_tokens", "top_logprobs"]
+__all__ = [
+    "Completion",
+    "Engine",
+    "HFEngine",
+    "SamplingParams",
+    "SamplingSettings",
+    "bf16_linear_weights",
+    "chat_prompt_ids",
+    "cut_at_stop",
+    "inference_weights",
+    "merged_lora",
+    "prompt_seed",
+    "row_uniforms",
+    "sample_seed",
+    "sample_tokens",
+    "top_logprobs",
+]
 
 
 @dataclass
@@ -144,8 +158,13 @@ def row_uniforms(generators: Sequence[torch.Generator | None]) -> torch.Tensor:
     return torch.cat([torch.rand(1, generator=g) for g in generators])
 
 
-def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None,
-                  uniforms: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_tokens(
+    logits: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator | None,
+    uniforms: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row of (B, V) logits; returns (tokens, their log-probs).
 
     Inverse-CDF sampling: row b takes the first token whose cumulative probability exceeds
@@ -261,7 +280,7 @@ class HFEngine:
         try:
             with inference_weights(self.model, self.precision):
                 for start in range(0, len(prompts), self.max_batch_prompts):
-                    chunk = prompts[start:start + self.max_batch_prompts]
+                    chunk = prompts[start : start + self.max_batch_prompts]
                     for c in self._generate_chunk(chunk, params, start):
                         c.prompt_index += start
                         out[c.prompt_index].append(c)
@@ -270,8 +289,9 @@ class HFEngine:
         return out
 
     @torch.no_grad()
-    def _generate_chunk(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
-                        first_prompt: int) -> list[Completion]:
+    def _generate_chunk(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, first_prompt: int
+    ) -> list[Completion]:
         device, n = self.device, params.n
         ids, mask = left_pad(prompts, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
@@ -282,8 +302,14 @@ class HFEngine:
         stops = set(params.stop_token_ids) | ({self.eos_id} if self.eos_id is not None else set())
         stop_tensor = torch.tensor(sorted(stops), dtype=torch.long, device=device)
         with autocast(self.precision, device):
-            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1]
+            logits = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+                **{self._cache_kw: cache},
+            ).logits[:, -1]
         if n > 1:
             cache.batch_repeat_interleave(n)
             logits = logits.repeat_interleave(n, dim=0)
@@ -297,9 +323,14 @@ class HFEngine:
         finish = ["length"] * total
         # seeded: each sample draws from its own generator, as in the batching engine, so a
         # sample's tokens depend on (seed, prompt, sample) only, never on n or the batch
-        generators = None if params.seed is None else [
-            torch.Generator().manual_seed(sample_seed(prompt_seed(params.seed, first_prompt + f // n), f % n))
-            for f in range(total)]
+        generators = (
+            None
+            if params.seed is None
+            else [
+                torch.Generator().manual_seed(sample_seed(prompt_seed(params.seed, first_prompt + f // n), f % n))
+                for f in range(total)
+            ]
+        )
         next_pos = positions[:, -1:] + 1
         for step in range(params.max_new_tokens):
             uniforms = None
@@ -331,21 +362,36 @@ class HFEngine:
                 tok, mask, next_pos = tok[keep], mask[keep], next_pos[keep]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             with autocast(self.precision, device):
-                logits = self.model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
-                                    use_cache=True, **{self._cache_kw: cache}).logits[:, -1]
+                logits = self.model(
+                    input_ids=tok[:, None],
+                    attention_mask=mask,
+                    position_ids=next_pos,
+                    use_cache=True,
+                    **{self._cache_kw: cache},
+                ).logits[:, -1]
             next_pos = next_pos + 1
         completions = []
         for flat in range(total):
             toks = tokens_out[flat]
-            text, cut = cut_at_stop(self.tokenizer.decode([t for t in toks if t not in stops],
-                                                          skip_special_tokens=False), params.stop)
+            text, cut = cut_at_stop(
+                self.tokenizer.decode([t for t in toks if t not in stops], skip_special_tokens=False), params.stop
+            )
             reason = "stop" if cut else finish[flat]
-            completions.append(Completion(flat // n, toks, logp_out[flat], text, reason,
-                                          top_out[flat] if params.top_logprobs else None))
+            completions.append(
+                Completion(
+                    flat // n, toks, logp_out[flat], text, reason, top_out[flat] if params.top_logprobs else None
+                )
+            )
         return completions
 
-    def _stop_string_hits(self, tokens_out: list[list[int]], owners: list[int], stop: tuple[str, ...],
-                          stop_ids: set[int], device: torch.device) -> torch.Tensor:
+    def _stop_string_hits(
+        self,
+        tokens_out: list[list[int]],
+        owners: list[int],
+        stop: tuple[str, ...],
+        stop_ids: set[int],
+        device: torch.device,
+    ) -> torch.Tensor:
         """Which live rows' text now contains a stop string (only the tail that can hold one
         is decoded: a token decodes to at least one character, plus slack for split bytes)."""
         window = max(len(s) for s in stop) + 4
@@ -360,8 +406,10 @@ class HFEngine:
 def refuse_grammar(engine: Any, params: SamplingParams) -> None:
     """Engines without constrained decoding refuse a grammar rather than ignore it."""
     if params.grammar is not None:
-        raise ValueError(f"{type(engine).__name__} has no constrained decoding: use the batching engine "
-                         "(engine.kind: batching) for requests with a grammar")
+        raise ValueError(
+            f"{type(engine).__name__} has no constrained decoding: use the batching engine "
+            "(engine.kind: batching) for requests with a grammar"
+        )
 
 
 def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
@@ -373,4 +421,4 @@ def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]
 def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     """`text` up to the earliest stop string, and whether one was found."""
     ends = [i for i in (text.find(s) for s in stop) if i >= 0]
-    return (text[:min(ends)], True) if ends else (text, False)
+    return (text[: min(ends)], True) if ends else (text, False)

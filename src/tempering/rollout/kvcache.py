@@ -52,8 +52,9 @@ class SlotKVCache:
             self.keys.append(torch.zeros(shape, dtype=k.dtype, device=k.device))
             self.values.append(torch.zeros(shape, dtype=v.dtype, device=v.device))
 
-    def write_prefill(self, layer_kv: list[tuple[torch.Tensor, torch.Tensor]], rows_to_slots: list[list[int]],
-                      lengths: list[int]) -> None:
+    def write_prefill(
+        self, layer_kv: list[tuple[torch.Tensor, torch.Tensor]], rows_to_slots: list[list[int]], lengths: list[int]
+    ) -> None:
         """Copy prefilled K/V into slots: row i of every layer's (B, H, T, D) keys and values
         goes, up to `lengths[i]` positions, into each slot of `rows_to_slots[i]` (a prompt's
         n samples share one prefill)."""
@@ -82,8 +83,14 @@ class SlotKVCache:
         width = torch.arange(self._width, device=self._write_at.device)
         return (width[None, :] <= self._write_at[:, None])[:, None, None, :]
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
-               kwargs: Any = None, cache_kwargs: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        layer_idx: int,
+        kwargs: Any = None,
+        cache_kwargs: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Called by each attention layer: store the step's (B, H, 1, D) K/V, return the
         batch's K/V over the bound width (a view of the cache)."""
         assert self._write_at is not None and key_states.shape[2] == 1, "decode steps only; prefill uses write_prefill"
@@ -91,7 +98,7 @@ class SlotKVCache:
         keys, values = self.keys[layer_idx], self.values[layer_idx]
         keys[rows, :, self._write_at] = key_states[:, :, 0].to(keys.dtype)
         values[rows, :, self._write_at] = value_states[:, :, 0].to(values.dtype)
-        return keys[:batch, :, :self._width], values[:batch, :, :self._width]
+        return keys[:batch, :, : self._width], values[:batch, :, : self._width]
 
     def move(self, src: int, dst: int, length: int) -> None:
         """Copy slot `src`'s first `length` positions into slot `dst` (compaction)."""

@@ -56,9 +56,10 @@ def judge(task: Task, completion: str, ctx: Any = None) -> Verdict:
     """Score under the failure policy: any verifier exception is a `verifier_error` verdict."""
     try:
         return Verdict(score_completion(task, completion, ctx), "scored")
-    except Exception as exc:  # noqa: BLE001 - a crashing verifier is recorded, never blamed on the model
-        return Verdict(Reward(value=0.0, flags=[VERIFIER_ERROR], detail=f"{type(exc).__name__}: {exc}"),
-                       "verifier_error")
+    except Exception as exc:
+        return Verdict(
+            Reward(value=0.0, flags=[VERIFIER_ERROR], detail=f"{type(exc).__name__}: {exc}"), "verifier_error"
+        )
 
 
 class RewardWorkers(Protocol):
@@ -99,7 +100,7 @@ class ThreadRewardWorkers:
         if self._owned is not None:
             self._owned.close()
 
-    def __enter__(self) -> "ThreadRewardWorkers":
+    def __enter__(self) -> ThreadRewardWorkers:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -128,11 +129,17 @@ class PendingRollout:
     def _trajectory(self, i: int, j: int, completion: Any, verdict: Verdict) -> Trajectory:
         prompt, toks = self.prompts[i], list(completion.token_ids)
         return Trajectory(
-            task_id=self.tasks[i].id, sample=j,
+            task_id=self.tasks[i].id,
+            sample=j,
             messages=[*self.messages[i], {"role": "assistant", "content": completion.text}],
-            token_ids=[*prompt, *toks], loss_mask=[0] * len(prompt) + [1] * len(toks),
-            logprobs=[0.0] * len(prompt) + list(completion.logprobs), prompt_length=len(prompt),
-            rewards=[verdict.reward], finish_reason=completion.finish_reason, status=verdict.status)
+            token_ids=[*prompt, *toks],
+            loss_mask=[0] * len(prompt) + [1] * len(toks),
+            logprobs=[0.0] * len(prompt) + list(completion.logprobs),
+            prompt_length=len(prompt),
+            rewards=[verdict.reward],
+            finish_reason=completion.finish_reason,
+            status=verdict.status,
+        )
 
 
 def _wait(future: Future, timeout_s: float) -> Verdict:
@@ -140,14 +147,23 @@ def _wait(future: Future, timeout_s: float) -> Verdict:
         return future.result(timeout=timeout_s)
     except FutureTimeout:
         future.cancel()
-        return Verdict(Reward(value=0.0, flags=[VERIFIER_ERROR], detail=f"verifier timed out after {timeout_s:g}s"),
-                       "timeout")
+        return Verdict(
+            Reward(value=0.0, flags=[VERIFIER_ERROR], detail=f"verifier timed out after {timeout_s:g}s"), "timeout"
+        )
 
 
-def start_rollout(tasks: Sequence[Task], engine: Engine, sampling: SamplingSettings, workers: RewardWorkers, *,
-                  n: int = 1, seed: int | None = None, messages: Sequence[list[dict[str, Any]]] | None = None,
-                  prompts: Sequence[list[int]] | None = None,
-                  chunks: Sequence[tuple[Sequence[int], int | None]] | None = None) -> PendingRollout:
+def start_rollout(
+    tasks: Sequence[Task],
+    engine: Engine,
+    sampling: SamplingSettings,
+    workers: RewardWorkers,
+    *,
+    n: int = 1,
+    seed: int | None = None,
+    messages: Sequence[list[dict[str, Any]]] | None = None,
+    prompts: Sequence[list[int]] | None = None,
+    chunks: Sequence[tuple[Sequence[int], int | None]] | None = None,
+) -> PendingRollout:
     """Sample `n` completions per task and hand each to `workers` as soon as its chunk is done.
 
     Args:
@@ -172,8 +188,16 @@ def start_rollout(tasks: Sequence[Task], engine: Engine, sampling: SamplingSetti
     return pending
 
 
-def rollout(tasks: Sequence[Task], engine: Engine, sampling: SamplingSettings, workers: RewardWorkers, *,
-            n: int = 1, seed: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-            **kwargs: Any) -> list[list[Trajectory]]:
+def rollout(
+    tasks: Sequence[Task],
+    engine: Engine,
+    sampling: SamplingSettings,
+    workers: RewardWorkers,
+    *,
+    n: int = 1,
+    seed: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    **kwargs: Any,
+) -> list[list[Trajectory]]:
     """Scored trajectories, `n` per task (see `start_rollout` for the other arguments)."""
     return start_rollout(tasks, engine, sampling, workers, n=n, seed=seed, **kwargs).collect(timeout_s)

@@ -1,12 +1,12 @@
 """Which `Engine` a run samples with, chosen by its config (`EngineSettings.kind`).
 
-    engine = build_engine(cfg.engine, model, tokenizer, precision, model_dir=resolve_model(cfg.model))
+  engine = build_engine(cfg.engine, model, tokenizer, precision, model_dir=resolve_model(cfg.model))
 
-  * batching (default): `BatchingEngine`, continuous batching over the model in this process;
-  * hf: `HFEngine`, the static-batch engine (one batch per call, finished rows dropped);
-  * vllm: `VLLMEngine` on a CUDA GPU; the trainer's model is kept for the sync probe.
-    Without vLLM or a GPU this raises `EngineUnavailable` with the reason, before any
-    model is handed to it.
+* batching (default): `BatchingEngine`, continuous batching over the model in this process;
+* hf: `HFEngine`, the static-batch engine (one batch per call, finished rows dropped);
+* vllm: `VLLMEngine` on a CUDA GPU; the trainer's model is kept for the sync probe.
+  Without vLLM or a GPU this raises `EngineUnavailable` with the reason, before any
+  model is handed to it.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ def check_engine(settings: EngineSettings) -> None:
             raise EngineUnavailable(reason)
 
 
-def build_engine(settings: EngineSettings, model: Any, tokenizer: Any, precision: str,
-                 model_dir: str | None = None) -> Engine:
+def build_engine(
+    settings: EngineSettings, model: Any, tokenizer: Any, precision: str, model_dir: str | None = None
+) -> Engine:
     """The engine `settings` name, over `model` (in-process engines) or `model_dir` (vLLM).
 
     Raises:

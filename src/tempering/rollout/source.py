@@ -37,15 +37,14 @@ from typing import Any
 import torch
 
 from tempering.config import GRPOSettings
-from tempering.objectives.grpo_math import grpo_advantages
 from tempering.models.logprobs import grouped_logprobs
 from tempering.models.precision import autocast
+from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.engine import Engine
 from tempering.rollout.padding import left_pad
-from tempering.rollout.rollout import VERIFIER_ERROR, RewardWorkers, ThreadRewardWorkers, start_rollout
+from tempering.rollout.rollout import RewardWorkers, ThreadRewardWorkers, start_rollout
 from tempering.rollout.store import TrajectoryRow, TrajectoryStore
 from tempering.types import Task, Trajectory
-
 
 PAD_ID = 0
 """Filler of padded batch positions: any id works, every one is masked out of attention and loss."""
@@ -61,7 +60,7 @@ class Group:
     @property
     def prompt_ids(self) -> list[int]:
         first = self.trajectories[0]
-        return first.token_ids[:first.prompt_length]
+        return first.token_ids[: first.prompt_length]
 
     @property
     def values(self) -> list[float]:
@@ -77,9 +76,18 @@ class RolloutSource:
     of `settings.reward_workers`; scale/ has Ray actors). `model`: the trainer's model, synced
     into the engine before each rollout batch (a no-op for the in-process engine, which shares it)."""
 
-    def __init__(self, tasks: list[Task], engine: Engine, settings: GRPOSettings, grad_accum: int, seed: int,
-                 store: TrajectoryStore | None = None, model: Any = None, precision: str = "fp32",
-                 workers: RewardWorkers | None = None):
+    def __init__(
+        self,
+        tasks: list[Task],
+        engine: Engine,
+        settings: GRPOSettings,
+        grad_accum: int,
+        seed: int,
+        store: TrajectoryStore | None = None,
+        model: Any = None,
+        precision: str = "fp32",
+        workers: RewardWorkers | None = None,
+    ):
         if not tasks:
             raise ValueError("GRPO needs at least one training task")
         self.tasks, self.engine, self.s = tasks, engine, settings
@@ -141,8 +149,9 @@ class RolloutSource:
         per = max(1, math.ceil(len(tasks) / s.generation_chunks))
         chunks = [(range(start, min(start + per, len(tasks))), seed + start) for start in range(0, len(tasks), per)]
         t0 = time.perf_counter()
-        pending = start_rollout(tasks, self.engine, s, self.workers, n=s.group_size,
-                                prompts=[self._prompt(t) for t in tasks], chunks=chunks)
+        pending = start_rollout(
+            tasks, self.engine, s, self.workers, n=s.group_size, prompts=[self._prompt(t) for t in tasks], chunks=chunks
+        )
         groups = [Group(t, trajs) for t, trajs in zip(tasks, pending.collect(s.verifier_timeout_s))]
         return groups, pending.gen_s, time.perf_counter() - t0 - pending.gen_s
 
@@ -152,8 +161,9 @@ class RolloutSource:
         for t in group.trajectories:
             if t.truncated and t.scored:
                 r = t.reward
-                t.rewards[-1] = r.model_copy(update={"value": self.s.truncation_reward,
-                                                     "flags": r.flags + ["truncated"]})
+                t.rewards[-1] = r.model_copy(
+                    update={"value": self.s.truncation_reward, "flags": r.flags + ["truncated"]}
+                )
 
     def _rollout_batch(self) -> list[dict[str, Any]]:
         """The next batch's micro-batches: sampled now, or taken from the background (rollout_ahead)."""
@@ -205,8 +215,16 @@ class RolloutSource:
         self.rollouts += 1
         return index, seen, kept[: s.prompts_per_step], counts, gen_s, score_s
 
-    def _build(self, index: int, seen: list[Group], kept: list[Group], counts: Counter, gen_s: float,
-               score_s: float, staleness: int) -> list[dict[str, Any]]:
+    def _build(
+        self,
+        index: int,
+        seen: list[Group],
+        kept: list[Group],
+        counts: Counter,
+        gen_s: float,
+        score_s: float,
+        staleness: int,
+    ) -> list[dict[str, Any]]:
         """Step 4: advantages, the trajectory store and the micro-batches of a sampled batch."""
         rewards = torch.tensor([g.values for g in kept], dtype=torch.float32)
         advantages = grpo_advantages(rewards, scale_std=self.s.scale_std)
@@ -225,7 +243,7 @@ class RolloutSource:
         per = math.ceil(len(groups) / n_micro)
         out = []
         for start in range(0, len(groups), per):
-            out.append(self._tensors(groups[start:start + per], advantages[start:start + per]))
+            out.append(self._tensors(groups[start : start + per], advantages[start : start + per]))
         while len(out) < self.grad_accum:  # fewer kept groups than micro-batches: empty ones (no loss)
             out.append({**out[-1], "loss_mask": torch.zeros_like(out[-1]["loss_mask"]), "n_real_tokens": 0})
         return out
@@ -240,18 +258,24 @@ class RolloutSource:
         engine_logprobs = torch.zeros((len(trajs), c_width), dtype=torch.float32)
         for i, t in enumerate(trajs):
             ids = t.completion_ids
-            completion_ids[i, :len(ids)] = torch.tensor(ids)
-            completion_mask[i, :len(ids)] = 1
-            engine_logprobs[i, :len(ids)] = torch.tensor(t.completion_logprobs)
+            completion_ids[i, : len(ids)] = torch.tensor(ids)
+            completion_mask[i, : len(ids)] = 1
+            engine_logprobs[i, : len(ids)] = torch.tensor(t.completion_logprobs)
         loss_mask = completion_mask.clone()
         if self.s.truncation == "mask":
             for i, t in enumerate(trajs):
                 if t.truncated:
                     loss_mask[i] = 0
-        batch = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
-                 "completion_mask": completion_mask, "loss_mask": loss_mask, "engine_logprobs": engine_logprobs,
-                 "advantages": advantages.reshape(-1),
-                 "n_real_tokens": int(completion_mask.sum()) + int(prompt_mask.sum())}
+        batch = {
+            "prompt_ids": prompt_ids,
+            "prompt_mask": prompt_mask,
+            "completion_ids": completion_ids,
+            "completion_mask": completion_mask,
+            "loss_mask": loss_mask,
+            "engine_logprobs": engine_logprobs,
+            "advantages": advantages.reshape(-1),
+            "n_real_tokens": int(completion_mask.sum()) + int(prompt_mask.sum()),
+        }
         if self.s.updates_per_batch > 1:
             batch["old_logprobs"] = self._old_logprobs(batch)
         return batch
@@ -275,8 +299,16 @@ class RolloutSource:
         return logp.float().cpu()
 
     # -- metrics and the trajectory store ------------------------------------------------
-    def _record(self, seen: list[Group], kept: list[Group], advantages: torch.Tensor, counts: Counter,
-                gen_s: float, score_s: float, step: int) -> None:
+    def _record(
+        self,
+        seen: list[Group],
+        kept: list[Group],
+        advantages: torch.Tensor,
+        counts: Counter,
+        gen_s: float,
+        score_s: float,
+        step: int,
+    ) -> None:
         samples = [(g, t, t.reward) for g in seen for t in g.trajectories]
         values = torch.tensor([r.value for _, _, r in samples])
         by_source: dict[str, list[float]] = defaultdict(list)
@@ -288,14 +320,18 @@ class RolloutSource:
             if "heldout_pass_fraction" in r.components:
                 guard.append(r.components["heldout_pass_fraction"])
         stats: dict[str, float] = {
-            "reward_mean": float(values.mean()), "reward_std": float(values.std(unbiased=False)),
+            "reward_mean": float(values.mean()),
+            "reward_std": float(values.std(unbiased=False)),
             "accuracy": sum(r.passed for _, _, r in samples) / len(samples),
             "zero_variance_share": counts["zero_variance_groups"] / len(seen),
-            "groups_generated": len(seen), "groups_kept": len(kept),
+            "groups_generated": len(seen),
+            "groups_kept": len(kept),
             "verifier_failed_groups": counts["verifier_failed_groups"],
             "response_len": sum(len(t.completion_ids) for _, t, _ in samples) / len(samples),
             "truncation_rate": sum(c.truncated for _, c, _ in samples) / len(samples),
-            "completions": len(samples), "gen_s": gen_s, "score_s": score_s,
+            "completions": len(samples),
+            "gen_s": gen_s,
+            "score_s": score_s,
             **getattr(self.engine, "last_sync", {}),
         }
         for source, vals in by_source.items():
@@ -318,7 +354,23 @@ class RolloutSource:
             prompt = g.task.prompt or g.task.chat()[-1].get("content") or ""
             for j, t in enumerate(g.trajectories):
                 r = t.reward
-                rows.append(TrajectoryRow(self.store.run, step, g.task.id, g.task.source or "", prompt, t.completion,
-                                          t.completion_ids, t.completion_logprobs, r.value, r.components, r.flags,
-                                          float(advs[j]), t.finish_reason, id(g) in adv_of, gi))
+                rows.append(
+                    TrajectoryRow(
+                        self.store.run,
+                        step,
+                        g.task.id,
+                        g.task.source or "",
+                        prompt,
+                        t.completion,
+                        t.completion_ids,
+                        t.completion_logprobs,
+                        r.value,
+                        r.components,
+                        r.flags,
+                        float(advs[j]),
+                        t.finish_reason,
+                        id(g) in adv_of,
+                        gi,
+                    )
+                )
         self.store.write(step, rows)

@@ -107,19 +107,26 @@ class SpeculativeEngine(HFEngine):
             out[c.prompt_index].append(c)
         return out
 
-    def _target(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any,
-                last_only: bool = False) -> torch.Tensor:
+    def _target(
+        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any, last_only: bool = False
+    ) -> torch.Tensor:
         device = self.device
         extra = {"logits_to_keep": 1} if last_only else {}
         with autocast(self.precision, device):
-            out = self.model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                             position_ids=positions.to(device), use_cache=True, **extra,
-                             **{self._cache_kw: cache})
+            out = self.model(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                position_ids=positions.to(device),
+                use_cache=True,
+                **extra,
+                **{self._cache_kw: cache},
+            )
         return out.logits.float().cpu()
 
     @torch.no_grad()
-    def _generate_rows(self, rows: list[list[int]], params: SamplingParams,
-                       generator: torch.Generator | None) -> list[Completion]:
+    def _generate_rows(
+        self, rows: list[list[int]], params: SamplingParams, generator: torch.Generator | None
+    ) -> list[Completion]:
         from transformers import DynamicCache
 
         stops = set(params.stop_token_ids) | ({self.eos_id} if self.eos_id is not None else set())
@@ -132,8 +139,14 @@ class SpeculativeEngine(HFEngine):
         out_logp: list[list[float]] = [[] for _ in range(total)]
         finish = ["length"] * total
         live = list(range(total))  # batch row -> flat index
-        first = self._pick(logits[:, None], torch.zeros((total, 0), dtype=torch.long), None,
-                           torch.zeros(total, dtype=torch.long), params, generator)[1]
+        first = self._pick(
+            logits[:, None],
+            torch.zeros((total, 0), dtype=torch.long),
+            None,
+            torch.zeros(total, dtype=torch.long),
+            params,
+            generator,
+        )[1]
         self._emit(live, first[:, None], [0] * total, logits[:, None], params, stops, out_tokens, out_logp, finish)
         while True:
             keep = [r for r, flat in enumerate(live) if not self._done(flat, out_tokens, finish, params)]
@@ -200,6 +213,7 @@ class SpeculativeEngine(HFEngine):
         return finish[flat] == "stop" or len(out_tokens[flat]) >= params.max_new_tokens
 
     def _completion(self, toks, logps, finish, params, stops) -> Completion:
-        text, cut = cut_at_stop(self.tokenizer.decode([t for t in toks if t not in stops],
-                                                      skip_special_tokens=False), params.stop)
+        text, cut = cut_at_stop(
+            self.tokenizer.decode([t for t in toks if t not in stops], skip_special_tokens=False), params.stop
+        )
         return Completion(0, toks, logps, text, "stop" if cut else finish)

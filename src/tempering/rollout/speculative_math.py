@@ -45,8 +45,9 @@ def _leading(accept: torch.Tensor) -> torch.Tensor:
     return accept.long().cumprod(dim=1).sum(dim=1)
 
 
-def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor,
-                  lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def verify_greedy(
+    target_logits: torch.Tensor, draft_tokens: torch.Tensor, lengths: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy verification.
 
     Args:
@@ -65,9 +66,13 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor,
     return n, best.gather(1, n[:, None]).squeeze(1)
 
 
-def verify_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tokens: torch.Tensor,
-                   lengths: torch.Tensor, generator: torch.Generator | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def verify_sampled(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    draft_tokens: torch.Tensor,
+    lengths: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rejection-sampling verification (lossless for any draft).
 
     Args:

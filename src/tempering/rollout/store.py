@@ -21,13 +21,25 @@ from typing import Any, Iterable, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA = pa.schema([
-    ("run", pa.string()), ("step", pa.int64()), ("task_id", pa.string()), ("source", pa.string()),
-    ("prompt", pa.string()), ("completion", pa.string()), ("tokens", pa.list_(pa.int32())),
-    ("logprobs", pa.list_(pa.float32())), ("reward", pa.float64()), ("components", pa.string()),
-    ("flags", pa.list_(pa.string())), ("advantage", pa.float64()), ("finish_reason", pa.string()),
-    ("kept", pa.bool_()), ("group", pa.int32()),
-])
+SCHEMA = pa.schema(
+    [
+        ("run", pa.string()),
+        ("step", pa.int64()),
+        ("task_id", pa.string()),
+        ("source", pa.string()),
+        ("prompt", pa.string()),
+        ("completion", pa.string()),
+        ("tokens", pa.list_(pa.int32())),
+        ("logprobs", pa.list_(pa.float32())),
+        ("reward", pa.float64()),
+        ("components", pa.string()),
+        ("flags", pa.list_(pa.string())),
+        ("advantage", pa.float64()),
+        ("finish_reason", pa.string()),
+        ("kept", pa.bool_()),
+        ("group", pa.int32()),
+    ]
+)
 
 
 @dataclass
@@ -75,8 +87,9 @@ class TrajectoryStore:
 Order = Literal["worst", "best", "flagged"] | None
 
 
-def read_trajectories(run_dir: str | Path, step: int | None = None, order: Order = None,
-                      limit: int | None = None) -> list[dict[str, Any]]:
+def read_trajectories(
+    run_dir: str | Path, step: int | None = None, order: Order = None, limit: int | None = None
+) -> list[dict[str, Any]]:
     """Rows of one run (optionally one step): `worst`/`best` sort by reward, `flagged` keeps
     rows with flags. Raises FileNotFoundError naming what is missing."""
     base = Path(run_dir) / "trajectories"

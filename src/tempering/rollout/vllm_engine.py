@@ -37,8 +37,17 @@ from tempering.hashing import sha256_file, tensors_hash
 from tempering.rollout.batching import prompt_seed
 from tempering.rollout.engine import Completion, chat_prompt_ids, merged_lora, refuse_grammar
 
-__all__ = ["EngineUnavailable", "SyncRecord", "VLLMEngine", "WeightSync", "WeightSyncError", "completions_from_vllm",
-           "vllm_named_weights", "vllm_sampling_kwargs", "vllm_unavailable"]
+__all__ = [
+    "EngineUnavailable",
+    "SyncRecord",
+    "VLLMEngine",
+    "WeightSync",
+    "WeightSyncError",
+    "completions_from_vllm",
+    "vllm_named_weights",
+    "vllm_sampling_kwargs",
+    "vllm_unavailable",
+]
 
 
 class EngineUnavailable(ValueError):
@@ -52,11 +61,15 @@ class WeightSyncError(RuntimeError):
 def vllm_unavailable() -> str | None:
     """Why vLLM cannot run here, or None when it can."""
     if importlib.util.find_spec("vllm") is None:
-        return ("engine kind 'vllm' needs vLLM, which is not installed: on a CUDA GPU host run "
-                "pip install 'tempering[vllm]' (it pulls a CUDA build of torch); elsewhere use engine.kind: batching")
+        return (
+            "engine kind 'vllm' needs vLLM, which is not installed: on a CUDA GPU host run "
+            "pip install 'tempering[vllm]' (it pulls a CUDA build of torch); elsewhere use engine.kind: batching"
+        )
     if not torch.cuda.is_available():
-        return ("engine kind 'vllm' needs a CUDA GPU and torch sees none (torch.cuda.is_available() is False); "
-                "use engine.kind: batching on this host")
+        return (
+            "engine kind 'vllm' needs a CUDA GPU and torch sees none (torch.cuda.is_available() is False); "
+            "use engine.kind: batching on this host"
+        )
     return None
 
 
@@ -79,8 +92,12 @@ class WeightSync:
     """Pushes named weights through `load`, times and checksums each push, and, given a
     `probe` (returns the largest engine-vs-trainer log-prob difference), verifies it."""
 
-    def __init__(self, load: Callable[[list[tuple[str, torch.Tensor]]], None],
-                 probe: Callable[[], float] | None = None, tolerance: float = 1e-2):
+    def __init__(
+        self,
+        load: Callable[[list[tuple[str, torch.Tensor]]], None],
+        probe: Callable[[], float] | None = None,
+        tolerance: float = 1e-2,
+    ):
         self.load, self.probe, self.tolerance = load, probe, tolerance
         self.records: list[SyncRecord] = []
 
@@ -97,13 +114,21 @@ class WeightSync:
         t1 = time.perf_counter()
         self.load(list(named.items()))
         t2 = time.perf_counter()
-        record = SyncRecord(len(self.records), len(named), sum(t.numel() * t.element_size() for t in named.values()),
-                            checksum, load_s=t2 - t1, checksum_s=t1 - t0)
+        record = SyncRecord(
+            len(self.records),
+            len(named),
+            sum(t.numel() * t.element_size() for t in named.values()),
+            checksum,
+            load_s=t2 - t1,
+            checksum_s=t1 - t0,
+        )
         if self.probe is not None:
             record.probe_max_abs_diff = diff = float(self.probe())
             if not diff <= self.tolerance:
-                raise WeightSyncError(f"weight sync {record.index} (sha256 {checksum[:12]}) did not take: the engine's "
-                                      f"log-probs differ from the trainer's by {diff:.3g} > {self.tolerance}")
+                raise WeightSyncError(
+                    f"weight sync {record.index} (sha256 {checksum[:12]}) did not take: the engine's "
+                    f"log-probs differ from the trainer's by {diff:.3g} > {self.tolerance}"
+                )
         self.records.append(record)
         return record
 
@@ -125,10 +150,17 @@ def vllm_named_weights(model: Any) -> dict[str, torch.Tensor]:
 
 def vllm_sampling_kwargs(params: SamplingParams, seed: int | None) -> dict[str, Any]:
     """vLLM `SamplingParams` keyword arguments for one prompt of an `Engine.generate` call."""
-    return {"n": params.n, "temperature": params.temperature, "top_p": params.top_p,
-            "max_tokens": params.max_new_tokens, "stop": list(params.stop) or None,
-            "stop_token_ids": list(params.stop_token_ids) or None, "seed": seed, "logprobs": 0,
-            "skip_special_tokens": False}
+    return {
+        "n": params.n,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "max_tokens": params.max_new_tokens,
+        "stop": list(params.stop) or None,
+        "stop_token_ids": list(params.stop_token_ids) or None,
+        "seed": seed,
+        "logprobs": 0,
+        "skip_special_tokens": False,
+    }
 
 
 def completions_from_vllm(outputs: Sequence[Any]) -> list[list[Completion]]:
@@ -150,18 +182,23 @@ def completions_from_vllm(outputs: Sequence[Any]) -> list[list[Completion]]:
 class VLLMEngine:
     """`Engine` over a vLLM `LLM` in this process (GPU hosts)."""
 
-    def __init__(self, model_dir: str, tokenizer: Any, precision: str, settings: VLLMSettings,
-                 probe_model: Any = None):
+    def __init__(self, model_dir: str, tokenizer: Any, precision: str, settings: VLLMSettings, probe_model: Any = None):
         reason = vllm_unavailable()
         if reason:
             raise EngineUnavailable(reason)
         from vllm import LLM
 
         self.tokenizer, self.precision, self.settings = tokenizer, precision, settings
-        self.llm = LLM(model=model_dir, dtype={"bf16": "bfloat16", "fp32": "float32"}[precision],
-                       gpu_memory_utilization=settings.gpu_memory_utilization, max_model_len=settings.max_model_len,
-                       enable_prefix_caching=settings.enable_prefix_caching, logprobs_mode="processed_logprobs",
-                       distributed_executor_backend="external_launcher", seed=0)
+        self.llm = LLM(
+            model=model_dir,
+            dtype={"bf16": "bfloat16", "fp32": "float32"}[precision],
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            max_model_len=settings.max_model_len,
+            enable_prefix_caching=settings.enable_prefix_caching,
+            logprobs_mode="processed_logprobs",
+            distributed_executor_backend="external_launcher",
+            seed=0,
+        )
         self._identity = "vllm:" + sha256_file(model_dir)
         self._probe_model = probe_model
         self.sync = WeightSync(self._load, self._probe if settings.verify_sync and probe_model is not None else None)
@@ -193,8 +230,9 @@ class VLLMEngine:
         from tempering.models.logprobs import token_logprobs
 
         ids = list(range(100, 116))
-        out = self.llm.generate([{"prompt_token_ids": ids}], self._vllm_params(max_tokens=1, prompt_logprobs=0),
-                                use_tqdm=False)[0]
+        out = self.llm.generate(
+            [{"prompt_token_ids": ids}], self._vllm_params(max_tokens=1, prompt_logprobs=0), use_tqdm=False
+        )[0]
         engine = torch.tensor([step[tok].logprob for step, tok in zip(out.prompt_logprobs[1:], ids[1:])])
         x = torch.tensor([ids], device=next(self._probe_model.parameters()).device)
         with torch.no_grad():
@@ -209,7 +247,7 @@ class VLLMEngine:
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         refuse_grammar(self, params)
         requests = [{"prompt_token_ids": list(p)} for p in prompts]
-        sampling = [self._vllm_params(**vllm_sampling_kwargs(params, prompt_seed(params.seed, i)))
-                    for i in range(len(prompts))]
+        sampling = [
+            self._vllm_params(**vllm_sampling_kwargs(params, prompt_seed(params.seed, i))) for i in range(len(prompts))
+        ]
         return completions_from_vllm(self.llm.generate(requests, sampling, use_tqdm=False))
-

@@ -81,15 +81,40 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from tempering.sandbox.backends import BwrapBackend, NsjailBackend, UnsafeLocalBackend, make_backend
-from tempering.sandbox.base import (STATUSES, Backend, ExecResult, Limits, Sandbox, SandboxFailure,
-                                    SandboxSession, SandboxUnavailable, Status)
+from tempering.sandbox.base import (
+    STATUSES,
+    Backend,
+    ExecResult,
+    Limits,
+    Sandbox,
+    SandboxFailure,
+    SandboxSession,
+    SandboxUnavailable,
+    Status,
+)
 from tempering.sandbox.pool import SandboxPool, Session
 from tempering.sandbox.selfcheck import CheckReport, run_self_check
 
 __all__ = [
-    "Backend", "BwrapBackend", "CheckReport", "ExecResult", "Limits", "NsjailBackend", "Sandbox", "SandboxFailure",
-    "SandboxPool", "SandboxSession", "SandboxUnavailable", "STATUSES", "Session", "Status", "UnsafeLocalBackend",
-    "default_pool", "exec", "make_backend", "run_self_check",
+    "Backend",
+    "BwrapBackend",
+    "CheckReport",
+    "ExecResult",
+    "Limits",
+    "NsjailBackend",
+    "Sandbox",
+    "SandboxFailure",
+    "SandboxPool",
+    "SandboxSession",
+    "SandboxUnavailable",
+    "STATUSES",
+    "Session",
+    "Status",
+    "UnsafeLocalBackend",
+    "default_pool",
+    "exec",
+    "make_backend",
+    "run_self_check",
 ]
 
 _default_pool: SandboxPool | None = None
@@ -103,8 +128,14 @@ def default_pool() -> SandboxPool:
     return _default_pool
 
 
-def exec(command: str | Sequence[str] | None = None, *, code: str | None = None,  # noqa: A001
-         files: Mapping[str, bytes | str] | None = None, limits: Limits | None = None,
-         stdin: bytes = b"", collect: Sequence[str] = ()) -> ExecResult:
+def exec(
+    command: str | Sequence[str] | None = None,
+    *,
+    code: str | None = None,
+    files: Mapping[str, bytes | str] | None = None,
+    limits: Limits | None = None,
+    stdin: bytes = b"",
+    collect: Sequence[str] = (),
+) -> ExecResult:
     """Run a command or Python code in the default pool. See `SandboxPool.exec`."""
     return default_pool().exec(command, code=code, files=files, limits=limits, stdin=stdin, collect=collect)

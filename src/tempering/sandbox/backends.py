@@ -36,8 +36,13 @@ class BwrapBackend:
     name = "bwrap"
     isolated = True
 
-    def __init__(self, toolchain: tuple[str, ...] = DEFAULT_TOOLCHAIN, isolate_network: bool = True,
-                 binary: str = "bwrap", seccomp: bool = True):
+    def __init__(
+        self,
+        toolchain: tuple[str, ...] = DEFAULT_TOOLCHAIN,
+        isolate_network: bool = True,
+        binary: str = "bwrap",
+        seccomp: bool = True,
+    ):
         self.toolchain, self.isolate_network, self.binary = tuple(toolchain), isolate_network, binary
         self.seccomp = seccomp
         """False runs without the seccomp filter: only to show the self-check refuses it, or to measure its cost."""
@@ -58,8 +63,16 @@ class BwrapBackend:
         opts = ["--unshare-all", "--unshare-user"]
         if not self.isolate_network:
             opts.append("--share-net")
-        opts += ["--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-                 "--hostname", "sandbox", "--clearenv"]
+        opts += [
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "sandbox",
+            "--clearenv",
+        ]
         for key, value in job.env.items():
             opts += ["--setenv", key, value]
         for path in _existing(self.toolchain):
@@ -67,9 +80,27 @@ class BwrapBackend:
         for target, link in MERGED_USR_LINKS:
             if os.path.islink(link) or not os.path.exists(link):
                 opts += ["--symlink", target, link]
-        opts += ["--proc", "/proc", "--dev", "/dev",
-                 "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm",
-                 "--bind", job.workdir, "/work", "--chdir", "/work", "--remount-ro", "/"]
+        opts += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            size,
+            "--tmpfs",
+            "/tmp",
+            "--size",
+            size,
+            "--tmpfs",
+            "/dev/shm",
+            "--bind",
+            job.workdir,
+            "/work",
+            "--chdir",
+            "/work",
+            "--remount-ro",
+            "/",
+        ]
         fds: list[int] = []
         try:
             if self.seccomp:
@@ -123,11 +154,36 @@ class NsjailBackend:
     def prepare(self, job: Job) -> Launch:
         size = job.limits.scratch_bytes
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-        argv = [self.binary, "--mode", "o", "--log_fd", str(write_fd), "--hostname", "sandbox",
-                "--cwd", "/work", "--time_limit", "0", "--max_cpus", "0",
-                "--rlimit_as", "soft", "--rlimit_cpu", "soft", "--rlimit_fsize", "soft",
-                "--rlimit_nofile", "soft", "--rlimit_nproc", "soft", "--rlimit_stack", "soft",
-                "--disable_rlimits", "--seccomp_string", self.POLICY]
+        argv = [
+            self.binary,
+            "--mode",
+            "o",
+            "--log_fd",
+            str(write_fd),
+            "--hostname",
+            "sandbox",
+            "--cwd",
+            "/work",
+            "--time_limit",
+            "0",
+            "--max_cpus",
+            "0",
+            "--rlimit_as",
+            "soft",
+            "--rlimit_cpu",
+            "soft",
+            "--rlimit_fsize",
+            "soft",
+            "--rlimit_nofile",
+            "soft",
+            "--rlimit_nproc",
+            "soft",
+            "--rlimit_stack",
+            "soft",
+            "--disable_rlimits",
+            "--seccomp_string",
+            self.POLICY,
+        ]
         for key, value in job.env.items():
             argv += ["--env", f"{key}={value}"]
         for path in _existing(self.toolchain):
@@ -138,8 +194,16 @@ class NsjailBackend:
         argv += ["--mount", "none:/dev:tmpfs:size=65536"]
         for dev in NSJAIL_DEVICES:
             argv += ["--bindmount", f"{dev}:{dev}"]
-        argv += ["--mount", f"none:/tmp:tmpfs:size={size}", "--mount", f"none:/dev/shm:tmpfs:size={size}",
-                 "--bindmount", f"{job.workdir}:/work", "--", *_resolve(job.argv, job.env)]
+        argv += [
+            "--mount",
+            f"none:/tmp:tmpfs:size={size}",
+            "--mount",
+            f"none:/dev/shm:tmpfs:size={size}",
+            "--bindmount",
+            f"{job.workdir}:/work",
+            "--",
+            *_resolve(job.argv, job.env),
+        ]
         return Launch(argv=argv, env=dict(HOST_ENV), pass_fds=(write_fd,), report_fd=read_fd)
 
     def parse_report(self, report: bytes) -> tuple[bool, int | None]:
@@ -182,8 +246,11 @@ class UnsafeLocalBackend:
         return None
 
     def prepare(self, job: Job) -> Launch:
-        warnings.warn("sandbox backend 'unsafe-local' runs code WITHOUT isolation; use it for trusted code only",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            "sandbox backend 'unsafe-local' runs code WITHOUT isolation; use it for trusted code only",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         env = dict(job.env, HOME=job.workdir, TMPDIR=job.workdir, PATH=HOST_ENV["PATH"])
         return Launch(argv=list(job.argv), env=env, cwd=job.workdir)
 

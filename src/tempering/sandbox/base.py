@@ -54,18 +54,19 @@ class Limits:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
-                    or value <= 0):  # NaN compares False with everything: it would pass `<= 0` and never fire
+            if (
+                not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0
+            ):  # NaN compares False with everything: it would pass `<= 0` and never fire
                 raise ValueError(f"Limits.{f.name} must be a finite positive number, got {value!r}")
         if self.open_files < 16:
             raise ValueError(f"Limits.open_files must be >= 16, got {self.open_files}")
 
-    def replace(self, **changes: float) -> "Limits":
+    def replace(self, **changes: float) -> Limits:
         """A copy with some fields changed (unknown names raise TypeError)."""
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def parse(cls, text: str) -> "Limits":
+    def parse(cls, text: str) -> Limits:
         """Parse `wall_s=5,memory_bytes=128M` (suffixes K, M, G for byte fields)."""
         names = {f.name: f for f in dataclasses.fields(cls)}
         changes: dict[str, float] = {}
@@ -167,10 +168,17 @@ class SandboxSession(Protocol):
     results out, list what is there. Processes never outlive a call; files do.
     """
 
-    def exec(self, command: str | Sequence[str] | None = None, *, code: str | None = None,
-             files: Mapping[str, bytes | str] | None = None, limits: Limits | None = None,
-             stdin: bytes = b"", env: Mapping[str, str] | None = None,
-             collect: Sequence[str] = ()) -> ExecResult:
+    def exec(
+        self,
+        command: str | Sequence[str] | None = None,
+        *,
+        code: str | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        limits: Limits | None = None,
+        stdin: bytes = b"",
+        env: Mapping[str, str] | None = None,
+        collect: Sequence[str] = (),
+    ) -> ExecResult:
         """Run a bash command line (str), an argv (list) or Python `code` in /work."""
 
     def read_file(self, path: str, max_bytes: int | None = None) -> bytes | None:
@@ -188,7 +196,7 @@ class SandboxSession(Protocol):
     def close(self) -> None:
         """Discard /work and release the session's resources (idempotent)."""
 
-    def __enter__(self) -> "SandboxSession": ...
+    def __enter__(self) -> SandboxSession: ...
 
     def __exit__(self, *exc: object) -> None: ...
 
@@ -202,10 +210,17 @@ class Sandbox(Protocol):
     for what the program did); `session` opens a persistent /work for multi-turn agents.
     """
 
-    def exec(self, command: str | Sequence[str] | None = None, *, code: str | None = None,
-             files: Mapping[str, bytes | str] | None = None, limits: Limits | None = None,
-             stdin: bytes = b"", env: Mapping[str, str] | None = None,
-             collect: Sequence[str] = ()) -> ExecResult:
+    def exec(
+        self,
+        command: str | Sequence[str] | None = None,
+        *,
+        code: str | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        limits: Limits | None = None,
+        stdin: bytes = b"",
+        env: Mapping[str, str] | None = None,
+        collect: Sequence[str] = (),
+    ) -> ExecResult:
         """Run a bash command line (str), an argv (list) or Python `code` in isolation."""
 
     def session(self, limits: Limits | None = None) -> SandboxSession:

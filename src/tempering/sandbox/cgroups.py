@@ -62,7 +62,7 @@ class CgroupRoot:
     base: str = "/sys/fs/cgroup"
 
     @classmethod
-    def find(cls, base: str = "/sys/fs/cgroup") -> "CgroupRoot":
+    def find(cls, base: str = "/sys/fs/cgroup") -> CgroupRoot:
         missing = [c for c in CONTROLLERS if not os.path.exists(f"{base}/{c}/cgroup.procs")]
         if missing:
             raise SandboxUnavailable(
@@ -90,7 +90,7 @@ class CgroupRoot:
                 pass
         return names
 
-    def new_run(self, memory_bytes: int, max_pids: int) -> "RunCgroup":
+    def new_run(self, memory_bytes: int, max_pids: int) -> RunCgroup:
         with _counter_lock:
             name = f"r{os.getpid()}-{next(_counter)}"
         cg = RunCgroup(self, name)
@@ -107,7 +107,7 @@ class CgroupRoot:
             raise SandboxFailure(f"cannot set up cgroup {name}: {e}") from e
         return cg
 
-    def slot(self, uid: int) -> "RunCgroup":
+    def slot(self, uid: int) -> RunCgroup:
         """The reusable cgroup of one pool slot (made now if missing); `prepare` it before each run."""
         cg = RunCgroup(self, f"s{os.getpid()}-{uid}", reusable=True)
         try:
@@ -134,8 +134,11 @@ class RunCgroup:
     def prepare(self, memory_bytes: int, max_pids: int) -> None:
         """Make a reused cgroup ready for the next run: verified empty, limits set, counters reset."""
         try:
-            if int(_read(self.path("pids") + "/pids.current")) != 0 or self.pids() \
-                    or _read(self.path("freezer") + "/freezer.state").strip() != "THAWED":
+            if (
+                int(_read(self.path("pids") + "/pids.current")) != 0
+                or self.pids()
+                or _read(self.path("freezer") + "/freezer.state").strip() != "THAWED"
+            ):
                 raise SandboxFailure(f"cgroup {self.name} is not empty and thawed before a run")
             mem = self.path("memory")
             if int(_read(mem + "/memory.usage_in_bytes")) > FORCE_EMPTY_ABOVE:

@@ -13,8 +13,7 @@ import typer
 from tempering.sandbox.base import Limits, SandboxUnavailable
 from tempering.sandbox.pool import SandboxPool
 
-app = typer.Typer(help="Run untrusted code in isolation, or check that the sandbox isolates.",
-                  no_args_is_help=True)
+app = typer.Typer(help="Run untrusted code in isolation, or check that the sandbox isolates.", no_args_is_help=True)
 
 
 @app.command(context_settings={"allow_interspersed_args": False})

@@ -179,15 +179,16 @@ def _feed(fd: int, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     except OSError:  # EPIPE: the program ended without reading everything
         pass
     finally:
         os.close(fd)
 
 
-def run_job(backend: Backend, job: Job, cgroups: CgroupRoot, stdin: bytes = b"",
-            slot: RunCgroup | None = None) -> ExecResult:
+def run_job(
+    backend: Backend, job: Job, cgroups: CgroupRoot, stdin: bytes = b"", slot: RunCgroup | None = None
+) -> ExecResult:
     """Run `job` with `backend` and return its result. Never raises for program behaviour.
 
     `slot`: a reusable cgroup (`CgroupRoot.slot`) used by one run at a time; it is verified
@@ -228,9 +229,14 @@ def _run_in_cgroup(backend: Backend, job: Job, cg: RunCgroup, stdin: bytes, star
     stdin_fd = _stdin_fd(stdin)
     try:
         proc = subprocess.Popen(
-            launch.argv, env=launch.env, cwd=launch.cwd, pass_fds=launch.pass_fds,
+            launch.argv,
+            env=launch.env,
+            cwd=launch.cwd,
+            pass_fds=launch.pass_fds,
             stdin=stdin_fd if stdin_fd is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
             preexec_fn=lambda: _child_setup(cg.join_files(), _rlimits(job), job.uid, job.gid),
         )
     except (OSError, subprocess.SubprocessError) as e:
@@ -335,10 +341,15 @@ def _classify(backend, job, cg, returncode, report, out, err, killed_for, starte
     if exit_code is None and returncode is not None:
         exit_code = returncode if returncode >= 0 else 128 - returncode
     result = ExecResult(
-        status="ok", exit_code=exit_code,
-        stdout=out.data.decode("utf-8", "replace"), stderr=err.data.decode("utf-8", "replace"),
-        stdout_truncated=out.total > len(out.data), stderr_truncated=err.total > len(err.data),
-        wall_s=time.monotonic() - started, cpu_s=cg.cpu_s(), peak_memory_bytes=cg.peak_memory(),
+        status="ok",
+        exit_code=exit_code,
+        stdout=out.data.decode("utf-8", "replace"),
+        stderr=err.data.decode("utf-8", "replace"),
+        stdout_truncated=out.total > len(out.data),
+        stderr_truncated=err.total > len(err.data),
+        wall_s=time.monotonic() - started,
+        cpu_s=cg.cpu_s(),
+        peak_memory_bytes=cg.peak_memory(),
         backend=backend.name,
     )
     if cg.oom_killed():

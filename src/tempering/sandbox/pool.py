@@ -26,8 +26,13 @@ from tempering.sandbox.scratch import Scratch
 UID_LOCKS = "/run/tempering-sandbox/uids"
 UID_BASE, UID_SPAN = 20000, 4096
 PYTHON = ("python3", "-E", "-S")  # no site-packages: the standard library only
-SANDBOX_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/work", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-               "PYTHONDONTWRITEBYTECODE": "1"}
+SANDBOX_ENV = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/work",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
 ARG_MAX_BYTES = 1024 * 1024  # below the kernel's ~2 MiB argv+env, so a refusal is ours, not E2BIG
 
 
@@ -114,7 +119,7 @@ class UidLease:
             self.cgroup = None
 
     @classmethod
-    def claim(cls, base: int = UID_BASE, span: int = UID_SPAN, skip: set[int] | None = None) -> "UidLease":
+    def claim(cls, base: int = UID_BASE, span: int = UID_SPAN, skip: set[int] | None = None) -> UidLease:
         os.makedirs(UID_LOCKS, mode=0o700, exist_ok=True)
         busy = _uids_in_use() | (skip or set())
         for uid in range(base, base + span):
@@ -162,15 +167,17 @@ class SandboxPool:
             the self-check found a leak. The pool then refuses all work.
     """
 
-    def __init__(self, backend: str | Backend = "bwrap", size: int = 4, limits: Limits | None = None,
-                 uid_base: int = UID_BASE):
+    def __init__(
+        self, backend: str | Backend = "bwrap", size: int = 4, limits: Limits | None = None, uid_base: int = UID_BASE
+    ):
         self.backend = make_backend(backend) if isinstance(backend, str) else backend
         reason = self.backend.unavailable_reason()
         if reason:
             raise SandboxUnavailable(f"sandbox backend {self.backend.name!r} unavailable: {reason}")
         if os.geteuid() != 0:
-            raise SandboxUnavailable("the sandbox must run as root: it switches to per-slot uids and "
-                                     "creates cgroups and scratch mounts")
+            raise SandboxUnavailable(
+                "the sandbox must run as root: it switches to per-slot uids and creates cgroups and scratch mounts"
+            )
         self.limits = limits or Limits()
         self.uid_base = uid_base
         self.cgroups = CgroupRoot.find()
@@ -205,10 +212,17 @@ class SandboxPool:
                 self._check_report = report
             return None if self._check_report == "skipped" else self._check_report
 
-    def exec(self, command: str | Sequence[str] | None = None, *, code: str | None = None,
-             files: Mapping[str, bytes | str] | None = None, limits: Limits | None = None,
-             stdin: bytes = b"", env: Mapping[str, str] | None = None,
-             collect: Sequence[str] = ()) -> ExecResult:
+    def exec(
+        self,
+        command: str | Sequence[str] | None = None,
+        *,
+        code: str | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        limits: Limits | None = None,
+        stdin: bytes = b"",
+        env: Mapping[str, str] | None = None,
+        collect: Sequence[str] = (),
+    ) -> ExecResult:
         """Run a command or Python code in a fresh sandbox and return its `ExecResult`.
 
         Args:
@@ -241,9 +255,18 @@ class SandboxPool:
                 self._free.append(lease)
                 self._cond.notify()
 
-    def run_in(self, lease: UidLease, argv: Sequence[str], files: Mapping[str, bytes | str], limits: Limits, *,
-               scratch: Scratch | None = None, stdin: bytes = b"", env: Mapping[str, str] | None = None,
-               collect: Sequence[str] = ()) -> ExecResult:
+    def run_in(
+        self,
+        lease: UidLease,
+        argv: Sequence[str],
+        files: Mapping[str, bytes | str],
+        limits: Limits,
+        *,
+        scratch: Scratch | None = None,
+        stdin: bytes = b"",
+        env: Mapping[str, str] | None = None,
+        collect: Sequence[str] = (),
+    ) -> ExecResult:
         """One run of `argv` under `lease`'s uid, in `scratch` (None: the slot's own, emptied after).
 
         For `Session` and the self-check; callers hold a slot (`slot()`). Never raises for what
@@ -253,19 +276,26 @@ class SandboxPool:
         full_env = {**SANDBOX_ENV, **(env or {})}
         size = sum(len(a) + 1 for a in argv) + sum(len(k) + len(v) + 2 for k, v in full_env.items())
         if size > ARG_MAX_BYTES:
-            return self._count(ExecResult("nonzero_exit", exit_code=126, backend=self.backend.name,
-                                          stderr=f"argument list too long ({size} bytes > {ARG_MAX_BYTES})\n"))
+            return self._count(
+                ExecResult(
+                    "nonzero_exit",
+                    exit_code=126,
+                    backend=self.backend.name,
+                    stderr=f"argument list too long ({size} bytes > {ARG_MAX_BYTES})\n",
+                )
+            )
         try:
             scratch = scratch or lease.slot_scratch(limits.scratch_bytes)
         except SandboxFailure as e:
             return self._count(ExecResult("sandbox_error", error=str(e), backend=self.backend.name))
         try:
             scratch.write(dict(files))
-            job = Job(argv=tuple(argv), env=full_env, uid=lease.uid, gid=lease.gid, workdir=scratch.path,
-                      limits=limits)
+            job = Job(argv=tuple(argv), env=full_env, uid=lease.uid, gid=lease.gid, workdir=scratch.path, limits=limits)
             result = run_job(self.backend, job, self.cgroups, stdin=stdin, slot=lease.slot_cgroup(self.cgroups))
             if not self.backend.isolated:
-                warnings.warn("ran untrusted-code API with backend 'unsafe-local' (no isolation)", RuntimeWarning)
+                warnings.warn(
+                    "ran untrusted-code API with backend 'unsafe-local' (no isolation)", RuntimeWarning, stacklevel=2
+                )
             for rel in collect:
                 data = scratch.read(rel, limits.output_bytes)
                 if data is not None:
@@ -288,7 +318,7 @@ class SandboxPool:
             self._session_uids.discard(lease.uid)
         lease.release()
 
-    def session(self, limits: Limits | None = None) -> "Session":
+    def session(self, limits: Limits | None = None) -> Session:
         """A sandbox whose /work persists across `exec` calls (for one agent episode)."""
         self.check()
         return Session(self, limits or self.limits)
@@ -301,11 +331,17 @@ class SandboxPool:
         next run tries again, and reports `sandbox_error` if it cannot).
         """
         with self._cond:
-            return {"backend": self.backend.name, "slots": len(self._leases), "free_slots": len(self._free),
-                    "runs": sum(self._counts.values()), "by_status": dict(self._counts),
-                    "checked": self._check_report is not None, "open_sessions": len(self._session_uids),
-                    "slot_rebuilds": sum(lease.rebuilds for lease in self._leases),
-                    "broken_slots": {lease.uid: lease.broken for lease in self._leases if lease.broken}}
+            return {
+                "backend": self.backend.name,
+                "slots": len(self._leases),
+                "free_slots": len(self._free),
+                "runs": sum(self._counts.values()),
+                "by_status": dict(self._counts),
+                "checked": self._check_report is not None,
+                "open_sessions": len(self._session_uids),
+                "slot_rebuilds": sum(lease.rebuilds for lease in self._leases),
+                "broken_slots": {lease.uid: lease.broken for lease in self._leases if lease.broken},
+            }
 
     def close(self) -> None:
         """Release all uids. Runs in flight must have ended."""
@@ -313,7 +349,7 @@ class SandboxPool:
         for lease in self._leases:
             lease.release()
 
-    def __enter__(self) -> "SandboxPool":
+    def __enter__(self) -> SandboxPool:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -344,10 +380,17 @@ class Session:
         self._lock = threading.Lock()
         self.closed = False
 
-    def exec(self, command: str | Sequence[str] | None = None, *, code: str | None = None,
-             files: Mapping[str, bytes | str] | None = None, limits: Limits | None = None,
-             stdin: bytes = b"", env: Mapping[str, str] | None = None,
-             collect: Sequence[str] = ()) -> ExecResult:
+    def exec(
+        self,
+        command: str | Sequence[str] | None = None,
+        *,
+        code: str | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        limits: Limits | None = None,
+        stdin: bytes = b"",
+        env: Mapping[str, str] | None = None,
+        collect: Sequence[str] = (),
+    ) -> ExecResult:
         """Like `SandboxPool.exec`, in this session's persistent /work (code goes to main.py)."""
         if self.closed:
             raise RuntimeError("session is closed")
@@ -358,8 +401,9 @@ class Session:
         limits = (limits or self.limits).replace(scratch_bytes=self.limits.scratch_bytes)
         with self.pool.slot():  # a concurrency token; the session's own uid runs the job
             with self._lock:
-                return self.pool.run_in(self._lease, argv, files, limits, scratch=self.scratch, stdin=stdin,
-                                        env=env, collect=collect)
+                return self.pool.run_in(
+                    self._lease, argv, files, limits, scratch=self.scratch, stdin=stdin, env=env, collect=collect
+                )
 
     def write_file(self, path: str, content: bytes | str) -> None:
         """Write one file into /work (relative path; an existing link is replaced, not followed)."""
@@ -387,7 +431,7 @@ class Session:
             self.pool.close_session_lease(self._lease)
             self.closed = True
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc) -> None:

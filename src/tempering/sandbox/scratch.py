@@ -49,7 +49,7 @@ class Scratch:
         self.path, self.uid, self.gid, self.size_bytes = path, uid, gid, size_bytes
 
     @classmethod
-    def create(cls, uid: int, gid: int, size_bytes: int, name: str | None = None) -> "Scratch":
+    def create(cls, uid: int, gid: int, size_bytes: int, name: str | None = None) -> Scratch:
         try:
             os.makedirs(SCRATCH_BASE, mode=0o711, exist_ok=True)
             os.chmod(SCRATCH_BASE, 0o711)  # bwrap runs as the slot uid and must reach its dir
@@ -99,8 +99,12 @@ class Scratch:
             if err not in (errno.EINVAL, errno.ENOENT):
                 raise SandboxFailure(f"cannot unmount scratch {self.path}: {os.strerror(err)}")
         os.makedirs(self.path, mode=0o700, exist_ok=True)
-        if _libc.mount(b"tmpfs", self.path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
-                       _opts(size_bytes, self.uid, self.gid)) != 0:
+        if (
+            _libc.mount(
+                b"tmpfs", self.path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, _opts(size_bytes, self.uid, self.gid)
+            )
+            != 0
+        ):
             raise SandboxFailure(f"cannot mount scratch tmpfs at {self.path}: {os.strerror(ctypes.get_errno())}")
         self.size_bytes = size_bytes
 
@@ -155,7 +159,7 @@ class Scratch:
                     os.fchown(fd, self.uid, self.gid)
                     view = memoryview(data)
                     while view:
-                        view = view[os.write(fd, view):]
+                        view = view[os.write(fd, view) :]
                 except OSError as e:
                     if e.errno == errno.ENOSPC:
                         raise ValueError(f"sandbox files do not fit in the scratch size limit (at {rel!r})") from e
@@ -206,7 +210,9 @@ class Scratch:
             while stack and seen < max_entries:
                 rel, depth = stack.pop()
                 try:
-                    fd = os.open(rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root) if rel else os.dup(root)
+                    fd = (
+                        os.open(rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root) if rel else os.dup(root)
+                    )
                 except OSError:
                     continue
                 try:

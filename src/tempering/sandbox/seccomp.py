@@ -31,11 +31,22 @@ from tempering.sandbox.base import SandboxUnavailable
 
 AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
 DENIED = {
-    "keyctl": errno.EPERM, "add_key": errno.EPERM, "request_key": errno.EPERM,
-    "ptrace": errno.EPERM, "pidfd_getfd": errno.EPERM, "bpf": errno.EPERM, "perf_event_open": errno.EPERM,
-    "io_uring_setup": errno.ENOSYS, "io_uring_enter": errno.ENOSYS, "io_uring_register": errno.ENOSYS,
-    "userfaultfd": errno.ENOSYS, "memfd_secret": errno.ENOSYS, "fanotify_init": errno.EPERM,
-    "inotify_init": errno.ENOSYS, "inotify_init1": errno.ENOSYS, "flock": errno.ENOLCK,
+    "keyctl": errno.EPERM,
+    "add_key": errno.EPERM,
+    "request_key": errno.EPERM,
+    "ptrace": errno.EPERM,
+    "pidfd_getfd": errno.EPERM,
+    "bpf": errno.EPERM,
+    "perf_event_open": errno.EPERM,
+    "io_uring_setup": errno.ENOSYS,
+    "io_uring_enter": errno.ENOSYS,
+    "io_uring_register": errno.ENOSYS,
+    "userfaultfd": errno.ENOSYS,
+    "memfd_secret": errno.ENOSYS,
+    "fanotify_init": errno.EPERM,
+    "inotify_init": errno.ENOSYS,
+    "inotify_init1": errno.ENOSYS,
+    "flock": errno.ENOLCK,
 }
 """Syscall name -> errno returned instead of running it."""
 ALLOWED_FAMILIES = (AF_UNIX, AF_INET, AF_INET6)
@@ -46,8 +57,9 @@ def _seccomp_module():
     try:
         import pyseccomp  # type: ignore[import-untyped]
     except (ImportError, RuntimeError) as e:  # RuntimeError: the binding found no libseccomp.so
-        raise SandboxUnavailable(f"cannot build the sandbox seccomp filter: {e} "
-                                 "(pip install pyseccomp; apt-get install -y libseccomp2)") from e
+        raise SandboxUnavailable(
+            f"cannot build the sandbox seccomp filter: {e} (pip install pyseccomp; apt-get install -y libseccomp2)"
+        ) from e
     return pyseccomp
 
 
@@ -86,7 +98,7 @@ def memfd_with(name: str, data: bytes) -> int:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.lseek(fd, 0, os.SEEK_SET)
     except BaseException:
         os.close(fd)
@@ -105,11 +117,13 @@ def syscall_number(name: str) -> int:
 
 def kafel_policy() -> str:
     """The same rules in nsjail's Kafel syntax (nsjail compiles its own filter), plus no nested userns."""
-    by_errno: dict[int, list[str]] = {errno.EPERM: ["unshare", "setns",
-                                                    "clone { (clone_flags & 0x10000000) == 0x10000000 }"]}
+    by_errno: dict[int, list[str]] = {
+        errno.EPERM: ["unshare", "setns", "clone { (clone_flags & 0x10000000) == 0x10000000 }"]
+    }
     for name, err in DENIED.items():
         by_errno.setdefault(err, []).append(name)
     allowed = " && ".join(f"family != {f}" for f in ALLOWED_FAMILIES)
     by_errno.setdefault(errno.EAFNOSUPPORT, []).extend(
-        [f"socket {{ {allowed} }}", f"socketpair {{ family != {AF_UNIX} }}"])
+        [f"socket {{ {allowed} }}", f"socketpair {{ family != {AF_UNIX} }}"]
+    )
     return " ".join(f"ERRNO({err}) {{ {', '.join(names)} }}" for err, names in by_errno.items()) + " DEFAULT ALLOW"

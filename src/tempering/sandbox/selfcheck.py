@@ -26,7 +26,7 @@ import socket
 import tempfile
 from dataclasses import dataclass, field
 
-from tempering.sandbox.base import MiB, Limits
+from tempering.sandbox.base import Limits, MiB
 from tempering.sandbox.seccomp import syscall_number
 
 PROBE = r"""
@@ -135,12 +135,22 @@ def run_self_check(pool) -> CheckReport:
 def _probe_isolation(pool, report: CheckReport, port: int, secret: str, workdir: str) -> None:
     limits = Limits(wall_s=20, cpu_s=10, memory_bytes=128 * MiB)
     with pool.slot() as lease:
-        argv = ("python3", "-E", "-S", "probe.py", str(port), secret, workdir,
-                str(syscall_number("keyctl")), str(syscall_number("add_key")))
+        argv = (
+            "python3",
+            "-E",
+            "-S",
+            "probe.py",
+            str(port),
+            secret,
+            workdir,
+            str(syscall_number("keyctl")),
+            str(syscall_number("add_key")),
+        )
         res = pool.run_in(lease, argv, {"probe.py": PROBE}, limits)
     if res.status != "ok":
-        report.errors.append(f"isolation probe ended {res.status} (exit {res.exit_code}): "
-                             f"{res.error} {res.stderr.strip()[-300:]}")
+        report.errors.append(
+            f"isolation probe ended {res.status} (exit {res.exit_code}): {res.error} {res.stderr.strip()[-300:]}"
+        )
         return
     try:
         report.leaks += json.loads(res.stdout.strip().splitlines()[-1])
@@ -154,8 +164,10 @@ def _probe_memory(pool, report: CheckReport) -> None:
     with pool.slot() as lease:
         res = pool.run_in(lease, ("python3", "-E", "-S", "main.py"), {"main.py": MEMORY_PROBE}, limits)
     if res.status != "memory_limit":
-        report.leaks.append(f"memory: allocating past a {cap >> 20} MiB cap ended {res.status!r}, "
-                            f"not 'memory_limit' (peak {res.peak_memory_bytes})")
+        report.leaks.append(
+            f"memory: allocating past a {cap >> 20} MiB cap ended {res.status!r}, "
+            f"not 'memory_limit' (peak {res.peak_memory_bytes})"
+        )
 
 
 DEEP_TREE = "import os\nfor _ in range({depth}):\n    os.mkdir('d')\n    os.chdir('d')\nprint('built')\n"
@@ -166,15 +178,22 @@ def _probe_deep_tree(pool, report: CheckReport, depth: int = 1200) -> None:
     limits = Limits(wall_s=20, cpu_s=10, memory_bytes=128 * MiB)
     with pool.slot() as lease:
         try:
-            first = pool.run_in(lease, ("python3", "-E", "-S", "main.py"),
-                                {"main.py": DEEP_TREE.format(depth=depth)}, limits)
-            after = pool.run_in(lease, ("python3", "-E", "-S", "main.py"),
-                                {"main.py": "import os\nprint(sorted(os.listdir('.')))\n"}, limits)
-        except Exception as e:  # noqa: BLE001 - any escape is exactly what this probe looks for
+            first = pool.run_in(
+                lease, ("python3", "-E", "-S", "main.py"), {"main.py": DEEP_TREE.format(depth=depth)}, limits
+            )
+            after = pool.run_in(
+                lease,
+                ("python3", "-E", "-S", "main.py"),
+                {"main.py": "import os\nprint(sorted(os.listdir('.')))\n"},
+                limits,
+            )
+        except Exception as e:
             report.leaks.append(f"slot reuse: a {depth}-deep directory tree made the pool raise {e!r}")
             return
     if first.status != "ok":
         report.errors.append(f"deep-tree probe ended {first.status}: {first.error} {first.stderr[-300:]}")
     elif after.status != "ok" or after.stdout.strip() != "['main.py']":
-        report.leaks.append(f"slot reuse: after a {depth}-deep tree the next run on that slot ended "
-                            f"{after.status} seeing {after.stdout.strip()[:200]!r} ({after.error})")
+        report.leaks.append(
+            f"slot reuse: after a {depth}-deep tree the next run on that slot ended "
+            f"{after.status} seeing {after.stdout.strip()[:200]!r} ({after.error})"
+        )

@@ -67,8 +67,15 @@ class EngineActor:
 class EngineReplicas:
     """`Engine` over `replicas` Ray actors (Ray must be initialised: scale.runtime.ray_session)."""
 
-    def __init__(self, model_spec: str, lora: LoraSettings | None, precision: str, replicas: int = 1,
-                 gpus: float = 0.0, cpus: float = 1.0):
+    def __init__(
+        self,
+        model_spec: str,
+        lora: LoraSettings | None,
+        precision: str,
+        replicas: int = 1,
+        gpus: float = 0.0,
+        cpus: float = 1.0,
+    ):
         import ray
 
         from tempering.models.load import load_tokenizer
@@ -98,7 +105,7 @@ class EngineReplicas:
         per = -(-len(prompts) // n)
         calls = []
         for k in range(n):
-            part = [list(p) for p in prompts[k * per:(k + 1) * per]]
+            part = [list(p) for p in prompts[k * per : (k + 1) * per]]
             if part:
                 seed = None if params.seed is None else params.seed + k * SEED_STRIDE
                 calls.append((k * per, self.actors[k].generate.remote(part, params.model_copy(update={"seed": seed}))))
@@ -131,12 +138,17 @@ class EngineReplicas:
         got = ray.get([a.load_weights.remote(ref, whole is not None) for a in self.actors])
         bad = [k for k, (h, w) in enumerate(got) if h != expected or w != whole]
         if bad:
-            raise WeightSyncError(f"engine replicas {bad} hold other weights after the sync "
-                                  f"(sha256 {got[bad[0]][0][:12]}... != sent {expected[:12]}..."
-                                  + (", or its frozen base differs" if whole else "") + ")")
+            raise WeightSyncError(
+                f"engine replicas {bad} hold other weights after the sync "
+                f"(sha256 {got[bad[0]][0][:12]}... != sent {expected[:12]}..."
+                + (", or its frozen base differs" if whole else "")
+                + ")"
+            )
         self._synced_once = True
-        self.last_sync = {"sync_s": time.perf_counter() - t0,
-                          "sync_mb": sum(t.numel() * t.element_size() for t in state.values()) / 2**20}
+        self.last_sync = {
+            "sync_s": time.perf_counter() - t0,
+            "sync_mb": sum(t.numel() * t.element_size() for t in state.values()) / 2**20,
+        }
 
     def close(self) -> None:
         import ray

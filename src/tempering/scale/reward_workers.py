@@ -85,9 +85,16 @@ class RayRewardWorkers:
             out.set_exception(exc)
             return
         if attempt >= self.max_retries:
-            out.set_result(Verdict(Reward(value=0.0, flags=[VERIFIER_ERROR],
-                                          detail=f"reward worker died {attempt + 1} times: {type(exc).__name__}"),
-                                   "verifier_error"))
+            out.set_result(
+                Verdict(
+                    Reward(
+                        value=0.0,
+                        flags=[VERIFIER_ERROR],
+                        detail=f"reward worker died {attempt + 1} times: {type(exc).__name__}",
+                    ),
+                    "verifier_error",
+                )
+            )
             return
         with self._lock:
             if self.actors[slot] is actor:  # the first to see this death replaces the actor
@@ -102,11 +109,11 @@ class RayRewardWorkers:
         for actor in self.actors:
             try:
                 ray.get(actor.close.remote(), timeout=30)
-            except Exception:  # noqa: BLE001 - a dead actor has nothing left to close
+            except Exception:
                 pass
             ray.kill(actor)
 
-    def __enter__(self) -> "RayRewardWorkers":
+    def __enter__(self) -> RayRewardWorkers:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -32,7 +32,6 @@ from tempering.serve.config import ServeConfig
 from tempering.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, FeedbackRequest
 from tempering.serve.store import ApiKey, Store, StoreError
 
-
 UNKNOWN_KEY = "-"
 """The audit log's key id for requests refused without a known key."""
 
@@ -63,18 +62,25 @@ class RateLimiter:
     def check(self, key: ApiKey) -> None:
         limit = key.rate_limit or self.default
         if not self.allow(key.id, limit):
-            raise ApiError(429, f"Rate limit reached for key {key.name}: {limit} requests per minute",
-                           "rate_limit_exceeded")
+            raise ApiError(
+                429, f"Rate limit reached for key {key.name}: {limit} requests per minute", "rate_limit_exceeded"
+            )
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("tempering_requests", "Requests answered", ["endpoint", "status"],
-                                registry=self.registry)
+        self.requests = Counter(
+            "tempering_requests", "Requests answered", ["endpoint", "status"], registry=self.registry
+        )
         self.tokens = Counter("tempering_tokens", "Tokens processed", ["kind"], registry=self.registry)
-        self.latency = Histogram("tempering_request_seconds", "Request latency", ["endpoint"], registry=self.registry,
-                                 buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
+        self.latency = Histogram(
+            "tempering_request_seconds",
+            "Request latency",
+            ["endpoint"],
+            registry=self.registry,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+        )
 
 
 @dataclass
@@ -99,23 +105,36 @@ class Server:
         elif exc.status == 401:
             client = request.client.host if request.client else "unknown"
             if not self.limiter.allow(f"refused:{client}", self.limiter.default):
-                exc = ApiError(429, f"Too many refused requests from {client}: {self.limiter.default} per minute",
-                               "rate_limit_exceeded")  # not audited: the 401s before it are
+                exc = ApiError(
+                    429,
+                    f"Too many refused requests from {client}: {self.limiter.default} per minute",
+                    "rate_limit_exceeded",
+                )  # not audited: the 401s before it are
                 return JSONResponse(exc.body(), status_code=429, headers={"Retry-After": "60"})
             named = self.store.key_of(_bearer(request))
-            self.store.audit(named.id if named else UNKNOWN_KEY, request.url.path, 401,
-                             request={"client": request.client.host if request.client else None,
-                                      "reason": "revoked key" if named else "no or unknown key"})
-        return JSONResponse(exc.body(), status_code=exc.status,
-                            headers={"Retry-After": "60"} if exc.status == 429 else None)
+            self.store.audit(
+                named.id if named else UNKNOWN_KEY,
+                request.url.path,
+                401,
+                request={
+                    "client": request.client.host if request.client else None,
+                    "reason": "revoked key" if named else "no or unknown key",
+                },
+            )
+        return JSONResponse(
+            exc.body(), status_code=exc.status, headers={"Retry-After": "60"} if exc.status == 429 else None
+        )
 
     def authorized(self, request: Request) -> ApiKey:
         """The request's live key (a FastAPI dependency): 401 without one, 429 over its rate."""
         secret = _bearer(request)
         key = self.store.authenticate(secret) if secret else None
         if key is None:
-            raise ApiError(401, "Incorrect API key provided" if secret else "Missing API key (Authorization: Bearer)",
-                           "invalid_api_key")
+            raise ApiError(
+                401,
+                "Incorrect API key provided" if secret else "Missing API key (Authorization: Bearer)",
+                "invalid_api_key",
+            )
         request.state.key = key
         self.limiter.check(key)
         return key
@@ -128,8 +147,16 @@ class Server:
             raise ApiError(404, str(exc), "model_not_found", "model") from None
         return route, self.models.served(route)
 
-    async def answer(self, request: Request, key: ApiKey, req: Any, prepare: Callable, respond: Callable,
-                     chunks: Callable, prefix: str) -> Any:
+    async def answer(
+        self,
+        request: Request,
+        key: ApiKey,
+        req: Any,
+        prepare: Callable,
+        respond: Callable,
+        chunks: Callable,
+        prefix: str,
+    ) -> Any:
         """Generate, audit (before anything is sent), then answer whole or as an SSE stream.
         A streamed chat answer that can go out token by token (`live.streams_live`) is audited
         when it completes, before its finish chunk."""
@@ -138,14 +165,17 @@ class Server:
         prepared = prepare(served, req, self.cfg.max_tokens)
         response_id = prefix + secrets.token_hex(12)
         if req.stream and respond is chat.chat_response and live.streams_live(served, req, prepared):
+
             def finished(groups: list[list[Any]]) -> None:
-                self.record(request, key, req, route, respond(served, req, prepared, groups, response_id, route.name),
-                            started)
+                self.record(
+                    request, key, req, route, respond(served, req, prepared, groups, response_id, route.name), started
+                )
 
             async def live_events():
                 async for c in live.chat_stream(served, req, prepared, response_id, route.name, finished):
                     yield {"data": json.dumps(c, ensure_ascii=False)}
                 yield {"data": "[DONE]"}
+
             return EventSourceResponse(live_events(), ping=3600)
         groups = await run_in_threadpool(chat.generate, served, prepared)
         body = respond(served, req, prepared, groups, response_id, route.name)
@@ -157,17 +187,27 @@ class Server:
             for c in chunks(served, req, prepared, groups, response_id, route.name):
                 yield {"data": json.dumps(c, ensure_ascii=False)}
             yield {"data": "[DONE]"}
+
         return EventSourceResponse(events(), ping=3600)
 
-    def record(self, request: Request, key: ApiKey, req: Any, route: Route, body: dict[str, Any],
-               started: float) -> None:
+    def record(
+        self, request: Request, key: ApiKey, req: Any, route: Route, body: dict[str, Any], started: float
+    ) -> None:
         """Audit row and metrics of an answered request."""
         use, keep = body["usage"], self.cfg.log_text
-        self.store.audit(key.id, request.url.path, 200, model=route.name, release=route.release,
-                         prompt_tokens=use["prompt_tokens"], completion_tokens=use["completion_tokens"],
-                         latency_ms=(time.perf_counter() - started) * 1000, response_id=body["id"],
-                         request=req.model_dump(exclude_none=True) if keep else None,
-                         response=body["choices"] if keep else None)
+        self.store.audit(
+            key.id,
+            request.url.path,
+            200,
+            model=route.name,
+            release=route.release,
+            prompt_tokens=use["prompt_tokens"],
+            completion_tokens=use["completion_tokens"],
+            latency_ms=(time.perf_counter() - started) * 1000,
+            response_id=body["id"],
+            request=req.model_dump(exclude_none=True) if keep else None,
+            response=body["choices"] if keep else None,
+        )
         self.metrics.requests.labels(request.url.path, "200").inc()
         self.metrics.tokens.labels("prompt").inc(use["prompt_tokens"])
         self.metrics.tokens.labels("completion").inc(use["completion_tokens"])
@@ -176,8 +216,9 @@ class Server:
 
 def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | None = None) -> FastAPI:
     """The server for `cfg`; `models` / `store` default to the registry's releases and `cfg.db_path`."""
-    server = Server(cfg, models or default_models(cfg), store or Store(cfg.db_path), RateLimiter(cfg.rate_limit),
-                    Metrics())
+    server = Server(
+        cfg, models or default_models(cfg), store or Store(cfg.db_path), RateLimiter(cfg.rate_limit), Metrics()
+    )
     app = FastAPI(title="tempering serve", version="1", description="OpenAI-compatible server over releases")
     app.state.store, app.state.models, app.state.cfg = server.store, server.models, cfg
     _error_handlers(app, server)
@@ -225,13 +266,13 @@ def _openai_routes(app: FastAPI, server: Server) -> None:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request, key: ApiKey = Depends(authorized)):
-        return await server.answer(request, key, req, chat.prepare_chat, chat.chat_response, chat.chat_chunks,
-                                   "chatcmpl-")
+        return await server.answer(
+            request, key, req, chat.prepare_chat, chat.chat_response, chat.chat_chunks, "chatcmpl-"
+        )
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request, key: ApiKey = Depends(authorized)):
-        return await server.answer(request, key, req, chat.prepare_text, chat.text_response, chat.text_chunks,
-                                   "cmpl-")
+        return await server.answer(request, key, req, chat.prepare_text, chat.text_response, chat.text_chunks, "cmpl-")
 
     @app.get("/v1/models")
     async def list_models(key: ApiKey = Depends(authorized)):
@@ -250,8 +291,9 @@ def _account_routes(app: FastAPI, server: Server) -> None:
     store, authorized = server.store, server.authorized
 
     @app.get("/v1/audit")
-    async def audit(limit: int = Query(100, ge=1, le=1000), after: int = Query(0, ge=0, le=2**62),
-                    key: ApiKey = Depends(authorized)):
+    async def audit(
+        limit: int = Query(100, ge=1, le=1000), after: int = Query(0, ge=0, le=2**62), key: ApiKey = Depends(authorized)
+    ):
         """This key's audit rows after row `after` (never another key's), oldest first; the log cannot be changed."""
         return {"object": "list", "data": store.audit_rows(key.id, limit, after)}
 
@@ -275,9 +317,15 @@ def default_models(cfg: ServeConfig) -> Models:
 
     releases = None
     if cfg.registry:
-        from tempering.pipeline.registry import Registry
-        from tempering.pipeline.releases import Releases
+        from tempering.runs.registry import Registry
+        from tempering.runs.releases import Releases
 
         releases = Releases(Registry(cfg.registry))
-    return Models(cfg.model, releases, cfg.canary_share, cfg.max_loaded, cfg.seed,
-                  load=lambda spec: engine_for(spec, cfg.precision, cfg.quantize))
+    return Models(
+        cfg.model,
+        releases,
+        cfg.canary_share,
+        cfg.max_loaded,
+        cfg.seed,
+        load=lambda spec: engine_for(spec, cfg.precision, cfg.quantize),
+    )

@@ -59,10 +59,16 @@ def arena_ranking(votes: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
     for v in votes:
         per_battle[v["battle_id"]].append({"annotator": v["annotator"], "prefers": PREFERS[v["choice"]]})
     report = agreement_report(list(per_battle.values()))
-    per_annotator = {name: {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-                     for name, row in report.annotators.items()}  # NaN (nothing to agree with) is not JSON
-    return {"ranking": ranking(triples, seed=seed), "votes": len(votes), "battles": len(per_battle),
-            "agreement": {**report.summary(), "per_annotator": per_annotator}}
+    per_annotator = {
+        name: {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        for name, row in report.annotators.items()
+    }  # NaN (nothing to agree with) is not JSON
+    return {
+        "ranking": ranking(triples, seed=seed),
+        "votes": len(votes),
+        "battles": len(per_battle),
+        "agreement": {**report.summary(), "per_annotator": per_annotator},
+    }
 
 
 def arena_pairs(votes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
@@ -82,13 +88,27 @@ def arena_pairs(votes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]
         first = vs[0]
         a_wins = counts["a"] > counts["b"]
         sides = ("a", "b") if a_wins else ("b", "a")
-        flip = {"a": "chosen" if a_wins else "rejected", "b": "rejected" if a_wins else "chosen",
-                "tie": "tie", "both_bad": "tie"}
-        pairs.append({"prompt": first["prompt"], "chosen": first[f"answer_{sides[0]}"],
-                      "rejected": first[f"answer_{sides[1]}"], "source": "arena",
-                      "votes": [{"annotator": v["annotator"], "prefers": flip[v["choice"]]} for v in vs],
-                      "meta": {"battle_id": bid, "chosen_model": first[f"model_{sides[0]}"],
-                               "rejected_model": first[f"model_{sides[1]}"], "both_bad": counts["both_bad"]}})
+        flip = {
+            "a": "chosen" if a_wins else "rejected",
+            "b": "rejected" if a_wins else "chosen",
+            "tie": "tie",
+            "both_bad": "tie",
+        }
+        pairs.append(
+            {
+                "prompt": first["prompt"],
+                "chosen": first[f"answer_{sides[0]}"],
+                "rejected": first[f"answer_{sides[1]}"],
+                "source": "arena",
+                "votes": [{"annotator": v["annotator"], "prefers": flip[v["choice"]]} for v in vs],
+                "meta": {
+                    "battle_id": bid,
+                    "chosen_model": first[f"model_{sides[0]}"],
+                    "rejected_model": first[f"model_{sides[1]}"],
+                    "both_bad": counts["both_bad"],
+                },
+            }
+        )
     return pairs, skipped
 
 
@@ -101,8 +121,12 @@ def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable
 
     def answer(name: str, prompt: str) -> tuple[str, int]:
         route, served = route_for(name)
-        req = ChatCompletionRequest(model=name, messages=[{"role": "user", "content": prompt}],
-                                    temperature=cfg.arena_temperature, max_tokens=cfg.arena_max_tokens)
+        req = ChatCompletionRequest(
+            model=name,
+            messages=[{"role": "user", "content": prompt}],
+            temperature=cfg.arena_temperature,
+            max_tokens=cfg.arena_max_tokens,
+        )
         prepared = chat.prepare_chat(served, req, cfg.arena_max_tokens)
         completion = chat.generate(served, prepared)[0][0]
         return completion.text.strip(), len(completion.token_ids)
@@ -123,8 +147,9 @@ def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable
         if row is None:
             prompt = req.prompt or (rng.choice(prompts) if prompts else None)
             if prompt is None:
-                raise ApiError(400, "no arena prompts configured (--arena-prompts): type a prompt", "invalid_value",
-                               "prompt")
+                raise ApiError(
+                    400, "no arena prompts configured (--arena-prompts): type a prompt", "invalid_value", "prompt"
+                )
             row = await run_in_threadpool(new_battle, key, prompt)
         return {"id": row["id"], "prompt": row["prompt"], "a": row["answer_a"], "b": row["answer_b"]}
 

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tempering.pipeline.releases import CANDIDATE, PRODUCTION, Release, Releases
+from tempering.runs.releases import CANDIDATE, PRODUCTION, Release, Releases
 
 
 class UnknownModel(LookupError):
@@ -82,8 +82,15 @@ def engine_for(spec: str, precision: str = "auto", quantize: str = "none") -> Se
 class Models:
     """Resolves model names to routes and keeps engines loaded."""
 
-    def __init__(self, default_spec: str, releases: Releases | None, canary_share: float = 0.0,
-                 max_loaded: int = 3, seed: int = 0, load: Callable[[str], Served] = engine_for):
+    def __init__(
+        self,
+        default_spec: str,
+        releases: Releases | None,
+        canary_share: float = 0.0,
+        max_loaded: int = 3,
+        seed: int = 0,
+        load: Callable[[str], Served] = engine_for,
+    ):
         self.default_spec, self.releases, self.canary_share = default_spec, releases, canary_share
         self.max_loaded, self._load = max_loaded, load
         self._loaded: OrderedDict[str, Served] = OrderedDict()

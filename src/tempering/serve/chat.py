@@ -32,8 +32,10 @@ from tempering.data.toolcalls import CLOSE, OPEN, parse_tool_calls
 from tempering.serve.backend import Served
 from tempering.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, NamedToolChoice
 
-TOOLS_PROMPT = ("You can call these tools (JSON schemas below). To call one, answer with "
-                "<tool_call>{{\"name\": <tool name>, \"arguments\": <arguments object>}}</tool_call>.\n{tools}")
+TOOLS_PROMPT = (
+    "You can call these tools (JSON schemas below). To call one, answer with "
+    '<tool_call>{{"name": <tool name>, "arguments": <arguments object>}}</tool_call>.\n{tools}'
+)
 JSON_PROMPT = "Answer with one JSON object and nothing else."
 
 
@@ -55,16 +57,18 @@ def _openai_to_messages(req: ChatCompletionRequest, style: str) -> list[dict[str
         role = "system" if m.role == "developer" else m.role
         msg: dict[str, Any] = {"role": role, "content": m.text()}
         if m.tool_calls:
-            msg["tool_calls"] = [{"name": c.function.name, "arguments": _arguments(c.function.arguments)}
-                                 for c in m.tool_calls]
+            msg["tool_calls"] = [
+                {"name": c.function.name, "arguments": _arguments(c.function.arguments)} for c in m.tool_calls
+            ]
         messages.append(msg)
     extra = []
     if req.tools and req.tool_choice != "none":
         tools = req.tools
         if isinstance(req.tool_choice, NamedToolChoice):
             tools = [t for t in tools if t.function.name == req.tool_choice.function.name]
-        extra.append(TOOLS_PROMPT.format(tools="\n".join(json.dumps(t.function.model_dump(exclude_none=True))
-                                                         for t in tools)))
+        extra.append(
+            TOOLS_PROMPT.format(tools="\n".join(json.dumps(t.function.model_dump(exclude_none=True)) for t in tools))
+        )
     if req.response_format is not None and req.response_format.type != "text":
         extra.append(JSON_PROMPT)
     if extra:
@@ -89,18 +93,30 @@ def _params(req: Any, prompt_lens: Sequence[int], served: Served, limit: int, to
     """Sampling settings of a request; a 400 when the prompt and the answer cannot fit the context."""
     asked = getattr(req, "max_completion_tokens", None) or req.max_tokens
     if asked is not None and asked > limit:
-        raise ApiError(400, f"max_tokens {asked} is more than this server allows ({limit})", "invalid_value",
-                       "max_tokens")
+        raise ApiError(
+            400, f"max_tokens {asked} is more than this server allows ({limit})", "invalid_value", "max_tokens"
+        )
     longest = max(prompt_lens)
     room = served.max_context - longest
     max_new = asked if asked is not None else min(limit, room)
     if longest + max_new > served.max_context:
-        raise ApiError(400, f"This model's maximum context length is {served.max_context} tokens. However, you "
-                            f"requested {longest + max_new} tokens ({longest} in the messages, {max_new} in the "
-                            "completion). Please reduce the length of the messages or completion.",
-                       "context_length_exceeded", "messages")
-    return SamplingParams(temperature=req.temperature, top_p=req.top_p, max_new_tokens=max_new,
-                          stop=tuple(req.stop_list()), n=req.n, seed=req.seed, top_logprobs=top_logprobs)
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {served.max_context} tokens. However, you "
+            f"requested {longest + max_new} tokens ({longest} in the messages, {max_new} in the "
+            "completion). Please reduce the length of the messages or completion.",
+            "context_length_exceeded",
+            "messages",
+        )
+    return SamplingParams(
+        temperature=req.temperature,
+        top_p=req.top_p,
+        max_new_tokens=max_new,
+        stop=tuple(req.stop_list()),
+        n=req.n,
+        seed=req.seed,
+        top_logprobs=top_logprobs,
+    )
 
 
 def _grammar(served: Served, req: ChatCompletionRequest, tools_active: bool) -> str | None:
@@ -117,16 +133,23 @@ def _grammar(served: Served, req: ChatCompletionRequest, tools_active: bool) -> 
     if tools_active and isinstance(req.tool_choice, NamedToolChoice):
         (tool,) = [t for t in req.tools if t.function.name == req.tool_choice.function.name] or [None]
         if tool is None:
-            raise ApiError(400, f"tool_choice names {req.tool_choice.function.name!r}, which is not among the tools",
-                           "invalid_value", "tool_choice")
+            raise ApiError(
+                400,
+                f"tool_choice names {req.tool_choice.function.name!r}, which is not among the tools",
+                "invalid_value",
+                "tool_choice",
+            )
         grammar = lark_grammar(f'start: " " {args(tool)} {close}')
     elif tools_active and req.tool_choice == "required":
-        options = " | ".join(f'{json.dumps(" " + json.dumps(t.function.name) + ", " + json.dumps("arguments") + ": ")} '
-                             f'{args(t)} {close}' for t in req.tools)
+        options = " | ".join(
+            f"{json.dumps(' ' + json.dumps(t.function.name) + ', ' + json.dumps('arguments') + ': ')} {args(t)} {close}"
+            for t in req.tools
+        )
         grammar = lark_grammar(f"start: {options}")
     elif not tools_active and req.response_format is not None and req.response_format.type != "text":
-        schema = (req.response_format.json_schema or {}).get("schema") if req.response_format.type == "json_schema" \
-            else None
+        schema = (
+            (req.response_format.json_schema or {}).get("schema") if req.response_format.type == "json_schema" else None
+        )
         grammar = json_schema_grammar(schema or {"type": "object"})
     if grammar is not None:
         try:
@@ -167,8 +190,10 @@ def generate(served: Served, prepared: Prepared) -> list[list[Any]]:
 
     engine, params = served.engine, prepared.params
     if getattr(engine, "serving", False):
-        futures = [engine.submit(p, params.model_copy(update={"seed": prompt_seed(params.seed, i)}))
-                   for i, p in enumerate(prepared.prompts)]
+        futures = [
+            engine.submit(p, params.model_copy(update={"seed": prompt_seed(params.seed, i)}))
+            for i, p in enumerate(prepared.prompts)
+        ]
         return [f.result() for f in futures]
     with served.lock:
         return engine.generate(prepared.prompts, params)
@@ -194,7 +219,7 @@ def token_pieces(tokenizer: Any, token_ids: Sequence[int], text: str, skip: set[
             end = len(prefix)
         else:  # a split multi-byte character: wait for the next token
             end = done
-        pieces.append(text[done:max(done, end)])
+        pieces.append(text[done : max(done, end)])
         done = max(done, end)
     if pieces:
         pieces[-1] += text[done:]
@@ -203,15 +228,24 @@ def token_pieces(tokenizer: Any, token_ids: Sequence[int], text: str, skip: set[
 
 def _logprob_entry(tokenizer: Any, token: int, logprob: float, top: Sequence[tuple[int, float]] | None) -> dict:
     text = tokenizer.decode([token], skip_special_tokens=False)
-    return {"token": text, "logprob": logprob, "bytes": list(text.encode()),
-            "top_logprobs": [{"token": (s := tokenizer.decode([t], skip_special_tokens=False)), "logprob": lp,
-                              "bytes": list(s.encode())} for t, lp in (top or [])]}
+    return {
+        "token": text,
+        "logprob": logprob,
+        "bytes": list(text.encode()),
+        "top_logprobs": [
+            {"token": (s := tokenizer.decode([t], skip_special_tokens=False)), "logprob": lp, "bytes": list(s.encode())}
+            for t, lp in (top or [])
+        ],
+    }
 
 
 def _chat_logprobs(served: Served, c: Any, skip: set[int]) -> list[dict]:
     tops = c.top_logprobs or [None] * len(c.token_ids)
-    return [_logprob_entry(served.tokenizer, t, lp, top) for t, lp, top in zip(c.token_ids, c.logprobs, tops)
-            if t not in skip]
+    return [
+        _logprob_entry(served.tokenizer, t, lp, top)
+        for t, lp, top in zip(c.token_ids, c.logprobs, tops)
+        if t not in skip
+    ]
 
 
 @dataclass
@@ -228,26 +262,52 @@ def parse_answer(text: str, finish: str, tools_active: bool, call_prefix: str) -
     if tools_active:
         parsed = parse_tool_calls(text)
         if parsed.calls and not parsed.errors:
-            calls = [{"id": f"{call_prefix}_{i}", "type": "function",
-                      "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
-                     for i, c in enumerate(parsed.calls)]
+            calls = [
+                {
+                    "id": f"{call_prefix}_{i}",
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)},
+                }
+                for i, c in enumerate(parsed.calls)
+            ]
             return Answer(text, parsed.content or None, calls, "tool_calls")
     return Answer(text, text, [], finish)
 
 
-def chat_response(served: Served, req: ChatCompletionRequest, prepared: Prepared, groups: list[list[Any]],
-                  response_id: str, model_name: str) -> dict[str, Any]:
+def chat_response(
+    served: Served,
+    req: ChatCompletionRequest,
+    prepared: Prepared,
+    groups: list[list[Any]],
+    response_id: str,
+    model_name: str,
+) -> dict[str, Any]:
     skip = _skip_ids(served)
     choices = []
     for i, c in enumerate(groups[0]):
-        a = parse_answer(prepared.prefill + c.text, c.finish_reason, prepared.tools_active, f"call_{response_id[-8:]}{i}")
+        a = parse_answer(
+            prepared.prefill + c.text, c.finish_reason, prepared.tools_active, f"call_{response_id[-8:]}{i}"
+        )
         message: dict[str, Any] = {"role": "assistant", "content": a.content}
         if a.tool_calls:
             message["tool_calls"] = a.tool_calls
-        choices.append({"index": i, "message": message, "finish_reason": a.finish_reason,
-                        "logprobs": {"content": _chat_logprobs(served, c, skip)} if req.logprobs else None})
-    return {"id": response_id, "object": "chat.completion", "created": int(time.time()), "model": model_name,
-            "choices": choices, "usage": usage(prepared, groups), "system_fingerprint": None}
+        choices.append(
+            {
+                "index": i,
+                "message": message,
+                "finish_reason": a.finish_reason,
+                "logprobs": {"content": _chat_logprobs(served, c, skip)} if req.logprobs else None,
+            }
+        )
+    return {
+        "id": response_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model_name,
+        "choices": choices,
+        "usage": usage(prepared, groups),
+        "system_fingerprint": None,
+    }
 
 
 def usage(prepared: Prepared, groups: list[list[Any]]) -> dict[str, int]:
@@ -256,30 +316,54 @@ def usage(prepared: Prepared, groups: list[list[Any]]) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def chat_chunks(served: Served, req: ChatCompletionRequest, prepared: Prepared, groups: list[list[Any]],
-                response_id: str, model_name: str) -> Iterator[dict[str, Any]]:
+def chat_chunks(
+    served: Served,
+    req: ChatCompletionRequest,
+    prepared: Prepared,
+    groups: list[list[Any]],
+    response_id: str,
+    model_name: str,
+) -> Iterator[dict[str, Any]]:
     """The stream of `chat.completion.chunk` objects of an answer (without the final [DONE])."""
     skip, created = _skip_ids(served), int(time.time())
     with_usage = bool(req.stream_options and req.stream_options.include_usage)
 
     def chunk(index: int, delta: dict, finish: str | None = None, logprobs: Any = None) -> dict[str, Any]:
-        out = {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": model_name,
-               "system_fingerprint": None,
-               "choices": [{"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
+        out = {
+            "id": response_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model_name,
+            "system_fingerprint": None,
+            "choices": [{"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}],
+        }
         return {**out, "usage": None} if with_usage else out
 
     for i, c in enumerate(groups[0]):
-        a = parse_answer(prepared.prefill + c.text, c.finish_reason, prepared.tools_active, f"call_{response_id[-8:]}{i}")
+        a = parse_answer(
+            prepared.prefill + c.text, c.finish_reason, prepared.tools_active, f"call_{response_id[-8:]}{i}"
+        )
         yield chunk(i, {"role": "assistant", "content": ""})
         if a.tool_calls:
             if a.content:
                 yield chunk(i, {"content": a.content})
             for k, call in enumerate(a.tool_calls):
-                yield chunk(i, {"tool_calls": [{"index": k, "id": call["id"], "type": "function",
-                                                "function": {"name": call["function"]["name"], "arguments": ""}}]})
+                yield chunk(
+                    i,
+                    {
+                        "tool_calls": [
+                            {
+                                "index": k,
+                                "id": call["id"],
+                                "type": "function",
+                                "function": {"name": call["function"]["name"], "arguments": ""},
+                            }
+                        ]
+                    },
+                )
                 args = call["function"]["arguments"]
                 for start in range(0, len(args), 16):
-                    yield chunk(i, {"tool_calls": [{"index": k, "function": {"arguments": args[start:start + 16]}}]})
+                    yield chunk(i, {"tool_calls": [{"index": k, "function": {"arguments": args[start : start + 16]}}]})
         else:
             pieces = token_pieces(served.tokenizer, c.token_ids, c.text, skip)
             pieces[0] = prepared.prefill + pieces[0]
@@ -290,8 +374,15 @@ def chat_chunks(served: Served, req: ChatCompletionRequest, prepared: Prepared, 
                 yield chunk(i, {"content": piece}, logprobs={"content": [entries[j]]} if entries else None)
         yield chunk(i, {}, a.finish_reason)
     if with_usage:
-        yield {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": model_name,
-               "system_fingerprint": None, "choices": [], "usage": usage(prepared, groups)}
+        yield {
+            "id": response_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model_name,
+            "system_fingerprint": None,
+            "choices": [],
+            "usage": usage(prepared, groups),
+        }
 
 
 # ------------------------------------------------------------------ text completions
@@ -303,30 +394,74 @@ def _text_logprobs(served: Served, c: Any) -> dict[str, Any]:
         offsets.append(at)
         at += len(s)
     tops = c.top_logprobs or [[] for _ in c.token_ids]
-    return {"tokens": tokens, "token_logprobs": list(c.logprobs), "text_offset": offsets,
-            "top_logprobs": [{tok.decode([t], skip_special_tokens=False): lp for t, lp in top} for top in tops]}
+    return {
+        "tokens": tokens,
+        "token_logprobs": list(c.logprobs),
+        "text_offset": offsets,
+        "top_logprobs": [{tok.decode([t], skip_special_tokens=False): lp for t, lp in top} for top in tops],
+    }
 
 
-def text_response(served: Served, req: CompletionRequest, prepared: Prepared, groups: list[list[Any]],
-                  response_id: str, model_name: str) -> dict[str, Any]:
-    choices = [{"index": i, "text": c.text, "finish_reason": c.finish_reason,
-                "logprobs": _text_logprobs(served, c) if req.logprobs is not None else None}
-               for i, c in enumerate(c for g in groups for c in g)]
-    return {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": model_name,
-            "choices": choices, "usage": usage(prepared, groups)}
+def text_response(
+    served: Served,
+    req: CompletionRequest,
+    prepared: Prepared,
+    groups: list[list[Any]],
+    response_id: str,
+    model_name: str,
+) -> dict[str, Any]:
+    choices = [
+        {
+            "index": i,
+            "text": c.text,
+            "finish_reason": c.finish_reason,
+            "logprobs": _text_logprobs(served, c) if req.logprobs is not None else None,
+        }
+        for i, c in enumerate(c for g in groups for c in g)
+    ]
+    return {
+        "id": response_id,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model_name,
+        "choices": choices,
+        "usage": usage(prepared, groups),
+    }
 
 
-def text_chunks(served: Served, req: CompletionRequest, prepared: Prepared, groups: list[list[Any]],
-                response_id: str, model_name: str) -> Iterator[dict[str, Any]]:
+def text_chunks(
+    served: Served,
+    req: CompletionRequest,
+    prepared: Prepared,
+    groups: list[list[Any]],
+    response_id: str,
+    model_name: str,
+) -> Iterator[dict[str, Any]]:
     skip, created = _skip_ids(served), int(time.time())
     with_usage = bool(req.stream_options and req.stream_options.include_usage)
     for i, c in enumerate(c for g in groups for c in g):
         for piece in token_pieces(served.tokenizer, c.token_ids, c.text, skip):
             if piece:
-                yield {"id": response_id, "object": "text_completion", "created": created, "model": model_name,
-                       "choices": [{"index": i, "text": piece, "finish_reason": None, "logprobs": None}]}
-        yield {"id": response_id, "object": "text_completion", "created": created, "model": model_name,
-               "choices": [{"index": i, "text": "", "finish_reason": c.finish_reason, "logprobs": None}]}
+                yield {
+                    "id": response_id,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": model_name,
+                    "choices": [{"index": i, "text": piece, "finish_reason": None, "logprobs": None}],
+                }
+        yield {
+            "id": response_id,
+            "object": "text_completion",
+            "created": created,
+            "model": model_name,
+            "choices": [{"index": i, "text": "", "finish_reason": c.finish_reason, "logprobs": None}],
+        }
     if with_usage:
-        yield {"id": response_id, "object": "text_completion", "created": created, "model": model_name,
-               "choices": [], "usage": usage(prepared, groups)}
+        yield {
+            "id": response_id,
+            "object": "text_completion",
+            "created": created,
+            "model": model_name,
+            "choices": [],
+            "usage": usage(prepared, groups),
+        }

@@ -24,8 +24,10 @@ def _messages(request: dict[str, Any]) -> list[dict[str, Any]]:
             content = "".join(p.get("text", "") for p in content)
         msg: dict[str, Any] = {"role": "system" if m["role"] == "developer" else m["role"], "content": content or ""}
         if m.get("tool_calls"):
-            msg["tool_calls"] = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
-                                 for c in m["tool_calls"]]
+            msg["tool_calls"] = [
+                {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
+                for c in m["tool_calls"]
+            ]
         out.append(msg)
     return out
 
@@ -36,8 +38,10 @@ def _answer(choice: dict[str, Any]) -> str:
     if "text" in choice:
         return choice["text"]
     message = choice["message"]
-    calls = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
-             for c in message.get("tool_calls") or []]
+    calls = [
+        {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
+        for c in message.get("tool_calls") or []
+    ]
     return append_tool_calls(message.get("content"), calls) if calls else message.get("content") or ""
 
 
@@ -49,11 +53,20 @@ def feedback_rows(store: Store) -> tuple[list[dict[str, Any]], int]:
             skipped += 1
             continue
         request = f["request"]
-        prompt = {"messages": _messages(request)} if "messages" in request else {"prompt": request["prompt"]
-                                                                                 if isinstance(request["prompt"], str)
-                                                                                 else request["prompt"][0]}
-        row = {"id": f["id"], **prompt, "completion": _answer(f["response"][0]), "kind": f["kind"],
-               "release": f["model"], "request_id": f["response_id"], "created_at": f["created_at"]}
+        prompt = (
+            {"messages": _messages(request)}
+            if "messages" in request
+            else {"prompt": request["prompt"] if isinstance(request["prompt"], str) else request["prompt"][0]}
+        )
+        row = {
+            "id": f["id"],
+            **prompt,
+            "completion": _answer(f["response"][0]),
+            "kind": f["kind"],
+            "release": f["model"],
+            "request_id": f["response_id"],
+            "created_at": f["created_at"],
+        }
         for k in ("correction", "comment", "task"):
             if f.get(k):
                 row[k] = f[k]

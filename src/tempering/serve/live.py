@@ -26,38 +26,55 @@ from tempering.serve.protocol import ChatCompletionRequest
 
 def streams_live(served: Served, req: ChatCompletionRequest, prepared: Prepared) -> bool:
     """Whether this streamed request can go out token by token (else it is answered whole)."""
-    return (bool(getattr(served.engine, "serving", False)) and not prepared.tools_active
-            and len(prepared.prompts) == 1 and prepared.params.n == 1 and not prepared.params.top_logprobs)
+    return (
+        bool(getattr(served.engine, "serving", False))
+        and not prepared.tools_active
+        and len(prepared.prompts) == 1
+        and prepared.params.n == 1
+        and not prepared.params.top_logprobs
+    )
 
 
 def sendable(text: str, stop: tuple[str, ...]) -> str:
     """The part of decoded `text` that later tokens cannot change or cut."""
     hits = [text.find(s) for s in stop if s in text]
     if hits:
-        return text[:min(hits)]
+        return text[: min(hits)]
     hold = max((k for s in stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
-    text = text[:len(text) - hold]
+    text = text[: len(text) - hold]
     return text.rstrip("\ufffd").rstrip()
 
 
-async def chat_stream(served: Served, req: ChatCompletionRequest, prepared: Prepared, response_id: str,
-                      model_name: str, finished: Callable[[list[list[Any]]], None]) -> AsyncIterator[dict[str, Any]]:
+async def chat_stream(
+    served: Served,
+    req: ChatCompletionRequest,
+    prepared: Prepared,
+    response_id: str,
+    model_name: str,
+    finished: Callable[[list[list[Any]]], None],
+) -> AsyncIterator[dict[str, Any]]:
     """The chunks of one answer as the engine decodes it; `finished(groups)` is called with the
     completion before the finish chunk is sent (the caller audits there)."""
     from tempering.rollout.engine import prompt_seed
 
     loop, queue = asyncio.get_running_loop(), asyncio.Queue()
     params = prepared.params.model_copy(update={"seed": prompt_seed(prepared.params.seed, 0)})
-    future = served.engine.submit(prepared.prompts[0], params,
-                                  on_token=lambda _s, tok, lp: loop.call_soon_threadsafe(queue.put_nowait, (tok, lp)))
+    future = served.engine.submit(
+        prepared.prompts[0], params, on_token=lambda _s, tok, lp: loop.call_soon_threadsafe(queue.put_nowait, (tok, lp))
+    )
     future.add_done_callback(lambda _f: loop.call_soon_threadsafe(queue.put_nowait, None))
     skip, created, tokenizer = _skip_ids(served), int(time.time()), served.tokenizer
     with_usage = bool(req.stream_options and req.stream_options.include_usage)
 
     def chunk(delta: dict, finish: str | None = None, logprobs: Any = None) -> dict[str, Any]:
-        out = {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": model_name,
-               "system_fingerprint": None,
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
+        out = {
+            "id": response_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model_name,
+            "system_fingerprint": None,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}],
+        }
         return {**out, "usage": None} if with_usage else out
 
     yield chunk({"role": "assistant", "content": ""})
@@ -69,17 +86,24 @@ async def chat_stream(served: Served, req: ChatCompletionRequest, prepared: Prep
             continue
         kept.append(token)
         now = sendable(tokenizer.decode(kept, skip_special_tokens=False), params.stop)
-        piece = now[len(sent):] if now.startswith(sent) else ""
+        piece = now[len(sent) :] if now.startswith(sent) else ""
         sent += piece
         entry = {"content": [_logprob_entry(tokenizer, token, logprob, None)]} if req.logprobs else None
         yield chunk({"content": piece}, logprobs=entry)
     groups = [future.result()]
     completion = groups[0][0]
     finished(groups)
-    rest = completion.text[len(sent):] if completion.text.startswith(sent) else ""
+    rest = completion.text[len(sent) :] if completion.text.startswith(sent) else ""
     if rest:
         yield chunk({"content": rest})
     yield chunk({}, completion.finish_reason)
     if with_usage:
-        yield {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": model_name,
-               "system_fingerprint": None, "choices": [], "usage": usage(prepared, groups)}
+        yield {
+            "id": response_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model_name,
+            "system_fingerprint": None,
+            "choices": [],
+            "usage": usage(prepared, groups),
+        }

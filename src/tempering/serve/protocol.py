@@ -15,18 +15,32 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class ApiError(Exception):
     """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
 
-    TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-             404: "invalid_request_error", 405: "invalid_request_error", 409: "invalid_request_error",
-             413: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error",
-             503: "server_error"}
+    TYPES = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "invalid_request_error",
+        405: "invalid_request_error",
+        409: "invalid_request_error",
+        413: "invalid_request_error",
+        422: "invalid_request_error",
+        429: "rate_limit_error",
+        503: "server_error",
+    }
 
     def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
         super().__init__(message)
         self.status, self.message, self.code, self.param = status, message, code, param
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.TYPES.get(self.status, "invalid_request_error"),
-                          "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.TYPES.get(self.status, "invalid_request_error"),
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
 
 class _Strict(BaseModel):
@@ -108,7 +122,7 @@ class _Sampling(_Strict):
     user: str | None = None
 
     @model_validator(mode="after")
-    def _supported(self) -> "_Sampling":
+    def _supported(self) -> _Sampling:
         stops = self.stop_list()
         if len(stops) > 4 or any(not s for s in stops):
             raise ValueError("stop: at most 4 non-empty strings")
@@ -136,7 +150,7 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
-    def _tools(self) -> "ChatCompletionRequest":
+    def _tools(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs requires logprobs: true")
         if self.tool_choice not in (None, "none", "auto") and not self.tools:
@@ -155,7 +169,7 @@ class CompletionRequest(_Sampling):
     suffix: str | None = None
 
     @model_validator(mode="after")
-    def _prompt(self) -> "CompletionRequest":
+    def _prompt(self) -> CompletionRequest:
         if self.echo:
             raise ValueError("echo is not supported by this server")
         if self.suffix:
@@ -175,7 +189,7 @@ class FeedbackRequest(_Strict):
     """Optional check of the answer (task fields, e.g. {"answer": "4"}) for the feedback stage."""
 
     @model_validator(mode="after")
-    def _correction(self) -> "FeedbackRequest":
+    def _correction(self) -> FeedbackRequest:
         if (self.kind == "correction") != bool(self.correction):
             raise ValueError("kind 'correction' needs a non-empty 'correction', and only it may have one")
         return self

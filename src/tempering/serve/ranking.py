@@ -23,8 +23,9 @@ PRIOR = 0.1  # the arena's prior on strengths: sd 1/sqrt(0.1) = 3.2 log-odds (55
 OUTCOME = {"a": 1.0, "b": 0.0, "tie": 0.5, "both_bad": 0.5}
 
 
-def bradley_terry(votes: Sequence[tuple[str, str, float]], models: Sequence[str], prior: float = 0.0,
-                  iterations: int = 50) -> np.ndarray:
+def bradley_terry(
+    votes: Sequence[tuple[str, str, float]], models: Sequence[str], prior: float = 0.0, iterations: int = 50
+) -> np.ndarray:
     """Elo-scale ratings (mean 1000) of `models` from (model_a, model_b, outcome) votes.
 
     Newton's method on the log-likelihood of P(a beats b) = sigmoid(s_a - s_b) (s in natural
@@ -51,23 +52,37 @@ def bradley_terry(votes: Sequence[tuple[str, str, float]], models: Sequence[str]
     return ratings - ratings.mean() + BASE
 
 
-def ranking(votes: Sequence[tuple[str, str, float]], rounds: int = 200, seed: int = 0,
-            prior: float = PRIOR) -> list[dict[str, Any]]:
+def ranking(
+    votes: Sequence[tuple[str, str, float]], rounds: int = 200, seed: int = 0, prior: float = PRIOR
+) -> list[dict[str, Any]]:
     """Per model: rating, 95% bootstrap CI, wins / losses / ties; best first."""
     models = sorted({m for a, b, _ in votes for m in (a, b)})
     if not votes or len(models) < 2:
         return []
     ratings = bradley_terry(votes, models, prior)
     rng = np.random.default_rng(seed)
-    samples = np.array([bradley_terry([votes[i] for i in rng.integers(0, len(votes), len(votes))], models, prior)
-                        for _ in range(rounds)])
+    samples = np.array(
+        [
+            bradley_terry([votes[i] for i in rng.integers(0, len(votes), len(votes))], models, prior)
+            for _ in range(rounds)
+        ]
+    )
     low, high = np.percentile(samples, [2.5, 97.5], axis=0)
     out = []
     for i, m in enumerate(models):
         wins = sum(1 for a, b, o in votes if (a == m and o == 1.0) or (b == m and o == 0.0))
         ties = sum(1 for a, b, o in votes if m in (a, b) and o == 0.5)
         played = sum(1 for a, b, _ in votes if m in (a, b))
-        out.append({"model": m, "rating": round(float(ratings[i]), 1), "ci_low": round(float(low[i]), 1),
-                    "ci_high": round(float(high[i]), 1), "wins": wins, "losses": played - wins - ties, "ties": ties,
-                    "votes": played})
+        out.append(
+            {
+                "model": m,
+                "rating": round(float(ratings[i]), 1),
+                "ci_low": round(float(low[i]), 1),
+                "ci_high": round(float(high[i]), 1),
+                "wins": wins,
+                "losses": played - wins - ties,
+                "ties": ties,
+                "votes": played,
+            }
+        )
     return sorted(out, key=lambda r: -r["rating"])

@@ -115,8 +115,10 @@ class Store:
             raise StoreError(f"a key named {name!r} exists already")
         secret = KEY_PREFIX + secrets.token_urlsafe(32)
         key = ApiKey("key-" + secrets.token_hex(4), name, rate_limit, time.time(), None)
-        self._insert("INSERT INTO keys VALUES (?, ?, ?, ?, ?, NULL)",
-                     (key.id, name, hash_secret(secret), rate_limit, key.created_at))
+        self._insert(
+            "INSERT INTO keys VALUES (?, ?, ?, ?, ?, NULL)",
+            (key.id, name, hash_secret(secret), rate_limit, key.created_at),
+        )
         return key, secret
 
     def keys(self) -> list[ApiKey]:
@@ -142,16 +144,40 @@ class Store:
         return _key(rows[0]) if rows else None
 
     # ------------------------------------------------------------------ audit
-    def audit(self, key_id: str, endpoint: str, status: int, *, model: str | None = None,
-              release: int | None = None, prompt_tokens: int | None = None, completion_tokens: int | None = None,
-              latency_ms: float | None = None, response_id: str | None = None, request: Any = None,
-              response: Any = None) -> int:
+    def audit(
+        self,
+        key_id: str,
+        endpoint: str,
+        status: int,
+        *,
+        model: str | None = None,
+        release: int | None = None,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        latency_ms: float | None = None,
+        response_id: str | None = None,
+        request: Any = None,
+        response: Any = None,
+    ) -> int:
         """Append one audit row; `request` / `response` (JSON-able) only when the deployment opts in."""
         return self._insert(
             "INSERT INTO audit (key_id, at, endpoint, model, release, prompt_tokens, completion_tokens, latency_ms, "
             "status, response_id, request, response) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (key_id, time.time(), endpoint, model, release, prompt_tokens, completion_tokens, latency_ms, status,
-             response_id, _dump(request), _dump(response)))
+            (
+                key_id,
+                time.time(),
+                endpoint,
+                model,
+                release,
+                prompt_tokens,
+                completion_tokens,
+                latency_ms,
+                status,
+                response_id,
+                _dump(request),
+                _dump(response),
+            ),
+        )
 
     def audit_rows(self, key_id: str | None, limit: int = 100, after: int = 0) -> list[dict[str, Any]]:
         """Audit rows of one key (None: all keys, for the operator's CLI only), oldest first."""
@@ -160,18 +186,28 @@ class Store:
 
     def response(self, key_id: str, response_id: str) -> dict[str, Any] | None:
         """The audit row of a response served to `key_id` (None if absent or another key's)."""
-        rows = self._run("SELECT * FROM audit WHERE response_id = ? AND key_id = ? AND status = 200",
-                         (response_id, key_id))
+        rows = self._run(
+            "SELECT * FROM audit WHERE response_id = ? AND key_id = ? AND status = 200", (response_id, key_id)
+        )
         return _row(rows[0]) if rows else None
 
     # ------------------------------------------------------------------ feedback
-    def add_feedback(self, key_id: str, response_id: str, kind: str, correction: str | None = None,
-                     comment: str | None = None, task: dict[str, Any] | None = None) -> dict[str, Any]:
+    def add_feedback(
+        self,
+        key_id: str,
+        response_id: str,
+        kind: str,
+        correction: str | None = None,
+        comment: str | None = None,
+        task: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         if self.response(key_id, response_id) is None:
             raise KeyError(response_id)
         fid = "fb-" + secrets.token_hex(8)
-        self._insert("INSERT INTO feedback VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                     (fid, key_id, response_id, kind, correction, comment, _dump(task), time.time()))
+        self._insert(
+            "INSERT INTO feedback VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (fid, key_id, response_id, kind, correction, comment, _dump(task), time.time()),
+        )
         return self._feedback_row(fid)
 
     def _feedback_row(self, fid: str) -> dict[str, Any]:
@@ -184,16 +220,20 @@ class Store:
 
     def feedback_with_responses(self) -> list[dict[str, Any]]:
         """Every feedback row joined with the audit row of its response (for the export)."""
-        rows = self._run("SELECT f.*, a.model, a.release, a.request, a.response FROM feedback f "
-                         "LEFT JOIN audit a ON a.response_id = f.response_id AND a.key_id = f.key_id "
-                         "AND a.status = 200 ORDER BY f.created_at, f.id")
+        rows = self._run(
+            "SELECT f.*, a.model, a.release, a.request, a.response FROM feedback f "
+            "LEFT JOIN audit a ON a.response_id = f.response_id AND a.key_id = f.key_id "
+            "AND a.status = 200 ORDER BY f.created_at, f.id"
+        )
         return [_row(r) for r in rows]
 
     # ------------------------------------------------------------------ arena
     def add_battle(self, key_id: str, prompt: str, models: tuple[str, str], answers: tuple[str, str]) -> str:
         bid = "battle-" + secrets.token_hex(8)
-        self._insert("INSERT INTO battles VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                     (bid, key_id, prompt, models[0], models[1], answers[0], answers[1], time.time()))
+        self._insert(
+            "INSERT INTO battles VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (bid, key_id, prompt, models[0], models[1], answers[0], answers[1], time.time()),
+        )
         return bid
 
     def battle(self, battle_id: str) -> dict[str, Any] | None:
@@ -202,23 +242,30 @@ class Store:
 
     def open_battle(self, annotator: str, max_votes: int) -> dict[str, Any] | None:
         """The oldest battle with fewer than `max_votes` votes that `annotator` has not voted on."""
-        rows = self._run("SELECT b.* FROM battles b WHERE NOT EXISTS (SELECT 1 FROM votes v WHERE v.battle_id = b.id "
-                         "AND v.annotator = ?) AND (SELECT COUNT(*) FROM votes v WHERE v.battle_id = b.id) < ? "
-                         "ORDER BY b.created_at LIMIT 1", (annotator, max_votes))
+        rows = self._run(
+            "SELECT b.* FROM battles b WHERE NOT EXISTS (SELECT 1 FROM votes v WHERE v.battle_id = b.id "
+            "AND v.annotator = ?) AND (SELECT COUNT(*) FROM votes v WHERE v.battle_id = b.id) < ? "
+            "ORDER BY b.created_at LIMIT 1",
+            (annotator, max_votes),
+        )
         return _row(rows[0]) if rows else None
 
     def add_vote(self, key_id: str, battle_id: str, annotator: str, choice: str) -> None:
         try:
-            self._insert("INSERT INTO votes (battle_id, key_id, annotator, choice, created_at) VALUES (?, ?, ?, ?, ?)",
-                         (battle_id, key_id, annotator, choice, time.time()))
+            self._insert(
+                "INSERT INTO votes (battle_id, key_id, annotator, choice, created_at) VALUES (?, ?, ?, ?, ?)",
+                (battle_id, key_id, annotator, choice, time.time()),
+            )
         except sqlite3.IntegrityError as exc:
             raise StoreError(f"{annotator!r} has already voted on {battle_id}") from exc
 
     def votes(self) -> list[dict[str, Any]]:
         """Every vote with its battle (models, prompt, answers), oldest first."""
-        rows = self._run("SELECT v.id, v.battle_id, v.annotator, v.choice, v.created_at, b.prompt, b.model_a, "
-                         "b.model_b, b.answer_a, b.answer_b FROM votes v JOIN battles b ON b.id = v.battle_id "
-                         "ORDER BY v.id")
+        rows = self._run(
+            "SELECT v.id, v.battle_id, v.annotator, v.choice, v.created_at, b.prompt, b.model_a, "
+            "b.model_b, b.answer_a, b.answer_b FROM votes v JOIN battles b ON b.id = v.battle_id "
+            "ORDER BY v.id"
+        )
         return [_row(r) for r in rows]
 
 

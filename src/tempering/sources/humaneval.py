@@ -20,8 +20,10 @@ from typing import Literal
 
 from tempering.types import Message, Task
 
-CHAT_INSTRUCTION = ("Complete the following Python function. Reply with the complete function, "
-                    "including its signature, in one ```python code block.\n\n```python\n{prompt}```\n")
+CHAT_INSTRUCTION = (
+    "Complete the following Python function. Reply with the complete function, "
+    "including its signature, in one ```python code block.\n\n```python\n{prompt}```\n"
+)
 
 
 @lru_cache(maxsize=1)
@@ -41,10 +43,14 @@ def humaneval_tasks(style: Literal["completion", "chat"] = "completion") -> list
     for row in humaneval_problems():
         spec = {"type": "code", "entry_point": row["entry_point"], "prompt": row["prompt"], "tests": row["test"]}
         text = row["prompt"] if style == "completion" else None
-        messages = None if style == "completion" else [
-            Message(role="user", content=CHAT_INSTRUCTION.format(prompt=row["prompt"]))]
-        tasks.append(Task(id=row["task_id"], prompt=text, messages=messages, verifier=spec, track="code",
-                          source="humaneval"))
+        messages = (
+            None
+            if style == "completion"
+            else [Message(role="user", content=CHAT_INSTRUCTION.format(prompt=row["prompt"]))]
+        )
+        tasks.append(
+            Task(id=row["task_id"], prompt=text, messages=messages, verifier=spec, track="code", source="humaneval")
+        )
     return tasks
 
 

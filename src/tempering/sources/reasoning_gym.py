@@ -40,8 +40,9 @@ EVAL_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def reasoning_gym_tasks(name: str, size: int, seed: int, *, instruction: str | None = ANSWER_INSTRUCTION,
-                        **config: Any) -> list[Task]:
+def reasoning_gym_tasks(
+    name: str, size: int, seed: int, *, instruction: str | None = ANSWER_INSTRUCTION, **config: Any
+) -> list[Task]:
     """`size` tasks from the reasoning-gym dataset `name`, deterministic in `seed`.
 
     Args:
@@ -66,10 +67,25 @@ def reasoning_gym_tasks(name: str, size: int, seed: int, *, instruction: str | N
     for index in range(size):
         entry = dataset[index]
         stored = _stored_entry(name, dataset, entry)
-        spec = {"type": "reasoning_gym", "dataset": name, "seed": seed, "size": size, "index": index,
-                "config": config, "entry": stored, "version": rg_version}
-        tasks.append(Task(id=f"rg-{name}-{seed}-{index:05d}", prompt=entry["question"] + (instruction or ""),
-                          verifier=spec, track="reasoning", source=f"reasoning_gym:{name}"))
+        spec = {
+            "type": "reasoning_gym",
+            "dataset": name,
+            "seed": seed,
+            "size": size,
+            "index": index,
+            "config": config,
+            "entry": stored,
+            "version": rg_version,
+        }
+        tasks.append(
+            Task(
+                id=f"rg-{name}-{seed}-{index:05d}",
+                prompt=entry["question"] + (instruction or ""),
+                verifier=spec,
+                track="reasoning",
+                source=f"reasoning_gym:{name}",
+            )
+        )
     return tasks
 
 
@@ -95,6 +111,8 @@ def _stored_entry(name: str, dataset: Any, entry: dict[str, Any]) -> dict[str, A
         original = dataset.score_answer(entry["answer"], entry)
         roundtrip = dataset.score_answer(entry["answer"], stored)
         if original != roundtrip:
-            raise ValueError(f"reasoning-gym dataset {name!r}: the oracle answer scores {original} on the entry "
-                             f"but {roundtrip} after a JSON round trip; this dataset is not supported")
+            raise ValueError(
+                f"reasoning-gym dataset {name!r}: the oracle answer scores {original} on the entry "
+                f"but {roundtrip} after a JSON round trip; this dataset is not supported"
+            )
     return stored

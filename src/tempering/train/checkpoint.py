@@ -52,8 +52,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(root: Path, step: int, weights: dict[str, torch.Tensor], optimizer: dict,
-                    state: dict, keep_last: int, rng: Any = None) -> Path:
+def save_checkpoint(
+    root: Path,
+    step: int,
+    weights: dict[str, torch.Tensor],
+    optimizer: dict,
+    state: dict,
+    keep_last: int,
+    rng: Any = None,
+) -> Path:
     """Write checkpoint `step` atomically, then prune to the newest `keep_last`.
 
     `rng`: what rng.pt holds (default: this process's `rng_state()`; a multi-process trainer
@@ -123,7 +130,9 @@ def verify_checkpoint(path: Path) -> dict:
     try:
         manifest = json.loads(manifest_path.read_text())
     except json.JSONDecodeError as exc:
-        raise CheckpointError(f"checkpoint {path}: {MANIFEST} is not valid JSON ({exc.msg}); refusing to load") from None
+        raise CheckpointError(
+            f"checkpoint {path}: {MANIFEST} is not valid JSON ({exc.msg}); refusing to load"
+        ) from None
     for name, expected in manifest["files"].items():
         f = path / name
         if not f.is_file():
@@ -176,6 +185,8 @@ def fall_back_to_verified(root: Path) -> list[Path]:
             aside.append(target)
         return aside
     if bad:
-        raise CheckpointError(f"{bad[0][1]} (and no older checkpoint verifies either: start a new run with "
-                              f"another --name, or delete {root})")
+        raise CheckpointError(
+            f"{bad[0][1]} (and no older checkpoint verifies either: start a new run with "
+            f"another --name, or delete {root})"
+        )
     return []

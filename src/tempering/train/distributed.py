@@ -110,7 +110,7 @@ def all_reduce_grads(params: Iterable[Any]) -> None:
         dist.all_reduce(flat)
         at = 0
         for p in bucket:
-            p.grad.copy_(flat[at: at + p.numel()].view_as(p.grad))
+            p.grad.copy_(flat[at : at + p.numel()].view_as(p.grad))
             at += p.numel()
 
 
@@ -151,4 +151,5 @@ def check_world_size(saved: int, w: World) -> None:
         raise WorldSizeChanged(
             f"this run's checkpoints were written by {saved} process(es) and this resume runs {w.size}; "
             f"resume with `--nproc_per_node {saved}` (the float summation order over ranks is part of an "
-            "exact resume), or start a new run with another --name")
+            "exact resume), or start a new run with another --name"
+        )

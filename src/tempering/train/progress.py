@@ -23,10 +23,14 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-NO_GRADIENT = ("every group's samples got the same reward (zero variance), so every advantage is 0 and "
-               "this step carried no gradient; try more samples per prompt, higher temperature, or easier tasks")
-VERIFIERS_FAILED = ("every verifier call failed on this step (no reward signal); check the sandbox "
-                    "(`temper sandbox check`) and the tasks' verifier specs")
+NO_GRADIENT = (
+    "every group's samples got the same reward (zero variance), so every advantage is 0 and "
+    "this step carried no gradient; try more samples per prompt, higher temperature, or easier tasks"
+)
+VERIFIERS_FAILED = (
+    "every verifier call failed on this step (no reward signal); check the sandbox "
+    "(`temper sandbox check`) and the tasks' verifier specs"
+)
 
 
 def no_signal_reasons(record: dict[str, Any]) -> list[str]:
@@ -52,8 +56,7 @@ def _duration(seconds: float) -> str:
 class TrainProgress:
     """A trainer callback showing per-step progress; use as a context manager around the loop."""
 
-    def __init__(self, name: str, total: int, start: int = 0, console: Console | None = None,
-                 every: int | None = None):
+    def __init__(self, name: str, total: int, start: int = 0, console: Console | None = None, every: int | None = None):
         self.name, self.total, self.start = name, total, start
         self.console = console or Console(stderr=True)
         self.every = every or max(1, total // 20)
@@ -63,12 +66,18 @@ class TrainProgress:
         self.warned: dict[str, int] = {}
         self._bar: Progress | None = None
 
-    def __enter__(self) -> "TrainProgress":
+    def __enter__(self) -> TrainProgress:
         self.t0 = time.perf_counter()
         if self.tty:
-            self._bar = Progress(TextColumn(f"[bold]{self.name}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[stats]}"), TimeRemainingColumn(),
-                                 console=self.console, transient=True)
+            self._bar = Progress(
+                TextColumn(f"[bold]{self.name}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[stats]}"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+            )
             self._bar.__enter__()
             self._task = self._bar.add_task("train", total=self.total, completed=self.start, stats="")
         return self
@@ -78,8 +87,9 @@ class TrainProgress:
             self._bar.__exit__(*exc)
         for reason, n in self.warned.items():
             if n > 1:
-                self.console.print(f"[yellow]warning:[/yellow] {n} steps: {reason.split(';')[0]}",
-                                   highlight=False, soft_wrap=True)
+                self.console.print(
+                    f"[yellow]warning:[/yellow] {n} steps: {reason.split(';')[0]}", highlight=False, soft_wrap=True
+                )
 
     def stats(self, step: int, record: dict[str, Any]) -> str:
         """`loss 1.2345  reward 0.41  1,234 tok/s` (+ ETA when not drawn by a bar)."""
@@ -99,8 +109,7 @@ class TrainProgress:
         for reason in no_signal_reasons(record):
             self.warned[reason] = self.warned.get(reason, 0) + 1
             if self.warned[reason] == 1:
-                self.console.print(f"[yellow]warning:[/yellow] step {step}: {reason}",
-                                   highlight=False, soft_wrap=True)
+                self.console.print(f"[yellow]warning:[/yellow] step {step}: {reason}", highlight=False, soft_wrap=True)
         line = self.stats(step, record)
         if self._bar is not None:
             self._bar.update(self._task, completed=step, stats=line)

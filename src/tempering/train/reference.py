@@ -58,8 +58,9 @@ def reference_key(model: Any, tokenizer: Any, pairs: Sequence[RenderedPair], pre
 
 
 @torch.no_grad()
-def compute_reference_logps(score: PairScore, model: Any, pairs: Sequence[RenderedPair], batch_size: int,
-                            precision: str, console: Any = None) -> torch.Tensor:
+def compute_reference_logps(
+    score: PairScore, model: Any, pairs: Sequence[RenderedPair], batch_size: int, precision: str, console: Any = None
+) -> torch.Tensor:
     """(N, 2) float32 sums of log pi_ref(answer | prompt) for (chosen, rejected) of every pair."""
     device = next(model.parameters()).device
     was_training = model.training
@@ -68,10 +69,14 @@ def compute_reference_logps(score: PairScore, model: Any, pairs: Sequence[Render
     out = torch.zeros((len(pairs), 2), dtype=torch.float32)
     # longest first: similar lengths share a batch, so little padding
     order = sorted(range(len(pairs)), key=lambda i: -pairs[i].n_tokens)
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     try:
-        with disabled, Progress(*Progress.get_default_columns(), console=console or Console(stderr=True),
-                                transient=True) as progress:
+        with (
+            disabled,
+            Progress(
+                *Progress.get_default_columns(), console=console or Console(stderr=True), transient=True
+            ) as progress,
+        ):
             task = progress.add_task("reference log-probs", total=len(batches))
             for index in batches:
                 batch = collate_pairs([pairs[i] for i in index])
@@ -85,9 +90,16 @@ def compute_reference_logps(score: PairScore, model: Any, pairs: Sequence[Render
     return out
 
 
-def cached_reference_logps(score: PairScore, model: Any, tokenizer: Any, pairs: Sequence[RenderedPair],
-                           batch_size: int, precision: str, cache_root: Path,
-                           console: Any = None) -> tuple[torch.Tensor, dict]:
+def cached_reference_logps(
+    score: PairScore,
+    model: Any,
+    tokenizer: Any,
+    pairs: Sequence[RenderedPair],
+    batch_size: int,
+    precision: str,
+    cache_root: Path,
+    console: Any = None,
+) -> tuple[torch.Tensor, dict]:
     """Reference sums (N, 2) from the cache, or computed and cached (atomically); and a record
     {key, path, hit} for the run summary."""
     key = reference_key(model, tokenizer, pairs, precision)

@@ -20,12 +20,18 @@ from typing import Any, Callable, Protocol
 import torch
 
 from tempering.config import TrainSettings
+from tempering.models.precision import autocast, resolve_precision
 from tempering.train import distributed
-from tempering.train.checkpoint import (list_checkpoints, load_checkpoint, remove_partial, save_checkpoint,
-                                        rng_state, set_rng_state)
+from tempering.train.checkpoint import (
+    list_checkpoints,
+    load_checkpoint,
+    remove_partial,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from tempering.train.guard import AnomalyGuard
 from tempering.train.metrics import MetricsLog, NoMetrics, console, quiet_console
-from tempering.models.precision import autocast, resolve_precision
 from tempering.train.progress import TrainProgress
 from tempering.train.schedule import lr_at
 
@@ -103,8 +109,15 @@ class Trainer:
     `callbacks` are called as cb(step, record) after every applied step.
     """
 
-    def __init__(self, model: Any, objective: Objective, batches: BatchSource, settings: TrainSettings,
-                 run_dir: Path, callbacks: list[Callable[[int, dict], None]] = ()):
+    def __init__(
+        self,
+        model: Any,
+        objective: Objective,
+        batches: BatchSource,
+        settings: TrainSettings,
+        run_dir: Path,
+        callbacks: list[Callable[[int, dict], None]] = (),
+    ):
         from accelerate import Accelerator
 
         if settings.threads:
@@ -112,8 +125,10 @@ class Trainer:
         # Under torchrun: data-parallel over the process group (train/distributed.py).
         self.world = distributed.init()
         if getattr(batches, "shard", (0, 1)) != (self.world.rank, self.world.size):
-            raise ValueError(f"{objective.name}: its batches are not sharded over the {self.world.size} processes "
-                             "of this torchrun; only SFT and DPO train data-parallel so far, run this with one process")
+            raise ValueError(
+                f"{objective.name}: its batches are not sharded over the {self.world.size} processes "
+                "of this torchrun; only SFT and DPO train data-parallel so far, run this with one process"
+            )
         # Precision is ours (explicit autocast below); accelerate places the model. It is not
         # wrapped in DDP: gradients are summed across ranks after the backward passes.
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
@@ -136,12 +151,20 @@ class Trainer:
         self.step, self.lr_scale, self.real_tokens = 0, 1.0, 0
         self.precision = resolve_precision(settings.precision)
         procs = f" x {self.world.size} processes" if self.world.size > 1 else ""
-        self.console.print(f"[dim]{objective.name}: precision {self.precision} on {self.accelerator.device}{procs}[/dim]")
+        self.console.print(
+            f"[dim]{objective.name}: precision {self.precision} on {self.accelerator.device}{procs}[/dim]"
+        )
 
     # -- checkpoints -------------------------------------------------------------------
     def _state(self) -> dict:
-        return {"step": self.step, "lr_scale": self.lr_scale, "data": self.batches.state_dict(),
-                "guard": self.guard.state_dict(), "real_tokens": self.real_tokens, "world_size": self.world.size}
+        return {
+            "step": self.step,
+            "lr_scale": self.lr_scale,
+            "data": self.batches.state_dict(),
+            "guard": self.guard.state_dict(),
+            "real_tokens": self.real_tokens,
+            "world_size": self.world.size,
+        }
 
     def save(self) -> Path:
         """Rank 0 writes the checkpoint (with every rank's RNG state); all ranks wait for it."""
@@ -149,8 +172,15 @@ class Trainer:
         path = self.ckpt_dir / f"step-{self.step:08d}"
         if self.world.main:
             weights = {n: p for n, p in self.named}
-            path = save_checkpoint(self.ckpt_dir, self.step, weights, self.optimizer.state_dict(), self._state(),
-                                   self.settings.checkpoint.keep_last, rng={"ranks": rngs} if len(rngs) > 1 else rngs[0])
+            path = save_checkpoint(
+                self.ckpt_dir,
+                self.step,
+                weights,
+                self.optimizer.state_dict(),
+                self._state(),
+                self.settings.checkpoint.keep_last,
+                rng={"ranks": rngs} if len(rngs) > 1 else rngs[0],
+            )
         distributed.barrier()
         return path
 
@@ -238,8 +268,17 @@ class Trainer:
         self.real_tokens += real
         dt = time.perf_counter() - t0
         source_stats = self.batches.stats() if hasattr(self.batches, "stats") else {}
-        return {"step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "real_tokens": real,
-                "tokens_per_s": real / dt, "step_s": dt, **extra, **source_stats}
+        return {
+            "step": self.step,
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "real_tokens": real,
+            "tokens_per_s": real / dt,
+            "step_s": dt,
+            **extra,
+            **source_stats,
+        }
 
     # -- the loop ----------------------------------------------------------------------
     def fit(self) -> TrainResult:
@@ -269,8 +308,10 @@ class Trainer:
                 # rank 0's clock decides, so every rank stops at the same step
                 if limit is not None and distributed.broadcast(time.perf_counter() - t_start > limit):
                     self.metrics.event("time_limit", step=self.step, minutes=self.settings.max_minutes)
-                    self.console.print(f"[yellow]time limit of {self.settings.max_minutes} min reached at "
-                                  f"step {self.step}; saving and stopping[/yellow]")
+                    self.console.print(
+                        f"[yellow]time limit of {self.settings.max_minutes} min reached at "
+                        f"step {self.step}; saving and stopping[/yellow]"
+                    )
                     self.save()
                     break
                 record = self.train_step()
@@ -287,5 +328,6 @@ class Trainer:
                 for cb in self.callbacks:
                     cb(self.step, record)
         counts = {k: int(v) for k, v in self.guard.counts.items()}
-        return TrainResult(self.step, losses, counts, self.run_dir, self.real_tokens,
-                           time.perf_counter() - t_start, resumed, history)
+        return TrainResult(
+            self.step, losses, counts, self.run_dir, self.real_tokens, time.perf_counter() - t_start, resumed, history
+        )

@@ -5,13 +5,20 @@ Plug-in point: `@register("name")` a function `(spec: dict, completion: str, ctx
 `score` call of a loop, and close it (or use it as a context manager) when the loop ends.
 """
 
-from tempering.verifiers.base import UnknownVerifier, VERIFIERS, VerifierError, register, score
-from tempering.verifiers.context import VerifierContext, VerifierContextClosed
 from tempering.verifiers import answers as _answers  # noqa: F401  (registers numeric/exact/regex/math)
-from tempering.verifiers import structure as _structure  # noqa: F401  (registers format/tool_call/composite)
-from tempering.verifiers import reasoning_gym as _reasoning_gym  # noqa: F401  (registers reasoning_gym)
 from tempering.verifiers import code as _code  # noqa: F401  (registers code)
+from tempering.verifiers import reasoning_gym as _reasoning_gym  # noqa: F401  (registers reasoning_gym)
 from tempering.verifiers import reward_model as _reward_model  # noqa: F401  (registers reward_model)
+from tempering.verifiers import structure as _structure  # noqa: F401  (registers format/tool_call/composite)
+from tempering.verifiers.base import VERIFIERS, UnknownVerifier, VerifierError, register, score
+from tempering.verifiers.context import VerifierContext, VerifierContextClosed
 
-__all__ = ["VERIFIERS", "UnknownVerifier", "VerifierContext", "VerifierContextClosed", "VerifierError", "register",
-           "score"]
+__all__ = [
+    "VERIFIERS",
+    "UnknownVerifier",
+    "VerifierContext",
+    "VerifierContextClosed",
+    "VerifierError",
+    "register",
+    "score",
+]

@@ -44,7 +44,7 @@ def extract_final_answer(text: str) -> str:
         return boxed.strip()
     matches = list(_ANSWER_IS.finditer(text))
     if matches:
-        tail = text[matches[-1].end():].split("\n", 1)[0]
+        tail = text[matches[-1].end() :].split("\n", 1)[0]
         return tail.strip().rstrip(".!;,").strip()
     return text.strip()
 
@@ -62,7 +62,9 @@ def parse_number(text: str) -> Fraction | None:
 
 
 def _reward(ok: bool, extracted: str | None) -> Reward:
-    return Reward(value=1.0 if ok else 0.0, components={"correct": 1.0 if ok else 0.0}, detail=f"extracted: {extracted!r}")
+    return Reward(
+        value=1.0 if ok else 0.0, components={"correct": 1.0 if ok else 0.0}, detail=f"extracted: {extracted!r}"
+    )
 
 
 @register("numeric")

@@ -31,11 +31,13 @@ def register(name: str, needs_prompt: bool = False) -> Callable[[ScoreFn], Score
     `needs_prompt`: `score` adds the task's conversation to the spec as `prompt` (unless
     the spec sets one), also inside composite parts.
     """
+
     def add(fn: ScoreFn) -> ScoreFn:
         VERIFIERS[name] = fn
         if needs_prompt:
             PROMPTED.add(name)
         return fn
+
     return add
 
 

@@ -36,8 +36,8 @@ import hmac
 import json
 import secrets
 from dataclasses import dataclass
-from hashlib import sha256
 from functools import lru_cache
+from hashlib import sha256
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,14 +111,31 @@ def run_judge(spec: CodeSpec, program: str, sandbox: Sandbox) -> JudgeRun:
     from tempering.sandbox import Limits
 
     key, nonce = secrets.token_bytes(32), secrets.token_hex(16)
-    payload = {"key": key.hex(), "nonce": nonce, "program": program, "entry_point": spec.entry_point,
-               "prompt": spec.prompt, "tests": spec.tests, "heldout_tests": spec.heldout_tests,
-               "call_s": spec.call_timeout_s, "budget_s": spec.budget_s}
+    payload = {
+        "key": key.hex(),
+        "nonce": nonce,
+        "program": program,
+        "entry_point": spec.entry_point,
+        "prompt": spec.prompt,
+        "tests": spec.tests,
+        "heldout_tests": spec.heldout_tests,
+        "call_s": spec.call_timeout_s,
+        "budget_s": spec.budget_s,
+    }
     data = json.dumps(payload)
-    limits = Limits(wall_s=spec.budget_s + 3, cpu_s=spec.budget_s + 3, memory_bytes=spec.memory_mb * MiB,
-                    processes=64, output_bytes=64 * 1024, scratch_bytes=max(8 * MiB, 4 * len(data)))
-    result = sandbox.exec(["python3", "-I", "-S", JUDGE_FILE, "judge", PAYLOAD_FILE],
-                          files={JUDGE_FILE: judge_source(), PAYLOAD_FILE: data}, limits=limits)
+    limits = Limits(
+        wall_s=spec.budget_s + 3,
+        cpu_s=spec.budget_s + 3,
+        memory_bytes=spec.memory_mb * MiB,
+        processes=64,
+        output_bytes=64 * 1024,
+        scratch_bytes=max(8 * MiB, 4 * len(data)),
+    )
+    result = sandbox.exec(
+        ["python3", "-I", "-S", JUDGE_FILE, "judge", PAYLOAD_FILE],
+        files={JUDGE_FILE: judge_source(), PAYLOAD_FILE: data},
+        limits=limits,
+    )
     if result.status == "sandbox_error":
         raise VerifierError(f"sandbox failed while judging code (not the model's fault): {result.error}")
     verdict, forged = parse_verdict(result.stdout, key, nonce)
@@ -172,8 +189,9 @@ def reward_from_run(run: JudgeRun) -> Reward:
         detail += f"; did not load: {v['load_failure']}"
     elif v.get("first_error"):
         detail += f"; first failed call: {v['first_error']}"
-    return Reward(value=value, components=components, flags=[clean_text(f, 200) for f in flags],
-                  detail=clean_text(detail, 1200))
+    return Reward(
+        value=value, components=components, flags=[clean_text(f, 200) for f in flags], detail=clean_text(detail, 1200)
+    )
 
 
 @register("code")
@@ -187,6 +205,10 @@ def score_code(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> R
         return Reward(value=0.0, components={"pass_fraction": 0.0}, flags=["syntax_error"], detail=str(exc))
     flags = cheat_flags(tree, program, parsed.prompt, parsed.entry_point)
     if flags:
-        return Reward(value=0.0, components={"pass_fraction": 0.0}, flags=flags,
-                      detail="not run: static cheat checks flagged the completion")
+        return Reward(
+            value=0.0,
+            components={"pass_fraction": 0.0},
+            flags=flags,
+            detail="not run: static cheat checks flagged the completion",
+        )
     return reward_from_run(run_judge(parsed, program.source, ctx.sandbox()))

@@ -48,18 +48,37 @@ class CandidateError(Exception):
     """The candidate's call did not produce a value (it raised, died, timed out or sent junk)."""
 
 
-PLAIN_EXCEPTIONS = frozenset({
-    "ArithmeticError", "AssertionError", "AttributeError", "BufferError", "EOFError", "FloatingPointError",
-    "IndexError", "KeyError", "LookupError", "MemoryError", "NameError", "NotImplementedError", "OverflowError",
-    "RecursionError", "RuntimeError", "TypeError", "UnboundLocalError", "UnicodeError", "ValueError",
-    "ZeroDivisionError",
-})
+PLAIN_EXCEPTIONS = frozenset(
+    {
+        "ArithmeticError",
+        "AssertionError",
+        "AttributeError",
+        "BufferError",
+        "EOFError",
+        "FloatingPointError",
+        "IndexError",
+        "KeyError",
+        "LookupError",
+        "MemoryError",
+        "NameError",
+        "NotImplementedError",
+        "OverflowError",
+        "RecursionError",
+        "RuntimeError",
+        "TypeError",
+        "UnboundLocalError",
+        "UnicodeError",
+        "ValueError",
+        "ZeroDivisionError",
+    }
+)
 """Exceptions re-raised into the tests as themselves (so `except ValueError:` there works). Only
 these: a StopIteration raised into trusted code ends the tests' `map()`/`filter()`/`zip()` early
 (`assert all(map(candidate, primes))` would pass), and the other control-flow exceptions
 (StopAsyncIteration, GeneratorExit, SystemExit, ...) steer trusted code the same way."""
-CONTROL_FLOW_EXCEPTIONS = frozenset({"StopIteration", "StopAsyncIteration", "GeneratorExit", "SystemExit",
-                                     "KeyboardInterrupt", "BaseException"})
+CONTROL_FLOW_EXCEPTIONS = frozenset(
+    {"StopIteration", "StopAsyncIteration", "GeneratorExit", "SystemExit", "KeyboardInterrupt", "BaseException"}
+)
 """Raised by the candidate, these are noted as `raised:<name>`: a solution has no reason to."""
 _RAISED: dict[str, type] = {}
 
@@ -128,8 +147,10 @@ def encode(value, depth: int = 0):
     for tag, base in _SEQUENCES:
         if issubclass(kind, base):
             return [tag, [encode(v, depth + 1) for v in base.__iter__(value)]]
-    raise TypeError(f"an object of type {kind.__name__} cannot cross to the judge (only plain data: None, "
-                    "bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)")
+    raise TypeError(
+        f"an object of type {kind.__name__} cannot cross to the judge (only plain data: None, "
+        "bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)"
+    )
 
 
 class ReplyTooLarge(ValueError):
@@ -194,6 +215,7 @@ def _pair(item, depth: int, budget: DecodeBudget):
 
 # --- assert instrumentation (pure) -----------------------------------------------------------
 
+
 class _AssertSites(ast.NodeTransformer):
     """`assert t` -> `try: R.record(i, t) except Exception: R.record(i, False)`; constant
     asserts (`assert True, "..."`) test nothing and are dropped."""
@@ -246,7 +268,9 @@ def instrument_tests(source: str, filename: str = "<tests>"):
             body.append(stmt)
             continue
         abort = _recorder_call("abort", ast.Constant(first), ast.Constant(sites.count))
-        body.append(ast.copy_location(ast.Try(body=[stmt], handlers=[_handler([abort])], orelse=[], finalbody=[]), stmt))
+        body.append(
+            ast.copy_location(ast.Try(body=[stmt], handlers=[_handler([abort])], orelse=[], finalbody=[]), stmt)
+        )
     owner.body = body
     if sites.count == 0:
         raise HarnessError("tests contain no assert that depends on anything")
@@ -273,6 +297,7 @@ class Recorder:
 
 # --- the judge --------------------------------------------------------------------------------
 
+
 class Worker:
     """One candidate process, spoken to over two pipes, one JSON line per message.
 
@@ -284,8 +309,11 @@ class Worker:
         request_read, self.request_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
         try:
-            actions = [(os.POSIX_SPAWN_DUP2, request_read, 0), (os.POSIX_SPAWN_DUP2, reply_write, 1),
-                       (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)]
+            actions = [
+                (os.POSIX_SPAWN_DUP2, request_read, 0),
+                (os.POSIX_SPAWN_DUP2, reply_write, 1),
+                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+            ]
             self.pid = os.posix_spawn(argv[0], argv, {}, file_actions=actions, setsid=True)
         except OSError:
             self.close()
@@ -314,7 +342,7 @@ class Worker:
             if not select.select([], [fd], [], max(0.0, deadline - time.monotonic()))[1]:
                 raise TimeoutError
             try:
-                data = data[os.write(fd, data):]
+                data = data[os.write(fd, data) :]
             except BrokenPipeError:
                 raise EOFError from None
 
@@ -401,8 +429,9 @@ class CandidateRunner:
         reply, _ = self._exchange(worker, ["load", self.program, self.entry_point], loading=True)
         if reply != ["loaded"]:
             ok = _is_error_reply(reply, "load_error")
-            self.load_failure = (f"{clean_text(reply[1], 100)}: {clean_text(reply[2], 300)}" if ok
-                                 else "malformed load reply")
+            self.load_failure = (
+                f"{clean_text(reply[1], 100)}: {clean_text(reply[2], 300)}" if ok else "malformed load reply"
+            )
             self.note("load_error")
             self._discard()
             raise CandidateError(f"candidate did not load: {self.load_failure}")
@@ -532,8 +561,24 @@ def harden_judge() -> None:
     if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 4
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER = 36: orphans come to us to be reaped
-    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM",
-                 "SIGPROF", "SIGPIPE", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGXFSZ", "SIGPOLL", "SIGWINCH"):
+    for name in (
+        "SIGINT",
+        "SIGTERM",
+        "SIGHUP",
+        "SIGQUIT",
+        "SIGUSR1",
+        "SIGUSR2",
+        "SIGALRM",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGPIPE",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGXFSZ",
+        "SIGPOLL",
+        "SIGWINCH",
+    ):
         signal.signal(getattr(signal, name), signal.SIG_IGN)
     sys.path[:] = [p for p in sys.path if p.startswith(("/usr/", "/lib"))]
 
@@ -553,8 +598,9 @@ def judge_main(payload_path: str) -> int:
         runner = CandidateRunner(payload["program"], payload["entry_point"], payload["call_s"], payload["budget_s"])
         verdict["tests"] = run_tests(payload["tests"], "<tests>", payload["prompt"], payload["entry_point"], runner)
         if payload.get("heldout_tests"):
-            verdict["heldout"] = run_tests(payload["heldout_tests"], "<heldout>", payload["prompt"],
-                                           payload["entry_point"], runner)
+            verdict["heldout"] = run_tests(
+                payload["heldout_tests"], "<heldout>", payload["prompt"], payload["entry_point"], runner
+            )
         verdict.update(events=runner.events, load_failure=runner.load_failure, first_error=runner.first_error)
     except HarnessError as exc:
         verdict["harness_error"] = str(exc)
@@ -565,11 +611,12 @@ def judge_main(payload_path: str) -> int:
     tag = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
     line = memoryview(f"\n{VERDICT_MAGIC} {tag} {body}\n".encode())
     while line:
-        line = line[os.write(1, line):]
+        line = line[os.write(1, line) :]
     return 0
 
 
 # --- the worker (the candidate's process; nothing here is trusted by the judge) ----------------
+
 
 def worker_main() -> int:
     import builtins
@@ -589,7 +636,7 @@ def worker_main() -> int:
     def reply(message) -> None:
         data = (dumps(message) + "\n").encode()
         while data:
-            data = data[write(reply_fd, data):]
+            data = data[write(reply_fd, data) :]
 
     _, program, entry_point = json.loads(requests.readline())
     namespace = {"__name__": "__candidate__", "__builtins__": builtins}

@@ -40,5 +40,4 @@ def score_reasoning_gym(spec: dict[str, Any], completion: str, ctx: VerifierCont
     dataset = build_dataset(spec["dataset"], spec["seed"], spec["size"], json.dumps(spec["config"], sort_keys=True))
     answer = extract_tagged_answer(completion)
     value = float(dataset.score_answer(answer, spec["entry"]))
-    return Reward(value=value, components={"correct": 1.0 if value >= 1.0 else 0.0},
-                  detail=f"extracted: {answer!r}")
+    return Reward(value=value, components={"correct": 1.0 if value >= 1.0 else 0.0}, detail=f"extracted: {answer!r}")

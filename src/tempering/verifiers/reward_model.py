@@ -44,7 +44,7 @@ class RewardScorer:
         self._lock = threading.Lock()
 
     @classmethod
-    def load(cls, path: str | Path, precision: str = "auto") -> "RewardScorer":
+    def load(cls, path: str | Path, precision: str = "auto") -> RewardScorer:
         from tempering.models.load import load_tokenizer
         from tempering.models.reward import load_reward_model
 
@@ -91,5 +91,8 @@ def score_reward_model(spec: dict[str, Any], completion: str, ctx: VerifierConte
     raw = scorer.score([messages])[0]
     value = 1.0 / (1.0 + math.exp(-raw)) if scale == "sigmoid" else raw
     threshold = float(spec.get("threshold", 0.5 if scale == "sigmoid" else 0.0))
-    return Reward(value=value, components={"score": raw, "correct": float(value >= threshold)},
-                  detail=f"reward model score {raw:.4f}")
+    return Reward(
+        value=value,
+        components={"score": raw, "correct": float(value >= threshold)},
+        detail=f"reward model score {raw:.4f}",
+    )

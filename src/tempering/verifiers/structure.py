@@ -11,15 +11,16 @@ from tempering.types import Reward
 from tempering.verifiers.base import register, score_spec
 from tempering.verifiers.context import VerifierContext
 
-_JSON_TYPES = {"string": str, "number": (int, float), "integer": int, "boolean": bool,
-               "object": dict, "array": list}
+_JSON_TYPES = {"string": str, "number": (int, float), "integer": int, "boolean": bool, "object": dict, "array": list}
 
 
 def schema_problems(value: Any, schema: dict[str, Any], where: str = "$") -> list[str]:
     """A small JSON-schema subset: type, required, properties (recursive), enum."""
     problems = []
     kind = schema.get("type")
-    if kind and not (isinstance(value, _JSON_TYPES[kind]) and not (kind in ("number", "integer") and isinstance(value, bool))):
+    if kind and not (
+        isinstance(value, _JSON_TYPES[kind]) and not (kind in ("number", "integer") and isinstance(value, bool))
+    ):
         return [f"{where}: expected {kind}, got {type(value).__name__}"]
     if "enum" in schema and value not in schema["enum"]:
         problems.append(f"{where}: {value!r} not in {schema['enum']}")
@@ -50,7 +51,9 @@ def score_format(spec: dict[str, Any], completion: str, ctx: VerifierContext) ->
         except json.JSONDecodeError as exc:
             problems.append(f"not valid JSON ({exc.msg})")
     ok = not problems
-    return Reward(value=1.0 if ok else 0.0, components={"format": 1.0 if ok else 0.0}, detail="; ".join(problems) or None)
+    return Reward(
+        value=1.0 if ok else 0.0, components={"format": 1.0 if ok else 0.0}, detail="; ".join(problems) or None
+    )
 
 
 @register("tool_call")
@@ -71,8 +74,11 @@ def score_tool_call(spec: dict[str, Any], completion: str, ctx: VerifierContext)
     if total == 0 and spec.get("required", True):
         problems.append("no tool call")
     value = valid / total if total else (0.0 if spec.get("required", True) else 1.0)
-    return Reward(value=value, components={"valid_calls": float(valid), "invalid_calls": float(total - valid)},
-                  detail="; ".join(problems) or None)
+    return Reward(
+        value=value,
+        components={"valid_calls": float(valid), "invalid_calls": float(total - valid)},
+        detail="; ".join(problems) or None,
+    )
 
 
 @register("composite")

@@ -1,11 +1,4 @@
-"""`temper eval show RUN_DIR`: browse the generations an eval run stored, with their scores.
-
-`temper eval run` writes `<out>/samples.jsonl`, one JSON object per generation:
-`{"suite","task_id","template","seed","sample","prompt","completion","reward","passed","status","detail"}`
-(`status`: scored | verifier_error | timeout; private suites: task ids hashed, no prompt or
-completion). This reads it back as a table, or as one panel per generation with `--task` or
-`--full`. Registered in `tempering.cli` as `eval_app.command("show")(eval_show)`.
-"""
+"""`temper eval show`: read back the samples of an eval run (tables, panels, --failed, --full)."""
 
 from __future__ import annotations
 
@@ -46,12 +39,17 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def select_samples(rows: list[dict[str, Any]], suite: str | None = None, failed: bool = False,
-                   task: str | None = None) -> list[dict[str, Any]]:
+def select_samples(
+    rows: list[dict[str, Any]], suite: str | None = None, failed: bool = False, task: str | None = None
+) -> list[dict[str, Any]]:
     """The rows matching every filter given (file order kept)."""
-    return [r for r in rows if (suite is None or r.get("suite") == suite)
-            and (not failed or not r.get("passed"))
-            and (task is None or str(r.get("task_id")) == task)]
+    return [
+        r
+        for r in rows
+        if (suite is None or r.get("suite") == suite)
+        and (not failed or not r.get("passed"))
+        and (task is None or str(r.get("task_id")) == task)
+    ]
 
 
 def _one_line(text: Any, width: int) -> str:
@@ -71,20 +69,29 @@ def samples_table(rows: list[dict[str, Any]]) -> Table:
     table = Table("suite", "task", "seed", "#", "reward", "status", "completion")
     for r in rows:
         status = r.get("status", "")
-        table.add_row(escape(str(r.get("suite", ""))), escape(str(r.get("task_id", ""))), str(r.get("seed", "")),
-                      str(r.get("sample", "")), _reward(r),
-                      status if status == "scored" else f"[yellow]{escape(str(status))}[/yellow]",
-                      escape(_one_line(r.get("completion"), 60)))
+        table.add_row(
+            escape(str(r.get("suite", ""))),
+            escape(str(r.get("task_id", ""))),
+            str(r.get("seed", "")),
+            str(r.get("sample", "")),
+            _reward(r),
+            status if status == "scored" else f"[yellow]{escape(str(status))}[/yellow]",
+            escape(_one_line(r.get("completion"), 60)),
+        )
     return table
 
 
 def sample_panel(row: dict[str, Any]) -> Panel:
-    parts = [f"[bold]prompt[/bold]\n{escape(str(row.get('prompt', '(private)')))}",
-             f"[bold]completion[/bold]\n{escape(str(row.get('completion', '(private)')))}"]
+    parts = [
+        f"[bold]prompt[/bold]\n{escape(str(row.get('prompt', '(private)')))}",
+        f"[bold]completion[/bold]\n{escape(str(row.get('completion', '(private)')))}",
+    ]
     if row.get("detail"):
         parts.append(f"[bold]detail[/bold]\n{escape(str(row['detail']))}")
-    title = (f"{escape(str(row.get('suite')))} / {escape(str(row.get('task_id')))}  seed {row.get('seed')} "
-             f"sample {row.get('sample')}  template {escape(str(row.get('template', '-')))}")
+    title = (
+        f"{escape(str(row.get('suite')))} / {escape(str(row.get('task_id')))}  seed {row.get('seed')} "
+        f"sample {row.get('sample')}  template {escape(str(row.get('template', '-')))}"
+    )
     return Panel("\n\n".join(parts), title=title, subtitle=f"{_reward(row)}  {escape(str(row.get('status', '')))}")
 
 
@@ -97,7 +104,7 @@ def eval_show(
     full: bool = typer.Option(False, "--full", help="One panel per generation (prompt, completion, detail)."),
 ) -> None:
     """Browse an eval run's stored generations: prompt, completion, reward, status."""
-    from tempering.cli_common import fail
+    from tempering.cli.common import fail
 
     out = Console()
     if limit < 0:
@@ -116,5 +123,6 @@ def eval_show(
 
         print_wide(out, samples_table(shown))
     passed = sum(bool(r.get("passed")) for r in chosen)
-    out.print(f"{len(shown)} shown of {len(chosen)} matching ({passed} passed); {len(rows)} in the file",
-              highlight=False)
+    out.print(
+        f"{len(shown)} shown of {len(chosen)} matching ({passed} passed); {len(rows)} in the file", highlight=False
+    )

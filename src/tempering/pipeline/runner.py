@@ -35,11 +35,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tempering.hashing import sha256_file
-from tempering.pipeline.registry import MARKER, REGISTRY_ENV, Registry
-from tempering.pipeline.stage import REGISTRY_FILE, run_lock
-from tempering.recipes.loop_plan import (Plan, PlannedStage, PipelineError, _substitute, is_file_value,
-                                         is_model_path, load_plan, walk)
-from tempering.recipes.loop_stages import StageContext
+from tempering.pipeline.plan import (
+    PipelineError,
+    Plan,
+    PlannedStage,
+    _substitute,
+    is_file_value,
+    is_model_path,
+    load_plan,
+    walk,
+)
+from tempering.pipeline.stages import StageContext
+from tempering.runs.registry import MARKER, REGISTRY_ENV, Registry
+from tempering.runs.stage import REGISTRY_FILE, run_lock
 
 __all__ = ["load_plan", "run_pipeline", "dry_run", "PipelineError", "StageOutcome", "PipelineResult"]
 RECORD = "pipeline-stage.json"
@@ -53,7 +61,7 @@ class StageOutcome:
 
     name: str
     kind: str
-    status: str                          # cached | done | failed | rejected | skipped
+    status: str  # cached | done | failed | rejected | skipped
     hash: str | None = None
     run_dir: Path | None = None
     outputs: dict[str, str] = field(default_factory=dict)
@@ -78,8 +86,9 @@ def code_version() -> str:
 
     pkg = Path(tempering.__file__).parent
     h = hashlib.sha256()
-    for f in sorted(p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                    and p.suffix not in (".pyc", ".pyo")):
+    for f in sorted(
+        p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
+    ):
         h.update(f.relative_to(pkg).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
 
@@ -152,15 +161,19 @@ def _resolver(done: dict[str, StageOutcome], stage: str) -> Callable[[str, str],
     def resolve(name: str, output: str) -> str:
         outputs = done[name].outputs
         if output not in outputs:
-            raise PipelineError(f"stage {stage!r}: ${{{name}.{output}}}: stage {name!r} produced no {output!r} "
-                                f"(it produced: {', '.join(outputs) or 'nothing'})")
+            raise PipelineError(
+                f"stage {stage!r}: ${{{name}.{output}}}: stage {name!r} produced no {output!r} "
+                f"(it produced: {', '.join(outputs) or 'nothing'})"
+            )
         return outputs[output]
+
     return resolve
 
 
 # ------------------------------------------------------------------ running
-def run_pipeline(plan: Plan, force: set[str] | frozenset[str] = frozenset(), events: Events | None = None,
-                 console: Any = None) -> PipelineResult:
+def run_pipeline(
+    plan: Plan, force: set[str] | frozenset[str] = frozenset(), events: Events | None = None, console: Any = None
+) -> PipelineResult:
     """Run the stages in order: cached ones are skipped, a rejected gate or a failed stage stops the rest.
 
     `force`: stage names to recompute even when cached. `events(stage, status, info)` receives
@@ -175,8 +188,10 @@ def run_pipeline(plan: Plan, force: set[str] | frozenset[str] = frozenset(), eve
     console = console or default_console
     unknown = set(force) - {s.name for s in plan.stages}
     if unknown:
-        raise PipelineError(f"--force-stage {', '.join(sorted(unknown))}: no such stage in {plan.path} "
-                            f"(stages: {', '.join(s.name for s in plan.stages)})")
+        raise PipelineError(
+            f"--force-stage {', '.join(sorted(unknown))}: no such stage in {plan.path} "
+            f"(stages: {', '.join(s.name for s in plan.stages)})"
+        )
     plan.root.mkdir(parents=True, exist_ok=True)
     outcomes: list[StageOutcome] = []
     with run_lock(plan.root):
@@ -197,8 +212,9 @@ def run_pipeline(plan: Plan, force: set[str] | frozenset[str] = frozenset(), eve
     return PipelineResult(status, outcomes, run_id)
 
 
-def _run_one(plan: Plan, stage: PlannedStage, done: dict[str, StageOutcome], force: bool, events: Events,
-             console: Any) -> StageOutcome:
+def _run_one(
+    plan: Plan, stage: PlannedStage, done: dict[str, StageOutcome], force: bool, events: Events, console: Any
+) -> StageOutcome:
     spec = stage.spec
     try:
         keys = _substitute(stage.keys, _resolver(done, stage.name))
@@ -212,9 +228,16 @@ def _run_one(plan: Plan, stage: PlannedStage, done: dict[str, StageOutcome], for
     cached = None if force else cached_outputs(record, digest)
     if cached is not None:
         events(stage.name, "cached", {"hash": digest, "run_dir": run_dir, "status": record["status"]})
-        return StageOutcome(stage.name, stage.kind, record["status"] if record["status"] == "rejected" else "cached",
-                            digest, run_dir, cached, record.get("summary", {}))
-    interrupted = (record is not None and record.get("hash") == digest and record.get("status") in ("running", "failed"))
+        return StageOutcome(
+            stage.name,
+            stage.kind,
+            record["status"] if record["status"] == "rejected" else "cached",
+            digest,
+            run_dir,
+            cached,
+            record.get("summary", {}),
+        )
+    interrupted = record is not None and record.get("hash") == digest and record.get("status") in ("running", "failed")
     if run_dir.exists() and (force or not (interrupted and spec.resumable)):
         shutil.rmtree(run_dir)  # stale, tampered, forced, or an interrupted stage that cannot resume: start clean
     _close_interrupted(plan.root, name)
@@ -225,18 +248,20 @@ def _run_one(plan: Plan, stage: PlannedStage, done: dict[str, StageOutcome], for
     ctx = StageContext(plan.root, name, console, lambda line: events(stage.name, "log", {"line": line}))
     try:
         outputs, summary = spec.run(spec.build(keys, plan.root, name), ctx)
-    except Exception as exc:  # noqa: BLE001  a stage's failure is a status of the pipeline, with its message
+    except Exception as exc:
         error = " ".join(f"{type(exc).__name__}: {exc}".split())
         write_record(run_dir, {**base, "status": "failed", "error": error})
         events(stage.name, "failed", {"error": error})
         return StageOutcome(stage.name, stage.kind, "failed", digest, run_dir, error=error)
     status = "rejected" if stage.kind == "gate" and not summary.get("passed") else "done"
     digests = {k: {"path": str(p), "sha256": content_digest(p)} for k, p in outputs.items() if Path(p).exists()}
-    write_record(run_dir, {**base, "status": status, "outputs": digests, "summary": _small(summary),
-                           "finished_at": time.time()})
+    write_record(
+        run_dir, {**base, "status": status, "outputs": digests, "summary": _small(summary), "finished_at": time.time()}
+    )
     events(stage.name, status, {"hash": digest, "run_dir": run_dir, "summary": summary})
-    return StageOutcome(stage.name, stage.kind, status, digest, run_dir, {k: d["path"] for k, d in digests.items()},
-                        summary)
+    return StageOutcome(
+        stage.name, stage.kind, status, digest, run_dir, {k: d["path"] for k, d in digests.items()}, summary
+    )
 
 
 def _steps(spec: Any, keys: dict[str, Any]) -> int | None:
@@ -258,8 +283,11 @@ def _close_interrupted(root: Path, name: str) -> None:
     with Registry.open(root) as registry:
         for run in registry.list(limit=1_000_000):
             if run["name"] == name and run["status"] == "running":
-                registry.fail(run["id"], "interrupted: the pipeline process stopped before this stage finished; "
-                                         "a later `temper run` resumed or restarted it")
+                registry.fail(
+                    run["id"],
+                    "interrupted: the pipeline process stopped before this stage finished; "
+                    "a later `temper run` resumed or restarted it",
+                )
 
 
 def _record_pipeline_start(plan: Plan) -> str:
@@ -267,18 +295,33 @@ def _record_pipeline_start(plan: Plan) -> str:
         for run in registry.list(limit=1_000_000):
             if run["kind"] == "pipeline" and run["status"] == "running":  # we hold the root lock: it is dead
                 registry.fail(run["id"], "interrupted: the pipeline process stopped")
-        config = {"file": str(plan.path), "out": str(plan.root), "seed": plan.seed,
-                  "stages": {s.name: {"kind": s.kind, **s.keys} for s in plan.stages}}
-        return registry.start(f"pipeline-{plan.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}", "pipeline", config,
-                              [], None)
+        config = {
+            "file": str(plan.path),
+            "out": str(plan.root),
+            "seed": plan.seed,
+            "stages": {s.name: {"kind": s.kind, **s.keys} for s in plan.stages},
+        }
+        return registry.start(
+            f"pipeline-{plan.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}", "pipeline", config, [], None
+        )
 
 
 def _record_pipeline_end(plan: Plan, run_id: str, status: str, outcomes: list[StageOutcome]) -> None:
-    stages = {o.name: {"kind": o.kind, "status": o.status, "hash": o.hash,
-                       "run": o.run_dir.name if o.run_dir else None, **({"error": o.error} if o.error else {})}
-              for o in outcomes}
-    verdicts = {o.name: {k: o.summary.get(k) for k in ("verdict", "failed_rules", "candidate")}
-                for o in outcomes if o.kind == "gate" and o.summary}
+    stages = {
+        o.name: {
+            "kind": o.kind,
+            "status": o.status,
+            "hash": o.hash,
+            "run": o.run_dir.name if o.run_dir else None,
+            **({"error": o.error} if o.error else {}),
+        }
+        for o in outcomes
+    }
+    verdicts = {
+        o.name: {k: o.summary.get(k) for k in ("verdict", "failed_rules", "candidate")}
+        for o in outcomes
+        if o.kind == "gate" and o.summary
+    }
     outputs = {o.name: str(o.run_dir) for o in outcomes if o.run_dir is not None}
     with Registry.open(plan.root) as registry:
         if status == "failed":
@@ -316,4 +359,3 @@ def dry_run(plan: Plan) -> list[dict[str, Any]]:
             status = "resumes" if resumable else "runs"
         rows.append({**row, "hash": digest, "run_dir": str(run_dir), "status": status})
     return rows
-

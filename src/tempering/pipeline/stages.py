@@ -31,11 +31,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from tempering.config import (DecontamStageConfig, DedupStageConfig, DPOConfig, EvalConfig, ExportStageConfig,
-                              FeedbackConfig, GateStageConfig, GRPOConfig, MergeConfig, MixConfig, PairsConfig,
-                              ReleaseStageConfig, RMConfig, SFTConfig, StratifyConfig, Strict, SynthConfig)
-from tempering.pipeline.registry import Registry, describe_input
-from tempering.pipeline.stage import StageSpec, input_list, run_stage
+from tempering.config import (
+    DecontamStageConfig,
+    DedupStageConfig,
+    DPOConfig,
+    EvalConfig,
+    ExportStageConfig,
+    FeedbackConfig,
+    GateStageConfig,
+    GRPOConfig,
+    MergeConfig,
+    MixConfig,
+    PairsConfig,
+    ReleaseStageConfig,
+    RMConfig,
+    SFTConfig,
+    StratifyConfig,
+    Strict,
+    SynthConfig,
+)
+from tempering.runs.registry import Registry, describe_input
+from tempering.runs.stage import StageSpec, input_list, run_stage
 
 RESULTS_FILE = "results.json"
 VERDICT_FILE = "gate.json"
@@ -45,9 +61,9 @@ VERDICT_FILE = "gate.json"
 class StageContext:
     """What the runner hands a stage: where it runs, and where its progress lines go."""
 
-    root: Path            # the pipeline's run root (registry.sqlite lives here)
-    name: str             # the run name, <stage>-<hash12>; the run dir is root / name
-    console: Any          # rich console for recipes that print progress
+    root: Path  # the pipeline's run root (registry.sqlite lives here)
+    name: str  # the run name, <stage>-<hash12>; the run dir is root / name
+    console: Any  # rich console for recipes that print progress
     log: Callable[[str], None]  # one short progress line (shown in the display)
 
     @property
@@ -120,7 +136,7 @@ def _grpo(cfg: GRPOConfig, ctx: StageContext) -> StageOutput:
 
 # ------------------------------------------------------------------ data recipes
 def _synth(cfg: SynthConfig, ctx: StageContext) -> StageOutput:
-    from tempering.recipes.flywheel import run_synth
+    from tempering.recipes.synth import run_synth
 
     s = run_synth(cfg, console=ctx.console)
     return {k: s[f"{k}_file"] for k in ("sft", "failures", "pairs") if f"{k}_file" in s}, s
@@ -164,8 +180,10 @@ def _data_pass(kind: str, cfg: Any, ctx: StageContext, body: Callable[[Path], An
         if not stage.finished:
             result = body(out)
             stage.registry.record_output(stage.run_id, "data", out)
-            stage.finish({"steps": 1, **result.counts, "settings": settings, "sha256": result.sha256},
-                         {"data": str(out), "report": str(result.report)})
+            stage.finish(
+                {"steps": 1, **result.counts, "settings": settings, "sha256": result.sha256},
+                {"data": str(out), "report": str(result.report)},
+            )
     return {"data": str(out), "report": str(out.with_suffix(f".{kind}.json"))}, stage.result.summary
 
 
@@ -198,18 +216,30 @@ def _eval(cfg: EvalConfig, ctx: StageContext) -> StageOutput:
 
     suites = load_suites(cfg)
     files = [(s, "eval") for s in cfg.suites if Path(s).suffix in (".yaml", ".yml")]
-    spec = StageSpec("eval", str(ctx.root), ctx.name, cfg.model_dump(), input_list(files), cfg.model, 1,
-                     cfg.first_seed, cfg.threads)
+    spec = StageSpec(
+        "eval", str(ctx.root), ctx.name, cfg.model_dump(), input_list(files), cfg.model, 1, cfg.first_seed, cfg.threads
+    )
     results_path = ctx.run_dir / RESULTS_FILE
     with run_stage(spec) as stage:
         if not stage.finished:
-            results = evaluate_model(cfg.model, suites, stage.run_dir, first_seed=cfg.first_seed, cache=cfg.cache,
-                                     threads=cfg.threads, precision=cfg.precision, engine_settings=cfg.engine,
-                                 scale=cfg.scale,
-                                     warn=ctx.log, log=ctx.log)
+            results = evaluate_model(
+                cfg.model,
+                suites,
+                stage.run_dir,
+                first_seed=cfg.first_seed,
+                cache=cfg.cache,
+                threads=cfg.threads,
+                precision=cfg.precision,
+                engine_settings=cfg.engine,
+                scale=cfg.scale,
+                warn=ctx.log,
+                log=ctx.log,
+            )
             metrics = {s.suite: {k: m.mean for k, m in s.metrics.items()} for s in results.suites}
-            stage.finish({"steps": 1, "model": cfg.model, "suites": metrics},
-                         {"results": str(results_path), "report": str(stage.run_dir / "report.html")})
+            stage.finish(
+                {"steps": 1, "model": cfg.model, "suites": metrics},
+                {"results": str(results_path), "report": str(stage.run_dir / "report.html")},
+            )
     return {"results": str(results_path), "report": str(ctx.run_dir / "report.html")}, stage.result.summary
 
 
@@ -242,11 +272,24 @@ def _gate(cfg: GateStageConfig, ctx: StageContext) -> StageOutput:
             verdict_path.write_text(json.dumps(verdict.to_dict(), indent=1))
             failed = [c.rule for c in verdict.rules if not c.passed]
             with Registry.open(ctx.root) as registry:  # the verdict is an eval of the candidate: lineage shows it
-                registry.record_eval(cand.model, cfg.candidate, gate=verdict.to_dict(),
-                                     metrics={s.suite: {k: m.mean for k, m in s.metrics.items()} for s in cand.suites})
-            stage.finish({"steps": 1, "passed": verdict.passed, "verdict": "passed" if verdict.passed else "rejected",
-                          "failed_rules": failed, "base": base.model, "candidate": cand.model,
-                          "rules": [c.to_dict() for c in verdict.rules]}, {"verdict": str(verdict_path)})
+                registry.record_eval(
+                    cand.model,
+                    cfg.candidate,
+                    gate=verdict.to_dict(),
+                    metrics={s.suite: {k: m.mean for k, m in s.metrics.items()} for s in cand.suites},
+                )
+            stage.finish(
+                {
+                    "steps": 1,
+                    "passed": verdict.passed,
+                    "verdict": "passed" if verdict.passed else "rejected",
+                    "failed_rules": failed,
+                    "base": base.model,
+                    "candidate": cand.model,
+                    "rules": [c.to_dict() for c in verdict.rules],
+                },
+                {"verdict": str(verdict_path)},
+            )
     return {"verdict": str(verdict_path)}, stage.result.summary
 
 
@@ -257,7 +300,7 @@ def _merge(cfg: MergeConfig, ctx: StageContext) -> StageOutput:
 
 
 def _release(cfg: ReleaseStageConfig, ctx: StageContext) -> StageOutput:
-    from tempering.pipeline.releases import Releases
+    from tempering.runs.releases import Releases
 
     verdict = json.loads(Path(cfg.gate).read_text())
     inputs = [describe_input(cfg.gate, "eval")]
@@ -266,10 +309,15 @@ def _release(cfg: ReleaseStageConfig, ctx: StageContext) -> StageOutput:
     with run_stage(spec) as stage:
         if not stage.finished:
             with Registry.open(ctx.root) as registry:
-                release = Releases(registry).promote(cfg.model, gate=verdict, alias=cfg.alias,
-                                                     reason=f"pipeline stage {ctx.name}")
-            record = {"version": release.version, "alias": cfg.alias, "model": release.model,
-                      "model_sha256": release.model_sha256}
+                release = Releases(registry).promote(
+                    cfg.model, gate=verdict, alias=cfg.alias, reason=f"pipeline stage {ctx.name}"
+                )
+            record = {
+                "version": release.version,
+                "alias": cfg.alias,
+                "model": release.model,
+                "model_sha256": release.model_sha256,
+            }
             release_path.write_text(json.dumps(record, indent=1))
             stage.finish({"steps": 1, **record}, {"release": str(release_path)})
     return {"release": str(release_path)}, stage.result.summary
@@ -281,8 +329,9 @@ def _export(cfg: ExportStageConfig, ctx: StageContext) -> StageOutput:
 
     if adapter_base(resolve_model(cfg.model)) is None:
         raise ValueError(f"{cfg.model} is not a PEFT adapter directory (no adapter_config.json): nothing to merge")
-    spec = StageSpec("export", str(ctx.root), ctx.name, cfg.model_dump(), [describe_input(cfg.model, "base_model")],
-                     cfg.model, 1, 0)
+    spec = StageSpec(
+        "export", str(ctx.root), ctx.name, cfg.model_dump(), [describe_input(cfg.model, "base_model")], cfg.model, 1, 0
+    )
     model_dir = ctx.run_dir / "model"
     with run_stage(spec) as stage:
         if not stage.finished:
@@ -294,31 +343,69 @@ def _export(cfg: ExportStageConfig, ctx: StageContext) -> StageOutput:
 
 _TRAIN = dict(owned=("out", "name"), seed_key="train.seed", resumable=True, steps_key="train.steps")
 KINDS: dict[str, StageKind] = {
-    "eval": StageKind(EvalConfig, _eval, ("results", "report"), inputs=("suites",), models=("model",), owned=("out",),
-                      seed_key="first_seed"),
+    "eval": StageKind(
+        EvalConfig,
+        _eval,
+        ("results", "report"),
+        inputs=("suites",),
+        models=("model",),
+        owned=("out",),
+        seed_key="first_seed",
+    ),
     "data.dedup": StageKind(DedupStageConfig, _dedup, ("data", "report"), inputs=("data",), owned=()),
-    "data.decontam": StageKind(DecontamStageConfig, _decontam, ("data", "report"), inputs=("data", "against"),
-                               owned=()),
-    "data.mix": StageKind(MixConfig, _mix, ("data",), inputs=("sources.*.data", "replay.data"),
-                          models=("tokenizer",), owned=("out", "name", "output"), seed_key="seed"),
-    "data.stratify": StageKind(StratifyConfig, _stratify, ("tasks", "stratified"), inputs=("tasks.source",),
-                               models=("model",), seed_key="seed"),
-    "data.synth": StageKind(SynthConfig, _synth, ("sft", "failures", "pairs"), inputs=("tasks.source",),
-                            models=("model",), seed_key="seed"),
-    "data.pairs": StageKind(PairsConfig, _pairs, ("pairs",), inputs=("tasks.source",), models=("model",),
-                            owned=("out", "name", "output"), seed_key="seed"),
-    "feedback": StageKind(FeedbackConfig, _feedback, ("tasks", "pairs", "report"),
-                          inputs=("evals", "served", "votes", "pool.source"), seed_key="seed"),
-    "sft": StageKind(SFTConfig, _sft, ("final",), inputs=("data.train", "data.eval", "data.replay.data"),
-                     models=("model",), **_TRAIN),
+    "data.decontam": StageKind(
+        DecontamStageConfig, _decontam, ("data", "report"), inputs=("data", "against"), owned=()
+    ),
+    "data.mix": StageKind(
+        MixConfig,
+        _mix,
+        ("data",),
+        inputs=("sources.*.data", "replay.data"),
+        models=("tokenizer",),
+        owned=("out", "name", "output"),
+        seed_key="seed",
+    ),
+    "data.stratify": StageKind(
+        StratifyConfig, _stratify, ("tasks", "stratified"), inputs=("tasks.source",), models=("model",), seed_key="seed"
+    ),
+    "data.synth": StageKind(
+        SynthConfig, _synth, ("sft", "failures", "pairs"), inputs=("tasks.source",), models=("model",), seed_key="seed"
+    ),
+    "data.pairs": StageKind(
+        PairsConfig,
+        _pairs,
+        ("pairs",),
+        inputs=("tasks.source",),
+        models=("model",),
+        owned=("out", "name", "output"),
+        seed_key="seed",
+    ),
+    "feedback": StageKind(
+        FeedbackConfig,
+        _feedback,
+        ("tasks", "pairs", "report"),
+        inputs=("evals", "served", "votes", "pool.source"),
+        seed_key="seed",
+    ),
+    "sft": StageKind(
+        SFTConfig, _sft, ("final",), inputs=("data.train", "data.eval", "data.replay.data"), models=("model",), **_TRAIN
+    ),
     "dpo": StageKind(DPOConfig, _dpo, ("final",), inputs=("data.train", "data.eval"), models=("model",), **_TRAIN),
-    "rm": StageKind(RMConfig, _rm, ("final",), inputs=("data.train", "data.eval", "best_of_n.tasks.source"),
-                    models=("model", "best_of_n.policy"), **_TRAIN),
-    "grpo": StageKind(GRPOConfig, _grpo, ("final",), inputs=("tasks.source", "heldout.tasks.source"),
-                      models=("model",), **_TRAIN),
+    "rm": StageKind(
+        RMConfig,
+        _rm,
+        ("final",),
+        inputs=("data.train", "data.eval", "best_of_n.tasks.source"),
+        models=("model", "best_of_n.policy"),
+        **_TRAIN,
+    ),
+    "grpo": StageKind(
+        GRPOConfig, _grpo, ("final",), inputs=("tasks.source", "heldout.tasks.source"), models=("model",), **_TRAIN
+    ),
     "merge": StageKind(MergeConfig, _merge, ("final",), models=("inputs.*", "base"), seed_key="seed"),
-    "gate": StageKind(GateStageConfig, _gate, ("verdict",), inputs=("base", "candidate", "rules_file"), owned=(),
-                      seed_key="seed"),
+    "gate": StageKind(
+        GateStageConfig, _gate, ("verdict",), inputs=("base", "candidate", "rules_file"), owned=(), seed_key="seed"
+    ),
     "export": StageKind(ExportStageConfig, _export, ("final",), models=("model",), owned=()),
     "release": StageKind(ReleaseStageConfig, _release, ("release",), inputs=("gate",), models=("model",), owned=()),
 }

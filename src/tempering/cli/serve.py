@@ -1,13 +1,4 @@
-"""`temper serve`, `temper keys create|list|revoke`, `temper feedback export`, `temper arena export`.
-
-    temper serve --port 8000 --registry runs/registry.sqlite --canary-share 0.1
-    temper keys create alice                 # the new key is the last line printed
-    temper feedback export --out served.jsonl  # -> the feedback stage's `served`
-    temper arena export --out votes.jsonl      # -> the feedback stage's `votes` (pairs with votes)
-
-Every command works on one deployment: its `--state` directory (default `serve/`).
-Registered in `tempering.cli`.
-"""
+"""`temper serve`, `temper keys`, `temper feedback`, `temper arena`: the OpenAI-compatible server and what hangs off it."""
 
 from __future__ import annotations
 
@@ -17,12 +8,20 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from tempering.cli_common import fail
+from tempering.cli.common import fail
 
 out = Console(highlight=False, soft_wrap=True)
+
+
 keys_app = typer.Typer(help="API keys of a deployment: create, list, revoke.", no_args_is_help=True)
+
+
 feedback_app = typer.Typer(help="Feedback collected by `temper serve`.", no_args_is_help=True)
+
+
 arena_app = typer.Typer(help="Votes of the blind arena.", no_args_is_help=True)
+
+
 STATE = typer.Option(Path("serve"), "--state", help="The deployment's state directory (serve.sqlite).")
 
 
@@ -38,15 +37,23 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, help="TCP port."),
     state: Path = STATE,
-    registry: Optional[str] = typer.Option(None, help="Release registry (SQLite file or PostgreSQL URL); "
-                                           "default: $TEMPERING_REGISTRY if set, else none (serve --model)."),
-    model: Optional[str] = typer.Option(None, help="Model served when no release is production "
-                                        "(default smollm2-135m-instruct)."),
+    registry: Optional[str] = typer.Option(
+        None,
+        help="Release registry (SQLite file or PostgreSQL URL); "
+        "default: $TEMPERING_REGISTRY if set, else none (serve --model).",
+    ),
+    model: Optional[str] = typer.Option(
+        None, help="Model served when no release is production (default smollm2-135m-instruct)."
+    ),
     canary_share: float = typer.Option(0.0, min=0.0, max=1.0, help="Share of production traffic for the candidate."),
-    log_text: bool = typer.Option(False, "--log-text", help="Keep request and response text (feedback export needs it)."),
+    log_text: bool = typer.Option(
+        False, "--log-text", help="Keep request and response text (feedback export needs it)."
+    ),
     rate_limit: int = typer.Option(600, min=1, help="Requests per minute per key (default for keys without one)."),
     max_tokens: int = typer.Option(256, min=1, help="Default and largest max_tokens."),
-    arena_prompts: Optional[Path] = typer.Option(None, help="Prompts for the arena (JSONL with 'prompt', or text lines)."),
+    arena_prompts: Optional[Path] = typer.Option(
+        None, help="Prompts for the arena (JSONL with 'prompt', or text lines)."
+    ),
     precision: str = typer.Option("auto", help="auto | bf16 | fp32."),
     quantize: str = typer.Option("none", help="none | int8: serve weight-only int8 copies (CPU)."),
 ) -> None:
@@ -55,7 +62,7 @@ def serve(
 
     import uvicorn
 
-    from tempering.pipeline import REGISTRY_ENV
+    from tempering.runs import REGISTRY_ENV
     from tempering.serve.config import ServeConfig
 
     registry = registry or os.environ.get(REGISTRY_ENV)
@@ -65,9 +72,19 @@ def serve(
         fail(f"no arena prompts file at {arena_prompts}")
     if quantize not in ("none", "int8"):
         fail(f"--quantize {quantize!r} is not one of none, int8")
-    values = dict(host=host, port=port, state=state, registry=registry, canary_share=canary_share, log_text=log_text,
-                  rate_limit=rate_limit, max_tokens=max_tokens, arena_prompts=arena_prompts, precision=precision,
-                  quantize=quantize)
+    values = dict(
+        host=host,
+        port=port,
+        state=state,
+        registry=registry,
+        canary_share=canary_share,
+        log_text=log_text,
+        rate_limit=rate_limit,
+        max_tokens=max_tokens,
+        arena_prompts=arena_prompts,
+        precision=precision,
+        quantize=quantize,
+    )
     cfg = ServeConfig(**values, **({"model": model} if model else {}))
     from tempering.serve.app import create_app
 
@@ -80,8 +97,11 @@ def serve(
 
 
 @keys_app.command("create")
-def keys_create(name: str = typer.Argument(..., help="A name for the key (unique)."), state: Path = STATE,
-                rate_limit: Optional[int] = typer.Option(None, min=1, help="Requests per minute for this key.")) -> None:
+def keys_create(
+    name: str = typer.Argument(..., help="A name for the key (unique)."),
+    state: Path = STATE,
+    rate_limit: Optional[int] = typer.Option(None, min=1, help="Requests per minute for this key."),
+) -> None:
     """Create a key; the secret is printed once, as the last line, and only its hash is stored."""
     from tempering.serve.store import StoreError
 
@@ -99,7 +119,9 @@ def keys_list(state: Path = STATE) -> None:
     import time
 
     for k in _store(state).keys():
-        status = "revoked " + time.strftime("%Y-%m-%d %H:%M", time.localtime(k.revoked_at)) if k.revoked_at else "active"
+        status = (
+            "revoked " + time.strftime("%Y-%m-%d %H:%M", time.localtime(k.revoked_at)) if k.revoked_at else "active"
+        )
         out.print(f"{k.id}  {k.name}  {status}  rate_limit={k.rate_limit or 'default'}")
 
 
@@ -128,8 +150,9 @@ def feedback_export(out_path: Path = typer.Option(..., "--out", help="JSONL to w
 
 
 @arena_app.command("export")
-def arena_export(out_path: Path = typer.Option(..., "--out", help="JSONL of preference pairs to write."),
-                 state: Path = STATE) -> None:
+def arena_export(
+    out_path: Path = typer.Option(..., "--out", help="JSONL of preference pairs to write."), state: Path = STATE
+) -> None:
     """Arena votes as preference pairs with `votes` (for `temper data agree` and DPO; the feedback stage's `votes`)."""
     from tempering.data.streams import write_jsonl_atomic
     from tempering.serve.arena import arena_pairs

@@ -1,39 +1,57 @@
-"""`temper runs ls|show|prune`, `temper lineage`, `temper release ls|promote|rollback|decide`.
+"""`temper runs ls|show|prune`, `temper lineage`, `temper release ...`, `temper export`, `temper traj`, `temper model resolve`.
 
-Each command opens one registry: `--registry` (an SQLite file or a PostgreSQL URL) if given,
-else `$TEMPERING_REGISTRY` if set, else `<--root>/registry.sqlite`.
-"""
+Each registry command opens one registry: `--registry` (an SQLite file or a PostgreSQL URL) if given,
+else `$TEMPERING_REGISTRY` if set, else `<--root>/registry.sqlite`."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tempering.cli_common import fail
-from tempering.pipeline import REGISTRY_ENV, REGISTRY_FILE
+from tempering.cli.common import fail
+from tempering.config import DEFAULT_MODEL
+from tempering.runs import REGISTRY_ENV, REGISTRY_FILE
+
+if TYPE_CHECKING:
+    from tempering.runs.registry import Registry
 from tempering.tables import print_wide
 
+out = Console()
+model_app = typer.Typer(help="Models: resolve / convert a model spec.", no_args_is_help=True)
+
+
 out = Console(highlight=False, soft_wrap=True)  # a path or a rule stays on one line
+
+
 runs_app = typer.Typer(help="Runs recorded in the registry: ls, show, prune.", no_args_is_help=True)
+
+
 release_app = typer.Typer(help="Releases: ls, promote, rollback, and the canary decision.", no_args_is_help=True)
 
+
 ROOT = typer.Option(Path("runs"), "--root", help="Run root holding registry.sqlite.")
-REGISTRY = typer.Option(None, "--registry", help=f"Registry: an SQLite file or a postgresql+psycopg:// URL "
-                        f"(default: ${REGISTRY_ENV}, else <root>/{REGISTRY_FILE}).")
+
+
+REGISTRY = typer.Option(
+    None,
+    "--registry",
+    help=f"Registry: an SQLite file or a postgresql+psycopg:// URL "
+    f"(default: ${REGISTRY_ENV}, else <root>/{REGISTRY_FILE}).",
+)
 
 
 def open_registry(root: Path, registry: Optional[str]) -> Registry:
     """The registry a command reads; one-line errors for a missing file or an unreachable server."""
-    import os
 
-    from tempering.pipeline.registry import Registry, RegistryError  # SQLAlchemy: imported only when used
+    from tempering.runs.registry import Registry, RegistryError  # SQLAlchemy: imported only when used
 
     where: Any = registry
     if where is None and not os.environ.get(REGISTRY_ENV):
@@ -61,8 +79,9 @@ def _scalars(metrics: dict[str, Any], limit: int = 8) -> str:
 
 # ---------------------------------------------------------------------------------------- runs
 @runs_app.command("ls")
-def runs_ls(root: Path = ROOT, registry: Optional[str] = REGISTRY,
-            limit: int = typer.Option(50, help="Show the newest N runs.")) -> None:
+def runs_ls(
+    root: Path = ROOT, registry: Optional[str] = REGISTRY, limit: int = typer.Option(50, help="Show the newest N runs.")
+) -> None:
     """List recorded runs, newest first."""
     with open_registry(root, registry) as reg:
         table = Table("id", "name", "kind", "status", "base model", "started")
@@ -72,16 +91,21 @@ def runs_ls(root: Path = ROOT, registry: Optional[str] = REGISTRY,
 
 
 @runs_app.command("show")
-def runs_show(run: str = typer.Argument(..., help="Run id or name (the newest run of that name)."),
-              root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
+def runs_show(
+    run: str = typer.Argument(..., help="Run id or name (the newest run of that name)."),
+    root: Path = ROOT,
+    registry: Optional[str] = REGISTRY,
+) -> None:
     """One run: status, config summary, inputs with roles and hashes, outputs, metrics, evals."""
     with open_registry(root, registry) as reg:
         try:
             r = reg.get(run)
         except KeyError as exc:
             fail(exc.args[0])
-        out.print(f"[bold]{escape(r['name'])}[/bold] ({r['kind']}, {r['id']}) {r['status']}"
-                  f"  started {_when(r['started_at'])}  finished {_when(r['finished_at']) or '-'}")
+        out.print(
+            f"[bold]{escape(r['name'])}[/bold] ({r['kind']}, {r['id']}) {r['status']}"
+            f"  started {_when(r['started_at'])}  finished {_when(r['finished_at']) or '-'}"
+        )
         if r["error"]:
             out.print(f"error: {escape(r['error'])}")
         inputs = Table("role", "input", "sha256", "from run", title="inputs")
@@ -100,16 +124,18 @@ def runs_show(run: str = typer.Argument(..., help="Run id or name (the newest ru
 @runs_app.command("prune")
 def runs_prune(root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
     """Remove failed runs whose run dir (under --root) no longer exists."""
-    from tempering.pipeline.stage import prune_failed
+    from tempering.runs.stage import prune_failed
 
     with open_registry(root, registry) as reg:
         removed = prune_failed(reg, root)
-    out.print(f"removed {len(removed)} failed run(s) without a run dir" + (f": {', '.join(removed)}" if removed else ""))
+    out.print(
+        f"removed {len(removed)} failed run(s) without a run dir" + (f": {', '.join(removed)}" if removed else "")
+    )
 
 
 # ------------------------------------------------------------------------------------- lineage
 def _find_run(reg: Registry, target: str) -> dict[str, Any]:
-    from tempering.pipeline.registry import read_marker
+    from tempering.runs.registry import read_marker
 
     marker = read_marker(target)
     if marker is not None:
@@ -126,13 +152,17 @@ def _find_run(reg: Registry, target: str) -> dict[str, Any]:
         fail(f"{target}: no run of {reg.location} wrote it (not a recorded output, run id or run name)")
 
 
-def lineage(checkpoint: str = typer.Argument(..., help="A checkpoint dir (its marker names the run), "
-                                             "a recorded output path, or a run id or name."),
-            root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
+def lineage(
+    checkpoint: str = typer.Argument(
+        ..., help="A checkpoint dir (its marker names the run), a recorded output path, or a run id or name."
+    ),
+    root: Path = ROOT,
+    registry: Optional[str] = REGISTRY,
+) -> None:
     """The chain behind a checkpoint: data files with their roles and the data passes (dedup,
     decontam, mix, ...) that wrote them, the stages, the checkpoint, its evals and releases."""
-    from tempering.pipeline.registry import read_marker
-    from tempering.pipeline.releases import Releases
+    from tempering.runs.registry import read_marker
+    from tempering.runs.releases import Releases
 
     marker = read_marker(checkpoint)
     if registry is None and marker is not None:
@@ -146,8 +176,10 @@ def lineage(checkpoint: str = typer.Argument(..., help="A checkpoint dir (its ma
         for run_id, inputs in by_run.items():
             r = reg.get(run_id)
             indent = "  " * inputs[0].depth
-            out.print(f"{indent}[bold]{escape(r['name'])}[/bold] ({r['kind']}, {run_id}) {r['status']}"
-                      + (f"  {escape(_scalars(r['metrics']))}" if r["metrics"] else ""))
+            out.print(
+                f"{indent}[bold]{escape(r['name'])}[/bold] ({r['kind']}, {run_id}) {r['status']}"
+                + (f"  {escape(_scalars(r['metrics']))}" if r["metrics"] else "")
+            )
             for i in inputs:
                 if i.role is None:
                     continue
@@ -176,8 +208,10 @@ def _checkpoint_sha(reg: Registry, run_id: str, path: str) -> str | None:
 def _print_evals(evals: list[dict[str, Any]]) -> None:
     for e in evals:
         verdict = {True: "[green]gate passed[/green]", False: "[red]gate failed[/red]", None: "no gate"}[e["passed"]]
-        out.print(f"eval {e['id']}: {escape(e['report'])}  sha256 {_short(e['report_sha256'])}  {verdict}"
-                  + (f"  {escape(_scalars(e['metrics']))}" if e["metrics"] else ""))
+        out.print(
+            f"eval {e['id']}: {escape(e['report'])}  sha256 {_short(e['report_sha256'])}  {verdict}"
+            + (f"  {escape(_scalars(e['metrics']))}" if e["metrics"] else "")
+        )
         for rule in (e["gate"] or {}).get("rules", []):
             if not rule.get("passed"):
                 out.print(f"  [red]FAIL[/red] {escape(str(rule['rule']))}: {escape(str(rule.get('detail', '')))}")
@@ -194,36 +228,52 @@ def _verdict(path: Path) -> dict[str, Any]:
 
 
 @release_app.command("ls")
-def release_ls(root: Path = ROOT, registry: Optional[str] = REGISTRY,
-               history: bool = typer.Option(False, "--history", help="Also list every alias move.")) -> None:
+def release_ls(
+    root: Path = ROOT,
+    registry: Optional[str] = REGISTRY,
+    history: bool = typer.Option(False, "--history", help="Also list every alias move."),
+) -> None:
     """Releases (newest first) with the alias each holds."""
-    from tempering.pipeline.releases import Releases
+    from tempering.runs.releases import Releases
 
     with open_registry(root, registry) as reg:
         rel = Releases(reg)
         table = Table("version", "status", "model", "sha256", "run", "released")
         for r in rel.list():
-            table.add_row(f"v{r.version}", r.status, r.model, _short(r.model_sha256), r.run_id or "", _when(r.created_at))
+            table.add_row(
+                f"v{r.version}", r.status, r.model, _short(r.model_sha256), r.run_id or "", _when(r.created_at)
+            )
         print_wide(out, table)
         if history:
             moves = Table("alias", "action", "to", "from", "reason", "at", title="alias moves")
             for e in rel.history():
-                moves.add_row(e.alias, e.action, f"v{e.release}" if e.release else "-",
-                              f"v{e.previous}" if e.previous else "-", e.reason or "", _when(e.at))
+                moves.add_row(
+                    e.alias,
+                    e.action,
+                    f"v{e.release}" if e.release else "-",
+                    f"v{e.previous}" if e.previous else "-",
+                    e.reason or "",
+                    _when(e.at),
+                )
             print_wide(out, moves)
 
 
 @release_app.command("promote")
 def release_promote(
     model: Path = typer.Argument(..., help="The checkpoint dir to release."),
-    gate: Optional[Path] = typer.Option(None, "--gate", help="Its gate verdict (gate.json from `temper eval "
-                                        "compare --out`); default: the newest verdict recorded for it."),
+    gate: Optional[Path] = typer.Option(
+        None,
+        "--gate",
+        help="Its gate verdict (gate.json from `temper eval "
+        "compare --out`); default: the newest verdict recorded for it.",
+    ),
     alias: str = typer.Option("production", help="Alias to point at it: production, or candidate for a canary."),
     report: Optional[Path] = typer.Option(None, help="The eval report to record with it (default: the gate file)."),
-    root: Path = ROOT, registry: Optional[str] = REGISTRY,
+    root: Path = ROOT,
+    registry: Optional[str] = REGISTRY,
 ) -> None:
     """Release a checkpoint whose gate passed (refused otherwise) and point an alias at it."""
-    from tempering.pipeline.releases import ReleaseError, Releases, check_verdict
+    from tempering.runs.releases import ReleaseError, Releases, check_verdict
 
     if not model.exists():
         fail(f"model not found: {model}")
@@ -241,11 +291,14 @@ def release_promote(
 
 
 @release_app.command("rollback")
-def release_rollback(alias: str = typer.Option("production", help="The alias to roll back."),
-                     reason: Optional[str] = typer.Option(None, help="Why (kept in the alias history)."),
-                     root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
+def release_rollback(
+    alias: str = typer.Option("production", help="The alias to roll back."),
+    reason: Optional[str] = typer.Option(None, help="Why (kept in the alias history)."),
+    root: Path = ROOT,
+    registry: Optional[str] = REGISTRY,
+) -> None:
     """Point an alias back at the release it held before its current one."""
-    from tempering.pipeline.releases import ReleaseError, Releases
+    from tempering.runs.releases import ReleaseError, Releases
 
     with open_registry(root, registry) as reg:
         try:
@@ -256,11 +309,18 @@ def release_rollback(alias: str = typer.Option("production", help="The alias to 
 
 
 @release_app.command("decide")
-def release_decide(gate: Path = typer.Option(..., "--gate", help="The canary's second gate verdict (gate.json) on "
-                                             "fresh samples, with a 'non-inferior on ... within ...' rule."),
-                   root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
+def release_decide(
+    gate: Path = typer.Option(
+        ...,
+        "--gate",
+        help="The canary's second gate verdict (gate.json) on "
+        "fresh samples, with a 'non-inferior on ... within ...' rule.",
+    ),
+    root: Path = ROOT,
+    registry: Optional[str] = REGISTRY,
+) -> None:
     """The canary decision: the candidate becomes production if non-inferior, else it is rolled back (exit 1)."""
-    from tempering.pipeline.releases import ReleaseError, Releases
+    from tempering.runs.releases import ReleaseError, Releases
 
     with open_registry(root, registry) as reg:
         try:
@@ -272,3 +332,85 @@ def release_decide(gate: Path = typer.Option(..., "--gate", help="The canary's s
         return
     out.print(f"[red]v{d.release.version} rolled back[/red]: {escape(d.reason)}")
     raise typer.Exit(1)
+
+
+def traj(
+    run_dir: Path = typer.Argument(..., help="A GRPO run directory (runs/NAME)."),
+    step: Optional[int] = typer.Option(None, help="Only this step."),
+    worst: bool = typer.Option(False, "--worst", help="Lowest reward first."),
+    best: bool = typer.Option(False, "--best", help="Highest reward first."),
+    flagged: bool = typer.Option(False, "--flagged", help="Only rollouts with flags."),
+    limit: int = typer.Option(20, help="Rows to show (0: all)."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per line instead of a table."),
+) -> None:
+    """Read back the rollouts a GRPO run stored (prompt, completion, reward, flags)."""
+    from rich.table import Table
+
+    from tempering.rollout.store import read_trajectories
+
+    if worst + best + flagged > 1:
+        fail("choose at most one of --worst, --best, --flagged")
+    order = "worst" if worst else "best" if best else "flagged" if flagged else None
+    try:
+        rows = read_trajectories(run_dir, step, order, limit or None)
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    if as_json:
+        for r in rows:
+            print(json.dumps(r))
+        return
+    table = Table("step", "task", "reward", "adv", "flags", "completion", show_lines=False)
+    for r in rows:
+        table.add_row(
+            str(r["step"]),
+            r["task_id"],
+            f"{r['reward']:.2f}",
+            f"{r['advantage']:+.2f}",
+            ",".join(r["flags"]),
+            r["completion"][:80].replace("\n", "\\n"),
+        )
+    print_wide(out, table)
+    out.print(f"{len(rows)} rollouts")
+
+
+def export(
+    adapter: Path = typer.Argument(..., help="A PEFT adapter directory (e.g. runs/NAME/final)."),
+    out_dir: Path = typer.Option(..., "--out", help="Where to write the merged HF model."),
+    dtype: str = typer.Option("fp32", "--dtype", help="Weights of the merged model: fp32, bf16 or fp16."),
+    force: bool = typer.Option(False, "--force", help="Write into a non-empty --out dir (replacing its files)."),
+) -> None:
+    """Merge a LoRA adapter into its base model and save a standalone HF directory.
+
+    The export is recorded as a run of the adapter's registry and marked, so the
+    contamination scan of the exported model still sees what the adapter was trained on.
+    """
+    from tempering.models.load import adapter_base
+    from tempering.models.lora import EXPORT_DTYPES, export_merged
+    from tempering.runs.stage import record_export
+
+    if dtype not in EXPORT_DTYPES:
+        fail(f"--dtype {dtype!r} is not one of {', '.join(EXPORT_DTYPES)}")
+    if adapter_base(str(adapter)) is None:
+        fail(f"{adapter} is not a PEFT adapter directory (no adapter_config.json)")
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
+        fail(f"--out {out_dir} exists and is not empty; choose an empty dir or pass --force to replace it")
+    if force and out_dir.is_dir():
+        import shutil
+
+        if out_dir.resolve() in [adapter.resolve(), *adapter.resolve().parents]:
+            fail(f"--out {out_dir} holds the adapter itself; choose another dir")
+        shutil.rmtree(out_dir)
+    with record_export(adapter, out_dir, {"adapter": str(adapter), "out": str(out_dir), "dtype": dtype}):
+        path = export_merged(str(adapter), str(out_dir), dtype)
+    out.print(f"merged model ({dtype}) written to {path}")
+
+
+@model_app.command("resolve")
+def model_resolve(spec: str = typer.Argument(DEFAULT_MODEL)) -> None:
+    """Print the local HF directory for a model spec (converting a GGUF once)."""
+    from tempering.models.load import ModelNotFound, resolve_model
+
+    try:
+        print(resolve_model(spec))
+    except ModelNotFound as exc:
+        fail(str(exc))

@@ -23,7 +23,7 @@ import yaml
 from pydantic import ValidationError
 
 from tempering.config import PipelineConfig
-from tempering.recipes.loop_stages import KINDS, StageKind
+from tempering.pipeline.stages import KINDS, StageKind
 
 REF = re.compile(r"\$\{([^{}]*)\}")
 _REF_PARTS = re.compile(r"([A-Za-z0-9][A-Za-z0-9_]*)\.([A-Za-z0-9_]+)")
@@ -42,7 +42,7 @@ class PlannedStage:
     name: str
     kind: str
     keys: dict[str, Any]
-    refs: list[tuple[str, str]]          # (stage, output) it refers to, in order
+    refs: list[tuple[str, str]]  # (stage, output) it refers to, in order
 
     @property
     def spec(self) -> StageKind:
@@ -148,12 +148,14 @@ def load_plan(path: str | Path, seed: int | None = None) -> Plan:
     return Plan(path, root, cfg.seed, stages)
 
 
-def _check_stage(path: Path, base: Path, root: Path, seed: int, name: str, keys: Any,
-                 earlier: list[PlannedStage], names: set[str]) -> PlannedStage:
+def _check_stage(
+    path: Path, base: Path, root: Path, seed: int, name: str, keys: Any, earlier: list[PlannedStage], names: set[str]
+) -> PlannedStage:
     where = f"{path}: stage {name!r}"
     if not _STAGE_NAME.fullmatch(name):
-        raise PipelineError(f"{where}: a stage name is letters, digits and '_' (at most 64), starting with a "
-                            "letter or digit")
+        raise PipelineError(
+            f"{where}: a stage name is letters, digits and '_' (at most 64), starting with a letter or digit"
+        )
     if not isinstance(keys, dict) or "kind" not in keys:
         raise PipelineError(f"{where}: needs 'kind' (one of {', '.join(KINDS)})")
     keys = dict(keys)
@@ -163,11 +165,12 @@ def _check_stage(path: Path, base: Path, root: Path, seed: int, name: str, keys:
     spec = KINDS[kind]
     for key in spec.owned:
         if key in keys:
-            raise PipelineError(f"{where}: key {key!r} is set by the pipeline (runs go under the pipeline's out); "
-                                "remove it")
+            raise PipelineError(
+                f"{where}: key {key!r} is set by the pipeline (runs go under the pipeline's out); remove it"
+            )
     refs = _check_refs(where, keys, earlier, names)
     for dotted in spec.inputs + spec.models:
-        walk(keys, dotted, lambda v, k: _resolve(where, base, v, k, dotted in spec.models))
+        walk(keys, dotted, lambda v, k, dotted=dotted: _resolve(where, base, v, k, dotted in spec.models))
     if spec.seed_key:
         _default(keys, spec.seed_key, seed)
     placeholder = _substitute(keys, lambda stage, out: str(root / f"{stage}-<hash>" / out))
@@ -181,8 +184,9 @@ def _check_stage(path: Path, base: Path, root: Path, seed: int, name: str, keys:
     return PlannedStage(name, kind, keys, refs)
 
 
-def _check_refs(where: str, keys: dict[str, Any], earlier: list[PlannedStage],
-                names: set[str]) -> list[tuple[str, str]]:
+def _check_refs(
+    where: str, keys: dict[str, Any], earlier: list[PlannedStage], names: set[str]
+) -> list[tuple[str, str]]:
     before = {s.name: s for s in earlier}
     refs = []
     for dotted, text in _strings(keys):
@@ -192,14 +196,23 @@ def _check_refs(where: str, keys: dict[str, Any], earlier: list[PlannedStage],
                 raise PipelineError(f"{where}: {dotted}: ${{{ref}}} is not a reference (write ${{stage.output}})")
             stage, out = m.groups()
             if stage not in before:
-                later = ("is this stage itself" if f"stage {stage!r}" == where.rsplit(": ", 1)[-1] else
-                         "runs later" if stage in names else "is not a stage of this pipeline")
-                raise PipelineError(f"{where}: {dotted}: ${{{ref}}} refers to stage {stage!r}, which {later}; "
-                                    "a stage may only use the outputs of stages above it")
+                later = (
+                    "is this stage itself"
+                    if f"stage {stage!r}" == where.rsplit(": ", 1)[-1]
+                    else "runs later"
+                    if stage in names
+                    else "is not a stage of this pipeline"
+                )
+                raise PipelineError(
+                    f"{where}: {dotted}: ${{{ref}}} refers to stage {stage!r}, which {later}; "
+                    "a stage may only use the outputs of stages above it"
+                )
             outputs = before[stage].spec.outputs
             if out not in outputs:
-                raise PipelineError(f"{where}: {dotted}: ${{{ref}}}: stage {stage!r} ({before[stage].kind}) has no "
-                                    f"output {out!r} (outputs: {', '.join(outputs)})")
+                raise PipelineError(
+                    f"{where}: {dotted}: ${{{ref}}}: stage {stage!r} ({before[stage].kind}) has no "
+                    f"output {out!r} (outputs: {', '.join(outputs)})"
+                )
             refs.append((stage, out))
     return refs
 
@@ -257,7 +270,7 @@ def _check_semantics(where: str, kind: str, cfg: Any) -> None:
 
     try:
         if kind == "gate":
-            from tempering.recipes.loop_stages import gate_rules
+            from tempering.pipeline.stages import gate_rules
 
             gate_rules(cfg, where)
         elif kind in ("eval", "data.decontam"):

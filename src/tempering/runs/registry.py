@@ -6,7 +6,7 @@ sharing one registry. Both go through the same SQLAlchemy Core code. `Registry.o
 picks: a URL as given, else the `TEMPERING_REGISTRY` environment variable if set, else the
 SQLite file in the run root `where`. The schema is versioned in `schema_version`; opening a
 newer-schema database with older code is an error, an older SQLite file is migrated forward
-(pipeline/migrate.py). Writes are transactions: on SQLite each takes the write lock at its
+(runs/migrate.py). Writes are transactions: on SQLite each takes the write lock at its
 start (`BEGIN IMMEDIATE`, waiting up to 30 s), on PostgreSQL rows never collide, so two
 processes writing at once lose nothing.
 
@@ -39,8 +39,8 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from tempering.hashing import sha256_file as file_sha256
-from tempering.pipeline import REGISTRY_ENV, REGISTRY_FILE, migrate, schema
-from tempering.pipeline.schema import SCHEMA_VERSION, metadata, run_inputs, run_outputs, runs, schema_version
+from tempering.runs import REGISTRY_ENV, REGISTRY_FILE, migrate, schema
+from tempering.runs.schema import SCHEMA_VERSION, metadata, run_inputs, run_outputs, runs, schema_version
 
 __all__ = ["SCHEMA_VERSION", "Registry", "RegistryError", "Input", "LineageRow", "describe_input", "read_marker",
            "registry_exists", "file_sha256", "REGISTRY_ENV", "REGISTRY_FILE"]

@@ -1,4 +1,4 @@
-"""What every `temper` command shares: the stderr console and the one-line error exit."""
+"""What every `temper` command shares: the stderr console, the one-line error exit, the training flags."""
 
 from __future__ import annotations
 
@@ -9,14 +9,25 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-err = Console(stderr=True, soft_wrap=True, highlight=False)  # soft wrap: an error stays one line however narrow the terminal
+err = Console(
+    stderr=True, soft_wrap=True, highlight=False
+)  # soft wrap: an error stays one line however narrow the terminal
+
 
 # The flags every training command (sft, grpo, dpo, rm) shares; typer reads one option object
 # as the default of several commands.
 STEPS = typer.Option(None, help="Optimizer steps.")
+
+
 OUT = typer.Option(None, "--out", help="Run root.")
+
+
 NAME = typer.Option(None, help="Run name (re-using one resumes it).")
+
+
 FULL = typer.Option(False, "--full", help="Train all parameters instead of LoRA.")
+
+
 FORCE = typer.Option(False, "--force", help="Resume even though the config changed.")
 
 
@@ -26,8 +37,15 @@ def fail(message: object, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def train_from_config(kind: type, run: Callable[..., dict[str, Any]], config: Path, sets: Sequence[str],
-                      literal: dict[str, Any], full: bool = False, force: bool = False) -> dict[str, Any]:
+def train_from_config(
+    kind: type,
+    run: Callable[..., dict[str, Any]],
+    config: Path,
+    sets: Sequence[str],
+    literal: dict[str, Any],
+    full: bool = False,
+    force: bool = False,
+) -> dict[str, Any]:
     """The shared body of the training commands (sft, grpo, dpo, rm): the config file with
     `--set` values and flag overrides (`full`: all parameters, no LoRA), then the run; any
     bad input is the one-line error exit. Returns the run summary for the caller to print."""

@@ -1,7 +1,4 @@
-"""`temper eval run | compare`: each parses its flags and calls one function.
-
-Registered in `tempering.cli`: `app.add_typer(eval_app, name="eval")`.
-"""
+"""`temper eval run | compare | show` and `temper verify`: each parses its flags and calls one function."""
 
 from __future__ import annotations
 
@@ -14,12 +11,18 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 
-from tempering.cli_common import err, fail
-from tempering.config import DEFAULT_MODEL
+from tempering.cli.common import err, fail
+from tempering.cli.eval_show import eval_show
+from tempering.config import DEFAULT_MODEL, ConfigError, load_config
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-eval_app = typer.Typer(help="Evaluate: run suites on a model, compare two results, gate a release.",
-                       no_args_is_help=True)
+
+
+eval_app = typer.Typer(
+    help="Evaluate: run suites on a model, compare two results, gate a release.", no_args_is_help=True
+)
+
+
 PIPE_WIDTH = 200  # columns of tables written to a pipe or file
 
 
@@ -31,42 +34,58 @@ def stdout_console() -> Console:
     return Console(width=PIPE_WIDTH)
 
 
-
-
 def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
 
 @eval_app.command("run")
 def eval_run(
-    suites: Optional[List[str]] = typer.Argument(None, help="Suite names (built-in or user suite dirs) or suite "
-                                                 "YAML paths (default: the config's)."),
+    suites: Optional[List[str]] = typer.Argument(
+        None, help="Suite names (built-in or user suite dirs) or suite YAML paths (default: the config's)."
+    ),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="EvalConfig YAML; the flags below override it."),
-    model: Optional[str] = typer.Option(None, help=f"Model spec: alias, HF dir, run output (runs/NAME/final), "
-                                        f".gguf (default {DEFAULT_MODEL})."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Writes results.json, samples.jsonl and report.html here."),
+    model: Optional[str] = typer.Option(
+        None, help=f"Model spec: alias, HF dir, run output (runs/NAME/final), .gguf (default {DEFAULT_MODEL})."
+    ),
+    out_dir: Optional[Path] = typer.Option(
+        None, "--out", help="Writes results.json, samples.jsonl and report.html here."
+    ),
     seeds: Optional[int] = typer.Option(None, help="Sampling seeds, each a full repeat (default: the suite's)."),
     first_seed: Optional[int] = typer.Option(None, help="Seeds are first_seed .. first_seed + seeds - 1 (default 0)."),
     samples: Optional[int] = typer.Option(None, help="Samples per task per seed (default: the suite's)."),
-    limit: Optional[int] = typer.Option(None, help="At most this many tasks per task source (a subset: own suite hash)."),
-    cache: Optional[bool] = typer.Option(None, "--cache/--no-cache", help="Reuse results cached under "
-                                         "~/.cache/tempering/evals (default: on)."),
+    limit: Optional[int] = typer.Option(
+        None, help="At most this many tasks per task source (a subset: own suite hash)."
+    ),
+    cache: Optional[bool] = typer.Option(
+        None, "--cache/--no-cache", help="Reuse results cached under ~/.cache/tempering/evals (default: on)."
+    ),
     threads: Optional[int] = typer.Option(None, help="torch intra-op threads (default: torch's)."),
     precision: Optional[str] = typer.Option(None, help="auto | bf16 | fp32 (auto: bf16 only where it is native)."),
     quantize: Optional[str] = typer.Option(None, help="none | int8: evaluate the weight-only int8 copy."),
     overrides: Optional[List[str]] = typer.Option(None, "--set", help="Config override key=value (repeatable)."),
 ) -> None:
     """Evaluate a model on suites; contamination is scanned along the checkpoint's training lineage."""
-    from tempering.config import ConfigError, EvalConfig, load_config
+    from tempering.config import EvalConfig
     from tempering.evals.evaluate import EvalError, evaluate_model
     from tempering.evals.suite import SuiteError, load_suite
 
-    flags = {"suites": suites or None, "model": model, "out": str(out_dir) if out_dir else None, "seeds": seeds,
-             "first_seed": first_seed, "samples": samples, "limit": limit, "cache": cache, "threads": threads,
-             "precision": precision, "quantize": quantize}
+    flags = {
+        "suites": suites or None,
+        "model": model,
+        "out": str(out_dir) if out_dir else None,
+        "seeds": seeds,
+        "first_seed": first_seed,
+        "samples": samples,
+        "limit": limit,
+        "cache": cache,
+        "threads": threads,
+        "precision": precision,
+        "quantize": quantize,
+    }
     try:
-        cfg = load_config(EvalConfig, config, list(overrides or []),
-                          literal={k: v for k, v in flags.items() if v is not None})
+        cfg = load_config(
+            EvalConfig, config, list(overrides or []), literal={k: v for k, v in flags.items() if v is not None}
+        )
     except (ConfigError, OSError) as exc:
         fail(_one_line(exc) + " (flags override the config file)")
     from tempering.evals.agent_suites import is_agent_suite
@@ -86,20 +105,31 @@ def eval_run(
         stdout_console().print(f"results: {Path(cfg.out) / 'results.json'}  report: {Path(cfg.out) / 'report.html'}")
         return
     try:
-        loaded = [load_suite(s).with_overrides(seeds=cfg.seeds, samples=cfg.samples, limit=cfg.limit)
-                  for s in cfg.suites]
+        loaded = [
+            load_suite(s).with_overrides(seeds=cfg.seeds, samples=cfg.samples, limit=cfg.limit) for s in cfg.suites
+        ]
     except SuiteError as exc:
         fail(_one_line(exc))
     names = [s.name for s in loaded]
     if len(set(names)) != len(names):
         fail(f"a suite is listed twice: {names}")
     try:
-        results = evaluate_model(cfg.model, loaded, Path(cfg.out), first_seed=cfg.first_seed, cache=cfg.cache,
-                                 threads=cfg.threads, precision=cfg.precision, engine_settings=cfg.engine,
-                                 scale=cfg.scale, quantize=cfg.quantize,
-                                 warn=lambda line: err.print(f"[yellow]warning: {line}[/yellow]"),
-                                 log=lambda line: err.print(f"[dim]{line}[/dim]"),
-                                 extra_suites=agent_suites, extra_records=agent_records)
+        results = evaluate_model(
+            cfg.model,
+            loaded,
+            Path(cfg.out),
+            first_seed=cfg.first_seed,
+            cache=cfg.cache,
+            threads=cfg.threads,
+            precision=cfg.precision,
+            engine_settings=cfg.engine,
+            scale=cfg.scale,
+            quantize=cfg.quantize,
+            warn=lambda line: err.print(f"[yellow]warning: {line}[/yellow]"),
+            log=lambda line: err.print(f"[dim]{line}[/dim]"),
+            extra_suites=agent_suites,
+            extra_records=agent_records,
+        )
     except (EvalError, SuiteError) as exc:
         fail(_one_line(exc))
 
@@ -107,8 +137,10 @@ def eval_run(
     for suite in results.suites:
         for note in suite.notes:
             stdout_console().print(f"note: {suite.suite}: {note}", highlight=False)
-    stdout_console().print(f"results: {Path(cfg.out) / 'results.json'}  samples: {Path(cfg.out) / 'samples.jsonl'}  "
-              f"report: {Path(cfg.out) / 'report.html'}")
+    stdout_console().print(
+        f"results: {Path(cfg.out) / 'results.json'}  samples: {Path(cfg.out) / 'samples.jsonl'}  "
+        f"report: {Path(cfg.out) / 'report.html'}"
+    )
 
 
 def _agent_suites(cfg: Any, names: list[str]) -> tuple[list[Any], list[dict[str, Any]]]:
@@ -118,17 +150,27 @@ def _agent_suites(cfg: Any, names: list[str]) -> tuple[list[Any], list[dict[str,
     from tempering.evals.agent_suites import run_agent_suites
 
     try:
-        results = run_agent_suites(cfg.model, names, Path(cfg.out), seeds=cfg.seeds or 1, first_seed=cfg.first_seed,
-                                   limit=cfg.limit, precision=cfg.precision)
+        results = run_agent_suites(
+            cfg.model,
+            names,
+            Path(cfg.out),
+            seeds=cfg.seeds or 1,
+            first_seed=cfg.first_seed,
+            limit=cfg.limit,
+            precision=cfg.precision,
+        )
     except (TaskFileError, ValueError, OSError) as exc:
         fail(_one_line(exc))
     console = stdout_console()
     for name, tiers in results["suites"].items():
         for tier, m in tiers.items():
-            console.print(f"{name} tier {tier}: completion {m['completion_rate']:.3f} [{m['ci_low']:.3f}, "
-                          f"{m['ci_high']:.3f}] over {m['tasks']} tasks; steps {m['steps']:.2f}, invalid calls "
-                          f"{m['invalid_calls']:.2f}, recovery {m['recovery_rate']:.2f}, intact {m['intact_rate']:.2f}, "
-                          f"env errors {m['env_errors']}", highlight=False)
+            console.print(
+                f"{name} tier {tier}: completion {m['completion_rate']:.3f} [{m['ci_low']:.3f}, "
+                f"{m['ci_high']:.3f}] over {m['tasks']} tasks; steps {m['steps']:.2f}, invalid calls "
+                f"{m['invalid_calls']:.2f}, recovery {m['recovery_rate']:.2f}, intact {m['intact_rate']:.2f}, "
+                f"env errors {m['env_errors']}",
+                highlight=False,
+            )
     console.print(f"agent results: {Path(cfg.out) / 'agent_results.json'}")
     return results["suite_results"], results["records"]
 
@@ -169,3 +211,43 @@ def eval_compare(
         (Path(out_dir) / "gate.json").write_text(json.dumps(verdict.to_dict(), indent=1))
     stdout_console().print("[green]gate passed[/green]" if verdict.passed else "[red]gate failed[/red]")
     raise typer.Exit(0 if verdict.passed else 1)
+
+
+def verify(
+    task: Path = typer.Option(..., "--task", help="One task as JSON (the task JSONL row format)."),
+    completion: Path = typer.Option(..., "--completion", help="A file holding the completion text."),
+) -> None:
+    """Score a completion with the task's verifier; the Reward JSON is the last line."""
+    from pydantic import ValidationError
+
+    from tempering.types import Task
+    from tempering.verifiers import UnknownVerifier, score
+
+    for path, what in ((task, "task"), (completion, "completion")):
+        if not path.is_file():
+            fail(f"{path}: {what} file not found (--{what})")
+    try:
+        parsed = Task.model_validate_json(task.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        fail(f"{task}: invalid task: {exc.errors()[0]['msg']}")
+    except UnicodeDecodeError as exc:
+        fail(f"{task}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+    from tempering.sandbox import SandboxUnavailable
+    from tempering.verifiers import VerifierError
+
+    try:
+        text = completion.read_text(encoding="utf-8", errors="replace")
+        reward = score(parsed, text)
+    except UnknownVerifier as exc:
+        fail(str(exc.args[0]))
+    except KeyError as exc:  # the spec lacks a field its verifier needs (e.g. numeric without answer)
+        fail(
+            f"{task}: the {parsed.verifier.get('type')!r} verifier spec needs the field {exc.args[0]!r}; "
+            f'add it to "verifier"'
+        )
+    except (VerifierError, SandboxUnavailable) as exc:
+        fail(f"the verifier could not judge (not the completion's fault): {exc}", code=3)
+    print(reward.model_dump_json())
+
+
+eval_app.command("show")(eval_show)

@@ -34,8 +34,8 @@ from typing import Any, Mapping
 
 import sqlalchemy as sa
 
-from tempering.pipeline.registry import Registry
-from tempering.pipeline.schema import alias_events, releases
+from tempering.runs.registry import Registry
+from tempering.runs.schema import alias_events, releases
 
 PRODUCTION, CANDIDATE = "production", "candidate"
 NON_INFERIORITY = "non-inferior on"

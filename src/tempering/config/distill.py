@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from tempering.config import DEFAULT_MODEL, DataSettings, Strict, TrainSettings
+from tempering.config.base import DEFAULT_MODEL, Strict
+from tempering.config.train import DataSettings, TrainSettings
 
 
 class StudentSettings(Strict):

@@ -1,12 +1,4 @@
-"""`temper chat MODEL`: talk to a model (a base, a run's adapter, an export) in the terminal.
-
-    temper chat runs/NAME/final                        # interactive: /reset, /exit
-    temper chat smollm2-135m-instruct --prompt "2+2?"  # one-shot: prints the reply
-
-Generation goes through the rollout engine and its `chat_prompt`, the same path GRPO and
-the eval suites sample with, so what you see here is what training and evaluation see.
-Registered in `tempering.cli` as `app.command("chat")(chat)`.
-"""
+"""`temper chat`: talk to a model or a release in the terminal."""
 
 from __future__ import annotations
 
@@ -58,10 +50,9 @@ def chat(
     precision: str = typer.Option("auto", help="auto | bf16 | fp32 (auto: bf16 only where it is native)."),
 ) -> None:
     """Chat with a model in the terminal, or get one reply with --prompt."""
+    from tempering.cli.common import err, fail
     from tempering.models.load import ModelNotFound
     from tempering.rollout.engine import SamplingParams
-
-    from tempering.cli_common import err, fail
 
     if precision not in ("auto", "bf16", "fp32"):
         fail(f"--precision must be auto, bf16 or fp32, not {precision!r}")

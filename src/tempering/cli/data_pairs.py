@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from tempering.cli_common import err, fail
+from tempering.cli.common import err, fail
 from tempering.config import ConfigError, PairsConfig, load_config
 
 
@@ -31,9 +31,20 @@ def data_pairs(
     force: bool = typer.Option(False, "--force", help="Re-use a run name even though the config changed."),
 ) -> None:
     """Verifier-built preference pairs from a model's own samples; ends with one JSON line."""
-    flags = {"output": out_file, "model": model, "tasks.source": source, "tasks.n": n, "tasks.split": split,
-             "tasks.ops": ops, "tasks.seed": task_seed, "k": k, "seed": seed, "out": runs, "name": name,
-             "threads": threads}
+    flags = {
+        "output": out_file,
+        "model": model,
+        "tasks.source": source,
+        "tasks.n": n,
+        "tasks.split": split,
+        "tasks.ops": ops,
+        "tasks.seed": task_seed,
+        "k": k,
+        "seed": seed,
+        "out": runs,
+        "name": name,
+        "threads": threads,
+    }
     try:
         cfg = load_config(PairsConfig, config, list(set_), {k_: v for k_, v in flags.items() if v is not None})
     except (ConfigError, FileNotFoundError) as exc:
@@ -47,12 +58,37 @@ def data_pairs(
     table = Table(title=f"verifier-built pairs -> {summary['output']}")
     for col in ("tasks", "samples", "strict", "sloppy", "wrong", "pairs_correct", "pairs_strict", "reformatted"):
         table.add_column(col, justify="right")
-    table.add_row(*(str(summary.get(c, "")) for c in ("tasks", "samples", "strict", "sloppy", "wrong",
-                                                      "pairs_correct", "pairs_strict", "reformatted")))
+    table.add_row(
+        *(
+            str(summary.get(c, ""))
+            for c in ("tasks", "samples", "strict", "sloppy", "wrong", "pairs_correct", "pairs_strict", "reformatted")
+        )
+    )
     err.print(table)
-    print(json.dumps({k_: summary.get(k_) for k_ in ("tasks", "samples", "judged", "strict", "sloppy", "wrong",
-                                                     "tasks_with_correct", "tasks_paired", "pairs", "pairs_correct",
-                                                     "pairs_strict", "reformatted", "output", "run_id", "seconds")}))
+    print(
+        json.dumps(
+            {
+                k_: summary.get(k_)
+                for k_ in (
+                    "tasks",
+                    "samples",
+                    "judged",
+                    "strict",
+                    "sloppy",
+                    "wrong",
+                    "tasks_with_correct",
+                    "tasks_paired",
+                    "pairs",
+                    "pairs_correct",
+                    "pairs_strict",
+                    "reformatted",
+                    "output",
+                    "run_id",
+                    "seconds",
+                )
+            }
+        )
+    )
 
 
 def _load_pairs_or_fail(files: List[Path], quarantine: Optional[Path]) -> tuple:
@@ -79,13 +115,22 @@ def _load_pairs_or_fail(files: List[Path], quarantine: Optional[Path]) -> tuple:
 
 def data_agree(
     files: List[Path] = typer.Argument(..., help="Pair files (JSONL, JSON, Parquet) whose rows carry `votes`."),
-    min_agreement: Optional[float] = typer.Option(None, "--min-agreement", min=0.0, max=1.0,
-                                                  help="Keep rows whose majority is `chosen` with at least this "
-                                                  "share of the votes (e.g. 0.75 = 3 of 4)."),
-    flip: bool = typer.Option(False, "--flip", help="Keep rows whose majority prefers `rejected`, sides swapped "
-                              "(default: drop them)."),
-    weight: bool = typer.Option(False, "--weight", help="Multiply each kept row's `weight` by its support (the "
-                                "share of votes for its chosen side; a tie vote counts half)."),
+    min_agreement: Optional[float] = typer.Option(
+        None,
+        "--min-agreement",
+        min=0.0,
+        max=1.0,
+        help="Keep rows whose majority is `chosen` with at least this share of the votes (e.g. 0.75 = 3 of 4).",
+    ),
+    flip: bool = typer.Option(
+        False, "--flip", help="Keep rows whose majority prefers `rejected`, sides swapped (default: drop them)."
+    ),
+    weight: bool = typer.Option(
+        False,
+        "--weight",
+        help="Multiply each kept row's `weight` by its support (the "
+        "share of votes for its chosen side; a tie vote counts half).",
+    ),
     out_file: Optional[Path] = typer.Option(None, "--out", help="Write the kept rows here (JSONL)."),
     quarantine: Optional[Path] = typer.Option(None, help="Write invalid rows here (JSONL)."),
 ) -> None:
@@ -105,31 +150,58 @@ def data_agree(
     for col in ("annotator", "votes", "judged", "agrees with majority"):
         table.add_column(col, justify="right" if col != "annotator" else "left")
     for name, a in report.annotators.items():
-        table.add_row(name, str(a["votes"]), str(a["judged"]), "-" if a["agreement"] != a["agreement"]
-                      else f"{a['agreement']:.1%}")
+        table.add_row(
+            name,
+            str(a["votes"]),
+            str(a["judged"]),
+            "-" if a["agreement"] != a["agreement"] else f"{a['agreement']:.1%}",
+        )
     err.print(table)
     s = report.summary()
-    err.print(f"Krippendorff's alpha {s['alpha']}, Fleiss' kappa {s['kappa']} (over {s['kappa_items']} items), "
-              f"mean per-item agreement {s['mean_agreement']}")
+    err.print(
+        f"Krippendorff's alpha {s['alpha']}, Fleiss' kappa {s['kappa']} (over {s['kappa_items']} items), "
+        f"mean per-item agreement {s['mean_agreement']}"
+    )
     if out_file is not None:
         from tempering.recipes.pairs import write_jsonl
 
         rows = [p.to_row() for p in pairs]
         write_jsonl(apply_filter(rows, result, report.items), out_file)
         err.print(f"kept {len(result.kept)} of {len(pairs)} rows -> {out_file}")
-    print(json.dumps({"rows": loaded.rows, "valid": len(pairs), "quarantined": len(loaded.errors),
-                      "voted": report.voted, "unvoted": report.rows - report.voted, "kept": len(result.kept),
-                      "flipped": len(result.flipped), "dropped": result.dropped, "alpha": s["alpha"],
-                      "kappa": s["kappa"], "kappa_items": s["kappa_items"], "mean_agreement": s["mean_agreement"],
-                      "annotators": {k: {"votes": v["votes"], "agreement": None if v["agreement"] != v["agreement"]
-                                         else round(v["agreement"], 4)} for k, v in report.annotators.items()},
-                      "min_agreement": min_agreement, "out": str(out_file) if out_file else None}))
+    print(
+        json.dumps(
+            {
+                "rows": loaded.rows,
+                "valid": len(pairs),
+                "quarantined": len(loaded.errors),
+                "voted": report.voted,
+                "unvoted": report.rows - report.voted,
+                "kept": len(result.kept),
+                "flipped": len(result.flipped),
+                "dropped": result.dropped,
+                "alpha": s["alpha"],
+                "kappa": s["kappa"],
+                "kappa_items": s["kappa_items"],
+                "mean_agreement": s["mean_agreement"],
+                "annotators": {
+                    k: {
+                        "votes": v["votes"],
+                        "agreement": None if v["agreement"] != v["agreement"] else round(v["agreement"], 4),
+                    }
+                    for k, v in report.annotators.items()
+                },
+                "min_agreement": min_agreement,
+                "out": str(out_file) if out_file else None,
+            }
+        )
+    )
 
 
 def data_audit(
     files: List[Path] = typer.Argument(..., help="Pair files of one split (JSONL, JSON, Parquet)."),
-    against: List[Path] = typer.Option([], "--against", help="Another split's pair file; prompts shared with it "
-                                       "are reported (repeatable)."),
+    against: List[Path] = typer.Option(
+        [], "--against", help="Another split's pair file; prompts shared with it are reported (repeatable)."
+    ),
     quarantine: Optional[Path] = typer.Option(None, help="Write invalid rows here (JSONL)."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when the audit finds anything."),
 ) -> None:

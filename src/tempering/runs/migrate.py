@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tempering.pipeline import schema
+from tempering.runs import schema
 
 
 def _v1_roles(kind: str, config: dict[str, Any]) -> dict[str, str]:

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from tempering.pipeline import REGISTRY_FILE
-from tempering.pipeline.registry import Input, Registry, describe_input
+from tempering.runs import REGISTRY_FILE
+from tempering.runs.registry import Input, Registry, describe_input
 from tempering.train import distributed  # no torch until a process group is joined
 
 LOCK_FILE = ".lock"
@@ -317,7 +317,7 @@ def record_export(source: str | Path, out: str | Path, config: dict[str, Any]) -
     lineage walks from the exported dir back through the run that trained the adapter.
     A `source` that no Tempering run wrote is exported unrecorded (yields None).
     """
-    from tempering.pipeline.registry import read_marker, registry_exists
+    from tempering.runs.registry import read_marker, registry_exists
 
     marker = read_marker(source)
     if marker is None or not registry_exists(marker["registry"]):

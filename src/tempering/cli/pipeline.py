@@ -1,9 +1,7 @@
-"""`temper run PIPELINE.yaml`: validate, then run the stages with a live table (or print the plan).
+"""`temper run PIPELINE.yaml` and `temper demo`.
 
-Exit codes: 0 every stage done or cached; 1 a gate rejected the candidate (later stages did not
-run); 2 the pipeline file is invalid (nothing ran); 3 a stage failed (its error is printed).
-Registered in `cli.py` as `app.command("run")(run_pipeline_cmd)`.
-"""
+Exit codes of `temper run`: 0 every stage done or cached; 1 a gate rejected the candidate (later
+stages did not run); 2 the pipeline file is invalid (nothing ran); 3 a stage failed (its error is printed)."""
 
 from __future__ import annotations
 
@@ -19,10 +17,17 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from tempering.cli_common import err, fail
+from tempering.cli.common import err, fail
 
-STYLE = {"pending": "dim", "cached": "cyan", "running": "yellow", "done": "green", "failed": "red",
-         "rejected": "bold red", "skipped": "dim"}
+STYLE = {
+    "pending": "dim",
+    "cached": "cyan",
+    "running": "yellow",
+    "done": "green",
+    "failed": "red",
+    "rejected": "bold red",
+    "skipped": "dim",
+}
 
 
 def _duration(seconds: float) -> str:
@@ -36,8 +41,9 @@ class StageBoard:
 
     def __init__(self, stages: list[Any], plain: Console | None = None):
         self.plain = plain  # not a terminal (CI logs, `| tee`): one line per event instead of a redrawn table
-        self.rows: dict[str, dict[str, Any]] = {s.name: {"kind": s.kind, "status": "pending", "hash": "",
-                                                         "detail": ""} for s in stages}
+        self.rows: dict[str, dict[str, Any]] = {
+            s.name: {"kind": s.kind, "status": "pending", "hash": "", "detail": ""} for s in stages
+        }
         self.lock = threading.Lock()
 
     def __call__(self, stage: str, status: str, info: dict[str, Any]) -> None:
@@ -94,30 +100,46 @@ class StageBoard:
         return f"{last['step']}/{steps}", eta
 
     def render(self) -> Table:
-        table = Table("stage", "kind", "status", "hash", "steps", "eta", "time", "detail", title="pipeline",
-                      title_justify="left")
+        table = Table(
+            "stage", "kind", "status", "hash", "steps", "eta", "time", "detail", title="pipeline", title_justify="left"
+        )
         with self.lock:
             for name, row in self.rows.items():
                 steps, eta = self._progress(row) if row["status"] == "running" else ("", "")
                 took = row.get("elapsed") or (time.time() - row["started"] if row["status"] == "running" else None)
-                table.add_row(name, row["kind"], Text(row["status"], style=STYLE.get(row["status"], "")), row["hash"],
-                              steps, eta, _duration(took) if took is not None else "", row["detail"])
+                table.add_row(
+                    name,
+                    row["kind"],
+                    Text(row["status"], style=STYLE.get(row["status"], "")),
+                    row["hash"],
+                    steps,
+                    eta,
+                    _duration(took) if took is not None else "",
+                    row["detail"],
+                )
         return table
 
 
 def run_pipeline_cmd(
     pipeline: Path = typer.Argument(..., help="Pipeline YAML (see examples/pipeline.yaml and docs/pipeline.md)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print each stage's hash and whether it is "
-                                 "cached; run nothing."),
-    force_stage: List[str] = typer.Option([], "--force-stage", help="Recompute this stage even if cached "
-                                          "(repeatable)."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Validate and print each stage's hash and whether it is cached; run nothing."
+    ),
+    force_stage: List[str] = typer.Option(
+        [], "--force-stage", help="Recompute this stage even if cached (repeatable)."
+    ),
     out: Optional[str] = typer.Option(None, "--out", help="Run root (default: the file's `out`)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of every stage that sets none (default: the "
-                                       "file's `seed`); stages that set their own keep it, and stay cached."),
+    seed: Optional[int] = typer.Option(
+        None,
+        "--seed",
+        help="Seed of every stage that sets none (default: the "
+        "file's `seed`); stages that set their own keep it, and stay cached.",
+    ),
 ) -> None:
     """Run a pipeline: stages in order, cached by content hash, resumable after a kill; a failed gate stops it."""
-    from tempering.pipeline.stage import StageError
-    from tempering.recipes.loop import PipelineError, dry_run as plan_only, load_plan
+    from tempering.pipeline.runner import PipelineError, load_plan
+    from tempering.pipeline.runner import dry_run as plan_only
+    from tempering.runs.stage import StageError
 
     try:
         plan = load_plan(pipeline, seed)
@@ -138,20 +160,33 @@ EXIT_CODES = {"passed": 0, "rejected": 1, "failed": 3}
 
 def execute(plan: Any, force: set[str] | None = None) -> Any:
     """Run a loaded plan with the live stage board (plain lines when not a terminal)."""
-    from tempering.recipes.loop import run_pipeline
+    from tempering.pipeline.runner import run_pipeline
     from tempering.train.metrics import console
 
     if console.is_terminal:
         board = StageBoard(plan.stages)
-        with Live(get_renderable=board.render, console=console, refresh_per_second=2, transient=False,
-                  redirect_stdout=False, redirect_stderr=True):
+        with Live(
+            get_renderable=board.render,
+            console=console,
+            refresh_per_second=2,
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=True,
+        ):
             return run_pipeline(plan, force or set(), events=board, console=console)
     return run_pipeline(plan, force or set(), events=StageBoard(plan.stages, plain=console), console=console)
 
 
 def _print_plan(rows: list[dict[str, Any]], plan: Any) -> None:
-    table = Table("stage", "kind", "hash", "status", "run dir", title=f"plan of {plan.path} (run root {plan.root})",
-                  title_justify="left")
+    table = Table(
+        "stage",
+        "kind",
+        "hash",
+        "status",
+        "run dir",
+        title=f"plan of {plan.path} (run root {plan.root})",
+        title_justify="left",
+    )
     for r in rows:
         table.add_row(r["stage"], r["kind"], (r["hash"] or "?")[:12], r["status"], r["run_dir"] or "")
     Console().print(table)
@@ -167,14 +202,58 @@ def print_outcome(result: Any, rule_prefix: str = "", json_line: bool = True) ->
         if o.kind == "gate" and o.summary:
             for rule in o.summary.get("rules", []):
                 mark = "[green]PASS[/green]" if rule.get("passed") else "[red]FAIL[/red]"
-                out.print(f"{rule_prefix}{mark} {rule.get('rule')}: {rule.get('detail')}", highlight=False,
-                          soft_wrap=True)
-    line = {"passed": "[green]pipeline passed[/green]",
-            "rejected": "[bold red]pipeline rejected by its gate; later stages did not run[/bold red]",
-            "failed": "[red]pipeline failed[/red]"}[result.status]
+                out.print(
+                    f"{rule_prefix}{mark} {rule.get('rule')}: {rule.get('detail')}", highlight=False, soft_wrap=True
+                )
+    line = {
+        "passed": "[green]pipeline passed[/green]",
+        "rejected": "[bold red]pipeline rejected by its gate; later stages did not run[/bold red]",
+        "failed": "[red]pipeline failed[/red]",
+    }[result.status]
     out.print(line)
     if json_line:
-        print(json.dumps({"status": result.status, "run_id": result.run_id,
-                          "stages": {o.name: {"status": o.status, "hash": o.hash,
-                                              "run_dir": str(o.run_dir) if o.run_dir else None, "outputs": o.outputs}
-                                     for o in result.stages}}))
+        print(
+            json.dumps(
+                {
+                    "status": result.status,
+                    "run_id": result.run_id,
+                    "stages": {
+                        o.name: {
+                            "status": o.status,
+                            "hash": o.hash,
+                            "run_dir": str(o.run_dir) if o.run_dir else None,
+                            "outputs": o.outputs,
+                        }
+                        for o in result.stages
+                    },
+                }
+            )
+        )
+
+
+def demo(
+    pipeline: Optional[Path] = typer.Option(
+        None,
+        "--pipeline",
+        help="The demo pipeline (default: examples/demo.yaml here, else in the Tempering source tree).",
+    ),
+    out: Optional[str] = typer.Option(None, "--out", help="Run root (default: the file's `out`, runs/demo)."),
+) -> None:
+    """The main job, small: eval -> flywheel data -> SFT -> GRPO -> eval -> gate -> release, then before/after."""
+    from tempering.cli.pipeline import EXIT_CODES, execute, print_outcome
+    from tempering.pipeline.runner import PipelineError, load_plan
+    from tempering.recipes.demo import DemoError, demo_pipeline, summarize
+    from tempering.runs.stage import StageError
+    from tempering.train.metrics import console
+
+    try:
+        plan = load_plan(demo_pipeline(pipeline))
+        if out is not None:
+            plan.root = Path(out).expanduser().resolve()
+        console.rule(f"[bold]Tempering demo: the closed loop on the default model ({plan.path})")
+        result = execute(plan)
+    except (DemoError, PipelineError, StageError) as exc:
+        fail(" ".join(str(exc).split()))
+    print_outcome(result, rule_prefix="gate ", json_line=False)
+    summarize(result, plan.root, console)
+    raise typer.Exit(EXIT_CODES[result.status])

@@ -25,8 +25,8 @@ from rich.console import Console
 
 from tempering.config import SynthConfig
 from tempering.data.streams import write_jsonl_atomic
-from tempering.pipeline.stage import StageSpec, input_list, run_stage
 from tempering.recipes.stratify import build_engine, load_task_source, sample_tasks
+from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.types import Task, Trajectory
 
 
@@ -49,14 +49,22 @@ def pick_best(group: Sequence[Trajectory], min_score: float) -> Trajectory | Non
     return min(good, key=lambda t: (-t.reward.value, len(t.completion), t.sample))
 
 
-def synth_rows(tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]], cfg: SynthConfig,
-               generator_hash: str) -> tuple[list[dict], list[dict], list[dict], dict[str, Any]]:
+def synth_rows(
+    tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]], cfg: SynthConfig, generator_hash: str
+) -> tuple[list[dict], list[dict], list[dict], dict[str, Any]]:
     """(SFT rows, failed candidates, preference pairs, counts) from scored candidates."""
     from tempering.rollout.rollout import judge
 
     sft, failures, pairs = [], [], []
-    counts = {"tasks": len(tasks), "candidates": 0, "passed": 0, "kept": 0, "verifier_errors": 0,
-              "reflowed": 0, "reflow_rejected": 0}
+    counts = {
+        "tasks": len(tasks),
+        "candidates": 0,
+        "passed": 0,
+        "kept": 0,
+        "verifier_errors": 0,
+        "reflowed": 0,
+        "reflow_rejected": 0,
+    }
     for task, group in zip(tasks, groups):
         counts["candidates"] += len(group)
         counts["verifier_errors"] += sum(1 for t in group if not t.scored)
@@ -78,17 +86,31 @@ def synth_rows(tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]], cf
                 else:
                     reflow = {"kind": "final_answer", "rejected": "the rewrite did not verify", "original": None}
                     counts["reflow_rejected"] += 1
-        meta = {"task_id": task.id, "source": task.source, "track": task.track,
-                "generator": cfg.model, "generator_hash": generator_hash,
-                "sampling": {**cfg.sampling.model_dump(), "n": cfg.n, "seed": cfg.seed},
-                "verifier": task.verifier.get("type"), "score": best.reward.value,
-                "components": best.reward.components, "passed_of_n": f"{len(passed)}/{len(group)}",
-                "reflow": reflow}
+        meta = {
+            "task_id": task.id,
+            "source": task.source,
+            "track": task.track,
+            "generator": cfg.model,
+            "generator_hash": generator_hash,
+            "sampling": {**cfg.sampling.model_dump(), "n": cfg.n, "seed": cfg.seed},
+            "verifier": task.verifier.get("type"),
+            "score": best.reward.value,
+            "components": best.reward.components,
+            "passed_of_n": f"{len(passed)}/{len(group)}",
+            "reflow": reflow,
+        }
         sft.append({"messages": [*task.chat(), {"role": "assistant", "content": answer}], "meta": meta})
         if cfg.pairs and failed:
             worst = min(failed, key=lambda t: (t.reward.value, t.sample))
-            pairs.append({"prompt": task.chat(), "chosen": answer, "rejected": worst.completion,
-                          "source": "verifier", "meta": {**meta, "rejected_score": worst.reward.value}})
+            pairs.append(
+                {
+                    "prompt": task.chat(),
+                    "chosen": answer,
+                    "rejected": worst.completion,
+                    "source": "verifier",
+                    "meta": {**meta, "rejected_score": worst.reward.value},
+                }
+            )
     counts["kept"] = len(sft)
     counts["pairs"] = len(pairs)
     counts["failures"] = len(failures)
@@ -97,9 +119,18 @@ def synth_rows(tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]], cf
 
 def failure_row(task: Task, t: Trajectory) -> dict[str, Any]:
     """A failed candidate as `temper data failures` reads it."""
-    return {"task_id": task.id, "sample": t.sample, "prompt": task.chat(), "completion": t.completion,
-            "reward": t.reward.value, "components": t.reward.components, "flags": t.reward.flags,
-            "detail": t.reward.detail, "finish_reason": t.finish_reason, "verifier": task.verifier.get("type")}
+    return {
+        "task_id": task.id,
+        "sample": t.sample,
+        "prompt": task.chat(),
+        "completion": t.completion,
+        "reward": t.reward.value,
+        "components": t.reward.components,
+        "flags": t.reward.flags,
+        "detail": t.reward.detail,
+        "finish_reason": t.finish_reason,
+        "verifier": task.verifier.get("type"),
+    }
 
 
 def synth_stage(cfg: SynthConfig, force: bool = False) -> StageSpec:
@@ -115,8 +146,17 @@ def run_synth(cfg: SynthConfig, force: bool = False, console: Console | None = N
             return stage.result.summary
         tasks = load_task_source(cfg.tasks)
         engine = build_engine(cfg.model, cfg.precision)
-        groups = sample_tasks(tasks, engine, cfg.sampling, cfg.n, seed=cfg.seed, batch_prompts=cfg.batch_prompts,
-                              reward_workers=cfg.reward_workers, label="synth", console=console)
+        groups = sample_tasks(
+            tasks,
+            engine,
+            cfg.sampling,
+            cfg.n,
+            seed=cfg.seed,
+            batch_prompts=cfg.batch_prompts,
+            reward_workers=cfg.reward_workers,
+            label="synth",
+            console=console,
+        )
         generator_hash = engine.identity  # one pass over the weights
         sft, failures, pairs, counts = synth_rows(tasks, groups, cfg, generator_hash)
         outputs, digests = {}, {}
@@ -125,8 +165,15 @@ def run_synth(cfg: SynthConfig, force: bool = False, console: Console | None = N
             _, digests[key] = write_jsonl_atomic(path, rows)
             stage.registry.record_output(stage.run_id, key, path)
             outputs[key] = str(path)
-        summary = {"steps": 1, "model": cfg.model, "generator_hash": generator_hash, "reflow": cfg.reflow,
-                   **counts, "pass_rate": counts["passed"] / max(counts["candidates"] - counts["verifier_errors"], 1),
-                   **{f"{k}_file": v for k, v in outputs.items()}, "sha256": digests}
+        summary = {
+            "steps": 1,
+            "model": cfg.model,
+            "generator_hash": generator_hash,
+            "reflow": cfg.reflow,
+            **counts,
+            "pass_rate": counts["passed"] / max(counts["candidates"] - counts["verifier_errors"], 1),
+            **{f"{k}_file": v for k, v in outputs.items()},
+            "sha256": digests,
+        }
         stage.finish(summary, outputs)
     return stage.result.summary

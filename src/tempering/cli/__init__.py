@@ -1,0 +1,99 @@
+"""`temper`: each command parses its config/flags and calls one function.
+
+One module per command group: `train` (every training command), `data`, `eval`, `runs`
+(runs, lineage, releases, export), `serve`, `chat`, `pipeline` (`temper run`, `temper demo`);
+`common` holds what they share.
+"""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from tempering.cli import train
+from tempering.cli.chat import chat
+from tempering.cli.data import data_app
+from tempering.cli.eval import eval_app, verify
+from tempering.cli.pipeline import demo, run_pipeline_cmd
+from tempering.cli.runs import export, lineage, model_app, release_app, runs_app, traj
+from tempering.cli.serve import arena_app, feedback_app, keys_app, serve
+from tempering.sandbox.cli import app as sandbox_app
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+app = typer.Typer(help="Tempering: post-training for open-weight language models.", no_args_is_help=True)
+
+
+def quiet_libraries(verbose: bool) -> None:
+    """Keep stderr for Tempering's own lines: no FutureWarnings, weight-loading bars or
+    transformers/peft advice unless --verbose. Env vars first, so libraries imported later
+    read them; the logging calls cover libraries already imported."""
+    if verbose:
+        return
+    import logging
+    import sys
+    import warnings
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    for category in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("ignore", category=category)
+    for name in ("transformers", "peft", "accelerate", "huggingface_hub", "torch._dynamo"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"tempering {version('tempering')}")
+        except PackageNotFoundError:
+            print("tempering (not installed as a package)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def main(
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Show library warnings, weight-loading bars and transformers/peft messages."
+    ),
+    version_: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Tempering: post-training for open-weight language models."""
+    quiet_libraries(verbose)
+
+
+for _name, _command in train.COMMANDS.items():
+    app.command(_name)(_command)
+for _name, _command in (
+    ("traj", traj),
+    ("verify", verify),
+    ("export", export),
+    ("demo", demo),
+    ("chat", chat),
+    ("run", run_pipeline_cmd),
+    ("lineage", lineage),
+    ("serve", serve),
+):
+    app.command(_name)(_command)
+for _name, _group in (
+    ("data", data_app),
+    ("model", model_app),
+    ("sandbox", sandbox_app),
+    ("eval", eval_app),
+    ("runs", runs_app),
+    ("release", release_app),
+    ("keys", keys_app),
+    ("feedback", feedback_app),
+    ("arena", arena_app),
+):
+    app.add_typer(_group, name=_name)

@@ -1,0 +1,111 @@
+"""Typed configuration for every entry point, by domain. No torch import here.
+
+Every model rejects unknown keys (a typo is an error, not a silently ignored setting) and
+documents each field where it is defined. `from tempering.config import X` works for every
+config name; new code may import from the domain module.
+"""
+
+from tempering.config.base import DEFAULT_MODEL, ConfigError, Paths, Strict
+from tempering.config.data import (
+    DecontamSettings,
+    DedupSettings,
+    FeedbackConfig,
+    MixConfig,
+    MixReplaySettings,
+    MixSourceSettings,
+    StratifyConfig,
+    SynthConfig,
+)
+from tempering.config.distill import DistillConfig, DistillLoss, StudentSettings
+from tempering.config.eval import EvalConfig
+from tempering.config.grpo import GRPOConfig, GRPOSettings, HeldoutSettings, RewardPart, TaskSourceSettings
+from tempering.config.loading import PATH_KEYS, load_config, set_dotted
+from tempering.config.merge import MergeConfig
+from tempering.config.pipeline import (
+    DecontamStageConfig,
+    DedupStageConfig,
+    ExportStageConfig,
+    GateStageConfig,
+    PipelineConfig,
+    ReleaseStageConfig,
+)
+from tempering.config.preference import (
+    BARE_NUMBER_PATTERN,
+    BestOfNSettings,
+    DPOConfig,
+    PairSampling,
+    PairsConfig,
+    PreferenceDataSettings,
+    PreferenceSettings,
+    RMConfig,
+    RMDataSettings,
+    RMSettings,
+)
+from tempering.config.sampling import EngineSettings, SamplingParams, SamplingSettings, ScaleSettings, VLLMSettings
+from tempering.config.sft import SFTConfig
+from tempering.config.train import (
+    CheckpointSettings,
+    DataSettings,
+    GuardSettings,
+    LoraSettings,
+    OptimSettings,
+    ReplaySettings,
+    TrainSettings,
+)
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "Paths",
+    "Strict",
+    "ConfigError",
+    "PATH_KEYS",
+    "set_dotted",
+    "load_config",
+    "LoraSettings",
+    "ReplaySettings",
+    "DataSettings",
+    "OptimSettings",
+    "GuardSettings",
+    "CheckpointSettings",
+    "TrainSettings",
+    "SamplingSettings",
+    "SamplingParams",
+    "VLLMSettings",
+    "EngineSettings",
+    "ScaleSettings",
+    "SFTConfig",
+    "TaskSourceSettings",
+    "RewardPart",
+    "GRPOSettings",
+    "HeldoutSettings",
+    "GRPOConfig",
+    "EvalConfig",
+    "DedupSettings",
+    "DecontamSettings",
+    "MixSourceSettings",
+    "MixReplaySettings",
+    "MixConfig",
+    "StratifyConfig",
+    "FeedbackConfig",
+    "SynthConfig",
+    "PreferenceDataSettings",
+    "PreferenceSettings",
+    "DPOConfig",
+    "BARE_NUMBER_PATTERN",
+    "PairSampling",
+    "PairsConfig",
+    "RMDataSettings",
+    "RMSettings",
+    "BestOfNSettings",
+    "RMConfig",
+    "DedupStageConfig",
+    "DecontamStageConfig",
+    "GateStageConfig",
+    "ReleaseStageConfig",
+    "ExportStageConfig",
+    "PipelineConfig",
+    "MergeConfig",
+    "StudentSettings",
+    "DistillLoss",
+    "DistillConfig",
+]

@@ -1,0 +1,43 @@
+"""`temper eval run`: suites on a model."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from tempering.config.base import DEFAULT_MODEL, Strict
+from tempering.config.sampling import EngineSettings, ScaleSettings
+
+
+class EvalConfig(Strict):
+    """`temper eval run [SUITES] --config EVAL.yaml`: suites on a model (flags override the file)."""
+
+    suites: list[str] = Field(min_length=1)
+    """Suite names (built-in or user suite directories) or suite YAML paths."""
+    model: str = DEFAULT_MODEL
+    """Model spec: alias, HF dir, run output (runs/NAME/final), .gguf."""
+    out: str
+    """Directory for results.json, samples.jsonl and report.html."""
+    seeds: int | None = Field(None, ge=1)
+    """Sampling seeds, each a full repeat of every suite (None: each suite's own)."""
+    first_seed: int = Field(0, ge=0)
+    """The seeds are first_seed .. first_seed + seeds - 1."""
+    samples: int | None = Field(None, ge=1)
+    """Samples per task per seed (None: each suite's own); pass@k needing more is skipped with a note."""
+    limit: int | None = Field(None, ge=1)
+    """At most this many tasks per task source (a subset, so its own suite hash)."""
+    cache: bool = True
+    """Reuse results cached under <tempering cache>/evals for the same model, suite and settings."""
+    threads: int | None = Field(None, ge=1)
+    """torch intra-op threads (None: torch's default)."""
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    """auto: bf16 only where it is native, else fp32."""
+    engine: EngineSettings = EngineSettings()
+    """The engine that samples the suites."""
+    quantize: Literal["none", "int8"] = "none"
+    """int8: evaluate the weight-only int8 copy of the model (what `temper serve --quantize int8`
+    serves), so the gate can compare it with the float model."""
+    scale: ScaleSettings | None = None
+    """Ray (docs/scale.md): sample on engine replicas and score on reward actors (each with its
+    own sandbox pool) instead of in this process; same samples and scores with one replica."""

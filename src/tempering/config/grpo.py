@@ -1,0 +1,131 @@
+"""`temper grpo`: RL with verifiable rewards (task sources, reward parts, the GRPO family)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from tempering.config.base import DEFAULT_MODEL, Strict
+from tempering.config.sampling import EngineSettings, SamplingSettings, ScaleSettings
+from tempering.config.train import LoraSettings, TrainSettings
+
+
+class TaskSourceSettings(Strict):
+    """Where tasks come from: a built-in generator or task JSONL files."""
+
+    source: str = "builtin:arithmetic"
+    """`builtin:arithmetic`, `humaneval`, `reasoning_gym:<dataset>`, or a path to task JSONL."""
+    n: int = Field(1000, ge=1)
+    """Tasks to generate (generators) or the most to read (files)."""
+    seed: int = 0
+    """Seed of the built-in generators (the same seed gives the same tasks)."""
+    ops: str = "+-*"
+    """builtin:arithmetic only: which operations."""
+    split: Literal["train", "heldout"] = "train"
+    """builtin generators: which disjoint split."""
+    split_by: Literal["parity", "hash"] = "parity"
+    """builtin:arithmetic only: parity (even/odd operand sum; biases last digits) or hash (unbiased)."""
+    phrasing: Literal["canonical", "varied", "reworded"] = "canonical"
+    """builtin:arithmetic only: one template, varied training wordings, or held-out rewordings."""
+    verifier: dict[str, Any] = {}
+    """builtin:arithmetic only: fields merged over the tasks' verifier spec, e.g. {type: exact}."""
+
+
+class RewardPart(Strict):
+    """One weighted term of a composite reward."""
+
+    name: str
+    """Name of the term (its mean is logged under this name)."""
+    weight: float = 1.0
+    """Weight of the term in the reward's weighted sum."""
+    verifier: dict[str, Any]
+    """Merged over the task's own verifier spec, e.g. {type: exact} reuses the task's answer."""
+
+
+class GRPOSettings(SamplingSettings):
+    """GRPO's rollout sampling (the `SamplingSettings` fields, temperature > 0) and its loss."""
+
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature (> 0: the policy gradient needs samples); also the temperature
+    at which the trainer recomputes log-probs."""
+    prompts_per_step: int = Field(8, ge=1)
+    """Groups (distinct prompts) in each rollout batch."""
+    group_size: int = Field(8, ge=2)
+    """Samples per prompt (G)."""
+    scale_std: bool = True
+    """Divide advantages by the group std (false: Dr. GRPO)."""
+    clip_low: float = Field(0.2, ge=0)
+    """Lower clip of the importance ratio: it is clipped below at 1 - clip_low."""
+    clip_high: float = Field(0.28, ge=0)
+    """Clip-higher (DAPO): the ratio is clipped to [1 - clip_low, 1 + clip_high]."""
+    aggregation: Literal["token_mean", "seq_mean", "constant"] = "token_mean"
+    """Loss reduction: over all valid tokens (DAPO), per sequence then over sequences (GRPO),
+    or over batch x max_new_tokens (Dr. GRPO); see objectives/grpo_math.py."""
+    beta: float = Field(0.0, ge=0)
+    """KL weight to the reference (k3). Under LoRA the reference is the model with adapters off."""
+    updates_per_batch: int = Field(1, ge=1)
+    """mu: optimizer steps on each rollout batch (importance ratios use the rollout policy)."""
+    dynamic_sampling: bool = True
+    """Drop groups whose rewards all match and refill the batch with new prompts."""
+    max_refills: int = Field(2, ge=0)
+    """Extra generation rounds per batch for dynamic sampling."""
+    truncation: Literal["mask", "penalty", "keep"] = "penalty"
+    """Responses cut by max_new_tokens: left out of the loss, rewarded `truncation_reward`, or kept."""
+    truncation_reward: float = 0.0
+    """Reward given to a truncated response under truncation "penalty"."""
+    generation_chunks: int = Field(2, ge=1)
+    """Generate each round in this many chunks; a finished chunk is scored while the next
+    generates. 1 is fastest when verifiers are instant (one big decode batch)."""
+    reward_workers: int = Field(4, ge=1)
+    """Threads scoring completions (sandbox calls included) while generation goes on."""
+    verifier_timeout_s: float = Field(30.0, gt=0)
+    """A verifier slower than this is a verifier failure (the group is dropped), never a model failure."""
+    rollout_ahead: bool = False
+    """Sample the next batch while the trainer updates on this one (needs `scale:` engine replicas):
+    one step stale (logged), corrected by the clipped importance ratio against the engine's log-probs."""
+    max_logprob_mismatch: float | None = Field(None, gt=0)
+    """Stop the run when a step's mean |log p_train - log p_rollout| exceeds this (None: only log it)."""
+
+
+class HeldoutSettings(SamplingSettings):
+    """Held-out monitoring during GRPO: sampling settings (greedy by default) and a schedule."""
+
+    temperature: float = Field(0.0, ge=0)
+    """Sampling temperature of the held-out pass; 0 (greedy) makes it deterministic."""
+    tasks: TaskSourceSettings | None = None
+    """The held-out tasks; None: a seeded split of the training tasks (see `split_size`)."""
+    split_size: int = Field(100, ge=1)
+    """Without `tasks`: how many training tasks to hold out (at most a fifth of them), a
+    seeded split disjoint from training, recorded in the run's heldout/split.json."""
+    every: int = Field(10, ge=1)
+    """Evaluate every this many steps, and at the start and end."""
+    alarm_window: int = Field(3, ge=2)
+    """Held-out evaluations compared for the divergence alarm."""
+
+
+class GRPOConfig(Strict):
+    """`temper grpo CONFIG.yaml`: RL with verifiable rewards."""
+
+    model: str = DEFAULT_MODEL
+    """Model spec: alias, HF dir, GGUF path or hub id."""
+    lora: LoraSettings | None = LoraSettings()
+    """LoRA settings; null trains all parameters."""
+    tasks: TaskSourceSettings = TaskSourceSettings()
+    """The training tasks (prompts with a verifier spec)."""
+    reward: list[RewardPart] | None = None
+    """Composite reward built over each task's verifier; None: the task's verifier as is."""
+    heldout: HeldoutSettings | None = HeldoutSettings()
+    """Held-out monitoring during training; null turns it off."""
+    grpo: GRPOSettings = GRPOSettings()
+    """Rollout sampling, group size, dynamic sampling and the policy loss."""
+    engine: EngineSettings = EngineSettings()
+    """The engine that samples rollouts and held-out evals."""
+    train: TrainSettings
+    """Steps, micro-batches, precision, seed, optimizer, guard and checkpoints."""
+    out: str = "runs"
+    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
+    name: str | None = None
+    """Run name (default: grpo-<timestamp>)."""
+    scale: ScaleSettings | None = None
+    """Rollout engines and reward workers as Ray actors (docs/scale.md); None: in this process."""

@@ -1,0 +1,23 @@
+"""`temper sft`: supervised fine-tuning."""
+
+from __future__ import annotations
+
+from tempering.config.base import DEFAULT_MODEL, Strict
+from tempering.config.train import DataSettings, LoraSettings, TrainSettings
+
+
+class SFTConfig(Strict):
+    """`temper sft CONFIG.yaml`: supervised fine-tuning on conversations."""
+
+    model: str = DEFAULT_MODEL
+    """Model spec: alias, HF dir, GGUF path or hub id."""
+    lora: LoraSettings | None = LoraSettings()
+    """LoRA settings; null trains all parameters."""
+    data: DataSettings
+    """Training, eval and replay data, and how it is rendered and packed."""
+    train: TrainSettings
+    """Steps, batch, precision, seed, optimizer, guard and checkpoints."""
+    out: str = "runs"
+    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
+    name: str | None = None
+    """Run name (default: sft-<timestamp>)."""

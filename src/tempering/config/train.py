@@ -1,0 +1,113 @@
+"""Training settings shared by every objective: LoRA, data, optimizer, guard, checkpoints."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from tempering.config.base import Paths, Strict
+
+
+class LoraSettings(Strict):
+    r: int = Field(16, ge=1)
+    """LoRA rank."""
+    alpha: int = Field(32, ge=1)
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout on the LoRA input."""
+    target_modules: list[str] | str = "all-linear"
+    """Module names to adapt, or "all-linear"."""
+    last_layers: int | None = Field(None, ge=1)
+    """Adapt only the last N decoder layers (None: all). Backward then stops at the lowest
+    adapted layer, which makes RL steps much cheaper."""
+
+
+class ReplaySettings(Strict):
+    data: Paths
+    """General-data files mixed into the stage as a forgetting guard."""
+    ratio: float = Field(0.1, gt=0.0, lt=1.0)
+    """Share of the training examples drawn from `data` (0.1 = 10%)."""
+
+
+class DataSettings(Strict):
+    train: Paths
+    """Training files (JSONL or Parquet with a `messages` column)."""
+    eval: Paths = []
+    """Held-out files whose loss is reported before and after training."""
+    max_length: int = Field(1024, ge=8)
+    """Longest rendered conversation in tokens; longer rows are quarantined, never cut."""
+    packing: bool = True
+    """Pack a batch's conversations into as few rows as fit (no attention across them)."""
+    tool_call_style: Literal["auto", "template", "tempering"] = "auto"
+    """How tool calls are written: detected from the template ("auto"), or forced."""
+    replay: ReplaySettings | None = None
+    """Optional replay of general data mixed into this stage."""
+
+
+class OptimSettings(Strict):
+    lr: float = Field(2e-5, gt=0)
+    """Peak learning rate."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW decoupled weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear warmup from 0 to `lr` over this many optimizer steps."""
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    """Decay after warmup, down to `lr * min_lr_ratio` at the last step."""
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    """Final learning rate as a fraction of `lr`."""
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    """Clip the global gradient norm to this (None: no clipping, norm still checked)."""
+
+
+class GuardSettings(Strict):
+    enabled: bool = True
+    """Skip non-finite and spiking steps; roll back after repeated bad steps."""
+    spike_factor: float = Field(5.0, gt=1)
+    """A loss above spike_factor x the running mean of good losses is a spike."""
+    min_history: int = Field(5, ge=1)
+    """Good steps needed before spike detection starts."""
+    max_bad_in_row: int = Field(3, ge=1)
+    """This many skipped steps in a row roll back to the last good checkpoint."""
+    rollback_lr_factor: float = Field(0.5, gt=0, le=1)
+    """The learning rate is multiplied by this at each rollback."""
+    max_rollbacks: int = Field(3, ge=0)
+    """After this many rollbacks the run stops with an error (it is diverging)."""
+
+
+class CheckpointSettings(Strict):
+    every: int = Field(50, ge=1)
+    """Save every this many optimizer steps (and at the end)."""
+    keep_last: int = Field(2, ge=1)
+    """Keep only the newest K checkpoints."""
+
+
+class TrainSettings(Strict):
+    steps: int = Field(ge=1)
+    """Optimizer steps to run."""
+    batch_size: int = Field(8, ge=1)
+    """Conversations per micro-batch (packing changes their layout, not their number)."""
+    grad_accum: int = Field(1, ge=1)
+    """Micro-batches per optimizer step; the loss is normalised over all of them."""
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    """bf16 autocast or plain fp32; "auto" = bf16 where the hardware runs it natively (GPU, AMX CPU)."""
+    seed: int = 0
+    """Seeds data order, initialisation of adapters and sampling."""
+    threads: int | None = None
+    """torch intra-op threads (None: torch's default)."""
+    compile: bool = False
+    """torch.compile each decoder layer (dynamic shapes): ~1 min once, then faster steps."""
+    max_minutes: float | None = Field(None, gt=0)
+    """Stop early (with a checkpoint) once training has run this long in this process."""
+    log_every: int = Field(1, ge=1)
+    """Write metrics every this many steps."""
+    loggers: list[Literal["tensorboard", "mlflow"]] = []
+    """Extra metric sinks, used when their package is installed."""
+    optim: OptimSettings = OptimSettings()
+    """Optimizer (AdamW) and learning-rate schedule."""
+    guard: GuardSettings = GuardSettings()
+    """Anomaly guard: skip non-finite or spiking steps, roll back on repeated ones."""
+    checkpoint: CheckpointSettings = CheckpointSettings()
+    """How often checkpoints are written and how many are kept."""
