@@ -1,4 +1,4 @@
-"""Must show 4 of the agent issue: does the default model learn to use tools? Held-out completion
+"""Does the default model learn to use tools (docs/agents.md, "Measured")? Held-out completion
 before and after agent training (expert SFT, then GRPO), per seed and pooled, with paired CIs.
 
     python bench/experiments/agent_learning.py --config examples/agent/agent_arith.yaml --seeds 0 1 2 --out-root runs/agent-learning

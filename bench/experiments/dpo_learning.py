@@ -1,4 +1,4 @@
-"""Must show 5 (issue 10): DPO on verifier-built pairs raises held-out *strict* arithmetic accuracy.
+"""DPO on verifier-built pairs raises held-out *strict* arithmetic accuracy.
 
     python bench/experiments/dpo_learning.py --pairs PAIRS.jsonl [--seeds 0 1 2] [--steps 40] [--work /tmp/dpo_learning]
 

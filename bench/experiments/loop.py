@@ -1,4 +1,5 @@
-"""Must show 1 (issue 13): the capability target through the loop, seeds one after another.
+"""The capability target through the loop (docs/pipeline.md): held-out 2-digit addition, final-answer
+and strict accuracy after `examples/arith_loop.yaml`, seeds one after another.
 
     python bench/experiments/loop.py [--seeds 0 1 2] [--pipeline examples/arith_loop.yaml] [--out runs/arith-loop]
 
@@ -182,7 +183,7 @@ def main() -> None:
     p.add_argument(
         "--keep",
         action="store_true",
-        help="keep the runs of other seeds already in bench/results/loop.json (seeds run one per session)",
+        help="keep the runs of other seeds already in bench/results/loop.json (to run seeds one at a time)",
     )
     args = p.parse_args()
     runs = []

@@ -1,4 +1,4 @@
-"""Must show 5 (issue 13): two LoRA tracks trained apart, merged, each track's score kept?
+"""Two LoRA tracks trained apart, then merged: does each track keep its score (docs/merge.md)?
 
     nice -n 19 python bench/experiments/merge_tracks.py [--work /tmp/merge-bench] [--steps-add 40] [--steps-spell 80]
 

@@ -1,4 +1,4 @@
-"""Batch-1 decode levers the inference issue names: a static KV cache and `torch.compile`.
+"""Two batch-1 decode levers, a static KV cache and `torch.compile`, against plain `generate` (docs/inference.md).
 
 Same model (the default, weights in --precision), one chat prompt, greedy, exactly
 --new-tokens tokens (min = max), HF `generate` on every side, in this one process:

@@ -49,7 +49,7 @@ from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
 OUT = RESULTS / "speculative.json"
 MODEL = "smollm2-135m-instruct"
-# keys of the session-7 layout (one timing per precision, bf16 by autocast over fp32 weights)
+# keys of an older result layout (one timing per precision, bf16 by autocast over fp32 weights)
 STALE_KEYS = (
     "timing_by_precision",
     "batch1_fastest_off",

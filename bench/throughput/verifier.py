@@ -33,7 +33,7 @@ SLOTS = THREADS = 4
 
 
 def context_api() -> bool:
-    """True when `score` takes a verifier context (the API of issue 9)."""
+    """True when `score` takes a verifier context (`score(task, text, ctx)`, the API since `VerifierContext`)."""
     return "ctx" in inspect.signature(score).parameters
 
 
