@@ -39,11 +39,11 @@ test: $(STAMP)
 	$(PY) -m pytest -q -x --durations=15
 
 bench: $(STAMP)
-	$(PY) bench/sft.py
-	$(PY) bench/sandbox.py
-	$(PY) bench/verifier.py
-	$(PY) bench/grpo.py
-	$(PY) bench/eval.py
+	$(PY) bench/throughput/sft.py
+	$(PY) bench/throughput/sandbox.py
+	$(PY) bench/throughput/verifier.py
+	$(PY) bench/throughput/grpo.py
+	$(PY) bench/throughput/eval.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -1,4 +1,4 @@
-"""`temper chat`: one-shot and interactive replies from a tiny model saved to disk (issue 17, item 16)."""
+"""`temper chat`: one-shot and interactive replies from a tiny model saved to disk."""
 
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""Bad input to `temper` gives one clear line and a non-zero exit, never a traceback (issue 17, item 13)."""
+"""Bad input to `temper` gives one clear line and a non-zero exit, never a traceback."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""Must show 1: the harness validated with scripted policies on every built-in suite and tier."""
+"""The agent harness is validated with scripted policies on every built-in suite and tier."""
 
 from collections import defaultdict
 

@@ -1,4 +1,4 @@
-"""Must show 2: trained ids == sampled ids, and the loss mask covers exactly the model's tokens,
+"""Trained ids == sampled ids, and the loss mask covers exactly the model's tokens,
 on SmolLM2's template (Tempering's tool-call form) and on the Qwen2.5 template (native tool calls)."""
 
 import copy

@@ -127,11 +127,11 @@ def test_shingle_hashes_are_stable_across_processes():
 
 
 def load_bench():
-    """bench/data.py, whose labelled sets the Must-show figures come from (run here at a small size)."""
+    """bench/throughput/data.py, whose labelled sets give docs/data.md's measured precision and recall (run here small)."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "bench" / "data.py"
+    path = Path(__file__).resolve().parents[2] / "bench" / "throughput" / "data.py"
     spec = importlib.util.spec_from_file_location("bench_data", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""Mixing: quotas, caps, replay, epoch-aware walks, interleaving; Must show 4 (±1% on 100k)."""
+"""Mixing: quotas, caps, replay, epoch-aware walks, interleaving; realised shares within ±1% on 100k rows."""
 
 import random
 
@@ -48,7 +48,7 @@ def test_requested_shares_keep_replay_ratio():
 
 @pytest.mark.parametrize("by,size", [("rows", 100_000), ("tokens", 11_000_000)])
 def test_realised_within_one_percent_on_100k(by, size):
-    """Must show 4: realised shares within ±1% of the requested ones (rows and tokens)."""
+    """Realised shares within ±1% of the requested ones (rows and tokens)."""
     sources = _four()
     plan = plan_mix(sources, size, by, replay_ratio=0.2)
     rows = draw_mix(sources, plan, seed=3)

@@ -1,4 +1,4 @@
-"""`temper eval show`: browse a hand-written samples.jsonl (issue 17, item 16)."""
+"""`temper eval show`: browse a hand-written samples.jsonl."""
 
 import json
 

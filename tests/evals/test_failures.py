@@ -1,4 +1,4 @@
-"""Failure clustering: signatures and rule tags by hand; Must show 6 (ARI >= 0.8 on three known types)."""
+"""Failure clustering: signatures and rule tags by hand; three known failure types separated (ARI >= 0.8)."""
 
 import json
 
@@ -42,7 +42,7 @@ def test_rule_tags(case, tag):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_three_known_failure_types_are_separated(seed):
-    """Must show 6: clustering the synthetic set recovers its three failure types (ARI >= 0.8),
+    """Clustering the synthetic set recovers its three failure types (ARI >= 0.8),
     with k given and with k chosen by silhouette; clusters get the rule labels."""
     cases, truth = synthetic_failures(60, seed)
     given = cluster_failures(cases, k=3, seed=seed)

@@ -75,22 +75,22 @@ def test_sft_resume_rules_and_lineage_through_export(tmp_path, sft_yaml):
     summary = (run_dir / "summary.json").read_text()
     run_id = json.loads(summary)["run_id"]
 
-    # Must-show 3 (SFT): the files, in their roles, behind the checkpoint: one registry query
+    # the files behind the checkpoint, in their roles, come from one registry query
     with Registry(tmp_path / "runs" / "registry.sqlite") as reg:
         roles = [(r.role, Path(r.path).name) for r in reg.lineage(run_id)]
     base = Path(yaml.safe_load(sft_yaml.read_text())["model"]).name
     assert roles == [("train", "train.jsonl"), ("eval", "eval.jsonl"), ("base_model", base)]
 
-    # item 12: a finished run is reported, not redone; summary and registry untouched
+    # a finished run is reported, not redone; summary and registry untouched
     res = run("sft", sft_yaml)
     assert res.exit_code == 0 and "already finished" in " ".join(res.output.split())
     assert (run_dir / "summary.json").read_text() == summary and finished_rows(tmp_path) == 1
 
-    # item 12: a changed LoRA rank (or lr) on resume is refused with the diff, in one line
+    # a changed LoRA rank (or lr) on resume is refused with the diff, in one line
     msg = one_line_error(run("sft", sft_yaml, "--steps", "3", "--set", "lora.r=8", "--set", "train.optim.lr=0.01"))
     assert "lora.r: 4 -> 8" in msg and "train.optim.lr: 0.001 -> 0.01" in msg and "--force" in msg
 
-    # items 9/13: the newest checkpoint corrupted -> warning, resume from the previous verified one
+    # the newest checkpoint corrupted -> warning, resume from the previous verified one
     newest = sorted((run_dir / "checkpoints").glob("step-*"))[-1]
     (newest / "weights.safetensors").write_bytes(b"not a tensor file")
     res = run("sft", sft_yaml, "--steps", "3")
@@ -102,7 +102,7 @@ def test_sft_resume_rules_and_lineage_through_export(tmp_path, sft_yaml):
     msg = one_line_error(run("sft", sft_yaml, "--steps", "4"))
     assert "corrupted" in msg and "no older checkpoint verifies" in msg
 
-    # item 11: the export keeps its lineage, so the contamination scan still sees the planted rows
+    # the export keeps its lineage, so the contamination scan still sees the planted rows
     suite = read_suite(write_suite(tmp_path, "recall", write_jsonl(tmp_path / "suite.jsonl", EVAL)))
     final = run_dir / "final"
     assert len(contaminated_rows(training_lineage(final).files, [suite])["recall"]) == 4
@@ -115,7 +115,7 @@ def test_sft_resume_rules_and_lineage_through_export(tmp_path, sft_yaml):
     assert [f.name for f in lineage.files] == ["train.jsonl"]
     assert len(contaminated_rows(lineage.files, [suite])["recall"]) == 4
 
-    # item 12: export into a non-empty dir is refused unless --force
+    # export into a non-empty dir is refused unless --force
     msg = one_line_error(run("export", final, "--out", merged))
     assert "not empty" in msg and "--force" in msg
     res = run("export", final, "--out", merged, "--force")

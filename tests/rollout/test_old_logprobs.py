@@ -1,4 +1,4 @@
-"""mu > 1: the rollout policy's log-probs are recomputed where the model lives (issue 9, item 5)."""
+"""mu > 1: the rollout policy's log-probs are recomputed where the model lives."""
 
 import pytest
 import torch

@@ -5,11 +5,11 @@ import os
 import warnings
 
 import pytest
+from tests.hoststate import leftovers, processes_of
 from typer.testing import CliRunner
 
 from tempering.sandbox import BwrapBackend, Limits, SandboxPool, SandboxUnavailable, UnsafeLocalBackend
 from tempering.sandbox.cli import app
-from tempering.sandbox.hoststate import leftovers, processes_of
 from tempering.sandbox.scratch import scratch_mounts
 
 

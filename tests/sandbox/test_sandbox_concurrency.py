@@ -2,7 +2,7 @@
 
 from concurrent.futures import ThreadPoolExecutor
 
-from tempering.sandbox.hoststate import leftovers
+from tests.hoststate import leftovers
 
 
 def test_500_runs_8_way(pool):

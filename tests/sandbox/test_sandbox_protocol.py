@@ -1,4 +1,4 @@
-"""The `Sandbox` / `SandboxSession` protocols (issue 9): the pool and its sessions satisfy them
+"""The `Sandbox` / `SandboxSession` protocols: the pool and its sessions satisfy them
 structurally, an agent-style episode works through the protocol alone, and `Session` needs
 nothing private of the pool. Also: `Limits` refuses values it could never enforce, and the
 self-check refuses a bwrap sandbox without the seccomp filter (vsock reachable)."""

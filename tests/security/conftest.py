@@ -10,10 +10,10 @@ import os
 import tempfile
 
 import pytest
+from tests.hoststate import leftovers
 
 from tempering.sandbox import Limits, SandboxPool
 from tempering.sandbox.base import MiB
-from tempering.sandbox.hoststate import leftovers
 
 ATTACK_LIMITS = Limits(
     wall_s=3,

@@ -1,4 +1,4 @@
-"""Must show 3: the sandbox attacks, driven by an agent through its tools (`ToolEnv.step`).
+"""The sandbox attacks, driven by an agent through its tools (`ToolEnv.step`).
 
 Each attack is a scripted episode: the assistant turns a model could write (tool calls in
 the `<tool_call>` form), run through the same environment as training episodes. The

@@ -1,5 +1,5 @@
 """Kernel-surface attacks the namespaces alone do not stop, closed by the seccomp filter bwrap
-loads (issue 17 items 2 and 4): vsock to the hypervisor, other socket families, io_uring,
+loads: vsock to the hypervisor, other socket families, io_uring,
 userfaultfd, bpf, perf, ptrace, pidfd_getfd on the sandbox's init, keyrings, and the flock /
 inotify channels through toolchain inodes every slot shares. Sockets are created only:
 nothing is ever connected or sent on vsock."""

@@ -1,4 +1,4 @@
-"""Slot poisoning (issue 17 item 3): a program that leaves a 1,200-deep directory tree in its
+"""Slot poisoning: a program that leaves a 1,200-deep directory tree in its
 /work used to make the host's recursive cleanup raise RecursionError out of `pool.exec`, on
 that run and every later use of the slot; four such runs broke a 4-slot pool for good and
 the canonical HumanEval/0 then scored as a verifier error forever. Now the slot's tmpfs is

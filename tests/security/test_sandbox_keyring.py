@@ -1,4 +1,4 @@
-"""Host keyring attack (issue 17 item 1): when the process running Tempering has its own
+"""Host keyring attack: when the process running Tempering has its own
 session keyring (systemd KeyringMode=private, runc, pam_keyinit logins), sandboxed code used to
 inherit it through setuid and bwrap, read and overwrite a host key, and leave a key that a
 later run under another slot uid could read. A plain shell has no session keyring, so the

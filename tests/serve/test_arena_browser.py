@@ -1,4 +1,4 @@
-"""Must-show 2: the arena page in a real browser (Playwright driving the system Chromium):
+"""The arena page works in a real browser (Playwright driving the system Chromium):
 vote, reveal, ranking update; a screenshot is kept in docs/img_arena.png."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Must-show 4: `kill -9` in the middle of 32 concurrent streams loses no audit row of a completed
+"""`kill -9` in the middle of 32 concurrent streams loses no audit row of a completed
 request, no accepted feedback and no accepted vote."""
 
 from __future__ import annotations

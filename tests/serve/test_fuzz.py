@@ -1,4 +1,4 @@
-"""Must-show 1 (fuzzing): schemathesis generates requests from the server's OpenAPI schema
+"""Fuzzing: schemathesis generates requests from the server's OpenAPI schema
 (bodies that fit it and bodies that break it, every route) and finds no 500."""
 
 from __future__ import annotations

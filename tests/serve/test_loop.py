@@ -1,4 +1,4 @@
-"""Must-show 6: the loop closes. Served answers get feedback and arena votes; `temper feedback
+"""The serving loop closes. Served answers get feedback and arena votes; `temper feedback
 export` and `temper arena export` write what the pipeline's `feedback` stage reads; a round
 (feedback -> dpo) trains on them, and the lineage of the next release shows both exports as
 its inputs, in their roles."""

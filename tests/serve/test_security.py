@@ -1,4 +1,4 @@
-"""Must-show 3: keys are required, revocation holds at once, keys cannot read each other's
+"""Keys are required, revocation holds at once, keys cannot read each other's
 audit rows or feedback, and the audit log cannot be rewritten (through the API or in SQL)."""
 
 from __future__ import annotations

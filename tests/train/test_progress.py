@@ -1,4 +1,4 @@
-"""Per-step progress on the terminal, and the no-learning-signal warnings (issue 17, item 15)."""
+"""Per-step progress on the terminal, and the no-learning-signal warnings."""
 
 import io
 

@@ -286,7 +286,7 @@ def test_candidate_exceptions_keep_their_builtin_type_only():
     ["StopIteration", "StopAsyncIteration", "GeneratorExit", "Exception", "OSError", "Warning", "BaseExceptionGroup"],
 )
 def test_control_flow_exceptions_never_reach_the_tests_as_themselves(name):
-    """A StopIteration re-raised in trusted code ends the tests' map()/filter() early (issue 17 item 5)."""
+    """A StopIteration re-raised in trusted code ends the tests' map()/filter() early."""
     exc = candidate_exception(name, "")
     assert type(exc) is CandidateError and f"{name}: " in str(exc)
 
@@ -349,7 +349,7 @@ def test_ordinary_code_is_not_flagged(completion):
         ("    return vars()\n", "cheat:call:vars"),
         ("    raise KeyboardInterrupt\n", "cheat:exit_exception"),
         ("    print('PASSED')\n", "cheat:fake_output"),
-        # issue 17 item 6: ways around the checks above
+        # ways around the checks above
         (
             "    return x\n\nfrom __main__ import __name__\nif __name__ == '__main__':\n    import os\n",
             "cheat:name_rebind",

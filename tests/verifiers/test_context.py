@@ -1,4 +1,4 @@
-"""`VerifierContext`: the sandbox reaches verifiers through a context object, not a module global (issue 9)."""
+"""`VerifierContext`: the sandbox reaches verifiers through a context object, not a module global."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the candidate sends back cannot crash the verdict or hold the judge (issue 17 items 7 and 8).
+"""What the candidate sends back cannot crash the verdict or hold the judge.
 
 A lone surrogate in an exception message must still give a Reward that serialises (through
 `score` and through the real `temper verify` process); a reply that is huge or built to be

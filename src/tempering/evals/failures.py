@@ -380,7 +380,7 @@ def synthetic_failures(per_type: int = 60, seed: int = 0) -> tuple[list[FailureC
       2  wrong answer in the asked form: a bare wrong number, or the wrong operation worked out.
 
     Phrasings vary within each type and share words across types, so text alone is not a
-    giveaway. Used by the tests and `bench/data_mix.py` (Must show 6).
+    giveaway. Used by the tests and `bench/experiments/data_mix.py` (docs/mixing.md: ARI 1.0 with k = 3).
     """
     import random
 

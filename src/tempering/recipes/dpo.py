@@ -101,7 +101,7 @@ def reference_for(
 def dpo_components(
     cfg: DPOConfig, data: PairData, ref_train: torch.Tensor | None, ref_eval: torch.Tensor | None
 ) -> tuple[Any, list[dict[str, Any]], Any]:
-    """(training batch source, held-out batches, objective); bench/dpo.py shares it."""
+    """(training batch source, held-out batches, objective); bench/throughput/dpo.py shares it."""
     from tempering.data.pair_batches import PairBatches, collate_pairs
     from tempering.objectives.dpo import PreferenceObjective
     from tempering.train.distributed import world

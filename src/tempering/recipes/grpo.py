@@ -244,7 +244,7 @@ def grpo_stage(cfg: GRPOConfig, force: bool = False) -> StageSpec:
 def grpo_components(
     cfg: GRPOConfig, model: Any, tokenizer: Any, tasks: list[Task], store: Any = None
 ) -> tuple[Any, Any, Any]:
-    """(engine, batch source, objective) of a GRPO stage; the recipe and bench/grpo.py share it.
+    """(engine, batch source, objective) of a GRPO stage; the recipe and bench/throughput/grpo.py share it.
 
     With `cfg.scale`, the engine is Ray replicas and the reward workers Ray actors (Ray must
     be running: `scale.runtime.ray_session`); else both live in this process.

@@ -126,7 +126,7 @@ def run_sft(cfg: SFTConfig, force: bool = False) -> dict[str, Any]:
 
 
 def sft_components(cfg: SFTConfig, data: SFTData, pad: int) -> tuple[Any, list[dict[str, Any]], Any]:
-    """(training batch source, eval batches, objective) of an SFT stage; bench/sft.py shares it."""
+    """(training batch source, eval batches, objective) of an SFT stage; bench/throughput/sft.py shares it."""
     from tempering.data.batches import SFTBatches, pack_batch, pad_batch
     from tempering.objectives.sft import SFTObjective
     from tempering.train.distributed import world

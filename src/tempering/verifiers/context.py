@@ -1,6 +1,6 @@
 """What verifiers share across calls: today, the sandbox that code is judged in.
 
-Passed in, never kept in a module global (issue 9): the caller decides how long a sandbox
+Passed in, never kept in a module global: the caller decides how long a sandbox
 lives and how big it is (an RL loop keeps one for the whole run, `temper verify` one for
 one call), and a remote sandbox can replace the local pool without touching a verifier.
 

@@ -2,7 +2,7 @@
 episodes) at a given lr, tasks drawn from the tier as now (an epoch) or with replacement (as before),
 then greedy completion on the 20 held-out workspace tier-1 tasks. Prints one ABLATION json line.
 
-    python bench/agent_rl_ablation.py WEIGHTS.safetensors LR {distinct,replace} SEED
+    python bench/experiments/agent_rl_ablation.py WEIGHTS.safetensors LR {distinct,replace} SEED
     # WEIGHTS: runs/NAME/checkpoints/step-00000000/weights.safetensors of a workspace tier-1 `temper agent` run
     # SKIP_BEFORE=1: skip the eval before RL (it is that run's after_sft)
 """

@@ -18,7 +18,7 @@ completions/s over the timed steps (generation + scoring + update, everything a 
 after `--warmup` steps), the reward curve, and the first step / wall second at which the
 step's mean reward reached 0.5 (null when not reached within `--steps`).
 
-    python bench/grpo.py [--steps 6] [--warmup 1] [--threads 2]
+    python bench/throughput/grpo.py [--steps 6] [--warmup 1] [--threads 2]
 
 Writes bench/results/grpo.json and prints a table.
 """
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -38,8 +37,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, ROOT, cpu_name  # noqa: E402
+
 PROMPTS, GROUP, MAX_NEW, LR, TARGET = 8, 8, 32, 2e-4, 0.5
 TRL_FASTEST = {"gradient_checkpointing": False}
 TRL_SWEEP = [{"gradient_checkpointing": False}, {"gradient_checkpointing": True}]
@@ -269,7 +269,7 @@ def main() -> None:
                 }
             )
             print(sweep[-1], flush=True)
-        (HERE / "results" / "grpo_trl_sweep.json").write_text(
+        (RESULTS / "grpo_trl_sweep.json").write_text(
             json.dumps(
                 {
                     "benchmark": "grpo TRL settings sweep",
@@ -322,7 +322,7 @@ def main() -> None:
         "lr": LR,
         "steps": args.steps,
         "warmup_steps": args.warmup,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
         "torch_threads": args.threads,
         "load_average_at_end": os.getloadavg(),
         "tempering_engine": "BatchingEngine (EngineSettings() default: continuous batching)",
@@ -335,8 +335,8 @@ def main() -> None:
         "target_time_ratio": 2.0,
         "runs": runs,
     }
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "grpo.json").write_text(json.dumps(result, indent=1, default=str))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "grpo.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"\nGRPO, {PROMPTS}x{GROUP} per step, <= {MAX_NEW} new tokens, precision {ours['precision']}")
     print(f"{'':12}{'compl/s':>10}{'s/step':>10}{'steps->0.5':>12}{'s->0.5':>10}  rewards")
     for name, r in runs.items():

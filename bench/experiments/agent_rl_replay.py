@@ -2,7 +2,7 @@
 SFT'd weights at a given lr, then greedy completion on the 20 held-out workspace tier-1 tasks. Same
 data, only the lr differs: separates the update size from the draw of tasks.
 
-    python bench/agent_rl_replay.py RUN_DIR LR     # RUN_DIR: a `temper agent` workspace tier-1 run
+    python bench/experiments/agent_rl_replay.py RUN_DIR LR     # RUN_DIR: a `temper agent` workspace tier-1 run
 """
 
 import json

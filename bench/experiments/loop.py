@@ -1,6 +1,7 @@
-"""Must show 1 (issue 13): the capability target through the loop, seeds one after another.
+"""The capability target through the loop (docs/pipeline.md): held-out 2-digit addition, final-answer
+and strict accuracy after `examples/arith_loop.yaml`, seeds one after another.
 
-    python bench/loop.py [--seeds 0 1 2] [--pipeline examples/arith_loop.yaml] [--out runs/arith-loop]
+    python bench/experiments/loop.py [--seeds 0 1 2] [--pipeline examples/arith_loop.yaml] [--out runs/arith-loop]
 
 For each seed: `temper run PIPELINE --seed S` (a subprocess, alone on the machine: run nothing
 else), then the baseline and final eval stages' results are read back:
@@ -29,9 +30,9 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-RESULTS = HERE / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, ROOT  # noqa: E402
+
 TARGET = {
     "add-final": "final_answer_accuracy",
     "add-strict": "strict_accuracy",
@@ -182,7 +183,7 @@ def main() -> None:
     p.add_argument(
         "--keep",
         action="store_true",
-        help="keep the runs of other seeds already in bench/results/loop.json (seeds run one per session)",
+        help="keep the runs of other seeds already in bench/results/loop.json (to run seeds one at a time)",
     )
     args = p.parse_args()
     runs = []

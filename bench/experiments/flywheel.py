@@ -1,6 +1,7 @@
-"""Must show 5 (issue 11): difficulty stratification and the flywheel on the default model.
+"""Difficulty stratification and the flywheel on the default model: SFT on self-generated, verified,
+reflowed rows raises held-out strict accuracy (docs/mixing.md, "Measured").
 
-    python bench/flywheel.py [--seeds 0 1 2] [--stratify-n 64] [--synth-n 160] [--heldout-n 150]
+    python bench/experiments/flywheel.py [--seeds 0 1 2] [--stratify-n 64] [--synth-n 160] [--heldout-n 150]
 
 On built-in 2-digit addition ("What is A+B? Answer with just the number."):
 
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,8 +35,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS  # noqa: E402
 
 
 def heldout_scores(model: str, n: int, max_new_tokens: int) -> dict[str, list[float]]:
@@ -186,7 +188,7 @@ def main() -> None:
         )
 
     result = {
-        "what": "Must show 5 (issue 11): stratification + flywheel on the default model, built-in addition",
+        "what": "stratification + flywheel on the default model, built-in addition",
         "model": DEFAULT_MODEL,
         "sampling": sampling.model_dump(),
         "synth_n_per_prompt": args.k,

@@ -5,10 +5,10 @@ same precision ("auto": bf16 autocast where the CPU has native bf16, else fp32 -
 AVX2-only CPU emulated bf16 is ~100x slower than fp32 and would measure nothing useful).
 Each framework runs in its own child process, one after the other, so peak RSS is its own
 and neither competes for the 2 cores. Both report *real* (non-pad) tokens per second over
-the timed steps after warm-up; MFU is model FLOPs (6N + attention, bench/peak.py) per
+the timed steps after warm-up; MFU is model FLOPs (6N + attention, bench/_shared/peak.py) per
 second against matmul peaks measured in this same run.
 
-    python bench/sft.py [--steps 4] [--warmup 2] [--batch 8] [--max-length 512] [--examples 96]
+    python bench/throughput/sft.py [--steps 4] [--warmup 2] [--batch 8] [--max-length 512] [--examples 96]
 
 Writes bench/results/sft.json and prints a table.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -29,8 +28,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
 
 def run_tempering(
@@ -110,7 +109,7 @@ def run_tempering(
 
 
 def run_trl(model_dir: str, conversations: list[dict], max_length: int, batch: int, steps: int, warmup: int) -> dict:
-    from trl_peer import run_trl_sft
+    from _shared.trl_peer import run_trl_sft
 
     # TRL's fastest settings measured here (trl_peer.DEFAULT_SETTINGS: padding-free, no packing,
     # no gradient checkpointing), with the same assistant-only objective as Tempering.
@@ -120,7 +119,7 @@ def run_trl(model_dir: str, conversations: list[dict], max_length: int, batch: i
 
 
 def child(args: argparse.Namespace) -> None:
-    from sft_data import make_bench_conversations
+    from _shared.sft_data import make_bench_conversations
     from tempering.models.load import resolve_model
 
     model_dir = resolve_model("smollm2-135m-instruct")
@@ -148,8 +147,8 @@ def main() -> None:
 
     import torch
 
-    from peak import measure_bf16_matmul_peak, model_flops_per_token
-    from sft_data import make_bench_conversations
+    from _shared.peak import measure_bf16_matmul_peak, model_flops_per_token
+    from _shared.sft_data import make_bench_conversations
     from tempering.models.load import load_model, load_tokenizer
     from tempering.models.precision import resolve_precision
 
@@ -194,7 +193,7 @@ def main() -> None:
         "warmup_steps": args.warmup,
         "examples": args.examples,
         "precision": precision,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
         "native_bf16": precision == "bf16",
         "bf16_matmul_peak_gflops": bf16_peak / 1e9,
         "fp32_matmul_peak_gflops": fp32_peak / 1e9,
@@ -205,8 +204,8 @@ def main() -> None:
         "target_ratio": 2.0,
         "runs": runs,
     }
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "sft.json").write_text(json.dumps(result, indent=1, default=str))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "sft.json").write_text(json.dumps(result, indent=1, default=str))
     print(
         f"\nSFT throughput, batch {args.batch}, max length {args.max_length}, precision {precision}, "
         f"peaks bf16 {bf16_peak / 1e9:.1f} / fp32 {fp32_peak / 1e9:.1f} GFLOP/s"

@@ -1,6 +1,6 @@
 """Sandbox overhead vs a bare subprocess, and throughput at 1, 2 and 8 concurrent runs.
 
-    .venv/bin/python bench/sandbox.py [--runs 60]
+    .venv/bin/python bench/throughput/sandbox.py [--runs 60]
 
 Prints a table and writes bench/results/sandbox.json. The program is the same in both
 columns: `python3 -c 'print(1)'` (the system interpreter). Run as root with bubblewrap.
@@ -14,10 +14,15 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from tempering.sandbox import SandboxPool
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS  # noqa: E402
 
 PROGRAM = ["/usr/bin/python3", "-c", "print(1)"]
 
@@ -45,7 +50,7 @@ def throughput(fn, runs: int, concurrency: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=60)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "sandbox.json"))
+    ap.add_argument("--out", default=str(RESULTS / "sandbox.json"))
     args = ap.parse_args()
     with SandboxPool(size=8) as pool:
         pool.check()

@@ -1,9 +1,9 @@
-"""Must show 4 of the agent issue: does the default model learn to use tools? Held-out completion
+"""Does the default model learn to use tools (docs/agents.md, "Measured")? Held-out completion
 before and after agent training (expert SFT, then GRPO), per seed and pooled, with paired CIs.
 
-    python bench/agent_learning.py --config examples/agent/agent_arith.yaml --seeds 0 1 2 --out-root runs/agent-learning
-    python bench/agent_learning.py --collect runs/agent-learning/s0 runs/agent-learning/s1 ...   # only aggregate
-    python bench/agent_learning.py --config examples/agent/agent_workspace_t1.yaml --title "workspace tier 1" \
+    python bench/experiments/agent_learning.py --config examples/agent/agent_arith.yaml --seeds 0 1 2 --out-root runs/agent-learning
+    python bench/experiments/agent_learning.py --collect runs/agent-learning/s0 runs/agent-learning/s1 ...   # only aggregate
+    python bench/experiments/agent_learning.py --config examples/agent/agent_workspace_t1.yaml --title "workspace tier 1" \
         --out bench/results/agent_workspace_t1.json          # workspace tier 1 (SFT then RL)
 
 Each seed is one `temper agent` run (seeding SFT order, LoRA init and RL sampling). Pooled:
@@ -20,7 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, ROOT  # noqa: E402
 
 
 def run_seed(config: str, out_root: str, seed: int) -> Path:
@@ -82,7 +83,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out-root", default="runs/agent-learning")
     ap.add_argument("--collect", nargs="*", help="Only aggregate these finished run dirs.")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "agent_learning.json"))
+    ap.add_argument("--out", default=str(RESULTS / "agent_learning.json"))
     ap.add_argument("--title", default="agent learning (tool use)")
     ap.add_argument("--note", default="", help="Appended to the JSON's note (e.g. what else ran alongside).")
     args = ap.parse_args()

@@ -1,4 +1,4 @@
-"""What a sandbox could leave behind on the host, for leak checks in tests and health probes."""
+"""What a sandbox could leave behind on the host: the leak checks of the sandbox and security tests (test-only)."""
 
 from __future__ import annotations
 

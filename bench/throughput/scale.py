@@ -1,8 +1,8 @@
 """Scale-out figures on this machine: Ray reward workers, torchrun data parallelism, log-prob mismatch.
 
-    python bench/scale.py --part verifier   # HumanEval canonical solutions: 1 vs 2 Ray reward workers
-    python bench/scale.py --part ddp        # temper sft tokens/s: 1 process (2 threads) vs torchrun 2 x 1 thread
-    python bench/scale.py --part mismatch   # GRPO on the default model: mean |log p_train - log p_rollout|
+    python bench/throughput/scale.py --part verifier   # HumanEval canonical solutions: 1 vs 2 Ray reward workers
+    python bench/throughput/scale.py --part ddp        # temper sft tokens/s: 1 process (2 threads) vs torchrun 2 x 1 thread
+    python bench/throughput/scale.py --part mismatch   # GRPO on the default model: mean |log p_train - log p_rollout|
 
 Each part merges its figures into bench/results/scale.json (run each under the bench lock;
 each stays under 6 minutes). On a 2-core machine the gains are bounded by the 2 cores: the
@@ -26,8 +26,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench" / "results" / "scale.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, ROOT  # noqa: E402
+
+OUT = RESULTS / "scale.json"
 MODEL = "smollm2-135m-instruct"
 
 

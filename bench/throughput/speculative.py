@@ -20,9 +20,9 @@ generated tokens / wall seconds. In bf16 a k-token verify forward rounds differe
 1-token forward, so near-ties can flip and the token counts differ a little between rows
 (fp32 is bit-exact: `lossless`).
 
-    python bench/speculative.py timing --batch 1 --draft runs/distill-draft/final --data TRAIN.jsonl
-    python bench/speculative.py timing --batch 8 --prompts 48 --draft ... --data ...
-    python bench/speculative.py lossless --lossless-precisions fp32 --draft ... --data ...
+    python bench/throughput/speculative.py timing --batch 1 --draft runs/distill-draft/final --data TRAIN.jsonl
+    python bench/throughput/speculative.py timing --batch 8 --prompts 48 --draft ... --data ...
+    python bench/throughput/speculative.py lossless --lossless-precisions fp32 --draft ... --data ...
 
 `lossless` checks greedy output identical to the target alone on 200 prompts in fp32 with the
 `--lossless-draft` configuration (bf16 makes a 1-token and a k-token forward round
@@ -36,18 +36,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-HERE = Path(__file__).resolve().parent
-OUT = HERE / "results" / "speculative.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, cpu_name  # noqa: E402
+
+OUT = RESULTS / "speculative.json"
 MODEL = "smollm2-135m-instruct"
-# keys of the session-7 layout (one timing per precision, bf16 by autocast over fp32 weights)
+# keys of an older result layout (one timing per precision, bf16 by autocast over fp32 weights)
 STALE_KEYS = (
     "timing_by_precision",
     "batch1_fastest_off",
@@ -326,7 +328,7 @@ def main() -> None:
             "benchmark": "speculative",
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "model": MODEL,
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": cpu_name(),
             "cpu_count": os.cpu_count(),
             "note": "2 shared cores; timing ran alone under the bench lock while other agents' work ran "
             "at nice 19; lossless ran at nice 19 (no timing)",

@@ -1,4 +1,4 @@
-"""Make the Q8_0 GGUF of the default model that bench/inference.py runs through llama.cpp.
+"""Make the Q8_0 GGUF of the default model that bench/throughput/inference.py runs through llama.cpp.
 
 llama-cpp-python is a dev-only peer that `make` never installs: it builds from its source
 distribution (about 20 minutes on 2 cores here, at nice 19):
@@ -6,8 +6,8 @@ distribution (about 20 minutes on 2 cores here, at nice 19):
     CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_OPENMP=OFF" pip wheel --no-deps llama-cpp-python==0.3.36
     pip install llama_cpp_python-*.whl
     tar xzf llama_cpp_python-0.3.36.tar.gz          # for llama.cpp's converter (vendor/llama.cpp)
-    python bench/make_q8_gguf.py --llama-cpp-src llama_cpp_python-0.3.36/vendor/llama.cpp --out q8.gguf
-    TEMPERING_Q8_GGUF=q8.gguf python bench/inference.py
+    python bench/diagnostics/make_q8_gguf.py --llama-cpp-src llama_cpp_python-0.3.36/vendor/llama.cpp --out q8.gguf
+    TEMPERING_Q8_GGUF=q8.gguf python bench/throughput/inference.py
 
 The GGUF is made from the very weights every other side of the bench loads (the HF directory
 Tempering converts the default model into), with llama.cpp's own `convert_hf_to_gguf.py`

@@ -1,8 +1,8 @@
 """Measure the default model on the built-in suites: HumanEval pass@1/pass@10, the arithmetic
 suites and the two reasoning-gym tasks, with seed spread, stability and paraphrase spread.
 
-    python bench/eval_default_model.py --out runs/eval-default            # the measurement
-    python bench/eval_default_model.py --out /tmp/eval-quick --quick      # a few tasks, 2 samples
+    python bench/diagnostics/eval_default_model.py --out runs/eval-default            # the measurement
+    python bench/diagnostics/eval_default_model.py --out /tmp/eval-quick --quick      # a few tasks, 2 samples
 
 Settings (each suite's own YAML unless overridden here):
   * humaneval: a stride subset of the 164 problems (every `--humaneval-every`-th, default 4:
@@ -31,7 +31,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import ROOT  # noqa: E402
+
 MODEL = "smollm2-135m-instruct"
 CHEAP = ["arithmetic", "arithmetic-add", "rg-chain-sum", "rg-spell-backward"]
 

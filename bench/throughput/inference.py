@@ -19,7 +19,7 @@ Every side generates for the same 32 requests, so the tokens/s compare like for 
   * llama.cpp (llama-cpp-python) on the same model at Q8_0, the same 32 requests one at a
     time, when that package is installed and a Q8_0 GGUF can be made (else the reason).
 
-    python bench/inference.py [--max-new-tokens 64] [--precision bf16] [--quantize int8 --out FILE]
+    python bench/throughput/inference.py [--max-new-tokens 64] [--precision bf16] [--quantize int8 --out FILE]
 
 Writes bench/results/inference.json (or --out) and prints a summary. With --quantize int8
 every side runs the weight-only int8 copy (bench/results/inference_int8.json).
@@ -30,15 +30,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
+import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, cpu_name  # noqa: E402
+
 MODEL = "smollm2-135m-instruct"
 QUESTIONS = [
     f"What is {a} + {b}? Answer with the number."
@@ -172,7 +174,7 @@ def llama_cpp_run(prompts, max_new_tokens: int) -> dict:
         "gguf": gguf,
         "quant": "Q8_0",
         "llama_cpp_python": llama_cpp.__version__,
-        "made_by": "bench/make_q8_gguf.py (the same HF weights, llama.cpp convert_hf_to_gguf.py f32 -> Q8_0)",
+        "made_by": "bench/diagnostics/make_q8_gguf.py (the same HF weights, llama.cpp convert_hf_to_gguf.py f32 -> Q8_0)",
         "n_threads": os.cpu_count(),
         "requests": len(prompts),
         "seconds": seconds,
@@ -192,7 +194,7 @@ def main() -> None:
         default="none",
         help="int8: every side runs the weight-only int8 copy (models/quantize.py)",
     )
-    p.add_argument("--out", type=Path, default=HERE / "results" / "inference.json")
+    p.add_argument("--out", type=Path, default=RESULTS / "inference.json")
     args = p.parse_args()
 
     import torch
@@ -260,7 +262,7 @@ def main() -> None:
             "work ran alongside at nice 19"
         ),
         "load_average_before_after": [load_before, os.getloadavg()],
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         f"ratio_{top}_concurrent_vs_hf_generate": runs["batching_engine"][top]["tokens_per_s"] / hf["tokens_per_s"],
         "ratios_vs_hf_generate": {

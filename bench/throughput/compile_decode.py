@@ -1,10 +1,10 @@
-"""Batch-1 decode levers the inference issue names: a static KV cache and `torch.compile`.
+"""Two batch-1 decode levers, a static KV cache and `torch.compile`, against plain `generate` (docs/inference.md).
 
 Same model (the default, weights in --precision), one chat prompt, greedy, exactly
 --new-tokens tokens (min = max), HF `generate` on every side, in this one process:
 
   * eager_dynamic_cache: plain `generate` (HF's dynamic cache; what BatchingEngine's slot
-    cache is compared with in bench/inference.py);
+    cache is compared with in bench/throughput/inference.py);
   * static_cache: `cache_implementation="static"`, no compile;
   * static_cache_compiled: the same with `model.forward` wrapped in `torch.compile`
     (inductor, default mode); its first call includes the compile and is reported apart.
@@ -12,7 +12,7 @@ Same model (the default, weights in --precision), one chat prompt, greedy, exact
 Each side: a first call (timed apart), then the best of --repeats timed calls. Greedy tokens
 are compared with the eager side's.
 
-    python bench/compile_decode.py [--precision bf16] [--new-tokens 48] [--repeats 2]
+    python bench/throughput/compile_decode.py [--precision bf16] [--new-tokens 48] [--repeats 2]
 
 Writes bench/results/compile_decode_<precision>.json.
 """
@@ -22,12 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS  # noqa: E402
+
 MODEL = "smollm2-135m-instruct"
 
 
@@ -95,7 +98,7 @@ def main() -> None:
         "speedup_vs_eager": {k: r["tokens_per_s"] / base for k, r in runs.items()},
         "runs": runs,
     }
-    out_path = HERE / "results" / f"compile_decode_{args.precision}.json"
+    out_path = RESULTS / f"compile_decode_{args.precision}.json"
     out_path.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["speedup_vs_eager"]), "->", out_path)
 

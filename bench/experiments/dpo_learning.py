@@ -1,6 +1,6 @@
-"""Must show 5 (issue 10): DPO on verifier-built pairs raises held-out *strict* arithmetic accuracy.
+"""DPO on verifier-built pairs raises held-out *strict* arithmetic accuracy.
 
-    python bench/dpo_learning.py --pairs PAIRS.jsonl [--seeds 0 1 2] [--steps 40] [--work /tmp/dpo_learning]
+    python bench/experiments/dpo_learning.py --pairs PAIRS.jsonl [--seeds 0 1 2] [--steps 40] [--work /tmp/dpo_learning]
 
 PAIRS.jsonl comes from `temper data pairs` (the default model's own samples on the *train*
 split of builtin arithmetic, judged by the verifier: strict-vs-sloppy and correct-vs-wrong
@@ -35,7 +35,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, ROOT  # noqa: E402
+
 STRICT_SUITE = "arith-add-strict"
 
 
@@ -176,7 +178,7 @@ def main() -> None:
         "--gate-seeds", type=int, nargs="*", default=None, help="Seeds whose models are gated (default: all)."
     )
     p.add_argument("--work", default="/tmp/dpo_learning")
-    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "dpo_learning.json"))
+    p.add_argument("--out", default=str(RESULTS / "dpo_learning.json"))
     args = p.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

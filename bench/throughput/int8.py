@@ -1,8 +1,8 @@
 """int8 on the default model: decode tokens/s at batch 1, memory, and quality through the gate.
 
-    python bench/int8.py timing    # under the bench lock: tokens/s and memory of each variant
-    python bench/int8.py quality   # nice 19: gate suites (arithmetic, HumanEval subset) with CIs
-    python bench/int8.py fidelity  # nice 19: teacher-forced KL from fp32 and argmax agreement
+    python bench/throughput/int8.py timing    # under the bench lock: tokens/s and memory of each variant
+    python bench/throughput/int8.py quality   # nice 19: gate suites (arithmetic, HumanEval subset) with CIs
+    python bench/throughput/int8.py fidelity  # nice 19: teacher-forced KL from fp32 and argmax agreement
 
 Variants (`tempering.models.quantize.quantize_int8`, per-channel int8 weights): "int8-weight"
 (weight-only: bf16 activations, `aten._weight_int8pack_mm`, the kernel torchao's CPU int8
@@ -26,15 +26,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-HERE = Path(__file__).resolve().parent
-OUT = HERE / "results" / "int8.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, cpu_name  # noqa: E402
+
+OUT = RESULTS / "int8.json"
 MODEL = "smollm2-135m-instruct"
 
 
@@ -267,7 +269,7 @@ def main() -> None:
             "benchmark": "int8",
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "model": MODEL,
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": cpu_name(),
             "cpu_count": os.cpu_count(),
             "host_default_precision": "bf16 (native: avx512_bf16)",
             f"{args.mode}_load_average_before_after": [load_before, os.getloadavg()],

@@ -17,7 +17,7 @@ by default it runs on the first `--per-sample-tasks` tasks (all 4 samples each) 
 samples/s is extrapolated from that subset (recorded in the JSON); generated tokens per
 second are reported too, since both sides sample answers of different lengths.
 
-    python bench/eval.py [--tasks 100] [--samples 4] [--max-new-tokens 32] [--per-sample-tasks 20]
+    python bench/throughput/eval.py [--tasks 100] [--samples 4] [--max-new-tokens 32] [--per-sample-tasks 20]
 
 Writes bench/results/eval.json and prints a summary.
 """
@@ -27,15 +27,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
+import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, cpu_name  # noqa: E402
+
 MODEL = "smollm2-135m-instruct"
 
 
@@ -142,7 +144,7 @@ def main() -> None:
     )
     p.add_argument("--max-slots", type=int, default=None, help="engine.max_slots (default: EngineSettings')")
     p.add_argument("--per-sample-tasks", type=int, default=20, help="tasks the per-sample loop runs (subset)")
-    p.add_argument("--out", type=Path, default=HERE / "results" / "eval.json")
+    p.add_argument("--out", type=Path, default=RESULTS / "eval.json")
     args = p.parse_args()
 
     import torch
@@ -190,7 +192,7 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(),
         "threads_note": "1 torch thread on both sides: the machine's 2 cores are shared with a training run",
         "load_average_before_after": [load_before, os.getloadavg()],
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "per_sample_subset_note": (
             f"the per-sample loop ran the first {per_sample['tasks_run']} of {args.tasks} tasks "

@@ -14,9 +14,9 @@ reported separately (`reference_s`) and folded into `epoch_pairs_per_s` (one pas
 pairs, precompute included) for both it and TRL's precompute mode. The headline
 `ratio_pairs_per_s` is Tempering at its defaults vs the faster TRL setting on timed steps;
 `ratio_pairs_per_s_compiled` with `train.compile: true` (per-layer torch.compile, which pays
-in bench/sft.py; here each batch's new answer lengths cost recompiles).
+in bench/throughput/sft.py; here each batch's new answer lengths cost recompiles).
 
-    flock /work/wt/bench.lock python bench/dpo.py [--steps 3] [--warmup 1] [--batch 8] [--pairs 64]
+    flock /work/wt/bench.lock python bench/throughput/dpo.py [--steps 3] [--warmup 1] [--batch 8] [--pairs 64]
 
 Writes bench/results/dpo.json and prints a table.
 """
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import resource
 import subprocess
@@ -39,7 +38,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, ROOT, cpu_name  # noqa: E402
+
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"}
 WORDS = (
     "the model answer number value check result step first then because so we add carry digit "
@@ -232,7 +233,7 @@ def run_trl(model_dir: str, pairs: list[dict], batch: int, steps: int, warmup: i
 
 
 def child(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(HERE.parent / "src"))
+    sys.path.insert(0, str(ROOT / "src"))
     if args.threads:
         import torch
 
@@ -301,7 +302,7 @@ def main() -> None:
         "warmup_steps": args.warmup,
         "pairs_in_set": args.pairs,
         "precision": resolve_precision("auto"),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
         "ratio_pairs_per_s": ratio,
         "ratio_pairs_per_s_compiled": ratio_compiled,
         "best_trl_setting": best_trl,
@@ -314,8 +315,8 @@ def main() -> None:
         "load_average_at_end": os.getloadavg(),
         "other_activity": args.note,
     }
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "dpo.json").write_text(json.dumps(result, indent=1, default=str))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "dpo.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"\nDPO throughput, {args.batch} pairs/step, precision {result['precision']}")
     print(f"{'':18}{'pairs/s':>10}{'epoch pairs/s':>15}{'peak RSS MB':>13}")
     for name, r in runs.items():

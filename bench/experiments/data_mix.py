@@ -1,6 +1,6 @@
-"""Must show 4 and 6 (issue 11): mixing ratios on 100k samples, failure clustering ARI.
+"""Realised mixing shares within ±1% on 100k samples, and failure clustering ARI (docs/mixing.md).
 
-    python bench/data_mix.py
+    python bench/experiments/data_mix.py
 
 Mixing: four sources (reasoning, code, safety, general replay at 20%) with different row
 lengths; a 100k-row mix (shares in rows) and a mix of 100k+ rows by tokens (shares in
@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS  # noqa: E402
 
 
 def sources():
@@ -141,6 +142,11 @@ def clustering(minilm_seeds: int = 1) -> dict:
 
 
 def main() -> None:
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--minilm-seeds", type=int, default=1, help="seeds for the MiniLM variants (slow on 2 cores)")
+    args = p.parse_args()
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / "data_mix.json"
     result = json.loads(path.read_text()) if path.is_file() else {}
@@ -152,11 +158,6 @@ def main() -> None:
         "tokens max_abs_error",
         result["mixing"]["tokens"]["max_abs_error"],
     )
-    import argparse
-
-    p = argparse.ArgumentParser()
-    p.add_argument("--minilm-seeds", type=int, default=1, help="seeds for the MiniLM variants (slow on 2 cores)")
-    args = p.parse_args()
     result["failure_clustering"] = clustering(args.minilm_seeds)
     print(json.dumps(result["failure_clustering"], indent=1))
     path.write_text(json.dumps(result, indent=1))

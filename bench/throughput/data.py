@@ -1,7 +1,7 @@
 """Dedup and decontamination quality on labelled synthetic sets, and decontamination at scale.
 
-    flock /work/wt/bench.lock python bench/data.py            # -> bench/results/data.json
-    python bench/data.py --quick                              # small sizes, no result file
+    flock /work/wt/bench.lock python bench/throughput/data.py            # -> bench/results/data.json
+    python bench/throughput/data.py --quick                              # small sizes, no result file
 
 1. Near duplicates: base documents, planted near duplicates (word edits, re-casing and
    punctuation noise, measured exact Jaccard of 5-word shingles in [0.8, 1.0)), exact copies,
@@ -31,7 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, ROOT  # noqa: E402
+
 sys.path.insert(0, str(ROOT / "src"))
 
 from tempering.data.dedup import Deduper, jaccard, shingle_set  # noqa: E402
@@ -513,7 +515,7 @@ def main() -> None:
         "the 1M figure one run"
     )
     if not args.quick:
-        out = ROOT / "bench" / "results" / "data.json"
+        out = RESULTS / "data.json"
         if args.skip_scale and out.is_file():  # refresh the quality figures, keep the last scale run
             earlier = json.loads(out.read_text())
             kept = {k: v for k, v in earlier.items() if k.startswith(("scale_", "peak_rss"))}

@@ -1,6 +1,6 @@
 """Prefix sharing in the batching engine: where prefilling a common opening once pays.
 
-Same model (the default, weights in --precision), the 32 chat prompts of bench/inference.py,
+Same model (the default, weights in --precision), the 32 chat prompts of bench/throughput/inference.py,
 greedy, all submitted at once to `BatchingEngine.generate` (32 slots), with sharing on (the
 default: prompts admitted together prefill their common prefix once) and off
 (`MIN_SHARED_PREFIX` set past every prompt's length), in this one process, after a warm-up
@@ -11,7 +11,7 @@ each, best of --repeats:
   * few_shot: the same questions after 8 worked examples (a ~300-token common opening),
     --few-shot-tokens answers (an eval suite's shape).
 
-    python bench/prefix.py [--precision bf16] [--max-new-tokens 64] [--few-shot-tokens 16]
+    python bench/throughput/prefix.py [--precision bf16] [--max-new-tokens 64] [--few-shot-tokens 16]
 
 Writes bench/results/prefix.json.
 """
@@ -21,13 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS  # noqa: E402
+
 MODEL = "smollm2-135m-instruct"
 SHOTS = [
     ("What is 3 + 4?", "7"),
@@ -53,9 +56,10 @@ def main() -> None:
 
     import torch
 
-    sys.path.insert(0, str(HERE))
-    import tempering.rollout.batching_engine as be
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # inference.py, for its prompts
     from inference import QUESTIONS
+
+    import tempering.rollout.batching_engine as be
     from tempering.config import SamplingParams
     from tempering.models.load import load_model, load_tokenizer
     from tempering.rollout.batching_engine import BatchingEngine
@@ -113,7 +117,7 @@ def main() -> None:
         "load_average_before_after": [load_before, os.getloadavg()],
         "workloads": out,
     }
-    (HERE / "results" / "prefix.json").write_text(json.dumps(result, indent=1) + "\n")
+    (RESULTS / "prefix.json").write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

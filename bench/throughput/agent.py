@@ -12,7 +12,7 @@ Reported: episodes/s, model turns (steps)/s, and seconds per step spent in gener
 engine's decode), the environment (tool calls, goal checks, session open/close) and
 rendering (observation tokens through the chat template).
 
-    flock /work/bench.lock timeout 600 python bench/agent.py [--suites tool_arith workspace] [--group 2]
+    flock /work/bench.lock timeout 600 python bench/throughput/agent.py [--suites tool_arith workspace] [--group 2]
 
 Writes bench/results/agent.json.
 """
@@ -22,14 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
 
 def model_episodes(suite: str, engine, renderer, sandbox, group: int, max_tasks: int, max_new: int) -> dict:
@@ -101,7 +102,7 @@ def main() -> None:
     ap.add_argument("--max-tasks", type=int, default=16)
     ap.add_argument("--max-new", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "agent.json"))
+    ap.add_argument("--out", default=str(RESULTS / "agent.json"))
     args = ap.parse_args()
 
     import torch
@@ -123,7 +124,7 @@ def main() -> None:
         "model": args.model,
         "precision": precision,
         "threads": args.threads,
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "machine": {"cpu": cpu_name(), "cores": os.cpu_count()},
         "note": "2 shared cores; other agents' work ran at nice 19 alongside this run",
         "model_episodes": [],
         "scripted_episodes": [],

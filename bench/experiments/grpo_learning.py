@@ -10,7 +10,7 @@ disjoint problems, before and after, as
 
 Each run dir holds curves.png (training reward and both held-out curves).
 
-    python bench/grpo_learning.py [--seeds 0 1 2] [--minutes 30] [--sequential]
+    python bench/experiments/grpo_learning.py [--seeds 0 1 2] [--minutes 30] [--sequential]
 
 Writes bench/results/grpo_learning.json.
 """
@@ -25,8 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, ROOT  # noqa: E402
 
 
 def launch(seed: int, minutes: float, threads: int, out: str, extra: list[str]) -> subprocess.Popen:
@@ -108,8 +108,8 @@ def main() -> None:
         "targets": {"final_answer_accuracy": 0.60, "strict_accuracy": 0.50},
         "runs": runs,
     }
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "grpo_learning.json").write_text(json.dumps(result, indent=1))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "grpo_learning.json").write_text(json.dumps(result, indent=1))
     for name, m in result["metrics"].items():
         b, a = m["before"], m["after"]
         print(f"{name:24} before {b['mean']:.3f} +- {b['std']:.3f}   after {a['mean']:.3f} +- {a['std']:.3f}")

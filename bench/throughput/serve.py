@@ -1,7 +1,7 @@
 """Load test of `temper serve` on loopback: latency, tokens/s and errors at 1, 8 and 32 concurrent streams.
 
-    flock /work/bench.lock timeout 600 python bench/serve.py     # -> bench/results/serve.json
-    python bench/serve.py --quick                                 # 1 and 4 streams, no result file
+    flock /work/bench.lock timeout 600 python bench/throughput/serve.py     # -> bench/results/serve.json
+    python bench/throughput/serve.py --quick                                 # 1 and 4 streams, no result file
 
 The server runs the default model (smollm2-135m-instruct, precision auto) in its own process
 (`python -m tempering.cli serve`, 127.0.0.1 only) with a fresh state directory and one key.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -30,7 +29,9 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, ROOT, cpu_name  # noqa: E402
+
 sys.path.insert(0, str(ROOT / "src"))
 
 import httpx  # noqa: E402
@@ -164,7 +165,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "serve.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "serve.json")
     args = parser.parse_args()
     levels, per = ((1, 4), {1: 2, 4: 1}) if args.quick else (LEVELS, {1: 3, 8: 1, 32: 1})
     from tempering.models.precision import resolve_precision
@@ -198,7 +199,7 @@ def main() -> None:
         "server_start_s": started_s,
         "total_s": round(time.time() - began, 1),
         "batching": "continuous (BatchingEngine, 32 slots): concurrent requests decode in one running batch",
-        "machine": {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()},
+        "machine": {"cpu": cpu_name(), "cpu_count": os.cpu_count()},
         "note": "other agents' jobs ran at nice 19 alongside (2 shared cores); this bench at normal nice under the lock",
     }
     if args.out.is_file():

@@ -1,6 +1,6 @@
 """Throughput of the verifiers: HumanEval canonical solutions through the code verifier, and the numeric one.
 
-    PYTHONPATH=src .venv/bin/python bench/verifier.py [--tasks 40] [--numeric 200] [--out bench/results/verifier.json]
+    PYTHONPATH=src .venv/bin/python bench/throughput/verifier.py [--tasks 40] [--numeric 200] [--out bench/results/verifier.json]
 
 The code verifier scores `--tasks` canonical solutions (the first N HumanEval tasks) with a
 4-slot sandbox and 4 threads; the report gives verdicts/s and whether all passed. Then
@@ -17,18 +17,23 @@ import inspect
 import json
 import os
 import platform
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from tempering.sources.humaneval import humaneval_canonical, humaneval_tasks
 from tempering.types import Task
 from tempering.verifiers import score
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS  # noqa: E402
+
 SLOTS = THREADS = 4
 
 
 def context_api() -> bool:
-    """True when `score` takes a verifier context (the API of issue 9)."""
+    """True when `score` takes a verifier context (`score(task, text, ctx)`, the API since `VerifierContext`)."""
     return "ctx" in inspect.signature(score).parameters
 
 
@@ -84,7 +89,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=40, help="HumanEval canonical solutions to score")
     ap.add_argument("--numeric", type=int, default=200, help="numeric-verifier scores")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "verifier.json"))
+    ap.add_argument("--out", default=str(RESULTS / "verifier.json"))
     args = ap.parse_args()
     load_before = os.getloadavg()
     scorer, close = open_scorer()

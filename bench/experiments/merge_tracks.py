@@ -1,6 +1,6 @@
-"""Must show 5 (issue 13): two LoRA tracks trained apart, merged, each track's score kept?
+"""Two LoRA tracks trained apart, then merged: does each track keep its score (docs/merge.md)?
 
-    nice -n 19 python bench/merge_tracks.py [--work /tmp/merge-bench] [--steps-add 40] [--steps-spell 80]
+    nice -n 19 python bench/experiments/merge_tracks.py [--work /tmp/merge-bench] [--steps-add 40] [--steps-spell 80]
 
 On the default model (smollm2-135m-instruct, precision auto = bf16 on this host):
 
@@ -33,8 +33,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, ROOT  # noqa: E402
+
 TRACKS = ("add", "spell")
 
 
@@ -258,7 +259,7 @@ def main() -> None:
     record: dict = {
         "benchmark": "merge_tracks",
         "model": "smollm2-135m-instruct (precision auto: bf16 on this host)",
-        "command": "nice -n 19 python bench/merge_tracks.py " + " ".join(sys.argv[1:]),
+        "command": "nice -n 19 python bench/experiments/merge_tracks.py " + " ".join(sys.argv[1:]),
         "settings": {k: v for k, v in vars(args).items() if k != "until"},
     }
     for track, steps in (("add", args.steps_add), ("spell", args.steps_spell)):
