@@ -34,7 +34,8 @@ class EvalConfig(Strict):
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """auto: bf16 only where it is native, else fp32."""
     engine: EngineSettings = EngineSettings()
-    """The engine that samples the suites."""
+    """The engine that samples the suites (`agent:` suites: the static-batch HFEngine unless
+    `engine:` is set)."""
     quantize: Literal["none", "int8"] = "none"
     """int8: evaluate the weight-only int8 copy of the model (what `temper serve --quantize int8`
     serves), so the gate can compare it with the float model."""
