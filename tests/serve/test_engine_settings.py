@@ -30,3 +30,10 @@ def test_serve_refuses_an_engine_that_cannot_serve_in_one_line(tmp_path):
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert "engine.kind 'hf' cannot serve" in res.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_serve_set_of_a_flagged_key_is_refused(tmp_path):
+    from tempering.cli import app
+
+    res = CliRunner().invoke(app, ["serve", "--state", str(tmp_path / "s"), "--set", "precision=bf16"])
+    assert res.exit_code == 2 and "precision is set by a flag of this command" in res.stderr

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from tempering.cli.common import fail
+from tempering.cli.common import fail, refuse_flag_keys
 
 out = Console(highlight=False, soft_wrap=True)
 
@@ -90,6 +90,7 @@ def serve(
     )
     from tempering.config import ConfigError, load_config
 
+    refuse_flag_keys(overrides or [], {**values, "model": model})
     try:
         cfg = load_config(
             ServeConfig, None, list(overrides or []), literal={**values, **({"model": model} if model else {})}

@@ -11,7 +11,7 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 
-from tempering.cli.common import FORCE, FULL, NAME, OUT, STEPS, err, fail, train_from_config
+from tempering.cli.common import FORCE, FULL, NAME, OUT, STEPS, err, fail, refuse_flag_keys, train_from_config
 from tempering.config import DEFAULT_MODEL, ConfigError, DPOConfig, SFTConfig, load_config
 
 out = Console()
@@ -167,6 +167,7 @@ def best_of_n_cmd(
         max_new_tokens=max_tokens,
         tasks={"source": tasks, "n": limit, "split": split},
     )
+    refuse_flag_keys(overrides or [], flags)
     try:
         settings = load_config(BestOfNSettings, None, list(overrides or []), literal=flags)
     except ConfigError as exc:
