@@ -289,3 +289,13 @@ def test_load_engine_loads_the_spec_and_builds_the_named_engine(tmp_path, smol_t
     assert type(engine) is HFEngine and engine.precision == "fp32"
     int8 = load_engine(EngineSettings(max_slots=3), str(tmp_path), "bf16", quantize="int8")
     assert type(int8) is BatchingEngine and int8.max_slots == 3 and int8.precision == "fp32"  # int8 picks its dtype
+
+
+def test_engine_with_scale_replicas_is_an_error_not_ignored():
+    """Under `scale:` Ray replicas sample (HFEngine in each actor), so an `engine:` beside it would do nothing."""
+    from tempering.config import ConfigError, EvalConfig, GRPOConfig
+
+    for model, base in ((EvalConfig, ["suites=[arithmetic]", "out=x"]), (GRPOConfig, ["train.steps=1"])):
+        assert load_config(model, None, base + ["scale.engine_replicas=2"]).scale.engine_replicas == 2
+        with pytest.raises(ConfigError, match="engine: does nothing with scale:"):
+            load_config(model, None, base + ["scale.engine_replicas=2", "engine.kind=hf"])
