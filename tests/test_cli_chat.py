@@ -74,3 +74,26 @@ def test_stderr_is_quiet_unless_verbose(tiny_dir):
     assert quiet.stderr.strip() == "", quiet.stderr
     loud = subprocess.run(cmd[:3] + ["--verbose"] + cmd[3:], capture_output=True, text=True, env=env, timeout=300)
     assert loud.returncode == 0 and "Loading weights" in loud.stderr
+
+
+def test_chat_with_a_speculative_engine_gives_the_targets_greedy_reply(tiny_dir):
+    """`--set engine.kind=speculative --set engine.draft.model=DIR` (the model as its own draft):
+    the same greedy reply as the default HFEngine."""
+    args = ["chat", str(tiny_dir), "--prompt", "What is 2+2?", "--max-tokens", "6", "--temperature", "0"]
+    plain = CliRunner().invoke(app, args + ["--precision", "fp32"])
+    spec = ["--set", "engine.kind=speculative", "--set", f"engine.draft.model={tiny_dir}", "--set", "engine.draft.k=3"]
+    fast = CliRunner().invoke(app, args + ["--precision", "fp32"] + spec)
+    assert plain.exit_code == 0 and fast.exit_code == 0, fast.output
+    assert fast.stdout == plain.stdout and plain.stdout.strip()
+
+
+def test_chat_engine_key_without_its_kind_is_one_line(tiny_dir):
+    res = CliRunner().invoke(app, ["chat", str(tiny_dir), "--prompt", "hi", "--set", "engine.draft.k=2"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "engine.draft applies to engine kind 'speculative' only, not 'hf'" in res.stderr
+
+
+def test_make_engine_defaults_to_hfengine(tiny_dir):
+    from tempering.rollout.engine import HFEngine
+
+    assert type(make_engine(str(tiny_dir), "fp32")) is HFEngine

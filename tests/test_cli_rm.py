@@ -31,3 +31,9 @@ def test_rm_missing_pair_file_names_it(tmp_path):
 def test_best_of_n_refuses_a_model_that_is_not_a_reward_model(tmp_path):
     r = run("best-of-n", "--reward-model", tmp_path, "--limit", "1", "-n", "2")
     assert r.exit_code == 2 and "not a reward model" in r.output
+
+
+def test_best_of_n_engine_key_without_its_kind_is_one_line(tmp_path):
+    r = run("best-of-n", "--reward-model", tmp_path, "--set", "engine.draft.k=2")
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "engine.draft applies to engine kind 'speculative' only, not 'hf'" in r.output

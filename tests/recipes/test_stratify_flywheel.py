@@ -168,3 +168,28 @@ def test_stratify_and_synth_cli_on_the_default_model(tmp_path):
     assert kinds == {"stratify": "finished", "synth": "finished"}
     bad = CliRunner().invoke(app, ["data", "synth", "--tasks", str(tmp_path / "missing.jsonl"), *common])
     assert bad.exit_code == 2 and "missing.jsonl" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_stratify_samples_with_the_engine_its_config_names(tmp_path, smol_tokenizer):
+    """`engine:` reaches the recipe: a speculative engine (prompt lookup) measures the same
+    greedy pass rates under the same generator hash as the default HFEngine."""
+    from tempering.config import StratifyConfig
+    from tempering.recipes.stratify import run_stratify
+    from tests.conftest import tiny_llama
+
+    model_dir = tmp_path / "tiny"
+    tiny_llama(vocab=len(smol_tokenizer), seed=4).save_pretrained(model_dir)
+    smol_tokenizer.save_pretrained(model_dir)
+    base = {
+        "model": str(model_dir),
+        "tasks": {"n": 4},
+        "k": 2,
+        "sampling": {"temperature": 0, "max_new_tokens": 6},
+        "precision": "fp32",
+        "out": str(tmp_path / "runs"),
+    }
+    plain = run_stratify(StratifyConfig(**base, name="hf"))
+    fast = run_stratify(StratifyConfig(**base, name="spec", engine={"kind": "speculative", "draft": {}}))
+    rates = [(tmp_path / "runs" / n / "pass_rates.jsonl").read_text() for n in ("hf", "spec")]
+    assert rates[0] == rates[1] and rates[0].count("\n") == 4
+    assert fast["generator_hash"] == plain["generator_hash"]

@@ -3,6 +3,8 @@ where vLLM or a GPU is absent, weight-sync bookkeeping (a torch model as the rec
 LoRA-merged weight names, and the mapping of requests and outputs."""
 
 import importlib.util
+import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -158,3 +160,142 @@ def test_vllm_outputs_become_completions_with_the_sampled_tokens_logprobs():
     ((a, b),) = completions_from_vllm(outputs)
     assert (a.token_ids, a.logprobs, a.text, a.finish_reason) == ([5, 2], [-0.5, -0.25], "hi", "stop")
     assert (b.logprobs, b.truncated, b.prompt_index) == ([-1.5] * 3, True, 0)
+
+
+# --- kind: speculative, built from config ---
+
+
+@pytest.fixture(scope="module")
+def speculative_setup(tmp_path_factory):
+    """A peaked 2-layer target, its 1-layer cut saved as a draft dir, 40 prompts and the target's greedy tokens."""
+    from tests.rollout.test_speculative import _IdsTokenizer, _peaked
+
+    target, tok = _peaked(64, seed=0), _IdsTokenizer(64, eos=2)
+    draft_dir = tmp_path_factory.mktemp("draft")
+    _peaked(64, seed=0, layers=1).save_pretrained(draft_dir)
+    gen = torch.Generator().manual_seed(1)
+    prompts = [
+        torch.randint(3, 64, (int(torch.randint(2, 10, (1,), generator=gen)),), generator=gen).tolist()
+        for _ in range(40)
+    ]
+    params = SamplingParams(temperature=0, max_new_tokens=16)
+    reference = [g[0].token_ids for g in HFEngine(target, tok, precision="fp32").generate(prompts, params)]
+    return target, tok, str(draft_dir), prompts, params, reference
+
+
+@pytest.mark.parametrize(
+    "draft",
+    [{"k": 4}, {"k": 3, "min_confidence": 0.3, "vocab": "VOCAB"}, None],
+    ids=["model", "fr-spec-confident", "prompt-lookup"],
+)
+def test_speculative_from_config_gives_the_targets_greedy_tokens(speculative_setup, tmp_path, draft):
+    """`engine: {kind: speculative, draft: ...}` through build_engine: a draft model loaded from
+    its spec (also with an FR-Spec head read from a JSON list and a confidence stop), or prompt
+    lookup; greedy tokens equal the target alone, the identity is the target's."""
+    from tempering.rollout.speculative import SpeculativeEngine
+
+    target, tok, draft_dir, prompts, params, reference = speculative_setup
+    if draft is None:
+        draft_cfg = {"max_ngram": 2}
+    else:
+        draft_cfg = {"model": draft_dir, **draft}
+        if draft_cfg.get("vocab") == "VOCAB":
+            (tmp_path / "vocab.json").write_text(json.dumps(list(range(32))))
+            draft_cfg["vocab"] = str(tmp_path / "vocab.json")
+    engine = build_engine(EngineSettings(kind="speculative", draft=draft_cfg), target, tok, "fp32")
+    assert type(engine) is SpeculativeEngine and engine.k == draft_cfg.get("k", 4)
+    assert [g[0].token_ids for g in engine.generate(prompts, params)] == reference
+    assert engine.identity == HFEngine(target, tok, precision="fp32").identity
+    assert engine.stats.summary()["acceptance_rate"] > 0  # the draft was used, not bypassed
+    if draft is not None:
+        assert engine.drafter.model.config.num_hidden_layers == 1  # the draft dir, not the target
+        assert engine.drafter.min_confidence == draft.get("min_confidence", 0.0)
+        assert (engine.drafter.vocab is None) == ("vocab" not in draft)
+
+
+@pytest.mark.parametrize(
+    "engine, message",
+    [
+        (
+            "{kind: batching, draft: {model: d}}",
+            "engine.draft applies to engine kind 'speculative' only, not 'batching'",
+        ),
+        ("{draft: {}}", "engine.draft applies to engine kind 'speculative' only, not 'batching'"),
+        ("{kind: speculative}", "engine kind 'speculative' needs a draft"),
+        ("{kind: hf, max_slots: 8}", "engine.max_slots applies to engine kind 'batching' only, not 'hf'"),
+        ("{kind: speculative, draft: {}, vllm: {max_model_len: 64}}", "engine.vllm applies to engine kind 'vllm' only"),
+        ("{kind: speculative, draft: {min_confidence: 0.4}}", "draft min_confidence apply to a draft model"),
+        ("{kind: speculative, draft: {model: d, max_ngram: 2}}", "draft max_ngram apply to prompt lookup"),
+        ("{kind: speculative, draft: {min_ngram: 3, max_ngram: 2}}", "draft.min_ngram 3 exceeds draft.max_ngram 2"),
+    ],
+)
+def test_an_engine_key_that_would_do_nothing_fails_at_load(tmp_path, engine, message):
+    from tempering.config import ConfigError, EvalConfig
+
+    path = tmp_path / "e.yaml"
+    path.write_text(f"suites: [arithmetic]\nout: x\nengine: {engine}\n")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(EvalConfig, path)
+
+
+def test_commands_that_sampled_with_hfengine_still_do_unless_engine_says_otherwise(tmp_path):
+    """stratify, synth, pairs, best-of-n, agent and chat default to kind hf (their engine before
+    `engine:` existed), also for an `engine:` section without `kind`; eval and GRPO to batching."""
+    from tempering.agents.config import AgentConfig
+    from tempering.config import (
+        BestOfNSettings,
+        ChatConfig,
+        ConfigError,
+        EvalConfig,
+        GRPOConfig,
+        PairsConfig,
+        StratifyConfig,
+        SynthConfig,
+    )
+
+    hf_default = [StratifyConfig(), SynthConfig(), PairsConfig(output="p.jsonl"), BestOfNSettings(), ChatConfig()]
+    hf_default.append(AgentConfig(train={"steps": 1}))
+    assert [c.engine.kind for c in hf_default] == ["hf"] * 6
+    assert EvalConfig(suites=["arithmetic"], out="x").engine.kind == "batching"
+    assert GRPOConfig.model_fields["engine"].default.kind == "batching"
+    path = tmp_path / "s.yaml"
+    path.write_text("engine: {draft: {max_ngram: 2}}\n")
+    with pytest.raises(ConfigError, match="engine.draft applies to engine kind 'speculative' only, not 'hf'"):
+        load_config(StratifyConfig, path)
+    path.write_text("engine: {kind: speculative, draft: {model: some/draft, k: 3}}\n")
+    assert load_config(SynthConfig, path).engine.draft.k == 3
+    assert load_config(StratifyConfig, None, ["engine.kind=batching", "engine.max_slots=8"]).engine.max_slots == 8
+
+
+def test_agent_training_and_serving_refuse_engines_they_cannot_drive():
+    from pydantic import ValidationError
+
+    from tempering.agents.config import AgentConfig
+    from tempering.serve.config import SLOTS, ServeConfig
+
+    with pytest.raises(ValidationError, match="never syncs weights"):
+        AgentConfig(train={"steps": 1}, engine={"kind": "vllm"})
+    with pytest.raises(ValidationError, match="engine.kind 'hf' cannot serve"):
+        ServeConfig(engine={"kind": "hf"})
+    assert ServeConfig().engine.max_slots == SLOTS == 32  # the served slots as before `engine:`
+
+
+def test_load_engine_loads_the_spec_and_builds_the_named_engine(tmp_path, smol_tokenizer):
+    from tempering.rollout.select import load_engine
+
+    tiny_llama(vocab=len(smol_tokenizer)).save_pretrained(tmp_path)
+    smol_tokenizer.save_pretrained(tmp_path)
+    engine = load_engine(EngineSettings(kind="hf"), str(tmp_path), "fp32")
+    assert type(engine) is HFEngine and engine.precision == "fp32"
+    int8 = load_engine(EngineSettings(max_slots=3), str(tmp_path), "bf16", quantize="int8")
+    assert type(int8) is BatchingEngine and int8.max_slots == 3 and int8.precision == "fp32"  # int8 picks its dtype
+
+
+def test_engine_with_scale_replicas_is_an_error_not_ignored():
+    """Under `scale:` Ray replicas sample (HFEngine in each actor), so an `engine:` beside it would do nothing."""
+    from tempering.config import ConfigError, EvalConfig, GRPOConfig
+
+    for model, base in ((EvalConfig, ["suites=[arithmetic]", "out=x"]), (GRPOConfig, ["train.steps=1"])):
+        assert load_config(model, None, base + ["scale.engine_replicas=2"]).scale.engine_replicas == 2
+        with pytest.raises(ConfigError, match="engine: does nothing with scale:"):
+            load_config(model, None, base + ["scale.engine_replicas=2", "engine.kind=hf"])

@@ -8,7 +8,16 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from tempering.agents.rollout import EpisodeSettings
-from tempering.config import DEFAULT_MODEL, GRPOSettings, LoraSettings, SamplingSettings, Strict, TrainSettings
+from tempering.config import (
+    DEFAULT_MODEL,
+    EngineSettings,
+    GRPOSettings,
+    HFEngineSettings,
+    LoraSettings,
+    SamplingSettings,
+    Strict,
+    TrainSettings,
+)
 
 
 class AgentTaskSettings(Strict):
@@ -74,10 +83,22 @@ class AgentConfig(Strict):
     """RL steps, micro-batches, precision, seed, optimizer, guard and checkpoints."""
     eval: AgentEvalSettings = AgentEvalSettings()
     """Held-out evaluation sampling."""
+    engine: HFEngineSettings = EngineSettings(kind="hf")
+    """The engine that samples episodes, over the model being trained (default: the
+    static-batch HFEngine; hf, batching or speculative: vLLM would need weight syncs)."""
     out: str = "runs"
     """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
     name: str | None = None
     """Run name (default: agent-<timestamp>)."""
+
+    @model_validator(mode="after")
+    def _engine_shares_the_model(self) -> AgentConfig:
+        if self.engine.kind == "vllm":
+            raise ValueError(
+                "engine.kind 'vllm' cannot sample agent episodes: the agent loop samples from the "
+                "model it trains and never syncs weights to another engine (use hf, batching or speculative)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _accumulation_fits(self) -> AgentConfig:

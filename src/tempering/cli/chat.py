@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.console import Console
@@ -11,12 +11,17 @@ from rich.console import Console
 HELP = "commands: /reset (forget the conversation), /exit (or Ctrl-D)"
 
 
-def make_engine(spec: str, precision: str = "auto") -> Any:
-    """The engine chat samples with: the one place to change when the engine class moves."""
-    from tempering.models.load import load_model, load_tokenizer
-    from tempering.rollout.engine import HFEngine
+def make_engine(spec: str, precision: str = "auto", overrides: list[str] = ()) -> Any:
+    """The engine chat samples with: `ChatConfig.engine` (HFEngine unless `--set engine.kind=...`).
 
-    return HFEngine(load_model(spec), load_tokenizer(spec), precision=precision)
+    Raises:
+        ConfigError: an override that does not validate (e.g. `engine.draft` without kind speculative).
+    """
+    from tempering.config import ChatConfig, load_config
+    from tempering.rollout.select import load_engine
+
+    cfg = load_config(ChatConfig, None, list(overrides))
+    return load_engine(cfg.engine, spec, precision)
 
 
 class ChatSession:
@@ -48,17 +53,24 @@ def chat(
     max_tokens: int = typer.Option(256, min=1, help="Most new tokens per reply."),
     seed: Optional[int] = typer.Option(None, help="Sampling seed (the same seed gives the same replies)."),
     precision: str = typer.Option("auto", help="auto | bf16 | fp32 (auto: bf16 only where it is native)."),
+    overrides: Optional[List[str]] = typer.Option(
+        None,
+        "--set",
+        help="Engine setting key=value (repeatable), e.g. engine.kind=speculative engine.draft.model=DIR.",
+    ),
 ) -> None:
     """Chat with a model in the terminal, or get one reply with --prompt."""
     from tempering.cli.common import err, fail
+    from tempering.config import ConfigError
     from tempering.models.load import ModelNotFound
     from tempering.rollout.engine import SamplingParams
+    from tempering.rollout.select import EngineUnavailable
 
     if precision not in ("auto", "bf16", "fp32"):
         fail(f"--precision must be auto, bf16 or fp32, not {precision!r}")
     try:
-        engine = make_engine(model, precision)
-    except ModelNotFound as exc:
+        engine = make_engine(model, precision, overrides or [])
+    except (ModelNotFound, ConfigError, EngineUnavailable) as exc:
         fail(exc)
     params = SamplingParams(n=1, temperature=temperature, top_p=top_p, max_new_tokens=max_tokens, seed=seed)
     session = ChatSession(engine, params, system)

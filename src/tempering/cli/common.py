@@ -37,6 +37,14 @@ def fail(message: object, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def refuse_flag_keys(overrides: Sequence[str], flags: dict[str, Any]) -> None:
+    """Fail on a `--set` of a key that a flag sets (the flag's value would silently win)."""
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key.split(".")[0] in flags:
+            fail(f"--set {item!r}: {key.split('.')[0]} is set by a flag of this command; use the flag")
+
+
 def train_from_config(
     kind: type,
     run: Callable[..., dict[str, Any]],

@@ -158,6 +158,7 @@ def _agent_suites(cfg: Any, names: list[str]) -> tuple[list[Any], list[dict[str,
             first_seed=cfg.first_seed,
             limit=cfg.limit,
             precision=cfg.precision,
+            engine_settings=cfg.engine if "engine" in cfg.model_fields_set else None,
         )
     except (TaskFileError, ValueError, OSError) as exc:
         fail(_one_line(exc))

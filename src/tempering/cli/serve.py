@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from rich.console import Console
 
-from tempering.cli.common import fail
+from tempering.cli.common import fail, refuse_flag_keys
 
 out = Console(highlight=False, soft_wrap=True)
 
@@ -56,6 +56,9 @@ def serve(
     ),
     precision: str = typer.Option("auto", help="auto | bf16 | fp32."),
     quantize: str = typer.Option("none", help="none | int8: serve weight-only int8 copies (CPU)."),
+    overrides: Optional[List[str]] = typer.Option(
+        None, "--set", help="ServeConfig override key=value (repeatable), e.g. engine.max_slots=64."
+    ),
 ) -> None:
     """Serve releases over an OpenAI-compatible API (plus feedback, audit and the arena at /arena)."""
     import os
@@ -85,7 +88,15 @@ def serve(
         precision=precision,
         quantize=quantize,
     )
-    cfg = ServeConfig(**values, **({"model": model} if model else {}))
+    from tempering.config import ConfigError, load_config
+
+    refuse_flag_keys(overrides or [], {**values, "model": model})
+    try:
+        cfg = load_config(
+            ServeConfig, None, list(overrides or []), literal={**values, **({"model": model} if model else {})}
+        )
+    except ConfigError as exc:
+        fail(exc)
     from tempering.serve.app import create_app
 
     try:

@@ -11,7 +11,7 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 
-from tempering.cli.common import FORCE, FULL, NAME, OUT, STEPS, err, fail, train_from_config
+from tempering.cli.common import FORCE, FULL, NAME, OUT, STEPS, err, fail, refuse_flag_keys, train_from_config
 from tempering.config import DEFAULT_MODEL, ConfigError, DPOConfig, SFTConfig, load_config
 
 out = Console()
@@ -151,25 +151,27 @@ def best_of_n_cmd(
     seed: int = typer.Option(0, help="Sampling seed."),
     out: Optional[Path] = typer.Option(None, help="Write per-task records (answers, scores, pick) as JSONL."),
     precision: str = typer.Option("auto", help="auto | bf16 | fp32."),
+    overrides: Optional[List[str]] = typer.Option(
+        None, "--set", help="Setting key=value (repeatable), e.g. engine.kind=speculative engine.draft.model=DIR."
+    ),
 ) -> None:
     """Sample n answers per task and keep the one the reward model ranks highest; the task's own
     verifier measures the pick against a random sample and the oracle (last line: JSON)."""
-    from pydantic import ValidationError
+    from tempering.config import BestOfNSettings, ConfigError, load_config
 
-    from tempering.config import BestOfNSettings, TaskSourceSettings
-
+    flags = dict(
+        policy=policy or DEFAULT_MODEL,
+        n=n,
+        seed=seed,
+        temperature=temperature,
+        max_new_tokens=max_tokens,
+        tasks={"source": tasks, "n": limit, "split": split},
+    )
+    refuse_flag_keys(overrides or [], flags)
     try:
-        settings = BestOfNSettings(
-            policy=policy or DEFAULT_MODEL,
-            n=n,
-            seed=seed,
-            temperature=temperature,
-            max_new_tokens=max_tokens,
-            tasks=TaskSourceSettings(source=tasks, n=limit, split=split),
-        )
-    except ValidationError as exc:
-        e = exc.errors()[0]
-        fail(f"{'.'.join(map(str, e['loc']))}: {e['msg']}")
+        settings = load_config(BestOfNSettings, None, list(overrides or []), literal=flags)
+    except ConfigError as exc:
+        fail(exc)
     from tempering.models.reward import NotARewardModel
     from tempering.recipes.best_of_n import run_best_of_n
 

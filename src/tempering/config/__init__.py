@@ -41,7 +41,16 @@ from tempering.config.preference import (
     RMDataSettings,
     RMSettings,
 )
-from tempering.config.sampling import EngineSettings, SamplingParams, SamplingSettings, ScaleSettings, VLLMSettings
+from tempering.config.sampling import (
+    ChatConfig,
+    DraftSettings,
+    EngineSettings,
+    HFEngineSettings,
+    SamplingParams,
+    SamplingSettings,
+    ScaleSettings,
+    VLLMSettings,
+)
 from tempering.config.sft import SFTConfig
 from tempering.config.train import (
     CheckpointSettings,
@@ -72,6 +81,9 @@ __all__ = [
     "SamplingParams",
     "VLLMSettings",
     "EngineSettings",
+    "DraftSettings",
+    "HFEngineSettings",
+    "ChatConfig",
     "ScaleSettings",
     "SFTConfig",
     "TaskSourceSettings",

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from tempering.config.base import DEFAULT_MODEL, Paths, Strict
 from tempering.config.grpo import TaskSourceSettings
-from tempering.config.sampling import SamplingSettings
+from tempering.config.sampling import EngineSettings, HFEngineSettings, SamplingSettings
 
 
 class DedupSettings(Strict):
@@ -117,6 +117,8 @@ class StratifyConfig(Strict):
     """Threads scoring completions."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """auto: bf16 only where it is native, else fp32."""
+    engine: HFEngineSettings = EngineSettings(kind="hf")
+    """The engine that samples (default: the static-batch HFEngine; docs/inference.md)."""
     threads: int | None = Field(None, ge=1)
     """torch intra-op threads (None: torch's default)."""
     out: str = "runs"
@@ -176,6 +178,8 @@ class SynthConfig(Strict):
     """Threads scoring completions."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """auto: bf16 only where it is native, else fp32."""
+    engine: HFEngineSettings = EngineSettings(kind="hf")
+    """The engine that samples (default: the static-batch HFEngine; docs/inference.md)."""
     threads: int | None = Field(None, ge=1)
     """torch intra-op threads (None: torch's default)."""
     out: str = "runs"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tempering.config.base import DEFAULT_MODEL, Strict
 from tempering.config.sampling import EngineSettings, ScaleSettings
@@ -34,10 +34,19 @@ class EvalConfig(Strict):
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """auto: bf16 only where it is native, else fp32."""
     engine: EngineSettings = EngineSettings()
-    """The engine that samples the suites."""
+    """The engine that samples the suites (`agent:` suites: the static-batch HFEngine unless
+    `engine:` is set)."""
     quantize: Literal["none", "int8"] = "none"
     """int8: evaluate the weight-only int8 copy of the model (what `temper serve --quantize int8`
     serves), so the gate can compare it with the float model."""
     scale: ScaleSettings | None = None
     """Ray (docs/scale.md): sample on engine replicas and score on reward actors (each with its
     own sandbox pool) instead of in this process; same samples and scores with one replica."""
+
+    @model_validator(mode="after")
+    def _engine_is_not_ignored_under_scale(self) -> EvalConfig:
+        if self.scale is not None and "engine" in self.model_fields_set:
+            raise ValueError(
+                "engine: does nothing with scale: (the Ray replicas sample with HFEngine); drop one of them"
+            )
+        return self

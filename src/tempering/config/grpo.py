@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tempering.config.base import DEFAULT_MODEL, Strict
 from tempering.config.sampling import EngineSettings, SamplingSettings, ScaleSettings
@@ -129,3 +129,11 @@ class GRPOConfig(Strict):
     """Run name (default: grpo-<timestamp>)."""
     scale: ScaleSettings | None = None
     """Rollout engines and reward workers as Ray actors (docs/scale.md); None: in this process."""
+
+    @model_validator(mode="after")
+    def _engine_is_not_ignored_under_scale(self) -> GRPOConfig:
+        if self.scale is not None and "engine" in self.model_fields_set:
+            raise ValueError(
+                "engine: does nothing with scale: (the Ray replicas sample with HFEngine); drop one of them"
+            )
+        return self

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from tempering.config.base import DEFAULT_MODEL, Paths, Strict
 from tempering.config.grpo import TaskSourceSettings
-from tempering.config.sampling import SamplingSettings
+from tempering.config.sampling import EngineSettings, HFEngineSettings, SamplingSettings
 from tempering.config.train import LoraSettings, TrainSettings
 
 
@@ -115,6 +115,8 @@ class PairsConfig(Strict):
     """torch intra-op threads (None: torch's default)."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """auto: bf16 only where it is native, else fp32."""
+    engine: HFEngineSettings = EngineSettings(kind="hf")
+    """The engine that samples (default: the static-batch HFEngine; docs/inference.md)."""
     out: str = "runs"
     """Run root: the generation is recorded in runs/registry.sqlite like any run."""
     name: str | None = None
@@ -166,6 +168,8 @@ class BestOfNSettings(SamplingSettings):
     """Candidates per task."""
     seed: int = 0
     """Sampling seed."""
+    engine: HFEngineSettings = EngineSettings(kind="hf")
+    """The engine that samples the candidates (default: the static-batch HFEngine; docs/inference.md)."""
 
 
 class RMConfig(Strict):

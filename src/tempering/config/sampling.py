@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from tempering.config.base import Strict
 
@@ -67,16 +67,89 @@ class VLLMSettings(Strict):
     """After each weight sync, read the weights back from vLLM and compare checksums."""
 
 
-class EngineSettings(Strict):
-    """Which `Engine` samples rollouts and evals (docs/inference.md)."""
+class DraftSettings(Strict):
+    """The draft of `kind: speculative` (docs/speculative.md): a small model with the target's
+    tokenizer (e.g. a `temper distill` student), or prompt lookup where no model is named."""
 
-    kind: Literal["hf", "batching", "vllm"] = "batching"
+    model: str | None = None
+    """Draft model spec (alias, HF dir, run output); None: prompt lookup (copies the tokens
+    that followed the latest earlier occurrence of the context's last n-gram)."""
+    k: int = Field(4, ge=1)
+    """Draft tokens proposed per target forward."""
+    min_confidence: float = Field(0.0, ge=0, le=1)
+    """Model drafts: a row stops drafting after a token the draft gives less probability than
+    this (softmax at temperature 1); 0: always k tokens."""
+    vocab: str | None = None
+    """Model drafts: a JSON file holding a list of token ids the draft's LM head is cut to
+    (the FR-Spec head: tokens outside it are never proposed); None: the full head."""
+    max_ngram: int = Field(3, ge=1)
+    """Prompt lookup: the longest trailing n-gram matched."""
+    min_ngram: int = Field(1, ge=1)
+    """Prompt lookup: the shortest trailing n-gram matched."""
+
+    @model_validator(mode="after")
+    def _keys_of_the_other_draft_are_errors(self) -> DraftSettings:
+        if self.model is None:
+            idle = sorted({"min_confidence", "vocab"} & self.model_fields_set)
+            if idle:
+                raise ValueError(f"draft {', '.join(idle)} apply to a draft model; set draft.model (or drop them)")
+        else:
+            idle = sorted({"max_ngram", "min_ngram"} & self.model_fields_set)
+            if idle:
+                raise ValueError(f"draft {', '.join(idle)} apply to prompt lookup, not to draft.model {self.model!r}")
+        if self.min_ngram > self.max_ngram:
+            raise ValueError(f"draft.min_ngram {self.min_ngram} exceeds draft.max_ngram {self.max_ngram}")
+        return self
+
+
+ENGINE_ONLY_KEYS = {"max_slots": "batching", "vllm": "vllm", "draft": "speculative"}
+"""EngineSettings keys that only one engine kind reads (set with another kind, they would do nothing)."""
+
+
+class EngineSettings(Strict):
+    """Which `Engine` samples (docs/inference.md); built by `rollout.select.build_engine`."""
+
+    kind: Literal["hf", "batching", "vllm", "speculative"] = "batching"
     """batching: continuous batching in this process (the default); hf: the static-batch
-    HFEngine; vllm: vLLM on a CUDA GPU (refused with a message where vLLM or a GPU is absent)."""
+    HFEngine; vllm: vLLM on a CUDA GPU (refused with a message where vLLM or a GPU is absent);
+    speculative: a `draft:` proposes tokens that the target verifies (same output as hf)."""
     max_slots: int = Field(256, ge=1)
     """batching: most sequences decoded together (KV cache slots; a call allocates only what it needs)."""
     vllm: VLLMSettings = VLLMSettings()
     """vLLM options (kind: vllm only)."""
+    draft: DraftSettings | None = None
+    """The draft (kind: speculative only, where it is required; `draft: {}` is prompt lookup)."""
+
+    @model_validator(mode="after")
+    def _keys_of_another_kind_are_errors(self) -> EngineSettings:
+        for key, kind in ENGINE_ONLY_KEYS.items():
+            if key in self.model_fields_set and getattr(self, key) is not None and self.kind != kind:
+                raise ValueError(f"engine.{key} applies to engine kind {kind!r} only, not {self.kind!r}")
+        if self.kind == "speculative" and self.draft is None:
+            raise ValueError(
+                "engine kind 'speculative' needs a draft: engine.draft.model=SPEC (a draft model) "
+                "or `draft: {}` (prompt lookup)"
+            )
+        return self
+
+
+def _defaulting_kind(kind: str):
+    def fill(value: Any) -> Any:
+        return {"kind": kind, **value} if isinstance(value, dict) else value
+
+    return BeforeValidator(fill)
+
+
+HFEngineSettings = Annotated[EngineSettings, _defaulting_kind("hf")]
+"""`engine:` of a command that sampled with `HFEngine` before it had `engine:`: a section
+without `kind` keeps that engine (EngineSettings' own default is batching)."""
+
+
+class ChatConfig(Strict):
+    """`temper chat MODEL --set engine.kind=...`: what `--set` reaches in chat (sampling has its own flags)."""
+
+    engine: HFEngineSettings = EngineSettings(kind="hf")
+    """The engine replies are sampled with (default: the static-batch HFEngine)."""
 
 
 class ScaleSettings(Strict):

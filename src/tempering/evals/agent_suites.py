@@ -23,6 +23,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tempering.config import EngineSettings
+
 PREFIX = "agent:"
 
 
@@ -97,26 +99,26 @@ def run_agent_suites(
     precision: str = "auto",
     max_new_tokens: int = 48,
     max_context_tokens: int = 1024,
+    engine_settings: EngineSettings | None = None,
 ) -> dict[str, Any]:
     """Evaluate a model on agent suites; returns (and writes `agent_results.json`) the per-tier
-    summary, with the `SuiteResult`s under "suite_results" and samples rows under "records"."""
+    summary, with the `SuiteResult`s under "suite_results" and samples rows under "records".
+    `engine_settings`: the engine that samples the episodes (None: the static-batch HFEngine)."""
     from tempering.agents.episode import summarise
     from tempering.agents.render import AgentRenderer
     from tempering.agents.rollout import EpisodeSettings, agent_rollout
     from tempering.agents.tasks import load_agent_suite, select
     from tempering.config import SamplingSettings
     from tempering.evals.stats import bootstrap_ci
-    from tempering.models.load import load_model, load_tokenizer
-    from tempering.models.precision import resolve_precision
-    from tempering.rollout.engine import HFEngine
+    from tempering.models.load import load_tokenizer
+    from tempering.rollout.select import load_engine
 
     suites = {name: select(load_agent_suite(name.removeprefix(PREFIX)), "heldout")[:limit] for name in names}
     empty = [n for n, t in suites.items() if not t]
     if empty:
         raise ValueError(f"agent suites without held-out tasks: {', '.join(empty)}")
-    tokenizer = load_tokenizer(model_spec)
-    engine = HFEngine(load_model(model_spec), tokenizer, precision=resolve_precision(precision))
-    renderer = AgentRenderer(tokenizer)
+    engine = load_engine(engine_settings or EngineSettings(kind="hf"), model_spec, precision)
+    renderer = AgentRenderer(load_tokenizer(model_spec))
     sampling = SamplingSettings(temperature=0.0, max_new_tokens=max_new_tokens)
     episode = EpisodeSettings(max_context_tokens=max_context_tokens)
     sandbox = None

@@ -111,14 +111,14 @@ def _train(
     from tempering.models.lora import load_for_training
     from tempering.models.precision import resolve_precision
     from tempering.objectives.grpo import GRPOObjective
-    from tempering.rollout.engine import HFEngine
+    from tempering.rollout.select import build_engine
     from tempering.train.trainer import Trainer
 
     run_dir: Path = stage.run_dir
     tokenizer = load_tokenizer(cfg.model)
     renderer = AgentRenderer(tokenizer)
     model = load_for_training(cfg.model, cfg.lora)
-    engine = HFEngine(model, tokenizer, precision=resolve_precision(cfg.train.precision))
+    engine = build_engine(cfg.engine, model, tokenizer, resolve_precision(cfg.train.precision))
 
     def evaluate(label: str) -> dict[str, Any]:
         results = {}

@@ -86,15 +86,13 @@ def run_best_of_n(
 
     `out`: a JSONL file for the per-task records (None: not written).
     """
-    from tempering.models.load import load_model, load_tokenizer
-    from tempering.rollout.engine import HFEngine
+    from tempering.rollout.select import load_engine
     from tempering.sources.tasks import load_tasks
     from tempering.verifiers.reward_model import RewardScorer
 
     scorer = RewardScorer.load(reward_model, precision)  # first: a wrong path fails before the policy loads
     tasks = load_tasks(settings.tasks)
-    policy = load_model(settings.policy).eval()
-    engine = HFEngine(policy, load_tokenizer(settings.policy), precision=precision)
+    engine = load_engine(settings.engine, settings.policy, precision)
     sampling = SamplingSettings(**{k: getattr(settings, k) for k in SamplingSettings.model_fields})
     records = best_of_n(tasks, engine, scorer, sampling, settings.n, settings.seed)
     if out is not None:

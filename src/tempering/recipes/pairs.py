@@ -257,9 +257,8 @@ def run_pairs(cfg: PairsConfig, console: Any = None, force: bool = False) -> dic
     """Build pairs from `cfg.model`'s samples on `cfg.tasks`, write `cfg.output`, record the run."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from tempering.models.load import load_model, load_tokenizer
-    from tempering.rollout.engine import HFEngine
     from tempering.rollout.rollout import ThreadRewardWorkers
+    from tempering.rollout.select import load_engine
     from tempering.sources.tasks import load_tasks
     from tempering.train.metrics import console as default_console
 
@@ -281,7 +280,7 @@ def run_pairs(cfg: PairsConfig, console: Any = None, force: bool = False) -> dic
         if stage.finished:
             return stage.result.summary
         t0 = time.perf_counter()
-        engine = HFEngine(load_model(cfg.model), load_tokenizer(cfg.model), precision=cfg.precision)
+        engine = load_engine(cfg.engine, cfg.model, cfg.precision)
         columns = (TextColumn("pairs"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"), TimeRemainingColumn())
         with (
             Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as bar,

@@ -28,14 +28,6 @@ from tempering.types import Task, Trajectory
 BUCKETS = ("too_easy", "learnable", "too_hard", "unjudged")
 
 
-def build_engine(model: str, precision: str = "auto") -> Any:
-    """An `HFEngine` over a model spec (alias, HF dir, run output, .gguf)."""
-    from tempering.models.load import load_model, load_tokenizer
-    from tempering.rollout.engine import HFEngine
-
-    return HFEngine(load_model(model), load_tokenizer(model), precision=precision)
-
-
 def sample_tasks(
     tasks: Sequence[Task],
     engine: Any,
@@ -170,8 +162,10 @@ def run_stratify(cfg: StratifyConfig, force: bool = False, console: Console | No
     with run_stage(stratify_stage(cfg, force)) as stage:
         if stage.finished:
             return stage.result.summary
+        from tempering.rollout.select import load_engine
+
         tasks = load_task_source(cfg.tasks)
-        engine = build_engine(cfg.model, cfg.precision)
+        engine = load_engine(cfg.engine, cfg.model, cfg.precision)
         groups = sample_tasks(
             tasks,
             engine,

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from tempering.config import SynthConfig
 from tempering.data.streams import write_jsonl_atomic
-from tempering.recipes.stratify import build_engine, load_task_source, sample_tasks
+from tempering.recipes.stratify import load_task_source, sample_tasks
 from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.types import Task, Trajectory
 
@@ -144,8 +144,10 @@ def run_synth(cfg: SynthConfig, force: bool = False, console: Console | None = N
     with run_stage(synth_stage(cfg, force)) as stage:
         if stage.finished:
             return stage.result.summary
+        from tempering.rollout.select import load_engine
+
         tasks = load_task_source(cfg.tasks)
-        engine = build_engine(cfg.model, cfg.precision)
+        engine = load_engine(cfg.engine, cfg.model, cfg.precision)
         groups = sample_tasks(
             tasks,
             engine,

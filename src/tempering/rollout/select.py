@@ -1,9 +1,13 @@
-"""Which `Engine` a run samples with, chosen by its config (`EngineSettings.kind`).
+"""Which `Engine` a run samples with, chosen by its config (`EngineSettings.kind`): the one
+place engines are built (`tests/test_one_place.py` fails on a construction elsewhere).
 
   engine = build_engine(cfg.engine, model, tokenizer, precision, model_dir=resolve_model(cfg.model))
+  engine = load_engine(cfg.engine, cfg.model, cfg.precision)   # loads the model spec first
 
 * batching (default): `BatchingEngine`, continuous batching over the model in this process;
 * hf: `HFEngine`, the static-batch engine (one batch per call, finished rows dropped);
+* speculative: `SpeculativeEngine` over the model, its draft (`engine.draft`) a loaded model
+  (`ModelDrafter`) or prompt lookup; the target's outputs and identity, faster;
 * vllm: `VLLMEngine` on a CUDA GPU; the trainer's model is kept for the sync probe.
   Without vLLM or a GPU this raises `EngineUnavailable` with the reason, before any
   model is handed to it.
@@ -11,13 +15,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from tempering.config import EngineSettings
+from tempering.config import DraftSettings, EngineSettings
 from tempering.rollout.engine import Engine, HFEngine
 from tempering.rollout.vllm_engine import EngineUnavailable, vllm_unavailable
 
-__all__ = ["EngineUnavailable", "build_engine", "check_engine"]
+__all__ = ["EngineUnavailable", "build_drafter", "build_engine", "check_engine", "load_engine", "load_target"]
 
 
 def check_engine(settings: EngineSettings) -> None:
@@ -30,10 +36,18 @@ def check_engine(settings: EngineSettings) -> None:
 
 
 def build_engine(
-    settings: EngineSettings, model: Any, tokenizer: Any, precision: str, model_dir: str | None = None
+    settings: EngineSettings,
+    model: Any,
+    tokenizer: Any,
+    precision: str,
+    model_dir: str | None = None,
+    *,
+    max_len: int | None = None,
 ) -> Engine:
     """The engine `settings` name, over `model` (in-process engines) or `model_dir` (vLLM).
 
+    Args:
+        max_len: batching: the longest prompt + completion a slot holds (None: the engine's 2048).
     Raises:
         EngineUnavailable: kind vllm where vLLM or a GPU is absent, or without a model_dir.
     """
@@ -43,9 +57,77 @@ def build_engine(
     if settings.kind == "batching":
         from tempering.rollout.batching_engine import BatchingEngine
 
-        return BatchingEngine(model, tokenizer, precision=precision, max_slots=settings.max_slots)
+        sized = {} if max_len is None else {"max_len": max_len}
+        return BatchingEngine(model, tokenizer, precision=precision, max_slots=settings.max_slots, **sized)
+    if settings.kind == "speculative":
+        from tempering.rollout.speculative import SpeculativeEngine
+
+        assert settings.draft is not None  # EngineSettings requires a draft for this kind
+        drafter = build_drafter(settings.draft, model, tokenizer, precision)
+        return SpeculativeEngine(model, tokenizer, drafter, k=settings.draft.k, precision=precision)
     from tempering.rollout.vllm_engine import VLLMEngine
 
     if model_dir is None:
         raise EngineUnavailable("engine kind 'vllm' loads the model from a directory; none was given")
     return VLLMEngine(model_dir, tokenizer, precision, settings.vllm, probe_model=model)
+
+
+def build_drafter(draft: DraftSettings, target: Any, tokenizer: Any, precision: str) -> Any:
+    """The `Drafter` `draft` names for `target`: a draft model (the target's tokenizer) loaded
+    onto the target's device, computing in the target's precision; or prompt lookup."""
+    from tempering.rollout.drafters import ModelDrafter, PromptLookupDrafter
+
+    if draft.model is None:
+        return PromptLookupDrafter(max_ngram=draft.max_ngram, min_ngram=draft.min_ngram)
+    from tempering.models.load import load_model
+    from tempering.models.precision import resolve_precision
+
+    model = load_model(draft.model).to(next(target.parameters()).device).eval()
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    vocab = None if draft.vocab is None else _token_ids(draft.vocab)
+    return ModelDrafter(model, resolve_precision(precision), pad_id, vocab=vocab, min_confidence=draft.min_confidence)
+
+
+def _token_ids(path: str) -> list[int]:
+    try:
+        ids = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"engine.draft.vocab {path!r}: not a readable JSON list of token ids ({exc})") from None
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and i >= 0 for i in ids):
+        raise ValueError(f"engine.draft.vocab {path!r}: expected a non-empty JSON list of token ids")
+    return ids
+
+
+def load_target(spec: str, precision: str = "auto", quantize: str = "none") -> tuple[Any, Any, str]:
+    """(model, tokenizer, precision) for `spec`; quantize "int8" gives the weight-only int8
+    copy (an adapter merged first), which computes in "fp32" (the int8 layers pick their own dtype)."""
+    from tempering.models.load import load_model, load_tokenizer
+    from tempering.models.precision import resolve_precision
+
+    model, tokenizer = load_model(spec), load_tokenizer(spec)
+    if quantize == "int8":
+        from tempering.models.quantize import quantize_int8
+
+        if hasattr(model, "merge_and_unload"):
+            model = model.merge_and_unload()
+        return quantize_int8(model), tokenizer, "fp32"
+    if quantize != "none":
+        raise ValueError(f"quantize {quantize!r} is not one of none, int8")
+    return model, tokenizer, resolve_precision(precision)
+
+
+def load_engine(settings: EngineSettings, spec: str, precision: str = "auto", quantize: str = "none") -> Engine:
+    """Load the model spec (alias, HF dir, run output, .gguf) and build the engine `settings` name.
+
+    Raises:
+        EngineUnavailable: as `build_engine` (checked before the model loads).
+        ModelNotFound: no model at `spec`.
+    """
+    from tempering.models.load import resolve_model
+
+    check_engine(settings)
+    if quantize != "none" and settings.kind == "vllm":
+        raise EngineUnavailable("quantize: int8 runs on the in-process engines (not vLLM)")
+    model_dir = resolve_model(spec) if settings.kind == "vllm" else None
+    model, tokenizer, resolved = load_target(spec, precision, quantize)
+    return build_engine(settings, model, tokenizer, resolved, model_dir=model_dir)

@@ -34,14 +34,17 @@ class WeightSyncError(RuntimeError):
 
 
 class EngineActor:
-    """One replica: the model loaded as the trainer loads it, sampled by an `HFEngine`."""
+    """One replica: the model loaded as the trainer loads it (LoRA included, so the trainer's
+    tensor names match), sampled by the `HFEngine` that `build_engine` makes."""
 
     def __init__(self, model_spec: str, lora: LoraSettings | None, precision: str):
+        from tempering.config import EngineSettings
         from tempering.models.load import load_tokenizer
         from tempering.models.lora import load_for_training
-        from tempering.rollout.engine import HFEngine
+        from tempering.rollout.select import build_engine
 
-        self.engine = HFEngine(load_for_training(model_spec, lora), load_tokenizer(model_spec), precision)
+        model = load_for_training(model_spec, lora)
+        self.engine: Any = build_engine(EngineSettings(kind="hf"), model, load_tokenizer(model_spec), precision)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         return self.engine.generate(prompts, params)

@@ -327,5 +327,5 @@ def default_models(cfg: ServeConfig) -> Models:
         cfg.canary_share,
         cfg.max_loaded,
         cfg.seed,
-        load=lambda spec: engine_for(spec, cfg.precision, cfg.quantize),
+        load=lambda spec: engine_for(spec, cfg.precision, cfg.quantize, cfg.engine),
     )

@@ -24,7 +24,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from tempering.config import EngineSettings
 from tempering.runs.releases import CANDIDATE, PRODUCTION, Release, Releases
+from tempering.serve.config import SLOTS
 
 
 class UnknownModel(LookupError):
@@ -52,29 +54,24 @@ class Route:
     release: int | None
 
 
-SLOTS = 32
-"""Concurrent sequences one served model decodes together (its KV cache holds SLOTS x MAX_LEN)."""
 MAX_LEN = 2048
 """Prompt + answer tokens a served request may use (capped by the model's own context)."""
 
 
-def engine_for(spec: str, precision: str = "auto", quantize: str = "none") -> Served:
-    """Load `spec` (alias, HF dir, run output, adapter) as a started `BatchingEngine`: the one
-    place engines are built. Concurrent requests join one running batch (continuous batching).
+def engine_for(
+    spec: str, precision: str = "auto", quantize: str = "none", settings: EngineSettings | None = None
+) -> Served:
+    """Load `spec` (alias, HF dir, run output, adapter) as a started batching engine, built by
+    `rollout.select.build_engine` (`settings`: `ServeConfig.engine`, default SLOTS slots).
+    Concurrent requests join one running batch (continuous batching).
     quantize "int8": the model (an adapter merged first) is served as a weight-only int8 copy."""
     from tempering.data.render import detect_tool_call_style
-    from tempering.models.load import load_model, load_tokenizer
-    from tempering.rollout.batching_engine import BatchingEngine
+    from tempering.rollout.select import build_engine, load_target
 
-    model, tokenizer = load_model(spec), load_tokenizer(spec)
-    if quantize == "int8":
-        from tempering.models.quantize import quantize_int8
-
-        if hasattr(model, "merge_and_unload"):
-            model = model.merge_and_unload()
-        model, precision = quantize_int8(model), "fp32"  # the int8 layers pick their own compute dtype
+    settings = settings or EngineSettings(max_slots=SLOTS)
+    model, tokenizer, precision = load_target(spec, precision, quantize)
     context = min(int(getattr(model.config, "max_position_embeddings", 0) or MAX_LEN), MAX_LEN)
-    engine = BatchingEngine(model, tokenizer, precision=precision, max_slots=SLOTS, max_len=context)
+    engine: Any = build_engine(settings, model, tokenizer, precision, max_len=context)
     engine.start()
     return Served(spec, engine, tokenizer, context, detect_tool_call_style(tokenizer))
 

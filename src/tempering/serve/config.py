@@ -5,9 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tempering.config import DEFAULT_MODEL
+from tempering.config import DEFAULT_MODEL, EngineSettings
+
+SLOTS = 32
+"""Concurrent sequences one served model decodes together by default (`engine.max_slots`;
+its KV cache holds SLOTS x MAX_LEN)."""
 
 
 class ServeConfig(BaseModel):
@@ -37,6 +41,9 @@ class ServeConfig(BaseModel):
     quantize: Literal["none", "int8"] = "none"
     """int8: serve weight-only int8 copies of the models (CPU; faster decoding, outputs change
     slightly: gate the int8 model before serving it, docs/speculative.md)."""
+    engine: EngineSettings = EngineSettings(max_slots=SLOTS)
+    """The engine of every served model: continuous batching (`kind: batching`, the only kind
+    that streams and admits requests into a running batch); `max_slots` sequences decode together."""
     max_loaded: int = Field(3, ge=1)
     """Most models kept loaded at once (least recently used is dropped)."""
     arena_prompts: Path | None = None
@@ -47,6 +54,15 @@ class ServeConfig(BaseModel):
     """Sampling temperature of arena answers."""
     seed: int = 0
     """Seeds canary routing and the arena's draws (pairings, sides)."""
+
+    @model_validator(mode="after")
+    def _engine_can_serve(self) -> ServeConfig:
+        if self.engine.kind != "batching":
+            raise ValueError(
+                f"engine.kind {self.engine.kind!r} cannot serve: requests join a running batch and stream, "
+                "which only the batching engine does (kind: batching)"
+            )
+        return self
 
     @property
     def db_path(self) -> Path:
