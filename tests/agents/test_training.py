@@ -82,12 +82,12 @@ def test_rollout_source_builds_grpo_batches_from_episodes(smol_tokenizer):
     grpo = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=20, dynamic_sampling=False)
     source = AgentRolloutSource(tasks, engine, renderer, None, grpo, EpisodeSettings(), grad_accum=1, seed=0)
     batch = source.next_batch()
-    assert batch["completion_ids"].shape[0] == 4 and batch["prompt_ids"].shape[0] == 2
-    assert torch.equal(batch["loss_mask"] * (1 - batch["completion_mask"]), torch.zeros_like(batch["loss_mask"]))
-    assert 0 < int(batch["loss_mask"].sum()) < int(batch["completion_mask"].sum())  # feedback turns masked
+    assert batch.completion_ids.shape[0] == 4 and batch.prompt_ids.shape[0] == 2
+    assert torch.equal(batch.loss_mask * (1 - batch.completion_mask), torch.zeros_like(batch.loss_mask))
+    assert 0 < int(batch.loss_mask.sum()) < int(batch.completion_mask.sum())  # feedback turns masked
     # round 1 (4 episodes): wrong, right, wrong, right; round 2 (the two wrong ones): wrong, right;
     # round 3: wrong (third attempt). Rewards: group 0 [0, 1.0], group 1 [0.5, 1.0] -> advantages -1, 1
-    assert torch.allclose(batch["advantages"], torch.tensor([-1.0, 1.0, -1.0, 1.0]), atol=1e-4)
+    assert torch.allclose(batch.advantages, torch.tensor([-1.0, 1.0, -1.0, 1.0]), atol=1e-4)
     stats = source.stats()
     assert stats["groups"] == 2 and stats["success_rate"] == 0.75 and stats["reward_mean"] == pytest.approx(0.625)
     assert source.state_dict()["rollouts"] == 1
@@ -118,5 +118,5 @@ def test_tied_groups_give_a_batch_without_gradient(smol_tokenizer):
     source = AgentRolloutSource(tasks, engine, renderer, None, grpo, EpisodeSettings(), grad_accum=1, seed=0)
     batch = source.next_batch()
     assert source.stats()["groups_kept"] == 0 and source.stats()["success_rate"] == 1.0
-    assert torch.equal(batch["advantages"], torch.zeros(2))  # every reward 1: the loss -ratio * A is 0
-    assert torch.equal(batch["sampled_mask"], batch["loss_mask"])  # the mismatch skips environment tokens
+    assert torch.equal(batch.advantages, torch.zeros(2))  # every reward 1: the loss -ratio * A is 0
+    assert torch.equal(batch.sampled_mask, batch.loss_mask)  # the mismatch skips environment tokens

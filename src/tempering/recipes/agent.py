@@ -151,6 +151,8 @@ def _train(
         step_rewards=cfg.rl.step_rewards,
         gamma=cfg.rl.gamma,
         store=run_dir / "trajectories.jsonl",
+        model=model,
+        precision=resolve_precision(cfg.train.precision),
     )
     result = Trainer(model, GRPOObjective(cfg.rl), source, cfg.train, run_dir).fit()
     summary["after"] = after = evaluate("after RL")

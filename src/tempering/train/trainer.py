@@ -19,6 +19,7 @@ from typing import Any, Callable, Protocol
 
 import torch
 
+from tempering.batches import Batch
 from tempering.config import TrainSettings
 from tempering.models.precision import autocast, resolve_precision
 from tempering.train import distributed
@@ -35,17 +36,22 @@ from tempering.train.metrics import MetricsLog, NoMetrics, console, quiet_consol
 from tempering.train.progress import TrainProgress
 from tempering.train.schedule import lr_at
 
+# A batch is a typed one (`tempering.batches`: GRPO) or, for the sources not yet typed, a dict of tensors.
+AnyBatch = Batch | dict[str, Any]
+
 
 class Objective(Protocol):
+    """Each objective reads its own batch type (`GRPOObjective`: `GRPOBatch`), hence `Any` here."""
+
     name: str
 
-    def units(self, batch: dict[str, Any]) -> int: ...
+    def units(self, batch: Any) -> float: ...
 
-    def loss(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]: ...
+    def loss(self, model: Any, batch: Any) -> tuple[torch.Tensor, dict[str, float]]: ...
 
 
 class BatchSource(Protocol):
-    def next_batch(self) -> dict[str, Any]: ...
+    def next_batch(self) -> Any: ...
 
     def state_dict(self) -> dict: ...
 
@@ -71,7 +77,7 @@ class TrainResult:
 
 
 @torch.no_grad()
-def evaluate(model: Any, objective: Objective, batches: list[dict[str, Any]], precision: str = "auto") -> float:
+def evaluate(model: Any, objective: Objective, batches: list[Any], precision: str = "auto") -> float:
     """Mean loss per unit over fixed batches (no update)."""
     precision = resolve_precision(precision)
     was_training = model.training
@@ -98,8 +104,15 @@ def compile_layers(model: Any) -> None:
         module.compile(dynamic=True)
 
 
-def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+def _to(batch: AnyBatch, device: torch.device) -> AnyBatch:
+    if not isinstance(batch, dict):
+        return batch.to(device)
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _real_tokens(batch: AnyBatch) -> int:
+    """Non-pad tokens of a micro-batch (throughput); 0 where a dict batch does not count them."""
+    return int(batch.get("n_real_tokens", 0)) if isinstance(batch, dict) else batch.n_real_tokens
 
 
 class Trainer:
@@ -246,7 +259,7 @@ class Trainer:
         """One optimizer step; returns its record, or None when the guard skipped it."""
         t0 = time.perf_counter()
         micro = [self.batches.next_batch() for _ in range(self.settings.grad_accum)]
-        real = int(distributed.sum_over_ranks([sum(int(b.get("n_real_tokens", 0)) for b in micro)])[0])
+        real = int(distributed.sum_over_ranks([sum(_real_tokens(b) for b in micro)])[0])
         loss, extra = self._forward_backward(micro)
         grad_norm = self._grad_norm() if math.isfinite(loss) else None
         bad = self.guard.check(loss, grad_norm, spikes=getattr(self.objective, "loss_spikes", True))
