@@ -6,7 +6,8 @@ from typer.testing import CliRunner
 
 from tempering.config import GRPOSettings
 from tempering.rollout.engine import HFEngine
-from tempering.rollout.source import VERIFIER_ERROR, RolloutSource
+from tempering.rollout.rollout import VERIFIER_ERROR
+from tempering.rollout.source import RolloutSource
 from tempering.rollout.store import TrajectoryStore, read_trajectories
 from tempering.types import Task
 from tempering.verifiers import VERIFIERS, register

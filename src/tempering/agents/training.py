@@ -37,7 +37,7 @@ from tempering.agents.render import AgentRenderer
 from tempering.agents.rollout import AgentEpisode, EpisodeSettings, agent_rollout
 from tempering.agents.tasks import AgentTask
 from tempering.batches import GRPOBatch
-from tempering.config import GRPOSettings
+from tempering.config import GRPOPolicySettings
 from tempering.data.render import RenderedExample, render_with_mask
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, old_logprobs_for
@@ -168,7 +168,7 @@ class AgentRolloutSource:
         engine: Any,
         renderer: AgentRenderer,
         sandbox: Any,
-        grpo: GRPOSettings,
+        grpo: GRPOPolicySettings,
         episode: EpisodeSettings,
         grad_accum: int,
         seed: int,

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from tempering.batches import GRPOBatch
-from tempering.config import GRPOSettings
+from tempering.config import GRPOPolicySettings
 from tempering.models.logprobs import grouped_logprobs
 from tempering.objectives.grpo_math import aggregation_units, grpo_loss_sum
 
@@ -35,7 +35,7 @@ class GRPOObjective:
     name = "grpo"
     loss_spikes = False  # a policy-gradient loss hovers around 0 and changes sign: no spike rule
 
-    def __init__(self, settings: GRPOSettings):
+    def __init__(self, settings: GRPOPolicySettings):
         self.s = settings
 
     def units(self, batch: GRPOBatch) -> float:
