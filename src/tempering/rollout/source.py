@@ -67,6 +67,10 @@ class Group:
         return any(not t.scored for t in self.trajectories)
 
 
+Sampled = tuple[int, list[Group], list[Group], Counter, float, float]
+"""One sampled batch: (rollout index, groups seen, groups kept, filter counts, generation s, scoring s)."""
+
+
 class RolloutSource:
     """The GRPO `BatchSource`. `workers`: where completions are scored (default: a thread pool
     of `settings.reward_workers`; scale/ has Ray actors). `model`: the trainer's model, synced
@@ -98,7 +102,7 @@ class RolloutSource:
         self.buffer: list[GRPOBatch] = []
         self._stats: dict[str, float] = {}
         self._prompt_cache: dict[str, list[int]] = {}
-        self._ahead: Future | None = None  # the next batch, sampling in the background (rollout_ahead)
+        self._ahead: Future[Sampled] | None = None  # the next batch, sampling in the background (rollout_ahead)
         self._ahead_state: dict = {}
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead") if settings.rollout_ahead else None
 
@@ -181,7 +185,7 @@ class RolloutSource:
         if self.model is not None:
             self.engine.sync_weights(self.model)
 
-    def _sample(self) -> tuple[int, list[Group], list[Group], Counter, float, float]:
+    def _sample(self) -> Sampled:
         """Steps 1-3: sample, score and filter one batch (engine and reward workers only, no model)."""
         s = self.s
         index = self.rollouts

@@ -15,7 +15,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
@@ -129,7 +129,7 @@ class Trainer:
         batches: BatchSource,
         settings: TrainSettings,
         run_dir: Path,
-        callbacks: list[Callable[[int, dict], None]] = (),
+        callbacks: Sequence[Callable[[int, dict], None]] = (),
     ):
         from accelerate import Accelerator
 
@@ -183,7 +183,7 @@ class Trainer:
         """Rank 0 writes the checkpoint (with every rank's RNG state); all ranks wait for it."""
         rngs = distributed.gather(rng_state())
         path = self.ckpt_dir / f"step-{self.step:08d}"
-        if self.world.main:
+        if rngs is not None:  # rank 0: the gathered states (self.world.main)
             weights = {n: p for n, p in self.named}
             path = save_checkpoint(
                 self.ckpt_dir,
@@ -253,6 +253,8 @@ class Trainer:
         clip = self.settings.optim.max_grad_norm
         params = [p for _, p in self.named]
         norm = self.accelerator.clip_grad_norm_(params, clip if clip else float("inf"))
+        if norm is None:  # accelerate returns None only under DeepSpeed, which this Trainer does not use
+            raise RuntimeError("the gradient norm is unknown (accelerate clipped without returning it)")
         return float(norm)
 
     def train_step(self) -> dict | None:
@@ -263,7 +265,7 @@ class Trainer:
         loss, extra = self._forward_backward(micro)
         grad_norm = self._grad_norm() if math.isfinite(loss) else None
         bad = self.guard.check(loss, grad_norm, spikes=getattr(self.objective, "loss_spikes", True))
-        if not self.settings.guard.enabled and not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        if not self.settings.guard.enabled and (grad_norm is None or not math.isfinite(grad_norm)):
             raise TrainingDiverged(f"step {self.step}: non-finite loss or gradient with the guard disabled")
         if bad:
             self.optimizer.zero_grad(set_to_none=True)
@@ -280,7 +282,8 @@ class Trainer:
         self.step += 1
         self.real_tokens += real
         dt = time.perf_counter() - t0
-        source_stats = self.batches.stats() if hasattr(self.batches, "stats") else {}
+        stats = getattr(self.batches, "stats", None)  # optional on a BatchSource
+        source_stats = stats() if stats is not None else {}
         return {
             "step": self.step,
             "loss": loss,
