@@ -1,7 +1,7 @@
 """What agent training feeds the Trainer: expert SFT examples and trajectory-level GRPO batches.
 
     examples = expert_examples(tasks, renderer, sandbox)             # oracle episodes -> RenderedExample
-    source = AgentRolloutSource(tasks, engine, renderer, sandbox, grpo, episode, grad_accum, seed)
+    source = AgentRolloutSource(tasks, engine, renderer, sandbox, grpo, episode, grad_accum, seed, model=model)
     Trainer(model, GRPOObjective(grpo), source, ...).fit()             # the one loop, the one GRPO loss
 
 Expert data are scripted episodes (the oracle) run through the real environment and
@@ -13,7 +13,8 @@ model failure), groups whose rewards all tie are dropped when `dynamic_sampling`
 Advantages are GRPO's over the episode outcome (`grpo_advantages`), or with
 `step_rewards` over each turn's reward at the turn's last token (DeepSeekMath process
 supervision; turn rewards carry invalid-call penalties and the outcome), discounted by
-`gamma` per later turn. Every episode, failed or not, is appended to the run's
+`gamma` per later turn. Tensors, micro-batches and (with `updates_per_batch` > 1) the rollout
+policy's `old_logprobs` come from the one GRPO batch builder (`rollout.grpo_batches`). Every episode, failed or not, is appended to the run's
 `trajectories.jsonl` (recovered ones flagged: error -> diagnosis -> fix, usable as SFT data).
 
 Curriculum: training starts on the lowest tier and moves up one tier once the success

@@ -10,7 +10,8 @@
      advantage) and, with dynamic sampling, groups whose rewards all match, then
      refills from new prompts (at most `max_refills` extra rounds);
   4. computes group-normalised advantages, writes every sample to the trajectory store, and
-     splits the groups into `grad_accum` micro-batches, served `updates_per_batch` times.
+     hands the groups to the one GRPO batch builder (`rollout.grpo_batches`, shared with agent
+     RL): `grad_accum` micro-batches (`GRPOBatch`), served `updates_per_batch` times.
 
 Sampling is seeded by (seed, rollout index, round), so a resumed run draws what an
 uninterrupted one would have drawn from the same weights.
