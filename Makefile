@@ -36,6 +36,8 @@ test: $(STAMP)
 	# Lint and format (ruff, settings in pyproject.toml): a newcomer runs the same two commands.
 	$(VENV)/bin/ruff check src tests bench tools examples
 	$(VENV)/bin/ruff format --check src tests bench tools examples
+	# Types (pyright, basic mode, [tool.pyright] in pyproject.toml): objectives, train and rollout.
+	$(VENV)/bin/pyright
 	$(PY) -m pytest -q -x --durations=15
 
 bench: $(STAMP)

@@ -17,6 +17,7 @@ from tempering.agents.config import AgentEvalSettings, AgentRLSettings
 from tempering.agents.render import AgentRenderer
 from tempering.agents.rollout import EpisodeSettings, agent_rollout
 from tempering.agents.tasks import load_agent_suite, select
+from tempering.batches import GRPOBatch
 from tempering.config import LoraSettings, TrainSettings
 from tempering.models.load import load_tokenizer
 from tempering.models.lora import load_for_training
@@ -28,7 +29,7 @@ from tempering.sandbox import SandboxPool
 from tempering.train.trainer import Trainer
 
 
-def batches(rows: list[dict], group: int) -> list[dict]:
+def batches(rows: list[dict], group: int) -> list[GRPOBatch]:
     out = []
     for r in sorted({row["rollout"] for row in rows}):
         eps = [row for row in rows if row["rollout"] == r]
@@ -43,26 +44,26 @@ def batches(rows: list[dict], group: int) -> list[dict]:
             ids[i, : len(c)], cmask[i, : len(c)], lmask[i, : len(c)] = torch.tensor(c), 1, torch.tensor(m)
         rewards = torch.tensor([[sum(e["rewards"]) for e in g] for g in groups])
         out.append(
-            {
-                "prompt_ids": prompt_ids,
-                "prompt_mask": prompt_mask,
-                "completion_ids": ids,
-                "completion_mask": cmask,
-                "loss_mask": lmask,
-                "sampled_mask": lmask,
-                "engine_logprobs": torch.zeros(len(comps), width),
-                "advantages": grpo_advantages(rewards).reshape(-1),
-                "n_real_tokens": int(cmask.sum() + prompt_mask.sum()),
-            }
+            GRPOBatch(
+                prompt_ids=prompt_ids,
+                prompt_mask=prompt_mask,
+                completion_ids=ids,
+                completion_mask=cmask,
+                loss_mask=lmask,
+                sampled_mask=lmask,
+                engine_logprobs=torch.zeros(len(comps), width),
+                advantages=grpo_advantages(rewards).reshape(-1),
+                n_real_tokens=int(cmask.sum() + prompt_mask.sum()),
+            )
         )
     return out
 
 
 class Replay:
-    def __init__(self, items: list[dict]):
+    def __init__(self, items: list[GRPOBatch]):
         self.items = items
 
-    def next_batch(self) -> dict:
+    def next_batch(self) -> GRPOBatch:
         return self.items.pop(0)
 
     def state_dict(self) -> dict:

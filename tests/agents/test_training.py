@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from tempering.agents import training
 from tempering.agents.render import AgentRenderer
-from tempering.agents.rollout import EpisodeSettings
+from tempering.agents.rollout import EpisodeSettings, agent_rollout
 from tempering.agents.tasks import builtin_tasks, select
 from tempering.agents.training import (
     AgentRolloutSource,
@@ -12,6 +13,7 @@ from tempering.agents.training import (
     discounted_step_advantages,
     expert_conversations,
     expert_examples,
+    step_rewards_tensor,
 )
 from tempering.config import GRPOSettings
 from tempering.objectives.grpo_math import grpo_advantages
@@ -82,12 +84,12 @@ def test_rollout_source_builds_grpo_batches_from_episodes(smol_tokenizer):
     grpo = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=20, dynamic_sampling=False)
     source = AgentRolloutSource(tasks, engine, renderer, None, grpo, EpisodeSettings(), grad_accum=1, seed=0)
     batch = source.next_batch()
-    assert batch["completion_ids"].shape[0] == 4 and batch["prompt_ids"].shape[0] == 2
-    assert torch.equal(batch["loss_mask"] * (1 - batch["completion_mask"]), torch.zeros_like(batch["loss_mask"]))
-    assert 0 < int(batch["loss_mask"].sum()) < int(batch["completion_mask"].sum())  # feedback turns masked
+    assert batch.completion_ids.shape[0] == 4 and batch.prompt_ids.shape[0] == 2
+    assert torch.equal(batch.loss_mask * (1 - batch.completion_mask), torch.zeros_like(batch.loss_mask))
+    assert 0 < int(batch.loss_mask.sum()) < int(batch.completion_mask.sum())  # feedback turns masked
     # round 1 (4 episodes): wrong, right, wrong, right; round 2 (the two wrong ones): wrong, right;
     # round 3: wrong (third attempt). Rewards: group 0 [0, 1.0], group 1 [0.5, 1.0] -> advantages -1, 1
-    assert torch.allclose(batch["advantages"], torch.tensor([-1.0, 1.0, -1.0, 1.0]), atol=1e-4)
+    assert torch.allclose(batch.advantages, torch.tensor([-1.0, 1.0, -1.0, 1.0]), atol=1e-4)
     stats = source.stats()
     assert stats["groups"] == 2 and stats["success_rate"] == 0.75 and stats["reward_mean"] == pytest.approx(0.625)
     assert source.state_dict()["rollouts"] == 1
@@ -118,5 +120,39 @@ def test_tied_groups_give_a_batch_without_gradient(smol_tokenizer):
     source = AgentRolloutSource(tasks, engine, renderer, None, grpo, EpisodeSettings(), grad_accum=1, seed=0)
     batch = source.next_batch()
     assert source.stats()["groups_kept"] == 0 and source.stats()["success_rate"] == 1.0
-    assert torch.equal(batch["advantages"], torch.zeros(2))  # every reward 1: the loss -ratio * A is 0
-    assert torch.equal(batch["sampled_mask"], batch["loss_mask"])  # the mismatch skips environment tokens
+    assert torch.equal(batch.advantages, torch.zeros(2))  # every reward 1: the loss -ratio * A is 0
+    assert torch.equal(batch.sampled_mask, batch.loss_mask)  # the mismatch skips environment tokens
+
+
+def test_step_credit_through_the_source_matches_the_whole_batch_computation(smol_tokenizer, monkeypatch):
+    """Per-token advantages are built group by group and padded to the batch width: the same
+    numbers as normalising the whole batch's step rewards at once (groups never mix)."""
+    renderer = AgentRenderer(smol_tokenizer)
+    tasks = select(builtin_tasks("retry"), "train")[:4]
+    calls = []
+
+    def policy(task, messages):
+        calls.append(1)
+        return "The answer is 99." if len(calls) % 3 else f"The answer is {task.goal['value']}."
+
+    sampled = []
+
+    def rollout(*args, **kwargs):  # the episodes the source gets (all scored: every group is kept)
+        sampled.append(agent_rollout(*args, **kwargs))
+        return sampled[-1]
+
+    monkeypatch.setattr(training, "agent_rollout", rollout)
+    engine = PolicyEngine(smol_tokenizer, policy, tasks)
+    grpo = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=20, dynamic_sampling=False)
+    source = AgentRolloutSource(
+        tasks, engine, renderer, None, grpo, EpisodeSettings(), grad_accum=1, seed=0, step_rewards=True, gamma=0.9
+    )
+    batch = source.next_batch()
+    groups = sampled[0].groups
+    width = batch.completion_ids.shape[1]
+    prompts = [g[0].trajectory.prompt_length for g in groups]
+    rewards, step_mask = step_rewards_tensor(groups, width, prompts)
+    ids = torch.arange(len(groups)).repeat_interleave(len(groups[0]))
+    expected = discounted_step_advantages(rewards, step_mask, ids, 0.9)
+    assert batch.advantages.shape == (4, width) and step_mask.sum() > 4  # several turns per episode
+    assert torch.allclose(batch.advantages, expected, atol=1e-6)

@@ -38,13 +38,13 @@ def _batch(smol_tokenizer, device):
 def test_old_logprobs_are_the_models_own_recompute(smol_tokenizer):
     model, batch = _batch(smol_tokenizer, "cpu")
     with torch.no_grad():
-        expected, _ = grouped_logprobs(model.eval(), *(batch[k] for k in KEYS))
-    assert batch["old_logprobs"].device == batch["prompt_ids"].device
-    assert torch.allclose(batch["old_logprobs"], expected, atol=1e-6)
+        expected, _ = grouped_logprobs(model.eval(), *(getattr(batch, k) for k in KEYS))
+    assert batch.old_logprobs.device == batch.prompt_ids.device
+    assert torch.allclose(batch.old_logprobs, expected, atol=1e-6)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the batch stays on the CPU, the model does not")
 def test_old_logprobs_run_on_the_models_device(smol_tokenizer):
     # Before the fix the CPU batch went straight into a CUDA model: a device-mismatch RuntimeError.
     model, batch = _batch(smol_tokenizer, "cuda")
-    assert batch["old_logprobs"].device.type == "cpu" and torch.isfinite(batch["old_logprobs"]).all()
+    assert batch.old_logprobs.device.type == "cpu" and torch.isfinite(batch.old_logprobs).all()

@@ -14,10 +14,10 @@ from tests.conftest import tiny_llama
 
 
 def engine_logps_under(model, batch, temperature=1.0):
-    args = [batch[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")]
+    args = [getattr(batch, k) for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")]
     with torch.no_grad():
         logp, _ = grouped_logprobs(model.eval(), *args, temperature)
-    return logp * batch["completion_mask"]
+    return logp * batch.completion_mask
 
 
 def test_the_prefetched_batch_is_one_step_stale_and_corrected(smol_tokenizer):
@@ -34,7 +34,7 @@ def test_the_prefetched_batch_is_one_step_stale_and_corrected(smol_tokenizer):
     source = RolloutSource(tasks, engine, settings, grad_accum=1, seed=0, model=trainer_model, precision="fp32")
     try:
         first = source.next_batch()  # sampled now from W0; batch 2 starts sampling from W0 too
-        assert source.stats()["staleness"] == 0 and "old_logprobs" not in first
+        assert source.stats()["staleness"] == 0 and first.old_logprobs is None
         assert source.state_dict() == {"cursor": 2, "rollouts": 1}  # where the prefetched batch starts
         w0 = copy.deepcopy(trainer_model)
         with torch.no_grad():  # the trainer's update on batch 1: W0 -> W1
@@ -44,13 +44,13 @@ def test_the_prefetched_batch_is_one_step_stale_and_corrected(smol_tokenizer):
 
         second = source.next_batch()  # prefetched: from W0, one step behind W1
         assert source.stats()["staleness"] == 1
-        assert torch.equal(second["old_logprobs"], second["engine_logprobs"])
-        mask = second["completion_mask"].bool()
-        assert torch.allclose(second["engine_logprobs"][mask], engine_logps_under(w0, second)[mask], atol=1e-4)
-        assert not torch.allclose(second["engine_logprobs"][mask], engine_logps_under(w1, second)[mask], atol=1e-2)
+        assert torch.equal(second.old_logprobs, second.engine_logprobs)
+        mask = second.completion_mask.bool()
+        assert torch.allclose(second.engine_logprobs[mask], engine_logps_under(w0, second)[mask], atol=1e-4)
+        assert not torch.allclose(second.engine_logprobs[mask], engine_logps_under(w1, second)[mask], atol=1e-2)
 
         third = source.next_batch()  # prefetched after W1 was synced
-        mask = third["completion_mask"].bool()
-        assert torch.allclose(third["engine_logprobs"][mask], engine_logps_under(w1, third)[mask], atol=1e-4)
+        mask = third.completion_mask.bool()
+        assert torch.allclose(third.engine_logprobs[mask], engine_logps_under(w1, third)[mask], atol=1e-4)
     finally:
         source.close()

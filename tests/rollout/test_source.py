@@ -51,7 +51,7 @@ def test_dynamic_sampling_drops_tied_groups_and_records_everything(engine, tmp_p
     micro = [src.next_batch(), src.next_batch()]
     stats = src.stats()
     assert stats["zero_variance_share"] == 1.0 and stats["groups_generated"] == 12 and stats["groups_kept"] == 4
-    assert all(torch.all(b["advantages"] == 0) for b in micro)
+    assert all(torch.all(b.advantages == 0) for b in micro)
     rows = read_trajectories(tmp_path, step=1)
     assert len(rows) == 12 * 4 and sum(r["kept"] for r in rows) == 16
     assert all(len(r["tokens"]) == len(r["logprobs"]) for r in rows)
@@ -62,9 +62,9 @@ def test_micro_batches_hold_whole_groups_with_normalised_advantages(engine, tmp_
     src = _source(engine, _tasks(40, {"type": "test_first_char", "chars": chars}), tmp_path, truncation="keep")
     a, b = src.next_batch(), src.next_batch()
     for batch in (a, b):
-        groups = batch["prompt_ids"].shape[0]
-        assert batch["completion_ids"].shape[0] == groups * 4 == batch["advantages"].shape[0]
-        adv = batch["advantages"].view(groups, 4)
+        groups = batch.prompt_ids.shape[0]
+        assert batch.completion_ids.shape[0] == groups * 4 == batch.advantages.shape[0]
+        adv = batch.advantages.view(groups, 4)
         assert torch.allclose(adv.mean(dim=1), torch.zeros(groups), atol=1e-5)
         nonzero = adv.abs().sum(dim=1) > 0
         assert torch.allclose(adv[nonzero].std(dim=1, unbiased=False), torch.ones(int(nonzero.sum())), atol=1e-3)
@@ -99,8 +99,8 @@ def test_truncated_samples_are_penalised_or_masked(engine, tmp_path):
         engine, _tasks(8, spec), tmp_path / "m", max_new_tokens=2, truncation="mask", dynamic_sampling=False
     )
     batch = masked.next_batch()
-    truncated = batch["completion_mask"].sum(dim=1) == 2  # tiny model never stops within 2 tokens
-    assert truncated.any() and torch.all(batch["loss_mask"][truncated] == 0)
+    truncated = batch.completion_mask.sum(dim=1) == 2  # tiny model never stops within 2 tokens
+    assert truncated.any() and torch.all(batch.loss_mask[truncated] == 0)
 
 
 def test_resume_state_round_trips(engine, tmp_path):

@@ -5,12 +5,15 @@ No torch import here: a config error is reported before any model loads.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from tempering.agents.rollout import EpisodeSettings
 from tempering.config import (
     DEFAULT_MODEL,
     EngineSettings,
+    GRPOPolicySettings,
     GRPOSettings,
     HFEngineSettings,
     LoraSettings,
@@ -40,9 +43,26 @@ class AgentSFTSettings(TrainSettings):
     """Longest expert conversation in tokens; longer ones are left out (and counted)."""
 
 
-class AgentRLSettings(GRPOSettings):
-    """Trajectory-level GRPO: group sampling and loss (`GRPOSettings`, per turn for `max_new_tokens`),
-    step-level credit, curriculum. `truncation` does not apply: episodes use `episode.truncated_turns`."""
+SINGLE_TURN_ONLY = frozenset(GRPOSettings.model_fields) - frozenset(GRPOPolicySettings.model_fields)
+"""GRPO keys of the single-turn rollout that agent RL does not implement (refills, truncation
+policy, chunked scoring, reward threads, verifier timeout, sampling ahead)."""
+
+
+class AgentRLSettings(GRPOPolicySettings):
+    """Trajectory-level GRPO: group sampling and loss (`GRPOPolicySettings`, per turn for
+    `max_new_tokens`), step-level credit, curriculum. The single-turn rollout's keys are
+    rejected (truncated turns: `episode.truncated_turns`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_single_turn_keys(cls, data: Any) -> Any:
+        given = sorted(SINGLE_TURN_ONLY & set(data)) if isinstance(data, dict) else []
+        if given:
+            raise ValueError(
+                f"{given[0]} is a single-turn GRPO setting that agent RL does not implement; remove it"
+                + (f" (and {', '.join(given[1:])})" if given[1:] else "")
+            )
+        return data
 
     step_rewards: bool = False
     """Credit each turn with its own reward (invalid-call penalties, the outcome) instead of the

@@ -1,7 +1,7 @@
 """What agent training feeds the Trainer: expert SFT examples and trajectory-level GRPO batches.
 
     examples = expert_examples(tasks, renderer, sandbox)             # oracle episodes -> RenderedExample
-    source = AgentRolloutSource(tasks, engine, renderer, sandbox, grpo, episode, grad_accum, seed)
+    source = AgentRolloutSource(tasks, engine, renderer, sandbox, grpo, episode, grad_accum, seed, model=model)
     Trainer(model, GRPOObjective(grpo), source, ...).fit()             # the one loop, the one GRPO loss
 
 Expert data are scripted episodes (the oracle) run through the real environment and
@@ -13,7 +13,8 @@ model failure), groups whose rewards all tie are dropped when `dynamic_sampling`
 Advantages are GRPO's over the episode outcome (`grpo_advantages`), or with
 `step_rewards` over each turn's reward at the turn's last token (DeepSeekMath process
 supervision; turn rewards carry invalid-call penalties and the outcome), discounted by
-`gamma` per later turn. Every episode, failed or not, is appended to the run's
+`gamma` per later turn. Tensors, micro-batches and (with `updates_per_batch` > 1) the rollout
+policy's `old_logprobs` come from the one GRPO batch builder (`rollout.grpo_batches`). Every episode, failed or not, is appended to the run's
 `trajectories.jsonl` (recovered ones flagged: error -> diagnosis -> fix, usable as SFT data).
 
 Curriculum: training starts on the lowest tier and moves up one tier once the success
@@ -23,7 +24,6 @@ rate over the last `window` episodes of the current tier reaches `promote_at`.
 from __future__ import annotations
 
 import json
-import math
 import random
 from collections import deque
 from pathlib import Path
@@ -37,12 +37,11 @@ from tempering.agents.policies import oracle
 from tempering.agents.render import AgentRenderer
 from tempering.agents.rollout import AgentEpisode, EpisodeSettings, agent_rollout
 from tempering.agents.tasks import AgentTask
-from tempering.config import GRPOSettings
+from tempering.batches import GRPOBatch
+from tempering.config import GRPOPolicySettings
 from tempering.data.render import RenderedExample, render_with_mask
 from tempering.objectives.grpo_math import grpo_advantages
-from tempering.rollout.padding import left_pad
-
-PAD_ID = 0
+from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, old_logprobs_for
 
 
 def expert_conversations(tasks: list[AgentTask], renderer: AgentRenderer, sandbox: Any) -> list[list[dict]]:
@@ -160,6 +159,8 @@ class AgentRolloutSource:
     Args:
         tasks: training tasks (the curriculum draws from them by tier).
         store: a JSONL path every episode is appended to (None: not kept).
+        model, precision: the trainer's model and precision, which recompute the rollout policy's
+            log-probs when `updates_per_batch` > 1 (needed then, unused otherwise).
     """
 
     def __init__(
@@ -168,7 +169,7 @@ class AgentRolloutSource:
         engine: Any,
         renderer: AgentRenderer,
         sandbox: Any,
-        grpo: GRPOSettings,
+        grpo: GRPOPolicySettings,
         episode: EpisodeSettings,
         grad_accum: int,
         seed: int,
@@ -178,6 +179,8 @@ class AgentRolloutSource:
         step_rewards: bool = False,
         gamma: float = 1.0,
         store: Path | None = None,
+        model: Any = None,
+        precision: str = "fp32",
     ):
         if not tasks:
             raise ValueError("agent RL needs at least one training task")
@@ -185,11 +188,12 @@ class AgentRolloutSource:
         self.s, self.episode, self.grad_accum, self.seed = grpo, episode, grad_accum, seed
         self.curriculum = Curriculum(tasks, promote_at, window, seed)
         self.step_rewards, self.gamma, self.store = step_rewards, gamma, store
+        self._old_logprobs = old_logprobs_for(model, precision, grpo.temperature, grpo.updates_per_batch)
         self.rollouts = 0
-        self.buffer: list[dict[str, Any]] = []
+        self.buffer: list[GRPOBatch] = []
         self._stats: dict[str, float] = {}
 
-    def next_batch(self) -> dict[str, Any]:
+    def next_batch(self) -> GRPOBatch:
         if not self.buffer:
             micro = self._rollout_batch()
             self.buffer = [b for _ in range(self.s.updates_per_batch) for b in micro]
@@ -206,7 +210,7 @@ class AgentRolloutSource:
     def stats(self) -> dict[str, float]:
         return dict(self._stats)
 
-    def _rollout_batch(self) -> list[dict[str, Any]]:
+    def _rollout_batch(self) -> list[GRPOBatch]:
         tier = self.curriculum.tier
         tasks = self.curriculum.sample(self.s.prompts_per_step)
         batch = agent_rollout(
@@ -228,49 +232,22 @@ class AgentRolloutSource:
         self._record(seen, kept, tier, batch)
         if not kept:  # every group tied or failed: a batch with no loss (advantage 0)
             kept = ok[:1] or seen[:1]
-        return self._micro_batches(kept)
+        return grpo_micro_batches([self._rows(g) for g in kept], self.grad_accum, self._old_logprobs)
 
-    def _micro_batches(self, groups: list[list[AgentEpisode]]) -> list[dict[str, Any]]:
-        n_micro = min(self.grad_accum, len(groups))
-        per = math.ceil(len(groups) / n_micro)
-        out = [self._tensors(groups[i : i + per]) for i in range(0, len(groups), per)]
-        while len(out) < self.grad_accum:
-            out.append({**out[-1], "loss_mask": torch.zeros_like(out[-1]["loss_mask"]), "n_real_tokens": 0})
-        return out
-
-    def _tensors(self, groups: list[list[AgentEpisode]]) -> dict[str, Any]:
-        prompts = [g[0].trajectory.token_ids[: g[0].trajectory.prompt_length] for g in groups]
-        prompt_ids, prompt_mask = left_pad(prompts, PAD_ID)
-        trajs = [ep.trajectory for g in groups for ep in g]
-        width = max(1, max(len(t.completion_ids) for t in trajs))
-        completion_ids = torch.full((len(trajs), width), PAD_ID, dtype=torch.long)
-        completion_mask = torch.zeros_like(completion_ids)
-        loss_mask = torch.zeros_like(completion_ids)
-        engine_logprobs = torch.zeros((len(trajs), width))
-        for i, t in enumerate(trajs):
-            n = len(t.completion_ids)
-            completion_ids[i, :n] = torch.tensor(t.completion_ids, dtype=torch.long)
-            completion_mask[i, :n] = 1
-            loss_mask[i, :n] = torch.tensor(t.loss_mask[t.prompt_length :], dtype=torch.long)
-            engine_logprobs[i, :n] = torch.tensor(t.completion_logprobs)
+    def _rows(self, group: list[AgentEpisode]) -> GroupRows:
+        """A group for the batch builder: the loss (and the sampled tokens) on the model's own turns."""
+        trajs = [ep.trajectory for ep in group]
+        prompt = trajs[0].token_ids[: trajs[0].prompt_length]
+        masks = [t.loss_mask[t.prompt_length :] for t in trajs]
         if self.step_rewards:
-            rewards, step_mask = step_rewards_tensor(groups, width, [len(p) for p in prompts])
-            ids = torch.arange(len(groups)).repeat_interleave(len(groups[0]))
+            width = max(1, max(len(t.completion_ids) for t in trajs))
+            rewards, step_mask = step_rewards_tensor([group], width, [len(prompt)])
+            ids = torch.zeros(len(group), dtype=torch.long)
             advantages = discounted_step_advantages(rewards, step_mask, ids, self.gamma, self.s.scale_std)
         else:
-            rewards = torch.tensor([[ep.trajectory.reward.value for ep in g] for g in groups])
+            rewards = torch.tensor([[t.reward.value for t in trajs]])
             advantages = grpo_advantages(rewards, scale_std=self.s.scale_std).reshape(-1)
-        return {
-            "prompt_ids": prompt_ids,
-            "prompt_mask": prompt_mask,
-            "completion_ids": completion_ids,
-            "completion_mask": completion_mask,
-            "loss_mask": loss_mask,
-            "engine_logprobs": engine_logprobs,
-            "sampled_mask": loss_mask.clone(),
-            "advantages": advantages,
-            "n_real_tokens": int(completion_mask.sum()) + int(prompt_mask.sum()),
-        }
+        return GroupRows(prompt, trajs, masks, masks, advantages)
 
     def _record(self, seen: list[list[AgentEpisode]], kept: list, tier: int, batch: Any) -> None:
         eps = [ep for g in seen for ep in g]

@@ -18,7 +18,14 @@ from tempering.config.data import (
 )
 from tempering.config.distill import DistillConfig, DistillLoss, StudentSettings
 from tempering.config.eval import EvalConfig
-from tempering.config.grpo import GRPOConfig, GRPOSettings, HeldoutSettings, RewardPart, TaskSourceSettings
+from tempering.config.grpo import (
+    GRPOConfig,
+    GRPOPolicySettings,
+    GRPOSettings,
+    HeldoutSettings,
+    RewardPart,
+    TaskSourceSettings,
+)
 from tempering.config.loading import PATH_KEYS, load_config, set_dotted
 from tempering.config.merge import MergeConfig
 from tempering.config.pipeline import (
@@ -88,6 +95,7 @@ __all__ = [
     "SFTConfig",
     "TaskSourceSettings",
     "RewardPart",
+    "GRPOPolicySettings",
     "GRPOSettings",
     "HeldoutSettings",
     "GRPOConfig",

@@ -43,8 +43,10 @@ class RewardPart(Strict):
     """Merged over the task's own verifier spec, e.g. {type: exact} reuses the task's answer."""
 
 
-class GRPOSettings(SamplingSettings):
-    """GRPO's rollout sampling (the `SamplingSettings` fields, temperature > 0) and its loss."""
+class GRPOPolicySettings(SamplingSettings):
+    """What single- and multi-turn GRPO share: group sampling (the `SamplingSettings` fields,
+    temperature > 0), the policy loss and the train/rollout mismatch bound. Agent RL composes
+    exactly these (`agents.config.AgentRLSettings`); `GRPOSettings` adds the single-turn rollout's."""
 
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature (> 0: the policy gradient needs samples); also the temperature
@@ -67,7 +69,15 @@ class GRPOSettings(SamplingSettings):
     updates_per_batch: int = Field(1, ge=1)
     """mu: optimizer steps on each rollout batch (importance ratios use the rollout policy)."""
     dynamic_sampling: bool = True
-    """Drop groups whose rewards all match and refill the batch with new prompts."""
+    """Drop groups whose rewards all match (single-turn GRPO refills the batch with new prompts)."""
+    max_logprob_mismatch: float | None = Field(None, gt=0)
+    """Stop the run when a step's mean |log p_train - log p_rollout| exceeds this (None: only log it)."""
+
+
+class GRPOSettings(GRPOPolicySettings):
+    """Single-turn GRPO: the shared group sampling and loss (`GRPOPolicySettings`), plus the
+    rollout's refills, truncation policy, chunked scoring and sampling ahead."""
+
     max_refills: int = Field(2, ge=0)
     """Extra generation rounds per batch for dynamic sampling."""
     truncation: Literal["mask", "penalty", "keep"] = "penalty"
@@ -84,8 +94,6 @@ class GRPOSettings(SamplingSettings):
     rollout_ahead: bool = False
     """Sample the next batch while the trainer updates on this one (needs `scale:` engine replicas):
     one step stale (logged), corrected by the clipped importance ratio against the engine's log-probs."""
-    max_logprob_mismatch: float | None = Field(None, gt=0)
-    """Stop the run when a step's mean |log p_train - log p_rollout| exceeds this (None: only log it)."""
 
 
 class HeldoutSettings(SamplingSettings):

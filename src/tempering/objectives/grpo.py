@@ -1,11 +1,11 @@
 """GRPO as a Trainer objective: policy-gradient loss over one rollout batch.
 
-A batch (built by `tempering.rollout.source.RolloutSource`) holds whole groups:
-`prompt_ids`/`prompt_mask` (one left-padded row per group), `completion_ids`/`loss_mask`
-(G right-padded rows per group), `advantages` (one per completion), `engine_logprobs`
-(what the sampler reported; `sampled_mask`, when given, marks where it sampled — the
-log-prob mismatch is measured there) and, for mu > 1, `old_logprobs` (the rollout policy, recomputed
-once before the first update). With mu = 1 the rollout policy *is* the current one, so the
+A `GRPOBatch` (built by `tempering.rollout.grpo_batches` for single- and multi-turn sources)
+holds whole groups: `prompt_ids`/`prompt_mask` (one left-padded row per group),
+`completion_ids`/`loss_mask` (G right-padded rows per group), `advantages` (one per
+completion, or per token), `engine_logprobs` (what the sampler reported; `sampled_mask` marks
+where it sampled — the log-prob mismatch is measured there) and, for mu > 1, `old_logprobs`
+(the rollout policy, recomputed once before the first update). With mu = 1 the rollout policy *is* the current one, so the
 ratio is exactly 1 and `logp.detach()` stands in for it.
 
 The math lives in `grpo_math` (pure tensors: `grpo_loss_sum` is the loss its tests check);
@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from tempering.config import GRPOSettings
+from tempering.batches import GRPOBatch
+from tempering.config import GRPOPolicySettings
 from tempering.models.logprobs import grouped_logprobs
 from tempering.objectives.grpo_math import aggregation_units, grpo_loss_sum
 
@@ -34,26 +35,25 @@ class GRPOObjective:
     name = "grpo"
     loss_spikes = False  # a policy-gradient loss hovers around 0 and changes sign: no spike rule
 
-    def __init__(self, settings: GRPOSettings):
+    def __init__(self, settings: GRPOPolicySettings):
         self.s = settings
 
-    def units(self, batch: dict[str, Any]) -> float:
-        return aggregation_units(batch["loss_mask"], self.s.aggregation, self.s.max_new_tokens)
+    def units(self, batch: GRPOBatch) -> float:
+        return aggregation_units(batch.loss_mask, self.s.aggregation, self.s.max_new_tokens)
 
-    def loss(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        args = (batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], batch["completion_mask"])
+    def loss(self, model: Any, batch: GRPOBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        args = (batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
         logp, entropy = grouped_logprobs(model, *args, temperature=self.s.temperature)
-        old = batch.get("old_logprobs")
-        old = logp.detach() if old is None else old
+        old = logp.detach() if batch.old_logprobs is None else batch.old_logprobs
         ref = None
         if self.s.beta > 0:
             with torch.no_grad(), _reference(model):
                 ref, _ = grouped_logprobs(model, *args, temperature=self.s.temperature)
-        mask = batch["loss_mask"]
+        mask = batch.loss_mask
         numerator, _, stats = grpo_loss_sum(
             logp,
             old,
-            batch["advantages"],
+            batch.advantages,
             mask,
             self.s.clip_low,
             self.s.clip_high,
@@ -62,13 +62,13 @@ class GRPOObjective:
             ref,
             self.s.beta,
         )
-        seen = batch["completion_mask"].to(logp.dtype)
+        seen = batch.completion_mask.to(logp.dtype)
         n_seen = seen.sum().clamp(min=1.0)
         # the mismatch is measured where the engine sampled (agent batches: not on environment tokens,
         # whose engine log-prob is a placeholder 0)
-        sampled = batch.get("sampled_mask", batch["completion_mask"]).to(logp.dtype)
+        sampled = batch.sampled_mask.to(logp.dtype)
         with torch.no_grad():
-            mismatch = ((logp.detach() - batch["engine_logprobs"]).abs() * sampled).sum() / sampled.sum().clamp(min=1.0)
+            mismatch = ((logp.detach() - batch.engine_logprobs).abs() * sampled).sum() / sampled.sum().clamp(min=1.0)
         out = {k: float(v) for k, v in stats.items()}
         out.update(entropy=float((entropy * seen).sum() / n_seen), logprob_mismatch=float(mismatch))
         return numerator, out

@@ -111,6 +111,7 @@ def _train(
     from tempering.models.lora import load_for_training
     from tempering.models.precision import resolve_precision
     from tempering.objectives.grpo import GRPOObjective
+    from tempering.recipes.grpo import mismatch_bound
     from tempering.rollout.select import build_engine
     from tempering.train.trainer import Trainer
 
@@ -151,8 +152,11 @@ def _train(
         step_rewards=cfg.rl.step_rewards,
         gamma=cfg.rl.gamma,
         store=run_dir / "trajectories.jsonl",
+        model=model,
+        precision=resolve_precision(cfg.train.precision),
     )
-    result = Trainer(model, GRPOObjective(cfg.rl), source, cfg.train, run_dir).fit()
+    callbacks = [mismatch_bound(cfg.rl.max_logprob_mismatch)]
+    result = Trainer(model, GRPOObjective(cfg.rl), source, cfg.train, run_dir, callbacks).fit()
     summary["after"] = after = evaluate("after RL")
     summary["gain"] = {name: paired_gain(before[name], after[name]) for name in held}
     if cfg.sft is not None:

@@ -143,8 +143,9 @@ class Scheduler:
         for i, (seq, tok, lp) in enumerate(zip(self.running, tokens, logprobs)):
             seq.tokens.append(tok)
             seq.logprobs.append(lp)
-            if tops is not None and tops[i] is not None:
-                seq.tops.append(tops[i])
+            top = tops[i] if tops is not None else None
+            if top is not None:
+                seq.tops.append(top)
             if seq.request.on_token is not None:
                 seq.request.on_token(seq.sample, tok, lp)
             params = seq.request.params
@@ -190,6 +191,7 @@ class Scheduler:
     def _completion(self, seq: Running) -> Completion:
         text = self.decode([t for t in seq.tokens if t not in seq.stop_ids])
         text, cut = cut_at_stop(text, seq.request.params.stop)
+        assert seq.finish_reason is not None  # only finished sequences complete (see finish)
         reason = "stop" if cut else seq.finish_reason
         return Completion(
             seq.request.prompt_index,

@@ -104,7 +104,7 @@ class BatchingEngine(HFEngine):
             try:
                 for i, p in enumerate(prompts):
                     seed = prompt_seed(params.seed, i)
-                    self._scheduler.submit(
+                    self._open_scheduler.submit(
                         Request(list(p), params.model_copy(update={"seed": seed}), prompt_index=i, done=done(i))
                     )
                 with inference_weights(self.model, self.precision):
@@ -154,7 +154,7 @@ class BatchingEngine(HFEngine):
             raise RuntimeError("BatchingEngine.submit needs start() first (or use generate())")
         future: Future = Future()
         with self._lock:
-            self._scheduler.submit(
+            self._open_scheduler.submit(
                 Request(list(prompt), params, done=future.set_result, on_token=on_token, fail=future.set_exception)
             )
             self._wake.notify_all()
@@ -164,7 +164,7 @@ class BatchingEngine(HFEngine):
         with torch.no_grad(), inference_weights(self.model, self.precision):
             while True:
                 with self._lock:
-                    while self._scheduler.idle and not self._stopping:
+                    while self._open_scheduler.idle and not self._stopping:
                         self._wake.wait()
                     if self._stopping:
                         return
@@ -176,12 +176,25 @@ class BatchingEngine(HFEngine):
     def _fail_all(self, exc: Exception) -> None:
         """A step failed: every request in it or waiting gets the error (their futures raise), the
         cache starts empty, and the serving thread goes on with the next requests."""
-        sched = self._scheduler
+        sched = self._open_scheduler
         failed = {id(s.request): s.request for s in sched.running} | {id(r): r for r in sched.waiting}
-        self._open(self.max_slots, self._cache.max_len)
+        self._open(self.max_slots, self._open_cache.max_len)
         for req in failed.values():
             if req.fail is not None:
                 req.fail(exc)
+
+    @property
+    def _open_scheduler(self) -> Scheduler:
+        """The scheduler of the open cache (`generate` opens one per call, `start` one for serving)."""
+        if self._scheduler is None:
+            raise RuntimeError("BatchingEngine: no open cache (use generate(), or start() before submit())")
+        return self._scheduler
+
+    @property
+    def _open_cache(self) -> SlotKVCache:
+        if self._cache is None:
+            raise RuntimeError("BatchingEngine: no open cache (use generate(), or start() before submit())")
+        return self._cache
 
     # --- one step of the batch ---
     def _open(self, slots: int, max_len: int) -> None:
@@ -200,7 +213,7 @@ class BatchingEngine(HFEngine):
     @torch.no_grad()
     def step(self) -> None:
         """Admit, prefill, decode one token for every running sequence, sample, retire."""
-        sched, cache = self._scheduler, self._cache
+        sched, cache = self._open_scheduler, self._open_cache
         old = len(sched.running)
         admitted = sched.admit()
         self.peak_running = max(self.peak_running, len(sched.running))
@@ -221,16 +234,16 @@ class BatchingEngine(HFEngine):
 
     def _decode_step(self, batch: int) -> torch.Tensor:
         """One forward over slots 0..batch-1: each feeds its last token; (batch, V) logits."""
-        running = self._scheduler.running[:batch]
+        running = self._open_scheduler.running[:batch]
         device = self.device
         last = torch.tensor([[s.tokens[-1]] for s in running], device=device)
         write_at = torch.tensor([s.cached for s in running], device=device)
-        self._cache.bind(write_at)
+        self._open_cache.bind(write_at)
         with autocast(self.precision, device):
             out = self.model(
                 input_ids=last,
                 position_ids=write_at[:, None],
-                attention_mask=self._cache.decode_mask(),
+                attention_mask=self._open_cache.decode_mask(),
                 use_cache=True,
                 **{self._cache_kw: self._cache},
             )
@@ -288,7 +301,9 @@ class BatchingEngine(HFEngine):
             logits = self.model(
                 input_ids=ids, position_ids=positions, use_cache=True, logits_to_keep=keep, **{self._cache_kw: prefill}
             ).logits
-        self._cache.write_prefill([(layer.keys, layer.values) for layer in prefill.layers], rows_to_slots, lengths)
+        # after the forward every layer of this DynamicCache is a filled DynamicLayer (keys, values)
+        layer_kv = [(layer.keys, layer.values) for layer in prefill.layers]  # pyright: ignore[reportAttributeAccessIssue]
+        self._open_cache.write_prefill(layer_kv, rows_to_slots, lengths)  # pyright: ignore[reportArgumentType]
         col = {int(p): j for j, p in enumerate(keep.tolist())}
         picked = torch.stack([logits[i, col[n - 1 - shared]] for i, n in enumerate(lengths)]).float()
         counts = torch.tensor([len(s) for s in rows_to_slots], device=picked.device)

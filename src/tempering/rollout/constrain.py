@@ -17,11 +17,14 @@ Runs in the batching engine (the server's engine); the other engines refuse a gr
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions  # a typing-only name (the stub's TypedDict)
+
+JSON_STYLE: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 __all__ = ["Constraint", "ConstraintError", "json_schema_grammar", "lark_grammar", "json_value"]
 

@@ -34,6 +34,7 @@ class Drafter(Protocol):
         generator: torch.Generator | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """(tokens (B, k'), q (B, k', V) or None for a deterministic draft, lengths (B,)), k' <= k."""
+        ...
 
     def accepted(self, n_accepted: Sequence[int]) -> None:
         """How many of the last proposal's tokens each row kept."""
@@ -149,6 +150,7 @@ class ModelDrafter:
             hidden = self.model.get_decoder()(**inputs).last_hidden_state[:, -1]
             small = (hidden @ self._head.T).float().cpu()
         full = torch.full((small.shape[0], self.model.config.vocab_size), float("-inf"))
+        assert self.vocab is not None  # the head is cut exactly when a vocabulary is given
         return full.index_copy_(1, self.vocab, small)
 
     @torch.no_grad()

@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, overload, runtime_checkable
 
 import torch
 
@@ -88,7 +88,7 @@ def merged_lora(model: Any):
     from peft.tuners.lora import LoraLayer
 
     layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
-    saved = [m.get_base_layer().weight.detach().clone() for m in layers]
+    saved = [_base_weight(m).detach().clone() for m in layers]
     with torch.no_grad():
         model.merge_adapter()
     try:
@@ -97,7 +97,12 @@ def merged_lora(model: Any):
         with torch.no_grad():
             model.unmerge_adapter()
             for m, w in zip(layers, saved):  # unmerge is W - BA in floating point: restore exactly
-                m.get_base_layer().weight.copy_(w)
+                _base_weight(m).copy_(w)
+
+
+def _base_weight(layer: Any) -> torch.Tensor:
+    """The weight of a LoRA layer's base module (a Linear's: always a tensor)."""
+    return layer.get_base_layer().weight
 
 
 @contextmanager
@@ -145,6 +150,10 @@ def sample_seed(seed: int, index: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{index}".encode()).digest()[:8], "little") >> 1
 
 
+@overload
+def prompt_seed(seed: int, index: int) -> int: ...
+@overload
+def prompt_seed(seed: None, index: int) -> None: ...
 def prompt_seed(seed: int | None, index: int) -> int | None:
     """The seed of prompt `index` in a seeded `generate` call over several prompts: each
     prompt's samples then depend on it alone, not on the batch (prompt 0 keeps the seed, as a
@@ -323,11 +332,12 @@ class HFEngine:
         finish = ["length"] * total
         # seeded: each sample draws from its own generator, as in the batching engine, so a
         # sample's tokens depend on (seed, prompt, sample) only, never on n or the batch
+        seed = params.seed
         generators = (
             None
-            if params.seed is None
+            if seed is None
             else [
-                torch.Generator().manual_seed(sample_seed(prompt_seed(params.seed, first_prompt + f // n), f % n))
+                torch.Generator().manual_seed(sample_seed(prompt_seed(seed, first_prompt + f // n), f % n))
                 for f in range(total)
             ]
         )

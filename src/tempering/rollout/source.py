@@ -10,7 +10,8 @@
      advantage) and, with dynamic sampling, groups whose rewards all match, then
      refills from new prompts (at most `max_refills` extra rounds);
   4. computes group-normalised advantages, writes every sample to the trajectory store, and
-     splits the groups into `grad_accum` micro-batches, served `updates_per_batch` times.
+     hands the groups to the one GRPO batch builder (`rollout.grpo_batches`, shared with agent
+     RL): `grad_accum` micro-batches (`GRPOBatch`), served `updates_per_batch` times.
 
 Sampling is seeded by (seed, rollout index, round), so a resumed run draws what an
 uninterrupted one would have drawn from the same weights.
@@ -36,18 +37,14 @@ from typing import Any
 
 import torch
 
+from tempering.batches import GRPOBatch
 from tempering.config import GRPOSettings
-from tempering.models.logprobs import grouped_logprobs
-from tempering.models.precision import autocast
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.engine import Engine
-from tempering.rollout.padding import left_pad
+from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, old_logprobs_for
 from tempering.rollout.rollout import RewardWorkers, ThreadRewardWorkers, start_rollout
 from tempering.rollout.store import TrajectoryRow, TrajectoryStore
 from tempering.types import Task, Trajectory
-
-PAD_ID = 0
-"""Filler of padded batch positions: any id works, every one is masked out of attention and loss."""
 
 
 @dataclass
@@ -69,6 +66,10 @@ class Group:
     @property
     def verifier_failed(self) -> bool:
         return any(not t.scored for t in self.trajectories)
+
+
+Sampled = tuple[int, list[Group], list[Group], Counter, float, float]
+"""One sampled batch: (rollout index, groups seen, groups kept, filter counts, generation s, scoring s)."""
 
 
 class RolloutSource:
@@ -93,20 +94,21 @@ class RolloutSource:
         self.tasks, self.engine, self.s = tasks, engine, settings
         self.grad_accum, self.seed, self.store = grad_accum, seed, store
         self.model, self.precision = model, precision
+        self._old_logprobs = old_logprobs_for(model, precision, settings.temperature, settings.updates_per_batch)
         self.workers = workers if workers is not None else ThreadRewardWorkers(settings.reward_workers)
         self.order = list(range(len(tasks)))
         random.Random(seed).shuffle(self.order)
         self.cursor = 0
         self.rollouts = 0
-        self.buffer: list[dict[str, Any]] = []
+        self.buffer: list[GRPOBatch] = []
         self._stats: dict[str, float] = {}
         self._prompt_cache: dict[str, list[int]] = {}
-        self._ahead: Future | None = None  # the next batch, sampling in the background (rollout_ahead)
+        self._ahead: Future[Sampled] | None = None  # the next batch, sampling in the background (rollout_ahead)
         self._ahead_state: dict = {}
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead") if settings.rollout_ahead else None
 
     # -- BatchSource -------------------------------------------------------------------
-    def next_batch(self) -> dict[str, Any]:
+    def next_batch(self) -> GRPOBatch:
         if not self.buffer:
             micro = self._rollout_batch()
             self.buffer = [b for _ in range(self.s.updates_per_batch) for b in micro]
@@ -165,7 +167,7 @@ class RolloutSource:
                     update={"value": self.s.truncation_reward, "flags": r.flags + ["truncated"]}
                 )
 
-    def _rollout_batch(self) -> list[dict[str, Any]]:
+    def _rollout_batch(self) -> list[GRPOBatch]:
         """The next batch's micro-batches: sampled now, or taken from the background (rollout_ahead)."""
         if self._ahead is not None:
             sampled, staleness = self._ahead.result(), 1
@@ -184,7 +186,7 @@ class RolloutSource:
         if self.model is not None:
             self.engine.sync_weights(self.model)
 
-    def _sample(self) -> tuple[int, list[Group], list[Group], Counter, float, float]:
+    def _sample(self) -> Sampled:
         """Steps 1-3: sample, score and filter one batch (engine and reward workers only, no model)."""
         s = self.s
         index = self.rollouts
@@ -224,79 +226,25 @@ class RolloutSource:
         gen_s: float,
         score_s: float,
         staleness: int,
-    ) -> list[dict[str, Any]]:
+    ) -> list[GRPOBatch]:
         """Step 4: advantages, the trajectory store and the micro-batches of a sampled batch."""
         rewards = torch.tensor([g.values for g in kept], dtype=torch.float32)
         advantages = grpo_advantages(rewards, scale_std=self.s.scale_std)
         step = index * self.s.updates_per_batch + 1
         self._record(seen, kept, advantages, counts, gen_s, score_s, step)
         self._stats["staleness"] = staleness
-        micro = self._micro_batches(kept, advantages)
+        rows = [self._rows(g, advantages[i]) for i, g in enumerate(kept)]
         if staleness:  # the old policy is the one that sampled: the engine's log-probs
-            for batch in micro:
-                batch["old_logprobs"] = batch["engine_logprobs"].clone()
-        return micro
+            return grpo_micro_batches(rows, self.grad_accum, lambda b: b.engine_logprobs.clone())
+        return grpo_micro_batches(rows, self.grad_accum, self._old_logprobs)
 
     # -- tensors -------------------------------------------------------------------------
-    def _micro_batches(self, groups: list[Group], advantages: torch.Tensor) -> list[dict[str, Any]]:
-        n_micro = min(self.grad_accum, len(groups))
-        per = math.ceil(len(groups) / n_micro)
-        out = []
-        for start in range(0, len(groups), per):
-            out.append(self._tensors(groups[start : start + per], advantages[start : start + per]))
-        while len(out) < self.grad_accum:  # fewer kept groups than micro-batches: empty ones (no loss)
-            out.append({**out[-1], "loss_mask": torch.zeros_like(out[-1]["loss_mask"]), "n_real_tokens": 0})
-        return out
-
-    def _tensors(self, groups: list[Group], advantages: torch.Tensor) -> dict[str, Any]:
-        pad = PAD_ID
-        prompt_ids, prompt_mask = left_pad([g.prompt_ids for g in groups], pad)
-        trajs = [t for g in groups for t in g.trajectories]
-        c_width = max(len(t.completion_ids) for t in trajs)
-        completion_ids = torch.full((len(trajs), c_width), pad, dtype=torch.long)
-        completion_mask = torch.zeros_like(completion_ids)
-        engine_logprobs = torch.zeros((len(trajs), c_width), dtype=torch.float32)
-        for i, t in enumerate(trajs):
-            ids = t.completion_ids
-            completion_ids[i, : len(ids)] = torch.tensor(ids)
-            completion_mask[i, : len(ids)] = 1
-            engine_logprobs[i, : len(ids)] = torch.tensor(t.completion_logprobs)
-        loss_mask = completion_mask.clone()
-        if self.s.truncation == "mask":
-            for i, t in enumerate(trajs):
-                if t.truncated:
-                    loss_mask[i] = 0
-        batch = {
-            "prompt_ids": prompt_ids,
-            "prompt_mask": prompt_mask,
-            "completion_ids": completion_ids,
-            "completion_mask": completion_mask,
-            "loss_mask": loss_mask,
-            "engine_logprobs": engine_logprobs,
-            "advantages": advantages.reshape(-1),
-            "n_real_tokens": int(completion_mask.sum()) + int(prompt_mask.sum()),
-        }
-        if self.s.updates_per_batch > 1:
-            batch["old_logprobs"] = self._old_logprobs(batch)
-        return batch
-
-    @torch.no_grad()
-    def _old_logprobs(self, batch: dict[str, Any]) -> torch.Tensor:
-        """The rollout policy's log-probs, recomputed by the trainer's own forward (mu > 1).
-
-        The batch is built on the CPU; the forward runs where the model lives, and the
-        result comes back to the CPU with the rest of the batch (the Trainer moves it all).
-        """
-        device = next(self.model.parameters()).device
-        args = [batch[k].to(device) for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")]
-        was = self.model.training
-        self.model.eval()
-        try:
-            with autocast(self.precision, device):
-                logp, _ = grouped_logprobs(self.model, *args, self.s.temperature)
-        finally:
-            self.model.train(was)
-        return logp.float().cpu()
+    def _rows(self, group: Group, advantages: torch.Tensor) -> GroupRows:
+        """A group for the batch builder: every completion token sampled; truncation "mask" drops cut rows."""
+        masked = self.s.truncation == "mask"
+        loss = [[0 if masked and t.truncated else 1] * len(t.completion_ids) for t in group.trajectories]
+        sampled = [[1] * len(t.completion_ids) for t in group.trajectories]
+        return GroupRows(group.prompt_ids, group.trajectories, loss, sampled, advantages)
 
     # -- metrics and the trajectory store ------------------------------------------------
     def _record(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rich.console import Console
 
@@ -16,7 +16,7 @@ quiet_console = Console(stderr=True, quiet=True)  # ranks other than 0 of a torc
 class MetricsLog:
     """Appends one JSON object per record to `path`; mirrors scalars to optional sinks."""
 
-    def __init__(self, path: Path, loggers: list[str] = ()):
+    def __init__(self, path: Path, loggers: Sequence[str] = ()):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._fh = path.open("a", encoding="utf-8")
@@ -30,7 +30,7 @@ class MetricsLog:
 
                 return SummaryWriter(str(run_dir / "tensorboard"))
             if name == "mlflow":
-                import mlflow
+                import mlflow  # pyright: ignore[reportMissingImports]  # optional: not a dependency
 
                 mlflow.start_run(run_name=run_dir.name)
                 return mlflow

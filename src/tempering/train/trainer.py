@@ -15,10 +15,11 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
+from tempering.batches import Batch
 from tempering.config import TrainSettings
 from tempering.models.precision import autocast, resolve_precision
 from tempering.train import distributed
@@ -35,17 +36,22 @@ from tempering.train.metrics import MetricsLog, NoMetrics, console, quiet_consol
 from tempering.train.progress import TrainProgress
 from tempering.train.schedule import lr_at
 
+# A batch is a typed one (`tempering.batches`: GRPO) or, for the sources not yet typed, a dict of tensors.
+AnyBatch = Batch | dict[str, Any]
+
 
 class Objective(Protocol):
+    """Each objective reads its own batch type (`GRPOObjective`: `GRPOBatch`), hence `Any` here."""
+
     name: str
 
-    def units(self, batch: dict[str, Any]) -> int: ...
+    def units(self, batch: Any) -> float: ...
 
-    def loss(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]: ...
+    def loss(self, model: Any, batch: Any) -> tuple[torch.Tensor, dict[str, float]]: ...
 
 
 class BatchSource(Protocol):
-    def next_batch(self) -> dict[str, Any]: ...
+    def next_batch(self) -> Any: ...
 
     def state_dict(self) -> dict: ...
 
@@ -71,7 +77,7 @@ class TrainResult:
 
 
 @torch.no_grad()
-def evaluate(model: Any, objective: Objective, batches: list[dict[str, Any]], precision: str = "auto") -> float:
+def evaluate(model: Any, objective: Objective, batches: list[Any], precision: str = "auto") -> float:
     """Mean loss per unit over fixed batches (no update)."""
     precision = resolve_precision(precision)
     was_training = model.training
@@ -98,8 +104,15 @@ def compile_layers(model: Any) -> None:
         module.compile(dynamic=True)
 
 
-def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+def _to(batch: AnyBatch, device: torch.device) -> AnyBatch:
+    if not isinstance(batch, dict):
+        return batch.to(device)
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _real_tokens(batch: AnyBatch) -> int:
+    """Non-pad tokens of a micro-batch (throughput); 0 where a dict batch does not count them."""
+    return int(batch.get("n_real_tokens", 0)) if isinstance(batch, dict) else batch.n_real_tokens
 
 
 class Trainer:
@@ -116,7 +129,7 @@ class Trainer:
         batches: BatchSource,
         settings: TrainSettings,
         run_dir: Path,
-        callbacks: list[Callable[[int, dict], None]] = (),
+        callbacks: Sequence[Callable[[int, dict], None]] = (),
     ):
         from accelerate import Accelerator
 
@@ -170,7 +183,7 @@ class Trainer:
         """Rank 0 writes the checkpoint (with every rank's RNG state); all ranks wait for it."""
         rngs = distributed.gather(rng_state())
         path = self.ckpt_dir / f"step-{self.step:08d}"
-        if self.world.main:
+        if rngs is not None:  # rank 0: the gathered states (self.world.main)
             weights = {n: p for n, p in self.named}
             path = save_checkpoint(
                 self.ckpt_dir,
@@ -240,17 +253,19 @@ class Trainer:
         clip = self.settings.optim.max_grad_norm
         params = [p for _, p in self.named]
         norm = self.accelerator.clip_grad_norm_(params, clip if clip else float("inf"))
+        if norm is None:  # accelerate returns None only under DeepSpeed, which this Trainer does not use
+            raise RuntimeError("the gradient norm is unknown (accelerate clipped without returning it)")
         return float(norm)
 
     def train_step(self) -> dict | None:
         """One optimizer step; returns its record, or None when the guard skipped it."""
         t0 = time.perf_counter()
         micro = [self.batches.next_batch() for _ in range(self.settings.grad_accum)]
-        real = int(distributed.sum_over_ranks([sum(int(b.get("n_real_tokens", 0)) for b in micro)])[0])
+        real = int(distributed.sum_over_ranks([sum(_real_tokens(b) for b in micro)])[0])
         loss, extra = self._forward_backward(micro)
         grad_norm = self._grad_norm() if math.isfinite(loss) else None
         bad = self.guard.check(loss, grad_norm, spikes=getattr(self.objective, "loss_spikes", True))
-        if not self.settings.guard.enabled and not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        if not self.settings.guard.enabled and (grad_norm is None or not math.isfinite(grad_norm)):
             raise TrainingDiverged(f"step {self.step}: non-finite loss or gradient with the guard disabled")
         if bad:
             self.optimizer.zero_grad(set_to_none=True)
@@ -267,7 +282,8 @@ class Trainer:
         self.step += 1
         self.real_tokens += real
         dt = time.perf_counter() - t0
-        source_stats = self.batches.stats() if hasattr(self.batches, "stats") else {}
+        stats = getattr(self.batches, "stats", None)  # optional on a BatchSource
+        source_stats = stats() if stats is not None else {}
         return {
             "step": self.step,
             "loss": loss,

@@ -1,0 +1,62 @@
+"""Typed training batches: what a batch source hands the Trainer and an objective's `loss(model, batch)` reads.
+
+One module, below every package that builds or reads batches (data, rollout and agents build
+them; objectives and train read them), so a key an objective expects is a field a builder
+must fill: an optional field is `None` by declaration, never a missing dict key.
+
+Every batch knows its device move (`to`) and how many real (non-pad) tokens it holds
+(`n_real_tokens`, the Trainer's throughput count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Protocol, TypeVar
+
+import torch
+
+B = TypeVar("B", bound="Batch")
+
+
+class Batch(Protocol):
+    """What the Trainer needs of any batch."""
+
+    n_real_tokens: int
+
+    def to(self: B, device: torch.device | str) -> B: ...
+
+
+def _moved(batch: Any, device: torch.device | str) -> Any:
+    """A copy of the dataclass `batch` with every tensor field on `device` (None and ints as they are)."""
+    changes = {f.name: getattr(batch, f.name) for f in fields(batch)}
+    return replace(batch, **{k: v.to(device) for k, v in changes.items() if isinstance(v, torch.Tensor)})
+
+
+@dataclass(frozen=True)
+class GRPOBatch:
+    """Whole groups of one rollout batch. Shapes: P prompts (one per group), N = P x G completions, T tokens.
+
+    `loss_mask` marks the completion tokens the loss counts (agent batches: the model's own turns;
+    truncation "mask": not truncated rows); `sampled_mask` marks where the engine sampled, so
+    `engine_logprobs` are real there (the train/rollout mismatch is measured there only).
+    """
+
+    prompt_ids: torch.Tensor  # (P, Tp) left-padded, one row per group
+    prompt_mask: torch.Tensor  # (P, Tp)
+    completion_ids: torch.Tensor  # (N, T) right-padded, G rows per group
+    completion_mask: torch.Tensor  # (N, T) 1 on completion tokens
+    loss_mask: torch.Tensor  # (N, T) 1 where the loss counts
+    sampled_mask: torch.Tensor  # (N, T) 1 where the engine sampled
+    engine_logprobs: torch.Tensor  # (N, T) the engine's log-probs of its samples (0 elsewhere)
+    advantages: torch.Tensor  # (N,) one per completion, or (N, T) one per token (step rewards)
+    n_real_tokens: int
+    old_logprobs: torch.Tensor | None = None
+    """(N, T) the rollout policy's log-probs, for updates after the first (mu > 1) or a stale
+    sampler; None: the policy that sampled is the current one (ratio 1)."""
+
+    def to(self, device: torch.device | str) -> GRPOBatch:
+        return _moved(self, device)
+
+    def without_loss(self) -> GRPOBatch:
+        """The same tensors with nothing counted: the filler micro-batch when groups run out."""
+        return replace(self, loss_mask=self.loss_mask.new_zeros(self.loss_mask.shape), n_real_tokens=0)

@@ -1,0 +1,146 @@
+"""The one GRPO batch builder: scored groups -> padded tensors -> micro-batches (+ the rollout policy's log-probs).
+
+Single-turn (`rollout.source.RolloutSource`) and multi-turn (`agents.training.AgentRolloutSource`)
+sources differ in how they sample, filter and credit groups; both hand the result here as
+`GroupRows` (a group's prompt, its trajectories, their loss masks and advantages), so the
+tensors, the filler micro-batches and `old_logprobs` are built in one place.
+
+With `updates_per_batch` (mu) > 1 the batch is served mu times; from the second update on the
+policy has moved, so the importance ratio needs the log-probs of the policy that sampled:
+`PolicyLogprobs` recomputes them once, with the trainer's model, before the first update.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from tempering.batches import GRPOBatch
+from tempering.models.logprobs import grouped_logprobs
+from tempering.models.precision import autocast
+from tempering.rollout.padding import left_pad
+from tempering.types import Trajectory
+
+PAD_ID = 0
+"""Filler of padded batch positions: any id works, every one is masked out of attention and loss."""
+
+
+@dataclass
+class GroupRows:
+    """One group as the batch builder needs it.
+
+    `loss_masks[i]` / `sampled_masks[i]` run over trajectory i's completion positions;
+    `advantages` is (G,) (one per trajectory) or (G, T_g) per completion position (step credit)."""
+
+    prompt_ids: list[int]
+    trajectories: list[Trajectory]
+    loss_masks: list[list[int]]
+    sampled_masks: list[list[int]]
+    advantages: torch.Tensor
+
+
+class PolicyLogprobs:
+    """The rollout policy's log-probs of a batch, by the trainer's own forward (no grad, eval mode).
+
+    The batch is built on the CPU; the forward runs where the model lives, and the result
+    comes back to the CPU with the rest of the batch (the Trainer moves it all)."""
+
+    def __init__(self, model: Any, precision: str, temperature: float):
+        self.model, self.precision, self.temperature = model, precision, temperature
+
+    @torch.no_grad()
+    def __call__(self, batch: GRPOBatch) -> torch.Tensor:
+        device = next(self.model.parameters()).device
+        moved = batch.to(device)
+        was = self.model.training
+        self.model.eval()
+        try:
+            with autocast(self.precision, device):
+                logp, _ = grouped_logprobs(
+                    self.model,
+                    moved.prompt_ids,
+                    moved.prompt_mask,
+                    moved.completion_ids,
+                    moved.completion_mask,
+                    self.temperature,
+                )
+        finally:
+            self.model.train(was)
+        return logp.float().cpu()
+
+
+def old_logprobs_for(model: Any, precision: str, temperature: float, updates_per_batch: int) -> PolicyLogprobs | None:
+    """The recompute a source needs: one with mu > 1 (raises without a model), none with mu = 1."""
+    if updates_per_batch == 1:
+        return None
+    if model is None:
+        raise ValueError("updates_per_batch > 1 needs the trainer's model (the rollout policy's log-probs)")
+    return PolicyLogprobs(model, precision, temperature)
+
+
+def grpo_tensors(groups: Sequence[GroupRows]) -> GRPOBatch:
+    """Pad the groups into one batch: prompts left-padded, completions right-padded to the longest."""
+    prompt_ids, prompt_mask = left_pad([g.prompt_ids for g in groups], PAD_ID)
+    trajs = [t for g in groups for t in g.trajectories]
+    width = max(1, max(len(t.completion_ids) for t in trajs))
+    completion_ids = torch.full((len(trajs), width), PAD_ID, dtype=torch.long)
+    completion_mask = torch.zeros_like(completion_ids)
+    loss_mask = torch.zeros_like(completion_ids)
+    sampled_mask = torch.zeros_like(completion_ids)
+    engine_logprobs = torch.zeros((len(trajs), width), dtype=torch.float32)
+    masks = [(lm, sm) for g in groups for lm, sm in zip(g.loss_masks, g.sampled_masks)]
+    for i, (t, (lm, sm)) in enumerate(zip(trajs, masks)):
+        n = len(t.completion_ids)
+        completion_ids[i, :n] = torch.tensor(t.completion_ids, dtype=torch.long)
+        completion_mask[i, :n] = 1
+        loss_mask[i, :n] = torch.tensor(lm, dtype=torch.long)
+        sampled_mask[i, :n] = torch.tensor(sm, dtype=torch.long)
+        engine_logprobs[i, :n] = torch.tensor(t.completion_logprobs, dtype=torch.float32)
+    return GRPOBatch(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        loss_mask=loss_mask,
+        sampled_mask=sampled_mask,
+        engine_logprobs=engine_logprobs,
+        advantages=_advantages([g.advantages for g in groups], width),
+        n_real_tokens=int(completion_mask.sum()) + int(prompt_mask.sum()),
+    )
+
+
+def _advantages(parts: list[torch.Tensor], width: int) -> torch.Tensor:
+    """(N,) when every group has one advantage per trajectory, else (N, width) zero-padded per token."""
+    if all(p.dim() == 1 for p in parts):
+        return torch.cat(parts).float()
+    if any(p.dim() != 2 for p in parts):
+        raise ValueError("a batch mixes per-trajectory and per-token advantages")
+    out = torch.zeros((sum(p.shape[0] for p in parts), width), dtype=torch.float32)
+    row = 0
+    for p in parts:
+        out[row : row + p.shape[0], : p.shape[1]] = p
+        row += p.shape[0]
+    return out
+
+
+def grpo_micro_batches(
+    groups: Sequence[GroupRows],
+    grad_accum: int,
+    old_logprobs: Callable[[GRPOBatch], torch.Tensor] | None = None,
+) -> list[GRPOBatch]:
+    """Split whole groups into `grad_accum` micro-batches (fillers without loss when groups run out);
+    `old_logprobs` (mu > 1) fills each micro-batch's rollout-policy log-probs."""
+    if not groups:
+        raise ValueError("a GRPO batch needs at least one group")
+    n_micro = min(grad_accum, len(groups))
+    per = math.ceil(len(groups) / n_micro)
+    out = [grpo_tensors(groups[start : start + per]) for start in range(0, len(groups), per)]
+    if old_logprobs is not None:
+        out = [replace(b, old_logprobs=old_logprobs(b)) for b in out]
+    while len(out) < grad_accum:
+        out.append(out[-1].without_loss())
+    return out
