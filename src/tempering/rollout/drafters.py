@@ -107,7 +107,7 @@ class ModelDrafter:
         model: Any,
         precision: str,
         pad_id: int = 0,
-        vocab: torch.Tensor | None = None,
+        vocab: torch.Tensor | list[int] | None = None,
         min_confidence: float = 0.0,
     ):
         self.model, self.precision, self.pad_id = model, precision, pad_id
