@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tempering.config.base import DEFAULT_MODEL, Strict
 from tempering.config.sampling import EngineSettings, ScaleSettings
@@ -41,3 +41,10 @@ class EvalConfig(Strict):
     scale: ScaleSettings | None = None
     """Ray (docs/scale.md): sample on engine replicas and score on reward actors (each with its
     own sandbox pool) instead of in this process; same samples and scores with one replica."""
+
+    @model_validator(mode="after")
+    def _quantize_runs_in_process(self) -> EvalConfig:
+        # the Ray replicas load the float model: an int8 request there would do nothing
+        if self.scale is not None and self.quantize != "none":
+            raise ValueError("quantize: int8 with scale: set is not supported (Ray replicas serve the float model)")
+        return self
