@@ -18,8 +18,15 @@ from tempering.config.data import (
 )
 from tempering.config.distill import DistillConfig, DistillLoss, StudentSettings
 from tempering.config.eval import EvalConfig
-from tempering.config.grpo import GRPOConfig, GRPOSettings, HeldoutSettings, RewardPart, TaskSourceSettings
-from tempering.config.loading import PATH_KEYS, load_config, set_dotted
+from tempering.config.grpo import (
+    SOURCE_NAME,
+    GRPOConfig,
+    GRPOSettings,
+    HeldoutSettings,
+    RewardPart,
+    TaskSourceSettings,
+)
+from tempering.config.loading import load_config, resolve_paths, set_dotted
 from tempering.config.merge import MergeConfig
 from tempering.config.pipeline import (
     DecontamStageConfig,
@@ -58,7 +65,7 @@ __all__ = [
     "Paths",
     "Strict",
     "ConfigError",
-    "PATH_KEYS",
+    "resolve_paths",
     "set_dotted",
     "load_config",
     "LoraSettings",
@@ -75,6 +82,7 @@ __all__ = [
     "ScaleSettings",
     "SFTConfig",
     "TaskSourceSettings",
+    "SOURCE_NAME",
     "RewardPart",
     "GRPOSettings",
     "HeldoutSettings",
