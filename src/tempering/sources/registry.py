@@ -27,8 +27,9 @@ SourceLoader = Callable[[TaskSourceSettings, str], list[Task]]
 SOURCES: dict[str, SourceLoader] = {}
 
 
-class UnknownSource(ValueError):
-    """A `tasks.source` value that names no registered source and no existing file."""
+class UnknownSource(FileNotFoundError, ValueError):
+    """A `tasks.source` value that names no registered source and no existing file (callers that
+    catch a missing file or a bad value both see it)."""
 
 
 def register_source(name: str) -> Callable[[SourceLoader], SourceLoader]:
