@@ -78,3 +78,27 @@ def test_config_loading_reads_path_fields_from_the_classes_not_a_key_list():
 def test_a_planted_global_path_key_list_is_caught():
     planted = ast.parse('PATH_KEYS = (\n    "data.train",\n    "data.eval",\n    "tasks.source",\n)\n')
     assert dotted_path_key_lists(planted) == [1]
+
+
+def undeclared_stage_inputs(kinds: dict) -> dict[str, set[str]]:
+    """Per stage kind, the path fields its config class declares that the stage's inputs omit."""
+    from tempering.config import declared_paths
+
+    missing = {name: set(declared_paths(kind.config)) - set(kind.inputs) for name, kind in kinds.items()}
+    return {name: keys for name, keys in missing.items() if keys}
+
+
+def test_every_declared_path_field_is_a_checked_and_hashed_pipeline_input():
+    """The plan checks and hashes a stage's inputs; each path a config class declares is one of them."""
+    from tempering.pipeline.stages import KINDS
+
+    assert undeclared_stage_inputs(KINDS) == {}
+
+
+def test_a_stage_kind_that_drops_a_declared_path_is_caught():
+    from dataclasses import replace
+
+    from tempering.pipeline.stages import KINDS
+
+    planted = {"grpo": replace(KINDS["grpo"], inputs=("tasks.source",))}
+    assert undeclared_stage_inputs(planted) == {"grpo": {"heldout.tasks.source"}}

@@ -26,7 +26,7 @@ from tempering.config.grpo import (
     RewardPart,
     TaskSourceSettings,
 )
-from tempering.config.loading import load_config, resolve_paths, set_dotted
+from tempering.config.loading import declared_paths, load_config, resolve_paths, set_dotted
 from tempering.config.merge import MergeConfig
 from tempering.config.pipeline import (
     DecontamStageConfig,
@@ -66,6 +66,7 @@ __all__ = [
     "Strict",
     "ConfigError",
     "resolve_paths",
+    "declared_paths",
     "set_dotted",
     "load_config",
     "LoraSettings",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, get_args, get_origin
 
 import yaml
 from pydantic import ValidationError
@@ -53,6 +53,17 @@ def resolve_paths(model: type[Strict], data: dict, base: Path) -> None:
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, dict):
                 resolve_paths(section, item, base)
+
+
+def declared_paths(model: type[Strict], prefix: str = "") -> list[str]:
+    """Every dotted key under `model` that a class declares a path field (`*` walks a list)."""
+    keys = [f"{prefix}{name}" for name in model.path_fields]
+    for name, field in model.model_fields.items():
+        section = _section_class(field.annotation)
+        if section is not None:
+            many = get_origin(field.annotation) is list
+            keys += declared_paths(section, f"{prefix}{name}.{'*.' if many else ''}")
+    return keys
 
 
 def _section_class(annotation: Any) -> type[Strict] | None:
