@@ -104,3 +104,45 @@ def test_cli_prints_the_set_error_as_one_line(tmp_path):
     assert res.exit_code == 2
     text = " ".join(res.stderr.split())
     assert "--set 'train.steps=[1': the value '[1' is not valid YAML" in text and "Traceback" not in res.output
+
+
+def test_a_path_field_resolves_only_under_the_class_that_declares_it(tmp_path):
+    """`train` is a path in the section whose class lists it in `path_fields`; the same key in
+    another section is a plain string (a global key list would rewrite both)."""
+    from tempering.config import Strict
+
+    class Files(Strict):
+        path_fields = ("train",)
+        train: str
+
+    class Words(Strict):
+        train: str
+
+    class Top(Strict):
+        data: Files
+        notes: Words
+        more: list[Files] = []
+
+    path = tmp_path / "c" / "top.yaml"
+    path.parent.mkdir()
+    body = {"data": {"train": "t.jsonl"}, "notes": {"train": "t.jsonl"}, "more": [{"train": "m.jsonl"}]}
+    path.write_text(yaml.safe_dump(body))
+    cfg = load_config(Top, path)
+    assert cfg.data.train == str(tmp_path / "c" / "t.jsonl")
+    assert cfg.more[0].train == str(tmp_path / "c" / "m.jsonl")
+    assert cfg.notes.train == "t.jsonl"
+
+
+def test_the_shipped_config_classes_declare_the_data_paths_of_every_command():
+    from tempering.config import (
+        DataSettings,
+        PreferenceDataSettings,
+        ReplaySettings,
+        RMDataSettings,
+        TaskSourceSettings,
+    )
+
+    declared = {c.__name__: c.path_fields for c in (DataSettings, PreferenceDataSettings, RMDataSettings)}
+    assert declared == {c: ("train", "eval") for c in declared}
+    assert ReplaySettings.path_fields == ("data",) and TaskSourceSettings.path_fields == ("source",)
+    assert GRPOConfig.path_fields == () and SFTConfig.path_fields == ()

@@ -128,3 +128,42 @@ def test_eval_run_quantize_int8_evaluates_the_int8_copy_under_its_own_cache_key(
     assert run_gate(parse_rules(["no significant regression on recall"]), base, quant).passed
     bad = run(suite_file, "--model", recall_dir, "--out", env / "x", "--quantize", "int4")
     assert bad.exit_code == 2 and "quantize" in bad.output
+
+
+def _completions(out) -> list[tuple]:
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    return sorted((r["task_id"], r["seed"], r["sample"], r["completion"], r["reward"]) for r in rows)
+
+
+def test_a_pipeline_eval_stage_with_quantize_int8_evaluates_what_eval_run_quantize_int8_does(
+    recall_dir, suite_file, env
+):
+    """The stage and the command reach one `evaluate_config`: same int8 cache key, same samples."""
+    settings = {"limit": 20, "samples": 2, "threads": 1, "precision": "fp32", "cache": False}
+    stage = {"kind": "eval", "model": str(recall_dir), "suites": [str(suite_file)], "quantize": "int8", **settings}
+    pipeline = env / "p.yaml"
+    pipeline.write_text(yaml.safe_dump({"out": str(env / "runs"), "stages": {"q": stage}}))
+    res = runner.invoke(app, ["run", str(pipeline)])
+    assert res.exit_code == 0, res.output
+    (stage_out,) = [p.parent for p in (env / "runs").glob("q-*/results.json")]
+
+    flags = ["--limit", 20, "--samples", 2, "--threads", 1, "--precision", "fp32", "--no-cache"]
+    for name, extra in (("f", []), ("q", ["--quantize", "int8"])):
+        cli = run(suite_file, "--model", recall_dir, "--out", env / name, *flags, *extra)
+        assert cli.exit_code == 0, cli.output
+    base, cli_q = (EvalResults.load(env / n / "results.json") for n in ("f", "q"))
+    piped = EvalResults.load(stage_out / "results.json")
+    assert piped.suites[0].model_hash == cli_q.suites[0].model_hash == base.suites[0].model_hash + "+int8"
+    assert piped.suites[0].task_scores == cli_q.suites[0].task_scores
+    assert _completions(stage_out) == _completions(env / "q")
+
+
+def test_quantize_with_scale_is_a_one_line_error_at_config_load():
+    """Ray replicas load the float model, so `quantize: int8` beside `scale:` would do nothing."""
+    from tempering.config import ConfigError, EvalConfig, load_config
+
+    with pytest.raises(ConfigError) as info:
+        load_config(EvalConfig, None, ["scale={}"], literal={"suites": ["x"], "out": "o", "quantize": "int8"})
+    message = str(info.value)
+    assert "\n" not in message and "quantize" in message and "scale" in message
+    assert load_config(EvalConfig, None, ["scale={}"], literal={"suites": ["x"], "out": "o"}).scale is not None

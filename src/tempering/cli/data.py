@@ -18,6 +18,7 @@ from rich.table import Table
 from tempering.cli.common import err, fail
 from tempering.cli.data_pairs import data_agree, data_audit, data_pairs
 from tempering.config import DEFAULT_MODEL, ConfigError, DecontamSettings, DedupSettings, load_config
+from tempering.sources.registry import source_names
 
 data_app = typer.Typer(
     help="Data: validate, clean, mix and build training sets (validate, dedup, decontam, mix, "
@@ -314,7 +315,7 @@ def data_stratify(
     config: Optional[Path] = typer.Argument(None, help="Stratify config (YAML); without it, the defaults + flags."),
     set_: List[str] = _SET,
     model: Optional[str] = typer.Option(None, help="Model whose pass rates are measured."),
-    tasks: Optional[str] = typer.Option(None, help="Task source: builtin:arithmetic, a task JSONL, ..."),
+    tasks: Optional[str] = typer.Option(None, help=f"Task source: {', '.join(source_names())} or a task JSONL."),
     n: Optional[int] = typer.Option(None, help="Tasks to generate / read at most."),
     k: Optional[int] = typer.Option(None, help="Samples per task."),
     name: Optional[str] = typer.Option(None, help="Run name (default stratify-<timestamp>)."),
@@ -363,7 +364,7 @@ def data_synth(
     config: Optional[Path] = typer.Argument(None, help="Synth config (YAML); without it, the defaults + flags."),
     set_: List[str] = _SET,
     model: Optional[str] = typer.Option(None, help="Generator model."),
-    tasks: Optional[str] = typer.Option(None, help="Task source: builtin:arithmetic, a task JSONL, ..."),
+    tasks: Optional[str] = typer.Option(None, help=f"Task source: {', '.join(source_names())} or a task JSONL."),
     n_tasks: Optional[int] = typer.Option(None, "--tasks-n", help="Tasks to generate / read at most."),
     n: Optional[int] = typer.Option(None, help="Candidates per prompt."),
     reflow: Optional[str] = typer.Option(None, help="none | final_answer."),

@@ -11,13 +11,16 @@ from rich.table import Table
 
 from tempering.cli.common import err, fail
 from tempering.config import ConfigError, PairsConfig, load_config
+from tempering.sources.registry import source_names
 
 
 def data_pairs(
     config: Optional[Path] = typer.Argument(None, help="Optional YAML (PairsConfig); flags and --set override it."),
     out_file: Optional[str] = typer.Option(None, "--out", help="Pair JSONL to write (replaced)."),
     model: Optional[str] = typer.Option(None, help="Generator model spec (default: the default model)."),
-    source: Optional[str] = typer.Option(None, help="Task source (default builtin:arithmetic)."),
+    source: Optional[str] = typer.Option(
+        None, help=f"Task source: {', '.join(source_names())} or a task JSONL (default builtin:arithmetic)."
+    ),
     n: Optional[int] = typer.Option(None, help="Tasks to sample."),
     split: Optional[str] = typer.Option(None, help="builtin:arithmetic split: train | heldout (disjoint)."),
     ops: Optional[str] = typer.Option(None, help="builtin:arithmetic operations, e.g. '+' or '+-*'."),

@@ -66,8 +66,8 @@ def eval_run(
 ) -> None:
     """Evaluate a model on suites; contamination is scanned along the checkpoint's training lineage."""
     from tempering.config import EvalConfig
-    from tempering.evals.evaluate import EvalError, evaluate_model
-    from tempering.evals.suite import SuiteError, load_suite
+    from tempering.evals.evaluate import EvalError, evaluate_config
+    from tempering.evals.suite import SuiteError
 
     flags = {
         "suites": suites or None,
@@ -105,26 +105,8 @@ def eval_run(
         stdout_console().print(f"results: {Path(cfg.out) / 'results.json'}  report: {Path(cfg.out) / 'report.html'}")
         return
     try:
-        loaded = [
-            load_suite(s).with_overrides(seeds=cfg.seeds, samples=cfg.samples, limit=cfg.limit) for s in cfg.suites
-        ]
-    except SuiteError as exc:
-        fail(_one_line(exc))
-    names = [s.name for s in loaded]
-    if len(set(names)) != len(names):
-        fail(f"a suite is listed twice: {names}")
-    try:
-        results = evaluate_model(
-            cfg.model,
-            loaded,
-            Path(cfg.out),
-            first_seed=cfg.first_seed,
-            cache=cfg.cache,
-            threads=cfg.threads,
-            precision=cfg.precision,
-            engine_settings=cfg.engine,
-            scale=cfg.scale,
-            quantize=cfg.quantize,
+        results = evaluate_config(
+            cfg,
             warn=lambda line: err.print(f"[yellow]warning: {line}[/yellow]"),
             log=lambda line: err.print(f"[dim]{line}[/dim]"),
             extra_suites=agent_suites,

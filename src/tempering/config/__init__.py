@@ -19,6 +19,7 @@ from tempering.config.data import (
 from tempering.config.distill import DistillConfig, DistillLoss, StudentSettings
 from tempering.config.eval import EvalConfig
 from tempering.config.grpo import (
+    SOURCE_NAME,
     GRPOConfig,
     GRPOPolicySettings,
     GRPOSettings,
@@ -26,7 +27,7 @@ from tempering.config.grpo import (
     RewardPart,
     TaskSourceSettings,
 )
-from tempering.config.loading import PATH_KEYS, load_config, set_dotted
+from tempering.config.loading import declared_paths, load_config, resolve_paths, set_dotted
 from tempering.config.merge import MergeConfig
 from tempering.config.pipeline import (
     DecontamStageConfig,
@@ -74,7 +75,8 @@ __all__ = [
     "Paths",
     "Strict",
     "ConfigError",
-    "PATH_KEYS",
+    "resolve_paths",
+    "declared_paths",
     "set_dotted",
     "load_config",
     "LoraSettings",
@@ -94,6 +96,7 @@ __all__ = [
     "ScaleSettings",
     "SFTConfig",
     "TaskSourceSettings",
+    "SOURCE_NAME",
     "RewardPart",
     "GRPOPolicySettings",
     "GRPOSettings",

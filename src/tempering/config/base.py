@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
@@ -21,6 +21,15 @@ Paths = Annotated[list[str], BeforeValidator(_one_or_many)]
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    path_fields: ClassVar[tuple[str, ...]] = ()
+    """This class's own fields holding data paths: relative ones written in a config file resolve
+    against the file's directory (`config.loading`); nested sections declare their own."""
+
+    @classmethod
+    def names_no_file(cls, field: str, value: str) -> bool:
+        """Whether `value` of the path field `field` names something other than a file (kept as given)."""
+        return False
 
 
 class ConfigError(ValueError):

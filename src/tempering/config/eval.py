@@ -44,9 +44,12 @@ class EvalConfig(Strict):
     own sandbox pool) instead of in this process; same samples and scores with one replica."""
 
     @model_validator(mode="after")
-    def _engine_is_not_ignored_under_scale(self) -> EvalConfig:
+    def _no_key_is_ignored_under_scale(self) -> EvalConfig:
         if self.scale is not None and "engine" in self.model_fields_set:
             raise ValueError(
                 "engine: does nothing with scale: (the Ray replicas sample with HFEngine); drop one of them"
             )
+        # the Ray replicas load the float model: an int8 request there would do nothing
+        if self.scale is not None and self.quantize != "none":
+            raise ValueError("quantize: int8 with scale: set is not supported (Ray replicas serve the float model)")
         return self

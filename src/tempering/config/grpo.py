@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -10,12 +11,19 @@ from tempering.config.base import DEFAULT_MODEL, Strict
 from tempering.config.sampling import EngineSettings, SamplingSettings, ScaleSettings
 from tempering.config.train import LoraSettings, TrainSettings
 
+# The shape of a task source name (`sources.registry` refuses any other): a word, then optionally
+# ":" and an argument. Such values are never paths, so the loader keeps them as given.
+SOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(:.*)?")
+
 
 class TaskSourceSettings(Strict):
-    """Where tasks come from: a built-in generator or task JSONL files."""
+    """Where tasks come from: a registered source (a generator, a benchmark) or task JSONL files."""
+
+    path_fields = ("source",)
 
     source: str = "builtin:arithmetic"
-    """`builtin:arithmetic`, `humaneval`, `reasoning_gym:<dataset>`, or a path to task JSONL."""
+    """A registered source (`builtin:arithmetic`, `humaneval`, `reasoning_gym:<dataset>`, ...:
+    `tempering.sources.registry`) or a path to task JSONL."""
     n: int = Field(1000, ge=1)
     """Tasks to generate (generators) or the most to read (files)."""
     seed: int = 0
@@ -30,6 +38,10 @@ class TaskSourceSettings(Strict):
     """builtin:arithmetic only: one template, varied training wordings, or held-out rewordings."""
     verifier: dict[str, Any] = {}
     """builtin:arithmetic only: fields merged over the tasks' verifier spec, e.g. {type: exact}."""
+
+    @classmethod
+    def names_no_file(cls, field: str, value: str) -> bool:
+        return SOURCE_NAME.fullmatch(value) is not None
 
 
 class RewardPart(Strict):

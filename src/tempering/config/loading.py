@@ -4,28 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import yaml
 from pydantic import ValidationError
 
 from tempering.config.base import ConfigError, Strict
-
-# Config keys holding data paths. Relative paths written in a config file resolve against
-# the file's directory (the config travels with its data); values given by `--set` or flags
-# resolve against the working directory, like any command-line path.
-PATH_KEYS = (
-    "data.train",
-    "data.eval",
-    "data.replay.data",
-    "tasks.source",
-    "heldout.tasks.source",
-    "best_of_n.tasks.source",
-)
-
-
-# `tasks.source` values that name a built-in source, not a file.
-_BUILTIN_SOURCE = ("builtin:", "humaneval", "reasoning_gym:")
 
 
 def set_dotted(data: dict, dotted: str, value: Any) -> None:
@@ -49,24 +33,52 @@ def set_dotted(data: dict, dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def _resolve_paths(data: dict, base: Path) -> None:
-    """Rewrite the relative data paths of a config read from a file in directory `base`."""
-    for dotted in PATH_KEYS:
-        *parents, leaf = dotted.split(".")
-        node: Any = data
-        for key in parents:
-            node = node.get(key) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or leaf not in node:
-            continue
-        value = node[leaf]
+def resolve_paths(model: type[Strict], data: dict, base: Path) -> None:
+    """Rewrite, in place, the relative data paths of `data` (read from a file in directory `base`).
+
+    The path fields are those each config class declares (`Strict.path_fields`), found by walking
+    `data` along the model's nested sections; a field is resolved only under a class declaring it.
+    """
+    for name in model.path_fields:
+        value = data.get(name)
         if isinstance(value, str):
-            node[leaf] = _resolve_one(value, base, dotted)
+            data[name] = _resolve_one(model, name, value, base)
         elif isinstance(value, list):
-            node[leaf] = [_resolve_one(v, base, dotted) if isinstance(v, str) else v for v in value]
+            data[name] = [_resolve_one(model, name, v, base) if isinstance(v, str) else v for v in value]
+    for name, field in model.model_fields.items():
+        section = _section_class(field.annotation)
+        value = data.get(name)
+        if section is None or value is None:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, dict):
+                resolve_paths(section, item, base)
 
 
-def _resolve_one(value: str, base: Path, dotted: str) -> str:
-    if dotted.endswith("tasks.source") and value.startswith(_BUILTIN_SOURCE):
+def declared_paths(model: type[Strict], prefix: str = "") -> list[str]:
+    """Every dotted key under `model` that a class declares a path field (`*` walks a list)."""
+    keys = [f"{prefix}{name}" for name in model.path_fields]
+    for name, field in model.model_fields.items():
+        section = _section_class(field.annotation)
+        if section is not None:
+            many = get_origin(field.annotation) is list
+            keys += declared_paths(section, f"{prefix}{name}.{'*.' if many else ''}")
+    return keys
+
+
+def _section_class(annotation: Any) -> type[Strict] | None:
+    """The config class a field holds (directly, optional, or in a list), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, Strict):
+        return annotation
+    for arg in get_args(annotation):
+        found = _section_class(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _resolve_one(model: type[Strict], field: str, value: str, base: Path) -> str:
+    if model.names_no_file(field, value):
         return value
     path = Path(value).expanduser()
     return str(path) if path.is_absolute() else os.path.normpath(base / path)
@@ -126,7 +138,7 @@ def load_config(
     """Read YAML, apply `key.sub=value` overrides (values parsed as YAML), then `literal`
     values as given (flags such as a run name are strings, never YAML), and validate.
 
-    Relative data paths (`PATH_KEYS`) in the file resolve against the file's directory;
+    Relative data paths (the fields each class declares in `path_fields`) in the file resolve against the file's directory;
     those given by overrides or flags are used as given (relative to the working directory).
 
     Raises:
@@ -135,7 +147,7 @@ def load_config(
     data: dict = {}
     if path is not None:
         data = _read_yaml(Path(path))
-        _resolve_paths(data, Path(path).parent)
+        resolve_paths(model, data, Path(path).parent)
     given = {_override(data, item): f"--set {item!r}" for item in overrides}
     for key, value in (literal or {}).items():
         set_dotted(data, key, value)

@@ -13,6 +13,8 @@ from tempering.config.train import LoraSettings, TrainSettings
 
 
 class PreferenceDataSettings(Strict):
+    path_fields = ("train", "eval")
+
     """Preference pairs (`prompt`/`chosen`/`rejected` rows, see data/preference.py) and how they render."""
 
     train: Paths
@@ -124,6 +126,8 @@ class PairsConfig(Strict):
 
 
 class RMDataSettings(Strict):
+    path_fields = ("train", "eval")
+
     """Preference pairs for a reward model (the pair row contract, see data/preference.py)."""
 
     train: Paths

@@ -24,6 +24,8 @@ class LoraSettings(Strict):
 
 
 class ReplaySettings(Strict):
+    path_fields = ("data",)
+
     data: Paths
     """General-data files mixed into the stage as a forgetting guard."""
     ratio: float = Field(0.1, gt=0.0, lt=1.0)
@@ -31,6 +33,8 @@ class ReplaySettings(Strict):
 
 
 class DataSettings(Strict):
+    path_fields = ("train", "eval")
+
     train: Paths
     """Training files (JSONL or Parquet with a `messages` column)."""
     eval: Paths = []

@@ -1,6 +1,10 @@
 """Evaluate a model on suites and write what `temper eval run` writes; library code, no exits.
 
-    results = evaluate_model("runs/x/final", [load_suite("arithmetic")], "out/")
+    results = evaluate_config(EvalConfig(suites=["arithmetic"], model="runs/x/final", out="out/"))
+
+`evaluate_config` is the one entry of `temper eval run` and of the pipeline's eval stage: every
+EvalConfig key reaches `evaluate_model` here, so the two cannot drift (a stage with
+`quantize: int8` evaluates the int8 copy, as the command does).
 
 Writes `<out>/results.json` (`EvalResults`), `<out>/samples.jsonl` (every generation with
 its judgement, `evals.runner.sample_record`; private suites: hashed ids, no text) and
@@ -14,10 +18,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tempering.config import EngineSettings, ScaleSettings
+from tempering.config import EngineSettings, EvalConfig, ScaleSettings
 from tempering.evals.cache import write_jsonl_atomic
 from tempering.evals.results import EvalResults, SuiteResult
-from tempering.evals.suite import Suite
+from tempering.evals.suite import Suite, SuiteError, load_suite
 
 SAMPLES_FILE = "samples.jsonl"
 
@@ -38,6 +42,50 @@ def write_eval_outputs(
 
         render_report(results, out_dir)
     return path
+
+
+def load_suites(cfg: EvalConfig) -> list[Suite]:
+    """The config's suites with its seeds / samples / limit applied.
+
+    Raises:
+        SuiteError: a suite that does not load, or one listed twice.
+    """
+    loaded = [load_suite(s).with_overrides(seeds=cfg.seeds, samples=cfg.samples, limit=cfg.limit) for s in cfg.suites]
+    names = [s.name for s in loaded]
+    if len(set(names)) != len(names):
+        raise SuiteError(f"a suite is listed twice: {names}")
+    return loaded
+
+
+def evaluate_config(
+    cfg: EvalConfig,
+    *,
+    warn: Callable[[str], None] | None = None,
+    log: Callable[[str], None] | None = None,
+    extra_suites: Sequence[SuiteResult] = (),
+    extra_records: Sequence[dict[str, Any]] = (),
+) -> EvalResults:
+    """Run an EvalConfig: its suites on its model, outputs under `cfg.out` (see `evaluate_model`).
+
+    Raises:
+        EvalError, SuiteError: as `evaluate_model` and `load_suites`.
+    """
+    return evaluate_model(
+        cfg.model,
+        load_suites(cfg),
+        cfg.out,
+        first_seed=cfg.first_seed,
+        cache=cfg.cache,
+        threads=cfg.threads,
+        precision=cfg.precision,
+        engine_settings=cfg.engine,
+        scale=cfg.scale,
+        quantize=cfg.quantize,
+        warn=warn,
+        log=log,
+        extra_suites=extra_suites,
+        extra_records=extra_records,
+    )
 
 
 def evaluate_model(
@@ -96,6 +144,8 @@ def evaluate_model(
             f"{found} contaminated row(s)"
         )
     settings = engine_settings or EngineSettings()
+    if quantize != "none" and (scale is not None or settings.kind == "vllm"):
+        raise EvalError("quantize: int8 runs on the in-process engines (not vLLM or Ray `scale:`)")
     with ExitStack() as stack:
         pool = None
         try:
@@ -104,8 +154,6 @@ def evaluate_model(
             else:
                 check_engine(settings)
                 model_dir = resolve_model(model) if settings.kind == "vllm" else None
-                if quantize != "none" and (scale is not None or settings.kind == "vllm"):
-                    raise EngineUnavailable("quantize: int8 runs on the in-process engines (not vLLM or Ray)")
                 loaded = load_model(model)
                 if quantize == "int8":
                     from tempering.models.quantize import quantize_int8

@@ -38,6 +38,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tempering.config import SamplingSettings, TaskSourceSettings
+from tempering.sources.registry import is_source_name
 from tempering.types import Task
 
 METRIC = re.compile(r"accuracy|mean_reward|pass@(?P<k>[1-9]\d*)")
@@ -256,8 +257,7 @@ def render_messages(task: Task, template: str) -> list[dict[str, Any]]:
 
 
 def _relative_to(source: SuiteTasks, suite_path: Path | None) -> SuiteTasks:
-    builtin = source.source in ("humaneval",) or source.source.startswith(("builtin:", "reasoning_gym:"))
-    if builtin or suite_path is None or Path(source.source).is_absolute():
+    if is_source_name(source.source) or suite_path is None or Path(source.source).is_absolute():
         return source
     candidate = suite_path.parent / source.source
     return source.model_copy(update={"source": str(candidate)}) if candidate.exists() else source

@@ -24,11 +24,11 @@ from pydantic import ValidationError
 
 from tempering.config import PipelineConfig
 from tempering.pipeline.stages import KINDS, StageKind
+from tempering.sources.registry import is_source_name
 
 REF = re.compile(r"\$\{([^{}]*)\}")
 _REF_PARTS = re.compile(r"([A-Za-z0-9][A-Za-z0-9_]*)\.([A-Za-z0-9_]+)")
 _STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,63}")
-_NOT_FILES = ("builtin:", "humaneval", "reasoning_gym:")  # task sources that name a generator, not a file
 
 
 class PipelineError(ValueError):
@@ -83,7 +83,7 @@ def is_file_value(value: str, dotted: str) -> bool:
     """Whether an input value names a file or dir (not a built-in task source or suite name)."""
     if REF.search(value):
         return True
-    if dotted.endswith(("tasks.source", "pool.source")) and value.startswith(_NOT_FILES):
+    if dotted.endswith(("tasks.source", "pool.source")) and is_source_name(value):
         return False
     if dotted.split(".")[0] in ("suites", "against"):
         return Path(value).suffix in (".yaml", ".yml") or "/" in value

@@ -1,6 +1,6 @@
 """The stage table of `temper run`: what each pipeline stage kind validates, reads, runs and produces.
 
-Each kind maps to one existing entry point (a recipe's `run_*`, `evaluate_model`, `run_gate`,
+Each kind maps to one existing entry point (a recipe's `run_*`, `evaluate_config`, `run_gate`,
 the dedup/decontam passes); this file only builds that entry point's config from the stage's
 keys and says where its outputs are. Every kind runs inside `run_stage`, so every stage is a
 recorded run of `<out>/registry.sqlite` with its inputs by role.
@@ -204,17 +204,9 @@ def _decontam(cfg: DecontamStageConfig, ctx: StageContext) -> StageOutput:
 
 
 # ------------------------------------------------------------------ evals and the gate
-def load_suites(cfg: EvalConfig) -> list[Any]:
-    """The suites an eval stage runs, with its seeds / samples / limit applied."""
-    from tempering.evals.suite import load_suite
-
-    return [load_suite(s).with_overrides(seeds=cfg.seeds, samples=cfg.samples, limit=cfg.limit) for s in cfg.suites]
-
-
 def _eval(cfg: EvalConfig, ctx: StageContext) -> StageOutput:
-    from tempering.evals.evaluate import evaluate_model
+    from tempering.evals.evaluate import evaluate_config
 
-    suites = load_suites(cfg)
     files = [(s, "eval") for s in cfg.suites if Path(s).suffix in (".yaml", ".yml")]
     spec = StageSpec(
         "eval", str(ctx.root), ctx.name, cfg.model_dump(), input_list(files), cfg.model, 1, cfg.first_seed, cfg.threads
@@ -222,19 +214,8 @@ def _eval(cfg: EvalConfig, ctx: StageContext) -> StageOutput:
     results_path = ctx.run_dir / RESULTS_FILE
     with run_stage(spec) as stage:
         if not stage.finished:
-            results = evaluate_model(
-                cfg.model,
-                suites,
-                stage.run_dir,
-                first_seed=cfg.first_seed,
-                cache=cfg.cache,
-                threads=cfg.threads,
-                precision=cfg.precision,
-                engine_settings=cfg.engine,
-                scale=cfg.scale,
-                warn=ctx.log,
-                log=ctx.log,
-            )
+            # the stage's config is the command's: every key (quantize too) means what `temper eval run` does
+            results = evaluate_config(cfg.model_copy(update={"out": str(stage.run_dir)}), warn=ctx.log, log=ctx.log)
             metrics = {s.suite: {k: m.mean for k, m in s.metrics.items()} for s in results.suites}
             stage.finish(
                 {"steps": 1, "model": cfg.model, "suites": metrics},

