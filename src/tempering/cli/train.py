@@ -5,9 +5,9 @@ Each reads its config, applies the flags, runs one recipe and prints one summary
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
-import inspect
 from typing import Any, Callable, List, Optional
 
 import typer
@@ -60,7 +60,9 @@ def training_command(entry: Registration) -> Callable[..., None]:
         if kw.get("dry_run"):
             dry = resolve(entry.dry_run)
             run = lambda cfg, force=False: dry(cfg, out)  # noqa: E731
-        summary = train_from_config(entry.config, run, kw["config"], kw["set_"], literal, kw.get("full", False), kw["force"])
+        summary = train_from_config(
+            entry.config, run, kw["config"], kw["set_"], literal, kw.get("full", False), kw["force"]
+        )
         if world().main:  # under torchrun, rank 0 speaks for the run
             print(json.dumps(summary))
 

@@ -22,6 +22,7 @@ from tempering.config.grpo import GRPOConfig, GRPOSettings, HeldoutSettings, Rew
 from tempering.config.loading import PATH_KEYS, load_config, set_dotted
 from tempering.config.merge import MergeConfig
 from tempering.config.pipeline import (
+    BestOfNStageConfig,
     DecontamStageConfig,
     DedupStageConfig,
     ExportStageConfig,
@@ -99,6 +100,7 @@ __all__ = [
     "BestOfNSettings",
     "RMConfig",
     "DedupStageConfig",
+    "BestOfNStageConfig",
     "DecontamStageConfig",
     "GateStageConfig",
     "ReleaseStageConfig",

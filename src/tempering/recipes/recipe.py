@@ -130,4 +130,3 @@ def run_training(recipe: TrainingRecipe, cfg: Any, force: bool = False) -> dict[
         if recipe.report is not None and world().main:
             recipe.report(summary)
     return stage.result.summary
-
