@@ -23,7 +23,6 @@ out = Console()
 def training_command(entry: Registration) -> Callable[..., None]:
     """The `temper NAME CONFIG` command of one registered objective: its config file with
     `--set` values and the flags applied, the run, and the summary as one JSON line (rank 0 only)."""
-    fields = entry.config.model_fields
     model_key = entry.models[0] if entry.models else None
     params = [
         _param("config", Path, typer.Argument(..., help=f"YAML config (see {entry.example}).")),
@@ -39,7 +38,7 @@ def training_command(entry: Registration) -> Callable[..., None]:
     params += [_param(f.name, Optional[f.type], typer.Option(None, help=f.help)) for f in entry.flags]
     params += [_param("steps", Optional[int], STEPS), _param("out_dir", Optional[str], OUT)]
     params.append(_param("name", Optional[str], NAME))
-    if "lora" in fields:
+    if entry.full_flag:
         params.append(_param("full", bool, FULL))
     if entry.dry_run:
         dry_help = (

@@ -119,7 +119,7 @@ def training_kind(entry: Registration) -> StageKind:
         summary = entry.runner()(cfg)
         return {k: summary[k] for k in entry.outputs}, summary
 
-    return StageKind(entry.config, run, entry.outputs, inputs=entry.inputs, models=entry.models, **_TRAIN)
+    return StageKind(entry.config_class(), run, entry.outputs, inputs=entry.inputs, models=entry.models, **_TRAIN)
 
 
 def _best_of_n(cfg: BestOfNStageConfig, ctx: StageContext) -> StageOutput:

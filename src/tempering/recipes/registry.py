@@ -36,8 +36,9 @@ class Registration:
 
     name: str
     """The `temper` command and the pipeline stage kind."""
-    config: type
-    """Its config class (the command's YAML file and the stage's keys validate against it)."""
+    config: type | str
+    """Its config class (the command's YAML file and the stage's keys validate against it), or its
+    `module:Class` path where importing it is heavy (imported when the command runs)."""
     run: str | Callable[..., dict[str, Any]]
     """`run(cfg, force=False) -> summary`, or its `module:function` path (imported when called)."""
     help: str
@@ -56,14 +57,19 @@ class Registration:
     """`module:function(cfg, console)` behind `--dry-run` (None: the command has no --dry-run)."""
     set_example: str = "train.steps=20"
     """The `--set` example in the command's help."""
+    full_flag: bool = True
+    """The command has `--full` (all parameters, `lora: null`): the config has a `lora` key."""
 
     def runner(self) -> Callable[..., dict[str, Any]]:
         return resolve(self.run)
 
+    def config_class(self) -> type:
+        return self.config if isinstance(self.config, type) else resolve(self.config)
 
-def resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
+
+def resolve(target: str | Callable[..., Any]) -> Any:
     """A callable, or the one a `module:function` path names."""
-    if callable(target):
+    if not isinstance(target, str):
         return target
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr)
@@ -81,7 +87,7 @@ def register(entry: Registration) -> Registration:
     """
     known = OBJECTIVES.get(entry.name)
     if known is not None and known != entry:
-        raise ValueError(f"objective {entry.name!r} is already registered (config {known.config.__name__})")
+        raise ValueError(f"objective {entry.name!r} is already registered (to {known.run})")
     OBJECTIVES[entry.name] = entry
     return entry
 
@@ -104,7 +110,6 @@ def load_plugins() -> dict[str, Registration]:
 
 
 def _builtins() -> None:
-    from tempering.agents.config import AgentConfig
     from tempering.config import DPOConfig, GRPOConfig, RMConfig, SFTConfig
     from tempering.config.distill import DistillConfig
 
@@ -129,7 +134,7 @@ def _builtins() -> None:
         ),
         Registration(
             "agent",
-            AgentConfig,
+            "tempering.agents.config:AgentConfig",  # imports the rollout engine: not at start-up
             "tempering.recipes.agent:run_agent",
             "Agent training in tool environments: expert SFT, then trajectory-level GRPO (docs/agents.md).",
             "examples/agent/agent_arith.yaml",
@@ -165,6 +170,7 @@ def _builtins() -> None:
             inputs=("data.train", "data.eval", "data.replay.data"),
             models=("teacher", "student.model"),
             set_example="loss.temperature=2",
+            full_flag=False,
         ),
     ):
         register(entry)
