@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tempering.config.distill import DistillConfig
-from tempering.recipes.recipe import Components, TrainingRecipe, run_training
+from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
 from tempering.recipes.sft import data_inputs, prepare_sft_data, sft_components, sft_files, tokens_per_s
 
 
@@ -38,7 +38,7 @@ def build_student(cfg: DistillConfig, teacher: Any) -> Any:
     return student
 
 
-def _components(cfg: DistillConfig, data: Any, tokenizer: Any) -> Components:
+def _components(cfg: DistillConfig, data: Any, tokenizer: Any, stage: Any) -> Components:
     from tempering.models.load import load_model
     from tempering.objectives.distill import DistillObjective
     from tempering.train.trainer import evaluate
@@ -47,7 +47,7 @@ def _components(cfg: DistillConfig, data: Any, tokenizer: Any) -> Components:
     student = build_student(cfg, teacher)
     objective = DistillObjective(teacher, cfg.loss.temperature, cfg.loss.kl_weight)
     batches, evals, _ = sft_components(cfg, data, tokenizer.pad_token_id)  # SFT's batches, our loss
-    check = (lambda: evaluate(student, objective, evals, cfg.train.precision)) if evals else (lambda: None)
+    check = held_out((lambda: evaluate(student, objective, evals, cfg.train.precision)) if evals else None)
     return Components(student, objective, batches, check, extra={"teacher": teacher})
 
 

@@ -18,7 +18,7 @@ import torch
 from tempering.config import DPOConfig
 from tempering.data.io import NoRows, RowError
 from tempering.data.pair_render import RenderedPair
-from tempering.recipes.recipe import Components, TrainingRecipe, run_training
+from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
 from tempering.runs.stage import input_list
 from tempering.train.metrics import console
 
@@ -131,7 +131,7 @@ def evaluate_pairs(model: Any, objective: Any, batches: list[dict[str, Any]], pr
     return {k: v / max(pairs, 1) for k, v in total.items()}
 
 
-def _components(cfg: DPOConfig, data: PairData, tokenizer: Any) -> Components:
+def _components(cfg: DPOConfig, data: PairData, tokenizer: Any, stage: Any) -> Components:
     from tempering.models.lora import load_for_training
     from tempering.models.precision import resolve_precision
 
@@ -141,7 +141,7 @@ def _components(cfg: DPOConfig, data: PairData, tokenizer: Any) -> Components:
     ref_train, ref_info = reference_for(cfg, model, tokenizer, data.train, precision)
     ref_eval, _ = reference_for(cfg, model, tokenizer, data.eval, precision)
     batches, evals, objective = dpo_components(cfg, data, ref_train, ref_eval)
-    check = (lambda: evaluate_pairs(model, objective, evals, precision)) if evals else (lambda: None)
+    check = held_out((lambda: evaluate_pairs(model, objective, evals, precision)) if evals else None)
     return Components(model, objective, batches, check, extra=ref_info)
 
 

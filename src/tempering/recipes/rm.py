@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tempering.config import RMConfig, RMDataSettings, RMSettings
-from tempering.recipes.recipe import Components, TrainingRecipe, run_training
+from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
 from tempering.runs.stage import input_list
 from tempering.train.metrics import console
 
@@ -223,7 +223,7 @@ def heldout_report(
     }
 
 
-def _components(cfg: RMConfig, data: RMData, tokenizer: Any) -> Components:
+def _components(cfg: RMConfig, data: RMData, tokenizer: Any, stage: Any) -> Components:
     from tempering.models.lora import load_for_training
     from tempering.models.reward import RewardModel
     from tempering.objectives.reward import RewardObjective
@@ -237,11 +237,8 @@ def _components(cfg: RMConfig, data: RMData, tokenizer: Any) -> Components:
         )
     model = RewardModel(load_for_training(cfg.model, cfg.lora), seed=cfg.train.seed)
     pad = tokenizer.pad_token_id
-    check = (
-        (lambda: heldout_report(model, data.eval, pad, cfg.rm, cfg.train.precision, cfg.train.seed))
-        if data.eval
-        else (lambda: None)
-    )
+    report = lambda: heldout_report(model, data.eval, pad, cfg.rm, cfg.train.precision, cfg.train.seed)  # noqa: E731
+    check = held_out(report if data.eval else None)
     batches = RewardPairBatches(data.train, cfg.train.batch_size, pad, cfg.train.seed, shard=(w.rank, w.size))
     return Components(model, RewardObjective(cfg.rm.center_coef), batches, check)
 

@@ -13,7 +13,7 @@ from typing import Any
 from tempering.config import DataSettings, SFTConfig
 from tempering.data.io import NoRows, RowError, load_rows
 from tempering.data.render import RenderedExample, detect_tool_call_style, render_records
-from tempering.recipes.recipe import Components, TrainingRecipe, run_training
+from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
 from tempering.runs.stage import input_list
 
 
@@ -72,13 +72,13 @@ def sft_files(data: Any) -> list[str]:
     return data.train + (data.replay.data if data.replay else [])
 
 
-def _components(cfg: SFTConfig, data: SFTData, tokenizer: Any) -> Components:
+def _components(cfg: SFTConfig, data: SFTData, tokenizer: Any, stage: Any) -> Components:
     from tempering.models.lora import load_for_training
     from tempering.train.trainer import evaluate
 
     model = load_for_training(cfg.model, cfg.lora)
     batches, evals, objective = sft_components(cfg, data, tokenizer.pad_token_id)
-    check = (lambda: evaluate(model, objective, evals, cfg.train.precision)) if evals else (lambda: None)
+    check = held_out((lambda: evaluate(model, objective, evals, cfg.train.precision)) if evals else None)
     return Components(model, objective, batches, check)
 
 
