@@ -60,7 +60,7 @@ def training_command(entry: Registration) -> Callable[..., None]:
             dry = resolve(entry.dry_run)
             run = lambda cfg, force=False: dry(cfg, out)  # noqa: E731
         summary = train_from_config(
-            entry.config, run, kw["config"], kw["set_"], literal, kw.get("full", False), kw["force"]
+            entry.config_class(), run, kw["config"], kw["set_"], literal, kw.get("full", False), kw["force"]
         )
         if world().main:  # under torchrun, rank 0 speaks for the run
             print(json.dumps(summary))

@@ -88,6 +88,7 @@ class PairBatches:
         if ref_logps is not None and tuple(ref_logps.shape) != (len(pairs), 2):
             raise ValueError(f"ref_logps has shape {tuple(ref_logps.shape)}, expected ({len(pairs)}, 2)")
         self.pairs, self.batch_size, self.pad_id, self.ref_logps = pairs, batch_size, pad_id, ref_logps
+        self.shard = shard  # the Trainer checks it against the torchrun world
         self.walk = EpochWalk(
             len(pairs), batch_size, seed, lambda: pairs_fingerprint(pairs)[:16], shard, what="preference pairs"
         )

@@ -158,7 +158,7 @@ class RewardPairBatches:
 
         if not pairs:
             raise ValueError("no training pairs")
-        self.pairs, self.pad_id = pairs, pad_id
+        self.pairs, self.pad_id, self.shard = pairs, pad_id, shard  # the Trainer checks `shard` against the world
         self.walk = EpochWalk(
             len(pairs), batch_size, seed, lambda: scored_fingerprint(pairs), shard, what="reward-model pairs"
         )
