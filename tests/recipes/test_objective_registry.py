@@ -167,3 +167,17 @@ def test_reward_pair_batches_split_each_global_batch_between_ranks():
     assert all(len(b["prompt_ids"]) == 2 for b in ranks)
     with pytest.raises(ValueError, match="multiple of the 3 processes"):
         RewardPairBatches(pairs, 4, pad_id=0, seed=3, shard=(0, 3))
+
+
+def test_best_of_n_stage_takes_the_command_settings_and_a_reward_model():
+    from pydantic import ValidationError
+
+    from tempering.pipeline.stages import stage_kinds
+
+    kind = stage_kinds()["best-of-n"]
+    cfg = kind.config.model_validate(
+        {"reward_model": "runs/rm/final", "n": 4, "tasks": {"source": "builtin:arithmetic"}}
+    )
+    assert (cfg.n, cfg.reward_model, kind.outputs) == (4, "runs/rm/final", ("records",))
+    with pytest.raises(ValidationError):
+        kind.config.model_validate({"n": 4})  # no reward model
