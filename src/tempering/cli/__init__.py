@@ -72,7 +72,7 @@ def main(
     quiet_libraries(verbose)
 
 
-for _name, _command in train.COMMANDS.items():
+for _name, _command in train.commands().items():
     app.command(_name)(_command)
 for _name, _command in (
     ("traj", traj),

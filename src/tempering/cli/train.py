@@ -1,142 +1,79 @@
-"""The training commands: sft, grpo, agent, dpo, rm, best-of-n, distill, merge.
+"""The training commands: one per registered objective (sft, grpo, agent, dpo, rm, distill and
+any plug-in, all from `training_command`), then best-of-n and merge.
 
 Each reads its config, applies the flags, runs one recipe and prints one summary JSON line."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 from rich.console import Console
 
 from tempering.cli.common import FORCE, FULL, NAME, OUT, STEPS, err, fail, refuse_flag_keys, train_from_config
-from tempering.config import DEFAULT_MODEL, ConfigError, DPOConfig, SFTConfig, load_config
+from tempering.config import DEFAULT_MODEL, ConfigError, load_config
+from tempering.recipes.registry import Registration, load_plugins, resolve
 
 out = Console()
 
 
-def sft(
-    config: Path = typer.Argument(..., help="YAML config (see examples/sft_demo.yaml)."),
-    set_: List[str] = typer.Option([], "--set", help="Override any field: --set train.steps=20 (repeatable)."),
-    model: Optional[str] = typer.Option(None, help="Model spec (alias, HF dir, .gguf, hub id)."),
-    steps: Optional[int] = STEPS,
-    out_dir: Optional[str] = OUT,
-    name: Optional[str] = NAME,
-    full: bool = FULL,
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        help="Show the resolved config, row and token counts and "
-        "one rendered example with its loss mask; train nothing, create no run.",
-    ),
-    force: bool = FORCE,
-) -> None:
-    """Supervised fine-tuning on conversations (assistant-only loss)."""
-    from tempering.recipes.sft import run_sft
-    from tempering.recipes.sft_dry_run import dry_run_sft
+def training_command(entry: Registration) -> Callable[..., None]:
+    """The `temper NAME CONFIG` command of one registered objective: its config file with
+    `--set` values and the flags applied, the run, and the summary as one JSON line (rank 0 only)."""
+    model_key = entry.models[0] if entry.models else None
+    params = [
+        _param("config", Path, typer.Argument(..., help=f"YAML config (see {entry.example}).")),
+        _param(
+            "set_",
+            List[str],
+            typer.Option([], "--set", help=f"Override any field: --set {entry.set_example} (repeatable)."),
+        ),
+    ]
+    if model_key:
+        help_ = "Model spec (alias, HF dir, .gguf, run output, hub id)."
+        params.append(_param(model_key.replace(".", "_"), Optional[str], typer.Option(None, help=help_)))
+    params += [_param(f.name, Optional[f.type], typer.Option(None, help=f.help)) for f in entry.flags]
+    params += [_param("steps", Optional[int], STEPS), _param("out_dir", Optional[str], OUT)]
+    params.append(_param("name", Optional[str], NAME))
+    if entry.full_flag:
+        params.append(_param("full", bool, FULL))
+    if entry.dry_run:
+        dry_help = (
+            "Show the resolved config, row and token counts and one rendered example with its loss mask; "
+            "train nothing, create no run."
+        )
+        params.append(_param("dry_run", bool, typer.Option(False, "--dry-run", help=dry_help)))
+    params.append(_param("force", bool, FORCE))
 
-    run = (lambda cfg, force=False: dry_run_sft(cfg, out)) if dry_run else run_sft
-    _train(SFTConfig, run, config, set_, model, steps, out_dir, name, full, force)
+    def command(**kw: Any) -> None:
+        from tempering.train.distributed import world
 
+        literal = {"train.steps": kw["steps"], "out": kw["out_dir"], "name": kw["name"]}
+        if model_key:
+            literal[model_key] = kw[model_key.replace(".", "_")]
+        literal.update({f.key: kw[f.name] for f in entry.flags})
+        run = entry.runner()
+        if kw.get("dry_run"):
+            dry = resolve(entry.dry_run)
+            run = lambda cfg, force=False: dry(cfg, out)  # noqa: E731
+        summary = train_from_config(
+            entry.config_class(), run, kw["config"], kw["set_"], literal, kw.get("full", False), kw["force"]
+        )
+        if world().main:  # under torchrun, rank 0 speaks for the run
+            print(json.dumps(summary))
 
-def _train(
-    kind: type,
-    run: Any,
-    config: Path,
-    set_: List[str],
-    model: Optional[str],
-    steps: Optional[int],
-    out_dir: Optional[str],
-    name: Optional[str],
-    full: bool,
-    force: bool = False,
-) -> None:
-    """Shared body of sft and grpo: config + flags -> run -> summary JSON."""
-    from tempering.train.distributed import world
-
-    literal = {"model": model, "train.steps": steps, "out": out_dir, "name": name}
-    summary = train_from_config(kind, run, config, set_, literal, full, force)
-    if world().main:  # under torchrun, rank 0 speaks for the run
-        out.print_json(json.dumps(summary))
-
-
-def grpo(
-    config: Path = typer.Argument(..., help="YAML config (see examples/grpo_arith.yaml)."),
-    set_: List[str] = typer.Option([], "--set", help="Override any field: --set grpo.group_size=4 (repeatable)."),
-    model: Optional[str] = typer.Option(None, help="Model spec (alias, HF dir, .gguf, hub id)."),
-    steps: Optional[int] = STEPS,
-    out_dir: Optional[str] = OUT,
-    name: Optional[str] = NAME,
-    full: bool = FULL,
-    force: bool = FORCE,
-) -> None:
-    """RL with verifiable rewards (GRPO family): sample, verify, update."""
-    from tempering.config import GRPOConfig
-    from tempering.recipes.grpo import run_grpo
-
-    _train(GRPOConfig, run_grpo, config, set_, model, steps, out_dir, name, full, force)
+    command.__name__ = entry.name.replace("-", "_")
+    command.__doc__ = entry.help
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
 
 
-def agent(
-    config: Path = typer.Argument(..., help="YAML config (see examples/agent/agent_arith.yaml)."),
-    set_: List[str] = typer.Option([], "--set", help="Override any field: --set rl.group_size=4 (repeatable)."),
-    model: Optional[str] = typer.Option(None, help="Model spec (alias, HF dir, .gguf, hub id)."),
-    steps: Optional[int] = STEPS,
-    out_dir: Optional[str] = OUT,
-    name: Optional[str] = NAME,
-    full: bool = FULL,
-    force: bool = FORCE,
-) -> None:
-    """Agent training in tool environments: expert SFT, then trajectory-level GRPO (docs/agents.md)."""
-    from tempering.agents.config import AgentConfig
-    from tempering.recipes.agent import run_agent
-
-    _train(AgentConfig, run_agent, config, set_, model, steps, out_dir, name, full, force)
-
-
-stdout = Console(soft_wrap=True, highlight=False)
-
-
-def dpo(
-    config: Path = typer.Argument(..., help="YAML config (see examples/dpo.yaml)."),
-    set_: List[str] = typer.Option([], "--set", help="Override any field: --set dpo.loss=ipo (repeatable)."),
-    model: Optional[str] = typer.Option(None, help="Model spec (alias, HF dir, .gguf, run output, hub id)."),
-    loss: Optional[str] = typer.Option(None, help="dpo | ipo | simpo (overrides dpo.loss)."),
-    steps: Optional[int] = STEPS,
-    out_dir: Optional[str] = OUT,
-    name: Optional[str] = NAME,
-    full: bool = FULL,
-    force: bool = FORCE,
-) -> None:
-    """Preference optimisation on prompt/chosen/rejected pairs; the run summary JSON is the last line."""
-    from tempering.recipes.dpo import run_dpo
-    from tempering.train.distributed import world
-
-    literal = {"model": model, "dpo.loss": loss, "train.steps": steps, "out": out_dir, "name": name}
-    summary = train_from_config(DPOConfig, run_dpo, config, set_, literal, full, force)
-    if world().main:  # under torchrun, rank 0 speaks for the run
-        stdout.print(json.dumps(summary))
-
-
-def rm(
-    config: Path = typer.Argument(..., help="YAML config (see examples/rm.yaml)."),
-    set_: List[str] = typer.Option([], "--set", help="Override any field: --set rm.margin=0.5 (repeatable)."),
-    model: Optional[str] = typer.Option(None, help="Base model spec (alias, HF dir, .gguf, hub id)."),
-    steps: Optional[int] = STEPS,
-    out_dir: Optional[str] = OUT,
-    name: Optional[str] = NAME,
-    full: bool = FULL,
-    force: bool = FORCE,
-) -> None:
-    """Reward model (Bradley-Terry) on preference pairs; held-out pairwise accuracy with a CI."""
-    from tempering.config import RMConfig
-    from tempering.recipes.rm import run_rm
-
-    literal = {"model": model, "train.steps": steps, "out": out_dir, "name": name}
-    summary = train_from_config(RMConfig, run_rm, config, set_, literal, full, force)
-    print(json.dumps(summary))
+def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
 def best_of_n_cmd(
@@ -186,23 +123,6 @@ def best_of_n_cmd(
     print(json.dumps(summary))
 
 
-def distill(
-    config: Path = typer.Argument(..., help="YAML config (see examples/distill_draft.yaml)."),
-    set_: List[str] = typer.Option([], "--set", help="Override any field: --set loss.temperature=2 (repeatable)."),
-    teacher: Optional[str] = typer.Option(None, help="Teacher model spec (alias, HF dir, .gguf, hub id)."),
-    steps: Optional[int] = STEPS,
-    out_dir: Optional[str] = OUT,
-    name: Optional[str] = NAME,
-    force: bool = FORCE,
-) -> None:
-    """Distil a teacher into a smaller student (forward KL + sequence-level CE), e.g. a speculative draft."""
-    from tempering.config.distill import DistillConfig
-    from tempering.recipes.distill import run_distill
-
-    literal = {"teacher": teacher, "train.steps": steps, "out": out_dir, "name": name}
-    print(json.dumps(train_from_config(DistillConfig, run_distill, config, set_, literal)))
-
-
 def merge(
     config: Path = typer.Argument(..., help="YAML config (inputs, weights, method; see docs/merge.md)."),
     set_: List[str] = typer.Option([], "--set", help="Override any field: --set method=ties (repeatable)."),
@@ -230,14 +150,8 @@ def merge(
     print(json.dumps(summary))
 
 
-COMMANDS = {
-    "sft": sft,
-    "grpo": grpo,
-    "agent": agent,
-    "dpo": dpo,
-    "rm": rm,
-    "best-of-n": best_of_n_cmd,
-    "distill": distill,
-    "merge": merge,
-}
-"""Every training command by its name on the command line."""
+def commands() -> dict[str, Callable[..., None]]:
+    """Every training command by its name on the command line: one per registered objective
+    (`recipes.registry`, plug-ins included), then best-of-n and merge."""
+    generated = {name: training_command(entry) for name, entry in load_plugins().items()}
+    return {**generated, "best-of-n": best_of_n_cmd, "merge": merge}

@@ -30,6 +30,7 @@ from tempering.config.grpo import (
 from tempering.config.loading import declared_paths, load_config, resolve_paths, set_dotted
 from tempering.config.merge import MergeConfig
 from tempering.config.pipeline import (
+    BestOfNStageConfig,
     DecontamStageConfig,
     DedupStageConfig,
     ExportStageConfig,
@@ -122,6 +123,7 @@ __all__ = [
     "BestOfNSettings",
     "RMConfig",
     "DedupStageConfig",
+    "BestOfNStageConfig",
     "DecontamStageConfig",
     "GateStageConfig",
     "ReleaseStageConfig",

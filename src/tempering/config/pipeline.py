@@ -8,6 +8,7 @@ from pydantic import Field
 
 from tempering.config.base import Strict
 from tempering.config.data import DecontamSettings, DedupSettings
+from tempering.config.preference import BestOfNSettings
 
 
 class DedupStageConfig(DedupSettings):
@@ -39,6 +40,16 @@ class GateStageConfig(Strict):
     """A gate rules YAML (the file `temper eval compare --gate` reads); give this or rules."""
     seed: int = 0
     """Seed of the paired bootstrap."""
+
+
+class BestOfNStageConfig(BestOfNSettings):
+    """A `best-of-n` stage (as `temper best-of-n`): the policy samples n answers per task, the
+    reward model picks one, the tasks' verifier measures the pick against a random one and the oracle."""
+
+    reward_model: str
+    """A reward model (`temper rm` output), usually a reference like ${rm.final}."""
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    """Precision of both models."""
 
 
 class ReleaseStageConfig(Strict):

@@ -11,7 +11,7 @@ every packed conversation is never a target, so no conversation predicts another
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -54,6 +54,60 @@ class ExampleOrder:
                 )
         self.epoch, self.cursor = state["epoch"], state["cursor"]
         self._perm = self._permutation(self.epoch)
+
+
+class EpochWalk:
+    """The one epoch walk of every training batch source: a seeded order per epoch (`ExampleOrder`),
+    this rank's stride of every global micro-batch, and a fingerprint of the items saved with the cursor.
+
+    `shard=(rank, size)`: under torchrun every rank walks the same global order and keeps every
+    `size`-th item of each micro-batch from its `rank`, so `batch_size` is the global micro-batch
+    and the cursor (the state) is the same on every rank. Resuming on items whose fingerprint
+    differs is an error naming `what`.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        batch_size: int,
+        seed: int,
+        fingerprint: Callable[[], str],
+        shard: tuple[int, int] = (0, 1),
+        what: str = "training data",
+    ):
+        if batch_size % shard[1]:
+            raise ValueError(
+                f"train.batch_size {batch_size} is the global batch and must be a multiple of the "
+                f"{shard[1]} processes (each takes batch_size / {shard[1]} per micro-batch)"
+            )
+        self.batch_size, self.shard, self.what = batch_size, shard, what
+        self.order = ExampleOrder(n, seed)
+        self._hash, self._fingerprint = fingerprint, None
+
+    def take(self) -> list[int]:
+        """The indices of this rank's share of the next global micro-batch."""
+        rank, size = self.shard
+        return self.order.take(self.batch_size)[rank::size]
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = self._hash()
+        return self._fingerprint
+
+    @property
+    def epochs(self) -> float:
+        """Epochs walked so far (fractional)."""
+        return self.order.epoch + self.order.cursor / self.order.n
+
+    def state_dict(self) -> dict:
+        return {**self.order.state_dict(), "fingerprint": self.fingerprint()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("fingerprint") != self.fingerprint():
+            raise ValueError(
+                f"{self.what} changed since the checkpoint (token fingerprint differs); use a new run name to start over"
+            )
+        self.order.load_state_dict(state)
 
 
 def pad_batch(examples: list[RenderedExample], pad_id: int) -> dict[str, torch.Tensor]:
@@ -130,12 +184,8 @@ def pack_batch(examples: list[RenderedExample], max_length: int, pad_id: int) ->
 
 
 class SFTBatches:
-    """Micro-batches of `batch_size` conversations in a resumable order.
-
-    `shard=(rank, size)`: under torchrun every rank walks the same global order and keeps
-    every `size`-th conversation of each micro-batch from its `rank`, so `batch_size` is the
-    global micro-batch and the cursor (the state) is the same on every rank.
-    """
+    """Micro-batches of `batch_size` conversations in a resumable order (`EpochWalk`: under
+    torchrun, `shard=(rank, size)` gives each rank its stride of every global micro-batch)."""
 
     def __init__(
         self,
@@ -147,19 +197,12 @@ class SFTBatches:
         seed: int,
         shard: tuple[int, int] = (0, 1),
     ):
-        if batch_size % shard[1]:
-            raise ValueError(
-                f"train.batch_size {batch_size} is the global batch and must be a multiple of the "
-                f"{shard[1]} processes (each takes batch_size / {shard[1]} conversations per micro-batch)"
-            )
         self.examples, self.batch_size, self.shard = examples, batch_size, shard
         self.max_length, self.pad_id, self.packing = max_length, pad_id, packing
-        self.order = ExampleOrder(len(examples), seed)
-        self._fingerprint: str | None = None
+        self.walk = EpochWalk(len(examples), batch_size, seed, self._tokens_hash, shard)
 
     def next_batch(self) -> dict[str, Any]:
-        rank, size = self.shard
-        chosen = [self.examples[i] for i in self.order.take(self.batch_size)[rank::size]]
+        chosen = [self.examples[i] for i in self.walk.take()]
         if self.packing:
             batch = pack_batch(chosen, self.max_length, self.pad_id)
         else:
@@ -167,22 +210,18 @@ class SFTBatches:
         batch["n_real_tokens"] = sum(len(e.input_ids) for e in chosen)
         return batch
 
+    def _tokens_hash(self) -> str:
+        h = hashlib.sha256()
+        for e in self.examples:
+            h.update(repr((e.input_ids, e.labels)).encode())
+        return h.hexdigest()[:16]
+
     def fingerprint(self) -> str:
         """Hash of the examples' tokens and labels: resuming on different data is an error."""
-        if self._fingerprint is None:
-            h = hashlib.sha256()
-            for e in self.examples:
-                h.update(repr((e.input_ids, e.labels)).encode())
-            self._fingerprint = h.hexdigest()[:16]
-        return self._fingerprint
+        return self.walk.fingerprint()
 
     def state_dict(self) -> dict:
-        return {**self.order.state_dict(), "fingerprint": self.fingerprint()}
+        return self.walk.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("fingerprint") != self.fingerprint():
-            raise ValueError(
-                "training data changed since the checkpoint (token fingerprint differs); "
-                "use a new run name to start over"
-            )
-        self.order.load_state_dict(state)
+        self.walk.load_state_dict(state)

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import torch
 
-from tempering.data.batches import ExampleOrder
+from tempering.data.batches import EpochWalk
 from tempering.data.pair_render import RenderedPair
 
 PAD_ID = 0
@@ -72,9 +72,8 @@ class PairBatches:
     `ref_logps` (N, 2), when given, are the reference sums of every pair (chosen, rejected),
     computed once before training; each batch carries its rows.
 
-    `shard=(rank, size)`: under torchrun every rank walks the same global order and keeps
-    every `size`-th pair of each micro-batch from its `rank` (as `SFTBatches` does), so
-    `batch_size` is the global micro-batch and the cursor is the same on every rank.
+    The order, the torchrun sharding (`shard=(rank, size)`) and the resume fingerprint are the
+    shared `EpochWalk`.
     """
 
     def __init__(
@@ -88,19 +87,14 @@ class PairBatches:
     ):
         if ref_logps is not None and tuple(ref_logps.shape) != (len(pairs), 2):
             raise ValueError(f"ref_logps has shape {tuple(ref_logps.shape)}, expected ({len(pairs)}, 2)")
-        if batch_size % shard[1]:
-            raise ValueError(
-                f"train.batch_size {batch_size} is the global batch and must be a multiple of the "
-                f"{shard[1]} processes (each takes batch_size / {shard[1]} pairs per micro-batch)"
-            )
         self.pairs, self.batch_size, self.pad_id, self.ref_logps = pairs, batch_size, pad_id, ref_logps
-        self.shard = shard
-        self.order = ExampleOrder(len(pairs), seed)
-        self._fingerprint: str | None = None
+        self.shard = shard  # the Trainer checks it against the torchrun world
+        self.walk = EpochWalk(
+            len(pairs), batch_size, seed, lambda: pairs_fingerprint(pairs)[:16], shard, what="preference pairs"
+        )
 
     def next_batch(self) -> dict[str, Any]:
-        rank, size = self.shard
-        index = self.order.take(self.batch_size)[rank::size]
+        index = self.walk.take()
         batch = collate_pairs([self.pairs[i] for i in index], self.pad_id)
         batch["index"] = torch.tensor(index)
         if self.ref_logps is not None:
@@ -108,17 +102,10 @@ class PairBatches:
         return batch
 
     def fingerprint(self) -> str:
-        if self._fingerprint is None:
-            self._fingerprint = pairs_fingerprint(self.pairs)[:16]
-        return self._fingerprint
+        return self.walk.fingerprint()
 
     def state_dict(self) -> dict:
-        return {**self.order.state_dict(), "fingerprint": self.fingerprint()}
+        return self.walk.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("fingerprint") != self.fingerprint():
-            raise ValueError(
-                "preference pairs changed since the checkpoint (token fingerprint differs); "
-                "use a new run name to start over"
-            )
-        self.order.load_state_dict(state)
+        self.walk.load_state_dict(state)

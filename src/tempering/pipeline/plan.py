@@ -2,7 +2,7 @@
 
 The file: `out` (run root), `seed`, and `stages`, a mapping (or a list of `{name: ...}`) of
 named stages in run order, each `{kind: <kind>, <the kind's config keys>}` (the stage table
-is `recipes.loop_stages.KINDS`). A value `${stage.output}` refers to an earlier stage's
+is `pipeline.stages.stage_kinds()`). A value `${stage.output}` refers to an earlier stage's
 output (a file or dir path), e.g. `data: {train: ["${synth.sft}"]}` or `model: ${sft.final}`.
 
 Checked here, each a one-line `PipelineError` naming the file, stage and key: unknown kinds
@@ -23,7 +23,7 @@ import yaml
 from pydantic import ValidationError
 
 from tempering.config import PipelineConfig
-from tempering.pipeline.stages import KINDS, StageKind
+from tempering.pipeline.stages import StageKind, stage_kinds
 from tempering.sources.registry import is_source_name
 
 REF = re.compile(r"\$\{([^{}]*)\}")
@@ -46,7 +46,7 @@ class PlannedStage:
 
     @property
     def spec(self) -> StageKind:
-        return KINDS[self.kind]
+        return stage_kinds()[self.kind]
 
 
 @dataclass
@@ -156,13 +156,14 @@ def _check_stage(
         raise PipelineError(
             f"{where}: a stage name is letters, digits and '_' (at most 64), starting with a letter or digit"
         )
+    kinds = stage_kinds()
     if not isinstance(keys, dict) or "kind" not in keys:
-        raise PipelineError(f"{where}: needs 'kind' (one of {', '.join(KINDS)})")
+        raise PipelineError(f"{where}: needs 'kind' (one of {', '.join(kinds)})")
     keys = dict(keys)
     kind = keys.pop("kind")
-    if kind not in KINDS:
-        raise PipelineError(f"{where}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
-    spec = KINDS[kind]
+    if kind not in kinds:
+        raise PipelineError(f"{where}: unknown kind {kind!r} (known: {', '.join(kinds)})")
+    spec = kinds[kind]
     for key in spec.owned:
         if key in keys:
             raise PipelineError(

@@ -1,6 +1,8 @@
 """The stage table of `temper run`: what each pipeline stage kind validates, reads, runs and produces.
 
-Each kind maps to one existing entry point (a recipe's `run_*`, `evaluate_config`, `run_gate`,
+Each training objective registered in `recipes.registry` is a kind of its own (`training_kind`,
+built from the same row as its command); the others map to one existing entry point
+(`run_best_of_n`, `evaluate_config`, `run_gate`,
 the dedup/decontam passes); this file only builds that entry point's config from the stage's
 keys and says where its outputs are. Every kind runs inside `run_stage`, so every stage is a
 recorded run of `<out>/registry.sqlite` with its inputs by role.
@@ -32,24 +34,22 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tempering.config import (
+    BestOfNStageConfig,
     DecontamStageConfig,
     DedupStageConfig,
-    DPOConfig,
     EvalConfig,
     ExportStageConfig,
     FeedbackConfig,
     GateStageConfig,
-    GRPOConfig,
     MergeConfig,
     MixConfig,
     PairsConfig,
     ReleaseStageConfig,
-    RMConfig,
-    SFTConfig,
     StratifyConfig,
     Strict,
     SynthConfig,
 )
+from tempering.recipes.registry import Registration, load_plugins
 from tempering.runs.registry import Registry, describe_input
 from tempering.runs.stage import StageSpec, input_list, run_stage
 
@@ -106,32 +106,37 @@ def owned_values(kind: StageKind, root: Path, run_name: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ training recipes
+_TRAIN: dict[str, Any] = dict(owned=("out", "name"), seed_key="train.seed", resumable=True, steps_key="train.steps")
+
+
 def _final(summary: dict[str, Any]) -> StageOutput:
     return {"final": summary["final"]}, summary
 
 
-def _sft(cfg: SFTConfig, ctx: StageContext) -> StageOutput:
-    from tempering.recipes.sft import run_sft
+def training_kind(entry: Registration) -> StageKind:
+    """The stage kind of a registered training objective: its recipe's run, resumable, seeded."""
 
-    return _final(run_sft(cfg))
+    def run(cfg: Any, ctx: StageContext) -> StageOutput:
+        summary = entry.runner()(cfg)
+        return {k: summary[k] for k in entry.outputs}, summary
 
-
-def _dpo(cfg: DPOConfig, ctx: StageContext) -> StageOutput:
-    from tempering.recipes.dpo import run_dpo
-
-    return _final(run_dpo(cfg))
+    return StageKind(entry.config_class(), run, entry.outputs, inputs=entry.inputs, models=entry.models, **_TRAIN)
 
 
-def _rm(cfg: RMConfig, ctx: StageContext) -> StageOutput:
-    from tempering.recipes.rm import run_rm
+def _best_of_n(cfg: BestOfNStageConfig, ctx: StageContext) -> StageOutput:
+    """Best-of-n as a recorded run: the reward model and the policy are its inputs."""
+    from tempering.config import BestOfNSettings
+    from tempering.recipes.best_of_n import run_best_of_n
 
-    return _final(run_rm(cfg))
-
-
-def _grpo(cfg: GRPOConfig, ctx: StageContext) -> StageOutput:
-    from tempering.recipes.grpo import run_grpo
-
-    return _final(run_grpo(cfg))
+    settings = BestOfNSettings(**cfg.model_dump(exclude={"reward_model", "precision"}))
+    inputs = [describe_input(cfg.reward_model, "reward_model")]
+    spec = StageSpec("best-of-n", str(ctx.root), ctx.name, cfg.model_dump(), inputs, cfg.policy, 1, cfg.seed)
+    records = ctx.run_dir / "best_of_n.jsonl"
+    with run_stage(spec) as stage:
+        if not stage.finished:
+            summary = run_best_of_n(settings, cfg.reward_model, cfg.precision, records)
+            stage.finish({"steps": 1, **summary}, {"records": str(records)})
+    return {"records": str(records)}, stage.result.summary
 
 
 # ------------------------------------------------------------------ data recipes
@@ -322,7 +327,6 @@ def _export(cfg: ExportStageConfig, ctx: StageContext) -> StageOutput:
     return {"final": str(model_dir)}, stage.result.summary
 
 
-_TRAIN = dict(owned=("out", "name"), seed_key="train.seed", resumable=True, steps_key="train.steps")
 KINDS: dict[str, StageKind] = {
     "eval": StageKind(
         EvalConfig,
@@ -368,20 +372,14 @@ KINDS: dict[str, StageKind] = {
         inputs=("evals", "served", "votes", "pool.source"),
         seed_key="seed",
     ),
-    "sft": StageKind(
-        SFTConfig, _sft, ("final",), inputs=("data.train", "data.eval", "data.replay.data"), models=("model",), **_TRAIN
-    ),
-    "dpo": StageKind(DPOConfig, _dpo, ("final",), inputs=("data.train", "data.eval"), models=("model",), **_TRAIN),
-    "rm": StageKind(
-        RMConfig,
-        _rm,
-        ("final",),
-        inputs=("data.train", "data.eval", "best_of_n.tasks.source"),
-        models=("model", "best_of_n.policy"),
-        **_TRAIN,
-    ),
-    "grpo": StageKind(
-        GRPOConfig, _grpo, ("final",), inputs=("tasks.source", "heldout.tasks.source"), models=("model",), **_TRAIN
+    "best-of-n": StageKind(
+        BestOfNStageConfig,
+        _best_of_n,
+        ("records",),
+        inputs=("tasks.source",),
+        models=("reward_model", "policy"),
+        owned=(),
+        seed_key="seed",
     ),
     "merge": StageKind(MergeConfig, _merge, ("final",), models=("inputs.*", "base"), seed_key="seed"),
     "gate": StageKind(
@@ -390,3 +388,9 @@ KINDS: dict[str, StageKind] = {
     "export": StageKind(ExportStageConfig, _export, ("final",), models=("model",), owned=()),
     "release": StageKind(ReleaseStageConfig, _release, ("release",), inputs=("gate",), models=("model",), owned=()),
 }
+"""The stage kinds that are not training objectives; `stage_kinds()` adds one per registered objective."""
+
+
+def stage_kinds() -> dict[str, StageKind]:
+    """Every stage kind: one per registered training objective (plug-ins included), then the table."""
+    return {**{name: training_kind(e) for name, e in load_plugins().items()}, **KINDS}

@@ -12,26 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from tempering.config.distill import DistillConfig
-from tempering.data.io import quarantine_in_run
-from tempering.recipes.sft import data_inputs, prepare_sft_data, sft_components
-from tempering.runs.stage import StageSpec, run_stage
-from tempering.train.metrics import console
-
-
-def distill_stage(cfg: DistillConfig, force: bool = False) -> StageSpec:
-    """The stage a distill config describes: its inputs with their roles."""
-    return StageSpec(
-        "distill",
-        cfg.out,
-        cfg.name,
-        cfg.model_dump(),
-        data_inputs(cfg.data),
-        cfg.teacher,
-        cfg.train.steps,
-        cfg.train.seed,
-        cfg.train.threads,
-        force,
-    )
+from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
+from tempering.recipes.sft import data_inputs, prepare_sft_data, sft_components, sft_files, tokens_per_s
 
 
 def build_student(cfg: DistillConfig, teacher: Any) -> Any:
@@ -56,42 +38,39 @@ def build_student(cfg: DistillConfig, teacher: Any) -> Any:
     return student
 
 
-def run_distill(cfg: DistillConfig, force: bool = False) -> dict[str, Any]:
-    """Run one distillation stage end to end and record it; returns the run summary."""
-    from tempering.evals.leakage import check_private_overlap
-    from tempering.models.load import load_model, load_tokenizer
+def _components(cfg: DistillConfig, data: Any, tokenizer: Any, stage: Any) -> Components:
+    from tempering.models.load import load_model
     from tempering.objectives.distill import DistillObjective
-    from tempering.train.trainer import Trainer, evaluate
+    from tempering.train.trainer import evaluate
 
-    check_private_overlap(cfg.data.train + (cfg.data.replay.data if cfg.data.replay else []))
-    with run_stage(distill_stage(cfg, force)) as stage:
-        if stage.finished:
-            return stage.result.summary
-        tokenizer = load_tokenizer(cfg.teacher)
-        data = prepare_sft_data(cfg.data, tokenizer, cfg.train.seed)
-        quarantine_in_run(data.errors, stage.run_dir, console)
-        teacher = load_model(cfg.teacher)
-        student = build_student(cfg, teacher)
-        objective = DistillObjective(teacher, cfg.loss.temperature, cfg.loss.kl_weight)
-        batches, evals, _ = sft_components(cfg, data, tokenizer.pad_token_id)  # SFT's batches, our loss
-        before = evaluate(student, objective, evals, cfg.train.precision) if evals else None
-        result = Trainer(student, objective, batches, cfg.train, stage.run_dir).fit()
-        after = evaluate(student, objective, evals, cfg.train.precision) if evals else None
-        stage.save_model(student, tokenizer)
-        stage.finish(
-            {
-                "data": data.summary,
-                "steps": result.steps,
-                "resumed_from": result.resumed_from,
-                "guard": result.counts,
-                "student_params": sum(p.numel() for p in student.parameters()),
-                "teacher_params": sum(p.numel() for p in teacher.parameters()),
-                "train_loss_first": result.losses[0] if result.losses else None,
-                "train_loss_last": result.losses[-1] if result.losses else None,
-                "eval_loss_before": before,
-                "eval_loss_after": after,
-                "real_tokens_per_s": result.real_tokens / result.seconds if result.seconds else None,
-            },
-            {},
-        )
-    return stage.result.summary
+    teacher = load_model(cfg.teacher)
+    student = build_student(cfg, teacher)
+    objective = DistillObjective(teacher, cfg.loss.temperature, cfg.loss.kl_weight)
+    batches, evals, _ = sft_components(cfg, data, tokenizer.pad_token_id)  # SFT's batches, our loss
+    check = held_out((lambda: evaluate(student, objective, evals, cfg.train.precision)) if evals else None)
+    return Components(student, objective, batches, check, extra={"teacher": teacher})
+
+
+def _summary(cfg: DistillConfig, data: Any, parts: Components, result: Any) -> dict[str, Any]:
+    return {
+        "student_params": sum(p.numel() for p in parts.model.parameters()),
+        "teacher_params": sum(p.numel() for p in parts.extra["teacher"].parameters()),
+        **tokens_per_s(cfg, data, parts, result),
+    }
+
+
+DISTILL = TrainingRecipe(
+    "distill",
+    base_model=lambda cfg: cfg.teacher,
+    inputs=lambda cfg: data_inputs(cfg.data),
+    train_files=lambda cfg: sft_files(cfg.data),
+    prepare=lambda cfg, tokenizer: prepare_sft_data(cfg.data, tokenizer, cfg.train.seed),
+    components=_components,
+    summary=_summary,
+)
+"""Distillation: SFT's data and batches, the teacher's logits as the target."""
+
+
+def run_distill(cfg: DistillConfig, force: bool = False) -> dict[str, Any]:
+    """Run one distillation stage end to end and record it (`run_training`); returns the run summary."""
+    return run_training(DISTILL, cfg, force)

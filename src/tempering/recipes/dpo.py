@@ -16,9 +16,10 @@ from typing import Any
 import torch
 
 from tempering.config import DPOConfig
-from tempering.data.io import NoRows, RowError, quarantine_in_run
+from tempering.data.io import NoRows, RowError
 from tempering.data.pair_render import RenderedPair
-from tempering.runs.stage import StageSpec, input_list, run_stage
+from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
+from tempering.runs.stage import input_list
 from tempering.train.metrics import console
 
 
@@ -57,21 +58,9 @@ def prepare_pairs(cfg: DPOConfig, tokenizer: Any) -> PairData:
     return PairData(train, held, summary, errors)
 
 
-def dpo_stage(cfg: DPOConfig, force: bool = False) -> StageSpec:
-    """The stage a preference config describes: its pair files with their roles."""
-    inputs = input_list([(p, "train") for p in cfg.data.train] + [(p, "eval") for p in cfg.data.eval])
-    return StageSpec(
-        "dpo",
-        cfg.out,
-        cfg.name,
-        cfg.model_dump(),
-        inputs,
-        cfg.model,
-        cfg.train.steps,
-        cfg.train.seed,
-        cfg.train.threads,
-        force,
-    )
+def pair_inputs(data: Any) -> list:
+    """The recorded inputs of pair data settings (DPO, RM): training and held-out files."""
+    return input_list([(p, "train") for p in data.train] + [(p, "eval") for p in data.eval])
 
 
 def reference_for(
@@ -142,51 +131,46 @@ def evaluate_pairs(model: Any, objective: Any, batches: list[dict[str, Any]], pr
     return {k: v / max(pairs, 1) for k, v in total.items()}
 
 
-def run_dpo(cfg: DPOConfig, force: bool = False) -> dict[str, Any]:
-    """Run one preference stage end to end and record it; returns the run summary."""
-    from tempering.evals.leakage import check_private_overlap
-    from tempering.models.load import load_tokenizer
+def _components(cfg: DPOConfig, data: PairData, tokenizer: Any, stage: Any) -> Components:
     from tempering.models.lora import load_for_training
     from tempering.models.precision import resolve_precision
-    from tempering.train.trainer import Trainer
 
-    check_private_overlap(cfg.data.train)
-    with run_stage(dpo_stage(cfg, force)) as stage:
-        if stage.finished:
-            return stage.result.summary
-        tokenizer = load_tokenizer(cfg.model)
-        data = prepare_pairs(cfg, tokenizer)
-        quarantine_in_run(data.errors, stage.run_dir, console, "pairs")
-        torch.manual_seed(cfg.train.seed)  # LoRA initialisation
-        model = load_for_training(cfg.model, cfg.lora)
-        precision = resolve_precision(cfg.train.precision)
-        ref_train, ref_info = reference_for(cfg, model, tokenizer, data.train, precision)
-        ref_eval, _ = reference_for(cfg, model, tokenizer, data.eval, precision)
-        batches, eval_batches, objective = dpo_components(cfg, data, ref_train, ref_eval)
-        before = evaluate_pairs(model, objective, eval_batches, precision) if eval_batches else None
-        result = Trainer(model, objective, batches, cfg.train, stage.run_dir).fit()
-        after = evaluate_pairs(model, objective, eval_batches, precision) if eval_batches else None
-        stage.save_model(model, tokenizer)
-        last = result.history[-1] if result.history else {}
-        stage.finish(
-            {
-                "data": data.summary,
-                "loss": cfg.dpo.loss,
-                "steps": result.steps,
-                "resumed_from": result.resumed_from,
-                "guard": result.counts,
-                **ref_info,
-                "train_loss_first": result.losses[0] if result.losses else None,
-                "train_loss_last": result.losses[-1] if result.losses else None,
-                "train_reward_accuracy_last": last.get("reward_accuracy"),
-                "eval_before": before,
-                "eval_after": after,
-                "pairs_per_s": (
-                    result.steps * cfg.train.batch_size * cfg.train.grad_accum / result.seconds
-                    if result.seconds
-                    else None
-                ),
-            },
-            {},
-        )
-    return stage.result.summary
+    torch.manual_seed(cfg.train.seed)  # LoRA initialisation
+    model = load_for_training(cfg.model, cfg.lora)
+    precision = resolve_precision(cfg.train.precision)
+    ref_train, ref_info = reference_for(cfg, model, tokenizer, data.train, precision)
+    ref_eval, _ = reference_for(cfg, model, tokenizer, data.eval, precision)
+    batches, evals, objective = dpo_components(cfg, data, ref_train, ref_eval)
+    check = held_out((lambda: evaluate_pairs(model, objective, evals, precision)) if evals else None)
+    return Components(model, objective, batches, check, extra=ref_info)
+
+
+def _summary(cfg: DPOConfig, data: PairData, parts: Components, result: Any) -> dict[str, Any]:
+    last = result.history[-1] if result.history else {}
+    pairs = result.steps * cfg.train.batch_size * cfg.train.grad_accum
+    return {
+        "loss": cfg.dpo.loss,
+        **parts.extra,
+        "train_reward_accuracy_last": last.get("reward_accuracy"),
+        "pairs_per_s": pairs / result.seconds if result.seconds else None,
+    }
+
+
+DPO = TrainingRecipe(
+    "dpo",
+    base_model=lambda cfg: cfg.model,
+    inputs=lambda cfg: pair_inputs(cfg.data),
+    train_files=lambda cfg: cfg.data.train,
+    prepare=prepare_pairs,
+    components=_components,
+    summary=_summary,
+    before_key="eval_before",
+    after_key="eval_after",
+    quarantine_kind="pairs",
+)
+"""Preference optimisation (DPO / IPO / SimPO) on rendered pairs against a reference."""
+
+
+def run_dpo(cfg: DPOConfig, force: bool = False) -> dict[str, Any]:
+    """Run one preference stage end to end and record it (`run_training`); returns the run summary."""
+    return run_training(DPO, cfg, force)

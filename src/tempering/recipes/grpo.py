@@ -16,13 +16,15 @@ from __future__ import annotations
 import json
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tempering.config import GRPOConfig
 from tempering.evals.suite import Suite
+from tempering.recipes.recipe import Components, TrainingRecipe, run_training
 from tempering.rollout.engine import Engine
-from tempering.runs.stage import StageSpec, input_list, run_stage
+from tempering.runs.stage import input_list
 from tempering.train.metrics import console
 from tempering.types import Task
 
@@ -222,23 +224,12 @@ class HeldoutMonitor:
         return out
 
 
-def grpo_stage(cfg: GRPOConfig, force: bool = False) -> StageSpec:
-    """The stage a GRPO config describes: its task files with their roles."""
+def grpo_inputs(cfg: GRPOConfig) -> list:
+    """The recorded inputs of a GRPO stage: its task files with their roles."""
     pairs = [(cfg.tasks.source, "tasks")] + (
         [(cfg.heldout.tasks.source, "heldout")] if cfg.heldout and cfg.heldout.tasks else []
     )
-    return StageSpec(
-        "grpo",
-        cfg.out,
-        cfg.name,
-        cfg.model_dump(),
-        input_list(pairs),
-        cfg.model,
-        cfg.train.steps,
-        cfg.train.seed,
-        cfg.train.threads,
-        force,
-    )
+    return input_list(pairs)
 
 
 def grpo_components(
@@ -297,74 +288,109 @@ def mismatch_bound(bound: float | None) -> Any:
     return check
 
 
-def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
-    """Run one GRPO stage end to end and record it; returns the run summary.
+def grpo_guard(cfg: GRPOConfig) -> None:
+    """Refused before anything is recorded: an unusable engine, or tasks of a private eval suite.
 
-    `force`: resume even though the config differs from the one the run started with.
+    Raises:
+        ValueError: train.grad_accum above grpo.prompts_per_step (micro-batches hold whole groups).
     """
-    from tempering.models.load import load_tokenizer
-    from tempering.models.lora import load_for_training
-    from tempering.rollout.store import TrajectoryStore
-    from tempering.sources.tasks import load_tasks, with_reward
-    from tempering.train.trainer import Trainer
+    from tempering.evals.leakage import check_private_overlap_tasks
+    from tempering.rollout.select import check_engine
+    from tempering.sources.tasks import load_tasks
 
     if cfg.train.grad_accum > cfg.grpo.prompts_per_step:
         raise ValueError("train.grad_accum must not exceed grpo.prompts_per_step (micro-batches hold whole groups)")
-    from tempering.evals.leakage import check_private_overlap_tasks
-    from tempering.rollout.select import check_engine
-
     check_engine(cfg.engine)  # a vllm engine on a host without vLLM or a GPU fails before any work
-    raw_tasks = load_tasks(cfg.tasks)
-    check_private_overlap_tasks(raw_tasks, source=cfg.tasks.source)  # before anything is recorded
+    check_private_overlap_tasks(load_tasks(cfg.tasks), source=cfg.tasks.source)
+
+
+@dataclass
+class GRPOTasks:
+    tasks: list[Task]
+    summary: dict[str, Any]
+    errors: list[Any]
+
+
+def _prepare(cfg: GRPOConfig, tokenizer: Any) -> GRPOTasks:
+    from tempering.sources.tasks import load_tasks, with_reward
+
+    return GRPOTasks(with_reward(load_tasks(cfg.tasks), cfg.reward), {"source": cfg.tasks.source}, [])
+
+
+def _components(cfg: GRPOConfig, data: GRPOTasks, tokenizer: Any, stage: Any) -> Components:
+    from tempering.models.lora import load_for_training
+    from tempering.rollout.store import TrajectoryStore
+
+    run_dir = stage.run_dir
+    tasks, held = heldout_tasks(cfg, data.tasks, run_dir)
+    data.summary["tasks"] = len(tasks)
+    model = load_for_training(cfg.model, cfg.lora)
+    store = TrajectoryStore(run_dir, stage.name)
+    engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store)
+    callbacks, monitor = [mismatch_bound(cfg.grpo.max_logprob_mismatch)], None
+    if held:
+        monitor = HeldoutMonitor(cfg, engine, held, run_dir, model)
+        callbacks.append(monitor)
+    fresh = not (run_dir / "checkpoints").exists()
+
+    def evaluate(result: Any) -> Any:
+        if monitor is None or (result is None and not fresh):
+            return None
+        if result is None:
+            return monitor.evaluate(0)
+        if not monitor.history or monitor.history[-1]["step"] != result.steps:
+            return monitor.evaluate(result.steps)
+        return monitor.history[-1]
+
+    def close() -> None:
+        source.close()
+        if hasattr(engine, "close"):
+            engine.close()
+
+    extra = {"monitor": monitor, "run_dir": run_dir}
+    return Components(model, objective, source, evaluate, callbacks, close, {"trajectories": str(store.dir)}, extra)
+
+
+def _summary(cfg: GRPOConfig, data: GRPOTasks, parts: Components, result: Any) -> dict[str, Any]:
+    monitor = parts.extra["monitor"]
+    plot = monitor.plot(parts.extra["run_dir"] / "curves.png", result.history) if monitor else None
+    return {
+        "seconds": result.seconds,
+        "tasks": data.summary["tasks"],
+        "heldout_history": monitor.history if monitor else [],
+        "alarms": monitor.alarms if monitor else [],
+        "reward_first": result.history[0].get("reward_mean") if result.history else None,
+        "reward_last": result.history[-1].get("reward_mean") if result.history else None,
+        "curves": str(plot) if plot else None,
+    }
+
+
+def _session(cfg: GRPOConfig) -> Any:
     from contextlib import nullcontext
 
     from tempering.scale.runtime import ray_session
 
-    source = engine = None
-    with ray_session(cfg.scale) if cfg.scale else nullcontext(), run_stage(grpo_stage(cfg, force)) as stage:
-        if stage.finished:
-            return stage.result.summary
-        run_dir, name = stage.run_dir, stage.name
-        try:
-            tokenizer = load_tokenizer(cfg.model)
-            tasks, held = heldout_tasks(cfg, with_reward(raw_tasks, cfg.reward), run_dir)
-            model = load_for_training(cfg.model, cfg.lora)
-            store = TrajectoryStore(run_dir, name)
-            engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store)
-            callbacks, monitor = [mismatch_bound(cfg.grpo.max_logprob_mismatch)], None
-            if held:
-                monitor = HeldoutMonitor(cfg, engine, held, run_dir, model)
-                callbacks.append(monitor)
-            trainer = Trainer(model, objective, source, cfg.train, run_dir, callbacks)
-            before = monitor.evaluate(trainer.step) if monitor and not (run_dir / "checkpoints").exists() else None
-            result = trainer.fit()
-            after = None
-            if monitor and (not monitor.history or monitor.history[-1]["step"] != result.steps):
-                after = monitor.evaluate(result.steps)
-            elif monitor:
-                after = monitor.history[-1]
-            stage.save_model(model, tokenizer)
-            plot = monitor.plot(run_dir / "curves.png", result.history) if monitor else None
-            stage.finish(
-                {
-                    "steps": result.steps,
-                    "seconds": result.seconds,
-                    "resumed_from": result.resumed_from,
-                    "guard": result.counts,
-                    "tasks": len(tasks),
-                    "heldout_before": before,
-                    "heldout_after": after,
-                    "heldout_history": monitor.history if monitor else [],
-                    "alarms": monitor.alarms if monitor else [],
-                    "reward_first": result.history[0].get("reward_mean") if result.history else None,
-                    "reward_last": result.history[-1].get("reward_mean") if result.history else None,
-                    "curves": str(plot) if plot else None,
-                },
-                {"trajectories": str(store.dir)},
-            )
-        finally:
-            if source is not None:
-                source.close()
-            if hasattr(engine, "close"):
-                engine.close()
-    return stage.result.summary
+    return ray_session(cfg.scale) if cfg.scale else nullcontext()
+
+
+GRPO = TrainingRecipe(
+    "grpo",
+    base_model=lambda cfg: cfg.model,
+    inputs=grpo_inputs,
+    prepare=_prepare,
+    components=_components,
+    guard=grpo_guard,
+    session=_session,
+    summary=_summary,
+    before_key="heldout_before",
+    after_key="heldout_after",
+)
+"""RL with verifiable rewards: sample, verify, update, with a held-out monitor."""
+
+
+def run_grpo(cfg: GRPOConfig, force: bool = False) -> dict[str, Any]:
+    """Run one GRPO stage end to end and record it (`run_training`); returns the run summary.
+
+    `force`: resume even though the config differs from the one the run started with.
+    """
+    return run_training(GRPO, cfg, force)

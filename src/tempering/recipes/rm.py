@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tempering.config import RMConfig, RMDataSettings, RMSettings
-from tempering.runs.stage import StageSpec, input_list, run_stage
+from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
+from tempering.runs.stage import input_list
 from tempering.train.metrics import console
 
 
@@ -138,40 +139,41 @@ def pair_batch(pairs: list[ScoredPair], pad_id: int) -> dict[str, Any]:
     }
 
 
-class RewardPairBatches:
-    """`BatchSource` of pair batches: a seeded shuffle per epoch, exact resume by (epoch, position)."""
+def scored_fingerprint(pairs: list[ScoredPair]) -> str:
+    """Hash of every pair's tokens, weight and margin: resuming on different pairs is an error."""
+    h = hashlib.sha256()
+    for p in pairs:
+        h.update(repr((p.prompt, p.chosen, p.rejected, p.weight, p.margin)).encode())
+    return h.hexdigest()[:16]
 
-    def __init__(self, pairs: list[ScoredPair], batch_size: int, pad_id: int, seed: int):
+
+class RewardPairBatches:
+    """`BatchSource` of pair batches on the shared `EpochWalk`: a seeded order per epoch, this
+    rank's stride of every global micro-batch under torchrun, exact resume with a fingerprint."""
+
+    def __init__(
+        self, pairs: list[ScoredPair], batch_size: int, pad_id: int, seed: int, shard: tuple[int, int] = (0, 1)
+    ):
+        from tempering.data.batches import EpochWalk
+
         if not pairs:
             raise ValueError("no training pairs")
-        self.pairs, self.batch_size, self.pad_id, self.seed = pairs, batch_size, pad_id, seed
-        self.epoch, self.pos = 0, 0
-        self._order = self._shuffled(0)
-
-    def _shuffled(self, epoch: int) -> list[int]:
-        order = list(range(len(self.pairs)))
-        random.Random(f"{self.seed}:{epoch}").shuffle(order)
-        return order
+        self.pairs, self.pad_id, self.shard = pairs, pad_id, shard  # the Trainer checks `shard` against the world
+        self.walk = EpochWalk(
+            len(pairs), batch_size, seed, lambda: scored_fingerprint(pairs), shard, what="reward-model pairs"
+        )
 
     def next_batch(self) -> dict[str, Any]:
-        picked = []
-        while len(picked) < self.batch_size:
-            if self.pos >= len(self._order):
-                self.epoch, self.pos = self.epoch + 1, 0
-                self._order = self._shuffled(self.epoch)
-            picked.append(self.pairs[self._order[self.pos]])
-            self.pos += 1
-        return pair_batch(picked, self.pad_id)
+        return pair_batch([self.pairs[i] for i in self.walk.take()], self.pad_id)
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "pos": self.pos}
+        return self.walk.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.pos = state["epoch"], state["pos"]
-        self._order = self._shuffled(self.epoch)
+        self.walk.load_state_dict(state)
 
     def stats(self) -> dict[str, float]:
-        return {"epoch": self.epoch + self.pos / len(self.pairs)}
+        return {"epoch": self.walk.epochs}
 
 
 def pair_scores(
@@ -221,73 +223,55 @@ def heldout_report(
     }
 
 
-def rm_stage(cfg: RMConfig, force: bool = False) -> StageSpec:
-    """The stage an RM config describes: its inputs with their roles."""
-    inputs = input_list([(p, "train") for p in cfg.data.train] + [(p, "eval") for p in cfg.data.eval])
-    return StageSpec(
-        "rm",
-        cfg.out,
-        cfg.name,
-        cfg.model_dump(),
-        inputs,
-        cfg.model,
-        cfg.train.steps,
-        cfg.train.seed,
-        cfg.train.threads,
-        force,
-    )
-
-
-def run_rm(cfg: RMConfig, force: bool = False) -> dict[str, Any]:
-    """Train a reward model end to end and record it; returns the run summary."""
-    from tempering.data.io import quarantine_in_run
-    from tempering.models.load import load_tokenizer
+def _components(cfg: RMConfig, data: RMData, tokenizer: Any, stage: Any) -> Components:
     from tempering.models.lora import load_for_training
     from tempering.models.reward import RewardModel
     from tempering.objectives.reward import RewardObjective
-    from tempering.train.trainer import Trainer
+    from tempering.train.distributed import world
 
-    with run_stage(rm_stage(cfg, force)) as stage:
-        if stage.finished:
-            return stage.result.summary
-        tokenizer = load_tokenizer(cfg.model)
-        data = prepare_rm_data(cfg, tokenizer)
-        quarantine_in_run(data.errors, stage.run_dir, console)
+    w = world()  # under torchrun each rank takes its stride of every global micro-batch
+    if w.main:
         console.print(
             f"[dim]pairs: {data.summary['train_pairs']} train ({data.summary['train_prompts']} prompts), "
             f"{data.summary['eval_pairs']} held out ({data.summary['eval_prompts']} prompts)[/dim]"
         )
-        model = RewardModel(load_for_training(cfg.model, cfg.lora), seed=cfg.train.seed)
-        pad = tokenizer.pad_token_id
-        evaluate = (
-            (lambda: heldout_report(model, data.eval, pad, cfg.rm, cfg.train.precision, cfg.train.seed))
-            if data.eval
-            else (lambda: None)
-        )
-        before = evaluate()
-        batches = RewardPairBatches(data.train, cfg.train.batch_size, pad, cfg.train.seed)
-        result = Trainer(model, RewardObjective(cfg.rm.center_coef), batches, cfg.train, stage.run_dir).fit()
-        after = evaluate()
-        stage.save_model(model, tokenizer)
-        summary = {
-            "data": data.summary,
-            "steps": result.steps,
-            "resumed_from": result.resumed_from,
-            "guard": result.counts,
-            "train_loss_first": result.losses[0] if result.losses else None,
-            "train_loss_last": result.losses[-1] if result.losses else None,
-            "heldout_before": before,
-            "heldout": after,
-        }
-        if cfg.best_of_n is not None:
-            from tempering.recipes.best_of_n import run_best_of_n
+    model = RewardModel(load_for_training(cfg.model, cfg.lora), seed=cfg.train.seed)
+    pad = tokenizer.pad_token_id
+    report = lambda: heldout_report(model, data.eval, pad, cfg.rm, cfg.train.precision, cfg.train.seed)  # noqa: E731
+    check = held_out(report if data.eval else None)
+    batches = RewardPairBatches(data.train, cfg.train.batch_size, pad, cfg.train.seed, shard=(w.rank, w.size))
+    return Components(model, RewardObjective(cfg.rm.center_coef), batches, check)
 
-            summary["best_of_n"] = run_best_of_n(
-                cfg.best_of_n, stage.run_dir / "final", cfg.train.precision, stage.run_dir / "best_of_n.jsonl"
-            )
-        stage.finish(summary, {})
-        print_report(summary)
-    return stage.result.summary
+
+def _best_of_n(cfg: RMConfig, run_dir: Any) -> dict[str, Any]:
+    """Best-of-n with the saved reward model, when the config asks for it."""
+    if cfg.best_of_n is None:
+        return {}
+    from tempering.recipes.best_of_n import run_best_of_n
+
+    return {
+        "best_of_n": run_best_of_n(cfg.best_of_n, run_dir / "final", cfg.train.precision, run_dir / "best_of_n.jsonl")
+    }
+
+
+RM = TrainingRecipe(
+    "rm",
+    base_model=lambda cfg: cfg.model,
+    inputs=lambda cfg: input_list([(p, "train") for p in cfg.data.train] + [(p, "eval") for p in cfg.data.eval]),
+    train_files=lambda cfg: cfg.data.train,
+    prepare=prepare_rm_data,
+    components=_components,
+    before_key="heldout_before",
+    after_key="heldout",
+    after_save=_best_of_n,
+    report=lambda summary: print_report(summary),
+)
+"""Bradley-Terry reward model: scored pairs, held-out pairwise accuracy next to the agreement ceiling."""
+
+
+def run_rm(cfg: RMConfig, force: bool = False) -> dict[str, Any]:
+    """Train a reward model end to end and record it (`run_training`); returns the run summary."""
+    return run_training(RM, cfg, force)
 
 
 def _fmt(est: dict[str, Any] | None) -> str:

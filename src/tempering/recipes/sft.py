@@ -1,7 +1,7 @@
 """The SFT recipe: validated data -> rendered examples -> Trainer -> recorded run.
 
 Components (render, batches, objective, Trainer, registry) do the work; this file only
-wires them in order, so a reader sees the whole job top to bottom.
+fills in the steps of the one training sequence (`recipes.recipe`).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tempering.config import DataSettings, SFTConfig
-from tempering.data.io import NoRows, RowError, load_rows, quarantine_in_run
+from tempering.data.io import NoRows, RowError, load_rows
 from tempering.data.render import RenderedExample, detect_tool_call_style, render_records
-from tempering.runs.stage import StageSpec, input_list, run_stage
-from tempering.train.metrics import console
+from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
+from tempering.runs.stage import input_list
 
 
 @dataclass
@@ -67,62 +67,43 @@ def data_inputs(data: Any) -> list:
     )
 
 
-def sft_stage(cfg: SFTConfig, force: bool = False) -> StageSpec:
-    """The stage an SFT config describes: its inputs with their roles."""
-    return StageSpec(
-        "sft",
-        cfg.out,
-        cfg.name,
-        cfg.model_dump(),
-        data_inputs(cfg.data),
-        cfg.model,
-        cfg.train.steps,
-        cfg.train.seed,
-        cfg.train.threads,
-        force,
-    )
+def sft_files(data: Any) -> list[str]:
+    """The files an SFT-style stage trains on (its training files and replay): the leakage guard reads them."""
+    return data.train + (data.replay.data if data.replay else [])
+
+
+def _components(cfg: SFTConfig, data: SFTData, tokenizer: Any, stage: Any) -> Components:
+    from tempering.models.lora import load_for_training
+    from tempering.train.trainer import evaluate
+
+    model = load_for_training(cfg.model, cfg.lora)
+    batches, evals, objective = sft_components(cfg, data, tokenizer.pad_token_id)
+    check = held_out((lambda: evaluate(model, objective, evals, cfg.train.precision)) if evals else None)
+    return Components(model, objective, batches, check)
+
+
+def tokens_per_s(cfg: Any, data: Any, parts: Components, result: Any) -> dict[str, Any]:
+    return {"real_tokens_per_s": result.real_tokens / result.seconds if result.seconds else None}
+
+
+SFT = TrainingRecipe(
+    "sft",
+    base_model=lambda cfg: cfg.model,
+    inputs=lambda cfg: data_inputs(cfg.data),
+    train_files=lambda cfg: sft_files(cfg.data),
+    prepare=lambda cfg, tokenizer: prepare_sft_data(cfg.data, tokenizer, cfg.train.seed),
+    components=_components,
+    summary=tokens_per_s,
+)
+"""Supervised fine-tuning: rendered conversations, assistant-only cross-entropy."""
 
 
 def run_sft(cfg: SFTConfig, force: bool = False) -> dict[str, Any]:
-    """Run one SFT stage end to end and record it; returns the run summary.
+    """Run one SFT stage end to end and record it (`run_training`); returns the run summary.
 
     `force`: resume even though the config differs from the one the run started with.
     """
-    from tempering.evals.leakage import check_private_overlap
-    from tempering.models.load import load_tokenizer
-    from tempering.models.lora import load_for_training
-    from tempering.train.trainer import Trainer, evaluate
-
-    # refused before anything is recorded: private eval tasks must never be trained on
-    check_private_overlap(cfg.data.train + (cfg.data.replay.data if cfg.data.replay else []))
-    with run_stage(sft_stage(cfg, force)) as stage:
-        if stage.finished:
-            return stage.result.summary
-        tokenizer = load_tokenizer(cfg.model)
-        data = prepare_sft_data(cfg.data, tokenizer, cfg.train.seed)
-        if stage.writes:
-            quarantine_in_run(data.errors, stage.run_dir, console)
-        model = load_for_training(cfg.model, cfg.lora)
-        batches, eval_batches, objective = sft_components(cfg, data, tokenizer.pad_token_id)
-        before = evaluate(model, objective, eval_batches, cfg.train.precision) if eval_batches else None
-        result = Trainer(model, objective, batches, cfg.train, stage.run_dir).fit()
-        after = evaluate(model, objective, eval_batches, cfg.train.precision) if eval_batches else None
-        stage.save_model(model, tokenizer)
-        stage.finish(
-            {
-                "data": data.summary,
-                "steps": result.steps,
-                "resumed_from": result.resumed_from,
-                "guard": result.counts,
-                "train_loss_first": result.losses[0] if result.losses else None,
-                "train_loss_last": result.losses[-1] if result.losses else None,
-                "eval_loss_before": before,
-                "eval_loss_after": after,
-                "real_tokens_per_s": result.real_tokens / result.seconds if result.seconds else None,
-            },
-            {},
-        )
-    return stage.result.summary
+    return run_training(SFT, cfg, force)
 
 
 def sft_components(cfg: SFTConfig, data: SFTData, pad: int) -> tuple[Any, list[dict[str, Any]], Any]:

@@ -13,14 +13,13 @@ from rich.console import Console
 
 from tempering.config import SFTConfig
 from tempering.data.preview import preview_sft, render_preview
-from tempering.recipes.sft import prepare_sft_data
+from tempering.recipes.recipe import check_leakage
+from tempering.recipes.sft import SFT, prepare_sft_data
 
 
 def dry_run_sft(cfg: SFTConfig, console: Console, tokenizer: Any = None) -> dict[str, Any]:
     """Print the preview of one SFT config; returns its counts (the command's closing JSON)."""
-    from tempering.evals.leakage import check_private_overlap
-
-    check_private_overlap(cfg.data.train + (cfg.data.replay.data if cfg.data.replay else []))
+    check_leakage(SFT, cfg)  # the same guard as the run
     if tokenizer is None:
         from tempering.models.load import load_tokenizer
 

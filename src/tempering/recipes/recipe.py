@@ -1,0 +1,165 @@
+"""The one training sequence every objective runs: leakage guard, stage, prepare, components, fit,
+evaluate, summary.
+
+A `TrainingRecipe` is a row of functions (compose, don't inherit); `run_training` calls them in
+this order, so every objective gets the same guards and the same run bookkeeping:
+
+1. `guard(cfg)`: refused before anything is recorded; by default the training files
+   (`train_files(cfg)`) must hold no private eval suite's tasks (`evals.leakage`);
+2. `stage(cfg, force)`: the `StageSpec` (inputs with their roles); a finished run returns its
+   recorded summary, a killed one resumes (`runs.stage.run_stage`), all inside `session(cfg)`
+   (e.g. a Ray session);
+3. `prepare(cfg, tokenizer)`: the data (the tokenizer is the base model's), quarantined rows
+   written to the run;
+4. `components(cfg, prepared, tokenizer, stage)`: model, objective, batch source, callbacks and
+   the held-out check; their `close` runs however the stage ends;
+5. `fit`: the one `Trainer`, with `evaluate(None)` before and `evaluate(result)` after;
+6. `summary(cfg, prepared, parts, result)`: the recipe's keys next to the shared ones (steps,
+   resume point, guard counts, first / last loss); `report(summary)` prints on rank 0 only.
+
+The registry (`recipes.registry`) turns each recipe into a `temper` command and a pipeline stage.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager
+
+from tempering.runs.stage import StageSpec, run_stage
+
+
+@dataclass
+class Components:
+    """What a recipe hands the Trainer: the model, its objective, the batches, the held-out check."""
+
+    model: Any
+    objective: Any
+    batches: Any
+    evaluate: Callable[[Any], Any] = lambda result: None
+    """The held-out measure: called with None before fit and with the fit result after (None: no held-out data)."""
+    callbacks: list[Any] = field(default_factory=list)
+    """Trainer callbacks (e.g. a held-out monitor, a mismatch bound)."""
+    close: Callable[[], None] = lambda: None
+    """Releases what the components hold (engines, rollout workers), however the stage ends."""
+    outputs: dict[str, str] = field(default_factory=dict)
+    """Recorded outputs besides the final model (e.g. the trajectory store)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Recipe-specific pieces the summary reads (e.g. a reference model's info)."""
+
+
+def held_out(check: Callable[[], Any] | None) -> Callable[[Any], Any]:
+    """`Components.evaluate` of a recipe measuring the same way before and after fit."""
+    return (lambda result: check()) if check is not None else (lambda result: None)
+
+
+@dataclass(frozen=True)
+class TrainingRecipe:
+    """One objective's steps of the training sequence (see the module docstring)."""
+
+    kind: str
+    """The stage kind recorded in the registry (`sft`, `rm`, ...)."""
+    base_model: Callable[[Any], str]
+    """The model the stage starts from (recorded as its base model; its tokenizer renders the data)."""
+    inputs: Callable[[Any], list]
+    """The stage's recorded inputs with their roles (`runs.stage.input_list`)."""
+    prepare: Callable[[Any, Any], Any]
+    """(cfg, tokenizer) -> prepared data with `.summary` and `.errors` (quarantined rows)."""
+    components: Callable[[Any, Any, Any, Any], Components]
+    """(cfg, prepared, tokenizer, stage) -> the Trainer's components."""
+    train_files: Callable[[Any], list[str]] = lambda cfg: []
+    """The files trained on: checked against the private eval suites by the default guard."""
+    guard: Callable[[Any], None] | None = None
+    """Replaces the file check where the training data are not files (GRPO's tasks)."""
+    session: Callable[[Any], ContextManager[Any]] = lambda cfg: nullcontext()
+    """Context the stage runs in (a Ray session when the config scales out)."""
+    summary: Callable[[Any, Any, Components, Any], dict[str, Any]] = lambda cfg, data, parts, result: {}
+    """(cfg, prepared, components, fit result) -> the recipe's own summary keys."""
+    after_save: Callable[[Any, Any], dict[str, Any]] | None = None
+    """(cfg, run dir) -> summary keys measured on the saved model (the RM's best-of-n check)."""
+    report: Callable[[dict[str, Any]], None] | None = None
+    """Prints the finished summary (rank 0 only)."""
+    before_key: str = "eval_loss_before"
+    after_key: str = "eval_loss_after"
+    quarantine_kind: str = "rows"
+
+    def stage(self, cfg: Any, force: bool = False) -> StageSpec:
+        """The stage a config describes: its inputs with their roles."""
+        t = cfg.train
+        return StageSpec(
+            self.kind, cfg.out, cfg.name, cfg.model_dump(), self.inputs(cfg), self.base_model(cfg), t.steps, t.seed,
+            t.threads, force,
+        )  # fmt: skip
+
+
+def check_leakage(recipe: TrainingRecipe, cfg: Any) -> None:
+    """Refuse training data holding a private eval suite's tasks (before anything is recorded)."""
+    from tempering.evals.leakage import check_private_overlap
+
+    if recipe.guard is not None:
+        recipe.guard(cfg)
+    else:
+        check_private_overlap(recipe.train_files(cfg))
+
+
+def run_training(recipe: TrainingRecipe, cfg: Any, force: bool = False) -> dict[str, Any]:
+    """Run one training stage through the sequence and record it; returns the run summary.
+
+    `force`: resume even though the config differs from the one the run started with.
+    """
+    from tempering.models.load import load_tokenizer
+
+    check_leakage(recipe, cfg)
+    with recipe.session(cfg), run_stage(recipe.stage(cfg, force)) as stage:
+        if stage.finished:
+            return stage.result.summary
+        tokenizer = load_tokenizer(recipe.base_model(cfg))
+        data = recipe.prepare(cfg, tokenizer)
+        _quarantine(recipe, stage, data)
+        parts = recipe.components(cfg, data, tokenizer, stage)
+        try:
+            summary = _fit(recipe, cfg, stage, data, parts, tokenizer)
+        finally:
+            parts.close()
+        stage.finish(summary, parts.outputs)
+        _report(recipe, summary)
+    return stage.result.summary
+
+
+def _quarantine(recipe: TrainingRecipe, stage: Any, data: Any) -> None:
+    from tempering.data.io import quarantine_in_run
+    from tempering.train.metrics import console
+
+    if stage.writes:
+        quarantine_in_run(data.errors, stage.run_dir, console, recipe.quarantine_kind)
+
+
+def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Components, tokenizer: Any) -> dict:
+    from tempering.train.trainer import Trainer
+
+    trainer = Trainer(parts.model, parts.objective, parts.batches, cfg.train, stage.run_dir, parts.callbacks)
+    before = parts.evaluate(None)
+    result = trainer.fit()
+    after = parts.evaluate(result)
+    stage.save_model(parts.model, tokenizer)
+    summary = {
+        "data": data.summary,
+        "steps": result.steps,
+        "resumed_from": result.resumed_from,
+        "guard": result.counts,
+        "train_loss_first": result.losses[0] if result.losses else None,
+        "train_loss_last": result.losses[-1] if result.losses else None,
+        recipe.before_key: before,
+        recipe.after_key: after,
+        **recipe.summary(cfg, data, parts, result),
+    }
+    if recipe.after_save is not None:
+        summary.update(recipe.after_save(cfg, stage.run_dir))
+    return summary
+
+
+def _report(recipe: TrainingRecipe, summary: dict[str, Any]) -> None:
+    from tempering.train.distributed import world
+
+    if recipe.report is not None and world().main:
+        recipe.report(summary)
