@@ -38,11 +38,9 @@ from tempering.agents.render import AgentRenderer
 from tempering.agents.rollout import AgentEpisode, EpisodeSettings, agent_rollout
 from tempering.agents.tasks import AgentTask
 from tempering.config import GRPOSettings
+from tempering.data.padding import PAD_ID, left_pad
 from tempering.data.render import RenderedExample, render_with_mask
 from tempering.objectives.grpo_math import grpo_advantages
-from tempering.rollout.padding import left_pad
-
-PAD_ID = 0
 
 
 def expert_conversations(tasks: list[AgentTask], renderer: AgentRenderer, sandbox: Any) -> list[list[dict]]:

@@ -37,17 +37,14 @@ from typing import Any
 import torch
 
 from tempering.config import GRPOSettings
+from tempering.data.padding import PAD_ID, left_pad
 from tempering.models.logprobs import grouped_logprobs
 from tempering.models.precision import autocast
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.engine import Engine
-from tempering.rollout.padding import left_pad
 from tempering.rollout.rollout import RewardWorkers, ThreadRewardWorkers, start_rollout
 from tempering.rollout.store import TrajectoryRow, TrajectoryStore
 from tempering.types import Task, Trajectory
-
-PAD_ID = 0
-"""Filler of padded batch positions: any id works, every one is masked out of attention and loss."""
 
 
 @dataclass
