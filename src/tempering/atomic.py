@@ -5,7 +5,8 @@ Contract of every writer here: the bytes go to a temp file in the target's direc
 temp file is renamed over the target (`os.replace`, atomic on POSIX within one
 filesystem). A reader sees the old file or the new one, never half of one; a crash or an
 exception leaves the target as it was and removes the temp file. Parent directories are
-created.
+created. (Checkpoint and converted-model *directories* are published the same way, by
+rename, in `train.checkpoint` and `models.load`; their files are fsynced with `fsync_file`.)
 
 JSON Lines are written by `AtomicJsonl` / `write_jsonl_atomic`, which also hash the bytes
 as they go: the sha256 is always returned, and with `sidecar=True` it is also written to
@@ -33,8 +34,9 @@ def _temp_beside(path: Path) -> Path:
     return Path(tmp)
 
 
-def _fsync(path: Path) -> None:
-    with path.open("rb") as fh:
+def fsync_file(path: str | Path) -> None:
+    """Flush a written file's bytes to disk (before a rename makes it visible)."""
+    with Path(path).open("rb") as fh:
         os.fsync(fh.fileno())
 
 
@@ -46,7 +48,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = _temp_beside(path)
     try:
         yield tmp
-        _fsync(tmp)
+        fsync_file(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
