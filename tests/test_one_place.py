@@ -19,13 +19,13 @@ def _len_call(node: ast.AST) -> bool:
 
 
 def _right_aligned_slice(node: ast.AST) -> bool:
-    """`[W - len(s):]` or `[-len(s):]`: the slice that right-aligns a sequence in a row."""
+    """`[W - n:]` or `[-len(s):]`: the slice that right-aligns a sequence in a row."""
     if not isinstance(node, ast.Slice) or node.upper is not None:
         return False
     low = node.lower
     if isinstance(low, ast.UnaryOp) and isinstance(low.op, ast.USub):
         return _len_call(low.operand)
-    return isinstance(low, ast.BinOp) and isinstance(low.op, ast.Sub) and _len_call(low.right)
+    return isinstance(low, ast.BinOp) and isinstance(low.op, ast.Sub)
 
 
 def left_pad_writers(files: dict[str, str]) -> list[str]:
@@ -75,8 +75,13 @@ def test_left_padding_is_implemented_once_in_data_padding():
 
 
 def test_a_planted_left_padding_copy_is_found():
-    planted = {**sources(), "rollout/planted.py": LEFT_PAD_COPY, "agents/planted.py": "x[0, -len(s):] = s\n"}
-    assert left_pad_writers(planted) == ["agents/planted.py", "data/padding.py", "rollout/planted.py"]
+    planted = {
+        **sources(),
+        "rollout/planted.py": LEFT_PAD_COPY,
+        "agents/planted.py": "x[0, -len(s):] = s\n",
+        "data/p.py": "m[i, w - n :] = 1\n",
+    }
+    assert left_pad_writers(planted) == ["agents/planted.py", "data/p.py", "data/padding.py", "rollout/planted.py"]
 
 
 def test_pad_id_is_defined_once_in_data_padding():
