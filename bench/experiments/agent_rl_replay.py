@@ -19,12 +19,12 @@ from tempering.agents.rollout import EpisodeSettings, agent_rollout
 from tempering.agents.tasks import load_agent_suite, select
 from tempering.batches import GRPOBatch
 from tempering.config import LoraSettings, TrainSettings
+from tempering.data.padding import left_pad
 from tempering.models.load import load_tokenizer
 from tempering.models.lora import load_for_training
 from tempering.objectives.grpo import GRPOObjective
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.engine import HFEngine
-from tempering.rollout.padding import left_pad
 from tempering.sandbox import SandboxPool
 from tempering.train.trainer import Trainer
 

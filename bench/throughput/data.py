@@ -195,11 +195,12 @@ def bench_near_dups(n_base: int) -> dict:
 
 def dedup_worker(data: Path, out: Path) -> None:
     """One timed streaming dedup pass in this process (read, decide, write kept rows); a JSON line."""
+    from tempering.atomic import AtomicJsonl
     from tempering.data.dedup import dedup_rows
-    from tempering.data.streams import AtomicJsonl, stream_rows
+    from tempering.data.streams import stream_rows
 
     wall, cpu = time.perf_counter(), time.process_time()
-    with AtomicJsonl(out) as writer:
+    with AtomicJsonl(out, sidecar=True) as writer:
         report = dedup_rows(((r["id"], r) for _, r, _ in stream_rows(data)), Deduper(), writer.write)
     print(
         json.dumps(

@@ -120,8 +120,8 @@ class HFGenerate:
     def generate(self, prompts, params):
         import torch
 
+        from tempering.data.padding import left_pad
         from tempering.rollout.engine import Completion
-        from tempering.rollout.padding import left_pad
 
         ids, mask = left_pad(prompts, self.pad)
         with torch.no_grad():

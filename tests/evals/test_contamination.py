@@ -141,7 +141,7 @@ def test_decontaminate_removes_exactly_the_planted_rows(index, tmp_path):
     assert report.removed_ids == ["exact", "upper", "spacing", f"{src}:7", f"{src}:8", "private-copy"]
     assert report.by_suite == {"reasoning": 5, "heldout": 1}
     assert [json.loads(line) for line in out.read_text().splitlines()] == CLEAN_ROWS
-    assert not out.with_name("mixed.jsonl.tmp").exists()
+    assert not list(out.parent.glob("*.tmp"))  # no temp file left beside the output
 
 
 def test_private_suite_text_never_appears_in_reports(index, tmp_path):
@@ -189,7 +189,7 @@ def test_decontaminate_quarantines_bad_rows_and_writes_atomically_with_a_checksu
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     assert report.sha256 == digest
     assert (tmp_path / "out.jsonl.sha256").read_text() == f"{digest}  out.jsonl\n"
-    assert not (tmp_path / "out.jsonl.tmp").exists()
+    assert not list(tmp_path.glob("*.tmp"))
     with pytest.raises(ValueError, match="'farm-1' indexed twice"):
         index.add("reasoning", "farm-1", "another text")
     with pytest.raises(ValueError, match="both as private and as public"):

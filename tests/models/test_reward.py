@@ -3,12 +3,12 @@
 import pytest
 import torch
 
+from tempering.data.padding import right_pad
 from tempering.models.reward import (
     NotARewardModel,
     RewardModel,
     last_token_index,
     load_reward_model,
-    pad_right,
     score_ids,
 )
 from tests.conftest import tiny_llama
@@ -38,12 +38,12 @@ def test_score_is_read_at_last_real_token_when_pad_is_eos():
     seqs = [[5, 6, EOS, 7, 8, EOS], [9, 10, EOS], [11, EOS, 12, 13, 14, 15, 16, EOS, 17, EOS]]
     with torch.no_grad():
         alone = torch.stack([rm(torch.tensor([s]), torch.ones(1, len(s), dtype=torch.long))[0] for s in seqs])
-        right = rm(*pad_right(seqs, EOS))
+        right = rm(*right_pad(seqs, EOS))
         left = rm(*_left_pad(seqs, EOS))
     assert torch.allclose(right, alone, atol=1e-5)
     assert torch.allclose(left, alone, atol=1e-5)
     # the classic bug (end = first pad token - 1) reads the wrong place on these rows
-    ids, mask = pad_right(seqs, EOS)
+    ids, mask = right_pad(seqs, EOS)
     naive = (ids == EOS).int().argmax(dim=1) - 1
     assert naive.tolist() != last_token_index(mask).tolist()
     with torch.no_grad():
@@ -66,7 +66,7 @@ def test_score_equals_head_of_last_hidden_state():
 
 def test_gradients_reach_head_and_decoder():
     rm = RewardModel(tiny_llama(seed=3))
-    ids, mask = pad_right([[3, 4, 5], [6, 7]], EOS)
+    ids, mask = right_pad([[3, 4, 5], [6, 7]], EOS)
     rm(ids, mask).sum().backward()
     assert rm.score_head.weight.grad is not None and rm.score_head.weight.grad.abs().sum() > 0
     emb = rm.lm.get_input_embeddings().weight.grad
@@ -111,12 +111,12 @@ def test_grouped_forward_equals_full_forward_and_its_gradients():
     completions = [[10, 11, EOS], [12, EOS], [13, 14, 15, 16, EOS], [17, EOS]]  # 2 per prompt
     full = [p + c for p, c in zip([prompts[0]] * 2 + [prompts[1]] * 2, completions)]
     p_ids, p_mask = _left_pad(prompts, EOS)
-    c_ids, c_mask = pad_right(completions, EOS)
+    c_ids, c_mask = right_pad(completions, EOS)
     grouped = rm.forward_grouped(p_ids, p_mask, c_ids, c_mask)
     grouped.sum().backward()
     g_grad = rm.lm.get_input_embeddings().weight.grad.clone()
     rm.zero_grad()
-    plain = rm(*pad_right(full, EOS))
+    plain = rm(*right_pad(full, EOS))
     plain.sum().backward()
     assert torch.allclose(grouped, plain, atol=1e-5)
     assert torch.allclose(g_grad, rm.lm.get_input_embeddings().weight.grad, atol=1e-5)

@@ -76,15 +76,16 @@ def test_objective_splits_chosen_first_then_rejected():
 
 
 def test_shared_prompt_layout_gives_the_same_loss_as_full_rows():
-    from tempering.models.reward import RewardModel, pad_left, pad_right
+    from tempering.data.padding import left_pad, right_pad
+    from tempering.models.reward import RewardModel
     from tests.conftest import tiny_llama
 
     rm = RewardModel(tiny_llama(seed=6))
     prompts, chosen, rejected = [[5, 6, 7], [8]], [[9, 2], [10, 11, 2]], [[12, 2], [13, 2]]
-    p_ids, p_mask = pad_left(prompts, 2)
-    c_ids, c_mask = pad_right([chosen[0], rejected[0], chosen[1], rejected[1]], 2)
+    p_ids, p_mask = left_pad(prompts, 2)
+    c_ids, c_mask = right_pad([chosen[0], rejected[0], chosen[1], rejected[1]], 2)
     grouped = {"prompt_ids": p_ids, "prompt_mask": p_mask, "completion_ids": c_ids, "completion_mask": c_mask}
-    ids, mask = pad_right([p + c for p, c in zip(prompts, chosen)] + [p + r for p, r in zip(prompts, rejected)], 2)
+    ids, mask = right_pad([p + c for p, c in zip(prompts, chosen)] + [p + r for p, r in zip(prompts, rejected)], 2)
     full = {"input_ids": ids, "attention_mask": mask}
     objective = RewardObjective()
     assert objective.units(grouped) == objective.units(full) == 2

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tempering.config import SamplingSettings
+from tempering.data.padding import left_pad
 from tempering.rollout.engine import HFEngine
-from tempering.rollout.padding import left_pad
 from tempering.rollout.rollout import VERIFIER_ERROR, ThreadRewardWorkers, rollout
 from tempering.types import Reward, Task
 from tempering.verifiers import VERIFIERS, register

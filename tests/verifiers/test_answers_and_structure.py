@@ -6,9 +6,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tempering.cli import app
+from tempering.numbers import parse_number
 from tempering.types import Task
 from tempering.verifiers import UnknownVerifier, score
-from tempering.verifiers.answers import extract_final_answer, parse_number
+from tempering.verifiers.answers import extract_final_answer
 
 
 def task(verifier, **kw):

@@ -10,35 +10,22 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from tempering.agents.tools import EnvFailure, ToolContext
-
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def normalise_answer(text: str, numeric: bool) -> str:
-    """An answer as compared: for numeric goals the last number in it, commas dropped."""
-    if not numeric:
-        return text.strip()
-    found = _NUMBER.findall(text)
-    if not found:
-        return ""
-    value = found[-1].replace(",", "")
-    return value[:-2] if value.endswith(".0") else value
-
-
-def _is_number(text: str) -> bool:
-    return bool(re.fullmatch(r"-?\d+(?:\.\d+)?", text.strip()))
+from tempering.numbers import as_number, parse_number
 
 
 def answer_correct(goal: dict[str, Any], answer: str | None) -> bool:
+    """A number goal: the answer's last number has the same value (`4181.00` is `4181`, `1/2`
+    is `0.5`, as the `numeric` verifier judges); any other goal: the same stripped text."""
     if answer is None:
         return False
     want = str(goal["value"]).strip()
-    numeric = _is_number(want)
-    return normalise_answer(answer, numeric) == normalise_answer(want, numeric)
+    value = as_number(want)
+    if value is None:
+        return answer.strip() == want
+    return parse_number(answer) == value
 
 
 def check_goal(goal: dict[str, Any], ctx: ToolContext, answer: str | None) -> bool:

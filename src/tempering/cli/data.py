@@ -443,10 +443,9 @@ def data_failures(
         table.add_row(str(c["cluster"]), str(c["size"]), c["label"], c["label_from"], repr(ex))
     err.print(table)
     if out_path is not None:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out_path.with_name(f".{out_path.name}.tmp")
-        tmp.write_text(json.dumps(report, indent=1))
-        tmp.replace(out_path)
+        from tempering.atomic import write_text_atomic
+
+        write_text_atomic(out_path, json.dumps(report, indent=1))
     print(
         json.dumps(
             {

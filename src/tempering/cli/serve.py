@@ -151,11 +151,11 @@ def keys_revoke(name: str = typer.Argument(..., help="Key name or id."), state: 
 @feedback_app.command("export")
 def feedback_export(out_path: Path = typer.Option(..., "--out", help="JSONL to write."), state: Path = STATE) -> None:
     """Feedback with its request and answer as JSONL for the pipeline's `feedback` stage (`served`)."""
-    from tempering.data.streams import write_jsonl_atomic
+    from tempering.atomic import write_jsonl_atomic
     from tempering.serve.exports import feedback_rows
 
     rows, skipped = feedback_rows(_store(state))
-    write_jsonl_atomic(out_path, rows)
+    write_jsonl_atomic(out_path, rows, sidecar=True)
     note = f" ({skipped} without stored text skipped: serve with --log-text)" if skipped else ""
     out.print(f"wrote {len(rows)} feedback row(s) to {out_path}{note}")
 
@@ -165,10 +165,10 @@ def arena_export(
     out_path: Path = typer.Option(..., "--out", help="JSONL of preference pairs to write."), state: Path = STATE
 ) -> None:
     """Arena votes as preference pairs with `votes` (for `temper data agree` and DPO; the feedback stage's `votes`)."""
-    from tempering.data.streams import write_jsonl_atomic
+    from tempering.atomic import write_jsonl_atomic
     from tempering.serve.arena import arena_pairs
 
     pairs, skipped = arena_pairs(_store(state).votes())
-    write_jsonl_atomic(out_path, pairs)
+    write_jsonl_atomic(out_path, pairs, sidecar=True)
     note = f" ({skipped} battle(s) without an A/B majority skipped)" if skipped else ""
     out.print(f"wrote {len(pairs)} pair(s) to {out_path}{note}")

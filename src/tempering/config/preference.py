@@ -10,6 +10,7 @@ from tempering.config.base import DEFAULT_MODEL, Paths, Strict
 from tempering.config.grpo import TaskSourceSettings
 from tempering.config.sampling import EngineSettings, HFEngineSettings, SamplingSettings
 from tempering.config.train import LoraSettings, TrainSettings
+from tempering.numbers import BARE_NUMBER_PATTERN
 
 
 class PreferenceDataSettings(Strict):
@@ -63,12 +64,6 @@ class DPOConfig(Strict):
     """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
     name: str | None = None
     """Run name (default: dpo-<timestamp>)."""
-
-
-BARE_NUMBER_PATTERN = r"^\s*[-+]?\d[\d,]*(?:\.\d+)?\s*$"
-
-
-"""A reply that is only a number (the strict format the arithmetic prompts ask for)."""
 
 
 class PairSampling(SamplingSettings):

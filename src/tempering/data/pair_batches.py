@@ -22,31 +22,16 @@ from typing import Any, Sequence
 import torch
 
 from tempering.data.batches import EpochWalk
+from tempering.data.padding import PAD_ID, left_pad, right_pad
 from tempering.data.pair_render import RenderedPair
-
-PAD_ID = 0
-"""Filler of padded positions: masked out of attention and scores, so any id works."""
 
 
 def collate_pairs(pairs: Sequence[RenderedPair], pad_id: int = PAD_ID) -> dict[str, Any]:
     """Tensors of one batch (see the module docstring; no `ref_logps` / `index`)."""
-    b = len(pairs)
-    p_width = max(len(p.prompt_ids) for p in pairs)
-    c_width = max(max(len(p.chosen_ids), len(p.rejected_ids)) for p in pairs)
-    prompt_ids = torch.full((b, p_width), pad_id, dtype=torch.long)
-    prompt_mask = torch.zeros((b, p_width), dtype=torch.long)
-    completion_ids = torch.full((2 * b, c_width), pad_id, dtype=torch.long)
-    completion_mask = torch.zeros((2 * b, c_width), dtype=torch.long)
-    score_mask = torch.zeros((2 * b, c_width), dtype=torch.long)
-    for i, pair in enumerate(pairs):
-        n = len(pair.prompt_ids)
-        prompt_ids[i, p_width - n :] = torch.tensor(pair.prompt_ids)
-        prompt_mask[i, p_width - n :] = 1
-        for j, side in enumerate(("chosen", "rejected")):
-            ids, row = pair.ids(side), 2 * i + j
-            completion_ids[row, : len(ids)] = torch.tensor(ids)
-            completion_mask[row, : len(ids)] = 1
-            score_mask[row, : len(ids)] = torch.tensor(pair.mask(side))
+    prompt_ids, prompt_mask = left_pad([p.prompt_ids for p in pairs], pad_id)
+    sides = [(pair, side) for pair in pairs for side in ("chosen", "rejected")]  # rows 2i, 2i + 1
+    completion_ids, completion_mask = right_pad([pair.ids(side) for pair, side in sides], pad_id)
+    score_mask, _ = right_pad([pair.mask(side) for pair, side in sides], 0)
     return {
         "prompt_ids": prompt_ids,
         "prompt_mask": prompt_mask,

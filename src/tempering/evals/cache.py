@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tempering.atomic import write_jsonl_atomic, write_text_atomic
 from tempering.evals.results import SuiteResult
 from tempering.hashing import sha256_file
 
@@ -74,20 +75,5 @@ class ResultCache:
     def put(self, key: str, result: SuiteResult, records: list[dict[str, Any]] = ()) -> Path:
         """Write the samples first: the result file's presence is what makes an entry a hit."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        write_jsonl_atomic(self.dir / f"{key}.samples.jsonl", records)
-        path = self.dir / f"{key}.json"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(result.model_dump_json(), encoding="utf-8")
-        tmp.replace(path)
-        return path
-
-
-def write_jsonl_atomic(path: Path, records: Any) -> Path:
-    """JSON lines written whole through a temporary name (a crash never leaves half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(json.dumps(record, ensure_ascii=True) + "\n")
-    tmp.replace(path)
-    return path
+        write_jsonl_atomic(self.dir / f"{key}.samples.jsonl", records, sidecar=False)
+        return write_text_atomic(self.dir / f"{key}.json", result.model_dump_json())

@@ -40,8 +40,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from tempering.atomic import AtomicJsonl
 from tempering.data.io import RowError
-from tempering.data.streams import AtomicJsonl, require_jsonl, stream_rows, where
+from tempering.data.streams import require_jsonl, stream_rows, where
 from tempering.data.textnorm import (
     SUITE_TEXT_FIELDS,
     TRAINING_TEXT_FIELDS,
@@ -336,7 +337,7 @@ def decontaminate(
     Memory: the index plus one row, plus the ids of removed rows.
     """
     report = DecontamReport()
-    writer = AtomicJsonl(require_jsonl(out_path)) if out_path is not None else None
+    writer = AtomicJsonl(require_jsonl(out_path), sidecar=True) if out_path is not None else None
     with writer if writer is not None else _NoWriter():
         for location, obj, error in stream_rows(in_path):
             report.rows += 1

@@ -18,8 +18,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from tempering.atomic import write_jsonl_atomic
 from tempering.config import EngineSettings, EvalConfig, ScaleSettings
-from tempering.evals.cache import write_jsonl_atomic
 from tempering.evals.results import EvalResults, SuiteResult
 from tempering.evals.suite import Suite, SuiteError, load_suite
 
@@ -36,7 +36,7 @@ def write_eval_outputs(
     """results.json, samples.jsonl (and report.html) under `out_dir`; returns the results path."""
     out_dir = Path(out_dir)
     path = results.save(out_dir / "results.json")
-    write_jsonl_atomic(out_dir / SAMPLES_FILE, records)
+    write_jsonl_atomic(out_dir / SAMPLES_FILE, records, sidecar=False)
     if report:
         from tempering.evals.report import render_report
 

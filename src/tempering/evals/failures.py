@@ -32,10 +32,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tempering.numbers import NUMBER
+
 LABELS = ("understanding", "planning", "generation", "tool use", "format", "reasoning")
 _ERROR = re.compile(r"\b(Traceback|[A-Z][a-z]+Error|Exception|assert(?:ion)?)\b")
 _REFUSAL = re.compile(r"\b(I can(?:no|')t|I'm sorry|I am sorry|as an AI|I (?:do not|don't) know|unable to)\b", re.I)
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _TOOL = re.compile(r"<tool_call>|\"arguments\"\s*:|tool_calls?", re.I)
 SIGNATURE = (
     "truncated",
@@ -179,7 +180,7 @@ def signature(case: FailureCase) -> dict[str, float]:
         "repetition": repetition(text),
         "right_answer_wrong_form": float(right_value),
         "no_number": float(
-            case.verifier in (None, "numeric", "math") and not _NUMBER.search(text) and bool(text.strip())
+            case.verifier in (None, "numeric", "math") and not NUMBER.search(text) and bool(text.strip())
         ),
         "refusal": float(bool(_REFUSAL.search(text))),
         "error_text": float(bool(_ERROR.search(text + " " + (case.detail or "")))),
@@ -211,7 +212,7 @@ def rule_tag(sig: dict[str, float]) -> str | None:
 
 def case_text(case: FailureCase) -> str:
     """Completion and verifier detail, numbers folded to `num` (their shape matters, not their value)."""
-    return _NUMBER.sub(" num ", f"{case.completion}\n{case.detail or ''}")
+    return NUMBER.sub(" num ", f"{case.completion}\n{case.detail or ''}")
 
 
 def text_features(texts: Sequence[str], dims: int = 24, seed: int = 0) -> tuple[np.ndarray, Any, Any]:

@@ -29,6 +29,7 @@ import yaml
 
 from tempering.evals.results import EvalResults, SuiteComparison, compare, compare_metrics
 from tempering.evals.stats import Comparison
+from tempering.numbers import FLOAT_LITERAL, UNSIGNED_FLOAT
 
 # Comparisons allow this much floating-point slack, so `>= base - 0.01` holds at equality.
 EPS = 1e-9
@@ -39,12 +40,10 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     "<": lambda x, t: x < t - EPS,
     "==": lambda x, t: abs(x - t) <= EPS,
 }
-_UNSIGNED = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
-_NUMBER = rf"[+-]?{_UNSIGNED}"
 _COMPARISON = re.compile(r"(?P<lhs>[^\s<>=!]+)\s*(?P<op>>=|<=|==|>|<)\s*(?P<rhs>.*)")
-_RHS_BASE = re.compile(rf"base(?:\s*(?P<sign>[+-])\s*(?P<delta>{_UNSIGNED}))?")
+_RHS_BASE = re.compile(rf"base(?:\s*(?P<sign>[+-])\s*(?P<delta>{UNSIGNED_FLOAT}))?")
 _REGRESSION = re.compile(r"no\s+significant\s+regression\s+on\s+(?P<name>\S+)", re.IGNORECASE)
-_NON_INFERIOR = re.compile(rf"non-inferior\s+on\s+(?P<name>\S+)\s+within\s+(?P<margin>{_UNSIGNED})", re.IGNORECASE)
+_NON_INFERIOR = re.compile(rf"non-inferior\s+on\s+(?P<name>\S+)\s+within\s+(?P<margin>{UNSIGNED_FLOAT})", re.IGNORECASE)
 _FORMS = (
     "'<suite>.<metric> <op> <number | base | base +/- number>', "
     "'no significant regression on <suite-or-track-or-suite.metric>', 'non-inferior on <suite-or-track> within <margin>' "
@@ -258,13 +257,13 @@ def parse_rule(text: str) -> Rule:
     if not rhs:
         raise bad(f"nothing after {op!r}")
     if lhs == "contamination":
-        if not re.fullmatch(_NUMBER, rhs) or float(rhs) < 0:
+        if not re.fullmatch(FLOAT_LITERAL, rhs) or float(rhs) < 0:
             raise bad(f"contamination is compared with a count, got {rhs!r}")
         return ContaminationRule(rule, op, float(rhs))
     suite, dot, metric = lhs.rpartition(".")
     if not dot or not suite or not metric:
         raise bad(f"{lhs!r} is not '<suite>.<metric>' or 'contamination'")
-    if re.fullmatch(_NUMBER, rhs):
+    if re.fullmatch(FLOAT_LITERAL, rhs):
         return MetricRule(rule, suite, metric, op, float(rhs), relative=False)
     base = _RHS_BASE.fullmatch(rhs)
     if base is None:

@@ -150,12 +150,9 @@ class EvalResults(BaseModel):
 
     def save(self, path: str | Path) -> Path:
         """Write as indented JSON (via a temporary file, so readers never see half a file)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
-        return path
+        from tempering.atomic import write_text_atomic
+
+        return write_text_atomic(path, self.model_dump_json(indent=2) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> EvalResults:

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from tempering.data.padding import right_pad
+
 HEAD_WEIGHTS = "reward_head.safetensors"
 HEAD_META = "reward_head.json"
 FORMAT = "tempering-reward-v1"
@@ -176,7 +178,7 @@ def score_ids(
     device = next(model.parameters()).device
     out: list[float] = []
     for start in range(0, len(sequences), batch_size):
-        ids, mask = pad_right(sequences[start : start + batch_size], pad_id)
+        ids, mask = right_pad(sequences[start : start + batch_size], pad_id)
         with autocast(precision, device):
             out += model(ids.to(device), mask.to(device)).tolist()
     return out
@@ -192,26 +194,3 @@ def scored_prefix(ids: list[int], mask: list[int]) -> list[int]:
     if last is None:
         raise ValueError("nothing to score: the sequence has no answer tokens")
     return ids[: last + 1]
-
-
-def pad_left(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask), both (B, longest), left-padded with `pad_id` (prompts)."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        if seq:
-            ids[i, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-            mask[i, width - len(seq) :] = 1
-    return ids, mask
-
-
-def pad_right(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask), both (B, longest), right-padded with `pad_id`."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        mask[i, : len(seq)] = 1
-    return ids, mask

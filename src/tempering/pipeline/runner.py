@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from tempering.atomic import write_text_atomic
 from tempering.hashing import sha256_file
 from tempering.pipeline.plan import (
     PipelineError,
@@ -137,13 +138,7 @@ def read_record(run_dir: Path) -> dict[str, Any] | None:
 
 def write_record(run_dir: Path, record: dict[str, Any]) -> None:
     """Atomically (write, fsync, rename): a kill -9 leaves the old record or the new one, never half."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".{RECORD}.tmp"
-    with tmp.open("w") as fh:
-        fh.write(json.dumps(record, indent=1, default=str))
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(run_dir / RECORD)
+    write_text_atomic(run_dir / RECORD, json.dumps(record, indent=1, default=str))
 
 
 def cached_outputs(record: dict[str, Any] | None, digest: str) -> dict[str, str] | None:

@@ -45,9 +45,10 @@ def dedup_file(
     progress: Callable[[int], None] | None = None,
 ) -> PassResult:
     """Remove exact and near-duplicate rows of `data` (keep-first) into `out_path`; report the clusters."""
+    from tempering.atomic import AtomicJsonl
     from tempering.data.dedup import Deduper, dedup_rows
     from tempering.data.io import RowError
-    from tempering.data.streams import AtomicJsonl, require_jsonl, stream_rows, where
+    from tempering.data.streams import require_jsonl, stream_rows, where
     from tempering.data.textnorm import row_texts
 
     errors: list[RowError] = []
@@ -67,7 +68,7 @@ def dedup_file(
             )
 
     deduper = Deduper(**settings.model_dump())
-    with AtomicJsonl(require_jsonl(out_path)) as writer:
+    with AtomicJsonl(require_jsonl(out_path), sidecar=True) as writer:
         report = dedup_rows(readable(), deduper, writer.write, progress=progress)
     quarantine = write_errors(errors, out_path, data)
     counts = {**report.summary(), "rows": report.rows + len(errors), "quarantined": len(errors)}

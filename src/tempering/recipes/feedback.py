@@ -61,7 +61,7 @@ def feedback_stage(cfg: FeedbackConfig) -> StageSpec:
 
 def run_feedback(cfg: FeedbackConfig) -> dict[str, Any]:
     """Read the signals, cluster, mine, convert; write tasks / pairs / report; recorded as a run."""
-    from tempering.data.streams import write_jsonl_atomic
+    from tempering.atomic import write_jsonl_atomic
 
     with run_stage(feedback_stage(cfg)) as stage:
         if stage.finished:
@@ -75,8 +75,8 @@ def run_feedback(cfg: FeedbackConfig) -> dict[str, Any]:
         tasks = _unique(served_tasks + mined)[: cfg.max_tasks]
         pairs = corrections + votes
         outputs = {key: stage.run_dir / name for key, name in OUTPUT_FILES.items()}
-        write_jsonl_atomic(outputs["tasks"], [t.model_dump(exclude_none=True) for t in tasks])
-        write_jsonl_atomic(outputs["pairs"], pairs)
+        write_jsonl_atomic(outputs["tasks"], [t.model_dump(exclude_none=True) for t in tasks], sidecar=True)
+        write_jsonl_atomic(outputs["pairs"], pairs, sidecar=True)
         counts = {
             "eval_failures": len(failures),
             "private_failures": private,

@@ -11,10 +11,10 @@ from typing import Any, Callable
 
 import yaml
 
+from tempering.atomic import write_jsonl_atomic
 from tempering.config import ConfigError, MixConfig, load_config
 from tempering.data.io import NoRows, RowError, iter_rows, write_quarantine
 from tempering.data.mixing import MixSource, draw_mix, mix_report, plan_mix, row_text, word_count
-from tempering.data.streams import write_jsonl_atomic
 from tempering.runs.stage import StageSpec, input_list, run_stage
 
 
@@ -122,10 +122,12 @@ def run_mix(cfg: MixConfig, force: bool = False) -> dict[str, Any]:
                 f"(> tolerance {cfg.tolerance})"
             )
         output = Path(cfg.output) if cfg.output else stage.run_dir / "mix.jsonl"
-        written, digest = write_jsonl_atomic(output, (m.row for m in rows))
+        written, digest = write_jsonl_atomic(output, (m.row for m in rows), sidecar=True)
         stage.registry.record_output(stage.run_id, "mix", output)
         # the provenance of every row: (source, row index in the source), in mix order
-        write_jsonl_atomic(stage.run_dir / "mix_index.jsonl", ({"source": m.source, "index": m.index} for m in rows))
+        write_jsonl_atomic(
+            stage.run_dir / "mix_index.jsonl", ({"source": m.source, "index": m.index} for m in rows), sidecar=True
+        )
         summary = {
             "steps": 1,
             "output": str(output),

@@ -30,7 +30,6 @@ hash), sampling settings, verifier specs, each side's scores and sample index.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from dataclasses import dataclass
@@ -88,7 +87,8 @@ def candidates(trajectories: Sequence[Trajectory], n_strict: int) -> list[Candid
 
 def bare_answer(text: str) -> str | None:
     """A correct reply's own final answer as a bare number ("25 + 67 = 92." -> "92"), or None."""
-    from tempering.verifiers.answers import extract_final_answer, parse_number
+    from tempering.numbers import parse_number
+    from tempering.verifiers.answers import extract_final_answer
 
     value = parse_number(extract_final_answer(text))
     if value is None:
@@ -242,15 +242,11 @@ def _count(counts: dict[str, Any], group: Sequence[Trajectory], cands: list[Cand
 
 
 def write_jsonl(rows: Sequence[dict], path: str | Path) -> Path:
-    """Write rows to `path` atomically (a temp file renamed into place)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    tmp.replace(path)
-    return path
+    """Write rows to `path` atomically (`tempering.atomic`, no checksum sidecar)."""
+    from tempering.atomic import write_jsonl_atomic
+
+    write_jsonl_atomic(path, rows, sidecar=False)
+    return Path(path)
 
 
 def run_pairs(cfg: PairsConfig, console: Any = None, force: bool = False) -> dict[str, Any]:

@@ -124,10 +124,10 @@ def pair_batch(pairs: list[ScoredPair], pad_id: int) -> dict[str, Any]:
     right-padded in the order chosen, rejected per pair, with per-pair weight and margin."""
     import torch
 
-    from tempering.models.reward import pad_left, pad_right
+    from tempering.data.padding import left_pad, right_pad
 
-    p_ids, p_mask = pad_left([p.prompt for p in pairs], pad_id)
-    c_ids, c_mask = pad_right([side for p in pairs for side in (p.chosen, p.rejected)], pad_id)
+    p_ids, p_mask = left_pad([p.prompt for p in pairs], pad_id)
+    c_ids, c_mask = right_pad([side for p in pairs for side in (p.chosen, p.rejected)], pad_id)
     return {
         "prompt_ids": p_ids,
         "prompt_mask": p_mask,

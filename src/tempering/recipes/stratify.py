@@ -20,8 +20,8 @@ from typing import Any, Sequence
 
 from rich.console import Console
 
+from tempering.atomic import write_jsonl_atomic
 from tempering.config import SamplingSettings, StratifyConfig, TaskSourceSettings
-from tempering.data.streams import write_jsonl_atomic
 from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.types import Task, Trajectory
 
@@ -183,10 +183,10 @@ def run_stratify(cfg: StratifyConfig, force: bool = False, console: Console | No
         outputs = {}
         for key, rows in (("stratified", stratified), ("rl_set", rl_set)):
             path = stage.run_dir / f"{key}.jsonl"
-            _, digest = write_jsonl_atomic(path, (t.model_dump(exclude_none=True) for t in rows))
+            _, digest = write_jsonl_atomic(path, (t.model_dump(exclude_none=True) for t in rows), sidecar=True)
             stage.registry.record_output(stage.run_id, key, path)
             outputs[key], report[f"{key}_sha256"] = str(path), digest
-        write_jsonl_atomic(stage.run_dir / "pass_rates.jsonl", report.pop("per_task"))
+        write_jsonl_atomic(stage.run_dir / "pass_rates.jsonl", report.pop("per_task"), sidecar=True)
         summary = {
             "steps": 1,
             "model": cfg.model,

@@ -23,8 +23,8 @@ from typing import Any, Sequence
 
 from rich.console import Console
 
+from tempering.atomic import write_jsonl_atomic
 from tempering.config import SynthConfig
-from tempering.data.streams import write_jsonl_atomic
 from tempering.recipes.stratify import load_task_source, sample_tasks
 from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.types import Task, Trajectory
@@ -164,7 +164,7 @@ def run_synth(cfg: SynthConfig, force: bool = False, console: Console | None = N
         outputs, digests = {}, {}
         for key, rows in (("sft", sft), ("failures", failures)) + ((("pairs", pairs),) if cfg.pairs else ()):
             path = stage.run_dir / f"{key}.jsonl"
-            _, digests[key] = write_jsonl_atomic(path, rows)
+            _, digests[key] = write_jsonl_atomic(path, rows, sidecar=True)
             stage.registry.record_output(stage.run_id, key, path)
             outputs[key] = str(path)
         summary = {

@@ -12,10 +12,10 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
+from tempering.data.padding import left_pad
 from tempering.models.logprobs import cache_keyword
 from tempering.models.precision import autocast
 from tempering.rollout.engine import bf16_linear_weights
-from tempering.rollout.padding import left_pad
 from tempering.rollout.speculative_math import sampling_probs
 
 

@@ -38,10 +38,10 @@ from typing import Any, Protocol, Sequence, overload, runtime_checkable
 import torch
 
 from tempering.config import SamplingParams, SamplingSettings
+from tempering.data.padding import left_pad
 from tempering.hashing import model_state_hash
 from tempering.models.logprobs import cache_keyword
 from tempering.models.precision import autocast, resolve_precision
-from tempering.rollout.padding import left_pad
 
 __all__ = [
     "Completion",

@@ -20,13 +20,10 @@ from typing import Any
 import torch
 
 from tempering.batches import GRPOBatch
+from tempering.data.padding import PAD_ID, left_pad
 from tempering.models.logprobs import grouped_logprobs
 from tempering.models.precision import autocast
-from tempering.rollout.padding import left_pad
 from tempering.types import Trajectory
-
-PAD_ID = 0
-"""Filler of padded batch positions: any id works, every one is masked out of attention and loss."""
 
 
 @dataclass

@@ -25,10 +25,10 @@ from typing import Any, Sequence
 import torch
 
 from tempering.config import SamplingParams
+from tempering.data.padding import left_pad
 from tempering.models.precision import autocast
 from tempering.rollout.drafters import Drafter
 from tempering.rollout.engine import Completion, HFEngine, cut_at_stop, inference_weights, refuse_grammar
-from tempering.rollout.padding import left_pad
 from tempering.rollout.speculative_math import sampling_probs, verify_greedy, verify_sampled
 
 __all__ = ["SpeculativeEngine", "SpeculativeStats"]

@@ -13,13 +13,14 @@ Files are written whole through a temporary name, so a crash never leaves half a
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from tempering.atomic import atomic_path
 
 SCHEMA = pa.schema(
     [
@@ -78,9 +79,8 @@ class TrajectoryStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         table = pa.Table.from_pylist([r.row() for r in rows], schema=SCHEMA)
         path = self.dir / f"step-{step:06d}.parquet"
-        tmp = path.with_suffix(".tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp)
         return path
 
 

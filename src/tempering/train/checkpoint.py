@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from tempering.atomic import fsync_file
 from tempering.hashing import sha256_file
 
 MANIFEST = "manifest.json"
@@ -78,8 +79,7 @@ def save_checkpoint(
     files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
     (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "step": step, "files": files}, indent=1))
     for p in tmp.iterdir():  # durable before it becomes visible
-        with p.open("rb") as fh:
-            os.fsync(fh.fileno())
+        fsync_file(p)
     aside = root / f".step-{step:08d}.old-{os.getpid()}"
     if final.exists():  # same step written again (after a rollback): swap, never delete first
         os.rename(final, aside)

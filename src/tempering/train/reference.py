@@ -17,8 +17,6 @@ copy of the model is held.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -27,6 +25,7 @@ import torch
 from rich.console import Console
 from rich.progress import Progress
 
+from tempering.atomic import atomic_path
 from tempering.data.pair_batches import collate_pairs, pairs_fingerprint
 from tempering.data.pair_render import RenderedPair
 from tempering.models.precision import autocast
@@ -109,9 +108,6 @@ def cached_reference_logps(
         if tuple(stored.shape) == (len(pairs), 2):
             return stored, {"key": key, "path": str(path), "hit": True}
     logps = compute_reference_logps(score, model, pairs, batch_size, precision, console)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, dir=path.parent)
-    os.close(fd)
-    torch.save(logps, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(logps, tmp)
     return logps, {"key": key, "path": str(path), "hit": False}

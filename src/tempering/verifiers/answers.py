@@ -5,8 +5,8 @@ The final-answer extraction rule (documented, shared by all four):
   2. else the text after the last "answer is" / "answer:" (case-insensitive), to the end of
      that line, without trailing punctuation;
   3. else the whole completion, stripped.
-`numeric` then takes the last number in that answer (integers, decimals, `a/b`, thousands
-separators removed) and compares values exactly (`122.0` equals `122`) or within
+`numeric` then takes the last number in that answer (`tempering.numbers.parse_number`: integers,
+decimals, `a/b`, thousands separators removed) and compares values exactly (`122.0` equals `122`) or within
 `rel_tol`/`abs_tol` when the spec gives them.
 """
 
@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
 from typing import Any
 
+from tempering.numbers import is_bare_number, parse_number
 from tempering.types import Reward
 from tempering.verifiers.base import register
 from tempering.verifiers.context import VerifierContext
 
 _ANSWER_IS = re.compile(r"answer(?:\s+is)?\s*[:=]?\s*", re.IGNORECASE)
-_NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|[-+]?\.\d+")
 
 
 def last_boxed(text: str) -> str | None:
@@ -49,18 +48,6 @@ def extract_final_answer(text: str) -> str:
     return text.strip()
 
 
-def parse_number(text: str) -> Fraction | None:
-    """The last number in `text` as an exact Fraction, or None."""
-    found = _NUMBER.findall(text)
-    if not found:
-        return None
-    raw = found[-1].replace(",", "").replace(" ", "")
-    try:
-        return Fraction(raw)
-    except (ValueError, ZeroDivisionError):
-        return None
-
-
 def _reward(ok: bool, extracted: str | None) -> Reward:
     return Reward(
         value=1.0 if ok else 0.0, components={"correct": 1.0 if ok else 0.0}, detail=f"extracted: {extracted!r}"
@@ -80,9 +67,6 @@ def score_numeric(spec: dict[str, Any], completion: str, ctx: VerifierContext) -
     return _reward(ok, str(got))
 
 
-_BARE_NUMBER = re.compile(r"\s*[-+]?\d[\d,]*(?:\.\d+)?\s*")
-
-
 @register("numeric_close")
 def score_numeric_close(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """Partial credit for nearness: max(0, 1 - |got - answer| / scale) on the `numeric` answer.
@@ -90,7 +74,7 @@ def score_numeric_close(spec: dict[str, Any], completion: str, ctx: VerifierCont
     A shaping term for RL (dense where exact correctness is rare). `scale` defaults to 10;
     with `bare_only: true` the reply must be just a number, else the value is 0.
     """
-    if spec.get("bare_only") and not _BARE_NUMBER.fullmatch(completion):
+    if spec.get("bare_only") and not is_bare_number(completion):
         return Reward(value=0.0, components={"close": 0.0}, detail="not a bare number")
     got, want = parse_number(extract_final_answer(completion)), parse_number(str(spec["answer"]))
     if want is None:
