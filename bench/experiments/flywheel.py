@@ -41,10 +41,10 @@ from _shared.paths import RESULTS  # noqa: E402
 
 def heldout_scores(model: str, n: int, max_new_tokens: int) -> dict[str, list[float]]:
     """Per-task greedy final-answer and strict scores on held-out addition (one rollout path)."""
-    from tempering.config import RewardPart, SamplingSettings
+    from tempering.config import EngineSettings, RewardPart, SamplingSettings
     from tempering.data.builtin import arithmetic_tasks
-    from tempering.recipes.stratify import build_engine
     from tempering.rollout.rollout import ThreadRewardWorkers, rollout
+    from tempering.rollout.select import load_engine
     from tempering.sources.tasks import with_reward
 
     tasks = with_reward(
@@ -54,7 +54,7 @@ def heldout_scores(model: str, n: int, max_new_tokens: int) -> dict[str, list[fl
             RewardPart(name="strict", verifier={"type": "exact"}),
         ],
     )
-    engine = build_engine(model)
+    engine = load_engine(EngineSettings(kind="hf"), model)
     with ThreadRewardWorkers(2) as workers:
         groups = rollout(tasks, engine, SamplingSettings(temperature=0, max_new_tokens=max_new_tokens), workers)
     judged = [g[0] for g in groups if g[0].scored]

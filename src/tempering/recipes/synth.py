@@ -32,11 +32,12 @@ from tempering.types import Task, Trajectory
 
 def reflow_final_answer(task: Task, completion: str) -> str | None:
     """The final answer alone, as the task's verifier extracts it (None: nothing to extract)."""
-    from tempering.verifiers.answers import _NUMBER, extract_final_answer
+    from tempering.numbers import NUMBER
+    from tempering.verifiers.answers import extract_final_answer
 
     answer = extract_final_answer(completion)
     if task.verifier.get("type") == "numeric":
-        numbers = _NUMBER.findall(answer)
+        numbers = NUMBER.findall(answer)
         return numbers[-1].replace(",", "").replace(" ", "") if numbers else None
     return answer or None
 
