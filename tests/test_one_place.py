@@ -256,7 +256,8 @@ def files_of(sites: list[str]) -> set[str]:
 
 
 # ------------------------------------------------------------------ the training sequence
-# The agent recipe (expert SFT, then trajectory-level RL) still builds its own Trainers.
+# The agent recipe runs the sequence for its RL phase; its expert-SFT phase, inside the
+# components step, is a second Trainer of its own.
 TRAINER_OUTSIDE_SEQUENCE = {"agent.py"}
 
 

@@ -13,6 +13,7 @@ bootstrap of after-minus-before over the same tasks.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from tempering.agents.config import AgentConfig
 from tempering.agents.episode import summarise
 from tempering.agents.rollout import AgentBatch, agent_rollout
 from tempering.agents.tasks import BUILTIN, AgentTask, load_agent_suite, select
-from tempering.runs.stage import StageSpec, input_list, run_stage
+from tempering.recipes.recipe import Components, TrainingRecipe, run_training
+from tempering.runs.stage import input_list
 from tempering.train.metrics import console
 
 
@@ -61,69 +63,55 @@ def paired_gain(before: dict[str, Any], after: dict[str, Any]) -> dict[str, floa
     return {"gain": cmp.delta, "ci_low": cmp.low, "ci_high": cmp.high, "p_value": cmp.p_value, "tasks": cmp.n}
 
 
-def agent_stage(cfg: AgentConfig, force: bool = False) -> StageSpec:
+@dataclass
+class AgentData:
+    """The agent stage's prepared data: training tasks and held-out tasks per eval suite."""
+
+    train: list[AgentTask]
+    held: dict[str, list[AgentTask]]
+    summary: dict[str, Any]
+    errors: list = field(default_factory=list)
+    """Quarantined rows (none: agent suites are validated when they load)."""
+
+
+def _inputs(cfg: AgentConfig) -> list:
     files = [s for s in cfg.tasks.suites + (cfg.tasks.eval_suites or []) if s not in BUILTIN]
-    inputs = input_list([(p, "tasks") for p in files])
-    return StageSpec(
-        "agent",
-        cfg.out,
-        cfg.name,
-        cfg.model_dump(),
-        inputs,
-        cfg.model,
-        cfg.train.steps,
-        cfg.train.seed,
-        cfg.train.threads,
-        force,
-    )
+    return input_list([(p, "tasks") for p in files])
 
 
-def run_agent(cfg: AgentConfig, force: bool = False) -> dict[str, Any]:
-    """Run agent training end to end and record it; returns the run summary."""
-    train_tasks, held = agent_tasks(cfg)
-    with run_stage(agent_stage(cfg, force)) as stage:
-        if stage.finished:
-            return stage.result.summary
-        sandbox = _sandbox(train_tasks + [t for ts in held.values() for t in ts])
-        try:
-            summary = _train(cfg, stage, train_tasks, held, sandbox)
-        finally:
-            if sandbox is not None:
-                sandbox.close()
-        stage.finish(summary, {"trajectories": str(stage.run_dir / "trajectories.jsonl")})
-    return stage.result.summary
+def _guard(cfg: AgentConfig) -> None:
+    """Refused before anything is recorded: training tasks holding a private eval suite's prompts."""
+    from tempering.evals.leakage import check_private_overlap_tasks
+
+    train, _ = agent_tasks(cfg)
+    check_private_overlap_tasks(train, source="agent training tasks")  # type: ignore[arg-type]  (id + prompt)
 
 
-def _sandbox(tasks: list[AgentTask]) -> Any:
-    if not any(t.needs_sandbox for t in tasks):
-        return None
-    from tempering.sandbox import SandboxPool
-
-    return SandboxPool(size=4)
+def _prepare(cfg: AgentConfig, tokenizer: Any) -> AgentData:
+    train, held = agent_tasks(cfg)
+    return AgentData(train, held, {"train_tasks": len(train), "heldout_tasks": {k: len(v) for k, v in held.items()}})
 
 
-def _train(
-    cfg: AgentConfig, stage: Any, train_tasks: list[AgentTask], held: dict[str, list[AgentTask]], sandbox: Any
-) -> dict[str, Any]:
+def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -> Components:
+    """Sandbox, policy and engine; the held-out pass before training and the expert SFT phase
+    run here, so the Trainer's fit is the RL phase."""
     from tempering.agents.render import AgentRenderer
     from tempering.agents.training import AgentRolloutSource
-    from tempering.models.load import load_tokenizer
     from tempering.models.lora import load_for_training
     from tempering.models.precision import resolve_precision
     from tempering.objectives.grpo import GRPOObjective
     from tempering.recipes.grpo import mismatch_bound
     from tempering.rollout.select import build_engine
-    from tempering.train.trainer import Trainer
 
     run_dir: Path = stage.run_dir
-    tokenizer = load_tokenizer(cfg.model)
+    sandbox = _sandbox(data.train + [t for ts in data.held.values() for t in ts])
     renderer = AgentRenderer(tokenizer)
     model = load_for_training(cfg.model, cfg.lora)
     engine = build_engine(cfg.engine, model, tokenizer, resolve_precision(cfg.train.precision))
 
     def evaluate(label: str) -> dict[str, Any]:
         results = {}
-        for name, tasks in held.items():
+        for name, tasks in data.held.items():
             batch = agent_rollout(tasks, engine, renderer, sandbox, cfg.eval, cfg.episode, n=1, seed=cfg.train.seed)
             results[name] = evaluate_agent(batch)
             console.print(
@@ -133,13 +121,12 @@ def _train(
             )
         return results
 
-    summary: dict[str, Any] = {"train_tasks": len(train_tasks), "heldout_tasks": {k: len(v) for k, v in held.items()}}
-    summary["before"] = before = evaluate("before")
+    extra: dict[str, Any] = {"before": evaluate("before")}
     if cfg.sft is not None:
-        summary["sft"] = _expert_sft(cfg, model, renderer, train_tasks, sandbox, run_dir / "sft")
-        summary["after_sft"] = evaluate("after SFT")
+        extra["sft"] = _expert_sft(cfg, model, renderer, data.train, sandbox, run_dir / "sft")
+        extra["after_sft"] = evaluate("after SFT")
     source = AgentRolloutSource(
-        train_tasks,
+        data.train,
         engine,
         renderer,
         sandbox,
@@ -155,23 +142,64 @@ def _train(
         model=model,
         precision=resolve_precision(cfg.train.precision),
     )
-    callbacks = [mismatch_bound(cfg.rl.max_logprob_mismatch)]
-    result = Trainer(model, GRPOObjective(cfg.rl), source, cfg.train, run_dir, callbacks).fit()
-    summary["after"] = after = evaluate("after RL")
-    summary["gain"] = {name: paired_gain(before[name], after[name]) for name in held}
+    extra["source"] = source
+    return Components(
+        model,
+        GRPOObjective(cfg.rl),
+        source,
+        evaluate=lambda result: extra["before"] if result is None else extra.setdefault("after", evaluate("after RL")),
+        callbacks=[mismatch_bound(cfg.rl.max_logprob_mismatch)],
+        close=(lambda: None) if sandbox is None else sandbox.close,
+        outputs={"trajectories": str(run_dir / "trajectories.jsonl")},
+        extra=extra,
+    )
+
+
+def _summary(cfg: AgentConfig, data: AgentData, parts: Components, result: Any) -> dict[str, Any]:
+    """The agent's keys: tasks, the SFT phase, paired gains over the same held-out tasks (after RL
+    vs before, and vs after SFT), the curriculum tier reached, the reward curve's ends."""
+    before, after = parts.extra["before"], parts.extra["after"]
+    summary: dict[str, Any] = {**data.summary, "gain": {name: paired_gain(before[name], after[name]) for name in after}}
     if cfg.sft is not None:
-        summary["gain_rl_only"] = {name: paired_gain(summary["after_sft"][name], after[name]) for name in held}
+        summary["sft"] = parts.extra["sft"]
+        summary["after_sft"] = parts.extra["after_sft"]
+        summary["gain_rl_only"] = {name: paired_gain(parts.extra["after_sft"][name], after[name]) for name in after}
     summary.update(
-        steps=result.steps,
         seconds=result.seconds,
-        resumed_from=result.resumed_from,
-        guard=result.counts,
-        curriculum_tier=source.curriculum.tier,
+        curriculum_tier=parts.extra["source"].curriculum.tier,
         reward_first=result.history[0].get("reward_mean") if result.history else None,
         reward_last=result.history[-1].get("reward_mean") if result.history else None,
     )
-    stage.save_model(model, tokenizer)
     return summary
+
+
+AGENT = TrainingRecipe(
+    kind="agent",
+    base_model=lambda cfg: cfg.model,
+    inputs=_inputs,
+    prepare=_prepare,
+    components=_components,
+    guard=_guard,
+    summary=_summary,
+    before_key="before",
+    after_key="after",
+    quarantine_kind="tasks",
+)
+"""Agent training as the one training sequence: guard, stage, tasks, components (held-out pass
+and expert SFT), the RL fit, the held-out pass again, summary."""
+
+
+def run_agent(cfg: AgentConfig, force: bool = False) -> dict[str, Any]:
+    """Run agent training end to end and record it (`run_training`); returns the run summary."""
+    return run_training(AGENT, cfg, force)
+
+
+def _sandbox(tasks: list[AgentTask]) -> Any:
+    if not any(t.needs_sandbox for t in tasks):
+        return None
+    from tempering.sandbox import SandboxPool
+
+    return SandboxPool(size=4)
 
 
 def _expert_sft(

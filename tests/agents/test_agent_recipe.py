@@ -1,0 +1,63 @@
+"""The agent recipe on the one training sequence: refused on a private suite's prompts before anything is
+recorded, as every other trainer does (the guard step of the one training sequence)."""
+
+import json
+
+import pytest
+
+from tempering.agents.config import AgentConfig
+from tempering.evals.leakage import PrivateSuiteOverlap
+from tempering.recipes.agent import run_agent
+from tests.evals.conftest import write_jsonl, write_suite
+from tests.evals.test_leakage import EVAL
+from tests.recipes.test_grpo_e2e import tiny_dir  # noqa: F401  (fixture)
+
+
+def test_agent_training_on_a_private_suites_prompt_is_refused_before_a_run_is_recorded(tmp_path, monkeypatch):
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    write_suite(suites, "holdout", write_jsonl(suites / "holdout.jsonl", EVAL), private=True)
+    monkeypatch.setenv("TEMPERING_SUITES", str(suites))
+    task = {
+        "id": "leak-train-000",
+        "env": "leaky",
+        "split": "train",
+        "prompt": "Use the calculator. " + EVAL[12]["prompt"],
+        "tools": ["calculator", "submit"],
+        "goal": {"type": "answer", "value": "1"},
+        "max_steps": 4,
+    }
+    tasks = tmp_path / "leaky.jsonl"
+    tasks.write_text(
+        json.dumps(task) + "\n" + json.dumps({**task, "id": "leak-heldout-000", "split": "heldout"}) + "\n"
+    )
+    cfg = AgentConfig.model_validate(
+        {"tasks": {"suites": [str(tasks)]}, "train": {"steps": 1}, "out": str(tmp_path / "runs")}
+    )
+    with pytest.raises(PrivateSuiteOverlap, match="holdout"):
+        run_agent(cfg)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_agent_training_runs_end_to_end_through_the_sequence_on_a_tiny_model(tmp_path, tiny_dir):
+    """Held-out pass, expert SFT, one RL step, held-out pass again; one recorded run with the
+    summary keys every trainer has (steps, guard, before/after) and the agent's own (gains)."""
+    cfg = AgentConfig.model_validate(
+        {
+            "model": str(tiny_dir),
+            "tasks": {"suites": ["tool_arith"], "eval_limit": 2},
+            "episode": {"max_context_tokens": 256},
+            "sft": {"steps": 1, "batch_size": 2, "max_length": 256},
+            "rl": {"max_new_tokens": 8, "prompts_per_step": 1, "group_size": 2},
+            "train": {"steps": 1},
+            "eval": {"max_new_tokens": 8},
+            "out": str(tmp_path / "runs"),
+            "name": "tiny-agent",
+        }
+    )
+    summary = run_agent(cfg)
+    assert summary["steps"] == 1 and summary["sft"]["steps"] == 1
+    assert set(summary["before"]) == set(summary["after"]) == set(summary["gain"]) == {"tool_arith"}
+    assert summary["after_sft"]["tool_arith"]["all"]["completion_rate"] >= 0.0
+    assert (tmp_path / "runs" / "tiny-agent" / "trajectories.jsonl").is_file()
+    assert run_agent(cfg) == summary  # a finished run returns its recorded summary
