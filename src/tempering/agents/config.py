@@ -17,6 +17,7 @@ from tempering.config import (
     GRPOSettings,
     HFEngineSettings,
     LoraSettings,
+    RunSettings,
     SamplingSettings,
     Strict,
     TrainSettings,
@@ -84,7 +85,7 @@ class AgentEvalSettings(SamplingSettings):
     """Tokens per model turn."""
 
 
-class AgentConfig(Strict):
+class AgentConfig(RunSettings):
     """`temper agent CONFIG.yaml`: agent SFT on expert trajectories, then trajectory-level GRPO."""
 
     model: str = DEFAULT_MODEL
@@ -106,10 +107,6 @@ class AgentConfig(Strict):
     engine: HFEngineSettings = EngineSettings(kind="hf")
     """The engine that samples episodes, over the model being trained (default: the
     static-batch HFEngine; hf, batching or speculative: vLLM would need weight syncs)."""
-    out: str = "runs"
-    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
-    name: str | None = None
-    """Run name (default: agent-<timestamp>)."""
 
     @model_validator(mode="after")
     def _engine_shares_the_model(self) -> AgentConfig:

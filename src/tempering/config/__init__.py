@@ -5,7 +5,7 @@ documents each field where it is defined. `from tempering.config import X` works
 config name; new code may import from the domain module.
 """
 
-from tempering.config.base import DEFAULT_MODEL, ConfigError, Paths, Strict
+from tempering.config.base import DEFAULT_MODEL, ConfigError, Paths, RunSettings, Strict
 from tempering.config.data import (
     DecontamSettings,
     DedupSettings,
@@ -72,6 +72,7 @@ from tempering.config.train import (
 )
 
 __all__ = [
+    "RunSettings",
     "DEFAULT_MODEL",
     "Paths",
     "Strict",

@@ -34,3 +34,12 @@ class Strict(BaseModel):
 
 class ConfigError(ValueError):
     """A config file or override that does not validate."""
+
+
+class RunSettings(Strict):
+    """What every config that records a run shares: where it is written and what it is called."""
+
+    out: str = "runs"
+    """Run root: each run writes <out>/<name>/ and is recorded in <out>/registry.sqlite."""
+    name: str | None = None
+    """Run name (default: <command>-<timestamp>); re-using a name resumes that run."""

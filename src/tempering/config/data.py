@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tempering.config.base import DEFAULT_MODEL, Paths, Strict
+from tempering.config.base import DEFAULT_MODEL, Paths, RunSettings, Strict
 from tempering.config.grpo import TaskSourceSettings
 from tempering.config.sampling import EngineSettings, HFEngineSettings, SamplingSettings
 
@@ -65,7 +65,7 @@ class MixReplaySettings(Strict):
     """Upsampling cap of the replay data (None: no cap)."""
 
 
-class MixConfig(Strict):
+class MixConfig(RunSettings):
     """`temper data mix CONFIG.yaml`: a seeded, epoch-aware weighted mixture of sources."""
 
     sources: list[MixSourceSettings] = Field(min_length=1)
@@ -86,13 +86,9 @@ class MixConfig(Strict):
     """Largest accepted |realised - effective share|; beyond it the command fails."""
     output: str | None = None
     """Where the mixed JSONL goes (default: runs/<name>/mix.jsonl)."""
-    out: str = "runs"
-    """Run root: the mix is recorded as a run in runs/registry.sqlite."""
-    name: str | None = None
-    """Run name (default: mix-<timestamp>)."""
 
 
-class StratifyConfig(Strict):
+class StratifyConfig(RunSettings):
     """`temper data stratify CONFIG.yaml`: measured pass rates -> difficulty buckets -> an RL set."""
 
     model: str = DEFAULT_MODEL
@@ -121,13 +117,9 @@ class StratifyConfig(Strict):
     """The engine that samples (default: the static-batch HFEngine; docs/inference.md)."""
     threads: int | None = Field(None, ge=1)
     """torch intra-op threads (None: torch's default)."""
-    out: str = "runs"
-    """Run root: writes runs/<name>/{stratified,rl_set}.jsonl and report.json."""
-    name: str | None = None
-    """Run name (default: stratify-<timestamp>)."""
 
 
-class FeedbackConfig(Strict):
+class FeedbackConfig(RunSettings):
     """The pipeline's `feedback` stage: failed eval cases, served bad cases and votes -> next round's data."""
 
     evals: Paths = []
@@ -146,13 +138,9 @@ class FeedbackConfig(Strict):
     """Failure clusters (None: chosen by silhouette)."""
     seed: int = 0
     """Seed of the clustering."""
-    out: str = "runs"
-    """Run root."""
-    name: str | None = None
-    """Run name (default: feedback-<time>)."""
 
 
-class SynthConfig(Strict):
+class SynthConfig(RunSettings):
     """`temper data synth CONFIG.yaml`: the flywheel, generate -> verify -> keep the best -> SFT set."""
 
     model: str = DEFAULT_MODEL
@@ -182,7 +170,3 @@ class SynthConfig(Strict):
     """The engine that samples (default: the static-batch HFEngine; docs/inference.md)."""
     threads: int | None = Field(None, ge=1)
     """torch intra-op threads (None: torch's default)."""
-    out: str = "runs"
-    """Run root: writes runs/<name>/{sft,failures,pairs}.jsonl and report.json."""
-    name: str | None = None
-    """Run name (default: synth-<timestamp>)."""

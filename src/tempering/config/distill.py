@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from tempering.config.base import DEFAULT_MODEL, Strict
+from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict
 from tempering.config.train import DataSettings, TrainSettings
 
 
@@ -36,7 +36,7 @@ class DistillLoss(Strict):
     assistant tokens (sequence-level distillation when the data are the teacher's generations)."""
 
 
-class DistillConfig(Strict):
+class DistillConfig(RunSettings):
     """`temper distill CONFIG.yaml`: train a student on a teacher's logits and generations."""
 
     teacher: str = DEFAULT_MODEL
@@ -49,7 +49,3 @@ class DistillConfig(Strict):
     """KL temperature and the KL / cross-entropy mix."""
     train: TrainSettings
     """Steps, batch, precision, seed, optimizer, guard and checkpoints (all student parameters train)."""
-    out: str = "runs"
-    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
-    name: str | None = None
-    """Run name (default: distill-<timestamp>)."""

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from tempering.config.base import DEFAULT_MODEL, Strict
+from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict
 from tempering.config.sampling import EngineSettings, SamplingSettings, ScaleSettings
 from tempering.config.train import LoraSettings, TrainSettings
 
@@ -124,7 +124,7 @@ class HeldoutSettings(SamplingSettings):
     """Held-out evaluations compared for the divergence alarm."""
 
 
-class GRPOConfig(Strict):
+class GRPOConfig(RunSettings):
     """`temper grpo CONFIG.yaml`: RL with verifiable rewards."""
 
     model: str = DEFAULT_MODEL
@@ -143,10 +143,6 @@ class GRPOConfig(Strict):
     """The engine that samples rollouts and held-out evals."""
     train: TrainSettings
     """Steps, micro-batches, precision, seed, optimizer, guard and checkpoints."""
-    out: str = "runs"
-    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
-    name: str | None = None
-    """Run name (default: grpo-<timestamp>)."""
     scale: ScaleSettings | None = None
     """Rollout engines and reward workers as Ray actors (docs/scale.md); None: in this process."""
 

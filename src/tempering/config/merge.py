@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from tempering.config.base import Paths, Strict
+from tempering.config.base import Paths, RunSettings
 
 
-class MergeConfig(Strict):
+class MergeConfig(RunSettings):
     """`temper merge CONFIG.yaml`: merge LoRA adapters (PEFT) or full models (mergekit) into one."""
 
     inputs: Paths = Field(min_length=1)
@@ -30,10 +30,6 @@ class MergeConfig(Strict):
     """Weights of the merge and of what it writes."""
     seed: int = 0
     """Seeds DARE's random drop."""
-    out: str = "runs"
-    """Run root: writes runs/<name>/final and records the merge in runs/registry.sqlite."""
-    name: str | None = None
-    """Run name (default: merge-<timestamp>)."""
 
     @model_validator(mode="after")
     def _weights_match(self) -> MergeConfig:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from tempering.config.base import DEFAULT_MODEL, Paths, Strict
+from tempering.config.base import DEFAULT_MODEL, Paths, RunSettings, Strict
 from tempering.config.grpo import TaskSourceSettings
 from tempering.config.sampling import EngineSettings, HFEngineSettings, SamplingSettings
 from tempering.config.train import LoraSettings, TrainSettings
@@ -47,7 +47,7 @@ class PreferenceSettings(Strict):
     step with adapters disabled."""
 
 
-class DPOConfig(Strict):
+class DPOConfig(RunSettings):
     """`temper dpo CONFIG.yaml`: preference optimisation (DPO, IPO, SimPO) on preference pairs."""
 
     model: str = DEFAULT_MODEL
@@ -60,10 +60,6 @@ class DPOConfig(Strict):
     """Loss type, beta, label smoothing, SimPO margin, SFT term, reference source."""
     train: TrainSettings
     """Steps, pairs per micro-batch (batch_size), precision, seed, optimizer, guard and checkpoints."""
-    out: str = "runs"
-    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
-    name: str | None = None
-    """Run name (default: dpo-<timestamp>)."""
 
 
 class PairSampling(SamplingSettings):
@@ -75,7 +71,7 @@ class PairSampling(SamplingSettings):
     """Most tokens per candidate; a truncated candidate may be rejected, never chosen."""
 
 
-class PairsConfig(Strict):
+class PairsConfig(RunSettings):
     """`temper data pairs`: verifier-built preference pairs from a model's own samples."""
 
     model: str = DEFAULT_MODEL
@@ -114,10 +110,6 @@ class PairsConfig(Strict):
     """auto: bf16 only where it is native, else fp32."""
     engine: HFEngineSettings = EngineSettings(kind="hf")
     """The engine that samples (default: the static-batch HFEngine; docs/inference.md)."""
-    out: str = "runs"
-    """Run root: the generation is recorded in runs/registry.sqlite like any run."""
-    name: str | None = None
-    """Run name (default: pairs-<timestamp>)."""
 
 
 class RMDataSettings(Strict):
@@ -171,7 +163,7 @@ class BestOfNSettings(SamplingSettings):
     """The engine that samples the candidates (default: the static-batch HFEngine; docs/inference.md)."""
 
 
-class RMConfig(Strict):
+class RMConfig(RunSettings):
     """`temper rm CONFIG.yaml`: a Bradley-Terry reward model on preference pairs."""
 
     model: str = DEFAULT_MODEL
@@ -186,7 +178,3 @@ class RMConfig(Strict):
     """Steps, pairs per micro-batch, precision, seed, optimizer, guard and checkpoints."""
     best_of_n: BestOfNSettings | None = None
     """Optional best-of-n evaluation with the trained model; null: skipped."""
-    out: str = "runs"
-    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
-    name: str | None = None
-    """Run name (default: rm-<timestamp>)."""

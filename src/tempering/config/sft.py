@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from tempering.config.base import DEFAULT_MODEL, Strict
+from tempering.config.base import DEFAULT_MODEL, RunSettings
 from tempering.config.train import DataSettings, LoraSettings, TrainSettings
 
 
-class SFTConfig(Strict):
+class SFTConfig(RunSettings):
     """`temper sft CONFIG.yaml`: supervised fine-tuning on conversations."""
 
     model: str = DEFAULT_MODEL
@@ -17,7 +17,3 @@ class SFTConfig(Strict):
     """Training, eval and replay data, and how it is rendered and packed."""
     train: TrainSettings
     """Steps, batch, precision, seed, optimizer, guard and checkpoints."""
-    out: str = "runs"
-    """Run root: each run writes runs/<name>/ and is recorded in runs/registry.sqlite."""
-    name: str | None = None
-    """Run name (default: sft-<timestamp>)."""
