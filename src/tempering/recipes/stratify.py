@@ -156,27 +156,36 @@ def load_task_source(s: TaskSourceSettings) -> list[Task]:
     return tasks
 
 
+def sample_task_source(
+    cfg: Any, n: int, label: str, console: Console
+) -> tuple[list[Task], list[list[Trajectory]], str]:
+    """(tasks, their groups of `n` verified samples, the engine's identity) of a stratify or synth config: its task source
+    sampled through its engine, with its sampling settings, seed, batching and reward workers."""
+    from tempering.rollout.select import load_engine
+
+    tasks = load_task_source(cfg.tasks)
+    engine = load_engine(cfg.engine, cfg.model, cfg.precision)
+    groups = sample_tasks(
+        tasks,
+        engine,
+        cfg.sampling,
+        n,
+        seed=cfg.seed,
+        batch_prompts=cfg.batch_prompts,
+        reward_workers=cfg.reward_workers,
+        label=label,
+        console=console,
+    )
+    return tasks, groups, engine.identity
+
+
 def run_stratify(cfg: StratifyConfig, force: bool = False, console: Console | None = None) -> dict[str, Any]:
     """Measure, bucket and write; the run is recorded (inputs: tasks, base model)."""
     console = console or Console(stderr=True)
     with run_stage(stratify_stage(cfg, force)) as stage:
         if stage.finished:
             return stage.result.summary
-        from tempering.rollout.select import load_engine
-
-        tasks = load_task_source(cfg.tasks)
-        engine = load_engine(cfg.engine, cfg.model, cfg.precision)
-        groups = sample_tasks(
-            tasks,
-            engine,
-            cfg.sampling,
-            cfg.k,
-            seed=cfg.seed,
-            batch_prompts=cfg.batch_prompts,
-            reward_workers=cfg.reward_workers,
-            label="stratify",
-            console=console,
-        )
+        tasks, groups, generator_hash = sample_task_source(cfg, cfg.k, "stratify", console)
         stratified, rl_set, report = stratify(
             pass_rates(tasks, groups), cfg.too_easy, cfg.too_hard, cfg.order, cfg.seed
         )
@@ -190,7 +199,7 @@ def run_stratify(cfg: StratifyConfig, force: bool = False, console: Console | No
         summary = {
             "steps": 1,
             "model": cfg.model,
-            "generator_hash": engine.identity,
+            "generator_hash": generator_hash,
             "k": cfg.k,
             "sampling": cfg.sampling.model_dump(),
             **report,

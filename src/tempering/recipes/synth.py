@@ -25,7 +25,7 @@ from rich.console import Console
 
 from tempering.atomic import write_jsonl_atomic
 from tempering.config import SynthConfig
-from tempering.recipes.stratify import load_task_source, sample_tasks
+from tempering.recipes.stratify import sample_task_source
 from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.types import Task, Trajectory
 
@@ -145,22 +145,7 @@ def run_synth(cfg: SynthConfig, force: bool = False, console: Console | None = N
     with run_stage(synth_stage(cfg, force)) as stage:
         if stage.finished:
             return stage.result.summary
-        from tempering.rollout.select import load_engine
-
-        tasks = load_task_source(cfg.tasks)
-        engine = load_engine(cfg.engine, cfg.model, cfg.precision)
-        groups = sample_tasks(
-            tasks,
-            engine,
-            cfg.sampling,
-            cfg.n,
-            seed=cfg.seed,
-            batch_prompts=cfg.batch_prompts,
-            reward_workers=cfg.reward_workers,
-            label="synth",
-            console=console,
-        )
-        generator_hash = engine.identity  # one pass over the weights
+        tasks, groups, generator_hash = sample_task_source(cfg, cfg.n, "synth", console)
         sft, failures, pairs, counts = synth_rows(tasks, groups, cfg, generator_hash)
         outputs, digests = {}, {}
         for key, rows in (("sft", sft), ("failures", failures)) + ((("pairs", pairs),) if cfg.pairs else ()):
