@@ -11,11 +11,41 @@ Every batch knows its device move (`to`) and how many real (non-pad) tokens it h
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, NotRequired, Protocol, TypedDict, TypeVar
 
 import torch
 
 B = TypeVar("B", bound="Batch")
+
+
+class SFTBatch(TypedDict):
+    """Next-token batches (`data.batches.pad_batch` / `pack_batch`; SFT and distillation). Shapes (B, T)."""
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor  # -100 where no loss is taken (prompt, tool turns, padding)
+    attention_mask: NotRequired[torch.Tensor]  # padded batches
+    position_ids: NotRequired[torch.Tensor]  # packed batches: positions restart per conversation
+
+
+def model_inputs(batch: SFTBatch) -> dict[str, torch.Tensor]:
+    """The forward's keyword arguments of a next-token batch: ids, and its mask or positions."""
+    return {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "position_ids")}
+
+
+class PairBatch(TypedDict):
+    """Preference pairs (`data.pair_batches.collate_pairs`), one shared prompt per pair. Shapes: (B, P)
+    prompts, left-padded; (2B, C) answers, right-padded, rows chosen_0, rejected_0, chosen_1, ...;
+    (B,) per pair."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    score_mask: torch.Tensor  # the answer tokens summed into a sequence log-prob
+    weights: torch.Tensor  # (B,) per-pair loss weights (annotator agreement)
+    n_real_tokens: int
+    index: NotRequired[torch.Tensor]  # (B,) the pairs' indices in their set (added by `PairBatches`)
+    ref_logps: NotRequired[torch.Tensor]  # (B, 2) cached reference sums (chosen, rejected), when given
 
 
 class Batch(Protocol):

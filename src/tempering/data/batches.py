@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from tempering.batches import SFTBatch
 from tempering.data.render import IGNORE, RenderedExample
 
 
@@ -110,7 +111,7 @@ class EpochWalk:
         self.order.load_state_dict(state)
 
 
-def pad_batch(examples: list[RenderedExample], pad_id: int) -> dict[str, torch.Tensor]:
+def pad_batch(examples: list[RenderedExample], pad_id: int) -> SFTBatch:
     """Right-padded (B, T) batch with a 2D attention mask."""
     width = max(len(e.input_ids) for e in examples)
     ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
@@ -159,7 +160,7 @@ def plan_rows(lengths: list[int], max_length: int, stride: int = 16) -> list[lis
     return best[1]
 
 
-def pack_batch(examples: list[RenderedExample], max_length: int, pad_id: int) -> dict[str, torch.Tensor]:
+def pack_batch(examples: list[RenderedExample], max_length: int, pad_id: int) -> SFTBatch:
     """Packed (R, T) batch: `position_ids` restart per conversation; no attention mask.
 
     Row padding forms its own position segment with IGNORE labels, so it is never

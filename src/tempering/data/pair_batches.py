@@ -21,12 +21,13 @@ from typing import Any, Sequence
 
 import torch
 
+from tempering.batches import PairBatch
 from tempering.data.batches import EpochWalk
 from tempering.data.padding import PAD_ID, left_pad, right_pad
 from tempering.data.pair_render import RenderedPair
 
 
-def collate_pairs(pairs: Sequence[RenderedPair], pad_id: int = PAD_ID) -> dict[str, Any]:
+def collate_pairs(pairs: Sequence[RenderedPair], pad_id: int = PAD_ID) -> PairBatch:
     """Tensors of one batch (see the module docstring; no `ref_logps` / `index`)."""
     prompt_ids, prompt_mask = left_pad([p.prompt_ids for p in pairs], pad_id)
     sides = [(pair, side) for pair in pairs for side in ("chosen", "rejected")]  # rows 2i, 2i + 1

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from tempering.batches import SFTBatch, model_inputs
 from tempering.objectives.sft import count_targets
 from tempering.types import IGNORE
 
@@ -62,15 +63,15 @@ class DistillObjective:
         self.teacher = teacher.eval().requires_grad_(False)
         self.temperature, self.kl_weight = temperature, kl_weight
 
-    def units(self, batch: dict[str, Any]) -> int:
+    def units(self, batch: SFTBatch) -> int:
         return count_targets(batch)
 
     def _logits(self, model: Any, inputs: dict[str, Any], keep: torch.Tensor) -> torch.Tensor:
         hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state[:, :-1]
         return model.get_output_embeddings()(hidden[keep])
 
-    def loss(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
+    def loss(self, model: Any, batch: SFTBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        inputs = model_inputs(batch)
         targets = batch["labels"][:, 1:]
         keep = targets != IGNORE
         with torch.no_grad():

@@ -18,12 +18,13 @@ from typing import Any
 
 import torch
 
+from tempering.batches import PairBatch
 from tempering.config import PreferenceSettings
 from tempering.models.logprobs import grouped_logprobs
 from tempering.objectives.preference import REFERENCE_FREE, preference_losses
 
 
-def pair_sequence_logps(model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pair_sequence_logps(model: Any, batch: PairBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(chosen sums (B,), rejected sums (B,), mean entropy of scored tokens) of one pair batch."""
     args = (batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], batch["completion_mask"])
     logp, entropy = grouped_logprobs(model, *args)
@@ -47,7 +48,7 @@ def adapters_disabled(model: Any) -> Any:
     )
 
 
-def pair_sums(model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+def pair_sums(model: Any, batch: PairBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """(chosen sums, rejected sums) of a pair batch: what the reference cache stores."""
     chosen, rejected, _ = pair_sequence_logps(model, batch)
     return chosen, rejected
@@ -61,10 +62,10 @@ class PreferenceObjective:
         self.name = settings.loss
         self.needs_reference = settings.loss not in REFERENCE_FREE
 
-    def units(self, batch: dict[str, Any]) -> int:
+    def units(self, batch: PairBatch) -> int:
         return int(batch["prompt_ids"].shape[0])
 
-    def reference(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def reference(self, model: Any, batch: PairBatch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         if not self.needs_reference:
             return None, None
         if "ref_logps" in batch:
@@ -74,7 +75,7 @@ class PreferenceObjective:
             chosen, rejected, _ = pair_sequence_logps(model, batch)
         return chosen, rejected
 
-    def loss(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, model: Any, batch: PairBatch) -> tuple[torch.Tensor, dict[str, float]]:
         ref_chosen, ref_rejected = self.reference(model, batch)
         chosen, rejected, entropy = pair_sequence_logps(model, batch)
         lengths = batch["score_mask"].sum(dim=1).to(chosen.dtype)

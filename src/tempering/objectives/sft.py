@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from tempering.batches import SFTBatch, model_inputs
 from tempering.models.logprobs import head_logprobs
 from tempering.types import IGNORE
 
@@ -38,7 +39,7 @@ def masked_nll_sum(
     return -logp.sum(), keep.sum()
 
 
-def count_targets(batch: dict[str, Any]) -> int:
+def count_targets(batch: SFTBatch) -> int:
     """Target tokens in a batch: the normaliser's share of this micro-batch."""
     return int((batch["labels"][:, 1:] != IGNORE).sum())
 
@@ -48,12 +49,12 @@ class SFTObjective:
 
     name = "sft"
 
-    def units(self, batch: dict[str, Any]) -> int:
+    def units(self, batch: SFTBatch) -> int:
         return count_targets(batch)
 
-    def loss(self, model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, model: Any, batch: SFTBatch) -> tuple[torch.Tensor, dict[str, float]]:
         decoder = model.get_decoder()
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
+        inputs = model_inputs(batch)
         hidden = decoder(**inputs, use_cache=False).last_hidden_state
         loss_sum, _ = masked_nll_sum(hidden, model.get_output_embeddings(), batch["labels"])
         return loss_sum, {}
