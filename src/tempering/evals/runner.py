@@ -1,6 +1,6 @@
 """Run one eval suite on one model: batched sampling, threaded scoring, every statistic.
 
-    result = run_suite(load_suite("arithmetic-add"), HFEngine(model, tokenizer), seeds=3)
+    result = run_suite(load_suite("arithmetic-add"), build_engine(EngineSettings(kind="hf"), model, tokenizer, "auto"), seeds=3)
 
 What a run does:
   1. renders each task's prompt through each template (chat template of the model);
