@@ -9,6 +9,7 @@ from tests.hoststate import leftovers, processes_of
 from typer.testing import CliRunner
 
 from tempering.sandbox import BwrapBackend, Limits, SandboxPool, SandboxUnavailable, UnsafeLocalBackend
+from tempering.sandbox.base import Job
 from tempering.sandbox.cli import app
 from tempering.sandbox.scratch import scratch_mounts
 
@@ -175,3 +176,20 @@ def test_slot_reuse_leaks_nothing_between_runs():
         ran_with = (lease.scratch, lease.cgroup)
     assert ran_with[0].path not in {m for m in scratch_mounts()}
     assert not any(os.path.exists(ran_with[1].path(c)) for c in ("memory", "pids", "freezer", "cpuacct"))
+
+
+@pytest.mark.parametrize(
+    "argv,env",
+    [
+        (("echo", "a\0b"), {}),
+        (("echo",), {"K": "v\0--bind\0/\0/host"}),
+        (("echo",), {"K\0": "v"}),
+        (("echo",), {"K=V": "v"}),
+        (("echo",), {"": "v"}),
+        (("echo",), {"K": 1}),
+    ],
+    ids=["nul-in-argv", "nul-in-value", "nul-in-name", "equals-in-name", "empty-name", "not-a-string"],
+)
+def test_job_refuses_what_no_backend_passes_on_faithfully(argv, env):
+    with pytest.raises(ValueError, match=r"^sandbox (argv\[\d+\]|env) .*without NUL"):
+        Job(argv=argv, env=env, uid=20000, gid=20000, workdir="/tmp", limits=Limits())

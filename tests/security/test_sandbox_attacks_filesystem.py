@@ -1,4 +1,5 @@
-"""Reading host files, writing outside scratch, symlink escapes, /dev, host /proc and env."""
+"""Reading host files, writing outside scratch, symlink escapes, /dev, host /proc and env,
+and smuggling mount options through NUL bytes in env or argv."""
 
 import os
 
@@ -126,3 +127,29 @@ def test_dev_is_minimal(pool):
 def test_mknod_refused(pool):
     r = pool.exec("mknod /tmp/sda b 8 0 && echo MADE; mknod /work/mem c 1 1 && echo MADE; echo done")
     assert "MADE" not in r.stdout
+
+
+# bwrap reads its options NUL-separated from a memfd: a NUL inside an env value or an argument
+# would end it and start options of the caller's choosing, here the host / bound at /host.
+INJECT = "x\0--bind\0/\0/host"
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        {"env": {"GREETING": INJECT}},
+        {"env": {"GREETING\0--bind\0/\0/host\0X": "1"}},
+        {"env": {"A=B": "1"}},
+        {"command": ["bash", "-c", "ls /host; echo probed", INJECT]},
+    ],
+    ids=["env-value", "env-name", "env-name-with-equals", "argv"],
+)
+def test_nul_and_equals_cannot_smuggle_bwrap_options(pool, canary_dir, how):
+    call = {"command": f"ls /host{canary_dir} && echo probe > /host{canary_dir}/written; echo probed", **how}
+    with pytest.raises(ValueError, match="without NUL"):
+        pool.exec(**call)
+    with pool.session() as s:
+        with pytest.raises(ValueError, match="without NUL"):
+            s.exec(**call)
+        assert s.list_files() == []  # refused before anything was written or started
+    assert not os.path.exists(os.path.join(canary_dir, "written"))

@@ -130,6 +130,20 @@ class Job:
     """Host directory mounted as the writable work dir."""
     limits: Limits
 
+    def __post_init__(self) -> None:
+        # Every launch is built from a Job, so this is the one place that refuses strings
+        # no backend can pass on faithfully: bwrap reads its options NUL-separated from a
+        # memfd, so a NUL in an env value would start a new option (`--bind / /host`);
+        # nsjail and execve take `KEY=VALUE`, so `=` in a key would move the split.
+        for i, arg in enumerate(self.argv):
+            if not isinstance(arg, str) or "\0" in arg:
+                raise ValueError(f"sandbox argv[{i}] must be a string without NUL bytes, got {arg!r:.80}")
+        for key, value in self.env.items():
+            if not isinstance(key, str) or not key or "\0" in key or "=" in key:
+                raise ValueError(f"sandbox env name {key!r:.80} must be a non-empty string without NUL or '='")
+            if not isinstance(value, str) or "\0" in value:
+                raise ValueError(f"sandbox env value of {key} must be a string without NUL bytes, got {value!r:.80}")
+
 
 @dataclass
 class Launch:

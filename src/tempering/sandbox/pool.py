@@ -230,6 +230,10 @@ class SandboxPool:
             code: Python source, run as /work/main.py with the standard library only.
             files: relative path -> content, written into /work first.
             collect: relative paths read back from /work afterwards into `result.files`.
+
+        Raises:
+            ValueError: bad arguments, e.g. a NUL byte in the command or `env`, or an env
+                name that is empty or holds '=' (see `Job`); nothing is started.
         """
         self.check()
         limits = limits or self.limits
@@ -272,25 +276,30 @@ class SandboxPool:
         For `Session` and the self-check; callers hold a slot (`slot()`). Never raises for what
         the program did: a scratch the program left uncleanable is rebuilt, and the run's
         own result is returned (the damage is the candidate's failure, not the sandbox's).
+
+        Raises:
+            ValueError: a NUL byte in `argv` or `env`, or an env name that is empty or holds
+                '=' (refused by `Job` before anything is written or started).
         """
         full_env = {**SANDBOX_ENV, **(env or {})}
-        size = sum(len(a) + 1 for a in argv) + sum(len(k) + len(v) + 2 for k, v in full_env.items())
-        if size > ARG_MAX_BYTES:
-            return self._count(
-                ExecResult(
-                    "nonzero_exit",
-                    exit_code=126,
-                    backend=self.backend.name,
-                    stderr=f"argument list too long ({size} bytes > {ARG_MAX_BYTES})\n",
-                )
-            )
         try:
             scratch = scratch or lease.slot_scratch(limits.scratch_bytes)
         except SandboxFailure as e:
             return self._count(ExecResult("sandbox_error", error=str(e), backend=self.backend.name))
         try:
-            scratch.write(dict(files))
+            # Job refuses NUL bytes and bad env names (ValueError) before anything is written or started
             job = Job(argv=tuple(argv), env=full_env, uid=lease.uid, gid=lease.gid, workdir=scratch.path, limits=limits)
+            size = sum(len(a) + 1 for a in argv) + sum(len(k) + len(v) + 2 for k, v in full_env.items())
+            if size > ARG_MAX_BYTES:
+                return self._count(
+                    ExecResult(
+                        "nonzero_exit",
+                        exit_code=126,
+                        backend=self.backend.name,
+                        stderr=f"argument list too long ({size} bytes > {ARG_MAX_BYTES})\n",
+                    )
+                )
+            scratch.write(dict(files))
             result = run_job(self.backend, job, self.cgroups, stdin=stdin, slot=lease.slot_cgroup(self.cgroups))
             if not self.backend.isolated:
                 warnings.warn(
