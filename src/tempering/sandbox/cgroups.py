@@ -1,7 +1,8 @@
 """One cgroup (v1: memory, pids, freezer, cpuacct) per sandbox run, or one per pool slot reused.
 
 The cgroup is what caps a run as a whole: total memory including tmpfs pages (RLIMIT_AS is
-per process and does not see tmpfs), total processes, total CPU time, and it is how every
+per process and does not see tmpfs) and, at the same cap, TCP socket buffers
+(`set_memory_limits`), total processes, total CPU time, and it is how every
 process of the run is found and killed, daemons and `setsid` escapees included:
 freeze, SIGKILL every member, thaw, wait until empty, remove.
 
@@ -55,6 +56,30 @@ def _read(path: str) -> str:
         return f.read()
 
 
+def set_memory_limits(mem_dir: str, memory_bytes: int) -> None:
+    """Cap a v1 memory cgroup at `memory_bytes`: user and tmpfs pages, swap, and TCP buffers.
+
+    v1 charges socket buffers to a counter of their own (`memory.kmem.tcp.*`), outside
+    `memory.limit_in_bytes`, and counts them only once a limit is written: without one, a
+    run holding loopback connections it never reads from pins any amount of host memory
+    (1 GiB seen against a 64 MiB cap). With it, sends past the cap block or fail with EAGAIN
+    and unreadable segments are dropped. So a run holds at most its cap in pages plus its
+    cap in TCP buffers. (cgroup v2 charges sockets to memory.max itself.)
+    """
+    memsw = mem_dir + "/memory.memsw.limit_in_bytes"
+    if os.path.exists(memsw):  # lower memsw first when shrinking (memsw >= limit), set it again after
+        try:
+            _write(memsw, str(memory_bytes))
+        except OSError:
+            pass
+    _write(mem_dir + "/memory.limit_in_bytes", str(memory_bytes))
+    if os.path.exists(memsw):  # swap would otherwise let the run exceed its cap
+        _write(memsw, str(memory_bytes))
+    tcp = mem_dir + "/memory.kmem.tcp.limit_in_bytes"
+    if os.path.exists(tcp):  # absent only on kernels without socket accounting
+        _write(tcp, str(memory_bytes))
+
+
 @dataclass(frozen=True)
 class CgroupRoot:
     """Where per-run cgroups are made: /sys/fs/cgroup/<controller>/tempering-sandbox."""
@@ -97,10 +122,7 @@ class CgroupRoot:
         try:
             for c in CONTROLLERS:
                 os.mkdir(cg.path(c))
-            _write(cg.path("memory") + "/memory.limit_in_bytes", str(memory_bytes))
-            memsw = cg.path("memory") + "/memory.memsw.limit_in_bytes"
-            if os.path.exists(memsw):  # swap would otherwise let the run exceed its cap
-                _write(memsw, str(memory_bytes))
+            set_memory_limits(cg.path("memory"), memory_bytes)
             _write(cg.path("pids") + "/pids.max", str(max_pids))
         except OSError as e:
             cg.remove()
@@ -145,15 +167,7 @@ class RunCgroup:
                 _write(mem + "/memory.force_empty", "0")  # reclaim what earlier runs left charged
             if self._limits != (memory_bytes, max_pids):
                 self._limits = None
-                memsw = mem + "/memory.memsw.limit_in_bytes"
-                if os.path.exists(memsw):  # lower memsw first when shrinking, raise it last when growing
-                    try:
-                        _write(memsw, str(memory_bytes))
-                    except OSError:
-                        pass
-                _write(mem + "/memory.limit_in_bytes", str(memory_bytes))
-                if os.path.exists(memsw):
-                    _write(memsw, str(memory_bytes))
+                set_memory_limits(mem, memory_bytes)
                 _write(self.path("pids") + "/pids.max", str(max_pids))
                 self._limits = (memory_bytes, max_pids)
             for f in ("memory.max_usage_in_bytes", "memory.failcnt"):
