@@ -58,7 +58,13 @@ class BwrapBackend:
         return None
 
     def prepare(self, job: Job) -> Launch:
-        """Options go through a memfd (`--args`), so /proc/1/cmdline inside shows no host path."""
+        """Options go through a memfd (`--args`), so /proc/1/cmdline inside shows no host path.
+
+        /proc is read-only: /proc/<pid>/mem of pid 1 (bwrap's init, whose exit status is the
+        run's) or of a parent shell cannot be written, so a program cannot forge the result
+        of what runs around it. The seccomp filter shuts the syscall ways in (ptrace,
+        process_vm_writev).
+        """
         size = str(job.limits.scratch_bytes)
         opts = ["--unshare-all", "--unshare-user"]
         if not self.isolate_network:
@@ -82,6 +88,8 @@ class BwrapBackend:
                 opts += ["--symlink", target, link]
         opts += [
             "--proc",
+            "/proc",
+            "--remount-ro",
             "/proc",
             "--dev",
             "/dev",

@@ -13,6 +13,11 @@ ALLOW, plus an allow list of socket families:
   keyring the launcher joins, no host or earlier-run key is reachable.
 - kernel surface with a history of escapes or cross-process reach: io_uring, userfaultfd,
   bpf, perf_event_open, ptrace, pidfd_getfd, memfd_secret, fanotify: ENOSYS/EPERM.
+- writing another process's memory: ptrace, process_vm_readv/writev (EPERM). Every process
+  of a run has the same uid, so without this the program could rewrite the sandbox's init
+  (pid 1, whose exit status is the run's) or the shell that runs a checker after it, and
+  forge the result. The path-based way in, /proc/<pid>/mem, is shut by mounting the
+  sandbox's /proc read-only (`backends.BwrapBackend`; nsjail mounts it read-only too).
 - cross-slot channels through the shared read-only toolchain inodes: `flock` (ENOLCK) and
   inotify (ENOSYS); fcntl record locks stay (their write locks need a writable file).
 
@@ -35,6 +40,8 @@ DENIED = {
     "add_key": errno.EPERM,
     "request_key": errno.EPERM,
     "ptrace": errno.EPERM,
+    "process_vm_readv": errno.EPERM,
+    "process_vm_writev": errno.EPERM,
     "pidfd_getfd": errno.EPERM,
     "bpf": errno.EPERM,
     "perf_event_open": errno.EPERM,
