@@ -17,33 +17,44 @@ Isolated, and proven by tests/security/ and the start-up self-check:
   supplementary groups, no capabilities, no-new-privs, no nested user namespaces.
 - Filesystem: new mount namespace; read-only binds of a toolchain (/usr, /etc/alternatives,
   /etc/ld.so.cache); / is read-only; /work, /tmp and /dev/shm are size-capped tmpfs; a
-  minimal /dev (null, zero, random, urandom, tty, ...); a /proc of its own pid namespace.
-  /work, /root, /etc/shadow, /sys and the rest of the host filesystem are not visible.
+  minimal /dev (null, zero, random, urandom, tty, ...); a read-only /proc of its own pid
+  namespace. /work, /root, /etc/shadow, /sys and the rest of the host filesystem are not
+  visible.
 - Network: a new network namespace with only its own loopback: host loopback services,
   other interfaces and routes are unreachable. A seccomp filter allows only AF_UNIX,
   AF_INET and AF_INET6 sockets: AF_VSOCK (which no network namespace isolates and which
   reaches a VM's hypervisor), netlink, packet and every other family fail with EAFNOSUPPORT.
 - Kernel surface (seccomp, `sandbox/seccomp.py`; nsjail gets the same rules in Kafel):
-  io_uring, userfaultfd, bpf, perf_event_open, ptrace, pidfd_getfd, memfd_secret, fanotify
-  and the keyring calls are refused; syscalls of a foreign ABI (i386, x32) kill the process.
+  io_uring, userfaultfd, bpf, perf_event_open, ptrace, process_vm_readv/writev, pidfd_getfd,
+  memfd_secret, fanotify and the keyring calls are refused; syscalls of a foreign ABI (i386,
+  x32) kill the process.
 - Keyrings: each run joins a fresh anonymous session keyring before exec, and keyctl,
   add_key and request_key are refused, so a host session keyring (systemd
   KeyringMode=private, runc, pam_keyinit) and keys of earlier runs are out of reach.
 - Processes and signals: new pid, ipc, uts and cgroup namespaces and a new session;
   host processes cannot be seen, signalled or ptraced; the sandbox's own init cannot be
-  ptraced or have its fds taken (pidfd_getfd) either. Its command line holds no host path
-  (bwrap reads its options from a memfd), and stdin is a pipe read once (not a memfd
-  that /proc/1/fd/0 or lseek could rewind). Nothing outlives a run: a per-run
-  cgroup is frozen and SIGKILLed at the end, daemons and `setsid` children included.
+  ptraced or have its fds taken (pidfd_getfd) either. No process of a run can write another's
+  memory: ptrace and process_vm_writev are refused and /proc is read-only, so
+  /proc/<pid>/mem cannot be opened for writing. The program therefore cannot rewrite the
+  sandbox's init, whose exit status is the run's, nor the shell that runs a checker after
+  it, to forge how the run ended. Its command line holds no host path (bwrap reads its
+  options from a memfd), and stdin is a pipe read once (not a memfd that /proc/1/fd/0 or
+  lseek could rewind). Nothing outlives a run: a per-run cgroup is frozen and SIGKILLed at
+  the end, daemons and `setsid` children included.
 - Resources: wall time, total CPU (cgroup) and per-process CPU (RLIMIT_CPU), total memory
-  including tmpfs (memory cgroup), processes (pids cgroup + RLIMIT_NPROC per uid), file
-  size, open files, output bytes (read incrementally, truncated, never buffered whole).
+  including tmpfs (memory cgroup), TCP socket buffers (the cgroup's kernel TCP limit, set to
+  the same cap), processes (pids cgroup + RLIMIT_NPROC per uid), file size, open files,
+  output bytes (read incrementally, truncated, never buffered whole).
   `Limits` refuses NaN and infinite values (they would pass any comparison unenforced).
 - Slot reuse: a reused slot's scratch is emptied by an iterative walk; a tree it cannot
   walk (deeper than 64 levels) gets the tmpfs replaced by a fresh one, so no program can
   break a slot for later runs; its run still returns its own result, and `health()` counts
   rebuilt slots and lists broken ones. Session listings are iterative with a depth cap.
 - Environment: the program sees a fresh environment, never the host's variables.
+- Launch strings: a NUL byte in any argument, env name or env value, and an env name that is
+  empty or holds '=', are refused with ValueError before anything is written or started
+  (`Job`, which every backend launches from): bwrap reads its options NUL-separated, so a
+  NUL would start options of the caller's choosing (`--bind / /host`).
 - Results: `sandbox_error` only when the sandbox itself failed (e.g. bwrap never reported
   the program started, through a channel the program cannot write); program failures
   are `nonzero_exit`, `timeout`, `memory_limit` or `output_limit`.
@@ -68,8 +79,14 @@ Not isolated (known and accepted):
   the default `python3 -E -S` keeps off sys.path but a program can still open).
 - The kernel's own information in /proc (e.g. /proc/cpuinfo, /proc/meminfo, uptime, kernel
   version) is readable.
-- The sandbox's own init (bwrap's pid 1) runs as the same uid: /proc/1 is readable (its
-  fds are the run's own stdio); it holds no capabilities.
+- The sandbox's own init (bwrap's pid 1) runs as the same uid: /proc/1, its memory included,
+  is readable, not writable (it holds the run's own options and stdio); it holds no
+  capabilities. Likewise a program can read, not change, the memory of the shell that
+  started it. Files are another matter: a checker that runs after the program in the same
+  call reads a /work the program could rewrite; run it in a call of its own, with its
+  files written just before.
+- Socket buffers are capped apart from pages (cgroup v1 counts them separately), so a run
+  can hold up to its cap in pages plus its cap in TCP buffers.
 - The `unsafe-local` backend isolates nothing; it exists only for trusted code, is never
   chosen automatically, and warns on every run.
 - The harness must run as root (uids, cgroups, scratch mounts) and sets itself as a child
