@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tempering.evals.contamination import NgramIndex, decontaminate, normalize
+from tempering.evals.contamination import TRAINING_TEXT_FIELDS, NgramIndex, decontaminate, normalize
 
 LONG_TASK = (
     "A farmer has three fields of wheat and each field yields forty bushels in a good year "
@@ -105,7 +105,7 @@ def test_normalize_drops_case_punctuation_and_spacing_but_keeps_operators():
 def test_planted_overlaps_are_found_with_row_ids_and_counts(index, tmp_path):
     path = tmp_path / "train.jsonl"
     write_jsonl(path, planted_rows())
-    hits = {h.row_id: h for h in index.scan_file(path)}
+    hits = {h.row_id: h for h in index.scan_file(path).hits}
     assert sorted(hits) == sorted(["exact", "upper", "spacing", f"{path}:4", f"{path}:5", "private-copy"])
     farm_grams = len(normalize(LONG_TASK)) - 13 + 1  # every 13-gram of the task
     for row_id in ("exact", "upper", f"{path}:4"):
@@ -127,7 +127,8 @@ def test_in_memory_scan_names_rows_without_id_by_position(index):
 def test_clean_dataset_reports_nothing(index, tmp_path):
     path = tmp_path / "clean.jsonl"
     write_jsonl(path, CLEAN_ROWS)
-    assert index.scan_file(path) == []
+    scan = index.scan_file(path)
+    assert (scan.rows, scan.hits, scan.errors) == (6, [], [])
     report = decontaminate(index, path, tmp_path / "out.jsonl")
     assert (report.kept, report.removed, report.removed_ids, report.by_suite) == (6, 0, [], {})
 
@@ -155,14 +156,18 @@ def test_private_suite_text_never_appears_in_reports(index, tmp_path):
     assert "wheat" in dumped  # public suites do show an example of what matched
 
 
-def test_bad_inputs_fail_with_file_line_and_reason(index, tmp_path):
+def test_a_scan_quarantines_unreadable_rows_with_file_line_and_reason(index, tmp_path):
     src = tmp_path / "bad.jsonl"
-    src.write_text(json.dumps(CLEAN_ROWS[0]) + "\n{oops\n")
-    with pytest.raises(ValueError, match=r"bad.jsonl:2: invalid JSON"):
-        index.scan_file(src)
-    src.write_text(json.dumps({"id": "x", "label": 3}) + "\n")
-    with pytest.raises(ValueError, match=r"bad.jsonl:1: no text to check"):
-        index.scan_file(src)
+    rows = [CLEAN_ROWS[0], chat(LONG_TASK, id="leak")]
+    src.write_text(
+        json.dumps(rows[0]) + "\n{oops\n" + json.dumps({"id": "x", "label": 3}) + "\n" + json.dumps(rows[1]) + "\n"
+    )
+    scan = index.scan_file(src)
+    assert scan.rows == 4 and [h.row_id for h in scan.hits] == ["leak"]  # rows after the bad ones still scanned
+    assert [str(e) for e in scan.errors] == [
+        f"{src}:2: invalid JSON (Expecting property name enclosed in double quotes at column 2)",
+        f"{src}:3: no text to check (expected one of {', '.join(TRAINING_TEXT_FIELDS)})",
+    ]
 
 
 def test_decontaminate_quarantines_bad_rows_and_writes_atomically_with_a_checksum(index, tmp_path):

@@ -33,7 +33,7 @@ collision (about 1 in 2^64 per lookup).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -56,6 +56,7 @@ __all__ = [
     "NgramIndex",
     "TaskMatch",
     "Hit",
+    "FileScan",
     "DecontamReport",
     "decontaminate",
     "normalize",
@@ -269,24 +270,44 @@ class NgramIndex:
                 hits.append(Hit(_row_id(row, f"{source}:{i}"), found))
         return hits
 
-    def scan_file(self, path: str | Path) -> list[Hit]:
-        """Hits in a data file (JSONL / JSON / Parquet); rows without `id` are `path:line`.
+    def read_file(self, path: str | Path) -> Iterator[tuple[str, Any, tuple[TaskMatch, ...], RowError | None]]:
+        """(location, row, matches, error) for each row of a data file (JSONL / JSON / Parquet).
 
-        Raises:
-            ValueError: on the first unreadable row, naming `path:line` (see `decontaminate`
-                for the quarantining variant).
+        The one reader of training files for contamination: rows come from the reader
+        training uses (`data.streams.stream_rows`), and a row that cannot be read (bad
+        JSON, not UTF-8, no text) is yielded with its `RowError` and no matches instead of
+        stopping the scan, so callers quarantine and count it as training does.
         """
-        hits = []
         for location, obj, error in stream_rows(path):
-            try:
-                if error is not None:
-                    raise ValueError(str(error))
-                found = self.matches(obj)
-            except ValueError as exc:
-                raise ValueError(f"{where(path, location)}: {exc}") from None
-            if found:
-                hits.append(Hit(_row_id(obj, where(path, location)), found))
-        return hits
+            found: tuple[TaskMatch, ...] = ()
+            problem = None if error is None else str(error)
+            if problem is None:
+                try:
+                    found = self.matches(obj)
+                except ValueError as exc:
+                    problem = str(exc)
+            yield location, obj, found, None if problem is None else RowError(str(path), location, problem, obj)
+
+    def scan_file(self, path: str | Path) -> FileScan:
+        """Hits in a data file; rows without `id` are `path:line`. Unreadable rows are
+        quarantined in the result's `errors`, never raised (see `read_file`)."""
+        scan = FileScan()
+        for location, obj, found, error in self.read_file(path):
+            scan.rows += 1
+            if error is not None:
+                scan.errors.append(error)
+            elif found:
+                scan.hits.append(Hit(_row_id(obj, where(path, location)), found))
+        return scan
+
+
+@dataclass
+class FileScan:
+    """What `NgramIndex.scan_file` found in one file: hits, and the rows it could not read."""
+
+    hits: list[Hit] = field(default_factory=list)
+    errors: list[RowError] = field(default_factory=list)
+    rows: int = 0
 
 
 def _row_id(row: Any, fallback: str) -> str:
@@ -339,17 +360,13 @@ def decontaminate(
     report = DecontamReport()
     writer = AtomicJsonl(require_jsonl(out_path), sidecar=True) if out_path is not None else None
     with writer if writer is not None else _NoWriter():
-        for location, obj, error in stream_rows(in_path):
+        for location, obj, found, error in index.read_file(in_path):
             report.rows += 1
             if progress is not None and report.rows % 10_000 == 0:
                 progress(report.rows)
-            try:
-                if error is not None:
-                    raise ValueError(str(error))
-                found = index.matches(obj)
-            except ValueError as exc:
+            if error is not None:
                 report.quarantined += 1
-                report.errors.append(RowError(str(in_path), location, str(exc), obj))
+                report.errors.append(error)
                 continue
             if not found:
                 report.kept += 1
