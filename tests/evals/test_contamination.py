@@ -237,8 +237,10 @@ def test_a_header_every_task_shares_is_boilerplate_and_flags_nothing(boiler_inde
     # the header alone has 19 words: 7 grams, each in all three "word" tasks (>= 3): not indexed
     assert boiler_index.boilerplate_grams == 7
     assert boiler_index.matches({"text": HEADER + " Then write a poem about the sea and the sky at night."}) == ()
-    (m,) = boiler_index.matches({"text": "Homework: " + HEADER + " " + QUESTIONS[1] + " Thanks!"})
-    assert m.task_id == "q1" and m.ngrams == len(normalize(HEADER + " " + QUESTIONS[1])) - 12 - 7
+    # a task is indexed by its own text: the grams straddling the header go with it
+    for row in (HEADER + " " + QUESTIONS[1], QUESTIONS[1]):
+        (m,) = boiler_index.matches({"text": "Homework: " + row + " Thanks!"})
+        assert m.task_id == "q1" and m.ngrams == len(normalize(QUESTIONS[1])) - 12
 
 
 def test_a_phrase_one_task_quotes_is_below_the_coverage_rule(boiler_index):
@@ -246,8 +248,9 @@ def test_a_phrase_one_task_quotes_is_below_the_coverage_rule(boiler_index):
     task_grams = len(normalize(QUESTIONS[0] + " " + NOTICE)) - 12
     assert task_grams == 30
     assert boiler_index.matches({"text": "Some unrelated story. " + NOTICE}) == ()
-    (m,) = boiler_index.matches({"text": QUESTIONS[0].replace("apples", "pears") + " " + NOTICE})
-    assert (m.task_id, m.ngrams) == ("n1", 30)
+    found = boiler_index.matches({"text": QUESTIONS[0].replace("apples", "pears") + " " + NOTICE})
+    # n1 itself; and q0's question with one word changed: 5 of q0's 8 own grams (its header is boilerplate)
+    assert [(m.task_id, m.ngrams) for m in found] == [("q0", 5), ("n1", 30)]
     strict = NgramIndex(n=13, min_coverage=0.3)  # a lower bar takes the notice for the task
     strict.add("notice", "n1", QUESTIONS[0].replace("apples", "pears") + " " + NOTICE)
     assert [m.task_id for m in strict.matches({"text": NOTICE})] == ["n1"]
@@ -297,6 +300,7 @@ def test_labelled_set_recall_and_precision_per_kind_at_least_095(tmp_path):
     result = bench.bench_decontam(60, 40, 300, tmp_path)
     for kind in bench.KINDS:
         assert result[f"decontam_recall_{kind}"] >= 0.95, kind
+        assert result[f"decontam_recall_{kind}_short"] == 1.0, kind  # short questions, with or without the header
         assert result[f"decontam_precision_{kind}"] >= 0.95, kind
     assert result["decontam_precision"] >= 0.95 and result["decontam_right_task"] >= 0.95
     # the hard negatives are hard: the plain any-gram rule takes the shared header and the notice for tasks
@@ -317,3 +321,40 @@ def test_streamed_rows_with_planted_contamination_are_all_found(tmp_path):
     report = decontaminate(index, tmp_path / "rows.jsonl", tmp_path / "kept.jsonl", progress=seen.append)
     assert report.removed_ids == planted and len(planted) == 30
     assert report.kept == 2970 and seen == []  # progress ticks every 10,000 rows
+
+
+def _rewrapped(text: str) -> str:
+    words = text.split()
+    return "\n".join(" ".join(words[i : i + 8]) for i in range(0, len(words), 8))
+
+
+HUMANEVAL_DISGUISES = {
+    "rewrapped": _rewrapped,  # a line break every 8 words
+    "reindented": lambda t: "\n".join("        " + line.strip() for line in t.splitlines()),
+    "collapsed": lambda t: " ".join(t.split()),
+    "wrapped_in_sentences": lambda t: "Here is a task I found online.\n" + t + "\nPlease solve it carefully.",
+}
+
+
+def test_every_humaneval_prompt_is_found_in_every_disguise_without_its_chat_instruction():
+    # the shipped suite asks in chat style: every task starts with the same instruction, whose
+    # grams are boilerplate; a leaked copy of the bare prompt must still count, short ones too
+    # (HumanEval/23 `strlen` is 16 words)
+    from tempering.evals.leakage import suite_index
+    from tempering.evals.suite import load_suite
+    from tempering.sources.humaneval import CHAT_INSTRUCTION, humaneval_problems
+
+    index = suite_index([load_suite("humaneval")])
+    problems = humaneval_problems()
+    assert index.boilerplate_grams > 0 and len(index) == 164
+    for kind, disguise in HUMANEVAL_DISGUISES.items():
+        missed = [
+            p["task_id"]
+            for p in problems
+            if p["task_id"] not in {m.task_id for m in index.matches(disguise(p["prompt"]))}
+        ]
+        assert missed == [], (kind, f"recall {1 - len(missed) / len(problems):.3f}")
+    # clean rows: solutions, tests, and the instruction itself around other code, match nothing
+    clean = [p["canonical_solution"] for p in problems] + [p["test"] for p in problems]
+    clean += [CHAT_INSTRUCTION.format(prompt=p["canonical_solution"]) for p in problems]
+    assert [row for row in clean if index.matches(row)] == []
