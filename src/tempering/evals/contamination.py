@@ -16,8 +16,8 @@ of the task before it is indexed, so a task is indexed by its OWN text only: gra
 straddle its header are dropped too, and a task whose own text is shorter than n is one gram
 of its longest own stretch. So the coverage rule holds for a copy of the task without its
 header (a leaked problem rarely carries the suite's instruction), short tasks included: a
-16-word HumanEval prompt behind a 20-word chat instruction is 4 own grams, not 4 of 16 (a
-copy holding 25% of the task). `min_coverage` is the second guard: a
+16-word HumanEval prompt behind the suite's chat instruction is 4 own grams, all in a copy
+of the prompt, where the straddling grams made it 4 of 15 (27%, no match). `min_coverage` is the second guard: a
 row sharing only a task's opening sentence, or a phrase one task happens to quote, holds too
 small a share of that task to count. The flip side, said plainly: a row holding less than
 half of a long task (one paragraph of a long passage) is not flagged; lower `min_coverage`
