@@ -260,10 +260,19 @@ def suite_tasks(n: int, seed: int = 2) -> list[dict]:
     rng, w = random.Random(seed), Writer(seed)
     tasks = []
     for i in range(n):
-        question = w.text(rng.randint(20, 60))
+        short = i % 4 == 2  # a question shorter than one 13-gram once the shared header is cut away
+        question = w.text(rng.randint(6, 12) if short else rng.randint(20, 60))
         if i in (5, 17):  # two tasks quote the disclaimer that many training rows also hold
             question += " " + DISCLAIMER
-        tasks.append({"id": f"t{i}", "prompt": HEADER + " " + question, "private": i % 3 == 0})
+        tasks.append(
+            {
+                "id": f"t{i}",
+                "prompt": HEADER + " " + question,
+                "question": question,
+                "short": short,
+                "private": i % 3 == 0,
+            }
+        )
     return tasks
 
 
@@ -276,8 +285,9 @@ def write_suite(tasks: list[dict], folder: Path) -> tuple[Path, Path]:
     return public, private
 
 
-def contaminated(rng: random.Random, w: Writer, task: dict, kind: str) -> str:
-    text = task["prompt"]
+def contaminated(rng: random.Random, w: Writer, task: dict, kind: str, bare: bool = False) -> str:
+    """A copy of the task disguised as `kind`; `bare`: of its question alone, without the suite's header."""
+    text = task["question"] if bare else task["prompt"]
     if kind == "rewrapped":
         return rewrap(text)
     if kind == "case_punct":
@@ -291,16 +301,19 @@ def contaminated(rng: random.Random, w: Writer, task: dict, kind: str) -> str:
 def decontam_set(tasks: list[dict], per_kind: int, clean: int, seed: int = 3) -> list[dict]:
     rng, w = random.Random(seed), Writer(seed)
     rows = []
+    short = [t for t in tasks if t["short"]]
     for kind in KINDS:
         for i in range(per_kind):
-            task = rng.choice(tasks)
+            # every kind holds short tasks and copies of the bare question (a leak rarely keeps the header)
+            task, bare = rng.choice(short if i % 4 == 0 else tasks), i % 2 == 0
             rows.append(
                 {
                     "id": f"{kind}-{i}",
                     "label": kind,
                     "task": task["id"],
+                    "short": task["short"],
                     "messages": [
-                        {"role": "user", "content": contaminated(rng, w, task, kind)},
+                        {"role": "user", "content": contaminated(rng, w, task, kind, bare)},
                         {"role": "assistant", "content": str(rng.randint(1, 999))},
                     ],
                 }
@@ -328,7 +341,7 @@ def bench_decontam(n_tasks: int, per_kind: int, clean: int, folder: Path) -> dic
     rows = decontam_set(tasks, per_kind, clean)
     flagged = {}
     for row in rows:
-        found = index.matches({k: v for k, v in row.items() if k not in ("label", "task")})
+        found = index.matches({k: v for k, v in row.items() if k not in ("label", "task", "short")})
         if found:
             flagged[row["id"]] = found
     label = {r["id"]: r["label"] for r in rows}
@@ -344,6 +357,8 @@ def bench_decontam(n_tasks: int, per_kind: int, clean: int, folder: Path) -> dic
     for kind in KINDS:
         hit = [r for r in flagged if label[r] == kind]
         out[f"decontam_recall_{kind}"] = len(hit) / per_kind
+        short_rows = [r["id"] for r in rows if r["label"] == kind and r["short"]]
+        out[f"decontam_recall_{kind}_short"] = sum(1 for r in short_rows if r in flagged) / max(1, len(short_rows))
         out[f"decontam_precision_{kind}"] = len(hit) / max(1, len(hit) + len(false_pos))
     true_pos = [r for r in flagged if label[r] in KINDS]
     out["decontam_precision"] = len(true_pos) / max(1, len(flagged))
@@ -357,7 +372,9 @@ def bench_decontam(n_tasks: int, per_kind: int, clean: int, folder: Path) -> dic
     plain = NgramIndex(boilerplate_tasks=10**9, min_coverage=1e-9)
     plain.add_file("bench_public", public)
     plain.add_file("bench_private", private, private=True)
-    plain_flagged = [r["id"] for r in rows if plain.matches({k: v for k, v in r.items() if k not in ("label", "task")})]
+    plain_flagged = [
+        r["id"] for r in rows if plain.matches({k: v for k, v in r.items() if k not in ("label", "task", "short")})
+    ]
     out["decontam_precision_without_guards"] = sum(1 for r in plain_flagged if label[r] in KINDS) / max(
         1, len(plain_flagged)
     )

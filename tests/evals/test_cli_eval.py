@@ -132,3 +132,27 @@ def test_contaminated_lineage_is_reported_and_fails_the_gate(
     invoke(eval_app, ["run", suite_file, "--model", recall_dir, "--out", env / "clean"])
     gated = invoke(eval_app, ["compare", env / "clean", env / "leaky", "--gate", gate_file])
     assert gated.exit_code == 1 and "1 contaminated training rows" in gated.output, gated.output
+
+
+def test_an_unreadable_training_row_is_skipped_and_counted_not_a_traceback(
+    recall_model, recall_dir, suite_file, env, monkeypatch
+):
+    # a run trained on a file with one bad line (training quarantined it): the scan reads past it
+    import shutil
+
+    _, _, rows = recall_model
+    project = env / "project-bad-row"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    clean = sft_row("recall 0 0 1", "0", id="clean-1")
+    leak = sft_row(rows[5]["prompt"], rows[5]["verifier"]["answer"], id="leak-5")
+    (project / "train.jsonl").write_text(json.dumps(clean) + '\n{"messages": [oops\n' + json.dumps(leak) + "\n")
+    final = record_run(project / "runs", "sft-bad-row", ["train.jsonl"], "smollm2-135m-instruct")
+    shutil.copytree(recall_dir, final, dirs_exist_ok=True)
+    result = runner.invoke(eval_app, [str(a) for a in ["run", suite_file, "--model", final, "--out", env / "bad-row"]])
+    assert result.exit_code == 0 and result.exception is None, result.output
+    output = " ".join(result.output.split())  # rich wraps long lines
+    assert "1 unreadable training row(s) skipped by the contamination scan" in output, output
+    assert "train.jsonl:2: invalid JSON" in output and "1 contaminated row(s)" in output, output
+    suite = EvalResults.load(env / "bad-row" / "results.json").suite("recall")
+    assert suite.contamination_hits == 1 and suite.contaminated_rows[0].endswith("train.jsonl#leak-5")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tempering.evals.contamination import NgramIndex, decontaminate, normalize
+from tempering.evals.contamination import TRAINING_TEXT_FIELDS, NgramIndex, decontaminate, normalize
 
 LONG_TASK = (
     "A farmer has three fields of wheat and each field yields forty bushels in a good year "
@@ -105,7 +105,7 @@ def test_normalize_drops_case_punctuation_and_spacing_but_keeps_operators():
 def test_planted_overlaps_are_found_with_row_ids_and_counts(index, tmp_path):
     path = tmp_path / "train.jsonl"
     write_jsonl(path, planted_rows())
-    hits = {h.row_id: h for h in index.scan_file(path)}
+    hits = {h.row_id: h for h in index.scan_file(path).hits}
     assert sorted(hits) == sorted(["exact", "upper", "spacing", f"{path}:4", f"{path}:5", "private-copy"])
     farm_grams = len(normalize(LONG_TASK)) - 13 + 1  # every 13-gram of the task
     for row_id in ("exact", "upper", f"{path}:4"):
@@ -127,7 +127,8 @@ def test_in_memory_scan_names_rows_without_id_by_position(index):
 def test_clean_dataset_reports_nothing(index, tmp_path):
     path = tmp_path / "clean.jsonl"
     write_jsonl(path, CLEAN_ROWS)
-    assert index.scan_file(path) == []
+    scan = index.scan_file(path)
+    assert (scan.rows, scan.hits, scan.errors) == (6, [], [])
     report = decontaminate(index, path, tmp_path / "out.jsonl")
     assert (report.kept, report.removed, report.removed_ids, report.by_suite) == (6, 0, [], {})
 
@@ -155,14 +156,18 @@ def test_private_suite_text_never_appears_in_reports(index, tmp_path):
     assert "wheat" in dumped  # public suites do show an example of what matched
 
 
-def test_bad_inputs_fail_with_file_line_and_reason(index, tmp_path):
+def test_a_scan_quarantines_unreadable_rows_with_file_line_and_reason(index, tmp_path):
     src = tmp_path / "bad.jsonl"
-    src.write_text(json.dumps(CLEAN_ROWS[0]) + "\n{oops\n")
-    with pytest.raises(ValueError, match=r"bad.jsonl:2: invalid JSON"):
-        index.scan_file(src)
-    src.write_text(json.dumps({"id": "x", "label": 3}) + "\n")
-    with pytest.raises(ValueError, match=r"bad.jsonl:1: no text to check"):
-        index.scan_file(src)
+    rows = [CLEAN_ROWS[0], chat(LONG_TASK, id="leak")]
+    src.write_text(
+        json.dumps(rows[0]) + "\n{oops\n" + json.dumps({"id": "x", "label": 3}) + "\n" + json.dumps(rows[1]) + "\n"
+    )
+    scan = index.scan_file(src)
+    assert scan.rows == 4 and [h.row_id for h in scan.hits] == ["leak"]  # rows after the bad ones still scanned
+    assert [str(e) for e in scan.errors] == [
+        f"{src}:2: invalid JSON (Expecting property name enclosed in double quotes at column 2)",
+        f"{src}:3: no text to check (expected one of {', '.join(TRAINING_TEXT_FIELDS)})",
+    ]
 
 
 def test_decontaminate_quarantines_bad_rows_and_writes_atomically_with_a_checksum(index, tmp_path):
@@ -232,8 +237,10 @@ def test_a_header_every_task_shares_is_boilerplate_and_flags_nothing(boiler_inde
     # the header alone has 19 words: 7 grams, each in all three "word" tasks (>= 3): not indexed
     assert boiler_index.boilerplate_grams == 7
     assert boiler_index.matches({"text": HEADER + " Then write a poem about the sea and the sky at night."}) == ()
-    (m,) = boiler_index.matches({"text": "Homework: " + HEADER + " " + QUESTIONS[1] + " Thanks!"})
-    assert m.task_id == "q1" and m.ngrams == len(normalize(HEADER + " " + QUESTIONS[1])) - 12 - 7
+    # a task is indexed by its own text: the grams straddling the header go with it
+    for row in (HEADER + " " + QUESTIONS[1], QUESTIONS[1]):
+        (m,) = boiler_index.matches({"text": "Homework: " + row + " Thanks!"})
+        assert m.task_id == "q1" and m.ngrams == len(normalize(QUESTIONS[1])) - 12
 
 
 def test_a_phrase_one_task_quotes_is_below_the_coverage_rule(boiler_index):
@@ -241,8 +248,9 @@ def test_a_phrase_one_task_quotes_is_below_the_coverage_rule(boiler_index):
     task_grams = len(normalize(QUESTIONS[0] + " " + NOTICE)) - 12
     assert task_grams == 30
     assert boiler_index.matches({"text": "Some unrelated story. " + NOTICE}) == ()
-    (m,) = boiler_index.matches({"text": QUESTIONS[0].replace("apples", "pears") + " " + NOTICE})
-    assert (m.task_id, m.ngrams) == ("n1", 30)
+    found = boiler_index.matches({"text": QUESTIONS[0].replace("apples", "pears") + " " + NOTICE})
+    # n1 itself; and q0's question with one word changed: 5 of q0's 8 own grams (its header is boilerplate)
+    assert [(m.task_id, m.ngrams) for m in found] == [("q0", 5), ("n1", 30)]
     strict = NgramIndex(n=13, min_coverage=0.3)  # a lower bar takes the notice for the task
     strict.add("notice", "n1", QUESTIONS[0].replace("apples", "pears") + " " + NOTICE)
     assert [m.task_id for m in strict.matches({"text": NOTICE})] == ["n1"]
@@ -292,6 +300,7 @@ def test_labelled_set_recall_and_precision_per_kind_at_least_095(tmp_path):
     result = bench.bench_decontam(60, 40, 300, tmp_path)
     for kind in bench.KINDS:
         assert result[f"decontam_recall_{kind}"] >= 0.95, kind
+        assert result[f"decontam_recall_{kind}_short"] == 1.0, kind  # short questions, with or without the header
         assert result[f"decontam_precision_{kind}"] >= 0.95, kind
     assert result["decontam_precision"] >= 0.95 and result["decontam_right_task"] >= 0.95
     # the hard negatives are hard: the plain any-gram rule takes the shared header and the notice for tasks
@@ -312,3 +321,40 @@ def test_streamed_rows_with_planted_contamination_are_all_found(tmp_path):
     report = decontaminate(index, tmp_path / "rows.jsonl", tmp_path / "kept.jsonl", progress=seen.append)
     assert report.removed_ids == planted and len(planted) == 30
     assert report.kept == 2970 and seen == []  # progress ticks every 10,000 rows
+
+
+def _rewrapped(text: str) -> str:
+    words = text.split()
+    return "\n".join(" ".join(words[i : i + 8]) for i in range(0, len(words), 8))
+
+
+HUMANEVAL_DISGUISES = {
+    "rewrapped": _rewrapped,  # a line break every 8 words
+    "reindented": lambda t: "\n".join("        " + line.strip() for line in t.splitlines()),
+    "collapsed": lambda t: " ".join(t.split()),
+    "wrapped_in_sentences": lambda t: "Here is a task I found online.\n" + t + "\nPlease solve it carefully.",
+}
+
+
+def test_every_humaneval_prompt_is_found_in_every_disguise_without_its_chat_instruction():
+    # the shipped suite asks in chat style: every task starts with the same instruction, whose
+    # grams are boilerplate; a leaked copy of the bare prompt must still count, short ones too
+    # (HumanEval/23 `strlen` is 16 words)
+    from tempering.evals.leakage import suite_index
+    from tempering.evals.suite import load_suite
+    from tempering.sources.humaneval import CHAT_INSTRUCTION, humaneval_problems
+
+    index = suite_index([load_suite("humaneval")])
+    problems = humaneval_problems()
+    assert index.boilerplate_grams > 0 and len(index) == 164
+    for kind, disguise in HUMANEVAL_DISGUISES.items():
+        missed = [
+            p["task_id"]
+            for p in problems
+            if p["task_id"] not in {m.task_id for m in index.matches(disguise(p["prompt"]))}
+        ]
+        assert missed == [], (kind, f"recall {1 - len(missed) / len(problems):.3f}")
+    # clean rows: solutions, tests, and the instruction itself around other code, match nothing
+    clean = [p["canonical_solution"] for p in problems] + [p["test"] for p in problems]
+    clean += [CHAT_INSTRUCTION.format(prompt=p["canonical_solution"]) for p in problems]
+    assert [row for row in clean if index.matches(row)] == []

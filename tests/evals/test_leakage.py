@@ -68,7 +68,7 @@ def test_lineage_follows_base_models_and_skips_eval_files(two_runs):
 
 def test_contaminated_rows_are_named_by_id_or_line(two_runs, suite):
     _, final_b = two_runs
-    rows = contaminated_rows(training_lineage(final_b).files, [suite])["recall"]
+    rows = contaminated_rows(training_lineage(final_b).files, [suite]).rows["recall"]
     assert len(rows) == 3
     assert rows[0].endswith("b.jsonl#planted-7")
     assert [r.rsplit("/", 1)[1] for r in rows[1:]] == ["a.jsonl:2", "a.jsonl:5"]

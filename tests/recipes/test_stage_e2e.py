@@ -105,7 +105,7 @@ def test_sft_resume_rules_and_lineage_through_export(tmp_path, sft_yaml):
     # the export keeps its lineage, so the contamination scan still sees the planted rows
     suite = read_suite(write_suite(tmp_path, "recall", write_jsonl(tmp_path / "suite.jsonl", EVAL)))
     final = run_dir / "final"
-    assert len(contaminated_rows(training_lineage(final).files, [suite])["recall"]) == 4
+    assert len(contaminated_rows(training_lineage(final).files, [suite]).rows["recall"]) == 4
     merged = tmp_path / "merged"
     res = run("export", final, "--out", merged, "--dtype", "bf16")
     assert res.exit_code == 0, res.output
@@ -113,7 +113,7 @@ def test_sft_resume_rules_and_lineage_through_export(tmp_path, sft_yaml):
     lineage = training_lineage(merged)
     assert lineage.runs[0].startswith("export-x-") and "x" in lineage.runs
     assert [f.name for f in lineage.files] == ["train.jsonl"]
-    assert len(contaminated_rows(lineage.files, [suite])["recall"]) == 4
+    assert len(contaminated_rows(lineage.files, [suite]).rows["recall"]) == 4
 
     # export into a non-empty dir is refused unless --force
     msg = one_line_error(run("export", final, "--out", merged))

@@ -19,9 +19,11 @@ from tempering.types import Reward, Task
 from tempering.verifiers import VerifierError, score
 from tempering.verifiers.code import CodeSpec, parse_verdict, reward_from_run, run_judge
 from tempering.verifiers.code_judge import (
+    RECORDER,
     VERDICT_MAGIC,
     CandidateError,
     HarnessError,
+    Recorder,
     candidate_exception,
     decode,
     encode,
@@ -159,6 +161,72 @@ def test_chat_completion_with_a_code_fence(tasks, ctx):
         "```\nIt compares every pair."
     )
     assert score(tasks["HumanEval/0"], completion, ctx).value == 1.0
+
+
+def test_tests_that_name_the_function_get_the_reference_not_the_candidate(tasks, ctx):
+    # HumanEval/33's first three asserts read `candidate(l) == sort_third(l)`: with the name bound
+    # to the candidate, any answer (here `[]`) agrees with itself on them
+    reward = score(tasks["HumanEval/33"], "    return []\n", ctx)
+    assert (reward.value, reward.components["asserts_total"]) == (0.0, 7.0), reward
+    assert score(tasks["HumanEval/33"], humaneval_canonical("HumanEval/33"), ctx).value == 1.0
+    identity = score(tasks["HumanEval/33"], "    return list(l)\n", ctx)  # right only where l[::3] is sorted
+    assert identity.components["asserts_passed"] == 1.0, identity
+
+
+def test_check_calling_the_function_by_name_without_a_reference_is_a_broken_task(ctx):
+    tests = "def check(candidate):\n    assert candidate(1, 2) == add(1, 2)\n    assert candidate(0, 0) == 0\n"
+    with pytest.raises(VerifierError, match="call `add` by name inside check"):
+        score(code_task(tests), "    return 7\n", ctx)
+    reward = score(code_task(tests, reference="    return a + b\n"), "    return 7\n", ctx)
+    assert reward.value == 0.0 and reward.components["asserts_total"] == 2.0
+    assert score(code_task(tests, reference="    return a + b\n"), "    return a + b\n", ctx).value == 1.0
+    with pytest.raises(VerifierError, match="reference solution needs tests shaped"):
+        score(code_task("assert add(1, 2) == 3\n", reference="    return a + b\n"), "    return a + b\n", ctx)
+
+
+SENTINEL_COMPLETION = "    return '\\x00not-an-answer'\n"
+"""A candidate that is wrong everywhere and agrees only with itself."""
+
+
+def sentinel_counts_by_the_book(task: Task) -> tuple[int, int]:
+    """(asserts passed, asserts) for the sentinel candidate with the tests run here, in-process,
+    where the candidate is reachable only as `check`'s argument and every other name (the
+    function's own included) comes from the prompt plus the canonical solution."""
+    spec = task.verifier
+    code, sites, _ = instrument_tests(spec["tests"])
+    namespace = {"__name__": "__oracle__", RECORDER: Recorder(sites)}
+    exec(compile(spec["prompt"] + humaneval_canonical(task.id), "<canonical>", "exec"), namespace)
+    exec(code, namespace)
+    namespace["check"](lambda *args, **kwargs: "\x00not-an-answer")
+    return namespace[RECORDER].passed(), sites
+
+
+@pytest.mark.slow
+def test_no_humaneval_expected_value_comes_from_the_candidate(tasks, ctx):
+    # over all 164: the judge's counts for a candidate that is wrong everywhere equal the counts
+    # of the tests run by the book, so no name but `candidate` reaches the candidate
+    with ThreadPoolExecutor(4) as pool:
+        rewards = dict(zip(tasks, pool.map(lambda t: score(t, SENTINEL_COMPLETION, ctx), tasks.values())))
+    judged = {
+        tid: (int(r.components["asserts_passed"]), int(r.components["asserts_total"])) for tid, r in rewards.items()
+    }
+    expected = {tid: sentinel_counts_by_the_book(task) for tid, task in tasks.items()}
+    assert len(judged) == 164
+    assert {tid: (judged[tid], expected[tid]) for tid in tasks if judged[tid] != expected[tid]} == {}
+
+
+def test_a_correct_solution_keeping_a_table_of_the_examples_scores_one(tasks, ctx):
+    table = "    known = {((1.0, 2.0, 3.0), 0.5): False, ((1.0, 2.8, 3.0, 4.0, 5.0, 2.0), 0.3): True}\n"
+    correct = (
+        table + "    if (tuple(numbers), threshold) in known:\n        return known[(tuple(numbers), threshold)]\n"
+        "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])\n"
+    )
+    reward = score(tasks["HumanEval/0"], correct, ctx)
+    assert reward.value == 1.0 and reward.flags == [], reward
+    wrong = table + "    return known.get((tuple(numbers), threshold), False)\n"  # the table, then a guess
+    reward = score(tasks["HumanEval/0"], wrong, ctx)
+    assert reward.value == 0.0 and "cheat:hardcoded_examples" in reward.flags, reward
+    assert reward.components["asserts_passed"] > 0  # the run happened; the failed tests confirm the table
 
 
 def test_a_slow_call_fails_alone(ctx):

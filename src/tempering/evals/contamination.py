@@ -11,7 +11,13 @@ punctuation or embedded in a longer document is found.
 
 Boilerplate. A gram that `boilerplate_tasks` (default 3) or more tasks share (a shared
 instruction header, a licence line) is not indexed: it says nothing about which task leaked,
-and a row reusing it would otherwise match every task. `min_coverage` is the second guard: a
+and a row reusing it would otherwise match every task. The words such grams span are cut out
+of the task before it is indexed, so a task is indexed by its OWN text only: grams that
+straddle its header are dropped too, and a task whose own text is shorter than n is one gram
+of its longest own stretch. So the coverage rule holds for a copy of the task without its
+header (a leaked problem rarely carries the suite's instruction), short tasks included: a
+16-word HumanEval prompt behind the suite's chat instruction is 4 own grams, all in a copy
+of the prompt, where the straddling grams made it 4 of 15 (27%, no match). `min_coverage` is the second guard: a
 row sharing only a task's opening sentence, or a phrase one task happens to quote, holds too
 small a share of that task to count. The flip side, said plainly: a row holding less than
 half of a long task (one paragraph of a long passage) is not flagged; lower `min_coverage`
@@ -33,7 +39,7 @@ collision (about 1 in 2^64 per lookup).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -56,6 +62,7 @@ __all__ = [
     "NgramIndex",
     "TaskMatch",
     "Hit",
+    "FileScan",
     "DecontamReport",
     "decontaminate",
     "normalize",
@@ -121,8 +128,8 @@ class NgramIndex:
         self._keys: set[tuple[str, str]] = set()
         self._private: dict[str, bool] = {}
         self._vocab: dict[int, int] = {}  # hash(token) -> id (0 is "not a suite token")
-        self._pending: list[np.ndarray] = []  # per entry: its distinct gram hashes
-        self._lengths: set[int] = set()
+        self._token_ids: list[np.ndarray] = []  # per entry: its token ids, in order
+        self._lengths: set[int] = set()  # gram lengths in the index (built with it)
         self._sorted: np.ndarray | None = None  # gram hashes, sorted (built on first lookup)
         self._owner = np.empty(0, dtype=np.int64)  # entry of each sorted hash
         self._grams_per_entry = np.empty(0, dtype=np.int64)
@@ -154,11 +161,9 @@ class NgramIndex:
         ids = np.fromiter(
             (self._vocab.setdefault(hash(t), len(self._vocab) + 1) for t in tokens), dtype=np.uint64, count=len(tokens)
         )
-        length = min(self.n, len(tokens))
-        self._lengths.add(length)
         self._entries.append(_Entry(suite, str(task_id), private))
         self._keys.add(key)
-        self._pending.append(np.unique(gram_hashes(ids, length)))
+        self._token_ids.append(ids)
         self._sorted = None
 
     def add_tasks(self, suite: str, rows: Iterable[dict], *, private: bool = False) -> int:
@@ -188,22 +193,45 @@ class NgramIndex:
         return count
 
     def _build(self) -> np.ndarray:
-        """Sort all gram hashes once, dropping boilerplate grams (shared by many tasks)."""
+        """Find the boilerplate grams, index each task's own grams, sort all hashes once."""
         if self._sorted is not None:
             return self._sorted
-        sizes = [len(g) for g in self._pending]
-        hashes = np.concatenate(self._pending) if self._pending else np.empty(0, dtype=np.uint64)
-        owner = np.repeat(np.arange(len(self._pending), dtype=np.int64), sizes)
+        grams = [gram_hashes(ids, min(self.n, len(ids))) for ids in self._token_ids]  # by position
+        boilerplate = _shared_grams(grams, self.boilerplate_tasks)
+        self._boilerplate = len(boilerplate)
+        own = [self._own_grams(ids, g, boilerplate) for ids, g in zip(self._token_ids, grams)]
+        self._lengths = {length for _, length in own if length}
+        sizes = [len(g) for g, _ in own]
+        hashes = np.concatenate([g for g, _ in own]) if own else np.empty(0, dtype=np.uint64)
+        owner = np.repeat(np.arange(len(own), dtype=np.int64), sizes)
         order = np.argsort(hashes, kind="stable")
-        hashes, owner = hashes[order], owner[order]
-        distinct, start, tasks = np.unique(hashes, return_index=True, return_counts=True)
-        boiler = np.zeros(len(hashes), dtype=bool)
-        for s, c in zip(start[tasks >= self.boilerplate_tasks], tasks[tasks >= self.boilerplate_tasks]):
-            boiler[s : s + c] = True
-        self._boilerplate = int((tasks >= self.boilerplate_tasks).sum())
-        self._sorted, self._owner = hashes[~boiler], owner[~boiler]
-        self._grams_per_entry = np.bincount(self._owner, minlength=len(self._entries))
+        self._sorted, self._owner = hashes[order], owner[order]
+        self._grams_per_entry = np.array(sizes, dtype=np.int64)
         return self._sorted
+
+    def _own_grams(self, ids: np.ndarray, grams: np.ndarray, boilerplate: np.ndarray) -> tuple[np.ndarray, int]:
+        """(distinct hashes, gram length) of a task's own text: its tokens with every boilerplate
+        gram's span cut out. Grams straddling the cut are not indexed either: they hold
+        boilerplate words, so a copy of the task without its shared header would lack them and
+        fall below the coverage rule (a short task, mostly such grams, would never match).
+        Stretches of n tokens or more give their n-grams; when none is that long, the longest
+        stretch is one gram of its own length (the short-task rule)."""
+        length = len(ids) - len(grams) + 1
+        shared = np.isin(grams, boilerplate)
+        if not shared.any():
+            return np.unique(grams), length
+        depth = np.zeros(len(ids) + 1, dtype=np.int64)  # +1 where a boilerplate span starts, -1 after it
+        np.add.at(depth, np.flatnonzero(shared), 1)
+        np.add.at(depth, np.flatnonzero(shared) + length, -1)
+        free = np.concatenate(([0], (np.cumsum(depth)[:-1] == 0).astype(np.int8), [0]))
+        starts, ends = np.flatnonzero(np.diff(free) == 1), np.flatnonzero(np.diff(free) == -1)
+        stretches = [(a, b) for a, b in zip(starts.tolist(), ends.tolist()) if b - a >= self.n]
+        if stretches:
+            return np.unique(np.concatenate([gram_hashes(ids[a:b], self.n) for a, b in stretches])), self.n
+        if not len(starts):
+            return np.empty(0, dtype=np.uint64), 0
+        a, b = max(zip(starts.tolist(), ends.tolist()), key=lambda r: r[1] - r[0])
+        return gram_hashes(ids[a:b], b - a), b - a
 
     @property
     def boilerplate_grams(self) -> int:
@@ -269,24 +297,52 @@ class NgramIndex:
                 hits.append(Hit(_row_id(row, f"{source}:{i}"), found))
         return hits
 
-    def scan_file(self, path: str | Path) -> list[Hit]:
-        """Hits in a data file (JSONL / JSON / Parquet); rows without `id` are `path:line`.
+    def read_file(self, path: str | Path) -> Iterator[tuple[str, Any, tuple[TaskMatch, ...], RowError | None]]:
+        """(location, row, matches, error) for each row of a data file (JSONL / JSON / Parquet).
 
-        Raises:
-            ValueError: on the first unreadable row, naming `path:line` (see `decontaminate`
-                for the quarantining variant).
+        The one reader of training files for contamination: rows come from the reader
+        training uses (`data.streams.stream_rows`), and a row that cannot be read (bad
+        JSON, not UTF-8, no text) is yielded with its `RowError` and no matches instead of
+        stopping the scan, so callers quarantine and count it as training does.
         """
-        hits = []
         for location, obj, error in stream_rows(path):
-            try:
-                if error is not None:
-                    raise ValueError(str(error))
-                found = self.matches(obj)
-            except ValueError as exc:
-                raise ValueError(f"{where(path, location)}: {exc}") from None
-            if found:
-                hits.append(Hit(_row_id(obj, where(path, location)), found))
-        return hits
+            found: tuple[TaskMatch, ...] = ()
+            problem = None if error is None else str(error)
+            if problem is None:
+                try:
+                    found = self.matches(obj)
+                except ValueError as exc:
+                    problem = str(exc)
+            yield location, obj, found, None if problem is None else RowError(str(path), location, problem, obj)
+
+    def scan_file(self, path: str | Path) -> FileScan:
+        """Hits in a data file; rows without `id` are `path:line`. Unreadable rows are
+        quarantined in the result's `errors`, never raised (see `read_file`)."""
+        scan = FileScan()
+        for location, obj, found, error in self.read_file(path):
+            scan.rows += 1
+            if error is not None:
+                scan.errors.append(error)
+            elif found:
+                scan.hits.append(Hit(_row_id(obj, where(path, location)), found))
+        return scan
+
+
+@dataclass
+class FileScan:
+    """What `NgramIndex.scan_file` found in one file: hits, and the rows it could not read."""
+
+    hits: list[Hit] = field(default_factory=list)
+    errors: list[RowError] = field(default_factory=list)
+    rows: int = 0
+
+
+def _shared_grams(grams: list[np.ndarray], tasks: int) -> np.ndarray:
+    """Sorted distinct hashes that occur in `tasks` or more of the per-task gram arrays."""
+    if not grams:
+        return np.empty(0, dtype=np.uint64)
+    values, counts = np.unique(np.concatenate([np.unique(g) for g in grams]), return_counts=True)
+    return values[counts >= tasks]
 
 
 def _row_id(row: Any, fallback: str) -> str:
@@ -339,17 +395,13 @@ def decontaminate(
     report = DecontamReport()
     writer = AtomicJsonl(require_jsonl(out_path), sidecar=True) if out_path is not None else None
     with writer if writer is not None else _NoWriter():
-        for location, obj, error in stream_rows(in_path):
+        for location, obj, found, error in index.read_file(in_path):
             report.rows += 1
             if progress is not None and report.rows % 10_000 == 0:
                 progress(report.rows)
-            try:
-                if error is not None:
-                    raise ValueError(str(error))
-                found = index.matches(obj)
-            except ValueError as exc:
+            if error is not None:
                 report.quarantined += 1
-                report.errors.append(RowError(str(in_path), location, str(exc), obj))
+                report.errors.append(error)
                 continue
             if not found:
                 report.kept += 1

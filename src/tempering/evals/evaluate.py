@@ -136,12 +136,18 @@ def evaluate_model(
         warn(f"training input {recorded} is gone; it could not be scanned")
     for recorded in lineage.changed:
         warn(f"training input {recorded} changed since training; scanned as it is now")
-    rows = contaminated_rows(lineage.files, suites)
+    scan = contaminated_rows(lineage.files, suites)
+    rows = scan.rows
+    if scan.quarantined:
+        warn(
+            f"{len(scan.quarantined)} unreadable training row(s) skipped by the contamination scan, "
+            f"as training skips them; first: {scan.quarantined[0]}"
+        )
     if lineage.runs:
         found = sum(len(r) for r in rows.values())
         log(
             f"lineage: {' <- '.join(lineage.runs)}; {len(lineage.files)} training file(s) scanned, "
-            f"{found} contaminated row(s)"
+            f"{found} contaminated row(s), {len(scan.quarantined)} unreadable row(s) skipped"
         )
     settings = engine_settings or EngineSettings()
     if quantize != "none" and (scale is not None or settings.kind == "vllm"):

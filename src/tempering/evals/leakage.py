@@ -7,6 +7,8 @@ trained a checkpoint are one query over roles (`train`, `replay`, `tasks`; `eval
 `heldout` files are not training data), whatever recipe wrote it. Every such file is
 scanned with the suites' n-gram index (`evals.contamination`); the rows found become the
 suite result's `contaminated_rows`, which the gate rule `contamination == 0` reads.
+A row that cannot be read (training quarantined it too) is skipped and counted in
+`LeakScan.quarantined`, never raised: one bad line must not stop an eval.
 
 Recorded paths are relative to where training ran; they are looked up from the current
 directory, then from the run root's parent and the run root. A file that is missing, or
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from tempering.data.io import RowError
 from tempering.evals.contamination import Hit, NgramIndex
 from tempering.evals.suite import Suite, registered_suites
 from tempering.hashing import sha256_file
@@ -162,17 +165,29 @@ def _add_file(lineage: Lineage, recorded: str, sha: str | None, root: Path) -> N
     lineage.files.append(candidates[0])  # still scanned: what is there now may hold suite tasks
 
 
-def contaminated_rows(files: Sequence[Path], suites: Sequence[Suite]) -> dict[str, list[str]]:
+@dataclass
+class LeakScan:
+    """A lineage scan's findings: contaminated rows per suite, and the rows it could not read."""
+
+    rows: dict[str, list[str]] = field(default_factory=dict)
     """Suite name -> training rows (`file#id`, or `file:line` for rows without an id) holding its tasks."""
-    out: dict[str, list[str]] = {s.name: [] for s in suites}
+    quarantined: list[RowError] = field(default_factory=list)
+    """Unreadable training rows, skipped as training skips them (training never saw them either)."""
+
+
+def contaminated_rows(files: Sequence[Path], suites: Sequence[Suite]) -> LeakScan:
+    """Scan `files` for the tasks of `suites`; a bad row is quarantined and counted, never raised."""
+    out = LeakScan({s.name: [] for s in suites})
     if not files or not suites:
         return out
     index = suite_index(suites)
     for path in files:
-        for hit in index.scan_file(path):
+        scan = index.scan_file(path)
+        out.quarantined += scan.errors
+        for hit in scan.hits:
             ref = _row_ref(path, hit)
             for suite in dict.fromkeys(m.suite for m in hit.matches):
-                out[suite].append(ref)
+                out.rows[suite].append(ref)
     return out
 
 
@@ -196,7 +211,7 @@ def check_private_overlap(data_paths: Sequence[str | Path], suites: Sequence[Sui
     if not private or not data_paths:
         return
     index = suite_index(private)
-    hits = [(Path(p), hit) for p in data_paths for hit in index.scan_file(p)]
+    hits = [(Path(p), hit) for p in data_paths for hit in index.scan_file(p).hits]
     _raise_on_hits(hits, ", ".join(str(p) for p in data_paths))
 
 

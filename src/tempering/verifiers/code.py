@@ -8,7 +8,10 @@ How a completion is scored:
      level, in a ```python block or not, comes after the prompt instead; see
      `code_static.assemble_program`). It does not parse: value 0, flag `syntax_error`.
   2. static cheat checks on the completion's part (`code_static.cheat_flags`): any
-     `cheat:*` flag gives value 0 and the program is not run.
+     `cheat:*` flag gives value 0 and the program is not run, except the suspicions in
+     `CONFIRMED_BY_TESTS` (`cheat:hardcoded_examples`): the program runs, and the flag gives
+     0 only if some test (visible or held-out) fails. A correct solution that also keeps a
+     table of the docstring examples scores like any correct solution.
   3. the judge (`code_judge.py`) runs the tests in the sandbox against the candidate in a
      separate process; value = asserts passed / asserts in the tests. An assert counts as
      passed when it ran and held every time (asserts in loops are one each); `assert True`
@@ -46,7 +49,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tempering.types import Reward
 from tempering.verifiers.base import VerifierError, register
 from tempering.verifiers.code_judge import VERDICT_MAGIC, clean_text
-from tempering.verifiers.code_static import SyntaxProblem, assemble_program, cheat_flags, parse_program
+from tempering.verifiers.code_static import (
+    CONFIRMED_BY_TESTS,
+    SyntaxProblem,
+    assemble_program,
+    cheat_flags,
+    parse_program,
+)
 from tempering.verifiers.context import VerifierContext
 
 if TYPE_CHECKING:
@@ -71,6 +80,10 @@ class CodeSpec(BaseModel):
     in the judge, so tests may call its helpers (HumanEval/32 calls `poly`)."""
     heldout_tests: str | None = None
     """Scored into `heldout_pass_fraction` only; never part of the reward value."""
+    reference: str | None = None
+    """Trusted reference solution (a completion of `prompt`, run in the judge): inside `check`, the
+    entry point's own name calls it, so tests that compute expected values by name (HumanEval/33)
+    never compare the candidate with itself. Without it, `check` calling that name is a broken task."""
     call_timeout_s: float = Field(default=3.0, gt=0)
     """Wall-clock limit for loading the program and for each call of the entry point."""
     budget_s: float = Field(default=10.0, gt=0)
@@ -119,6 +132,7 @@ def run_judge(spec: CodeSpec, program: str, sandbox: Sandbox) -> JudgeRun:
         "prompt": spec.prompt,
         "tests": spec.tests,
         "heldout_tests": spec.heldout_tests,
+        "reference": spec.reference,
         "call_s": spec.call_timeout_s,
         "budget_s": spec.budget_s,
     }
@@ -204,11 +218,29 @@ def score_code(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> R
     except SyntaxProblem as exc:
         return Reward(value=0.0, components={"pass_fraction": 0.0}, flags=["syntax_error"], detail=str(exc))
     flags = cheat_flags(tree, program, parsed.prompt, parsed.entry_point)
-    if flags:
+    if set(flags) - CONFIRMED_BY_TESTS:
         return Reward(
             value=0.0,
             components={"pass_fraction": 0.0},
             flags=flags,
             detail="not run: static cheat checks flagged the completion",
         )
-    return reward_from_run(run_judge(parsed, program.source, ctx.sandbox()))
+    reward = reward_from_run(run_judge(parsed, program.source, ctx.sandbox()))
+    return confirm_suspicions(reward, flags) if flags else reward
+
+
+def confirm_suspicions(reward: Reward, suspicions: list[str]) -> Reward:
+    """`reward` as it is when the completion passed every test (visible and held-out): literals
+    of the visible examples in correct code are no cheat. Otherwise 0 with the suspicions as
+    `cheat:` flags: a table of the examples with a wrong answer everywhere else."""
+    held = reward.components.get("heldout_pass_fraction", 1.0)
+    if reward.value == 1.0 and held == 1.0:
+        return reward
+    return reward.model_copy(
+        update={
+            "value": 0.0,
+            "components": {**reward.components, "pass_fraction": 0.0},
+            "flags": [*reward.flags, *suspicions],
+            "detail": f"{reward.detail}; the code spells out the visible examples and fails other tests",
+        }
+    )

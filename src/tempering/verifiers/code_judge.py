@@ -529,18 +529,68 @@ class CandidateProxy:
         return self._runner.call(args, kwargs)
 
 
-def run_tests(source: str, filename: str, prompt: str, entry_point: str, runner: CandidateRunner) -> dict:
-    """Run one test suite against the candidate; the per-site counts for the verdict."""
-    code, sites, has_check = instrument_tests(source, filename)
-    recorder = Recorder(sites)
-    namespace = {"__name__": "__tests__"}
-    if prompt:
+class NoReference:
+    """The entry point's own name inside `check` when the task has no reference solution.
+
+    Calling it there would compute an expected value with the candidate itself (the tests
+    would compare the candidate with itself and pass whatever it returns), so the call is the
+    tests' fault: a harness error, never a pass or a fail of the candidate."""
+
+    def __init__(self, name: str, runner: CandidateRunner):
+        self._name, self._runner = name, runner
+
+    def __call__(self, *args, **kwargs):
+        error = (
+            f"the tests call `{self._name}` by name inside check(): that name is not the candidate "
+            "(call `candidate`), and the task has no reference solution to compute expected values with"
+        )
+        self._runner.harness_error = self._runner.harness_error or error
+        raise HarnessError(error)
+
+
+def trusted_namespace(prompt: str, reference: str | None) -> dict:
+    """The tests' globals: the task's prompt (helpers such as `poly`) run in the judge, followed
+    by the reference solution when there is one, so the entry point's name is the reference."""
+    namespace: dict = {"__name__": "__tests__"}
+    if reference is not None:
+        try:
+            exec(compile(prompt + reference, "<reference>", "exec"), namespace)  # trusted task material
+        except Exception as exc:
+            raise HarnessError(f"the reference solution does not load: {type(exc).__name__}: {exc}") from None
+    elif prompt:
         try:
             exec(compile(prompt, "<prompt>", "exec"), namespace)  # trusted task text: helpers like `poly`
         except SyntaxError:
             pass  # a prompt that is not complete code only prefixes the program
+    return namespace
+
+
+def run_tests(
+    source: str, filename: str, prompt: str, entry_point: str, runner: CandidateRunner, reference: str | None = None
+) -> dict:
+    """Run one test suite against the candidate; the per-site counts for the verdict.
+
+    The candidate is reachable from `check`-shaped tests through one name only: its parameter
+    `candidate`. There the entry point's own name is the trusted reference (prompt +
+    `reference`), so a test that computes its expected value by calling `sort_third(...)`
+    (HumanEval/33) compares the candidate with the reference, not with itself; with no
+    reference, calling that name is a harness error (`NoReference`). Tests made of top-level
+    asserts have no `candidate`: there the entry point's name is the candidate (their only
+    handle on it), and a reference is refused as a key that would do nothing.
+    """
+    code, sites, has_check = instrument_tests(source, filename)
+    if reference is not None and not has_check:
+        raise HarnessError("a reference solution needs tests shaped `def check(candidate): ...`")
+    recorder = Recorder(sites)
+    namespace = trusted_namespace(prompt, reference)
     proxy = CandidateProxy(runner)
-    namespace.update({entry_point: proxy, RECORDER: recorder})
+    if not has_check:
+        namespace[entry_point] = proxy
+    elif reference is None:
+        namespace[entry_point] = NoReference(entry_point, runner)
+    elif not callable(namespace.get(entry_point)):
+        raise HarnessError(f"the reference solution defines no function `{entry_point}`")
+    namespace[RECORDER] = recorder
     try:
         exec(code, namespace)
         if has_check:
@@ -596,11 +646,10 @@ def judge_main(payload_path: str) -> int:
     try:
         harden_judge()  # before the first worker: nothing else runs here yet but the sandbox's init
         runner = CandidateRunner(payload["program"], payload["entry_point"], payload["call_s"], payload["budget_s"])
-        verdict["tests"] = run_tests(payload["tests"], "<tests>", payload["prompt"], payload["entry_point"], runner)
+        common = (payload["prompt"], payload["entry_point"], runner, payload.get("reference"))
+        verdict["tests"] = run_tests(payload["tests"], "<tests>", *common)
         if payload.get("heldout_tests"):
-            verdict["heldout"] = run_tests(
-                payload["heldout_tests"], "<heldout>", payload["prompt"], payload["entry_point"], runner
-            )
+            verdict["heldout"] = run_tests(payload["heldout_tests"], "<heldout>", *common)
         verdict.update(events=runner.events, load_failure=runner.load_failure, first_error=runner.first_error)
     except HarnessError as exc:
         verdict["harness_error"] = str(exc)

@@ -6,7 +6,9 @@ The static checks look only at the completion's part of the program (the task's 
 trusted) and name what they saw as `cheat:<kind>` flags. They are a second line of
 defence and a training signal: the harness in `code_judge.py` already cannot be fooled by
 these attacks, but an attempt is still worth zero reward and worth counting. They are
-tuned to flag none of the 164 HumanEval canonical solutions.
+tuned to flag none of the 164 HumanEval canonical solutions. One flag is a suspicion, not
+a verdict (`CONFIRMED_BY_TESTS`): literals of the visible examples also appear in correct
+code (a fast path, a self-check), so the tests decide it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import re
 from dataclasses import dataclass, field
 
 MAX_COMPLETION_CHARS = 200_000
+CONFIRMED_BY_TESTS = frozenset({"cheat:hardcoded_examples"})
+"""Flags that stand only when the program also fails a test: the scorer runs it anyway."""
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 FORBIDDEN_MODULES = frozenset(
