@@ -6,6 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tempering.cli import app
+from tempering.evals.cache import model_dir_hash
+from tempering.evals.suite import load_suite
 from tempering.runs.registry import REGISTRY_ENV, Registry, describe_input
 from tests.evals.conftest import write_jsonl
 
@@ -43,10 +45,18 @@ def _checkpoint(reg, tmp_path, name, inputs, base="smollm2-135m-instruct"):
     run_id = reg.start(name, "sft", {"lr": 1e-3}, inputs, base)
     final = tmp_path / name / "final"
     final.mkdir(parents=True)
+    (final / "config.json").write_text("{}")
     (final / "model.safetensors").write_bytes(name.encode())
     reg.record_output(run_id, "final", final)
     reg.finish(run_id, {"final": str(final)}, {"loss": 0.5})
     return run_id, final
+
+
+def _judged(path, model, verdict=PASSED):
+    """`verdict` as `temper eval compare` writes it for `model`: naming its weights and the suite judged."""
+    suite = {"suite": "arithmetic-add", "hash": load_suite("arithmetic-add").hash, "source": None, "limit": None}
+    candidate = {"model": str(model), "model_hash": model_dir_hash(str(model)), "suites": [suite]}
+    return _json(path, {**verdict, "candidate": candidate})
 
 
 @pytest.fixture
@@ -89,9 +99,9 @@ def test_release_promote_rollback_and_canary_decision(tmp_path, where):
         _, m1 = _checkpoint(reg, tmp_path, "one", [])
         _, m2 = _checkpoint(reg, tmp_path, "two", [])
         _, m3 = _checkpoint(reg, tmp_path, "three", [])
-    gate = _json(tmp_path / "gate.json", PASSED)
-    assert "released v1 as production" in run("release", "promote", m1, "--gate", gate, "--registry", where).stdout
-    assert "released v2 as production" in run("release", "promote", m2, "--gate", gate, "--registry", where).stdout
+    g1, g2, gate = (_judged(tmp_path / f"gate{i}.json", m) for i, m in enumerate((m1, m2, m3)))
+    assert "released v1 as production" in run("release", "promote", m1, "--gate", g1, "--registry", where).stdout
+    assert "released v2 as production" in run("release", "promote", m2, "--gate", g2, "--registry", where).stdout
     res = run("release", "rollback", "--registry", where, "--reason", "complaints")
     assert res.exit_code == 0 and f"production is v1 again: {m1}" in res.stdout
     res = run("release", "rollback", "--registry", where)

@@ -195,7 +195,7 @@ def test_checkpoints_are_pruned_and_atomic(tmp_path):
     assert names == ["step-00000015", "step-00000020"]
     assert not list((tmp_path / "checkpoints").glob(".step-*"))
     manifest = json.loads((tmp_path / "checkpoints" / names[-1] / "manifest.json").read_text())
-    assert set(manifest["files"]) == {"weights.safetensors", "optimizer.pt", "rng.pt", "state.json"}
+    assert set(manifest["files"]) == {"weights.safetensors", "optimizer.pt", "rng.safetensors", "state.json"}
 
 
 def test_rollback_survives_a_resume(tmp_path):

@@ -272,19 +272,20 @@ def release_promote(
     root: Path = ROOT,
     registry: Optional[str] = REGISTRY,
 ) -> None:
-    """Release a checkpoint whose gate passed (refused otherwise) and point an alias at it."""
-    from tempering.runs.releases import ReleaseError, Releases, check_verdict
+    """Release a checkpoint whose gate passed on these very weights and suites (refused
+    otherwise) and point an alias at it."""
+    from tempering.evals.verdict import promote_judged
+    from tempering.runs.releases import ReleaseError, check_verdict
 
     if not model.exists():
         fail(f"model not found: {model}")
     verdict = _verdict(gate) if gate is not None else None
     with open_registry(root, registry) as reg:
         try:
-            eval_id = None
             if verdict is not None:
                 check_verdict(verdict, str(gate))
-                eval_id = reg.record_eval(model, report or gate, gate=verdict)
-            r = Releases(reg).promote(model, gate=verdict, alias=alias, eval_id=eval_id)
+            record = (report or gate) if verdict is not None else None
+            r = promote_judged(reg, model, verdict, alias=alias, record=record)
         except (ReleaseError, FileNotFoundError) as exc:
             fail(str(exc))
     out.print(f"released v{r.version} as {alias}: {escape(r.model)}")

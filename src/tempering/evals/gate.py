@@ -88,13 +88,32 @@ class RuleCheck:
 
 @dataclass(frozen=True)
 class GateResult:
-    """All rules' verdicts; the gate passes when every rule does."""
+    """All rules' verdicts; the gate passes when every rule does.
+
+    candidate: what was judged (`judged_identity`): the model, its weights' hash and each
+    suite's hash, so a promotion can refuse weights or suites other than these (evals.verdict).
+    """
 
     passed: bool
     rules: list[RuleCheck] = field(default_factory=list)
+    candidate: dict[str, Any] | None = None
 
     def to_dict(self) -> dict:
-        return {"passed": self.passed, "rules": [r.to_dict() for r in self.rules]}
+        out: dict[str, Any] = {"passed": self.passed, "rules": [r.to_dict() for r in self.rules]}
+        if self.candidate is not None:
+            out["candidate"] = self.candidate
+        return out
+
+
+def judged_identity(cand: EvalResults) -> dict[str, Any]:
+    """The candidate a verdict is about: model, weights hash (None unless every suite ran on the
+    same hashed weights) and, per suite, its hash with the file and task limit it came from."""
+    hashes = {s.model_hash for s in cand.suites}
+    return {
+        "model": cand.model,
+        "model_hash": hashes.pop() if len(hashes) == 1 else None,
+        "suites": [{"suite": s.suite, "hash": s.suite_hash, "source": s.source, "limit": s.limit} for s in cand.suites],
+    }
 
 
 def _fmt(x: float) -> str:
@@ -362,4 +381,5 @@ def outcomes_from_results(
 def run_gate(rules: Sequence[Rule], base: EvalResults, cand: EvalResults, *, seed: int = 0) -> GateResult:
     """Compare candidate with base (paired bootstrap per shared suite and metric) and check the rules."""
     comparisons = compare(base, cand, seed=seed)
-    return evaluate(rules, outcomes_from_results(base, cand, comparisons, compare_metrics(base, cand, seed=seed)))
+    verdict = evaluate(rules, outcomes_from_results(base, cand, comparisons, compare_metrics(base, cand, seed=seed)))
+    return GateResult(verdict.passed, verdict.rules, judged_identity(cand))

@@ -71,6 +71,11 @@ class SuiteResult(BaseModel):
     suite: str = Field(min_length=1)
     suite_hash: str = Field(min_length=1)
     """Content hash of the suite's tasks; two runs compare only when it matches."""
+    source: str | None = None
+    """The suite file the result was run from (absolute path), so a gate verdict can be checked
+    against the suite as it is now; None for a suite built in memory."""
+    limit: int | None = Field(default=None, ge=1)
+    """At most this many tasks per task source were run (a subset, with its own suite hash)."""
     track: str = "general"
     """Capability track the suite belongs to (a gate rule may name a track)."""
     private: bool = False

@@ -149,7 +149,7 @@ def run_suite_samples(
     cache = ResultCache(cache_dir) if cache_dir is not None else None
     if cache is not None and (hit := cache.get(key)) is not None:
         log(f"{suite.name}: cached result ({key[:12]})")
-        return hit[0].model_copy(update={"model_id": model_id}), hit[1]
+        return hit[0].model_copy(update={"model_id": model_id, **_origin(suite)}), hit[1]
     passes = _sample_and_score(suite, settings["seeds"], engine, workers, batch_tokens, log, reward_workers)
     result = _suite_result(suite, passes, model_id, model_hash, settings)
     records = [r for p in passes for r in sample_records(suite, p)]
@@ -270,6 +270,11 @@ def _metric_samples(metric: str, samples: Sequence[SampleScore]) -> list[float]:
     return [task_metric(metric, samples)]
 
 
+def _origin(suite: Suite) -> dict[str, Any]:
+    """Where the suite was read from and its task limit: what re-checking its hash later needs."""
+    return {"source": str(suite.path.resolve()) if suite.path else None, "limit": suite.limit}
+
+
 def _suite_result(suite: Suite, passes: list[_Pass], model_id: str, model_hash: str, settings: dict) -> SuiteResult:
     canonical = [p for p in passes if p.template == 0]
     pooled = [[s for p in canonical for s in p.samples[i]] for i in range(len(suite.task_list))]
@@ -301,6 +306,7 @@ def _suite_result(suite: Suite, passes: list[_Pass], model_id: str, model_hash: 
     return SuiteResult(
         suite=suite.name,
         suite_hash=suite.hash,
+        **_origin(suite),
         track=suite.track,
         private=suite.private,
         model_id=model_id,

@@ -123,6 +123,9 @@ class Suite(BaseModel):
     """The YAML file the suite came from (not part of its definition)."""
     given_tasks: list[Task] | None = Field(None, exclude=True)
     """Tasks built in memory (`Suite.of_tasks`); `tasks` then only records where they came from."""
+    limit: int | None = Field(None, ge=1, exclude=True)
+    """At most this many tasks per task source (`with_overrides(limit=)`); the hash covers it
+    through the tasks, and results record it so a gate verdict can be re-checked."""
 
     @field_validator("tasks", mode="before")
     @classmethod
@@ -160,7 +163,13 @@ class Suite(BaseModel):
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Suite:
         """A validated copy with `update` applied; its tasks and hash are computed afresh."""
         return Suite.model_validate(
-            {**self.model_dump(), "path": self.path, "given_tasks": self.given_tasks, **(update or {})}
+            {
+                **self.model_dump(),
+                "path": self.path,
+                "given_tasks": self.given_tasks,
+                "limit": self.limit,
+                **(update or {}),
+            }
         )
 
     @classmethod
@@ -181,6 +190,7 @@ class Suite(BaseModel):
         if samples is not None:
             update["sampling"] = self.sampling.model_copy(update={"n": samples})
         if limit is not None:
+            update["limit"] = min(limit, self.limit or limit)
             update["tasks"] = [t.model_copy(update={"n": min(t.n, limit)}) for t in self.tasks]
             if self.given_tasks is not None:
                 update["given_tasks"] = self.given_tasks[:limit]

@@ -21,8 +21,9 @@ A stage kind is a `StageKind` row:
 - `steps_key`: the step target, for the progress display.
 
 The `gate` kind records its verdict as an eval of the candidate in the registry, and the
-`release` kind promotes a checkpoint through `pipeline.releases` only when its verdict passed
-(the runner already stops at a rejected gate; the release refuses one too), so
+`release` kind promotes a checkpoint through `evals.verdict.promote_judged` only when its
+verdict passed and judged that checkpoint's weights on its suites as they are now (the runner
+already stops at a rejected gate; the release refuses one too, and any other mismatch), so
 `temper lineage CHECKPOINT` shows the verdict and the release, or "not released".
 """
 
@@ -286,7 +287,7 @@ def _merge(cfg: MergeConfig, ctx: StageContext) -> StageOutput:
 
 
 def _release(cfg: ReleaseStageConfig, ctx: StageContext) -> StageOutput:
-    from tempering.runs.releases import Releases
+    from tempering.evals.verdict import promote_judged
 
     verdict = json.loads(Path(cfg.gate).read_text())
     inputs = [describe_input(cfg.gate, "eval")]
@@ -295,8 +296,8 @@ def _release(cfg: ReleaseStageConfig, ctx: StageContext) -> StageOutput:
     with run_stage(spec) as stage:
         if not stage.finished:
             with Registry.open(ctx.root) as registry:
-                release = Releases(registry).promote(
-                    cfg.model, gate=verdict, alias=cfg.alias, reason=f"pipeline stage {ctx.name}"
+                release = promote_judged(
+                    registry, cfg.model, verdict, alias=cfg.alias, reason=f"pipeline stage {ctx.name}"
                 )
             record = {
                 "version": release.version,

@@ -57,7 +57,7 @@ class Release:
     eval_id: int | None
     gate: dict[str, Any]
     canary_gate: dict[str, Any] | None
-    status: str               # the alias it holds (production | candidate), or retired | rolled_back
+    status: str  # the alias it holds (production | candidate), or retired | rolled_back
     created_at: float
 
 
@@ -68,7 +68,7 @@ class AliasEvent:
     alias: str
     release: int | None
     previous: int | None
-    action: str               # promote | rollback | canary-pass | canary-fail | clear
+    action: str  # promote | rollback | canary-pass | canary-fail | clear
     reason: str | None
     at: float
 
@@ -84,11 +84,17 @@ class CanaryDecision:
 
 def check_verdict(gate: Any, what: str = "gate") -> dict[str, Any]:
     """`gate` as a verdict dict, or a ReleaseError saying what shape is expected."""
-    ok = (isinstance(gate, Mapping) and isinstance(gate.get("passed"), bool) and isinstance(gate.get("rules"), list)
-          and all(isinstance(r, Mapping) and "rule" in r and "passed" in r for r in gate["rules"]))
+    ok = (
+        isinstance(gate, Mapping)
+        and isinstance(gate.get("passed"), bool)
+        and isinstance(gate.get("rules"), list)
+        and all(isinstance(r, Mapping) and "rule" in r and "passed" in r for r in gate["rules"])
+    )
     if not ok:
-        raise ReleaseError(f"{what}: expected a gate verdict {{'passed': bool, 'rules': [{{'rule', 'passed', "
-                           f"'detail'}}, ...]}} (evals.gate's GateResult.to_dict()), got {str(gate)[:120]}")
+        raise ReleaseError(
+            f"{what}: expected a gate verdict {{'passed': bool, 'rules': [{{'rule', 'passed', "
+            f"'detail'}}, ...]}} (evals.gate's GateResult.to_dict()), got {str(gate)[:120]}"
+        )
     return dict(gate)
 
 
@@ -114,28 +120,49 @@ class Releases:
         self.registry = registry
 
     # ------------------------------------------------------------------ changing
-    def promote(self, model: str | Path, *, gate: Mapping[str, Any] | None = None, alias: str = PRODUCTION,
-                eval_id: int | None = None, reason: str | None = None) -> Release:
+    def promote(
+        self,
+        model: str | Path,
+        *,
+        gate: Mapping[str, Any] | None = None,
+        alias: str = PRODUCTION,
+        eval_id: int | None = None,
+        reason: str | None = None,
+    ) -> Release:
         """Release `model` as a new version and point `alias` at it. Refused unless `gate` passed.
 
         Without `gate`, the verdict of the model's newest eval recorded with a gate is used
-        (`Registry.record_eval`), so a release stage needs only the checkpoint."""
+        (`Registry.record_eval`). This checks the verdict's outcome only; that it judged these
+        weights on these suites is checked one layer up, in `evals.verdict.promote_judged`,
+        the one way the CLI and the pipeline release a model."""
         if gate is None:
-            judged = [e for e in self.registry.evals(model=model) if e["gate"] is not None]
-            if not judged:
-                raise ReleaseError(f"{model}: no gate verdict recorded for it; gate it first or pass the verdict")
-            gate, eval_id = judged[-1]["gate"], judged[-1]["id"]
+            gate, eval_id = self.recorded_verdict(model)
         gate = check_verdict(gate)
         if not gate["passed"]:
             raise ReleaseError(f"{model}: gate did not pass, not released: {_failed_rules(gate)}")
         run_id, model_str, sha = self.registry.identify_model(model)
         with self.registry.transaction() as conn:
             self.registry.lock(conn)
-            version = conn.execute(sa.insert(releases).values(
-                model=model_str, model_sha256=sha, run_id=run_id, eval_id=eval_id, gate=json.dumps(gate),
-                status=alias, created_at=time.time())).inserted_primary_key[0]
+            version = conn.execute(
+                sa.insert(releases).values(
+                    model=model_str,
+                    model_sha256=sha,
+                    run_id=run_id,
+                    eval_id=eval_id,
+                    gate=json.dumps(gate),
+                    status=alias,
+                    created_at=time.time(),
+                )
+            ).inserted_primary_key[0]
             self._move(conn, alias, version, "promote", reason)
         return self.get(version)
+
+    def recorded_verdict(self, model: str | Path) -> tuple[dict[str, Any], int]:
+        """(verdict, eval id) of the model's newest eval recorded with a gate verdict."""
+        judged = [e for e in self.registry.evals(model=model) if e["gate"] is not None]
+        if not judged:
+            raise ReleaseError(f"{model}: no gate verdict recorded for it; gate it first or pass the verdict")
+        return judged[-1]["gate"], judged[-1]["id"]
 
     def rollback(self, alias: str = PRODUCTION, reason: str | None = None) -> Release:
         """Point `alias` back at the release it held before its current one was promoted."""
@@ -150,8 +177,9 @@ class Releases:
             self._move(conn, alias, previous, "rollback", reason)
         return self.get(previous)
 
-    def decide(self, canary_gate: Mapping[str, Any], *, candidate: str = CANDIDATE,
-               target: str = PRODUCTION) -> CanaryDecision:
+    def decide(
+        self, canary_gate: Mapping[str, Any], *, candidate: str = CANDIDATE, target: str = PRODUCTION
+    ) -> CanaryDecision:
         """The canary decision: promote the `candidate` release to `target` if `canary_gate`
         shows non-inferiority, else roll the candidate back. One transaction either way."""
         promoted, why = shows_non_inferiority(canary_gate)
@@ -160,8 +188,11 @@ class Releases:
             version = self._current(conn, candidate)
             if version is None:
                 raise ReleaseError(f"no release is {candidate!r}: nothing to decide")
-            conn.execute(sa.update(releases).where(releases.c.version == version)
-                         .values(canary_gate=json.dumps(dict(canary_gate))))
+            conn.execute(
+                sa.update(releases)
+                .where(releases.c.version == version)
+                .values(canary_gate=json.dumps(dict(canary_gate)))
+            )
             if promoted:
                 self._move(conn, candidate, None, "clear", f"v{version} promoted to {target}")
                 self._move(conn, target, version, "canary-pass", why)
@@ -179,24 +210,45 @@ class Releases:
             conn.execute(sa.update(releases).where(releases.c.version == version).values(status=alias))
         self._record_move(conn, alias, version, previous, action, reason)
 
-    def _record_move(self, conn: sa.Connection, alias: str, version: int | None, previous: int | None,
-                     action: str, reason: str | None) -> None:
-        conn.execute(sa.insert(alias_events).values(alias=alias, release=version, previous=previous, action=action,
-                                                    reason=reason, at=time.time()))
+    def _record_move(
+        self,
+        conn: sa.Connection,
+        alias: str,
+        version: int | None,
+        previous: int | None,
+        action: str,
+        reason: str | None,
+    ) -> None:
+        conn.execute(
+            sa.insert(alias_events).values(
+                alias=alias, release=version, previous=previous, action=action, reason=reason, at=time.time()
+            )
+        )
 
     # ------------------------------------------------------------------ reading
     @staticmethod
     def _current(conn: sa.Connection, alias: str) -> int | None:
-        row = conn.execute(sa.select(alias_events.c.release).where(alias_events.c.alias == alias)
-                           .order_by(alias_events.c.id.desc()).limit(1)).first()
+        row = conn.execute(
+            sa.select(alias_events.c.release)
+            .where(alias_events.c.alias == alias)
+            .order_by(alias_events.c.id.desc())
+            .limit(1)
+        ).first()
         return row.release if row else None
 
     @staticmethod
     def _before(conn: sa.Connection, alias: str, version: int) -> int | None:
         """What `alias` held before `version` was (last) promoted to it."""
-        row = conn.execute(sa.select(alias_events.c.previous).where(
-            (alias_events.c.alias == alias) & (alias_events.c.release == version)
-            & alias_events.c.action.in_(_PROMOTIONS)).order_by(alias_events.c.id.desc()).limit(1)).first()
+        row = conn.execute(
+            sa.select(alias_events.c.previous)
+            .where(
+                (alias_events.c.alias == alias)
+                & (alias_events.c.release == version)
+                & alias_events.c.action.in_(_PROMOTIONS)
+            )
+            .order_by(alias_events.c.id.desc())
+            .limit(1)
+        ).first()
         return row.previous if row else None
 
     def current(self, alias: str = PRODUCTION) -> Release | None:
@@ -241,5 +293,14 @@ class Releases:
 
 def _release(row: sa.Row) -> Release:
     m = row._mapping
-    return Release(m["version"], m["model"], m["model_sha256"], m["run_id"], m["eval_id"], json.loads(m["gate"]),
-                   json.loads(m["canary_gate"]) if m["canary_gate"] else None, m["status"], m["created_at"])
+    return Release(
+        m["version"],
+        m["model"],
+        m["model_sha256"],
+        m["run_id"],
+        m["eval_id"],
+        json.loads(m["gate"]),
+        json.loads(m["canary_gate"]) if m["canary_gate"] else None,
+        m["status"],
+        m["created_at"],
+    )

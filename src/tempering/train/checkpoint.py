@@ -2,19 +2,27 @@
 
 Layout of `<run>/checkpoints/step-00000010/`:
     weights.safetensors   trainable parameters (all of them for full fine-tuning, adapters for LoRA)
-    optimizer.pt          optimizer state
-    rng.pt                python / numpy / torch RNG states (every rank's under torchrun)
+    optimizer.pt          optimizer state (tensors and plain values: loaded with weights_only=True)
+    rng.safetensors       python / numpy / torch RNG states (every rank's under torchrun), no pickle
     state.json            step, data position, guard and schedule state
     manifest.json         sha256 of every file above; written last
 
 A checkpoint is written into a hidden temp dir and renamed into place, so a crash never
 leaves a half-written `step-*`. Loading recomputes every hash and refuses a mismatch.
+
+Nothing in a checkpoint is unpickled freely. The manifest only proves the files belong
+together, not who wrote them: anyone who can write the run dir can rewrite it too. So the RNG
+states are arrays and numbers in a safetensors file (its JSON header holds the scalars), and
+optimizer.pt goes through torch's weights-only loader, which builds tensors and plain
+containers and refuses any other object. A checkpoint of the older format (an `rng.pt`
+pickle) is refused with a one-line error naming the file, never loaded.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle  # for its error class: nothing here unpickles freely
 import random
 import shutil
 from pathlib import Path
@@ -22,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from tempering.atomic import fsync_file
@@ -29,6 +38,9 @@ from tempering.hashing import sha256_file
 
 MANIFEST = "manifest.json"
 FORMAT = 1
+RNG_FILE = "rng.safetensors"
+LEGACY_RNG_FILE = "rng.pt"  # a pickle, written before RNG_FILE: refused, never loaded
+_RNG_FORMAT = "tempering-rng-1"
 
 
 class CheckpointError(RuntimeError):
@@ -53,6 +65,73 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _rng_to_tensors(rng: dict[str, Any], rank: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """One process's RNG state as tensors (named `<rank>.<part>`) and the scalars beside them."""
+    py_version, py_internal, py_gauss = rng["python"]
+    np_alg, np_keys, np_pos, np_has_gauss, np_cached = rng["numpy"]
+    tensors = {
+        f"{rank}.python": torch.tensor(py_internal, dtype=torch.int64),  # 624 words + index, all < 2**32
+        f"{rank}.numpy": torch.from_numpy(np.asarray(np_keys, dtype=np.int64)),
+        f"{rank}.torch": rng["torch"],
+    }
+    cuda = list(rng.get("cuda", []))
+    tensors |= {f"{rank}.cuda.{i}": t for i, t in enumerate(cuda)}
+    scalars = {
+        "python": [py_version, py_gauss],
+        "numpy": [np_alg, int(np_pos), int(np_has_gauss), float(np_cached)],
+        "cuda": len(cuda),
+    }
+    return tensors, scalars
+
+
+def _rng_from_tensors(tensors: dict[str, torch.Tensor], scalars: dict[str, Any], rank: int) -> dict[str, Any]:
+    """The inverse of `_rng_to_tensors`: the state `set_rng_state` takes."""
+    py_version, py_gauss = scalars["python"]
+    np_alg, np_pos, np_has_gauss, np_cached = scalars["numpy"]
+    state = {
+        "python": (int(py_version), tuple(int(x) for x in tensors[f"{rank}.python"].tolist()), py_gauss),
+        "numpy": (str(np_alg), tensors[f"{rank}.numpy"].numpy().astype(np.uint32), np_pos, np_has_gauss, np_cached),
+        "torch": tensors[f"{rank}.torch"],
+    }
+    if scalars["cuda"]:
+        state["cuda"] = [tensors[f"{rank}.cuda.{i}"] for i in range(int(scalars["cuda"]))]
+    return state
+
+
+def save_rng(rng: dict[str, Any], path: Path) -> None:
+    """Write `rng` (one process's `rng_state()`, or `{"ranks": [...]}`) as safetensors, no pickle."""
+    ranks = rng["ranks"] if "ranks" in rng else [rng]
+    tensors: dict[str, torch.Tensor] = {}
+    scalars = []
+    for rank, state in enumerate(ranks):
+        t, s = _rng_to_tensors(state, rank)
+        tensors |= t
+        scalars.append(s)
+    meta = {"format": _RNG_FORMAT, "multi_rank": json.dumps("ranks" in rng), "ranks": json.dumps(scalars)}
+    save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, path, metadata=meta)
+
+
+def load_rng(path: Path) -> dict[str, Any]:
+    """Read what `save_rng` wrote; only arrays and JSON are parsed, so no code can run.
+
+    Raises:
+        CheckpointError: the file is not an RNG state file of this format (one line, naming it).
+    """
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is no mapping)
+        if meta.get("format") != _RNG_FORMAT:
+            raise ValueError(f"format {meta.get('format')!r}, expected {_RNG_FORMAT!r}")
+        ranks = [_rng_from_tensors(tensors, s, r) for r, s in enumerate(json.loads(meta["ranks"]))]
+        multi = json.loads(meta["multi_rank"])
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(
+            f"{path}: not an RNG state file ({' '.join(str(exc).split())}); refusing to load"
+        ) from None
+    return {"ranks": ranks} if multi else ranks[0]
+
+
 def save_checkpoint(
     root: Path,
     step: int,
@@ -64,7 +143,7 @@ def save_checkpoint(
 ) -> Path:
     """Write checkpoint `step` atomically, then prune to the newest `keep_last`.
 
-    `rng`: what rng.pt holds (default: this process's `rng_state()`; a multi-process trainer
+    `rng`: what rng.safetensors holds (default: this process's `rng_state()`; a multi-process trainer
     passes every rank's).
     """
     root.mkdir(parents=True, exist_ok=True)
@@ -74,7 +153,7 @@ def save_checkpoint(
     tmp.mkdir()
     save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, tmp / "weights.safetensors")
     torch.save(optimizer, tmp / "optimizer.pt")
-    torch.save(rng if rng is not None else rng_state(), tmp / "rng.pt")
+    save_rng(rng if rng is not None else rng_state(), tmp / RNG_FILE)
     (tmp / "state.json").write_text(json.dumps(state, indent=1))
     files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
     (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "step": step, "files": files}, indent=1))
@@ -147,13 +226,29 @@ def verify_checkpoint(path: Path) -> dict:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Verify, then read a checkpoint: {weights, optimizer, rng, state}."""
+    """Verify, then read a checkpoint: {weights, optimizer, rng, state}.
+
+    Raises:
+        CheckpointError: a file fails its hash, an older checkpoint holds a pickled `rng.pt`,
+            or optimizer.pt holds anything but tensors and plain values (one line each).
+    """
     verify_checkpoint(path)
+    if not (path / RNG_FILE).is_file() and (path / LEGACY_RNG_FILE).is_file():
+        raise CheckpointError(
+            f"checkpoint {path}: {LEGACY_RNG_FILE} is a pickle written by an older Tempering and is not "
+            f"loaded (unpickling a file can run code); resume from a checkpoint with {RNG_FILE}, or start a new run"
+        )
+    try:
+        optimizer = torch.load(path / "optimizer.pt", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError):
+        raise CheckpointError(
+            f"checkpoint {path}: optimizer.pt holds objects other than tensors and plain values (torch's "
+            f"weights-only loader refused it); refusing to load"
+        ) from None
     return {
         "weights": load_file(path / "weights.safetensors"),
-        # Our own files, verified by hash above; they hold python objects (RNG tuples).
-        "optimizer": torch.load(path / "optimizer.pt", weights_only=False),
-        "rng": torch.load(path / "rng.pt", weights_only=False),
+        "optimizer": optimizer,
+        "rng": load_rng(path / RNG_FILE),
         "state": json.loads((path / "state.json").read_text()),
     }
 
