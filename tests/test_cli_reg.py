@@ -111,7 +111,11 @@ def test_release_promote_rollback_and_canary_decision(tmp_path, where):
     res = run("release", "decide", "--gate", _json(tmp_path / "canary.json", FAILED), "--registry", where)
     assert res.exit_code == 1 and "v3 rolled back" in res.stdout
     run("release", "promote", m3, "--gate", gate, "--alias", "candidate", "--registry", where)
+    res = run("release", "decide", "--gate", _judged(tmp_path / "other.json", m1, NON_INFERIOR), "--registry", where)
+    assert res.exit_code == 2 and "not the weights the gate judged" in res.stderr  # another model's canary verdict
     res = run("release", "decide", "--gate", _json(tmp_path / "canary.json", NON_INFERIOR), "--registry", where)
+    assert res.exit_code == 2 and "does not name the weights it judged" in res.stderr
+    res = run("release", "decide", "--gate", _judged(tmp_path / "canary.json", m3, NON_INFERIOR), "--registry", where)
     assert res.exit_code == 0 and "v4 promoted to production" in res.stdout
     listed = run("release", "ls", "--history", "--registry", where).stdout
     assert "complaints" in listed and "canary-pass" in listed and "canary-fail" in listed

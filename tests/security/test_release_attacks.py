@@ -138,11 +138,13 @@ RELEASER = "evals/verdict.py"
 
 
 def promote_calls(source: str) -> list[int]:
-    """Lines of `source` that call a `.promote(...)` method."""
+    """Lines of `source` that call a `.promote(...)` or `.decide(...)` method (the two ways to production)."""
     return [
         node.lineno
         for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "promote"
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("promote", "decide")
     ]
 
 
@@ -169,8 +171,10 @@ def test_a_planted_direct_promotion_is_caught(tmp_path):
         "from tempering.runs.releases import Releases\n"
         "def release(registry, m, v):\n"
         "    return Releases(registry).promote(m, gate=v)\n"
+        "def graduate(registry, v):\n"
+        "    return Releases(registry).decide(v)\n"
     )
-    assert releases_outside_promote_judged(tmp_path) == ["stages.py:4"]
+    assert releases_outside_promote_judged(tmp_path) == ["stages.py:4", "stages.py:6"]
 
 
 def test_the_pipeline_release_stage_refuses_a_checkpoint_changed_after_its_gate(judged, tmp_path):

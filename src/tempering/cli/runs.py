@@ -320,12 +320,14 @@ def release_decide(
     root: Path = ROOT,
     registry: Optional[str] = REGISTRY,
 ) -> None:
-    """The canary decision: the candidate becomes production if non-inferior, else it is rolled back (exit 1)."""
-    from tempering.runs.releases import ReleaseError, Releases
+    """The canary decision: the candidate becomes production if non-inferior on a verdict that judged its
+    weights, else it is rolled back (exit 1)."""
+    from tempering.evals.verdict import decide_judged
+    from tempering.runs.releases import ReleaseError
 
     with open_registry(root, registry) as reg:
         try:
-            d = Releases(reg).decide(_verdict(gate))
+            d = decide_judged(reg, _verdict(gate))
         except ReleaseError as exc:
             fail(str(exc))
     if d.promoted:

@@ -4,7 +4,8 @@
 into the verdict (`evals.gate.judged_identity`): the hash of its weights
 (`evals.cache.model_dir_hash`, the identity results and the eval cache use) and each suite's
 hash with the file and task limit it came from. `promote_judged` is how the CLI
-(`temper release promote`) and the pipeline's `release` stage release a model; it refuses,
+(`temper release promote`) and the pipeline's `release` stage release a model, and
+`decide_judged` how a canary's second verdict (`temper release decide`) promotes the candidate; it refuses,
 with a one-line `VerdictMismatch`, unless
 
 - the verdict names the weights it judged, and the model to release hashes to them now: every
@@ -27,7 +28,16 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tempering.runs.registry import Registry
-from tempering.runs.releases import PRODUCTION, Release, ReleaseError, Releases, check_verdict
+from tempering.runs.releases import (
+    CANDIDATE,
+    PRODUCTION,
+    CanaryDecision,
+    Release,
+    ReleaseError,
+    Releases,
+    check_verdict,
+    shows_non_inferiority,
+)
 
 
 class VerdictMismatch(ReleaseError):
@@ -117,3 +127,24 @@ def promote_judged(
     if record is not None:
         eval_id = registry.record_eval(model, record, gate=verdict)
     return releases.promote(model, gate=verdict, alias=alias, eval_id=eval_id, reason=reason)
+
+
+def decide_judged(registry: Registry, canary_gate: Mapping[str, Any]) -> CanaryDecision:
+    """The canary decision, with a promotion only on a verdict that judged the candidate's weights.
+
+    A verdict that would roll the candidate back needs no binding (rolling back is the safe
+    direction); one that would promote it must name the candidate release's model as it is now
+    (`check_judged`), so another model's non-inferiority verdict cannot graduate it.
+
+    Raises:
+        ReleaseError: no candidate release, a verdict of another shape, or a `VerdictMismatch`.
+    """
+    releases = Releases(registry)
+    verdict = check_verdict(canary_gate)
+    promotes, _ = shows_non_inferiority(verdict)
+    if promotes:
+        candidate = releases.current(CANDIDATE)
+        if candidate is None:
+            raise ReleaseError(f"no release is {CANDIDATE!r}: nothing to decide")
+        check_judged(verdict, candidate.model)
+    return releases.decide(verdict)
