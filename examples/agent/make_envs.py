@@ -376,7 +376,11 @@ def _syntax_task(i: int, rng: random.Random) -> dict:
         "is), run it again, and submit the content of out.txt.",
         "goal": {
             "type": "all",
-            "checks": [{"type": "file", "path": "out.txt", "equals": result}, {"type": "answer", "value": result}],
+            "checks": [
+                {"type": "script", "files": {"main.py": main_py}},  # the fix itself: main.py runs with it
+                {"type": "file", "path": "out.txt", "equals": result},
+                {"type": "answer", "value": result},
+            ],
         },
         "protected": ["main.py"],
         "max_steps": 10,

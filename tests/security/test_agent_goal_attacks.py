@@ -55,12 +55,12 @@ FAKES = {
 }
 
 
-def scripted(calls):
-    """One turn of `calls`, then `submit`."""
+def scripted(calls, answer="done"):
+    """One turn of `calls`, then `submit` `answer`."""
 
     def act(task, messages):
         turn = sum(m["role"] == "assistant" for m in messages)
-        todo = calls if turn == 0 else [("submit", {"answer": "done"})]
+        todo = calls if turn == 0 else [("submit", {"answer": answer})]
         return "\n".join(format_tool_call(name, args) for name, args in todo)
 
     return act
@@ -97,4 +97,14 @@ def test_a_shadowed_standard_module_does_not_pass_a_script_goal(pool, workspace)
     ]
     result = run_episode(ToolEnv(pool), scripted(calls), task)
     assert [m["content"] for m in result.messages if m["role"] == "tool"][2] == "exit=0"  # it fools python3 run.py
+    assert not result.stats.success and result.rewards[-1] == 0.0
+
+
+def test_an_output_written_by_hand_does_not_pass_a_repair_task(pool, workspace):
+    """The syntax task: out.txt and the answer are right, but helpers.py is still broken."""
+    task = workspace["ws-t3-syntax-0"]
+    want = task.goal["checks"][-1]["value"]
+    calls = [("write_file", {"path": "out.txt", "content": want + "\n"})]
+    result = run_episode(ToolEnv(pool), scripted(calls, answer=want), task)
+    assert result.stats.steps == 2 and result.stats.tool_errors == 0 and result.stats.attempts == 1
     assert not result.stats.success and result.rewards[-1] == 0.0
