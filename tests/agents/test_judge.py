@@ -88,3 +88,15 @@ def test_well_formed_goals_pass():
         },
     ]:
         assert goal_problem(goal) is None
+
+
+def test_patching_os_write_in_the_module_under_test_does_not_rewrite_the_report(pool):
+    forger = (
+        "import os\n_write = os.write\n"
+        "os.write = lambda fd, data: _write(fd, data.replace(b'\"failed\"', b'\"ok\"'))\n"
+        "def double(x):\n    return 4\n"
+    )
+    with pool.session() as s:
+        s.write_file("calc.py", forger)
+        verdict = judge(s, tests={"test_calc.py": TESTS})
+        assert verdict.outcomes["test_calc.T.test_three"] == "failed" and not verdict.passed

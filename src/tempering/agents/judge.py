@@ -113,14 +113,14 @@ def run_script(name, source):
 
 def judge():
     payload = json.loads(sys.stdin.buffer.read())
-    report = os.dup(1)
+    report, write, dumps = os.dup(1), os.write, json.dumps  # taken before any code of the agent runs
     sys.path.append(os.getcwd())
     outcomes = {}
     for name, source in payload["scripts"].items():
         outcomes[name] = run_script(name, source)
     for name, source in payload["tests"].items():
         outcomes.update(run_tests(name, source))
-    os.write(report, ("\n" + payload["nonce"] + " " + json.dumps(outcomes) + "\n").encode())
+    write(report, ("\n" + payload["nonce"] + " " + dumps(outcomes) + "\n").encode())
 
 
 judge()
