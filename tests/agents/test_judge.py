@@ -64,6 +64,8 @@ def test_only_the_line_tagged_with_the_nonce_counts():
         ({"type": "command", "cmd": "python3 t.py"}, "goal type 'command' is gone"),
         ({"type": "shell"}, "unknown goal type 'shell'"),
         ({"type": "file", "path": "x"}, "goal 'file' needs 'equals'"),
+        ({"type": "file", "path": "../x", "equals": ""}, "goal 'file': path must be relative to /work"),
+        ({"type": "file", "path": "/etc/passwd", "equals": ""}, "goal 'file': path must be relative to /work"),
         ({"type": "tests", "files": {}}, "goal 'tests' needs 'files': a non-empty object"),
         ({"type": "tests", "files": {"test-x.py": "pass"}}, "'test-x.py' must be a file name like"),
         ({"type": "script", "files": {"run.sh": "echo"}}, "'run.sh' must be a file name like"),

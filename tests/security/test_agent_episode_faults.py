@@ -3,7 +3,7 @@
 A rollout (`agent_rollout`, a scripted engine as the policy) runs honest episodes beside
 episodes whose agent replaces the hidden test by a directory, fills /work's inodes,
 nests a tool call thousands deep, puts a NUL byte in a shell command, or whose task
-files do not fit the scratch. The honest episodes finish with their normal rewards; each
+files do not fit the scratch, or whose goal names a file outside /work. The honest episodes finish with their normal rewards; each
 bad one gets an error observation or `env_error` for itself alone; no session, scratch
 mount or cgroup is left behind.
 """
@@ -57,20 +57,29 @@ def tasks():
     too_big = base.model_copy(
         update={"id": "bad-too-big", "prompt": f"[too big] {base.prompt}", "files": {"big.txt": "x" * (9 << 20)}}
     )
-    return good, bad, too_big
+    # a goal the sandbox refuses only when it is checked (model_copy skips the check at load):
+    # a ValueError, not an EnvFailure, from deep inside the goal check
+    outside = base.model_copy(
+        update={
+            "id": "bad-goal-path",
+            "prompt": f"[goal path] {base.prompt}",
+            "goal": {"type": "file", "path": "../outside", "equals": ""},
+        }
+    )
+    return good, bad, [too_big, outside]
 
 
 def policy(task, messages):
     turn = len(messages)
     if not task.id.startswith("bad-"):
         return oracle(task, messages)
-    turns = BAD_TURNS[task.prompt[1 : task.prompt.index("]")]]
+    turns = BAD_TURNS.get(task.prompt[1 : task.prompt.index("]")], [])
     return turns[turn] if turn < len(turns) else call("submit", answer="done")
 
 
 def test_bad_turns_end_their_own_episode_only_and_leave_nothing(pool, smol_tokenizer, tasks):
-    good, bad, too_big = tasks
-    everything = [*good, *bad, too_big]
+    good, bad, broken = tasks
+    everything = [*good, *bad, *broken]
     engine = PolicyEngine(smol_tokenizer, policy, everything)
     batch = agent_rollout(
         everything,
@@ -98,6 +107,9 @@ def test_bad_turns_end_their_own_episode_only_and_leave_nothing(pool, smol_token
         assert episodes[k].trajectory.rewards[-1].value == 0.0 and episodes[k].trajectory.status == "scored", k
     big = episodes["bad-too-big"]
     assert big.trajectory.status == "env_error" and "cannot open the episode's sandbox" in big.stats.error
+    outside = episodes["bad-goal-path"]  # unforeseen: ends this episode alone, with the reason
+    assert outside.trajectory.status == "env_error" and outside.stats.error.startswith("ValueError: ")
+    assert outside.trajectory.rewards[-1].flags == ["env_error"]
     _assert_nothing_left(pool)
 
 

@@ -57,7 +57,13 @@ def goal_problem(goal: Any) -> str | None:
         return f"goal {kind!r} needs {', '.join(map(repr, missing))}"
     if kind in ("tests", "script"):
         return _hidden_files_problem(kind, goal["files"])
+    if kind == "file" and not _relative(goal["path"]):
+        return f"goal 'file': path must be relative to /work, without '..' or empty parts: {goal['path']!r}"
     return None
+
+
+def _relative(path: Any) -> bool:
+    return isinstance(path, str) and "\0" not in path and all(p not in ("", ".", "..") for p in path.split("/"))
 
 
 def _hidden_files_problem(kind: str, files: Any) -> str | None:
