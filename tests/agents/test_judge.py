@@ -6,7 +6,7 @@ import pytest
 
 from tempering.agents.goals import goal_problem
 from tempering.agents.judge import judge, read_report
-from tempering.agents.tasks import AgentTask
+from tempering.agents.tasks import AgentTask, TaskFileError, load_agent_tasks
 
 TESTS = (
     "import unittest\nfrom calc import double\n\n\nclass T(unittest.TestCase):\n"
@@ -102,3 +102,13 @@ def test_patching_os_write_in_the_module_under_test_does_not_rewrite_the_report(
         s.write_file("calc.py", forger)
         verdict = judge(s, tests={"test_calc.py": TESTS})
         assert verdict.outcomes["test_calc.T.test_three"] == "failed" and not verdict.passed
+
+
+def test_a_task_file_nested_too_deeply_is_a_one_line_error(tmp_path):
+    goal = '{"type": "answer", "value": 1}'
+    for _ in range(3000):
+        goal = '{"type": "all", "checks": [' + goal + "]}"
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"id": "t", "env": "e", "prompt": "p", "tools": ["submit"], "goal": ' + goal + "}\n")
+    with pytest.raises(TaskFileError, match=r"deep.jsonl:1: nested too deeply$"):
+        load_agent_tasks(path)

@@ -97,6 +97,8 @@ def load_agent_tasks(path: str | Path) -> list[AgentTask]:
         except (json.JSONDecodeError, ValidationError) as exc:
             first = str(exc).splitlines()[0] if isinstance(exc, json.JSONDecodeError) else _first_error(exc)
             raise TaskFileError(f"{path}:{n}: {first}") from None
+        except RecursionError:  # e.g. an `all` goal nested thousands deep
+            raise TaskFileError(f"{path}:{n}: nested too deeply") from None
         if task.id in seen:
             raise TaskFileError(f"{path}:{n}: duplicate task id {task.id!r}")
         seen.add(task.id)
