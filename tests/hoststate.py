@@ -43,3 +43,19 @@ def leftovers(uids: set[int]) -> dict[str, list]:
         "cgroups": run_cgroups_of_this_process(),
         "scratch_mounts": [m for m in scratch_mounts() if os.path.basename(m).startswith(f"{os.getpid()}-")],
     }
+
+
+def session_cgroups_of_this_process(keep_uids: set[int], base: str = "/sys/fs/cgroup") -> list[str]:
+    """Reusable cgroups (`s<pid>-<uid>`, pool slots and sessions) of this process whose uid is not in `keep_uids`.
+
+    A closed session removes its cgroup; pass the pool's `uids` (its slots, once no session is open).
+    """
+    prefix = f"s{os.getpid()}-"
+    left = []
+    for c in CONTROLLERS:
+        try:
+            names = os.listdir(f"{base}/{c}/{PARENT}")
+        except FileNotFoundError:
+            continue
+        left += [f"{c}/{n}" for n in names if n.startswith(prefix) and int(n[len(prefix) :]) not in keep_uids]
+    return left

@@ -246,7 +246,7 @@ def _bug_task(i: int, bug: tuple) -> dict:
         "files": {module: src, test_name: tests},
         "prompt": f"The tests in {test_name} fail. Find and fix the bug in {module} so that "
         f'`python3 {test_name}` passes, then submit "done".',
-        "goal": {"type": "command", "cmd": f"python3 {test_name}", "files": {test_name: tests}},
+        "goal": {"type": "tests", "files": {test_name: tests}},
         "protected": [test_name],
         "max_steps": 8,
         "solution": [
@@ -335,8 +335,8 @@ def _config_task(i: int, rng: random.Random) -> dict:
         "goal": {
             "type": "all",
             "checks": [
+                {"type": "script", "files": {"run.py": run_py}},  # first: report.txt is then run.py's own
                 {"type": "file", "path": "report.txt", "equals": report},
-                {"type": "command", "cmd": "python3 run.py", "files": {"run.py": run_py}},
             ],
         },
         "protected": ["run.py"],
@@ -376,7 +376,11 @@ def _syntax_task(i: int, rng: random.Random) -> dict:
         "is), run it again, and submit the content of out.txt.",
         "goal": {
             "type": "all",
-            "checks": [{"type": "file", "path": "out.txt", "equals": result}, {"type": "answer", "value": result}],
+            "checks": [
+                {"type": "script", "files": {"main.py": main_py}},  # the fix itself: main.py runs with it
+                {"type": "file", "path": "out.txt", "equals": result},
+                {"type": "answer", "value": result},
+            ],
         },
         "protected": ["main.py"],
         "max_steps": 10,

@@ -30,6 +30,7 @@ def test_oracle_solves_every_task_of_every_suite_and_tier(pool, suites):
         by_tier = defaultdict(list)
         for result in run_episodes(pool, POLICIES["oracle"], tasks):
             by_tier[result.task.tier].append(result.stats)
+            assert result.rewards[-1] == 1.0, (result.task.id, result.stats)  # the expert scores in full
         for tier, stats in by_tier.items():
             assert summarise(stats)["completion_rate"] == 1.0, (name, tier)
             assert all(s.intact and s.status == "scored" for s in stats)

@@ -71,3 +71,12 @@ def test_file_tools_stay_in_the_session(pool):
         assert failed.error and "[exit code 3; nonzero_exit]" in failed.text
         assert TOOLS["python"].run({"code": "print(sum(range(5)))"}, ctx).text == "10"
         assert ctx.sandbox_s > 0
+
+
+def test_arguments_with_a_nul_byte_or_nested_past_the_recursion_limit_are_refused():
+    assert check_arguments(TOOLS["shell"], {"cmd": "echo a\x00b"}) == "invalid arguments for shell: a NUL byte in 'cmd'"
+    assert "a NUL byte in 'path'" in check_arguments(TOOLS["write_file"], {"path": "a\x00", "content": "x"})
+    deep: list = []
+    for _ in range(5000):  # built by hand: json.loads itself refuses this depth
+        deep = [deep]
+    assert check_arguments(TOOLS["shell"], {"cmd": deep}) == "invalid arguments for shell: nested too deeply"

@@ -173,7 +173,7 @@ def test_agent_rewriting_the_tests_does_not_pass_the_goal(pool):
     t = task(
         files={"m.py": "def f():\n    return 1\n", "test_m.py": tests},
         protected=["test_m.py"],
-        goal={"type": "command", "cmd": "python3 test_m.py", "files": {"test_m.py": tests}},
+        goal={"type": "tests", "files": {"test_m.py": tests}},
     )
     result = run_episode(
         ToolEnv(pool),

@@ -13,16 +13,22 @@ What goes wrong is counted and answered, never raised:
     schema -> an `error: ...` tool message and `invalid_calls += 1` (minus
     `invalid_call_penalty` on that step's reward); the episode goes on;
   * a tool that runs and fails (nonzero exit, missing file) -> its output, `tool_errors += 1`;
-  * a wrong answer with attempts left -> a user message saying so (the retry suite).
+  * a wrong answer with attempts left -> a user message saying so (the retry suite);
+  * a call the sandbox cannot take (a NUL byte in an argument, a tool call nested past
+    the parser's depth, a program that no longer fits in a full /work) -> likewise an
+    `error: ...` message, never an exception.
 
 The episode ends on `submit`, on a turn without tool calls (its text is the answer), or
 after `task.max_steps` turns; the goal is then checked on the final state and the last
 step's reward is `task.attempt_reward(attempt)` on success, else 0. When the sandbox itself
-fails (it cannot open, a run reports `sandbox_error`), the episode ends with
-`info["status"] == "env_error"`: the environment's failure, never the model's.
+fails (it cannot open, a run reports `sandbox_error`), or anything unforeseen raises while
+a turn is answered, that episode alone ends with `info["status"] == "env_error"` and the
+reason in `info["error"]`: the environment's failure, never the model's, and never an
+exception out of `step` (so one episode cannot end a rollout of many).
 
 Each episode has its own `SandboxSession`: a /work that persists across steps and is
-discarded at the next `reset` or `close`, so no episode sees another's files or processes.
+discarded when the episode ends (whatever ended it), at the next `reset` or at `close`, so
+no episode sees another's files or processes and none leaves a mount or cgroup behind.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from tempering.agents.goals import check_goal
 from tempering.agents.tasks import AgentTask
 from tempering.agents.tools import TOOLS, EnvFailure, ToolContext, check_arguments
 from tempering.data.toolcalls import parse_tool_calls
-from tempering.sandbox.base import Limits, Sandbox, SandboxFailure, SandboxUnavailable
+from tempering.sandbox.base import Limits, Sandbox
 
 Observation = list[dict[str, Any]]
 """Messages the environment adds to the conversation (`tool` results, `user` feedback)."""
@@ -114,28 +120,39 @@ class ToolEnv:
             try:
                 self.ctx.session = self.sandbox.session(self.limits)
                 self.ctx.session.write_files(task.files)
-            except (SandboxUnavailable, SandboxFailure, OSError) as exc:
+            except Exception as exc:  # e.g. files larger than the scratch: close what was opened
                 self.close()
-                raise EnvFailure(f"cannot open the episode's sandbox: {exc}") from exc
+                raise EnvFailure(f"cannot open the episode's sandbox: {_one_line(exc)}") from exc
         self._initial = {p: task.files[p] for p in task.protected if p in task.files}
         return [{"role": "user", "content": task.prompt}]
 
     def step(self, action: str) -> StepResult:
+        """Answer one assistant turn. Never raises for what the turn or the sandbox did.
+
+        What the model got wrong is an `error: ...` observation (see the module docstring);
+        anything else that fails, foreseen (`EnvFailure`) or not, ends this episode alone
+        with status `env_error` and the reason in `info["error"]`. The session is closed
+        whenever the episode ends, whatever ended it.
+        """
         if self.done or self.task is None:
             raise RuntimeError("step() after the episode ended; call reset()")
         self.stats.steps += 1
+        observation: Observation = []
+        reward = 0.0
         try:
             observation, reward, answered = self._act(action)
             if not self.done and not answered and self.stats.steps >= self.task.max_steps:
                 reward += self._finish(answer=None)
-        except EnvFailure as exc:
-            self.done, self.stats.status, self.stats.error = True, "env_error", str(exc)
+        except Exception as exc:  # the one choke point: no episode's failure reaches the rollout
+            self.done, self.stats.status, self.stats.error = True, "env_error", _one_line(exc)
             observation, reward = [], 0.0
+        finally:
+            if self.done:
+                self._close_session()
         info: dict[str, Any] = {"step": self.stats.steps}
         if self.done:
             self.stats.sandbox_s, self.stats.sandbox_timeouts = self.ctx.sandbox_s, self.ctx.sandbox_timeouts
             info.update(asdict(self.stats), recovered=self.stats.recovered, errors=self.stats.errors)
-            self._close_session()
         return StepResult(observation, reward, self.done, info)
 
     def close(self) -> None:
@@ -204,7 +221,7 @@ class ToolEnv:
 
     def _finish(self, answer: str | None) -> float:
         self.done = True
-        self.stats.intact = self._intact()  # first: a goal check may write its hidden copies over them
+        self.stats.intact = self._intact()  # before the goal: a `script` goal may write files
         self.stats.success = check_goal(self.task.goal, self.ctx, answer)
         return self.task.attempt_reward(max(self.stats.attempts, 1)) if self.stats.success else 0.0
 
@@ -219,4 +236,13 @@ class ToolEnv:
     def _close_session(self) -> None:
         if self.ctx.session is not None:
             session, self.ctx.session = self.ctx.session, None
-            session.close()
+            try:
+                session.close()
+            except Exception as exc:  # the sandbox could not release it: this episode's failure alone
+                self.stats.status, self.stats.error = "env_error", f"cannot close the sandbox: {_one_line(exc)}"
+
+
+def _one_line(exc: Exception) -> str:
+    """`EnvFailure`'s own message; any other exception with its type (it was not foreseen)."""
+    text = str(exc) if isinstance(exc, EnvFailure) else f"{type(exc).__name__}: {exc}"
+    return text.splitlines()[0][:500] if text.strip() else type(exc).__name__

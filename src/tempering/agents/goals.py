@@ -2,18 +2,25 @@
 
 {"type": "answer", "value": "4181"}                     the submitted answer (numbers compared as numbers)
 {"type": "file", "path": "out.csv", "equals": "..."}    a file's content (trailing whitespace ignored)
-{"type": "command", "cmd": "python3 test_calc.py",      a program run in the episode's sandbox exits 0;
- "files": {"test_calc.py": "..."}}                        `files` (hidden copies, e.g. the real tests)
-                                                          are written first, so edits to them do not help
-{"type": "all", "checks": [...]}                        every check passes
+{"type": "tests", "files": {"test_calc.py": "..."}}     every test of hidden unittest files passes
+{"type": "script", "files": {"run.py": "..."}}          hidden Python programs run to their end in /work
+{"type": "all", "checks": [...]}                        every check passes, in order
+
+`tests` and `script` are judged by `tempering.agents.judge`: the hidden files never touch
+/work, run under an interpreter and sys.path the episode cannot change, and the verdict is
+the judge's own report, never an exit status of code the agent wrote. `file` is read by
+the host without following links. Goals are checked by `goal_problem` when a task loads.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from tempering.agents.judge import judge
 from tempering.agents.tools import EnvFailure, ToolContext
 from tempering.numbers import as_number, parse_number
+
+GOAL_TYPES = ("answer", "file", "tests", "script", "all")
 
 
 def answer_correct(goal: dict[str, Any], answer: str | None) -> bool:
@@ -26,6 +33,54 @@ def answer_correct(goal: dict[str, Any], answer: str | None) -> bool:
     if value is None:
         return answer.strip() == want
     return parse_number(answer) == value
+
+
+def goal_problem(goal: Any) -> str | None:
+    """None for a well-formed goal, else one line saying what is wrong with it."""
+    if not isinstance(goal, dict) or not isinstance(goal.get("type"), str):
+        return "goal needs a string 'type'"
+    kind = goal["type"]
+    need = {"answer": ("value",), "file": ("path", "equals"), "tests": ("files",), "script": ("files",)}
+    if kind == "command":
+        return (
+            "goal type 'command' is gone (its verdict was an exit status the agent could fake); use 'tests' or 'script'"
+        )
+    if kind == "all":
+        checks = goal.get("checks")
+        if not isinstance(checks, list) or not checks:
+            return "goal 'all' needs a non-empty list 'checks'"
+        return next((p for p in map(goal_problem, checks) if p), None)
+    if kind not in need:
+        return f"unknown goal type {kind!r} ({', '.join(GOAL_TYPES)})"
+    missing = [k for k in need[kind] if k not in goal]
+    if missing:
+        return f"goal {kind!r} needs {', '.join(map(repr, missing))}"
+    if kind in ("tests", "script"):
+        return _hidden_files_problem(kind, goal["files"])
+    if kind == "file" and not _relative(goal["path"]):
+        return f"goal 'file': path must be relative to /work, without '..' or empty parts: {goal['path']!r}"
+    return None
+
+
+def _relative(path: Any) -> bool:
+    return isinstance(path, str) and "\0" not in path and all(p not in ("", ".", "..") for p in path.split("/"))
+
+
+def _hidden_files_problem(kind: str, files: Any) -> str | None:
+    if not isinstance(files, dict) or not files:
+        return f"goal {kind!r} needs 'files': a non-empty object of name -> Python source"
+    for name, source in files.items():
+        # test files become modules named after them; a script's name is what tracebacks show
+        if not (name.endswith(".py") and name[:-3].isidentifier()) or not isinstance(source, str):
+            return f"goal {kind!r}: {name!r} must be a file name like 'test_calc.py' with Python source"
+    return None
+
+
+def needs_session(goal: dict[str, Any]) -> bool:
+    """Whether checking `goal` reads the episode's sandbox (every kind but `answer`)."""
+    if goal["type"] == "all":
+        return any(needs_session(g) for g in goal["checks"])
+    return goal["type"] != "answer"
 
 
 def check_goal(goal: dict[str, Any], ctx: ToolContext, answer: str | None) -> bool:
@@ -41,10 +96,11 @@ def check_goal(goal: dict[str, Any], ctx: ToolContext, answer: str | None) -> bo
     if kind == "file":
         data = ctx.session.read_file(goal["path"])
         return data is not None and data.decode("utf-8", "replace").rstrip() == str(goal["equals"]).rstrip()
-    if kind == "command":
-        result = ctx.session.exec(goal["cmd"], files=goal.get("files") or None, limits=ctx.limits)
-        ctx.sandbox_s += result.wall_s
-        if result.status == "sandbox_error":
-            raise EnvFailure(f"sandbox error in the goal check: {result.error}")
-        return result.ok
-    raise ValueError(f"unknown goal type {kind!r} (answer, file, command, all)")
+    if kind in ("tests", "script"):
+        tests, scripts = (goal["files"], None) if kind == "tests" else (None, goal["files"])
+        verdict = judge(ctx.session, tests=tests, scripts=scripts, limits=ctx.limits)
+        ctx.sandbox_s += verdict.run.wall_s
+        if verdict.run.status == "sandbox_error":
+            raise EnvFailure(f"sandbox error in the goal check: {verdict.run.error}")
+        return verdict.passed
+    raise ValueError(f"unknown goal type {kind!r} ({', '.join(GOAL_TYPES)})")

@@ -130,42 +130,43 @@ def agent_rollout(
     """Run `n` episodes of each task with the engine as the policy; groups in task order."""
     settings = settings or EpisodeSettings()
     times = {"generation": 0.0, "environment": 0.0, "rendering": 0.0}
-    live = [_start(t, j, renderer, sandbox, settings, times) for t in tasks for j in range(n)]
+    penalty = settings.invalid_call_penalty
+    live = [_Live(t, j, ToolEnv(sandbox, invalid_call_penalty=penalty)) for t in tasks for j in range(n)]
     steps, round_ = 0, 0
-    with ThreadPoolExecutor(max_workers=settings.env_workers) as pool:
-        while True:
-            for e in live:
-                if not e.done:
-                    _room(e, settings)  # ends an episode with no room left for a turn
-            active = [e for e in live if not e.done]
-            if not active:
-                break
-            steps += len(active)
-            t0 = perf_counter()
-            _generate(active, engine, renderer, sampling, settings, seed, round_)
-            times["generation"] += perf_counter() - t0
-            t0 = perf_counter()
-            list(pool.map(lambda e: _step(e, settings), [e for e in active if not e.done]))
-            times["environment"] += perf_counter() - t0
-            t0 = perf_counter()
-            for e in active:
-                if not e.done:
-                    _observe(e, renderer, settings)
-            times["rendering"] += perf_counter() - t0
-            round_ += 1
+    try:  # whatever stops the loop (the engine, an interrupt), no episode's session outlives it
+        for e in live:
+            _start(e, renderer, times)
+        with ThreadPoolExecutor(max_workers=settings.env_workers) as pool:
+            while True:
+                for e in live:
+                    if not e.done:
+                        _room(e, settings)  # ends an episode with no room left for a turn
+                active = [e for e in live if not e.done]
+                if not active:
+                    break
+                steps += len(active)
+                t0 = perf_counter()
+                _generate(active, engine, renderer, sampling, settings, seed, round_)
+                times["generation"] += perf_counter() - t0
+                t0 = perf_counter()
+                list(pool.map(lambda e: _step(e, settings), [e for e in active if not e.done]))
+                times["environment"] += perf_counter() - t0
+                t0 = perf_counter()
+                for e in active:
+                    if not e.done:
+                        _observe(e, renderer, settings)
+                times["rendering"] += perf_counter() - t0
+                round_ += 1
+    finally:
+        for e in live:
+            e.env.close()
     episodes = [_finish(e) for e in live]
     return AgentBatch([episodes[i * n : (i + 1) * n] for i in range(len(tasks))], times, steps)
 
 
-def _start(
-    task: AgentTask,
-    sample: int,
-    renderer: AgentRenderer,
-    sandbox: Any,
-    settings: EpisodeSettings,
-    times: dict[str, float],
-) -> _Live:
-    e = _Live(task, sample, ToolEnv(sandbox, invalid_call_penalty=settings.invalid_call_penalty))
+def _start(e: _Live, renderer: AgentRenderer, times: dict[str, float]) -> None:
+    """Open the episode's environment and render its opening prompt (a failed open: `env_error`)."""
+    task = e.task
     t0 = perf_counter()
     try:
         opening = e.env.reset(task)
@@ -178,7 +179,6 @@ def _start(
     e.add(renderer.prompt_ids(opening, task.tools), trainable=False)
     e.prompt_length = len(e.ids)
     times["rendering"] += perf_counter() - t0
-    return e
 
 
 def _room(e: _Live, settings: EpisodeSettings) -> int | None:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tempering.agents.goals import goal_problem, needs_session
 from tempering.agents.tools import TOOLS
 
 ENVS_DIR = Path(__file__).parent / "envs"
@@ -62,17 +63,14 @@ class AgentTask(BaseModel):
         unknown = sorted(set(self.tools) - set(TOOLS))
         if unknown:
             raise ValueError(f"unknown tools {unknown}; known: {sorted(TOOLS)}")
-        if not isinstance(self.goal.get("type"), str):
-            raise ValueError("goal needs a string 'type'")
+        problem = goal_problem(self.goal)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property
     def needs_sandbox(self) -> bool:
-        return (
-            bool(self.files)
-            or self.goal["type"] in ("command", "file")
-            or any(TOOLS[t].needs_sandbox for t in self.tools)
-        )
+        return bool(self.files) or needs_session(self.goal) or any(TOOLS[t].needs_sandbox for t in self.tools)
 
     def attempt_reward(self, attempt: int) -> float:
         """Reward for a correct answer given on attempt `attempt` (1-based)."""
@@ -99,6 +97,8 @@ def load_agent_tasks(path: str | Path) -> list[AgentTask]:
         except (json.JSONDecodeError, ValidationError) as exc:
             first = str(exc).splitlines()[0] if isinstance(exc, json.JSONDecodeError) else _first_error(exc)
             raise TaskFileError(f"{path}:{n}: {first}") from None
+        except RecursionError:  # e.g. an `all` goal nested thousands deep
+            raise TaskFileError(f"{path}:{n}: nested too deeply") from None
         if task.id in seen:
             raise TaskFileError(f"{path}:{n}: duplicate task id {task.id!r}")
         seen.add(task.id)

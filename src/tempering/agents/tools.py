@@ -105,12 +105,13 @@ def _shell(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
 def _python(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
     # runs as /work/_agent_code.py so the episode's own main.py (if any) is left alone
     session = _session(ctx)
-    return _exec_outcome(
-        session.exec(
+    try:
+        result = session.exec(
             ["python3", "-E", "-S", "_agent_code.py"], files={"_agent_code.py": args["code"]}, limits=ctx.limits
-        ),
-        ctx,
-    )
+        )
+    except (OSError, ValueError) as exc:  # /work full (bytes or inodes), or a directory in the way: the model's doing
+        return ToolOutcome(f"error: cannot write the program to /work/_agent_code.py: {exc}", error=True)
+    return _exec_outcome(result, ctx)
 
 
 def _relative(path: str) -> str | None:
@@ -247,9 +248,18 @@ TOOLS: dict[str, Tool] = {
 
 
 def check_arguments(tool: Tool, arguments: dict[str, Any]) -> str | None:
-    """None when `arguments` fit the tool's schema, else one line saying why not."""
+    """None when `arguments` fit the tool's schema, else one line saying why not.
+
+    A string holding a NUL byte is refused for every tool: no command line, file name or
+    program text can carry one (the kernel would cut it there, Python refuses it).
+    """
     try:
         jsonschema.validate(arguments, tool.parameters)
     except jsonschema.ValidationError as exc:
         return f"invalid arguments for {tool.name}: {exc.message}"
+    except RecursionError:
+        return f"invalid arguments for {tool.name}: nested too deeply"
+    nul = [k for k, v in arguments.items() if isinstance(v, str) and "\0" in v]
+    if nul:
+        return f"invalid arguments for {tool.name}: a NUL byte in {', '.join(map(repr, nul))}"
     return None
