@@ -176,6 +176,9 @@ def test_another_keys_private_prompt_is_never_shown_nor_votable(deployment):
         r = post(url, f"/arena/battles/{mine.json()['id']}/votes", bob, body)
         assert r.status_code in (400, 404) and secret not in r.text
     assert not [v for v in app.state.store.votes() if v["battle_id"] == mine.json()["id"]]
+    post(url, f"/arena/battles/{shown[0]['id']}/votes", alice, {"choice": "a"})  # both keys judged one battle
+    agreement = httpx.get(url + "/arena/ranking", headers={"Authorization": f"Bearer {bob}"}).json()["agreement"]
+    assert set(agreement["per_annotator"]) <= {"bob"}  # annotators are keys: no other key's name is shown
 
 
 # ------------------------------------------------------------------ bodies that crashed the server

@@ -3,6 +3,7 @@
     POST /arena/battles              {"prompt"?} -> {"id", "prompt", "a", "b"}
     POST /arena/battles/{id}/votes   {"choice": a|b|tie|both_bad} -> {"reveal": {"a", "b"}}
     GET  /arena/ranking              Bradley–Terry ratings with bootstrap CIs, annotator agreement
+                                     (per annotator: the calling key's own row only)
     GET  /arena                      the page (serve/arena_page.py)
 
 The annotator is the calling key: one vote per key per battle, under the key's name (a
@@ -166,4 +167,7 @@ def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable
 
     @app.get("/arena/ranking")
     async def arena_rank(key: Any = Depends(authorized)):
-        return await run_in_threadpool(arena_ranking, store.votes(), cfg.seed)
+        report = await run_in_threadpool(arena_ranking, store.votes(), cfg.seed)
+        agreement = report["agreement"]  # annotators are keys: a key sees its own row, not the others' names
+        agreement["per_annotator"] = {k: v for k, v in agreement["per_annotator"].items() if k == key.name}
+        return report
