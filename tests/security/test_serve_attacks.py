@@ -208,6 +208,9 @@ BAD_BODIES = {
     "a lone surrogate in the model name": '{"model": "v\\ud800", "messages": [{"role": "user", "content": "x"}]}',
     "a 5000-digit version": json.dumps({"model": "v" + "9" * 5000, "messages": ASK}),
     "a 5000-digit model name": json.dumps({"model": "1" * 5000, "messages": ASK}),
+    "a JSON schema that is a list": json.dumps(
+        {"model": "v2", "messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"schema": [1]}}}
+    ),
     "a body nested 100000 deep": '{"model": "v2", "messages": ' + deep(100_000) + "}",
 }
 

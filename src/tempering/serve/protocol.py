@@ -170,6 +170,13 @@ class ResponseFormat(_Strict):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: dict[str, Any] | None = None
 
+    @model_validator(mode="after")
+    def _schema_object(self) -> ResponseFormat:
+        schema = (self.json_schema or {}).get("schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise ValueError("json_schema.schema must be a JSON object (a JSON Schema)")
+        return self
+
 
 class _Sampling(_Body):
     model: str = Field(min_length=1, max_length=256)
