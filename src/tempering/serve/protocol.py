@@ -179,7 +179,7 @@ class ResponseFormat(_Strict):
 
 
 class _Sampling(_Body):
-    model: str = Field(min_length=1, max_length=256)
+    model: str = Field(min_length=1, max_length=1024)  # a default model is named by its path
     max_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
