@@ -5,7 +5,6 @@ arena votes pass through validated, and the next checkpoint's lineage shows all 
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -64,7 +63,7 @@ SERVED = [
         "prompt": "Add 11 and 11.",
         "completion": "23",
         "kind": "thumbs_down",
-        "task": {"verifier": {"type": "numeric", "answer": "22"}},
+        "task": {"answer": "22"},
     },
     {"id": "f3", "prompt": "Say hi", "completion": "hi", "kind": "thumbs_up"},
 ]
@@ -99,7 +98,14 @@ def test_feedback_mines_training_neighbours_converts_corrections_and_keeps_votes
     failed = {r["prompt"] for r in map(json.loads, (run / "samples.jsonl").read_text().splitlines()) if not r["passed"]}
     mined = [t for t in tasks if t["id"].startswith("arithadd-varied-train")]
     assert len(mined) == s["mined_tasks"] >= 6 and not failed & {t["prompt"] for t in mined}  # never the eval items
-    assert any(t["id"] == "feedback-f2" and t["verifier"]["answer"] == "22" for t in tasks)
+    assert {
+        "id": "feedback-f2",
+        "prompt": "Add 11 and 11.",
+        "verifier": {"type": "numeric", "answer": "22"},
+    }.items() <= next(
+        t for t in tasks if t["id"] == "feedback-f2"
+    ).items()  # id and prompt are the served row's; the verifier follows from the answer's form
+    assert s["served_quarantined"] == 0
     report = json.loads((out / "feedback.json").read_text())
     by_task = {m["task_id"]: m for m in report["mined_for"]}
     word_failures = {
@@ -117,13 +123,25 @@ def test_feedback_mines_training_neighbours_converts_corrections_and_keeps_votes
     assert report["clusters"] and sum(c["size"] for c in report["clusters"]) == 8  # 6 eval + 2 served bad cases
 
 
-def test_a_bad_served_row_names_file_and_line(tmp_path):
-    path = write_jsonl(tmp_path / "served.jsonl", [SERVED[0], {"completion": "no prompt"}])
-    with pytest.raises(ValueError, match=r"served.jsonl line 2: a feedback row needs 'prompt' or 'messages'"):
-        read_served([path])
-    path = write_jsonl(tmp_path / "served2.jsonl", [{**SERVED[0], "oops": 1}])
-    with pytest.raises(ValueError, match=r"served2.jsonl line 1: unknown key\(s\) oops"):
-        read_served([path])
+def test_bad_served_rows_are_quarantined_with_file_line_and_reason(tmp_path):
+    bad = [
+        {"completion": "no prompt"},
+        {**SERVED[0], "oops": 1},
+        {**SERVED[1], "task": {"verifier": {"type": "code", "tests": "import os"}}},
+        {**SERVED[1], "task": {"answer": "22", "id": "mine", "prompt": "other"}},
+        "not json",
+        [1, 2],
+    ]
+    path = write_jsonl(tmp_path / "served.jsonl", [SERVED[0], *bad, SERVED[1]])
+    rows, tasks, pairs, cases, errors = read_served([path])
+    assert rows == 8 and [t.id for t in tasks] == ["feedback-f2"] and len(pairs) == 1  # the good rows still count
+    assert [str(e) for e in errors[:2]] == [
+        f"{path}:2: a feedback row needs 'prompt' or 'messages'",
+        f"{path}:3: unknown key(s) oops",
+    ]
+    assert "answer: Field required" in errors[2].reason and "verifier: Extra inputs" in errors[2].reason
+    assert "id: Extra inputs" in errors[3].reason and "prompt: Extra inputs" in errors[3].reason
+    assert [e.location for e in errors] == [f"line {i}" for i in range(2, 8)]
 
 
 def test_the_next_round_trains_on_feedback_and_its_lineage_shows_the_exports(tmp_path, smol_tokenizer, monkeypatch):

@@ -1,5 +1,6 @@
 """The arena page works in a real browser (Playwright driving the system Chromium):
-vote, reveal, ranking update; a screenshot is kept in docs/img_arena.png."""
+vote, reveal, ranking update, a second annotator (key) judging the same drawn battle;
+a screenshot is kept in docs/img_arena.png."""
 
 from __future__ import annotations
 
@@ -23,12 +24,20 @@ def arena_server(tiny_models, tmp_path):
     releases = Releases(Registry(tmp_path / "registry.sqlite"))
     for model in tiny_models:  # v1: tool-call answers, v2: "The answer is 4."
         releases.promote(model, gate={"passed": True, "rules": []})
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("What is 2+2?\n")
     app = create_app(
-        ServeConfig(state=tmp_path / "state", registry=str(tmp_path / "registry.sqlite"), seed=1, arena_temperature=0)
+        ServeConfig(
+            state=tmp_path / "state",
+            registry=str(tmp_path / "registry.sqlite"),
+            seed=1,
+            arena_temperature=0,
+            arena_prompts=prompts,
+        )
     )  # greedy: the answers are the known texts
-    _, secret = app.state.store.create_key("annotators")
+    secrets = [app.state.store.create_key(name)[1] for name in ("ann1", "ann2")]  # one key per annotator
     thread = ServerThread(app)
-    yield thread.url, secret, app.state.store
+    yield thread.url, secrets, app.state.store
     thread.stop()
 
 
@@ -36,16 +45,14 @@ def arena_server(tiny_models, tmp_path):
 def test_vote_reveal_and_ranking_in_a_browser(arena_server):
     from playwright.sync_api import expect, sync_playwright
 
-    url, secret, store = arena_server
+    url, (first, second), store = arena_server
     expect.set_options(timeout=30_000)  # a loaded 2-core machine: the first ranking imports its libraries
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
         page = browser.new_page(viewport={"width": 1000, "height": 760})
         page.goto(url + "/arena")
-        page.fill("#key", secret)
-        page.fill("#annotator", "ann1")
-        page.fill("#prompt", "What is 2+2?")
-        page.click("#next")
+        page.fill("#key", first)
+        page.click("#next")  # no typed prompt: one drawn from the arena's prompts, shared with other keys
         expect(page.locator("#battle")).to_be_visible()
         shown = {page.text_content("#answer-a"), page.text_content("#answer-b")}
         assert shown == {TOOL_ANSWER, TEXT_ANSWER}
@@ -55,9 +62,8 @@ def test_vote_reveal_and_ranking_in_a_browser(arena_server):
         expect(page.locator(f"#who-{text_side}")).to_have_text("v2")  # revealed: the text answer was v2
         expect(page.locator("#ranking tbody tr")).to_have_count(2)
         expect(page.locator("#ranking tbody tr").first).to_have_attribute("data-model", "v2")
-        # a second annotator gets the same battle (agreement needs shared items) and agrees
-        page.fill("#annotator", "ann2")
-        page.fill("#prompt", "")
+        # a second annotator (key) gets the same battle (agreement needs shared items) and agrees
+        page.fill("#key", second)
         page.click("#next")
         expect(page.locator("#who-a")).to_have_text("")
         assert {page.text_content("#answer-a"), page.text_content("#answer-b")} == shown

@@ -23,9 +23,15 @@ PASSED = {"passed": True, "rules": []}
 
 
 def serve_a_day(state: Path, registry: Path) -> None:
-    """Two users ask, judge answers (a correction, a thumbs-down with a checkable task, a thumbs-up),
-    and two annotators vote in the arena."""
-    app = create_app(ServeConfig(state=state, registry=str(registry), log_text=True, seed=0, arena_temperature=0))
+    """Two users ask, judge answers (a correction, a thumbs-down with the right answer, a thumbs-up),
+    and both vote in the arena on the same battles (drawn from the arena's prompts: shared)."""
+    prompts = state.parent / "arena_prompts.txt"
+    prompts.write_text("What is 2+2?\nTwo plus two?\n")
+    app = create_app(
+        ServeConfig(
+            state=state, registry=str(registry), log_text=True, seed=0, arena_temperature=0, arena_prompts=prompts
+        )
+    )
     keys = [app.state.store.create_key(name)[1] for name in ("alice", "bob")]
     alice, bob = (TestClient(app, headers={"Authorization": f"Bearer {k}"}) for k in keys)
 
@@ -44,24 +50,19 @@ def serve_a_day(state: Path, registry: Path) -> None:
             {
                 "kind": "thumbs_down",
                 "comment": "no tool needed",
-                "task": {"verifier": {"type": "numeric", "answer": "4"}},
+                "task": {"answer": "4"},
             },
         ),
         (bob, ask(bob, "Say hi."), {"kind": "thumbs_up"}),
     ]:
         assert client.post("/v1/feedback", json={"response_id": rid, **body}).status_code == 200
-    for prompt in ("What is 2+2?", "Two plus two?"):
-        battle = alice.post("/arena/battles", json={"annotator": "ann1", "prompt": prompt}).json()
-        for client, annotator in ((alice, "ann1"), (bob, "ann2")):
-            if annotator == "ann2":  # the second annotator is served the same, unjudged battle
-                assert client.post("/arena/battles", json={"annotator": "ann2"}).json()["id"] == battle["id"]
+    for _ in range(2):
+        battle = alice.post("/arena/battles", json={}).json()
+        for client in (alice, bob):
+            if client is bob:  # the second annotator is served the same, unjudged battle
+                assert client.post("/arena/battles", json={}).json()["id"] == battle["id"]
             side = "a" if battle["a"] == TEXT_ANSWER else "b"
-            assert (
-                client.post(
-                    f"/arena/battles/{battle['id']}/votes", json={"annotator": annotator, "choice": side}
-                ).status_code
-                == 200
-            )
+            assert client.post(f"/arena/battles/{battle['id']}/votes", json={"choice": side}).status_code == 200
 
 
 def test_feedback_and_votes_train_the_next_release(tiny_models, tmp_path, monkeypatch):

@@ -12,7 +12,12 @@ lineage of the next checkpoint shows them:
   * **served bad cases** (`served`: JSONL from `temper feedback export`, role `feedback`):
     thumbs-down and reports join the failure clusters; a row with a `correction` becomes a
     preference pair (the correction chosen over the served answer); a row with a `task`
-    (an answer the verifier can check) joins the task set.
+    (the right answer, `{"answer": ...}`) joins the task set as a task whose id and prompt
+    are the served row's (what the server recorded) and whose verifier the answer's form
+    chooses (`FeedbackTask.verifier`): feedback never names a task's id, prompt or verifier.
+    A bad row (not an object, no prompt, an unknown key, a task with anything but an answer)
+    is quarantined in the run dir and counted, never fatal: feedback is append-only, so a
+    bad row would otherwise fail every later round.
   * **preference votes** (`votes`: pairs from `temper arena export`, role `votes`): validated
     (bad rows quarantined and counted) and passed on with the corrections as `pairs`.
 
@@ -62,12 +67,15 @@ def feedback_stage(cfg: FeedbackConfig) -> StageSpec:
 def run_feedback(cfg: FeedbackConfig) -> dict[str, Any]:
     """Read the signals, cluster, mine, convert; write tasks / pairs / report; recorded as a run."""
     from tempering.atomic import write_jsonl_atomic
+    from tempering.data.io import write_quarantine
 
     with run_stage(feedback_stage(cfg)) as stage:
         if stage.finished:
             return stage.result.summary
         failures, private = read_eval_failures(cfg.evals)
-        served, served_tasks, corrections, served_bad = read_served(cfg.served)
+        served, served_tasks, corrections, served_bad, served_errors = read_served(cfg.served)
+        if served_errors:
+            write_quarantine(served_errors, stage.run_dir / "served.quarantine.jsonl")
         votes, quarantined = read_votes(cfg.votes, stage.run_dir)
         cases = failures + served_bad
         clusters = cluster(cases, cfg)
@@ -81,6 +89,7 @@ def run_feedback(cfg: FeedbackConfig) -> dict[str, Any]:
             "eval_failures": len(failures),
             "private_failures": private,
             "served_rows": served,
+            "served_quarantined": len(served_errors),
             "served_bad_cases": len(served_bad),
             "served_tasks": len(served_tasks),
             "corrections": len(corrections),
@@ -131,57 +140,71 @@ def read_eval_failures(paths: Sequence[str]) -> tuple[list[Any], int]:
     return cases, private
 
 
-def read_served(paths: Sequence[str]) -> tuple[int, list[Task], list[dict[str, Any]], list[Any]]:
-    """Rows of `temper feedback export`: (rows, verifiable tasks, correction pairs, bad cases).
+def read_served(
+    paths: Sequence[str],
+) -> tuple[int, list[Task], list[dict[str, Any]], list[Any], list[Any]]:
+    """Rows of `temper feedback export`: (rows, verifiable tasks, correction pairs, bad cases,
+    quarantined rows as `RowError`s naming file, line and reason)."""
+    from tempering.data.io import RowError, iter_rows
 
-    Raises:
-        ValueError: a row that is not a JSON object with a prompt, naming file and line.
-    """
-    from tempering.data.io import iter_rows
-    from tempering.evals.failures import case_from_row
-
-    rows, tasks, pairs, bad = 0, [], [], []
+    rows, tasks, pairs, bad, errors = 0, [], [], [], []
     for p in paths:
         for where, row, error in iter_rows(Path(p)):
-            if error is not None:
-                raise ValueError(f"{p} {where}: {error}")
             rows += 1
-            if not isinstance(row, dict) or not (row.get("prompt") or row.get("messages")):
-                raise ValueError(f"{p} {where}: a feedback row needs 'prompt' or 'messages'")
-            unknown = set(row) - set(SERVED_KEYS)
-            if unknown:
-                raise ValueError(f"{p} {where}: unknown key(s) {', '.join(sorted(unknown))}")
-            prompt = row.get("messages") or row["prompt"]
-            answer = row.get("completion", row.get("response")) or ""
-            rid = str(row.get("id") or f"{Path(p).name}:{where}")
-            if row.get("task"):
-                tasks.append(
-                    Task.model_validate(
-                        {"id": f"feedback-{rid}", **_prompt_field(prompt), **row["task"], "source": "feedback"}
-                    )
-                )
-            if row.get("correction"):
-                pairs.append(
-                    {
-                        "prompt": prompt,
-                        "chosen": row["correction"],
-                        "rejected": answer,
-                        "source": "human",
-                        "meta": {"feedback_id": rid, "release": row.get("release")},
-                    }
-                )
-            if row.get("kind", "thumbs_down") != "thumbs_up":
-                bad.append(
-                    case_from_row(
-                        {
-                            "task_id": f"feedback-{rid}",
-                            "prompt": prompt,
-                            "completion": answer,
-                            "detail": row.get("comment"),
-                        }
-                    )
-                )
-    return rows, tasks, pairs, bad
+            try:
+                if error is not None:
+                    raise ValueError(str(error))
+                task, pair, case = _served_row(row, f"{Path(p).name}:{where}")
+            except ValueError as exc:  # pydantic's ValidationError is one
+                errors.append(RowError(str(p), where, _reason(exc), row))
+                continue
+            tasks += [task] if task else []
+            pairs += [pair] if pair else []
+            bad += [case] if case else []
+    return rows, tasks, pairs, bad, errors
+
+
+def _reason(exc: ValueError) -> str:
+    """One line: pydantic's errors as `field: message`, else the error's own text."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        return "task " + "; ".join(f"{'.'.join(map(str, e['loc'])) or '-'}: {e['msg']}" for e in exc.errors())
+    return str(exc)
+
+
+def _served_row(row: Any, where: str) -> tuple[Task | None, dict[str, Any] | None, Any]:
+    """(task, correction pair, bad case) of one served row; ValueError for a bad row."""
+    from tempering.evals.failures import case_from_row
+    from tempering.serve.protocol import FeedbackTask
+
+    if not isinstance(row, dict) or not (row.get("prompt") or row.get("messages")):
+        raise ValueError("a feedback row needs 'prompt' or 'messages'")
+    unknown = set(row) - set(SERVED_KEYS)
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}")
+    prompt = row.get("messages") or row["prompt"]
+    answer = row.get("completion", row.get("response")) or ""
+    rid = str(row.get("id") or where)
+    task = pair = case = None
+    if row.get("task"):
+        check = FeedbackTask.model_validate(row["task"])  # an answer only: no id, prompt or verifier
+        task = Task.model_validate(
+            {"id": f"feedback-{rid}", **_prompt_field(prompt), "verifier": check.verifier(), "source": "feedback"}
+        )
+    if row.get("correction"):
+        pair = {
+            "prompt": prompt,
+            "chosen": row["correction"],
+            "rejected": answer,
+            "source": "human",
+            "meta": {"feedback_id": rid, "release": row.get("release")},
+        }
+    if row.get("kind", "thumbs_down") != "thumbs_up":
+        case = case_from_row(
+            {"task_id": f"feedback-{rid}", "prompt": prompt, "completion": answer, "detail": row.get("comment")}
+        )
+    return task, pair, case
 
 
 def _prompt_field(prompt: Any) -> dict[str, Any]:

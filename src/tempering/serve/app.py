@@ -3,19 +3,26 @@
     app = create_app(ServeConfig(...))          # uvicorn.run(app, host=..., port=...)
 
 Every route but `/health`, `/metrics` and the arena page needs `Authorization: Bearer <key>`
-(a key of `temper keys create`). Each answered request appends an audit row before its
-response (or its first stream chunk) leaves, so a client that got an answer has its row; a
-token-by-token stream (`live.py`) appends it when the answer completes, before its finish chunk.
-Errors have OpenAI's shape and status codes; a bad request is a 4xx, never a 500.
+(a key of `temper keys create`), checked by the gate (`gate.py`) before the body is read;
+the gate also caps the body's size and names each request's route template for the metrics.
+Each answered request appends an audit row before its response (or its first stream chunk)
+leaves, so a client that got an answer has its row; a token-by-token stream (`live.py`)
+appends it when the answer completes, before its finish chunk, or with status 499 when the
+client leaves first (in a `finally`). A key's rate-limited requests are counted, not audited
+one by one (`RefusalCounter`). Errors have OpenAI's shape and status codes; a bad request is
+a 4xx, never a 500.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
+import threading
 import time
 from collections import defaultdict, deque
-from dataclasses import dataclass
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -29,6 +36,7 @@ from starlette.exceptions import HTTPException
 from tempering.serve import arena, chat, live
 from tempering.serve.backend import Models, Route, Served, UnknownModel
 from tempering.serve.config import ServeConfig
+from tempering.serve.gate import UNMATCHED, Gate
 from tempering.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, FeedbackRequest
 from tempering.serve.store import ApiKey, Store, StoreError
 
@@ -67,6 +75,37 @@ class RateLimiter:
             )
 
 
+class RefusalCounter:
+    """Rate-limited (429) requests of valid keys: counted in memory and audited as at most one
+    row per key every `interval` seconds, whose `request.refused` is how many 429s it stands
+    for (itself and the uncounted ones before it); `flush` writes what is left at shutdown.
+    So a client hammering past its limit costs no synced disk write per request, and no
+    refusal goes uncounted (a `kill -9` loses at most one interval's count)."""
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self._pending: dict[str, list] = {}  # key id -> [count, endpoint]; one entry per valid key at most
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def note(self, key_id: str, endpoint: str) -> int:
+        """Count one 429; the number of refusals to audit now (0: not yet)."""
+        with self._lock:
+            entry = self._pending.setdefault(key_id, [0, endpoint])
+            entry[0], entry[1] = entry[0] + 1, endpoint
+            now = time.monotonic()
+            if now - self._last.get(key_id, -self.interval) < self.interval:
+                return 0
+            self._last[key_id] = now
+            return self._pending.pop(key_id)[0]
+
+    def flush(self) -> list[tuple[str, str, int]]:
+        """(key id, last endpoint, count) of every refusal not audited yet; the counts restart."""
+        with self._lock:
+            left, self._pending = self._pending, {}
+        return [(key_id, endpoint, count) for key_id, (count, endpoint) in left.items()]
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -92,15 +131,22 @@ class Server:
     store: Store
     limiter: RateLimiter
     metrics: Metrics
+    refusals: RefusalCounter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.refusals = RefusalCounter(self.cfg.refused_audit_s)
 
     def error(self, request: Request, exc: ApiError) -> JSONResponse:
-        """An error response in OpenAI's shape; audited. A refused key (401) is filed under the
-        key it names when that key exists but is revoked, else under `UNKNOWN_KEY`, with the
-        client's address; past `rate_limit` refusals a minute from one address the answer is a
-        429, not audited."""
-        self.metrics.requests.labels(request.url.path, str(exc.status)).inc()
+        """An error response in OpenAI's shape; audited. A key's 429s are counted
+        (`RefusalCounter`). A refused key (401) is filed under the key it names when that key
+        exists but is revoked, else under `UNKNOWN_KEY`, with the client's address; past
+        `rate_limit` refusals a minute from one address the answer is a 429, not audited."""
+        self.metrics.requests.labels(endpoint_of(request), str(exc.status)).inc()
         key = getattr(request.state, "key", None)
-        if key is not None:
+        if key is not None and exc.status == 429:
+            if refused := self.refusals.note(key.id, request.url.path):
+                self.store.audit(key.id, request.url.path, 429, request={"refused": refused})
+        elif key is not None:
             self.store.audit(key.id, request.url.path, exc.status)
         elif exc.status == 401:
             client = request.client.host if request.client else "unknown"
@@ -126,7 +172,15 @@ class Server:
         )
 
     def authorized(self, request: Request) -> ApiKey:
-        """The request's live key (a FastAPI dependency): 401 without one, 429 over its rate."""
+        """The request's key, checked by the gate before the body was read (a FastAPI dependency;
+        the gate checks the key of every route that has it)."""
+        key = getattr(request.state, "key", None)
+        if key is None:  # a route the gate did not check: refuse rather than serve without a key
+            raise ApiError(401, "Missing API key (Authorization: Bearer)", "invalid_api_key")
+        return key
+
+    def check_key(self, request: Request) -> ApiKey:
+        """The request's live key, put in `request.state.key`: 401 without one, 429 over its rate."""
         secret = _bearer(request)
         key = self.store.authenticate(secret) if secret else None
         if key is None:
@@ -161,22 +215,21 @@ class Server:
         A streamed chat answer that can go out token by token (`live.streams_live`) is audited
         when it completes, before its finish chunk."""
         started = time.perf_counter()
+        if req.sequences() > self.cfg.max_sequences:
+            raise ApiError(
+                400,
+                f"this request asks for {req.sequences()} sequences (prompts x n); "
+                f"this server allows {self.cfg.max_sequences}",
+                "invalid_value",
+                "n",
+            )
         route, served = await run_in_threadpool(self.route_for, req.model)
         prepared = prepare(served, req, self.cfg.max_tokens)
         response_id = prefix + secrets.token_hex(12)
         if req.stream and respond is chat.chat_response and live.streams_live(served, req, prepared):
-
-            def finished(groups: list[list[Any]]) -> None:
-                self.record(
-                    request, key, req, route, respond(served, req, prepared, groups, response_id, route.name), started
-                )
-
-            async def live_events():
-                async for c in live.chat_stream(served, req, prepared, response_id, route.name, finished):
-                    yield {"data": json.dumps(c, ensure_ascii=False)}
-                yield {"data": "[DONE]"}
-
-            return EventSourceResponse(live_events(), ping=3600)
+            return EventSourceResponse(
+                self.live_events(request, key, req, route, served, prepared, response_id), ping=3600
+            )
         groups = await run_in_threadpool(chat.generate, served, prepared)
         body = respond(served, req, prepared, groups, response_id, route.name)
         self.record(request, key, req, route, body, started)
@@ -189,6 +242,47 @@ class Server:
             yield {"data": "[DONE]"}
 
         return EventSourceResponse(events(), ping=3600)
+
+    async def live_events(
+        self, request: Request, key: ApiKey, req: Any, route: Route, served: Served, prepared: Any, response_id: str
+    ) -> Any:
+        """The SSE events of a token-by-token stream. Audited when the answer completes; if the
+        stream ends first (the client left: 499; the engine failed: 500), the `finally` audits
+        what is known, so no answered or half-answered request goes unlogged."""
+        started, done, status = time.perf_counter(), False, 500
+
+        def finished(groups: list[list[Any]]) -> None:
+            nonlocal done
+            body = chat.chat_response(served, req, prepared, groups, response_id, route.name)
+            self.record(request, key, req, route, body, started)
+            done = True
+
+        try:
+            async for c in live.chat_stream(served, req, prepared, response_id, route.name, finished):
+                yield {"data": json.dumps(c, ensure_ascii=False)}
+            yield {"data": "[DONE]"}
+        except (asyncio.CancelledError, GeneratorExit):
+            status = 499  # nginx's "client closed request"
+            raise
+        finally:
+            if not done:
+                self.store.audit(
+                    key.id,
+                    request.url.path,
+                    status,
+                    model=route.name,
+                    release=route.release,
+                    prompt_tokens=sum(len(p) for p in prepared.prompts),
+                    latency_ms=(time.perf_counter() - started) * 1000,
+                    response_id=response_id,
+                    request=req.model_dump(exclude_none=True) if self.cfg.log_text else None,
+                )
+                self.metrics.requests.labels(endpoint_of(request), str(status)).inc()
+
+    def flush_refusals(self) -> None:
+        """Audit the rate-limited requests not audited yet (at shutdown)."""
+        for key_id, endpoint, count in self.refusals.flush():
+            self.store.audit(key_id, endpoint, 429, request={"refused": count})
 
     def record(
         self, request: Request, key: ApiKey, req: Any, route: Route, body: dict[str, Any], started: float
@@ -208,10 +302,15 @@ class Server:
             request=req.model_dump(exclude_none=True) if keep else None,
             response=body["choices"] if keep else None,
         )
-        self.metrics.requests.labels(request.url.path, "200").inc()
+        self.metrics.requests.labels(endpoint_of(request), "200").inc()
         self.metrics.tokens.labels("prompt").inc(use["prompt_tokens"])
         self.metrics.tokens.labels("completion").inc(use["completion_tokens"])
-        self.metrics.latency.labels(request.url.path).observe(time.perf_counter() - started)
+        self.metrics.latency.labels(endpoint_of(request)).observe(time.perf_counter() - started)
+
+
+def endpoint_of(request: Request) -> str:
+    """The request's route template (set by the gate): the metrics' endpoint label, bounded by the routes."""
+    return getattr(request.state, "endpoint", UNMATCHED)
 
 
 def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | None = None) -> FastAPI:
@@ -219,8 +318,17 @@ def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | No
     server = Server(
         cfg, models or default_models(cfg), store or Store(cfg.db_path), RateLimiter(cfg.rate_limit), Metrics()
     )
-    app = FastAPI(title="tempering serve", version="1", description="OpenAI-compatible server over releases")
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        server.flush_refusals()
+
+    app = FastAPI(
+        title="tempering serve", version="1", description="OpenAI-compatible server over releases", lifespan=lifespan
+    )
     app.state.store, app.state.models, app.state.cfg = server.store, server.models, cfg
+    app.add_middleware(Gate, server=server)
     _error_handlers(app, server)
     _openai_routes(app, server)
     _account_routes(app, server)
@@ -253,7 +361,7 @@ def _error_handlers(app: FastAPI, server: Server) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(exc.status_code)
         return server.error(request, ApiError(exc.status_code, str(exc.detail), code))
 
     @app.exception_handler(StoreError)
@@ -300,7 +408,8 @@ def _account_routes(app: FastAPI, server: Server) -> None:
     @app.post("/v1/feedback")
     async def feedback(req: FeedbackRequest, request: Request, key: ApiKey = Depends(authorized)):
         try:
-            row = store.add_feedback(key.id, req.response_id, req.kind, req.correction, req.comment, req.task)
+            task = req.task.model_dump() if req.task else None
+            row = store.add_feedback(key.id, req.response_id, req.kind, req.correction, req.comment, task)
         except KeyError:
             raise ApiError(404, f"no response {req.response_id!r} for this key", "not_found", "response_id") from None
         store.audit(key.id, request.url.path, 200, response_id=row["id"])

@@ -1,16 +1,20 @@
 """The blind arena: two releases answer one prompt, a person votes, then sees who was who.
 
-    POST /arena/battles              {"annotator", "prompt"?} -> {"id", "prompt", "a", "b"}
-    POST /arena/battles/{id}/votes   {"annotator", "choice": a|b|tie|both_bad} -> {"reveal": {"a", "b"}}
+    POST /arena/battles              {"prompt"?} -> {"id", "prompt", "a", "b"}
+    POST /arena/battles/{id}/votes   {"choice": a|b|tie|both_bad} -> {"reveal": {"a", "b"}}
     GET  /arena/ranking              Bradley–Terry ratings with bootstrap CIs, annotator agreement
+                                     (per annotator: the calling key's own row only)
     GET  /arena                      the page (serve/arena_page.py)
 
-A battle without a typed prompt first reuses a battle this annotator has not voted on yet
-(so several annotators judge the same answers and their agreement can be measured), else
-draws a prompt from `arena_prompts`. The two contestants are two different releases drawn
-at random, and which one is "A" is random too; the battle's models are never sent before
-the annotator's vote. `arena_pairs` turns votes into preference pairs with `votes` for the
-agreement filter and DPO (`temper arena export`).
+The annotator is the calling key: one vote per key per battle, under the key's name (a
+client cannot invent annotators to outvote others). A typed prompt makes a battle only its
+key sees and judges (a private prompt never reaches another key). A battle without a typed
+prompt first reuses a shared battle (one drawn from `arena_prompts`) this key has not voted
+on yet, so several keys judge the same answers and their agreement can be measured, else
+draws a new one. The two contestants are two different releases drawn at random, and which
+one is "A" is random too; the battle's models are never sent before the key's vote.
+`arena_pairs` turns votes into preference pairs with `votes` for the agreement filter and
+DPO (`temper arena export`).
 """
 
 from __future__ import annotations
@@ -131,36 +135,39 @@ def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable
         completion = chat.generate(served, prepared)[0][0]
         return completion.text.strip(), len(completion.token_ids)
 
-    def new_battle(key: Any, prompt: str) -> dict[str, Any]:
+    def new_battle(key: Any, prompt: str, shared: bool) -> dict[str, Any]:
         contestants = models.release_routes()
         if len(contestants) < 2:
             raise ApiError(409, "the arena needs at least two releases in the registry", "arena_unavailable")
         first, second = rng.sample(contestants, 2)
         (text_a, tokens_a), (text_b, tokens_b) = answer(first.name, prompt), answer(second.name, prompt)
-        bid = store.add_battle(key.id, prompt, (first.name, second.name), (text_a, text_b))
+        bid = store.add_battle(key.id, prompt, (first.name, second.name), (text_a, text_b), shared)
         store.audit(key.id, "/arena/battles", 200, completion_tokens=tokens_a + tokens_b, response_id=bid)
-        return store.battle(bid)
+        return store.battle(bid, key.id)
 
     @app.post("/arena/battles")
     async def battle(req: BattleRequest, key: Any = Depends(authorized)):
-        row = None if req.prompt else store.open_battle(req.annotator, VOTES_PER_BATTLE)
+        row = None if req.prompt else store.open_battle(key.id, VOTES_PER_BATTLE)
         if row is None:
             prompt = req.prompt or (rng.choice(prompts) if prompts else None)
             if prompt is None:
                 raise ApiError(
                     400, "no arena prompts configured (--arena-prompts): type a prompt", "invalid_value", "prompt"
                 )
-            row = await run_in_threadpool(new_battle, key, prompt)
+            row = await run_in_threadpool(new_battle, key, prompt, req.prompt is None)
         return {"id": row["id"], "prompt": row["prompt"], "a": row["answer_a"], "b": row["answer_b"]}
 
     @app.post("/arena/battles/{battle_id}/votes")
     async def vote(battle_id: str, req: VoteRequest, key: Any = Depends(authorized)):
-        row = store.battle(battle_id)
-        if row is None:
+        row = store.battle(battle_id, key.id)
+        if row is None:  # another key's private battle is as absent as a made-up id
             raise ApiError(404, f"no battle {battle_id!r}", "not_found")
-        store.add_vote(key.id, battle_id, req.annotator, req.choice)
+        store.add_vote(key, battle_id, req.choice)
         return {"battle_id": battle_id, "choice": req.choice, "reveal": {"a": row["model_a"], "b": row["model_b"]}}
 
     @app.get("/arena/ranking")
     async def arena_rank(key: Any = Depends(authorized)):
-        return await run_in_threadpool(arena_ranking, store.votes(), cfg.seed)
+        report = await run_in_threadpool(arena_ranking, store.votes(), cfg.seed)
+        agreement = report["agreement"]  # annotators are keys: a key sees its own row, not the others' names
+        agreement["per_annotator"] = {k: v for k, v in agreement["per_annotator"].items() if k == key.name}
+        return report

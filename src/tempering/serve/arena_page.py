@@ -13,10 +13,10 @@ table { border-collapse: collapse; margin-top: .5em; } td, th { border: 1px soli
 </style></head>
 <body>
 <h1>Blind arena</h1>
-<p>Two releases answer the same prompt. Vote for the better answer; the names show after your vote.</p>
+<p>Two releases answer the same prompt. Vote for the better answer; the names show after your vote.
+Your key is your annotator: one vote per battle, and a prompt you type is shown to you only.</p>
 <div class="row">
   <label>API key <input id="key" type="password" autocomplete="off"></label>
-  <label>Annotator <input id="annotator" value=""></label>
 </div>
 <p><textarea id="prompt" rows="2" cols="80" placeholder="Your prompt (empty: one from the arena's prompts)"></textarea>
 <button id="next">Next battle</button></p>
@@ -52,7 +52,7 @@ async function next() {
   show(null);
   $("next").disabled = true;
   try {
-    const body = {annotator: $("annotator").value};
+    const body = {};
     if ($("prompt").value.trim()) body.prompt = $("prompt").value.trim();
     battle = await call("POST", "/arena/battles", body);
     $("shown-prompt").textContent = battle.prompt;
@@ -65,7 +65,7 @@ async function next() {
 async function vote(choice) {
   show(null);
   try {
-    const r = await call("POST", "/arena/battles/" + battle.id + "/votes", {annotator: $("annotator").value, choice});
+    const r = await call("POST", "/arena/battles/" + battle.id + "/votes", {choice});
     $("who-a").textContent = r.reveal.a; $("who-b").textContent = r.reveal.b;
     for (const b of document.querySelectorAll("#votes button")) b.disabled = true;
     await rank();

@@ -118,11 +118,10 @@ class Models:
             if name == PRODUCTION and CANDIDATE in aliases and self._rng.random() < self.canary_share:
                 release = aliases[CANDIDATE]
             return Route(f"v{release.version}", release.model, release.version)
-        if name.startswith("v") and name[1:].isdigit() and self.releases is not None:
-            version = int(name[1:])
+        if self.releases is not None:  # names are matched, never parsed: "v" + 5000 digits is just unknown
             for r in self.releases.list():
-                if r.version == version:
-                    return Route(name, r.model, version)
+                if name == f"v{r.version}":
+                    return Route(name, r.model, r.version)
         if name == self.default_spec and PRODUCTION not in aliases:
             return Route(name, name, None)
         known = ", ".join(e["id"] for e in self.listing())

@@ -58,7 +58,7 @@ def _openai_to_messages(req: ChatCompletionRequest, style: str) -> list[dict[str
         msg: dict[str, Any] = {"role": role, "content": m.text()}
         if m.tool_calls:
             msg["tool_calls"] = [
-                {"name": c.function.name, "arguments": _arguments(c.function.arguments)} for c in m.tool_calls
+                {"name": c.function.name, "arguments": c.function.parsed_arguments()} for c in m.tool_calls
             ]
         messages.append(msg)
     extra = []
@@ -77,16 +77,6 @@ def _openai_to_messages(req: ChatCompletionRequest, style: str) -> list[dict[str
         else:
             messages.insert(0, {"role": "system", "content": "\n\n".join(extra)})
     return prepare_messages(messages, style)
-
-
-def _arguments(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ApiError(400, f"tool call arguments are not JSON: {exc.msg}", "invalid_tool_call", "messages") from None
-    if not isinstance(value, dict):
-        raise ApiError(400, "tool call arguments must be a JSON object", "invalid_tool_call", "messages")
-    return value
 
 
 def _params(req: Any, prompt_lens: Sequence[int], served: Served, limit: int, top_logprobs: int) -> SamplingParams:

@@ -15,7 +15,7 @@ its KV cache holds SLOTS x MAX_LEN)."""
 
 
 class ServeConfig(BaseModel):
-    """One `temper serve` deployment. Every field has a CLI flag of the same name."""
+    """One `temper serve` deployment. Every field is set by a CLI flag of the same name or `--set field=value`."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
     host: str = "127.0.0.1"
@@ -36,6 +36,12 @@ class ServeConfig(BaseModel):
     """Requests per minute per key, unless the key was created with its own limit."""
     max_tokens: int = Field(256, ge=1)
     """Default and largest `max_tokens` of a request."""
+    max_sequences: int = Field(SLOTS, ge=1)
+    """Most sequences (prompts x n) one request may make the engine decode; more is a 400."""
+    max_body_bytes: int = Field(1 << 20, ge=1024)
+    """Largest request body in bytes; a longer one is a 413, refused before it is parsed."""
+    refused_audit_s: float = Field(60.0, ge=0.0)
+    """Seconds between audit rows of one key's rate-limited (429) requests; those between are counted into the next."""
     precision: str = "auto"
     """auto | bf16 | fp32 for the engines."""
     quantize: Literal["none", "int8"] = "none"

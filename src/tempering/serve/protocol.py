@@ -3,13 +3,28 @@
 Unknown fields are refused (400, naming the field), as OpenAI does; fields we accept but
 cannot honour (penalties, logit_bias) are refused when set to anything but their neutral value,
 never silently ignored.
+
+Every body passes one check before its fields are read (`_Body`): no JSON value nested deeper
+than MAX_JSON_DEPTH (the tool-call `arguments` string is parsed and held to it too) and no
+string that is not valid Unicode (a lone surrogate escape such as "\\ud800" is valid JSON but
+cannot be tokenized, stored or echoed back). So code behind the protocol never meets a
+value that makes a recursive walk, the tokenizer or SQLite fail: such a body is a 400.
+What it does not bound: sizes (the gate caps the body's bytes, `ServeConfig.max_body_bytes`)
+and work (the context length and `max_sequences` bound that, in the server).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tempering.numbers import is_bare_number
+
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of objects and arrays a request may hold (a JSON schema of tool
+parameters rarely goes past 10)."""
 
 
 class ApiError(Exception):
@@ -29,6 +44,7 @@ class ApiError(Exception):
     }
 
     def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
+        message, param = _printable(message), None if param is None else _printable(param)
         super().__init__(message)
         self.status, self.message, self.code, self.param = status, message, code, param
 
@@ -43,13 +59,62 @@ class ApiError(Exception):
         }
 
 
+def check_json(value: Any, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Raise ValueError if `value` (parsed JSON) nests deeper than `max_depth` or holds a string
+    (or key) that is not valid Unicode. Iterative, so no depth can make it recurse."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("a string is not valid Unicode (a lone surrogate escape)") from None
+        elif isinstance(item, (dict, list)):
+            if depth >= max_depth:
+                raise ValueError(f"JSON nested deeper than {max_depth} levels")
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+
+
+def _printable(text: str) -> str:
+    """`text` with anything UTF-8 cannot carry escaped: an error may echo the client's input."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class _Body(_Strict):
+    """A request body: checked whole (depth, Unicode) before any field is validated."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sane(cls, data: Any) -> Any:
+        check_json(data)
+        return data
 
 
 class FunctionCall(_Strict):
     name: str
     arguments: str = "{}"
+
+    @model_validator(mode="after")
+    def _arguments_object(self) -> FunctionCall:
+        self.parsed_arguments()
+        return self
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """The arguments as a JSON object; ValueError when they are not one (or nest too deep)."""
+        try:
+            value = json.loads(self.arguments)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ValueError(f"tool call arguments are not JSON: {getattr(exc, 'msg', 'nested too deep')}") from None
+        if not isinstance(value, dict):
+            raise ValueError("tool call arguments must be a JSON object")
+        check_json(value)
+        return value
 
 
 class ToolCall(_Strict):
@@ -105,9 +170,16 @@ class ResponseFormat(_Strict):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: dict[str, Any] | None = None
 
+    @model_validator(mode="after")
+    def _schema_object(self) -> ResponseFormat:
+        schema = (self.json_schema or {}).get("schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise ValueError("json_schema.schema must be a JSON object (a JSON Schema)")
+        return self
 
-class _Sampling(_Strict):
-    model: str = Field(min_length=1)
+
+class _Sampling(_Body):
+    model: str = Field(min_length=1, max_length=1024)  # a default model is named by its path
     max_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -137,6 +209,10 @@ class _Sampling(_Strict):
 
     def stop_list(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    def sequences(self) -> int:
+        """Sequences this request makes the engine decode (prompts x n)."""
+        return self.n
 
 
 class ChatCompletionRequest(_Sampling):
@@ -179,14 +255,30 @@ class CompletionRequest(_Sampling):
     def prompts(self) -> list[str]:
         return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
 
+    def sequences(self) -> int:
+        return len(self.prompts()) * self.n
 
-class FeedbackRequest(_Strict):
-    response_id: str = Field(min_length=1)
+
+class FeedbackTask(_Strict):
+    """What feedback may say to make its response a training task: the right answer, nothing
+    else. The task's id and prompt come from the server's own record of the response and its
+    verifier is chosen here (`verifier`), so a client never writes a task's id, prompt or
+    verifier (a `code` verifier would run the client's tests in the trainer's sandbox)."""
+
+    answer: str = Field(min_length=1, max_length=1000)
+
+    def verifier(self) -> dict[str, Any]:
+        """`numeric` for a bare number (122.0 equals 122), else `exact` (case and spacing aside)."""
+        return {"type": "numeric" if is_bare_number(self.answer) else "exact", "answer": self.answer}
+
+
+class FeedbackRequest(_Body):
+    response_id: str = Field(min_length=1, max_length=200)
     kind: Literal["thumbs_up", "thumbs_down", "correction", "report"]
-    correction: str | None = None
+    correction: str | None = Field(None, max_length=100_000)
     comment: str | None = Field(None, max_length=10000)
-    task: dict[str, Any] | None = None
-    """Optional check of the answer (task fields, e.g. {"answer": "4"}) for the feedback stage."""
+    task: FeedbackTask | None = None
+    """Optional right answer ({"answer": "4"}): the feedback stage makes the prompt a task checked against it."""
 
     @model_validator(mode="after")
     def _correction(self) -> FeedbackRequest:
@@ -195,11 +287,13 @@ class FeedbackRequest(_Strict):
         return self
 
 
-class BattleRequest(_Strict):
-    annotator: str = Field(min_length=1, max_length=100)
+class BattleRequest(_Body):
+    """A battle for the calling key (its annotator): a typed `prompt` makes a battle only this key sees."""
+
     prompt: str | None = Field(None, min_length=1, max_length=4000)
 
 
-class VoteRequest(_Strict):
-    annotator: str = Field(min_length=1, max_length=100)
+class VoteRequest(_Body):
+    """The calling key's one vote on a battle."""
+
     choice: Literal["a", "b", "tie", "both_bad"]

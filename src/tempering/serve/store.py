@@ -10,10 +10,13 @@ a row is on disk when its insert returns, so a `kill -9` loses no committed row.
             Triggers refuse UPDATE and DELETE: the log is append-only for every client,
             this module included.
   feedback  thumbs up/down, corrections, reports on a response id (append-only as well)
-  battles   arena prompt + two anonymised answers; votes: one per (battle, annotator)
+  battles   arena prompt + two anonymised answers, of the key that asked; `shared` when the
+            prompt is the arena's own (any key may judge it), else private to that key
+  votes     one per (battle, key): the annotator is the key (its name), never a name the
+            client types, so one key cannot outvote others on a battle
 
 Every read a client can trigger takes its key id and filters on it: one key never sees
-another key's audit rows, responses or feedback.
+another key's audit rows, responses, feedback or private battles.
 """
 
 from __future__ import annotations
@@ -80,6 +83,14 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Columns added after a deployment's database was made. A battle of an older database is
+    private to its key (`shared` 0): who may see its prompt was not recorded."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(battles)")}
+    if "shared" not in columns:
+        conn.execute("ALTER TABLE battles ADD COLUMN shared INTEGER NOT NULL DEFAULT 0")
+
+
 class Store:
     """The deployment database; thread-safe (one connection behind a lock)."""
 
@@ -93,6 +104,7 @@ class Store:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.executescript(SCHEMA)
+            _migrate(self._conn)
 
     def close(self) -> None:
         with self._lock:
@@ -228,43 +240,56 @@ class Store:
         return [_row(r) for r in rows]
 
     # ------------------------------------------------------------------ arena
-    def add_battle(self, key_id: str, prompt: str, models: tuple[str, str], answers: tuple[str, str]) -> str:
+    def add_battle(
+        self, key_id: str, prompt: str, models: tuple[str, str], answers: tuple[str, str], shared: bool = False
+    ) -> str:
+        """A new battle of `key_id`; `shared`: any key may be shown and vote on it (else only its own)."""
         bid = "battle-" + secrets.token_hex(8)
         self._insert(
-            "INSERT INTO battles VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (bid, key_id, prompt, models[0], models[1], answers[0], answers[1], time.time()),
+            "INSERT INTO battles (id, key_id, prompt, model_a, model_b, answer_a, answer_b, created_at, shared) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (bid, key_id, prompt, models[0], models[1], answers[0], answers[1], time.time(), int(shared)),
         )
         return bid
 
-    def battle(self, battle_id: str) -> dict[str, Any] | None:
-        rows = self._run("SELECT * FROM battles WHERE id = ?", (battle_id,))
+    def battle(self, battle_id: str, key_id: str) -> dict[str, Any] | None:
+        """The battle if `key_id` may see it (shared, or its own), else None."""
+        rows = self._run("SELECT * FROM battles WHERE id = ? AND (shared = 1 OR key_id = ?)", (battle_id, key_id))
         return _row(rows[0]) if rows else None
 
-    def open_battle(self, annotator: str, max_votes: int) -> dict[str, Any] | None:
-        """The oldest battle with fewer than `max_votes` votes that `annotator` has not voted on."""
+    def open_battle(self, key_id: str, max_votes: int) -> dict[str, Any] | None:
+        """The oldest battle `key_id` may see and has not voted on, with fewer than `max_votes` votes."""
         rows = self._run(
-            "SELECT b.* FROM battles b WHERE NOT EXISTS (SELECT 1 FROM votes v WHERE v.battle_id = b.id "
-            "AND v.annotator = ?) AND (SELECT COUNT(*) FROM votes v WHERE v.battle_id = b.id) < ? "
+            "SELECT b.* FROM battles b WHERE (b.shared = 1 OR b.key_id = ?) AND NOT EXISTS "
+            "(SELECT 1 FROM votes v WHERE v.battle_id = b.id AND v.key_id = ?) "
+            "AND (SELECT COUNT(DISTINCT v.key_id) FROM votes v WHERE v.battle_id = b.id) < ? "
             "ORDER BY b.created_at LIMIT 1",
-            (annotator, max_votes),
+            (key_id, key_id, max_votes),
         )
         return _row(rows[0]) if rows else None
 
-    def add_vote(self, key_id: str, battle_id: str, annotator: str, choice: str) -> None:
+    def add_vote(self, key: ApiKey, battle_id: str, choice: str) -> None:
+        """`key`'s one vote on a battle (its annotator is the key's name); a second is a StoreError.
+        One statement checks and inserts, so two racing votes of one key cannot both land."""
         try:
-            self._insert(
-                "INSERT INTO votes (battle_id, key_id, annotator, choice, created_at) VALUES (?, ?, ?, ?, ?)",
-                (battle_id, key_id, annotator, choice, time.time()),
-            )
-        except sqlite3.IntegrityError as exc:
-            raise StoreError(f"{annotator!r} has already voted on {battle_id}") from exc
+            with self._lock:
+                added = self._conn.execute(
+                    "INSERT INTO votes (battle_id, key_id, annotator, choice, created_at) SELECT ?, ?, ?, ?, ? "
+                    "WHERE NOT EXISTS (SELECT 1 FROM votes WHERE battle_id = ? AND key_id = ?)",
+                    (battle_id, key.id, key.name, choice, time.time(), battle_id, key.id),
+                ).rowcount
+        except sqlite3.IntegrityError:
+            added = 0
+        if not added:
+            raise StoreError(f"key {key.name!r} has already voted on {battle_id}")
 
     def votes(self) -> list[dict[str, Any]]:
-        """Every vote with its battle (models, prompt, answers), oldest first."""
+        """Every counted vote with its battle (models, prompt, answers), oldest first: the first
+        of each key on a battle (a database from before votes were tied to keys may hold more)."""
         rows = self._run(
             "SELECT v.id, v.battle_id, v.annotator, v.choice, v.created_at, b.prompt, b.model_a, "
             "b.model_b, b.answer_a, b.answer_b FROM votes v JOIN battles b ON b.id = v.battle_id "
-            "ORDER BY v.id"
+            "WHERE v.id IN (SELECT MIN(id) FROM votes GROUP BY battle_id, key_id) ORDER BY v.id"
         )
         return [_row(r) for r in rows]
 
