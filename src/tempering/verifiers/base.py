@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 from tempering.types import Reward, Task
 from tempering.verifiers.context import VerifierContext
+from tempering.verifiers.errors import VerifierError as VerifierError  # re-exported: callers import it from here
 
 ScoreFn = Callable[[dict[str, Any], str, VerifierContext], Reward]
 VERIFIERS: dict[str, ScoreFn] = {}
@@ -20,13 +21,6 @@ spec's `timeout_s` overrides it): see `tempering.verifiers.bounded`."""
 
 class UnknownVerifier(KeyError):
     pass
-
-
-class VerifierError(RuntimeError):
-    """The verifier could not judge (its sandbox failed, the task's own tests are broken).
-
-    Never the model's fault: callers must skip the sample, not score it as a failure.
-    """
 
 
 def register(name: str, needs_prompt: bool = False, deadline_s: float | None = None) -> Callable[[ScoreFn], ScoreFn]:

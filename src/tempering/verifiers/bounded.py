@@ -35,12 +35,12 @@ import time
 from typing import Any
 
 from tempering.types import Reward
+from tempering.verifiers.errors import VerifierContextClosed, VerifierError
 
 MEMORY_BYTES = 4 * 1024**3
 """Address-space cap of a worker (RLIMIT_AS): a bomb that allocates is killed, not the host."""
 START_S = 120.0
 """How long a new worker may take to import its libraries (not counted against a call's deadline)."""
-READY = "ready"
 ERRORS = ("KeyError", "ValueError", "VerifierError")
 """Exceptions re-raised as themselves on the caller's side (bad spec, verifier failure); others become VerifierError."""
 
@@ -86,8 +86,6 @@ class BoundedWorkers:
     def _take(self) -> _Worker:
         with self._lock:
             if self._closed:
-                from tempering.verifiers.context import VerifierContextClosed
-
                 raise VerifierContextClosed("the verifier workers are closed; open a new context")
             while self._idle:
                 worker = self._idle.pop()
@@ -130,8 +128,6 @@ class _Overrun(Exception):
 
 
 def _rebuild(kind: str, message: str) -> Exception:
-    from tempering.verifiers.base import VerifierError
-
     if kind == "KeyError":
         return KeyError(message)
     if kind == "ValueError":
@@ -155,7 +151,7 @@ class _Worker:
     def start(cls) -> _Worker:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from tempering.verifiers.bounded import serve; serve()"],
+            [sys.executable, "-m", "tempering.verifiers.bounded_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,  # libraries' warnings; a full pipe would stall the worker
@@ -169,8 +165,6 @@ class _Worker:
                 raise _Overrun("worker_died", "the worker did not start")
         except _Overrun as exc:
             worker.kill()
-            from tempering.verifiers.base import VerifierError
-
             raise VerifierError(f"no verifier worker could start: {exc}") from None
         return worker
 
@@ -213,23 +207,3 @@ class _Worker:
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
                 pipe.close()
-
-
-def serve() -> None:
-    """The worker's loop: read a request line, score with the registered function, write a reply line."""
-    from tempering.verifiers.base import VERIFIERS
-
-    out = sys.stdout.buffer
-    sys.stdout = sys.stderr  # a library's print must not corrupt the protocol
-    out.write(json.dumps({READY: True}).encode() + b"\n")
-    out.flush()
-    for line in sys.stdin.buffer:
-        request = json.loads(line)
-        try:
-            reward = VERIFIERS[request["type"]](request["spec"], request["completion"], None)  # type: ignore[arg-type]
-            reply: dict[str, Any] = {"reward": reward.model_dump()}
-        except Exception as exc:  # relayed to the caller, which re-raises it there
-            name = type(exc).__name__
-            reply = {"error_type": name, "error": exc.args[0] if name == "KeyError" and exc.args else str(exc)}
-        out.write(json.dumps(reply).encode() + b"\n")
-        out.flush()

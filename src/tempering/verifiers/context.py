@@ -19,13 +19,11 @@ import threading
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable
 
+from tempering.verifiers.errors import VerifierContextClosed as VerifierContextClosed  # re-exported
+
 if TYPE_CHECKING:
     from tempering.sandbox.base import Sandbox
     from tempering.verifiers.bounded import BoundedWorkers
-
-
-class VerifierContextClosed(RuntimeError):
-    """A closed context was asked for its sandbox."""
 
 
 class VerifierContext:
