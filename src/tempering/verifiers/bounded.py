@@ -41,8 +41,6 @@ MEMORY_BYTES = 4 * 1024**3
 """Address-space cap of a worker (RLIMIT_AS): a bomb that allocates is killed, not the host."""
 START_S = 120.0
 """How long a new worker may take to import its libraries (not counted against a call's deadline)."""
-ERRORS = ("KeyError", "ValueError", "VerifierError")
-"""Exceptions re-raised as themselves on the caller's side (bad spec, verifier failure); others become VerifierError."""
 
 
 class BoundedWorkers:
@@ -78,6 +76,9 @@ class BoundedWorkers:
             except _Overrun as exc:
                 self._discard(worker)
                 return Reward(value=0.0, flags=[exc.flag], detail=str(exc))
+            except BaseException:  # interrupted mid-call: the worker's state is unknown
+                self._discard(worker)
+                raise
             self._give_back(worker)
         if "error" in reply:
             raise _rebuild(reply["error_type"], reply["error"])
@@ -135,11 +136,6 @@ def _rebuild(kind: str, message: str) -> Exception:
     return VerifierError(message if kind == "VerifierError" else f"the verifier crashed: {kind}: {message}")
 
 
-def _limit_memory() -> None:  # runs in the child before exec
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
 class _Worker:
     """One worker process and its line protocol (one JSON object per line each way)."""
 
@@ -157,13 +153,15 @@ class _Worker:
             stderr=subprocess.DEVNULL,  # libraries' warnings; a full pipe would stall the worker
             env=env,
             start_new_session=True,  # its own process group: a kill takes whatever it started
-            preexec_fn=_limit_memory,
         )
         worker = cls(proc)
         try:
+            # set from outside (no preexec_fn in a threaded parent), before the worker's imports end
+            resource.prlimit(proc.pid, resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+            resource.prlimit(proc.pid, resource.RLIMIT_CORE, (0, 0))
             if worker._read(START_S) != {"ready": True}:
                 raise _Overrun("worker_died", "the worker did not start")
-        except _Overrun as exc:
+        except (_Overrun, OSError) as exc:  # OSError: it died before its limits were set
             worker.kill()
             raise VerifierError(f"no verifier worker could start: {exc}") from None
         return worker
@@ -196,7 +194,10 @@ class _Worker:
                         raise _Overrun("worker_died", "the verifier worker died (memory cap or crash)")
                     self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)
+        try:
+            return json.loads(line)
+        except ValueError:  # something below Python wrote to its stdout
+            raise _Overrun("worker_died", "the verifier worker sent a malformed reply (worker killed)") from None
 
     def kill(self) -> None:
         try:
