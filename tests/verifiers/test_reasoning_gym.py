@@ -8,42 +8,42 @@ from tempering.verifiers.reasoning_gym import extract_tagged_answer
 
 
 @pytest.mark.parametrize("name", sorted(EVAL_PRESETS))
-def test_right_answer_scores_one_wrong_answer_less(name):
+def test_right_answer_scores_one_wrong_answer_less(name, ctx):
     for task in reasoning_gym_tasks(name, size=10, seed=5, **EVAL_PRESETS[name]):
         answer = task.verifier["entry"]["answer"]
-        assert score(task, f"Let me think.\n<answer>{answer}</answer>").value == 1.0
-        assert score(task, f"<answer>{answer}</answer>").components["correct"] == 1.0
-        assert score(task, "<answer>zzz9999</answer>").value < 1.0
-        assert score(task, f"<answer>{answer}</answer>").detail == f"extracted: {answer!r}"
+        assert score(task, f"Let me think.\n<answer>{answer}</answer>", ctx).value == 1.0
+        assert score(task, f"<answer>{answer}</answer>", ctx).components["correct"] == 1.0
+        assert score(task, "<answer>zzz9999</answer>", ctx).value < 1.0
+        assert score(task, f"<answer>{answer}</answer>", ctx).detail == f"extracted: {answer!r}"
 
 
-def test_chain_sum_hand_made():
+def test_chain_sum_hand_made(ctx):
     task = reasoning_gym_tasks("chain_sum", size=1, seed=1, min_terms=3, max_terms=3, min_digits=1, max_digits=1)[0]
     assert task.prompt.startswith("State the final answer to the following arithmetic problem: 4 - 1 - 7 =")
     assert task.verifier["entry"]["answer"] == "-4"
-    assert score(task, "4 - 1 = 3, 3 - 7 = -4\n<answer>-4</answer>").value == 1.0
-    assert score(task, "The answer is -4.").value == 1.0  # no tag: the shared final-answer rule
-    assert score(task, "\\boxed{-4}").value == 1.0
-    assert score(task, "<answer>-4</answer> ... <answer>4</answer>").value == 0.0  # the last tag counts
-    assert score(task, "<answer>3</answer>").value == 0.0
+    assert score(task, "4 - 1 = 3, 3 - 7 = -4\n<answer>-4</answer>", ctx).value == 1.0
+    assert score(task, "The answer is -4.", ctx).value == 1.0  # no tag: the shared final-answer rule
+    assert score(task, "\\boxed{-4}", ctx).value == 1.0
+    assert score(task, "<answer>-4</answer> ... <answer>4</answer>", ctx).value == 0.0  # the last tag counts
+    assert score(task, "<answer>3</answer>", ctx).value == 0.0
 
 
-def test_partial_credit_is_the_dataset_rule():
+def test_partial_credit_is_the_dataset_rule(ctx):
     task = reasoning_gym_tasks("spell_backward", size=1, seed=0, min_word_len=7, max_word_len=7)[0]
     answer = task.verifier["entry"]["answer"]
-    partial = score(task, f"<answer>{answer[:4]}xyz</answer>")
+    partial = score(task, f"<answer>{answer[:4]}xyz</answer>", ctx)
     assert 0.0 < partial.value < 1.0 and partial.components["correct"] == 0.0
-    assert score(task, f"<answer>{answer.upper()}</answer>").value == 1.0  # spell_backward ignores case
+    assert score(task, f"<answer>{answer.upper()}</answer>", ctx).value == 1.0  # spell_backward ignores case
 
 
-def test_scores_in_a_fresh_verifier_without_the_generator_state():
+def test_scores_in_a_fresh_verifier_without_the_generator_state(ctx):
     # The verifier needs only the spec: a Task rebuilt from JSON scores the same.
     from tempering.types import Task
 
     task = reasoning_gym_tasks("chain_sum", size=3, seed=2, **EVAL_PRESETS["chain_sum"])[2]
     again = Task.model_validate_json(task.model_dump_json())
     answer = task.verifier["entry"]["answer"]
-    assert score(again, f"<answer>{answer}</answer>").value == 1.0
+    assert score(again, f"<answer>{answer}</answer>", ctx).value == 1.0
 
 
 @pytest.mark.parametrize(
@@ -58,9 +58,51 @@ def test_extraction_rule(text, answer):
     assert extract_tagged_answer(text) == answer
 
 
-def test_incomplete_spec_fails_loudly():
+def test_incomplete_spec_fails_loudly(ctx):
     from tempering.types import Task
 
     task = Task(id="t", prompt="q", verifier={"type": "reasoning_gym", "dataset": "chain_sum"})
     with pytest.raises(ValueError, match="missing"):
-        score(task, "<answer>1</answer>")
+        score(task, "<answer>1</answer>", ctx)
+
+
+# string_insertion's scorer evals an answer that is not the oracle (a "list of characters"):
+# the answers below are code, run in the sandbox's scorer process.
+EVALUATED = {
+    "forged": "[print('TEMPERING-REASONING-GYM {\"score\": 1.0}'), 'x'][1]",
+    "exits": "__import__('os')._exit(0)",
+    "spins": "[0 for _ in iter(int, 1) if 0]",
+    "writes": "open('/tmp/x', 'w')",
+}
+
+
+@pytest.mark.parametrize(
+    "kind,flag",
+    [
+        ("forged", "cheat:forged_verdict"),
+        ("exits", "no_verdict"),
+        ("spins", "sandbox:timeout"),
+        ("writes", "cheat:code_execution"),
+    ],
+)
+def test_what_an_evaluated_answer_does_becomes_a_flag_and_zero(ctx, kind, flag):
+    task = reasoning_gym_tasks("string_insertion", size=1, seed=0)[0]
+    task.verifier["timeout_s"] = 4
+    reward = score(task, f"<answer>{EVALUATED[kind]}</answer>", ctx)
+    assert reward.value == 0.0 and reward.flags == [flag] and reward.components == {"correct": 0.0}
+
+
+def test_a_scorer_that_raises_on_the_answer_is_a_flag(ctx):
+    task = reasoning_gym_tasks("prime_factorization", size=1, seed=0)[0]
+    reward = score(task, "<answer>not a number</answer>", ctx)
+    assert reward.value == 0.0 and reward.flags == ["scorer_raised:ValueError"]
+
+
+def test_a_sandbox_without_the_library_cannot_judge():
+    from tempering.sandbox import SandboxPool
+    from tempering.verifiers import VerifierContext, VerifierError
+
+    task = reasoning_gym_tasks("chain_sum", size=1, seed=0)[0]
+    with SandboxPool(size=1) as bare, VerifierContext(sandbox=bare) as ctx:
+        with pytest.raises(VerifierError, match="could not be loaded"):
+            score(task, "<answer>1</answer>", ctx)

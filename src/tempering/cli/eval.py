@@ -228,6 +228,8 @@ def verify(
             f"{task}: the {parsed.verifier.get('type')!r} verifier spec needs the field {exc.args[0]!r}; "
             f'add it to "verifier"'
         )
+    except ValueError as exc:  # the spec is malformed (an answer that is no number, a negative tolerance)
+        fail(f"{task}: bad {parsed.verifier.get('type')!r} verifier spec: {exc}")
     except (VerifierError, SandboxUnavailable) as exc:
         fail(f"the verifier could not judge (not the completion's fault): {exc}", code=3)
     print(reward.model_dump_json())

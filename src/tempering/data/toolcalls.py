@@ -45,6 +45,21 @@ class ParsedToolCalls:
     errors: list[str] = field(default_factory=list)
 
 
+def load_json(text: str) -> Any:
+    """`json.loads`, with nesting too deep to parse reported like any other invalid JSON.
+
+    The decoder recurses once per level, so `[[[[...` a few thousand deep raises
+    RecursionError: model text must get a verdict ("invalid JSON"), never a crash.
+
+    Raises:
+        json.JSONDecodeError: not JSON, or nested deeper than the interpreter's recursion limit.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
+
+
 def parse_tool_calls(text: str) -> ParsedToolCalls:
     """Split generated assistant text into plain content and tool calls.
 
@@ -56,7 +71,7 @@ def parse_tool_calls(text: str) -> ParsedToolCalls:
     errors: list[str] = []
     for body in _CALL_RE.findall(text):
         try:
-            obj = json.loads(body)
+            obj = load_json(body)
         except json.JSONDecodeError as exc:
             errors.append(f"invalid JSON in tool call ({exc.msg}): {body[:200]!r}")
             continue

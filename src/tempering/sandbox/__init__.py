@@ -76,7 +76,9 @@ Not isolated (known and accepted):
   exist. CPU *time* is capped; CPU *share* is not (no cpu.shares), so runs compete fairly
   only through the pool's concurrency bound.
 - The read-only toolchain is visible in full (e.g. other Python packages under /usr, which
-  the default `python3 -E -S` keeps off sys.path but a program can still open).
+  the default `python3 -E -S` keeps off sys.path but a program can still open), and so are
+  the `libraries` folders a bwrap backend is given (the verifier context's pool binds the
+  interpreter's site-packages under /opt/tempering/lib for reasoning-gym's scorers).
 - The kernel's own information in /proc (e.g. /proc/cpuinfo, /proc/meminfo, uptime, kernel
   version) is readable.
 - The sandbox's own init (bwrap's pid 1) runs as the same uid: /proc/1, its memory included,

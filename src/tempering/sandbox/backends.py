@@ -29,6 +29,8 @@ class BwrapBackend:
 
     Args:
         toolchain: host paths bound read-only at the same place inside.
+        libraries: (host folder, inside path) pairs bound read-only at another place inside:
+            a venv's site-packages may lie under /work, which the scratch covers inside.
         isolate_network: False shares the host network. Only for showing that the
             self-check refuses such a sandbox; never use it for real work.
     """
@@ -42,8 +44,10 @@ class BwrapBackend:
         isolate_network: bool = True,
         binary: str = "bwrap",
         seccomp: bool = True,
+        libraries: tuple[tuple[str, str], ...] = (),
     ):
         self.toolchain, self.isolate_network, self.binary = tuple(toolchain), isolate_network, binary
+        self.libraries = tuple(libraries)
         self.seccomp = seccomp
         """False runs without the seccomp filter: only to show the self-check refuses it, or to measure its cost."""
 
@@ -83,6 +87,8 @@ class BwrapBackend:
             opts += ["--setenv", key, value]
         for path in _existing(self.toolchain):
             opts += ["--ro-bind", path, path]
+        for host, inside in self.libraries:
+            opts += ["--ro-bind", host, inside]
         for target, link in MERGED_USR_LINKS:
             if os.path.islink(link) or not os.path.exists(link):
                 opts += ["--symlink", target, link]

@@ -7,13 +7,19 @@ The final-answer extraction rule (documented, shared by all four):
   3. else the whole completion, stripped.
 `numeric` then takes the last number in that answer (`tempering.numbers.parse_number`: integers,
 decimals, `a/b`, thousands separators removed) and compares values exactly (`122.0` equals `122`) or within
-`rel_tol`/`abs_tol` when the spec gives them.
+`rel_tol`/`abs_tol` when the spec gives them. Tolerances and `numeric_close` distances are
+computed on exact Fractions too, so an answer of any size (a 400-digit number overflows a
+float) is compared, not crashed on.
+
+`math` runs sympy on the completion, whose cost the completion chooses (`(10^{7})!`), so
+it is scored in a bounded worker (`tempering.verifiers.bounded`): past `timeout_s` (default
+`MATH_DEADLINE_S`) the value is 0 with the flag `timeout`.
 """
 
 from __future__ import annotations
 
-import math
 import re
+from fractions import Fraction
 from typing import Any
 
 from tempering.numbers import is_bare_number, parse_number
@@ -21,6 +27,8 @@ from tempering.types import Reward
 from tempering.verifiers.base import register
 from tempering.verifiers.context import VerifierContext
 
+MATH_DEADLINE_S = 10.0
+"""Default seconds the `math` verifier may take on one completion (spec `timeout_s`)."""
 _ANSWER_IS = re.compile(r"answer(?:\s+is)?\s*[:=]?\s*", re.IGNORECASE)
 
 
@@ -62,9 +70,21 @@ def score_numeric(spec: dict[str, Any], completion: str, ctx: VerifierContext) -
         raise ValueError(f"numeric verifier answer is not a number: {spec['answer']!r}")
     if got is None:
         return _reward(False, None)
-    rel, abs_ = float(spec.get("rel_tol", 0.0)), float(spec.get("abs_tol", 0.0))
-    ok = got == want if not (rel or abs_) else math.isclose(float(got), float(want), rel_tol=rel, abs_tol=abs_)
+    if "rel_tol" not in spec and "abs_tol" not in spec:
+        return _reward(got == want, str(got))
+    rel, abs_ = _tolerance(spec, "rel_tol"), _tolerance(spec, "abs_tol")
+    ok = abs(got - want) <= max(rel * max(abs(got), abs(want)), abs_)  # math.isclose, in exact arithmetic
     return _reward(ok, str(got))
+
+
+def _tolerance(spec: dict[str, Any], key: str) -> Fraction:
+    try:
+        value = Fraction(str(spec.get(key) or 0))
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"numeric verifier {key} must be a number, got {spec[key]!r}") from None
+    if value < 0:
+        raise ValueError(f"numeric verifier {key} must be >= 0, got {spec[key]!r}")
+    return value
 
 
 @register("numeric_close")
@@ -81,7 +101,10 @@ def score_numeric_close(spec: dict[str, Any], completion: str, ctx: VerifierCont
         raise ValueError(f"numeric_close verifier answer is not a number: {spec['answer']!r}")
     if got is None:
         return Reward(value=0.0, components={"close": 0.0}, detail="extracted: None")
-    value = max(0.0, 1.0 - abs(float(got - want)) / float(spec.get("scale", 10)))
+    scale = Fraction(str(spec.get("scale", 10)))
+    if scale <= 0:
+        raise ValueError(f"numeric_close verifier scale must be > 0, got {spec['scale']!r}")
+    value = float(max(Fraction(0), 1 - abs(got - want) / scale))  # in [0, 1]: the float cannot overflow
     return Reward(value=value, components={"close": value}, detail=f"extracted: {str(got)!r}")
 
 
@@ -104,9 +127,13 @@ def score_regex(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> 
     return _reward(re.fullmatch(spec["pattern"], answer) is not None, answer)
 
 
-@register("math")
+@register("math", deadline_s=MATH_DEADLINE_S)
 def score_math(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
-    """math-verify (offline): LaTeX, fractions, sets, intervals, `\\boxed{}`."""
+    """math-verify (offline): LaTeX, fractions, sets, intervals, `\\boxed{}`; in a bounded worker.
+
+    math-verify parses the completion (LaTeX grammar; sympy's `parse_expr` only on a span of
+    digits and operators), it never executes it, so a worker process is enough isolation.
+    """
     from math_verify import parse, verify
 
     gold = parse(f"${spec['answer']}$", parsing_timeout=None)

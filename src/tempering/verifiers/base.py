@@ -2,40 +2,43 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from tempering.types import Reward, Task
 from tempering.verifiers.context import VerifierContext
+from tempering.verifiers.errors import VerifierError as VerifierError  # re-exported: callers import it from here
 
 ScoreFn = Callable[[dict[str, Any], str, VerifierContext], Reward]
 VERIFIERS: dict[str, ScoreFn] = {}
 PROMPTED: set[str] = set()
 """Verifier types that judge the answer *in context*: `score` gives their spec the task's
 conversation as `prompt` (a reward model scores prompt + answer, not the answer alone)."""
+BOUNDED: dict[str, float] = {}
+"""Verifier types scored in a worker process under a deadline (type -> default seconds; a
+spec's `timeout_s` overrides it): see `tempering.verifiers.bounded`."""
 
 
 class UnknownVerifier(KeyError):
     pass
 
 
-class VerifierError(RuntimeError):
-    """The verifier could not judge (its sandbox failed, the task's own tests are broken).
-
-    Never the model's fault: callers must skip the sample, not score it as a failure.
-    """
-
-
-def register(name: str, needs_prompt: bool = False) -> Callable[[ScoreFn], ScoreFn]:
+def register(name: str, needs_prompt: bool = False, deadline_s: float | None = None) -> Callable[[ScoreFn], ScoreFn]:
     """Register `fn(spec, completion, ctx) -> Reward` as the verifier `type: name`.
 
     `needs_prompt`: `score` adds the task's conversation to the spec as `prompt` (unless
     the spec sets one), also inside composite parts.
+    `deadline_s`: the verifier runs library code whose cost the completion can choose, so it
+    is scored in a worker process killed past this many seconds (`ctx.workers()`); `fn`
+    then gets `ctx=None` and must not execute the completion (that needs the sandbox).
     """
 
     def add(fn: ScoreFn) -> ScoreFn:
         VERIFIERS[name] = fn
         if needs_prompt:
             PROMPTED.add(name)
+        if deadline_s is not None:
+            BOUNDED[name] = deadline_s
         return fn
 
     return add
@@ -58,7 +61,25 @@ def score_spec(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> R
     kind = spec.get("type")
     if kind not in VERIFIERS:
         raise UnknownVerifier(f"unknown verifier type {kind!r} (known: {', '.join(sorted(VERIFIERS))})")
+    if kind in BOUNDED:
+        return ctx.workers().score(kind, spec, completion, deadline_of(spec, BOUNDED[kind]))
     return VERIFIERS[kind](spec, completion, ctx)
+
+
+def deadline_of(spec: dict[str, Any], default: float) -> float:
+    """The spec's `timeout_s` (seconds one scoring may take), else `default`.
+
+    Raises:
+        ValueError: `timeout_s` is not a finite positive number.
+    """
+    raw = spec.get("timeout_s", default)
+    try:
+        deadline = float(raw)
+    except (TypeError, ValueError):
+        deadline = math.nan
+    if not 0 < deadline < math.inf:
+        raise ValueError(f"{spec.get('type')} verifier timeout_s must be a positive number of seconds, got {raw!r}")
+    return deadline
 
 
 def score(task: Task, completion: str, ctx: VerifierContext | None = None) -> Reward:

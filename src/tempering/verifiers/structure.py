@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from tempering.data.toolcalls import parse_tool_calls
+from tempering.data.toolcalls import load_json, parse_tool_calls
 from tempering.types import Reward
 from tempering.verifiers.base import register, score_spec
 from tempering.verifiers.context import VerifierContext
@@ -47,7 +47,7 @@ def score_format(spec: dict[str, Any], completion: str, ctx: VerifierContext) ->
         m = re.search(r"<answer>(.*?)</answer>", completion, re.DOTALL)
         body = m.group(1) if m else completion
         try:
-            problems += schema_problems(json.loads(body), spec["json_schema"])
+            problems += schema_problems(load_json(body), spec["json_schema"])
         except json.JSONDecodeError as exc:
             problems.append(f"not valid JSON ({exc.msg})")
     ok = not problems
