@@ -14,12 +14,14 @@ from tempering.data.toolcalls import format_tool_call
 from tests.agents.test_env import ws
 
 
-def kill_sandbox_when_running(stop: threading.Event) -> None:
-    """SIGKILL the outermost sandbox process (bwrap) under this test process once it exists."""
+def kill_sandbox_when_running(stop: threading.Event, after_s: float = 0.5) -> None:
+    """SIGKILL the outermost sandbox process (bwrap) under this test process once it has run
+    `after_s` (past its set-up: the program inside is running)."""
     while not stop.is_set():
         for child in psutil.Process(os.getpid()).children(recursive=True):
             try:
-                if child.name() == "bwrap" and child.parent().name() != "bwrap":
+                outer = child.name() == "bwrap" and child.parent().name() != "bwrap"
+                if outer and time.time() - child.create_time() > after_s:
                     os.kill(child.pid, signal.SIGKILL)
                     return
             except psutil.Error:
