@@ -35,7 +35,9 @@ def test_the_prefetched_batch_is_one_step_stale_and_corrected(smol_tokenizer):
     try:
         first = source.next_batch()  # sampled now from W0; batch 2 starts sampling from W0 too
         assert source.stats()["staleness"] == 0 and first.old_logprobs is None
-        assert source.state_dict() == {"cursor": 2, "rollouts": 1}  # where the prefetched batch starts
+        state = source.state_dict()  # waits for the prefetched batch and records it
+        assert (state["cursor"], state["rollouts"], state["ahead"]["index"]) == (4, 2, 1)
+        assert [g["task"]["id"] for g in state["ahead"]["seen"]] == [tasks[i].id for i in source.order[2:4]]
         w0 = copy.deepcopy(trainer_model)
         with torch.no_grad():  # the trainer's update on batch 1: W0 -> W1
             for p in trainer_model.parameters():

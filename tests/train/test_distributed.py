@@ -141,6 +141,9 @@ def test_two_processes_match_one_and_resume_exactly_after_a_kill(sft_setup):
     losses = {r["step"]: r["loss"] for r in step_records(runs / "one")}
     two = {r["step"]: r["loss"] for r in records}
     assert sorted(two) == sorted(losses) == list(range(1, STEPS + 1))
+    # rank 0 records every rank's share of each step, and the resume cut the killed steps' lines
+    drawn = [(runs / name / "consumed.jsonl").read_text().splitlines() for name in ("one", "two")]
+    assert drawn[0] == drawn[1] and len(drawn[0]) == STEPS
     assert max(abs(two[s] - losses[s]) for s in losses) < TOL
     assert losses[STEPS] < losses[1] - 0.5  # it learned something, so the comparison means something
     w1 = load_file(runs / "one" / "final" / "model.safetensors")

@@ -192,6 +192,18 @@ class AgentRolloutSource:
         self.rollouts = 0
         self.buffer: list[GRPOBatch] = []
         self._stats: dict[str, float] = {}
+        self._drawn: list[str] = []
+
+    @property
+    def at_boundary(self) -> bool:
+        """Whether a checkpoint taken now resumes exactly (no update of the current batch left:
+        its episodes and old log-probs could not be drawn again from the updated weights)."""
+        return not self.buffer
+
+    def consumed(self) -> list[str]:
+        """Task ids of the rollout batches drawn since the last call, in order (the run's consumed.jsonl)."""
+        out, self._drawn = self._drawn, []
+        return out
 
     def next_batch(self) -> GRPOBatch:
         if not self.buffer:
@@ -213,6 +225,7 @@ class AgentRolloutSource:
     def _rollout_batch(self) -> list[GRPOBatch]:
         tier = self.curriculum.tier
         tasks = self.curriculum.sample(self.s.prompts_per_step)
+        self._drawn += [t.id for t in tasks]
         batch = agent_rollout(
             tasks,
             self.engine,

@@ -84,11 +84,19 @@ class EpochWalk:
         self.batch_size, self.shard, self.what = batch_size, shard, what
         self.order = ExampleOrder(n, seed)
         self._hash, self._fingerprint = fingerprint, None
+        self._drawn: list[int] = []
 
     def take(self) -> list[int]:
         """The indices of this rank's share of the next global micro-batch."""
         rank, size = self.shard
-        return self.order.take(self.batch_size)[rank::size]
+        drawn = self.order.take(self.batch_size)
+        self._drawn += drawn
+        return drawn[rank::size]
+
+    def consumed(self) -> list[int]:
+        """The global micro-batches' indices drawn since the last call, in order (every rank's share)."""
+        out, self._drawn = self._drawn, []
+        return out
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
@@ -210,6 +218,9 @@ class SFTBatches:
             batch = pad_batch(chosen, self.pad_id)
         batch["n_real_tokens"] = sum(len(e.input_ids) for e in chosen)
         return batch
+
+    def consumed(self) -> list[int]:
+        return self.walk.consumed()
 
     def _tokens_hash(self) -> str:
         h = hashlib.sha256()

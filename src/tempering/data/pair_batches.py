@@ -90,6 +90,9 @@ class PairBatches:
     def fingerprint(self) -> str:
         return self.walk.fingerprint()
 
+    def consumed(self) -> list[int]:
+        return self.walk.consumed()
+
     def state_dict(self) -> dict:
         return self.walk.state_dict()
 

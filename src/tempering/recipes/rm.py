@@ -175,6 +175,9 @@ class RewardPairBatches:
     def stats(self) -> dict[str, float]:
         return {"epoch": self.walk.epochs}
 
+    def consumed(self) -> list[int]:
+        return self.walk.consumed()
+
 
 def pair_scores(
     model: Any, pairs: list[ScoredPair], pad_id: int, batch_size: int = 16, precision: str = "auto"

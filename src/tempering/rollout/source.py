@@ -20,9 +20,22 @@ With `rollout_ahead` (an engine that does not share the trainer's model: scale/'
 replicas), steps 1-2 of the next batch run in a background thread while the trainer updates
 on this one: its samples come from the weights synced before that update (staleness 1,
 logged as `staleness`), and its `old_logprobs` are the engine's, so the clipped importance
-ratio p_train / p_rollout corrects for the stale policy. A checkpoint taken meanwhile saves
-the cursor where the prefetched batch starts: a resume samples it again, from the resumed
-weights (so a resume is exact in data order, not in samples).
+ratio p_train / p_rollout corrects for the stale policy.
+
+Crash at any step, lose nothing: a checkpoint resumes exactly (the same prompts in the same
+order, the same samples from the same weights) because
+  - it is taken only between rollout batches (`at_boundary`; the Trainer defers a due
+    checkpoint until then): the later updates of a batch served `updates_per_batch` times
+    need that batch's samples and old log-probs, which a resume could not draw again from
+    the updated weights. A kill mid-batch resumes from the batch's start and redoes it.
+    (The final checkpoint of a run is written wherever it ends; extending such a run later
+    starts at the next rollout batch.)
+  - with `rollout_ahead`, the batch sampling in the background when the checkpoint is taken
+    is waited for and recorded in the checkpoint (`state_dict()["ahead"]`: its tasks and
+    scored trajectories): it was sampled from the weights before the last update, which a
+    resume no longer has, so it is not sampled again but trained on as recorded. A checkpoint
+    therefore costs the overlap of that one step.
+`consumed()` reports the task ids each batch drew (the run's `consumed.jsonl`).
 """
 
 from __future__ import annotations
@@ -104,7 +117,8 @@ class RolloutSource:
         self._stats: dict[str, float] = {}
         self._prompt_cache: dict[str, list[int]] = {}
         self._ahead: Future[Sampled] | None = None  # the next batch, sampling in the background (rollout_ahead)
-        self._ahead_state: dict = {}
+        self._restored: Sampled | None = None  # a prefetched batch recorded in the resumed checkpoint
+        self._drawn: list[str] = []  # task ids of the batches handed to the trainer since `consumed()`
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead") if settings.rollout_ahead else None
 
     # -- BatchSource -------------------------------------------------------------------
@@ -114,14 +128,27 @@ class RolloutSource:
             self.buffer = [b for _ in range(self.s.updates_per_batch) for b in micro]
         return self.buffer.pop(0)
 
+    @property
+    def at_boundary(self) -> bool:
+        """Whether a checkpoint taken now resumes exactly: no update of the current batch is left."""
+        return not self.buffer
+
     def state_dict(self) -> dict:
-        if self._ahead is not None:  # where the prefetched batch starts: a resume samples it again
-            return dict(self._ahead_state)
-        return {"cursor": self.cursor, "rollouts": self.rollouts}
+        ahead = self._pending_ahead()  # waits for a batch sampling in the background
+        state: dict[str, Any] = {"cursor": self.cursor, "rollouts": self.rollouts}
+        if ahead is not None:
+            state["ahead"] = sampled_to_json(ahead)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.cursor, self.rollouts = state["cursor"], state["rollouts"]
+        self._restored = sampled_from_json(state["ahead"]) if "ahead" in state else None
         self.buffer = []  # a resume starts at the next rollout batch
+
+    def consumed(self) -> list[str]:
+        """Task ids of the rollout batches handed out since the last call (refills included), in draw order."""
+        out, self._drawn = self._drawn, []
+        return out
 
     def stats(self) -> dict[str, float]:
         return dict(self._stats)
@@ -169,17 +196,22 @@ class RolloutSource:
 
     def _rollout_batch(self) -> list[GRPOBatch]:
         """The next batch's micro-batches: sampled now, or taken from the background (rollout_ahead)."""
-        if self._ahead is not None:
-            sampled, staleness = self._ahead.result(), 1
-            self._ahead = None
+        ahead = self._pending_ahead()
+        if ahead is not None:
+            sampled, staleness = ahead, 1
+            self._ahead = self._restored = None
         else:
             self._sync()
             sampled, staleness = self._sample(), 0
         if self._executor is not None:  # sample the next batch from these weights while this one trains
-            self._ahead_state = {"cursor": self.cursor, "rollouts": self.rollouts}
             self._sync()
             self._ahead = self._executor.submit(self._sample)
+        self._drawn += [g.task.id for g in sampled[1]]
         return self._build(*sampled, staleness=staleness)
+
+    def _pending_ahead(self) -> Sampled | None:
+        """The prefetched batch (sampling in the background, or recorded in the resumed checkpoint)."""
+        return self._ahead.result() if self._ahead is not None else self._restored
 
     def _sync(self) -> None:
         """The trainer's weights into the engine (on the trainer's thread, between updates)."""
@@ -322,3 +354,32 @@ class RolloutSource:
                     )
                 )
         self.store.write(step, rows)
+
+
+def sampled_to_json(sampled: Sampled) -> dict[str, Any]:
+    """A sampled batch as plain JSON (floats round-trip exactly): what a checkpoint records of a prefetched batch."""
+    index, seen, kept, counts, gen_s, score_s = sampled
+    position = {id(g): i for i, g in enumerate(seen)}
+    return {
+        "index": index,
+        "seen": [
+            {
+                "task": g.task.model_dump(mode="json"),
+                "trajectories": [t.model_dump(mode="json") for t in g.trajectories],
+            }
+            for g in seen
+        ],
+        "kept": [position[id(g)] for g in kept],
+        "counts": dict(counts),
+        "gen_s": gen_s,
+        "score_s": score_s,
+    }
+
+
+def sampled_from_json(data: dict[str, Any]) -> Sampled:
+    seen = [
+        Group(Task.model_validate(g["task"]), [Trajectory.model_validate(t) for t in g["trajectories"]])
+        for g in data["seen"]
+    ]
+    kept = [seen[i] for i in data["kept"]]
+    return data["index"], seen, kept, Counter(data["counts"]), data["gen_s"], data["score_s"]

@@ -338,6 +338,10 @@ def _read_report(fd: int | None) -> bytes:
 
 def _classify(backend, job, cg, returncode, report, out, err, killed_for, started) -> ExecResult:
     set_up, exit_code = backend.parse_report(report) if job is not None else (True, None)
+    # An isolated backend's own process (bwrap, nsjail) is outside the program's pid namespace:
+    # the program cannot signal it, so its death by a signal we did not send is the host's doing
+    # (an operator, the OOM killer outside the cgroup, a crashed supervisor), not the program's.
+    supervisor_killed = backend.isolated and exit_code is None and returncode is not None and returncode < 0
     if exit_code is None and returncode is not None:
         exit_code = returncode if returncode >= 0 else 128 - returncode
     result = ExecResult(
@@ -362,6 +366,9 @@ def _classify(backend, job, cg, returncode, report, out, err, killed_for, starte
     elif not set_up:
         result.status = "sandbox_error"
         result.error = f"{backend.name} failed to set up the sandbox: {result.stderr.strip()[-500:]}"
+    elif supervisor_killed:
+        result.status = "sandbox_error"
+        result.error = f"the {backend.name} process was killed (signal {-returncode}) from outside the sandbox"
     elif exit_code != 0:
         result.status = "nonzero_exit"
     return result

@@ -15,6 +15,13 @@ what it now holds under those names; on the first sync it also hashes its whole 
 replica whose base differs is caught once. A hash that differs from the trainer's is a
 `WeightSyncError`, never a silent divergence. A vLLM engine fits the
 same place (see docs/scale.md); this one runs wherever torch does.
+
+A replica that dies (its process killed, its node lost: Ray's `RayActorError`) is replaced
+by a fresh actor on the same model spec, given the last synced weights (their hash checked;
+its frozen base, loaded from the same spec, is not re-hashed) and sent its slice again with the same seed, so the step gets the very completions
+it would have had: none lost, none drawn twice (`replaced` counts them). What is not
+covered: a replica that hangs rather than dies, or one that dies again on the resend
+(raised: the trainer stops, and its checkpoint resumes the run exactly).
 """
 
 from __future__ import annotations
@@ -86,9 +93,12 @@ class EngineReplicas:
         self.precision = precision
         self.tokenizer = load_tokenizer(model_spec)
         actor = ray.remote(num_cpus=cpus, num_gpus=gpus)(EngineActor)
-        self.actors = [actor.remote(model_spec, lora, precision) for _ in range(replicas)]
+        self._new_actor = lambda: actor.remote(model_spec, lora, precision)
+        self.actors = [self._new_actor() for _ in range(replicas)]
         self.last_sync: dict[str, float] = {}
+        self.replaced = 0
         self._synced_once = False
+        self._synced: tuple[Any, str] | None = None  # the last sync: (object ref, tensors hash)
 
     @property
     def identity(self) -> str:
@@ -102,8 +112,6 @@ class EngineReplicas:
         return chat_prompt_ids(self.tokenizer, messages)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
-        import ray
-
         n = len(self.actors)
         per = -(-len(prompts) // n)
         calls = []
@@ -114,7 +122,7 @@ class EngineReplicas:
                 calls.append((k * per, self.actors[k].generate.remote(part, params.model_copy(update={"seed": seed}))))
         out: list[list[Completion]] = []
         for start, ref in calls:
-            for group in ray.get(ref):
+            for group in self._collect(ref, start // per, prompts[start : start + per], params):
                 for c in group:
                     c.prompt_index += start
                 out.append(group)
@@ -139,22 +147,46 @@ class EngineReplicas:
         expected = tensors_hash(state.items())
         ref = ray.put(state)
         got = ray.get([a.load_weights.remote(ref, whole is not None) for a in self.actors])
-        bad = [k for k, (h, w) in enumerate(got) if h != expected or w != whole]
-        if bad:
-            raise WeightSyncError(
-                f"engine replicas {bad} hold other weights after the sync "
-                f"(sha256 {got[bad[0]][0][:12]}... != sent {expected[:12]}..."
-                + (", or its frozen base differs" if whole else "")
-                + ")"
-            )
+        check_synced(got, expected, whole)
         self._synced_once = True
+        # kept for a replacement replica (pins one copy of the trainable tensors in the object store)
+        self._synced = (ref, expected)
         self.last_sync = {
             "sync_s": time.perf_counter() - t0,
             "sync_mb": sum(t.numel() * t.element_size() for t in state.values()) / 2**20,
         }
+
+    def _collect(self, ref: Any, k: int, part: Sequence[Sequence[int]], params: SamplingParams) -> Any:
+        """Replica k's completions; a dead replica is replaced and its slice sent again (same seed)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        try:
+            return ray.get(ref)
+        except RayActorError:
+            self.actors[k] = self._new_actor()
+            self.replaced += 1
+            if self._synced is not None:  # its base is the model spec's, as at start; the trained tensors are sent
+                state, expected = self._synced
+                check_synced([ray.get(self.actors[k].load_weights.remote(state, False))], expected, None)
+            seed = None if params.seed is None else params.seed + k * SEED_STRIDE
+            resend = [list(p) for p in part]
+            return ray.get(self.actors[k].generate.remote(resend, params.model_copy(update={"seed": seed})))
 
     def close(self) -> None:
         import ray
 
         for a in self.actors:
             ray.kill(a)
+
+
+def check_synced(got: list[tuple[str, str | None]], expected: str, whole: str | None) -> None:
+    """Raises WeightSyncError naming the replicas whose loaded tensors (or whole state) differ."""
+    bad = [k for k, (h, w) in enumerate(got) if h != expected or w != whole]
+    if bad:
+        raise WeightSyncError(
+            f"engine replicas {bad} hold other weights after the sync "
+            f"(sha256 {got[bad[0]][0][:12]}... != sent {expected[:12]}..."
+            + (", or its frozen base differs" if whole else "")
+            + ")"
+        )

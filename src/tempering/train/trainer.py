@@ -31,6 +31,7 @@ from tempering.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from tempering.train.consumed import ConsumedLog
 from tempering.train.guard import AnomalyGuard
 from tempering.train.metrics import MetricsLog, NoMetrics, console, quiet_console
 from tempering.train.progress import TrainProgress
@@ -58,6 +59,7 @@ class BatchSource(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
     # optional: def stats(self) -> dict[str, float]  (merged into each step record)
+    # optional: def consumed(self) -> list  (ids drawn since the last call: the run's consumed.jsonl)
 
 
 class TrainingDiverged(RuntimeError):
@@ -161,6 +163,7 @@ class Trainer:
         self.guard = AnomalyGuard(settings.guard)
         metrics = self.run_dir / "metrics.jsonl"
         self.metrics = MetricsLog(metrics, settings.loggers) if self.world.main else NoMetrics(metrics)
+        self.consumed = ConsumedLog(self.run_dir / "consumed.jsonl" if self.world.main else None)
         self.step, self.lr_scale, self.real_tokens = 0, 1.0, 0
         self.precision = resolve_precision(settings.precision)
         procs = f" x {self.world.size} processes" if self.world.size > 1 else ""
@@ -177,6 +180,7 @@ class Trainer:
             "guard": self.guard.state_dict(),
             "real_tokens": self.real_tokens,
             "world_size": self.world.size,
+            "consumed_steps": self.consumed.count,  # lines of consumed.jsonl this checkpoint covers
         }
 
     def save(self) -> Path:
@@ -184,6 +188,7 @@ class Trainer:
         rngs = distributed.gather(rng_state())
         path = self.ckpt_dir / f"step-{self.step:08d}"
         if rngs is not None:  # rank 0: the gathered states (self.world.main)
+            self.consumed.sync()
             weights = {n: p for n, p in self.named}
             path = save_checkpoint(
                 self.ckpt_dir,
@@ -213,6 +218,11 @@ class Trainer:
             self.guard.load_state_dict(state["guard"])
             self.real_tokens = state["real_tokens"]
         return state
+
+    def _at_boundary(self) -> bool:
+        """Whether the batch source resumes exactly from here (a GRPO source is not in the middle of
+        serving one rollout batch several times); a due checkpoint waits for it."""
+        return getattr(self.batches, "at_boundary", True)
 
     def _rollback(self) -> None:
         if self.guard.counts["rollbacks"] >= self.settings.guard.max_rollbacks:
@@ -265,6 +275,8 @@ class Trainer:
         loss, extra = self._forward_backward(micro)
         grad_norm = self._grad_norm() if math.isfinite(loss) else None
         bad = self.guard.check(loss, grad_norm, spikes=getattr(self.objective, "loss_spikes", True))
+        drawn = getattr(self.batches, "consumed", None)  # optional on a BatchSource
+        self.consumed.append(self.step + 1, drawn() if drawn is not None else [], bad)
         if not self.settings.guard.enabled and (grad_norm is None or not math.isfinite(grad_norm)):
             raise TrainingDiverged(f"step {self.step}: non-finite loss or gradient with the guard disabled")
         if bad:
@@ -305,24 +317,35 @@ class Trainer:
         distributed.barrier()
         existing = list_checkpoints(self.ckpt_dir)
         if existing:
-            resumed = self._restore(existing[-1], full=True)["step"]
+            state = self._restore(existing[-1], full=True)
+            resumed = state["step"]
             self.metrics.event("resume", step=resumed, checkpoint=existing[-1].name)
+            # steps consumed after that checkpoint are done again: their lines go
+            if dropped := self.consumed.start(state.get("consumed_steps")):
+                self.metrics.event("consumed_cut", steps=dropped, checkpoint=existing[-1].name)
         else:
+            self.consumed.start(0)
             self.save()  # step 0: the rollback target before the first periodic checkpoint
         self.model.train()
         try:
             return self._loop(resumed)
         finally:
             self.metrics.close()
+            self.consumed.close()
 
     def _loop(self, resumed: int | None) -> TrainResult:
         losses, history, t_start = [], [], time.perf_counter()
-        every = self.settings.checkpoint.every
+        every, due = self.settings.checkpoint.every, False
         with TrainProgress(self.objective.name, self.settings.steps, self.step, self.console) as progress:
             limit = self.settings.max_minutes * 60 if self.settings.max_minutes else None
             while self.step < self.settings.steps:
                 # rank 0's clock decides, so every rank stops at the same step
-                if limit is not None and distributed.broadcast(time.perf_counter() - t_start > limit):
+                # and only where a resume is exact (a GRPO batch served twice: after its second update)
+                if (
+                    limit is not None
+                    and self._at_boundary()
+                    and distributed.broadcast(time.perf_counter() - t_start > limit)
+                ):
                     self.metrics.event("time_limit", step=self.step, minutes=self.settings.max_minutes)
                     self.console.print(
                         f"[yellow]time limit of {self.settings.max_minutes} min reached at "
@@ -339,8 +362,10 @@ class Trainer:
                 if self.step % self.settings.log_every == 0:
                     self.metrics.write(record)
                 progress(self.step, record)
-                if self.step % every == 0 or self.step == self.settings.steps:
+                due = due or self.step % every == 0
+                if self.step == self.settings.steps or (due and self._at_boundary()):
                     self.save()
+                    due = False
                 for cb in self.callbacks:
                     cb(self.step, record)
         counts = {k: int(v) for k, v in self.guard.counts.items()}
