@@ -77,7 +77,7 @@ def policy(task, messages):
     return turns[turn] if turn < len(turns) else call("submit", answer="done")
 
 
-def test_bad_turns_end_their_own_episode_only_and_leave_nothing(pool, smol_tokenizer, tasks):
+def test_bad_turns_end_their_own_episode_only_and_leave_nothing(pool, smol_tokenizer, tasks, cgroups_before):
     good, bad, broken = tasks
     everything = [*good, *bad, *broken]
     engine = PolicyEngine(smol_tokenizer, policy, everything)
@@ -110,10 +110,10 @@ def test_bad_turns_end_their_own_episode_only_and_leave_nothing(pool, smol_token
     outside = episodes["bad-goal-path"]  # unforeseen: ends this episode alone, with the reason
     assert outside.trajectory.status == "env_error" and outside.stats.error.startswith("ValueError: ")
     assert outside.trajectory.rewards[-1].flags == ["env_error"]
-    _assert_nothing_left(pool)
+    _assert_nothing_left(pool, cgroups_before)
 
 
-def test_an_engine_failure_mid_rollout_closes_every_open_session(pool, smol_tokenizer, tasks):
+def test_an_engine_failure_mid_rollout_closes_every_open_session(pool, smol_tokenizer, tasks, cgroups_before):
     good, _, _ = tasks
 
     def breaks_on_the_second_turn(task, messages):
@@ -124,10 +124,16 @@ def test_an_engine_failure_mid_rollout_closes_every_open_session(pool, smol_toke
     engine = PolicyEngine(smol_tokenizer, breaks_on_the_second_turn, good[:2])
     with pytest.raises(RuntimeError, match="the engine went away"):
         agent_rollout(good[:2], engine, AgentRenderer(smol_tokenizer), pool, SamplingSettings(max_new_tokens=400))
-    _assert_nothing_left(pool)
+    _assert_nothing_left(pool, cgroups_before)
 
 
-def _assert_nothing_left(pool):
+@pytest.fixture
+def cgroups_before(pool):
+    """Session cgroups this process already holds (other tests' live pools), so only this test's count."""
+    return set(session_cgroups_of_this_process(pool.uids))
+
+
+def _assert_nothing_left(pool, before):
     assert pool.health()["open_sessions"] == 0
-    assert session_cgroups_of_this_process(pool.uids) == []
+    assert set(session_cgroups_of_this_process(pool.uids)) - before == set()
     assert leftovers(pool.uids) == {"processes": [], "cgroups": [], "scratch_mounts": []}

@@ -75,9 +75,6 @@ def parse_tool_calls(text: str) -> ParsedToolCalls:
         except json.JSONDecodeError as exc:
             errors.append(f"invalid JSON in tool call ({exc.msg}): {body[:200]!r}")
             continue
-        except RecursionError:  # nesting deeper than the interpreter's limit: the text's fault
-            errors.append(f"tool call nested too deeply: {body[:200]!r}")
-            continue
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
             errors.append(f"tool call without a string 'name': {body[:200]!r}")
             continue
