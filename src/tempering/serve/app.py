@@ -15,6 +15,7 @@ import json
 import secrets
 import time
 from collections import defaultdict, deque
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -219,7 +220,16 @@ def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | No
     server = Server(
         cfg, models or default_models(cfg), store or Store(cfg.db_path), RateLimiter(cfg.rate_limit), Metrics()
     )
-    app = FastAPI(title="tempering serve", version="1", description="OpenAI-compatible server over releases")
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        yield
+        # shutting down: stop the engines, or their threads keep models and KV caches alive
+        await run_in_threadpool(server.models.close)
+
+    app = FastAPI(
+        title="tempering serve", version="1", description="OpenAI-compatible server over releases", lifespan=lifespan
+    )
     app.state.store, app.state.models, app.state.cfg = server.store, server.models, cfg
     _error_handlers(app, server)
     _openai_routes(app, server)
