@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -118,6 +119,7 @@ def main() -> None:
     parser.add_argument("--serve-arg", action="append", default=[], help="extra `temper serve` argument")
     parser.add_argument("--out", type=Path, default=RESULTS / "serve_memory.json")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a timeout still stops the server (finally)
     sys.path.insert(0, str(args.src))
     from tempering.serve.store import Store
 
