@@ -125,3 +125,17 @@ def test_a_serving_engine_gives_the_cache_back_between_bursts(smol_tokenizer):
         assert engine.submit([5, 6], params).result(timeout=120)[0].token_ids  # and reserves again
     finally:
         engine.stop()
+
+
+def test_the_budget_is_a_batching_setting_and_reaches_the_engine(smol_tokenizer):
+    from pydantic import ValidationError
+
+    from tempering.config import EngineSettings
+    from tempering.rollout.select import build_engine
+
+    with pytest.raises(ValidationError, match="max_cache_tokens applies to engine kind 'batching' only"):
+        EngineSettings(kind="hf", max_cache_tokens=1000)
+    model = tiny_llama(vocab=len(smol_tokenizer), seed=3)
+    engine = build_engine(EngineSettings(max_cache_tokens=1000), model, smol_tokenizer, "fp32")
+    with pytest.raises(ValueError, match="KV cache budget of 1000 tokens"):
+        engine.generate([[5] * 900], SamplingParams(max_new_tokens=200))
