@@ -44,7 +44,7 @@ def free_port() -> int:
 
 
 def proc_status(pid: int) -> dict[str, float]:
-    """VmRSS and VmHWM of process `pid` in GB."""
+    """VmRSS and VmHWM of process `pid` in GiB (2^30 bytes)."""
     out = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
@@ -152,6 +152,7 @@ def main() -> None:
         "cores": os.cpu_count(),
     }
     results = json.loads(args.out.read_text()) if args.out.is_file() else {"bench": "serve_memory"}
+    results["unit"] = "GiB (2^30 bytes), /proc/PID/status kB / 1024^2"
     results[args.label] = row
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(row, indent=2))

@@ -18,7 +18,7 @@ hold. The engine `reserve`s the rows and positions its running sequences can rea
 sequence's prompt + max_new_tokens) when it admits them; the tensors grow to that (rounded
 up to ROW_STEP rows and LENGTH_STEP positions, so growth copies happen a few times per batch,
 not per request) and `release` frees them when no sequence runs. Preallocating for the
-limits held 2.3 GB for 32 slots x 2048 positions of the 135M default model whatever was asked.
+limits held 2.1 GiB for 32 slots x 2048 positions of the 135M default model whatever was asked.
 
 The running batch is always the slots 0..B-1 (a leaving sequence's slot is refilled by
 moving the last one into it, see `move`), so a decode step reads a view of the cache, never a

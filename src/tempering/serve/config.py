@@ -14,7 +14,7 @@ SLOTS = 32
 CACHE_TOKENS = 16384
 """KV cache positions one served model reserves at most by default (`engine.max_cache_tokens`):
 SLOTS requests of 512 prompt + answer tokens run together, longer ones fewer at a time. On
-the 135M default model that is about 0.6 GB (bf16) instead of 2.3 GB for SLOTS x MAX_LEN."""
+the 135M default model that is 0.53 GiB (bf16) instead of 2.1 GiB for SLOTS x MAX_LEN."""
 
 
 class ServeConfig(BaseModel):
