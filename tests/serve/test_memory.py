@@ -54,6 +54,28 @@ def test_served_engines_get_the_default_cache_budget(tiny_models):
     assert ServeConfig().engine.max_cache_tokens == CACHE_TOKENS
 
 
+def test_a_request_past_the_cache_budget_is_a_400_and_the_server_goes_on(tiny_models, tmp_path):
+    import openai
+
+    from tempering.config import EngineSettings
+    from tempering.serve.app import create_app
+    from tempering.serve.config import ServeConfig
+
+    engine = EngineSettings(max_slots=32, max_cache_tokens=600)
+    app = create_app(ServeConfig(state=tmp_path / "state", model=str(tiny_models[1]), engine=engine))
+    _, secret = app.state.store.create_key("k")
+    server = ServerThread(app)
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key=secret, max_retries=0, timeout=60)
+        ask = dict(model=str(tiny_models[1]), messages=[{"role": "user", "content": "hi"}], temperature=0)
+        with pytest.raises(openai.BadRequestError, match="KV cache positions") as err:
+            client.chat.completions.create(**ask, n=4, max_tokens=200)
+        assert err.value.status_code == 400
+        assert client.chat.completions.create(**ask, n=2, max_tokens=8).choices[1].message.content == TEXT_ANSWER
+    finally:
+        server.stop()
+
+
 def _streams(url: str, secret: str, n: int, max_tokens: int) -> list[str]:
     import openai
 
