@@ -107,3 +107,36 @@ def registry_location(request, tmp_path):
     url, drop = fresh_database(request.getfixturevalue("pg_server_url"))
     yield url
     drop()
+
+
+# --- memory: the suite states its peak RSS, and which tests raised it ---
+def _status_kb(field: str) -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+_HWM_RISES: list[tuple[int, str]] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    before = _status_kb("VmHWM")
+    try:
+        return (yield)
+    finally:
+        rise = _status_kb("VmHWM") - before
+        if rise > 0:
+            _HWM_RISES.append((rise, item.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The process's peak RSS (VmHWM) and the tests that raised it most; the figure is also kept
+    in the pytest cache (`tempering/peak_rss_gb`) so a run can be compared with the last."""
+    peak = _status_kb("VmHWM") / 1024**2
+    terminalreporter.write_sep("-", f"peak RSS of this pytest process: {peak:.2f} GB (VmHWM)")
+    for rise, nodeid in sorted(_HWM_RISES, reverse=True)[:5]:
+        terminalreporter.write_line(f"  +{rise / 1024:7.0f} MB  {nodeid}")
+    if getattr(config, "cache", None) is not None:
+        config.cache.set("tempering/peak_rss_gb", round(peak, 3))

@@ -102,7 +102,12 @@ class DraftSettings(Strict):
         return self
 
 
-ENGINE_ONLY_KEYS = {"max_slots": "batching", "vllm": "vllm", "draft": "speculative"}
+ENGINE_ONLY_KEYS = {
+    "max_slots": "batching",
+    "max_cache_tokens": "batching",
+    "vllm": "vllm",
+    "draft": "speculative",
+}
 """EngineSettings keys that only one engine kind reads (set with another kind, they would do nothing)."""
 
 
@@ -115,6 +120,9 @@ class EngineSettings(Strict):
     speculative: a `draft:` proposes tokens that the target verifies (same output as hf)."""
     max_slots: int = Field(256, ge=1)
     """batching: most sequences decoded together (KV cache slots; a call allocates only what it needs)."""
+    max_cache_tokens: int | None = Field(None, ge=1)
+    """batching: most KV cache positions the running batch reserves (sequences x the longest
+    prompt + max_new_tokens among them); requests beyond it wait. None: max_slots x the context."""
     vllm: VLLMSettings = VLLMSettings()
     """vLLM options (kind: vllm only)."""
     draft: DraftSettings | None = None

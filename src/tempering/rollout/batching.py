@@ -71,10 +71,24 @@ class Running:
         """Positions in the KV cache: the prompt and every sampled token but the last."""
         return len(self.request.prompt) + len(self.tokens) - 1
 
+    @property
+    def reach(self) -> int:
+        """The most KV cache positions this sequence can need (prompt + max_new_tokens)."""
+        return request_reach(self.request)
+
+
+def request_reach(request: Request) -> int:
+    """KV cache positions one sample of `request` can need: its prompt + max_new_tokens."""
+    return len(request.prompt) + request.params.max_new_tokens
+
 
 class Scheduler:
     """Admits waiting requests into free slots, records sampled tokens, retires finished
-    sequences. `decode` turns token ids into text (stop strings, completion text)."""
+    sequences. `decode` turns token ids into text (stop strings, completion text).
+
+    `cache_tokens` bounds the KV cache the running batch may reserve: rows x the longest
+    `reach` among them (the cache is rectangular). A request that would pass it waits until
+    sequences leave; one that alone passes it is refused at `submit`. None: slots x max_len."""
 
     def __init__(
         self,
@@ -83,8 +97,10 @@ class Scheduler:
         eos_id: int | None,
         decode: Callable[[list[int]], str],
         constraint_for: Callable[[str], Any] | None = None,
+        cache_tokens: int | None = None,
     ):
         self.slots, self.max_len = slots, max_len
+        self.cache_tokens = slots * max_len if cache_tokens is None else cache_tokens
         self.eos_id, self.decode = eos_id, decode
         self.constraint_for = constraint_for
         """Makes a sample's `Constraint` from a request's grammar (None: grammars are refused)."""
@@ -113,6 +129,11 @@ class Scheduler:
                 f"prompt ({len(request.prompt)} tokens) + max_new_tokens ({p.max_new_tokens}) "
                 f"exceeds the KV cache's max_len {self.max_len}"
             )
+        if p.n * need > self.cache_tokens:
+            raise ValueError(
+                f"{p.n} samples of prompt + max_new_tokens = {need} tokens exceed the KV cache budget "
+                f"of {self.cache_tokens} tokens (engine max_cache_tokens)"
+            )
         request.completions = [None] * p.n
         self.waiting.append(request)
 
@@ -120,7 +141,7 @@ class Scheduler:
         """Move waiting requests (first come, first served) into free slots; their sequences
         are appended to `running` in sample order. Returns the admitted requests."""
         admitted = []
-        while self.waiting and len(self.running) + self.waiting[0].params.n <= self.slots:
+        while self.waiting and self._fits(self.waiting[0]):
             req = self.waiting.popleft()
             stops = frozenset(req.params.stop_token_ids) | ({self.eos_id} if self.eos_id is not None else frozenset())
             for j in range(req.params.n):
@@ -131,6 +152,15 @@ class Scheduler:
                 self.running.append(Running(req, j, gen, stops, constraint=constraint))
             admitted.append(req)
         return admitted
+
+    def _fits(self, req: Request) -> bool:
+        rows = len(self.running) + req.params.n
+        longest = max([request_reach(req)] + [s.reach for s in self.running])
+        return rows <= self.slots and rows * longest <= self.cache_tokens
+
+    def reservation(self) -> tuple[int, int]:
+        """(rows, positions) the KV cache needs for the running sequences to finish."""
+        return len(self.running), max((s.reach for s in self.running), default=0)
 
     def record(
         self,

@@ -61,9 +61,12 @@ class BatchingEngine(HFEngine):
         max_slots: int = 64,
         max_len: int = 2048,
         max_prefill_tokens: int = 4096,
+        max_cache_tokens: int | None = None,
     ):
         super().__init__(model, tokenizer, precision=precision)
         self.max_slots, self.max_len, self.max_prefill_tokens = max_slots, max_len, max_prefill_tokens
+        self.max_cache_tokens = max_cache_tokens
+        """KV cache positions the running batch may reserve (rows x longest reach; None: slots x max_len)."""
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
         self._scheduler: Scheduler | None = None
@@ -115,6 +118,12 @@ class BatchingEngine(HFEngine):
                 if own_cache:
                     self._scheduler = self._cache = None
         return out
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """Bytes the open KV cache holds now (0 with none open or nothing running)."""
+        cache = self._cache
+        return 0 if cache is None else cache.nbytes
 
     # --- serving: submit from any thread, a background thread runs the batch ---
     @property
@@ -172,6 +181,8 @@ class BatchingEngine(HFEngine):
                         self.step()
                     except Exception as exc:
                         self._fail_all(exc)
+                    if self._open_scheduler.idle:  # nothing runs: the K/V memory goes back
+                        self._open_cache.release()
 
     def _fail_all(self, exc: Exception) -> None:
         """A step failed: every request in it or waiting gets the error (their futures raise), the
@@ -205,6 +216,7 @@ class BatchingEngine(HFEngine):
             self.eos_id,
             self._decode,
             constraint_for=lambda grammar: Constraint(self.tokenizer, grammar),
+            cache_tokens=self.max_cache_tokens,
         )
 
     def _decode(self, ids: list[int]) -> str:
@@ -216,6 +228,8 @@ class BatchingEngine(HFEngine):
         sched, cache = self._open_scheduler, self._open_cache
         old = len(sched.running)
         admitted = sched.admit()
+        if admitted:  # room for every running sequence to reach its limit: no growth mid-decode
+            cache.reserve(*sched.reservation())
         self.peak_running = max(self.peak_running, len(sched.running))
         parts = []
         if old:

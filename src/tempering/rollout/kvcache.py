@@ -1,15 +1,24 @@
-"""A slot KV cache: one fixed row of K/V per running sequence, so sequences join and leave
-the batch between two decode steps without the rest of the batch being copied.
+"""A slot KV cache: one row of K/V per running sequence, so sequences join and leave the
+batch between two decode steps without the rest of the batch being copied.
 
-    cache = SlotKVCache(slots=32, max_len=512)
+    cache = SlotKVCache(slots=32, max_len=2048)
+    cache.reserve(rows=3, length=300)                     # room for what is admitted, no more
     cache.write_prefill(prefill_cache, rows_to_slots)   # K/V of new prompts -> their slots
     cache.bind(lengths)                                   # the next forward decodes slots 0..B-1
     model(input_ids, position_ids=lengths[:, None], attention_mask=cache.decode_mask(), cache=cache)
     cache.move(src, dst)                                  # compaction when a sequence leaves
+    cache.release()                                       # the batch is empty: give the memory back
 
-Per layer the keys are one (slots, kv_heads, max_len, head_dim) tensor (values alike). Slot
+Per layer the keys are one (rows, kv_heads, length, head_dim) tensor (values alike). Slot
 `s` holds its sequence's K/V at cache positions 0..length-1, which are also its rotary
 positions: no left padding, so a sequence's K/V never move when others come or go.
+
+Memory follows use, not the limits: `slots` x `max_len` is only the most the cache may ever
+hold. The engine `reserve`s the rows and positions its running sequences can reach (each
+sequence's prompt + max_new_tokens) when it admits them; the tensors grow to that (rounded
+up to ROW_STEP rows and LENGTH_STEP positions, so growth copies happen a few times per batch,
+not per request) and `release` frees them when no sequence runs. Preallocating for the
+limits held 2.1 GiB for 32 slots x 2048 positions of the 135M default model whatever was asked.
 
 The running batch is always the slots 0..B-1 (a leaving sequence's slot is refilled by
 moving the last one into it, see `move`), so a decode step reads a view of the cache, never a
@@ -27,12 +36,21 @@ from typing import Any
 
 import torch
 
-__all__ = ["SlotKVCache"]
+__all__ = ["LENGTH_STEP", "ROW_STEP", "SlotKVCache"]
+
+ROW_STEP = 8
+"""The cache grows by whole multiples of this many rows (capped at `slots`)."""
+LENGTH_STEP = 128
+"""... and of this many positions (capped at `max_len`)."""
+
+
+def _round_up(n: int, step: int, cap: int) -> int:
+    return min(cap, -(-n // step) * step)
 
 
 class SlotKVCache:
-    """K/V storage for `slots` sequences of up to `max_len` tokens (allocated on first write,
-    in the dtype the model computes in)."""
+    """K/V storage for up to `slots` sequences of up to `max_len` tokens, allocated as
+    `reserve` asks (on first write, in the dtype the model computes in) and freed by `release`."""
 
     is_compileable = False
 
@@ -40,15 +58,47 @@ class SlotKVCache:
         self.slots, self.max_len = slots, max_len
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
+        self.rows = self.length = 0  # the reserved capacity; tensors are this size once written
         self._write_at: torch.Tensor | None = None  # (B,) cache position of the token being decoded
         self._rows: torch.Tensor | None = None  # (B,) 0..B-1, built once per step, not once per layer
         self._width = 0
+
+    def reserve(self, rows: int, length: int) -> None:
+        """Make room for `rows` sequences of up to `length` positions each (never shrinks;
+        existing K/V are kept). Raises ValueError beyond `slots` or `max_len`."""
+        if rows > self.slots or length > self.max_len:
+            raise ValueError(
+                f"{rows} rows of {length} positions do not fit a cache of {self.slots} slots x {self.max_len}"
+            )
+        if rows <= self.rows and length <= self.length:
+            return
+        self.rows = max(self.rows, _round_up(rows, ROW_STEP, self.slots))
+        self.length = max(self.length, _round_up(length, LENGTH_STEP, self.max_len))
+        for layer, (k, v) in enumerate(zip(self.keys, self.values)):
+            self.keys[layer], self.values[layer] = self._grown(k), self._grown(v)
+
+    def _grown(self, old: torch.Tensor) -> torch.Tensor:
+        new = old.new_zeros((self.rows, old.shape[1], self.length, old.shape[3]))
+        new[: old.shape[0], :, : old.shape[2]] = old
+        return new
+
+    def release(self) -> None:
+        """Free the K/V tensors (call with no sequence running); the next `reserve` starts over."""
+        self.keys, self.values = [], []
+        self.rows = self.length = 0
+        self._write_at = self._rows = None
+        self._width = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the K/V tensors hold now."""
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
 
     def _allocate(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: (B, kv_heads, T, head_dim), in the dtypes the model hands over (under bf16
         # autocast the rotary embedding leaves keys in fp32 while values are bf16)
         while len(self.keys) <= layer:
-            shape = (self.slots, k.shape[1], self.max_len, k.shape[3])
+            shape = (self.rows, k.shape[1], self.length, k.shape[3])
             self.keys.append(torch.zeros(shape, dtype=k.dtype, device=k.device))
             self.values.append(torch.zeros(shape, dtype=v.dtype, device=v.device))
 
@@ -62,8 +112,11 @@ class SlotKVCache:
             self._allocate(layer, k, v)
             for row, slots in enumerate(rows_to_slots):
                 n = lengths[row]
-                if n > self.max_len:
-                    raise ValueError(f"a prompt of {n} tokens does not fit a cache of max_len {self.max_len}")
+                if n > self.length or max(slots) >= self.rows:
+                    raise ValueError(
+                        f"a prompt of {n} tokens into slots {slots} does not fit the reserved "
+                        f"{self.rows} rows x {self.length} positions (reserve first)"
+                    )
                 self.keys[layer][slots, :, :n] = k[row, :, :n].unsqueeze(0)
                 self.values[layer][slots, :, :n] = v[row, :, :n].unsqueeze(0)
 
@@ -71,8 +124,8 @@ class SlotKVCache:
         """Set up the next decode forward over slots 0..B-1: row b's new token is written at
         position lengths[b] and attends to positions 0..lengths[b]."""
         longest = int(lengths.max())
-        if longest >= self.max_len:
-            raise ValueError(f"a sequence reached the cache's max_len {self.max_len}")
+        if longest >= self.length or lengths.shape[0] > self.rows:
+            raise ValueError(f"a sequence reached the cache's reserved {self.rows} rows x {self.length} positions")
         self._write_at = lengths
         self._rows = torch.arange(lengths.shape[0], device=lengths.device)
         self._width = longest + 1

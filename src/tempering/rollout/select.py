@@ -58,7 +58,14 @@ def build_engine(
         from tempering.rollout.batching_engine import BatchingEngine
 
         sized = {} if max_len is None else {"max_len": max_len}
-        return BatchingEngine(model, tokenizer, precision=precision, max_slots=settings.max_slots, **sized)
+        return BatchingEngine(
+            model,
+            tokenizer,
+            precision=precision,
+            max_slots=settings.max_slots,
+            max_cache_tokens=settings.max_cache_tokens,
+            **sized,
+        )
     if settings.kind == "speculative":
         from tempering.rollout.speculative import SpeculativeEngine
 

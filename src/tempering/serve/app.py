@@ -323,6 +323,8 @@ def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | No
     async def lifespan(_app: FastAPI):
         yield
         server.flush_refusals()
+        # shutting down: stop the engines, or their threads keep models and KV caches alive
+        await run_in_threadpool(server.models.close)
 
     app = FastAPI(
         title="tempering serve", version="1", description="OpenAI-compatible server over releases", lifespan=lifespan

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from tempering.config import EngineSettings
 from tempering.runs.releases import CANDIDATE, PRODUCTION, Release, Releases
-from tempering.serve.config import SLOTS
+from tempering.serve.config import CACHE_TOKENS, SLOTS
 
 
 class UnknownModel(LookupError):
@@ -62,13 +62,14 @@ def engine_for(
     spec: str, precision: str = "auto", quantize: str = "none", settings: EngineSettings | None = None
 ) -> Served:
     """Load `spec` (alias, HF dir, run output, adapter) as a started batching engine, built by
-    `rollout.select.build_engine` (`settings`: `ServeConfig.engine`, default SLOTS slots).
+    `rollout.select.build_engine` (`settings`: `ServeConfig.engine`, default SLOTS slots and
+    CACHE_TOKENS KV cache positions).
     Concurrent requests join one running batch (continuous batching).
     quantize "int8": the model (an adapter merged first) is served as a weight-only int8 copy."""
     from tempering.data.render import detect_tool_call_style
     from tempering.rollout.select import build_engine, load_target
 
-    settings = settings or EngineSettings(max_slots=SLOTS)
+    settings = settings or EngineSettings(max_slots=SLOTS, max_cache_tokens=CACHE_TOKENS)
     model, tokenizer, precision = load_target(spec, precision, quantize)
     context = min(int(getattr(model.config, "max_position_embeddings", 0) or MAX_LEN), MAX_LEN)
     engine: Any = build_engine(settings, model, tokenizer, precision, max_len=context)
@@ -144,9 +145,21 @@ class Models:
             self._loaded[route.spec] = served
             while len(self._loaded) > self.max_loaded:
                 _, evicted = self._loaded.popitem(last=False)
-                if getattr(evicted.engine, "serving", False):
-                    evicted.engine.stop()
+                _stop(evicted)
             return served
+
+    def close(self) -> None:
+        """Stop and drop every loaded engine (the server shuts down): their serving threads end
+        and the models and KV caches they held can be freed."""
+        with self._load_lock:
+            while self._loaded:
+                _stop(self._loaded.popitem()[1])
+
+
+def _stop(served: Served) -> None:
+    # a started engine's thread holds the engine (model, KV cache) until it is stopped
+    if getattr(served.engine, "serving", False):
+        served.engine.stop()
 
 
 def _entry(name: str, created: float, what: str) -> dict[str, Any]:

@@ -98,6 +98,16 @@ def _params(req: Any, prompt_lens: Sequence[int], served: Served, limit: int, to
             "context_length_exceeded",
             "messages",
         )
+    budget = getattr(served.engine, "max_cache_tokens", None)
+    if budget is not None and req.n * (longest + max_new) > budget:
+        raise ApiError(
+            400,
+            f"n={req.n} answers of {longest + max_new} tokens ({longest} in the messages, {max_new} in the "
+            f"completion) need {req.n * (longest + max_new)} KV cache positions; this server holds at most "
+            f"{budget} per request. Please reduce n, the messages or max_tokens.",
+            "context_length_exceeded",
+            "n",
+        )
     return SamplingParams(
         temperature=req.temperature,
         top_p=req.top_p,
