@@ -68,6 +68,26 @@ def test_max_new_tokens_and_stop_tokens_finish_per_request():
     assert (got.token_ids, got.logprobs, got.finish_reason, got.text) == ([8, 42], [-2.0, -3.0], "stop", "8")
 
 
+def test_a_cancelled_request_ends_at_its_next_token_and_frees_its_slots():
+    s = Scheduler(slots=4, max_len=64, eos_id=2, decode=_decode)
+    gone = []
+    left, stays = _req(n=2, max_new=50), _req(max_new=50)
+    left.cancelled = lambda: bool(gone)
+    for r in (left, stays):
+        s.submit(r)
+    s.admit()
+    s.record([7, 8, 9], [-1.0] * 3)
+    assert s.finish() == ([], []) and len(s.running) == 3  # nobody has left yet: all decode on
+    gone.append(True)  # the client leaves
+    s.record([10, 11, 12], [-1.0] * 3)
+    moves, done = s.finish()
+    assert done == [left] and [q.request for q in s.running] == [stays] and moves == [(2, 1, 4), (1, 0, 4)]
+    assert [(c.token_ids, c.finish_reason) for c in left.completions] == [
+        ([7, 10], "cancelled"),
+        ([8, 11], "cancelled"),
+    ]
+
+
 def test_stop_string_cuts_the_text():
     s = Scheduler(slots=2, max_len=64, eos_id=2, decode=_decode)
     r = Request([5], SamplingParams(max_new_tokens=9, temperature=0, stop=("4 5",)))

@@ -306,6 +306,32 @@ def test_a_stream_cut_before_its_end_is_audited(tmp_path):
     assert len(rows) == 1 and rows[0]["status"] == 499 and rows[0]["model"] and rows[0]["prompt_tokens"] > 0
 
 
+def test_a_client_that_leaves_stops_its_decoding(tmp_path):
+    """A stream cut after its first chunks does not go on decoding its 400 tokens for nobody."""
+    app = create_app(ServeConfig(state=tmp_path / "state", model=str(looping_model(tmp_path / "loop")), max_tokens=400))
+    _, key = app.state.store.create_key("leaver")
+    server = ServerThread(app)
+    try:
+        models = app.state.models
+        name = models.listing()[0]["id"]
+        engine = models.served(models.route(name)).engine
+        steps, step = [], engine.step  # count the serving thread's decode steps (one token per running sequence)
+        engine.step = lambda: (steps.append(1), step())[1]
+        body = {"model": name, "messages": ASK, "stream": True, "max_tokens": 400}
+        with httpx.stream(
+            "POST", server.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+        ) as r:
+            chunks = (line for line in r.iter_lines() if line.startswith("data: {"))
+            for _ in range(3):
+                next(chunks)
+        deadline = time.monotonic() + 120  # a bound on the wait, not a claim about speed
+        while engine.kv_cache_bytes and time.monotonic() < deadline:  # the cache is freed once nothing runs
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    assert 2 <= len(steps) < 400, len(steps)  # two token chunks were read; without the cancel: 400
+
+
 def test_rate_limited_requests_are_counted_not_audited_one_by_one(tiny_models, tmp_path):
     app = create_app(ServeConfig(state=tmp_path / "state", model=str(tiny_models[1])))
     key, secret = app.state.store.create_key("hammer", rate_limit=2)

@@ -46,6 +46,9 @@ class Request:
     """Streaming hook: (sample index, token id, log-prob) for every sampled token."""
     fail: Callable[[BaseException], None] | None = None
     """Called instead of `done` when the step running this request failed (serving thread)."""
+    cancelled: Callable[[], bool] | None = None
+    """Polled after each sampled token: True ends the request's samples there (finish reason
+    `cancelled`) and frees their slots, e.g. when a streaming client has left."""
     completions: list[Completion | None] = field(default_factory=list)
     constraints: list[Any] = field(default_factory=list)
     """Each sample's place in `params.grammar` (made by `Scheduler.submit`; empty without one)."""
@@ -184,7 +187,9 @@ class Scheduler:
                 and tok not in seq.stop_ids
                 and (not seq.constraint.accept(tok) or seq.constraint.done)
             )
-            if tok in seq.stop_ids or grammar_ends:
+            if seq.request.cancelled is not None and seq.request.cancelled():
+                seq.finish_reason = "cancelled"
+            elif tok in seq.stop_ids or grammar_ends:
                 seq.finish_reason = "stop"
             elif params.stop and self._stop_string_hit(seq):
                 seq.finish_reason = "stop"

@@ -155,16 +155,28 @@ class BatchingEngine(HFEngine):
             self._scheduler = self._cache = None
 
     def submit(
-        self, prompt: Sequence[int], params: SamplingParams, on_token: Callable[[int, int, float], None] | None = None
+        self,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        on_token: Callable[[int, int, float], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
     ) -> Future:
         """Queue one request on the serving thread; the future resolves to its n completions.
-        `on_token(sample, token_id, logprob)` is called from the serving thread per token."""
+        `on_token(sample, token_id, logprob)` is called from the serving thread per token;
+        `cancelled()`, polled per token, ends the request early when it turns True."""
         if self._thread is None:
             raise RuntimeError("BatchingEngine.submit needs start() first (or use generate())")
         future: Future = Future()
         with self._lock:
             self._open_scheduler.submit(
-                Request(list(prompt), params, done=future.set_result, on_token=on_token, fail=future.set_exception)
+                Request(
+                    list(prompt),
+                    params,
+                    done=future.set_result,
+                    on_token=on_token,
+                    fail=future.set_exception,
+                    cancelled=cancelled,
+                )
             )
             self._wake.notify_all()
         return future

@@ -257,14 +257,16 @@ class Server:
             self.record(request, key, req, route, body, started)
             done = True
 
+        stream = live.chat_stream(served, req, prepared, response_id, route.name, finished)
         try:
-            async for c in live.chat_stream(served, req, prepared, response_id, route.name, finished):
+            async for c in stream:
                 yield {"data": json.dumps(c, ensure_ascii=False)}
             yield {"data": "[DONE]"}
         except (asyncio.CancelledError, GeneratorExit):
             status = 499  # nginx's "client closed request"
             raise
         finally:
+            await stream.aclose()  # now, not at garbage collection: the engine stops decoding for a client gone
             if not done:
                 self.store.audit(
                     key.id,

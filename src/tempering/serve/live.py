@@ -16,6 +16,7 @@ beyond what was sent goes out, then the finish chunk.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any, AsyncIterator, Callable
 
@@ -57,10 +58,13 @@ async def chat_stream(
     completion before the finish chunk is sent (the caller audits there)."""
     from tempering.rollout.engine import prompt_seed
 
-    loop, queue = asyncio.get_running_loop(), asyncio.Queue()
+    loop, queue, left = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
     params = prepared.params.model_copy(update={"seed": prompt_seed(prepared.params.seed, 0)})
     future = served.engine.submit(
-        prepared.prompts[0], params, on_token=lambda _s, tok, lp: loop.call_soon_threadsafe(queue.put_nowait, (tok, lp))
+        prepared.prompts[0],
+        params,
+        on_token=lambda _s, tok, lp: loop.call_soon_threadsafe(queue.put_nowait, (tok, lp)),
+        cancelled=left.is_set,  # set when this generator closes: a client gone stops its decoding
     )
     future.add_done_callback(lambda _f: loop.call_soon_threadsafe(queue.put_nowait, None))
     skip, created, tokenizer = _skip_ids(served), int(time.time()), served.tokenizer
@@ -77,33 +81,36 @@ async def chat_stream(
         }
         return {**out, "usage": None} if with_usage else out
 
-    yield chunk({"role": "assistant", "content": ""})
-    kept: list[int] = []
-    sent = ""
-    while (item := await queue.get()) is not None:
-        token, logprob = item
-        if token in skip:
-            continue
-        kept.append(token)
-        now = sendable(tokenizer.decode(kept, skip_special_tokens=False), params.stop)
-        piece = now[len(sent) :] if now.startswith(sent) else ""
-        sent += piece
-        entry = {"content": [_logprob_entry(tokenizer, token, logprob, None)]} if req.logprobs else None
-        yield chunk({"content": piece}, logprobs=entry)
-    groups = [future.result()]
-    completion = groups[0][0]
-    finished(groups)
-    rest = completion.text[len(sent) :] if completion.text.startswith(sent) else ""
-    if rest:
-        yield chunk({"content": rest})
-    yield chunk({}, completion.finish_reason)
-    if with_usage:
-        yield {
-            "id": response_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model_name,
-            "system_fingerprint": None,
-            "choices": [],
-            "usage": usage(prepared, groups),
-        }
+    try:
+        yield chunk({"role": "assistant", "content": ""})
+        kept: list[int] = []
+        sent = ""
+        while (item := await queue.get()) is not None:
+            token, logprob = item
+            if token in skip:
+                continue
+            kept.append(token)
+            now = sendable(tokenizer.decode(kept, skip_special_tokens=False), params.stop)
+            piece = now[len(sent) :] if now.startswith(sent) else ""
+            sent += piece
+            entry = {"content": [_logprob_entry(tokenizer, token, logprob, None)]} if req.logprobs else None
+            yield chunk({"content": piece}, logprobs=entry)
+        groups = [future.result()]
+        completion = groups[0][0]
+        finished(groups)
+        rest = completion.text[len(sent) :] if completion.text.startswith(sent) else ""
+        if rest:
+            yield chunk({"content": rest})
+        yield chunk({}, completion.finish_reason)
+        if with_usage:
+            yield {
+                "id": response_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model_name,
+                "system_fingerprint": None,
+                "choices": [],
+                "usage": usage(prepared, groups),
+            }
+    finally:
+        left.set()  # normal end: a no-op; the client left (GeneratorExit): the engine frees the slot
