@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,19 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.paths import RESULTS, ROOT, cpu_name  # noqa: E402
-
-PROMPTS = [
-    "Explain in two sentences why the sky is blue.",
-    "Write a haiku about autumn.",
-    "What is the capital of France, and why is it famous?",
-    "Give three tips for learning to code.",
-]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from _shared.serving import PROMPTS, free_port  # noqa: E402
 
 
 def proc_status(pid: int) -> dict[str, float]:

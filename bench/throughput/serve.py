@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,24 +30,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.paths import RESULTS, ROOT, cpu_name  # noqa: E402
+from _shared.serving import PROMPTS, free_port  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "src"))
 
 import httpx  # noqa: E402
 
 LEVELS = (1, 8, 32)
-PROMPTS = [
-    "Explain in two sentences why the sky is blue.",
-    "Write a haiku about autumn.",
-    "What is the capital of France, and why is it famous?",
-    "Give three tips for learning to code.",
-]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(state: Path, port: int, log: Path) -> subprocess.Popen:

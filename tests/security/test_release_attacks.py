@@ -41,7 +41,7 @@ def temper(*args):
     return result
 
 
-def refused(result, why: str) -> None:
+def assert_refused(result, why: str) -> None:
     """A one-line error naming the reason, exit 2, no traceback."""
     assert result.exit_code == 2, result.output
     assert why in result.stderr and "Traceback" not in result.output, result.stderr
@@ -86,7 +86,7 @@ def test_a_checkpoint_changed_after_its_gate_is_refused(judged):
     """As after two more training steps on the same checkpoint dir: its weights moved."""
     cand, gate, registry = judged
     nudge_weights(cand)
-    refused(
+    assert_refused(
         temper("release", "promote", cand, "--gate", gate, "--registry", registry), "not the weights the gate judged"
     )
     assert "v1" not in temper("release", "ls", "--registry", registry).stdout
@@ -103,7 +103,7 @@ def test_a_never_evaluated_adapter_with_someone_elses_verdict_is_refused(judged,
     lora.save_pretrained(adapter)
     config = json.loads((adapter / "adapter_config.json").read_text())
     (adapter / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(recall_dir)}))
-    refused(
+    assert_refused(
         temper("release", "promote", adapter, "--gate", gate, "--registry", registry), "not the weights the gate judged"
     )
 
@@ -114,7 +114,7 @@ def test_a_verdict_on_a_suite_edited_since_is_refused(judged, env):  # noqa: F81
     rows = [json.loads(line) for line in tasks.read_text().splitlines()]
     rows[0]["prompt"] += " again"  # one of the 20 tasks the gate judged
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    refused(
+    assert_refused(
         temper("release", "promote", cand, "--gate", gate, "--registry", registry),
         "suite 'recall' changed since the gate judged it",
     )
@@ -126,7 +126,7 @@ def test_a_verdict_without_the_judged_identity_is_refused(judged):
     verdict = json.loads(gate.read_text())
     del verdict["candidate"]
     gate.write_text(json.dumps(verdict))
-    refused(
+    assert_refused(
         temper("release", "promote", cand, "--gate", gate, "--registry", registry),
         "does not name the weights it judged",
     )
