@@ -310,6 +310,21 @@ def chat_response(
     }
 
 
+def usage_chunk(
+    response_id: str, created: int, model_name: str, prepared: Prepared, groups: list[list[Any]]
+) -> dict[str, Any]:
+    """The last chunk of a stream that asked for `stream_options.include_usage`: no choices, the usage."""
+    return {
+        "id": response_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model_name,
+        "system_fingerprint": None,
+        "choices": [],
+        "usage": usage(prepared, groups),
+    }
+
+
 def usage(prepared: Prepared, groups: list[list[Any]]) -> dict[str, int]:
     prompt = sum(len(p) for p in prepared.prompts)
     completion = sum(len(c.token_ids) for g in groups for c in g)
@@ -374,15 +389,7 @@ def chat_chunks(
                 yield chunk(i, {"content": piece}, logprobs={"content": [entries[j]]} if entries else None)
         yield chunk(i, {}, a.finish_reason)
     if with_usage:
-        yield {
-            "id": response_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model_name,
-            "system_fingerprint": None,
-            "choices": [],
-            "usage": usage(prepared, groups),
-        }
+        yield usage_chunk(response_id, created, model_name, prepared, groups)
 
 
 # ------------------------------------------------------------------ text completions

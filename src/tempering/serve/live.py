@@ -21,7 +21,7 @@ import time
 from typing import Any, AsyncIterator, Callable
 
 from tempering.serve.backend import Served
-from tempering.serve.chat import Prepared, _logprob_entry, _skip_ids, usage
+from tempering.serve.chat import Prepared, _logprob_entry, _skip_ids, usage_chunk
 from tempering.serve.protocol import ChatCompletionRequest
 
 
@@ -103,14 +103,6 @@ async def chat_stream(
             yield chunk({"content": rest})
         yield chunk({}, completion.finish_reason)
         if with_usage:
-            yield {
-                "id": response_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model_name,
-                "system_fingerprint": None,
-                "choices": [],
-                "usage": usage(prepared, groups),
-            }
+            yield usage_chunk(response_id, created, model_name, prepared, groups)
     finally:
         left.set()  # normal end: a no-op; the client left (GeneratorExit): the engine frees the slot
