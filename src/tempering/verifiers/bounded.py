@@ -3,7 +3,7 @@
 Some verifiers run library code whose cost the completion chooses (math-verify hands a
 `\\boxed{(10^{7})!}` to sympy, which computes it). In-process, such a call cannot be
 interrupted, and in RL it would hold a reward thread for good. A verifier registered with
-`register(name, bounded=True)` is instead scored here:
+`register(name, deadline_s=...)` is instead scored here:
 
     with BoundedWorkers(size=4) as workers:
         reward = workers.score("math", spec, completion, deadline_s=5.0)

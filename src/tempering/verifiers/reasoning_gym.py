@@ -14,8 +14,9 @@ Why the sandbox: several datasets' scorers `eval` the answer or give it to `symp
 (countdown, spiral_matrix, string_insertion, polynomial_multiplication, n_queens, ...), so
 the answer is code. Every dataset is scored the same way, with no allow-list to keep in
 step with reasoning-gym: `reasoning_gym_judge.py` runs in the context's sandbox, in a fresh
-process per answer, with the host's library folders bound read-only (`VerifierContext`), and nothing of the training process in reach. What the answer can and
-cannot do there is in that file's docstring; here it becomes:
+process per answer, with the host's library folders bound read-only (`VerifierContext`), and
+nothing of the training process in reach. What the answer can and cannot do there is in
+that file's docstring; here it becomes:
 
   * value 0, flag `cheat:code_execution`: the answer started a program, opened a socket,
     loaded a C library or wrote a file (the judge's tripwire);
