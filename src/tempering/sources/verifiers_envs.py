@@ -3,7 +3,7 @@
     tasks: {source: "verifiers:my_env", env_args: {difficulty: 2}, split: train, n: 200}
 
 `<env_id>` is what the library's own `vf.load_environment(env_id, **env_args)` takes (as in
-`vf-eval <env_id>` and prime-rl's `env.id`): an importable module (an installed environment
+`vf-eval <env_id>` and prime-rl's `env.id`; the library's own id-to-module rule is used): an importable module (an installed environment
 package, `my-env` meaning module `my_env`, or any dotted module path) that exposes
 `load_environment(**env_args)`. `split: train` reads the environment's `dataset`,
 `split: heldout` its `eval_dataset`; `n` takes the first rows in the dataset's order.
@@ -63,19 +63,28 @@ def load_environment(env_id: str, env_args: dict[str, Any] | None = None) -> Any
 @lru_cache(maxsize=16)
 def _load(env_id: str, args_json: str) -> Any:
     import verifiers as vf
+    from verifiers.utils.env_utils import import_env_module
 
     where = f"verifiers:{env_id}"
     if threading.current_thread() is not threading.main_thread():
         raise UnusableEnvironment(f"{where}: environments are built in a process's main thread (the library sets signals)")
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    args = json.loads(args_json)
     try:
-        env = vf.load_environment(env_id, **json.loads(args_json))
-    except Exception as exc:  # the library wraps import and build failures; name the root cause
+        module = import_env_module(env_id)  # the library's own id -> module rule
+        build = getattr(module, "load_environment", None)
+        if not callable(build):
+            raise UnusableEnvironment(f"{where}: module {module.__name__!r} has no load_environment")
+        env = build(**args)
+    except UnusableEnvironment:
+        raise
+    except Exception as exc:
         raise UnusableEnvironment(f"{where}: {_root_cause(exc)}") from None
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     _check(where, env, vf)
+    env.env_id, env.env_args = env.env_id or env_id, env.env_args or args  # as vf.load_environment does
     return env
 
 

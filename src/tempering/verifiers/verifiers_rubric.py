@@ -19,11 +19,14 @@ reward functions exactly as in its own evaluation. The Reward:
 A reward function that raises is the library's business: it logs it and scores that function 0.
 A rollout the library marks with an error is a `VerifierError` (not the model's fault).
 
-Reward functions are the environment author's code reading the model's answer as data (a
-math rubric hands it to sympy), so the verifier is bounded (`register(deadline_s=...)`): it runs
-in a worker process, killed past `timeout_s` (default `DEADLINE_S`, which covers the first
-call's library import and environment build in a fresh worker). Code the model writes is never
-run here: environments whose tools would run it are refused at load.
+Where it runs: in the scoring thread, in-process. The environment is built once per process,
+in the main thread (the library installs signal handlers as it builds one), which loading the
+tasks through the `verifiers:` source does before any scoring; a thread that finds it unbuilt
+(tasks read back from a JSONL file, a Ray reward actor) gets a `verifier_error` naming why.
+Reward functions are the environment author's code reading the model's answer as data; a slow
+one is cut by the rollout's verdict timeout (status `timeout`) but keeps its thread until it
+returns. Code the model writes is never run here: environments whose tools would run it are
+refused at load.
 """
 
 from __future__ import annotations
@@ -35,13 +38,11 @@ from typing import Any
 from tempering.types import Reward
 from tempering.verifiers.base import VerifierError, register
 
-DEADLINE_S = 60.0
-"""Default seconds for one scoring in a worker, the first call's import of the library included."""
 MODEL = "tempering"
 """The model name the library records for the sampled completion."""
 
 
-@register("verifiers", deadline_s=DEADLINE_S)
+@register("verifiers")
 def score_verifiers(spec: dict[str, Any], completion: str, ctx: Any) -> Reward:
     from tempering.sources.verifiers_envs import CORRECT, load_environment
 
