@@ -27,7 +27,7 @@ def grpo(tmp_path, model: str, max_new_tokens: int, heldout: bool) -> dict:
         "model": model,
         "lora": {"r": 4, "alpha": 8},
         "tasks": {"source": SOURCE, "n": 8},
-        "grpo": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": max_new_tokens, "max_refills": 0},
+        "grpo": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": max_new_tokens, "max_refills": 0, "truncation": "keep"},
         "train": {"steps": 2, "optim": {"lr": 1e-3}},
         "out": str(tmp_path / "runs"),
         "name": "vf",
@@ -44,7 +44,8 @@ def grpo(tmp_path, model: str, max_new_tokens: int, heldout: bool) -> dict:
 
 
 def assert_rubric_logged(steps: list[dict]) -> None:
-    """Every step logs each reward function's mean, and the reward mean is their weighted sum."""
+    """Every step logs each reward function's mean, and the reward mean is their weighted sum
+    (truncated answers keep their reward here, so every sample counts)."""
     assert len(steps) == 2
     for step in steps:
         for name in [*WEIGHTS, "num_turns", "correct"]:
@@ -57,7 +58,7 @@ def assert_rubric_logged(steps: list[dict]) -> None:
 def test_grpo_trains_on_a_verifiers_environment_with_a_tiny_model(tmp_path, tiny_dir):
     run = grpo(tmp_path, str(tiny_dir), max_new_tokens=6, heldout=True)
     assert_rubric_logged(run["steps"])
-    assert {"reward", *WEIGHTS} <= set(run["summary"]["heldout_after"])
+    assert run["summary"]["heldout_after"]["reward"] >= 0 and run["summary"]["heldout_after"]["verifier_errors"] == 0
 
 
 @pytest.mark.slow
