@@ -119,7 +119,11 @@ def test_configured_heldout_chat_tasks_overlap_training_only_when_their_messages
 
     held_file = write_jsonl(tmp_path / "held.jsonl", [chat_task(9, "held out").model_dump(exclude_none=True)])
     cfg = GRPOConfig.model_validate(
-        {"tasks": {"source": "builtin:arithmetic"}, "train": {"steps": 1}, "heldout": {"tasks": {"source": str(held_file)}}}
+        {
+            "tasks": {"source": "builtin:arithmetic"},
+            "train": {"steps": 1},
+            "heldout": {"tasks": {"source": str(held_file)}},
+        }
     )
     train, held = heldout_tasks(cfg, [chat_task(0, "train a"), chat_task(1, "train b")], tmp_path)
     assert [t.id for t in held] == ["c9"] and len(train) == 2

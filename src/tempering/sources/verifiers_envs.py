@@ -67,7 +67,9 @@ def _load(env_id: str, args_json: str) -> Any:
 
     where = f"verifiers:{env_id}"
     if threading.current_thread() is not threading.main_thread():
-        raise UnusableEnvironment(f"{where}: environments are built in a process's main thread (the library sets signals)")
+        raise UnusableEnvironment(
+            f"{where}: environments are built in a process's main thread (the library sets signals)"
+        )
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     args = json.loads(args_json)
     try:
@@ -100,16 +102,22 @@ def _root_cause(exc: BaseException) -> str:
 
 def _check(where: str, env: Any, vf: Any) -> None:
     if not isinstance(env, vf.Environment):
-        raise UnusableEnvironment(f"{where}: load_environment returned {type(env).__name__}, not a verifiers Environment")
+        raise UnusableEnvironment(
+            f"{where}: load_environment returned {type(env).__name__}, not a verifiers Environment"
+        )
     if not isinstance(env, vf.SingleTurnEnv):
         raise UnusableEnvironment(
             f"{where}: {type(env).__name__} is multi-turn; only SingleTurnEnv is supported "
             "(a multi-turn environment's tools and env_response would run outside Tempering's sandbox)"
         )
     if env.rubric.has_group_rewards:
-        raise UnusableEnvironment(f"{where}: its rubric has group-level reward functions; a reward per sample is needed")
+        raise UnusableEnvironment(
+            f"{where}: its rubric has group-level reward functions; a reward per sample is needed"
+        )
     if CORRECT in env.rubric._get_reward_func_names():
-        raise UnusableEnvironment(f"{where}: a reward function named {CORRECT!r} clashes with Tempering's pass component")
+        raise UnusableEnvironment(
+            f"{where}: a reward function named {CORRECT!r} clashes with Tempering's pass component"
+        )
 
 
 def environment_rows(env_id: str, env_args: dict[str, Any], split: str) -> list[dict[str, Any]]:
@@ -162,7 +170,9 @@ def _messages(where: str, prompt: Any) -> list[Message]:
     messages = []
     for m in prompt:
         if not isinstance(m, dict) or not isinstance(m.get("content"), str) or m.get("role") not in _ROLES:
-            raise UnusableEnvironment(f"{where}: only text messages (system/user/assistant) are supported, got {m!r:.80}")
+            raise UnusableEnvironment(
+                f"{where}: only text messages (system/user/assistant) are supported, got {m!r:.80}"
+            )
         messages.append(Message(role=m["role"], content=m["content"]))
     return messages
 
