@@ -9,7 +9,10 @@ through the library's `load_environment(env_id, **env_args)`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 import yaml
@@ -77,6 +80,9 @@ def test_rows_become_tasks_with_the_prompt_the_library_builds_and_the_answer_onl
     assert first.chat() == [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is 0 + 3?"}]
     assert first.verifier["row"]["answer"] == "3" and "3?" not in json.dumps(first.chat()).replace("0 + 3?", "")
     assert first.source == SOURCE and first.verifier["type"] == "verifiers"
+    # the rubric's code is in the spec: this file and the library version, hashed
+    code = hashlib.sha256(Path(__file__).read_bytes() + version("verifiers").encode()).hexdigest()[:16]
+    assert {t.verifier["code"] for t in [*train, *held]} == {code}
 
 
 def test_the_rubric_scores_each_reward_function_as_a_component_and_their_weighted_sum():

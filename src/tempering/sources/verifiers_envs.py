@@ -10,10 +10,11 @@ package, `my-env` meaning module `my_env`, or any dotted module path) that expos
 
 Each row becomes a Task whose messages are the row's `prompt` (the library builds it from
 `question` with the environment's system prompt and few-shot turns) and whose verifier spec is
-`{"type": "verifiers", "env": env_id, "env_args": {...}, "split": ..., "row": {...}}`: the whole
-dataset row (answer, info, task and any other column the reward functions read), so the
-`verifiers` verifier (`tempering.verifiers.verifiers_rubric`) scores a completion with the
-environment's own rubric in any process.
+`{"type": "verifiers", "env", "env_args", "split", "row", "code"}`: `row` is the whole dataset
+row (answer, info, task and any other column the reward functions read), so the `verifiers`
+verifier (`tempering.verifiers.verifiers_rubric`) scores a completion with the environment's
+own rubric; `code` is a digest of the environment module's source and the library version
+(`module_digest`), so an eval cached on the tasks' content is redone when the rubric changes.
 
 Only single-turn environments (`vf.SingleTurnEnv`) are taken. A multi-turn environment
 (`ToolEnv`, `PythonEnv`, any `MultiTurnEnv`) would run its tools and `env_response` on this host,
@@ -27,10 +28,13 @@ SIGINT/SIGTERM handlers; `load_environment` puts the caller's handlers back.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
+import sys
 import threading
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from tempering.config import TaskSourceSettings
@@ -149,9 +153,11 @@ def environment_tasks(env_id: str, env_args: dict[str, Any], split: str, n: int)
         UnusableEnvironment: as `environment_rows`, or a prompt that is not a list of text messages.
     """
     tasks = []
-    for index, row in enumerate(environment_rows(env_id, env_args, split)[:n]):
+    rows = environment_rows(env_id, env_args, split)[:n]
+    code = module_digest(env_id)
+    for index, row in enumerate(rows):
         example = row.get("example_id", index)
-        spec = {"type": "verifiers", "env": env_id, "env_args": env_args, "split": split, "row": row}
+        spec = {"type": "verifiers", "env": env_id, "env_args": env_args, "split": split, "row": row, "code": code}
         tasks.append(
             Task(
                 id=f"vf-{env_id}-{split}-{example}",
@@ -162,6 +168,16 @@ def environment_tasks(env_id: str, env_args: dict[str, Any], split: str, n: int)
             )
         )
     return tasks
+
+
+def module_digest(env_id: str) -> str:
+    """sha256 of the environment module's source file and the library version (16 hex digits)."""
+    import verifiers as vf
+    from verifiers.utils.env_utils import env_module_name
+
+    path = getattr(sys.modules.get(env_module_name(env_id)), "__file__", None)
+    text = Path(path).read_bytes() if path else b""
+    return hashlib.sha256(text + vf.__version__.encode()).hexdigest()[:16]
 
 
 def _messages(where: str, prompt: Any) -> list[Message]:
