@@ -38,8 +38,9 @@ def grpo(tmp_path, model: str, max_new_tokens: int, heldout: bool) -> dict:
         "out": str(tmp_path / "runs"),
         "name": "vf",
     }
-    if heldout:
-        cfg["heldout"] = {"tasks": {"source": SOURCE, "split": "heldout", "n": 2}, "every": 2, "max_new_tokens": 4}
+    cfg["heldout"] = (
+        {"tasks": {"source": SOURCE, "split": "heldout", "n": 2}, "every": 2, "max_new_tokens": 4} if heldout else None
+    )
     path = tmp_path / "grpo.yaml"
     path.write_text(yaml.safe_dump(cfg))
     res = CliRunner().invoke(app, ["grpo", str(path)])
@@ -69,6 +70,6 @@ def test_grpo_trains_on_a_verifiers_environment_with_a_tiny_model(tmp_path, tiny
 
 @pytest.mark.slow
 def test_grpo_trains_on_a_verifiers_environment_with_the_default_model(tmp_path):
-    run = grpo(tmp_path, "smollm2-135m-instruct", max_new_tokens=16, heldout=False)
+    run = grpo(tmp_path, "smollm2-135m-instruct", max_new_tokens=12, heldout=False)
     assert_rubric_logged(run["steps"])
     assert run["summary"]["steps"] == 2
