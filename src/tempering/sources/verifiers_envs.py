@@ -66,10 +66,14 @@ def load_environment(env_id: str, env_args: dict[str, Any] | None = None) -> Any
 
 @lru_cache(maxsize=16)
 def _load(env_id: str, args_json: str) -> Any:
-    import verifiers as vf
-    from verifiers.utils.env_utils import import_env_module
-
     where = f"verifiers:{env_id}"
+    try:
+        import verifiers as vf
+        from verifiers.utils.env_utils import import_env_module
+    except ImportError as exc:
+        raise UnusableEnvironment(
+            f"{where}: the verifiers library is not usable here ({exc}); see the `verifiers` extra"
+        ) from None
     if threading.current_thread() is not threading.main_thread():
         raise UnusableEnvironment(
             f"{where}: environments are built in a process's main thread (the library sets signals)"
