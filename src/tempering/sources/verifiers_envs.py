@@ -68,6 +68,7 @@ def load_environment(env_id: str, env_args: dict[str, Any] | None = None) -> Any
 def _load(env_id: str, args_json: str) -> Any:
     where = f"verifiers:{env_id}"
     try:
+        import datasets
         import verifiers as vf
         from verifiers.utils.env_utils import import_env_module
     except ImportError as exc:
@@ -80,6 +81,8 @@ def _load(env_id: str, args_json: str) -> Any:
         )
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     args = json.loads(args_json)
+    bars_were_on = not datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()  # the library maps its dataset at build time: no bars in a CLI error
     try:
         module = import_env_module(env_id)  # the library's own id -> module rule
         build = getattr(module, "load_environment", None)
@@ -93,6 +96,8 @@ def _load(env_id: str, args_json: str) -> Any:
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+        if bars_were_on:
+            datasets.enable_progress_bars()
     _check(where, env, vf)
     env.env_id, env.env_args = env.env_id or env_id, env.env_args or args  # as vf.load_environment does
     return env
