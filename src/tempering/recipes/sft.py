@@ -89,11 +89,12 @@ def tokens_per_s(cfg: Any, data: Any, parts: Components, result: Any) -> dict[st
 SFT = TrainingRecipe(
     "sft",
     base_model=lambda cfg: cfg.model,
-    inputs=lambda cfg: data_inputs(cfg.data),
+    inputs=lambda cfg: data_inputs(cfg.data) + input_list([(t, "chat_template")] if (t := cfg.chat_template) else []),
     train_files=lambda cfg: sft_files(cfg.data),
     prepare=lambda cfg, tokenizer: prepare_sft_data(cfg.data, tokenizer, cfg.train.seed),
     components=_components,
     summary=tokens_per_s,
+    examples=lambda data: len(data.train),
 )
 """Supervised fine-tuning: rendered conversations, assistant-only cross-entropy."""
 

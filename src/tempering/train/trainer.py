@@ -24,6 +24,7 @@ from tempering.config import TrainSettings
 from tempering.models.precision import autocast, resolve_precision
 from tempering.train import distributed
 from tempering.train.checkpoint import (
+    CheckpointError,
     list_checkpoints,
     load_checkpoint,
     remove_partial,
@@ -76,6 +77,7 @@ class TrainResult:
     seconds: float = 0.0
     resumed_from: int | None = None
     history: list[dict] = field(default_factory=list)
+    stopped_early: str | None = None
 
 
 @torch.no_grad()
@@ -104,6 +106,16 @@ def compile_layers(model: Any) -> None:
     layers = getattr(model.get_decoder(), "layers", None)
     for module in layers if layers is not None else [model.get_decoder()]:
         module.compile(dynamic=True)
+
+
+def _checkpoint_dir(spec: str) -> Path:
+    """The checkpoint dir `--resume-from` names (a path, or `runs/NAME@step-40`)."""
+    from tempering.models.checkpoints import checkpoint_path, is_checkpoint
+
+    path = checkpoint_path(spec)
+    if path is None or not is_checkpoint(path):
+        raise CheckpointError(f"--resume-from {spec}: not a checkpoint dir (expected runs/NAME/checkpoints/step-N)")
+    return path
 
 
 def _to(batch: AnyBatch, device: torch.device) -> AnyBatch:
@@ -165,6 +177,7 @@ class Trainer:
         self.metrics = MetricsLog(metrics, settings.loggers) if self.world.main else NoMetrics(metrics)
         self.consumed = ConsumedLog(self.run_dir / "consumed.jsonl" if self.world.main else None)
         self.step, self.lr_scale, self.real_tokens = 0, 1.0, 0
+        self.stop_reason: str | None = None
         self.precision = resolve_precision(settings.precision)
         procs = f" x {self.world.size} processes" if self.world.size > 1 else ""
         self.console.print(
@@ -285,7 +298,7 @@ class Trainer:
             if self.guard.record_bad(bad):
                 self._rollback()
             return None
-        lr = lr_at(self.step, self.settings.steps, self.settings.optim, self.lr_scale)
+        lr = lr_at(self.step, self.settings.total_steps, self.settings.optim, self.lr_scale)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
@@ -315,14 +328,16 @@ class Trainer:
         for stale in remove_partial(self.ckpt_dir) if self.world.main else []:
             self.metrics.event("removed_partial_checkpoint", path=stale.name)
         distributed.barrier()
-        existing = list_checkpoints(self.ckpt_dir)
-        if existing:
-            state = self._restore(existing[-1], full=True)
+        start = self._resume_point()
+        if start is not None:
+            state = self._restore(start, full=True)
             resumed = state["step"]
-            self.metrics.event("resume", step=resumed, checkpoint=existing[-1].name)
+            self.metrics.event("resume", step=resumed, checkpoint=str(start))
             # steps consumed after that checkpoint are done again: their lines go
             if dropped := self.consumed.start(state.get("consumed_steps")):
-                self.metrics.event("consumed_cut", steps=dropped, checkpoint=existing[-1].name)
+                self.metrics.event("consumed_cut", steps=dropped, checkpoint=start.name)
+            if start.resolve().parent != self.ckpt_dir.resolve():
+                self.save()  # another run's checkpoint: this run's own copy is the rollback target
         else:
             self.consumed.start(0)
             self.save()  # step 0: the rollback target before the first periodic checkpoint
@@ -333,12 +348,39 @@ class Trainer:
             self.metrics.close()
             self.consumed.close()
 
+    def _resume_point(self) -> Path | None:
+        """The checkpoint to resume from: `train.resume_from` when given, else the run's newest.
+
+        The run's own checkpoints win over a `resume_from` elsewhere (a killed run resumes where it
+        was); `resume_from` inside this run rewinds to it, and the newer checkpoints are set aside
+        as `rewound-step-*`, so pruning and rollbacks never mix two timelines.
+        """
+        existing = list_checkpoints(self.ckpt_dir)
+        given = _checkpoint_dir(self.settings.resume_from) if self.settings.resume_from else None
+        if given is None or (existing and given.resolve().parent != self.ckpt_dir.resolve()):
+            if given is not None:
+                self.metrics.event("resume_from_ignored", checkpoint=str(given), newest=existing[-1].name)
+                self.console.print(
+                    f"[yellow]this run has checkpoints of its own: resuming from {existing[-1].name}, "
+                    f"not {given} (pick a new --name to start from it)[/yellow]"
+                )
+            return existing[-1] if existing else None
+        if self.world.main:
+            for newer in (p for p in existing if p.name > given.name):
+                newer.rename(newer.with_name("rewound-" + newer.name))
+        distributed.barrier()
+        return given
+
+    def request_stop(self, reason: str) -> None:
+        """Stop after the current step, with a checkpoint (a callback's early stop)."""
+        self.stop_reason = reason
+
     def _loop(self, resumed: int | None) -> TrainResult:
         losses, history, t_start = [], [], time.perf_counter()
         every, due = self.settings.checkpoint.every, False
-        with TrainProgress(self.objective.name, self.settings.steps, self.step, self.console) as progress:
+        with TrainProgress(self.objective.name, self.settings.total_steps, self.step, self.console) as progress:
             limit = self.settings.max_minutes * 60 if self.settings.max_minutes else None
-            while self.step < self.settings.steps:
+            while self.step < self.settings.total_steps:
                 # rank 0's clock decides, so every rank stops at the same step
                 # and only where a resume is exact (a GRPO batch served twice: after its second update)
                 if (
@@ -363,12 +405,19 @@ class Trainer:
                     self.metrics.write(record)
                 progress(self.step, record)
                 due = due or self.step % every == 0
-                if self.step == self.settings.steps or (due and self._at_boundary()):
+                if self.step == self.settings.total_steps or (due and self._at_boundary()):
                     self.save()
                     due = False
                 for cb in self.callbacks:
                     cb(self.step, record)
+                if self.stop_reason is not None:
+                    self.metrics.event("stop", step=self.step, reason=self.stop_reason)
+                    self.console.print(f"[yellow]stopping at step {self.step}: {self.stop_reason}[/yellow]")
+                    if self.step != self.settings.total_steps:
+                        self.save()
+                    break
         counts = {k: int(v) for k, v in self.guard.counts.items()}
         return TrainResult(
-            self.step, losses, counts, self.run_dir, self.real_tokens, time.perf_counter() - t_start, resumed, history
+            self.step, losses, counts, self.run_dir, self.real_tokens, time.perf_counter() - t_start, resumed, history,
+            self.stop_reason,
         )
