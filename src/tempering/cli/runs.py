@@ -377,7 +377,11 @@ def traj(
 
 
 def export(
-    adapter: Path = typer.Argument(..., help="A PEFT adapter directory (e.g. runs/NAME/final)."),
+    spec: str = typer.Argument(
+        ...,
+        metavar="ADAPTER",
+        help="A PEFT adapter: a directory (runs/NAME/final) or a checkpoint (runs/NAME@step-40).",
+    ),
     out_dir: Path = typer.Option(..., "--out", help="Where to write the merged HF model."),
     dtype: str = typer.Option("fp32", "--dtype", help="Weights of the merged model: fp32, bf16 or fp16."),
     force: bool = typer.Option(False, "--force", help="Write into a non-empty --out dir (replacing its files)."),
@@ -387,12 +391,16 @@ def export(
     The export is recorded as a run of the adapter's registry and marked, so the
     contamination scan of the exported model still sees what the adapter was trained on.
     """
-    from tempering.models.load import adapter_base
+    from tempering.models.load import ModelNotFound, adapter_base, resolve_model
     from tempering.models.lora import EXPORT_DTYPES, export_merged
     from tempering.runs.stage import record_export
 
     if dtype not in EXPORT_DTYPES:
         fail(f"--dtype {dtype!r} is not one of {', '.join(EXPORT_DTYPES)}")
+    try:
+        adapter = Path(resolve_model(spec))
+    except ModelNotFound as exc:
+        fail(str(exc))
     if adapter_base(str(adapter)) is None:
         fail(f"{adapter} is not a PEFT adapter directory (no adapter_config.json)")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:

@@ -189,4 +189,3 @@ def load_model(spec: str, dtype: str = "float32", trainable_adapter: bool = Fals
 
         model = PeftModel.from_pretrained(model, local, is_trainable=trainable_adapter)
     return model
-

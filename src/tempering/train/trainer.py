@@ -333,10 +333,13 @@ class Trainer:
             state = self._restore(start, full=True)
             resumed = state["step"]
             self.metrics.event("resume", step=resumed, checkpoint=str(start))
+            elsewhere = start.resolve().parent != self.ckpt_dir.resolve()
+            if elsewhere:  # another run's checkpoint: its record of consumed data up to there is ours too
+                self.consumed.adopt(start.parent.parent / "consumed.jsonl", state.get("consumed_steps"))
             # steps consumed after that checkpoint are done again: their lines go
             if dropped := self.consumed.start(state.get("consumed_steps")):
                 self.metrics.event("consumed_cut", steps=dropped, checkpoint=start.name)
-            if start.resolve().parent != self.ckpt_dir.resolve():
+            if elsewhere:
                 self.save()  # another run's checkpoint: this run's own copy is the rollback target
         else:
             self.consumed.start(0)
@@ -418,6 +421,13 @@ class Trainer:
                     break
         counts = {k: int(v) for k, v in self.guard.counts.items()}
         return TrainResult(
-            self.step, losses, counts, self.run_dir, self.real_tokens, time.perf_counter() - t_start, resumed, history,
+            self.step,
+            losses,
+            counts,
+            self.run_dir,
+            self.real_tokens,
+            time.perf_counter() - t_start,
+            resumed,
+            history,
             self.stop_reason,
         )
