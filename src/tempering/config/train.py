@@ -36,7 +36,11 @@ class DataSettings(Strict):
     path_fields = ("train", "eval")
 
     train: Paths
-    """Training files (JSONL or Parquet with a `messages` column)."""
+    """Training files (JSONL, JSON or Parquet rows: `messages`, prompt/completion, ShareGPT, Alpaca;
+    with `format: text`, `{"text": ...}` rows)."""
+    format: Literal["chat", "text"] = "chat"
+    """`chat`: conversations, loss on assistant turns. `text`: plain `{"text": ...}` rows for
+    continued pre-training, loss on every token, long documents split at `max_length`."""
     eval: Paths = []
     """Held-out files whose loss is reported before and after training."""
     max_length: int = Field(1024, ge=8)

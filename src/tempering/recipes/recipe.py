@@ -176,6 +176,7 @@ def with_epoch_steps(recipe: TrainingRecipe, cfg: Any, data: Any) -> Any:
 
 def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Components, tokenizer: Any) -> dict:
     from tempering.recipes.monitor import EvalMonitor
+    from tempering.train.loss_plot import plot_loss
     from tempering.train.trainer import Trainer
 
     trainer = Trainer(parts.model, parts.objective, parts.batches, cfg.train, stage.run_dir, parts.callbacks)
@@ -195,12 +196,14 @@ def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Compone
     result = trainer.fit()
     after = parts.evaluate(result)
     stage.save_model(parts.model, tokenizer)
+    plot = plot_loss(stage.run_dir / "metrics.jsonl") if stage.writes else None
     summary = {
         "data": data.summary,
         "steps": result.steps,
         "target_steps": cfg.train.steps,
         "stopped_early": result.stopped_early,
         "best": monitor.best if monitor is not None else None,
+        "loss_plot": str(plot) if plot else None,
         "resumed_from": result.resumed_from,
         "guard": result.counts,
         "train_loss_first": result.losses[0] if result.losses else None,
