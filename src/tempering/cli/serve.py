@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+import socket
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 from rich.console import Console
 
-from tempering.cli.common import fail, refuse_flag_keys
+from tempering.cli.common import err, fail, refuse_flag_keys
 
 out = Console(highlight=False, soft_wrap=True)
 
@@ -99,12 +101,37 @@ def serve(
         fail(exc)
     from tempering.serve.app import create_app
 
+    listener = _listen(cfg.host, cfg.port)  # before anything is loaded or written: a port in use fails here
+    new_state = not Path(cfg.state).exists()
     try:
         app = create_app(cfg)
-    except (ValueError, OSError) as exc:
+        err.print("[dim]loading the model and warming it up (one short generation) ...[/dim]")
+        warmed = app.state.models.warm_up()
+    except (ValueError, OSError) as exc:  # a model that cannot load (ModelNotFound is an OSError)
+        listener.close()
+        if new_state:  # leave no half-made deployment behind
+            shutil.rmtree(cfg.state, ignore_errors=True)
         fail(exc)
-    out.print(f"serving on http://{cfg.host}:{cfg.port}/v1 (arena: /arena), state {cfg.state}")
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
+    if not any(k.revoked_at is None for k in app.state.store.keys()):
+        err.print(
+            f"[yellow]no API keys yet: every request needs one; create one with "
+            f"`temper keys create NAME --state {cfg.state}` (the secret is its last line)[/yellow]"
+        )
+    out.print(f"serving {warmed} on http://{cfg.host}:{cfg.port}/v1 (arena: /arena), state {cfg.state}")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (uvicorn serves on it), or the one-line error exit."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server there? choose another --port)")
+    return sock
 
 
 @keys_app.command("create")

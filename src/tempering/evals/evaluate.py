@@ -129,6 +129,8 @@ def evaluate_model(
     from tempering.rollout.select import EngineUnavailable, build_engine, check_engine
 
     warn, log = warn or (lambda _: None), log or (lambda _: None)
+    for suite in suites:  # every task row and verifier spec is checked before any model loads
+        suite.task_list  # noqa: B018
     if threads:
         torch.set_num_threads(threads)
     lineage = training_lineage(model)

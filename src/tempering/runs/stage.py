@@ -26,13 +26,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from tempering.config.base import run_name_problem
 from tempering.runs import REGISTRY_FILE
 from tempering.runs.registry import Input, Registry, describe_input
 from tempering.train import distributed  # no torch until a process group is joined
@@ -40,7 +40,6 @@ from tempering.train import distributed  # no torch until a process group is joi
 LOCK_FILE = ".lock"
 CONFIG_FILE = "run_config.json"
 SUMMARY_FILE = "summary.json"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # Fields a resume may change without changing what is trained: how long, how often to save
 # and log, where the run root is, how many threads.
 RESUMABLE_CHANGES = ("name", "out", "train.steps", "train.max_minutes", "train.threads", "train.log_every",
@@ -93,17 +92,11 @@ class StageResult:
 
 
 def validate_run_name(name: str) -> str:
-    """The name if it is a plain directory name; else `InvalidRunName` saying why."""
-    if not name or not name.strip():
-        raise InvalidRunName("run name is empty; pass --name NAME (letters, digits, '.', '_', '-')")
-    if "/" in name or "\\" in name or name in (".", "..") or ".." in name:
-        raise InvalidRunName(f"run name {name!r} would leave the run root; use a plain name (letters, digits, "
-                             "'.', '_', '-'), and --out to choose the run root")
-    if name.startswith("."):
-        raise InvalidRunName(f"run name {name!r} is hidden (starts with '.'); start it with a letter or digit")
-    if not _NAME.fullmatch(name):
-        raise InvalidRunName(f"run name {name!r} has characters other than letters, digits, '.', '_', '-' "
-                             "(or is longer than 128)")
+    """The name if it is a plain directory name; else `InvalidRunName` saying why
+    (`config.run_name_problem`: the rule configs check at load)."""
+    problem = run_name_problem(name)
+    if problem is not None:
+        raise InvalidRunName(problem)
     return name
 
 

@@ -316,13 +316,19 @@ def endpoint_of(request: Request) -> str:
 
 
 def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | None = None) -> FastAPI:
-    """The server for `cfg`; `models` / `store` default to the registry's releases and `cfg.db_path`."""
+    """The server for `cfg`; `models` / `store` default to the registry's releases and `cfg.db_path`.
+
+    At startup (before the server accepts a request, so `/health` says ok only then) the
+    production or default model is loaded and runs one short generation (`Models.warm_up`;
+    `temper serve` calls it before starting the server, so a model that cannot load is a
+    one-line error)."""
     server = Server(
         cfg, models or default_models(cfg), store or Store(cfg.db_path), RateLimiter(cfg.rate_limit), Metrics()
     )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
+        await run_in_threadpool(server.models.warm_up)
         yield
         server.flush_refusals()
         # shutting down: stop the engines, or their threads keep models and KV caches alive
