@@ -25,7 +25,6 @@ from tempering.serve.backend import Models, engine_for
 from tempering.serve.config import ServeConfig
 from tests.serve.conftest import ServerThread, chain_model
 
-
 SPELLED = ["Ġ", "a", "n", "s", "w", "e", "r"]  # byte-level tokens of " answer"
 
 
@@ -80,7 +79,9 @@ def converse(client) -> list[str]:
     for turn, follow_up in enumerate(["Now the budget.", "Summarise.", None]):
         kw = dict(model="production", messages=messages, max_tokens=12, temperature=0, seed=11 + turn)
         if turn == 1:
-            text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **kw) if c.choices)
+            text = "".join(
+                c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **kw) if c.choices
+            )
         else:
             text = client.chat.completions.create(**kw).choices[0].message.content or ""
         answers.append(text)
@@ -161,12 +162,19 @@ def test_the_trainers_log_probs_of_an_exported_episode_match_the_servers(tmp_pat
     finally:
         thread.stop()
     out = tmp_path / "episodes.jsonl"
-    assert CliRunner().invoke(cli, ["feedback", "export", "--trajectories", str(out), "--state", str(tmp_path / "state")]).exit_code == 0
+    assert (
+        CliRunner()
+        .invoke(cli, ["feedback", "export", "--trajectories", str(out), "--state", str(tmp_path / "state")])
+        .exit_code
+        == 0
+    )
     (episode,) = read_episodes(out)
     (batch,) = grpo_micro_batches([trajectory_group([episode], torch.tensor([1.0]))], grad_accum=1)
     model = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
     with torch.no_grad():
-        logp, _ = grouped_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
+        logp, _ = grouped_logprobs(
+            model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask
+        )
     mask = batch.loss_mask.bool()
     assert logp[mask].tolist() == pytest.approx(batch.engine_logprobs[mask].tolist(), abs=1e-4)
 
@@ -182,7 +190,9 @@ def test_without_capture_no_tokens_are_kept_and_a_capture_needs_the_text(tmp_pat
     rows = [r for r in app.state.store.audit_rows(None) if r["endpoint"] == "/v1/chat/completions"]
     assert len(rows) == 3 and all(r["tokens"] is None and r["release"] == 1 for r in rows)
     out = tmp_path / "none.jsonl"
-    result = CliRunner().invoke(cli, ["feedback", "export", "--trajectories", str(out), "--state", str(tmp_path / "state")])
+    result = CliRunner().invoke(
+        cli, ["feedback", "export", "--trajectories", str(out), "--state", str(tmp_path / "state")]
+    )
     assert result.exit_code == 0 and out.read_text() == ""
     assert "none captured" in result.output
     with pytest.raises(ValueError, match="capture_tokens: true keeps token ids.*log_text: true"):

@@ -8,7 +8,6 @@ from pydantic import Field
 
 from tempering.config.base import Paths, Strict
 
-
 TrackerName = Literal["tensorboard", "mlflow", "trackio", "wandb"]
 """The experiment trackers `loggers` may name (train/trackers.py)."""
 

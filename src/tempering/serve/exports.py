@@ -88,9 +88,7 @@ def trajectory_rows(store: Store) -> list[dict[str, Any]]:
     from tempering.types import Reward, Trajectory
 
     rows = {r["response_id"]: r for r in store.captured() if r["endpoint"].endswith("/chat/completions")}
-    continued = {
-        (c["response_id"], c["choice"]) for r in rows.values() if (c := r["tokens"]["continues"]) is not None
-    }
+    continued = {(c["response_id"], c["choice"]) for r in rows.values() if (c := r["tokens"]["continues"]) is not None}
     feedback = {f["response_id"]: f["kind"] for f in store.feedback(None) if f["kind"] in FEEDBACK_REWARD}
     out = []
     for rid, row in rows.items():
@@ -105,7 +103,8 @@ def trajectory_rows(store: Store) -> list[dict[str, Any]]:
             trajectory = Trajectory(
                 task_id=turns[0][0]["response_id"],
                 sample=choice,
-                messages=_messages(row["request"]) + [{"role": "assistant", "content": _answer(row["response"][choice])}]
+                messages=_messages(row["request"])
+                + [{"role": "assistant", "content": _answer(row["response"][choice])}]
                 if row.get("request") and row.get("response")
                 else [],
                 token_ids=token_ids,
@@ -115,7 +114,10 @@ def trajectory_rows(store: Store) -> list[dict[str, Any]]:
                 rewards=[reward],
                 finish_reason=last["finish_reason"],
             )
-            meta = {"releases": [r["release"] for r, _, _ in turns], "response_ids": [r["response_id"] for r, _, _ in turns]}
+            meta = {
+                "releases": [r["release"] for r, _, _ in turns],
+                "response_ids": [r["response_id"] for r, _, _ in turns],
+            }
             out.append({**trajectory.model_dump(), **meta, "key_id": row["key_id"]})
     return out
 

@@ -165,9 +165,7 @@ class Trainer:
         self.model, self.optimizer = model.to(self.accelerator.device), self.accelerator.prepare_optimizer(opt)
         self.guard = AnomalyGuard(settings.guard)
         metrics = self.run_dir / "metrics.jsonl"
-        self.metrics = (
-            MetricsLog(metrics, settings.loggers, config, lineage) if self.world.main else NoMetrics(metrics)
-        )
+        self.metrics = MetricsLog(metrics, settings.loggers, config, lineage) if self.world.main else NoMetrics(metrics)
         self.consumed = ConsumedLog(self.run_dir / "consumed.jsonl" if self.world.main else None)
         self.step, self.lr_scale, self.real_tokens = 0, 1.0, 0
         self.precision = resolve_precision(settings.precision)
