@@ -8,6 +8,9 @@ from pydantic import Field, model_validator
 
 from tempering.config.base import Paths, Strict
 
+TrackerName = Literal["tensorboard", "mlflow", "trackio", "wandb"]
+"""The experiment trackers `loggers` may name (train/trackers.py)."""
+
 
 class LoraSettings(Strict):
     r: int = Field(16, ge=1)
@@ -136,8 +139,9 @@ class TrainSettings(Strict):
     """Stop early (with a checkpoint) once training has run this long in this process."""
     log_every: int = Field(1, ge=1)
     """Write metrics every this many steps."""
-    loggers: list[Literal["tensorboard", "mlflow"]] = []
-    """Extra metric sinks, used when their package is installed."""
+    loggers: list[TrackerName] = []
+    """Experiment trackers that mirror every metrics.jsonl record, the config and the lineage
+    (`tensorboard`, `mlflow`, `trackio`, `wandb` offline; extra `tempering[trackers]`; docs/integrations_trackers.md)."""
     optim: OptimSettings = OptimSettings()
     """Optimizer (AdamW) and learning-rate schedule."""
     guard: GuardSettings = GuardSettings()

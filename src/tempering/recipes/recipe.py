@@ -125,9 +125,11 @@ def run_training(recipe: TrainingRecipe, cfg: Any, force: bool = False) -> dict[
     `force`: resume even though the config differs from the one the run started with.
     """
     from tempering.models.load import load_tokenizer
+    from tempering.train.trackers import require_trackers
 
     check_train_settings(recipe, cfg)
     check_leakage(recipe, cfg)
+    require_trackers(cfg.train.loggers)  # a tracker that cannot run stops the stage before it is recorded
     with recipe.session(cfg), run_stage(recipe.stage(cfg, force)) as stage:
         if stage.finished:
             return stage.result.summary
@@ -179,7 +181,16 @@ def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Compone
     from tempering.train.loss_plot import plot_loss
     from tempering.train.trainer import Trainer
 
-    trainer = Trainer(parts.model, parts.objective, parts.batches, cfg.train, stage.run_dir, parts.callbacks)
+    trainer = Trainer(
+        parts.model,
+        parts.objective,
+        parts.batches,
+        cfg.train,
+        stage.run_dir,
+        parts.callbacks,
+        config=cfg.model_dump(mode="json"),
+        lineage=stage.lineage(),
+    )
     before = parts.evaluate(None)
     monitor = None
     if cfg.train.eval_every is not None:

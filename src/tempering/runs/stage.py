@@ -152,6 +152,22 @@ class Stage:
         """True when this name already finished with this config: the body has nothing to do."""
         return self.result is not None and self.result.already_finished
 
+    def lineage(self) -> dict[str, str]:
+        """The run's lineage as flat string tags for experiment trackers: run id and name, kind, the
+        registry, and each recorded input (`input.<role>.<n>`: path, sha256 and parent run where known)."""
+        if not self.writes or self.run_id is None:
+            return {}
+        tags = {"run_id": self.run_id, "run_name": self.name, "kind": self.spec.kind,
+                "registry": self.registry.location, "run_dir": str(self.run_dir.resolve())}
+        seen: dict[str, int] = {}
+        for i in self.registry.inputs(self.run_id):
+            n = seen[i.role] = seen.get(i.role, -1) + 1
+            tags[f"input.{i.role}.{n}"] = i.path
+            for key, value in (("sha256", i.sha256), ("parent_run", i.parent_run)):
+                if value:
+                    tags[f"input.{i.role}.{n}.{key}"] = value
+        return tags
+
     def save_model(self, model: Any, tokenizer: Any, role: str = "final") -> Path:
         """Save the model (a PEFT adapter or a full model) to `run_dir/<role>`: `final` at the end
         (recorded and marked with the run now), `best` whenever `train.keep_best` finds a better

@@ -133,7 +133,8 @@ class Trainer:
     """Runs `settings.steps` optimizer steps of `objective` over `batches` into `run_dir`.
 
     Resumes from the newest checkpoint in `run_dir/checkpoints` when one exists.
-    `callbacks` are called as cb(step, record) after every applied step.
+    `callbacks` are called as cb(step, record) after every applied step; `config` and `lineage`
+    go to the experiment trackers `settings.loggers` names (train/trackers.py).
     """
 
     def __init__(
@@ -144,6 +145,8 @@ class Trainer:
         settings: TrainSettings,
         run_dir: Path,
         callbacks: Sequence[Callable[[int, dict], None]] = (),
+        config: dict[str, Any] | None = None,
+        lineage: dict[str, str] | None = None,
     ):
         from accelerate import Accelerator
 
@@ -174,7 +177,7 @@ class Trainer:
         self.model, self.optimizer = model.to(self.accelerator.device), self.accelerator.prepare_optimizer(opt)
         self.guard = AnomalyGuard(settings.guard)
         metrics = self.run_dir / "metrics.jsonl"
-        self.metrics = MetricsLog(metrics, settings.loggers) if self.world.main else NoMetrics(metrics)
+        self.metrics = MetricsLog(metrics, settings.loggers, config, lineage) if self.world.main else NoMetrics(metrics)
         self.consumed = ConsumedLog(self.run_dir / "consumed.jsonl" if self.world.main else None)
         self.step, self.lr_scale, self.real_tokens = 0, 1.0, 0
         self.stop_reason: str | None = None
