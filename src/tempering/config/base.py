@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -43,3 +43,16 @@ class RunSettings(Strict):
     """Run root: each run writes <out>/<name>/ and is recorded in <out>/registry.sqlite."""
     name: str | None = None
     """Run name (default: <command>-<timestamp>); re-using a name resumes that run."""
+
+    @model_validator(mode="after")
+    def _memory_levers_fit_the_model(self) -> Any:
+        # every training config has `train:` (TrainSettings) and most a `lora:` section
+        train = getattr(self, "train", None)
+        if getattr(train, "fsdp", False) and getattr(self, "lora", None) is not None:
+            raise ValueError(
+                "train.fsdp shards full-parameter training; set lora: null, or drop fsdp (LoRA's "
+                "trainable weights are small: plain data-parallel training suits it)"
+            )
+        if getattr(train, "fsdp", False) and getattr(train, "compile", False):
+            raise ValueError("train.fsdp with train.compile is not supported yet; drop one of them")
+        return self

@@ -141,7 +141,7 @@ def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Compone
     before = parts.evaluate(None)
     result = trainer.fit()
     after = parts.evaluate(result)
-    stage.save_model(parts.model, tokenizer)
+    stage.save_model(parts.model, tokenizer, trainer.final_state_dict())
     summary = {
         "data": data.summary,
         "steps": result.steps,

@@ -159,13 +159,17 @@ class Stage:
         """True when this name already finished with this config: the body has nothing to do."""
         return self.result is not None and self.result.already_finished
 
-    def save_model(self, model: Any, tokenizer: Any) -> Path:
-        """Save the trained model (a PEFT adapter or a full model) to `run_dir/final`, marked with the run."""
+    def save_model(self, model: Any, tokenizer: Any, state_dict: dict | None = None) -> Path:
+        """Save the trained model (a PEFT adapter or a full model) to `run_dir/final`, marked with the run.
+
+        `state_dict`: the tensors to write when the model's own are sharded (`train.fsdp`: gathered to rank 0).
+        """
         final = self.run_dir / "final"
         if not self.writes:
             return final
         lora = hasattr(model, "peft_config")
-        model.save_pretrained(final, **({"save_embedding_layers": False} if lora else {}))
+        kwargs = {"save_embedding_layers": False} if lora else {}
+        model.save_pretrained(final, **kwargs, **({"state_dict": state_dict} if state_dict is not None else {}))
         tokenizer.save_pretrained(final)
         self.registry.record_output(self.run_id, "final", final)
         return final
