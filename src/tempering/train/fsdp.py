@@ -84,7 +84,10 @@ def full_state_dict(model: Any, main: bool) -> dict[str, torch.Tensor]:
 def full_optimizer_state(optimizer: Any, main: bool) -> dict:
     """The optimizer's `state_dict()` with full tensors, on the main rank ({} elsewhere)."""
     state = optimizer.state_dict()
-    full = {i: {k: full_tensor(v).cpu() if isinstance(v, torch.Tensor) else v for k, v in s.items()} for i, s in state["state"].items()}
+    full = {
+        i: {k: full_tensor(v).cpu() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+        for i, s in state["state"].items()
+    }
     return {**state, "state": full} if main else {}
 
 
@@ -107,7 +110,10 @@ def load_full_weights(named: list[tuple[str, torch.nn.Parameter]], weights: dict
 def load_full_optimizer_state(optimizer: Any, state: dict, params: list[Any]) -> None:
     """Load an optimizer state of full tensors, sharded like `params` (the optimizer's, in order)."""
     sharded = {
-        i: {k: _shard_like(v, params[int(i)]) if k != "step" and isinstance(v, torch.Tensor) else v for k, v in s.items()}
+        i: {
+            k: _shard_like(v, params[int(i)]) if k != "step" and isinstance(v, torch.Tensor) else v
+            for k, v in s.items()
+        }
         for i, s in state["state"].items()
     }
     optimizer.load_state_dict({**state, "state": sharded})
