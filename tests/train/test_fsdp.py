@@ -8,6 +8,7 @@ difference is the float summation order of the reduce-scatter (measured: losses 
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -118,3 +119,36 @@ def test_fsdp_on_one_process_is_refused(tmp_path):
 
     with pytest.raises(ValueError, match="train.fsdp shards over torchrun processes and this is one process"):
         Trainer(tiny_llama(), SFTObjective(), object(), TrainSettings(steps=1, fsdp=True), tmp_path)  # type: ignore[arg-type]
+
+
+SKIPPED_STEP = """
+import torch.distributed as dist
+from tempering.data.batches import SFTBatches
+from tempering.objectives.sft import SFTObjective
+from tempering.train import fsdp
+from tests.conftest import random_examples, tiny_llama
+
+dist.init_process_group("gloo")
+batch = SFTBatches(random_examples(4, seed=2), 4, 128, 0, True, seed=1).next_batch()
+plain, sharded = tiny_llama(tie=True).train(), tiny_llama(tie=True).train()
+SFTObjective().loss(plain, batch)[0].backward()
+fsdp.shard_model(sharded)
+SFTObjective().loss(sharded, batch)  # a step the guard skips: a forward pass and no backward
+SFTObjective().loss(sharded, batch)[0].backward()
+grads = dict(plain.named_parameters())
+# both ranks ran the whole batch and the gradients are summed: twice one process's
+err = max(float((fsdp.full_tensor(p.grad) - 2 * grads[n].grad).abs().max()) for n, p in sharded.named_parameters())
+print("max_error", err)
+"""
+
+
+def test_a_forward_pass_without_backward_leaves_the_next_gradients_exact(tmp_path):
+    script = tmp_path / "skipped_step.py"
+    script.write_text(SKIPPED_STEP)
+    cmd = TORCHRUN[:6] + [str(script)]
+    run_env = env()
+    run_env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2]) + ":" + run_env["PYTHONPATH"]
+    done = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    errors = [float(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("max_error")]
+    assert len(errors) == 2 and max(errors) < 1e-6, done.stdout

@@ -47,11 +47,6 @@ def shard_model(model: Any) -> None:
             module.set_force_sum_reduction_for_comms(True)  # plain SUM (gloo has no PREMUL_SUM)
 
 
-def reset(model: Any) -> None:
-    """Forget a forward pass that will have no backward (a skipped step)."""
-    model.get_decoder().reset_iter_state()
-
-
 def full_tensor(t: Any) -> Any:
     from torch.distributed.tensor import DTensor
 

@@ -282,8 +282,6 @@ class Trainer:
                 extra[key] = extra.get(key, 0.0) + float(value) / len(micro)
             loss = loss_sum / max(total_units, 1)
             if distributed.any_rank(not torch.isfinite(loss)):  # every rank skips the step, or none
-                if self.settings.fsdp:
-                    fsdp.reset(self.model)
                 return float("nan"), extra
             self.accelerator.backward(loss)
             loss_value += float(loss.detach())
