@@ -135,6 +135,12 @@ class TrainSettings(Strict):
     """torch intra-op threads (None: torch's default)."""
     compile: bool = False
     """torch.compile each decoder layer (dynamic shapes): ~1 min once, then faster steps."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them
+    (transformers' own, non-reentrant): less memory at long context for ~1/3 more compute."""
+    fsdp: bool = False
+    """Shard parameters, gradients and optimizer state over the torchrun processes (FSDP2,
+    `fully_shard` per decoder layer); full-parameter training only (docs/scale.md)."""
     max_minutes: float | None = Field(None, gt=0)
     """Stop early (with a checkpoint) once training has run this long in this process."""
     log_every: int = Field(1, ge=1)

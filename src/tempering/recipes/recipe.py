@@ -206,7 +206,7 @@ def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Compone
         trainer.callbacks.append(monitor)
     result = trainer.fit()
     after = parts.evaluate(result)
-    stage.save_model(parts.model, tokenizer)
+    stage.save_model(parts.model, tokenizer, state_dict=trainer.final_state_dict())
     plot = plot_loss(stage.run_dir / "metrics.jsonl") if stage.writes else None
     summary = {
         "data": data.summary,

@@ -168,15 +168,17 @@ class Stage:
                     tags[f"input.{i.role}.{n}.{key}"] = value
         return tags
 
-    def save_model(self, model: Any, tokenizer: Any, role: str = "final") -> Path:
+    def save_model(self, model: Any, tokenizer: Any, role: str = "final", state_dict: dict | None = None) -> Path:
         """Save the model (a PEFT adapter or a full model) to `run_dir/<role>`: `final` at the end
         (recorded and marked with the run now), `best` whenever `train.keep_best` finds a better
-        one (recorded once, by `finish`)."""
+        one (recorded once, by `finish`). `state_dict`: the tensors to write when the model's own are
+        sharded (`train.fsdp`: gathered to rank 0)."""
         path = self.run_dir / role
         if not self.writes:
             return path
         lora = hasattr(model, "peft_config")
-        model.save_pretrained(path, **({"save_embedding_layers": False} if lora else {}))
+        kwargs = {"save_embedding_layers": False} if lora else {}
+        model.save_pretrained(path, **kwargs, **({"state_dict": state_dict} if state_dict is not None else {}))
         tokenizer.save_pretrained(path)
         if role == "final":
             self.registry.record_output(self.run_id, role, path)

@@ -21,8 +21,9 @@ import torch
 
 from tempering.batches import Batch
 from tempering.config import TrainSettings
+from tempering.models.checkpointing import enable_checkpointing
 from tempering.models.precision import autocast, resolve_precision
-from tempering.train import distributed
+from tempering.train import distributed, fsdp
 from tempering.train.checkpoint import (
     CheckpointError,
     list_checkpoints,
@@ -167,14 +168,13 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.callbacks = list(callbacks)
-        if settings.compile:
-            compile_layers(model)
+        self.model = self._place(model, settings)
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.named:
             raise ValueError("model has no trainable parameters")
         o = settings.optim
         opt = torch.optim.AdamW([p for _, p in self.named], lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
-        self.model, self.optimizer = model.to(self.accelerator.device), self.accelerator.prepare_optimizer(opt)
+        self.optimizer = self.accelerator.prepare_optimizer(opt)
         self.guard = AnomalyGuard(settings.guard)
         metrics = self.run_dir / "metrics.jsonl"
         self.metrics = MetricsLog(metrics, settings.loggers, config, lineage) if self.world.main else NoMetrics(metrics)
@@ -186,6 +186,29 @@ class Trainer:
         self.console.print(
             f"[dim]{objective.name}: precision {self.precision} on {self.accelerator.device}{procs}[/dim]"
         )
+
+    def _place(self, model: Any, settings: TrainSettings) -> Any:
+        """The model on its device with the memory levers the settings ask for (docs/training.md)."""
+        if settings.fsdp and self.world.size == 1:
+            raise ValueError(
+                "train.fsdp shards over torchrun processes and this is one process; run under "
+                "`torchrun --nproc_per_node N` (N >= 2) or set train.fsdp: false"
+            )
+        if settings.gradient_checkpointing:
+            enable_checkpointing(model)
+        if settings.compile:
+            compile_layers(model)
+        model = model.to(self.accelerator.device)
+        if settings.fsdp:
+            fsdp.shard_model(model)
+        return model
+
+    def final_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """What `save_pretrained` should write: None (the model's own state) unless parameters are
+        sharded, then the full tensors, gathered to rank 0 (every rank must call this)."""
+        if not self.settings.fsdp:
+            return None
+        return fsdp.full_state_dict(self.model, self.world.main)
 
     # -- checkpoints -------------------------------------------------------------------
     def _state(self) -> dict:
@@ -203,14 +226,18 @@ class Trainer:
         """Rank 0 writes the checkpoint (with every rank's RNG state); all ranks wait for it."""
         rngs = distributed.gather(rng_state())
         path = self.ckpt_dir / f"step-{self.step:08d}"
+        if self.settings.fsdp:  # every rank gathers its shards; rank 0 writes full tensors
+            weights = fsdp.full_weights(self.named, self.world.main)
+            optimizer = fsdp.full_optimizer_state(self.optimizer, self.world.main)
+        else:
+            weights, optimizer = {n: p for n, p in self.named}, self.optimizer.state_dict()
         if rngs is not None:  # rank 0: the gathered states (self.world.main)
             self.consumed.sync()
-            weights = {n: p for n, p in self.named}
             path = save_checkpoint(
                 self.ckpt_dir,
                 self.step,
                 weights,
-                self.optimizer.state_dict(),
+                optimizer,
                 self._state(),
                 self.settings.checkpoint.keep_last,
                 rng={"ranks": rngs} if len(rngs) > 1 else rngs[0],
@@ -221,10 +248,14 @@ class Trainer:
     def _restore(self, path: Path, full: bool) -> dict:
         ckpt = load_checkpoint(path)
         distributed.check_world_size(ckpt["state"].get("world_size", 1), self.world)
-        with torch.no_grad():
-            for n, p in self.named:
-                p.copy_(ckpt["weights"][n])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
+        if self.settings.fsdp:  # each rank keeps its shard of the full tensors
+            fsdp.load_full_weights(self.named, ckpt["weights"])
+            fsdp.load_full_optimizer_state(self.optimizer, ckpt["optimizer"], [p for _, p in self.named])
+        else:
+            with torch.no_grad():
+                for n, p in self.named:
+                    p.copy_(ckpt["weights"][n])
+            self.optimizer.load_state_dict(ckpt["optimizer"])
         state = ckpt["state"]
         self.step, self.lr_scale = state["step"], state["lr_scale"]
         if full:  # resume: everything as it was; rollback keeps moving forward through data
@@ -270,7 +301,8 @@ class Trainer:
                 return float("nan"), extra
             self.accelerator.backward(loss)
             loss_value += float(loss.detach())
-        distributed.all_reduce_grads(p for _, p in self.named)
+        if not self.settings.fsdp:  # FSDP's reduce-scatter has summed them already
+            distributed.all_reduce_grads(p for _, p in self.named)
         keys = sorted(extra)
         summed = distributed.sum_over_ranks([loss_value] + [extra[k] for k in keys])
         return summed[0], {k: v / self.world.size for k, v in zip(keys, summed[1:])}
@@ -278,6 +310,9 @@ class Trainer:
     def _grad_norm(self) -> float:
         clip = self.settings.optim.max_grad_norm
         params = [p for _, p in self.named]
+        if self.settings.fsdp:  # over sharded gradients: torch reduces the norm over ranks
+            norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf"))
+            return float(fsdp.full_tensor(norm))
         norm = self.accelerator.clip_grad_norm_(params, clip if clip else float("inf"))
         if norm is None:  # accelerate returns None only under DeepSpeed, which this Trainer does not use
             raise RuntimeError("the gradient norm is unknown (accelerate clipped without returning it)")
