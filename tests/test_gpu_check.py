@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,22 +18,27 @@ ROOT = Path(__file__).resolve().parents[1]
 def load_check():
     spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu" / "check.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
-def test_a_step_past_its_time_box_is_killed_with_its_children_and_recorded(tmp_path):
+def test_a_step_past_its_time_box_is_killed_with_its_children_and_recorded(tmp_path, monkeypatch):
     check = load_check()
-    marker = tmp_path / "child_alive"
-    # The step starts a grandchild that would write `marker` after 3 s: killing the group stops it too.
-    grandchild = f"import time; time.sleep(3); open({str(marker)!r}, 'w').write('x')"
-    argv = ["-c", f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {grandchild!r}]); time.sleep(60)"]
+    monkeypatch.setattr(check, "MIN_STEP_S", 0)
+    started, marker = tmp_path / "grandchild_started", tmp_path / "grandchild_outlived_the_kill"
+    # The step starts a grandchild that would write `marker` 4 s later: killing the group stops it too.
+    grandchild = f"import time; time.sleep(4); open({str(marker)!r}, 'w').write('x')"
+    argv = [
+        "-c",
+        f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {grandchild!r}]); "
+        f"open({str(started)!r}, 'w').write('x'); time.sleep(60)",
+    ]
     with (tmp_path / "log").open("w") as log:
-        outcome = check.run_step(check.Step("sleeper", argv, 60), 1.0, log)
-    assert outcome["status"] == "timeout" and outcome["time_box_s"] == 1.0
-    import time
-
-    time.sleep(3.5)
+        outcome = check.run_step(check.Step("sleeper", argv, 60), 3.0, log)
+    assert outcome["status"] == "timeout" and outcome["time_box_s"] == 3.0
+    assert started.exists()
+    time.sleep(4.5)
     assert not marker.exists()
 
 
@@ -87,7 +93,17 @@ def test_the_cpu_dry_run_passes_every_step(tmp_path):
         runs = steps[name]["result"]["runs"]
         assert runs["tempering"]["real_tokens"] > 0 and runs["trl"]["real_tokens"] > 0
     grpo = steps["grpo"]["result"]["runs"]
-    assert {"tempering", "tempering_full", "trl"} <= set(grpo) and all(r["completions_per_s"] > 0 for r in grpo.values())
+    assert {"tempering", "tempering_full", "trl"} <= set(grpo) and all(
+        r["completions_per_s"] > 0 for r in grpo.values()
+    )
     assert set(steps["decode"]["result"]["runs"]["batching_engine"]) == {"1", "2", "4"}
     torchrun = steps["torchrun"]["result"]
     assert len(torchrun["sft_under_torchrun"]["losses"]) == 2 and torchrun["collective"]["backend"] == "gloo"
+
+
+def test_the_dry_run_passes_each_bench_the_flags_the_gpu_run_passes(tmp_path):
+    check = load_check()
+    gpu, cpu = check.steps("gpu", tmp_path, None), check.steps("cpu", tmp_path, None)
+    assert [s.name for s in gpu] == [s.name for s in cpu]
+    for g, c in zip(gpu, cpu):
+        assert [a for a in g.argv if a.startswith("-")] == [a for a in c.argv if a.startswith("-")], g.name

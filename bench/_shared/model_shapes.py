@@ -6,7 +6,7 @@ weights, a 98 MB GGUF, are over what travels to a GPU machine), a 1B Llama and a
 shape, and a tiny Llama for dry runs. Every shape uses the default model's tokenizer (vocab
 49,152), so the benches' chat data renders the same everywhere.
 
-    python bench/_shared/model_shapes.py SHAPE OUT_DIR [--tokenizer DIR]
+    python bench/_shared/model_shapes.py OUT_ROOT SHAPE [SHAPE ...] [--tokenizer DIR]   (-> OUT_ROOT/SHAPE)
 
 `--tokenizer` is a saved tokenizer directory (e.g. `.whl/smollm2-tokenizer`, written by
 `make gpu-wheels`); without it the default model's tokenizer is loaded from its GGUF.
@@ -110,11 +110,12 @@ def build_random_model(shape: str, out_dir: Path, tokenizer_dir: str | None = No
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("shape", choices=sorted(SHAPES))
-    p.add_argument("out_dir", type=Path)
+    p.add_argument("out_root", type=Path)
+    p.add_argument("shapes", nargs="+", choices=sorted(SHAPES))
     p.add_argument("--tokenizer", default=None, help="a saved tokenizer directory (default: the default model's)")
     args = p.parse_args()
-    print(build_random_model(args.shape, args.out_dir, args.tokenizer))
+    for shape in args.shapes:
+        print(build_random_model(shape, args.out_root / shape, args.tokenizer))
 
 
 if __name__ == "__main__":

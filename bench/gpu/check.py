@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _sha
 from _shared.paths import RESULTS, ROOT  # noqa: E402
 
 LOG_TAIL = 3000
+MIN_STEP_S = 5  # a step left less time than this is recorded as skipped, not started
 
 
 @dataclass
@@ -97,56 +98,103 @@ def steps(mode: str, work: Path, tokenizer: str | None) -> list[Step]:
     models = model_paths(mode, work)
     bench = str(ROOT / "bench")
     tok = ["--tokenizer", tokenizer] if tokenizer else []
-    shapes = {"tiny"} if mode == "cpu" else {"llama-1b"} | ({"smollm2-135m"} if "/" in models["default"] else set())
-    build = "; ".join(
-        f"build_random_model({s!r}, Path({str(work / 'models' / s)!r}), {tokenizer!r})" for s in sorted(shapes)
-    )
+    shapes = ["tiny"] if mode == "cpu" else ["llama-1b"] + (["smollm2-135m"] if "/" in models["default"] else [])
     ray_missing = importlib.util.find_spec("ray") is None
     return [
-        Step(
-            "prepare_models",
-            ["-c", f"import sys; sys.path.insert(0, {bench!r}); from pathlib import Path; "
-             f"from _shared.model_shapes import build_random_model; {build}"],
-            t["prepare"],
-        ),
+        Step("prepare_models", [f"{bench}/_shared/model_shapes.py", str(work / "models"), *shapes, *tok], t["prepare"]),
         Step(
             "pytest_gpu",
-            ["-m", "pytest", "-q", "-m", "gpu", *gpu_test_files(), "-p", "no:cacheprovider",
-             "--junitxml", str(work / "pytest_gpu.xml")],
+            [
+                "-m",
+                "pytest",
+                "-q",
+                "-m",
+                "gpu",
+                *gpu_test_files(),
+                "-p",
+                "no:cacheprovider",
+                "--junitxml",
+                str(work / "pytest_gpu.xml"),
+            ],
             t["pytest"],
         ),
         Step(
             "sft_large",
-            [f"{bench}/throughput/sft.py", "--model", models["large"], "--sides", "tempering,trl",
-             "--peak-seconds", size["peak_s"], "--results", str(work / "sft_large.json"), *size["sft_large"]],
+            [
+                f"{bench}/throughput/sft.py",
+                "--model",
+                models["large"],
+                "--sides",
+                "tempering,trl",
+                "--peak-seconds",
+                size["peak_s"],
+                "--results",
+                str(work / "sft_large.json"),
+                *size["sft_large"],
+            ],
             t["sft_large"],
             "sft_large.json",
         ),
         Step(
             "sft_default",
-            [f"{bench}/throughput/sft.py", "--model", models["default"], "--sides", size["sft_sides_default"],
-             "--peak-seconds", size["peak_s"], "--results", str(work / "sft_default.json"), *size["sft_default"]],
+            [
+                f"{bench}/throughput/sft.py",
+                "--model",
+                models["default"],
+                "--sides",
+                size["sft_sides_default"],
+                "--peak-seconds",
+                size["peak_s"],
+                "--results",
+                str(work / "sft_default.json"),
+                *size["sft_default"],
+            ],
             t["sft_default"],
             "sft_default.json",
         ),
         Step(
             "grpo",
-            [f"{bench}/throughput/grpo.py", "--model", models["default"], "--sides", "tempering,tempering_full,trl",
-             "--threads", str(min(os.cpu_count() or 1, 8)), "--results", str(work / "grpo.json"), *size["grpo"]],
+            [
+                f"{bench}/throughput/grpo.py",
+                "--model",
+                models["default"],
+                "--sides",
+                "tempering,tempering_full,trl",
+                "--threads",
+                str(min(os.cpu_count() or 1, 8)),
+                "--results",
+                str(work / "grpo.json"),
+                *size["grpo"],
+            ],
             t["grpo"],
             "grpo.json",
         ),
         Step(
             "decode",
-            [f"{bench}/throughput/inference.py", "--model", models["default"], "--out", str(work / "decode.json"),
-             *size["decode"]],
+            [
+                f"{bench}/throughput/inference.py",
+                "--model",
+                models["default"],
+                "--out",
+                str(work / "decode.json"),
+                *size["decode"],
+            ],
             t["decode"],
             "decode.json",
         ),
         Step(
             "torchrun",
-            [f"{bench}/gpu/distributed_check.py", "--model", models["default"], "--steps", size["torchrun_steps"],
-             "--out", str(work / "torchrun.json"), "--timeout", str(t["torchrun"] // 2 - 5)],
+            [
+                f"{bench}/gpu/distributed_check.py",
+                "--model",
+                models["default"],
+                "--steps",
+                size["torchrun_steps"],
+                "--out",
+                str(work / "torchrun.json"),
+                "--timeout",
+                str(t["torchrun"] // 2 - 5),
+            ],
             t["torchrun"],
             "torchrun.json",
         ),
@@ -192,7 +240,7 @@ def run_step(step: Step, timeout_s: float, log) -> dict:
     """Run one step in its own process group (killed whole at its time box); its outcome."""
     if step.skip_reason:
         return {"status": "skipped", "reason": step.skip_reason}
-    if timeout_s < 5:
+    if timeout_s < MIN_STEP_S:
         return {"status": "skipped", "reason": "the run's time budget was spent before this step"}
     log.write(f"\n===== {step.name} (time box {timeout_s:.0f}s) =====\n")
     log.flush()
@@ -231,6 +279,26 @@ def judge_pytest(outcome: dict, work: Path) -> dict:
     if outcome.get("rc") == 5:
         outcome.update(status="failed", reason="no test carries the gpu marker")
     return outcome
+
+
+def headline(result: dict) -> dict:
+    """The figures a step's result leads with: throughput per side, ratio to the peer, MFU."""
+    runs = result.get("runs", {})
+    if "batching_engine" in runs:  # decode
+        return {
+            "hf_generate_tokens_per_s": round(runs["hf_generate_one_at_a_time"]["tokens_per_s"], 1),
+            "batching_tokens_per_s": {c: round(r["tokens_per_s"], 1) for c, r in runs["batching_engine"].items()},
+        }
+    if "ratio_real_tokens_per_s" in result:  # sft
+        return {
+            n: {"real_tokens_per_s": round(r["real_tokens_per_s"], 1), "mfu": round(r["mfu_vs_bf16_peak"], 3)}
+            for n, r in runs.items()
+        } | {"ratio": round(result["ratio_real_tokens_per_s"], 2)}
+    if "ratio_completions_per_s" in result:  # grpo
+        return {n: {"completions_per_s": round(r["completions_per_s"], 2)} for n, r in runs.items()} | {
+            "ratio": round(result["ratio_completions_per_s"], 2)
+        }
+    return {}
 
 
 def device_name() -> str:
@@ -296,6 +364,8 @@ def main() -> None:
     (args.out / name).write_text(json.dumps(report, indent=1, default=str) + "\n")
     summary = {k: report[k] for k in ("check", "device", "ok", "failed", "seconds")}
     summary["steps"] = {n: r["status"] for n, r in results.items()}
+    summary["figures"] = {n: headline(r["result"]) for n, r in results.items() if isinstance(r.get("result"), dict)}
+    summary["figures"] = {n: f for n, f in summary["figures"].items() if f}
     print(json.dumps(summary), flush=True)
     sys.exit(1 if failed else 0)
 

@@ -335,7 +335,8 @@ def main() -> None:
     result = {
         "benchmark": "grpo",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "model": f"{MODEL} + LoRA r16 all-linear" + (" (tempering_full: full parameters)" if "tempering_full" in runs else ""),
+        "model": f"{MODEL} + LoRA r16 all-linear"
+        + (" (tempering_full: full parameters)" if "tempering_full" in runs else ""),
         "device": ours["device"],
         "task": "builtin:arithmetic ops=+ (train split)",
         "reward": "examples/grpo_arith.yaml composite (correct + strict + 0.25 close + 0.5 close_bare)",
@@ -360,7 +361,9 @@ def main() -> None:
         ),
         "ratio_completions_per_s": ratio,
         "ratio_completions_per_s_full_vs_trl_lora": (
-            runs["tempering_full"]["completions_per_s"] / peer["completions_per_s"] if "tempering_full" in runs else None
+            runs["tempering_full"]["completions_per_s"] / peer["completions_per_s"]
+            if "tempering_full" in runs
+            else None
         ),
         "target_ratio": 3.0,
         "ratio_time_to_reward_0_5": t_ratio,

@@ -86,7 +86,11 @@ def hf_one_at_a_time(model, prompts, max_new_tokens: int, eos: int, pad: int) ->
     for p in prompts:
         with torch.no_grad():
             out = model.generate(
-                torch.tensor([p], device=model.device), do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad
+                torch.tensor([p], device=model.device),
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=eos,
+                pad_token_id=pad,
             )
         tokens += out.shape[1] - len(p)
     seconds = time.perf_counter() - t0
