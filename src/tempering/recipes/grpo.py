@@ -386,6 +386,7 @@ GRPO = TrainingRecipe(
     summary=_summary,
     before_key="heldout_before",
     after_key="heldout_after",
+    periodic_eval=False,
 )
 """RL with verifiable rewards: sample, verify, update, with a held-out monitor."""
 

@@ -1,6 +1,6 @@
 """The `verifiers` verifier: a `verifiers` environment's own rubric scores the completion.
 
-Spec (made by `tempering.sources.verifiers_envs`):
+Spec (made by `tempering.sources.verifiers_envs`; the environment loaded by `environments`):
 
     {"type": "verifiers", "env": "my_env", "env_args": {...}, "split": "train", "row": {...}}
 
@@ -42,13 +42,17 @@ MODEL = "tempering"
 """The model name the library records for the sampled completion."""
 
 
-@register("verifiers")
-def score_verifiers(spec: dict[str, Any], completion: str, ctx: Any) -> Reward:
-    from tempering.sources.verifiers_envs import CORRECT, load_environment
+def check_spec(spec: dict[str, Any]) -> None:
+    """The spec names an environment and carries a dataset row (KeyError names the missing field)."""
+    if not isinstance(spec["env"], str) or not isinstance(spec["row"], dict):
+        raise ValueError("'env' must be an environment id and 'row' a dataset row (a mapping)")
 
-    missing = [k for k in ("env", "row") if k not in spec]
-    if missing:
-        raise ValueError(f"verifiers verifier spec is missing {missing}")
+
+@register("verifiers", check=check_spec)
+def score_verifiers(spec: dict[str, Any], completion: str, ctx: Any) -> Reward:
+    from tempering.verifiers.environments import CORRECT, load_environment
+
+    check_spec(spec)
     env = load_environment(spec["env"], spec.get("env_args") or {})
     output = asyncio.run(env.run_rollout(spec["row"], sampled_completion(completion), MODEL, {}))
     if output.get("error"):
