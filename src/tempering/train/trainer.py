@@ -76,6 +76,8 @@ class TrainResult:
     seconds: float = 0.0
     resumed_from: int | None = None
     history: list[dict] = field(default_factory=list)
+    loss_first: float | None = None
+    """The loss of the run's first step, kept across resumes (`losses` holds this attempt's)."""
 
 
 @torch.no_grad()
@@ -165,6 +167,7 @@ class Trainer:
         self.metrics = MetricsLog(metrics, settings.loggers) if self.world.main else NoMetrics(metrics)
         self.consumed = ConsumedLog(self.run_dir / "consumed.jsonl" if self.world.main else None)
         self.step, self.lr_scale, self.real_tokens = 0, 1.0, 0
+        self.loss_first: float | None = None  # the run's first step's loss, saved in each checkpoint
         self.precision = resolve_precision(settings.precision)
         procs = f" x {self.world.size} processes" if self.world.size > 1 else ""
         self.console.print(
@@ -181,6 +184,7 @@ class Trainer:
             "real_tokens": self.real_tokens,
             "world_size": self.world.size,
             "consumed_steps": self.consumed.count,  # lines of consumed.jsonl this checkpoint covers
+            "loss_first": self.loss_first,
         }
 
     def save(self) -> Path:
@@ -217,6 +221,7 @@ class Trainer:
             self.batches.load_state_dict(state["data"])
             self.guard.load_state_dict(state["guard"])
             self.real_tokens = state["real_tokens"]
+            self.loss_first = state.get("loss_first")
         return state
 
     def _at_boundary(self) -> bool:
@@ -358,6 +363,8 @@ class Trainer:
                     continue
                 record["skipped_total"] = self.guard.counts["skipped"]
                 losses.append(record["loss"])
+                if self.loss_first is None:
+                    self.loss_first = record["loss"]
                 history.append(record)
                 if self.step % self.settings.log_every == 0:
                     self.metrics.write(record)
@@ -370,5 +377,13 @@ class Trainer:
                     cb(self.step, record)
         counts = {k: int(v) for k, v in self.guard.counts.items()}
         return TrainResult(
-            self.step, losses, counts, self.run_dir, self.real_tokens, time.perf_counter() - t_start, resumed, history
+            self.step,
+            losses,
+            counts,
+            self.run_dir,
+            self.real_tokens,
+            time.perf_counter() - t_start,
+            resumed,
+            history,
+            self.loss_first,
         )
