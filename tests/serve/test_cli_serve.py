@@ -88,7 +88,9 @@ def test_serve_warms_up_hints_at_keys_then_announces(tiny_models, tmp_path):
     args = ["serve", "--port", str(port), "--state", str(state), "--model", str(tiny_models[1])]
     log = tmp_path / "serve.log"
     with log.open("w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "tempering.cli", *args], stdout=sink, stderr=sink, env=os.environ)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tempering.cli", *args], stdout=sink, stderr=sink, env=os.environ
+        )
         try:
             deadline, health = time.time() + 120, None
             while time.time() < deadline and health is None:

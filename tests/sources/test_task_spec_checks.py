@@ -74,11 +74,15 @@ def test_eval_run_refuses_a_bad_task_row_before_loading_any_model(tmp_path):
     rows = write_rows(tmp_path / "dates.jsonl", [{"id": "a", "prompt": "2024-01-02?"}])
     suite = tmp_path / "dates.yaml"
     suite.write_text(f"name: dates\ntasks: {{source: {rows}}}\n")
-    res = CliRunner().invoke(app, ["eval", "run", str(suite), "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "o")])
+    res = CliRunner().invoke(
+        app, ["eval", "run", str(suite), "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "o")]
+    )
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     assert "dates.jsonl:1: invalid task: verifier: Field required" in res.stderr
     write_rows(rows, [{"id": "a", "prompt": "2024-01-02?", "verifier": {"type": "regex", "pattern": "(["}}])
-    res = CliRunner().invoke(app, ["eval", "run", str(suite), "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "o")])
+    res = CliRunner().invoke(
+        app, ["eval", "run", str(suite), "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "o")]
+    )
     assert res.exit_code == 2 and "dates.jsonl:1: bad 'regex' verifier spec" in res.stderr, res.output
 
 

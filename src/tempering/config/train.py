@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tempering.config.base import Paths, Strict
+from tempering.config.base import Paths, Strict, Threads
 
 
 class LoraSettings(Strict):
@@ -99,8 +99,8 @@ class TrainSettings(Strict):
     """bf16 autocast or plain fp32; "auto" = bf16 where the hardware runs it natively (GPU, AMX CPU)."""
     seed: int = 0
     """Seeds data order, initialisation of adapters and sampling."""
-    threads: int | None = None
-    """torch intra-op threads (None: torch's default)."""
+    threads: Threads = "auto"
+    """torch intra-op threads: "auto" (the cores free now: usable cores minus the load average), a count, or null (torch's default)."""
     compile: bool = False
     """torch.compile each decoder layer (dynamic shapes): ~1 min once, then faster steps."""
     max_minutes: float | None = Field(None, gt=0)

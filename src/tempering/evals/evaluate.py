@@ -95,7 +95,7 @@ def evaluate_model(
     *,
     first_seed: int = 0,
     cache: bool = True,
-    threads: int | None = None,
+    threads: int | str | None = "auto",
     precision: str = "auto",
     engine_settings: EngineSettings | None = None,
     scale: ScaleSettings | None = None,
@@ -126,13 +126,13 @@ def evaluate_model(
     from tempering.evals.runner import run_suite_samples
     from tempering.models.load import ModelNotFound, load_model, load_tokenizer, resolve_model
     from tempering.models.precision import resolve_precision
+    from tempering.models.threads import set_threads
     from tempering.rollout.select import EngineUnavailable, build_engine, check_engine
 
     warn, log = warn or (lambda _: None), log or (lambda _: None)
     for suite in suites:  # every task row and verifier spec is checked before any model loads
         suite.task_list  # noqa: B018
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads, log)
     lineage = training_lineage(model)
     for recorded in lineage.missing:
         warn(f"training input {recorded} is gone; it could not be scanned")

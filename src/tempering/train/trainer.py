@@ -22,6 +22,7 @@ import torch
 from tempering.batches import Batch
 from tempering.config import TrainSettings
 from tempering.models.precision import autocast, resolve_precision
+from tempering.models.threads import set_threads
 from tempering.train import distributed
 from tempering.train.checkpoint import (
     list_checkpoints,
@@ -137,8 +138,6 @@ class Trainer:
     ):
         from accelerate import Accelerator
 
-        if settings.threads:
-            torch.set_num_threads(settings.threads)
         # Under torchrun: data-parallel over the process group (train/distributed.py).
         self.world = distributed.init()
         if getattr(batches, "shard", (0, 1)) != (self.world.rank, self.world.size):
@@ -150,6 +149,7 @@ class Trainer:
         # wrapped in DDP: gradients are summed across ranks after the backward passes.
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
         self.console = console if self.world.main else quiet_console
+        set_threads(settings.threads, log=lambda line: self.console.print(f"[dim]{line}[/dim]"))
         self.settings, self.objective, self.batches = settings, objective, batches
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
