@@ -49,19 +49,22 @@ def test_set_threads_sets_torch_and_logs_a_count_once(monkeypatch):
         torch.set_num_threads(before)
 
 
+def threads_keys(node, where=""):
+    """Dotted keys named `threads` anywhere in a parsed YAML document."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "threads":
+                yield f"{where}{key}"
+            yield from threads_keys(value, f"{where}{key}.")
+    elif isinstance(node, list):
+        for item in node:
+            yield from threads_keys(item, where)
+
+
 def test_no_shipped_example_pins_threads():
-    pinned = []
-    for path in sorted((ROOT / "examples").rglob("*.yaml")):
-
-        def walk(node, where):
-            if isinstance(node, dict):
-                for key, value in node.items():
-                    if key == "threads":
-                        pinned.append(f"{path.relative_to(ROOT)}: {where}{key}")
-                    walk(value, f"{where}{key}.")
-            elif isinstance(node, list):
-                for item in node:
-                    walk(item, where)
-
-        walk(yaml.safe_load(path.read_text()), "")
+    pinned = [
+        f"{path.relative_to(ROOT)}: {key}"
+        for path in sorted((ROOT / "examples").rglob("*.yaml"))
+        for key in threads_keys(yaml.safe_load(path.read_text()))
+    ]
     assert pinned == []
