@@ -16,7 +16,7 @@ from tempering.cli.chat import chat
 from tempering.cli.data import data_app
 from tempering.cli.eval import eval_app, verify
 from tempering.cli.pipeline import demo, run_pipeline_cmd
-from tempering.cli.runs import export, lineage, model_app, release_app, runs_app, traj
+from tempering.cli.runs import export, init, lineage, model_app, release_app, runs_app, traj
 from tempering.cli.serve import arena_app, feedback_app, keys_app, serve
 from tempering.sandbox.cli import app as sandbox_app
 
@@ -82,6 +82,7 @@ for _name, _command in (
     ("chat", chat),
     ("run", run_pipeline_cmd),
     ("lineage", lineage),
+    ("init", init),
     ("serve", serve),
 ):
     app.command(_name)(_command)
