@@ -65,12 +65,13 @@ def evaluate_config(
     extra_suites: Sequence[SuiteResult] = (),
     extra_records: Sequence[dict[str, Any]] = (),
 ) -> EvalResults:
-    """Run an EvalConfig: its suites on its model, outputs under `cfg.out` (see `evaluate_model`).
+    """Run an EvalConfig: its suites on its model, outputs under `cfg.out` (see `evaluate_model`),
+    the eval recorded in the model's registry (`evals/record.py`).
 
     Raises:
         EvalError, SuiteError: as `evaluate_model` and `load_suites`.
     """
-    return evaluate_model(
+    results = evaluate_model(
         cfg.model,
         load_suites(cfg),
         cfg.out,
@@ -86,6 +87,10 @@ def evaluate_config(
         extra_suites=extra_suites,
         extra_records=extra_records,
     )
+    from tempering.evals.record import record_eval_results
+
+    record_eval_results(results, cfg.out, log or (lambda _: None))  # so `temper lineage` shows it
+    return results
 
 
 def evaluate_model(
