@@ -7,7 +7,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test setup bench clean
+.PHONY: demo test setup bench clean gpu-wheels
 
 setup: $(STAMP)
 
@@ -46,6 +46,10 @@ bench: $(STAMP)
 	$(PY) bench/throughput/verifier.py
 	$(PY) bench/throughput/grpo.py
 	$(PY) bench/throughput/eval.py
+
+# The wheels a GPU machine lacks, Tempering's own and the default tokenizer, in .whl/ (docs/gpu.md).
+gpu-wheels: $(STAMP)
+	PYTHON=$(PY) bench/gpu/make_wheels.sh .whl
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

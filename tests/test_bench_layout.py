@@ -1,11 +1,11 @@
-"""bench/ is split by kind and indexed: every script lives in throughput/, experiments/, diagnostics/
-or _shared/ and has a row in bench/README.md; bench, tests and src name claims, not tickets."""
+"""bench/ is split by kind and indexed: every script lives in throughput/, experiments/, diagnostics/,
+gpu/ or _shared/ and has a row in bench/README.md; bench, tests and src name claims, not tickets."""
 
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("throughput", "experiments", "diagnostics")
+KINDS = ("throughput", "experiments", "diagnostics", "gpu")
 # Ticket language: "issue 9", "Must show 4", "Must-show 2", "item 12:", "session 7". Pieces are
 # joined so that this file does not match itself.
 TICKET = re.compile("|".join([r"\bissue \d", r"\bmust[- ]show \d", r"\bitems? \d+(/\d+)?:", r"\bsession[- ]\d"]), re.I)

@@ -1,8 +1,8 @@
 """Hardware peak and model-FLOP accounting for MFU-style throughput reports.
 
-* `measure_bf16_matmul_peak(seconds)` -- achieved FLOP/s of a square bf16 matmul on the CPU, using
-  however many torch threads the caller has set (`torch.set_num_threads`). This is an *achievable*
-  peak (what oneDNN/AMX reaches on a large GEMM), not the datasheet number.
+* `measure_bf16_matmul_peak(seconds, device="cpu")` -- achieved FLOP/s of a square bf16 matmul on the
+  CPU (however many torch threads the caller has set) or a GPU. This is an *achievable* peak (what
+  oneDNN/AMX or cuBLAS reaches on a large GEMM), not the datasheet number.
 * `model_flops_per_token(model, seq_len=None, training=True)` -- FLOPs per token for one training
   step (forward + backward), with the usual conventions spelled out below.
 
@@ -34,21 +34,29 @@ import torch
 __all__ = ["measure_bf16_matmul_peak", "model_flops_per_token", "matmul_param_count"]
 
 
-def measure_bf16_matmul_peak(seconds: float = 3.0, n: int = 2048, dtype: torch.dtype = torch.bfloat16) -> float:
-    """Return the achieved FLOP/s of an `n x n @ n x n` matmul in `dtype` on the CPU.
+def measure_bf16_matmul_peak(
+    seconds: float = 3.0, n: int | None = None, dtype: torch.dtype = torch.bfloat16, device: str = "cpu"
+) -> float:
+    """Return the achieved FLOP/s of an `n x n @ n x n` matmul in `dtype` on `device`.
 
     Runs a short warm-up, then repeats the matmul (into a preallocated output) for about `seconds`
     and reports `2*n^3 * iterations / elapsed`. Thread count is whatever the caller configured.
+    `n` defaults to 2048 on a CPU and 8192 on a GPU (where a smaller product cannot fill the chip);
+    on a GPU every product is waited for before the clock is read.
     """
+    on_gpu = torch.device(device).type == "cuda"
+    n = n or (8192 if on_gpu else 2048)
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=g).to(dtype)
-    b = torch.randn(n, n, generator=g).to(dtype)
-    out = torch.empty(n, n, dtype=dtype)
+    a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    out = torch.empty(n, n, dtype=dtype, device=device)
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
     flop = 2.0 * n * n * n
     # Warm-up: lets oneDNN pick / JIT its kernel and warms the caches.
     t_end = time.perf_counter() + min(0.5, seconds / 4)
     while time.perf_counter() < t_end:
         torch.matmul(a, b, out=out)
+        sync()
     best = 0.0
     iters, t0 = 0, time.perf_counter()
     deadline = t0 + seconds
@@ -56,6 +64,7 @@ def measure_bf16_matmul_peak(seconds: float = 3.0, n: int = 2048, dtype: torch.d
     window_start, window_iters = t0, 0
     while True:
         torch.matmul(a, b, out=out)
+        sync()
         iters += 1
         window_iters += 1
         now = time.perf_counter()

@@ -1,4 +1,4 @@
-"""TRL `SFTTrainer` as a throughput peer for Tempering's SFT benchmark (CPU).
+"""TRL `SFTTrainer` as a throughput peer for Tempering's SFT benchmark (the GPU when there is one, else the CPU).
 
 `run_trl_sft(model_dir, conversations, max_length, batch_size, steps, warmup_steps=2, settings=None)`
 trains TRL's `SFTTrainer` (full parameters, learning rate 1e-5) on conversational data and returns::
@@ -27,7 +27,8 @@ Settings (override any with `settings={...}`; unknown keys are passed straight t
 * "precision": "auto" | "fp32" | "bf16" | "bf16_weights".
   "bf16" = fp32 weights + `SFTConfig(bf16=True)` (accelerate CPU autocast to bf16, fp32 master weights).
   "bf16_weights" = model loaded in bf16 (pure bf16 incl. AdamW states -- lossy at lr 1e-5, for reference).
-  "auto" = "bf16" if the CPU has native bf16 matmul (AMX-BF16 or AVX512-BF16 in /proc/cpuinfo), else
+  "auto" = Tempering's `resolve_precision("auto")`: "bf16" on a GPU with bf16, or if the CPU has native
+  bf16 matmul (AMX-BF16 or AVX512-BF16 in /proc/cpuinfo), else
   "fp32": without them PyTorch's bf16 GEMM falls back to slow paths (measured ~7x slower than fp32 on
   an AVX2-only EPYC).
 * "packing", "packing_strategy", "padding_free", "group_by_length" (-> `train_sampling_strategy`),
@@ -58,7 +59,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 
-from tempering.models.precision import cpu_has_native_bf16
+from tempering.models.precision import cpu_has_native_bf16, resolve_precision
 
 __all__ = ["run_trl_sft", "DEFAULT_SETTINGS", "cpu_has_native_bf16", "SMOLLM2_TRAINING_TEMPLATE"]
 
@@ -106,7 +107,7 @@ def _resolve_settings(settings: dict[str, Any] | None) -> dict[str, Any]:
     s = dict(DEFAULT_SETTINGS)
     s.update(settings or {})
     if s["precision"] == "auto":
-        s["precision"] = "bf16" if cpu_has_native_bf16() else "fp32"
+        s["precision"] = resolve_precision("auto")  # bf16 on a GPU with bf16 or a CPU with native bf16
     if s["precision"] not in ("fp32", "bf16", "bf16_weights"):
         raise ValueError(f"unknown precision {s['precision']!r}")
     return s
@@ -170,7 +171,7 @@ def run_trl_sft(
         assistant_only_loss=bool(s["assistant_only_loss"]),
         bf16=precision in ("bf16", "bf16_weights"),
         fp16=False,
-        use_cpu=True,
+        use_cpu=not torch.cuda.is_available(),
         gradient_checkpointing=bool(s["gradient_checkpointing"]),
         train_sampling_strategy="group_by_length" if s["group_by_length"] else "random",
         dataloader_num_workers=int(s["dataloader_num_workers"]),
@@ -249,6 +250,7 @@ def run_trl_sft(
             "attn_implementation": model.config._attn_implementation,
             "torch_threads": torch.get_num_threads(),
             "cpu_native_bf16": cpu_has_native_bf16(),
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
             "effective_padding_free": bool(trainer.padding_free),
         }
     )

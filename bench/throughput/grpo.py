@@ -19,8 +19,14 @@ after `--warmup` steps), the reward curve, and the first step / wall second at w
 step's mean reward reached 0.5 (null when not reached within `--steps`).
 
     python bench/throughput/grpo.py [--steps 6] [--warmup 1] [--threads 2]
+        [--model DIR] [--sides tempering,trl] [--prompts 8 --group 8 --max-new-tokens 32] [--results FILE]
 
-Writes bench/results/grpo.json and prints a table.
+Sides: `tempering` and `trl` (LoRA, as above) and `tempering_full` (full parameters, no TRL
+twin). On a GPU both frameworks train and sample on it; `--model` takes any model directory,
+e.g. a random-weight shape from bench/_shared/model_shapes.py (bench/gpu/run.sh does this: its
+completions then run to the token limit, so the figures are throughput, not learning).
+
+Writes bench/results/grpo.json (or --results) and prints a table.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _sha
 from _shared.paths import RESULTS, ROOT, cpu_name  # noqa: E402
 
 PROMPTS, GROUP, MAX_NEW, LR, TARGET = 8, 8, 32, 2e-4, 0.5
+MODEL = "smollm2-135m-instruct"
+SIDES = ("tempering", "tempering_full", "trl")
 TRL_FASTEST = {"gradient_checkpointing": False}
 TRL_SWEEP = [{"gradient_checkpointing": False}, {"gradient_checkpointing": True}]
 
@@ -76,7 +84,7 @@ def curve_summary(rewards: list[float], times: list[float], warmup: int, complet
     }
 
 
-def run_tempering(steps: int, warmup: int) -> dict:
+def run_tempering(steps: int, warmup: int, lora: bool = True) -> dict:
     import torch
 
     from tempering.config import GRPOConfig
@@ -89,8 +97,8 @@ def run_tempering(steps: int, warmup: int) -> dict:
     torch.manual_seed(0)
     cfg = GRPOConfig.model_validate(
         {
-            "model": "smollm2-135m-instruct",
-            "lora": {"r": 16, "alpha": 32},
+            "model": MODEL,
+            "lora": {"r": 16, "alpha": 32} if lora else None,
             "heldout": None,
             "grpo": {
                 "prompts_per_step": PROMPTS,
@@ -134,6 +142,8 @@ def run_tempering(steps: int, warmup: int) -> dict:
     return {
         **curve_summary(rewards, times, warmup, PROMPTS * GROUP),
         "precision": precision,
+        "lora": lora,
+        "device": str(next(model.parameters()).device),
         "torch_threads": torch.get_num_threads(),
     }
 
@@ -158,7 +168,7 @@ def run_trl(steps: int, warmup: int, settings: dict | None = None) -> dict:
         return [score(by_prompt[p[-1]["content"]], c[-1]["content"]).value for p, c in zip(prompts, completions)]
 
     precision = resolve_precision("auto")
-    tok = load_tokenizer("smollm2-135m-instruct")
+    tok = load_tokenizer(MODEL)
     tok.padding_side = "left"
     rewards, times, last = [], [], [None]
 
@@ -203,7 +213,7 @@ def run_trl(steps: int, warmup: int, settings: dict | None = None) -> dict:
             **(settings or TRL_FASTEST),
         )
         trainer = GRPOTrainer(
-            model=load_model("smollm2-135m-instruct"),
+            model=load_model(MODEL),
             reward_funcs=[reward],
             args=cfg,
             train_dataset=data,
@@ -222,15 +232,24 @@ def run_trl(steps: int, warmup: int, settings: dict | None = None) -> dict:
 
 
 def main() -> None:
+    global MODEL, PROMPTS, GROUP, MAX_NEW
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--child", choices=["tempering", "trl"])
+    p.add_argument("--model", default=MODEL, help="alias or model directory")
+    p.add_argument("--sides", default="tempering,trl", help="comma-separated, from " + ", ".join(SIDES))
+    p.add_argument("--prompts", type=int, default=PROMPTS)
+    p.add_argument("--group", type=int, default=GROUP)
+    p.add_argument("--max-new-tokens", type=int, default=MAX_NEW)
+    p.add_argument("--results", type=Path, default=RESULTS / "grpo.json")
+    p.add_argument("--child", choices=SIDES)
     p.add_argument("--trl-settings", default=None, help="child only: JSON of TRL GRPOConfig settings")
     p.add_argument("--trl-sweep", action="store_true", help="time TRL under each TRL_SWEEP setting instead")
     p.add_argument("--out")
     args = p.parse_args()
+    MODEL, PROMPTS, GROUP, MAX_NEW = args.model, args.prompts, args.group, args.max_new_tokens
+    shape = [f"--model={MODEL}", f"--prompts={PROMPTS}", f"--group={GROUP}", f"--max-new-tokens={MAX_NEW}"]
     if args.child:
         import torch
 
@@ -238,7 +257,7 @@ def main() -> None:
         if args.child == "trl":
             result = run_trl(args.steps, args.warmup, json.loads(args.trl_settings) if args.trl_settings else None)
         else:
-            result = run_tempering(args.steps, args.warmup)
+            result = run_tempering(args.steps, args.warmup, lora=args.child == "tempering")
         Path(args.out).write_text(json.dumps(result, default=str))
         return
     if args.trl_sweep:
@@ -257,6 +276,7 @@ def main() -> None:
                         f"--warmup={args.warmup}",
                         f"--threads={args.threads}",
                         f"--trl-settings={json.dumps(settings)}",
+                        *shape,
                     ],
                     check=True,
                 )
@@ -284,8 +304,11 @@ def main() -> None:
             )
         )
         return
+    sides = args.sides.split(",")
+    if "trl" not in sides or "tempering" not in sides or set(sides) - set(SIDES):
+        p.error(f"--sides needs tempering and trl, from {', '.join(SIDES)}; got {args.sides!r}")
     runs = {}
-    for name in ("tempering", "trl"):
+    for name in sides:
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             cmd = [
                 sys.executable,
@@ -297,6 +320,7 @@ def main() -> None:
                 f"--steps={args.steps}",
                 f"--warmup={args.warmup}",
                 f"--threads={args.threads}",
+                *shape,
             ]
             print(f"running {name} ...", flush=True)
             subprocess.run(cmd, check=True)
@@ -311,7 +335,9 @@ def main() -> None:
     result = {
         "benchmark": "grpo",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "model": "smollm2-135m-instruct + LoRA r16 all-linear",
+        "model": f"{MODEL} + LoRA r16 all-linear"
+        + (" (tempering_full: full parameters)" if "tempering_full" in runs else ""),
+        "device": ours["device"],
         "task": "builtin:arithmetic ops=+ (train split)",
         "reward": "examples/grpo_arith.yaml composite (correct + strict + 0.25 close + 0.5 close_bare)",
         "prompts_per_step": PROMPTS,
@@ -328,15 +354,24 @@ def main() -> None:
         "tempering_engine": "BatchingEngine (EngineSettings() default: continuous batching)",
         "trl_settings": TRL_FASTEST,
         "trl_settings_swept": [s for s in TRL_SWEEP],
-        "machine_note": "2 shared cores; run under /work/bench.lock while other agents' work ran at nice 19",
+        "machine_note": (
+            "2 shared cores; run under /work/bench.lock while other agents' work ran at nice 19"
+            if ours["device"] == "cpu"
+            else "one GPU, the sides one after the other"
+        ),
         "ratio_completions_per_s": ratio,
+        "ratio_completions_per_s_full_vs_trl_lora": (
+            runs["tempering_full"]["completions_per_s"] / peer["completions_per_s"]
+            if "tempering_full" in runs
+            else None
+        ),
         "target_ratio": 3.0,
         "ratio_time_to_reward_0_5": t_ratio,
         "target_time_ratio": 2.0,
         "runs": runs,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "grpo.json").write_text(json.dumps(result, indent=1, default=str))
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(result, indent=1, default=str))
     print(f"\nGRPO, {PROMPTS}x{GROUP} per step, <= {MAX_NEW} new tokens, precision {ours['precision']}")
     print(f"{'':12}{'compl/s':>10}{'s/step':>10}{'steps->0.5':>12}{'s->0.5':>10}  rewards")
     for name, r in runs.items():

@@ -20,6 +20,11 @@ Every side generates for the same 32 requests, so the tokens/s compare like for 
     time, when that package is installed and a Q8_0 GGUF can be made (else the reason).
 
     python bench/throughput/inference.py [--max-new-tokens 64] [--precision bf16] [--quantize int8 --out FILE]
+        [--model DIR] [--levels 1,32,256] [--hf-requests 16]
+
+On a GPU every side runs on it. With more requests in flight than the 32 prompts, the prompts
+repeat (each request still decodes on its own). `--hf-requests N` times HF `generate` one at a
+time over the first N requests only (its tokens/s does not depend on how many wait).
 
 Writes bench/results/inference.json (or --out) and prints a summary. With --quantize int8
 every side runs the weight-only int8 copy (bench/results/inference_int8.json).
@@ -81,7 +86,11 @@ def hf_one_at_a_time(model, prompts, max_new_tokens: int, eos: int, pad: int) ->
     for p in prompts:
         with torch.no_grad():
             out = model.generate(
-                torch.tensor([p]), do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad
+                torch.tensor([p], device=model.device),
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=eos,
+                pad_token_id=pad,
             )
         tokens += out.shape[1] - len(p)
     seconds = time.perf_counter() - t0
@@ -194,6 +203,8 @@ def main() -> None:
         default="none",
         help="int8: every side runs the weight-only int8 copy (models/quantize.py)",
     )
+    p.add_argument("--model", default=MODEL, help="alias or model directory")
+    p.add_argument("--hf-requests", type=int, default=None, help="time HF generate over the first N requests")
     p.add_argument("--out", type=Path, default=RESULTS / "inference.json")
     args = p.parse_args()
 
@@ -206,8 +217,9 @@ def main() -> None:
     from tempering.rollout.engine import HFEngine
 
     dtype = {"bf16": "bfloat16", "fp32": "float32"}[args.precision]
-    model, tokenizer = load_model(MODEL, dtype=dtype), load_tokenizer(MODEL)
-    model.eval()
+    model, tokenizer = load_model(args.model, dtype=dtype), load_tokenizer(args.model)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device).eval()
     if args.quantize == "int8":
         from tempering.models.quantize import quantize_int8
 
@@ -215,7 +227,8 @@ def main() -> None:
     levels = [int(x) for x in args.levels.split(",")]
     batching = BatchingEngine(model, tokenizer, precision=args.precision, max_slots=max(levels), max_len=512)
     static = HFEngine(model, tokenizer, precision=args.precision)
-    prompts = [batching.chat_prompt([{"role": "user", "content": q}]) for q in QUESTIONS][: max(levels)]
+    questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(max(levels))]
+    prompts = [batching.chat_prompt([{"role": "user", "content": q}]) for q in questions]
     greedy = SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
 
@@ -226,7 +239,7 @@ def main() -> None:
 
     load_before = os.getloadavg()
     print(f"HF generate, {len(prompts)} requests one at a time ...", flush=True)
-    hf = hf_one_at_a_time(model, prompts, args.max_new_tokens, eos, pad)
+    hf = hf_one_at_a_time(model, prompts[: args.hf_requests], args.max_new_tokens, eos, pad)
     print(f"  {hf['tokens_per_s']:.1f} tokens/s", flush=True)
     runs: dict = {"hf_generate_one_at_a_time": hf, "batching_engine": {}, "hf_engine_static_batch": {}}
     for c in levels:
@@ -246,7 +259,8 @@ def main() -> None:
     result = {
         "benchmark": "inference",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "model": MODEL,
+        "model": args.model,
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "precision": args.precision,
         "precision_note": f"weights loaded in {dtype} on every side; greedy decoding",
         "quantize": args.quantize,

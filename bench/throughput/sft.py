@@ -9,8 +9,13 @@ the timed steps after warm-up; MFU is model FLOPs (6N + attention, bench/_shared
 second against matmul peaks measured in this same run.
 
     python bench/throughput/sft.py [--steps 4] [--warmup 2] [--batch 8] [--max-length 512] [--examples 96]
+        [--model DIR] [--sides tempering,tempering_compiled,trl] [--results FILE]
 
-Writes bench/results/sft.json and prints a table.
+On a GPU every side trains on it (Tempering's Trainer and TRL both take the GPU when there is
+one) and the peak is the GPU's bf16 matmul. `--model` takes any model directory, e.g. a
+random-weight shape from bench/_shared/model_shapes.py (bench/gpu/run.sh does this).
+
+Writes bench/results/sft.json (or --results) and prints a table.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.paths import RESULTS, cpu_name  # noqa: E402
+
+SIDES = ("tempering", "tempering_compiled", "trl")
 
 
 def run_tempering(
@@ -122,7 +129,7 @@ def child(args: argparse.Namespace) -> None:
     from _shared.sft_data import make_bench_conversations
     from tempering.models.load import resolve_model
 
-    model_dir = resolve_model("smollm2-135m-instruct")
+    model_dir = resolve_model(args.model)
     conversations = make_bench_conversations(args.examples, seed=0)
     common = (model_dir, conversations, args.max_length, args.batch, args.steps, args.warmup)
     if args.child == "trl":
@@ -139,7 +146,11 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--max-length", type=int, default=512)
     p.add_argument("--examples", type=int, default=96)
-    p.add_argument("--child", choices=["tempering", "tempering_compiled", "trl"])
+    p.add_argument("--model", default="smollm2-135m-instruct", help="alias or model directory")
+    p.add_argument("--sides", default=",".join(SIDES), help="comma-separated, from " + ", ".join(SIDES))
+    p.add_argument("--peak-seconds", type=float, default=3.0)
+    p.add_argument("--results", type=Path, default=RESULTS / "sft.json")
+    p.add_argument("--child", choices=SIDES)
     p.add_argument("--out")
     args = p.parse_args()
     if args.child:
@@ -152,19 +163,25 @@ def main() -> None:
     from tempering.models.load import load_model, load_tokenizer
     from tempering.models.precision import resolve_precision
 
+    sides = args.sides.split(",")
+    if "trl" not in sides or not set(sides) & {"tempering", "tempering_compiled"} or set(sides) - set(SIDES):
+        p.error(f"--sides needs trl and a tempering side, from {', '.join(SIDES)}; got {args.sides!r}")
     runs = {}
-    for name in ("tempering", "tempering_compiled", "trl"):
+    for name in sides:
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             cmd = [sys.executable, __file__, "--child", name, "--out", out.name] + [
-                f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("child", "out")
+                f"--{k.replace('_', '-')}={v}"
+                for k, v in vars(args).items()
+                if k not in ("child", "out", "sides", "results")
             ]
             print(f"running {name} ...", flush=True)
             subprocess.run(cmd, check=True)
             runs[name] = json.loads(Path(out.name).read_text())
-    bf16_peak = measure_bf16_matmul_peak(3.0)
-    fp32_peak = measure_bf16_matmul_peak(3.0, dtype=torch.float32)
-    model = load_model("smollm2-135m-instruct")
-    tok = load_tokenizer("smollm2-135m-instruct")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    bf16_peak = measure_bf16_matmul_peak(args.peak_seconds, device=device)
+    fp32_peak = measure_bf16_matmul_peak(args.peak_seconds, dtype=torch.float32, device=device)
+    model = load_model(args.model)
+    tok = load_tokenizer(args.model)
     lengths = [
         len(tok.apply_chat_template(c["messages"], tokenize=True, return_dict=True)["input_ids"])
         for c in make_bench_conversations(args.examples, seed=0)
@@ -178,15 +195,16 @@ def main() -> None:
         r["mfu_vs_bf16_peak"] = achieved / bf16_peak
         r["mfu_vs_peak_of_precision_used"] = achieved / used_peak
     # Headline: Tempering's best setting vs TRL's best; both Tempering settings are reported.
-    best = max(("tempering", "tempering_compiled"), key=lambda n: runs[n]["real_tokens_per_s"])
+    ours = [n for n in sides if n != "trl"]
+    best = max(ours, key=lambda n: runs[n]["real_tokens_per_s"])
     ratio = runs[best]["real_tokens_per_s"] / runs["trl"]["real_tokens_per_s"]
-    ratios = {
-        n: runs[n]["real_tokens_per_s"] / runs["trl"]["real_tokens_per_s"] for n in ("tempering", "tempering_compiled")
-    }
+    ratios = {n: runs[n]["real_tokens_per_s"] / runs["trl"]["real_tokens_per_s"] for n in ours}
     result = {
         "benchmark": "sft",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "model": "smollm2-135m-instruct (full params)",
+        "model": f"{args.model} (full params)",
+        "model_parameters": sum(p.numel() for p in model.parameters()),
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "batch": args.batch,
         "max_length": args.max_length,
         "timed_steps": args.steps,
@@ -196,6 +214,7 @@ def main() -> None:
         "cpu": cpu_name(),
         "native_bf16": precision == "bf16",
         "bf16_matmul_peak_gflops": bf16_peak / 1e9,
+        "peak_device": device,
         "fp32_matmul_peak_gflops": fp32_peak / 1e9,
         "model_flops_per_token": flops_per_token,
         "ratio_real_tokens_per_s": ratio,
@@ -204,8 +223,8 @@ def main() -> None:
         "target_ratio": 2.0,
         "runs": runs,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "sft.json").write_text(json.dumps(result, indent=1, default=str))
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(result, indent=1, default=str))
     print(
         f"\nSFT throughput, batch {args.batch}, max length {args.max_length}, precision {precision}, "
         f"peaks bf16 {bf16_peak / 1e9:.1f} / fp32 {fp32_peak / 1e9:.1f} GFLOP/s"

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (and Ray); none on this machine")
 
 

@@ -51,6 +51,12 @@ def serve(
     log_text: bool = typer.Option(
         False, "--log-text", help="Keep request and response text (feedback export needs it)."
     ),
+    capture_tokens: bool = typer.Option(
+        False,
+        "--capture-tokens",
+        help="Keep prompt and sampled token ids with log-probs (needs --log-text); "
+        "`temper feedback export --trajectories` writes them as agent episodes.",
+    ),
     rate_limit: int = typer.Option(600, min=1, help="Requests per minute per key (default for keys without one)."),
     max_tokens: int = typer.Option(256, min=1, help="Default and largest max_tokens."),
     arena_prompts: Optional[Path] = typer.Option(
@@ -89,6 +95,7 @@ def serve(
         registry=registry,
         canary_share=canary_share,
         log_text=log_text,
+        capture_tokens=capture_tokens,
         rate_limit=rate_limit,
         max_tokens=max_tokens,
         arena_prompts=arena_prompts,
@@ -181,15 +188,33 @@ def keys_revoke(name: str = typer.Argument(..., help="Key name or id."), state: 
 
 
 @feedback_app.command("export")
-def feedback_export(out_path: Path = typer.Option(..., "--out", help="JSONL to write."), state: Path = STATE) -> None:
-    """Feedback with its request and answer as JSONL for the pipeline's `feedback` stage (`served`)."""
+def feedback_export(
+    out_path: Optional[Path] = typer.Option(None, "--out", help="JSONL of feedback rows to write."),
+    trajectories: Optional[Path] = typer.Option(
+        None,
+        "--trajectories",
+        help="JSONL of served chat episodes, token-exact (a deployment with --capture-tokens), for agent training.",
+    ),
+    state: Path = STATE,
+) -> None:
+    """Feedback with its request and answer as JSONL for the pipeline's `feedback` stage (`served`);
+    `--trajectories`: every captured conversation as a trainable episode (docs/serve.md)."""
     from tempering.atomic import write_jsonl_atomic
-    from tempering.serve.exports import feedback_rows
+    from tempering.serve.exports import feedback_rows, trajectory_rows
 
-    rows, skipped = feedback_rows(_store(state))
-    write_jsonl_atomic(out_path, rows, sidecar=True)
-    note = f" ({skipped} without stored text skipped: serve with --log-text)" if skipped else ""
-    out.print(f"wrote {len(rows)} feedback row(s) to {out_path}{note}")
+    if out_path is None and trajectories is None:
+        fail("nothing to export: pass --out FEEDBACK.jsonl, --trajectories EPISODES.jsonl, or both")
+    store = _store(state)
+    if out_path is not None:
+        rows, skipped = feedback_rows(store)
+        write_jsonl_atomic(out_path, rows, sidecar=True)
+        note = f" ({skipped} without stored text skipped: serve with --log-text)" if skipped else ""
+        out.print(f"wrote {len(rows)} feedback row(s) to {out_path}{note}")
+    if trajectories is not None:
+        episodes = trajectory_rows(store)
+        write_jsonl_atomic(trajectories, episodes, sidecar=True)
+        note = "" if episodes else " (none captured: serve with --log-text --capture-tokens)"
+        out.print(f"wrote {len(episodes)} episode(s) to {trajectories}{note}")
 
 
 @arena_app.command("export")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -77,3 +77,20 @@ class RunSettings(Strict):
         if problem is not None:
             raise ValueError(problem)
         return v
+
+    @model_validator(mode="after")
+    def _memory_levers_fit_the_model(self) -> Any:
+        # every training config has `train:` (TrainSettings) and most a `lora:` section
+        train = getattr(self, "train", None)
+        if getattr(train, "fsdp", False) and getattr(self, "lora", None) is not None:
+            raise ValueError(
+                "train.fsdp shards full-parameter training; set lora: null, or drop fsdp (LoRA's "
+                "trainable weights are small: plain data-parallel training suits it)"
+            )
+        if getattr(train, "fsdp", False) and getattr(train, "compile", False):
+            raise ValueError("train.fsdp with train.compile is not supported yet; drop one of them")
+        if getattr(train, "fsdp", False) and getattr(train, "keep_best", None):
+            raise ValueError(
+                "train.fsdp with train.keep_best is not supported yet (the best weights are sharded); drop one of them"
+            )
+        return self
