@@ -30,8 +30,7 @@ def test_a_standalone_eval_is_recorded_in_the_project_registry(tmp_path, tiny_di
     tasks = tmp_path / "dates.jsonl"
     tasks.write_text(
         "".join(
-            json.dumps({"id": f"d{i}", "prompt": f"2024-01-0{i}?", "verifier": {"type": "exact", "answer": "x"}})
-            + "\n"
+            json.dumps({"id": f"d{i}", "prompt": f"2024-01-0{i}?", "verifier": {"type": "exact", "answer": "x"}}) + "\n"
             for i in range(1, 4)
         )
     )

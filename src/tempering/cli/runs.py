@@ -51,9 +51,8 @@ REGISTRY = typer.Option(
 def open_registry(root: Path, registry: Optional[str]) -> Registry:
     """The registry a command reads; one-line errors for a missing file or an unreachable server."""
 
-    from tempering.runs.registry import Registry, RegistryError  # SQLAlchemy: imported only when used
-
     from tempering.runs import default_registry
+    from tempering.runs.registry import Registry, RegistryError  # SQLAlchemy: imported only when used
 
     where, why = (registry, "--registry") if registry is not None else default_registry(root)
     err.print(f"[dim]registry: {redacted(where)} ({why})[/dim]")

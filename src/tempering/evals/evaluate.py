@@ -153,7 +153,6 @@ def evaluate_model(
         EvalError: the model cannot be found or loaded, or the configured engine cannot run here.
         SuiteError: a suite cannot be run (no computable metric, no task could be scored).
     """
-    import torch
 
     from tempering.evals.cache import default_cache_dir, model_dir_hash
     from tempering.evals.leakage import contaminated_rows, training_lineage
