@@ -55,13 +55,14 @@ def open_registry(root: Path, registry: Optional[str]) -> Registry:
     from tempering.runs.registry import Registry, RegistryError  # SQLAlchemy: imported only when used
 
     where, why = (registry, "--registry") if registry is not None else default_registry(root)
-    err.print(f"[dim]registry: {redacted(where)} ({why})[/dim]")
     if "://" not in str(where) and not Path(where).is_file():
-        fail(f"no registry at {where}{_elsewhere(root)}")
+        fail(f"no registry at {where} ({why}){_elsewhere(root)}")
     try:
-        return Registry(where)
+        opened = Registry(where)
     except RegistryError as exc:
         fail(str(exc))
+    err.print(f"[dim]registry: {redacted(where)} ({why})[/dim]")
+    return opened
 
 
 def redacted(location: str) -> str:

@@ -165,7 +165,6 @@ def evaluate_model(
     warn, log = warn or (lambda _: None), log or (lambda _: None)
     for suite in suites:  # every task row and verifier spec is checked before any model loads
         suite.task_list  # noqa: B018
-    set_threads(threads, log)
     lineage = training_lineage(model)
     for recorded in lineage.missing:
         warn(f"training input {recorded} is gone; it could not be scanned")
@@ -205,6 +204,7 @@ def evaluate_model(
                 )
         except (ModelNotFound, EngineUnavailable) as exc:
             raise EvalError(str(exc)) from None
+        set_threads(threads, log)  # after the model loaded: a bad model spec stays a one-line error
         try:
             model_hash = model_dir_hash(model) + ("" if quantize == "none" else f"+{quantize}")
         except ModelNotFound:  # a hub id: the runner hashes the loaded weights instead

@@ -286,10 +286,9 @@ def _seed(seed: int, threads: int | str | None) -> None:
     import torch
 
     from tempering.models.threads import set_threads
-    from tempering.train.metrics import console
 
     torch.manual_seed(seed)
-    set_threads(threads, log=lambda line: console.print(f"[dim]{line}[/dim]"))
+    set_threads(threads)  # the trainer and the eval log the choice, once their model has loaded
 
 
 def _check_resume(spec: StageSpec, run_dir: Path, registry: Registry) -> StageResult | None:
