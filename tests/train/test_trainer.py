@@ -258,3 +258,12 @@ def test_guard_spike_rule_only_for_positive_losses_and_never_for_policy_gradient
         pg.record_good(loss)
     assert pg.check(6.0, 1.0) == "loss_spike" and pg.check(6.0, 1.0, spikes=False) is None
     assert pg.check(float("nan"), 1.0, spikes=False) == "nonfinite_loss"
+
+
+def test_a_resumed_run_keeps_the_first_loss_of_its_first_attempt(tmp_path):
+    seen = []
+    with pytest.raises(Killed):
+        make_trainer(tmp_path, steps=8, callbacks=[lambda step, record: seen.append(record["loss"]), kill_at(6)]).fit()
+    result = make_trainer(tmp_path, steps=8).fit()
+    assert result.resumed_from == 5 and len(result.losses) == 3  # steps 6, 7, 8 of this attempt
+    assert result.loss_first == seen[0] and result.loss_first != result.losses[0]

@@ -8,20 +8,58 @@ One module per command group: `train` (every training command), `data`, `eval`, 
 from __future__ import annotations
 
 import os
+import sys
+from typing import Any
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from tempering.cli import train
 from tempering.cli.chat import chat
 from tempering.cli.data import data_app
 from tempering.cli.eval import eval_app, verify
 from tempering.cli.pipeline import demo, run_pipeline_cmd
-from tempering.cli.runs import export, lineage, model_app, release_app, runs_app, traj
+from tempering.cli.runs import export, init, lineage, model_app, release_app, runs_app, traj
 from tempering.cli.serve import arena_app, feedback_app, keys_app, serve
 from tempering.sandbox.cli import app as sandbox_app
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-app = typer.Typer(help="Tempering: post-training for open-weight language models.", no_args_is_help=True)
+
+VERBOSE = ("--verbose", "-v")
+
+
+class VerboseAnywhere(TyperGroup):
+    """`temper`'s command group: `--verbose` / `-v` count wherever they stand (`temper sft c.yaml
+    -v` as `temper -v sft c.yaml`), up to a `--` that ends the options."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        flags = [a for a in args[:end] if a in VERBOSE]
+        rest = [a for a in args[:end] if a not in VERBOSE] + args[end:]
+        return super().parse_args(ctx, flags[:1] + rest)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; Ctrl-C prints how to go on and exits 130 at once. A plain exit would
+        first wait for worker threads (a rollout sampling ahead, scoring pools) to finish their
+        work, tens of seconds; whatever must be written is written by then (checkpoints and
+        registry rows are atomic, and `run_stage` marks the run interrupted as the exception passes)."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            from tempering.cli.common import err
+
+            err.print(
+                "[yellow]interrupted; rerun the same command to resume (runs resume from their last checkpoint)[/yellow]"
+            )
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+
+
+app = typer.Typer(
+    cls=VerboseAnywhere, help="Tempering: post-training for open-weight language models.", no_args_is_help=True
+)
 
 
 def quiet_libraries(verbose: bool) -> None:
@@ -82,6 +120,7 @@ for _name, _command in (
     ("chat", chat),
     ("run", run_pipeline_cmd),
     ("lineage", lineage),
+    ("init", init),
     ("serve", serve),
 ):
     app.command(_name)(_command)

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tempering.cli.common import fail
+from tempering.cli.common import err, fail
 from tempering.config import DEFAULT_MODEL
 from tempering.runs import REGISTRY_ENV, REGISTRY_FILE
 
@@ -51,17 +51,38 @@ REGISTRY = typer.Option(
 def open_registry(root: Path, registry: Optional[str]) -> Registry:
     """The registry a command reads; one-line errors for a missing file or an unreachable server."""
 
+    from tempering.runs import default_registry
     from tempering.runs.registry import Registry, RegistryError  # SQLAlchemy: imported only when used
 
-    where: Any = registry
-    if where is None and not os.environ.get(REGISTRY_ENV):
-        where = root / REGISTRY_FILE
-    if where is not None and "://" not in str(where) and not Path(where).is_file():
-        fail(f"no registry at {where}")
+    where, why = (registry, "--registry") if registry is not None else default_registry(root)
+    if "://" not in str(where) and not Path(where).is_file():
+        fail(f"no registry at {where} ({why}){_elsewhere(root)}")
     try:
-        return Registry(where) if where is not None else Registry.open(root)
+        opened = Registry(where)
     except RegistryError as exc:
         fail(str(exc))
+    err.print(f"[dim]registry: {redacted(where)} ({why})[/dim]")
+    return opened
+
+
+def redacted(location: str) -> str:
+    """A registry location to print: a URL without its password."""
+    if "://" not in location:
+        return location
+    from sqlalchemy.engine import make_url
+
+    return make_url(location).render_as_string(hide_password=True)
+
+
+def _elsewhere(root: Path) -> str:
+    """A hint naming registries under `root` (a pipeline's own run root keeps one)."""
+    found = sorted(str(p) for p in Path(root).glob(f"**/{REGISTRY_FILE}"))[:5] if Path(root).is_dir() else []
+    hint = f"; registries under {root}: {', '.join(found)} (pass --registry FILE)" if found else ""
+    from tempering.runs import project_registry
+
+    return hint + (
+        "; `temper init` makes one registry for every run of this project" if project_registry() is None else ""
+    )
 
 
 def _when(t: float | None) -> str:
@@ -468,3 +489,23 @@ def model_resolve(spec: str = typer.Argument(DEFAULT_MODEL)) -> None:
         print(resolve_model(spec))
     except ModelNotFound as exc:
         fail(str(exc))
+
+
+# ---------------------------------------------------------------------------------------- init
+def init(
+    directory: Path = typer.Argument(Path("."), help="The project root (default: the working directory)."),
+) -> None:
+    """Make DIRECTORY a project: every run, pipeline stage, eval, release and command started in it
+    or below shares one registry, DIRECTORY/.tempering/registry.sqlite ($TEMPERING_REGISTRY wins)."""
+    from tempering.runs import PROJECT_DIR, project_registry
+
+    enclosing = project_registry(directory)
+    if enclosing is not None and enclosing.parent.parent != directory.resolve():
+        fail(f"{directory} is inside the project {enclosing.parent.parent} already (its registry: {enclosing})")
+    (directory / PROJECT_DIR).mkdir(parents=True, exist_ok=True)
+    from tempering.runs.registry import Registry
+
+    Registry(directory / PROJECT_DIR / REGISTRY_FILE).close()  # created now: commands find it before any run
+    out.print(f"project {directory.resolve()}: registry {directory.resolve() / PROJECT_DIR / REGISTRY_FILE}")
+    if os.environ.get(REGISTRY_ENV):
+        err.print(f"[yellow]note: ${REGISTRY_ENV} is set and wins over the project registry[/yellow]")

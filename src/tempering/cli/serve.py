@@ -42,7 +42,7 @@ def serve(
     registry: Optional[str] = typer.Option(
         None,
         help="Release registry (SQLite file or PostgreSQL URL); "
-        "default: $TEMPERING_REGISTRY if set, else none (serve --model).",
+        "default: $TEMPERING_REGISTRY, else the project's (`temper init`), else none (serve --model).",
     ),
     model: Optional[str] = typer.Option(
         None, help="Model served when no release is production (default smollm2-135m-instruct)."
@@ -73,12 +73,17 @@ def serve(
 
     import uvicorn
 
-    from tempering.runs import REGISTRY_ENV
+    from tempering.runs import REGISTRY_ENV, default_registry, project_registry
     from tempering.serve.config import ServeConfig
 
-    registry = registry or os.environ.get(REGISTRY_ENV)
+    if registry is None and (os.environ.get(REGISTRY_ENV) or project_registry() is not None):
+        registry = default_registry()[0]  # $TEMPERING_REGISTRY, else the project's (`temper init`)
     if registry and "://" not in registry and not Path(registry).is_file():
         fail(f"no registry at {registry}")
+    if registry:
+        from tempering.cli.runs import redacted
+
+        err.print(f"[dim]registry: {redacted(registry)}[/dim]")
     if arena_prompts is not None and not arena_prompts.is_file():
         fail(f"no arena prompts file at {arena_prompts}")
     if quantize not in ("none", "int8"):

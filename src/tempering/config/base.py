@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -18,6 +18,10 @@ Paths = Annotated[list[str], BeforeValidator(_one_or_many)]
 
 
 """File paths: a list, or one path as a plain string."""
+
+Threads = Annotated[int, Field(ge=1)] | Literal["auto"] | None
+"""torch intra-op threads: "auto" (the cores free now: usable cores minus the load average,
+at least 1; `models/threads.py`), a count, or null (torch's default)."""
 
 
 class Strict(BaseModel):

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tempering.config.base import DEFAULT_MODEL, Paths, RunSettings, Strict
+from tempering.config.base import DEFAULT_MODEL, Paths, RunSettings, Strict, Threads
 from tempering.config.grpo import TaskSourceSettings
 from tempering.config.sampling import EngineSettings, HFEngineSettings, SamplingSettings
 
@@ -115,8 +115,8 @@ class StratifyConfig(RunSettings):
     """auto: bf16 only where it is native, else fp32."""
     engine: HFEngineSettings = EngineSettings(kind="hf")
     """The engine that samples (default: the static-batch HFEngine; docs/inference.md)."""
-    threads: int | None = Field(None, ge=1)
-    """torch intra-op threads (None: torch's default)."""
+    threads: Threads = "auto"
+    """torch intra-op threads: "auto" (the cores free now: usable cores minus the load average), a count, or null (torch's default)."""
 
 
 class FeedbackConfig(RunSettings):
@@ -168,5 +168,5 @@ class SynthConfig(RunSettings):
     """auto: bf16 only where it is native, else fp32."""
     engine: HFEngineSettings = EngineSettings(kind="hf")
     """The engine that samples (default: the static-batch HFEngine; docs/inference.md)."""
-    threads: int | None = Field(None, ge=1)
-    """torch intra-op threads (None: torch's default)."""
+    threads: Threads = "auto"
+    """torch intra-op threads: "auto" (the cores free now: usable cores minus the load average), a count, or null (torch's default)."""

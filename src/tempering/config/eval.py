@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from tempering.config.base import DEFAULT_MODEL, Strict
+from tempering.config.base import DEFAULT_MODEL, Strict, Threads
 from tempering.config.sampling import EngineSettings, ScaleSettings
 from tempering.config.train import TrackerName
 
@@ -30,8 +30,8 @@ class EvalConfig(Strict):
     """At most this many tasks per task source (a subset, so its own suite hash)."""
     cache: bool = True
     """Reuse results cached under <tempering cache>/evals for the same model, suite and settings."""
-    threads: int | None = Field(None, ge=1)
-    """torch intra-op threads (None: torch's default)."""
+    threads: Threads = "auto"
+    """torch intra-op threads: "auto" (the cores free now: usable cores minus the load average), a count, or null (torch's default)."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """auto: bf16 only where it is native, else fp32."""
     engine: EngineSettings = EngineSettings()

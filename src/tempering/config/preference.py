@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from tempering.config.base import DEFAULT_MODEL, Paths, RunSettings, Strict
+from tempering.config.base import DEFAULT_MODEL, Paths, RunSettings, Strict, Threads
 from tempering.config.grpo import TaskSourceSettings
 from tempering.config.sampling import EngineSettings, HFEngineSettings, SamplingSettings
 from tempering.config.train import LoraSettings, TrainSettings
@@ -104,8 +104,8 @@ class PairsConfig(RunSettings):
     """Tasks per generation batch (progress advances per batch)."""
     output: str
     """The pair JSONL file to write (replaced)."""
-    threads: int | None = Field(None, ge=1)
-    """torch intra-op threads (None: torch's default)."""
+    threads: Threads = "auto"
+    """torch intra-op threads: "auto" (the cores free now: usable cores minus the load average), a count, or null (torch's default)."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """auto: bf16 only where it is native, else fp32."""
     engine: HFEngineSettings = EngineSettings(kind="hf")

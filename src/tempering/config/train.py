@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from tempering.config.base import Paths, Strict
+from tempering.config.base import Paths, Strict, Threads
 
 TrackerName = Literal["tensorboard", "mlflow", "trackio", "wandb"]
 """The experiment trackers `loggers` may name (train/trackers.py)."""
@@ -131,8 +131,8 @@ class TrainSettings(Strict):
     """bf16 autocast or plain fp32; "auto" = bf16 where the hardware runs it natively (GPU, AMX CPU)."""
     seed: int = 0
     """Seeds data order, initialisation of adapters and sampling."""
-    threads: int | None = None
-    """torch intra-op threads (None: torch's default)."""
+    threads: Threads = "auto"
+    """torch intra-op threads: "auto" (the cores free now: usable cores minus the load average), a count, or null (torch's default)."""
     compile: bool = False
     """torch.compile each decoder layer (dynamic shapes): ~1 min once, then faster steps."""
     gradient_checkpointing: bool = False

@@ -65,7 +65,8 @@ def evaluate_config(
     extra_suites: Sequence[SuiteResult] = (),
     extra_records: Sequence[dict[str, Any]] = (),
 ) -> EvalResults:
-    """Run an EvalConfig: its suites on its model, outputs under `cfg.out` (see `evaluate_model`).
+    """Run an EvalConfig: its suites on its model, outputs under `cfg.out` (see `evaluate_model`),
+    the eval recorded in the model's registry (`evals/record.py`).
 
     Raises:
         EvalError, SuiteError: as `evaluate_model` and `load_suites`; EvalError also for a
@@ -95,6 +96,9 @@ def evaluate_config(
     )
     if cfg.loggers:
         track_results(cfg, results)
+    from tempering.evals.record import record_eval_results
+
+    record_eval_results(results, cfg.out, log or (lambda _: None))  # so `temper lineage` shows it
     return results
 
 
@@ -125,7 +129,7 @@ def evaluate_model(
     *,
     first_seed: int = 0,
     cache: bool = True,
-    threads: int | None = None,
+    threads: int | str | None = "auto",
     precision: str = "auto",
     engine_settings: EngineSettings | None = None,
     scale: ScaleSettings | None = None,
@@ -149,20 +153,18 @@ def evaluate_model(
         EvalError: the model cannot be found or loaded, or the configured engine cannot run here.
         SuiteError: a suite cannot be run (no computable metric, no task could be scored).
     """
-    import torch
 
     from tempering.evals.cache import default_cache_dir, model_dir_hash
     from tempering.evals.leakage import contaminated_rows, training_lineage
     from tempering.evals.runner import run_suite_samples
     from tempering.models.load import ModelNotFound, load_model, load_tokenizer, resolve_model
     from tempering.models.precision import resolve_precision
+    from tempering.models.threads import set_threads
     from tempering.rollout.select import EngineUnavailable, build_engine, check_engine
 
     warn, log = warn or (lambda _: None), log or (lambda _: None)
     for suite in suites:  # every task row and verifier spec is checked before any model loads
         suite.task_list  # noqa: B018
-    if threads:
-        torch.set_num_threads(threads)
     lineage = training_lineage(model)
     for recorded in lineage.missing:
         warn(f"training input {recorded} is gone; it could not be scanned")
@@ -202,6 +204,7 @@ def evaluate_model(
                 )
         except (ModelNotFound, EngineUnavailable) as exc:
             raise EvalError(str(exc)) from None
+        set_threads(threads, log)  # after the model loaded: a bad model spec stays a one-line error
         try:
             model_hash = model_dir_hash(model) + ("" if quantize == "none" else f"+{quantize}")
         except ModelNotFound:  # a hub id: the runner hashes the loaded weights instead

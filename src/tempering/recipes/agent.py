@@ -220,6 +220,6 @@ def _expert_sft(
         "examples": len(kept),
         "too_long": len(examples) - len(kept),
         "steps": result.steps,
-        "loss_first": result.losses[0] if result.losses else None,
+        "loss_first": result.loss_first,  # of the first attempt, kept across resumes
         "loss_last": result.losses[-1] if result.losses else None,
     }

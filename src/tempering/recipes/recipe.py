@@ -217,7 +217,7 @@ def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Compone
         "loss_plot": str(plot) if plot else None,
         "resumed_from": result.resumed_from,
         "guard": result.counts,
-        "train_loss_first": result.losses[0] if result.losses else None,
+        "train_loss_first": result.loss_first,  # of the first attempt, kept across resumes
         "train_loss_last": result.losses[-1] if result.losses else None,
         recipe.before_key: before,
         recipe.after_key: after,

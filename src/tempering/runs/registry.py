@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from tempering.hashing import sha256_file as file_sha256
-from tempering.runs import REGISTRY_ENV, REGISTRY_FILE, migrate, schema
+from tempering.runs import REGISTRY_ENV, REGISTRY_FILE, migrate, project_registry, schema
 from tempering.runs.schema import SCHEMA_VERSION, metadata, run_inputs, run_outputs, runs, schema_version
 
 __all__ = ["SCHEMA_VERSION", "Registry", "RegistryError", "Input", "LineageRow", "describe_input", "read_marker",
@@ -179,11 +179,16 @@ class Registry:
     @classmethod
     def open(cls, where: str | Path | None = None) -> Registry:
         """The registry for `where`: a URL as given; else `$TEMPERING_REGISTRY` if set; else the
-        SQLite file `where/registry.sqlite` (`where` defaults to `runs`; a file path is used as is)."""
+        project's registry (a `.tempering/` dir at or above the working directory, `temper init`);
+        else the SQLite file `where/registry.sqlite` (`where` defaults to `runs`; a file path is
+        used as is). So every run, pipeline stage and command of a project shares one registry."""
         if where is not None and is_url(where):
             return cls(where)
         if os.environ.get(REGISTRY_ENV):
             return cls(os.environ[REGISTRY_ENV])
+        found = project_registry()
+        if found is not None:
+            return cls(found)
         path = Path(where if where is not None else "runs")
         return cls(path if path.is_file() or path.suffix in (".sqlite", ".db") else path / REGISTRY_FILE)
 

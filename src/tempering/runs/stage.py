@@ -75,7 +75,7 @@ class StageSpec:
     base_model: str | None
     steps: int                     # the target step count (a finished run has reached it)
     seed: int = 0
-    threads: int | None = None
+    threads: int | str | None = None  # a `threads` setting: a count, "auto" or None
     force: bool = False            # resume even when the config changed
 
 
@@ -282,12 +282,13 @@ def _run_body(stage: Stage, tell: Any) -> Iterator[Stage]:
         raise
 
 
-def _seed(seed: int, threads: int | None) -> None:
+def _seed(seed: int, threads: int | str | None) -> None:
     import torch
 
+    from tempering.models.threads import set_threads
+
     torch.manual_seed(seed)
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads)  # the trainer and the eval log the choice, once their model has loaded
 
 
 def _check_resume(spec: StageSpec, run_dir: Path, registry: Registry) -> StageResult | None:

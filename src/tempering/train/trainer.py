@@ -23,6 +23,7 @@ from tempering.batches import Batch
 from tempering.config import TrainSettings
 from tempering.models.checkpointing import enable_checkpointing
 from tempering.models.precision import autocast, resolve_precision
+from tempering.models.threads import set_threads
 from tempering.train import distributed, fsdp
 from tempering.train.checkpoint import (
     CheckpointError,
@@ -78,6 +79,8 @@ class TrainResult:
     seconds: float = 0.0
     resumed_from: int | None = None
     history: list[dict] = field(default_factory=list)
+    loss_first: float | None = None
+    """The loss of the run's first step, kept across resumes (`losses` holds this attempt's)."""
     stopped_early: str | None = None
 
 
@@ -151,8 +154,6 @@ class Trainer:
     ):
         from accelerate import Accelerator
 
-        if settings.threads:
-            torch.set_num_threads(settings.threads)
         # Under torchrun: data-parallel over the process group (train/distributed.py).
         self.world = distributed.init()
         if getattr(batches, "shard", (0, 1)) != (self.world.rank, self.world.size):
@@ -164,6 +165,7 @@ class Trainer:
         # wrapped in DDP: gradients are summed across ranks after the backward passes.
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
         self.console = console if self.world.main else quiet_console
+        set_threads(settings.threads, log=lambda line: self.console.print(f"[dim]{line}[/dim]"))
         self.settings, self.objective, self.batches = settings, objective, batches
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
@@ -180,6 +182,7 @@ class Trainer:
         self.metrics = MetricsLog(metrics, settings.loggers, config, lineage) if self.world.main else NoMetrics(metrics)
         self.consumed = ConsumedLog(self.run_dir / "consumed.jsonl" if self.world.main else None)
         self.step, self.lr_scale, self.real_tokens = 0, 1.0, 0
+        self.loss_first: float | None = None  # the run's first step's loss, saved in each checkpoint
         self.stop_reason: str | None = None
         self.precision = resolve_precision(settings.precision)
         procs = f" x {self.world.size} processes" if self.world.size > 1 else ""
@@ -220,6 +223,7 @@ class Trainer:
             "real_tokens": self.real_tokens,
             "world_size": self.world.size,
             "consumed_steps": self.consumed.count,  # lines of consumed.jsonl this checkpoint covers
+            "loss_first": self.loss_first,
         }
 
     def save(self) -> Path:
@@ -264,6 +268,7 @@ class Trainer:
             self.batches.load_state_dict(state["data"])
             self.guard.load_state_dict(state["guard"])
             self.real_tokens = state["real_tokens"]
+            self.loss_first = state.get("loss_first")
         return state
 
     def _at_boundary(self) -> bool:
@@ -441,6 +446,8 @@ class Trainer:
                     continue
                 record["skipped_total"] = self.guard.counts["skipped"]
                 losses.append(record["loss"])
+                if self.loss_first is None:
+                    self.loss_first = record["loss"]
                 history.append(record)
                 if self.step % self.settings.log_every == 0:
                     self.metrics.write(record)
@@ -467,5 +474,6 @@ class Trainer:
             time.perf_counter() - t_start,
             resumed,
             history,
+            self.loss_first,
             self.stop_reason,
         )
