@@ -62,6 +62,7 @@ from tempering.config.sampling import (
 )
 from tempering.config.sft import SFTConfig
 from tempering.config.train import (
+    ChatTemplateSetting,
     CheckpointSettings,
     DataSettings,
     GuardSettings,
@@ -81,6 +82,7 @@ __all__ = [
     "declared_paths",
     "set_dotted",
     "load_config",
+    "ChatTemplateSetting",
     "LoraSettings",
     "ReplaySettings",
     "DataSettings",

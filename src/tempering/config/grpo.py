@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 
 from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict
 from tempering.config.sampling import EngineSettings, SamplingSettings, ScaleSettings
-from tempering.config.train import LoraSettings, TrainSettings
+from tempering.config.train import ChatTemplateSetting, LoraSettings, TrainSettings
 
 # The shape of a task source name (`sources.registry` refuses any other): a word, then optionally
 # ":" and an argument. Such values are never paths, so the loader keeps them as given.
@@ -132,7 +132,7 @@ class HeldoutSettings(SamplingSettings):
     """Held-out evaluations compared for the divergence alarm."""
 
 
-class GRPOConfig(RunSettings):
+class GRPOConfig(ChatTemplateSetting, RunSettings):
     """`temper grpo CONFIG.yaml`: RL with verifiable rewards."""
 
     model: str = DEFAULT_MODEL

@@ -9,7 +9,7 @@ from pydantic import Field
 from tempering.config.base import DEFAULT_MODEL, Paths, RunSettings, Strict, Threads
 from tempering.config.grpo import TaskSourceSettings
 from tempering.config.sampling import EngineSettings, HFEngineSettings, SamplingSettings
-from tempering.config.train import LoraSettings, TrainSettings
+from tempering.config.train import ChatTemplateSetting, LoraSettings, TrainSettings
 from tempering.numbers import BARE_NUMBER_PATTERN
 
 
@@ -47,7 +47,7 @@ class PreferenceSettings(Strict):
     step with adapters disabled."""
 
 
-class DPOConfig(RunSettings):
+class DPOConfig(ChatTemplateSetting, RunSettings):
     """`temper dpo CONFIG.yaml`: preference optimisation (DPO, IPO, SimPO) on preference pairs."""
 
     model: str = DEFAULT_MODEL

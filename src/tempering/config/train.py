@@ -170,3 +170,17 @@ class TrainSettings(Strict):
         if self.steps is None:
             raise ValueError("train.epochs has not been turned into steps yet")
         return self.steps
+
+
+class ChatTemplateSetting(Strict):
+    """The `chat_template` key of the training configs that render chats (SFT, DPO, GRPO)."""
+
+    path_fields = ("chat_template",)
+
+    chat_template: str | None = None
+    """Replaces the model's chat template: a Jinja file, or the template inline (it holds `{`);
+    recorded with the run's inputs and saved with the trained model."""
+
+    @classmethod
+    def names_no_file(cls, field: str, value: str) -> bool:
+        return "{" in value  # an inline template, not a path

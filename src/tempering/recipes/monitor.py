@@ -54,10 +54,29 @@ class EvalMonitor:
         self.best: dict[str, float] | None = None  # {"step", "value"} of the best model saved
         self.stale = 0  # evaluations since the early-stopping metric last improved
         self.watched_best: float | None = None
+        self.replayed: int | None = None  # evaluations read back from metrics.jsonl, once
+
+    def _replay(self, step: int) -> int:
+        """Take up the best value and the stale count from the `eval` events logged before `step`
+        (written before a kill; the ones at or after `step` belong to steps done again)."""
+        if not self.metrics_path.is_file():
+            return 0
+        rows = [json.loads(line) for line in self.metrics_path.read_text().splitlines() if '"eval"' in line]
+        earlier = [r for r in rows if r.get("event") == "eval" and r["step"] < step]
+        for row in earlier:
+            values = {k: v for k, v in row.items() if k not in ("event", "step")}
+            self.history.append({"step": row["step"], **values})
+            metric = self.settings.keep_best
+            if metric in values and (self.best is None or _better(metric, values[metric], self.best["value"], 0.0)):
+                self.best = {"step": row["step"], "value": values[metric]}
+            self._early_stop(row["step"], values, replay=True)
+        return len(earlier)
 
     def __call__(self, step: int, record: dict) -> None:
         if self.settings.eval_every is None or step % self.settings.eval_every:
             return
+        if self.replayed is None:  # a resumed run: the evaluations before this step count too
+            self.replayed = self._replay(step)
         values = eval_metrics(self.measure())
         for metric in (self.settings.keep_best, getattr(self.settings.early_stopping, "metric", None)):
             if metric is not None and metric not in values:
@@ -81,16 +100,16 @@ class EvalMonitor:
             self.best = {"step": step, "value": value}
             self.save_best(step)
 
-    def _early_stop(self, step: int, values: dict[str, float]) -> None:
+    def _early_stop(self, step: int, values: dict[str, float], replay: bool = False) -> None:
         rule = self.settings.early_stopping
-        if rule is None:
+        if rule is None or rule.metric not in values:
             return
         value = values[rule.metric]
         if self.watched_best is None or _better(rule.metric, value, self.watched_best, rule.min_delta):
             self.watched_best, self.stale = value, 0
             return
         self.stale += 1
-        if self.stale >= rule.patience:
+        if self.stale >= rule.patience and not replay:
             self.stop(
                 f"early stopping: {rule.metric} did not improve by more than {rule.min_delta} in "
                 f"{rule.patience} evaluations (best {self.watched_best:.4g})"

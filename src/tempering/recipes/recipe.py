@@ -27,7 +27,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager
 
-from tempering.runs.stage import StageSpec, run_stage
+from tempering.runs.stage import StageSpec, input_list, run_stage
 
 
 @dataclass
@@ -91,9 +91,11 @@ class TrainingRecipe:
     def stage(self, cfg: Any, force: bool = False) -> StageSpec:
         """The stage a config describes: its inputs with their roles."""
         t = cfg.train
+        template = getattr(cfg, "chat_template", None)  # a template file is an input like the data
+        inputs = self.inputs(cfg) + (input_list([(template, "chat_template")]) if template else [])
         return StageSpec(
-            self.kind, cfg.out, cfg.name, cfg.model_dump(), self.inputs(cfg), self.base_model(cfg), t.steps or 0,
-            t.seed, t.threads, force,
+            self.kind, cfg.out, cfg.name, cfg.model_dump(), inputs, self.base_model(cfg), t.steps or 0, t.seed,
+            t.threads, force,
         )  # fmt: skip
 
 

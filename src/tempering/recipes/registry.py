@@ -129,7 +129,7 @@ def _builtins() -> None:
             "tempering.recipes.grpo:run_grpo",
             "RL with verifiable rewards (GRPO family): sample, verify, update.",
             "examples/grpo_arith.yaml",
-            inputs=("tasks.source", "heldout.tasks.source"),
+            inputs=("tasks.source", "heldout.tasks.source", "chat_template"),
             set_example="grpo.group_size=4",
         ),
         Registration(
@@ -147,7 +147,7 @@ def _builtins() -> None:
             "tempering.recipes.dpo:run_dpo",
             "Preference optimisation on prompt/chosen/rejected pairs; the run summary JSON is the last line.",
             "examples/dpo.yaml",
-            inputs=("data.train", "data.eval"),
+            inputs=("data.train", "data.eval", "chat_template"),
             flags=(Flag("loss", "dpo.loss", "dpo | ipo | simpo (overrides dpo.loss)."),),
             set_example="dpo.loss=ipo",
         ),

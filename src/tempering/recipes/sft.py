@@ -99,7 +99,7 @@ def tokens_per_s(cfg: Any, data: Any, parts: Components, result: Any) -> dict[st
 SFT = TrainingRecipe(
     "sft",
     base_model=lambda cfg: cfg.model,
-    inputs=lambda cfg: data_inputs(cfg.data) + input_list([(t, "chat_template")] if (t := cfg.chat_template) else []),
+    inputs=lambda cfg: data_inputs(cfg.data),
     train_files=lambda cfg: sft_files(cfg.data),
     prepare=lambda cfg, tokenizer: prepare_sft_data(cfg.data, tokenizer, cfg.train.seed),
     components=_components,
