@@ -72,7 +72,7 @@ SIZES = {
         "peak_s": "0.2",
         "torchrun_steps": "2",
         # Wide: a dry run checks that every step runs, not how fast, and may share a small CPU with
-        # other work (about 3 minutes in all on a quiet 2-core host; 10x that under a load of 20).
+        # other work (measured: ~16 minutes in all on 2 cores under a load average of ~19).
         "budget_s": 3600,
         "timeouts": {
             **{"prepare": 300, "pytest": 300, "sft_large": 600, "sft_default": 600, "grpo": 900, "decode": 400},
