@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
@@ -44,7 +44,6 @@ class Step:
     timeout_s: int
     result: str | None = None
     skip_reason: str | None = None  # set: the step is recorded as skipped with this reason
-    env: dict[str, str] = field(default_factory=dict)
 
 
 # Sizes of each step: a GPU run (<= ~8 minutes on an H200) and a CPU dry run (tiny models, few steps).
@@ -120,6 +119,35 @@ def steps(mode: str, work: Path, tokenizer: str | None) -> list[Step]:
             t["pytest"],
         ),
         Step(
+            "decode",
+            [
+                f"{bench}/throughput/inference.py",
+                "--model",
+                models["default"],
+                "--out",
+                str(work / "decode.json"),
+                *size["decode"],
+            ],
+            t["decode"],
+            "decode.json",
+        ),
+        Step(
+            "torchrun",
+            [
+                f"{bench}/gpu/distributed_check.py",
+                "--model",
+                models["default"],
+                "--steps",
+                size["torchrun_steps"],
+                "--out",
+                str(work / "torchrun.json"),
+                "--timeout",
+                str(t["torchrun"] // 2 - 5),
+            ],
+            t["torchrun"],
+            "torchrun.json",
+        ),
+        Step(
             "sft_large",
             [
                 f"{bench}/throughput/sft.py",
@@ -169,35 +197,6 @@ def steps(mode: str, work: Path, tokenizer: str | None) -> list[Step]:
             ],
             t["grpo"],
             "grpo.json",
-        ),
-        Step(
-            "decode",
-            [
-                f"{bench}/throughput/inference.py",
-                "--model",
-                models["default"],
-                "--out",
-                str(work / "decode.json"),
-                *size["decode"],
-            ],
-            t["decode"],
-            "decode.json",
-        ),
-        Step(
-            "torchrun",
-            [
-                f"{bench}/gpu/distributed_check.py",
-                "--model",
-                models["default"],
-                "--steps",
-                size["torchrun_steps"],
-                "--out",
-                str(work / "torchrun.json"),
-                "--timeout",
-                str(t["torchrun"] // 2 - 5),
-            ],
-            t["torchrun"],
-            "torchrun.json",
         ),
         Step(
             "ray_engine_replica",
@@ -252,7 +251,6 @@ def run_step(step: Step, timeout_s: float, log) -> dict:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, **step.env},
             cwd=ROOT,
         )
         try:
