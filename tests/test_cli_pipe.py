@@ -44,3 +44,21 @@ def test_not_on_a_terminal_it_prints_one_line_per_event():
     assert lines[0] == "[base] running cccccccccccc"
     assert lines[1] == "[base] suite arithmetic: 10/24 tasks"
     assert lines[2].startswith("[base] failed in 0m00s cccccccccccc EvalError: no model")
+
+
+def test_a_piped_dry_run_prints_every_run_dir_whole(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from tempering.cli import app
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    root = tmp_path / ("a-run-root-deep-enough-that-its-run-dirs-outgrow-eighty-columns" * 2)
+    pipeline = Path(__file__).resolve().parents[1] / "examples" / "pipeline.yaml"
+    res = CliRunner().invoke(app, ["run", str(pipeline), "--dry-run", "--out", str(root)])
+    assert res.exit_code == 0, res.output
+    import re
+
+    whole = re.findall(rf"{re.escape(str(root.resolve()))}/(\w+)-([0-9a-f]+)\b", res.stdout)
+    assert [(stage, len(digest)) for stage, digest in whole] == [("baseline", 12), ("synth", 12)], res.stdout

@@ -6,7 +6,8 @@ temp file is renamed over the target (`os.replace`, atomic on POSIX within one
 filesystem). A reader sees the old file or the new one, never half of one; a crash or an
 exception leaves the target as it was and removes the temp file. Parent directories are
 created. (Checkpoint and converted-model *directories* are published the same way, by
-rename, in `train.checkpoint` and `models.load`; their files are fsynced with `fsync_file`.)
+rename: `train.checkpoint` for checkpoints, `publish_dir` here for converted models; their files
+are fsynced with `fsync_file`.)
 
 JSON Lines are written by `AtomicJsonl` / `write_jsonl_atomic`, which also hash the bytes
 as they go: the sha256 is always returned, and with `sidecar=True` it is also written to
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -124,3 +126,22 @@ def write_jsonl_atomic(path: str | Path, rows: Iterable[Any], *, sidecar: bool) 
             writer.write(row)
     assert writer.sha256 is not None
     return writer.rows, writer.sha256
+
+
+@contextmanager
+def publish_dir(out: Path) -> Iterator[Path]:
+    """A temp dir beside `out`, renamed to `out` when the block succeeds (removed when it fails).
+
+    A converted model appears whole or not at all; when another process published `out`
+    first, theirs is kept (it is as good as ours)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        os.rename(tmp, out)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -87,7 +87,10 @@ def test_file_errors_still_name_the_file(tmp_path):
     with pytest.raises(ConfigError, match=r"sft.yaml:\d+: invalid YAML"):
         load_config(SFTConfig, path)
     path = write_cfg(tmp_path / "sft.yaml", optimiser=1)
-    with pytest.raises(ConfigError, match=r"^.*sft.yaml: optimiser: Extra inputs are not permitted$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^.*sft.yaml: optimiser: Extra inputs are not permitted \(allowed: out, name, model, lora, data, train\)$",
+    ):
         load_config(SFTConfig, path, ["train.steps=3"])
     with pytest.raises(ConfigError, match="nope.yaml: config file not found"):
         load_config(SFTConfig, tmp_path / "nope.yaml")
@@ -146,3 +149,24 @@ def test_the_shipped_config_classes_declare_the_data_paths_of_every_command():
     assert declared == {c: ("train", "eval") for c in declared}
     assert ReplaySettings.path_fields == ("data",) and TaskSourceSettings.path_fields == ("source",)
     assert GRPOConfig.path_fields == () and SFTConfig.path_fields == ()
+
+
+def test_an_unknown_key_gets_the_closest_allowed_key_of_its_section(tmp_path):
+    path = write_cfg(tmp_path / "sft.yaml")
+    with pytest.raises(ConfigError, match=r"--set 'train.stpes=3': train.stpes: .*; did you mean 'steps'\?$"):
+        load_config(SFTConfig, path, ["train.stpes=3", "train.steps=3"])
+    with pytest.raises(ConfigError, match=r"lora.alhpa: .*; did you mean 'alpha'\?$"):
+        load_config(SFTConfig, path, ["lora.alhpa=4"])
+
+
+def test_dry_run_and_the_run_refuse_the_same_run_names(tmp_path):
+    from tempering.runs.stage import InvalidRunName, validate_run_name
+
+    path = write_cfg(tmp_path / "sft.yaml")
+    for name in ("../escape", ".hidden", "a b", "x" * 129):
+        with pytest.raises(InvalidRunName) as refused:
+            validate_run_name(name)
+        with pytest.raises(ConfigError) as at_load:  # what `--dry-run` loads, before any run dir exists
+            load_config(SFTConfig, path, literal={"name": name})
+        assert str(at_load.value).endswith(f"name: {refused.value}")
+    assert load_config(SFTConfig, path, literal={"name": "sft-a.v2_1"}).name == "sft-a.v2_1"

@@ -65,7 +65,7 @@ def test_parquet_rows_are_numbered(tmp_path):
     pq.write_table(table, tmp_path / "d.parquet")
     result = load_rows([str(tmp_path / "d.parquet")])
     assert result.summary() == {"rows": 3, "valid": 2, "quarantined": 1}
-    assert str(result.errors[0]) == f"{tmp_path / 'd.parquet'}:2: no assistant turn (nothing to learn from)"
+    assert str(result.errors[0]) == f"{tmp_path / 'd.parquet'}: row 2: no assistant turn (nothing to learn from)"
 
 
 def test_data_validate_cli_reports_and_exits_nonzero(tmp_path):
@@ -116,6 +116,23 @@ def test_more_bad_shapes_are_quarantined_not_crashes(tmp_path):
     result = load_rows([str(path)])
     assert result.summary() == {"rows": 3, "valid": 1, "quarantined": 2}
     assert "first non-system turn is the assistant's" in result.errors[0].reason
-    assert str(result.errors[1]).startswith(f"{path}:2: messages.0.name")
+    assert str(result.errors[1]).startswith(f"{path}:{result.errors[1].location.split()[-1][:-1]} (element 2): ")
+    assert result.errors[1].location.startswith("element 2 (line ") and "messages.0.name" in result.errors[1].reason
     calls = result.records[0].value.messages[1].tool_calls
     assert [(c.name, c.arguments) for c in calls] == [("ls", {"d": "/"}), ("cat", {"f": "x"})]
+
+
+def test_json_array_rows_are_placed_by_element_and_the_line_they_start_on(tmp_path):
+    path = tmp_path / "rows.json"
+    bad = {"messages": [{"role": "user", "content": "only a question"}]}
+    path.write_text(json.dumps([GOOD, bad, GOOD, bad], indent=2))  # pretty-printed: GOOD spans 12 lines, bad 8
+    result = load_rows([str(path)])
+    assert [e.location for e in result.errors] == ["element 2 (line 14)", "element 4 (line 34)"]
+    assert str(result.errors[0]) == f"{path}:14 (element 2): no assistant turn (nothing to learn from)"
+    assert path.read_text().splitlines()[13].strip() == "{"  # line 14 is where element 2 opens
+    compact = tmp_path / "compact.json"
+    compact.write_text(json.dumps([GOOD, bad]))
+    assert str(load_rows([str(compact)]).errors[0]).startswith(f"{compact}:1 (element 2): ")
+    table = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist([GOOD, {"messages": bad["messages"]}]), table)
+    assert str(load_rows([str(table)]).errors[0]).startswith(f"{table}: row 2: ")

@@ -65,7 +65,7 @@ def test_json_array_file_is_read_row_by_row(tmp_path):
     path.write_text(json.dumps([GOOD, {"messages": []}, GOOD], indent=2))
     result = load_rows([str(path)])
     assert result.summary() == {"rows": 3, "valid": 2, "quarantined": 1}
-    assert str(result.errors[0]) == f"{path}:2: 'messages' must be a non-empty list"
+    assert str(result.errors[0]) == f"{path}:14 (element 2): 'messages' must be a non-empty list"
     # a single object is one row; a .json file holding JSON Lines is read as lines
     (tmp_path / "one.json").write_text(json.dumps(GOOD))
     assert load_rows([str(tmp_path / "one.json")]).summary()["valid"] == 1

@@ -124,3 +124,13 @@ def test_bad_input_is_one_line(tmp_path):
     assert res.exit_code == 2 and "samples.jsonl:2: not JSON" in res.stderr
     res = CliRunner().invoke(app, ["eval", "show", str(tmp_path), "--limit", "-1"])
     assert res.exit_code == 2 and "--limit" in res.stderr
+
+
+def test_a_suite_or_task_not_in_the_run_is_an_error_listing_those_there(tmp_path):
+    d = run_dir(tmp_path)
+    suites = sorted({r["suite"] for r in ROWS})
+    res = CliRunner().invoke(app, ["eval", "show", str(d), "--suite", "nosuch"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.stderr.strip() == f"error: --suite 'nosuch': not in {d} (suites there: {', '.join(suites)})"
+    res = CliRunner().invoke(app, ["eval", "show", str(d), "--task", "zz-9"])
+    assert res.exit_code == 2 and "task ids there: " in res.stderr and "a-1" in res.stderr

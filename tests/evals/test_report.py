@@ -194,3 +194,42 @@ def test_print_table_keeps_every_column_when_piped():
         assert cell in text, cell
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) > 80
+
+
+def assert_titles_inside(fig) -> None:
+    """Every axes title of `fig`, as laid out for the PNG, lies inside the figure (nothing clipped)."""
+    fig.draw_without_rendering()
+    box = fig.bbox
+    titles = [t for ax in fig.axes for t in (ax.title, ax._left_title, ax._right_title) if t.get_text()]
+    for t in titles:
+        ext = t.get_window_extent()
+        assert box.x0 <= ext.x0 and ext.x1 <= box.x1 and box.y0 <= ext.y0 and ext.y1 <= box.y1, (
+            t.get_text(),
+            ext,
+            box,
+        )
+
+
+def test_chart_titles_fit_their_charts(tmp_path, monkeypatch):
+    from tempering.evals import report
+
+    drawn, real_img = [], report._img
+
+    def keep(fig, alt):  # the real rendering, and the figure kept to measure
+        drawn.append(fig)
+        return real_img(fig, alt)
+
+    def one_metric(model: str, improved: bool) -> EvalResults:  # the narrowest chart, a long suite name
+        suite = public_suite(model, improved)
+        suite = suite.model_copy(
+            update={"suite": "date-normalisation-four-formats", "metrics": {"accuracy": suite.metrics["accuracy"]}}
+        )
+        return EvalResults(model=model, suites=[suite, private_suite(model)])
+
+    monkeypatch.setattr(report, "_img", keep)
+    render_report(one_metric("cand-7", True), tmp_path, compare=one_metric("base-0", False))
+    assert len(drawn) >= 4  # one per suite, stability, paraphrase, truncation
+    titled = [fig for fig in drawn if any(ax.get_title() for ax in fig.axes)]
+    assert len(titled) >= 3  # the suites' charts and the stability panels
+    for fig in titled:
+        assert_titles_inside(fig)

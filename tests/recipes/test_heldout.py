@@ -109,3 +109,23 @@ def test_grpo_without_heldout_tasks_holds_out_a_recorded_split_of_its_training_t
     assert len(held) == 5 and len(train) == 35 and not {t.id for t in held} & {t.id for t in train}
     record = json.loads((tmp_path / "heldout" / "split.json").read_text())
     assert record["heldout_ids"] == [t.id for t in held] and record["seed"] == cfg.train.seed
+
+
+def test_configured_heldout_chat_tasks_overlap_training_only_when_their_messages_do(tmp_path):
+    """Tasks given as `messages` (no `prompt`) are compared by their conversation, not by a None prompt."""
+
+    def chat_task(i: int, text: str) -> Task:
+        return Task(id=f"c{i}", messages=[{"role": "user", "content": text}], verifier={"type": "exact", "answer": "x"})
+
+    held_file = write_jsonl(tmp_path / "held.jsonl", [chat_task(9, "held out").model_dump(exclude_none=True)])
+    cfg = GRPOConfig.model_validate(
+        {
+            "tasks": {"source": "builtin:arithmetic"},
+            "train": {"steps": 1},
+            "heldout": {"tasks": {"source": str(held_file)}},
+        }
+    )
+    train, held = heldout_tasks(cfg, [chat_task(0, "train a"), chat_task(1, "train b")], tmp_path)
+    assert [t.id for t in held] == ["c9"] and len(train) == 2
+    with pytest.raises(ValueError, match="1 held-out prompts also appear"):
+        heldout_tasks(cfg, [chat_task(0, "held out")], tmp_path)

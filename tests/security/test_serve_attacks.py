@@ -39,8 +39,8 @@ def deployment(tiny_models, tmp_path_factory):
     text logging on and two keys; yields (url, alice, bob, app)."""
     root = tmp_path_factory.mktemp("deployment")
     releases = Releases(Registry(root / "registry.sqlite"))
-    for model in tiny_models:
-        releases.promote(model, gate=PASSED)
+    for model, alias in zip(tiny_models, ("production", "candidate")):  # the arena pairs live releases
+        releases.promote(model, gate=PASSED, alias=alias)
     prompts = root / "prompts.txt"
     prompts.write_text("\n".join(ARENA_PROMPTS) + "\n")
     cfg = ServeConfig(

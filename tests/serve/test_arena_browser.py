@@ -22,8 +22,9 @@ SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img_arena.png"
 @pytest.fixture()
 def arena_server(tiny_models, tmp_path):
     releases = Releases(Registry(tmp_path / "registry.sqlite"))
-    for model in tiny_models:  # v1: tool-call answers, v2: "The answer is 4."
-        releases.promote(model, gate={"passed": True, "rules": []})
+    # v1 (production): tool-call answers, v2 (candidate): "The answer is 4."; the arena pairs live releases
+    for model, alias in zip(tiny_models, ("production", "candidate")):
+        releases.promote(model, gate={"passed": True, "rules": []}, alias=alias)
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("What is 2+2?\n")
     app = create_app(

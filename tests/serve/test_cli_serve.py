@@ -47,3 +47,63 @@ def test_exports_of_an_empty_deployment(tmp_path):
     res = runner.invoke(app, ["arena", "export", "--out", str(tmp_path / "v.jsonl"), "--state", state])
     assert res.exit_code == 0 and "wrote 0 pair(s)" in res.output
     assert (tmp_path / "v.jsonl").read_text() == ""
+
+
+def test_serve_on_a_port_in_use_fails_before_it_announces_or_writes_anything(tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        state = tmp_path / "dep"
+        res = runner.invoke(app, ["serve", "--port", str(port), "--state", str(state), "--model", "no-such-model"])
+    assert res.exit_code == 2 and "Traceback" not in res.output and "serving" not in res.output
+    assert res.stderr.strip() == (
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use (another server there? choose another --port)"
+    )
+    assert not state.exists()
+
+
+def test_serve_with_a_model_that_cannot_load_leaves_no_deployment(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    state = tmp_path / "dep"
+    res = runner.invoke(app, ["serve", "--port", "0", "--state", str(state), "--model", str(tmp_path / "nothing")])
+    assert res.exit_code == 2 and "Traceback" not in res.output and "serving" not in res.stdout, res.output
+    assert str(tmp_path / "nothing") in res.stderr.strip().splitlines()[-1]
+    assert not state.exists()
+
+
+def test_serve_warms_up_hints_at_keys_then_announces(tiny_models, tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.serve.conftest import free_port
+
+    port, state = free_port(), tmp_path / "dep"
+    args = ["serve", "--port", str(port), "--state", str(state), "--model", str(tiny_models[1])]
+    log = tmp_path / "serve.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tempering.cli", *args], stdout=sink, stderr=sink, env=os.environ
+        )
+        try:
+            deadline, health = time.time() + 120, None
+            while time.time() < deadline and health is None:
+                try:
+                    health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).json()
+                except httpx.HTTPError:
+                    time.sleep(0.2)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    lines = log.read_text().splitlines()
+    assert health == {"status": "ok", "models": [str(tiny_models[1])]}, lines
+    warming = next(i for i, line in enumerate(lines) if "warming it up" in line)
+    hint = next(i for i, line in enumerate(lines) if f"temper keys create NAME --state {state}" in line)
+    serving = next(i for i, line in enumerate(lines) if line.startswith(f"serving {tiny_models[1]} on "))
+    assert warming < hint < serving, lines

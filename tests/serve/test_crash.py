@@ -58,8 +58,8 @@ def start_server(state, registry, port):
 def test_kill_9_loses_nothing_accepted(tiny_models, tmp_path):
     registry = tmp_path / "registry.sqlite"
     releases = Releases(Registry(registry))
-    for model in tiny_models:
-        releases.promote(model, gate={"passed": True, "rules": []})
+    for model, alias in zip(tiny_models, ("production", "candidate")):  # the arena pairs live releases
+        releases.promote(model, gate={"passed": True, "rules": []}, alias=alias)
     state = tmp_path / "state"
     created = subprocess.run(
         [sys.executable, "-m", "tempering.cli", "keys", "create", "crash", "--state", str(state)],

@@ -19,8 +19,8 @@ EXAMPLES = 8  # per route and mode
 
 def test_fuzzed_requests_get_no_500(tiny_models, tmp_path):
     releases = Releases(Registry(tmp_path / "registry.sqlite"))
-    for model in tiny_models:
-        releases.promote(model, gate={"passed": True, "rules": []})
+    for model, alias in zip(tiny_models, ("production", "candidate")):  # the arena pairs live releases
+        releases.promote(model, gate={"passed": True, "rules": []}, alias=alias)
     app = create_app(
         ServeConfig(
             state=tmp_path / "state",

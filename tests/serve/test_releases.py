@@ -44,12 +44,39 @@ def ask(client, model):
 def test_models_lists_aliases_and_versions(deployment):
     _, make = deployment
     entries = make().get("/v1/models").json()["data"]
-    assert [(e["id"], e["root"]) for e in entries] == [
-        ("production", "v1"),
-        ("candidate", "v2"),
-        ("v2", "candidate"),
-        ("v1", "production"),
+    assert [(e["id"], e["status"], e["release"]) for e in entries] == [
+        ("production", "production", "v1"),
+        ("candidate", "candidate", "v2"),
+        ("v2", "candidate", "v2"),
+        ("v1", "production", "v1"),
     ]
+    for e in entries:  # OpenAI's Model object, with no status hidden in one of its fields
+        assert {k: type(e[k]) for k in ("id", "object", "created", "owned_by")} == {
+            "id": str,
+            "object": str,
+            "created": int,
+            "owned_by": str,
+        }
+        assert e["object"] == "model" and "root" not in e
+
+
+def test_the_arena_pairs_only_live_releases(deployment, tiny_models):
+    releases, make = deployment
+    models = make().app.state.models
+    assert {r.name for r in models.release_routes()} == {"v1", "v2"}
+    releases.promote(tiny_models[1], gate=PASSED)  # v3 production: v1 is retired
+    assert [r.status for r in releases.list()] == ["production", "candidate", "retired"]
+    assert {r.name for r in models.release_routes()} == {"v3", "v2"}
+
+
+def test_startup_loads_and_runs_the_production_model_before_any_request(deployment, tiny_models):
+    _, make = deployment
+    client = make()
+    models = client.app.state.models
+    assert models.warmed is None and not models._loaded
+    with client:  # the app's startup: the server accepts requests (and /health answers) only after it
+        assert models.warmed == "v1" and list(models._loaded) == [str(tiny_models[0])]
+        assert client.get("/health").json()["status"] == "ok"
 
 
 def test_aliases_and_versions_route(deployment):

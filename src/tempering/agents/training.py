@@ -42,6 +42,7 @@ from tempering.config import GRPOPolicySettings
 from tempering.data.render import RenderedExample, render_with_mask
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, old_logprobs_for
+from tempering.types import Trajectory
 
 
 def expert_conversations(tasks: list[AgentTask], renderer: AgentRenderer, sandbox: Any) -> list[list[dict]]:
@@ -251,7 +252,6 @@ class AgentRolloutSource:
         """A group for the batch builder: the loss (and the sampled tokens) on the model's own turns."""
         trajs = [ep.trajectory for ep in group]
         prompt = trajs[0].token_ids[: trajs[0].prompt_length]
-        masks = [t.loss_mask[t.prompt_length :] for t in trajs]
         if self.step_rewards:
             width = max(1, max(len(t.completion_ids) for t in trajs))
             rewards, step_mask = step_rewards_tensor([group], width, [len(prompt)])
@@ -260,7 +260,7 @@ class AgentRolloutSource:
         else:
             rewards = torch.tensor([[t.reward.value for t in trajs]])
             advantages = grpo_advantages(rewards, scale_std=self.s.scale_std).reshape(-1)
-        return GroupRows(prompt, trajs, masks, masks, advantages)
+        return trajectory_group(trajs, advantages)
 
     def _record(self, seen: list[list[AgentEpisode]], kept: list, tier: int, batch: Any) -> None:
         eps = [ep for g in seen for ep in g]
@@ -284,6 +284,31 @@ class AgentRolloutSource:
             with open(self.store, "a") as f:
                 for ep in eps:
                     f.write(json.dumps(episode_row(ep, self.rollouts)) + "\n")
+
+
+def trajectory_group(trajs: list[Trajectory], advantages: torch.Tensor) -> GroupRows:
+    """A group of multi-turn episodes for the batch builder: the loss, and the sampled tokens,
+    on the model's own turns (`loss_mask`); they share the first one's prompt."""
+    prompt = trajs[0].token_ids[: trajs[0].prompt_length]
+    if any(t.token_ids[: t.prompt_length] != prompt for t in trajs):
+        raise ValueError("the episodes of a group must share their prompt")
+    masks = [t.loss_mask[t.prompt_length :] for t in trajs]
+    return GroupRows(prompt, trajs, masks, masks, advantages)
+
+
+def read_episodes(path: str | Path) -> list[Trajectory]:
+    """Token-exact episodes from a JSONL file of `Trajectory` rows with extra keys (the served
+    episodes of `temper feedback export --trajectories`); a bad row is a one-line error."""
+    out = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            out.append(Trajectory.model_validate({k: v for k, v in row.items() if k in Trajectory.model_fields}))
+        except (json.JSONDecodeError, ValueError) as exc:
+            raise ValueError(f"{path}:{n}: not an episode: {str(exc).splitlines()[0]}") from None
+    return out
 
 
 def episode_row(ep: AgentEpisode, rollout: int) -> dict[str, Any]:

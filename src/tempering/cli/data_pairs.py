@@ -96,7 +96,7 @@ def data_pairs(
 
 def _load_pairs_or_fail(files: List[Path], quarantine: Optional[Path]) -> tuple:
     """(pairs, locations, load result) of files; bad rows printed, quarantined if asked, counted."""
-    from tempering.data.io import NoRows, write_quarantine
+    from tempering.data.io import NoRows, where, write_quarantine
     from tempering.data.preference import load_pairs
 
     try:
@@ -112,7 +112,7 @@ def _load_pairs_or_fail(files: List[Path], quarantine: Optional[Path]) -> tuple:
     if quarantine and loaded.errors:
         write_quarantine(loaded.errors, quarantine)
     pairs = [r.value for r in loaded.records]
-    where = [f"{r.source}:{r.location.split()[-1]}" for r in loaded.records]
+    where = [where(r.source, r.location) for r in loaded.records]
     return pairs, where, loaded
 
 

@@ -217,6 +217,11 @@ def verify(
         fail(f"{task}: not UTF-8 text ({exc.reason} at byte {exc.start})")
     from tempering.sandbox import SandboxUnavailable
     from tempering.verifiers import VerifierError
+    from tempering.verifiers.base import spec_problem
+
+    problem = spec_problem(parsed.verifier)
+    if problem is not None:  # a spec no completion could be scored against
+        fail(f"{task}: {problem}")
 
     try:
         text = completion.read_text(encoding="utf-8", errors="replace")

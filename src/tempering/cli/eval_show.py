@@ -113,6 +113,11 @@ def eval_show(
         rows = read_samples(run_dir)
     except SamplesError as exc:
         fail(exc)
+    for name, value, key, plural in (("--suite", suite, "suite", "suites"), ("--task", task, "task_id", "task ids")):
+        present = sorted({str(r.get(key)) for r in rows})
+        if value is not None and value not in present:  # a typo is no empty result
+            listed = ", ".join(present[:20]) + (f", ... ({len(present)} in all)" if len(present) > 20 else "")
+            fail(f"{name} {value!r}: not in {run_dir} ({plural} there: {listed or 'none'})")
     chosen = select_samples(rows, suite, failed, task)
     shown = chosen[:limit] if limit else chosen
     if task is not None or full:

@@ -178,18 +178,22 @@ def execute(plan: Any, force: set[str] | None = None) -> Any:
 
 
 def _print_plan(rows: list[dict[str, Any]], plan: Any) -> None:
+    from rich.table import Column
+
+    from tempering.tables import print_wide
+
     table = Table(
         "stage",
         "kind",
         "hash",
         "status",
-        "run dir",
+        Column("run dir", overflow="fold"),  # a narrow terminal folds a path, never cuts it
         title=f"plan of {plan.path} (run root {plan.root})",
         title_justify="left",
     )
     for r in rows:
         table.add_row(r["stage"], r["kind"], (r["hash"] or "?")[:12], r["status"], r["run_dir"] or "")
-    Console().print(table)
+    print_wide(Console(), table)  # piped (`| cat`, CI logs): the table's natural width
 
 
 def print_outcome(result: Any, rule_prefix: str = "", json_line: bool = True) -> None:

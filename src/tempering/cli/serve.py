@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+import socket
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 from rich.console import Console
 
-from tempering.cli.common import fail, refuse_flag_keys
+from tempering.cli.common import err, fail, refuse_flag_keys
 
 out = Console(highlight=False, soft_wrap=True)
 
@@ -49,6 +51,12 @@ def serve(
     log_text: bool = typer.Option(
         False, "--log-text", help="Keep request and response text (feedback export needs it)."
     ),
+    capture_tokens: bool = typer.Option(
+        False,
+        "--capture-tokens",
+        help="Keep prompt and sampled token ids with log-probs (needs --log-text); "
+        "`temper feedback export --trajectories` writes them as agent episodes.",
+    ),
     rate_limit: int = typer.Option(600, min=1, help="Requests per minute per key (default for keys without one)."),
     max_tokens: int = typer.Option(256, min=1, help="Default and largest max_tokens."),
     arena_prompts: Optional[Path] = typer.Option(
@@ -82,6 +90,7 @@ def serve(
         registry=registry,
         canary_share=canary_share,
         log_text=log_text,
+        capture_tokens=capture_tokens,
         rate_limit=rate_limit,
         max_tokens=max_tokens,
         arena_prompts=arena_prompts,
@@ -99,12 +108,37 @@ def serve(
         fail(exc)
     from tempering.serve.app import create_app
 
+    listener = _listen(cfg.host, cfg.port)  # before anything is loaded or written: a port in use fails here
+    new_state = not Path(cfg.state).exists()
     try:
         app = create_app(cfg)
-    except (ValueError, OSError) as exc:
+        err.print("[dim]loading the model and warming it up (one short generation) ...[/dim]")
+        warmed = app.state.models.warm_up()
+    except (ValueError, OSError) as exc:  # a model that cannot load (ModelNotFound is an OSError)
+        listener.close()
+        if new_state:  # leave no half-made deployment behind
+            shutil.rmtree(cfg.state, ignore_errors=True)
         fail(exc)
-    out.print(f"serving on http://{cfg.host}:{cfg.port}/v1 (arena: /arena), state {cfg.state}")
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
+    if not any(k.revoked_at is None for k in app.state.store.keys()):
+        err.print(
+            f"[yellow]no API keys yet: every request needs one; create one with "
+            f"`temper keys create NAME --state {cfg.state}` (the secret is its last line)[/yellow]"
+        )
+    out.print(f"serving {warmed} on http://{cfg.host}:{cfg.port}/v1 (arena: /arena), state {cfg.state}")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (uvicorn serves on it), or the one-line error exit."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server there? choose another --port)")
+    return sock
 
 
 @keys_app.command("create")
@@ -149,15 +183,33 @@ def keys_revoke(name: str = typer.Argument(..., help="Key name or id."), state: 
 
 
 @feedback_app.command("export")
-def feedback_export(out_path: Path = typer.Option(..., "--out", help="JSONL to write."), state: Path = STATE) -> None:
-    """Feedback with its request and answer as JSONL for the pipeline's `feedback` stage (`served`)."""
+def feedback_export(
+    out_path: Optional[Path] = typer.Option(None, "--out", help="JSONL of feedback rows to write."),
+    trajectories: Optional[Path] = typer.Option(
+        None,
+        "--trajectories",
+        help="JSONL of served chat episodes, token-exact (a deployment with --capture-tokens), for agent training.",
+    ),
+    state: Path = STATE,
+) -> None:
+    """Feedback with its request and answer as JSONL for the pipeline's `feedback` stage (`served`);
+    `--trajectories`: every captured conversation as a trainable episode (docs/serve.md)."""
     from tempering.atomic import write_jsonl_atomic
-    from tempering.serve.exports import feedback_rows
+    from tempering.serve.exports import feedback_rows, trajectory_rows
 
-    rows, skipped = feedback_rows(_store(state))
-    write_jsonl_atomic(out_path, rows, sidecar=True)
-    note = f" ({skipped} without stored text skipped: serve with --log-text)" if skipped else ""
-    out.print(f"wrote {len(rows)} feedback row(s) to {out_path}{note}")
+    if out_path is None and trajectories is None:
+        fail("nothing to export: pass --out FEEDBACK.jsonl, --trajectories EPISODES.jsonl, or both")
+    store = _store(state)
+    if out_path is not None:
+        rows, skipped = feedback_rows(store)
+        write_jsonl_atomic(out_path, rows, sidecar=True)
+        note = f" ({skipped} without stored text skipped: serve with --log-text)" if skipped else ""
+        out.print(f"wrote {len(rows)} feedback row(s) to {out_path}{note}")
+    if trajectories is not None:
+        episodes = trajectory_rows(store)
+        write_jsonl_atomic(trajectories, episodes, sidecar=True)
+        note = "" if episodes else " (none captured: serve with --log-text --capture-tokens)"
+        out.print(f"wrote {len(episodes)} episode(s) to {trajectories}{note}")
 
 
 @arena_app.command("export")

@@ -46,12 +46,15 @@ def training_command(entry: Registration) -> Callable[..., None]:
             "train nothing, create no run."
         )
         params.append(_param("dry_run", bool, typer.Option(False, "--dry-run", help=dry_help)))
+    resume_help = "Resume from this checkpoint dir (runs/NAME/checkpoints/step-N or runs/NAME@step-N)."
+    params.append(_param("resume_from", Optional[str], typer.Option(None, "--resume-from", help=resume_help)))
     params.append(_param("force", bool, FORCE))
 
     def command(**kw: Any) -> None:
         from tempering.train.distributed import world
 
         literal = {"train.steps": kw["steps"], "out": kw["out_dir"], "name": kw["name"]}
+        literal["train.resume_from"] = kw["resume_from"]
         if model_key:
             literal[model_key] = kw[model_key.replace(".", "_")]
         literal.update({f.key: kw[f.name] for f in entry.flags})

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from tempering.config.base import DEFAULT_MODEL, Strict
 from tempering.config.sampling import EngineSettings, ScaleSettings
+from tempering.config.train import TrackerName
 
 
 class EvalConfig(Strict):
@@ -39,6 +40,9 @@ class EvalConfig(Strict):
     quantize: Literal["none", "int8"] = "none"
     """int8: evaluate the weight-only int8 copy of the model (what `temper serve --quantize int8`
     serves), so the gate can compare it with the float model."""
+    loggers: list[TrackerName] = []
+    """Experiment trackers that receive each suite's metrics, the config and the model's hash
+    (as `train.loggers`; docs/integrations_trackers.md)."""
     scale: ScaleSettings | None = None
     """Ray (docs/scale.md): sample on engine replicas and score on reward actors (each with its
     own sandbox pool) instead of in this process; same samples and scores with one replica."""

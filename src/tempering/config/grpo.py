@@ -38,6 +38,14 @@ class TaskSourceSettings(Strict):
     """builtin:arithmetic only: one template, varied training wordings, or held-out rewordings."""
     verifier: dict[str, Any] = {}
     """builtin:arithmetic only: fields merged over the tasks' verifier spec, e.g. {type: exact}."""
+    env_args: dict[str, Any] = {}
+    """verifiers:<env_id> only: keyword arguments of the environment's `load_environment`."""
+
+    @model_validator(mode="after")
+    def _env_args_fit_source(self) -> TaskSourceSettings:
+        if self.env_args and not self.source.startswith("verifiers:"):
+            raise ValueError(f"'env_args' applies to verifiers:<env_id> sources only, not {self.source!r}")
+        return self
 
     @classmethod
     def names_no_file(cls, field: str, value: str) -> bool:

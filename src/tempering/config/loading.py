@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -132,6 +133,22 @@ def _blame(loc: tuple, given: dict[str, str], path: str | Path | None) -> str:
     return str(path) if path is not None else "config"
 
 
+def _message(model: type[Strict], error: Any) -> str:
+    """pydantic's message, without its "Value error, " prefix; an unknown key gets the closest
+    allowed key of its section as a suggestion (difflib), e.g. `did you mean 'steps'?`."""
+    msg = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] != "extra_forbidden":
+        return msg
+    section: type[Strict] | None = model
+    for key in error["loc"][:-1]:
+        if section is not None and isinstance(key, str) and key in section.model_fields:
+            section = _section_class(section.model_fields[key].annotation)
+    if section is None:
+        return msg
+    close = difflib.get_close_matches(str(error["loc"][-1]), list(section.model_fields), n=1, cutoff=0.6)
+    return f"{msg}; did you mean {close[0]!r}?" if close else f"{msg} (allowed: {', '.join(section.model_fields)})"
+
+
 def load_config(
     model: type[Strict], path: str | Path | None, overrides: list[str] = (), literal: dict[str, Any] | None = None
 ) -> Any:
@@ -155,5 +172,8 @@ def load_config(
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{_blame(e['loc'], given, path)}: {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+        lines = [
+            f"{_blame(e['loc'], given, path)}: {'.'.join(map(str, e['loc']))}: {_message(model, e)}"
+            for e in exc.errors()
+        ]
         raise ConfigError(lines[0] if len(lines) == 1 else "invalid config:\n  " + "\n  ".join(lines)) from None

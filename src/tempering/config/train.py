@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tempering.config.base import Paths, Strict
+
+TrackerName = Literal["tensorboard", "mlflow", "trackio", "wandb"]
+"""The experiment trackers `loggers` may name (train/trackers.py)."""
 
 
 class LoraSettings(Strict):
@@ -36,7 +39,11 @@ class DataSettings(Strict):
     path_fields = ("train", "eval")
 
     train: Paths
-    """Training files (JSONL or Parquet with a `messages` column)."""
+    """Training files (JSONL, JSON or Parquet rows: `messages`, prompt/completion, ShareGPT, Alpaca;
+    with `format: text`, `{"text": ...}` rows)."""
+    format: Literal["chat", "text"] = "chat"
+    """`chat`: conversations, loss on assistant turns. `text`: plain `{"text": ...}` rows for
+    continued pre-training, loss on every token, long documents split at `max_length`."""
     eval: Paths = []
     """Held-out files whose loss is reported before and after training."""
     max_length: int = Field(1024, ge=8)
@@ -88,9 +95,34 @@ class CheckpointSettings(Strict):
     """Keep only the newest K checkpoints."""
 
 
+class EarlyStoppingSettings(Strict):
+    metric: str
+    """The held-out metric watched (`eval_loss`, or a GRPO held-out key such as `heldout_accuracy`);
+    a name with `loss` in it is minimised, any other maximised."""
+    patience: int = Field(3, ge=1)
+    """Stop after this many evaluations in a row without an improvement."""
+    min_delta: float = Field(0.0, ge=0)
+    """An improvement smaller than this does not count."""
+
+
 class TrainSettings(Strict):
-    steps: int = Field(ge=1)
-    """Optimizer steps to run."""
+    steps: int | None = Field(None, ge=1)
+    """Optimizer steps to run (exactly one of `steps` and `epochs`)."""
+    epochs: float | None = Field(None, gt=0)
+    """Passes over the training examples instead of `steps`: steps = ceil(epochs x examples /
+    (batch_size x grad_accum x processes)), logged at the start (SFT, DPO, RM, distill)."""
+    resume_from: str | None = None
+    """A checkpoint dir (`runs/NAME/checkpoints/step-00000040`) to resume from: weights, optimizer,
+    data position and RNG. Set by `--resume-from`; a run dir with checkpoints of its own may only
+    rewind to one of them."""
+    eval_every: int | None = Field(None, ge=1)
+    """Measure the held-out set (SFT/DPO/RM: the `data.eval` loss; GRPO: the `heldout` tasks) every
+    this many steps, as `eval` records in metrics.jsonl."""
+    keep_best: str | None = None
+    """A metric of the `eval_every` measure (`eval_loss`, `heldout_accuracy`, ...): the best
+    model by it is saved as `best/` in the run dir (model spec `runs/NAME@best`)."""
+    early_stopping: EarlyStoppingSettings | None = None
+    """Stop when the `eval_every` measure stops improving (with a checkpoint; the run counts as finished)."""
     batch_size: int = Field(8, ge=1)
     """Conversations per micro-batch (packing changes their layout, not their number)."""
     grad_accum: int = Field(1, ge=1)
@@ -103,15 +135,38 @@ class TrainSettings(Strict):
     """torch intra-op threads (None: torch's default)."""
     compile: bool = False
     """torch.compile each decoder layer (dynamic shapes): ~1 min once, then faster steps."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them
+    (transformers' own, non-reentrant): less memory at long context for ~1/3 more compute."""
+    fsdp: bool = False
+    """Shard parameters, gradients and optimizer state over the torchrun processes (FSDP2,
+    `fully_shard` per decoder layer); full-parameter training only (docs/scale.md)."""
     max_minutes: float | None = Field(None, gt=0)
     """Stop early (with a checkpoint) once training has run this long in this process."""
     log_every: int = Field(1, ge=1)
     """Write metrics every this many steps."""
-    loggers: list[Literal["tensorboard", "mlflow"]] = []
-    """Extra metric sinks, used when their package is installed."""
+    loggers: list[TrackerName] = []
+    """Experiment trackers that mirror every metrics.jsonl record, the config and the lineage
+    (`tensorboard`, `mlflow`, `trackio`, `wandb` offline; extra `tempering[trackers]`; docs/integrations_trackers.md)."""
     optim: OptimSettings = OptimSettings()
     """Optimizer (AdamW) and learning-rate schedule."""
     guard: GuardSettings = GuardSettings()
     """Anomaly guard: skip non-finite or spiking steps, roll back on repeated ones."""
     checkpoint: CheckpointSettings = CheckpointSettings()
     """How often checkpoints are written and how many are kept."""
+
+    @model_validator(mode="after")
+    def _one_length(self) -> TrainSettings:
+        if (self.steps is None) == (self.epochs is None):
+            raise ValueError("set exactly one of train.steps and train.epochs")
+        needs_eval = [k for k in ("keep_best", "early_stopping") if getattr(self, k) is not None]
+        if needs_eval and self.eval_every is None:
+            raise ValueError(f"train.{needs_eval[0]} needs train.eval_every (how often the held-out set is measured)")
+        return self
+
+    @property
+    def total_steps(self) -> int:
+        """`steps`, once set (a recipe turns `epochs` into steps before training)."""
+        if self.steps is None:
+            raise ValueError("train.epochs has not been turned into steps yet")
+        return self.steps

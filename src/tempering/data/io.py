@@ -1,13 +1,14 @@
 """Read JSONL / JSON / Parquet / saved-dataset rows, validate them, and quarantine the bad ones.
 
-Every row either becomes a validated record or a `RowError` naming file, line (JSONL) or
-row (Parquet) and the reason. Callers write errors to a quarantine file and count them;
+Every row either becomes a validated record or a `RowError` naming file, line (JSONL), element
+and the line it starts on (a JSON array) or row (Parquet) and the reason (`where`). Callers write errors to a quarantine file and count them;
 nothing is dropped silently. Blank JSONL lines are not rows.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -24,15 +25,27 @@ MESSAGE_KEYS = {"role", "content", "tool_calls", "name", "tool_call_id"}
 BOM = b"\xef\xbb\xbf"
 
 
+def where(path: str | Path, location: str) -> str:
+    """A row's place for a message: `path:7` for "line 7", `path:12 (element 3)` for an
+    element of a JSON array that starts on line 12, `path: row 7` for a Parquet row (which
+    has no line); never an element or row number shown as a line number."""
+    words = location.split()
+    if words[0] == "line":
+        return f"{path}:{words[1]}"
+    if words[0] == "element" and len(words) == 4:
+        return f"{path}:{words[3].rstrip(')')} (element {words[1]})"
+    return f"{path}: {location}"
+
+
 @dataclass
 class RowError:
     source: str
-    location: str  # "line 7" or "row 7"
+    location: str  # "line 7" (JSONL), "element 3 (line 12)" (a JSON array), "row 7" (Parquet, datasets)
     reason: str
     raw: Any = None
 
     def __str__(self) -> str:
-        return f"{self.source}:{self.location.split()[-1]}: {self.reason}"
+        return f"{where(self.source, self.location)}: {self.reason}"
 
     def to_json(self) -> dict:
         raw = self.raw if isinstance(self.raw, (str, dict, list)) else repr(self.raw)
@@ -152,8 +165,25 @@ def _json_rows(path: Path) -> Iterator[tuple[str, Any, Exception | None]]:
             yield from _jsonl_rows(data.splitlines(keepends=True))
             return
         raise ValueError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-    for i, row in enumerate(rows if isinstance(rows, list) else [rows], 1):
-        yield f"row {i}", row, None
+    if not isinstance(rows, list):
+        yield "element 1 (line 1)", rows, None
+        return
+    for i, (row, line) in enumerate(zip(rows, _element_lines(text)), 1):
+        yield f"element {i} (line {line})", row, None
+
+
+def _element_lines(text: str) -> Iterator[int]:
+    """The line each element of the (valid) JSON array `text` starts on."""
+    decoder, gap = json.JSONDecoder(), re.compile(r"[\s,]*")
+    pos, line, counted = text.index("[") + 1, 1, 0
+    while True:
+        pos = gap.match(text, pos).end()  # type: ignore[union-attr]  (matches the empty string)
+        if pos >= len(text) or text[pos] == "]":
+            return
+        line += text.count("\n", counted, pos)
+        counted = pos
+        yield line
+        _, pos = decoder.raw_decode(text, pos)
 
 
 def _dataset_dir_rows(path: Path) -> Iterator[tuple[str, Any, Exception | None]]:

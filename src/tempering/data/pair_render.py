@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tempering.data.io import LoadResult
+from tempering.data.io import LoadResult, where
 from tempering.data.preference import PreferencePair, Side
 from tempering.data.render import (
     IGNORE,
@@ -111,7 +111,7 @@ def render_pairs(loaded: LoadResult, tokenizer: Any, style: ToolCallStyle, max_l
         try:
             rendered = render_pair(tokenizer, rec.value, style)
         except TemplateError as exc:
-            raise TemplateError(f"{rec.source}:{rec.location.split()[-1]}: {exc}") from None
+            raise TemplateError(f"{where(rec.source, rec.location)}: {exc}") from None
         if rendered.length > max_length:
             loaded.reject(rec, f"over max length: {rendered.length} tokens > {max_length}", rec.value.to_row())
             continue

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tempering.data.io import LoadResult
+from tempering.data.io import LoadResult, where
 from tempering.data.toolcalls import append_tool_calls, parse_tool_calls
 from tempering.types import IGNORE  # re-exported: data code imports it from here
 
@@ -158,7 +158,7 @@ def render_records(loaded: LoadResult, tokenizer: Any, style: str, max_length: i
         try:
             ex = render_with_mask(tokenizer, rec.value.to_dicts(), style)
         except TemplateError as exc:
-            raise TemplateError(f"{rec.source}:{rec.location.split()[-1]}: {exc}") from None
+            raise TemplateError(f"{where(rec.source, rec.location)}: {exc}") from None
         if len(ex.input_ids) > max_length:
             loaded.reject(
                 rec,

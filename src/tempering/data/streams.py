@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
-from tempering.data.io import iter_rows
+from tempering.data.io import iter_rows, where
+
+__all__ = ["stream_rows", "require_jsonl", "where"]  # `where` re-exported: callers import it from here
 
 PARQUET_BATCH = 4096
 
@@ -36,8 +38,3 @@ def require_jsonl(path: str | Path) -> Path:
     if path.suffix not in (".jsonl", ".ndjson"):
         raise ValueError(f"{path}: output must be .jsonl")
     return path
-
-
-def where(path: str | Path, location: str) -> str:
-    """`path:N` for a location such as "line 7" or "row 7"."""
-    return f"{path}:{location.split()[-1]}"

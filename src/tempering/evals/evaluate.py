@@ -8,7 +8,7 @@ EvalConfig key reaches `evaluate_model` here, so the two cannot drift (a stage w
 
 Writes `<out>/results.json` (`EvalResults`), `<out>/samples.jsonl` (every generation with
 its judgement, `evals.runner.sample_record`; private suites: hashed ids, no text) and
-`<out>/report.html`. The GRPO held-out monitor writes the same files per evaluation
+`<out>/report.html`; the config's `loggers` receive each suite's metrics (`track_results`). The GRPO held-out monitor writes the same files per evaluation
 through `write_eval_outputs`, so `temper eval show` / `compare` read both alike.
 """
 
@@ -68,9 +68,16 @@ def evaluate_config(
     """Run an EvalConfig: its suites on its model, outputs under `cfg.out` (see `evaluate_model`).
 
     Raises:
-        EvalError, SuiteError: as `evaluate_model` and `load_suites`.
+        EvalError, SuiteError: as `evaluate_model` and `load_suites`; EvalError also for a
+            tracker in `cfg.loggers` that cannot run here.
     """
-    return evaluate_model(
+    from tempering.train.trackers import TrackerUnavailable, require_trackers
+
+    try:  # before the model loads: a tracker that cannot run stops the eval here
+        require_trackers(cfg.loggers)
+    except TrackerUnavailable as exc:
+        raise EvalError(f"loggers: {exc}") from None
+    results = evaluate_model(
         cfg.model,
         load_suites(cfg),
         cfg.out,
@@ -86,6 +93,29 @@ def evaluate_config(
         extra_suites=extra_suites,
         extra_records=extra_records,
     )
+    if cfg.loggers:
+        track_results(cfg, results)
+    return results
+
+
+def track_results(cfg: EvalConfig, results: EvalResults) -> None:
+    """Each suite's metrics (mean and interval, as `<suite>/<metric>[/low|/high]`) to the trackers
+    `cfg.loggers` names, with the config as parameters and the model and suite hashes as tags."""
+    from tempering.train.trackers import open_trackers
+
+    lineage = {"kind": "eval", "model": results.model, "out": str(Path(cfg.out).resolve())}
+    scalars: dict[str, float] = {}
+    for s in results.suites:
+        lineage[f"suite.{s.suite}.hash"] = s.suite_hash
+        if s.model_hash:
+            lineage["model_hash"] = s.model_hash
+        for name, m in s.metrics.items():
+            for key, value in ((name, m.mean), (f"{name}/low", m.low), (f"{name}/high", m.high)):
+                if value is not None:
+                    scalars[f"{s.suite}/{key}"] = float(value)
+    for tracker in open_trackers(cfg.loggers, Path(cfg.out), cfg.model_dump(mode="json"), lineage):
+        tracker.log_metrics(scalars, 0)
+        tracker.close()
 
 
 def evaluate_model(
@@ -129,6 +159,8 @@ def evaluate_model(
     from tempering.rollout.select import EngineUnavailable, build_engine, check_engine
 
     warn, log = warn or (lambda _: None), log or (lambda _: None)
+    for suite in suites:  # every task row and verifier spec is checked before any model loads
+        suite.task_list  # noqa: B018
     if threads:
         torch.set_num_threads(threads)
     lineage = training_lineage(model)

@@ -192,6 +192,7 @@ def _header(results: EvalResults, base: EvalResults | None) -> str:
 
 
 def _img(fig: Figure, alt: str) -> str:
+    _widen_to_titles(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     data = base64.b64encode(buf.getvalue()).decode("ascii")
@@ -320,6 +321,25 @@ def _suite_facts_table(suites: Sequence[SuiteResult]) -> str:
             + "</tr>"
         )
     return "\n".join(rows + ["</table>"])
+
+
+def _widen_to_titles(fig: Figure, pad_in: float = 0.1) -> None:
+    """Widen `fig` until every axes title lies inside it (a layout never shrinks a title, so a
+    long suite name or the delta line over a one-bar chart would be cut at the PNG's edge).
+    A title is centred over its axes, not the figure: widen by twice the larger overhang."""
+    for _ in range(4):  # the layout re-centres the axes after each widening
+        fig.draw_without_rendering()
+        box = fig.bbox
+        over = max(
+            (
+                max(box.x0 - t.x0, t.x1 - box.x1)
+                for t in (ax.title.get_window_extent() for ax in fig.axes if ax.get_title())
+            ),
+            default=0.0,
+        )
+        if over <= 0:
+            return
+        fig.set_figwidth(fig.get_figwidth() + 2 * (over / fig.dpi + pad_in))
 
 
 # ---------------------------------------------------------------------------- figures

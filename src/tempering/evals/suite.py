@@ -217,7 +217,10 @@ class Suite(BaseModel):
         """The suite's tasks, loaded once (file sources resolve next to the suite's YAML)."""
         tasks: list[Task] = list(self.given_tasks or [])
         for source in self.tasks if self.given_tasks is None else []:
-            tasks += _relative_to(source, self.path).load()
+            try:
+                tasks += _relative_to(source, self.path).load()
+            except ValueError as exc:  # a bad task row or verifier spec: file:line and the reason
+                raise SuiteError(f"suite {self.name!r}: {exc}") from None
         seen: set[str] = set()
         for t in tasks:
             if t.id in seen:

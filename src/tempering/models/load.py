@@ -6,6 +6,8 @@ A spec is one of:
   * a local HF model directory (config.json + weights), or a PEFT adapter directory
     (adapter_config.json; its base model is resolved the same way);
   * a path to a `.gguf` file;
+  * a training checkpoint: `runs/NAME/checkpoints/step-40`, `runs/NAME@step-40`, `runs/NAME@latest`
+    or `runs/NAME@best` (models/checkpoints.py rebuilds it once into a HF directory);
   * a hub id (works only where a hub is reachable).
 
 GGUF files are converted once into a normal HF directory (safetensors + tokenizer + chat
@@ -19,10 +21,10 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from tempering.atomic import publish_dir
 
 # alias -> (python package holding the file, file name inside it)
 ALIASES: dict[str, tuple[str, str]] = {
@@ -69,15 +71,10 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
         del config.quantization_config
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(quantized.state_dict(), strict=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "tempering_source.json").write_text(json.dumps({"gguf": str(gguf)}))
-    try:
-        os.rename(tmp, out)
-    except OSError:  # another process finished first; theirs is as good as ours
-        shutil.rmtree(tmp, ignore_errors=True)
+    with publish_dir(out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "tempering_source.json").write_text(json.dumps({"gguf": str(gguf)}))
     return out
 
 
@@ -85,6 +82,16 @@ def resolve_model(spec: str) -> str:
     """A local directory (or hub id) that `from_pretrained` can load for `spec`."""
     if spec in ALIASES:
         return str(convert_gguf(alias_gguf(spec), cache_dir() / "models" / spec))
+    from tempering.models.checkpoints import CheckpointError, checkpoint_model, checkpoint_path, is_checkpoint
+
+    try:
+        checkpoint = checkpoint_path(spec)
+        if checkpoint is not None:
+            if not is_checkpoint(checkpoint):  # RUN@best: a saved model dir already
+                return resolve_model(str(checkpoint))
+            return str(checkpoint_model(checkpoint, cache_dir() / "models", resolve_model))
+    except CheckpointError as exc:
+        raise ModelNotFound(str(exc)) from None
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():

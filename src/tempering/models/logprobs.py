@@ -7,7 +7,8 @@ mu > 1, and the per-sequence sums that DPO and reward models need all go through
   head_logprobs          hidden states -> per-token log-probs of targets under a mask
   token_logprobs         a model over whole sequences -> per-token log-probs (B, T)
   sequence_logprob_sums  the same summed over a loss mask -> (B,)
-  grouped_logprobs       G completions per prompt, the prompt run once (GRPO's fast path)
+  grouped_logprobs       G completions per prompt, the prompt run once (GRPO's fast path;
+                         whole rows under activation checkpointing, models/checkpointing.py)
 
 Cost: the LM head (49k x 576 for SmolLM2) and a float32 log-softmax over the vocabulary
 dominate on small models, so hidden states are gathered at the masked-in positions first
@@ -123,7 +124,11 @@ def grouped_logprobs(
     """
     from transformers import DynamicCache
 
+    from tempering.models.checkpointing import checkpointing_drops_cache
+
     group = completion_ids.shape[0] // prompt_ids.shape[0]
+    if checkpointing_drops_cache(model):  # the prompt's cache would be dropped: run whole rows
+        return _whole_row_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature)
     decoder, cache_kw = model.get_decoder(), cache_keyword(model)
     cache = DynamicCache()
     p_pos = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
@@ -145,3 +150,24 @@ def grouped_logprobs(
         model.get_output_embeddings(), before, completion_ids, completion_mask, temperature, with_entropy=True
     )
     return logp, entropy
+
+
+def _whole_row_logprobs(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`grouped_logprobs` without the shared prompt cache: each [prompt | completion] row runs whole
+    (under activation checkpointing, whose layers ignore a cache)."""
+    group = completion_ids.shape[0] // prompt_ids.shape[0]
+    width = prompt_ids.shape[1]
+    ids = torch.cat([prompt_ids.repeat_interleave(group, dim=0), completion_ids], dim=1)
+    prompt_mask = prompt_mask.repeat_interleave(group, dim=0)
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    loss_mask = torch.cat([torch.zeros_like(prompt_mask), completion_mask], dim=1)
+    logp, entropy = token_logprobs(model, ids, mask, loss_mask, temperature=temperature, with_entropy=True)
+    assert entropy is not None
+    return logp[:, width:], entropy[:, width:]

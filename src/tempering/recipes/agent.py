@@ -184,6 +184,7 @@ AGENT = TrainingRecipe(
     before_key="before",
     after_key="after",
     quarantine_kind="tasks",
+    periodic_eval=False,
 )
 """Agent training as the one training sequence: guard, stage, tasks, components (held-out pass
 and expert SFT), the RL fit, the held-out pass again, summary."""

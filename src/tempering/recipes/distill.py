@@ -67,6 +67,7 @@ DISTILL = TrainingRecipe(
     prepare=lambda cfg, tokenizer: prepare_sft_data(cfg.data, tokenizer, cfg.train.seed),
     components=_components,
     summary=_summary,
+    examples=lambda data: len(data.train),
 )
 """Distillation: SFT's data and batches, the teacher's logits as the target."""
 

@@ -167,6 +167,7 @@ DPO = TrainingRecipe(
     before_key="eval_before",
     after_key="eval_after",
     quarantine_kind="pairs",
+    examples=lambda data: len(data.train),
 )
 """Preference optimisation (DPO / IPO / SimPO) on rendered pairs against a reference."""
 

@@ -84,7 +84,9 @@ def heldout_tasks(cfg: GRPOConfig, tasks: list[Task], run_dir: Path) -> tuple[li
         return tasks, []
     if cfg.heldout.tasks is not None:
         held = with_reward(load_tasks(cfg.heldout.tasks), cfg.reward)
-        overlap = {t.prompt for t in held} & {t.prompt for t in tasks}
+        overlap = {json.dumps(t.chat(), sort_keys=True) for t in held} & {
+            json.dumps(t.chat(), sort_keys=True) for t in tasks
+        }
         if overlap:
             raise ValueError(f"{len(overlap)} held-out prompts also appear in the training tasks")
         return tasks, held
@@ -384,6 +386,7 @@ GRPO = TrainingRecipe(
     summary=_summary,
     before_key="heldout_before",
     after_key="heldout_after",
+    periodic_eval=False,
 )
 """RL with verifiable rewards: sample, verify, update, with a held-out monitor."""
 

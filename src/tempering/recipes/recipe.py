@@ -22,6 +22,7 @@ The registry (`recipes.registry`) turns each recipe into a `temper` command and 
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager
@@ -79,6 +80,10 @@ class TrainingRecipe:
     """(cfg, run dir) -> summary keys measured on the saved model (the RM's best-of-n check)."""
     report: Callable[[dict[str, Any]], None] | None = None
     """Prints the finished summary (rank 0 only)."""
+    examples: Callable[[Any], int] | None = None
+    """(prepared) -> training examples per epoch, which `train.epochs` needs (None: epochs are refused)."""
+    periodic_eval: bool = True
+    """Whether `train.eval_every` measures with `Components.evaluate` (GRPO has its own `heldout.every`)."""
     before_key: str = "eval_loss_before"
     after_key: str = "eval_loss_after"
     quarantine_kind: str = "rows"
@@ -87,9 +92,21 @@ class TrainingRecipe:
         """The stage a config describes: its inputs with their roles."""
         t = cfg.train
         return StageSpec(
-            self.kind, cfg.out, cfg.name, cfg.model_dump(), self.inputs(cfg), self.base_model(cfg), t.steps, t.seed,
-            t.threads, force,
+            self.kind, cfg.out, cfg.name, cfg.model_dump(), self.inputs(cfg), self.base_model(cfg), t.steps or 0,
+            t.seed, t.threads, force,
         )  # fmt: skip
+
+
+def check_train_settings(recipe: TrainingRecipe, cfg: Any) -> None:
+    """Refuse `train` keys this recipe would ignore (one line each), before anything is recorded."""
+    t = cfg.train
+    if t.epochs is not None and recipe.examples is None:
+        raise ValueError(f"{recipe.kind}: train.epochs is not supported here (no fixed example count); set train.steps")
+    if t.eval_every is not None and not recipe.periodic_eval:
+        raise ValueError(
+            f"{recipe.kind}: train.eval_every (and keep_best / early_stopping) is not supported here; "
+            "GRPO measures its held-out tasks every heldout.every steps"
+        )
 
 
 def check_leakage(recipe: TrainingRecipe, cfg: Any) -> None:
@@ -108,14 +125,22 @@ def run_training(recipe: TrainingRecipe, cfg: Any, force: bool = False) -> dict[
     `force`: resume even though the config differs from the one the run started with.
     """
     from tempering.models.load import load_tokenizer
+    from tempering.train.trackers import require_trackers
 
+    check_train_settings(recipe, cfg)
     check_leakage(recipe, cfg)
+    require_trackers(cfg.train.loggers)  # a tracker that cannot run stops the stage before it is recorded
     with recipe.session(cfg), run_stage(recipe.stage(cfg, force)) as stage:
         if stage.finished:
             return stage.result.summary
         tokenizer = load_tokenizer(recipe.base_model(cfg))
+        if getattr(cfg, "chat_template", None):
+            from tempering.models.chat_template import apply_chat_template
+
+            apply_chat_template(tokenizer, cfg.chat_template)
         data = recipe.prepare(cfg, tokenizer)
         _quarantine(recipe, stage, data)
+        cfg = with_epoch_steps(recipe, cfg, data)
         parts = recipe.components(cfg, data, tokenizer, stage)
         try:
             summary = _fit(recipe, cfg, stage, data, parts, tokenizer)
@@ -134,17 +159,62 @@ def _quarantine(recipe: TrainingRecipe, stage: Any, data: Any) -> None:
         quarantine_in_run(data.errors, stage.run_dir, console, recipe.quarantine_kind)
 
 
+def with_epoch_steps(recipe: TrainingRecipe, cfg: Any, data: Any) -> Any:
+    """`cfg` with `train.steps` derived from `train.epochs` (and logged); unchanged when steps are set."""
+    from tempering.train.distributed import world
+    from tempering.train.metrics import console
+
+    t = cfg.train
+    if t.epochs is None or recipe.examples is None:
+        return cfg
+    examples = recipe.examples(data)
+    per_step = t.batch_size * t.grad_accum * world().size
+    steps = max(1, math.ceil(t.epochs * examples / per_step))
+    console.print(
+        f"[dim]train.epochs {t.epochs:g} over {examples} examples at {per_step} per step: {steps} steps[/dim]"
+    )
+    return cfg.model_copy(update={"train": t.model_copy(update={"steps": steps})})
+
+
 def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Components, tokenizer: Any) -> dict:
+    from tempering.recipes.monitor import EvalMonitor
+    from tempering.train.loss_plot import plot_loss
     from tempering.train.trainer import Trainer
 
-    trainer = Trainer(parts.model, parts.objective, parts.batches, cfg.train, stage.run_dir, parts.callbacks)
+    trainer = Trainer(
+        parts.model,
+        parts.objective,
+        parts.batches,
+        cfg.train,
+        stage.run_dir,
+        parts.callbacks,
+        config=cfg.model_dump(mode="json"),
+        lineage=stage.lineage(),
+    )
     before = parts.evaluate(None)
+    monitor = None
+    if cfg.train.eval_every is not None:
+        if before is None:
+            raise ValueError(f"{recipe.kind}: train.eval_every needs held-out data (data.eval)")
+        monitor = EvalMonitor(
+            cfg.train,
+            lambda: parts.evaluate(None),
+            stage.run_dir / "metrics.jsonl",
+            lambda step: stage.save_model(parts.model, tokenizer, "best"),
+            trainer.request_stop,
+        )
+        trainer.callbacks.append(monitor)
     result = trainer.fit()
     after = parts.evaluate(result)
-    stage.save_model(parts.model, tokenizer)
+    stage.save_model(parts.model, tokenizer, state_dict=trainer.final_state_dict())
+    plot = plot_loss(stage.run_dir / "metrics.jsonl") if stage.writes else None
     summary = {
         "data": data.summary,
         "steps": result.steps,
+        "target_steps": cfg.train.steps,
+        "stopped_early": result.stopped_early,
+        "best": monitor.best if monitor is not None else None,
+        "loss_plot": str(plot) if plot else None,
         "resumed_from": result.resumed_from,
         "guard": result.counts,
         "train_loss_first": result.losses[0] if result.losses else None,

@@ -120,7 +120,7 @@ def _builtins() -> None:
             "tempering.recipes.sft:run_sft",
             "Supervised fine-tuning on conversations (assistant-only loss).",
             "examples/sft_demo.yaml",
-            inputs=("data.train", "data.eval", "data.replay.data"),
+            inputs=("data.train", "data.eval", "data.replay.data", "chat_template"),
             dry_run="tempering.recipes.sft_dry_run:dry_run_sft",
         ),
         Registration(

@@ -268,6 +268,7 @@ RM = TrainingRecipe(
     after_key="heldout",
     after_save=_best_of_n,
     report=lambda summary: print_report(summary),
+    examples=lambda data: len(data.train),
 )
 """Bradley-Terry reward model: scored pairs, held-out pairwise accuracy next to the agreement ceiling."""
 

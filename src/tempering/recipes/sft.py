@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tempering.config import DataSettings, SFTConfig
-from tempering.data.io import NoRows, RowError, load_rows
+from tempering.data.io import LoadResult, NoRows, RowError, load_rows
 from tempering.data.render import RenderedExample, detect_tool_call_style, render_records
+from tempering.data.text_rows import check_text_row, render_text_records
 from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
 from tempering.runs.stage import input_list
 
@@ -27,19 +28,29 @@ class SFTData:
 
 def prepare_sft_data(cfg: DataSettings, tokenizer: Any, seed: int) -> SFTData:
     """Load, validate, render and mix the training (and eval) data of one stage."""
-    style = detect_tool_call_style(tokenizer) if cfg.tool_call_style == "auto" else cfg.tool_call_style
-    main = load_rows(cfg.train)
-    train = render_records(main, tokenizer, style, cfg.max_length)
+    if cfg.format == "text":
+
+        def load(paths: list[str]) -> tuple[LoadResult, list[RenderedExample]]:
+            loaded = load_rows(paths, check_text_row)
+            return loaded, render_text_records(loaded, tokenizer, cfg.max_length)
+    else:
+        style = detect_tool_call_style(tokenizer) if cfg.tool_call_style == "auto" else cfg.tool_call_style
+
+        def load(paths: list[str]) -> tuple[LoadResult, list[RenderedExample]]:
+            loaded = load_rows(paths)
+            return loaded, render_records(loaded, tokenizer, style, cfg.max_length)
+
+    main, train = load(cfg.train)
     if not train:  # refuse here, naming the files: an empty example list cannot be batched
         raise NoRows(
             f"{', '.join(cfg.train)}: no valid rows ({len(main.errors)} of {main.rows} "
             f"quarantined; first: {main.errors[0]})"
         )
     errors = list(main.errors)
-    summary: dict[str, Any] = {"rows": main.rows, "valid": len(train), "tool_call_style": style}
+    kind = {"format": "text", "pieces": len(train)} if cfg.format == "text" else {"tool_call_style": style}
+    summary: dict[str, Any] = {"rows": main.rows, "valid": len(main.records), **kind}
     if cfg.replay:
-        general = load_rows(cfg.replay.data)
-        pool = render_records(general, tokenizer, style, cfg.max_length)
+        general, pool = load(cfg.replay.data)
         errors += general.errors
         # ratio r of the final mix is replay: k / (n + k) = r
         k = round(len(train) * cfg.replay.ratio / (1 - cfg.replay.ratio))
@@ -51,8 +62,7 @@ def prepare_sft_data(cfg: DataSettings, tokenizer: Any, seed: int) -> SFTData:
         summary.update(replay_rows=general.rows, replay_used=k)
     evals: list[RenderedExample] = []
     if cfg.eval:
-        held = load_rows(cfg.eval)
-        evals = render_records(held, tokenizer, style, cfg.max_length)
+        held, evals = load(cfg.eval)
         errors += held.errors
         summary["eval_rows"] = len(evals)
     summary["quarantined"] = len(errors)
@@ -89,11 +99,12 @@ def tokens_per_s(cfg: Any, data: Any, parts: Components, result: Any) -> dict[st
 SFT = TrainingRecipe(
     "sft",
     base_model=lambda cfg: cfg.model,
-    inputs=lambda cfg: data_inputs(cfg.data),
+    inputs=lambda cfg: data_inputs(cfg.data) + input_list([(t, "chat_template")] if (t := cfg.chat_template) else []),
     train_files=lambda cfg: sft_files(cfg.data),
     prepare=lambda cfg, tokenizer: prepare_sft_data(cfg.data, tokenizer, cfg.train.seed),
     components=_components,
     summary=tokens_per_s,
+    examples=lambda data: len(data.train),
 )
 """Supervised fine-tuning: rendered conversations, assistant-only cross-entropy."""
 

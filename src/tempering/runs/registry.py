@@ -48,10 +48,11 @@ __all__ = ["SCHEMA_VERSION", "Registry", "RegistryError", "Input", "LineageRow",
 MARKER = "tempering-run.json"
 # failures: eval samples a feedback stage mined (never trained on); feedback / votes: served bad
 # cases and arena votes that become training data; pool: the tasks mined from.
-ROLES = ("train", "replay", "tasks", "eval", "heldout", "base_model", "failures", "feedback", "votes", "pool")
+ROLES = ("train", "replay", "tasks", "eval", "heldout", "base_model", "failures", "feedback", "votes", "pool",
+         "chat_template")
 TRAINING_ROLES = frozenset({"train", "replay", "tasks", "feedback", "votes", "pool"})
 # Output roles that are model checkpoints: their dirs are hashed (without the marker).
-CHECKPOINT_ROLES = frozenset({"final", "merged"})
+CHECKPOINT_ROLES = frozenset({"final", "best", "merged"})
 _PG_LOCK = 7_246_315  # advisory lock key serialising schema creation and alias moves on PostgreSQL
 
 # The run that produced an input: its marker's run, else the newest earlier run that wrote
@@ -176,7 +177,7 @@ class Registry:
             raise
 
     @classmethod
-    def open(cls, where: str | Path | None = None) -> "Registry":
+    def open(cls, where: str | Path | None = None) -> Registry:
         """The registry for `where`: a URL as given; else `$TEMPERING_REGISTRY` if set; else the
         SQLite file `where/registry.sqlite` (`where` defaults to `runs`; a file path is used as is)."""
         if where is not None and is_url(where):
@@ -381,7 +382,7 @@ class Registry:
     def close(self) -> None:
         self.engine.dispose()
 
-    def __enter__(self) -> "Registry":
+    def __enter__(self) -> Registry:
         return self
 
     def __exit__(self, *exc: Any) -> None:

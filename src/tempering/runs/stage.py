@@ -26,13 +26,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from tempering.config.base import run_name_problem
 from tempering.runs import REGISTRY_FILE
 from tempering.runs.registry import Input, Registry, describe_input
 from tempering.train import distributed  # no torch until a process group is joined
@@ -40,12 +40,11 @@ from tempering.train import distributed  # no torch until a process group is joi
 LOCK_FILE = ".lock"
 CONFIG_FILE = "run_config.json"
 SUMMARY_FILE = "summary.json"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # Fields a resume may change without changing what is trained: how long, how often to save
 # and log, where the run root is, how many threads.
 RESUMABLE_CHANGES = ("name", "out", "train.steps", "train.max_minutes", "train.threads", "train.log_every",
                      "train.loggers", "train.compile", "train.checkpoint.every", "train.checkpoint.keep_last",
-                     "heldout.every")
+                     "heldout.every", "train.resume_from")
 
 
 class StageError(ValueError):
@@ -93,17 +92,11 @@ class StageResult:
 
 
 def validate_run_name(name: str) -> str:
-    """The name if it is a plain directory name; else `InvalidRunName` saying why."""
-    if not name or not name.strip():
-        raise InvalidRunName("run name is empty; pass --name NAME (letters, digits, '.', '_', '-')")
-    if "/" in name or "\\" in name or name in (".", "..") or ".." in name:
-        raise InvalidRunName(f"run name {name!r} would leave the run root; use a plain name (letters, digits, "
-                             "'.', '_', '-'), and --out to choose the run root")
-    if name.startswith("."):
-        raise InvalidRunName(f"run name {name!r} is hidden (starts with '.'); start it with a letter or digit")
-    if not _NAME.fullmatch(name):
-        raise InvalidRunName(f"run name {name!r} has characters other than letters, digits, '.', '_', '-' "
-                             "(or is longer than 128)")
+    """The name if it is a plain directory name; else `InvalidRunName` saying why
+    (`config.run_name_problem`: the rule configs check at load)."""
+    problem = run_name_problem(name)
+    if problem is not None:
+        raise InvalidRunName(problem)
     return name
 
 
@@ -159,16 +152,37 @@ class Stage:
         """True when this name already finished with this config: the body has nothing to do."""
         return self.result is not None and self.result.already_finished
 
-    def save_model(self, model: Any, tokenizer: Any) -> Path:
-        """Save the trained model (a PEFT adapter or a full model) to `run_dir/final`, marked with the run."""
-        final = self.run_dir / "final"
+    def lineage(self) -> dict[str, str]:
+        """The run's lineage as flat string tags for experiment trackers: run id and name, kind, the
+        registry, and each recorded input (`input.<role>.<n>`: path, sha256 and parent run where known)."""
+        if not self.writes or self.run_id is None:
+            return {}
+        tags = {"run_id": self.run_id, "run_name": self.name, "kind": self.spec.kind,
+                "registry": self.registry.location, "run_dir": str(self.run_dir.resolve())}
+        seen: dict[str, int] = {}
+        for i in self.registry.inputs(self.run_id):
+            n = seen[i.role] = seen.get(i.role, -1) + 1
+            tags[f"input.{i.role}.{n}"] = i.path
+            for key, value in (("sha256", i.sha256), ("parent_run", i.parent_run)):
+                if value:
+                    tags[f"input.{i.role}.{n}.{key}"] = value
+        return tags
+
+    def save_model(self, model: Any, tokenizer: Any, role: str = "final", state_dict: dict | None = None) -> Path:
+        """Save the model (a PEFT adapter or a full model) to `run_dir/<role>`: `final` at the end
+        (recorded and marked with the run now), `best` whenever `train.keep_best` finds a better
+        one (recorded once, by `finish`). `state_dict`: the tensors to write when the model's own are
+        sharded (`train.fsdp`: gathered to rank 0)."""
+        path = self.run_dir / role
         if not self.writes:
-            return final
+            return path
         lora = hasattr(model, "peft_config")
-        model.save_pretrained(final, **({"save_embedding_layers": False} if lora else {}))
-        tokenizer.save_pretrained(final)
-        self.registry.record_output(self.run_id, "final", final)
-        return final
+        kwargs = {"save_embedding_layers": False} if lora else {}
+        model.save_pretrained(path, **kwargs, **({"state_dict": state_dict} if state_dict is not None else {}))
+        tokenizer.save_pretrained(path)
+        if role == "final":
+            self.registry.record_output(self.run_id, role, path)
+        return path
 
     def finish(self, summary: dict[str, Any], outputs: dict[str, str]) -> StageResult:
         """Write `summary.json`, record the run as finished, and return the typed result."""
@@ -180,6 +194,9 @@ class Stage:
                    "final": str(final) if final.is_dir() else None, **summary}
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
         outputs = {"final": str(final), "metrics": str(self.run_dir / "metrics.jsonl"), **outputs}
+        if (self.run_dir / "best").is_dir():
+            self.registry.record_output(self.run_id, "best", self.run_dir / "best")
+            outputs["best"] = str(self.run_dir / "best")
         self.registry.finish(self.run_id, outputs, summary)
         self.result = StageResult(self.run_id, self.name, self.run_dir, final if final.is_dir() else None, summary)
         return self.result
@@ -294,7 +311,8 @@ def _check_resume(spec: StageSpec, run_dir: Path, registry: Registry) -> StageRe
                             "resume with the original config, pick another --name, or pass --force")
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text())
-        if (summary.get("steps") or 0) >= spec.steps:
+        target = spec.steps or summary.get("target_steps") or 0  # 0: steps derived from train.epochs
+        if summary.get("stopped_early") or (summary.get("steps") or 0) >= target:
             from tempering.train.metrics import console
 
             console.print(f"run {run_dir.name} is already finished ({summary.get('steps')} steps); "

@@ -8,7 +8,8 @@ the gate also caps the body's size and names each request's route template for t
 Each answered request appends an audit row before its response (or its first stream chunk)
 leaves, so a client that got an answer has its row; a token-by-token stream (`live.py`)
 appends it when the answer completes, before its finish chunk, or with status 499 when the
-client leaves first (in a `finally`). A key's rate-limited requests are counted, not audited
+client leaves first (in a `finally`). Every answer's row names the release that gave it (None
+only for the configured default model), and with `capture_tokens` its token ids (`capture.py`). A key's rate-limited requests are counted, not audited
 one by one (`RefusalCounter`). Errors have OpenAI's shape and status codes; a bad request is
 a 4xx, never a 500.
 """
@@ -33,7 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException
 
-from tempering.serve import arena, chat, live
+from tempering.serve import arena, capture, chat, live
 from tempering.serve.backend import Models, Route, Served, UnknownModel
 from tempering.serve.config import ServeConfig
 from tempering.serve.gate import UNMATCHED, Gate
@@ -225,14 +226,17 @@ class Server:
             )
         route, served = await run_in_threadpool(self.route_for, req.model)
         prepared = prepare(served, req, self.cfg.max_tokens)
+        continued = None
+        if self.cfg.capture_tokens and respond is chat.chat_response:
+            continued = await run_in_threadpool(self.continue_captured, key, req, served, prepared)
         response_id = prefix + secrets.token_hex(12)
         if req.stream and respond is chat.chat_response and live.streams_live(served, req, prepared):
             return EventSourceResponse(
-                self.live_events(request, key, req, route, served, prepared, response_id), ping=3600
+                self.live_events(request, key, req, route, served, prepared, response_id, continued), ping=3600
             )
         groups = await run_in_threadpool(chat.generate, served, prepared)
         body = respond(served, req, prepared, groups, response_id, route.name)
-        self.record(request, key, req, route, body, started)
+        self.record(request, key, req, route, body, started, (prepared, groups, continued))
         if not req.stream:
             return body
 
@@ -243,8 +247,26 @@ class Server:
 
         return EventSourceResponse(events(), ping=3600)
 
+    def continue_captured(self, key: ApiKey, req: Any, served: Served, prepared: Any) -> capture.Continued | None:
+        """With `capture_tokens`: a chat history continuing a turn this key was served gets that
+        turn's exact ids as its prompt (`prepared` is changed in place), else None (serve/capture.py)."""
+        prefill = served.tokenizer.encode(prepared.prefill, add_special_tokens=False) if prepared.prefill else []
+        continued = capture.continuation(self.store, key.id, req, served, prefill)
+        if continued is not None:
+            capture.check_room(continued.prompt_ids, prepared.params.max_new_tokens, served.max_context)
+            prepared.prompts = [continued.prompt_ids]
+        return continued
+
     async def live_events(
-        self, request: Request, key: ApiKey, req: Any, route: Route, served: Served, prepared: Any, response_id: str
+        self,
+        request: Request,
+        key: ApiKey,
+        req: Any,
+        route: Route,
+        served: Served,
+        prepared: Any,
+        response_id: str,
+        continued: capture.Continued | None = None,
     ) -> Any:
         """The SSE events of a token-by-token stream. Audited when the answer completes; if the
         stream ends first (the client left: 499; the engine failed: 500), the `finally` audits
@@ -254,7 +276,7 @@ class Server:
         def finished(groups: list[list[Any]]) -> None:
             nonlocal done
             body = chat.chat_response(served, req, prepared, groups, response_id, route.name)
-            self.record(request, key, req, route, body, started)
+            self.record(request, key, req, route, body, started, (prepared, groups, continued))
             done = True
 
         stream = live.chat_stream(served, req, prepared, response_id, route.name, finished)
@@ -287,10 +309,20 @@ class Server:
             self.store.audit(key_id, endpoint, 429, request={"refused": count})
 
     def record(
-        self, request: Request, key: ApiKey, req: Any, route: Route, body: dict[str, Any], started: float
+        self,
+        request: Request,
+        key: ApiKey,
+        req: Any,
+        route: Route,
+        body: dict[str, Any],
+        started: float,
+        answered: tuple[Any, list[list[Any]], capture.Continued | None],
     ) -> None:
-        """Audit row and metrics of an answered request."""
+        """Audit row and metrics of an answered request; with `capture_tokens`, its tokens
+        (`answered`: the engine input, the completions, the turn it continued) and turn hashes."""
         use, keep = body["usage"], self.cfg.log_text
+        prepared, groups, continued = answered
+        tokens = capture.captured_tokens(prepared.prompts, groups, continued) if self.cfg.capture_tokens else None
         self.store.audit(
             key.id,
             request.url.path,
@@ -303,7 +335,10 @@ class Server:
             response_id=body["id"],
             request=req.model_dump(exclude_none=True) if keep else None,
             response=body["choices"] if keep else None,
+            tokens=tokens,
         )
+        if tokens is not None and body["object"] == "chat.completion":
+            self.store.add_turns(key.id, body["id"], capture.served_turn_hashes(req, body))
         self.metrics.requests.labels(endpoint_of(request), "200").inc()
         self.metrics.tokens.labels("prompt").inc(use["prompt_tokens"])
         self.metrics.tokens.labels("completion").inc(use["completion_tokens"])
@@ -316,13 +351,19 @@ def endpoint_of(request: Request) -> str:
 
 
 def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | None = None) -> FastAPI:
-    """The server for `cfg`; `models` / `store` default to the registry's releases and `cfg.db_path`."""
+    """The server for `cfg`; `models` / `store` default to the registry's releases and `cfg.db_path`.
+
+    At startup (before the server accepts a request, so `/health` says ok only then) the
+    production or default model is loaded and runs one short generation (`Models.warm_up`;
+    `temper serve` calls it before starting the server, so a model that cannot load is a
+    one-line error)."""
     server = Server(
         cfg, models or default_models(cfg), store or Store(cfg.db_path), RateLimiter(cfg.rate_limit), Metrics()
     )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
+        await run_in_threadpool(server.models.warm_up)
         yield
         server.flush_refusals()
         # shutting down: stop the engines, or their threads keep models and KV caches alive

@@ -94,6 +94,7 @@ class Models:
         self._loaded: OrderedDict[str, Served] = OrderedDict()
         self._load_lock = threading.Lock()
         self._rng = random.Random(seed)
+        self.warmed: str | None = None  # the route `warm_up` loaded and ran once
 
     # ------------------------------------------------------------------ names
     def _aliases(self) -> dict[str, Release]:
@@ -104,11 +105,11 @@ class Models:
     def listing(self) -> list[dict[str, Any]]:
         """`/v1/models` entries: aliases, then versions (newest first), or the default model."""
         aliases = self._aliases()
-        entries = [_entry(alias, r.created_at, f"v{r.version}") for alias, r in aliases.items()]
+        entries = [_entry(alias, r.created_at, r.status, f"v{r.version}") for alias, r in aliases.items()]
         if self.releases is not None:
-            entries += [_entry(f"v{r.version}", r.created_at, r.status) for r in self.releases.list()]
+            entries += [_entry(f"v{r.version}", r.created_at, r.status, f"v{r.version}") for r in self.releases.list()]
         if PRODUCTION not in aliases:
-            entries.append(_entry(self.default_spec, 0, "default"))
+            entries.append(_entry(self.default_spec, 0, "default", None))
         return entries
 
     def route(self, name: str) -> Route:
@@ -129,10 +130,28 @@ class Models:
         raise UnknownModel(f"The model `{name}` does not exist (available: {known})")
 
     def release_routes(self) -> list[Route]:
-        """One route per release (the arena's contestants)."""
-        if self.releases is None:
-            return []
-        return [Route(f"v{r.version}", r.model, r.version) for r in reversed(self.releases.list())]
+        """One route per live release, one an alias points at now (the arena's contestants): a
+        retired or rolled-back release is never paired with the candidate."""
+        return [Route(f"v{r.version}", r.model, r.version) for r in self._aliases().values()]
+
+    def warm_up(self) -> str:
+        """Load the model `production` names (else the default model) and run one short
+        generation, so the first request pays no load or first-call cost; returns its route name."""
+        from tempering.rollout.engine import SamplingParams
+
+        if self.warmed is not None:
+            return self.warmed
+        route = self.route(PRODUCTION if PRODUCTION in self._aliases() else self.default_spec)
+        served = self.served(route)
+        prompt = served.engine.chat_prompt([{"role": "user", "content": "Hi"}])
+        params = SamplingParams(max_new_tokens=2, temperature=0.0)
+        if getattr(served.engine, "serving", False):
+            served.engine.submit(prompt, params).result()
+        else:
+            with served.lock:
+                served.engine.generate([prompt], params)
+        self.warmed = route.name
+        return route.name
 
     # ------------------------------------------------------------------ engines
     def served(self, route: Route) -> Served:
@@ -162,5 +181,15 @@ def _stop(served: Served) -> None:
         served.engine.stop()
 
 
-def _entry(name: str, created: float, what: str) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": int(created), "owned_by": "tempering", "root": what}
+def _entry(name: str, created: float, status: str, release: str | None) -> dict[str, Any]:
+    """OpenAI's `Model` object (`id`, `object`, `created`, `owned_by`) plus Tempering's own
+    fields: `status` (production | candidate | retired | rolled_back | default) and `release`
+    (the version an alias or version name serves; None for the default model)."""
+    return {
+        "id": name,
+        "object": "model",
+        "created": int(created),
+        "owned_by": "tempering",
+        "status": status,
+        "release": release,
+    }

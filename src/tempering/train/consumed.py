@@ -56,6 +56,14 @@ class ConsumedLog:
         self._fh = self.path.open("a", encoding="utf-8")
         return len(lines) - keep
 
+    def adopt(self, source: Path, keep: int | None) -> None:
+        """Begin this log with the first `keep` lines of another run's (a run resumed from that
+        run's checkpoint continues its record; all of it for a checkpoint older than the record)."""
+        if self.path is None or not source.is_file():
+            return
+        lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+        write_text_atomic(self.path, "".join(lines if keep is None else lines[:keep]))
+
     def append(self, step: int, ids: list[Any], skipped: str | None = None) -> None:
         self.count += 1
         if self._fh is None:

@@ -1,4 +1,4 @@
-"""Per-step metrics: a JSONL file always, TensorBoard / MLflow when asked and installed."""
+"""Per-step metrics: a JSONL file always, mirrored to the experiment trackers a run asks for."""
 
 from __future__ import annotations
 
@@ -9,47 +9,38 @@ from typing import Any, Sequence
 
 from rich.console import Console
 
+from tempering.train.trackers import open_trackers, record_scalars
+
 console = Console(stderr=True)
 quiet_console = Console(stderr=True, quiet=True)  # ranks other than 0 of a torchrun print nothing
 
 
 class MetricsLog:
-    """Appends one JSON object per record to `path`; mirrors scalars to optional sinks."""
+    """Appends one JSON object per record to `path`; mirrors its numbers to the trackers `loggers` names.
 
-    def __init__(self, path: Path, loggers: Sequence[str] = ()):
+    `config` and `lineage` (run id, registry, input hashes) go to each tracker as the run's
+    parameters and tags (train/trackers.py).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        loggers: Sequence[str] = (),
+        config: dict[str, Any] | None = None,
+        lineage: dict[str, str] | None = None,
+    ):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self._trackers = open_trackers(loggers, path.parent, config, lineage)
         self._fh = path.open("a", encoding="utf-8")
-        self._sinks = [s for s in (self._open_sink(name, path.parent) for name in loggers) if s]
-
-    @staticmethod
-    def _open_sink(name: str, run_dir: Path) -> Any:
-        try:
-            if name == "tensorboard":
-                from torch.utils.tensorboard import SummaryWriter
-
-                return SummaryWriter(str(run_dir / "tensorboard"))
-            if name == "mlflow":
-                import mlflow  # pyright: ignore[reportMissingImports]  # optional: not a dependency
-
-                mlflow.start_run(run_name=run_dir.name)
-                return mlflow
-        except ImportError:
-            console.print(f"[yellow]logger {name!r} requested but its package is not installed; skipping[/yellow]")
-        return None
 
     def write(self, record: dict[str, Any]) -> None:
         record = {"time": round(time.time(), 3), **record}
         self._fh.write(json.dumps(record) + "\n")
         self._fh.flush()
-        step = record.get("step", 0)
-        scalars = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k not in ("step", "time")}
-        for sink in self._sinks:
-            if hasattr(sink, "add_scalar"):
-                for k, v in scalars.items():
-                    sink.add_scalar(k, v, step)
-            else:
-                sink.log_metrics(scalars, step=step)
+        scalars = record_scalars(record)
+        for tracker in self._trackers if scalars else ():
+            tracker.log_metrics(scalars, int(record.get("step", 0)))
 
     def event(self, kind: str, **info: Any) -> None:
         """A discrete event (skip, rollback, resume) — logged and shown."""
@@ -58,11 +49,8 @@ class MetricsLog:
 
     def close(self) -> None:
         self._fh.close()
-        for sink in self._sinks:
-            if hasattr(sink, "close"):
-                sink.close()
-            elif hasattr(sink, "end_run"):
-                sink.end_run()
+        for tracker in self._trackers:
+            tracker.close()
 
 
 class NoMetrics:

@@ -21,9 +21,11 @@ import torch
 
 from tempering.batches import Batch
 from tempering.config import TrainSettings
+from tempering.models.checkpointing import enable_checkpointing
 from tempering.models.precision import autocast, resolve_precision
-from tempering.train import distributed
+from tempering.train import distributed, fsdp
 from tempering.train.checkpoint import (
+    CheckpointError,
     list_checkpoints,
     load_checkpoint,
     remove_partial,
@@ -76,6 +78,7 @@ class TrainResult:
     seconds: float = 0.0
     resumed_from: int | None = None
     history: list[dict] = field(default_factory=list)
+    stopped_early: str | None = None
 
 
 @torch.no_grad()
@@ -106,6 +109,16 @@ def compile_layers(model: Any) -> None:
         module.compile(dynamic=True)
 
 
+def _checkpoint_dir(spec: str) -> Path:
+    """The checkpoint dir `--resume-from` names (a path, or `runs/NAME@step-40`)."""
+    from tempering.models.checkpoints import checkpoint_path, is_checkpoint
+
+    path = checkpoint_path(spec)
+    if path is None or not is_checkpoint(path):
+        raise CheckpointError(f"--resume-from {spec}: not a checkpoint dir (expected runs/NAME/checkpoints/step-N)")
+    return path
+
+
 def _to(batch: AnyBatch, device: torch.device) -> AnyBatch:
     if not isinstance(batch, dict):
         return batch.to(device)
@@ -121,7 +134,8 @@ class Trainer:
     """Runs `settings.steps` optimizer steps of `objective` over `batches` into `run_dir`.
 
     Resumes from the newest checkpoint in `run_dir/checkpoints` when one exists.
-    `callbacks` are called as cb(step, record) after every applied step.
+    `callbacks` are called as cb(step, record) after every applied step; `config` and `lineage`
+    go to the experiment trackers `settings.loggers` names (train/trackers.py).
     """
 
     def __init__(
@@ -132,6 +146,8 @@ class Trainer:
         settings: TrainSettings,
         run_dir: Path,
         callbacks: Sequence[Callable[[int, dict], None]] = (),
+        config: dict[str, Any] | None = None,
+        lineage: dict[str, str] | None = None,
     ):
         from accelerate import Accelerator
 
@@ -152,24 +168,47 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.callbacks = list(callbacks)
-        if settings.compile:
-            compile_layers(model)
+        self.model = self._place(model, settings)
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.named:
             raise ValueError("model has no trainable parameters")
         o = settings.optim
         opt = torch.optim.AdamW([p for _, p in self.named], lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
-        self.model, self.optimizer = model.to(self.accelerator.device), self.accelerator.prepare_optimizer(opt)
+        self.optimizer = self.accelerator.prepare_optimizer(opt)
         self.guard = AnomalyGuard(settings.guard)
         metrics = self.run_dir / "metrics.jsonl"
-        self.metrics = MetricsLog(metrics, settings.loggers) if self.world.main else NoMetrics(metrics)
+        self.metrics = MetricsLog(metrics, settings.loggers, config, lineage) if self.world.main else NoMetrics(metrics)
         self.consumed = ConsumedLog(self.run_dir / "consumed.jsonl" if self.world.main else None)
         self.step, self.lr_scale, self.real_tokens = 0, 1.0, 0
+        self.stop_reason: str | None = None
         self.precision = resolve_precision(settings.precision)
         procs = f" x {self.world.size} processes" if self.world.size > 1 else ""
         self.console.print(
             f"[dim]{objective.name}: precision {self.precision} on {self.accelerator.device}{procs}[/dim]"
         )
+
+    def _place(self, model: Any, settings: TrainSettings) -> Any:
+        """The model on its device with the memory levers the settings ask for (docs/training.md)."""
+        if settings.fsdp and self.world.size == 1:
+            raise ValueError(
+                "train.fsdp shards over torchrun processes and this is one process; run under "
+                "`torchrun --nproc_per_node N` (N >= 2) or set train.fsdp: false"
+            )
+        if settings.gradient_checkpointing:
+            enable_checkpointing(model)
+        if settings.compile:
+            compile_layers(model)
+        model = model.to(self.accelerator.device)
+        if settings.fsdp:
+            fsdp.shard_model(model)
+        return model
+
+    def final_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """What `save_pretrained` should write: None (the model's own state) unless parameters are
+        sharded, then the full tensors, gathered to rank 0 (every rank must call this)."""
+        if not self.settings.fsdp:
+            return None
+        return fsdp.full_state_dict(self.model, self.world.main)
 
     # -- checkpoints -------------------------------------------------------------------
     def _state(self) -> dict:
@@ -187,14 +226,18 @@ class Trainer:
         """Rank 0 writes the checkpoint (with every rank's RNG state); all ranks wait for it."""
         rngs = distributed.gather(rng_state())
         path = self.ckpt_dir / f"step-{self.step:08d}"
+        if self.settings.fsdp:  # every rank gathers its shards; rank 0 writes full tensors
+            weights = fsdp.full_weights(self.named, self.world.main)
+            optimizer = fsdp.full_optimizer_state(self.optimizer, self.world.main)
+        else:
+            weights, optimizer = {n: p for n, p in self.named}, self.optimizer.state_dict()
         if rngs is not None:  # rank 0: the gathered states (self.world.main)
             self.consumed.sync()
-            weights = {n: p for n, p in self.named}
             path = save_checkpoint(
                 self.ckpt_dir,
                 self.step,
                 weights,
-                self.optimizer.state_dict(),
+                optimizer,
                 self._state(),
                 self.settings.checkpoint.keep_last,
                 rng={"ranks": rngs} if len(rngs) > 1 else rngs[0],
@@ -205,10 +248,14 @@ class Trainer:
     def _restore(self, path: Path, full: bool) -> dict:
         ckpt = load_checkpoint(path)
         distributed.check_world_size(ckpt["state"].get("world_size", 1), self.world)
-        with torch.no_grad():
-            for n, p in self.named:
-                p.copy_(ckpt["weights"][n])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
+        if self.settings.fsdp:  # each rank keeps its shard of the full tensors
+            fsdp.load_full_weights(self.named, ckpt["weights"])
+            fsdp.load_full_optimizer_state(self.optimizer, ckpt["optimizer"], [p for _, p in self.named])
+        else:
+            with torch.no_grad():
+                for n, p in self.named:
+                    p.copy_(ckpt["weights"][n])
+            self.optimizer.load_state_dict(ckpt["optimizer"])
         state = ckpt["state"]
         self.step, self.lr_scale = state["step"], state["lr_scale"]
         if full:  # resume: everything as it was; rollback keeps moving forward through data
@@ -254,7 +301,8 @@ class Trainer:
                 return float("nan"), extra
             self.accelerator.backward(loss)
             loss_value += float(loss.detach())
-        distributed.all_reduce_grads(p for _, p in self.named)
+        if not self.settings.fsdp:  # FSDP's reduce-scatter has summed them already
+            distributed.all_reduce_grads(p for _, p in self.named)
         keys = sorted(extra)
         summed = distributed.sum_over_ranks([loss_value] + [extra[k] for k in keys])
         return summed[0], {k: v / self.world.size for k, v in zip(keys, summed[1:])}
@@ -262,6 +310,9 @@ class Trainer:
     def _grad_norm(self) -> float:
         clip = self.settings.optim.max_grad_norm
         params = [p for _, p in self.named]
+        if self.settings.fsdp:  # over sharded gradients: torch reduces the norm over ranks
+            norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf"))
+            return float(fsdp.full_tensor(norm))
         norm = self.accelerator.clip_grad_norm_(params, clip if clip else float("inf"))
         if norm is None:  # accelerate returns None only under DeepSpeed, which this Trainer does not use
             raise RuntimeError("the gradient norm is unknown (accelerate clipped without returning it)")
@@ -285,7 +336,7 @@ class Trainer:
             if self.guard.record_bad(bad):
                 self._rollback()
             return None
-        lr = lr_at(self.step, self.settings.steps, self.settings.optim, self.lr_scale)
+        lr = lr_at(self.step, self.settings.total_steps, self.settings.optim, self.lr_scale)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
@@ -315,14 +366,19 @@ class Trainer:
         for stale in remove_partial(self.ckpt_dir) if self.world.main else []:
             self.metrics.event("removed_partial_checkpoint", path=stale.name)
         distributed.barrier()
-        existing = list_checkpoints(self.ckpt_dir)
-        if existing:
-            state = self._restore(existing[-1], full=True)
+        start = self._resume_point()
+        if start is not None:
+            state = self._restore(start, full=True)
             resumed = state["step"]
-            self.metrics.event("resume", step=resumed, checkpoint=existing[-1].name)
+            self.metrics.event("resume", step=resumed, checkpoint=str(start))
+            elsewhere = start.resolve().parent != self.ckpt_dir.resolve()
+            if elsewhere:  # another run's checkpoint: its record of consumed data up to there is ours too
+                self.consumed.adopt(start.parent.parent / "consumed.jsonl", state.get("consumed_steps"))
             # steps consumed after that checkpoint are done again: their lines go
             if dropped := self.consumed.start(state.get("consumed_steps")):
-                self.metrics.event("consumed_cut", steps=dropped, checkpoint=existing[-1].name)
+                self.metrics.event("consumed_cut", steps=dropped, checkpoint=start.name)
+            if elsewhere:
+                self.save()  # another run's checkpoint: this run's own copy is the rollback target
         else:
             self.consumed.start(0)
             self.save()  # step 0: the rollback target before the first periodic checkpoint
@@ -333,12 +389,39 @@ class Trainer:
             self.metrics.close()
             self.consumed.close()
 
+    def _resume_point(self) -> Path | None:
+        """The checkpoint to resume from: `train.resume_from` when given, else the run's newest.
+
+        The run's own checkpoints win over a `resume_from` elsewhere (a killed run resumes where it
+        was); `resume_from` inside this run rewinds to it, and the newer checkpoints are set aside
+        as `rewound-step-*`, so pruning and rollbacks never mix two timelines.
+        """
+        existing = list_checkpoints(self.ckpt_dir)
+        given = _checkpoint_dir(self.settings.resume_from) if self.settings.resume_from else None
+        if given is None or (existing and given.resolve().parent != self.ckpt_dir.resolve()):
+            if given is not None:
+                self.metrics.event("resume_from_ignored", checkpoint=str(given), newest=existing[-1].name)
+                self.console.print(
+                    f"[yellow]this run has checkpoints of its own: resuming from {existing[-1].name}, "
+                    f"not {given} (pick a new --name to start from it)[/yellow]"
+                )
+            return existing[-1] if existing else None
+        if self.world.main:
+            for newer in (p for p in existing if p.name > given.name):
+                newer.rename(newer.with_name("rewound-" + newer.name))
+        distributed.barrier()
+        return given
+
+    def request_stop(self, reason: str) -> None:
+        """Stop after the current step, with a checkpoint (a callback's early stop)."""
+        self.stop_reason = reason
+
     def _loop(self, resumed: int | None) -> TrainResult:
         losses, history, t_start = [], [], time.perf_counter()
         every, due = self.settings.checkpoint.every, False
-        with TrainProgress(self.objective.name, self.settings.steps, self.step, self.console) as progress:
+        with TrainProgress(self.objective.name, self.settings.total_steps, self.step, self.console) as progress:
             limit = self.settings.max_minutes * 60 if self.settings.max_minutes else None
-            while self.step < self.settings.steps:
+            while self.step < self.settings.total_steps:
                 # rank 0's clock decides, so every rank stops at the same step
                 # and only where a resume is exact (a GRPO batch served twice: after its second update)
                 if (
@@ -363,12 +446,26 @@ class Trainer:
                     self.metrics.write(record)
                 progress(self.step, record)
                 due = due or self.step % every == 0
-                if self.step == self.settings.steps or (due and self._at_boundary()):
+                if self.step == self.settings.total_steps or (due and self._at_boundary()):
                     self.save()
                     due = False
                 for cb in self.callbacks:
                     cb(self.step, record)
+                if self.stop_reason is not None:
+                    self.metrics.event("stop", step=self.step, reason=self.stop_reason)
+                    self.console.print(f"[yellow]stopping at step {self.step}: {self.stop_reason}[/yellow]")
+                    if self.step != self.settings.total_steps:
+                        self.save()
+                    break
         counts = {k: int(v) for k, v in self.guard.counts.items()}
         return TrainResult(
-            self.step, losses, counts, self.run_dir, self.real_tokens, time.perf_counter() - t_start, resumed, history
+            self.step,
+            losses,
+            counts,
+            self.run_dir,
+            self.real_tokens,
+            time.perf_counter() - t_start,
+            resumed,
+            history,
+            self.stop_reason,
         )

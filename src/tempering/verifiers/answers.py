@@ -56,13 +56,31 @@ def extract_final_answer(text: str) -> str:
     return text.strip()
 
 
+def _needs_answer(spec: dict[str, Any]) -> None:
+    spec["answer"]  # noqa: B018  (KeyError names the missing field)
+
+
+def _needs_number(spec: dict[str, Any]) -> None:
+    if parse_number(str(spec["answer"])) is None:
+        raise ValueError(f"{spec['type']} verifier answer is not a number: {spec['answer']!r}")
+    for key in ("rel_tol", "abs_tol"):
+        if key in spec:
+            _tolerance(spec, key)
+
+
+def _needs_pattern(spec: dict[str, Any]) -> None:
+    re.compile(spec["pattern"])  # re.error names the position
+    if spec.get("on", "answer") not in ("answer", "completion"):
+        raise ValueError(f"regex verifier 'on' must be 'answer' or 'completion', got {spec['on']!r}")
+
+
 def _reward(ok: bool, extracted: str | None) -> Reward:
     return Reward(
         value=1.0 if ok else 0.0, components={"correct": 1.0 if ok else 0.0}, detail=f"extracted: {extracted!r}"
     )
 
 
-@register("numeric")
+@register("numeric", check=_needs_number)
 def score_numeric(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     answer = extract_final_answer(completion)
     got, want = parse_number(answer), parse_number(str(spec["answer"]))
@@ -87,7 +105,7 @@ def _tolerance(spec: dict[str, Any], key: str) -> Fraction:
     return value
 
 
-@register("numeric_close")
+@register("numeric_close", check=_needs_number)
 def score_numeric_close(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """Partial credit for nearness: max(0, 1 - |got - answer| / scale) on the `numeric` answer.
 
@@ -112,13 +130,13 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-@register("exact")
+@register("exact", check=_needs_answer)
 def score_exact(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     answer = extract_final_answer(completion)
     return _reward(_norm(answer) == _norm(str(spec["answer"])), answer)
 
 
-@register("regex")
+@register("regex", check=_needs_pattern)
 def score_regex(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """`pattern` must fully match the extracted answer (`on: completion` to search the whole text)."""
     if spec.get("on", "answer") == "completion":
@@ -127,7 +145,7 @@ def score_regex(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> 
     return _reward(re.fullmatch(spec["pattern"], answer) is not None, answer)
 
 
-@register("math", deadline_s=MATH_DEADLINE_S)
+@register("math", deadline_s=MATH_DEADLINE_S, check=_needs_answer)
 def score_math(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """math-verify (offline): LaTeX, fractions, sets, intervals, `\\boxed{}`; in a bounded worker.
 

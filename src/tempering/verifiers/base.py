@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable
 
 from tempering.types import Reward, Task
@@ -10,7 +11,12 @@ from tempering.verifiers.context import VerifierContext
 from tempering.verifiers.errors import VerifierError as VerifierError  # re-exported: callers import it from here
 
 ScoreFn = Callable[[dict[str, Any], str, VerifierContext], Reward]
+SpecCheck = Callable[[dict[str, Any]], None]
 VERIFIERS: dict[str, ScoreFn] = {}
+CHECKS: dict[str, SpecCheck] = {}
+"""Verifier type -> a check of a spec alone (no completion, no sandbox) that raises
+ValueError or KeyError when no completion could be scored against it: run on every task
+before generation (`spec_problem`)."""
 PROMPTED: set[str] = set()
 """Verifier types that judge the answer *in context*: `score` gives their spec the task's
 conversation as `prompt` (a reward model scores prompt + answer, not the answer alone)."""
@@ -23,7 +29,9 @@ class UnknownVerifier(KeyError):
     pass
 
 
-def register(name: str, needs_prompt: bool = False, deadline_s: float | None = None) -> Callable[[ScoreFn], ScoreFn]:
+def register(
+    name: str, needs_prompt: bool = False, deadline_s: float | None = None, check: SpecCheck | None = None
+) -> Callable[[ScoreFn], ScoreFn]:
     """Register `fn(spec, completion, ctx) -> Reward` as the verifier `type: name`.
 
     `needs_prompt`: `score` adds the task's conversation to the spec as `prompt` (unless
@@ -31,10 +39,14 @@ def register(name: str, needs_prompt: bool = False, deadline_s: float | None = N
     `deadline_s`: the verifier runs library code whose cost the completion can choose, so it
     is scored in a worker process killed past this many seconds (`ctx.workers()`); `fn`
     then gets `ctx=None` and must not execute the completion (that needs the sandbox).
+    `check(spec)`: raises ValueError/KeyError for a spec no completion could be scored against
+    (a missing answer, a regex that does not compile); tasks are checked before any generation.
     """
 
     def add(fn: ScoreFn) -> ScoreFn:
         VERIFIERS[name] = fn
+        if check is not None:
+            CHECKS[name] = check
         if needs_prompt:
             PROMPTED.add(name)
         if deadline_s is not None:
@@ -64,6 +76,26 @@ def score_spec(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> R
     if kind in BOUNDED:
         return ctx.workers().score(kind, spec, completion, deadline_of(spec, BOUNDED[kind]))
     return VERIFIERS[kind](spec, completion, ctx)
+
+
+def spec_problem(spec: Any) -> str | None:
+    """Why no completion could be scored against `spec` (an unknown type, a missing field, a
+    regex that does not compile), or None. Static: runs no completion and opens no sandbox."""
+    if not isinstance(spec, dict):
+        return f"a verifier spec is a mapping, got {type(spec).__name__}"
+    kind = spec.get("type")
+    if kind not in VERIFIERS:
+        return f"unknown verifier type {kind!r} (known: {', '.join(sorted(VERIFIERS))})"
+    try:
+        if kind in CHECKS:
+            CHECKS[kind](spec)
+        if kind in BOUNDED:
+            deadline_of(spec, BOUNDED[kind])
+    except KeyError as exc:
+        return f"the {kind!r} verifier spec needs the field {exc.args[0]!r}"
+    except (ValueError, TypeError, re.error) as exc:
+        return f"bad {kind!r} verifier spec: {exc}"
+    return None
 
 
 def deadline_of(spec: dict[str, Any], default: float) -> float:

@@ -44,7 +44,7 @@ from hashlib import sha256
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tempering.types import Reward
 from tempering.verifiers.base import VerifierError, register
@@ -208,7 +208,15 @@ def reward_from_run(run: JudgeRun) -> Reward:
     )
 
 
-@register("code")
+def _code_check(spec: dict[str, Any]) -> None:
+    try:
+        CodeSpec.model_validate(spec)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ValueError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+@register("code", check=_code_check)
 def score_code(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """Static checks, then the sandboxed judge; see the module docstring."""
     parsed = CodeSpec.model_validate(spec)

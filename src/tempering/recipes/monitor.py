@@ -1,0 +1,103 @@
+"""Evaluation during training (`train.eval_every`), the best model (`train.keep_best`) and early
+stopping (`train.early_stopping`), for every recipe with a held-out measure.
+
+The measure is the recipe's own `Components.evaluate` (SFT and distillation: the `data.eval`
+loss; DPO: loss, reward accuracy and margin; RM: its held-out report), called as before and
+after training. Its numbers are named `eval_<key>` (a bare loss is `eval_loss`) and written to
+metrics.jsonl as `eval` events. A metric with `loss` in its name is minimised, any other maximised.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+from tempering.config import TrainSettings
+
+
+def eval_metrics(value: Any) -> dict[str, float]:
+    """A held-out measure as named numbers: a float is `eval_loss`, a dict's numbers `eval_<key>`."""
+    if isinstance(value, (int, float)):
+        return {"eval_loss": float(value)}
+    if isinstance(value, dict):
+        return {
+            (k if k.startswith("eval_") else f"eval_{k}"): float(v)
+            for k, v in value.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+    return {}
+
+
+def minimised(metric: str) -> bool:
+    return "loss" in metric
+
+
+class EvalMonitor:
+    """Trainer callback: every `eval_every` steps, measure; keep the best model; stop when stuck.
+
+    `save_best(step)` writes the model as the run's `best/`; `stop(reason)` asks the Trainer to stop.
+    """
+
+    def __init__(
+        self,
+        settings: TrainSettings,
+        measure: Callable[[], Any],
+        metrics_path: Path,
+        save_best: Callable[[int], None],
+        stop: Callable[[str], None],
+    ):
+        self.settings, self.measure, self.metrics_path = settings, measure, metrics_path
+        self.save_best, self.stop = save_best, stop
+        self.history: list[dict[str, float]] = []
+        self.best: dict[str, float] | None = None  # {"step", "value"} of the best model saved
+        self.stale = 0  # evaluations since the early-stopping metric last improved
+        self.watched_best: float | None = None
+
+    def __call__(self, step: int, record: dict) -> None:
+        if self.settings.eval_every is None or step % self.settings.eval_every:
+            return
+        values = eval_metrics(self.measure())
+        for metric in (self.settings.keep_best, getattr(self.settings.early_stopping, "metric", None)):
+            if metric is not None and metric not in values:
+                raise ValueError(
+                    f"train metric {metric!r} is not measured here; the held-out measure gives: "
+                    f"{', '.join(sorted(values)) or 'nothing (no held-out data)'}"
+                )
+        row = {"step": step, **values}
+        self.history.append(row)
+        with self.metrics_path.open("a") as fh:
+            fh.write(json.dumps({"event": "eval", **row}) + "\n")
+        self._keep_best(step, values)
+        self._early_stop(step, values)
+
+    def _keep_best(self, step: int, values: dict[str, float]) -> None:
+        metric = self.settings.keep_best
+        if metric is None:
+            return
+        value = values[metric]
+        if self.best is None or _better(metric, value, self.best["value"], 0.0):
+            self.best = {"step": step, "value": value}
+            self.save_best(step)
+
+    def _early_stop(self, step: int, values: dict[str, float]) -> None:
+        rule = self.settings.early_stopping
+        if rule is None:
+            return
+        value = values[rule.metric]
+        if self.watched_best is None or _better(rule.metric, value, self.watched_best, rule.min_delta):
+            self.watched_best, self.stale = value, 0
+            return
+        self.stale += 1
+        if self.stale >= rule.patience:
+            self.stop(
+                f"early stopping: {rule.metric} did not improve by more than {rule.min_delta} in "
+                f"{rule.patience} evaluations (best {self.watched_best:.4g})"
+            )
+
+
+def _better(metric: str, value: float, best: float, min_delta: float) -> bool:
+    if not math.isfinite(value):
+        return False
+    return value < best - min_delta if minimised(metric) else value > best + min_delta

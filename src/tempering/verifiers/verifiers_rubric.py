@@ -1,0 +1,90 @@
+"""The `verifiers` verifier: a `verifiers` environment's own rubric scores the completion.
+
+Spec (made by `tempering.sources.verifiers_envs`):
+
+    {"type": "verifiers", "env": "my_env", "env_args": {...}, "split": "train", "row": {...}}
+
+The environment is loaded by its id (once per process) and the library runs its own rollout of
+the row, `env.run_rollout`, the call its `evaluate` makes per sample, with a client that answers
+with the completion Tempering's engine already sampled (`SampledCompletion`). So the library
+builds the state, renders the completion, applies the parser and sums the rubric's weighted
+reward functions exactly as in its own evaluation. The Reward:
+
+  * `value`: the rubric's reward (the weighted sum of its reward functions);
+  * `components`: every reward function and metric by name (weight-0 metrics such as
+    `num_turns` included), plus `correct`: 1 when the reward reaches the environment's
+    `pass_threshold` (the library's own pass rule, default 0.5), else 0, so Tempering's
+    accuracy and pass@k count what the library's pass@k counts.
+
+A reward function that raises is the library's business: it logs it and scores that function 0.
+A rollout the library marks with an error is a `VerifierError` (not the model's fault).
+
+Where it runs: in the scoring thread, in-process. The environment is built once per process,
+in the main thread (the library installs signal handlers as it builds one), which loading the
+tasks through the `verifiers:` source does before any scoring; a thread that finds it unbuilt
+(tasks read back from a JSONL file, a Ray reward actor) gets a `verifier_error` naming why.
+Reward functions are the environment author's code reading the model's answer as data; a slow
+one is cut by the rollout's verdict timeout (status `timeout`) but keeps its thread until it
+returns. Code the model writes is never run here: environments whose tools would run it are
+refused at load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from tempering.types import Reward
+from tempering.verifiers.base import VerifierError, register
+
+MODEL = "tempering"
+"""The model name the library records for the sampled completion."""
+
+
+@register("verifiers")
+def score_verifiers(spec: dict[str, Any], completion: str, ctx: Any) -> Reward:
+    from tempering.sources.verifiers_envs import CORRECT, load_environment
+
+    missing = [k for k in ("env", "row") if k not in spec]
+    if missing:
+        raise ValueError(f"verifiers verifier spec is missing {missing}")
+    env = load_environment(spec["env"], spec.get("env_args") or {})
+    output = asyncio.run(env.run_rollout(spec["row"], sampled_completion(completion), MODEL, {}))
+    if output.get("error"):
+        raise VerifierError(f"the verifiers rollout failed (not the model's fault): {output['error']}")
+    reward = float(output["reward"])
+    components = {name: float(v) for name, v in (output.get("metrics") or {}).items()}
+    components[CORRECT] = 1.0 if reward >= env.pass_threshold else 0.0
+    return Reward(value=reward, components=components)
+
+
+def sampled_completion(text: str) -> Any:
+    """A `verifiers` Client whose one answer is `text` (what Tempering's engine sampled)."""
+    import verifiers as vf
+    from verifiers.types import Response, ResponseMessage
+
+    class SampledCompletion(vf.Client):
+        def setup_client(self, config: Any) -> Any:
+            return None
+
+        async def to_native_tool(self, tool: Any) -> Any:
+            return tool
+
+        async def to_native_prompt(self, messages: Any) -> tuple[Any, dict]:
+            return messages, {}
+
+        async def get_native_response(self, prompt: Any, model: str, sampling_args: Any, tools: Any = None, **kw: Any):
+            return text
+
+        async def raise_from_native_response(self, response: Any) -> None:
+            return None
+
+        async def from_native_response(self, response: Any) -> Any:
+            message = ResponseMessage(content=response, finish_reason="stop", is_truncated=False)
+            return Response(id="tempering", created=int(time.time()), model=MODEL, message=message)
+
+        async def close(self) -> None:
+            return None
+
+    return SampledCompletion(None)
