@@ -79,7 +79,7 @@ def test_the_cpu_dry_run_passes_every_step(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=1800,
+        timeout=3700,
     )
     report = json.loads((out / "gpu_cpu_dry_run.json").read_text())
     tails = {n: s.get("log_tail", "")[-1500:] for n, s in report["steps"].items() if s["status"] != "ok"}
