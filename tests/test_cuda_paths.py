@@ -14,11 +14,15 @@ import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CODE = re.compile(r"torch\.cuda|\bpin_memory\b|\bnon_blocking\b|device\.type\s*==|\bis_available\(\)|\b(from|import)\s+vllm\b")
+CODE = re.compile(
+    r"torch\.cuda|\bpin_memory\b|\bnon_blocking\b|device\.type\s*==|\bis_available\(\)|\b(from|import)\s+vllm\b"
+)
 LITERALS = {"cuda", "nccl"}
 TAG = re.compile(r"cuda-path:\s*([a-z0-9-]+)")
 SKIP_TOKENS = {tokenize.STRING, tokenize.COMMENT}
-SKIP_TOKENS |= {getattr(tokenize, n) for n in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END") if hasattr(tokenize, n)}
+SKIP_TOKENS |= {
+    getattr(tokenize, n) for n in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END") if hasattr(tokenize, n)
+}
 
 
 def cuda_lines(text: str) -> list[int]:
@@ -91,24 +95,24 @@ def test_every_cuda_only_branch_is_tagged_and_run_by_a_gpu_test():
     assert {"bf16-cuda", "nccl", "vllm", "pinned-copy", "trainer-cuda"} <= set(keys)  # the scan sees the tree
 
 
-PLANTED = '''
+PLANTED = """
 import torch
 
 def place(model):
     if torch.cuda.is_available():
         model.cuda()
     return model.to("cuda")
-'''
+"""
 
 
 def test_the_scan_catches_a_planted_cuda_branch_and_an_uncovered_key():
     src, tests = _read("src"), _read("tests")
     assert untagged_and_keys({"planted.py": PLANTED})[0] == [
         "planted.py:5: if torch.cuda.is_available():",
-        "planted.py:7: return model.to(\"cuda\")",
+        'planted.py:7: return model.to("cuda")',
     ]
     half = PLANTED.replace("available():", "available():  # cuda-path: planted-key")
-    assert untagged_and_keys({"planted.py": half})[0] == ["planted.py:7: return model.to(\"cuda\")"]
+    assert untagged_and_keys({"planted.py": half})[0] == ['planted.py:7: return model.to("cuda")']
     tagged = half.replace('    return model.to("cuda")', '    # cuda-path: planted-key\n    return model.to("cuda")')
     assert untagged_and_keys({"planted.py": tagged})[0] == []
     try:
@@ -117,5 +121,7 @@ def test_the_scan_catches_a_planted_cuda_branch_and_an_uncovered_key():
         assert "planted-key" in str(exc)
     else:
         raise AssertionError("an uncovered key passed the scan")
-    covering = {"tests/planted_test.py": "import pytest\n@pytest.mark.gpu(covers=['planted-key'])\ndef test_x(): pass\n"}
+    covering = {
+        "tests/planted_test.py": "import pytest\n@pytest.mark.gpu(covers=['planted-key'])\ndef test_x(): pass\n"
+    }
     assert_every_cuda_path_tagged_and_covered({**src, "planted.py": tagged}, {**tests, **covering})

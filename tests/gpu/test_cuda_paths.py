@@ -114,7 +114,10 @@ def test_engines_on_the_device_give_the_cpu_fp32_greedy_output(kind, device, smo
 
 
 def _tasks(n: int) -> list[Task]:
-    return [Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": str(i)}, source="test") for i in range(n)]
+    return [
+        Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": str(i)}, source="test")
+        for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])

@@ -41,7 +41,10 @@ def _trainer(model, objective, batches, tmp_path, **kw):
 
 
 def _tasks(n):
-    return [Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": str(i)}, source="test") for i in range(n)]
+    return [
+        Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": str(i)}, source="test")
+        for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize("updates_per_batch", [1, 2])
@@ -58,7 +61,7 @@ def test_a_grpo_step_keeps_every_tensor_on_the_models_device(smol_tokenizer, tmp
     engine = HFEngine(model, smol_tokenizer, precision="fp32")
     source = RolloutSource(_tasks(8), engine, grpo, grad_accum=2, seed=0, model=model, precision="fp32")
     trainer = _trainer(model, GRPOObjective(grpo), source, tmp_path, grad_accum=2)
-    check = assert_no_device_mix(lambda: trainer.train_step(), model)
+    check = assert_no_device_mix(trainer.train_step, model)
     assert trainer.step == 1 and check.syncs
 
 
@@ -67,7 +70,7 @@ def test_an_sft_step_keeps_every_tensor_on_the_models_device(tmp_path):
     for packing in (True, False):
         batches = SFTBatches(random_examples(8, seed=1), 4, 64, 0, packing, seed=0)
         trainer = _trainer(model, SFTObjective(), batches, tmp_path / str(packing))
-        assert_no_device_mix(lambda: trainer.train_step(), model)
+        assert_no_device_mix(trainer.train_step, model)
         assert trainer.step == 1
 
 
@@ -86,7 +89,7 @@ def test_a_dpo_step_keeps_every_tensor_on_the_models_device(tmp_path):
     assert_no_device_mix(reference, model)
     for ref in (cached["ref"], None):  # the cached reference, and the online one (adapters off per step)
         trainer = _trainer(model, objective, PairBatches(pairs, 4, seed=0, ref_logps=ref), tmp_path / str(ref is None))
-        assert_no_device_mix(lambda: trainer.train_step(), model)
+        assert_no_device_mix(trainer.train_step, model)
         assert trainer.step == 1
 
 
@@ -99,9 +102,7 @@ def test_an_agent_rl_step_keeps_every_tensor_on_the_models_device(smol_tokenizer
     model = tiny_llama(vocab=49152, seed=3)
     model.config.eos_token_id = smol_tokenizer.eos_token_id
     tasks = select(builtin_tasks("retry"), "train")[:4]
-    grpo = GRPOSettings(
-        prompts_per_step=2, group_size=2, max_new_tokens=6, updates_per_batch=2, dynamic_sampling=False
-    )
+    grpo = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=6, updates_per_batch=2, dynamic_sampling=False)
     engine = HFEngine(model, smol_tokenizer, precision="fp32")
     source = AgentRolloutSource(
         tasks,
@@ -116,5 +117,5 @@ def test_an_agent_rl_step_keeps_every_tensor_on_the_models_device(smol_tokenizer
         model=model,
     )
     trainer = _trainer(model, GRPOObjective(grpo), source, tmp_path)
-    assert_no_device_mix(lambda: trainer.train_step(), model)
+    assert_no_device_mix(trainer.train_step, model)
     assert trainer.step == 1

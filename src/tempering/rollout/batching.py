@@ -24,10 +24,10 @@ from tempering.config import SamplingParams
 from tempering.rollout.engine import (
     Completion,
     cut_at_stop,
+    host_lists,
     prompt_seed,
     row_uniforms,
     sample_seed,
-    host_lists,
     sample_tokens,
     top_logprobs,
 )

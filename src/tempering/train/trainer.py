@@ -49,6 +49,7 @@ class Objective(Protocol):
     def units(self, batch: Any) -> float: ...
 
     def loss(self, model: Any, batch: Any) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]: ...
+
     """(summed loss, stats); a stat may stay a 0-dim tensor on the model's device (read once per step)."""
 
 
