@@ -186,10 +186,8 @@ class VLLMEngine:
         reason = vllm_unavailable()
         if reason:
             raise EngineUnavailable(reason)
-        from vllm import (
-            LLM,
         # cuda-path: vllm
-        )  # pyright: ignore[reportMissingImports]  # GPU hosts only (the vllm extra)
+        from vllm import LLM  # pyright: ignore[reportMissingImports]  # GPU hosts only (the vllm extra)
 
         self.tokenizer, self.precision, self.settings = tokenizer, precision, settings
         self.llm = LLM(
@@ -243,10 +241,8 @@ class VLLMEngine:
         return float((engine - trainer[0, 1:].float().cpu()).abs().max())
 
     def _vllm_params(self, **kwargs: Any) -> Any:
-        from vllm import (
-            SamplingParams as VSamplingParams,
         # cuda-path: vllm
-        )  # pyright: ignore[reportMissingImports]  # the vllm extra
+        from vllm import SamplingParams as VSamplingParams  # pyright: ignore[reportMissingImports]  # the vllm extra
 
         return VSamplingParams(**kwargs)
 
