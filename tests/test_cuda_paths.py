@@ -56,6 +56,8 @@ def untagged_and_keys(files: dict[str, str]) -> tuple[list[str], dict[str, str]]
     """(CUDA-only lines without a tag as 'path:line: code', {key: first place tagged})."""
     untagged, keys = [], {}
     for path, text in sorted(files.items()):
+        if not (TAG.search(text) or CODE.search(text) or any(f'"{w}"' in text for w in LITERALS)):
+            continue  # nothing CUDA-like anywhere in the file: no need to tokenize it
         lines = text.splitlines()
         for n, line in enumerate(lines, 1):
             for key in TAG.findall(line):
@@ -69,6 +71,8 @@ def covered_keys(test_files: dict[str, str]) -> set[str]:
     """The keys named by `pytest.mark.gpu(covers=[...])` anywhere in the tests."""
     out = set()
     for text in test_files.values():
+        if ".gpu(" not in text:  # only files that use the mark are parsed
+            continue
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "gpu":
                 for kw in node.keywords:
