@@ -74,6 +74,16 @@ def random_examples(n: int, vocab: int = 64, seed: int = 0, lo: int = 6, hi: int
     return out
 
 
+# --- gpu: tests marked `gpu` need CUDA and skip cleanly without it ---
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (pytest -m gpu on a GPU host); torch sees none here")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
+
+
 # --- reg: the registry on both backends (SQLite file, real PostgreSQL server) ---
 os.environ.pop("TEMPERING_REGISTRY", None)  # a user's shared registry must not receive test runs
 

@@ -56,10 +56,20 @@ class Batch(Protocol):
     def to(self: B, device: torch.device | str) -> B: ...
 
 
+def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """`tensor` on `device`. A host tensor bound for a GPU is staged in pinned memory and copied
+    without blocking the host (the stream orders the copy before every kernel that reads it, and
+    torch keeps the pinned block until the copy is done); anything else is a plain `.to`."""
+    device = torch.device(device)
+    if device.type == "cuda" and tensor.device.type == "cpu":  # cuda-path: pinned-copy
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 def _moved(batch: Any, device: torch.device | str) -> Any:
     """A copy of the dataclass `batch` with every tensor field on `device` (None and ints as they are)."""
     changes = {f.name: getattr(batch, f.name) for f in fields(batch)}
-    return replace(batch, **{k: v.to(device) for k, v in changes.items() if isinstance(v, torch.Tensor)})
+    return replace(batch, **{k: to_device(v, device) for k, v in changes.items() if isinstance(v, torch.Tensor)})
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ def test_old_logprobs_are_the_models_own_recompute(smol_tokenizer):
     assert torch.allclose(batch.old_logprobs, expected, atol=1e-6)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the batch stays on the CPU, the model does not")
+@pytest.mark.gpu(covers=["pinned-copy"])
 def test_old_logprobs_run_on_the_models_device(smol_tokenizer):
     # Before the fix the CPU batch went straight into a CUDA model: a device-mismatch RuntimeError.
     model, batch = _batch(smol_tokenizer, "cuda")

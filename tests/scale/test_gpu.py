@@ -19,8 +19,10 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 
 
 @needs_gpu
+@pytest.mark.gpu(covers=["default-device", "trainer-cuda"])
 @pytest.mark.slow
 def test_grpo_with_a_gpu_engine_replica_logs_the_mismatch(tmp_path):
+    pytest.importorskip("ray", reason="the engine replicas run in Ray actors; Ray is not installed")
     from tempering.config import GRPOConfig, load_config
     from tempering.recipes.grpo import run_grpo
 
@@ -53,6 +55,7 @@ needs_vllm = pytest.mark.skipif(
 
 
 @needs_vllm
+@pytest.mark.gpu(covers=["vllm"])
 @pytest.mark.slow
 def test_grpo_with_vllm_rollouts_logs_the_mismatch(tmp_path):
     from tempering.config import GRPOConfig, load_config

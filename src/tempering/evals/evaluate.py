@@ -158,7 +158,7 @@ def evaluate_model(
     from tempering.evals.leakage import contaminated_rows, training_lineage
     from tempering.evals.runner import run_suite_samples
     from tempering.models.load import ModelNotFound, load_model, load_tokenizer, resolve_model
-    from tempering.models.precision import resolve_precision
+    from tempering.models.precision import default_device, resolve_precision
     from tempering.models.threads import set_threads
     from tempering.rollout.select import EngineUnavailable, build_engine, check_engine
 
@@ -199,6 +199,8 @@ def evaluate_model(
                     from tempering.models.quantize import quantize_int8
 
                     loaded = quantize_int8(loaded.merge_and_unload() if hasattr(loaded, "merge_and_unload") else loaded)
+                if model_dir is None:  # in-process engines sample on the GPU where there is one
+                    loaded = loaded.to(default_device())
                 engine = build_engine(
                     settings, loaded, load_tokenizer(model), resolve_precision(precision), model_dir=model_dir
                 )

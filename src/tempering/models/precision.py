@@ -42,14 +42,22 @@ def resolve_precision(precision: str) -> str:
         raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     if precision != "auto":
         return precision
-    if torch.cuda.is_available():
+    if torch.cuda.is_available():  # cuda-path: bf16-cuda
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
     return "bf16" if cpu_has_native_bf16() else "fp32"
 
 
+def default_device() -> torch.device:
+    """Where a model loaded for sampling computes (eval, serve, chat, Ray engine replicas): the
+    current CUDA GPU when torch sees one, else the CPU. The Trainer places its model itself."""
+    if torch.cuda.is_available():  # cuda-path: default-device
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def autocast(precision: str, device: torch.device) -> Any:
     """bf16 autocast on `device` for "bf16", nothing for "fp32" (a resolved precision only)."""
-    if precision == "bf16":
+    if precision == "bf16":  # cuda-path: bf16-cuda (on a GPU device: CUDA autocast)
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     if precision == "fp32":
         return nullcontext()

@@ -75,7 +75,8 @@ class PreferenceObjective:
             chosen, rejected, _ = pair_sequence_logps(model, batch)
         return chosen, rejected
 
-    def loss(self, model: Any, batch: PairBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, model: Any, batch: PairBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(summed loss, stats as 0-dim tensors where the model is: the Trainer reads them once per step)."""
         ref_chosen, ref_rejected = self.reference(model, batch)
         chosen, rejected, entropy = pair_sequence_logps(model, batch)
         lengths = batch["score_mask"].sum(dim=1).to(chosen.dtype)
@@ -96,12 +97,13 @@ class PreferenceObjective:
         loss_sum = (losses * batch["weights"].to(losses.dtype)).sum()
         margin = chosen_reward - rejected_reward
         stats = {
-            "reward_accuracy": float((margin > 0).float().mean()),
-            "reward_margin": float(margin.mean()),
-            "reward_chosen": float(chosen_reward.mean()),
-            "reward_rejected": float(rejected_reward.mean()),
-            "logp_chosen": float(chosen.detach().mean()),
-            "logp_rejected": float(rejected.detach().mean()),
-            "entropy": float(entropy),
+            "reward_accuracy": (margin > 0).float().mean(),
+            "reward_margin": margin.mean(),
+            "reward_chosen": chosen_reward.mean(),
+            "reward_rejected": rejected_reward.mean(),
+            "logp_chosen": chosen.mean(),
+            "logp_rejected": rejected.mean(),
+            "entropy": entropy,
         }
+        stats = {k: v.detach() for k, v in stats.items()}
         return loss_sum, stats

@@ -41,7 +41,9 @@ class GRPOObjective:
     def units(self, batch: GRPOBatch) -> float:
         return aggregation_units(batch.loss_mask, self.s.aggregation, self.s.max_new_tokens)
 
-    def loss(self, model: Any, batch: GRPOBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, model: Any, batch: GRPOBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(summed loss, stats); the stats stay 0-dim tensors where the model is (the Trainer reads a
+        step's stats in one host copy, not one GPU sync each)."""
         args = (batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
         logp, entropy = grouped_logprobs(model, *args, temperature=self.s.temperature)
         old = logp.detach() if batch.old_logprobs is None else batch.old_logprobs
@@ -50,17 +52,8 @@ class GRPOObjective:
             with torch.no_grad(), _reference(model):
                 ref, _ = grouped_logprobs(model, *args, temperature=self.s.temperature)
         mask = batch.loss_mask
-        numerator, _, stats = grpo_loss_sum(
-            logp,
-            old,
-            batch.advantages,
-            mask,
-            self.s.clip_low,
-            self.s.clip_high,
-            self.s.aggregation,
-            self.s.max_new_tokens,
-            ref,
-            self.s.beta,
+        numerator, stats = grpo_loss_sum(
+            logp, old, batch.advantages, mask, self.s.clip_low, self.s.clip_high, self.s.aggregation, ref, self.s.beta
         )
         seen = batch.completion_mask.to(logp.dtype)
         n_seen = seen.sum().clamp(min=1.0)
@@ -69,6 +62,4 @@ class GRPOObjective:
         sampled = batch.sampled_mask.to(logp.dtype)
         with torch.no_grad():
             mismatch = ((logp.detach() - batch.engine_logprobs).abs() * sampled).sum() / sampled.sum().clamp(min=1.0)
-        out = {k: float(v) for k, v in stats.items()}
-        out.update(entropy=float((entropy * seen).sum() / n_seen), logprob_mismatch=float(mismatch))
-        return numerator, out
+        return numerator, {**stats, "entropy": (entropy.detach() * seen).sum() / n_seen, "logprob_mismatch": mismatch}

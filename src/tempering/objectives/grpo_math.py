@@ -103,11 +103,15 @@ def aggregate_sum(
     micro-batches the Trainer divides the summed numerators by the summed units, which is
     the same reduction over the concatenated batch.
     """
-    units = aggregation_units(mask, how, max_tokens)
+    return aggregate_numerator(per_token, mask, how), aggregation_units(mask, how, max_tokens)
+
+
+def aggregate_numerator(per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation) -> torch.Tensor:
+    """The numerator of `aggregate_sum` alone: no host read of the units (a GPU sync)."""
     m = mask.to(per_token.dtype)
     if how == "seq_mean":
-        return ((per_token * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)).sum(), units
-    return (per_token * m).sum(), units
+        return ((per_token * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)).sum()
+    return (per_token * m).sum()
 
 
 def aggregate(
@@ -126,14 +130,14 @@ def grpo_loss_sum(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     aggregation: Aggregation = "token_mean",
-    max_tokens: int | None = None,
     logp_ref: torch.Tensor | None = None,
     beta: float = 0.0,
-) -> tuple[torch.Tensor, float, dict[str, torch.Tensor]]:
-    """The GRPO loss as (numerator, units, stats): what `GRPOObjective` hands the Trainer.
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The GRPO loss as (numerator, stats): what `GRPOObjective` hands the Trainer, which
+    divides by the units of the whole step (`aggregation_units`).
 
     Per token: -min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A) + beta * KL,
-    reduced by `aggregate_sum`. Stats: `clip_fraction` (share of valid tokens where the
+    reduced by `aggregate_numerator`. Stats: `clip_fraction` (share of valid tokens where the
     clipped term was the one used and differs), `kl` (mean k3 over valid tokens, 0 without
     a reference), `ratio_mean`.
     """
@@ -143,7 +147,7 @@ def grpo_loss_sum(
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
     m = mask.to(per_token.dtype)
-    kl = torch.zeros((), dtype=per_token.dtype)
+    kl = torch.zeros((), dtype=per_token.dtype, device=per_token.device)
     if logp_ref is not None:
         kl_tok = k3_kl(logp, logp_ref)
         per_token = per_token + beta * kl_tok
@@ -155,8 +159,7 @@ def grpo_loss_sum(
             "kl": kl.detach(),
             "ratio_mean": (ratio * m).sum() / m.sum().clamp(min=1.0),
         }
-    numerator, units = aggregate_sum(per_token, mask, aggregation, max_tokens)
-    return numerator, units, stats
+    return aggregate_numerator(per_token, mask, aggregation), stats
 
 
 def grpo_loss(
@@ -172,7 +175,5 @@ def grpo_loss(
     beta: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """`grpo_loss_sum` normalised over this one batch: (loss to minimise, stats)."""
-    numerator, units, stats = grpo_loss_sum(
-        logp, logp_old, advantages, mask, clip_low, clip_high, aggregation, max_tokens, logp_ref, beta
-    )
-    return numerator / max(units, 1.0), stats
+    numerator, stats = grpo_loss_sum(logp, logp_old, advantages, mask, clip_low, clip_high, aggregation, logp_ref, beta)
+    return numerator / max(aggregation_units(mask, aggregation, max_tokens), 1.0), stats

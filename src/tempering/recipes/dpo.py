@@ -123,8 +123,8 @@ def evaluate_pairs(model: Any, objective: Any, batches: list[dict[str, Any]], pr
                 loss_sum, stats = objective.loss(model, batch)
             n = objective.units(batch)
             total["loss"] += float(loss_sum)
-            total["reward_accuracy"] += stats["reward_accuracy"] * n
-            total["reward_margin"] += stats["reward_margin"] * n
+            total["reward_accuracy"] += float(stats["reward_accuracy"]) * n
+            total["reward_margin"] += float(stats["reward_margin"]) * n
             pairs += n
     finally:
         model.train(was)

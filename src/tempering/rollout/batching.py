@@ -24,6 +24,7 @@ from tempering.config import SamplingParams
 from tempering.rollout.engine import (
     Completion,
     cut_at_stop,
+    host_lists,
     prompt_seed,
     row_uniforms,
     sample_seed,
@@ -273,8 +274,7 @@ def sample_rows(logits: torch.Tensor, rows: Sequence[Running]) -> tuple[list[int
         if temperature > 0:
             uniforms = row_uniforms([rows[i].generator for i in idx])
         if len(idx) == len(rows):  # the usual case: one setting for the whole batch
-            tok, lp = sample_tokens(logits, temperature, top_p, None, uniforms=uniforms)
-            return tok.tolist(), lp.tolist()
+            return host_lists(*sample_tokens(logits, temperature, top_p, None, uniforms=uniforms))
         tok, lp = sample_tokens(logits[idx], temperature, top_p, None, uniforms=uniforms)
         tokens[idx], logps[idx] = tok.cpu(), lp.cpu()
     return tokens.tolist(), logps.tolist()

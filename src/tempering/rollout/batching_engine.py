@@ -263,8 +263,9 @@ class BatchingEngine(HFEngine):
         running = self._open_scheduler.running[:batch]
         device = self.device
         last = torch.tensor([[s.tokens[-1]] for s in running], device=device)
-        write_at = torch.tensor([s.cached for s in running], device=device)
-        self._open_cache.bind(write_at)
+        cached = [s.cached for s in running]
+        write_at = torch.tensor(cached, device=device)
+        self._open_cache.bind(write_at, max(cached))
         with autocast(self.precision, device):
             out = self.model(
                 input_ids=last,

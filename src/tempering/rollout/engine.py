@@ -52,6 +52,7 @@ __all__ = [
     "bf16_linear_weights",
     "chat_prompt_ids",
     "cut_at_stop",
+    "host_lists",
     "inference_weights",
     "merged_lora",
     "prompt_seed",
@@ -206,6 +207,13 @@ def sample_tokens(
     return tokens, logp
 
 
+def host_lists(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[list[int], list[float]]:
+    """(B,) sampled tokens and their log-probs as Python lists, in one device-to-host copy (one
+    GPU sync per decode step, not two). float64 holds every token id and float32 value exactly."""
+    both = torch.stack([tokens.double(), logprobs.double()]).tolist()
+    return [int(t) for t in both[0]], both[1]
+
+
 def top_logprobs(logits: torch.Tensor, temperature: float, k: int) -> list[list[tuple[int, float]]]:
     """The k most likely (token, log-prob) of each row of (B, V) logits, under the distribution
     `sample_tokens` reports log-probs in (softmax(logits / temperature); temperature 1 when greedy)."""
@@ -309,7 +317,6 @@ class HFEngine:
 
         cache = DynamicCache()
         stops = set(params.stop_token_ids) | ({self.eos_id} if self.eos_id is not None else set())
-        stop_tensor = torch.tensor(sorted(stops), dtype=torch.long, device=device)
         with autocast(self.precision, device):
             logits = self.model(
                 input_ids=ids,
@@ -347,28 +354,29 @@ class HFEngine:
             if generators is not None and params.temperature > 0:
                 uniforms = row_uniforms([generators[o] for o in rows.owner])
             tok, lp = sample_tokens(logits, params.temperature, params.top_p, None, uniforms=uniforms)
-            tok_list, lp_list = tok.tolist(), lp.tolist()
+            # the one host sync of a step: which rows finish is decided on the host from these lists
+            tok_list, lp_list = host_lists(tok, lp)
             for r, owner in enumerate(rows.owner):
                 tokens_out[owner].append(tok_list[r])
                 logp_out[owner].append(lp_list[r])
             if params.top_logprobs:
                 for r, top in enumerate(top_logprobs(logits, params.temperature, params.top_logprobs)):
                     top_out[rows.owner[r]].append(top)
-            done = torch.isin(tok, stop_tensor)
+            done = [t in stops for t in tok_list]
             if params.stop:
-                done = done | self._stop_string_hits(tokens_out, rows.owner, params.stop, stops, device)
+                hits = self._stop_string_hits(tokens_out, rows.owner, params.stop, stops)
+                done = [d or h for d, h in zip(done, hits)]
+            for r in (r for r, d in enumerate(done) if d):
+                finish[rows.owner[r]] = "stop"
             if step == params.max_new_tokens - 1:
-                for r in done.nonzero().flatten().tolist():
-                    finish[rows.owner[r]] = "stop"
                 break
-            if bool(done.any()):
-                for r in done.nonzero().flatten().tolist():
-                    finish[rows.owner[r]] = "stop"
-                keep = (~done).nonzero().flatten()
-                if keep.numel() == 0:
+            if any(done):
+                kept = [r for r, d in enumerate(done) if not d]
+                if not kept:
                     break
+                keep = torch.tensor(kept, device=device)
                 cache.batch_select_indices(keep)
-                rows.owner = [rows.owner[k] for k in keep.tolist()]
+                rows.owner = [rows.owner[k] for k in kept]
                 tok, mask, next_pos = tok[keep], mask[keep], next_pos[keep]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             with autocast(self.precision, device):
@@ -400,8 +408,7 @@ class HFEngine:
         owners: list[int],
         stop: tuple[str, ...],
         stop_ids: set[int],
-        device: torch.device,
-    ) -> torch.Tensor:
+    ) -> list[bool]:
         """Which live rows' text now contains a stop string (only the tail that can hold one
         is decoded: a token decodes to at least one character, plus slack for split bytes)."""
         window = max(len(s) for s in stop) + 4
@@ -410,7 +417,7 @@ class HFEngine:
             tail = [t for t in tokens_out[owner][-window:] if t not in stop_ids]
             text = self.tokenizer.decode(tail, skip_special_tokens=False)
             hits.append(any(s in text for s in stop))
-        return torch.tensor(hits, dtype=torch.bool, device=device)
+        return hits
 
 
 def refuse_grammar(engine: Any, params: SamplingParams) -> None:

@@ -4,7 +4,7 @@ batch between two decode steps without the rest of the batch being copied.
     cache = SlotKVCache(slots=32, max_len=2048)
     cache.reserve(rows=3, length=300)                     # room for what is admitted, no more
     cache.write_prefill(prefill_cache, rows_to_slots)   # K/V of new prompts -> their slots
-    cache.bind(lengths)                                   # the next forward decodes slots 0..B-1
+    cache.bind(lengths, longest)                          # the next forward decodes slots 0..B-1
     model(input_ids, position_ids=lengths[:, None], attention_mask=cache.decode_mask(), cache=cache)
     cache.move(src, dst)                                  # compaction when a sequence leaves
     cache.release()                                       # the batch is empty: give the memory back
@@ -120,10 +120,10 @@ class SlotKVCache:
                 self.keys[layer][slots, :, :n] = k[row, :, :n].unsqueeze(0)
                 self.values[layer][slots, :, :n] = v[row, :, :n].unsqueeze(0)
 
-    def bind(self, lengths: torch.Tensor) -> None:
+    def bind(self, lengths: torch.Tensor, longest: int) -> None:
         """Set up the next decode forward over slots 0..B-1: row b's new token is written at
-        position lengths[b] and attends to positions 0..lengths[b]."""
-        longest = int(lengths.max())
+        position lengths[b] and attends to positions 0..lengths[b]. `longest` is max(lengths),
+        which the caller knows on the host (reading it off the tensor would sync a GPU every token)."""
         if longest >= self.length or lengths.shape[0] > self.rows:
             raise ValueError(f"a sequence reached the cache's reserved {self.rows} rows x {self.length} positions")
         self._write_at = lengths

@@ -105,22 +105,27 @@ def _token_ids(path: str) -> list[int]:
     return ids
 
 
-def load_target(spec: str, precision: str = "auto", quantize: str = "none") -> tuple[Any, Any, str]:
-    """(model, tokenizer, precision) for `spec`; quantize "int8" gives the weight-only int8
-    copy (an adapter merged first), which computes in "fp32" (the int8 layers pick their own dtype)."""
+def load_target(spec: str, precision: str = "auto", quantize: str = "none", place: bool = True) -> tuple[Any, Any, str]:
+    """(model, tokenizer, precision) for `spec`, on `default_device()` (a GPU where torch sees one)
+    unless `place` is False (vLLM's probe copy stays on the host: the GPU is vLLM's); quantize
+    "int8" gives the weight-only int8 copy (an adapter merged first), which computes in "fp32"
+    (the int8 layers pick their own dtype)."""
+    import torch
+
     from tempering.models.load import load_model, load_tokenizer
-    from tempering.models.precision import resolve_precision
+    from tempering.models.precision import default_device, resolve_precision
 
     model, tokenizer = load_model(spec), load_tokenizer(spec)
+    device = default_device() if place else torch.device("cpu")
     if quantize == "int8":
         from tempering.models.quantize import quantize_int8
 
         if hasattr(model, "merge_and_unload"):
             model = model.merge_and_unload()
-        return quantize_int8(model), tokenizer, "fp32"
+        return quantize_int8(model).to(device), tokenizer, "fp32"
     if quantize != "none":
         raise ValueError(f"quantize {quantize!r} is not one of none, int8")
-    return model, tokenizer, resolve_precision(precision)
+    return model.to(device), tokenizer, resolve_precision(precision)
 
 
 def load_engine(settings: EngineSettings, spec: str, precision: str = "auto", quantize: str = "none") -> Engine:
@@ -136,5 +141,5 @@ def load_engine(settings: EngineSettings, spec: str, precision: str = "auto", qu
     if quantize != "none" and settings.kind == "vllm":
         raise EngineUnavailable("quantize: int8 runs on the in-process engines (not vLLM)")
     model_dir = resolve_model(spec) if settings.kind == "vllm" else None
-    model, tokenizer, resolved = load_target(spec, precision, quantize)
+    model, tokenizer, resolved = load_target(spec, precision, quantize, place=settings.kind != "vllm")
     return build_engine(settings, model, tokenizer, resolved, model_dir=model_dir)

@@ -65,7 +65,7 @@ def vllm_unavailable() -> str | None:
             "engine kind 'vllm' needs vLLM, which is not installed: on a CUDA GPU host run "
             "pip install 'tempering[vllm]' (it pulls a CUDA build of torch); elsewhere use engine.kind: batching"
         )
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available():  # cuda-path: vllm
         return (
             "engine kind 'vllm' needs a CUDA GPU and torch sees none (torch.cuda.is_available() is False); "
             "use engine.kind: batching on this host"
@@ -186,6 +186,7 @@ class VLLMEngine:
         reason = vllm_unavailable()
         if reason:
             raise EngineUnavailable(reason)
+        # cuda-path: vllm
         from vllm import LLM  # pyright: ignore[reportMissingImports]  # GPU hosts only (the vllm extra)
 
         self.tokenizer, self.precision, self.settings = tokenizer, precision, settings
@@ -240,6 +241,7 @@ class VLLMEngine:
         return float((engine - trainer[0, 1:].float().cpu()).abs().max())
 
     def _vllm_params(self, **kwargs: Any) -> Any:
+        # cuda-path: vllm
         from vllm import SamplingParams as VSamplingParams  # pyright: ignore[reportMissingImports]  # the vllm extra
 
         return VSamplingParams(**kwargs)

@@ -48,9 +48,11 @@ class EngineActor:
         from tempering.config import EngineSettings
         from tempering.models.load import load_tokenizer
         from tempering.models.lora import load_for_training
+        from tempering.models.precision import default_device
         from tempering.rollout.select import build_engine
 
-        model = load_for_training(model_spec, lora)
+        # on the GPU Ray gave this actor (`engine_gpus` > 0); Ray hides every GPU from one given none
+        model = load_for_training(model_spec, lora).to(default_device())
         self.engine: Any = build_engine(EngineSettings(kind="hf"), model, load_tokenizer(model_spec), precision)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:

@@ -52,7 +52,7 @@ CORRUPT_PREFIX = "corrupt-"
 
 def rng_state() -> dict[str, Any]:
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
+    if torch.cuda.is_available():  # cuda-path: cuda-rng
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
@@ -61,7 +61,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
+    if "cuda" in state and torch.cuda.is_available():  # cuda-path: cuda-rng
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
@@ -74,12 +74,12 @@ def _rng_to_tensors(rng: dict[str, Any], rank: int) -> tuple[dict[str, torch.Ten
         f"{rank}.numpy": torch.from_numpy(np.asarray(np_keys, dtype=np.int64)),
         f"{rank}.torch": rng["torch"],
     }
-    cuda = list(rng.get("cuda", []))
+    cuda = list(rng.get("cuda", []))  # cuda-path: cuda-rng
     tensors |= {f"{rank}.cuda.{i}": t for i, t in enumerate(cuda)}
     scalars = {
         "python": [py_version, py_gauss],
         "numpy": [np_alg, int(np_pos), int(np_has_gauss), float(np_cached)],
-        "cuda": len(cuda),
+        "cuda": len(cuda),  # cuda-path: cuda-rng
     }
     return tensors, scalars
 
@@ -93,7 +93,7 @@ def _rng_from_tensors(tensors: dict[str, torch.Tensor], scalars: dict[str, Any],
         "numpy": (str(np_alg), tensors[f"{rank}.numpy"].numpy().astype(np.uint32), np_pos, np_has_gauss, np_cached),
         "torch": tensors[f"{rank}.torch"],
     }
-    if scalars["cuda"]:
+    if scalars["cuda"]:  # cuda-path: cuda-rng
         state["cuda"] = [tensors[f"{rank}.cuda.{i}"] for i in range(int(scalars["cuda"]))]
     return state
 

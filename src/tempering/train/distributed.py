@@ -1,6 +1,8 @@
 """Data-parallel training across processes: `torchrun --standalone --nproc_per_node N temper sft ...`.
 
-The world (rank, size) comes from torchrun's environment; one process is a world of one and
+The world (rank, size) comes from torchrun's environment. A process torchrun started joins the
+process group even alone (`--nproc_per_node 1`: the collectives run, over a group of one, so
+one GPU exercises the NCCL path); a process started without torchrun is a world of one and
 every helper here is then a no-op, so the Trainer has a single code path. The backend is
 gloo on CPU and NCCL on GPU.
 
@@ -13,7 +15,7 @@ What makes N processes train like one (docs/scale.md):
   (`all_reduce_grads`): the update equals the single-process one up to float summation order;
 - losses and gradient norms are therefore identical on all ranks, so the anomaly guard takes
   the same decision everywhere; a non-finite loss on any rank is made known to all
-  (`any_rank`) before anyone calls backward;
+  (`any_rank`) before any gradient is reduced or applied;
 - rank 0 alone writes checkpoints (with every rank's RNG state), metrics and the registry;
   the others wait at a barrier before reading a checkpoint.
 
@@ -52,28 +54,38 @@ def world() -> World:
 
 
 def init() -> World:
-    """Join the process group torchrun describes (once); returns the world."""
+    """Join the process group torchrun describes (once; also at world size 1 under torchrun);
+    returns the world."""
     w = world()
-    if w.size > 1:
+    if w.size > 1 or "TORCHELASTIC_RUN_ID" in os.environ:  # set by torchrun for every process it starts
         import torch
         import torch.distributed as dist
 
         if not dist.is_initialized():
-            if torch.cuda.is_available():
+            if torch.cuda.is_available():  # cuda-path: nccl
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")  # cuda-path: nccl
     return w
+
+
+def _grouped() -> bool:
+    """Whether this process is in a process group (torchrun): the helpers then run their collectives."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
 
 
 def _device() -> Any:
     import torch
 
-    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    if torch.cuda.is_available():  # cuda-path: nccl (NCCL reduces tensors on the GPU)
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def sum_over_ranks(values: list[float]) -> list[float]:
     """Element-wise sum of `values` over all ranks (float64)."""
-    if world().size == 1:
+    if not _grouped():
         return list(values)
     import torch
     import torch.distributed as dist
@@ -90,7 +102,7 @@ def any_rank(flag: bool) -> bool:
 
 def all_reduce_grads(params: Iterable[Any]) -> None:
     """Sum the gradients of `params` over all ranks, in buckets (a missing grad counts as zero)."""
-    if world().size == 1:
+    if not _grouped():
         return
     import torch
     import torch.distributed as dist
@@ -116,7 +128,7 @@ def all_reduce_grads(params: Iterable[Any]) -> None:
 
 def broadcast(obj: Any) -> Any:
     """Rank 0's `obj` on every rank (a small picklable object)."""
-    if world().size == 1:
+    if not _grouped():
         return obj
     import torch.distributed as dist
 
@@ -128,7 +140,7 @@ def broadcast(obj: Any) -> Any:
 def gather(obj: Any) -> list[Any] | None:
     """Every rank's `obj`, as a list on rank 0 (None elsewhere)."""
     w = world()
-    if w.size == 1:
+    if not _grouped():
         return [obj]
     import torch.distributed as dist
 
@@ -139,7 +151,7 @@ def gather(obj: Any) -> list[Any] | None:
 
 def barrier() -> None:
     """Wait for every rank."""
-    if world().size > 1:
+    if _grouped():
         import torch.distributed as dist
 
         dist.barrier()

@@ -19,7 +19,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from tempering.batches import Batch
+from tempering.batches import Batch, to_device
 from tempering.config import TrainSettings
 from tempering.models.checkpointing import enable_checkpointing
 from tempering.models.precision import autocast, resolve_precision
@@ -51,7 +51,9 @@ class Objective(Protocol):
 
     def units(self, batch: Any) -> float: ...
 
-    def loss(self, model: Any, batch: Any) -> tuple[torch.Tensor, dict[str, float]]: ...
+    def loss(self, model: Any, batch: Any) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]: ...
+
+    """(summed loss, stats); a stat may stay a 0-dim tensor on the model's device (read once per step)."""
 
 
 class BatchSource(Protocol):
@@ -125,7 +127,20 @@ def _checkpoint_dir(spec: str) -> Path:
 def _to(batch: AnyBatch, device: torch.device) -> AnyBatch:
     if not isinstance(batch, dict):
         return batch.to(device)
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    return {k: to_device(v, device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _read_step(losses: list[torch.Tensor], stats_of: dict[str, list[float | torch.Tensor]]) -> tuple[float, dict]:
+    """(the micro-batches' summed loss, each stat's mean over them) with every tensor among them
+    read to the host in one copy."""
+    keys = sorted(stats_of)
+    flat = [v for k in keys for v in stats_of[k]]
+    tensors = [torch.stack([x.double() for x in losses]).sum()]
+    tensors += [v.detach().double().reshape(()) for v in flat if isinstance(v, torch.Tensor)]
+    read = iter(torch.stack(tensors).tolist())
+    loss = next(read)
+    values = iter([next(read) if isinstance(v, torch.Tensor) else float(v) for v in flat])
+    return loss, {k: sum(next(values) for _ in stats_of[k]) / len(stats_of[k]) for k in keys}
 
 
 def _real_tokens(batch: AnyBatch) -> int:
@@ -163,7 +178,7 @@ class Trainer:
             )
         # Precision is ours (explicit autocast below); accelerate places the model. It is not
         # wrapped in DDP: gradients are summed across ranks after the backward passes.
-        self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
+        self.accelerator = Accelerator(cpu=not torch.cuda.is_available())  # cuda-path: trainer-cuda
         self.console = console if self.world.main else quiet_console
         set_threads(settings.threads, log=lambda line: self.console.print(f"[dim]{line}[/dim]"))
         self.settings, self.objective, self.batches = settings, objective, batches
@@ -292,20 +307,26 @@ class Trainer:
 
     # -- one optimizer step ------------------------------------------------------------
     def _forward_backward(self, micro: list[dict]) -> tuple[float, dict]:
-        """Summed losses / units of the whole step (over all ranks); gradients summed over ranks."""
+        """Summed losses / units of the whole step (over all ranks); gradients summed over ranks.
+
+        The micro-batches' losses and stats stay on the device until the step's one host read
+        (a GPU sync per step, not several per micro-batch); a non-finite loss then skips the step
+        on every rank (its gradients are not applied)."""
         device = self.accelerator.device
         total_units = distributed.sum_over_ranks([sum(self.objective.units(b) for b in micro)])[0]
-        loss_value, extra = 0.0, {}
+        losses: list[torch.Tensor] = []
+        stats_of: dict[str, list[float | torch.Tensor]] = {}
         for batch in micro:
             with autocast(self.precision, device):
                 loss_sum, stats = self.objective.loss(self.model, _to(batch, device))
-            for key, value in stats.items():  # objective stats: mean over micro-batches
-                extra[key] = extra.get(key, 0.0) + float(value) / len(micro)
+            for key, value in stats.items():
+                stats_of.setdefault(key, []).append(value)
             loss = loss_sum / max(total_units, 1)
-            if distributed.any_rank(not torch.isfinite(loss)):  # every rank skips the step, or none
-                return float("nan"), extra
             self.accelerator.backward(loss)
-            loss_value += float(loss.detach())
+            losses.append(loss.detach())
+        loss_value, extra = _read_step(losses, stats_of)
+        if distributed.any_rank(not math.isfinite(loss_value)):  # every rank skips the step, or none
+            return float("nan"), extra
         if not self.settings.fsdp:  # FSDP's reduce-scatter has summed them already
             distributed.all_reduce_grads(p for _, p in self.named)
         keys = sorted(extra)
