@@ -105,7 +105,7 @@ class TinkerServeConfig(BaseModel):
     max_samplers: int = Field(2, ge=1)
     """Most sampling models kept loaded at once (least recently used is dropped)."""
     precision: str = "auto"
-    """auto | bf16 | fp32 for the sampling engines (training runs in float32)."""
+    """auto | bf16 | fp32 for training (bf16 autocast over float32 weights) and the sampling engines."""
     engine: EngineSettings = EngineSettings(kind="hf")
     """The engine sampling clients run on (`hf`: static batches of one request's samples)."""
     poll_s: float = Field(20.0, gt=0)

@@ -92,7 +92,7 @@ class Jobs:
         return self._registry
 
     def create(self, model_id: str, base: str, rank: int, seed: int | None, parts: dict[str, bool]) -> dict:
-        trainee = create_trainee(model_id, base, rank, seed, parts)
+        trainee = create_trainee(model_id, base, rank, seed, parts, self.cfg.precision)
         self.trainees[model_id] = trainee
         config = {"base_model": base, "lora_rank": rank, "seed": seed, **parts}
         self.runs[model_id] = self.registry().start(f"tinker-{model_id}", "tinker", config, [], base)

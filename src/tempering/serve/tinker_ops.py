@@ -26,6 +26,7 @@ from tempering.data.padding import PAD_ID, right_pad
 from tempering.models.load import ModelNotFound, load_model, load_tokenizer
 from tempering.models.logprobs import head_logprobs, token_logprobs
 from tempering.models.lora import apply_lora
+from tempering.models.precision import autocast, resolve_precision
 from tempering.objectives.tinker_losses import CONFIG, INPUTS, tinker_loss
 from tempering.rollout.select import build_engine
 from tempering.serve.tinker_wire import WireDatum, WireSample
@@ -48,6 +49,8 @@ class Trainee:
     model: Any
     tokenizer: Any
     optimizer: torch.optim.AdamW
+    precision: str
+    """"bf16" (autocast; the weights stay float32) or "fp32"."""
     steps: int = 0
     losses: list[float] = field(default_factory=list)
     """`loss:sum` of each forward_backward (training calls only)."""
@@ -69,7 +72,9 @@ def _targets(model: Any, attn: bool, mlp: bool, unembed: bool) -> list[str]:
     return sorted(names)
 
 
-def create_trainee(model_id: str, base: str, rank: int, seed: int | None, parts: dict[str, bool]) -> Trainee:
+def create_trainee(
+    model_id: str, base: str, rank: int, seed: int | None, parts: dict[str, bool], precision: str
+) -> Trainee:
     """A LoRA training model on `base` (any model spec Tempering loads).
 
     Raises:
@@ -87,7 +92,8 @@ def create_trainee(model_id: str, base: str, rank: int, seed: int | None, parts:
         torch.manual_seed(seed)
     model = apply_lora(model, LoraSettings(r=rank, alpha=LORA_ALPHA, target_modules=targets), base)
     params = [p for p in model.parameters() if p.requires_grad]
-    return Trainee(model_id, base, rank, model, tokenizer, torch.optim.AdamW(params, lr=0.0))
+    optimizer = torch.optim.AdamW(params, lr=0.0)
+    return Trainee(model_id, base, rank, model, tokenizer, optimizer, resolve_precision(precision))
 
 
 def _check(loss_fn: str, data: list[WireDatum], config: dict[str, Any]) -> None:
@@ -130,7 +136,7 @@ def forward_backward(
     _check(loss_fn, data, config)
     model = trainee.model
     model.train(not forward_only)
-    with torch.set_grad_enabled(not forward_only):
+    with torch.set_grad_enabled(not forward_only), autocast(trainee.precision, model.device):
         logp = _target_logprobs(model, data)
         losses = []
         for i, d in enumerate(data):

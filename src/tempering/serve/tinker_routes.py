@@ -118,6 +118,10 @@ def _session_routes(app: FastAPI, server: Any) -> None:
     async def heartbeat(key: ApiKey = Depends(server.authorized)):
         return {"type": "session_heartbeat"}
 
+    @app.post("/api/v1/sessions/{session_id}/finish")
+    async def finish_session(session_id: str, key: ApiKey = Depends(server.authorized)):
+        return None  # sessions hold nothing server-side: training models live until the server stops
+
     @app.post("/api/v1/telemetry")
     async def telemetry(key: ApiKey = Depends(server.authorized)):
         return {"status": "accepted"}  # the SDK's usage events: not kept
