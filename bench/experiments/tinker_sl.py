@@ -113,8 +113,13 @@ def sample_final(url: str, key: str, log_path: Path, model_dir: str, renderer_na
     params = tinker.SamplingParams(max_tokens=40, temperature=0.0, stop=renderer.get_stop_sequences())
     seq = client.sample(prompt, num_samples=1, sampling_params=params).result().sequences[0]
     message, _ = renderer.parse_response(seq.tokens)
-    return {"checkpoint": sampler_path, "prompt": question, "answer": renderers.get_text_content(message),
-            "tokens": len(seq.tokens), "mean_logprob": sum(seq.logprobs) / max(1, len(seq.logprobs))}
+    return {
+        "checkpoint": sampler_path,
+        "prompt": question,
+        "answer": renderers.get_text_content(message),
+        "tokens": len(seq.tokens),
+        "mean_logprob": sum(seq.logprobs) / max(1, len(seq.logprobs)),
+    }
 
 
 def main() -> None:

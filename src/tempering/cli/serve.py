@@ -94,6 +94,7 @@ def serve(
             max_tokens=max_tokens,
             precision=precision,
         )
+        refuse_flag_keys(overrides or [], tinker_values)
         _serve_tinker({k: v for k, v in tinker_values.items() if v is not None}, overrides or [])
         return
     import uvicorn
@@ -121,7 +122,7 @@ def serve(
     )
     from tempering.config import ConfigError, load_config
 
-    refuse_flag_keys(overrides or [], {**values, "model": model})
+    refuse_flag_keys(overrides or [], {**values, "model": model, "rate_limit": rate_limit, "max_tokens": max_tokens})
     try:
         cfg = load_config(
             ServeConfig, None, list(overrides or []), literal={**values, **({"model": model} if model else {})}
@@ -145,7 +146,6 @@ def _serve_tinker(values: dict, overrides: list[str]) -> None:
     from tempering.config import ConfigError, load_config
     from tempering.serve.config import TinkerServeConfig
 
-    refuse_flag_keys(overrides, values)
     try:
         cfg = load_config(TinkerServeConfig, None, overrides, literal=values)
     except ConfigError as exc:

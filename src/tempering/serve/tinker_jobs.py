@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from dataclasses import dataclass
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
