@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 
 from tempering.serve.app import RateLimiter
 from tempering.serve.config import TinkerServeConfig
@@ -29,7 +29,6 @@ from tempering.serve.gate import Gate
 from tempering.serve.protocol import ApiError
 from tempering.serve.store import ApiKey, Store
 from tempering.serve.tinker_jobs import Jobs
-from tempering.serve.tinker_ops import UserError
 from tempering.serve.tinker_routes import add_routes
 
 KEY_PREFIX = "tml-"
@@ -79,19 +78,6 @@ class TinkerServer:
         key = self.authorized(request)
         self.store.audit(key.id, request.url.path, 200)
         return {"request_id": self.jobs.futures.submit(call, fn), **extra}
-
-
-def outcome(future: Any) -> Response:
-    """A finished call's answer: protobuf bytes, JSON, or the SDK's failure shape."""
-    exc = future.exception()
-    if isinstance(exc, UserError):
-        return JSONResponse({"error": str(exc), "category": "user"})
-    if exc is not None:
-        return JSONResponse({"error": f"{type(exc).__name__}: {exc}", "category": "server"})
-    result = future.result()
-    if isinstance(result, bytes):
-        return Response(result, media_type="application/x-protobuf")
-    return JSONResponse(result)
 
 
 def create_tinker_app(cfg: TinkerServeConfig, store: Store | None = None) -> FastAPI:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from tempering.serve.protocol import ApiError
@@ -53,6 +54,19 @@ def parse(model: Any, body: Any, call: str) -> Any:
         raise ApiError(400, f"{call}: {where}: {first.get('msg')}") from None
 
 
+def outcome(future: Any) -> Response:
+    """A finished call's answer: protobuf bytes, JSON, or the SDK's failure shape."""
+    exc = future.exception()
+    if isinstance(exc, UserError):
+        return JSONResponse({"error": str(exc), "category": "user"})
+    if exc is not None:
+        return JSONResponse({"error": f"{type(exc).__name__}: {exc}", "category": "server"})
+    result = future.result()
+    if isinstance(result, bytes):
+        return Response(result, media_type="application/x-protobuf")
+    return JSONResponse(result)
+
+
 def _tokens(model_input: Any, call: str) -> list[int]:
     tokens: list[int] = []
     for chunk in model_input.chunks:
@@ -72,8 +86,6 @@ def add_routes(app: FastAPI, server: Any) -> None:
     @app.post("/api/v1/retrieve_future")
     async def retrieve_future(request: Request, key: ApiKey = Depends(server.authorized)):
         from tinker import types
-
-        from tempering.serve.tinker import outcome
 
         req = parse(types.FutureRetrieveRequest, await request.json(), "retrieve_future")
         try:
