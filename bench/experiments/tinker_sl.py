@@ -18,7 +18,7 @@ Then samples from the final sampler checkpoint with the official SDK, and writes
 (the recipe's `train_mean_nll` per step, from its own metrics.jsonl), steps, time and the
 sample to `bench/results/tinker.json`.
 
-    python bench/experiments/tinker_sl.py [--steps 16 --batch 8]
+    python bench/experiments/tinker_sl.py [--steps 2 --batch 4]   (a loaded 2-core host: ~2-3 min a step)
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -110,7 +111,7 @@ def sample_final(url: str, key: str, log_path: Path, model_dir: str, renderer_na
     renderer = renderers.get_renderer(renderer_name, get_tokenizer(model_dir))
     question = "What is the capital of France?"
     prompt = renderer.build_generation_prompt([{"role": "user", "content": question}])
-    params = tinker.SamplingParams(max_tokens=40, temperature=0.0, stop=renderer.get_stop_sequences())
+    params = tinker.SamplingParams(max_tokens=24, temperature=0.0, stop=renderer.get_stop_sequences())
     seq = client.sample(prompt, num_samples=1, sampling_params=params).result().sequences[0]
     message, _ = renderer.parse_response(seq.tokens)
     return {
@@ -124,9 +125,9 @@ def sample_final(url: str, key: str, log_path: Path, model_dir: str, renderer_na
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--lr", type=float, default=2e-4, help="sl_basic's learning rate")
     parser.add_argument("--rank", type=int, default=32, help="LoRA rank (the cookbook's default)")
     parser.add_argument("--max-length", type=int, default=512)
@@ -141,6 +142,7 @@ def main() -> None:
     model_dir = resolve_model("smollm2-135m-instruct")
     work = Path(tempfile.mkdtemp(prefix="tinker_bench_"))
     port = free_port()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a `timeout` still stops the server (finally)
     proc, key = start_server(work / "state", port, env)
     os.environ["TINKER_API_KEY"] = key
     url = f"http://127.0.0.1:{port}"

@@ -181,3 +181,19 @@ def test_each_training_client_is_a_registry_run_with_its_base_model_and_saved_we
     assert [i.role for i in registry.inputs(run["id"])] == ["base_model"]
     outputs = {o["role"]: o["path"] for o in registry.outputs(run["id"])}
     assert outputs["sampler"].endswith("sampler_weights/recorded")
+
+
+def test_a_read_result_is_dropped_after_its_keep_time_and_an_unread_one_is_kept():
+    import asyncio
+
+    from tempering.serve.tinker_jobs import Futures
+
+    futures = Futures()
+    futures.KEEP_S = 0.0
+    read, unread = futures.submit("a", lambda: 1), futures.submit("b", lambda: 2)
+    assert asyncio.run(futures.wait(read, 5)).result() == 1
+    futures.submit("c", lambda: 3)  # a submit drops what was read longer than KEEP_S ago
+    with pytest.raises(KeyError):
+        asyncio.run(futures.wait(read, 5))
+    assert asyncio.run(futures.wait(unread, 5)).result() == 2
+    futures.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,17 +38,24 @@ class Session:
 
 
 class Futures:
-    """Results of queued calls by request id (kept until read, so a retry may read again)."""
+    """Results of queued calls by request id; a result is dropped `KEEP_S` seconds after it was
+    first read (a client whose answer was lost in transit may read it again until then)."""
+
+    KEEP_S = 600.0
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-worker")
         self._results: dict[str, Future] = {}
+        self._read: dict[str, float] = {}  # request id -> when its result was first read
         self._lock = threading.Lock()
 
     def submit(self, call: str, fn: Callable[[], Any]) -> str:
         request_id = f"{call}-{uuid.uuid4().hex[:16]}"
         with self._lock:
             self._results[request_id] = self._pool.submit(fn)
+            stale = [r for r, at in self._read.items() if time.monotonic() - at > self.KEEP_S]
+            for r in stale:
+                del self._results[r], self._read[r]
         return request_id
 
     async def wait(self, request_id: str, timeout: float) -> Future | None:
@@ -64,6 +72,8 @@ class Futures:
             return None
         except Exception:  # the call failed: its exception is read from the future
             pass
+        with self._lock:
+            self._read.setdefault(request_id, time.monotonic())
         return future
 
     def close(self) -> None:
