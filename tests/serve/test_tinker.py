@@ -108,7 +108,7 @@ def test_training_lowers_the_loss_and_the_sampler_holds_the_trained_weights(serv
     assert base_out.sequences[0].tokens != tokens[4:]
 
 
-def test_save_and_load_state_restore_the_weights(trainer):
+def test_save_and_load_state_restore_the_weights(service, trainer):
     tokens = tiny_tokenizer().encode("pack my box with five dozen liquor jugs")
     datum = text_datum(tokens)
     before = trainer.forward([datum], "cross_entropy").result().metrics["loss:sum"]
@@ -121,6 +121,10 @@ def test_save_and_load_state_restore_the_weights(trainer):
     assert moved != pytest.approx(before, rel=1e-4)
     trainer.load_state_with_optimizer(state.path).result()
     assert trainer.forward([datum], "cross_entropy").result().metrics["loss:sum"] == pytest.approx(before, rel=1e-5)
+    # a new training client made from the state starts from the same weights
+    resumed = service[0].create_training_client_from_state_with_optimizer(state.path).result()
+    assert resumed.model_id != trainer.model_id
+    assert resumed.forward([datum], "cross_entropy").result().metrics["loss:sum"] == pytest.approx(before, rel=1e-5)
 
 
 def test_rl_losses_are_the_ratio_weighted_advantages(trainer):

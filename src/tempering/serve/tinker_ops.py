@@ -51,6 +51,8 @@ class Trainee:
     optimizer: torch.optim.AdamW
     precision: str
     """"bf16" (autocast; the weights stay float32) or "fp32"."""
+    parts: dict[str, bool] = field(default_factory=dict)
+    """Which layers carry LoRA: `train_attn`, `train_mlp`, `train_unembed` (the request's)."""
     steps: int = 0
     losses: list[float] = field(default_factory=list)
     """`loss:sum` of each forward_backward (training calls only)."""
@@ -67,7 +69,7 @@ def _targets(model: Any, attn: bool, mlp: bool, unembed: bool) -> list[str]:
         if module is head:
             if unembed:
                 names.add(leaf)
-        elif ("attn" in name or "attention" in name) and attn or ".mlp." in f".{name}" and mlp:
+        elif (attn and ("attn" in name or "attention" in name)) or (mlp and ".mlp." in f".{name}"):
             names.add(leaf)
     return sorted(names)
 
@@ -93,7 +95,7 @@ def create_trainee(
     model = apply_lora(model, LoraSettings(r=rank, alpha=LORA_ALPHA, target_modules=targets), base)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=0.0)
-    return Trainee(model_id, base, rank, model, tokenizer, optimizer, resolve_precision(precision))
+    return Trainee(model_id, base, rank, model, tokenizer, optimizer, resolve_precision(precision), parts=dict(parts))
 
 
 def _check(loss_fn: str, data: list[WireDatum], config: dict[str, Any]) -> None:
@@ -174,7 +176,7 @@ def save_state(trainee: Trainee, out: Path) -> Path:
     save_for_sampler(trainee, out)
     torch.save(trainee.optimizer.state_dict(), out / "optimizer.pt")
     (out / "tinker_state.json").write_text(
-        json.dumps({"base": trainee.base, "rank": trainee.rank, "steps": trainee.steps})
+        json.dumps({"base": trainee.base, "rank": trainee.rank, "steps": trainee.steps, "parts": trainee.parts})
     )
     return out
 
@@ -188,9 +190,10 @@ def load_state(trainee: Trainee, src: Path, with_optimizer: bool) -> None:
     if not meta_file.is_file():
         raise UserError(f"load_weights: {src.name} is not a training state (save_state writes those)")
     meta = json.loads(meta_file.read_text())
-    if (meta["base"], meta["rank"]) != (trainee.base, trainee.rank):
+    if (meta["base"], meta["rank"], meta["parts"]) != (trainee.base, trainee.rank, trainee.parts):
         raise UserError(
-            f"load_weights: the state is of {meta['base']} rank {meta['rank']}, this model {trainee.base} rank {trainee.rank}"
+            f"load_weights: the state is of {meta['base']} rank {meta['rank']} {meta['parts']}, "
+            f"this model {trainee.base} rank {trainee.rank} {trainee.parts}"
         )
     set_peft_model_state_dict(trainee.model, load_file(src / "adapter_model.safetensors"))
     if with_optimizer:

@@ -273,8 +273,7 @@ def _weights_routes(app: FastAPI, server: Any) -> None:
                 )
                 if meta is None:
                     raise UserError(f"load_weights: {req.path} is not a training state (save_state writes those)")
-                parts = {"train_attn": True, "train_mlp": True, "train_unembed": True}
-                jobs.create(model_id, req.base_model or meta["base"], meta["rank"], None, parts)
+                jobs.create(model_id, req.base_model or meta["base"], meta["rank"], None, meta["parts"])
             load_state(jobs.trainee(model_id, "load_weights"), src, req.optimizer)
             return {"type": "load_weights", "path": req.path, "model_id": model_id}
 
