@@ -123,6 +123,39 @@ def sample_final(url: str, key: str, log_path: Path, model_dir: str, renderer_na
     }
 
 
+def mean_nll(client, datums: list) -> float:
+    """The recipe's train_mean_nll formula, sum(-logp * w) / sum(w), with log-probs from a
+    sampling client's `compute_logprobs` (prompt log-probs of the whole sequence)."""
+    import tinker
+
+    total = weight = 0.0
+    for d in datums:
+        targets, w = d.loss_fn_inputs["target_tokens"].tolist(), d.loss_fn_inputs["weights"].tolist()
+        tokens = d.model_input.to_ints() + [targets[-1]]
+        logprobs = client.compute_logprobs(tinker.ModelInput.from_ints(tokens)).result()[1:]
+        total -= sum(lp * x for lp, x in zip(logprobs, w))
+        weight += sum(w)
+    return total / weight
+
+
+def before_after(url: str, key: str, config, sampler_path: str, steps: int) -> dict:
+    """Mean NLL of the trained batches and of the next (never trained) batch under the base
+    model and under the final weights: the same datums, so the drop is the training's."""
+    import tinker
+
+    dataset, _ = config.dataset_builder()
+    trained = [d for i in range(steps) for d in dataset.get_batch(i)]
+    held_out = list(dataset.get_batch(steps))
+    service = tinker.ServiceClient(base_url=url, api_key=key)
+    base = service.create_sampling_client(base_model=config.model_name)
+    final = service.create_sampling_client(model_path=sampler_path)
+    return {
+        "trained_batches_nll": {"base": mean_nll(base, trained), "final": mean_nll(final, trained)},
+        "next_batch_nll": {"base": mean_nll(base, held_out), "final": mean_nll(final, held_out)},
+        "datums": {"trained": len(trained), "next_batch": len(held_out)},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=2)
@@ -156,6 +189,7 @@ def main() -> None:
         rows = [json.loads(line) for line in (work / "log" / "metrics.jsonl").read_text().splitlines()]
         nll = [r["train_mean_nll"] for r in rows if "train_mean_nll" in r]
         sample = sample_final(url, key, work / "log", model_dir, args.renderer)
+        nll_check = before_after(url, key, config, sample["checkpoint"], len(nll))
     finally:
         proc.terminate()
         proc.wait(30)
@@ -169,6 +203,8 @@ def main() -> None:
         "train_mean_nll_first": nll[0],
         "train_mean_nll_last": nll[-1],
         "train_mean_nll": nll,
+        "note": "train_mean_nll is each step's own batch (different batches); the before/after is the same datums",
+        "before_after": nll_check,
         "seconds": round(seconds, 1),
         "seconds_per_step": round(seconds / max(1, len(nll)), 2),
         "sample": sample,
