@@ -107,7 +107,7 @@ def sample_final(url: str, key: str, log_path: Path, model_dir: str, renderer_na
 
     checkpoints = [json.loads(line) for line in (log_path / "checkpoints.jsonl").read_text().splitlines()]
     sampler_path = [c["sampler_path"] for c in checkpoints if c.get("sampler_path")][-1]
-    client = tinker.ServiceClient(base_url=url, api_key=key).create_sampling_client(model_path=sampler_path)
+    client = tinker.ServiceClient(base_url=url, api_key=key).create_sampling_client(model_path=sampler_path).result()
     renderer = renderers.get_renderer(renderer_name, get_tokenizer(model_dir))
     question = "What is the capital of France?"
     prompt = renderer.build_generation_prompt([{"role": "user", "content": question}])
@@ -123,32 +123,29 @@ def sample_final(url: str, key: str, log_path: Path, model_dir: str, renderer_na
     }
 
 
-def mean_nll(client, datums: list) -> float:
-    """The recipe's train_mean_nll formula, sum(-logp * w) / sum(w), with log-probs from a
-    sampling client's `compute_logprobs` (prompt log-probs of the whole sequence)."""
-    import tinker
-
+def mean_nll(trainer, datums: list) -> float:
+    """The recipe's train_mean_nll formula, sum(-logp * w) / sum(w), over one batched `forward`."""
+    out = trainer.forward(datums, "cross_entropy").result()
     total = weight = 0.0
-    for d in datums:
-        targets, w = d.loss_fn_inputs["target_tokens"].tolist(), d.loss_fn_inputs["weights"].tolist()
-        tokens = d.model_input.to_ints() + [targets[-1]]
-        logprobs = client.compute_logprobs(tinker.ModelInput.from_ints(tokens)).result()[1:]
+    for d, o in zip(datums, out.loss_fn_outputs):
+        w, logprobs = d.loss_fn_inputs["weights"].tolist(), o["logprobs"].tolist()
         total -= sum(lp * x for lp, x in zip(logprobs, w))
         weight += sum(w)
     return total / weight
 
 
-def before_after(url: str, key: str, config, sampler_path: str, steps: int) -> dict:
+def before_after(url: str, key: str, config, state_path: str, steps: int) -> dict:
     """Mean NLL of the trained batches and of the next (never trained) batch under the base
-    model and under the final weights: the same datums, so the drop is the training's."""
+    model (a fresh LoRA client: its adapters start at zero) and under the final state: the same
+    datums, so the drop is the training's."""
     import tinker
 
     dataset, _ = config.dataset_builder()
     trained = [d for i in range(steps) for d in dataset.get_batch(i)]
     held_out = list(dataset.get_batch(steps))
     service = tinker.ServiceClient(base_url=url, api_key=key)
-    base = service.create_sampling_client(base_model=config.model_name)
-    final = service.create_sampling_client(model_path=sampler_path)
+    base = service.create_lora_training_client(base_model=config.model_name, rank=config.lora_rank).result()
+    final = service.create_training_client_from_state(state_path).result()
     return {
         "trained_batches_nll": {"base": mean_nll(base, trained), "final": mean_nll(final, trained)},
         "next_batch_nll": {"base": mean_nll(base, held_out), "final": mean_nll(final, held_out)},
@@ -189,7 +186,10 @@ def main() -> None:
         rows = [json.loads(line) for line in (work / "log" / "metrics.jsonl").read_text().splitlines()]
         nll = [r["train_mean_nll"] for r in rows if "train_mean_nll" in r]
         sample = sample_final(url, key, work / "log", model_dir, args.renderer)
-        nll_check = before_after(url, key, config, sample["checkpoint"], len(nll))
+        state = [json.loads(line) for line in (work / "log" / "checkpoints.jsonl").read_text().splitlines()]
+        nll_check = before_after(
+            url, key, config, [c["state_path"] for c in state if c.get("state_path")][-1], len(nll)
+        )
     finally:
         proc.terminate()
         proc.wait(30)

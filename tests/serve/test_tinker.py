@@ -103,7 +103,7 @@ def test_training_lowers_the_loss_and_the_sampler_holds_the_trained_weights(serv
     assert torch.allclose(trained, torch.tensor(seq.logprobs), atol=1e-4)
 
     # the base model, sampled through the same client API, has not learnt the text
-    base = service[0].create_sampling_client(base_model=str(tiny_base))
+    base = service[0].create_sampling_client(base_model=str(tiny_base)).result()
     base_out = base.sample(prompt, num_samples=1, sampling_params=params).result()
     assert base_out.sequences[0].tokens != tokens[4:]
 
