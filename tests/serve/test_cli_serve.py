@@ -35,6 +35,9 @@ def test_errors_are_one_line(tmp_path):
             "no deployment at",
         ),
         (["serve", "--registry", str(tmp_path / "missing.sqlite"), "--state", state], "no registry at"),
+        (["serve", "--tinker", "--canary-share", "0.5", "--state", state], "--canary-share does nothing with --tinker"),
+        (["serve", "--tinker", "--set", "arena_prompts=x", "--state", state], "arena_prompts"),
+        (["serve", "--tinker", "--set", "max_tokens=5", "--state", state], "max_tokens is set by a flag"),
     ]
     for args, message in cases:
         res = runner.invoke(app, args)

@@ -57,8 +57,10 @@ def serve(
         help="Keep prompt and sampled token ids with log-probs (needs --log-text); "
         "`temper feedback export --trajectories` writes them as agent episodes.",
     ),
-    rate_limit: int = typer.Option(600, min=1, help="Requests per minute per key (default for keys without one)."),
-    max_tokens: int = typer.Option(256, min=1, help="Default and largest max_tokens."),
+    rate_limit: Optional[int] = typer.Option(
+        None, min=1, help="Requests per minute per key (default for keys without one; 600, --tinker 6000)."
+    ),
+    max_tokens: Optional[int] = typer.Option(None, min=1, help="Default and largest max_tokens (256, --tinker 1024)."),
     arena_prompts: Optional[Path] = typer.Option(
         None, help="Prompts for the arena (JSONL with 'prompt', or text lines)."
     ),
@@ -67,13 +69,46 @@ def serve(
     overrides: Optional[List[str]] = typer.Option(
         None, "--set", help="ServeConfig override key=value (repeatable), e.g. engine.max_slots=64."
     ),
+    tinker: bool = typer.Option(
+        False,
+        "--tinker",
+        help="Serve the Tinker API instead (the `tinker` SDK and tinker-cookbook recipes train and sample here; "
+        "TINKER_API_KEY=tml-<key>); --set takes TinkerServeConfig keys.",
+    ),
 ) -> None:
-    """Serve releases over an OpenAI-compatible API (plus feedback, audit and the arena at /arena)."""
+    """Serve releases over an OpenAI-compatible API (plus feedback, audit and the arena at /arena),
+    or with --tinker the Tinker training and sampling API (docs/integrations.md)."""
     import os
 
+    from tempering.runs import REGISTRY_ENV
+
+    if tinker:
+        not_tinker = {
+            "--canary-share": canary_share != 0.0,
+            "--log-text": log_text,
+            "--capture-tokens": capture_tokens,
+            "--arena-prompts": arena_prompts is not None,
+            "--quantize": quantize != "none",
+        }
+        for flag, given in not_tinker.items():
+            if given:
+                fail(f"{flag} does nothing with --tinker (the Tinker API serves training clients' weights)")
+        tinker_values = dict(
+            host=host,
+            port=port,
+            state=state,
+            registry=registry or os.environ.get(REGISTRY_ENV),
+            model=model,
+            rate_limit=rate_limit,
+            max_tokens=max_tokens,
+            precision=precision,
+        )
+        refuse_flag_keys(overrides or [], tinker_values)
+        _serve_tinker({k: v for k, v in tinker_values.items() if v is not None}, overrides or [])
+        return
     import uvicorn
 
-    from tempering.runs import REGISTRY_ENV, default_registry, project_registry
+    from tempering.runs import default_registry, project_registry
     from tempering.serve.config import ServeConfig
 
     if registry is None and (os.environ.get(REGISTRY_ENV) or project_registry() is not None):
@@ -96,15 +131,14 @@ def serve(
         canary_share=canary_share,
         log_text=log_text,
         capture_tokens=capture_tokens,
-        rate_limit=rate_limit,
-        max_tokens=max_tokens,
         arena_prompts=arena_prompts,
         precision=precision,
         quantize=quantize,
+        **{k: v for k, v in dict(rate_limit=rate_limit, max_tokens=max_tokens).items() if v is not None},
     )
     from tempering.config import ConfigError, load_config
 
-    refuse_flag_keys(overrides or [], {**values, "model": model})
+    refuse_flag_keys(overrides or [], {**values, "model": model, "rate_limit": rate_limit, "max_tokens": max_tokens})
     try:
         cfg = load_config(
             ServeConfig, None, list(overrides or []), literal={**values, **({"model": model} if model else {})}
@@ -144,6 +178,26 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.close()
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server there? choose another --port)")
     return sock
+
+
+def _serve_tinker(values: dict, overrides: list[str]) -> None:
+    """`temper serve --tinker`: the Tinker API server (serve/tinker.py) for these flag values."""
+    import uvicorn
+
+    from tempering.config import ConfigError, load_config
+    from tempering.serve.config import TinkerServeConfig
+
+    try:
+        cfg = load_config(TinkerServeConfig, None, overrides, literal=values)
+    except ConfigError as exc:
+        fail(exc)
+    try:
+        from tempering.serve.tinker import create_tinker_app
+    except ImportError as exc:
+        fail(f"--tinker needs the tinker SDK's wire types: pip install 'tempering[tinker]' ({exc})")
+    app = create_tinker_app(cfg)
+    out.print(f"Tinker API on http://{cfg.host}:{cfg.port} (TINKER_BASE_URL), state {cfg.state}")
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
 
 
 @keys_app.command("create")

@@ -89,3 +89,45 @@ class ServeConfig(BaseModel):
     @property
     def db_path(self) -> Path:
         return self.state / "serve.sqlite"
+
+
+class TinkerServeConfig(BaseModel):
+    """One `temper serve --tinker` deployment: the Tinker API (training and sampling clients)
+    for the official `tinker` SDK. Every field is set by a CLI flag of the same name or `--set`."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    host: str = "127.0.0.1"
+    """Address to listen on (loopback by default: nothing leaves the machine)."""
+    port: int = Field(8000, ge=0, le=65535)
+    """TCP port (0: any free port)."""
+    state: Path = Path("serve")
+    """Directory of the deployment's database (keys, audit log) and of saved Tinker weights (`tinker/`)."""
+    registry: str | None = None
+    """Registry each training client's run is recorded in (SQLite file or PostgreSQL URL);
+    None: `registry.sqlite` in `state`."""
+    model: str = DEFAULT_MODEL
+    """The base model `get_server_capabilities` lists; clients may ask for any model spec Tempering loads."""
+    rate_limit: int = Field(6000, ge=1)
+    """Requests per minute per key (a training loop polls its futures, so more than the OpenAI server's)."""
+    max_tokens: int = Field(1024, ge=1)
+    """Largest `max_tokens` of a sample request (the default when a request gives none)."""
+    max_samples: int = Field(64, ge=1)
+    """Most samples (`num_samples`) one sample request may ask for; more is refused."""
+    max_body_bytes: int = Field(64 << 20, ge=1 << 20)
+    """Largest request body in bytes (forward_backward chunks are cut to a quarter of it)."""
+    max_samplers: int = Field(2, ge=1)
+    """Most sampling models kept loaded at once (least recently used is dropped)."""
+    precision: str = "auto"
+    """auto | bf16 | fp32 for training (bf16 autocast over float32 weights) and the sampling engines."""
+    engine: EngineSettings = EngineSettings(kind="hf")
+    """The engine sampling clients run on (`hf`: static batches of one request's samples)."""
+    poll_s: float = Field(20.0, gt=0)
+    """Longest a `retrieve_future` call waits for its result before answering `try_again`."""
+
+    @property
+    def db_path(self) -> Path:
+        return self.state / "serve.sqlite"
+
+    @property
+    def registry_location(self) -> str:
+        return self.registry or str(self.state / "registry.sqlite")

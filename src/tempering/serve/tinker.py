@@ -1,0 +1,102 @@
+"""`temper serve --tinker`: the Tinker API, so the official `tinker` SDK and `tinker-cookbook`
+recipes train and sample on this machine.
+
+    app = create_tinker_app(TinkerServeConfig(...))    # uvicorn.run(app, host=..., port=...)
+    # client side: TINKER_BASE_URL=http://127.0.0.1:8000  TINKER_API_KEY=tml-<key of `temper keys create`>
+
+The SDK sends its key as `X-API-Key` and insists on a `tml-` prefix, so a Tempering key is
+given as `tml-` + the key; the gate (`gate.py`) checks it before a body is read, as for the
+OpenAI server, and caps the body's size. Training and sampling calls answer a request id at
+once and run on one worker thread (`tinker_jobs.py`); `retrieve_future` returns the result,
+`try_again` while it runs, or the SDK's failure shape `{"error", "category"}` (a bad request
+is category `user`). A route of the Tinker API this server does not implement answers 400
+with the same shape, naming the call.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from tempering.serve.app import RateLimiter
+from tempering.serve.config import TinkerServeConfig
+from tempering.serve.gate import Gate
+from tempering.serve.protocol import ApiError
+from tempering.serve.store import ApiKey, Store
+from tempering.serve.tinker_jobs import Jobs
+from tempering.serve.tinker_routes import add_routes
+
+KEY_PREFIX = "tml-"
+"""What the SDK requires every API key to start with; stripped before the key store is asked."""
+
+
+@dataclass
+class TinkerServer:
+    """What the gate and routes share: config, key store, rate limiter and the jobs."""
+
+    cfg: TinkerServeConfig
+    store: Store
+    limiter: RateLimiter
+    jobs: Jobs
+
+    def error(self, request: Request, exc: ApiError) -> JSONResponse:
+        """A refusal in the SDK's failure shape; audited under the key when there is one."""
+        key = getattr(request.state, "key", None)
+        self.store.audit(key.id if key else "-", request.url.path, exc.status)
+        return JSONResponse({"error": exc.message, "category": "user"}, status_code=exc.status)
+
+    def authorized(self, request: Request) -> ApiKey:
+        key = getattr(request.state, "key", None)
+        if key is None:
+            raise ApiError(401, "missing API key (X-API-Key: tml-<key>)")
+        return key
+
+    def check_key(self, request: Request) -> ApiKey:
+        """The request's live key (X-API-Key `tml-<key>`), put in `request.state.key`; 401 / 429."""
+        secret = request.headers.get("x-api-key", "").strip()
+        key = self.store.authenticate(secret.removeprefix(KEY_PREFIX)) if secret.startswith(KEY_PREFIX) else None
+        if key is None:
+            raise ApiError(
+                401,
+                "incorrect API key (X-API-Key: tml-<key of `temper keys create`>)"
+                if secret
+                else "missing API key (X-API-Key: tml-<key>)",
+            )
+        request.state.key = key
+        limit = key.rate_limit or self.limiter.default
+        if not self.limiter.allow(key.id, limit):
+            raise ApiError(429, f"rate limit reached for key {key.name}: {limit} requests per minute")
+        return key
+
+    def queue(self, request: Request, call: str, fn: Callable[[], Any], **extra: Any) -> dict:
+        """Queue `fn` on the worker; the SDK's untyped future for it (audited as accepted)."""
+        key = self.authorized(request)
+        self.store.audit(key.id, request.url.path, 200)
+        return {"request_id": self.jobs.futures.submit(call, fn), **extra}
+
+
+def create_tinker_app(cfg: TinkerServeConfig, store: Store | None = None) -> FastAPI:
+    """The Tinker API server for `cfg`; `store` defaults to `cfg.db_path` (keys, audit)."""
+    server = TinkerServer(cfg, store or Store(cfg.db_path), RateLimiter(cfg.rate_limit), Jobs(cfg))
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        await run_in_threadpool(server.jobs.close)
+
+    app = FastAPI(title="tempering serve --tinker", version="1", lifespan=lifespan)
+    app.state.store, app.state.jobs, app.state.cfg = server.store, server.jobs, cfg
+    app.add_middleware(Gate, server=server)
+    app.add_exception_handler(ApiError, server.error)  # type: ignore[arg-type]
+
+    @app.get("/api/v1/healthz")
+    async def healthz():
+        return {"status": "ok"}
+
+    add_routes(app, server)
+    return app

@@ -1,0 +1,203 @@
+"""`temper serve --tinker` driven by the official `tinker` SDK on a tiny random model: training
+(forward_backward + optim_step), sampling from saved weights, save/load state, the RL losses,
+and the SDK's own errors for what the server refuses."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tests.serve.conftest import ServerThread, tiny_tokenizer
+
+tinker = pytest.importorskip("tinker")
+from tinker import types  # noqa: E402
+
+TEXT = "the quick brown fox jumps"
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    """A 2-layer random Llama over the byte-level test tokenizer, saved as an HF dir."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    out = tmp_path_factory.mktemp("tinker_base")
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def service(tiny_base, tmp_path_factory):
+    """(ServiceClient of the official SDK, app) against a Tinker server on a free loopback port."""
+    from tempering.serve.config import TinkerServeConfig
+    from tempering.serve.tinker import create_tinker_app
+
+    state = tmp_path_factory.mktemp("tinker_state")
+    app = create_tinker_app(TinkerServeConfig(state=state, model=str(tiny_base), max_tokens=64, precision="fp32"))
+    _, secret = app.state.store.create_key("sdk")
+    thread = ServerThread(app)
+    client = tinker.ServiceClient(base_url=thread.url, api_key="tml-" + secret)
+    yield client, app
+    thread.stop()
+
+
+@pytest.fixture(scope="module")
+def trainer(service, tiny_base):
+    client, _ = service
+    return client.create_lora_training_client(base_model=str(tiny_base), rank=8, seed=0).result()
+
+
+def text_datum(tokens: list[int]) -> types.Datum:
+    """Next-token prediction on every token of `tokens` (weights 1)."""
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)},
+    )
+
+
+def test_training_lowers_the_loss_and_the_sampler_holds_the_trained_weights(service, trainer, tiny_base):
+    tokens = tiny_tokenizer().encode(TEXT)
+    datum = text_datum(tokens)
+    adam = types.AdamParams(learning_rate=1e-2)
+    losses = []
+    for _ in range(30):
+        fwd = trainer.forward_backward([datum], "cross_entropy")
+        trainer.optim_step(adam).result()
+        out = fwd.result()
+        logprobs = out.loss_fn_outputs[0]["logprobs"].to_torch()
+        # the loss is the weighted sum of the returned target log-probs (Tinker's convention)
+        assert out.metrics["loss:sum"] == pytest.approx(-float(logprobs.sum()), rel=1e-5)
+        losses.append(out.metrics["loss:sum"])
+    assert losses[-1] < 0.1 * losses[0]
+
+    saved = trainer.save_weights_for_sampler("memorised").result()
+    assert saved.path.startswith("tinker://") and saved.path.endswith("/sampler_weights/memorised")
+    sampler = trainer.create_sampling_client(saved.path).result()
+    prompt = types.ModelInput.from_ints(tokens[:4])
+    params = types.SamplingParams(max_tokens=len(tokens) - 4, temperature=0.0, stop=[])
+    result = sampler.sample(prompt, num_samples=2, sampling_params=params).result()
+    assert len(result.sequences) == 2
+    for seq in result.sequences:
+        assert seq.tokens[:3] == tokens[4:7]  # greedy decoding continues the memorised text
+        assert len(seq.logprobs) == len(seq.tokens) and all(lp <= 0 for lp in seq.logprobs)
+    # the sampler's log-probs are the trained model's: score the sample with the training client
+    seq = result.sequences[0]
+    scored = trainer.forward([text_datum(tokens[:4] + seq.tokens)], "cross_entropy").result()
+    trained = scored.loss_fn_outputs[0]["logprobs"].to_torch()[3:]
+    assert torch.allclose(trained, torch.tensor(seq.logprobs), atol=1e-4)
+
+    # the base model, sampled through the same client API, has not learnt the text
+    base = service[0].create_sampling_client(base_model=str(tiny_base)).result()
+    base_out = base.sample(prompt, num_samples=1, sampling_params=params).result()
+    assert base_out.sequences[0].tokens != tokens[4:]
+
+
+def test_save_and_load_state_restore_the_weights(service, trainer):
+    tokens = tiny_tokenizer().encode("pack my box with five dozen liquor jugs")
+    datum = text_datum(tokens)
+    before = trainer.forward([datum], "cross_entropy").result().metrics["loss:sum"]
+    state = trainer.save_state("checkpoint").result()
+    assert state.path.endswith("/weights/checkpoint")
+    for _ in range(3):
+        trainer.forward_backward([datum], "cross_entropy")
+        trainer.optim_step(types.AdamParams(learning_rate=5e-2)).result()
+    moved = trainer.forward([datum], "cross_entropy").result().metrics["loss:sum"]
+    assert moved != pytest.approx(before, rel=1e-4)
+    trainer.load_state_with_optimizer(state.path).result()
+    assert trainer.forward([datum], "cross_entropy").result().metrics["loss:sum"] == pytest.approx(before, rel=1e-5)
+    # a new training client made from the state starts from the same weights
+    resumed = service[0].create_training_client_from_state_with_optimizer(state.path).result()
+    assert resumed.model_id != trainer.model_id
+    assert resumed.forward([datum], "cross_entropy").result().metrics["loss:sum"] == pytest.approx(before, rel=1e-5)
+
+
+def test_rl_losses_are_the_ratio_weighted_advantages(trainer):
+    """At the sampler's own log-probs the ratio is 1, so both losses are -sum(advantages)."""
+    tokens = tiny_tokenizer().encode("abcdefgh")
+    datum = text_datum(tokens)
+    logprobs = trainer.forward([datum], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_torch()
+    n = len(tokens) - 1
+    advantages = [0.0] * (n - 3) + [1.0, 2.0, -0.5]
+    rl = types.Datum(
+        model_input=datum.model_input,
+        loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": logprobs.tolist(), "advantages": advantages},
+    )
+    for loss_fn in ("importance_sampling", "ppo"):
+        out = trainer.forward([rl], loss_fn).result()
+        assert out.metrics["loss:sum"] == pytest.approx(-2.5, abs=1e-4)
+    # sampler log-probs 0.5 nats below the current ones: ratio e^0.5 = 1.65, clipped to 1.2 by ppo
+    shifted = types.Datum(
+        model_input=datum.model_input,
+        loss_fn_inputs={
+            "target_tokens": tokens[1:],
+            "logprobs": (logprobs - 0.5).tolist(),
+            "advantages": [0.0] * (n - 1) + [1.0],
+        },
+    )
+    assert trainer.forward([shifted], "importance_sampling").result().metrics["loss:sum"] == pytest.approx(
+        -math.exp(0.5), rel=1e-4
+    )
+    assert trainer.forward([shifted], "ppo").result().metrics["loss:sum"] == pytest.approx(-1.2, rel=1e-4)
+
+
+def test_refusals_come_back_as_the_sdks_errors_naming_the_call(service, trainer, tiny_base):
+    client, app = service
+    with pytest.raises(tinker.RequestFailedError, match="create_model: base model 'no/such-model'"):
+        client.create_lora_training_client(base_model="no/such-model", rank=4).result()
+    tokens = tiny_tokenizer().encode("abcdef")
+    with pytest.raises(tinker.RequestFailedError, match="loss_fn 'cispo' is not supported"):
+        trainer.forward_backward([text_datum(tokens)], "cispo").result()
+    with pytest.raises(tinker.RequestFailedError, match="lacks 'weights' for cross_entropy"):
+        datum = types.Datum(
+            model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:]}
+        )
+        trainer.forward_backward([datum], "cross_entropy").result()
+    with pytest.raises(tinker.BadRequestError, match="save_weights_external .*is not supported"):
+        trainer.save_weights_external("x").result()
+    with pytest.raises(tinker.AuthenticationError):
+        tinker.ServiceClient(base_url=client.holder._base_url, api_key="tml-not-a-key").get_server_capabilities()
+
+
+def test_each_training_client_is_a_registry_run_with_its_base_model_and_saved_weights(service, trainer, tiny_base):
+    from tempering.runs.registry import Registry
+
+    _, app = service
+    trainer.save_weights_for_sampler("recorded").result()
+    registry = Registry(app.state.cfg.registry_location)
+    run = registry.get(app.state.jobs.runs[trainer.model_id])
+    assert run["kind"] == "tinker" and run["base_model"] == str(tiny_base)
+    assert [i.role for i in registry.inputs(run["id"])] == ["base_model"]
+    outputs = {o["role"]: o["path"] for o in registry.outputs(run["id"])}
+    assert outputs["sampler"].endswith("sampler_weights/recorded")
+
+
+def test_a_read_result_is_dropped_after_its_keep_time_and_an_unread_one_is_kept():
+    import asyncio
+
+    from tempering.serve.tinker_jobs import Futures
+
+    futures = Futures()
+    futures.KEEP_S = 0.0
+    read, unread = futures.submit("a", lambda: 1), futures.submit("b", lambda: 2)
+    assert asyncio.run(futures.wait(read, 5)).result() == 1
+    futures.submit("c", lambda: 3)  # a submit drops what was read longer than KEEP_S ago
+    with pytest.raises(KeyError):
+        asyncio.run(futures.wait(read, 5))
+    assert asyncio.run(futures.wait(unread, 5)).result() == 2
+    futures.close()
