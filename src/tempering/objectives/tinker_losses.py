@@ -49,7 +49,7 @@ def tinker_loss(
         low, high = 1.0 - settings["clip_low_threshold"], settings["clip_high_threshold"] - 1.0
     else:  # importance_sampling: the unclipped ratio
         low, high = math.inf, math.inf
-    numerator, _, _ = grpo_loss_sum(
+    numerator, _ = grpo_loss_sum(
         logp[None],
         inputs["logprobs"][None],
         inputs["advantages"][None],
