@@ -89,7 +89,7 @@ def test_file_errors_still_name_the_file(tmp_path):
     path = write_cfg(tmp_path / "sft.yaml", optimiser=1)
     with pytest.raises(
         ConfigError,
-        match=r"^.*sft.yaml: optimiser: Extra inputs are not permitted \(allowed: out, name, model, .*lora, data, train\)$",
+        match=r"^.*sft.yaml: optimiser: Extra inputs are not permitted \(allowed: out, name, chat_template, model, .*lora, data, train\)$",
     ):
         load_config(SFTConfig, path, ["train.steps=3"])
     with pytest.raises(ConfigError, match="nope.yaml: config file not found"):
@@ -148,7 +148,7 @@ def test_the_shipped_config_classes_declare_the_data_paths_of_every_command():
     declared = {c.__name__: c.path_fields for c in (DataSettings, PreferenceDataSettings, RMDataSettings)}
     assert declared == {c: ("train", "eval") for c in declared}
     assert ReplaySettings.path_fields == ("data",) and TaskSourceSettings.path_fields == ("source",)
-    assert GRPOConfig.path_fields == () and SFTConfig.path_fields == ()
+    assert GRPOConfig.path_fields == ("chat_template",) and SFTConfig.path_fields == ("chat_template",)
 
 
 def test_an_unknown_key_gets_the_closest_allowed_key_of_its_section(tmp_path):

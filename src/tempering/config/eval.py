@@ -42,7 +42,7 @@ class EvalConfig(Strict):
     serves), so the gate can compare it with the float model."""
     loggers: list[TrackerName] = []
     """Experiment trackers that receive each suite's metrics, the config and the model's hash
-    (as `train.loggers`; docs/integrations_trackers.md)."""
+    (as `train.loggers`; docs/integrations.md)."""
     scale: ScaleSettings | None = None
     """Ray (docs/scale.md): sample on engine replicas and score on reward actors (each with its
     own sandbox pool) instead of in this process; same samples and scores with one replica."""

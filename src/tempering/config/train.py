@@ -147,7 +147,7 @@ class TrainSettings(Strict):
     """Write metrics every this many steps."""
     loggers: list[TrackerName] = []
     """Experiment trackers that mirror every metrics.jsonl record, the config and the lineage
-    (`tensorboard`, `mlflow`, `trackio`, `wandb` offline; extra `tempering[trackers]`; docs/integrations_trackers.md)."""
+    (`tensorboard`, `mlflow`, `trackio`, `wandb` offline; extra `tempering[trackers]`; docs/integrations.md)."""
     optim: OptimSettings = OptimSettings()
     """Optimizer (AdamW) and learning-rate schedule."""
     guard: GuardSettings = GuardSettings()
