@@ -14,14 +14,15 @@ from tempering.data.toolcalls import format_tool_call
 from tests.agents.test_env import ws
 
 
-def kill_sandbox_when_running(stop: threading.Event, after_s: float = 0.5) -> None:
-    """SIGKILL the outermost sandbox process (bwrap) under this test process once it has run
-    `after_s` (past its set-up: the program inside is running)."""
+def kill_sandbox_when_running(stop: threading.Event) -> None:
+    """SIGKILL the outermost sandbox process (bwrap) under this test process once the program runs
+    inside it (a descendant that is not bwrap: set-up is over). Set-up is judged by the program
+    being there, not by the process's age: psutil's create_time can be off by most of a second."""
     while not stop.is_set():
         for child in psutil.Process(os.getpid()).children(recursive=True):
             try:
                 outer = child.name() == "bwrap" and child.parent().name() != "bwrap"
-                if outer and time.time() - child.create_time() > after_s:
+                if outer and any(p.name() != "bwrap" for p in child.children(recursive=True)):
                     os.kill(child.pid, signal.SIGKILL)
                     return
             except psutil.Error:
