@@ -8,7 +8,6 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tempering import algorithms
-
 from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict
 from tempering.config.sampling import EngineSettings, SamplingSettings, ScaleSettings
 from tempering.config.train import ChatTemplateSetting, LoraSettings, TrainSettings

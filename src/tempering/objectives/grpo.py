@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
+from tempering import algorithms
 from tempering.batches import GRPOBatch
 from tempering.config import GRPOPolicySettings
 from tempering.models.logprobs import grouped_logprobs
-from tempering import algorithms
 from tempering.objectives.grpo_math import aggregation_units, grpo_loss_sum, loss_aggregation
 from tempering.objectives.off_policy import importance_weights
 
