@@ -23,7 +23,7 @@ from tempering import algorithms
 from tempering.batches import GRPOBatch
 from tempering.config import GRPOPolicySettings
 from tempering.models.logprobs import grouped_logprobs
-from tempering.objectives.grpo_math import aggregation_units, grpo_loss_sum, loss_aggregation
+from tempering.objectives.grpo_math import Aggregation, aggregation_units, grpo_loss_sum, loss_aggregation
 from tempering.objectives.off_policy import importance_weights
 
 
@@ -41,7 +41,7 @@ class GRPOObjective:
     def __init__(self, settings: GRPOPolicySettings):
         self.s = settings
         algorithms.load(settings.plugins)  # a config built in another process has not imported them here
-        self.aggregation = loss_aggregation(settings.loss, settings.aggregation)
+        self.aggregation: Aggregation = loss_aggregation(settings.loss, settings.aggregation)
 
     def units(self, batch: GRPOBatch) -> float:
         return aggregation_units(batch.loss_mask, self.aggregation, self.s.max_new_tokens)
