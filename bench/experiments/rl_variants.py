@@ -296,6 +296,10 @@ def main() -> None:
             "note": "the machine (2 cores) was shared with other work the whole time: absolute steps are load-bound",
         },
         "wall_s": time.time() - t0,
+        "final_accuracy": {
+            name: {k: r[k] for k in ("final_accuracy", "ci95_over_seeds", "ci95_bootstrap_items", "steps_mean")}
+            for name, r in results.items()
+        },
         "results": results,
     }
     RESULTS.mkdir(exist_ok=True)

@@ -56,11 +56,6 @@ class Algorithm:
     options: dict[str, Any] = field(default_factory=dict)
     """policy losses: `aggregation`; preference losses: `reference` (needs reference log-probs)."""
 
-    @property
-    def summary(self) -> str:
-        """The first line of the function's docstring (what `docs/rl.md` and `--help` show)."""
-        return (self.fn.__doc__ or "").strip().splitlines()[0] if self.fn.__doc__ else ""
-
 
 REGISTRY: dict[tuple[str, str], Algorithm] = {}
 """Every registered algorithm by (family, name)."""
