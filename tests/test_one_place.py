@@ -177,6 +177,41 @@ def test_a_planted_list_of_source_names_is_caught():
     assert source_name_lists(planted, _registered()) == [1]
 
 
+# ------------------------------------------------------------------ algorithm names: the registries
+def algorithm_name_lists(tree: ast.AST) -> list[int]:
+    """Lines of tuple / list / set literals (a `Literal[...]` included) holding two or more names
+    registered in one family of `tempering.algorithms` (a second list to keep in step)."""
+    from tempering import algorithms
+
+    algorithms.load()
+    families = [set(algorithms.names(f)) for f in ("advantage", "policy_loss", "preference_loss")]
+
+    def count(node: ast.AST, names: set[str]) -> int:
+        elts = getattr(node, "elts", [])
+        return sum(isinstance(e, ast.Constant) and e.value in names for e in elts)
+
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(count(node, names) >= 2 for names in families)
+    ]
+
+
+def test_algorithm_names_are_listed_only_by_the_registries():
+    """Which loss and advantage names exist is `tempering.algorithms` alone: configs validate against it."""
+    found = {
+        str(p.relative_to(SRC)): lines
+        for p in SRC.rglob("*.py")
+        if (lines := algorithm_name_lists(ast.parse(p.read_text())))
+    }
+    assert found == {}
+
+
+def test_a_planted_literal_of_loss_names_is_caught():
+    planted = ast.parse('loss: Literal["dpo", "ipo", "simpo"] = "dpo"\nmix = ("sft", "grpo", "dpo")\n')
+    assert algorithm_name_lists(planted) == [1]
+
+
 # ------------------------------------------------------------------ config path keys: per class
 def dotted_path_key_lists(tree: ast.AST) -> list[int]:
     """Lines of tuples / lists of two or more dotted config keys ending in a declared path field."""

@@ -28,11 +28,11 @@ def test_discounted_step_advantages_by_hand():
     groups = torch.tensor([0, 0])
     # group statistics over its three step rewards {-0.1, 1.0, 0.0}: mean 0.3; Dr. GRPO (no std)
     # normalised: -0.4 at (0,1), 0.7 at (0,3), -0.3 at (1,2)
-    out = discounted_step_advantages(rewards, step_mask, groups, gamma=0.5, scale_std=False)
+    out = discounted_step_advantages(rewards, step_mask, groups, gamma=0.5, estimator="dr_grpo")
     expected = torch.tensor([[-0.4 + 0.5 * 0.7, -0.4 + 0.5 * 0.7, 0.7, 0.7], [-0.3, -0.3, -0.3, 0.0]])
     assert torch.allclose(out, expected, atol=1e-6)
-    plain = discounted_step_advantages(rewards, step_mask, groups, gamma=1.0, scale_std=False)
-    assert torch.equal(plain, grpo_advantages(rewards, scale_std=False, groups=groups, step_mask=step_mask))
+    plain = discounted_step_advantages(rewards, step_mask, groups, gamma=1.0, estimator="dr_grpo")
+    assert torch.equal(plain, grpo_advantages(rewards, "dr_grpo", groups=groups, step_mask=step_mask))
     assert torch.allclose(plain[0], torch.tensor([0.3, 0.3, 0.7, 0.7]), atol=1e-6)
 
 

@@ -85,5 +85,6 @@ def test_simpo_needs_no_reference_and_bad_loss_is_one_line(setup):
     cfg, _ = setup
     summary = run(cfg, "--name", "s", "--loss", "simpo", "--set", "dpo.beta=2.0", "--steps", "4")
     assert summary["reference"] == "none" and summary["loss"] == "simpo"
-    res = CliRunner().invoke(app, ["dpo", str(cfg), "--loss", "kto"])
+    res = CliRunner().invoke(app, ["dpo", str(cfg), "--loss", "ppo"])
     assert res.exit_code == 2 and "dpo.loss" in res.stderr and "Traceback" not in res.output
+    assert "unknown preference loss 'ppo' (registered: dpo, ipo, kto, orpo, simpo)" in res.stderr

@@ -127,3 +127,15 @@ def test_traj_cli_reads_back_worst_and_flagged(engine, tmp_path):
 def teardown_module():
     for name in ("test_first_char", "test_crash"):
         VERIFIERS.pop(name, None)
+
+
+def test_overlong_shaping_takes_reward_from_replies_near_the_limit(engine, tmp_path):
+    # every reply scores 0; with max_new_tokens 6 and a buffer of 3, replies of 4-6 tokens lose 1/3 per token
+    from tempering.objectives.advantages import overlong_penalty
+
+    spec = {"type": "test_first_char", "chars": ""}
+    src = _source(engine, _tasks(8, spec), tmp_path, truncation="keep", dynamic_sampling=False, overlong_buffer=3)
+    src.next_batch()
+    rows = read_trajectories(tmp_path, step=1)
+    assert [r["reward"] for r in rows] == pytest.approx([overlong_penalty(len(r["tokens"]), 6, 3) for r in rows])
+    assert min(r["reward"] for r in rows) < 0  # some reply reached the buffer (the tiny model rarely stops early)

@@ -132,15 +132,15 @@ def step_rewards_tensor(
 
 
 def discounted_step_advantages(
-    rewards: torch.Tensor, step_mask: torch.Tensor, groups: torch.Tensor, gamma: float, scale_std: bool = True
+    rewards: torch.Tensor, step_mask: torch.Tensor, groups: torch.Tensor, gamma: float, estimator: str = "grpo"
 ) -> torch.Tensor:
     """Process-supervision advantages with a discount: (N, T) -> (N, T).
 
-    Step rewards are normalised within their group as in `grpo_advantages`; a token's
+    Step rewards go through the advantage estimator as in `grpo_advantages`; a token's
     advantage is sum_k gamma^k * (normalised reward of the k-th step at or after it), so
     gamma = 1 is exactly `grpo_advantages(rewards, groups=..., step_mask=...)`.
     """
-    undiscounted = grpo_advantages(rewards, scale_std=scale_std, groups=groups, step_mask=step_mask)
+    undiscounted = grpo_advantages(rewards, estimator, groups=groups, step_mask=step_mask)
     if gamma == 1.0:
         return undiscounted
     # the reverse cumsum's differences are the normalised step rewards, at the step tokens
@@ -256,10 +256,10 @@ class AgentRolloutSource:
             width = max(1, max(len(t.completion_ids) for t in trajs))
             rewards, step_mask = step_rewards_tensor([group], width, [len(prompt)])
             ids = torch.zeros(len(group), dtype=torch.long)
-            advantages = discounted_step_advantages(rewards, step_mask, ids, self.gamma, self.s.scale_std)
+            advantages = discounted_step_advantages(rewards, step_mask, ids, self.gamma, self.s.advantage)
         else:
             rewards = torch.tensor([[t.reward.value for t in trajs]])
-            advantages = grpo_advantages(rewards, scale_std=self.s.scale_std).reshape(-1)
+            advantages = grpo_advantages(rewards, self.s.advantage).reshape(-1)
         return trajectory_group(trajs, advantages)
 
     def _record(self, seen: list[list[AgentEpisode]], kept: list, tier: int, batch: Any) -> None:

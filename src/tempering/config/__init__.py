@@ -24,6 +24,7 @@ from tempering.config.grpo import (
     GRPOPolicySettings,
     GRPOSettings,
     HeldoutSettings,
+    OffPolicySettings,
     RewardPart,
     TaskSourceSettings,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "GRPOPolicySettings",
     "GRPOSettings",
     "HeldoutSettings",
+    "OffPolicySettings",
     "GRPOConfig",
     "EvalConfig",
     "DedupSettings",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from tempering import algorithms
 from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict
 from tempering.config.sampling import EngineSettings, SamplingSettings, ScaleSettings
 from tempering.config.train import ChatTemplateSetting, LoraSettings, TrainSettings
@@ -63,6 +64,33 @@ class RewardPart(Strict):
     """Merged over the task's own verifier spec, e.g. {type: exact} reuses the task's answer."""
 
 
+class OffPolicySettings(Strict):
+    """Truncated or masked importance sampling on the trainer-vs-rollout log-prob ratio
+    (`objectives/off_policy.py`): corrects for an engine that samples from other numbers than
+    the trainer computes (another precision or kernel, stale weights)."""
+
+    mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = "token_truncate"
+    """token_truncate (TIS): each token's weight min(w, cap); token_mask (MIS): 0 outside [floor, cap];
+    sequence_*: the same on the sequence's ratio (product over its tokens), for every token of it."""
+    cap: float = Field(2.0, gt=0)
+    """Upper bound of the ratio p_trainer / p_rollout (> 0; TIS papers use 2)."""
+    floor: float | None = Field(None, gt=0)
+    """Lower bound (mask modes mask below it, truncate modes raise to it); None: no lower bound."""
+
+    @model_validator(mode="after")
+    def _floor_below_cap(self) -> OffPolicySettings:
+        if self.floor is not None and self.floor >= self.cap:
+            raise ValueError(f"floor {self.floor} must be below cap {self.cap}")
+        return self
+
+
+def registered(family: algorithms.Family, value: str, info: ValidationInfo) -> str:
+    """`value` if it names a registered algorithm of `family` (after importing the section's
+    `plugins`), else a one-line error listing the registered names (`tempering.algorithms`)."""
+    algorithms.lookup(family, value, info.data.get("plugins", []))
+    return value
+
+
 class GRPOPolicySettings(SamplingSettings):
     """What single- and multi-turn GRPO share: group sampling (the `SamplingSettings` fields,
     temperature > 0), the policy loss and the train/rollout mismatch bound. Agent RL composes
@@ -75,23 +103,44 @@ class GRPOPolicySettings(SamplingSettings):
     """Groups (distinct prompts) in each rollout batch."""
     group_size: int = Field(8, ge=2)
     """Samples per prompt (G)."""
-    scale_std: bool = True
-    """Divide advantages by the group std (false: Dr. GRPO)."""
+    plugins: list[str] = []
+    """Modules to import before `loss` and `advantage` are looked up: each registers its own
+    algorithms on import (`@register_policy_loss`, `@register_advantage`; docs/rl.md)."""
+    loss: str = "dapo"
+    """Registered policy loss (`tempering.algorithms`): grpo, dapo, dr_grpo, bnpo, gspo, cispo, or a
+    plug-in's; each brings its aggregation (docs/rl.md)."""
+    advantage: str = "grpo"
+    """Registered advantage estimator: grpo (group mean and std), dr_grpo (group mean only), rloo,
+    reinforce_pp, reinforce_pp_baseline, or a plug-in's."""
     clip_low: float = Field(0.2, ge=0)
     """Lower clip of the importance ratio: it is clipped below at 1 - clip_low."""
     clip_high: float = Field(0.28, ge=0)
-    """Clip-higher (DAPO): the ratio is clipped to [1 - clip_low, 1 + clip_high]."""
-    aggregation: Literal["token_mean", "seq_mean", "constant"] = "token_mean"
-    """Loss reduction: over all valid tokens (DAPO), per sequence then over sequences (GRPO),
-    or over batch x max_new_tokens (Dr. GRPO); see objectives/grpo_math.py."""
+    """Clip-higher (DAPO): the ratio is clipped to [1 - clip_low, 1 + clip_high] (CISPO: the weight
+    is capped at 1 + clip_high)."""
+    aggregation: Literal["token_mean", "seq_mean", "constant", "micro_token_mean"] | None = None
+    """Loss reduction, overriding the loss's own: over all valid tokens (DAPO), per sequence then over
+    sequences (GRPO), over batch x max_new_tokens (Dr. GRPO), or per micro-batch (BNPO);
+    see objectives/grpo_math.py. None: the registered loss's."""
     beta: float = Field(0.0, ge=0)
     """KL weight to the reference (k3). Under LoRA the reference is the model with adapters off."""
+    off_policy: OffPolicySettings | None = None
+    """TIS / MIS weights on the trainer-vs-rollout ratio (docs/rl.md); None: no correction."""
     updates_per_batch: int = Field(1, ge=1)
     """mu: optimizer steps on each rollout batch (importance ratios use the rollout policy)."""
     dynamic_sampling: bool = True
     """Drop groups whose rewards all match (single-turn GRPO refills the batch with new prompts)."""
     max_logprob_mismatch: float | None = Field(None, gt=0)
     """Stop the run when a step's mean |log p_train - log p_rollout| exceeds this (None: only log it)."""
+
+    @field_validator("loss")
+    @classmethod
+    def _loss_is_registered(cls, value: str, info: ValidationInfo) -> str:
+        return registered("policy_loss", value, info)
+
+    @field_validator("advantage")
+    @classmethod
+    def _advantage_is_registered(cls, value: str, info: ValidationInfo) -> str:
+        return registered("advantage", value, info)
 
 
 class GRPOSettings(GRPOPolicySettings):
@@ -104,6 +153,11 @@ class GRPOSettings(GRPOPolicySettings):
     """Responses cut by max_new_tokens: left out of the loss, rewarded `truncation_reward`, or kept."""
     truncation_reward: float = 0.0
     """Reward given to a truncated response under truncation "penalty"."""
+    overlong_buffer: int | None = Field(None, ge=1)
+    """DAPO's soft overlong punishment: a response longer than max_new_tokens - overlong_buffer
+    loses reward linearly, down to -overlong_penalty at max_new_tokens. None: off."""
+    overlong_penalty: float = Field(1.0, gt=0)
+    """The most reward the soft overlong punishment takes (at max_new_tokens)."""
     generation_chunks: int = Field(2, ge=1)
     """Generate each round in this many chunks; a finished chunk is scored while the next
     generates. 1 is fastest when verifiers are instant (one big decode batch)."""
@@ -114,6 +168,16 @@ class GRPOSettings(GRPOPolicySettings):
     rollout_ahead: bool = False
     """Sample the next batch while the trainer updates on this one (needs `scale:` engine replicas):
     one step stale (logged), corrected by the clipped importance ratio against the engine's log-probs."""
+
+    @model_validator(mode="after")
+    def _overlong_buffer_fits(self) -> GRPOSettings:
+        if self.overlong_buffer is not None and self.overlong_buffer >= self.max_new_tokens:
+            raise ValueError(
+                f"overlong_buffer {self.overlong_buffer} must be below max_new_tokens {self.max_new_tokens}"
+            )
+        if "overlong_penalty" in self.model_fields_set and self.overlong_buffer is None:
+            raise ValueError("overlong_penalty does nothing without overlong_buffer")
+        return self
 
 
 class HeldoutSettings(SamplingSettings):

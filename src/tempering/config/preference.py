@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from tempering.config.base import DEFAULT_MODEL, Paths, RunSettings, Strict, Threads
-from tempering.config.grpo import TaskSourceSettings
+from tempering.config.grpo import TaskSourceSettings, registered
 from tempering.config.sampling import EngineSettings, HFEngineSettings, SamplingSettings
 from tempering.config.train import ChatTemplateSetting, LoraSettings, TrainSettings
 from tempering.numbers import BARE_NUMBER_PATTERN
@@ -31,10 +31,14 @@ class PreferenceDataSettings(Strict):
 class PreferenceSettings(Strict):
     """The preference loss (objectives/preference.py) and where its reference comes from."""
 
-    loss: Literal["dpo", "ipo", "simpo"] = "dpo"
-    """dpo: sigmoid DPO (cDPO with label_smoothing); ipo: IPO; simpo: SimPO (reference-free)."""
+    plugins: list[str] = []
+    """Modules to import before `loss` is looked up: each registers its own preference losses on
+    import (`@register_preference_loss`; docs/rl.md)."""
+    loss: str = "dpo"
+    """Registered preference loss (`tempering.algorithms`): dpo (sigmoid; cDPO with label_smoothing),
+    ipo, simpo (reference-free), kto (paired KTO), orpo (reference-free odds ratio + NLL), or a plug-in's."""
     beta: float = Field(0.1, gt=0)
-    """DPO/SimPO inverse temperature; IPO's tau (the target margin is 1 / (2 tau))."""
+    """DPO/SimPO/KTO inverse temperature; IPO's tau (the target margin is 1 / (2 tau)); ORPO's lambda."""
     label_smoothing: float = Field(0.0, ge=0, lt=0.5)
     """cDPO / SimPO: assumed probability that a pair's label is flipped."""
     simpo_gamma: float = Field(0.5, ge=0)
@@ -45,6 +49,11 @@ class PreferenceSettings(Strict):
     """cache: reference log-probs computed once before training and cached on disk under a
     content hash of (model, tokenizer, data, precision); online: under LoRA, recomputed each
     step with adapters disabled."""
+
+    @field_validator("loss")
+    @classmethod
+    def _loss_is_registered(cls, value: str, info: ValidationInfo) -> str:
+        return registered("preference_loss", value, info)
 
 
 class DPOConfig(ChatTemplateSetting, RunSettings):

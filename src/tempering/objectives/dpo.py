@@ -1,4 +1,4 @@
-"""Preference optimisation (DPO / IPO / SimPO) as a Trainer objective.
+"""Preference optimisation (the registered preference losses: DPO, IPO, SimPO, KTO, ORPO, ...) as a Trainer objective.
 
 A batch (`data.pair_batches.PairBatches`) holds B pairs over B shared prompts; one
 `grouped_logprobs` call with G = 2 runs each prompt once and both answers on its KV cache.
@@ -21,7 +21,7 @@ import torch
 from tempering.batches import PairBatch
 from tempering.config import PreferenceSettings
 from tempering.models.logprobs import grouped_logprobs
-from tempering.objectives.preference import REFERENCE_FREE, preference_losses
+from tempering.objectives.preference import needs_reference, preference_losses
 
 
 def pair_sequence_logps(model: Any, batch: PairBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -60,7 +60,7 @@ class PreferenceObjective:
     def __init__(self, settings: PreferenceSettings):
         self.s = settings
         self.name = settings.loss
-        self.needs_reference = settings.loss not in REFERENCE_FREE
+        self.needs_reference = needs_reference(settings.loss, settings.plugins)
 
     def units(self, batch: PairBatch) -> int:
         return int(batch["prompt_ids"].shape[0])
@@ -93,6 +93,7 @@ class PreferenceObjective:
             label_smoothing=s.label_smoothing,
             gamma=s.simpo_gamma,
             sft_weight=s.sft_weight,
+            plugins=s.plugins,
         )
         loss_sum = (losses * batch["weights"].to(losses.dtype)).sum()
         margin = chosen_reward - rejected_reward

@@ -8,8 +8,9 @@ where it sampled — the log-prob mismatch is measured there) and, for mu > 1, `
 (the rollout policy, recomputed once before the first update). With mu = 1 the rollout policy *is* the current one, so the
 ratio is exactly 1 and `logp.detach()` stands in for it.
 
-The math lives in `grpo_math` (pure tensors: `grpo_loss_sum` is the loss its tests check);
-this file only wires it to a model.
+The math lives in `grpo_math` (pure tensors: `grpo_loss_sum` is the loss its tests check), with
+the policy loss and its aggregation looked up by name (`tempering.algorithms`) and the TIS / MIS
+weights of `off_policy`; this file only wires them to a model.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import Any
 
 import torch
 
+from tempering import algorithms
 from tempering.batches import GRPOBatch
 from tempering.config import GRPOPolicySettings
 from tempering.models.logprobs import grouped_logprobs
-from tempering.objectives.grpo_math import aggregation_units, grpo_loss_sum
+from tempering.objectives.grpo_math import Aggregation, aggregation_units, grpo_loss_sum, loss_aggregation
+from tempering.objectives.off_policy import importance_weights
 
 
 def _reference(model: Any):
@@ -37,9 +40,11 @@ class GRPOObjective:
 
     def __init__(self, settings: GRPOPolicySettings):
         self.s = settings
+        algorithms.load(settings.plugins)  # a config built in another process has not imported them here
+        self.aggregation: Aggregation = loss_aggregation(settings.loss, settings.aggregation)
 
     def units(self, batch: GRPOBatch) -> float:
-        return aggregation_units(batch.loss_mask, self.s.aggregation, self.s.max_new_tokens)
+        return aggregation_units(batch.loss_mask, self.aggregation, self.s.max_new_tokens)
 
     def loss(self, model: Any, batch: GRPOBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """(summed loss, stats); the stats stay 0-dim tensors where the model is (the Trainer reads a
@@ -51,10 +56,17 @@ class GRPOObjective:
         if self.s.beta > 0:
             with torch.no_grad(), _reference(model):
                 ref, _ = grouped_logprobs(model, *args, temperature=self.s.temperature)
-        mask = batch.loss_mask
+        mask, s = batch.loss_mask, self.s
+        weights, is_stats = None, {}
+        if s.off_policy is not None:
+            o = s.off_policy
+            weights, is_stats = importance_weights(
+                old, batch.engine_logprobs, batch.sampled_mask, o.mode, o.cap, o.floor
+            )
         numerator, stats = grpo_loss_sum(
-            logp, old, batch.advantages, mask, self.s.clip_low, self.s.clip_high, self.s.aggregation, ref, self.s.beta
+            logp, old, batch.advantages, mask, s.clip_low, s.clip_high, self.aggregation, ref, s.beta, s.loss, weights
         )
+        stats.update(is_stats)
         seen = batch.completion_mask.to(logp.dtype)
         n_seen = seen.sum().clamp(min=1.0)
         # the mismatch is measured where the engine sampled (agent batches: not on environment tokens,

@@ -69,10 +69,10 @@ def reference_for(
     """Cached reference sums for `pairs` (None when the loss needs none or it is computed online)."""
     from tempering.models.load import cache_dir
     from tempering.objectives.dpo import pair_sums
-    from tempering.objectives.preference import REFERENCE_FREE
+    from tempering.objectives.preference import needs_reference
     from tempering.train.reference import cached_reference_logps
 
-    if cfg.dpo.loss in REFERENCE_FREE or not pairs:
+    if not needs_reference(cfg.dpo.loss, cfg.dpo.plugins) or not pairs:
         return None, {"reference": "none"}
     if cfg.dpo.reference == "online":
         if cfg.lora is None:

@@ -148,7 +148,13 @@ def _builtins() -> None:
             "Preference optimisation on prompt/chosen/rejected pairs; the run summary JSON is the last line.",
             "examples/dpo.yaml",
             inputs=("data.train", "data.eval", "chat_template"),
-            flags=(Flag("loss", "dpo.loss", "dpo | ipo | simpo (overrides dpo.loss)."),),
+            flags=(
+                Flag(
+                    "loss",
+                    "dpo.loss",
+                    "a registered preference loss: dpo | ipo | simpo | kto | orpo (overrides dpo.loss).",
+                ),
+            ),
             set_example="dpo.loss=ipo",
         ),
         Registration(

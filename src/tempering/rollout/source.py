@@ -52,6 +52,7 @@ import torch
 
 from tempering.batches import GRPOBatch
 from tempering.config import GRPOSettings
+from tempering.objectives.advantages import overlong_penalty
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.engine import Engine
 from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, old_logprobs_for
@@ -185,14 +186,19 @@ class RolloutSource:
         return groups, pending.gen_s, time.perf_counter() - t0 - pending.gen_s
 
     def _apply_truncation(self, group: Group) -> None:
-        if self.s.truncation != "penalty":
-            return
+        s = self.s
         for t in group.trajectories:
-            if t.truncated and t.scored:
-                r = t.reward
-                t.rewards[-1] = r.model_copy(
-                    update={"value": self.s.truncation_reward, "flags": r.flags + ["truncated"]}
+            if not t.scored:
+                continue
+            r = t.reward
+            if s.truncation == "penalty" and t.truncated:
+                r = r.model_copy(update={"value": s.truncation_reward, "flags": r.flags + ["truncated"]})
+            if s.overlong_buffer is not None:  # DAPO's soft overlong punishment, on top
+                shaped = overlong_penalty(
+                    len(t.completion_ids), s.max_new_tokens, s.overlong_buffer, s.overlong_penalty
                 )
+                r = r.model_copy(update={"value": r.value + shaped})
+            t.rewards[-1] = r
 
     def _rollout_batch(self) -> list[GRPOBatch]:
         """The next batch's micro-batches: sampled now, or taken from the background (rollout_ahead)."""
@@ -261,7 +267,7 @@ class RolloutSource:
     ) -> list[GRPOBatch]:
         """Step 4: advantages, the trajectory store and the micro-batches of a sampled batch."""
         rewards = torch.tensor([g.values for g in kept], dtype=torch.float32)
-        advantages = grpo_advantages(rewards, scale_std=self.s.scale_std)
+        advantages = grpo_advantages(rewards, self.s.advantage)
         step = index * self.s.updates_per_batch + 1
         self._record(seen, kept, advantages, counts, gen_s, score_s, step)
         self._stats["staleness"] = staleness

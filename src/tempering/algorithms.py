@@ -1,0 +1,142 @@
+"""The registries of RL and preference algorithms: advantage estimators, policy losses (each with
+its aggregation) and preference losses, each a pure tensor function registered by name.
+
+    @register_advantage("rloo")
+    def rloo_advantages(rewards, groups): ...          # (M,), (M,) -> (M,)
+
+    @register_policy_loss("gspo", aggregation="seq_mean")
+    def gspo_loss(logp, logp_old, advantages, mask, *, clip_low, clip_high): ...
+
+    @register_preference_loss("kto", reference=True)
+    def kto_loss(pairs, *, beta, label_smoothing, gamma): ...
+
+The signatures each family takes are in `objectives/advantages.py`, `objectives/policy_losses.py`
+and `objectives/preference.py`, where the built-ins live. A config names an algorithm by its
+registered name (`grpo.loss`, `grpo.advantage`, `dpo.loss`); its validator asks `require`, which
+imports the built-ins and the config's `plugins` (module names: a module registers its functions
+when imported, so a loss defined outside the package is one decorated function in a module on
+the path). An unknown name, or a name registered in another family, is a one-line error.
+
+This module sits in the bottom layer, next to `config`, so that configs validate names against
+it; it imports no torch itself. The built-in algorithms (torch code in `objectives/`) are imported
+by name on the first lookup, the way `recipes/registry.py` imports a command's runner.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+Family = Literal["advantage", "policy_loss", "preference_loss"]
+
+FAMILY_WORDS: dict[str, str] = {
+    "advantage": "advantage estimator",
+    "policy_loss": "policy loss",
+    "preference_loss": "preference loss",
+}
+
+AGGREGATIONS = ("token_mean", "seq_mean", "constant", "micro_token_mean")
+"""How a policy loss's per-token values become the step's loss (`objectives/grpo_math.py`)."""
+
+BUILTIN_MODULES = (
+    "tempering.objectives.advantages",
+    "tempering.objectives.policy_losses",
+    "tempering.objectives.preference",
+)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One registered function and what its family records about it."""
+
+    name: str
+    family: Family
+    fn: Callable[..., Any]
+    options: dict[str, Any] = field(default_factory=dict)
+    """policy losses: `aggregation`; preference losses: `reference` (needs reference log-probs)."""
+
+
+REGISTRY: dict[tuple[str, str], Algorithm] = {}
+"""Every registered algorithm by (family, name)."""
+
+
+def _register(family: Family, name: str, **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    if not name.isidentifier():
+        raise ValueError(f"{FAMILY_WORDS[family]} name {name!r}: expected a word (letters, digits, _)")
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        known = REGISTRY.get((family, name))
+        same = known is not None and (known.fn.__module__, known.fn.__qualname__) == (fn.__module__, fn.__qualname__)
+        if known is not None and not same:
+            raise ValueError(
+                f"{FAMILY_WORDS[family]} {name!r} is already registered (to {known.fn.__module__}.{known.fn.__qualname__})"
+            )
+        REGISTRY[(family, name)] = Algorithm(name, family, fn, options)
+        return fn
+
+    return decorate
+
+
+def register_advantage(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register `fn(rewards (M,), groups (M,) int64) -> advantages (M,)` as an advantage estimator."""
+    return _register("advantage", name)
+
+
+def register_policy_loss(
+    name: str, aggregation: str = "token_mean"
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register `fn(logp, logp_old, advantages, mask, *, clip_low, clip_high) -> (per_token, clipped)`
+    (all (B, T)) as a policy loss, reduced by `aggregation` unless a config overrides it."""
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation {aggregation!r}: expected one of {', '.join(AGGREGATIONS)}")
+    return _register("policy_loss", name, aggregation=aggregation)
+
+
+def register_preference_loss(name: str, reference: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register `fn(pairs: PairLogps, *, beta, label_smoothing, gamma) -> (losses, chosen_reward,
+    rejected_reward)` (all (B,)) as a preference loss; `reference=False`: it needs no reference model."""
+    return _register("preference_loss", name, reference=reference)
+
+
+def load(plugins: tuple[str, ...] | list[str] = ()) -> None:
+    """Import the built-in algorithms and the plug-in modules (each registers on import).
+
+    Raises:
+        ValueError: a plug-in module does not import (one line naming it and why).
+    """
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
+    for module in plugins:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # any failure of a user's module is reported in one line
+            raise ValueError(f"plugin module {module!r} does not import ({type(exc).__name__}: {exc})") from None
+
+
+def names(family: Family) -> list[str]:
+    """The registered names of one family, sorted (after `load`)."""
+    return sorted(name for fam, name in REGISTRY if fam == family)
+
+
+def lookup(family: Family, name: str, plugins: tuple[str, ...] | list[str] = ()) -> Algorithm:
+    """The registered algorithm, loading built-ins and `plugins` first.
+
+    Raises:
+        ValueError: `name` is registered in another family, or nowhere (the message lists the names).
+    """
+    load(plugins)
+    found = REGISTRY.get((family, name))
+    if found is not None:
+        return found
+    word = FAMILY_WORDS[family]
+    elsewhere = [_article(FAMILY_WORDS[fam]) for fam, n in REGISTRY if n == name]
+    if elsewhere:
+        raise ValueError(
+            f"{name!r} is registered as {' and '.join(elsewhere)}, not {_article(word)} (registered: {', '.join(names(family))})"
+        )
+    raise ValueError(f"unknown {word} {name!r} (registered: {', '.join(names(family))})")
+
+
+def _article(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
