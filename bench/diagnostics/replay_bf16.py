@@ -1,0 +1,79 @@
+"""Measure the replay bound: the default model samples arithmetic replies with each in-process
+engine kind, the trainer recomputes the sampled tokens' log-probs (`rollout.replay`), and the
+gap |log p_train - log p_rollout| is reported per engine and precision (mean, p99, max, KL).
+
+    python bench/diagnostics/replay_bf16.py            # -> bench/results/replay_bf16.json
+
+bf16 is measured with engine and trainer both in bf16 (the `precision: auto` case on a host with
+native bf16); fp32 is the control. The largest bf16 `max` over engines is the documented bound
+(`rollout.replay.BF16_EPSILON` rounds it up).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, cpu_name  # noqa: E402
+
+PROMPTS, SAMPLES, TOKENS = 12, 4, 48
+
+
+def main() -> None:
+    import torch
+
+    from tempering.config import EngineSettings, SamplingParams, TaskSourceSettings
+    from tempering.models.load import load_model, load_tokenizer
+    from tempering.models.precision import cpu_has_native_bf16
+    from tempering.rollout.replay import replay
+    from tempering.rollout.select import build_engine
+    from tempering.sources.tasks import load_tasks
+
+    torch.manual_seed(0)
+    model, tokenizer = load_model("smollm2-135m-instruct").eval(), load_tokenizer("smollm2-135m-instruct")
+    tasks = load_tasks(TaskSourceSettings(n=PROMPTS, split="heldout"))
+    kinds = {
+        "hf": EngineSettings(kind="hf"),
+        "batching": EngineSettings(kind="batching"),
+        "speculative-lookup": EngineSettings(kind="speculative", draft={}),
+    }
+    rows = []
+    for precision in ("fp32", "bf16"):
+        for name, settings in kinds.items():
+            t0 = time.perf_counter()
+            engine = build_engine(settings, model, tokenizer, precision)
+            prompts = [engine.chat_prompt(t.chat()) for t in tasks]
+            params = SamplingParams(n=SAMPLES, max_new_tokens=TOKENS, temperature=1.0, seed=0)
+            figures = replay(engine, model, prompts, params, precision)
+            rows.append({"precision": precision, "engine": name, **figures, "seconds": time.perf_counter() - t0})
+            print(json.dumps(rows[-1]), flush=True)
+    bf16 = [r for r in rows if r["precision"] == "bf16"]
+    out = {
+        "model": "smollm2-135m-instruct",
+        "prompts": PROMPTS,
+        "samples": SAMPLES,
+        "max_new_tokens": TOKENS,
+        "temperature": 1.0,
+        "rows": rows,
+        "bf16_max": max(r["max"] for r in bf16),
+        "bf16_p99": max(r["logprob_mismatch_p99"] for r in bf16),
+        "fp32_max": max(r["max"] for r in rows if r["precision"] == "fp32"),
+        "native_bf16": cpu_has_native_bf16(),
+        "cpu": cpu_name(),
+        "threads": torch.get_num_threads(),
+        "load_avg_1m": os.getloadavg()[0],
+        "note": "other helpers' work ran beside this measurement (a shared 2-core host)",
+    }
+    (RESULTS / "replay_bf16.json").write_text(json.dumps(out, indent=1))
+    print(f"bf16 max {out['bf16_max']:.3g} (p99 {out['bf16_p99']:.3g}); fp32 max {out['fp32_max']:.3g}")
+
+
+if __name__ == "__main__":
+    main()
