@@ -59,6 +59,7 @@ from tempering.rollout.rollout import RewardWorkers, ThreadRewardWorkers, start_
 from tempering.rollout.roundtrip import ROUNDTRIP_FLAG, roundtrip_ok
 from tempering.rollout.store import TrajectoryRow, TrajectoryStore
 from tempering.types import Task, Trajectory
+from tempering.verifiers.answers import NO_ANSWER
 
 
 @dataclass
@@ -323,6 +324,7 @@ class RolloutSource:
             "response_len": sum(len(t.completion_ids) for _, t, _ in samples) / len(samples),
             "truncation_rate": sum(c.truncated for _, c, _ in samples) / len(samples),
             "roundtrip_mismatch_rate": sum(ROUNDTRIP_FLAG in r.flags for _, _, r in samples) / len(samples),
+            "parse_failure_rate": sum(NO_ANSWER in r.flags for _, _, r in samples) / len(samples),
             "completions": len(samples),
             "gen_s": gen_s,
             "score_s": score_s,
