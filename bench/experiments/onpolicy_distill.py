@@ -17,7 +17,7 @@ Measured on held-out prompts (the arithmetic generator's held-out split), per st
   acceptance_rate       the student as a speculative draft of the teacher (k = 4, greedy)
   forward_kl_per_token  KL(teacher || student) on the teacher's greedy replies (the forward arm's own target)
 
-    python bench/experiments/onpolicy_distill.py [--seeds 0 1 2] [--warm-steps 40] [--steps 30]
+    python bench/experiments/onpolicy_distill.py [--seeds 0 1 2] [--warm-steps 20] [--steps 12]
 
 Writes bench/results/onpolicy_distill.json (means with 95% t-intervals over seeds, paired
 differences, wall time, load average).
@@ -123,14 +123,14 @@ def interval(xs: list[float]) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--warm-steps", type=int, default=40)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--prompts", type=int, default=4, help="on-policy prompts per step")
+    p.add_argument("--warm-steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--prompts", type=int, default=2, help="on-policy prompts per step")
     p.add_argument("--samples", type=int, default=4, help="on-policy replies per prompt")
-    p.add_argument("--train-prompts", type=int, default=256)
-    p.add_argument("--heldout", type=int, default=32)
+    p.add_argument("--train-prompts", type=int, default=48)
+    p.add_argument("--heldout", type=int, default=16)
     p.add_argument("--eval-samples", type=int, default=2)
-    p.add_argument("--max-new-tokens", type=int, default=24)
+    p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--precision", default="auto")
     p.add_argument("--out", default="runs/onpolicy-distill")
     args = p.parse_args()
@@ -183,7 +183,7 @@ def main() -> None:
             else:
                 rollout = {"prompts_per_step": args.prompts, "samples_per_prompt": args.samples}
                 prompts = {"n": args.train_prompts, "ops": "+", "split": "train"}
-                cfg["rollout"] = {**rollout, "prompts": prompts, "max_new_tokens": args.max_new_tokens}
+                cfg["rollout"] = {**rollout, "tasks": prompts, "max_new_tokens": args.max_new_tokens}
             t1 = time.perf_counter()
             summary = distill(cfg, on_policy=arm == "on_policy")
             row = {"seed": seed, "train_s": time.perf_counter() - t1, "steps": summary["steps"]}

@@ -59,7 +59,7 @@ def test_on_policy_distillation_lowers_the_reverse_kl(tmp_path, sharp_teacher):
     cfg = {
         "teacher": str(sharp_teacher),
         "student": {"layers": [1]},
-        "rollout": {"prompts": {"n": 16}, "prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 6},
+        "rollout": {"tasks": {"n": 16}, "prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 6},
         "train": {"steps": 16, "precision": "fp32", "optim": {"lr": 1e-2, "warmup_steps": 0}},
         "out": str(tmp_path / "runs"),
         "name": "op",
@@ -75,3 +75,18 @@ def test_on_policy_distillation_lowers_the_reverse_kl(tmp_path, sharp_teacher):
     first, last = [sum(r["reverse_kl"] for r in part) / 4 for part in (steps[:4], steps[-4:])]
     assert last < 0.7 * first, (first, last)  # measured: 3.71 -> 2.17
     assert (tmp_path / "runs" / "op" / "final" / "config.json").exists()
+
+
+def test_an_on_policy_distill_stage_plans_in_a_pipeline(tmp_path):
+    from tempering.pipeline.plan import PipelineError, load_plan
+
+    stage = {"kind": "distill", "student": {"layers": [0]}, "on_policy": True, "train": {"steps": 2}}
+    stage["rollout"] = {"tasks": {"source": "builtin:arithmetic", "n": 8}, "max_new_tokens": 8}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"out": str(tmp_path / "runs"), "stages": {"draft": stage}}))
+    plan = load_plan(path)
+    assert [(s.name, s.kind) for s in plan.stages] == [("draft", "distill")]
+    stage["loss"] = {"kl_weight": 0.5}
+    path.write_text(yaml.safe_dump({"out": str(tmp_path / "runs"), "stages": {"draft": stage}}))
+    with pytest.raises(PipelineError, match="loss do nothing under on_policy: true"):
+        load_plan(path)

@@ -43,8 +43,8 @@ class OnPolicySettings(SamplingSettings):
     through the rollout path, the teacher scores the sampled tokens, and each token's advantage is
     minus its reverse-KL estimate log p_student - log p_teacher (docs/training.md)."""
 
-    prompts: TaskSourceSettings = TaskSourceSettings()
-    """Where the prompts come from (a task source; the verifier only feeds the logged accuracy)."""
+    tasks: TaskSourceSettings = TaskSourceSettings()
+    """Where the prompts come from (a task source; its verifier only feeds the logged accuracy)."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature of the student (1: the reverse KL is estimated on the student's own
     distribution); also the temperature both log-probs are taken at."""
@@ -92,7 +92,7 @@ class DistillConfig(RunSettings):
             idle = [k for k in ("data", "loss") if k in self.model_fields_set and getattr(self, k) is not None]
             if idle:
                 raise ValueError(
-                    f"{', '.join(idle)} do nothing under on_policy: true (the prompts are `rollout.prompts`)"
+                    f"{', '.join(idle)} do nothing under on_policy: true (the prompts are `rollout.tasks`)"
                 )
             if self.rollout is None:
                 self.rollout = OnPolicySettings()

@@ -86,8 +86,8 @@ def _prompts(cfg: DistillConfig, tokenizer: Any) -> Prompts:
     from tempering.sources.tasks import load_tasks
 
     assert cfg.rollout is not None  # DistillConfig fills it under on_policy
-    tasks = load_tasks(cfg.rollout.prompts)
-    return Prompts(tasks, {"source": cfg.rollout.prompts.source, "prompts": len(tasks)}, [])
+    tasks = load_tasks(cfg.rollout.tasks)
+    return Prompts(tasks, {"source": cfg.rollout.tasks.source, "prompts": len(tasks)}, [])
 
 
 def _prompts_guard(cfg: DistillConfig) -> None:
@@ -95,7 +95,7 @@ def _prompts_guard(cfg: DistillConfig) -> None:
     from tempering.sources.tasks import load_tasks
 
     assert cfg.rollout is not None
-    check_private_overlap_tasks(load_tasks(cfg.rollout.prompts), source=cfg.rollout.prompts.source)
+    check_private_overlap_tasks(load_tasks(cfg.rollout.tasks), source=cfg.rollout.tasks.source)
 
 
 def _on_policy_components(cfg: DistillConfig, data: Prompts, tokenizer: Any, stage: Any) -> Components:
@@ -145,7 +145,7 @@ DISTILL = TrainingRecipe(
 ON_POLICY_DISTILL = TrainingRecipe(
     "distill",
     base_model=lambda cfg: cfg.teacher,
-    inputs=lambda cfg: input_list([(cfg.rollout.prompts.source, "prompts")]),
+    inputs=lambda cfg: input_list([(cfg.rollout.tasks.source, "prompts")]),
     prepare=_prompts,
     components=_on_policy_components,
     guard=_prompts_guard,

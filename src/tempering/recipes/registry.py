@@ -168,7 +168,7 @@ def _builtins() -> None:
             "Distil a teacher into a smaller student (forward KL + sequence-level CE, or on-policy reverse KL "
             "with --on-policy), e.g. a speculative draft.",
             "examples/distill_draft.yaml",
-            inputs=("data.train", "data.eval", "data.replay.data", "rollout.prompts.source"),
+            inputs=("data.train", "data.eval", "data.replay.data", "rollout.tasks.source"),
             models=("teacher", "student.model"),
             flags=(
                 Flag(

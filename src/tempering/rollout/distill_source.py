@@ -132,19 +132,19 @@ def reverse_kl_to_teacher(
     """KL(student || teacher) on the student's own samples of `prompts`: per token and per reply.
 
     The student samples through `engine`; both log-probs are recomputed by the trainer's forward
-    (`PolicyLogprobs`), so the figure does not depend on the engine's numerics.
+    (`rollout.replay.trainer_logprobs`), so the figure does not depend on the engine's numerics.
     """
     from tempering.data.padding import PAD_ID, left_pad, right_pad
-    from tempering.rollout.grpo_batches import PolicyLogprobs
+    from tempering.rollout.replay import trainer_logprobs
 
     groups = engine.generate(prompts, params)
     completions = [c for group in groups for c in group]
     ids, mask = right_pad([c.token_ids for c in completions], PAD_ID)
     prompt_ids, prompt_mask = left_pad(prompts, PAD_ID)
-    zeros = torch.zeros(ids.shape)
-    batch = GRPOBatch(prompt_ids, prompt_mask, ids, mask, mask, mask, zeros, zeros, int(mask.sum()))
-    s_logp = PolicyLogprobs(student, precision, params.temperature or 1.0)(batch)
-    t_logp = PolicyLogprobs(teacher, precision, params.temperature or 1.0)(batch)
+    temperature = params.temperature or 1.0
+    s_logp, t_logp = (
+        trainer_logprobs(m, prompt_ids, prompt_mask, ids, mask, precision, temperature) for m in (student, teacher)
+    )
     per = (s_logp - t_logp) * mask
     return {
         "reverse_kl_per_token": float(per.sum() / mask.sum().clamp(min=1)),

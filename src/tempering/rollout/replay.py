@@ -45,12 +45,25 @@ def replay(
     rollout = torch.zeros(ids.shape, dtype=torch.float32)
     for i, c in enumerate(completions):
         rollout[i, : len(c.logprobs)] = torch.tensor(c.logprobs, dtype=torch.float32)
-    device = next(model.parameters()).device
-    with torch.no_grad(), autocast(precision, device):
-        train, _ = grouped_logprobs(
-            model, prompt_ids.to(device), prompt_mask.to(device), ids.to(device), mask.to(device), params.temperature
-        )
-    train = train.float().cpu()
+    train = trainer_logprobs(model, prompt_ids, prompt_mask, ids, mask, precision, params.temperature)
     figures = {k: float(v) for k, v in mismatch_stats(train, rollout, mask).items()}
     gap = (train - rollout).abs()[mask.bool()]
     return {**figures, "max": float(gap.max()) if gap.numel() else 0.0, "tokens": int(gap.numel())}
+
+
+def trainer_logprobs(
+    model: Any,
+    prompt_ids: torch.Tensor,  # (P, Tp) left-padded
+    prompt_mask: torch.Tensor,
+    ids: torch.Tensor,  # (P x n, T) right-padded completions, n per prompt
+    mask: torch.Tensor,
+    precision: str,
+    temperature: float,
+) -> torch.Tensor:
+    """(P x n, T) float32 log-probs of the completions as the trainer computes them (no gradient), on the CPU."""
+    device = next(model.parameters()).device
+    with torch.no_grad(), autocast(precision, device):
+        logp, _ = grouped_logprobs(
+            model, prompt_ids.to(device), prompt_mask.to(device), ids.to(device), mask.to(device), temperature
+        )
+    return logp.float().cpu()
