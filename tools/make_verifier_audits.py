@@ -22,6 +22,15 @@ NUMERIC_ITEMS = [("12 + 7", 19, 20), ("48 + 37", 85, 84), ("9 * 8", 72, 64), ("1
                  ("600 * 7", 4200, 4100)]  # fmt: skip
 
 
+def adder(rows: list[dict], question: str, spec: dict):
+    """add(case, reply, correct): append one labelled row for this question."""
+
+    def add(case: str, reply: str, correct: bool) -> None:
+        rows.append({"case": case, "question": question, "spec": spec, "reply": reply, "correct": correct})
+
+    return add
+
+
 def _fmt_thousands(n: int) -> str:
     return f"{n:,}"
 
@@ -31,9 +40,7 @@ def numeric_rows() -> list[dict]:
     for q, a, w in NUMERIC_ITEMS:
         spec = {"type": "numeric", "answer": str(a)}
         A, W = str(a), str(w)
-
-        def add(case: str, reply: str, correct: bool) -> None:
-            rows.append({"case": case, "question": f"What is {q}?", "spec": spec, "reply": reply, "correct": correct})
+        add = adder(rows, f"What is {q}?", spec)
 
         add("bare", A, True)
         add("sentence", f"The answer is {A}.", True)
@@ -82,9 +89,7 @@ def exact_rows() -> list[dict]:
     rows = []
     for q, a, w in EXACT_ITEMS:
         spec = {"type": "exact", "answer": a}
-
-        def add(case: str, reply: str, correct: bool) -> None:
-            rows.append({"case": case, "question": q, "spec": spec, "reply": reply, "correct": correct})
+        add = adder(rows, q, spec)
 
         add("bare", a, True)
         if a != "Au":  # a chemical symbol's case is part of it
@@ -119,9 +124,7 @@ def math_rows() -> list[dict]:
     rows = []
     for gold, rights, wrongs in MATH_ITEMS:
         spec = {"type": "math", "answer": gold}
-
-        def add(case: str, reply: str, correct: bool) -> None:
-            rows.append({"case": case, "question": f"gold {gold}", "spec": spec, "reply": reply, "correct": correct})
+        add = adder(rows, f"gold {gold}", spec)
 
         for r in rights:
             add("equivalent_form", f"${r}$", True)

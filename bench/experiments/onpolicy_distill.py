@@ -94,8 +94,7 @@ def forward_kl(student, teacher, tokenizer, rows: list[dict], precision: str) ->
     """KL(teacher || student) per assistant token of the teacher's held-out greedy replies."""
     import torch
 
-    from tempering.data.render import render_with_mask
-    from tempering.data.render import detect_tool_call_style
+    from tempering.data.render import detect_tool_call_style, render_with_mask
     from tempering.models.precision import autocast
     from tempering.objectives.distill import forward_kl_sum
     from tempering.types import IGNORE
@@ -135,8 +134,8 @@ def main() -> None:
     p.add_argument("--out", default="runs/onpolicy-distill")
     args = p.parse_args()
 
-    from tempering.config import EngineSettings, TaskSourceSettings
     from tempering.atomic import write_jsonl_atomic
+    from tempering.config import EngineSettings, TaskSourceSettings
     from tempering.models.load import load_model, load_tokenizer
     from tempering.models.precision import resolve_precision
     from tempering.rollout.select import build_engine

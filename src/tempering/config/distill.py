@@ -41,7 +41,7 @@ class DistillLoss(Strict):
 class OnPolicySettings(SamplingSettings):
     """On-policy distillation (`on_policy: true`): the student samples replies to these prompts
     through the rollout path, the teacher scores the sampled tokens, and each token's advantage is
-    minus its reverse-KL estimate log p_student - log p_teacher (docs/training.md)."""
+    minus its reverse-KL estimate log p_student - log p_teacher (docs/correctness.md)."""
 
     tasks: TaskSourceSettings = TaskSourceSettings()
     """Where the prompts come from (a task source; its verifier only feeds the logged accuracy)."""

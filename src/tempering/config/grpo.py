@@ -117,7 +117,7 @@ class GRPOPolicySettings(SamplingSettings):
     mismatch_budget: dict[str, float] | None = None
     """Stop the run when a step's train-vs-rollout mismatch exceeds its budget: a bound per logged
     figure, e.g. {logprob_mismatch: 0.05, mismatch_kl: 0.001} (figures: `MISMATCH_METRICS`;
-    docs/training.md); None: the figures are only logged."""
+    docs/correctness.md); None: the figures are only logged."""
 
     @field_validator("mismatch_budget", mode="before")
     @classmethod

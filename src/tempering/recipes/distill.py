@@ -4,7 +4,7 @@ given model) -> Trainer with `DistillObjective` -> recorded run.
 With `on_policy: true` (`temper distill --on-policy`) the student learns from its own samples
 instead: `OnPolicyDistillSource` samples prompts through the rollout path, the teacher scores the
 sampled tokens, and the policy-gradient objective (`GRPOObjective`) trains on per-token
-advantages = minus the reverse-KL estimate, in the same Trainer (docs/training.md).
+advantages = minus the reverse-KL estimate, in the same Trainer (docs/correctness.md).
 
 The data are conversations rendered exactly as SFT renders them (`prepare_sft_data`): the
 student learns on the assistant tokens, from the teacher's logits and from the tokens

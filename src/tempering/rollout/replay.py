@@ -6,7 +6,7 @@ log-probs the way the GRPO objective does, and measure the gap (`objectives/mism
 
 This is the correctness contract's check outside a run: the suite replays every engine kind
 this host has (tests/rollout/test_replay.py), and bench/diagnostics/replay_bf16.py measures
-the bf16 bound on the default model (docs/training.md).
+the bf16 bound on the default model (docs/correctness.md).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ FP32_EPSILON = 1e-5
 """Largest |log p_train - log p_rollout| the replay allows in fp32 (measured: ~5e-7 on every engine kind)."""
 BF16_EPSILON = 0.05
 """The same in bf16 (engine and trainer both bf16): the bound measured on the default model by
-bench/diagnostics/replay_bf16.py (docs/training.md, "The correctness contract")."""
+bench/diagnostics/replay_bf16.py (docs/correctness.md, "The correctness contract")."""
 
 
 def replay(
