@@ -131,6 +131,9 @@ def main() -> None:
     p.add_argument("--eval-samples", type=int, default=2)
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--precision", default="auto")
+    p.add_argument("--on-policy-lr", type=float, default=1e-3, help="peak lr of the on-policy arm")
+    p.add_argument("--arms", nargs="+", default=["forward_kl", "on_policy"], choices=["forward_kl", "on_policy"])
+    p.add_argument("--result", default="onpolicy_distill.json", help="file name under bench/results")
     p.add_argument("--out", default="runs/onpolicy-distill")
     args = p.parse_args()
 
@@ -149,8 +152,10 @@ def main() -> None:
     train = load_tasks(TaskSourceSettings(n=args.train_prompts, ops="+", split="train"))
     held = load_tasks(TaskSourceSettings(n=args.heldout, ops="+", split="heldout"))
     engine = build_engine(EngineSettings(kind="batching"), teacher, tokenizer, args.precision)
-    write_jsonl_atomic(out / "teacher_train.jsonl", teacher_replies(engine, train, args.max_new_tokens), sidecar=False)
-    held_rows = teacher_replies(engine, held, args.max_new_tokens)
+    for name, tasks in (("teacher_train.jsonl", train), ("teacher_held.jsonl", held)):
+        if not (out / name).exists():  # a second invocation on the same --out reuses them (and the warm start)
+            write_jsonl_atomic(out / name, teacher_replies(engine, tasks, args.max_new_tokens), sidecar=False)
+    held_rows = [json.loads(line) for line in (out / "teacher_held.jsonl").read_text().splitlines()]
     say(f"teacher replies: {len(train)} training, {len(held)} held-out prompts", t0)
 
     replies = args.prompts * args.samples
@@ -167,12 +172,12 @@ def main() -> None:
         "student": {"layers": LAYERS},
         "train": {**base["train"], "steps": args.warm_steps, "batch_size": replies, "seed": 0, "optim": optim},
     }
-    distill(warm_cfg, on_policy=False)
+    distill(warm_cfg, on_policy=False)  # the same config again: the finished run is reused
     warm_dir = str(out / "warm" / "final")
     say(f"warm start: {args.warm_steps} forward-KL steps", t0)
     results = {"warm_start": measure(warm_dir, teacher, tokenizer, held, held_rows, args), "arms": {}}
     say(f"warm start measured: {results['warm_start']}", t0)
-    arms = {"forward_kl": [], "on_policy": []}
+    arms: dict[str, list[dict]] = {arm: [] for arm in args.arms}
     for seed in args.seeds:
         train_cfg = {**base["train"], "steps": args.steps, "seed": seed, "optim": {**optim, "warmup_steps": 0}}
         for arm in arms:
@@ -180,6 +185,8 @@ def main() -> None:
             if arm == "forward_kl":
                 cfg = {**cfg, **forward, "train": {**train_cfg, "batch_size": replies}}
             else:
+                cfg["name"] = f"{arm}-lr{args.on_policy_lr:g}-seed{seed}"
+                cfg["train"] = {**train_cfg, "optim": {**train_cfg["optim"], "lr": args.on_policy_lr}}
                 rollout = {"prompts_per_step": args.prompts, "samples_per_prompt": args.samples}
                 prompts = {"n": args.train_prompts, "ops": "+", "split": "train"}
                 cfg["rollout"] = {**rollout, "tasks": prompts, "max_new_tokens": args.max_new_tokens}
@@ -192,10 +199,15 @@ def main() -> None:
     for arm, rows in arms.items():
         keys = ("reverse_kl_per_token", "reverse_kl_per_reply", "forward_kl_per_token", "acceptance_rate", "train_s")
         results["arms"][arm] = {"runs": rows, **{k: interval([r[k] for r in rows]) for k in keys}}
+    forward_runs = arms.get("forward_kl")
+    if forward_runs is None and (RESULTS / "onpolicy_distill.json").exists():  # pair with the main run's arm
+        forward_runs = json.loads((RESULTS / "onpolicy_distill.json").read_text())["arms"]["forward_kl"]["runs"]
+        results["forward_kl_from"] = "onpolicy_distill.json"
     paired = {}
-    for key in ("reverse_kl_per_token", "acceptance_rate", "forward_kl_per_token"):
-        diffs = [b[key] - a[key] for a, b in zip(arms["forward_kl"], arms["on_policy"])]
-        paired[key] = interval(diffs)
+    if forward_runs and "on_policy" in arms:
+        for key in ("reverse_kl_per_token", "acceptance_rate", "forward_kl_per_token"):
+            diffs = [b[key] - a[key] for a, b in zip(forward_runs, arms["on_policy"])]
+            paired[key] = interval(diffs)
     results.update(
         paired_on_policy_minus_forward=paired,
         setup={**vars(args), "student_layers": LAYERS, "replies_per_step": replies, "teacher": TEACHER},
@@ -205,8 +217,8 @@ def main() -> None:
         cpu=cpu_name(),
         note="other helpers' tests and benches ran beside this on the shared 2-core host; times are load-bound",
     )
-    (RESULTS / "onpolicy_distill.json").write_text(json.dumps(results, indent=1))
-    say("wrote bench/results/onpolicy_distill.json", t0)
+    (RESULTS / args.result).write_text(json.dumps(results, indent=1))
+    say(f"wrote bench/results/{args.result}", t0)
 
 
 if __name__ == "__main__":

@@ -22,10 +22,12 @@ from tempering.objectives.mismatch import mismatch_stats
 from tempering.rollout.engine import Engine, SamplingParams
 
 FP32_EPSILON = 1e-5
-"""Largest |log p_train - log p_rollout| the replay allows in fp32 (measured: ~5e-7 on every engine kind)."""
-BF16_EPSILON = 0.05
-"""The same in bf16 (engine and trainer both bf16): the bound measured on the default model by
-bench/diagnostics/replay_bf16.py (docs/correctness.md, "The correctness contract")."""
+"""Largest |log p_train - log p_rollout| the replay allows in fp32 on the suite's tiny models (measured ~5e-7
+on every engine kind; the 30-layer default model: mean 9e-6, max 3e-5, docs/correctness.md)."""
+BF16_EPSILON = 0.35
+"""The same in bf16 (engine and trainer both bf16): the largest gap measured on the default model,
+0.31 (batching engine; hf 0.24; mean 0.034, p99 <= 0.18), rounded up; bench/diagnostics/replay_bf16.py,
+docs/correctness.md. Per-token bf16 gaps are heavy-tailed: bound the mean in a run's budget."""
 
 
 def replay(
