@@ -24,10 +24,15 @@ def test_a_single_turn_grpo_key_in_an_agent_config_fails_at_load_naming_it(tmp_p
 def test_the_grpo_fields_agents_honour_still_load(tmp_path):
     cfg = tmp_path / "a.yaml"
     cfg.write_text(
-        "train: {steps: 1}\nrl: {max_logprob_mismatch: 0.5, updates_per_batch: 2, clip_high: 0.3, dynamic_sampling: false}\n"
+        "train: {steps: 1}\nrl: {mismatch_budget: {logprob_mismatch: 0.5}, updates_per_batch: 2, clip_high: 0.3, dynamic_sampling: false}\n"
     )
     rl = load_config(AgentConfig, cfg).rl
-    assert (rl.max_logprob_mismatch, rl.updates_per_batch, rl.clip_high, rl.dynamic_sampling) == (0.5, 2, 0.3, False)
+    assert (rl.mismatch_budget, rl.updates_per_batch, rl.clip_high, rl.dynamic_sampling) == (
+        {"logprob_mismatch": 0.5},
+        2,
+        0.3,
+        False,
+    )
 
 
 def test_agent_settings_are_the_shared_grpo_fields_and_nothing_single_turn():

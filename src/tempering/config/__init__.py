@@ -19,6 +19,7 @@ from tempering.config.data import (
 from tempering.config.distill import DistillConfig, DistillLoss, StudentSettings
 from tempering.config.eval import EvalConfig
 from tempering.config.grpo import (
+    MISMATCH_METRICS,
     SOURCE_NAME,
     GRPOConfig,
     GRPOPolicySettings,
@@ -104,6 +105,7 @@ __all__ = [
     "SOURCE_NAME",
     "RewardPart",
     "GRPOPolicySettings",
+    "MISMATCH_METRICS",
     "GRPOSettings",
     "HeldoutSettings",
     "OffPolicySettings",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict
+from tempering.config.grpo import TaskSourceSettings
+from tempering.config.sampling import EngineSettings, SamplingSettings
 from tempering.config.train import DataSettings, TrainSettings
 
 
@@ -36,16 +38,67 @@ class DistillLoss(Strict):
     assistant tokens (sequence-level distillation when the data are the teacher's generations)."""
 
 
+class OnPolicySettings(SamplingSettings):
+    """On-policy distillation (`on_policy: true`): the student samples replies to these prompts
+    through the rollout path, the teacher scores the sampled tokens, and each token's advantage is
+    minus its reverse-KL estimate log p_student - log p_teacher (docs/correctness.md)."""
+
+    tasks: TaskSourceSettings = TaskSourceSettings()
+    """Where the prompts come from (a task source; its verifier only feeds the logged accuracy)."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature of the student (1: the reverse KL is estimated on the student's own
+    distribution); also the temperature both log-probs are taken at."""
+    prompts_per_step: int = Field(8, ge=1)
+    """Distinct prompts per step."""
+    samples_per_prompt: int = Field(4, ge=1)
+    """Replies sampled per prompt."""
+    engine: EngineSettings = EngineSettings()
+    """The engine the student samples with."""
+    mismatch_budget: dict[str, float] | None = None
+    """As `grpo.mismatch_budget`: stop when the student's sampler and trainer disagree beyond it."""
+
+    @field_validator("mismatch_budget", mode="before")
+    @classmethod
+    def _budget_names_its_metrics(cls, value: object) -> object:
+        from tempering.config.grpo import check_mismatch_budget
+
+        return check_mismatch_budget(value)
+
+
 class DistillConfig(RunSettings):
-    """`temper distill CONFIG.yaml`: train a student on a teacher's logits and generations."""
+    """`temper distill CONFIG.yaml`: train a student on a teacher's logits and generations, or
+    on-policy (`--on-policy`): on its own samples, scored by the teacher."""
 
     teacher: str = DEFAULT_MODEL
     """Teacher model spec: alias, HF dir, GGUF path or hub id."""
     student: StudentSettings
     """The student: a subset of the teacher's layers, or an existing model."""
-    data: DataSettings
-    """Conversations to distil on (e.g. the teacher's verified generations from `temper data synth`)."""
+    on_policy: bool = False
+    """false: forward KL on `data` (the teacher's logits on given conversations); true: on-policy
+    reverse KL on the student's own samples (`rollout`)."""
+    data: DataSettings | None = None
+    """Conversations to distil on (e.g. the teacher's verified generations from `temper data synth`);
+    required unless `on_policy`."""
     loss: DistillLoss = DistillLoss()
-    """KL temperature and the KL / cross-entropy mix."""
+    """KL temperature and the KL / cross-entropy mix (forward KL only)."""
+    rollout: OnPolicySettings | None = None
+    """On-policy sampling: prompts, samples, engine (`on_policy` only; default settings when omitted)."""
     train: TrainSettings
     """Steps, batch, precision, seed, optimizer, guard and checkpoints (all student parameters train)."""
+
+    @model_validator(mode="after")
+    def _keys_of_the_other_kind_are_errors(self) -> DistillConfig:
+        if self.on_policy:
+            idle = [k for k in ("data", "loss") if k in self.model_fields_set and getattr(self, k) is not None]
+            if idle:
+                raise ValueError(
+                    f"{', '.join(idle)} do nothing under on_policy: true (the prompts are `rollout.tasks`)"
+                )
+            if self.rollout is None:
+                self.rollout = OnPolicySettings()
+        else:
+            if self.rollout is not None:
+                raise ValueError("rollout applies to on_policy: true only (set on_policy, or drop rollout)")
+            if self.data is None:
+                raise ValueError("data is required (conversations to distil on), unless on_policy: true")
+        return self

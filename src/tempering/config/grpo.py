@@ -53,6 +53,30 @@ class TaskSourceSettings(Strict):
         return SOURCE_NAME.fullmatch(value) is not None
 
 
+MISMATCH_METRICS = ("logprob_mismatch", "logprob_mismatch_p99", "mismatch_kl")
+"""The train-vs-rollout figures every GRPO and agent step logs (`objectives/mismatch.py` computes
+them): mean and 99th percentile of |log p_train - log p_rollout| on sampled tokens, and the k3
+estimate of KL(rollout || train) there. A `mismatch_budget` may bound any of them."""
+
+
+def check_mismatch_budget(value: Any) -> Any:
+    """A budget is a mapping from logged figures to positive bounds; anything else is refused in one line."""
+    names = ", ".join(MISMATCH_METRICS)
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value:
+        raise ValueError(
+            f"mismatch_budget {value!r} names no metric to read; give a bound per figure, "
+            f"e.g. {{logprob_mismatch: {value if isinstance(value, (int, float)) else 0.05}}} (figures: {names})"
+        )
+    for name, bound in value.items():
+        if name not in MISMATCH_METRICS:
+            raise ValueError(f"mismatch_budget names {name!r}, which no step logs (figures: {names})")
+        if not isinstance(bound, (int, float)) or isinstance(bound, bool) or bound <= 0:
+            raise ValueError(f"mismatch_budget.{name} must be a number > 0, not {bound!r}")
+    return {k: float(v) for k, v in value.items()}
+
+
 class RewardPart(Strict):
     """One weighted term of a composite reward."""
 
@@ -129,8 +153,15 @@ class GRPOPolicySettings(SamplingSettings):
     """mu: optimizer steps on each rollout batch (importance ratios use the rollout policy)."""
     dynamic_sampling: bool = True
     """Drop groups whose rewards all match (single-turn GRPO refills the batch with new prompts)."""
-    max_logprob_mismatch: float | None = Field(None, gt=0)
-    """Stop the run when a step's mean |log p_train - log p_rollout| exceeds this (None: only log it)."""
+    mismatch_budget: dict[str, float] | None = None
+    """Stop the run when a step's train-vs-rollout mismatch exceeds its budget: a bound per logged
+    figure, e.g. {logprob_mismatch: 0.05, mismatch_kl: 0.001} (figures: `MISMATCH_METRICS`;
+    docs/correctness.md); None: the figures are only logged."""
+
+    @field_validator("mismatch_budget", mode="before")
+    @classmethod
+    def _budget_names_its_metrics(cls, value: Any) -> Any:
+        return check_mismatch_budget(value)
 
     @field_validator("loss")
     @classmethod

@@ -186,7 +186,7 @@ def signature(case: FailureCase) -> dict[str, float]:
         "error_text": float(bool(_ERROR.search(text + " " + (case.detail or "")))),
         "tool_markup": float(bool(_TOOL.search(text))),
         "tool_verifier": float(case.verifier == "tool_call"),
-        "flagged": float(any(f != "verifier_error" for f in case.flags)),
+        "flagged": float(any(f not in ("verifier_error", "no_answer") for f in case.flags)),  # no_answer: see no_number
         "long": min(math.log1p(len(text)) / math.log1p(2000), 1.0),
         "multi_turn_unfinished": float(case.turns > 1 and case.finish_reason == "length"),
         "short_answer": float(case.finish_reason != "length" and 0 < len(text.split()) <= 6 and not right_value),

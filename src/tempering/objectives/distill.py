@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from tempering.batches import SFTBatch, model_inputs
+from tempering.objectives.grpo import GRPOObjective
 from tempering.objectives.sft import count_targets
 from tempering.types import IGNORE
 
@@ -78,3 +79,34 @@ class DistillObjective:
             teacher_logits = self._logits(self.teacher, inputs, keep)
         student_logits = self._logits(model, inputs, keep)
         return distill_loss_sum(student_logits, teacher_logits, targets[keep], self.temperature, self.kl_weight)
+
+
+def reverse_kl_advantages(
+    student_logp: torch.Tensor,  # (N, T) log p_student of the student's sampled tokens (the sampler's)
+    teacher_logp: torch.Tensor,  # (N, T) log p_teacher of the same tokens
+    mask: torch.Tensor,  # (N, T) 1 on sampled tokens
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """On-policy distillation's per-token advantages: minus the reverse-KL estimate, 0 off `mask`.
+
+    With y_t sampled from the student, log p_s(y_t) - log p_t(y_t) is an unbiased one-sample
+    estimate of KL(p_s || p_t) at that position (Agarwal et al. 2024, GKD; Thinking Machines'
+    "On-Policy Distillation", 2025). Its negative as the advantage of a policy-gradient step
+    (no discounting: each token is credited with its own term) moves the student towards the
+    tokens the teacher finds likelier than the student does.
+
+    Returns:
+        (advantages (N, T) float32, reverse KL per sampled token: the mean of the estimates).
+    """
+    m = mask.to(torch.float32)
+    per_token = (student_logp.float() - teacher_logp.float()) * m
+    return -per_token, per_token.sum() / m.sum().clamp(min=1.0)
+
+
+class OnPolicyDistillObjective(GRPOObjective):
+    """On-policy distillation in the Trainer: the policy-gradient loss of `GRPOObjective` over
+    batches whose per-token advantages are `reverse_kl_advantages` (built by the batch source).
+    With one update per batch and no reference the ratio is 1, so the loss is
+    -sum_t A_t log p_student(y_t) over the sampled tokens (token mean), and each step also logs
+    the sampler-vs-trainer mismatch figures."""
+
+    name = "distill-on-policy"

@@ -4,7 +4,7 @@ A `GRPOBatch` (built by `tempering.rollout.grpo_batches` for single- and multi-t
 holds whole groups: `prompt_ids`/`prompt_mask` (one left-padded row per group),
 `completion_ids`/`loss_mask` (G right-padded rows per group), `advantages` (one per
 completion, or per token), `engine_logprobs` (what the sampler reported; `sampled_mask` marks
-where it sampled — the log-prob mismatch is measured there) and, for mu > 1, `old_logprobs`
+where it sampled — the log-prob mismatch figures of `objectives/mismatch.py` are measured there) and, for mu > 1, `old_logprobs`
 (the rollout policy, recomputed once before the first update). With mu = 1 the rollout policy *is* the current one, so the
 ratio is exactly 1 and `logp.detach()` stands in for it.
 
@@ -24,6 +24,7 @@ from tempering.batches import GRPOBatch
 from tempering.config import GRPOPolicySettings
 from tempering.models.logprobs import grouped_logprobs
 from tempering.objectives.grpo_math import Aggregation, aggregation_units, grpo_loss_sum, loss_aggregation
+from tempering.objectives.mismatch import mismatch_stats
 from tempering.objectives.off_policy import importance_weights
 
 
@@ -71,7 +72,5 @@ class GRPOObjective:
         n_seen = seen.sum().clamp(min=1.0)
         # the mismatch is measured where the engine sampled (agent batches: not on environment tokens,
         # whose engine log-prob is a placeholder 0)
-        sampled = batch.sampled_mask.to(logp.dtype)
-        with torch.no_grad():
-            mismatch = ((logp.detach() - batch.engine_logprobs).abs() * sampled).sum() / sampled.sum().clamp(min=1.0)
-        return numerator, {**stats, "entropy": (entropy.detach() * seen).sum() / n_seen, "logprob_mismatch": mismatch}
+        mismatch = mismatch_stats(logp, batch.engine_logprobs, batch.sampled_mask)
+        return numerator, {**stats, "entropy": (entropy.detach() * seen).sum() / n_seen, **mismatch}

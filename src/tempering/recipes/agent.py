@@ -100,7 +100,7 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
     from tempering.models.lora import load_for_training
     from tempering.models.precision import resolve_precision
     from tempering.objectives.grpo import GRPOObjective
-    from tempering.recipes.grpo import mismatch_bound
+    from tempering.recipes.grpo import mismatch_budget
     from tempering.rollout.select import build_engine
 
     run_dir: Path = stage.run_dir
@@ -148,7 +148,7 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
         GRPOObjective(cfg.rl),
         source,
         evaluate=lambda result: extra["before"] if result is None else extra.setdefault("after", evaluate("after RL")),
-        callbacks=[mismatch_bound(cfg.rl.max_logprob_mismatch)],
+        callbacks=[mismatch_budget(cfg.rl.mismatch_budget, "rl")],
         close=(lambda: None) if sandbox is None else sandbox.close,
         outputs={"trajectories": str(run_dir / "trajectories.jsonl")},
         extra=extra,

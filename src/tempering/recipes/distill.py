@@ -1,6 +1,11 @@
 """The distillation recipe: teacher + data -> student (a layer subset of the teacher, or a
 given model) -> Trainer with `DistillObjective` -> recorded run.
 
+With `on_policy: true` (`temper distill --on-policy`) the student learns from its own samples
+instead: `OnPolicyDistillSource` samples prompts through the rollout path, the teacher scores the
+sampled tokens, and the policy-gradient objective (`GRPOObjective`) trains on per-token
+advantages = minus the reverse-KL estimate, in the same Trainer (docs/correctness.md).
+
 The data are conversations rendered exactly as SFT renders them (`prepare_sft_data`): the
 student learns on the assistant tokens, from the teacher's logits and from the tokens
 themselves. The student is saved as a full HF model dir, ready as a speculative draft
@@ -9,11 +14,13 @@ themselves. The student is saved as a full HF model dir, ready as a speculative 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tempering.config.distill import DistillConfig
 from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
 from tempering.recipes.sft import data_inputs, prepare_sft_data, sft_components, sft_files, tokens_per_s
+from tempering.runs.stage import input_list
 
 
 def build_student(cfg: DistillConfig, teacher: Any) -> Any:
@@ -52,11 +59,75 @@ def _components(cfg: DistillConfig, data: Any, tokenizer: Any, stage: Any) -> Co
 
 
 def _summary(cfg: DistillConfig, data: Any, parts: Components, result: Any) -> dict[str, Any]:
+    if cfg.on_policy:
+        return {
+            "student_params": sum(p.numel() for p in parts.model.parameters()),
+            "reverse_kl_first": result.history[0].get("reverse_kl") if result.history else None,
+            "reverse_kl_last": result.history[-1].get("reverse_kl") if result.history else None,
+            "seconds": result.seconds,
+        }
     return {
         "student_params": sum(p.numel() for p in parts.model.parameters()),
         "teacher_params": sum(p.numel() for p in parts.extra["teacher"].parameters()),
         **tokens_per_s(cfg, data, parts, result),
     }
+
+
+@dataclass
+class Prompts:
+    """On-policy distillation's prepared data: the prompts (tasks) the student answers."""
+
+    tasks: list[Any]
+    summary: dict[str, Any]
+    errors: list[Any]
+
+
+def _prompts(cfg: DistillConfig, tokenizer: Any) -> Prompts:
+    from tempering.sources.tasks import load_tasks
+
+    assert cfg.rollout is not None  # DistillConfig fills it under on_policy
+    tasks = load_tasks(cfg.rollout.tasks)
+    return Prompts(tasks, {"source": cfg.rollout.tasks.source, "prompts": len(tasks)}, [])
+
+
+def _prompts_guard(cfg: DistillConfig) -> None:
+    from tempering.evals.leakage import check_private_overlap_tasks
+    from tempering.sources.tasks import load_tasks
+
+    assert cfg.rollout is not None
+    check_private_overlap_tasks(load_tasks(cfg.rollout.tasks), source=cfg.rollout.tasks.source)
+
+
+def _on_policy_components(cfg: DistillConfig, data: Prompts, tokenizer: Any, stage: Any) -> Components:
+    from tempering.config import GRPOPolicySettings
+    from tempering.models.load import load_model
+    from tempering.models.precision import default_device, resolve_precision
+    from tempering.objectives.distill import OnPolicyDistillObjective
+    from tempering.recipes.grpo import mismatch_budget
+    from tempering.rollout.distill_source import OnPolicyDistillSource
+    from tempering.rollout.grpo_batches import PolicyLogprobs
+    from tempering.rollout.select import build_engine
+
+    r = cfg.rollout
+    assert r is not None
+    precision = resolve_precision(cfg.train.precision)
+    teacher = load_model(cfg.teacher).to(default_device()).eval().requires_grad_(False)
+    student = build_student(cfg, teacher)
+    engine = build_engine(r.engine, student, tokenizer, precision)
+    source = OnPolicyDistillSource(
+        data.tasks,
+        engine,
+        r,
+        PolicyLogprobs(teacher, precision, r.temperature),
+        cfg.train.grad_accum,
+        cfg.train.seed,
+        model=student,
+        tokenizer=tokenizer,
+    )
+    # mu = 1 and no reference: the ratio is 1 and the loss is -sum(A_t * log p_student(y_t))
+    objective = OnPolicyDistillObjective(GRPOPolicySettings(temperature=r.temperature, max_new_tokens=r.max_new_tokens))
+    callbacks = [mismatch_budget(r.mismatch_budget, "rollout")]
+    return Components(student, objective, source, callbacks=callbacks, close=source.close, extra={"teacher": teacher})
 
 
 DISTILL = TrainingRecipe(
@@ -71,7 +142,19 @@ DISTILL = TrainingRecipe(
 )
 """Distillation: SFT's data and batches, the teacher's logits as the target."""
 
+ON_POLICY_DISTILL = TrainingRecipe(
+    "distill",
+    base_model=lambda cfg: cfg.teacher,
+    inputs=lambda cfg: input_list([(cfg.rollout.tasks.source, "prompts")]),
+    prepare=_prompts,
+    components=_on_policy_components,
+    guard=_prompts_guard,
+    summary=_summary,
+    periodic_eval=False,
+)
+"""On-policy distillation: the student's own samples, the teacher's log-probs as the reward."""
+
 
 def run_distill(cfg: DistillConfig, force: bool = False) -> dict[str, Any]:
     """Run one distillation stage end to end and record it (`run_training`); returns the run summary."""
-    return run_training(DISTILL, cfg, force)
+    return run_training(ON_POLICY_DISTILL if cfg.on_policy else DISTILL, cfg, force)

@@ -266,7 +266,7 @@ def grpo_components(
         model_dir = resolve_model(cfg.model) if cfg.engine.kind == "vllm" else None
         engine = build_engine(cfg.engine, model, tokenizer, precision, model_dir=model_dir)
     source = RolloutSource(
-        tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision, workers
+        tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision, workers, tokenizer
     )
     return engine, source, GRPOObjective(cfg.grpo)
 
@@ -275,17 +275,29 @@ class MismatchExceeded(ValueError):
     """The trainer's and the rollout engine's log-probs of the sampled tokens drifted apart."""
 
 
-def mismatch_bound(bound: float | None) -> Any:
-    """Trainer callback: stop the run when a step's `logprob_mismatch` exceeds `bound`."""
+MISMATCH_MEANING = {
+    "logprob_mismatch": "mean |log p_train - log p_rollout|",
+    "logprob_mismatch_p99": "p99 |log p_train - log p_rollout|",
+    "mismatch_kl": "KL(rollout || train) on sampled tokens",
+}
+
+
+def mismatch_budget(budget: dict[str, float] | None, section: str = "grpo") -> Any:
+    """Trainer callback: stop the run at the first step whose mismatch figure exceeds its budget.
+
+    `budget` maps figures of `config.MISMATCH_METRICS` to bounds (None: only logged); `section`
+    names the config section in the message (`grpo`, or `rl` for agent RL).
+    """
 
     def check(step: int, record: dict) -> None:
-        value = record.get("logprob_mismatch")
-        if bound is not None and value is not None and value > bound:
-            raise MismatchExceeded(
-                f"step {step}: mean |log p_train - log p_rollout| = {value:.4g} exceeds grpo.max_logprob_mismatch "
-                f"{bound:g}; the rollout engine samples from other weights or numerics than the trainer "
-                "(check the weight sync and both precisions), or raise the bound"
-            )
+        for name, bound in (budget or {}).items():
+            value = record.get(name)
+            if value is not None and value > bound:
+                raise MismatchExceeded(
+                    f"step {step}: {name} ({MISMATCH_MEANING[name]}) = {value:.4g} exceeds "
+                    f"{section}.mismatch_budget.{name} {bound:g}; the rollout engine samples from other weights "
+                    "or numerics than the trainer (check the weight sync and both precisions), or raise the budget"
+                )
 
     return check
 
@@ -329,7 +341,7 @@ def _components(cfg: GRPOConfig, data: GRPOTasks, tokenizer: Any, stage: Any) ->
     model = load_for_training(cfg.model, cfg.lora)
     store = TrajectoryStore(run_dir, stage.name)
     engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store)
-    callbacks, monitor = [mismatch_bound(cfg.grpo.max_logprob_mismatch)], None
+    callbacks, monitor = [mismatch_budget(cfg.grpo.mismatch_budget)], None
     if held:
         monitor = HeldoutMonitor(cfg, engine, held, run_dir, model)
         callbacks.append(monitor)

@@ -171,10 +171,16 @@ def _builtins() -> None:
             "distill",
             DistillConfig,
             "tempering.recipes.distill:run_distill",
-            "Distil a teacher into a smaller student (forward KL + sequence-level CE), e.g. a speculative draft.",
+            "Distil a teacher into a smaller student (forward KL + sequence-level CE, or on-policy reverse KL "
+            "with --on-policy), e.g. a speculative draft.",
             "examples/distill_draft.yaml",
-            inputs=("data.train", "data.eval", "data.replay.data"),
+            inputs=("data.train", "data.eval", "data.replay.data", "rollout.tasks.source"),
             models=("teacher", "student.model"),
+            flags=(
+                Flag(
+                    "on_policy", "on_policy", "On-policy: the student samples, the teacher scores (reverse KL).", bool
+                ),
+            ),
             set_example="loss.temperature=2",
             full_flag=False,
         ),

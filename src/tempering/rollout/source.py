@@ -57,8 +57,10 @@ from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.engine import Engine
 from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, old_logprobs_for
 from tempering.rollout.rollout import RewardWorkers, ThreadRewardWorkers, start_rollout
+from tempering.rollout.roundtrip import ROUNDTRIP_FLAG, roundtrip_ok
 from tempering.rollout.store import TrajectoryRow, TrajectoryStore
 from tempering.types import Task, Trajectory
+from tempering.verifiers.answers import NO_ANSWER
 
 
 @dataclass
@@ -102,12 +104,14 @@ class RolloutSource:
         model: Any = None,
         precision: str = "fp32",
         workers: RewardWorkers | None = None,
+        tokenizer: Any = None,
     ):
         if not tasks:
             raise ValueError("GRPO needs at least one training task")
         self.tasks, self.engine, self.s = tasks, engine, settings
         self.grad_accum, self.seed, self.store = grad_accum, seed, store
         self.model, self.precision = model, precision
+        self.tokenizer = tokenizer  # for the token round-trip check of every sample (None: not checked)
         self._old_logprobs = old_logprobs_for(model, precision, settings.temperature, settings.updates_per_batch)
         self.workers = workers if workers is not None else ThreadRewardWorkers(settings.reward_workers)
         self.order = list(range(len(tasks)))
@@ -200,6 +204,15 @@ class RolloutSource:
                 r = r.model_copy(update={"value": r.value + shaped})
             t.rewards[-1] = r
 
+    def _check_roundtrip(self, group: Group) -> None:
+        """Flag the samples whose text re-encodes to other ids (`rollout/roundtrip.py`)."""
+        if self.tokenizer is None:
+            return
+        for t in group.trajectories:
+            if not roundtrip_ok(self.tokenizer, t.completion_ids):
+                r = t.reward
+                t.rewards[-1] = r.model_copy(update={"flags": r.flags + [ROUNDTRIP_FLAG]})
+
     def _rollout_batch(self) -> list[GRPOBatch]:
         """The next batch's micro-batches: sampled now, or taken from the background (rollout_ahead)."""
         ahead = self._pending_ahead()
@@ -240,6 +253,7 @@ class RolloutSource:
             gen_s, score_s = gen_s + g, score_s + v
             for group in groups:
                 self._apply_truncation(group)
+                self._check_roundtrip(group)
                 seen.append(group)
                 if group.verifier_failed:
                     counts["verifier_failed_groups"] += 1
@@ -315,6 +329,8 @@ class RolloutSource:
             "verifier_failed_groups": counts["verifier_failed_groups"],
             "response_len": sum(len(t.completion_ids) for _, t, _ in samples) / len(samples),
             "truncation_rate": sum(c.truncated for _, c, _ in samples) / len(samples),
+            "roundtrip_mismatch_rate": sum(ROUNDTRIP_FLAG in r.flags for _, _, r in samples) / len(samples),
+            "parse_failure_rate": sum(NO_ANSWER in r.flags for _, _, r in samples) / len(samples),
             "completions": len(samples),
             "gen_s": gen_s,
             "score_s": score_s,

@@ -74,9 +74,18 @@ def _needs_pattern(spec: dict[str, Any]) -> None:
         raise ValueError(f"regex verifier 'on' must be 'answer' or 'completion', got {spec['on']!r}")
 
 
+NO_ANSWER = "no_answer"
+"""The flag of a reply in which the verifier found no answer to compare (no number, nothing after
+"answer is", an empty reply, nothing math-verify could parse): the parse failures that GRPO logs
+per step (`parse_failure_rate`) and the audits count (docs/verifiers.md)."""
+
+
 def _reward(ok: bool, extracted: str | None) -> Reward:
     return Reward(
-        value=1.0 if ok else 0.0, components={"correct": 1.0 if ok else 0.0}, detail=f"extracted: {extracted!r}"
+        value=1.0 if ok else 0.0,
+        components={"correct": 1.0 if ok else 0.0},
+        flags=[] if extracted else [NO_ANSWER],
+        detail=f"extracted: {extracted!r}",
     )
 
 
@@ -118,7 +127,7 @@ def score_numeric_close(spec: dict[str, Any], completion: str, ctx: VerifierCont
     if want is None:
         raise ValueError(f"numeric_close verifier answer is not a number: {spec['answer']!r}")
     if got is None:
-        return Reward(value=0.0, components={"close": 0.0}, detail="extracted: None")
+        return Reward(value=0.0, components={"close": 0.0}, flags=[NO_ANSWER], detail="extracted: None")
     scale = Fraction(str(spec.get("scale", 10)))
     if scale <= 0:
         raise ValueError(f"numeric_close verifier scale must be > 0, got {spec['scale']!r}")
@@ -139,8 +148,9 @@ def score_exact(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> 
 @register("regex", check=_needs_pattern)
 def score_regex(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """`pattern` must fully match the extracted answer (`on: completion` to search the whole text)."""
-    if spec.get("on", "answer") == "completion":
-        return _reward(re.search(spec["pattern"], completion) is not None, None)
+    if spec.get("on", "answer") == "completion":  # no answer is extracted: nothing can fail to parse
+        ok = re.search(spec["pattern"], completion) is not None
+        return Reward(value=float(ok), components={"correct": float(ok)}, detail="searched the completion")
     answer = extract_final_answer(completion)
     return _reward(re.fullmatch(spec["pattern"], answer) is not None, answer)
 

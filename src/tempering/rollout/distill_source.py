@@ -1,0 +1,153 @@
+"""On-policy distillation's `BatchSource`: the student samples through the rollout path, the
+teacher scores the sampled tokens, and each token's advantage is minus its reverse-KL estimate
+(`objectives.distill.reverse_kl_advantages`). The batches are `GRPOBatch`es built by the one
+GRPO batch builder, so the policy-gradient objective (`objectives.grpo.GRPOObjective`) trains on
+them in the one Trainer, and every step logs the train-vs-rollout mismatch figures like GRPO's.
+
+The teacher is a `TeacherScorer`: a callable from a batch to its (N, T) log-probs. In this
+process it is `PolicyLogprobs` over the teacher model (no gradient, eval mode); anything that
+answers the same call (a model on another device or in another process) can stand in.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+import torch
+
+from tempering.batches import GRPOBatch
+from tempering.config.distill import OnPolicySettings
+from tempering.objectives.distill import reverse_kl_advantages
+from tempering.rollout.engine import Engine
+from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches
+from tempering.rollout.rollout import RewardWorkers, ThreadRewardWorkers, rollout
+from tempering.rollout.roundtrip import roundtrip_ok
+from tempering.types import Task
+
+TeacherScorer = Callable[[GRPOBatch], torch.Tensor]
+"""batch -> (N, T) teacher log-probs of `batch.completion_ids` (0 off the completion mask)."""
+
+
+class OnPolicyDistillSource:
+    """Student samples -> teacher log-probs -> per-token advantages -> GRPO micro-batches."""
+
+    def __init__(
+        self,
+        tasks: list[Task],
+        engine: Engine,
+        settings: OnPolicySettings,
+        teacher: TeacherScorer,
+        grad_accum: int,
+        seed: int,
+        model: Any = None,
+        workers: RewardWorkers | None = None,
+        tokenizer: Any = None,
+    ):
+        if not tasks:
+            raise ValueError("on-policy distillation needs at least one prompt")
+        self.tasks, self.engine, self.s, self.teacher = tasks, engine, settings, teacher
+        self.grad_accum, self.seed, self.model, self.tokenizer = grad_accum, seed, model, tokenizer
+        self.workers = workers if workers is not None else ThreadRewardWorkers(1)
+        self.order = list(range(len(tasks)))
+        random.Random(seed).shuffle(self.order)
+        self.cursor = 0
+        self.buffer: list[GRPOBatch] = []
+        self._stats: dict[str, float] = {}
+
+    # -- BatchSource -------------------------------------------------------------------
+    def next_batch(self) -> GRPOBatch:
+        if not self.buffer:
+            self.buffer = self._batch()
+        return self.buffer.pop(0)
+
+    @property
+    def at_boundary(self) -> bool:
+        return not self.buffer
+
+    def state_dict(self) -> dict:
+        return {"cursor": self.cursor}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.cursor, self.buffer = state["cursor"], []
+
+    def stats(self) -> dict[str, float]:
+        return dict(self._stats)
+
+    def close(self) -> None:
+        self.workers.close()
+
+    # -- one batch -------------------------------------------------------------------------
+    def _next_tasks(self) -> list[Task]:
+        n = self.s.prompts_per_step
+        out = [self.tasks[self.order[(self.cursor + i) % len(self.order)]] for i in range(n)]
+        self.cursor += n
+        return out
+
+    def _batch(self) -> list[GRPOBatch]:
+        if self.model is not None:
+            self.engine.sync_weights(self.model)
+        tasks, t0 = self._next_tasks(), time.perf_counter()
+        groups = rollout(
+            tasks, self.engine, self.s, self.workers, n=self.s.samples_per_prompt, seed=self.seed + self.cursor
+        )
+        gen_s, t1 = time.perf_counter() - t0, time.perf_counter()
+        rows = []
+        for trajs in groups:
+            first = trajs[0]
+            masks = [[1] * len(t.completion_ids) for t in trajs]
+            zeros = torch.zeros((len(trajs), max(1, max(len(t.completion_ids) for t in trajs))))
+            rows.append(GroupRows(first.token_ids[: first.prompt_length], trajs, masks, masks, zeros))
+        micro = grpo_micro_batches(rows, self.grad_accum)
+        kls, counts = [], []
+        for i, batch in enumerate(micro):
+            if batch.n_real_tokens == 0:  # a filler (fewer groups than micro-batches): no loss, no teacher
+                continue
+            teacher = self.teacher(batch)
+            advantages, kl = reverse_kl_advantages(batch.engine_logprobs, teacher, batch.sampled_mask)
+            micro[i] = replace(batch, advantages=advantages)
+            kls.append(float(kl))
+            counts.append(int(batch.sampled_mask.sum()))
+        samples = [t for trajs in groups for t in trajs]
+        self._stats = {
+            "reverse_kl": sum(k * c for k, c in zip(kls, counts)) / max(1, sum(counts)),
+            "accuracy": sum(t.reward.passed for t in samples) / len(samples),
+            "response_len": sum(len(t.completion_ids) for t in samples) / len(samples),
+            "truncation_rate": sum(t.truncated for t in samples) / len(samples),
+            "completions": len(samples),
+            "gen_s": gen_s,
+            "teacher_s": time.perf_counter() - t1,
+        }
+        if self.tokenizer is not None:
+            bad = sum(not roundtrip_ok(self.tokenizer, t.completion_ids) for t in samples)
+            self._stats["roundtrip_mismatch_rate"] = bad / len(samples)
+        return micro
+
+
+def reverse_kl_to_teacher(
+    engine: Engine, student: Any, teacher: Any, prompts: list[list[int]], params: Any, precision: str
+) -> dict[str, float]:
+    """KL(student || teacher) on the student's own samples of `prompts`: per token and per reply.
+
+    The student samples through `engine`; both log-probs are recomputed by the trainer's forward
+    (`rollout.replay.trainer_logprobs`), so the figure does not depend on the engine's numerics.
+    """
+    from tempering.data.padding import PAD_ID, left_pad, right_pad
+    from tempering.rollout.replay import trainer_logprobs
+
+    groups = engine.generate(prompts, params)
+    completions = [c for group in groups for c in group]
+    ids, mask = right_pad([c.token_ids for c in completions], PAD_ID)
+    prompt_ids, prompt_mask = left_pad(prompts, PAD_ID)
+    temperature = params.temperature or 1.0
+    s_logp, t_logp = (
+        trainer_logprobs(m, prompt_ids, prompt_mask, ids, mask, precision, temperature) for m in (student, teacher)
+    )
+    per = (s_logp - t_logp) * mask
+    return {
+        "reverse_kl_per_token": float(per.sum() / mask.sum().clamp(min=1)),
+        "reverse_kl_per_reply": float(per.sum(dim=1).mean()),
+        "tokens": int(mask.sum()),
+    }
