@@ -159,7 +159,9 @@ def main() -> None:
     print(f"{'load only':<10} {base / 1024:>12.2f}")
     for mode in ("without", "with"):
         r = runs[mode]
-        print(f"{mode:<10} {r['peak_rss_mb'] / 1024:>12.2f} {r['activation_peak_mb'] / 1024:>15.2f} {r.get('step_s', 0):>8.0f}")
+        print(
+            f"{mode:<10} {r['peak_rss_mb'] / 1024:>12.2f} {r['activation_peak_mb'] / 1024:>15.2f} {r.get('step_s', 0):>8.0f}"
+        )
     print(f"memory ratio without / with: {result['memory_ratio_8k']:.2f}")
 
 
