@@ -64,8 +64,10 @@ class SuiteTasks(TaskSourceSettings):
     def _options_fit_source(self) -> SuiteTasks:
         if self.style is not None and self.source != "humaneval":
             raise ValueError(f"'style' applies to the humaneval source only, not {self.source!r}")
-        if self.config and not self.source.startswith(("reasoning_gym:", "longctx:")):
-            raise ValueError(f"'config' applies to reasoning_gym and longctx sources only, not {self.source!r}")
+        from tempering.sources.registry import takes_config
+
+        if self.config and not takes_config(self.source):
+            raise ValueError(f"'config' applies to sources that read one (reasoning_gym, longctx), not {self.source!r}")
         if self.source.startswith("longctx:"):
             from tempering.config.longctx import longctx_settings
 

@@ -56,7 +56,7 @@ def longctx_tasks(kind: str, n: int, seed: int, split: str, settings: LongctxSet
     return tasks
 
 
-@register_source("longctx:")
+@register_source("longctx:", takes_config=True)
 def _longctx_source(s: TaskSourceSettings, arg: str) -> list[Task]:
     config: dict[str, Any] = getattr(s, "config", None) or {}  # suites carry the haystack settings
     return longctx_tasks(arg, s.n, s.seed, s.split, longctx_settings(config))
