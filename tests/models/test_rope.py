@@ -63,3 +63,11 @@ def test_scaling_a_model_without_room_or_twice_is_a_one_line_error():
     with pytest.raises(RopeScalingError) as err:
         scale_rope(model, RopeScaling(type="yarn", factor=2))
     assert_one_line(str(err.value), "already scaled")
+
+
+def test_a_scaled_model_has_its_own_identity_for_eval_caches():
+    from tempering.hashing import model_state_hash
+
+    model = tiny_llama()
+    before = model_state_hash(model)
+    assert model_state_hash(scale_rope(model, RopeScaling(type="yarn", factor=2.0))) != before
