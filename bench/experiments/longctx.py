@@ -86,32 +86,24 @@ def run_cell(suite, engine) -> dict:
 
 
 def heatmap(cells: dict, out: Path) -> None:
-    """Accuracy by length (rows) x depth (columns), every kind pooled."""
+    """Accuracy by (kind, length) rows x depth columns: one row per measured cell."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lengths = sorted({int(length) for by_len in cells.values() for length in by_len})
-    depths = sorted({d for by_len in cells.values() for c in by_len.values() for d in c["by_depth"]}, key=float)
-    grid = []
-    for length in lengths:
-        row = []
-        for d in depths:
-            vals = [by_len[str(length)]["by_depth"].get(d) for by_len in cells.values() if str(length) in by_len]
-            vals = [v for v in vals if v is not None]
-            row.append(sum(vals) / len(vals) if vals else float("nan"))
-        grid.append(row)
-    fig, ax = plt.subplots(figsize=(6, 3))
+    rows = [(kind, length) for kind, by_len in cells.items() for length in sorted(by_len, key=int)]
+    depths = sorted({d for kind, length in rows for d in cells[kind][length]["by_depth"]}, key=float)
+    grid = [[cells[kind][length]["by_depth"].get(d, float("nan")) for d in depths] for kind, length in rows]
+    fig, ax = plt.subplots(figsize=(6, 0.45 * len(rows) + 1.2))
     im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(depths)), depths)
-    ax.set_yticks(range(len(lengths)), lengths)
+    ax.set_yticks(range(len(rows)), [f"{kind} @ {length}" for kind, length in rows])
     ax.set_xlabel("needle depth")
-    ax.set_ylabel("prompt tokens")
-    ax.set_title(f"SmolLM2-135M, {', '.join(cells)}: accuracy")
+    ax.set_title("SmolLM2-135M-Instruct, greedy: accuracy")
     for i, row in enumerate(grid):
         for j, v in enumerate(row):
-            ax.text(j, i, "-" if math.isnan(v) else f"{v:.2f}", ha="center", va="center", color="w")
+            ax.text(j, i, "-" if math.isnan(v) else f"{v:.1f}", ha="center", va="center", color="w" if v < 0.6 else "k")
     fig.colorbar(im)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
@@ -126,7 +118,10 @@ def main() -> None:
     p.add_argument("--extrapolate-length", type=int, default=16_384)
     p.add_argument("--budget-min", type=float, default=22.0, help="baseline: start no cell after this")
     p.add_argument("--extrapolate-min", type=float, default=15.0, help="extrapolation: start no task after this")
+    p.add_argument("--replot", action="store_true", help="only redraw the heatmap from longctx.json")
     args = p.parse_args()
+    if args.replot:
+        return heatmap(json.loads((RESULTS / "longctx.json").read_text())["baseline"], RESULTS / "longctx_heatmap.png")
 
     import torch
 
