@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any, Collection
 
@@ -43,6 +44,10 @@ def model_state_hash(model: Any, tokenizer: Any = None) -> str:
     keys caches of generated results (`Engine.identity`, the eval cache).
     """
     h = tensors_hash(model.state_dict().items(), into=hashlib.sha256())
+    config = getattr(model, "config", None)
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":  # RoPE scaling: same weights, other outputs
+        h.update(f"rope\0{json.dumps(rope, sort_keys=True, default=str)}\0{config.max_position_embeddings}".encode())
     if tokenizer is not None:
         template = getattr(tokenizer, "chat_template", None) or ""
         h.update(f"tokenizer\0{len(tokenizer)}\0{template}".encode())

@@ -20,6 +20,7 @@ from tests.evals.conftest import recall_tasks, write_jsonl, write_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILTIN = {"arithmetic": 150, "arithmetic-add": 100, "humaneval": 164, "rg-chain-sum": 100, "rg-spell-backward": 100}
+LONGCTX = [f"longctx-{kind}" for kind in ("passkey", "multikey", "vartrack", "crossfact", "noisy")]
 
 
 @pytest.fixture
@@ -32,7 +33,11 @@ def suite_dir(tmp_path, monkeypatch):
 
 def test_builtin_suites_load_with_their_tasks(suite_dir):
     suites = {s.name: s for s in registered_suites()}
-    assert set(suites) == set(BUILTIN)
+    assert set(suites) == set(BUILTIN) | set(LONGCTX)
+    for name in LONGCTX:  # 20 tasks per length; one per length here (an 8k haystack takes a while)
+        tasks = suites[name].with_overrides(limit=1).task_list
+        assert [t.id.split("-")[2] for t in tasks] == ["L1024", "L2048", "L4096", "L8192"]
+        assert all(t.verifier["type"] == "numeric" and t.track == "longctx" for t in tasks)
     for name, n in BUILTIN.items():
         s = suites[name]
         assert len(s.task_list) == n and not s.private
@@ -46,7 +51,7 @@ def test_builtin_suites_load_with_their_tasks(suite_dir):
 
 
 def test_builtin_suites_ship_as_package_data():
-    assert sorted(p.stem for p in builtin_suite_dir().glob("*.yaml")) == sorted(BUILTIN)
+    assert sorted(p.stem for p in builtin_suite_dir().glob("*.yaml")) == sorted([*BUILTIN, *LONGCTX])
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "suites/*.yaml" in setuptools["package-data"]["tempering.evals"]
 
@@ -117,3 +122,15 @@ def test_templates_apply_to_the_last_user_message():
     braces = Task(id="c", prompt="def f(x): return {x: 1}", verifier={"type": "exact", "answer": "x"})
     assert render_messages(braces, "{prompt}")[0]["content"] == "def f(x): return {x: 1}"
     assert Suite(name="x", tasks={"source": "builtin:arithmetic", "n": 2}).templates == ["{prompt}"]
+
+
+def test_a_longctx_suite_with_a_bad_depth_or_a_length_past_the_window_fails_in_one_line(suite_dir):
+    base = (builtin_suite_dir() / "longctx-passkey.yaml").read_text()
+    (suite_dir / "deep.yaml").write_text(base.replace("0.75, 1.0]", "0.75, 1.5]").replace("longctx-passkey", "deep"))
+    with pytest.raises(SuiteError) as err:
+        load_suite("deep")
+    assert "deep.yaml" in str(err.value) and "tasks.0: Value error, depths: 1.5 is outside [0, 1]" in str(err.value)
+    (suite_dir / "far.yaml").write_text(base.replace("8192]", "16384]").replace("longctx-passkey", "far"))
+    with pytest.raises(SuiteError) as err:
+        _ = load_suite("far").task_list
+    assert "16384 tokens exceeds the model's window of 8192" in str(err.value) and "\n" not in str(err.value)

@@ -36,3 +36,27 @@ def test_token_logprobs_match_hf_full_logits_and_sum_over_the_loss_mask():
     oracle[:, 1:] = full[:, :-1].gather(2, ids[:, 1:, None]).squeeze(2) * loss_mask[:, 1:]
     assert torch.allclose(logp, oracle, atol=1e-5)
     assert torch.allclose(sums, oracle.sum(1), atol=1e-5) and sums.shape == (2,)
+
+
+def test_chunked_head_logprobs_equal_the_one_shot_path_in_loss_gradients_and_entropy():
+    from tempering.objectives.sft import masked_nll_sum
+
+    model = tiny_llama(vocab=96).float()
+    ids = torch.randint(3, 96, (2, 40), generator=torch.Generator().manual_seed(0))
+    labels = ids.clone()
+    labels[0, :9] = -100  # a prompt with no loss, so chunks straddle masked and scored positions
+    results = []
+    for chunk in (None, 7):
+        model.zero_grad()
+        hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
+        loss, n = masked_nll_sum(hidden, model.get_output_embeddings(), labels, chunk_tokens=chunk)
+        loss.backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        with torch.no_grad():
+            _, entropy = head_logprobs(model.get_output_embeddings(), hidden, ids, labels != -100, 0.7, True, chunk)
+        results.append((loss.detach(), grads, entropy))
+    (loss_a, grads_a, ent_a), (loss_b, grads_b, ent_b) = results
+    assert int(n) == 2 * 39 - 8  # targets are labels[:, 1:]
+    assert torch.allclose(loss_a, loss_b, atol=1e-5, rtol=0)
+    assert all(torch.allclose(a, b, atol=1e-5, rtol=0) for a, b in zip(grads_a, grads_b, strict=True))
+    assert ent_a is not None and ent_b is not None and torch.allclose(ent_a, ent_b, atol=1e-5, rtol=0)

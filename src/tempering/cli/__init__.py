@@ -19,6 +19,7 @@ from tempering.cli import train
 from tempering.cli.chat import chat
 from tempering.cli.data import data_app
 from tempering.cli.eval import eval_app, verify
+from tempering.cli.longctx import data_longctx, model_rope
 from tempering.cli.pipeline import demo, run_pipeline_cmd
 from tempering.cli.runs import export, init, lineage, model_app, release_app, runs_app, traj
 from tempering.cli.serve import arena_app, feedback_app, keys_app, serve
@@ -124,6 +125,8 @@ for _name, _command in (
     ("serve", serve),
 ):
     app.command(_name)(_command)
+model_app.command("rope")(model_rope)
+data_app.command("longctx")(data_longctx)
 for _name, _group in (
     ("data", data_app),
     ("model", model_app),

@@ -30,6 +30,7 @@ from tempering.config.grpo import (
     TaskSourceSettings,
 )
 from tempering.config.loading import declared_paths, load_config, resolve_paths, set_dotted
+from tempering.config.longctx import LongctxSettings, RopeScaling
 from tempering.config.merge import MergeConfig
 from tempering.config.pipeline import (
     BestOfNStageConfig,
@@ -140,4 +141,6 @@ __all__ = [
     "StudentSettings",
     "DistillLoss",
     "DistillConfig",
+    "RopeScaling",
+    "LongctxSettings",
 ]

@@ -57,14 +57,21 @@ class SuiteTasks(TaskSourceSettings):
     style: Literal["completion", "chat"] | None = None
     """humaneval only: the raw function prompt ("completion") or a chat request for the whole function ("chat")."""
     config: dict[str, Any] = {}
-    """reasoning_gym:<dataset> only: fields of the dataset's config, e.g. {max_terms: 3}."""
+    """reasoning_gym:<dataset>: fields of the dataset's config, e.g. {max_terms: 3};
+    longctx:<kind>: the haystack settings (`config.LongctxSettings`: lengths, depths, ...)."""
 
     @model_validator(mode="after")
     def _options_fit_source(self) -> SuiteTasks:
         if self.style is not None and self.source != "humaneval":
             raise ValueError(f"'style' applies to the humaneval source only, not {self.source!r}")
-        if self.config and not self.source.startswith("reasoning_gym:"):
-            raise ValueError(f"'config' applies to reasoning_gym sources only, not {self.source!r}")
+        from tempering.sources.registry import takes_config
+
+        if self.config and not takes_config(self.source):
+            raise ValueError(f"'config' applies to sources that read one (reasoning_gym, longctx), not {self.source!r}")
+        if self.source.startswith("longctx:"):
+            from tempering.config.longctx import longctx_settings
+
+            longctx_settings(self.config)  # bad lengths or depths fail with the suite, in one line
         return self
 
     def load(self) -> list[Task]:

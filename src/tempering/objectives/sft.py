@@ -17,12 +17,12 @@ from typing import Any
 import torch
 
 from tempering.batches import SFTBatch, model_inputs
-from tempering.models.logprobs import head_logprobs
+from tempering.models.logprobs import LOGPROB_CHUNK_TOKENS, head_logprobs
 from tempering.types import IGNORE
 
 
 def masked_nll_sum(
-    hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor
+    hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor, chunk_tokens: int | None = LOGPROB_CHUNK_TOKENS
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum of -log p(label_{t+1} | <= t) over positions whose next label is not IGNORE.
 
@@ -30,12 +30,13 @@ def masked_nll_sum(
         hidden: (B, T, H) final hidden states.
         head: the output projection H -> V.
         labels: (B, T) token ids, IGNORE where no loss.
+        chunk_tokens: target positions per LM-head chunk (None: all at once; see `head_logprobs`).
     Returns:
         (loss_sum scalar float32, n_targets scalar long)
     """
     targets = labels[:, 1:]  # (B, T-1)
     keep = targets != IGNORE
-    logp, _ = head_logprobs(head, hidden[:, :-1], targets, keep)
+    logp, _ = head_logprobs(head, hidden[:, :-1], targets, keep, chunk_tokens=chunk_tokens)
     return -logp.sum(), keep.sum()
 
 

