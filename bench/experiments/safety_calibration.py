@@ -1,0 +1,251 @@
+"""Refusal and abstention calibration on the default model: safety SFT with look-alike rows vs a naive
+"refuse more" set without them, 3 seeds, paired CIs on held-out templates and items (docs/safety.md).
+
+    python bench/experiments/safety_calibration.py [--seeds 0 1 2] [--steps 30] [--replay 120]
+
+1. The detectors on the labelled replies (tests/fixtures/safety_replies.jsonl): precision and
+   recall, all rows and the rows written after the rules were frozen.
+2. The base model on the held-out suites through the one rollout path, greedy:
+   safety-refuse, safety-comply, honesty-unknown, honesty-known, arithmetic, rg-chain-sum.
+3. Per seed, two LoRA SFT runs of equal steps on `data.safety.safety_sft_rows(train)` plus
+   replayed arithmetic conversations: `calibrated` (all four kinds: decline, look-alike
+   answers, abstain, known answers) and `naive` (declines and abstentions only).
+4. Each run on the same suites; per suite the paired bootstrap of after - before per seed, and
+   pooled (each task's mean over the seeds against its base score).
+
+Writes bench/results/safety.json. A learning run, not a timed benchmark: it records the load
+average and what else ran beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITES = {
+    "safety-refuse": None,
+    "safety-comply": None,
+    "honesty-unknown": None,
+    "honesty-known": None,
+    "arithmetic": 60,
+    "rg-chain-sum": 50,
+}
+
+
+def others_running() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,pcpu,args", "--sort=-pcpu"], capture_output=True, text=True).stdout
+    return [line.strip()[:160] for line in out.splitlines()[1:8] if str(os.getpid()) not in line]
+
+
+def detector_figures() -> dict:
+    from tempering.verifiers.safety import detect_abstention, detect_refusal
+
+    rows = [json.loads(line) for line in (ROOT / "tests/fixtures/safety_replies.jsonl").read_text().splitlines()]
+    out = {}
+    for name, detect in (("refusal", detect_refusal), ("abstention", detect_abstention)):
+        for subset, keep in (("all", lambda r: True), ("frozen", lambda r: "written" in r)):
+            mine = [r for r in rows if r["detector"] == name and keep(r)]
+            tp = sum(detect(r["reply"]).hit and r["label"] for r in mine)
+            fp = sum(detect(r["reply"]).hit and not r["label"] for r in mine)
+            fn = sum(not detect(r["reply"]).hit and r["label"] for r in mine)
+            out[f"{name}_{subset}"] = {
+                "replies": len(mine),
+                "precision": tp / max(1, tp + fp),
+                "recall": tp / max(1, tp + fn),
+                "tp": tp,
+                "fp": fp,
+                "fn": fn,
+            }
+    return out
+
+
+def suite_tasks(limit: int | None) -> dict:
+    from tempering.evals.suite import load_suite
+
+    return {name: load_suite(name).task_list[: min(n or 10**6, limit or 10**6)] for name, n in SUITES.items()}
+
+
+def scores(model: str, tasks: dict) -> dict:
+    """Per suite, per-task greedy scores and a few replies (the one rollout path)."""
+    from tempering.config import EngineSettings, SamplingSettings
+    from tempering.rollout.rollout import ThreadRewardWorkers, rollout
+    from tempering.rollout.select import load_engine
+
+    engine = load_engine(EngineSettings(), model)
+    out = {}
+    with ThreadRewardWorkers(2) as workers:
+        for name, ts in tasks.items():
+            groups = rollout(ts, engine, SamplingSettings(temperature=0, max_new_tokens=48), workers)
+            out[name] = {
+                "scores": [g[0].reward.value if g[0].scored else 0.0 for g in groups],
+                "examples": [{"prompt": t.prompt, "reply": g[0].completion} for t, g in list(zip(ts, groups))[:4]],
+            }
+    return out
+
+
+def train(tag: str, arm: str, seed: int, args, data_dir: Path) -> str:
+    from tempering.config import DEFAULT_MODEL, DataSettings, LoraSettings, OptimSettings, SFTConfig, TrainSettings
+    from tempering.recipes.sft import run_sft
+
+    cfg = SFTConfig(
+        model=DEFAULT_MODEL,
+        lora=LoraSettings(r=16, alpha=32),
+        data=DataSettings(train=[str(data_dir / f"{arm}.jsonl")], max_length=192, packing=False),
+        train=TrainSettings(
+            steps=args.steps,
+            batch_size=8,
+            seed=seed,
+            threads=args.threads,
+            optim=OptimSettings(lr=args.lr, warmup_steps=3, schedule="cosine"),
+        ),
+        out=args.out,
+        name=f"safety-{arm}-{tag}-seed{seed}",
+    )
+    return run_sft(cfg)["final"]
+
+
+def write_data(data_dir: Path, replay: int) -> dict:
+    from tempering.data.builtin import arithmetic_conversations
+    from tempering.data.safety import safety_sft_rows
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    general = arithmetic_conversations(replay, seed=5, split="train")
+    counts = {}
+    for arm, lookalikes in (("calibrated", True), ("naive", False)):
+        rows = safety_sft_rows("train", lookalikes=lookalikes) + general
+        (data_dir / f"{arm}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        counts[arm] = len(rows)
+    return counts
+
+
+def compare(base: dict, runs: list[dict]) -> dict:
+    from tempering.evals.stats import bootstrap_ci, paired_bootstrap
+
+    out = {}
+    for suite in SUITES:
+        b = base[suite]["scores"]
+        per_seed = [paired_bootstrap(b, r[suite]["scores"]).to_dict() for r in runs]
+        pooled_after = [sum(r[suite]["scores"][i] for r in runs) / len(runs) for i in range(len(b))]
+        out[suite] = {
+            "tasks": len(b),
+            "before": bootstrap_ci(b).to_dict(),
+            "after_per_seed": [sum(r[suite]["scores"]) / len(b) for r in runs],
+            "delta_per_seed": per_seed,
+            "delta_pooled": paired_bootstrap(b, pooled_after).to_dict(),
+        }
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--replay", type=int, default=120, help="arithmetic conversations replayed into both sets")
+    p.add_argument("--arms", nargs="+", default=["calibrated", "naive"])
+    p.add_argument("--out", default="/tmp/safety-bench")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--limit", type=int, default=None, help="at most this many tasks per suite (a smoke run)")
+    args = p.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from tempering.config import DEFAULT_MODEL
+
+    t0 = time.time()
+    load_start, busy_start = os.getloadavg(), others_running()
+    tag = time.strftime("%H%M%S")
+    detectors = detector_figures()
+    print(json.dumps(detectors), flush=True)
+    counts = write_data(Path(args.out) / f"data-{tag}", args.replay)
+    tasks = suite_tasks(args.limit)
+    base = scores(DEFAULT_MODEL, tasks)
+    print(
+        "base", {s: round(sum(v["scores"]) / len(v["scores"]), 3) for s, v in base.items()}, f"{time.time() - t0:.0f}s"
+    )
+    arms: dict[str, list[dict]] = {}
+    for seed in args.seeds:
+        for arm in args.arms:
+            final = train(tag, arm, seed, args, Path(args.out) / f"data-{tag}")
+            after = scores(final, tasks)
+            arms.setdefault(arm, []).append(after)
+            print(
+                arm,
+                seed,
+                {s: round(sum(v["scores"]) / len(v["scores"]), 3) for s, v in after.items()},
+                f"{time.time() - t0:.0f}s",
+                flush=True,
+            )
+    results = {arm: compare(base, runs) for arm, runs in arms.items()}
+    ours = results["calibrated"]
+
+    def neg(c: dict) -> dict:  # a rate of failures is 1 - accuracy: its delta and CI flip
+        return {"delta": -c["delta"], "low": -c["high"], "high": -c["low"]}
+
+    under = neg(ours["safety-refuse"]["delta_pooled"])
+    over = neg(ours["safety-comply"]["delta_pooled"])
+    result = {
+        "what": "safety SFT with look-alikes (calibrated) vs without (naive), default model, held-out templates+items",
+        "model": DEFAULT_MODEL,
+        "refusal_detector_precision": detectors["refusal_all"]["precision"],
+        "refusal_detector_recall": detectors["refusal_all"]["recall"],
+        "abstention_detector_precision": detectors["abstention_all"]["precision"],
+        "abstention_detector_recall": detectors["abstention_all"]["recall"],
+        "under_refusal_delta": under["delta"],
+        "under_refusal_delta_ci_high": under["high"],
+        "over_refusal_delta": over["delta"],
+        "over_refusal_delta_ci_low": over["low"],
+        "over_refusal_delta_ci_high": over["high"],
+        "abstention_delta": ours["honesty-unknown"]["delta_pooled"]["delta"],
+        "abstention_delta_ci_low": ours["honesty-unknown"]["delta_pooled"]["low"],
+        "known_accuracy_delta_ci_low": ours["honesty-known"]["delta_pooled"]["low"],
+        "naive_over_refusal_delta": neg(results["naive"]["safety-comply"]["delta_pooled"])["delta"]
+        if "naive" in results
+        else None,
+        "naive_over_refusal_delta_ci_low": neg(results["naive"]["safety-comply"]["delta_pooled"])["low"]
+        if "naive" in results
+        else None,
+        "detectors": detectors,
+        "suites": results,
+        "base": {
+            s: {"accuracy": sum(v["scores"]) / len(v["scores"]), "examples": v["examples"]} for s, v in base.items()
+        },
+        "examples_after": {arm: {s: runs[0][s]["examples"] for s in SUITES} for arm, runs in arms.items()},
+        "training": {
+            "steps": args.steps,
+            "batch_size": 8,
+            "lr": args.lr,
+            "lora": "r16 alpha32",
+            "rows": counts,
+            "replay": f"{args.replay} builtin:arithmetic train conversations in both sets",
+        },
+        "decoding": "greedy, max_new_tokens 48",
+        "seeds": args.seeds,
+        "seconds": round(time.time() - t0, 1),
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
+        "also_running_at_start": busy_start,
+        "also_running_at_end": others_running(),
+        "note": "other helpers' work ran beside it on the same 2 cores: times are load-bound, scores are not",
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / ("safety.json" if args.limit is None else "safety_smoke.json")).write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if not isinstance(v, (dict, list))}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
