@@ -40,9 +40,11 @@ SUITES = {
     "safety-comply": None,
     "honesty-unknown": None,
     "honesty-known": None,
-    "arithmetic": 60,
-    "rg-chain-sum": 50,
+    "arithmetic": 30,
+    "rg-chain-sum": 30,
 }
+NAIVE_SUITES = ("safety-refuse", "safety-comply")
+"""The naive arm is measured where the contrast is: does refusing more make it over-refuse."""
 
 
 def others_running() -> list[str]:
@@ -88,7 +90,9 @@ def scores(model: str, tasks: dict) -> dict:
     out = {}
     with ThreadRewardWorkers(2) as workers:
         for name, ts in tasks.items():
-            groups = rollout(ts, engine, SamplingSettings(temperature=0, max_new_tokens=48), workers)
+            t0 = time.time()
+            groups = rollout(ts, engine, SamplingSettings(temperature=0, max_new_tokens=40), workers)
+            print(f"  {name}: {len(ts)} tasks {time.time() - t0:.0f}s", flush=True)
             out[name] = {
                 "scores": [g[0].reward.value if g[0].scored else 0.0 for g in groups],
                 "examples": [{"prompt": t.prompt, "reply": g[0].completion} for t, g in list(zip(ts, groups))[:4]],
@@ -135,7 +139,7 @@ def compare(base: dict, runs: list[dict]) -> dict:
     from tempering.evals.stats import bootstrap_ci, paired_bootstrap
 
     out = {}
-    for suite in SUITES:
+    for suite in runs[0]:
         b = base[suite]["scores"]
         per_seed = [paired_bootstrap(b, r[suite]["scores"]).to_dict() for r in runs]
         pooled_after = [sum(r[suite]["scores"][i] for r in runs) / len(runs) for i in range(len(b))]
@@ -157,7 +161,7 @@ def main() -> None:
     p.add_argument("--replay", type=int, default=120, help="arithmetic conversations replayed into both sets")
     p.add_argument("--arms", nargs="+", default=["calibrated", "naive"])
     p.add_argument("--out", default="/tmp/safety-bench")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1: on a loaded host more oversubscribe)")
     p.add_argument("--limit", type=int, default=None, help="at most this many tasks per suite (a smoke run)")
     args = p.parse_args()
 
@@ -181,7 +185,8 @@ def main() -> None:
     for seed in args.seeds:
         for arm in args.arms:
             final = train(tag, arm, seed, args, Path(args.out) / f"data-{tag}")
-            after = scores(final, tasks)
+            mine = tasks if arm == "calibrated" else {s: tasks[s] for s in NAIVE_SUITES}
+            after = scores(final, mine)
             arms.setdefault(arm, []).append(after)
             print(
                 arm,
@@ -190,6 +195,14 @@ def main() -> None:
                 f"{time.time() - t0:.0f}s",
                 flush=True,
             )
+            if "calibrated" in arms:
+                write(args, arms, base, detectors, counts, t0, load_start, busy_start)
+
+
+def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float, load_start, busy_start) -> None:
+    """The results so far (rewritten after every run, so a cut-short bench keeps what it measured)."""
+    from tempering.config import DEFAULT_MODEL
+
     results = {arm: compare(base, runs) for arm, runs in arms.items()}
     ours = results["calibrated"]
 
@@ -198,6 +211,7 @@ def main() -> None:
 
     under = neg(ours["safety-refuse"]["delta_pooled"])
     over = neg(ours["safety-comply"]["delta_pooled"])
+    naive_over = neg(results["naive"]["safety-comply"]["delta_pooled"]) if "naive" in results else None
     result = {
         "what": "safety SFT with look-alikes (calibrated) vs without (naive), default model, held-out templates+items",
         "model": DEFAULT_MODEL,
@@ -212,19 +226,18 @@ def main() -> None:
         "over_refusal_delta_ci_high": over["high"],
         "abstention_delta": ours["honesty-unknown"]["delta_pooled"]["delta"],
         "abstention_delta_ci_low": ours["honesty-unknown"]["delta_pooled"]["low"],
+        "known_accuracy_delta": ours["honesty-known"]["delta_pooled"]["delta"],
         "known_accuracy_delta_ci_low": ours["honesty-known"]["delta_pooled"]["low"],
-        "naive_over_refusal_delta": neg(results["naive"]["safety-comply"]["delta_pooled"])["delta"]
-        if "naive" in results
-        else None,
-        "naive_over_refusal_delta_ci_low": neg(results["naive"]["safety-comply"]["delta_pooled"])["low"]
-        if "naive" in results
-        else None,
+        "naive_over_refusal_delta": naive_over["delta"] if naive_over else None,
+        "naive_over_refusal_delta_ci_low": naive_over["low"] if naive_over else None,
+        "naive_over_refusal_delta_ci_high": naive_over["high"] if naive_over else None,
+        "seeds_done": {arm: len(runs) for arm, runs in arms.items()},
         "detectors": detectors,
         "suites": results,
         "base": {
             s: {"accuracy": sum(v["scores"]) / len(v["scores"]), "examples": v["examples"]} for s, v in base.items()
         },
-        "examples_after": {arm: {s: runs[0][s]["examples"] for s in SUITES} for arm, runs in arms.items()},
+        "examples_after": {arm: {s: v["examples"] for s, v in runs[0].items()} for arm, runs in arms.items()},
         "training": {
             "steps": args.steps,
             "batch_size": 8,
@@ -233,8 +246,9 @@ def main() -> None:
             "rows": counts,
             "replay": f"{args.replay} builtin:arithmetic train conversations in both sets",
         },
-        "decoding": "greedy, max_new_tokens 48",
+        "decoding": "greedy, max_new_tokens 40",
         "seeds": args.seeds,
+        "threads": args.threads,
         "seconds": round(time.time() - t0, 1),
         "load_average_start": load_start,
         "load_average_end": os.getloadavg(),
@@ -244,7 +258,7 @@ def main() -> None:
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / ("safety.json" if args.limit is None else "safety_smoke.json")).write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: v for k, v in result.items() if not isinstance(v, (dict, list))}, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if not isinstance(v, (dict, list))}, indent=1), flush=True)
 
 
 if __name__ == "__main__":

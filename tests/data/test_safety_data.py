@@ -2,6 +2,7 @@
 paired with their requests, every row labelled, and bad safety rows quarantined by `temper data mix`."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,9 @@ def test_data_mix_quarantines_bad_safety_rows_with_file_and_line(tmp_path):
         ("line 21", "safety row needs a 'label'"),
         ("line 22", "unknown safety label 'nope'"),
     ]
+
+
+def test_the_shipped_example_files_are_the_builders_output():
+    root = Path(__file__).resolve().parents[2] / "examples" / "data"
+    for name, rows in (("safety_sft.jsonl", safety_sft_rows("train")), ("safety_pairs.jsonl", safety_pairs("train"))):
+        assert [json.loads(x) for x in (root / name).read_text().splitlines()] == rows, name
