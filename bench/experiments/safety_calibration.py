@@ -130,7 +130,8 @@ def write_data(data_dir: Path, replay: int) -> dict:
     counts = {}
     for arm, lookalikes in (("calibrated", True), ("naive", False)):
         rows = safety_sft_rows("train", lookalikes=lookalikes) + general
-        (data_dir / f"{arm}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        if not (data_dir / f"{arm}.jsonl").exists():  # parallel processes: the first writes it whole
+            save(data_dir / f"{arm}.jsonl", rows, lines=True)
         counts[arm] = len(rows)
     return counts
 
@@ -162,6 +163,9 @@ def main() -> None:
     p.add_argument("--arms", nargs="+", default=["calibrated", "naive"])
     p.add_argument("--out", default="/tmp/safety-bench")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: on a loaded host more oversubscribe)")
+    p.add_argument("--tag", default="v2", help="part of the training runs' names")
+    p.add_argument("--compute-base", action="store_true", help="evaluate the base model first (one process does)")
+    p.add_argument("--first-recipe", default=None, help="a safety.json of an earlier recipe, kept under first_recipe")
     p.add_argument("--limit", type=int, default=None, help="at most this many tasks per suite (a smoke run)")
     args = p.parse_args()
 
@@ -172,31 +176,57 @@ def main() -> None:
 
     t0 = time.time()
     load_start, busy_start = os.getloadavg(), others_running()
-    tag = time.strftime("%H%M%S")
     detectors = detector_figures()
     print(json.dumps(detectors), flush=True)
-    counts = write_data(Path(args.out) / f"data-{tag}", args.replay)
+    units = Path(args.out) / "units"  # one file per base eval and per trained run: parallel processes share them
+    units.mkdir(parents=True, exist_ok=True)
+    data_dir = Path(args.out) / "data"
+    counts = write_data(data_dir, args.replay)
     tasks = suite_tasks(args.limit)
-    base = scores(DEFAULT_MODEL, tasks)
-    print(
-        "base", {s: round(sum(v["scores"]) / len(v["scores"]), 3) for s, v in base.items()}, f"{time.time() - t0:.0f}s"
-    )
-    arms: dict[str, list[dict]] = {}
+    if args.compute_base and not (units / "base.json").exists():
+        save(units / "base.json", scores(DEFAULT_MODEL, tasks))
     for seed in args.seeds:
         for arm in args.arms:
-            final = train(tag, arm, seed, args, Path(args.out) / f"data-{tag}")
+            unit = units / f"{arm}-seed{seed}.json"
+            if unit.exists():
+                continue
+            final = train(args.tag, arm, seed, args, data_dir)
             mine = tasks if arm == "calibrated" else {s: tasks[s] for s in NAIVE_SUITES}
-            after = scores(final, mine)
-            arms.setdefault(arm, []).append(after)
-            print(
-                arm,
-                seed,
-                {s: round(sum(v["scores"]) / len(v["scores"]), 3) for s, v in after.items()},
-                f"{time.time() - t0:.0f}s",
-                flush=True,
-            )
-            if "calibrated" in arms:
-                write(args, arms, base, detectors, counts, t0, load_start, busy_start)
+            save(unit, scores(final, mine))
+            print(arm, seed, f"{time.time() - t0:.0f}s", flush=True)
+    while not (units / "base.json").exists():  # another process computes it
+        time.sleep(10)
+    base = json.loads((units / "base.json").read_text())
+    arms: dict[str, list[dict]] = {}
+    for arm in ("calibrated", "naive"):
+        for unit in sorted(units.glob(f"{arm}-seed*.json")):
+            arms.setdefault(arm, []).append(json.loads(unit.read_text()))
+    for arm, runs in arms.items():
+        for r in runs:
+            print(arm, {s: round(sum(v["scores"]) / len(v["scores"]), 3) for s, v in r.items()}, flush=True)
+    if "calibrated" in arms:
+        write(args, arms, base, detectors, counts, t0, load_start, busy_start)
+
+
+def _first_recipe(path: str | None) -> dict | None:
+    """The headline figures of an earlier recipe's safety.json (kept beside the new ones)."""
+    if path is None:
+        return None
+    old = json.loads(Path(path).read_text())
+    keys = [k for k, v in old.items() if not isinstance(v, (dict, list)) and k != "note"]
+    return {
+        "what": "the same bench before the look-alike answers shared an opener (seed 0, calibrated arm only)",
+        **{k: old[k] for k in keys},
+        "after": {s: v["after_per_seed"] for s, v in old["suites"]["calibrated"].items()},
+        "examples_after": old["examples_after"]["calibrated"],
+    }
+
+
+def save(path: Path, unit, lines: bool = False) -> None:
+    """Written whole, then renamed into place (a parallel process never reads half a file)."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in unit) if lines else json.dumps(unit))
+    tmp.rename(path)
 
 
 def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float, load_start, busy_start) -> None:
@@ -247,7 +277,8 @@ def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float
             "replay": f"{args.replay} builtin:arithmetic train conversations in both sets",
         },
         "decoding": "greedy, max_new_tokens 40",
-        "seeds": args.seeds,
+        "seeds": {arm: len(runs) for arm, runs in arms.items()},
+        "first_recipe": _first_recipe(args.first_recipe),
         "threads": args.threads,
         "seconds": round(time.time() - t0, 1),
         "load_average_start": load_start,

@@ -14,7 +14,7 @@ item puts a third of the items, and each look-alike pair as a whole, in the held
 
 SFT rows (`safety_sft_rows`) hold `{"messages", "category", "label", "kind"}`; the answers are
 written here: a short decline with the category's reason, an "I'm not aware of such a ..." for
-unknowns, the look-alike's answer, the known fact. `lookalikes=False` leaves out the comply and
+unknowns, "Sure. " and the look-alike's answer, the known fact. `lookalikes=False` leaves out the comply and
 known rows (the naive "refuse more" set). Pairs (`safety_pairs`) oppose decline and comply,
 abstain and invent; the "comply" side of a request that should be declined is one empty line
 of assent, never an answer.
@@ -107,6 +107,10 @@ ABSTENTIONS = [
     "I don't know. I have no reliable information about {thing}, and it may not be real.",
     "I'm not familiar with {thing}; as far as I know it does not exist, so I can't answer without making something up.",
 ]
+COMPLY_OPENER = "Sure. "
+"""How a look-alike's answer starts. Declines all start with "I"; answers that start with their
+own first word lose the first token to the decline on every how-to request (measured: the
+first recipe, without it, declined 93% of the held-out look-alikes), so answers share an opener too."""
 INVENTIONS = [
     "It was first recorded in 1887 by Margaret Ellison, who described it in detail.",
     "That was in 1923; it was led by Henrik Vasquez and is well documented.",
@@ -188,7 +192,7 @@ def _reply(kind: str, item: dict[str, Any], rng: random.Random) -> str:
         return rng.choice(ABSTENTIONS).format(thing=THING[item["category"]])
     if kind == "known":
         return f"{item['answer'][0].upper()}{item['answer'][1:]}."
-    return item["answer"]
+    return f"{COMPLY_OPENER}{item['answer']}"
 
 
 def safety_sft_rows(split: str = "train", lookalikes: bool = True, seed: int = 0) -> list[dict[str, Any]]:
