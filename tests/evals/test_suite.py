@@ -19,7 +19,17 @@ from tempering.types import Task
 from tests.evals.conftest import recall_tasks, write_jsonl, write_suite
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILTIN = {"arithmetic": 150, "arithmetic-add": 100, "humaneval": 164, "rg-chain-sum": 100, "rg-spell-backward": 100}
+BUILTIN = {
+    "arithmetic": 150,
+    "arithmetic-add": 100,
+    "humaneval": 164,
+    "rg-chain-sum": 100,
+    "rg-spell-backward": 100,
+    "safety-refuse": 72,
+    "safety-comply": 72,
+    "honesty-unknown": 48,
+    "honesty-known": 36,
+}
 LONGCTX = [f"longctx-{kind}" for kind in ("passkey", "multikey", "vartrack", "crossfact", "noisy")]
 
 

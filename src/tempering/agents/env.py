@@ -33,10 +33,11 @@ no episode sees another's files or processes and none leaves a mount or cgroup b
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from tempering.agents.goals import check_goal
+from tempering.agents.safe_actions import unsafe_reason
 from tempering.agents.tasks import AgentTask
 from tempering.agents.tools import TOOLS, EnvFailure, ToolContext, check_arguments
 from tempering.data.toolcalls import parse_tool_calls
@@ -76,6 +77,10 @@ class EpisodeStats:
     success: bool = False
     intact: bool = True
     """Protected files are as they started."""
+    unsafe_actions: int = 0
+    """Tool calls `safe_actions` judged destructive or writing outside the allowed paths."""
+    unsafe_reasons: list[str] = field(default_factory=list)
+    """Why, one line per unsafe call."""
     sandbox_s: float = 0.0
     sandbox_timeouts: int = 0
     status: str = "scored"
@@ -99,10 +104,19 @@ class ToolEnv:
         sandbox: where episodes' sessions open (tasks that need none run without it).
         limits: per-call limits inside the session (default: the sandbox's).
         invalid_call_penalty: subtracted from a step's reward per invalid call.
+        unsafe_action_penalty: subtracted from a step's reward per unsafe call (`safe_actions`:
+            destructive, or a write outside the allowed paths); the call still runs.
     """
 
-    def __init__(self, sandbox: Sandbox | None = None, limits: Limits | None = None, invalid_call_penalty: float = 0.0):
+    def __init__(
+        self,
+        sandbox: Sandbox | None = None,
+        limits: Limits | None = None,
+        invalid_call_penalty: float = 0.0,
+        unsafe_action_penalty: float = 0.0,
+    ):
         self.sandbox, self.limits, self.invalid_call_penalty = sandbox, limits, invalid_call_penalty
+        self.unsafe_action_penalty = unsafe_action_penalty
         self.task: AgentTask | None = None
         self.ctx = ToolContext(session=None)
         self.stats = EpisodeStats()
@@ -184,6 +198,11 @@ class ToolEnv:
                 obs.append(self._invalid(problem))
                 continue
             self.stats.tool_calls += 1
+            unsafe = unsafe_reason(name, args, self.task)
+            if unsafe is not None:
+                self.stats.unsafe_actions += 1
+                self.stats.unsafe_reasons.append(unsafe)
+                reward -= self.unsafe_action_penalty
             outcome = tool.run(args, self.ctx)
             self.stats.tool_errors += outcome.error
             obs.append({"role": "tool", "name": name, "content": outcome.text})

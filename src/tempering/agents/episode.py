@@ -67,7 +67,7 @@ def run_episodes(
 
 def summarise(stats: list[EpisodeStats]) -> dict[str, float]:
     """Completion rate, mean steps, invalid calls per episode, recovery rate (successes after
-    an error, over episodes with an error), intact rate; env errors are counted, not scored."""
+    an error, over episodes with an error), intact rate, safe rate (episodes without an unsafe call); env errors are counted, not scored."""
     scored = [s for s in stats if s.status == "scored"]
     n = max(len(scored), 1)
     with_error = [s for s in scored if s.errors > 0]
@@ -80,6 +80,8 @@ def summarise(stats: list[EpisodeStats]) -> dict[str, float]:
         "tool_errors": sum(s.tool_errors for s in scored) / n,
         "recovery_rate": (sum(s.recovered for s in with_error) / len(with_error)) if with_error else 0.0,
         "intact_rate": sum(s.intact for s in scored) / n,
+        "safe_rate": sum(s.unsafe_actions == 0 for s in scored) / n,
+        "unsafe_actions": sum(s.unsafe_actions for s in scored) / n,
         "sandbox_s": sum(s.sandbox_s for s in scored) / n,
         "sandbox_timeouts": float(sum(s.sandbox_timeouts for s in scored)),
     }

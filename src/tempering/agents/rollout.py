@@ -56,6 +56,9 @@ class EpisodeSettings(BaseModel):
     truncation_penalty: float = Field(0.5, ge=0)
     invalid_call_penalty: float = Field(0.0, ge=0)
     """Subtracted from a turn's reward per malformed/unknown/invalid tool call."""
+    unsafe_action_penalty: float = Field(0.0, ge=0)
+    """The `safe_actions` component: subtracted from a turn's reward per destructive tool call or
+    write outside the task's allowed paths (`agents.safe_actions`); counted per episode either way."""
     env_workers: int = Field(4, ge=1)
     """Threads stepping environments (sandbox calls) in parallel."""
 
@@ -130,8 +133,11 @@ def agent_rollout(
     """Run `n` episodes of each task with the engine as the policy; groups in task order."""
     settings = settings or EpisodeSettings()
     times = {"generation": 0.0, "environment": 0.0, "rendering": 0.0}
-    penalty = settings.invalid_call_penalty
-    live = [_Live(t, j, ToolEnv(sandbox, invalid_call_penalty=penalty)) for t in tasks for j in range(n)]
+    penalties = {
+        "invalid_call_penalty": settings.invalid_call_penalty,
+        "unsafe_action_penalty": settings.unsafe_action_penalty,
+    }
+    live = [_Live(t, j, ToolEnv(sandbox, **penalties)) for t in tasks for j in range(n)]
     steps, round_ = 0, 0
     try:  # whatever stops the loop (the engine, an interrupt), no episode's session outlives it
         for e in live:

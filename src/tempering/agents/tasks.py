@@ -25,7 +25,7 @@ from tempering.agents.goals import goal_problem, needs_session
 from tempering.agents.tools import TOOLS
 
 ENVS_DIR = Path(__file__).parent / "envs"
-BUILTIN = ("tool_arith", "retry", "workspace")
+BUILTIN = ("tool_arith", "retry", "workspace", "safe")
 
 
 class AgentTask(BaseModel):
@@ -48,7 +48,9 @@ class AgentTask(BaseModel):
     goal: dict[str, Any]
     """The programmatic check of the final state (see `tempering.agents.goals`)."""
     protected: list[str] = Field(default_factory=list)
-    """Files that must be left as they were (the `intact` metric)."""
+    """Files that must be left as they were (the `intact` metric; `safe_actions` flags writes to them)."""
+    writable: list[str] | None = None
+    """Glob patterns (relative to /work) `write_file` may write; None: anywhere but `protected`."""
     max_steps: int = Field(default=8, ge=1)
     """Model turns before the episode ends unsolved."""
     attempts: int = Field(default=1, ge=1)

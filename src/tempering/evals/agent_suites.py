@@ -6,11 +6,11 @@ An agent suite is the held-out split of a built-in agent suite (or `agent:PATH.j
 run greedily through `agent_rollout` (the path training samples through) for each seed.
 Reported per suite and tier: completion rate with a task-bootstrap CI (tasks resampled,
 seeds averaged per task first), steps used, invalid calls, tool errors, recovery rate
-(successes after an error), intact rate, sandbox seconds and timeouts, env errors; and per
+(successes after an error), intact rate, safe rate (episodes without a `safe_actions` flag), sandbox seconds and timeouts, env errors; and per
 turn the share of turns with an invalid call. Written to `OUT/agent_results.json`.
 
 Each suite is also a `SuiteResult` (`agent_suite_result`: track "agent", primary metric
-`completion`, `intact` beside it, per-task scores over seeds) that goes into `results.json`
+`completion`, `intact` and `safe` beside it, per-task scores over seeds) that goes into `results.json`
 with the other suites, so `temper eval compare`, the gate (`no significant regression on
 agent:workspace`) and the HTML report read agent suites like any other; one row per episode
 goes into `samples.jsonl`. Episodes the environment failed are left out of every metric and
@@ -42,6 +42,7 @@ def agent_suite_result(
 
     completion: dict[str, list[float]] = {}
     intact: dict[str, list[float]] = {}
+    safe: dict[str, list[float]] = {}
     records = []
     for seed, e in episodes:
         st = e.stats
@@ -57,12 +58,15 @@ def agent_suite_result(
                 "invalid_calls": st.invalid_calls,
                 "tool_errors": st.tool_errors,
                 "intact": st.intact,
+                "unsafe_actions": st.unsafe_actions,
+                "unsafe_reasons": st.unsafe_reasons,
                 "detail": st.error,
             }
         )
         if st.status == "scored":
             completion.setdefault(e.task.id, []).append(float(st.success))
             intact.setdefault(e.task.id, []).append(float(st.intact))
+            safe.setdefault(e.task.id, []).append(float(st.unsafe_actions == 0))
     if not completion:
         raise ValueError(f"agent suite {name}: every episode ended in an environment error")
     env_errors = sum(1 for _, e in episodes if e.stats.status != "scored")
@@ -76,10 +80,11 @@ def agent_suite_result(
         metrics={
             "completion": MetricResult.from_scores("completion", list(completion.values())),
             "intact": MetricResult.from_scores("intact", list(intact.values())),
+            "safe": MetricResult.from_scores("safe", list(safe.values())),
         },
         primary_metric="completion",
         task_scores=completion,
-        metric_task_scores={"intact": intact},
+        metric_task_scores={"intact": intact, "safe": safe},
         verifier_errors=env_errors,
         notes=[f"{env_errors} episode(s) ended in an environment error: left out of every metric"]
         if env_errors

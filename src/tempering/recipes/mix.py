@@ -15,6 +15,7 @@ from tempering.atomic import write_jsonl_atomic
 from tempering.config import ConfigError, MixConfig, load_config
 from tempering.data.io import NoRows, RowError, iter_rows, write_quarantine
 from tempering.data.mixing import MixSource, draw_mix, mix_report, plan_mix, row_text, word_count
+from tempering.data.safety import row_problem
 from tempering.runs.stage import StageSpec, input_list, run_stage
 
 
@@ -62,8 +63,9 @@ def token_counter(spec: str | None) -> Callable[[list[str]], list[int]]:
     return lambda texts: [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
 
 
-def read_source(paths: list[str], errors: list[RowError]) -> list[Any]:
-    """Every JSON-object row of `paths`; unparsable and non-object rows go to `errors`."""
+def read_source(paths: list[str], errors: list[RowError], track: str = "general") -> list[Any]:
+    """Every JSON-object row of `paths`; unparsable and non-object rows go to `errors`, and so do
+    rows of a `safety` source without a known category and label (`data.safety.row_problem`)."""
     rows = []
     for p in paths:
         if not Path(p).exists():
@@ -73,6 +75,8 @@ def read_source(paths: list[str], errors: list[RowError]) -> list[Any]:
                 errors.append(RowError(str(p), where, str(parse_error), row))
             elif not isinstance(row, dict):
                 errors.append(RowError(str(p), where, f"row is not a JSON object (got {type(row).__name__})", row))
+            elif track == "safety" and (problem := row_problem(row)) is not None:
+                errors.append(RowError(str(p), where, problem, row))
             else:
                 rows.append(row)
     return rows
@@ -86,7 +90,7 @@ def load_sources(cfg: MixConfig, count: Callable[[list[str]], list[int]]) -> tup
         r = cfg.replay
         specs.append((r.name, r.data, "general", 1.0, r.max_epochs, True))
     for name, data, track, weight, max_epochs, replay in specs:
-        rows = read_source(data, errors)
+        rows = read_source(data, errors, track)
         if not rows:
             raise NoRows(f"{', '.join(data)}: source {name!r} has no valid rows")
         sources.append(MixSource(name, track, weight, rows, count([row_text(r) for r in rows]), max_epochs, replay))

@@ -9,6 +9,7 @@ from tempering.verifiers import answers as _answers  # noqa: F401  (registers nu
 from tempering.verifiers import code as _code  # noqa: F401  (registers code)
 from tempering.verifiers import reasoning_gym as _reasoning_gym  # noqa: F401  (registers reasoning_gym)
 from tempering.verifiers import reward_model as _reward_model  # noqa: F401  (registers reward_model)
+from tempering.verifiers import safety as _safety  # noqa: F401  (registers refusal/abstain)
 from tempering.verifiers import structure as _structure  # noqa: F401  (registers format/tool_call/composite)
 from tempering.verifiers import verifiers_rubric as _verifiers_rubric  # noqa: F401  (registers verifiers)
 from tempering.verifiers.base import VERIFIERS, UnknownVerifier, VerifierError, register, score

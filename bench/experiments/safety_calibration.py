@@ -1,0 +1,296 @@
+"""Refusal and abstention calibration on the default model: safety SFT with look-alike rows vs a naive
+"refuse more" set without them, 3 seeds, paired CIs on held-out templates and items (docs/safety.md).
+
+    python bench/experiments/safety_calibration.py [--seeds 0 1 2] [--steps 30] [--replay 120]
+
+1. The detectors on the labelled replies (tests/fixtures/safety_replies.jsonl): precision and
+   recall, all rows and the rows written after the rules were frozen.
+2. The base model on the held-out suites through the one rollout path, greedy:
+   safety-refuse, safety-comply, honesty-unknown, honesty-known, arithmetic, rg-chain-sum.
+3. Per seed, two LoRA SFT runs of equal steps on `data.safety.safety_sft_rows(train)` plus
+   replayed arithmetic conversations: `calibrated` (all four kinds: decline, look-alike
+   answers, abstain, known answers) and `naive` (declines and abstentions only).
+4. Each run on the same suites; per suite the paired bootstrap of after - before per seed, and
+   pooled (each task's mean over the seeds against its base score).
+
+Writes bench/results/safety.json. A learning run, not a timed benchmark: it records the load
+average and what else ran beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITES = {
+    "safety-refuse": None,
+    "safety-comply": None,
+    "honesty-unknown": None,
+    "honesty-known": None,
+    "arithmetic": 30,
+    "rg-chain-sum": 30,
+}
+NAIVE_SUITES = ("safety-refuse", "safety-comply")
+"""The naive arm is measured where the contrast is: does refusing more make it over-refuse."""
+
+
+def others_running() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,pcpu,args", "--sort=-pcpu"], capture_output=True, text=True).stdout
+    return [line.strip()[:160] for line in out.splitlines()[1:8] if str(os.getpid()) not in line]
+
+
+def detector_figures() -> dict:
+    from tempering.verifiers.safety import detect_abstention, detect_refusal
+
+    rows = [json.loads(line) for line in (ROOT / "tests/fixtures/safety_replies.jsonl").read_text().splitlines()]
+    out = {}
+    for name, detect in (("refusal", detect_refusal), ("abstention", detect_abstention)):
+        for subset, keep in (("all", lambda r: True), ("frozen", lambda r: "written" in r)):
+            mine = [r for r in rows if r["detector"] == name and keep(r)]
+            tp = sum(detect(r["reply"]).hit and r["label"] for r in mine)
+            fp = sum(detect(r["reply"]).hit and not r["label"] for r in mine)
+            fn = sum(not detect(r["reply"]).hit and r["label"] for r in mine)
+            out[f"{name}_{subset}"] = {
+                "replies": len(mine),
+                "precision": tp / max(1, tp + fp),
+                "recall": tp / max(1, tp + fn),
+                "tp": tp,
+                "fp": fp,
+                "fn": fn,
+            }
+    return out
+
+
+def suite_tasks(limit: int | None) -> dict:
+    from tempering.evals.suite import load_suite
+
+    return {name: load_suite(name).task_list[: min(n or 10**6, limit or 10**6)] for name, n in SUITES.items()}
+
+
+def scores(model: str, tasks: dict) -> dict:
+    """Per suite, per-task greedy scores and a few replies (the one rollout path)."""
+    from tempering.config import EngineSettings, SamplingSettings
+    from tempering.rollout.rollout import ThreadRewardWorkers, rollout
+    from tempering.rollout.select import load_engine
+
+    engine = load_engine(EngineSettings(), model)
+    out = {}
+    with ThreadRewardWorkers(2) as workers:
+        for name, ts in tasks.items():
+            t0 = time.time()
+            groups = rollout(ts, engine, SamplingSettings(temperature=0, max_new_tokens=40), workers)
+            print(f"  {name}: {len(ts)} tasks {time.time() - t0:.0f}s", flush=True)
+            out[name] = {
+                "scores": [g[0].reward.value if g[0].scored else 0.0 for g in groups],
+                "examples": [{"prompt": t.prompt, "reply": g[0].completion} for t, g in list(zip(ts, groups))[:4]],
+            }
+    return out
+
+
+def train(tag: str, arm: str, seed: int, args, data_dir: Path) -> str:
+    from tempering.config import DEFAULT_MODEL, DataSettings, LoraSettings, OptimSettings, SFTConfig, TrainSettings
+    from tempering.recipes.sft import run_sft
+
+    cfg = SFTConfig(
+        model=DEFAULT_MODEL,
+        lora=LoraSettings(r=16, alpha=32),
+        data=DataSettings(train=[str(data_dir / f"{arm}.jsonl")], max_length=192, packing=False),
+        train=TrainSettings(
+            steps=args.steps,
+            batch_size=8,
+            seed=seed,
+            threads=args.threads,
+            optim=OptimSettings(lr=args.lr, warmup_steps=3, schedule="cosine"),
+        ),
+        out=args.out,
+        name=f"safety-{arm}-{tag}-seed{seed}",
+    )
+    return run_sft(cfg)["final"]
+
+
+def write_data(data_dir: Path, replay: int) -> dict:
+    from tempering.data.builtin import arithmetic_conversations
+    from tempering.data.safety import safety_sft_rows
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    general = arithmetic_conversations(replay, seed=5, split="train")
+    counts = {}
+    for arm, lookalikes in (("calibrated", True), ("naive", False)):
+        rows = safety_sft_rows("train", lookalikes=lookalikes) + general
+        if not (data_dir / f"{arm}.jsonl").exists():  # parallel processes: the first writes it whole
+            save(data_dir / f"{arm}.jsonl", rows, lines=True)
+        counts[arm] = len(rows)
+    return counts
+
+
+def compare(base: dict, runs: list[dict]) -> dict:
+    from tempering.evals.stats import bootstrap_ci, paired_bootstrap
+
+    out = {}
+    for suite in runs[0]:
+        b = base[suite]["scores"]
+        per_seed = [paired_bootstrap(b, r[suite]["scores"]).to_dict() for r in runs]
+        pooled_after = [sum(r[suite]["scores"][i] for r in runs) / len(runs) for i in range(len(b))]
+        out[suite] = {
+            "tasks": len(b),
+            "before": bootstrap_ci(b).to_dict(),
+            "after_per_seed": [sum(r[suite]["scores"]) / len(b) for r in runs],
+            "delta_per_seed": per_seed,
+            "delta_pooled": paired_bootstrap(b, pooled_after).to_dict(),
+        }
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--replay", type=int, default=120, help="arithmetic conversations replayed into both sets")
+    p.add_argument("--arms", nargs="+", default=["calibrated", "naive"])
+    p.add_argument("--out", default="/tmp/safety-bench")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1: on a loaded host more oversubscribe)")
+    p.add_argument("--tag", default="v2", help="part of the training runs' names")
+    p.add_argument("--compute-base", action="store_true", help="evaluate the base model first (one process does)")
+    p.add_argument("--first-recipe", default=None, help="a safety.json of an earlier recipe, kept under first_recipe")
+    p.add_argument("--limit", type=int, default=None, help="at most this many tasks per suite (a smoke run)")
+    args = p.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from tempering.config import DEFAULT_MODEL
+
+    t0 = time.time()
+    load_start, busy_start = os.getloadavg(), others_running()
+    detectors = detector_figures()
+    print(json.dumps(detectors), flush=True)
+    units = Path(args.out) / "units"  # one file per base eval and per trained run: parallel processes share them
+    units.mkdir(parents=True, exist_ok=True)
+    data_dir = Path(args.out) / "data"
+    counts = write_data(data_dir, args.replay)
+    tasks = suite_tasks(args.limit)
+    if args.compute_base and not (units / "base.json").exists():
+        save(units / "base.json", scores(DEFAULT_MODEL, tasks))
+    for seed in args.seeds:
+        for arm in args.arms:
+            unit = units / f"{arm}-seed{seed}.json"
+            if unit.exists():
+                continue
+            final = train(args.tag, arm, seed, args, data_dir)
+            mine = tasks if arm == "calibrated" else {s: tasks[s] for s in NAIVE_SUITES}
+            save(unit, scores(final, mine))
+            print(arm, seed, f"{time.time() - t0:.0f}s", flush=True)
+    while not (units / "base.json").exists():  # another process computes it
+        time.sleep(10)
+    base = json.loads((units / "base.json").read_text())
+    arms: dict[str, list[dict]] = {}
+    for arm in ("calibrated", "naive"):
+        for unit in sorted(units.glob(f"{arm}-seed*.json")):
+            arms.setdefault(arm, []).append(json.loads(unit.read_text()))
+    for arm, runs in arms.items():
+        for r in runs:
+            print(arm, {s: round(sum(v["scores"]) / len(v["scores"]), 3) for s, v in r.items()}, flush=True)
+    if "calibrated" in arms:
+        write(args, arms, base, detectors, counts, t0, load_start, busy_start)
+
+
+def _first_recipe(path: str | None) -> dict | None:
+    """The headline figures of an earlier recipe's safety.json (kept beside the new ones)."""
+    if path is None:
+        return None
+    old = json.loads(Path(path).read_text())
+    keys = [k for k, v in old.items() if not isinstance(v, (dict, list)) and k != "note"]
+    return {
+        "what": "the same bench before the look-alike answers shared an opener (seed 0, calibrated arm only)",
+        **{k: old[k] for k in keys},
+        "after": {s: v["after_per_seed"] for s, v in old["suites"]["calibrated"].items()},
+        "examples_after": old["examples_after"]["calibrated"],
+    }
+
+
+def save(path: Path, unit, lines: bool = False) -> None:
+    """Written whole, then renamed into place (a parallel process never reads half a file)."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in unit) if lines else json.dumps(unit))
+    tmp.rename(path)
+
+
+def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float, load_start, busy_start) -> None:
+    """The results so far (rewritten after every run, so a cut-short bench keeps what it measured)."""
+    from tempering.config import DEFAULT_MODEL
+
+    results = {arm: compare(base, runs) for arm, runs in arms.items()}
+    ours = results["calibrated"]
+
+    def neg(c: dict) -> dict:  # a rate of failures is 1 - accuracy: its delta and CI flip
+        return {"delta": -c["delta"], "low": -c["high"], "high": -c["low"]}
+
+    under = neg(ours["safety-refuse"]["delta_pooled"])
+    over = neg(ours["safety-comply"]["delta_pooled"])
+    naive_over = neg(results["naive"]["safety-comply"]["delta_pooled"]) if "naive" in results else None
+    result = {
+        "what": "safety SFT with look-alikes (calibrated) vs without (naive), default model, held-out templates+items",
+        "model": DEFAULT_MODEL,
+        "refusal_detector_precision": detectors["refusal_all"]["precision"],
+        "refusal_detector_recall": detectors["refusal_all"]["recall"],
+        "abstention_detector_precision": detectors["abstention_all"]["precision"],
+        "abstention_detector_recall": detectors["abstention_all"]["recall"],
+        "under_refusal_delta": under["delta"],
+        "under_refusal_delta_ci_high": under["high"],
+        "over_refusal_delta": over["delta"],
+        "over_refusal_delta_ci_low": over["low"],
+        "over_refusal_delta_ci_high": over["high"],
+        "abstention_delta": ours["honesty-unknown"]["delta_pooled"]["delta"],
+        "abstention_delta_ci_low": ours["honesty-unknown"]["delta_pooled"]["low"],
+        "known_accuracy_delta": ours["honesty-known"]["delta_pooled"]["delta"],
+        "known_accuracy_delta_ci_low": ours["honesty-known"]["delta_pooled"]["low"],
+        "naive_over_refusal_delta": naive_over["delta"] if naive_over else None,
+        "naive_over_refusal_delta_ci_low": naive_over["low"] if naive_over else None,
+        "naive_over_refusal_delta_ci_high": naive_over["high"] if naive_over else None,
+        "seeds_done": {arm: len(runs) for arm, runs in arms.items()},
+        "detectors": detectors,
+        "suites": results,
+        "base": {
+            s: {"accuracy": sum(v["scores"]) / len(v["scores"]), "examples": v["examples"]} for s, v in base.items()
+        },
+        "examples_after": {arm: {s: v["examples"] for s, v in runs[0].items()} for arm, runs in arms.items()},
+        "training": {
+            "steps": args.steps,
+            "batch_size": 8,
+            "lr": args.lr,
+            "lora": "r16 alpha32",
+            "rows": counts,
+            "replay": f"{args.replay} builtin:arithmetic train conversations in both sets",
+        },
+        "decoding": "greedy, max_new_tokens 40",
+        "seeds": {arm: len(runs) for arm, runs in arms.items()},
+        "first_recipe": _first_recipe(args.first_recipe),
+        "threads": args.threads,
+        "seconds": round(time.time() - t0, 1),
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
+        "also_running_at_start": busy_start,
+        "also_running_at_end": others_running(),
+        "note": "other helpers' work ran beside it on the same 2 cores: times are load-bound, scores are not",
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / ("safety.json" if args.limit is None else "safety_smoke.json")).write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if not isinstance(v, (dict, list))}, indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()
