@@ -57,6 +57,11 @@ class DataSettings(Strict):
 
 
 class OptimSettings(Strict):
+    name: Literal["adamw", "sgd"] = "adamw"
+    """`adamw`, or `sgd` (no momentum: it keeps no state per parameter)."""
+    state_bits: Literal[32, 8] = 32
+    """Bits per value of AdamW's two moment states: 32, or 8 (torchao's `AdamW8bit`: blockwise
+    int8 codes, ~4x smaller states; extra `tempering[memory]`; docs/memory.md)."""
     lr: float = Field(2e-5, gt=0)
     """Peak learning rate."""
     weight_decay: float = Field(0.0, ge=0)
@@ -71,6 +76,12 @@ class OptimSettings(Strict):
     """Final learning rate as a fraction of `lr`."""
     max_grad_norm: float | None = Field(1.0, gt=0)
     """Clip the global gradient norm to this (None: no clipping, norm still checked)."""
+
+    @model_validator(mode="after")
+    def _states(self) -> OptimSettings:
+        if self.state_bits != 32 and self.name == "sgd":
+            raise ValueError("train.optim.state_bits: 8 quantises optimizer states, and sgd keeps none; use adamw")
+        return self
 
 
 class GuardSettings(Strict):

@@ -37,6 +37,7 @@ from tempering.train.checkpoint import (
 from tempering.train.consumed import ConsumedLog
 from tempering.train.guard import AnomalyGuard
 from tempering.train.metrics import MetricsLog, NoMetrics, console, quiet_console
+from tempering.train.optimizer import build_optimizer, set_lr
 from tempering.train.progress import TrainProgress
 from tempering.train.schedule import lr_at
 
@@ -189,8 +190,7 @@ class Trainer:
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.named:
             raise ValueError("model has no trainable parameters")
-        o = settings.optim
-        opt = torch.optim.AdamW([p for _, p in self.named], lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+        opt = build_optimizer([p for _, p in self.named], settings.optim)
         self.optimizer = self.accelerator.prepare_optimizer(opt)
         self.guard = AnomalyGuard(settings.guard)
         metrics = self.run_dir / "metrics.jsonl"
@@ -363,8 +363,7 @@ class Trainer:
                 self._rollback()
             return None
         lr = lr_at(self.step, self.settings.total_steps, self.settings.optim, self.lr_scale)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(self.optimizer, lr)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.guard.record_good(loss)
