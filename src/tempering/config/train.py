@@ -116,6 +116,17 @@ class EarlyStoppingSettings(Strict):
     """An improvement smaller than this does not count."""
 
 
+class MoESettings(Strict):
+    aux_loss: float = Field(0.0, ge=0)
+    """Weight of the load-balancing loss (Switch: E x sum_e share_e x mean_prob_e, 1 when balanced),
+    mean over layers, added to the objective's loss (transformers' `router_aux_loss_coef` is 0.001)."""
+    z_loss: float = Field(0.0, ge=0)
+    """Weight of the router z-loss (mean logsumexp(router logits)^2, ST-MoE), mean over layers."""
+    router_replay: bool = False
+    """GRPO: the rollout records each token's experts and the trainer's forward pass uses them
+    (weights from the current router), so the policy ratio is computed on the sampled routing."""
+
+
 class TrainSettings(Strict):
     steps: int | None = Field(None, ge=1)
     """Optimizer steps to run (exactly one of `steps` and `epochs`)."""
@@ -152,6 +163,8 @@ class TrainSettings(Strict):
     fsdp: bool = False
     """Shard parameters, gradients and optimizer state over the torchrun processes (FSDP2,
     `fully_shard` per decoder layer); full-parameter training only (docs/scale.md)."""
+    moe: MoESettings | None = None
+    """Mixture-of-experts models: balance terms and router replay (docs/moe.md); an error on a dense model."""
     max_minutes: float | None = Field(None, gt=0)
     """Stop early (with a checkpoint) once training has run this long in this process."""
     log_every: int = Field(1, ge=1)
