@@ -119,3 +119,16 @@ def test_replayed_routing_is_used_and_rows_marked_minus_one_keep_their_own():
     assert torch.equal(tap.records[0][0][1][5:], forced[5:, 0])
     assert torch.allclose(replayed[0], natural[0], atol=1e-6)
     assert not torch.allclose(replayed[1], natural[1], atol=1e-3)
+
+
+def test_lora_on_experts_trains_adapters_of_the_expert_tensors(tmp_path):
+    from tempering.config import LoraSettings
+    from tempering.models.lora import apply_lora
+
+    model = apply_lora(tiny_moe(), LoraSettings(r=4, experts=True), "tiny")
+    trained = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert any("mlp.experts" in n and "lora_A" in n for n in trained)
+    result = trainer(tmp_path, model, moe={"aux_loss": 0.01}).fit()
+    assert result.steps == 3
+    with pytest.raises(ValueError, match="lora.experts: the model has no experts"):
+        apply_lora(tiny_llama(), LoraSettings(experts=True), "tiny")

@@ -21,6 +21,9 @@ class LoraSettings(Strict):
     """Dropout on the LoRA input."""
     target_modules: list[str] | str = "all-linear"
     """Module names to adapt, or "all-linear"."""
+    experts: bool = False
+    """MoE models: adapt the experts' stacked weight tensors too (PEFT `target_parameters`, one
+    adapter per tensor, shared by the experts); an error on a dense model."""
     last_layers: int | None = Field(None, ge=1)
     """Adapt only the last N decoder layers (None: all). Backward then stops at the lowest
     adapted layer, which makes RL steps much cheaper."""
