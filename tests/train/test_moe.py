@@ -116,6 +116,8 @@ def test_replayed_routing_is_used_and_rows_marked_minus_one_keep_their_own():
     forced[:5] = -1  # the first sequence keeps its own routing
     with RouterTap(model, replay=[forced]) as tap, torch.enable_grad():
         replayed = model(ids).logits
+        with pytest.raises(RuntimeError, match="router replay: a forward pass over 5 tokens"):
+            model(ids[:1])
     assert torch.equal(tap.records[0][0][1][5:], forced[5:, 0])
     assert torch.allclose(replayed[0], natural[0], atol=1e-6)
     assert not torch.allclose(replayed[1], natural[1], atol=1e-3)

@@ -186,6 +186,11 @@ class TrainSettings(Strict):
     def _one_length(self) -> TrainSettings:
         if (self.steps is None) == (self.epochs is None):
             raise ValueError("set exactly one of train.steps and train.epochs")
+        if self.moe is not None and self.moe.router_replay and self.gradient_checkpointing:
+            raise ValueError(
+                "train.moe.router_replay replays the grouped prompt-then-completion passes, which "
+                "train.gradient_checkpointing replaces by whole rows; turn one of them off"
+            )
         needs_eval = [k for k in ("keep_best", "early_stopping") if getattr(self, k) is not None]
         if needs_eval and self.eval_every is None:
             raise ValueError(f"train.{needs_eval[0]} needs train.eval_every (how often the held-out set is measured)")

@@ -7,10 +7,11 @@ block's tokens flattened to (rows, hidden). A `RouterTap` hooks each of them:
 * it records each call's logits and chosen experts (for the load metrics and the balance
   losses; only calls that build a graph, and not the replay of a checkpointed layer in the
   backward pass);
-* it can replay given routing: for a call whose row count matches one of the given routings
-  (rows, layers, k), the experts are those (rows marked -1 keep their own), and the weights
-  are the router's current probabilities of them, so the gradient still reaches the router.
-  The match is by row count, so a recomputed (checkpointed) layer replays the same experts.
+* it can replay given routing: the i-th forward call of each router takes the (i mod n)-th of
+  the n given routings (rows, layers, k) (a GRPO batch: the prompt pass, then the completion
+  pass; a reference pass after them starts again at the prompt). The experts are those (rows
+  marked -1 keep their own), and the weights are the router's current probabilities of them,
+  so the gradient still reaches the router. A call whose row count differs is an error.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class RouterTap:
         self.record = record
         self.replay = list(replay)
         self.records: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in self.modules]
+        self._calls = [0] * len(self.modules)
         self._handles: list[Any] = []
 
     def __enter__(self) -> RouterTap:
@@ -78,10 +80,16 @@ class RouterTap:
         return hook
 
     def _given(self, layer: int, rows: int) -> torch.Tensor | None:
-        for routing in self.replay:
-            if routing.shape[0] == rows:
-                return routing[:, layer].to(torch.long)
-        return None
+        if not self.replay:
+            return None
+        routing = self.replay[self._calls[layer] % len(self.replay)]
+        self._calls[layer] += 1
+        if routing.shape[0] != rows:
+            raise RuntimeError(
+                f"router replay: a forward pass over {rows} tokens where the rollout recorded {routing.shape[0]} "
+                "(replay follows the grouped prompt-then-completion passes; gradient checkpointing runs whole rows)"
+            )
+        return routing[:, layer].to(torch.long)
 
 
 class RoutingRecorder:

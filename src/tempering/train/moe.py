@@ -47,10 +47,13 @@ class MoEWatch:
         """The hooks for one micro-batch: recording, and replaying its routing when asked."""
         replay = []
         if self.settings.router_replay:
-            for name in ("prompt_routing", "completion_routing"):
-                routing = getattr(batch, name, None)
-                if routing is not None:
-                    replay.append(routing.reshape(-1, *routing.shape[-2:]))
+            routings = [getattr(batch, name, None) for name in ("prompt_routing", "completion_routing")]
+            if any(r is None for r in routings):
+                raise ValueError(
+                    "train.moe.router_replay: this batch carries no rollout routing (only single-turn "
+                    "GRPO on the `hf` engine records it)"
+                )
+            replay = [r.reshape(-1, *r.shape[-2:]) for r in routings if r is not None]
         return RouterTap(self.model, replay=replay)
 
     def term(self, tap: RouterTap) -> torch.Tensor | float:
