@@ -32,7 +32,7 @@ class MoEWatch:
 
     def __init__(self, model: Any, settings: MoESettings | None):
         self.model = model
-        self.settings = settings or MoESettings()
+        self.settings = settings or MoESettings(aux_loss=0.0, z_loss=0.0)
         self.experts = num_experts(model)
         self._reset()
 

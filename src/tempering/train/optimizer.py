@@ -33,8 +33,8 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], settings: OptimSetting
 
 def _adamw_8bit(params: list[torch.nn.Parameter], settings: OptimSettings) -> torch.optim.Optimizer:
     try:
-        from torchao.optim import AdamW8bit
-        from torchao.optim.subclass_8bit import OptimState8bit
+        from torchao.optim import AdamW8bit  # pyright: ignore[reportMissingImports]  (optional: extra `memory`)
+        from torchao.optim.subclass_8bit import OptimState8bit  # pyright: ignore[reportMissingImports]
     except ImportError as err:
         raise ValueError(
             "train.optim.state_bits: 8 needs torchao's low-bit optimizers: pip install 'tempering[memory]'"

@@ -22,8 +22,8 @@ import torch
 from tempering.batches import Batch, to_device
 from tempering.config import TrainSettings
 from tempering.models.checkpointing import enable_checkpointing
-from tempering.models.routing import is_moe
 from tempering.models.precision import autocast, resolve_precision
+from tempering.models.routing import is_moe
 from tempering.models.threads import set_threads
 from tempering.train import distributed, fsdp
 from tempering.train.checkpoint import (
