@@ -1,8 +1,8 @@
 """8-bit vs fp32 AdamW states on the default model: loss curves over the same steps, 3 seeds.
 
 Full-parameter training of SmolLM2-135M on real text found on this machine (the Python standard
-library and the licence texts in /usr/share/common-licenses, 128-token chunks, loss on every
-token), `--steps` optimizer steps per run, batch 4, lr 2e-5 with 5 warmup steps, fp32; each seed
+library and the licence texts in /usr/share/common-licenses, 64-token chunks, loss on every
+token), `--steps` optimizer steps per run, batch 2 x 64 tokens, lr 2e-5 with 5 warmup steps, fp32; each seed
 fixes the data order, and the two optimizers see the same batches. The claim: the 8-bit curve
 stays within the seed-to-seed noise of the fp32 one (per-step paired difference and its 95% CI,
 and the final held-out loss of each).
@@ -30,7 +30,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
-CHUNK, BATCH = 128, 4
+CHUNK, BATCH = 64, 2
 
 
 def text_chunks(tokenizer, limit: int) -> list[list[int]]:
