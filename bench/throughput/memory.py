@@ -188,11 +188,23 @@ def summary(runs: dict) -> dict:
     if all("optimizer_state_bytes" in d.get(k, {}) for k in ("none", "8bit")):
         out["optimizer_state_ratio_8bit"] = d["none"]["optimizer_state_bytes"] / d["8bit"]["optimizer_state_bytes"]
     one_b = runs.get("1b", {})
-    if "peak_rss_step_gb" in one_b.get("both", {}):
-        out["full_ft_1b_peak_gb"] = one_b["both"]["peak_rss_step_gb"]
-    n = one_b.get("both", {}).get("params") or _one_b_params()
+    both = one_b.get("both", {})
+    out["full_ft_1b_peak_gb"] = both.get("peak_rss_step_gb")  # None: not measured (the reason is in runs.1b.both)
+    n = both.get("params") or _one_b_params()
     out["plain_adam_1b_bytes_gb"] = {"params": 4 * n / GB, "grads": 4 * n / GB, "adam_states": 8 * n / GB}
     out["plain_adam_1b_bytes_gb"]["total_before_activations"] = 16 * n / GB
+    if "optimizer_state_bytes" in d.get("both", {}):
+        # bytes, not a measurement: the default model's 8-bit state bytes per parameter, and its runtime
+        # overhead (RSS before the step less parameters and states) carried over unchanged
+        per_param = d["both"]["optimizer_state_bytes"] / d["both"]["params"]
+        overhead = d["both"]["rss_before_step_gb"] - (d["both"]["param_bytes"] + d["both"]["optimizer_state_bytes"]) / GB
+        out["levers_1b_bytes_gb"] = {
+            "params": 4 * n / GB,
+            "grads": 4 * n / GB,
+            "adam_states_8bit": per_param * n / GB,
+            "runtime_overhead_from_default": overhead,
+        }
+        out["levers_1b_bytes_gb"]["total_before_activations"] = sum(out["levers_1b_bytes_gb"].values())
     return out
 
 
