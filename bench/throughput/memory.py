@@ -197,7 +197,9 @@ def summary(runs: dict) -> dict:
         # bytes, not a measurement: the default model's 8-bit state bytes per parameter, and its runtime
         # overhead (RSS before the step less parameters and states) carried over unchanged
         per_param = d["both"]["optimizer_state_bytes"] / d["both"]["params"]
-        overhead = d["both"]["rss_before_step_gb"] - (d["both"]["param_bytes"] + d["both"]["optimizer_state_bytes"]) / GB
+        overhead = (
+            d["both"]["rss_before_step_gb"] - (d["both"]["param_bytes"] + d["both"]["optimizer_state_bytes"]) / GB
+        )
         out["levers_1b_bytes_gb"] = {
             "params": 4 * n / GB,
             "grads": 4 * n / GB,

@@ -90,6 +90,10 @@ def test_every_step_of_an_moe_model_logs_per_layer_load(tmp_path):
         assert r["moe_load_cv"] == pytest.approx(sum(r["moe_layer_cv"]) / 2, rel=1e-4)
         assert 0 < r["moe_router_entropy"] < math.log(4)
         assert r["moe_balance_loss"] >= 1.0 and r["moe_z_loss"] > 0
+    from tempering.train.loss_plot import plot_moe_load
+
+    assert plot_moe_load(tmp_path / "metrics.jsonl") == tmp_path / "moe_load.png"
+    assert (tmp_path / "moe_load.png").stat().st_size > 0
 
 
 def test_the_balance_term_reaches_the_routers(tmp_path):
