@@ -62,6 +62,35 @@ def tiny_llama(vocab: int = 64, seed: int = 0, tie: bool = False, attn: str = "s
     return model
 
 
+def tiny_moe(vocab: int = 64, seed: int = 0, experts: int = 4, top_k: int = 2):
+    """A 2-layer random Qwen3-MoE (every MLP a sparse block of `experts`, `top_k` per token)."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3MoeConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        num_experts=experts,
+        num_experts_per_tok=top_k,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    model = Qwen3MoeForCausalLM(cfg)
+    with torch.no_grad():  # transformers starts routers at 0 (every expert tied); give them a direction
+        for name, p in model.named_parameters():
+            if name.endswith("mlp.gate.weight"):
+                p.normal_(0, 0.5)
+    return model
+
+
 def random_examples(n: int, vocab: int = 64, seed: int = 0, lo: int = 6, hi: int = 40) -> list[RenderedExample]:
     """Token sequences whose second half is the 'assistant' part (loss on it only)."""
     rng = random.Random(seed)

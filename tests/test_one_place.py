@@ -496,3 +496,33 @@ def test_planted_number_regexes_are_found():
         "models/e.py": 'P = r"^model\\.layers\\.(\\d+)\\.(.*)$"\n',  # a layer index, not a number answer
     }
     assert number_patterns(planted) == ["agents/a.py", "config/c.py", "evals/b.py", "numbers.py", "verifiers/d.py"]
+
+
+# ------------------------------------------------------------ MoE routers
+def router_finders(files: dict[str, str]) -> list[str]:
+    """Modules that recognise a router by transformers' class name (the `TopKRouter` suffix)."""
+    found = []
+    for name, text in files.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "TopKRouter" in node.value:
+                if not _is_docstring(node, text):
+                    found.append(name)
+    return sorted(set(found))
+
+
+def _is_docstring(node: ast.Constant, text: str) -> bool:
+    return "\n" in node.value or len(node.value) > 40
+
+
+def test_moe_routers_are_found_and_hooked_in_models_routing():
+    """Load metrics, balance terms, the engine's routing record and router replay all reach the
+    routers through models/routing.py, so a new MoE family is one edit there."""
+    assert router_finders(sources()) == ["models/routing.py"]
+
+
+def test_a_planted_router_lookup_is_found():
+    planted = {
+        **sources(),
+        "train/planted.py": "def gates(m):\n    return [x for x in m.modules() if 'TopKRouter' in type(x).__name__]\n",
+    }
+    assert router_finders(planted) == ["models/routing.py", "train/planted.py"]

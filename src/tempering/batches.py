@@ -93,6 +93,11 @@ class GRPOBatch:
     old_logprobs: torch.Tensor | None = None
     """(N, T) the rollout policy's log-probs, for updates after the first (mu > 1) or a stale
     sampler; None: the policy that sampled is the current one (ratio 1)."""
+    prompt_routing: torch.Tensor | None = None
+    """MoE router replay: (P, Tp, layers, k) experts of the prompt tokens as the rollout routed them
+    (-1: the trainer's own routing), laid out like `prompt_ids`."""
+    completion_routing: torch.Tensor | None = None
+    """(N, T, layers, k), laid out like `completion_ids`."""
 
     def to(self, device: torch.device | str) -> GRPOBatch:
         return _moved(self, device)

@@ -148,6 +148,9 @@ class Trajectory(BaseModel):
     finish_reason: str = "stop"
     """How generation ended: "stop" (a stop token) or "length" (cut by the token limit)."""
     status: TrajectoryStatus = "scored"
+    routing: list[list[list[int]]] | None = None
+    """MoE models with router replay: per token, per layer, the experts the rollout sent it to
+    (-1: none recorded)."""
 
     @model_validator(mode="after")
     def _aligned(self) -> Trajectory:

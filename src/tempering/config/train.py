@@ -21,6 +21,9 @@ class LoraSettings(Strict):
     """Dropout on the LoRA input."""
     target_modules: list[str] | str = "all-linear"
     """Module names to adapt, or "all-linear"."""
+    experts: bool = False
+    """MoE models: adapt the experts' stacked weight tensors too (PEFT `target_parameters`, one
+    adapter per tensor, shared by the experts); an error on a dense model."""
     last_layers: int | None = Field(None, ge=1)
     """Adapt only the last N decoder layers (None: all). Backward then stops at the lowest
     adapted layer, which makes RL steps much cheaper."""
@@ -57,6 +60,11 @@ class DataSettings(Strict):
 
 
 class OptimSettings(Strict):
+    name: Literal["adamw", "sgd"] = "adamw"
+    """`adamw`, or `sgd` (no momentum: it keeps no state per parameter)."""
+    state_bits: Literal[32, 8] = 32
+    """Bits per value of AdamW's two moment states: 32, or 8 (torchao's `AdamW8bit`: blockwise
+    int8 codes, ~4x smaller states; extra `tempering[memory]`; docs/memory.md)."""
     lr: float = Field(2e-5, gt=0)
     """Peak learning rate."""
     weight_decay: float = Field(0.0, ge=0)
@@ -71,6 +79,12 @@ class OptimSettings(Strict):
     """Final learning rate as a fraction of `lr`."""
     max_grad_norm: float | None = Field(1.0, gt=0)
     """Clip the global gradient norm to this (None: no clipping, norm still checked)."""
+
+    @model_validator(mode="after")
+    def _states(self) -> OptimSettings:
+        if self.state_bits != 32 and self.name == "sgd":
+            raise ValueError("train.optim.state_bits: 8 quantises optimizer states, and sgd keeps none; use adamw")
+        return self
 
 
 class GuardSettings(Strict):
@@ -103,6 +117,17 @@ class EarlyStoppingSettings(Strict):
     """Stop after this many evaluations in a row without an improvement."""
     min_delta: float = Field(0.0, ge=0)
     """An improvement smaller than this does not count."""
+
+
+class MoESettings(Strict):
+    aux_loss: float = Field(0.0, ge=0)
+    """Weight of the load-balancing loss (Switch: E x sum_e share_e x mean_prob_e, 1 when balanced),
+    mean over layers, added to the objective's loss (transformers' `router_aux_loss_coef` is 0.001)."""
+    z_loss: float = Field(0.0, ge=0)
+    """Weight of the router z-loss (mean logsumexp(router logits)^2, ST-MoE), mean over layers."""
+    router_replay: bool = False
+    """GRPO: the rollout records each token's experts and the trainer's forward pass uses them
+    (weights from the current router), so the policy ratio is computed on the sampled routing."""
 
 
 class TrainSettings(Strict):
@@ -141,6 +166,8 @@ class TrainSettings(Strict):
     fsdp: bool = False
     """Shard parameters, gradients and optimizer state over the torchrun processes (FSDP2,
     `fully_shard` per decoder layer); full-parameter training only (docs/scale.md)."""
+    moe: MoESettings | None = None
+    """Mixture-of-experts models: balance terms and router replay (docs/moe.md); an error on a dense model."""
     max_minutes: float | None = Field(None, gt=0)
     """Stop early (with a checkpoint) once training has run this long in this process."""
     log_every: int = Field(1, ge=1)
@@ -159,6 +186,11 @@ class TrainSettings(Strict):
     def _one_length(self) -> TrainSettings:
         if (self.steps is None) == (self.epochs is None):
             raise ValueError("set exactly one of train.steps and train.epochs")
+        if self.moe is not None and self.moe.router_replay and self.gradient_checkpointing:
+            raise ValueError(
+                "train.moe.router_replay replays the grouped prompt-then-completion passes, which "
+                "train.gradient_checkpointing replaces by whole rows; turn one of them off"
+            )
         needs_eval = [k for k in ("keep_best", "early_stopping") if getattr(self, k) is not None]
         if needs_eval and self.eval_every is None:
             raise ValueError(f"train.{needs_eval[0]} needs train.eval_every (how often the held-out set is measured)")

@@ -24,6 +24,7 @@ def apply_lora(model: Any, settings: LoraSettings, base_spec: str) -> Any:
         if isinstance(targets, str):  # peft needs names with layers_to_transform
             targets = _linear_names(model) if targets == "all-linear" else [targets]
     config = LoraConfig(
+        target_parameters=_expert_parameters(model) if settings.experts else None,
         layers_to_transform=layers,
         r=settings.r,
         lora_alpha=settings.alpha,
@@ -34,6 +35,21 @@ def apply_lora(model: Any, settings: LoraSettings, base_spec: str) -> Any:
     peft_model = get_peft_model(model, config)
     peft_model.peft_config["default"].base_model_name_or_path = loadable_base(base_spec)
     return peft_model
+
+
+def _expert_parameters(model: Any) -> list[str]:
+    """Short names (`mlp.experts.gate_up_proj`) of the experts' stacked weight tensors."""
+    names = sorted(
+        {
+            f"{module_name.split('.layers.')[-1].split('.', 1)[-1]}.{param}"
+            for module_name, module in model.named_modules()
+            if type(module).__name__.endswith("Experts") and ".layers." in module_name
+            for param, _ in module.named_parameters(recurse=False)
+        }
+    )
+    if not names:
+        raise ValueError("lora.experts: the model has no experts (a dense model); remove lora.experts")
+    return names
 
 
 def loadable_base(spec: str) -> str:

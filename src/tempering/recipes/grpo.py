@@ -265,10 +265,24 @@ def grpo_components(
     else:
         model_dir = resolve_model(cfg.model) if cfg.engine.kind == "vllm" else None
         engine = build_engine(cfg.engine, model, tokenizer, precision, model_dir=model_dir)
+    if cfg.train.moe is not None and cfg.train.moe.router_replay:
+        _record_routing(engine)
     source = RolloutSource(
         tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision, workers, tokenizer
     )
     return engine, source, GRPOObjective(cfg.grpo)
+
+
+def _record_routing(engine: Any) -> None:
+    """Router replay: the engine keeps each token's experts (the in-process `hf` engine does)."""
+    from tempering.rollout.engine import HFEngine
+
+    if not isinstance(engine, HFEngine):
+        raise ValueError(
+            f"train.moe.router_replay: the rollout records routing in the `hf` engine only, not "
+            f"{type(engine).__name__}; set engine.kind: hf or router_replay: false"
+        )
+    engine.record_routing = True
 
 
 class MismatchExceeded(ValueError):

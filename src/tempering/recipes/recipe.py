@@ -180,7 +180,7 @@ def with_epoch_steps(recipe: TrainingRecipe, cfg: Any, data: Any) -> Any:
 
 def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Components, tokenizer: Any) -> dict:
     from tempering.recipes.monitor import EvalMonitor
-    from tempering.train.loss_plot import plot_loss
+    from tempering.train.loss_plot import plot_loss, plot_moe_load
     from tempering.train.trainer import Trainer
 
     trainer = Trainer(
@@ -210,6 +210,7 @@ def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Compone
     after = parts.evaluate(result)
     stage.save_model(parts.model, tokenizer, state_dict=trainer.final_state_dict())
     plot = plot_loss(stage.run_dir / "metrics.jsonl") if stage.writes else None
+    moe_plot = plot_moe_load(stage.run_dir / "metrics.jsonl") if stage.writes else None
     summary = {
         "data": data.summary,
         "steps": result.steps,
@@ -217,6 +218,7 @@ def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Compone
         "stopped_early": result.stopped_early,
         "best": monitor.best if monitor is not None else None,
         "loss_plot": str(plot) if plot else None,
+        **({"moe_load_plot": str(moe_plot)} if moe_plot else {}),
         "resumed_from": result.resumed_from,
         "guard": result.counts,
         "train_loss_first": result.loss_first,  # of the first attempt, kept across resumes

@@ -74,6 +74,9 @@ class Completion:
     completed: the text ends before it) or "length"."""
     top_logprobs: list[list[tuple[int, float]]] | None = None
     """Per generated token, the `params.top_logprobs` most likely (token id, log-prob), when asked."""
+    routing: torch.Tensor | None = None
+    """MoE models, when the engine records routing: (prompt + completion tokens, layers, k) experts
+    each token was sent to; -1 for the last token, which no forward pass read."""
 
     @property
     def truncated(self) -> bool:
@@ -256,8 +259,16 @@ class Engine(Protocol):
 class HFEngine:
     """`Engine` over an HF causal LM (plain or PEFT-wrapped), in this process."""
 
-    def __init__(self, model: Any, tokenizer: Any, precision: str = "auto", max_batch_prompts: int = 64):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        precision: str = "auto",
+        max_batch_prompts: int = 64,
+        record_routing: bool = False,
+    ):
         self.model, self.tokenizer = model, tokenizer
+        self.record_routing = record_routing  # MoE: keep each token's experts (router replay)
         self.precision = resolve_precision(precision)
         self.max_batch_prompts = max_batch_prompts
         self._cache_kw = cache_keyword(model)
@@ -298,17 +309,35 @@ class HFEngine:
             with inference_weights(self.model, self.precision):
                 for start in range(0, len(prompts), self.max_batch_prompts):
                     chunk = prompts[start : start + self.max_batch_prompts]
-                    for c in self._generate_chunk(chunk, params, start):
+                    for c in self._generate_recorded(chunk, params, start):
                         c.prompt_index += start
                         out[c.prompt_index].append(c)
         finally:
             self.model.train(was_training)
         return out
 
-    @torch.no_grad()
-    def _generate_chunk(
+    def _generate_recorded(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, first_prompt: int
     ) -> list[Completion]:
+        """`_generate_chunk`, with each token's experts attached when `record_routing` is on."""
+        if not self.record_routing:
+            return self._generate_chunk(prompts, params, first_prompt)
+        from tempering.models.routing import RoutingRecorder
+
+        owners: list[list[int]] = []
+        with RoutingRecorder(self.model) as recorder:
+            completions = self._generate_chunk(prompts, params, first_prompt, owners)
+        return attach_routing(completions, prompts, recorder.calls, owners)
+
+    @torch.no_grad()
+    def _generate_chunk(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        first_prompt: int,
+        owners: list[list[int]] | None = None,
+    ) -> list[Completion]:
+        """`owners`, when given, receives the rows' owners (flat sample index) of each decode call."""
         device, n = self.device, params.n
         ids, mask = left_pad(prompts, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
@@ -379,6 +408,8 @@ class HFEngine:
                 rows.owner = [rows.owner[k] for k in kept]
                 tok, mask, next_pos = tok[keep], mask[keep], next_pos[keep]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            if owners is not None:
+                owners.append(list(rows.owner))
             with autocast(self.precision, device):
                 logits = self.model(
                     input_ids=tok[:, None],
@@ -418,6 +449,29 @@ class HFEngine:
             text = self.tokenizer.decode(tail, skip_special_tokens=False)
             hits.append(any(s in text for s in stop))
         return hits
+
+
+def attach_routing(
+    completions: list[Completion], prompts: Sequence[Sequence[int]], calls: list[torch.Tensor], owners: list[list[int]]
+) -> list[Completion]:
+    """Each completion with the experts of its prompt and completion tokens (`Completion.routing`).
+
+    `calls[0]` is the prefill over the left-padded prompts (rows, layers, k); `calls[s]` the decode
+    step that fed each live row's token s-1, rows owned by `owners[s-1]`."""
+    n = len(completions) // len(prompts)
+    width = max(len(p) for p in prompts)
+    prefill = calls[0].reshape(len(prompts), width, *calls[0].shape[1:])
+    out = []
+    for flat, c in enumerate(completions):
+        prompt_len = len(prompts[flat // n])
+        routing = torch.full((prompt_len + len(c.token_ids), *prefill.shape[2:]), -1, dtype=torch.int16)
+        routing[:prompt_len] = prefill[flat // n, width - prompt_len :]
+        out.append(c)
+        c.routing = routing
+    for step, (call, rows) in enumerate(zip(calls[1:], owners)):
+        for r, owner in enumerate(rows):
+            out[owner].routing[len(prompts[owner // n]) + step] = call[r]  # type: ignore[index]
+    return out
 
 
 def refuse_grammar(engine: Any, params: SamplingParams) -> None:

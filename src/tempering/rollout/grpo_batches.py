@@ -107,7 +107,29 @@ def grpo_tensors(groups: Sequence[GroupRows]) -> GRPOBatch:
         engine_logprobs=engine_logprobs,
         advantages=_advantages([g.advantages for g in groups], width),
         n_real_tokens=int(completion_mask.sum()) + int(prompt_mask.sum()),
+        **_routing(groups, prompt_mask, width),
     )
+
+
+def _routing(groups: Sequence[GroupRows], prompt_mask: torch.Tensor, width: int) -> dict[str, torch.Tensor]:
+    """The rollout's routing laid out like the prompt and completion tensors (router replay), or
+    nothing where a trajectory carries none."""
+    trajs = [t for g in groups for t in g.trajectories]
+    if not trajs or any(t.routing is None for t in trajs):
+        return {}
+    per_token = [torch.tensor(t.routing, dtype=torch.long) for t in trajs]
+    shape = per_token[0].shape[1:]  # (layers, k)
+    prompt = torch.full((*prompt_mask.shape, *shape), -1, dtype=torch.long)
+    completion = torch.full((len(trajs), width, *shape), -1, dtype=torch.long)
+    first = 0
+    for g, group in enumerate(groups):
+        plen = len(group.prompt_ids)
+        prompt[g][prompt_mask[g].bool()] = per_token[first][:plen]  # where the prompt's tokens sit
+        for i in range(first, first + len(group.trajectories)):
+            rest = per_token[i][plen:]
+            completion[i, : rest.shape[0]] = rest
+        first += len(group.trajectories)
+    return {"prompt_routing": prompt, "completion_routing": completion}
 
 
 def _advantages(parts: list[torch.Tensor], width: int) -> torch.Tensor:

@@ -139,6 +139,7 @@ class PendingRollout:
             rewards=[verdict.reward],
             finish_reason=completion.finish_reason,
             status=verdict.status,
+            routing=None if getattr(completion, "routing", None) is None else completion.routing.tolist(),
         )
 
 

@@ -48,3 +48,30 @@ def plot_loss(metrics: Path, out: Path | None = None) -> Path | None:
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     return out
+
+
+def plot_moe_load(metrics: Path, out: Path | None = None) -> Path | None:
+    """`moe_load.png` next to `metrics`: per-layer expert load heatmaps (token share) of the first and
+    last logged steps, and the load CV per step; None for a dense model's run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    rows = [r for r in read_metrics(metrics) if "event" not in r and "moe_layer_share" in r]
+    if not rows:
+        return None
+    out = out or metrics.with_name("moe_load.png")
+    fig = Figure(figsize=(11, 3.4))
+    first, last, curve = fig.subplots(1, 3)
+    top = max(max(max(row) for row in r["moe_layer_share"]) for r in (rows[0], rows[-1]))
+    for ax, r in ((first, rows[0]), (last, rows[-1])):
+        image = ax.imshow(r["moe_layer_share"], cmap="viridis", vmin=0, vmax=top, aspect="auto")
+        ax.set(title=f"step {r['step']}: token share", xlabel="expert", ylabel="layer")
+    fig.colorbar(image, ax=last)
+    curve.plot([r["step"] for r in rows], [r["moe_load_cv"] for r in rows], label="load CV (mean over layers)")
+    curve.set(title=f"{metrics.parent.name}: expert load", xlabel="step")
+    curve.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    return out

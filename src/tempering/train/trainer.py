@@ -23,6 +23,7 @@ from tempering.batches import Batch, to_device
 from tempering.config import TrainSettings
 from tempering.models.checkpointing import enable_checkpointing
 from tempering.models.precision import autocast, resolve_precision
+from tempering.models.routing import is_moe
 from tempering.models.threads import set_threads
 from tempering.train import distributed, fsdp
 from tempering.train.checkpoint import (
@@ -37,6 +38,8 @@ from tempering.train.checkpoint import (
 from tempering.train.consumed import ConsumedLog
 from tempering.train.guard import AnomalyGuard
 from tempering.train.metrics import MetricsLog, NoMetrics, console, quiet_console
+from tempering.train.moe import MoEWatch, check_moe_settings, tap_for
+from tempering.train.optimizer import build_optimizer, set_lr
 from tempering.train.progress import TrainProgress
 from tempering.train.schedule import lr_at
 
@@ -185,12 +188,13 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.callbacks = list(callbacks)
+        check_moe_settings(model, settings.moe)
         self.model = self._place(model, settings)
+        self.moe = MoEWatch(self.model, settings.moe) if is_moe(self.model) else None
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.named:
             raise ValueError("model has no trainable parameters")
-        o = settings.optim
-        opt = torch.optim.AdamW([p for _, p in self.named], lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+        opt = build_optimizer([p for _, p in self.named], settings.optim)
         self.optimizer = self.accelerator.prepare_optimizer(opt)
         self.guard = AnomalyGuard(settings.guard)
         metrics = self.run_dir / "metrics.jsonl"
@@ -317,12 +321,16 @@ class Trainer:
         losses: list[torch.Tensor] = []
         stats_of: dict[str, list[float | torch.Tensor]] = {}
         for batch in micro:
-            with autocast(self.precision, device):
-                loss_sum, stats = self.objective.loss(self.model, _to(batch, device))
-            for key, value in stats.items():
-                stats_of.setdefault(key, []).append(value)
-            loss = loss_sum / max(total_units, 1)
-            self.accelerator.backward(loss)
+            batch = _to(batch, device)
+            with tap_for(self.moe, batch) as tap:  # MoE: router hooks through the backward pass
+                with autocast(self.precision, device):
+                    loss_sum, stats = self.objective.loss(self.model, batch)
+                for key, value in stats.items():
+                    stats_of.setdefault(key, []).append(value)
+                loss = loss_sum / max(total_units, 1)
+                # the balance term once per step: gradients are summed over micro-batches and ranks
+                balance = self.moe.term(tap) / (len(micro) * self.world.size) if self.moe is not None else 0.0
+                self.accelerator.backward(loss + balance)
             losses.append(loss.detach())
         loss_value, extra = _read_step(losses, stats_of)
         if distributed.any_rank(not math.isfinite(loss_value)):  # every rank skips the step, or none
@@ -357,14 +365,15 @@ class Trainer:
         if not self.settings.guard.enabled and (grad_norm is None or not math.isfinite(grad_norm)):
             raise TrainingDiverged(f"step {self.step}: non-finite loss or gradient with the guard disabled")
         if bad:
+            if self.moe is not None:
+                self.moe.stats()  # the skipped step's router statistics are dropped with it
             self.optimizer.zero_grad(set_to_none=True)
             self.metrics.event("skip", reason=bad, step=self.step, loss=loss, grad_norm=grad_norm)
             if self.guard.record_bad(bad):
                 self._rollback()
             return None
         lr = lr_at(self.step, self.settings.total_steps, self.settings.optim, self.lr_scale)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(self.optimizer, lr)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.guard.record_good(loss)
@@ -373,6 +382,7 @@ class Trainer:
         dt = time.perf_counter() - t0
         stats = getattr(self.batches, "stats", None)  # optional on a BatchSource
         source_stats = stats() if stats is not None else {}
+        moe_stats = self.moe.stats() if self.moe is not None else {}
         return {
             "step": self.step,
             "loss": loss,
@@ -383,6 +393,7 @@ class Trainer:
             "step_s": dt,
             **extra,
             **source_stats,
+            **moe_stats,
         }
 
     # -- the loop ----------------------------------------------------------------------
