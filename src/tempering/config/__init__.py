@@ -71,6 +71,7 @@ from tempering.config.train import (
     ReplaySettings,
     TrainSettings,
 )
+from tempering.config.vision import VisionSFTConfig
 
 __all__ = [
     "RunSettings",
@@ -99,6 +100,7 @@ __all__ = [
     "ChatConfig",
     "ScaleSettings",
     "SFTConfig",
+    "VisionSFTConfig",
     "TaskSourceSettings",
     "SOURCE_NAME",
     "RewardPart",

@@ -5,7 +5,8 @@ SigLIP vision encoder (random weights, transformers' `SiglipVisionModel`), LLaVA
 projector, and a causal language model whose weights are copied in (the default model by
 default). Its processor is transformers' `LlavaProcessor` over the language model's tokenizer
 plus an `<image>` token and the PIL SigLIP image processor (no torchvision needed); its chat
-template is the language model's ChatML with content parts, so a text turn renders as it did.
+template is ChatML with content parts (SmolLM2's turn markup, without its default system turn:
+image prompts stay short).
 
 A real VLM (Qwen2-VL, SmolVLM/Idefics3, LLaVA) is a saved directory: `load_vlm` reads it with
 `AutoModelForImageTextToText` and `AutoProcessor`, the same calls as for the assembled one.
@@ -23,8 +24,6 @@ IMAGE_TOKEN = "<image>"
 
 CHATML_WITH_IMAGES = (
     "{% for message in messages %}"
-    "{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\\n' + default_system + '<|im_end|>\\n' }}{% endif %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' }}"
     "{% if message['content'] is string %}{{ message['content'] }}"
     "{% else %}{% for part in message['content'] %}"
@@ -33,7 +32,6 @@ CHATML_WITH_IMAGES = (
     "{{ '<|im_end|>\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 
 @dataclass(frozen=True)
@@ -59,15 +57,27 @@ def vlm_processor(tokenizer: Any, tower: VisionTower) -> Any:
     if IMAGE_TOKEN not in tokenizer.get_vocab():
         tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
     images = SiglipImageProcessorPil(size={"height": tower.image_size, "width": tower.image_size})
-    template = CHATML_WITH_IMAGES.replace("default_system", repr(DEFAULT_SYSTEM))
     return LlavaProcessor(
         image_processor=images,
         tokenizer=tokenizer,
         patch_size=tower.patch_size,
         vision_feature_select_strategy="full",
         image_token=IMAGE_TOKEN,
-        chat_template=template,
+        chat_template=CHATML_WITH_IMAGES,
     )
+
+
+def keep_first_layers(language_model: Any, layers: int) -> Any:
+    """`language_model` cut to its first `layers` decoder layers (embeddings, final norm and head
+    kept): a cheaper language model that is still the same model's weights."""
+    total = language_model.config.num_hidden_layers
+    if not 1 <= layers <= total:
+        raise ValueError(f"lm layers {layers} is not in 1..{total} (the model's decoder layers)")
+    language_model.model.layers = language_model.model.layers[:layers]
+    language_model.config.num_hidden_layers = layers
+    if getattr(language_model.config, "layer_types", None):
+        language_model.config.layer_types = language_model.config.layer_types[:layers]
+    return language_model
 
 
 def assemble_vlm(language_model: Any, tokenizer: Any, tower: VisionTower = VisionTower(), seed: int = 0):
@@ -124,6 +134,18 @@ def is_vlm_dir(path: str | Path) -> bool:
     return (path / "preprocessor_config.json").is_file() or (path / "processor_config.json").is_file()
 
 
+def is_vlm(spec: str) -> bool:
+    """Whether a model spec names a vision-language model (or an adapter over one)."""
+    from tempering.models.load import ModelNotFound, adapter_base, resolve_model
+
+    try:
+        local = resolve_model(spec)
+    except ModelNotFound:
+        return False
+    base = adapter_base(local)
+    return is_vlm_dir(local) or (base is not None and is_vlm(base))
+
+
 def load_vlm(spec: str, dtype: str = "float32") -> tuple[Any, Any]:
     """(model, processor) for a saved VLM directory (assembled here or a real one); an adapter
     directory loads its base with the adapter attached (trainable)."""
@@ -155,16 +177,26 @@ def part_of(name: str) -> str:
     return "language"
 
 
+def part_modules(model: Any, parts: set[str]) -> list[str]:
+    """The names of the top modules of `parts` (what PEFT's `modules_to_save` takes)."""
+    names = {n for n, _ in model.named_modules() if n.rsplit(".", 1)[-1] in _PART_MODULES}
+    return sorted({n.rsplit(".", 1)[-1] for n in names if part_of(n + ".") in parts})
+
+
+_PART_MODULES = ("vision_tower", "multi_modal_projector", "visual", "vision_model", "connector")
+
+
 def trainable_parts(model: Any, parts: set[str]) -> dict[str, int]:
     """Train only the parameters of `parts` (a subset of `VLM_PARTS`); LoRA parameters stay
-    trainable wherever they sit. Returns the trainable parameter count per part."""
+    trainable wherever they sit (a PEFT wrapper's frozen `original_module` copies never). Returns the
+    trainable parameter count per part."""
     unknown = parts - set(VLM_PARTS)
     if unknown:
         raise ValueError(f"unknown VLM part(s) {sorted(unknown)}; expected some of {', '.join(VLM_PARTS)}")
     counts = dict.fromkeys(VLM_PARTS, 0)
     for name, p in model.named_parameters():
         part = part_of(name)
-        p.requires_grad_("lora_" in name or part in parts)
+        p.requires_grad_(("lora_" in name or part in parts) and "original_module" not in name)
         if p.requires_grad:
             counts[part] += p.numel()
     return counts
