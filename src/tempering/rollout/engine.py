@@ -308,18 +308,18 @@ class HFEngine:
             self.model.load_state_dict(state)
 
     def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
-        """Token ids of a conversation rendered up to the assistant's turn (an `ImagePrompt`
-        when it holds images and the engine has the model's processor)."""
-        from tempering.data.images import has_images
-
-        if has_images(messages):
-            if self.processor is None:
-                raise ValueError("a prompt with images needs a vision model's processor (HFEngine(processor=...))")
+        """Token ids of a conversation rendered up to the assistant's turn; with the model's
+        processor (a vision model), an `ImagePrompt` rendered by the processor's chat template."""
+        if self.processor is not None:
             from tempering.data.vision_render import prompt_inputs
 
             inputs = prompt_inputs(self.processor, messages)
             pixels = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids")}
             return ImagePrompt(inputs["input_ids"][0].tolist(), pixels)
+        from tempering.data.images import has_images
+
+        if has_images(messages):
+            raise ValueError("a prompt with images needs a vision model's processor (HFEngine(processor=...))")
         return chat_prompt_ids(self.tokenizer, messages)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
