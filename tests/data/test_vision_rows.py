@@ -95,3 +95,21 @@ def test_image_hashes_are_exact_by_pixels_and_near_by_dhash():
     assert dhash_distance(image_dhash(jpeg_copy), image_dhash(gradient)) <= NEAR_DUPLICATE_BITS
     assert dhash_distance(image_dhash(brighter), image_dhash(gradient)) <= NEAR_DUPLICATE_BITS
     assert dhash_distance(image_dhash(other), image_dhash(gradient)) > 2 * NEAR_DUPLICATE_BITS
+
+
+def test_dedup_tells_image_rows_apart_by_their_pictures():
+    from tempering.data.dedup import Deduper, dedup_rows
+
+    scene = Image.effect_mandelbrot((64, 64), (-2.0, -1.5, 1.0, 1.5), 40).convert("RGB")
+    other = scene.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    question = "Describe everything you can see in this picture, its shapes, its shading and its colours."
+
+    def row(image):
+        return {"messages": [user_with(data_url(image), question), {"role": "assistant", "content": "A fractal."}]}
+
+    rows = [row(scene), row(other), row(scene), row(scene.point(lambda v: min(255, v + 12)))]
+    kept = []
+    report = dedup_rows(enumerate(rows), Deduper(threshold=0.7), kept.append)
+    assert len(kept) == 2  # the same question about another picture is not a duplicate
+    kinds = [m["kind"] for c in report.clusters.values() for m in c.members]
+    assert sorted(kinds) == ["exact", "near"]  # the same pixels; a brightened copy
