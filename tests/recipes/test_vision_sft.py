@@ -2,6 +2,7 @@
 else, a bad image row is quarantined, and the model learns to see (held-out accuracy rises)."""
 
 import json
+from pathlib import Path
 
 import torch
 from PIL import Image
@@ -17,6 +18,8 @@ from tempering.recipes.vision import run_vision_sft
 from tempering.rollout.engine import HFEngine
 from tempering.train.trainer import Trainer
 from tests.conftest import tiny_vlm
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def stage(tmp_path, model, name, parts, lora=None, steps=2):
@@ -106,3 +109,24 @@ def test_image_prompts_sample_through_the_engine_with_their_pixels():
         assert t[0].token_ids == a[0].token_ids
         torch.testing.assert_close(torch.tensor(t[0].logprobs), torch.tensor(a[0].logprobs), atol=1e-4, rtol=0)
     assert together[0][0].top_logprobs != together[1][0].top_logprobs  # the picture changes the answer
+
+
+def test_the_shipped_vision_configs_load_and_bad_keys_are_refused(tmp_path):
+    import pytest
+
+    from tempering.config import ConfigError, load_config
+
+    for name in ("vision_projector.yaml", "vision_lora.yaml"):
+        cfg = load_config(VisionSFTConfig, ROOT / "examples" / name)
+        assert all(
+            p.endswith(".jsonl") and (ROOT / "examples" / "data").joinpath(p.rsplit("/", 1)[-1]).is_file()
+            for p in cfg.data.train
+        )
+    base = {"model": "m", "data": {"train": ["t.jsonl"], "packing": False}, "train": {"steps": 1}}
+    for change, message in (
+        ({"data": {"train": ["t.jsonl"]}}, "examples with images are padded, not packed"),
+        ({"parts": ["language"], "lora": {"r": 4}}, "trains the language model in full"),
+        ({"parts": ["eyes"]}, "parts.0"),
+    ):
+        with pytest.raises((ConfigError, ValueError), match=message):
+            VisionSFTConfig.model_validate({**base, **change})

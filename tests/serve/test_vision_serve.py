@@ -26,7 +26,12 @@ RED = data_url(Image.new("RGB", (40, 30), (220, 30, 30)))
 
 
 def ask(image: str, text: str = "What colour is this?") -> list[dict]:
-    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": text}]}]
+    return [
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": text}],
+        }
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -80,7 +80,9 @@ def image_words(part: dict) -> str:
     except RowInvalid:  # unreadable here (a path relative to its file): its URL stands for it
         return "imgurl" + hashlib.sha256(repr(part.get("image_url")).encode()).hexdigest()[:16]
     dhash = image_dhash(image)
-    return " ".join(["imgpx" + image_digest(image)[:16], *(f"imgdh{k}x{(dhash >> (8 * k)) & 0xFF:02x}" for k in range(8))])
+    return " ".join(
+        ["imgpx" + image_digest(image)[:16], *(f"imgdh{k}x{(dhash >> (8 * k)) & 0xFF:02x}" for k in range(8))]
+    )
 
 
 def _field_texts(value: Any, *, skip_system: bool) -> list[str]:

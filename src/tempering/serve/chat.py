@@ -56,20 +56,29 @@ def _image_parts(m: Any, i: int) -> list[dict[str, Any]]:
     from tempering.data.images import load_image
 
     if m.role not in ("user", "system", "developer"):
-        raise ApiError(400, f"images are read in user turns only (messages[{i}] is {m.role!r})", "invalid_value", f"messages[{i}].content")
+        raise ApiError(
+            400,
+            f"images are read in user turns only (messages[{i}] is {m.role!r})",
+            "invalid_value",
+            f"messages[{i}].content",
+        )
     parts = m.parts()
     for j, part in enumerate(parts):
         if part["type"] != "image_url":
             continue
         url = part["image_url"]["url"]
         if not url.startswith("data:image/"):
-            raise ApiError(400, "image_url must be a data:image/...;base64 URL (the server fetches nothing)", "invalid_value", f"messages[{i}].content[{j}]")
+            raise ApiError(
+                400,
+                "image_url must be a data:image/...;base64 URL (the server fetches nothing)",
+                "invalid_value",
+                f"messages[{i}].content[{j}]",
+            )
         try:
             load_image(url)
         except RowInvalid as exc:
             raise ApiError(400, str(exc), "invalid_value", f"messages[{i}].content[{j}]") from None
     return parts
-
 
 
 def _openai_to_messages(req: ChatCompletionRequest, style: str) -> list[dict[str, Any]]:
@@ -190,7 +199,9 @@ def prepare_chat(served: Served, req: ChatCompletionRequest, limit: int) -> Prep
         prefill = OPEN + json.dumps({"name": req.tool_choice.function.name})[:-1] + ', "arguments":'
     messages = _openai_to_messages(req, served.tool_style)
     if any(m.has_images() for m in req.messages) and getattr(served.engine, "processor", None) is None:
-        raise ApiError(400, f"model {req.model!r} is text-only: it does not take image_url parts", "invalid_value", "messages")
+        raise ApiError(
+            400, f"model {req.model!r} is text-only: it does not take image_url parts", "invalid_value", "messages"
+        )
     ids = served.engine.chat_prompt(messages)
     if prefill:
         ids = ids + served.tokenizer.encode(prefill, add_special_tokens=False)

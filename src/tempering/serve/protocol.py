@@ -136,7 +136,9 @@ class ContentPart(_Strict):
 
     @model_validator(mode="after")
     def _fits_type(self) -> ContentPart:
-        if (self.type == "text") != (self.text is not None) or (self.type == "image_url") != (self.image_url is not None):
+        if (self.type == "text") != (self.text is not None) or (self.type == "image_url") != (
+            self.image_url is not None
+        ):
             raise ValueError(f"a {self.type!r} content part needs exactly its '{self.type}' field")
         return self
 
@@ -160,7 +162,9 @@ class Message(_Strict):
         """The content as Tempering's parts (`{"type": "text", "text"}`, `{"type": "image_url", "image_url": {"url"}}`)."""
         assert isinstance(self.content, list)
         return [
-            {"type": "text", "text": p.text} if p.type == "text" else {"type": "image_url", "image_url": {"url": p.image_url.url}}  # type: ignore[union-attr]
+            {"type": "text", "text": p.text}
+            if p.type == "text"
+            else {"type": "image_url", "image_url": {"url": p.image_url.url}}  # type: ignore[union-attr]
             for p in self.content
         ]
 
