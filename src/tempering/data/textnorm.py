@@ -12,7 +12,6 @@ plain JSON string. Suite side: `prompt`, `text`, or the non-system message conte
 from __future__ import annotations
 
 import hashlib
-
 import re
 import unicodedata
 import zlib
@@ -73,7 +72,7 @@ def image_words(part: dict) -> str:
     exact pixels (`images.image_digest`) and eight for the bytes of its difference hash, so the
     same picture matches exactly and a re-encoded or resized copy shares most of its words."""
     from tempering.data.formats import RowInvalid
-    from tempering.data.images import image_digest, image_dhash, image_url, load_image
+    from tempering.data.images import image_dhash, image_digest, image_url, load_image
 
     try:
         image = load_image(image_url(part))
