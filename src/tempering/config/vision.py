@@ -39,6 +39,8 @@ class VisionSFTConfig(RunSettings):
     def _fits_images(self) -> VisionSFTConfig:
         if self.data.packing:
             raise ValueError("data.packing: examples with images are padded, not packed; set data.packing: false")
+        if self.data.replay is not None:
+            raise ValueError("data.replay: vision_sft has no replay yet; mix text rows into data.train instead")
         if self.data.format != "chat":
             raise ValueError("data.format: vision_sft trains on chat rows (format: chat)")
         if self.lora is not None and "language" in self.parts:

@@ -129,7 +129,7 @@ def _builtins() -> None:
             "tempering.recipes.vision:run_vision_sft",
             "Vision-language SFT on conversations with images: one stage (projector, or LoRA) of the two-stage recipe.",
             "examples/vision_projector.yaml",
-            inputs=("data.train", "data.eval"),
+            inputs=("data.train", "data.eval", "data.replay.data"),
             set_example="parts=[vision,projector]",
         ),
         Registration(

@@ -40,8 +40,6 @@ def render_vision_records(loaded: LoadResult, processor: Any, max_length: int) -
 
 def prepare_vision_data(cfg: VisionSFTConfig, processor: Any) -> SFTData:
     """Load, check and render the training (and eval) conversations of one stage."""
-    if cfg.data.replay:
-        raise ValueError("data.replay: vision_sft has no replay yet; mix text rows into data.train instead")
     main = load_rows(cfg.data.train)
     train = render_vision_records(main, processor, cfg.data.max_length)
     if not train:
