@@ -16,6 +16,7 @@ accuracy after training against chance: `above_chance_ci_low` (bootstrap CI low 
 accuracy minus the chance of a uniform guess), and `min_task_above_chance_ci_low` over tasks and seeds.
 
     python bench/experiments/vision.py --rescore bench/results/vision.json   # re-measure saved models
+    python bench/experiments/vision.py --collect s0.json s1.json s2.json    # seeds run as separate processes
 """
 
 from __future__ import annotations
@@ -228,9 +229,12 @@ def main() -> None:
     p.add_argument("--work", default="/tmp/tempering-vision-bench")
     p.add_argument("--out", default=str(RESULTS / "vision.json"))
     p.add_argument("--rescore", help="a result JSON: re-measure its seeds' saved models and rewrite it (no training)")
+    p.add_argument("--collect", nargs="+", help="result JSONs of single seeds (run side by side): one result at --out")
     args = p.parse_args()
     if args.rescore:
         return rescore(Path(args.rescore))
+    if args.collect:
+        return collect([Path(c) for c in args.collect], Path(args.out))
     t0, loads = time.time(), [os.getloadavg()[0]]
     seeds = [run_seed(s, args) for s in args.seeds]
     loads.append(os.getloadavg()[0])
@@ -241,6 +245,37 @@ def main() -> None:
             f"{name:13s} chance {t['chance']:.2f}  after {t['after_mean']:.2f}  min gain CI low {t['min_gain_ci_low']:+.2f}"
         )
     log(f"min_task_gain_ci_low {result['min_task_gain_ci_low']:+.3f}; wrote {args.out}")
+
+
+def collect(paths: list[Path], out: Path) -> None:
+    """One result from single-seed results (their per-item verdicts are in each task's seeds)."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    seeds = []
+    for part in parts:
+        for r in part["per_seed"]:
+            items = {n: next(s for s in t["seeds"] if s["seed"] == r["seed"]) for n, t in part["tasks"].items()}
+            mid = {n: [s["after_stage1"]] for n, s in items.items()}  # a mean only: kept as one value
+            seeds.append(
+                {
+                    **r,
+                    "before": {n: s["items_before"] for n, s in items.items()},
+                    "after": {n: s["items_after"] for n, s in items.items()},
+                    "after_stage1": mid,
+                }
+            )
+    args = argparse.Namespace(**{**parts[0]["setup"], "seeds": [r["seed"] for r in seeds]})
+    wall = max(p["wall_seconds"] for p in parts)
+    loads = [
+        min(p["machine"]["load_average_start_end"][0] for p in parts),
+        max(p["machine"]["load_average_start_end"][-1] for p in parts),
+    ]
+    result = summarise(seeds, args, wall, loads)
+    result["machine"]["note"] += f"; the {len(parts)} seeds ran side by side as separate processes (wall: the longest)"
+    out.write_text(json.dumps(result, indent=1))
+    log(
+        f"collected {len(seeds)} seeds -> {out}: min_task_gain_ci_low {result['min_task_gain_ci_low']:+.3f}, "
+        f"min_task_above_chance_ci_low {result['min_task_above_chance_ci_low']:+.3f}"
+    )
 
 
 def rescore(path: Path) -> None:
