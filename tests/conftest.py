@@ -195,3 +195,45 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"  +{rise / 1024:7.0f} MB  {nodeid}")
     if getattr(config, "cache", None) is not None:
         config.cache.set("tempering/peak_rss_gb", round(peak, 3))
+
+
+def tiny_vlm(image_size: int = 32, patch_size: int = 8, seed: int = 0):
+    """(model, processor): the VLM assembly over a 2-layer random Llama and the default tokenizer."""
+    from tempering.models.load import load_tokenizer
+    from tempering.models.vlm import VisionTower, assemble_vlm
+
+    tok = load_tokenizer("smollm2-135m-instruct")  # a fresh copy: the assembly adds <image> to it
+    tower = VisionTower(image_size=image_size, patch_size=patch_size, hidden_size=32, layers=1, heads=2)
+    return assemble_vlm(tiny_llama(vocab=len(tok) + 1, seed=seed), tok, tower, seed=seed)
+
+
+QWEN2_VL_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% for message in messages %}{% if loop.first and "
+    "message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}"
+    "<|im_end|>\n{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or "
+    "'image' in content or 'image_url' in content %}{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|>"
+    "<|vision_end|>{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""Qwen2-VL-Instruct's chat template (its `chat_template.json`, video branch left out)."""
+
+
+def qwen2_vl_processor():
+    """A Qwen2-VL processor built from its classes and defaults (dynamic resolution, 2x2 patch
+    merge) over the default tokenizer with Qwen2-VL's vision tokens and chat template. Without
+    torchvision transformers cannot build a video processor, so this one has none."""
+    from transformers import Qwen2VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from tempering.models.load import load_tokenizer
+
+    class ImageOnlyQwen2VLProcessor(Qwen2VLProcessor):
+        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+            super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+
+    tok = load_tokenizer("smollm2-135m-instruct")
+    tok.add_special_tokens({"additional_special_tokens": ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>"]})
+    images = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=28 * 28 * 64)
+    return ImageOnlyQwen2VLProcessor(image_processor=images, tokenizer=tok, chat_template=QWEN2_VL_TEMPLATE)

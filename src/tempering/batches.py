@@ -25,11 +25,19 @@ class SFTBatch(TypedDict):
     labels: torch.Tensor  # -100 where no loss is taken (prompt, tool turns, padding)
     attention_mask: NotRequired[torch.Tensor]  # padded batches
     position_ids: NotRequired[torch.Tensor]  # packed batches: positions restart per conversation
+    pixel_values: NotRequired[torch.Tensor]  # images (vision models): the processor's pixels, stacked on dim 0
+    image_grid_thw: NotRequired[torch.Tensor]  # (n_images, 3) Qwen2-VL-style processors: each image's patch grid
+
+
+PIXEL_KEYS = ("pixel_values", "image_grid_thw")
+"""The processor outputs a vision batch carries to the model's forward (data/vision_render.py)."""
 
 
 def model_inputs(batch: SFTBatch) -> dict[str, torch.Tensor]:
-    """The forward's keyword arguments of a next-token batch: ids, and its mask or positions."""
-    return {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "position_ids")}
+    """The forward's keyword arguments of a next-token batch: ids, its mask or positions, and its
+    images' pixel inputs where it has images."""
+    keys = ("input_ids", "attention_mask", "position_ids", *PIXEL_KEYS)
+    return {k: v for k, v in batch.items() if k in keys}  # type: ignore[misc]
 
 
 class PairBatch(TypedDict):

@@ -30,7 +30,9 @@ class Message(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     role: Role
-    content: str | None = None
+    content: str | list[dict[str, Any]] | None = None
+    """Text, or (vision rows) a list of OpenAI content parts: `{"type": "text", "text"}` and
+    `{"type": "image_url", "image_url": {"url"}}` (data/formats.py, data/images.py)."""
     tool_calls: list[ToolCall] | None = None
     # Accepted so OpenAI-shaped data loads; not rendered unless the template uses them.
     name: str | None = None

@@ -100,8 +100,8 @@ def test_sharegpt_system_tool_calls_and_observations(tmp_path):
         ({"prompt": U, "response": A}, "unknown row format (keys: prompt, response)"),
         ({}, "unknown row format (keys: none)"),
         (
-            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, CHAT[1]]},
-            "messages[0]: content part 0 has type 'image_url'; only text parts can be trained on",
+            {"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}, CHAT[1]]},
+            "messages[0]: content part 0 has type 'input_audio'; only text parts can be trained on",
         ),
         (
             {"conversations": [{"from": "human", "value": U}, {"from": "bot", "value": A}]},

@@ -23,6 +23,7 @@ from tempering.cli.longctx import data_longctx, model_rope
 from tempering.cli.pipeline import demo, run_pipeline_cmd
 from tempering.cli.runs import export, init, lineage, model_app, release_app, runs_app, traj
 from tempering.cli.serve import arena_app, feedback_app, keys_app, serve
+from tempering.cli.vision import vision_app
 from tempering.sandbox.cli import app as sandbox_app
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -137,5 +138,6 @@ for _name, _group in (
     ("keys", keys_app),
     ("feedback", feedback_app),
     ("arena", arena_app),
+    ("vision", vision_app),
 ):
     app.add_typer(_group, name=_name)

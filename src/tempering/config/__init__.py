@@ -75,6 +75,7 @@ from tempering.config.train import (
     ReplaySettings,
     TrainSettings,
 )
+from tempering.config.vision import VisionSFTConfig
 
 __all__ = [
     "RunSettings",
@@ -104,6 +105,7 @@ __all__ = [
     "ChatConfig",
     "ScaleSettings",
     "SFTConfig",
+    "VisionSFTConfig",
     "TaskSourceSettings",
     "SOURCE_NAME",
     "RewardPart",

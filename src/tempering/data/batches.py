@@ -120,7 +120,8 @@ class EpochWalk:
 
 
 def pad_batch(examples: list[RenderedExample], pad_id: int) -> SFTBatch:
-    """Right-padded (B, T) batch with a 2D attention mask."""
+    """Right-padded (B, T) batch with a 2D attention mask; examples with images
+    (`VisionExample`) add their pixel inputs, concatenated along dim 0 in row order."""
     width = max(len(e.input_ids) for e in examples)
     ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
     labels = torch.full_like(ids, IGNORE)
@@ -130,7 +131,11 @@ def pad_batch(examples: list[RenderedExample], pad_id: int) -> SFTBatch:
         ids[r, :n] = torch.tensor(e.input_ids)
         labels[r, :n] = torch.tensor(e.labels)
         mask[r, :n] = 1
-    return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+    batch: SFTBatch = {"input_ids": ids, "labels": labels, "attention_mask": mask}
+    pixels = [e.pixels for e in examples if getattr(e, "pixels", None)]
+    for key in pixels[0] if pixels else ():
+        batch[key] = torch.cat([p[key] for p in pixels])  # type: ignore[literal-required]
+    return batch
 
 
 def pack_rows(lengths: list[int], max_length: int) -> list[list[int]]:
@@ -174,6 +179,8 @@ def pack_batch(examples: list[RenderedExample], max_length: int, pad_id: int) ->
     Row padding forms its own position segment with IGNORE labels, so it is never
     attended to by real tokens and never a target.
     """
+    if any(getattr(e, "pixels", None) for e in examples):
+        raise ValueError("examples with images are not packed (set data.packing: false)")
     rows = plan_rows([len(e.input_ids) for e in examples], max_length)
     width = max(sum(len(examples[i].input_ids) for i in row) for row in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)

@@ -10,8 +10,10 @@ missing columns, counts as absent):
 
 A string prompt becomes one user turn and a string completion one assistant turn, so the
 chat template renders them and the loss falls on the completion only. Content given as
-OpenAI content parts (`[{"type": "text", "text": ...}]`) is joined into one string;
-any other part (images, audio) is an error, since Tempering trains text-only models.
+OpenAI content parts (`[{"type": "text", "text": ...}]`) is joined into one string; content
+with `image_url` parts stays a list of text and image parts (vision rows: `images.py` checks
+the images, a vision model's processor renders them, a text-only model refuses them). Any
+other part (audio, files) is an error.
 A row that fits no format, or more than one, is an error naming the keys it has.
 Checks on the resulting messages (roles, tool calls, turn order) live in `io.py`.
 """
@@ -86,12 +88,34 @@ def text_content(content: Any, where: str) -> Any:
         if kind != "text":
             raise RowInvalid(
                 f"{where}: content part {j} has type {kind!r}; only text parts can be "
-                "trained on (Tempering trains text-only models)"
+                "trained on here (images: in chat rows, for a vision model)"
             )
         if not isinstance(part.get("text"), str):
             raise RowInvalid(f"{where}: content part {j} needs a string 'text'")
         texts.append(part["text"])
     return "".join(texts)
+
+
+def message_content(content: Any, where: str) -> Any:
+    """Chat-row content: text parts joined (as `text_content`), unless an `image_url` part is
+    among them; then a list of `{"type": "text", "text"}` and `{"type": "image_url", "image_url"}`
+    parts in their order."""
+    if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == "image_url" for p in content):
+        return text_content(content, where)
+    parts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if kind == "text" and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url":
+            parts.append({"type": "image_url", "image_url": part.get("image_url")})
+        else:
+            raise RowInvalid(
+                f"{where}: content part {j} has type {kind!r}; only text and image_url parts are read"
+                if kind != "text"
+                else f"{where}: content part {j} needs a string 'text'"
+            )
+    return parts
 
 
 def _message_list(value: Any, field: str) -> list[dict]:
@@ -100,7 +124,7 @@ def _message_list(value: Any, field: str) -> list[dict]:
     out = []
     for i, m in enumerate(value):
         if isinstance(m, dict) and "content" in m:
-            m = {**m, "content": text_content(m["content"], f"{field}[{i}]")}
+            m = {**m, "content": message_content(m["content"], f"{field}[{i}]")}
         out.append(m)
     return out
 

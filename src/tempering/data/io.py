@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 from pydantic import ValidationError
 
 from tempering.data.formats import RowInvalid, to_messages
+from tempering.data.images import check_images
 from tempering.types import Conversation
 
 __all__ = ["RowInvalid"]  # re-exported: callers catch it from here
@@ -248,6 +249,10 @@ def _check_message(i: int, m: Any) -> None:
     content = m.get("content")
     if content is None and not calls:
         raise RowInvalid(f"message {i} ({role}): missing content")
+    if isinstance(content, list):  # text and image parts (formats.message_content)
+        if role == "tool":
+            raise RowInvalid(f"message {i} (tool): images in tool results are not supported")
+        return
     if content is not None and not isinstance(content, str):
         raise RowInvalid(f"message {i} ({role}): content must be a string, got {type(content).__name__}")
     if isinstance(content, str) and not content.strip() and not calls:
@@ -301,12 +306,20 @@ def load_rows(paths: list[str], check: Callable[[Any], Any] = check_conversation
             try:
                 if error is not None:
                     raise error
-                result.records.append(Record(check(obj), str(path), location))
+                result.records.append(Record(_with_images(check(obj), Path(path).parent), str(path), location))
             except RowInvalid as exc:
                 result.errors.append(RowError(str(path), location, str(exc), obj))
         if result.rows == before:
             raise NoRows(f"{path}: no rows")
     return result
+
+
+def _with_images(value: Any, base: Path) -> Any:
+    """A conversation's images decoded once (a bad one is the row's error); relative image
+    paths made absolute against the data file's folder. Other values pass through."""
+    if not isinstance(value, Conversation) or not any(isinstance(m.content, list) for m in value.messages):
+        return value
+    return Conversation.model_validate({"messages": check_images(value.to_dicts(), base)})
 
 
 def write_quarantine(errors: list[RowError], path: str | Path) -> Path:

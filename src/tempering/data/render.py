@@ -155,6 +155,13 @@ def render_records(loaded: LoadResult, tokenizer: Any, style: str, max_length: i
     """Render validated conversations; over-long rows join `loaded.errors` (never cut)."""
     out = []
     for rec in list(loaded.records):
+        if any(isinstance(m.content, list) for m in rec.value.messages):
+            loaded.reject(
+                rec,
+                "has image parts, and this model is text-only (train images on a vision model: docs/vision.md)",
+                rec.value.model_dump(exclude_none=True),
+            )
+            continue
         try:
             ex = render_with_mask(tokenizer, rec.value.to_dicts(), style)
         except TemplateError as exc:

@@ -11,6 +11,7 @@ plain JSON string. Suite side: `prompt`, `text`, or the non-system message conte
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 import zlib
@@ -66,6 +67,23 @@ def _next_to_number(tokens: list[str], i: int) -> bool:
     return (i > 0 and tokens[i - 1].isdecimal()) or (i + 1 < len(tokens) and tokens[i + 1].isdecimal())
 
 
+def image_words(part: dict) -> str:
+    """An `image_url` part as words dedup and contamination checks can compare: one word for the
+    exact pixels (`images.image_digest`) and eight for the bytes of its difference hash, so the
+    same picture matches exactly and a re-encoded or resized copy shares most of its words."""
+    from tempering.data.formats import RowInvalid
+    from tempering.data.images import image_dhash, image_digest, image_url, load_image
+
+    try:
+        image = load_image(image_url(part))
+    except RowInvalid:  # unreadable here (a path relative to its file): its URL stands for it
+        return "imgurl" + hashlib.sha256(repr(part.get("image_url")).encode()).hexdigest()[:16]
+    dhash = image_dhash(image)
+    return " ".join(
+        ["imgpx" + image_digest(image)[:16], *(f"imgdh{k}x{(dhash >> (8 * k)) & 0xFF:02x}" for k in range(8))]
+    )
+
+
 def _field_texts(value: Any, *, skip_system: bool) -> list[str]:
     """Strings in one field: a string, or a list of messages / strings."""
     if isinstance(value, str):
@@ -78,8 +96,12 @@ def _field_texts(value: Any, *, skip_system: bool) -> list[str]:
             texts.append(item)
         elif isinstance(item, dict):
             content = item.get("content", item.get("value"))  # ShareGPT turns hold "value"
-            if isinstance(content, list):  # OpenAI content parts
-                content = " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+            if isinstance(content, list):  # OpenAI content parts; an image reads as its fingerprint words
+                content = " ".join(
+                    p["text"] if isinstance(p.get("text"), str) else image_words(p)
+                    for p in content
+                    if isinstance(p, dict) and (isinstance(p.get("text"), str) or p.get("type") == "image_url")
+                )
             if isinstance(content, str) and not (skip_system and item.get("role") == "system"):
                 texts.append(content)
     return texts

@@ -160,7 +160,8 @@ def evaluate_model(
     from tempering.models.load import ModelNotFound, load_model, load_tokenizer, resolve_model
     from tempering.models.precision import default_device, resolve_precision
     from tempering.models.threads import set_threads
-    from tempering.rollout.select import EngineUnavailable, build_engine, check_engine
+    from tempering.models.vlm import is_vlm
+    from tempering.rollout.select import EngineUnavailable, build_engine, check_engine, load_engine
 
     warn, log = warn or (lambda _: None), log or (lambda _: None)
     for suite in suites:  # every task row and verifier spec is checked before any model loads
@@ -191,6 +192,8 @@ def evaluate_model(
         try:
             if scale is not None:
                 engine, pool = _ray_engine_and_workers(stack, model, resolve_precision(precision), scale)
+            elif is_vlm(model):  # images: the hf engine with the model's processor (rollout/select.py)
+                engine = load_engine(settings, model, precision, quantize)
             else:
                 check_engine(settings)
                 model_dir = resolve_model(model) if settings.kind == "vllm" else None

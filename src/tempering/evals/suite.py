@@ -271,7 +271,14 @@ def render_messages(task: Task, template: str) -> list[dict[str, Any]]:
     messages = task.chat()
     for m in reversed(messages):
         if m["role"] == "user":
-            m["content"] = template.replace(PROMPT_SLOT, m.get("content") or "")
+            content = m.get("content") or ""
+            if isinstance(content, list):  # text and image parts: the template applies to the text parts
+                m["content"] = [
+                    {**p, "text": template.replace(PROMPT_SLOT, p["text"])} if p.get("type") == "text" else p
+                    for p in content
+                ]
+            else:
+                m["content"] = template.replace(PROMPT_SLOT, content)
             return messages
     raise SuiteError(f"task {task.id!r} has no user message to apply a template to")
 

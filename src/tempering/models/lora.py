@@ -8,8 +8,9 @@ from typing import Any
 from tempering.config import LoraSettings
 
 
-def apply_lora(model: Any, settings: LoraSettings, base_spec: str) -> Any:
-    """Wrap `model` with trainable LoRA adapters; the base weights are frozen.
+def apply_lora(model: Any, settings: LoraSettings, base_spec: str, modules_to_save: list[str] | None = None) -> Any:
+    """Wrap `model` with trainable LoRA adapters; the base weights are frozen (the modules named
+    in `modules_to_save` are trained in full and saved with the adapter: a VLM's projector).
 
     adapter_config.json records the base as something plain `peft` can load: the local
     directory `base_spec` resolves to (absolute, so the adapter loads from any working
@@ -30,6 +31,7 @@ def apply_lora(model: Any, settings: LoraSettings, base_spec: str) -> Any:
         lora_alpha=settings.alpha,
         lora_dropout=settings.dropout,
         target_modules=targets,
+        modules_to_save=modules_to_save,
         task_type="CAUSAL_LM",
     )
     peft_model = get_peft_model(model, config)

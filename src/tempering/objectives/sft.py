@@ -7,7 +7,9 @@ batch's loss equals the sum of its conversations' losses.
 
 Log-probs come from `tempering.models.logprobs.head_logprobs` (shared with GRPO, DPO and
 reward models), which projects only the target positions: non-assistant tokens never reach
-the LM head.
+the LM head. A batch with images (`pixel_values`) runs through the vision-language model's
+backbone (`models.vlm.vlm_backbone`), which puts the image features in place of the image
+tokens; the loss is the same.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 
 from tempering.batches import SFTBatch, model_inputs
 from tempering.models.logprobs import LOGPROB_CHUNK_TOKENS, head_logprobs
+from tempering.models.vlm import vlm_backbone
 from tempering.types import IGNORE
 
 
@@ -54,8 +57,11 @@ class SFTObjective:
         return count_targets(batch)
 
     def loss(self, model: Any, batch: SFTBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        decoder = model.get_decoder()
         inputs = model_inputs(batch)
+        if "pixel_values" in inputs:  # images: the VLM's backbone merges their features into the text
+            decoder, head = vlm_backbone(model)
+        else:
+            decoder, head = model.get_decoder(), model.get_output_embeddings()
         hidden = decoder(**inputs, use_cache=False).last_hidden_state
-        loss_sum, _ = masked_nll_sum(hidden, model.get_output_embeddings(), batch["labels"])
+        loss_sum, _ = masked_nll_sum(hidden, head, batch["labels"])
         return loss_sum, {}

@@ -84,6 +84,9 @@ class TrainingRecipe:
     """(prepared) -> training examples per epoch, which `train.epochs` needs (None: epochs are refused)."""
     periodic_eval: bool = True
     """Whether `train.eval_every` measures with `Components.evaluate` (GRPO has its own `heldout.every`)."""
+    tokenizer: Callable[[str], Any] | None = None
+    """(base model spec) -> what renders the data and is saved with the model (None: its tokenizer;
+    a vision recipe: its processor)."""
     before_key: str = "eval_loss_before"
     after_key: str = "eval_loss_after"
     quarantine_kind: str = "rows"
@@ -135,7 +138,7 @@ def run_training(recipe: TrainingRecipe, cfg: Any, force: bool = False) -> dict[
     with recipe.session(cfg), run_stage(recipe.stage(cfg, force)) as stage:
         if stage.finished:
             return stage.result.summary
-        tokenizer = load_tokenizer(recipe.base_model(cfg))
+        tokenizer = (recipe.tokenizer or load_tokenizer)(recipe.base_model(cfg))
         if getattr(cfg, "chat_template", None):
             from tempering.models.chat_template import apply_chat_template
 

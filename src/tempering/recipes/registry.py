@@ -124,6 +124,15 @@ def _builtins() -> None:
             dry_run="tempering.recipes.sft_dry_run:dry_run_sft",
         ),
         Registration(
+            "vision_sft",
+            "tempering.config.vision:VisionSFTConfig",
+            "tempering.recipes.vision:run_vision_sft",
+            "Vision-language SFT on conversations with images: one stage (projector, or LoRA) of the two-stage recipe.",
+            "examples/vision_projector.yaml",
+            inputs=("data.train", "data.eval", "data.replay.data"),
+            set_example="parts=[vision,projector]",
+        ),
+        Registration(
             "grpo",
             GRPOConfig,
             "tempering.recipes.grpo:run_grpo",

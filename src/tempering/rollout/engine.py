@@ -22,6 +22,13 @@ filtering, i.e. the distribution the trainer recomputes (`tempering.models.logpr
 engine-vs-trainer mismatch metric compares like with like. Greedy calls report log-probs
 at temperature 1.
 
+Images (vision-language models): `chat_prompt` of a conversation with `image_url` parts returns an
+`ImagePrompt`, the token ids with the processor's pixel inputs attached; the prefill passes the
+pixels of the chunk's prompts (stacked in prompt order) and decoding runs on the cache as for
+text. Tested on the LLaVA-shaped model assembled here; models with 3-D rope positions
+(Qwen2-VL) are not driven by `HFEngine` yet (the batching engine takes no images either: the
+vision paths build `HFEngine`).
+
 Precision follows the trainer (`auto`: bf16 only where the hardware has native bf16).
 LoRA adapters are merged into the base weights for the duration of a `generate` call (the
 adapter's extra small matmuls doubled decode time on CPU) and the base weights are restored
@@ -47,6 +54,7 @@ __all__ = [
     "Completion",
     "Engine",
     "HFEngine",
+    "ImagePrompt",
     "SamplingParams",
     "SamplingSettings",
     "bf16_linear_weights",
@@ -81,6 +89,21 @@ class Completion:
     @property
     def truncated(self) -> bool:
         return self.finish_reason == "length"
+
+
+class ImagePrompt(list):
+    """A prompt's token ids (a list, as every engine takes them) with its images' pixel inputs
+    (`pixel_values`, `image_grid_thw`: the processor's outputs for this prompt alone)."""
+
+    def __init__(self, ids: Sequence[int], pixels: dict[str, torch.Tensor]):
+        super().__init__(ids)
+        self.pixels = pixels
+
+
+def prompt_pixels(prompts: Sequence[Sequence[int]], device: torch.device) -> dict[str, torch.Tensor]:
+    """The pixel inputs of a batch of prompts, concatenated in prompt order ({} for text prompts)."""
+    parts = [p.pixels for p in prompts if isinstance(p, ImagePrompt) and p.pixels]
+    return {k: torch.cat([x[k] for x in parts]).to(device) for k in (parts[0] if parts else {})}
 
 
 @contextmanager
@@ -266,8 +289,9 @@ class HFEngine:
         precision: str = "auto",
         max_batch_prompts: int = 64,
         record_routing: bool = False,
+        processor: Any = None,
     ):
-        self.model, self.tokenizer = model, tokenizer
+        self.model, self.tokenizer, self.processor = model, tokenizer, processor
         self.record_routing = record_routing  # MoE: keep each token's experts (router replay)
         self.precision = resolve_precision(precision)
         self.max_batch_prompts = max_batch_prompts
@@ -294,7 +318,18 @@ class HFEngine:
             self.model.load_state_dict(state)
 
     def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
-        """Token ids of a conversation rendered up to the assistant's turn."""
+        """Token ids of a conversation rendered up to the assistant's turn; with the model's
+        processor (a vision model), an `ImagePrompt` rendered by the processor's chat template."""
+        if self.processor is not None:
+            from tempering.data.vision_render import prompt_inputs
+
+            inputs = prompt_inputs(self.processor, messages)
+            pixels = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids")}
+            return ImagePrompt(inputs["input_ids"][0].tolist(), pixels)
+        from tempering.data.images import has_images
+
+        if has_images(messages):
+            raise ValueError("a prompt with images needs a vision model's processor (HFEngine(processor=...))")
         return chat_prompt_ids(self.tokenizer, messages)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
@@ -354,6 +389,7 @@ class HFEngine:
                 use_cache=True,
                 logits_to_keep=1,
                 **{self._cache_kw: cache},
+                **prompt_pixels(prompts, device),
             ).logits[:, -1]
         if n > 1:
             cache.batch_repeat_interleave(n)

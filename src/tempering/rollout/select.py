@@ -11,6 +11,10 @@ place engines are built (`tests/test_one_place.py` fails on a construction elsew
 * vllm: `VLLMEngine` on a CUDA GPU; the trainer's model is kept for the sync probe.
   Without vLLM or a GPU this raises `EngineUnavailable` with the reason, before any
   model is handed to it.
+
+A vision-language model (a directory with a processor: `models.vlm.is_vlm`) is sampled by
+`HFEngine` with its processor whatever the kind: the batching and speculative engines take no
+image inputs yet, so they fall back to it (said on the console); vLLM for VLMs is not wired yet.
 """
 
 from __future__ import annotations
@@ -43,15 +47,27 @@ def build_engine(
     model_dir: str | None = None,
     *,
     max_len: int | None = None,
+    processor: Any = None,
 ) -> Engine:
     """The engine `settings` name, over `model` (in-process engines) or `model_dir` (vLLM).
 
     Args:
         max_len: batching: the longest prompt + completion a slot holds (None: the engine's 2048).
+        processor: a vision-language model's processor: then `HFEngine`, which takes image prompts.
     Raises:
         EngineUnavailable: kind vllm where vLLM or a GPU is absent, or without a model_dir.
     """
     check_engine(settings)
+    if processor is not None:
+        if settings.kind == "vllm":
+            raise EngineUnavailable("engine kind 'vllm' does not take image prompts here yet; use kind hf")
+        if settings.kind != "hf":
+            from rich.console import Console
+
+            Console(stderr=True).print(
+                f"[dim]engine {settings.kind}: a vision model samples with the hf engine (image inputs)[/dim]"
+            )
+        return HFEngine(model, processor.tokenizer, precision=precision, processor=processor)
     if settings.kind == "hf":
         return HFEngine(model, tokenizer, precision=precision)
     if settings.kind == "batching":
@@ -140,6 +156,24 @@ def load_engine(settings: EngineSettings, spec: str, precision: str = "auto", qu
     check_engine(settings)
     if quantize != "none" and settings.kind == "vllm":
         raise EngineUnavailable("quantize: int8 runs on the in-process engines (not vLLM)")
+    from tempering.models.vlm import is_vlm
+
+    if is_vlm(spec):
+        return _vision_engine(settings, spec, precision, quantize)
     model_dir = resolve_model(spec) if settings.kind == "vllm" else None
     model, tokenizer, resolved = load_target(spec, precision, quantize, place=settings.kind != "vllm")
     return build_engine(settings, model, tokenizer, resolved, model_dir=model_dir)
+
+
+def _vision_engine(settings: EngineSettings, spec: str, precision: str, quantize: str) -> Engine:
+    """The engine over a vision-language model spec (an adapter merged for sampling)."""
+    from tempering.models.precision import default_device, resolve_precision
+    from tempering.models.vlm import load_vlm
+
+    if quantize != "none":
+        raise ValueError("quantize: int8 is not supported for vision-language models yet")
+    model, processor = load_vlm(spec)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model = model.to(default_device()).eval()
+    return build_engine(settings, model, processor.tokenizer, resolve_precision(precision), processor=processor)

@@ -36,22 +36,54 @@ VOTES_PER_BATTLE = 3
 PREFERS = {"a": "chosen", "b": "rejected", "tie": "tie", "both_bad": "tie"}
 
 
-def load_prompts(path: Path | None) -> list[str]:
-    """Arena prompts: JSONL rows with a `prompt` string, or one prompt per line of plain text."""
+def load_prompts(path: Path | None) -> list[tuple[str, str | None]]:
+    """Arena prompts as (text, image data URL or None): JSONL rows with a `prompt` string and an
+    optional `image` (a data URL or an image file, relative to the prompts file), or one prompt per
+    line of plain text."""
     if path is None:
         return []
-    prompts = []
-    for line in Path(path).read_text().splitlines():
+    prompts: list[tuple[str, str | None]] = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         line = line.strip()
         if not line:
             continue
+        image = None
         if line.startswith("{"):
             row = json.loads(line)
             if not isinstance(row.get("prompt"), str):
-                raise ValueError(f"{path}: an arena prompt row needs a 'prompt' string: {line[:80]}")
-            line = row["prompt"]
-        prompts.append(line)
+                raise ValueError(f"{path}:{n}: an arena prompt row needs a 'prompt' string: {line[:80]}")
+            line, image = row["prompt"], _image(row.get("image"), Path(path), n)
+        prompts.append((line, image))
     return prompts
+
+
+def _image(value: Any, path: Path, n: int) -> str | None:
+    """An arena prompt's image as a data URL (checked once at load)."""
+    from tempering.data.formats import RowInvalid
+    from tempering.data.images import data_url, load_image
+
+    if value is None:
+        return None
+    try:
+        if not isinstance(value, str):
+            raise RowInvalid("'image' must be a data URL or a file path")
+        return data_url(load_image(value, path.parent))
+    except RowInvalid as exc:
+        raise ValueError(f"{path}:{n}: {exc}") from None
+
+
+def checked_image(url: str) -> str:
+    """A battle request's image, decoded once: a bad one is a 400 naming the field."""
+    from tempering.data.formats import RowInvalid
+    from tempering.data.images import load_image
+
+    if not url.startswith("data:image/"):
+        raise ApiError(400, "image must be a data:image/...;base64 URL", "invalid_value", "image")
+    try:
+        load_image(url)
+    except RowInvalid as exc:
+        raise ApiError(400, str(exc), "invalid_value", "image") from None
+    return url
 
 
 def arena_ranking(votes: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
@@ -123,11 +155,14 @@ def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable
 
     prompts, rng = load_prompts(cfg.arena_prompts), random.Random(cfg.seed)
 
-    def answer(name: str, prompt: str) -> tuple[str, int]:
+    def answer(name: str, prompt: str, image: str | None) -> tuple[str, int]:
         route, served = route_for(name)
+        content: Any = prompt
+        if image is not None:
+            content = [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": prompt}]
         req = ChatCompletionRequest(
             model=name,
-            messages=[{"role": "user", "content": prompt}],
+            messages=[{"role": "user", "content": content}],
             temperature=cfg.arena_temperature,
             max_tokens=cfg.arena_max_tokens,
         )
@@ -135,27 +170,36 @@ def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable
         completion = chat.generate(served, prepared)[0][0]
         return completion.text.strip(), len(completion.token_ids)
 
-    def new_battle(key: Any, prompt: str, shared: bool) -> dict[str, Any]:
+    def new_battle(key: Any, prompt: str, shared: bool, image: str | None) -> dict[str, Any]:
         contestants = models.release_routes()
         if len(contestants) < 2:
             raise ApiError(409, "the arena needs at least two releases in the registry", "arena_unavailable")
         first, second = rng.sample(contestants, 2)
-        (text_a, tokens_a), (text_b, tokens_b) = answer(first.name, prompt), answer(second.name, prompt)
-        bid = store.add_battle(key.id, prompt, (first.name, second.name), (text_a, text_b), shared)
+        (text_a, tokens_a), (text_b, tokens_b) = answer(first.name, prompt, image), answer(second.name, prompt, image)
+        bid = store.add_battle(key.id, prompt, (first.name, second.name), (text_a, text_b), shared, image)
         store.audit(key.id, "/arena/battles", 200, completion_tokens=tokens_a + tokens_b, response_id=bid)
         return store.battle(bid, key.id)
 
     @app.post("/arena/battles")
     async def battle(req: BattleRequest, key: Any = Depends(authorized)):
+        if req.image is not None and req.prompt is None:
+            raise ApiError(400, "an image needs a typed prompt about it", "invalid_value", "image")
         row = None if req.prompt else store.open_battle(key.id, VOTES_PER_BATTLE)
         if row is None:
-            prompt = req.prompt or (rng.choice(prompts) if prompts else None)
-            if prompt is None:
+            drawn = (req.prompt, checked_image(req.image) if req.image else None) if req.prompt else None
+            drawn = drawn or (rng.choice(prompts) if prompts else None)
+            if drawn is None:
                 raise ApiError(
                     400, "no arena prompts configured (--arena-prompts): type a prompt", "invalid_value", "prompt"
                 )
-            row = await run_in_threadpool(new_battle, key, prompt, req.prompt is None)
-        return {"id": row["id"], "prompt": row["prompt"], "a": row["answer_a"], "b": row["answer_b"]}
+            row = await run_in_threadpool(new_battle, key, drawn[0], req.prompt is None, drawn[1])
+        return {
+            "id": row["id"],
+            "prompt": row["prompt"],
+            "image": row.get("image"),
+            "a": row["answer_a"],
+            "b": row["answer_b"],
+        }
 
     @app.post("/arena/battles/{battle_id}/votes")
     async def vote(battle_id: str, req: VoteRequest, key: Any = Depends(authorized)):

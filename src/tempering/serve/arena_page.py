@@ -19,10 +19,12 @@ Your key is your annotator: one vote per battle, and a prompt you type is shown 
   <label>API key <input id="key" type="password" autocomplete="off"></label>
 </div>
 <p><textarea id="prompt" rows="2" cols="80" placeholder="Your prompt (empty: one from the arena's prompts)"></textarea>
+<label>Image <input id="image" type="file" accept="image/png,image/jpeg,image/webp,image/gif"></label>
 <button id="next">Next battle</button></p>
 <p id="error"></p>
 <div id="battle" hidden>
   <p><b>Prompt:</b> <span id="shown-prompt"></span></p>
+  <p><img id="shown-image" alt="the prompt's image" hidden style="width: 192px; image-rendering: pixelated; border: 1px solid #ccc"></p>
   <div class="row">
     <div class="answer"><h3>A <span class="who" id="who-a"></span></h3><div id="answer-a"></div></div>
     <div class="answer"><h3>B <span class="who" id="who-b"></span></h3><div id="answer-b"></div></div>
@@ -54,8 +56,14 @@ async function next() {
   try {
     const body = {};
     if ($("prompt").value.trim()) body.prompt = $("prompt").value.trim();
+    const file = $("image").files[0];
+    if (file && body.prompt) body.image = await new Promise((ok, bad) => {
+      const r = new FileReader(); r.onload = () => ok(r.result); r.onerror = bad; r.readAsDataURL(file); });
     battle = await call("POST", "/arena/battles", body);
     $("shown-prompt").textContent = battle.prompt;
+    const img = $("shown-image");
+    if (battle.image && battle.image.startsWith("data:image/")) { img.src = battle.image; img.hidden = false; }
+    else { img.removeAttribute("src"); img.hidden = true; }
     $("answer-a").textContent = battle.a; $("answer-b").textContent = battle.b;
     $("who-a").textContent = ""; $("who-b").textContent = "";
     for (const b of document.querySelectorAll("#votes button")) b.disabled = false;

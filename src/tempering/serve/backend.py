@@ -67,9 +67,13 @@ def engine_for(
     Concurrent requests join one running batch (continuous batching).
     quantize "int8": the model (an adapter merged first) is served as a weight-only int8 copy."""
     from tempering.data.render import detect_tool_call_style
-    from tempering.rollout.select import build_engine, load_target
+    from tempering.models.vlm import is_vlm
+    from tempering.rollout.select import build_engine, load_engine, load_target
 
     settings = settings or EngineSettings(max_slots=SLOTS, max_cache_tokens=CACHE_TOKENS)
+    if is_vlm(spec):  # image inputs: the hf engine, one request at a time (rollout/select.py)
+        vision: Any = load_engine(settings, spec, precision, quantize)
+        return Served(spec, vision, vision.tokenizer, MAX_LEN, "tempering")
     model, tokenizer, precision = load_target(spec, precision, quantize)
     context = min(int(getattr(model.config, "max_position_embeddings", 0) or MAX_LEN), MAX_LEN)
     engine: Any = build_engine(settings, model, tokenizer, precision, max_len=context)

@@ -50,12 +50,43 @@ class Prepared:
 
 
 # ------------------------------------------------------------------ requests -> engine input
+def _image_parts(m: Any, i: int) -> list[dict[str, Any]]:
+    """A message's text and image parts, each image decoded once here (a bad one is a 400 naming it)."""
+    from tempering.data.formats import RowInvalid
+    from tempering.data.images import load_image
+
+    if m.role not in ("user", "system", "developer"):
+        raise ApiError(
+            400,
+            f"images are read in user turns only (messages[{i}] is {m.role!r})",
+            "invalid_value",
+            f"messages[{i}].content",
+        )
+    parts = m.parts()
+    for j, part in enumerate(parts):
+        if part["type"] != "image_url":
+            continue
+        url = part["image_url"]["url"]
+        if not url.startswith("data:image/"):
+            raise ApiError(
+                400,
+                "image_url must be a data:image/...;base64 URL (the server fetches nothing)",
+                "invalid_value",
+                f"messages[{i}].content[{j}]",
+            )
+        try:
+            load_image(url)
+        except RowInvalid as exc:
+            raise ApiError(400, str(exc), "invalid_value", f"messages[{i}].content[{j}]") from None
+    return parts
+
+
 def _openai_to_messages(req: ChatCompletionRequest, style: str) -> list[dict[str, Any]]:
     """The conversation in Tempering's message form, with tools and JSON instructions in the system turn."""
     messages: list[dict[str, Any]] = []
-    for m in req.messages:
+    for i, m in enumerate(req.messages):
         role = "system" if m.role == "developer" else m.role
-        msg: dict[str, Any] = {"role": role, "content": m.text()}
+        msg: dict[str, Any] = {"role": role, "content": _image_parts(m, i) if m.has_images() else m.text()}
         if m.tool_calls:
             msg["tool_calls"] = [
                 {"name": c.function.name, "arguments": c.function.parsed_arguments()} for c in m.tool_calls
@@ -166,7 +197,12 @@ def prepare_chat(served: Served, req: ChatCompletionRequest, limit: int) -> Prep
         prefill = OPEN + '{"name":'
     elif tools_active and isinstance(req.tool_choice, NamedToolChoice):
         prefill = OPEN + json.dumps({"name": req.tool_choice.function.name})[:-1] + ', "arguments":'
-    ids = served.engine.chat_prompt(_openai_to_messages(req, served.tool_style))
+    messages = _openai_to_messages(req, served.tool_style)
+    if any(m.has_images() for m in req.messages) and getattr(served.engine, "processor", None) is None:
+        raise ApiError(
+            400, f"model {req.model!r} is text-only: it does not take image_url parts", "invalid_value", "messages"
+        )
+    ids = served.engine.chat_prompt(messages)
     if prefill:
         ids = ids + served.tokenizer.encode(prefill, add_special_tokens=False)
     top = (req.top_logprobs or 0) if req.logprobs else 0

@@ -123,9 +123,24 @@ class ToolCall(_Strict):
     function: FunctionCall
 
 
+class ImageURL(_Strict):
+    url: str = Field(min_length=1)
+    """A `data:image/...;base64,` URL (remote URLs are refused: the server fetches nothing)."""
+    detail: Literal["auto", "low", "high"] | None = None
+
+
 class ContentPart(_Strict):
-    type: Literal["text"]
-    text: str
+    type: Literal["text", "image_url"]
+    text: str | None = None
+    image_url: ImageURL | None = None
+
+    @model_validator(mode="after")
+    def _fits_type(self) -> ContentPart:
+        if (self.type == "text") != (self.text is not None) or (self.type == "image_url") != (
+            self.image_url is not None
+        ):
+            raise ValueError(f"a {self.type!r} content part needs exactly its '{self.type}' field")
+        return self
 
 
 class Message(_Strict):
@@ -137,8 +152,21 @@ class Message(_Strict):
 
     def text(self) -> str:
         if isinstance(self.content, list):
-            return "".join(p.text for p in self.content)
+            return "".join(p.text or "" for p in self.content)
         return self.content or ""
+
+    def has_images(self) -> bool:
+        return isinstance(self.content, list) and any(p.type == "image_url" for p in self.content)
+
+    def parts(self) -> list[dict[str, Any]]:
+        """The content as Tempering's parts (`{"type": "text", "text"}`, `{"type": "image_url", "image_url": {"url"}}`)."""
+        assert isinstance(self.content, list)
+        return [
+            {"type": "text", "text": p.text}
+            if p.type == "text"
+            else {"type": "image_url", "image_url": {"url": p.image_url.url}}  # type: ignore[union-attr]
+            for p in self.content
+        ]
 
 
 class FunctionDef(_Strict):
@@ -291,6 +319,8 @@ class BattleRequest(_Body):
     """A battle for the calling key (its annotator): a typed `prompt` makes a battle only this key sees."""
 
     prompt: str | None = Field(None, min_length=1, max_length=4000)
+    image: str | None = Field(None, min_length=1, max_length=4_000_000)
+    """A picture the prompt is about, as a `data:image/...;base64,` URL (needs a typed prompt)."""
 
 
 class VoteRequest(_Body):

@@ -102,6 +102,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
     columns = {row[1] for row in conn.execute("PRAGMA table_info(battles)")}
     if "shared" not in columns:
         conn.execute("ALTER TABLE battles ADD COLUMN shared INTEGER NOT NULL DEFAULT 0")
+    if "image" not in columns:  # the prompt's picture (a data URL), shown to annotators; NULL: a text prompt
+        conn.execute("ALTER TABLE battles ADD COLUMN image TEXT")
 
 
 class Store:
@@ -280,14 +282,21 @@ class Store:
 
     # ------------------------------------------------------------------ arena
     def add_battle(
-        self, key_id: str, prompt: str, models: tuple[str, str], answers: tuple[str, str], shared: bool = False
+        self,
+        key_id: str,
+        prompt: str,
+        models: tuple[str, str],
+        answers: tuple[str, str],
+        shared: bool = False,
+        image: str | None = None,
     ) -> str:
-        """A new battle of `key_id`; `shared`: any key may be shown and vote on it (else only its own)."""
+        """A new battle of `key_id`; `shared`: any key may be shown and vote on it (else only its own);
+        `image`: the prompt's picture as a data URL."""
         bid = "battle-" + secrets.token_hex(8)
         self._insert(
-            "INSERT INTO battles (id, key_id, prompt, model_a, model_b, answer_a, answer_b, created_at, shared) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (bid, key_id, prompt, models[0], models[1], answers[0], answers[1], time.time(), int(shared)),
+            "INSERT INTO battles (id, key_id, prompt, model_a, model_b, answer_a, answer_b, created_at, shared, image) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (bid, key_id, prompt, models[0], models[1], answers[0], answers[1], time.time(), int(shared), image),
         )
         return bid
 

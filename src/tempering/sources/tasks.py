@@ -106,3 +106,11 @@ def composite_spec(base: dict[str, Any], parts: list[RewardPart]) -> dict[str, A
         "type": "composite",
         "parts": [{"name": p.name, "weight": p.weight, "verifier": {**base, **p.verifier}} for p in parts],
     }
+
+
+@register_source("vision:")
+def _vision(s: TaskSourceSettings, arg: str) -> list[Task]:
+    """Synthetic visual tasks drawn with Pillow (`data/vision_tasks.py`): `vision:count`, ..."""
+    from tempering.data.vision_tasks import vision_tasks
+
+    return vision_tasks(arg, s.n, s.seed, s.split)
