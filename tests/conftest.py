@@ -173,6 +173,31 @@ def _give_memory_back() -> None:
         pass
 
 
+# --- Ctrl-C: a test (or a native library it loads) that ignores or blocks SIGINT in this process
+# would pass that on to every child the later tests start; it is put back and named in the summary
+_SIGINT_LEAKS: list[str] = []
+
+
+def _sigint_leaked() -> str:
+    """Why SIGINT is not as the suite started (Python's handler, not blocked), or ''."""
+    import signal
+
+    bit = 1 << (signal.SIGINT - 1)
+    for field in ("SigIgn", "SigBlk"):
+        for line in open("/proc/self/status"):
+            if line.startswith(field + ":") and int(line.split()[1], 16) & bit:
+                return f"{field} has SIGINT"
+    handler = signal.getsignal(signal.SIGINT)
+    return "" if handler is signal.default_int_handler else f"handler {handler!r}"
+
+
+def _restore_sigint() -> None:
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     before = _status_kb("VmHWM")
@@ -184,6 +209,10 @@ def pytest_runtest_protocol(item, nextitem):
             _HWM_RISES.append((rise, item.nodeid))
         if nextitem is None or nextitem.module is not item.module:  # after each test file
             _give_memory_back()
+        leak = _sigint_leaked()
+        if leak:
+            _SIGINT_LEAKS.append(f"{item.nodeid}: {leak}")
+            _restore_sigint()
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -195,6 +224,8 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"  +{rise / 1024:7.0f} MB  {nodeid}")
     if getattr(config, "cache", None) is not None:
         config.cache.set("tempering/peak_rss_gb", round(peak, 3))
+    for leak in _SIGINT_LEAKS:
+        terminalreporter.write_line(f"SIGINT changed and put back after {leak}")
 
 
 def tiny_vlm(image_size: int = 32, patch_size: int = 8, seed: int = 0):

@@ -29,21 +29,34 @@ SLEEPY = textwrap.dedent(
 )
 
 
+def as_from_a_terminal() -> None:
+    """The child starts as a shell in a terminal starts it: SIGINT at its default and not blocked
+    (a child inherits both from this process, whatever a library loaded here did to them)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_ctrl_c_names_the_resume_and_exits_130_without_joining_workers(tmp_path, where):
     script = tmp_path / "sleepy.py"
     script.write_text(SLEEPY)
     args = ["-v", "sleepy"] if where == "before" else ["sleepy", "--verbose"]  # --verbose anywhere
     proc = subprocess.Popen(
-        [sys.executable, str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ
+        [sys.executable, str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ,
+        preexec_fn=as_from_a_terminal,
     )
     assert proc.stdout.readline().strip() == "started"
     proc.send_signal(signal.SIGINT)
     try:
         rc = proc.wait(timeout=60)  # the worker's job never ends: a join would hang here until killed
     except subprocess.TimeoutExpired:
+        status = [ln for ln in open(f"/proc/{proc.pid}/status") if ln.startswith("Sig")]
         proc.kill()
-        raise
+        raise AssertionError(f"no exit 60 s after SIGINT; the child's signal state: {''.join(status)}") from None
     err = proc.stderr.read()
     assert rc == 130 and "interrupted; rerun the same command to resume" in err, err
     assert "Traceback" not in err
