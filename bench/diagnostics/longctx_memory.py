@@ -72,7 +72,9 @@ def child(mode: str, length: int, out: str) -> None:
         t0 = time.perf_counter()
         with autocast(precision, torch.device("cpu")):  # SFTObjective.loss, with the chunk size named
             hidden = model.get_decoder()(**model_inputs(batch), use_cache=False).last_hidden_state
-            loss, _ = masked_nll_sum(hidden, model.get_output_embeddings(), batch["labels"], chunk_tokens=chunk)
+            loss, _ = masked_nll_sum(
+                hidden, model.get_output_embeddings(), batch["labels"], chunk_tokens=chunk, recompute=mode == "with"
+            )
         units = count_targets(batch)
         (loss / units).backward()
         optimizer.step()

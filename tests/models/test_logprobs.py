@@ -46,17 +46,41 @@ def test_chunked_head_logprobs_equal_the_one_shot_path_in_loss_gradients_and_ent
     labels = ids.clone()
     labels[0, :9] = -100  # a prompt with no loss, so chunks straddle masked and scored positions
     results = []
-    for chunk in (None, 7):
+    for chunk, recompute in ((None, False), (7, False), (7, True)):
         model.zero_grad()
         hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
-        loss, n = masked_nll_sum(hidden, model.get_output_embeddings(), labels, chunk_tokens=chunk)
+        loss, n = masked_nll_sum(hidden, model.get_output_embeddings(), labels, chunk_tokens=chunk, recompute=recompute)
         loss.backward()
         grads = [p.grad.clone() for p in model.parameters()]
         with torch.no_grad():
             _, entropy = head_logprobs(model.get_output_embeddings(), hidden, ids, labels != -100, 0.7, True, chunk)
         results.append((loss.detach(), grads, entropy))
-    (loss_a, grads_a, ent_a), (loss_b, grads_b, ent_b) = results
     assert int(n) == 2 * 39 - 8  # targets are labels[:, 1:]
-    assert torch.allclose(loss_a, loss_b, atol=1e-5, rtol=0)
-    assert all(torch.allclose(a, b, atol=1e-5, rtol=0) for a, b in zip(grads_a, grads_b, strict=True))
-    assert ent_a is not None and ent_b is not None and torch.allclose(ent_a, ent_b, atol=1e-5, rtol=0)
+    loss_a, grads_a, ent_a = results[0]
+    for loss_b, grads_b, ent_b in results[1:]:
+        assert torch.allclose(loss_a, loss_b, atol=1e-5, rtol=0)
+        assert all(torch.allclose(a, b, atol=1e-5, rtol=0) for a, b in zip(grads_a, grads_b, strict=True))
+        assert ent_a is not None and ent_b is not None and torch.allclose(ent_a, ent_b, atol=1e-5, rtol=0)
+
+
+def test_the_head_chunks_are_recomputed_in_the_backward_only_under_activation_checkpointing():
+    """SFT's loss: 1,100 targets take two head chunks; checkpointing runs both again in the backward."""
+    from tempering.batches import SFTBatch
+    from tempering.models.checkpointing import enable_checkpointing
+    from tempering.models.logprobs import LOGPROB_CHUNK_TOKENS
+    from tempering.objectives.sft import SFTObjective
+
+    ids = torch.randint(3, 96, (2, 601), generator=torch.Generator().manual_seed(0))
+    labels = ids.clone()
+    labels[:, :51] = -100  # targets are labels[:, 1:]: 2 x 550
+    assert LOGPROB_CHUNK_TOKENS < 1100 <= 2 * LOGPROB_CHUNK_TOKENS
+    batch = SFTBatch(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)
+    calls = []
+    for checkpointed in (False, True):
+        model = tiny_llama(vocab=96).float().train()
+        if checkpointed:
+            enable_checkpointing(model)
+        model.get_output_embeddings().register_forward_hook(lambda *_, on=checkpointed: calls.append(on))
+        loss, _ = SFTObjective().loss(model, batch)
+        loss.backward()
+    assert calls.count(False) == 2 and calls.count(True) == 4

@@ -7,7 +7,8 @@ gradients without the inputs requiring grad.
 
 transformers drops the KV cache inside a checkpointed layer while training with gradients on
 (the replay would write it twice); engines decode in eval mode, so their cache stays, and
-`checkpointing_drops_cache` tells `models/logprobs.py` when its cached prompt path cannot run.
+`checkpointed_now` tells `models/logprobs.py` when its cached prompt path cannot run and when
+the LM head's chunks are checkpointed as well.
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ def enable_checkpointing(model: Any) -> None:
     base.disable_input_require_grads()
 
 
-def checkpointing_drops_cache(model: Any) -> bool:
-    """Whether a forward pass now runs checkpointed layers, which ignore a KV cache."""
+def checkpointed_now(model: Any) -> bool:
+    """Whether a forward pass now runs checkpointed layers (training, gradients on).
+
+    Those layers ignore a KV cache, and the log-probs recompute their LM-head chunks in the
+    backward pass too (the user traded compute for memory; without the switch no extra matmul).
+    """
     layers = getattr(_base(model).get_decoder(), "layers", None)
     checkpointed = layers is not None and len(layers) > 0 and bool(getattr(layers[0], "gradient_checkpointing", False))
     return checkpointed and model.training and torch.is_grad_enabled()

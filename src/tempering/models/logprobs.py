@@ -15,10 +15,12 @@ dominate on small models, so hidden states are gathered at the masked-in positio
 and only those are projected.
 
 Memory: the full (tokens x vocabulary) float32 logits are never held at once. Scored positions
-go through the head `LOGPROB_CHUNK_TOKENS` at a time; with gradients on, each chunk runs under
-activation checkpointing, so backward keeps only the chunk's inputs and recomputes its logits
-(one more head matmul per chunk). At 8,192 scored tokens of a 49k vocabulary that is 0.2 GB of
-logits live instead of 1.6 GB per copy. Results equal the one-shot path (same ops, same order).
+go through the head `LOGPROB_CHUNK_TOKENS` at a time; under activation checkpointing
+(`train.gradient_checkpointing`, `models/checkpointing.py: checkpointed_now`) each chunk is
+checkpointed too, so backward keeps only the chunk's inputs and recomputes its logits (one more
+head matmul per chunk). At 8,192 scored tokens of a 49k vocabulary that is 0.2 GB of logits live
+instead of 1.6 GB per copy. Without the switch the chunks' logits stay for the backward and no
+matmul is repeated. Results equal the one-shot path (same ops, same order).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def head_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     chunk_tokens: int | None = LOGPROB_CHUNK_TOKENS,
+    recompute: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log softmax(head(hidden) / temperature)[target] where `mask`, else 0.
 
@@ -57,6 +60,8 @@ def head_logprobs(
         temperature: 0 and 1 both mean the plain softmax (greedy samples report temperature-1 log-probs).
         with_entropy: also return the entropy of each scored position's distribution (no gradient).
         chunk_tokens: scored positions per head chunk; None projects them all at once.
+        recompute: checkpoint each chunk (when there are several and gradients flow): its logits
+            are freed after the forward and recomputed in the backward.
     Returns:
         (logp (B, T) float32, entropy (B, T) or None).
     """
@@ -64,7 +69,7 @@ def head_logprobs(
     states, picks = hidden[keep], targets[keep]  # (N, H), (N,): only the scored positions reach the head
     step = chunk_tokens or max(len(picks), 1)
     starts = range(0, max(len(picks), 1), step)
-    recompute = len(starts) > 1 and torch.is_grad_enabled() and states.requires_grad
+    recompute = recompute and len(starts) > 1 and torch.is_grad_enabled() and states.requires_grad
     parts = [
         _chunk_logprobs(head, states[i : i + step], picks[i : i + step], temperature, with_entropy, recompute)
         for i in starts
@@ -129,8 +134,16 @@ def token_logprobs(
     hidden = model.get_decoder()(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
     ).last_hidden_state
+    from tempering.models.checkpointing import checkpointed_now
+
     logp, entropy = head_logprobs(
-        model.get_output_embeddings(), hidden[:, :-1], input_ids[:, 1:], loss_mask[:, 1:], temperature, with_entropy
+        model.get_output_embeddings(),
+        hidden[:, :-1],
+        input_ids[:, 1:],
+        loss_mask[:, 1:],
+        temperature,
+        with_entropy,
+        recompute=checkpointed_now(model),
     )
     pad = logp.new_zeros((logp.shape[0], 1))
     return torch.cat([pad, logp], dim=1), None if entropy is None else torch.cat([pad, entropy], dim=1)
@@ -170,10 +183,10 @@ def grouped_logprobs(
     """
     from transformers import DynamicCache
 
-    from tempering.models.checkpointing import checkpointing_drops_cache
+    from tempering.models.checkpointing import checkpointed_now
 
     group = completion_ids.shape[0] // prompt_ids.shape[0]
-    if checkpointing_drops_cache(model):  # the prompt's cache would be dropped: run whole rows
+    if checkpointed_now(model):  # the prompt's cache would be dropped: run whole rows
         return _whole_row_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature)
     decoder, cache_kw = model.get_decoder(), cache_keyword(model)
     cache = DynamicCache()

@@ -19,13 +19,18 @@ from typing import Any
 import torch
 
 from tempering.batches import SFTBatch, model_inputs
+from tempering.models.checkpointing import checkpointed_now
 from tempering.models.logprobs import LOGPROB_CHUNK_TOKENS, head_logprobs
 from tempering.models.vlm import vlm_backbone
 from tempering.types import IGNORE
 
 
 def masked_nll_sum(
-    hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor, chunk_tokens: int | None = LOGPROB_CHUNK_TOKENS
+    hidden: torch.Tensor,
+    head: torch.nn.Module,
+    labels: torch.Tensor,
+    chunk_tokens: int | None = LOGPROB_CHUNK_TOKENS,
+    recompute: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum of -log p(label_{t+1} | <= t) over positions whose next label is not IGNORE.
 
@@ -34,12 +39,13 @@ def masked_nll_sum(
         head: the output projection H -> V.
         labels: (B, T) token ids, IGNORE where no loss.
         chunk_tokens: target positions per LM-head chunk (None: all at once; see `head_logprobs`).
+        recompute: recompute each chunk's logits in the backward (under activation checkpointing).
     Returns:
         (loss_sum scalar float32, n_targets scalar long)
     """
     targets = labels[:, 1:]  # (B, T-1)
     keep = targets != IGNORE
-    logp, _ = head_logprobs(head, hidden[:, :-1], targets, keep, chunk_tokens=chunk_tokens)
+    logp, _ = head_logprobs(head, hidden[:, :-1], targets, keep, chunk_tokens=chunk_tokens, recompute=recompute)
     return -logp.sum(), keep.sum()
 
 
@@ -63,5 +69,5 @@ class SFTObjective:
         else:
             decoder, head = model.get_decoder(), model.get_output_embeddings()
         hidden = decoder(**inputs, use_cache=False).last_hidden_state
-        loss_sum, _ = masked_nll_sum(hidden, head, batch["labels"])
+        loss_sum, _ = masked_nll_sum(hidden, head, batch["labels"], recompute=checkpointed_now(model))
         return loss_sum, {}
