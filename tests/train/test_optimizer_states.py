@@ -12,7 +12,7 @@ from tempering.train.optimizer import build_optimizer, state_bytes
 from tempering.train.trainer import Trainer
 from tests.conftest import random_examples
 
-pytest.importorskip("torchao")
+pytest.importorskip("torchao", reason="torchao (the `memory` extra; `dev` installs it)")
 
 
 @pytest.fixture(autouse=True)
