@@ -3,7 +3,8 @@
 Models: the default (SmolLM2-135M, full parameters) and the ~1.07B `llama-1b` shape of
 `_shared/model_shapes.py` (Llama-3.2-1B's shape with the default vocabulary, random weights).
 Levers: `ckpt` (`train.gradient_checkpointing`) and `8bit` (`train.optim.state_bits: 8`,
-torchao AdamW8bit), as `none`, `ckpt`, `8bit`, `both`.
+torchao AdamW8bit), as `none`, `ckpt`, `8bit`, `both`; and LoRA (r=16, every Linear) over the
+float base (`lora`) or the int8 base (`qlora`, `lora.base: int8`).
 
 Each (model, levers) runs in its own child process, one at a time, under a hard address-space
 cap (`RLIMIT_AS`, as `prlimit --as` sets it): a child that needs more fails at its allocation
@@ -16,7 +17,7 @@ gradients, which also compiles torchao's update), drops the kernel's peak-RSS ma
 The ~1B children are skipped (with the reason recorded) when `MemAvailable` is below their cap
 (plus 0.5 GB), so a capped child can never push the machine's other work out of memory.
 
-    python bench/throughput/memory.py [--models default,1b] [--levers none,ckpt,8bit,both]
+    python bench/throughput/memory.py [--models default,1b] [--levers none,ckpt,8bit,both,lora,qlora]
 
 Writes bench/results/memory.json (merged with the runs already there) and prints a table.
 """
@@ -40,7 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _sha
 from _shared.model_shapes import SHAPES, VOCAB  # noqa: E402
 from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
-LEVERS = {"none": (False, 32), "ckpt": (True, 32), "8bit": (False, 8), "both": (True, 8)}
+LEVERS = {"none": (False, 32), "ckpt": (True, 32), "8bit": (False, 8), "both": (True, 8), "lora": (False, 32)}
+LEVERS["qlora"] = LEVERS["lora"]
+"""(checkpointing, optimizer state bits); `lora` / `qlora`: LoRA r=16 on every Linear over the float
+base / the int8 base (`lora.base: int8`) instead of full fine-tuning."""
 LENGTH = {"default": 512, "1b": 64}
 CAP_GB = {"default": 8.0, "1b": 14.0}
 """The address-space cap of each child (virtual memory: torch and transformers map ~1 GB at import).
@@ -86,6 +90,12 @@ def child(model_name: str, levers: str, out: str) -> None:
     length = LENGTH[model_name]
     model = build_model(model_name)
     model.requires_grad_(True)
+    if levers in ("lora", "qlora"):
+        from tempering.config import LoraSettings
+        from tempering.models.lora import apply_lora
+
+        spec = "smollm2-135m-instruct" if model_name == "default" else model_name
+        model = apply_lora(model, LoraSettings(base="int8" if levers == "qlora" else "float"), spec)
     if ckpt:
         enable_checkpointing(model)
     model.train()
@@ -127,6 +137,7 @@ def child(model_name: str, levers: str, out: str) -> None:
         "rss_before_step_gb": before_kb / 1024**2,
         "peak_rss_step_gb": _status_kb("VmHWM") / 1024**2,
         "param_bytes": n_params * 4,
+        "model_state_bytes": sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]),
         "grad_bytes": n_params * 4,
         "optimizer_state_bytes": state_bytes(optimizer),
     }
@@ -185,6 +196,18 @@ def summary(runs: dict) -> dict:
         act = {k: d[k]["step_peak_over_before_gb"] - d[k]["grad_bytes"] / GB for k in ("none", "ckpt")}
         out["full_ft_512_step_peak_less_grads_ratio_checkpointing"] = act["none"] / act["ckpt"]
         out["full_ft_512_step_peak_less_grads_gb"] = act
+    for name, by_lever in runs.items():  # LoRA over the int8 base vs the float base
+        if all("peak_rss_step_gb" in by_lever.get(k, {}) for k in ("lora", "qlora")):
+            lora, qlora = by_lever["lora"], by_lever["qlora"]
+            out[f"qlora_{name}"] = {
+                "peak_rss_step_gb": {"float_base": lora["peak_rss_step_gb"], "int8_base": qlora["peak_rss_step_gb"]},
+                "model_state_gb": {
+                    "float_base": lora["model_state_bytes"] / GB,
+                    "int8_base": qlora["model_state_bytes"] / GB,
+                },
+                "peak_ratio": lora["peak_rss_step_gb"] / qlora["peak_rss_step_gb"],
+                "loss": {"float_base": lora["loss"], "int8_base": qlora["loss"]},
+            }
     if all("optimizer_state_bytes" in d.get(k, {}) for k in ("none", "8bit")):
         out["optimizer_state_ratio_8bit"] = d["none"]["optimizer_state_bytes"] / d["8bit"]["optimizer_state_bytes"]
     one_b = runs.get("1b", {})
@@ -220,7 +243,7 @@ def _one_b_params() -> int:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default="default,1b")
-    p.add_argument("--levers", default="none,ckpt,8bit,both")
+    p.add_argument("--levers", default="none,ckpt,8bit,both,lora,qlora")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -27,6 +27,9 @@ class LoraSettings(Strict):
     last_layers: int | None = Field(None, ge=1)
     """Adapt only the last N decoder layers (None: all). Backward then stops at the lowest
     adapted layer, which makes RL steps much cheaper."""
+    base: Literal["float", "int8"] = "float"
+    """The frozen base's Linear layers: as loaded, or `int8` (QLoRA-style: int8 weights with one
+    scale per output channel, a quarter of fp32's bytes; the adapters train in float over them)."""
 
 
 class ReplaySettings(Strict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,12 @@ def apply_lora(model: Any, settings: LoraSettings, base_spec: str, modules_to_sa
         layers = list(range(max(0, total - settings.last_layers), total))
         if isinstance(targets, str):  # peft needs names with layers_to_transform
             targets = _linear_names(model) if targets == "all-linear" else [targets]
+    if settings.base == "int8":
+        from tempering.models.quantize import int8_base_in_place
+
+        if targets == "all-linear":  # PEFT resolves it by torch.nn.Linear: name them before the swap
+            targets = _linear_names(model)
+        int8_base_in_place(model)
     config = LoraConfig(
         target_parameters=_expert_parameters(model) if settings.experts else None,
         layers_to_transform=layers,
@@ -34,9 +41,28 @@ def apply_lora(model: Any, settings: LoraSettings, base_spec: str, modules_to_sa
         modules_to_save=modules_to_save,
         task_type="CAUSAL_LM",
     )
-    peft_model = get_peft_model(model, config)
+    with warnings.catch_warnings():
+        if settings.base == "int8":  # PEFT's custom-module API; it warns that the base type is not its own
+            warnings.filterwarnings("ignore", "Unsupported layer type", UserWarning)
+            config._register_custom_module({_int8_type(): _int8_lora_type()})
+        peft_model = get_peft_model(model, config)
     peft_model.peft_config["default"].base_model_name_or_path = loadable_base(base_spec)
     return peft_model
+
+
+def _int8_type() -> type:
+    from tempering.models.quantize import Int8WeightLinear
+
+    return Int8WeightLinear
+
+
+def _int8_lora_type() -> type:
+    """PEFT's LoRA Linear over an `Int8WeightLinear` base (PEFT's custom-module API): the adapter
+    adds B A x to the int8 layer's output; merging into int8 weights is refused by PEFT's own check
+    (no float `weight` to add to): export merges into a float copy of the base instead."""
+    from peft.tuners.lora.layer import Linear
+
+    return Linear
 
 
 def _expert_parameters(model: Any) -> list[str]:
@@ -91,15 +117,15 @@ def _console() -> Any:
 
 
 def _linear_names(model: Any) -> list[str]:
-    """Short names of the Linear layers inside the decoder blocks (what "all-linear" means)."""
+    """Short names of the Linear layers inside the decoder blocks (what "all-linear" means), int8 ones too."""
     import torch
 
-    head = model.get_output_embeddings()
+    head, linear = model.get_output_embeddings(), (torch.nn.Linear, _int8_type())
     return sorted(
         {
             name.rsplit(".", 1)[-1]
             for name, m in model.named_modules()
-            if isinstance(m, torch.nn.Linear) and m is not head and ".layers." in name
+            if isinstance(m, linear) and m is not head and ".layers." in name
         }
     )
 
