@@ -1,6 +1,6 @@
 """Write the built-in agent suites (src/tempering/agents/envs/*.jsonl) from seeded parameters.
 
-    python examples/agent/make_envs.py        # rewrites tool_arith.jsonl, retry.jsonl, workspace.jsonl
+    python examples/agent/make_envs.py        # rewrites tool_arith.jsonl, retry.jsonl, workspace.jsonl, repo.jsonl
 
 The suites are data: this script only saves typing. Held-out rows use other parameters
 (numbers, file names, file contents, bug kinds) than training rows. Every row carries the
@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import repos  # noqa: E402  (the repositories of the `repo` suite, beside this script)
 
 OUT = Path(__file__).resolve().parents[2] / "src" / "tempering" / "agents" / "envs"
 
@@ -431,9 +437,71 @@ def workspace() -> list[dict]:
     return rows
 
 
+# --- repositories ----------------------------------------------------------------------------
+
+REPO_TOOLS = ["shell", "python", "read_file", "write_file", "submit"]
+RUN_TESTS = "python3 -m unittest discover -s tests"
+
+
+def _break(repo: dict[str, str], edits: list[tuple[str, str, str]]) -> dict[str, str]:
+    files = dict(repo)
+    for path, good, bad in edits:
+        assert files[path].count(good) == 1, (path, good)
+        files[path] = files[path].replace(good, bad)
+    return files
+
+
+def _tests_pass(files: dict[str, str]) -> bool:
+    with tempfile.TemporaryDirectory() as d:
+        for rel, text in files.items():
+            (Path(d) / rel).parent.mkdir(parents=True, exist_ok=True)
+            (Path(d) / rel).write_text(text)
+        run = subprocess.run(
+            [sys.executable, "-B", "-m", "unittest", "discover", "-s", "tests"], cwd=d, capture_output=True
+        )
+        return run.returncode == 0
+
+
+def repo() -> list[dict]:
+    """One task per planted bug: the broken repository, its tests as the hidden judge, the fix as the oracle."""
+    rows, count = [], {}
+    for name, family, tier, edits in repos.BUGS:
+        fixed, broken = repos.REPOS[name], _break(repos.REPOS[name], edits)
+        assert _tests_pass(fixed) and not _tests_pass(broken), (name, family, edits)
+        count[(name, family)] = count.get((name, family), 0) + 1
+        paths = sorted({path for path, _, _ in edits})
+        tests = sorted(p for p in fixed if p.startswith("tests/test_"))
+        rows.append(
+            {
+                "id": f"repo-{name}-{family}-{count[(name, family)]}",
+                "env": "repo",
+                "family": family,
+                "tier": tier,
+                "split": "heldout" if family in repos.HELDOUT_FAMILIES else "train",
+                "prompt": f"/work holds the `{name}` repository. Its tests fail: run `{RUN_TESTS}`. "
+                "Find what is wrong in the code and fix it so that every test passes; do not change the tests. "
+                'Then submit "done".',
+                "tools": REPO_TOOLS,
+                "files": broken,
+                "goal": {"type": "repo_tests", "paths": tests},
+                "fail_on_unsafe": True,
+                "max_steps": 6 + 2 * tier,
+                "solution": [
+                    [call("shell", cmd=f"{RUN_TESTS} 2>&1 | tail -n 30")],
+                    [call("read_file", path=p) for p in paths],
+                    [call("write_file", path=p, content=fixed[p]) for p in paths],
+                    [call("shell", cmd=f"{RUN_TESTS} 2>&1 | tail -n 5")],
+                    [call("submit", answer="done")],
+                ],
+            }
+        )
+    return rows
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    for name, rows in [("tool_arith", tool_arith()), ("retry", retry()), ("workspace", workspace())]:
+    suites = [("tool_arith", tool_arith()), ("retry", retry()), ("workspace", workspace()), ("repo", repo())]
+    for name, rows in suites:
         with open(OUT / f"{name}.jsonl", "w") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
