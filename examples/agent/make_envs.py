@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import repos  # noqa: E402  (the repositories of the `repo` suite, beside this script)
+import terminal_tasks  # noqa: E402  (terminal and longer workspace families)
 
 OUT = Path(__file__).resolve().parents[2] / "src" / "tempering" / "agents" / "envs"
 
@@ -294,6 +295,7 @@ def _csv_task(i: int, rng: random.Random) -> dict:
         )
     return {
         "kind": "csv",
+        "family": "csv-totals" if i % 2 == 0 else "csv-filter",
         "variant": i,
         "tier": 2,
         "files": {"data.csv": data},
@@ -401,35 +403,31 @@ def _syntax_task(i: int, rng: random.Random) -> dict:
     }
 
 
+WS_HELDOUT_FAMILIES = ("count-txt", "config-port", "move-file", "csv-filter", "inspect-logs", "organize")
+WS_HELDOUT_FAMILIES += ("syntax", "package-move")
+"""Families only the held-out split has (per tier: 1, then 2, then 3); every other family trains."""
+
+
 def workspace() -> list[dict]:
     rng = random.Random(3)
     items = ws_tier1(rng)
-    extra = ws_tier1(random.Random(11), range(4, 8))  # more held-out tier 1 (own seed: tiers 2-3 unchanged)
+    extra = ws_tier1(random.Random(11), range(4, 8))  # more tier 1 (own seed: tiers 2-3 unchanged)
     items += [_bug_task(i, bug) for i, bug in enumerate(BUGS)]
     items += [_csv_task(i, rng) for i in range(7)]
     items += [_config_task(i, rng) for i in range(6)]
     items += [_syntax_task(i, rng) for i in range(6)]
     items += extra
+    items += terminal_tasks.terminal_items()
     rows = []
     for item in items:
         kind, variant = item.pop("kind"), item.pop("variant")
-        # the last variant of each kind is held out (other files, numbers, function or bug)
-        last = {
-            "count-py-lines": 3,
-            "count-txt": 3,
-            "config-port": 3,
-            "log-count": 3,
-            "fix-bug": 6,
-            "csv": 6,
-            "config": 5,
-            "syntax": 5,
-        }[kind]
-        split = "heldout" if variant >= last - (1 if kind in ("fix-bug", "csv") else 0) else "train"
+        family = item.pop("family", kind)
         rows.append(
             {
                 "id": f"ws-t{item['tier']}-{kind}-{variant}",
                 "env": "workspace",
-                "split": split,
+                "family": family,
+                "split": "heldout" if family in WS_HELDOUT_FAMILIES else "train",
                 "tools": WS_TOOLS,
                 **item,
             }

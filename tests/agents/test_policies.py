@@ -17,9 +17,12 @@ def suites():
 
 def test_builtin_suites_have_tiers_and_disjoint_heldout(suites):
     ws = suites["workspace"]
-    assert len(ws) >= 40 and {t.tier for t in ws} == {1, 2, 3}
+    assert len(ws) >= 60 and {t.tier for t in ws} == {1, 2, 3}
     for tier in (1, 2, 3):
         assert {t.split for t in ws if t.tier == tier} == {"train", "heldout"}
+    for name in ("workspace", "repo"):  # held out by family: no held-out task is of a kind trained on
+        families = {split: {t.family for t in suites[name] if t.split == split} for split in ("train", "heldout")}
+        assert None not in families["train"] and not families["train"] & families["heldout"], name
     for tasks in suites.values():
         train = {(t.prompt, tuple(sorted(t.files.items()))) for t in tasks if t.split == "train"}
         assert not any((t.prompt, tuple(sorted(t.files.items()))) in train for t in tasks if t.split == "heldout")
