@@ -2,9 +2,11 @@
 
     python examples/agent/make_envs.py        # rewrites tool_arith.jsonl, retry.jsonl, workspace.jsonl, repo.jsonl
 
-The suites are data: this script only saves typing. Held-out rows use other parameters
-(numbers, file names, file contents, bug kinds) than training rows. Every row carries the
-scripted expert's `solution`, which tests/agents checks solves it.
+The suites are data: this script only saves typing. In `workspace` and `repo` every row
+names its `family` (the kind of task) and held-out rows are of families no training row has;
+in `tool_arith` and `retry` held-out rows use other numbers and words. Every row carries the
+scripted expert's `solution`, which tests/agents checks solves it; every planted bug of
+`repo` is checked here too (the broken repository fails its tests, the fixed one passes).
 """
 
 from __future__ import annotations
