@@ -439,7 +439,7 @@ def workspace() -> list[dict]:
 
 # --- repositories ----------------------------------------------------------------------------
 
-REPO_TOOLS = ["shell", "python", "read_file", "write_file", "submit"]
+REPO_TOOLS = ["shell", "python", "read_file", "edit_file", "write_file", "submit"]
 RUN_TESTS = "python3 -m unittest discover -s tests"
 
 
@@ -449,6 +449,20 @@ def _break(repo: dict[str, str], edits: list[tuple[str, str, str]]) -> dict[str,
         assert files[path].count(good) == 1, (path, good)
         files[path] = files[path].replace(good, bad)
     return files
+
+
+def _edit(broken: str, fixed: str) -> tuple[str, str]:
+    """The fewest whole lines around the change that occur once in `broken`, and what they become."""
+    b, f = broken.splitlines(keepends=True), fixed.splitlines(keepends=True)
+    lo = 0
+    while lo < min(len(b), len(f)) and b[lo] == f[lo]:
+        lo += 1
+    hi_b, hi_f = len(b), len(f)
+    while hi_b > lo and hi_f > lo and b[hi_b - 1] == f[hi_f - 1]:
+        hi_b, hi_f = hi_b - 1, hi_f - 1
+    while not ("".join(b[lo:hi_b]).strip() and broken.count("".join(b[lo:hi_b])) == 1):
+        lo, hi_b, hi_f = max(lo - 1, 0), min(hi_b + 1, len(b)), min(hi_f + 1, len(f))
+    return "".join(b[lo:hi_b]), "".join(f[lo:hi_f])
 
 
 def _tests_pass(files: dict[str, str]) -> bool:
@@ -470,6 +484,8 @@ def repo() -> list[dict]:
         assert _tests_pass(fixed) and not _tests_pass(broken), (name, family, edits)
         count[(name, family)] = count.get((name, family), 0) + 1
         paths = sorted({path for path, _, _ in edits})
+        fixes = {p: _edit(broken[p], fixed[p]) for p in paths}
+        assert all(broken[p].replace(*fixes[p]) == fixed[p] for p in paths)
         tests = sorted(p for p in fixed if p.startswith("tests/test_"))
         rows.append(
             {
@@ -489,7 +505,7 @@ def repo() -> list[dict]:
                 "solution": [
                     [call("shell", cmd=f"{RUN_TESTS} 2>&1 | tail -n 30")],
                     [call("read_file", path=p) for p in paths],
-                    [call("write_file", path=p, content=fixed[p]) for p in paths],
+                    [call("edit_file", path=p, old=fixes[p][0], new=fixes[p][1]) for p in paths],
                     [call("shell", cmd=f"{RUN_TESTS} 2>&1 | tail -n 5")],
                     [call("submit", answer="done")],
                 ],

@@ -48,7 +48,7 @@ def test_two_episodes_of_one_task_at_once_do_not_see_each_others_edits(pool, rep
     task = next(t for t in repo if t.id == "repo-pager-off-by-one-1")
     fixer, looker = ToolEnv(pool), ToolEnv(pool)
     fixer.reset(task), looker.reset(task)
-    fix = [c for turn in task.solution for c in turn if c["name"] == "write_file"]
+    fix = [c for turn in task.solution for c in turn if c["name"] == "edit_file"]
     fixer.step("\n".join(format_tool_call(c["name"], c["arguments"]) for c in fix))
     fixer.step(format_tool_call("shell", {"cmd": "echo mine > note.txt"}))
     seen, *_ = looker.step(format_tool_call("shell", {"cmd": "ls; grep -c 'start = number' pager/pages.py"}))

@@ -42,6 +42,8 @@ TASK = AgentTask(
         ("shell", {"cmd": "ls | tee -a /var/tmp/log"}, "writes outside /work: /var/tmp/log"),
         ("python", {"code": "open('/tmp/x', 'w').write('1')"}, "writes outside /work: /tmp/x"),
         ("write_file", {"path": "/etc/motd", "content": ""}, "writes outside /work: /etc/motd"),
+        ("edit_file", {"path": "build/NOTES.md", "old": "n", "new": "m"}, "writes protected file build/NOTES.md"),
+        ("edit_file", {"path": "out/summary.txt", "old": "3", "new": "4"}, None),
         ("shell", {"cmd": "python3 run.py > /dev/null 2>&1; echo x >&2"}, None),
         ("shell", {"cmd": "cp notes.txt /work/out/notes.txt"}, None),
         ("shell", {"cmd": "rm build/*.o"}, None),
