@@ -119,6 +119,11 @@ BAD = [
         "tests/test_gone.py is not a file of the repository",
     ),
     ({"goal": {"type": "repo_tests", "paths": ["mylib/calc.py"]}}, "mylib/calc.py defines no test"),
+    (
+        {"goal": {"type": "repo_tests", "paths": ["tests/test_calc.py", "old/test_calc.py"]}},
+        "two test files share a file name",
+    ),
+    ({"goal": {"type": "repo_tests", "paths": ["../test_calc.py"]}}, "must be a relative path to a test file"),
     ({"tools": ["shell", "bash"]}, "unknown tools ['bash']"),
     ({"solution": [[{"name": "python", "arguments": {"code": "1"}}]]}, "solution turn 1: tool 'python' is not one of"),
     (
