@@ -81,7 +81,8 @@ def test_edit_file_replaces_one_unique_piece_of_text(pool):
         def edit(old, new, path="m.py"):
             return TOOLS["edit_file"].run({"path": path, "old": old, "new": new}, ctx)
 
-        assert not edit("y = 1", "y = 2").error and session.read_file("m.py") == b"x = 1\ny = 2\n"
+        assert edit("y = 1", "y = 2").text == "replaced 1 occurrence in m.py"
+        assert session.read_file("m.py") == b"x = 1\ny = 2\n"
         for old, times in (("= ", 2), ("z = 3", 0), ("", 0)):
             out = edit(old, "q")
             assert out.error and f"must occur exactly once in m.py; it occurs {times} times" in out.text

@@ -159,7 +159,8 @@ def _edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
     found = text.count(old) if old else 0
     if found != 1:
         return ToolOutcome(f"error: `old` must occur exactly once in {rel}; it occurs {found} times", error=True)
-    return _write_file({"path": rel, "content": text.replace(old, args["new"])}, ctx)
+    written = _write_file({"path": rel, "content": text.replace(old, args["new"])}, ctx)
+    return written if written.error else ToolOutcome(f"replaced 1 occurrence in {rel}")
 
 
 def _submit(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
