@@ -489,6 +489,8 @@ class StockTest(unittest.TestCase):
     def test_remove_too_many(self):
         with self.assertRaises(ValueError):
             Stock({"bolt": 1}).remove("bolt", 2)
+        with self.assertRaises(ValueError):
+            Stock().remove("bolt")
 
     def test_add_nothing(self):
         with self.assertRaises(ValueError):
@@ -830,6 +832,101 @@ BUGS = [
         [
             ("grades/letters.py", "for threshold, name in bands:", "for name, threshold in bands:"),
             ("grades/report.py", "mean(scores) * 100 / maximum", "mean(scores) * maximum / 100"),
+        ],
+    ),
+    # more held out, added after the rows above (their ids stay as they were)
+    (
+        "thermo",
+        "edge-case",
+        1,
+        [("thermo/parse.py", '    raise ValueError(f"unknown unit in {reading!r}")', "    return value")],
+    ),
+    (
+        "inventory",
+        "edge-case",
+        1,
+        [("inventory/stock.py", "have = self.counts.get(name, 0)", "have = self.counts[name]")],
+    ),
+    (
+        "invoice",
+        "edge-case",
+        2,
+        [("invoice/money.py", ".quantize(Decimal(1), rounding=ROUND_HALF_UP)", ".quantize(Decimal(1))")],
+    ),
+    (
+        "pager",
+        "swapped-arguments",
+        2,
+        [("pager/pages.py", "math.ceil(total / per_page)", "math.ceil(per_page / total)")],
+    ),
+    (
+        "inventory",
+        "swapped-arguments",
+        1,
+        [("inventory/orders.py", "(name, target - stock.counts[name])", "(name, stock.counts[name] - target)")],
+    ),
+    (
+        "pager",
+        "edge-case",
+        3,
+        [
+            ("pager/pages.py", '    if number < 1:\n        raise ValueError("pages count from 1")\n', ""),
+            ("pager/links.py", "range(max(1, number - width), ", "range(number - width, "),
+        ],
+    ),
+    (
+        "inventory",
+        "swapped-arguments",
+        3,
+        [
+            ("inventory/stock.py", "self.counts[name] = have - n", "self.counts[name] = n - have"),
+            ("inventory/orders.py", "(name, target - stock.counts[name])", "(name, stock.counts[name] - target)"),
+        ],
+    ),
+    (
+        "thermo",
+        "edge-case",
+        3,
+        [
+            ("thermo/parse.py", "text = reading.strip().upper()", "text = reading.strip()"),
+            ("thermo/convert.py", '    if c < ABSOLUTE_ZERO_C:\n        raise ValueError("below absolute zero")\n', ""),
+        ],
+    ),
+    (
+        "invoice",
+        "swapped-arguments",
+        3,
+        [
+            ("invoice/totals.py", "discount(subtotal(lines), percent)", "discount(percent, subtotal(lines))"),
+            ("invoice/lines.py", "description, quantity, price = (part", "description, price, quantity = (part"),
+        ],
+    ),
+    # more two-file bugs to train on
+    (
+        "invoice",
+        "multi-file",
+        3,
+        [
+            ("invoice/money.py", "{cents % 100:02d}", "{cents % 100}"),
+            ("invoice/totals.py", "return net + net * tax_percent // 100", "return net - net * tax_percent // 100"),
+        ],
+    ),
+    (
+        "textkit",
+        "multi-file",
+        3,
+        [
+            ("textkit/words.py", "return len(words(text))", "return len(words(text)) - 1"),
+            ("textkit/slug.py", "words(title)[:max_words]", "words(title)[: max_words - 1]"),
+        ],
+    ),
+    (
+        "inventory",
+        "multi-file",
+        3,
+        [
+            ("inventory/stock.py", "if n <= 0:", "if n < 0:"),
+            ("inventory/orders.py", "get(name, 0) >= n", "get(name, 0) > n"),
         ],
     ),
 ]
