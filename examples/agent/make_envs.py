@@ -1,17 +1,26 @@
 """Write the built-in agent suites (src/tempering/agents/envs/*.jsonl) from seeded parameters.
 
-    python examples/agent/make_envs.py        # rewrites tool_arith.jsonl, retry.jsonl, workspace.jsonl
+    python examples/agent/make_envs.py        # rewrites tool_arith.jsonl, retry.jsonl, workspace.jsonl, repo.jsonl
 
-The suites are data: this script only saves typing. Held-out rows use other parameters
-(numbers, file names, file contents, bug kinds) than training rows. Every row carries the
-scripted expert's `solution`, which tests/agents checks solves it.
+The suites are data: this script only saves typing. In `workspace` and `repo` every row
+names its `family` (the kind of task) and held-out rows are of families no training row has;
+in `tool_arith` and `retry` held-out rows use other numbers and words. Every row carries the
+scripted expert's `solution`, which tests/agents checks solves it; every planted bug of
+`repo` is checked here too (the broken repository fails its tests, the fixed one passes).
 """
 
 from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import repos  # noqa: E402  (the repositories of the `repo` suite, beside this script)
+import terminal_tasks  # noqa: E402  (terminal and longer workspace families)
 
 OUT = Path(__file__).resolve().parents[2] / "src" / "tempering" / "agents" / "envs"
 
@@ -288,6 +297,7 @@ def _csv_task(i: int, rng: random.Random) -> dict:
         )
     return {
         "kind": "csv",
+        "family": "csv-totals" if i % 2 == 0 else "csv-filter",
         "variant": i,
         "tier": 2,
         "files": {"data.csv": data},
@@ -395,35 +405,31 @@ def _syntax_task(i: int, rng: random.Random) -> dict:
     }
 
 
+WS_HELDOUT_FAMILIES = ("count-txt", "config-port", "move-file", "csv-filter", "inspect-logs", "organize")
+WS_HELDOUT_FAMILIES += ("syntax", "package-move")
+"""Families only the held-out split has (per tier: 1, then 2, then 3); every other family trains."""
+
+
 def workspace() -> list[dict]:
     rng = random.Random(3)
     items = ws_tier1(rng)
-    extra = ws_tier1(random.Random(11), range(4, 8))  # more held-out tier 1 (own seed: tiers 2-3 unchanged)
+    extra = ws_tier1(random.Random(11), range(4, 8))  # more tier 1 (own seed: tiers 2-3 unchanged)
     items += [_bug_task(i, bug) for i, bug in enumerate(BUGS)]
     items += [_csv_task(i, rng) for i in range(7)]
     items += [_config_task(i, rng) for i in range(6)]
     items += [_syntax_task(i, rng) for i in range(6)]
     items += extra
+    items += terminal_tasks.terminal_items()
     rows = []
     for item in items:
         kind, variant = item.pop("kind"), item.pop("variant")
-        # the last variant of each kind is held out (other files, numbers, function or bug)
-        last = {
-            "count-py-lines": 3,
-            "count-txt": 3,
-            "config-port": 3,
-            "log-count": 3,
-            "fix-bug": 6,
-            "csv": 6,
-            "config": 5,
-            "syntax": 5,
-        }[kind]
-        split = "heldout" if variant >= last - (1 if kind in ("fix-bug", "csv") else 0) else "train"
+        family = item.pop("family", kind)
         rows.append(
             {
                 "id": f"ws-t{item['tier']}-{kind}-{variant}",
                 "env": "workspace",
-                "split": split,
+                "family": family,
+                "split": "heldout" if family in WS_HELDOUT_FAMILIES else "train",
                 "tools": WS_TOOLS,
                 **item,
             }
@@ -431,9 +437,87 @@ def workspace() -> list[dict]:
     return rows
 
 
+# --- repositories ----------------------------------------------------------------------------
+
+REPO_TOOLS = ["shell", "python", "read_file", "edit_file", "write_file", "submit"]
+RUN_TESTS = "python3 -m unittest discover -s tests"
+
+
+def _break(repo: dict[str, str], edits: list[tuple[str, str, str]]) -> dict[str, str]:
+    files = dict(repo)
+    for path, good, bad in edits:
+        assert files[path].count(good) == 1, (path, good)
+        files[path] = files[path].replace(good, bad)
+    return files
+
+
+def _edit(broken: str, fixed: str) -> tuple[str, str]:
+    """The fewest whole lines around the change that occur once in `broken`, and what they become."""
+    b, f = broken.splitlines(keepends=True), fixed.splitlines(keepends=True)
+    lo = 0
+    while lo < min(len(b), len(f)) and b[lo] == f[lo]:
+        lo += 1
+    hi_b, hi_f = len(b), len(f)
+    while hi_b > lo and hi_f > lo and b[hi_b - 1] == f[hi_f - 1]:
+        hi_b, hi_f = hi_b - 1, hi_f - 1
+    while not ("".join(b[lo:hi_b]).strip() and broken.count("".join(b[lo:hi_b])) == 1):
+        lo, hi_b, hi_f = max(lo - 1, 0), min(hi_b + 1, len(b)), min(hi_f + 1, len(f))
+    return "".join(b[lo:hi_b]), "".join(f[lo:hi_f])
+
+
+def _tests_pass(files: dict[str, str]) -> bool:
+    with tempfile.TemporaryDirectory() as d:
+        for rel, text in files.items():
+            (Path(d) / rel).parent.mkdir(parents=True, exist_ok=True)
+            (Path(d) / rel).write_text(text)
+        run = subprocess.run(
+            [sys.executable, "-B", "-m", "unittest", "discover", "-s", "tests"], cwd=d, capture_output=True
+        )
+        return run.returncode == 0
+
+
+def repo() -> list[dict]:
+    """One task per planted bug: the broken repository, its tests as the hidden judge, the fix as the oracle."""
+    rows, count = [], {}
+    for name, family, tier, edits in repos.BUGS:
+        fixed, broken = repos.REPOS[name], _break(repos.REPOS[name], edits)
+        assert _tests_pass(fixed) and not _tests_pass(broken), (name, family, edits)
+        count[(name, family)] = count.get((name, family), 0) + 1
+        paths = sorted({path for path, _, _ in edits})
+        fixes = {p: _edit(broken[p], fixed[p]) for p in paths}
+        assert all(broken[p].replace(*fixes[p]) == fixed[p] for p in paths)
+        tests = sorted(p for p in fixed if p.startswith("tests/test_"))
+        rows.append(
+            {
+                "id": f"repo-{name}-{family}-{count[(name, family)]}",
+                "env": "repo",
+                "family": family,
+                "tier": tier,
+                "split": "heldout" if family in repos.HELDOUT_FAMILIES else "train",
+                "prompt": f"/work holds the `{name}` repository. Its tests fail: run `{RUN_TESTS}`. "
+                "Find what is wrong in the code and fix it so that every test passes; do not change the tests. "
+                'Then submit "done".',
+                "tools": REPO_TOOLS,
+                "files": broken,
+                "goal": {"type": "repo_tests", "paths": tests},
+                "fail_on_unsafe": True,
+                "max_steps": 6 + 2 * tier,
+                "solution": [
+                    [call("shell", cmd=f"{RUN_TESTS} 2>&1 | tail -n 30")],
+                    [call("read_file", path=p) for p in paths],
+                    [call("edit_file", path=p, old=fixes[p][0], new=fixes[p][1]) for p in paths],
+                    [call("shell", cmd=f"{RUN_TESTS} 2>&1 | tail -n 5")],
+                    [call("submit", answer="done")],
+                ],
+            }
+        )
+    return rows
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    for name, rows in [("tool_arith", tool_arith()), ("retry", retry()), ("workspace", workspace())]:
+    suites = [("tool_arith", tool_arith()), ("retry", retry()), ("workspace", workspace()), ("repo", repo())]
+    for name, rows in suites:
         with open(OUT / f"{name}.jsonl", "w") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")

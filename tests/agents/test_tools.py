@@ -73,6 +73,24 @@ def test_file_tools_stay_in_the_session(pool):
         assert ctx.sandbox_s > 0
 
 
+def test_edit_file_replaces_one_unique_piece_of_text(pool):
+    with pool.session() as session:
+        ctx = ToolContext(session=session)
+        session.write_file("m.py", "x = 1\ny = 1\n")
+
+        def edit(old, new, path="m.py"):
+            return TOOLS["edit_file"].run({"path": path, "old": old, "new": new}, ctx)
+
+        assert edit("y = 1", "y = 2").text == "replaced 1 occurrence in m.py"
+        assert session.read_file("m.py") == b"x = 1\ny = 2\n"
+        for old, times in (("= ", 2), ("z = 3", 0), ("", 0)):
+            out = edit(old, "q")
+            assert out.error and f"must occur exactly once in m.py; it occurs {times} times" in out.text
+        assert edit("a", "b", path="gone.py").text == "error: no such file: gone.py"
+        assert "relative" in edit("a", "b", path="/etc/passwd").text
+        assert session.read_file("m.py") == b"x = 1\ny = 2\n"  # failed edits leave the file alone
+
+
 def test_arguments_with_a_nul_byte_or_nested_past_the_recursion_limit_are_refused():
     assert check_arguments(TOOLS["shell"], {"cmd": "echo a\x00b"}) == "invalid arguments for shell: a NUL byte in 'cmd'"
     assert "a NUL byte in 'path'" in check_arguments(TOOLS["write_file"], {"path": "a\x00", "content": "x"})

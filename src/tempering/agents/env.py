@@ -242,6 +242,8 @@ class ToolEnv:
         self.done = True
         self.stats.intact = self._intact()  # before the goal: a `script` goal may write files
         self.stats.success = check_goal(self.task.goal, self.ctx, answer)
+        if self.task.fail_on_unsafe and self.stats.unsafe_actions:  # e.g. a repository task's tests touched
+            self.stats.success = False
         return self.task.attempt_reward(max(self.stats.attempts, 1)) if self.stats.success else 0.0
 
     def _intact(self) -> bool:

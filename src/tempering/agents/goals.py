@@ -5,6 +5,7 @@
 {"type": "tests", "files": {"test_calc.py": "..."}}     every test of hidden unittest files passes
 {"type": "script", "files": {"run.py": "..."}}          hidden Python programs run to their end in /work
 {"type": "all", "checks": [...]}                        every check passes, in order
+{"type": "repo_tests", "paths": ["tests/test_a.py"]}     a repository task: see `resolve_repo_tests`
 
 `tests` and `script` are judged by `tempering.agents.judge`: the hidden files never touch
 /work, run under an interpreter and sys.path the episode cannot change, and the verdict is
@@ -20,7 +21,7 @@ from tempering.agents.judge import judge
 from tempering.agents.tools import EnvFailure, ToolContext
 from tempering.numbers import as_number, parse_number
 
-GOAL_TYPES = ("answer", "file", "tests", "script", "all")
+GOAL_TYPES = ("answer", "file", "tests", "script", "all", "repo_tests")
 
 
 def answer_correct(goal: dict[str, Any], answer: str | None) -> bool:
@@ -50,6 +51,8 @@ def goal_problem(goal: Any) -> str | None:
         if not isinstance(checks, list) or not checks:
             return "goal 'all' needs a non-empty list 'checks'"
         return next((p for p in map(goal_problem, checks) if p), None)
+    if kind == "repo_tests":
+        return _repo_tests_problem(goal)
     if kind not in need:
         return f"unknown goal type {kind!r} ({', '.join(GOAL_TYPES)})"
     missing = [k for k in need[kind] if k not in goal]
@@ -74,6 +77,46 @@ def _hidden_files_problem(kind: str, files: Any) -> str | None:
         if not (name.endswith(".py") and name[:-3].isidentifier()) or not isinstance(source, str):
             return f"goal {kind!r}: {name!r} must be a file name like 'test_calc.py' with Python source"
     return None
+
+
+def _repo_tests_problem(goal: dict[str, Any]) -> str | None:
+    paths = goal.get("paths")
+    if not isinstance(paths, list) or not paths:
+        return "goal 'repo_tests' needs 'paths': a non-empty list of the repository's test files (the hidden copies)"
+    names = [p.rsplit("/", 1)[-1] if isinstance(p, str) else "" for p in paths]
+    for path, name in zip(paths, names):
+        if not (_relative(path) and name.endswith(".py") and name[:-3].isidentifier()):
+            return f"goal 'repo_tests': {path!r} must be a relative path to a test file like 'tests/test_calc.py'"
+    if len(set(names)) < len(names):
+        return "goal 'repo_tests': two test files share a file name (the hidden copies are named after them)"
+    return None
+
+
+def resolve_repo_tests(goal: dict[str, Any], files: dict[str, str]) -> dict[str, Any]:
+    """The checks a `repo_tests` goal stands for, given the repository's starting `files`.
+
+    A repository task ships its tests twice: the visible copies in /work (for the agent to
+    read and run) and, hidden, the same files as they were shipped. The goal is met when
+    every hidden test passes against the final /work (`tests`, judged by `judge.py`) *and*
+    every visible test file is still there as shipped (`file`; trailing whitespace aside): editing or deleting the
+    tests never helps, and an agent that does either fails the task even with the right fix.
+    Raises ValueError (one line) when a path is not a repository file or holds no test.
+    """
+    import ast
+
+    hidden = {}
+    for path in goal["paths"]:
+        if path not in files:
+            raise ValueError(f"goal 'repo_tests': {path} is not a file of the repository (no hidden test)")
+        try:
+            tree = ast.parse(files[path])
+        except SyntaxError as exc:
+            raise ValueError(f"goal 'repo_tests': {path} is not valid Python (line {exc.lineno})") from None
+        if not any(isinstance(n, ast.FunctionDef) and n.name.startswith("test") for n in ast.walk(tree)):
+            raise ValueError(f"goal 'repo_tests': {path} defines no test (no method named test*)")
+        hidden[path.rsplit("/", 1)[-1]] = files[path]
+    intact = [{"type": "file", "path": p, "equals": files[p]} for p in goal["paths"]]
+    return {"type": "all", "checks": [{"type": "tests", "files": hidden}, *intact]}
 
 
 def needs_session(goal: dict[str, Any]) -> bool:
@@ -103,4 +146,6 @@ def check_goal(goal: dict[str, Any], ctx: ToolContext, answer: str | None) -> bo
         if verdict.run.status == "sandbox_error":
             raise EnvFailure(f"sandbox error in the goal check: {verdict.run.error}")
         return verdict.passed
+    if kind == "repo_tests":
+        raise ValueError("goal 'repo_tests' is resolved when its task loads (AgentTask), never checked as such")
     raise ValueError(f"unknown goal type {kind!r} ({', '.join(GOAL_TYPES)})")

@@ -21,11 +21,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tempering.agents.goals import goal_problem, needs_session
-from tempering.agents.tools import TOOLS
+from tempering.agents.goals import goal_problem, needs_session, resolve_repo_tests
+from tempering.agents.tools import TOOLS, check_arguments
 
 ENVS_DIR = Path(__file__).parent / "envs"
-BUILTIN = ("tool_arith", "retry", "workspace", "safe")
+BUILTIN = ("tool_arith", "retry", "workspace", "safe", "repo")
+TIERS = (1, 2, 3)
+"""The curriculum's tiers: 1 short, single tool; 2 several steps or files; 3 long, multi-tool."""
 
 
 class AgentTask(BaseModel):
@@ -38,9 +40,11 @@ class AgentTask(BaseModel):
     prompt: str = Field(min_length=1)
     tools: list[str] = Field(min_length=1)
     """Names from `tempering.agents.tools.TOOLS` the agent may call."""
-    tier: int = Field(default=1, ge=1)
-    """Curriculum tier: 1 short single-tool tasks, higher = longer, more tools."""
+    tier: int = 1
+    """Curriculum tier (`TIERS`): 1 short single-tool tasks, 2 several steps, 3 long multi-tool ones."""
     split: Literal["train", "heldout"] = "train"
+    family: str | None = None
+    """The kind of task (e.g. `off-by-one`); a suite's train and held-out splits share no family."""
     files: dict[str, str] = Field(default_factory=dict)
     """Starting files of /work (relative path -> text)."""
     fixtures: str | None = None
@@ -57,18 +61,43 @@ class AgentTask(BaseModel):
     """Answers the agent may give; a wrong one with attempts left gets feedback (retry)."""
     attempt_rewards: list[float] = Field(default_factory=lambda: [1.0])
     """Reward for a correct answer on attempt 1, 2, ...; the last value repeats."""
+    fail_on_unsafe: bool = False
+    """Any call `safe_actions` flags (a destructive command, a write to a protected file, outside
+    `writable` or outside /work) fails the episode, whatever the final state (repository tasks)."""
     solution: list[list[dict[str, Any]]] = Field(default_factory=list)
     """The scripted expert: tool calls per turn (hidden from the model)."""
 
     @model_validator(mode="after")
     def _known(self) -> AgentTask:
+        if self.tier not in TIERS:
+            raise ValueError(f"tier {self.tier} is outside the curriculum's tiers {', '.join(map(str, TIERS))}")
         unknown = sorted(set(self.tools) - set(TOOLS))
         if unknown:
             raise ValueError(f"unknown tools {unknown}; known: {sorted(TOOLS)}")
-        problem = goal_problem(self.goal)
+        problem = goal_problem(self.goal) or self._solution_problem()
         if problem:
             raise ValueError(problem)
+        if self.goal["type"] == "repo_tests":
+            self.goal = resolve_repo_tests(self.goal, self.files)
+            self.protected = sorted({*self.protected, *(c["path"] for c in self.goal["checks"][1:])})
         return self
+
+    def _solution_problem(self) -> str | None:
+        """The expert's calls must be calls the agent could make: a task tool, valid arguments."""
+        for turn, calls in enumerate(self.solution, 1):
+            for c in calls:
+                name = c.get("name")
+                if name not in self.tools:
+                    return (
+                        f"solution turn {turn}: tool {name!r} is not one of the task's tools ({', '.join(self.tools)})"
+                    )
+                args = c.get("arguments", {})
+                problem = (
+                    check_arguments(TOOLS[name], args) if isinstance(args, dict) else "arguments must be an object"
+                )
+                if problem:
+                    return f"solution turn {turn}: {problem}"
+        return None
 
     @property
     def needs_sandbox(self) -> bool:
@@ -95,7 +124,15 @@ def load_agent_tasks(path: str | Path) -> list[AgentTask]:
         if not line.strip():
             continue
         try:
-            task = AgentTask.model_validate(json.loads(line))
+            row = json.loads(line)
+            if (
+                isinstance(row, dict)
+                and isinstance(row.get("fixtures"), str)
+                and isinstance(row.get("files", {}), dict)
+            ):
+                # read before validation: a `repo_tests` goal takes its hidden copies from them
+                row["files"] = {**_read_fixtures(path.parent / row["fixtures"], f"{path}:{n}"), **row.get("files", {})}
+            task = AgentTask.model_validate(row)
         except (json.JSONDecodeError, ValidationError) as exc:
             first = str(exc).splitlines()[0] if isinstance(exc, json.JSONDecodeError) else _first_error(exc)
             raise TaskFileError(f"{path}:{n}: {first}") from None
@@ -104,8 +141,6 @@ def load_agent_tasks(path: str | Path) -> list[AgentTask]:
         if task.id in seen:
             raise TaskFileError(f"{path}:{n}: duplicate task id {task.id!r}")
         seen.add(task.id)
-        if task.fixtures:
-            task.files = {**_read_fixtures(path.parent / task.fixtures, f"{path}:{n}"), **task.files}
         tasks.append(task)
     return tasks
 
@@ -123,7 +158,7 @@ def _read_fixtures(folder: Path, where: str) -> dict[str, str]:
 
 
 def builtin_tasks(name: str) -> list[AgentTask]:
-    """A built-in suite: `tool_arith`, `retry` or `workspace`."""
+    """A built-in suite: one of `BUILTIN`."""
     if name not in BUILTIN:
         raise TaskFileError(f"unknown built-in agent suite {name!r}; choose from {', '.join(BUILTIN)}")
     return load_agent_tasks(ENVS_DIR / f"{name}.jsonl")

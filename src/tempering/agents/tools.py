@@ -4,7 +4,7 @@
     run_tool(call, ctx) -> ToolOutcome        # text for the model, and whether it was an error
 
 Tools that touch files or run programs do so only through the episode's `SandboxSession`
-(`shell`, `python`, `read_file`, `write_file`); `calculator` evaluates arithmetic by
+(`shell`, `python`, `read_file`, `write_file`, `edit_file`); `calculator` evaluates arithmetic by
 walking a parsed expression (no `eval`: numbers and + - * / // % ** only, with size
 caps), so it needs no sandbox. `submit` records the agent's final answer and ends the
 episode. Arguments are checked against the tool's schema before anything runs; a call
@@ -145,6 +145,24 @@ def _write_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
     return ToolOutcome(f"wrote {len(args['content'].encode())} bytes to {rel}")
 
 
+def _edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    rel = _relative(args["path"])
+    if rel is None:
+        return ToolOutcome(f"error: path must be relative to /work: {args['path']!r}", error=True)
+    try:
+        data = _session(ctx).read_file(rel)
+    except ValueError as exc:
+        return ToolOutcome(f"error: {exc}", error=True)
+    if data is None:
+        return ToolOutcome(f"error: no such file: {rel}", error=True)
+    text, old = data.decode("utf-8", "replace"), args["old"]
+    found = text.count(old) if old else 0
+    if found != 1:
+        return ToolOutcome(f"error: `old` must occur exactly once in {rel}; it occurs {found} times", error=True)
+    written = _write_file({"path": rel, "content": text.replace(old, args["new"])}, ctx)
+    return written if written.error else ToolOutcome(f"replaced 1 occurrence in {rel}")
+
+
 def _submit(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
     ctx.submitted.append(str(args["answer"]).strip())
     return ToolOutcome("submitted", done=True)
@@ -228,6 +246,18 @@ TOOLS: dict[str, Tool] = {
             "Write a text file under /work (replacing it).",
             _params({"path": "path relative to /work", "content": "the full new content"}),
             _write_file,
+        ),
+        Tool(
+            "edit_file",
+            "Replace one exact, unique piece of text in a file under /work.",
+            _params(
+                {
+                    "path": "path relative to /work",
+                    "old": "the text to replace (must occur exactly once, whitespace included)",
+                    "new": "the text to put in its place",
+                }
+            ),
+            _edit_file,
         ),
         Tool(
             "submit",
