@@ -3,10 +3,10 @@ normalisation, at the same compute, held-out accuracy per domain before and afte
 
     python bench/experiments/multidomain.py [--seeds 0 1 2] [--steps 12] [--domains 8] [--single]
 
-1. Candidate domains (10): builtin addition, subtraction, multiplication; reasoning-gym chain_sum,
-   spell_backward, letter_counting, gcd, lcm; a tool-call format task (tool_call verifier); a
-   capitalise-the-word task (exact). Each gets its training tasks and disjoint held-out tasks as
-   task JSONL under --out.
+1. Candidate domains (12): builtin addition, subtraction, multiplication; reasoning-gym chain_sum
+   and letter_counting; a tool-call format task (tool_call verifier); six short exact-answer tasks
+   (capitalise, echo, first letter, parity, the larger number, the successor). Each gets its
+   training tasks and disjoint held-out tasks as task JSONL under --out.
 2. `temper data stratify` on a sample of every candidate's training tasks (one run over all of
    them, k samples each, sampling temperature 1): a domain's learnable share is the share of its
    tasks whose pass rate is strictly between 0 and 1. The --domains candidates with the largest
@@ -49,13 +49,14 @@ from _shared.paths import RESULTS, ROOT  # noqa: E402
 sys.path.insert(0, str(ROOT / "src"))
 
 CITIES = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Delhi", "Quito", "Rome", "Seoul", "Dakar", "Hanoi", "Bern"]
-WORDS = ["apple", "river", "stone", "cloud", "tiger", "bread", "chair", "light", "ocean", "piano", "grass", "sugar"]
-RG_PRESETS = {
+WORDS = (  # the first 28 for training tasks, the last 12 for held-out ones (disjoint prompts)
+    "apple river stone cloud tiger bread chair light ocean piano grass sugar house table window garden "
+    "pencil bottle candle forest island rabbit spoon letter button basket mirror ladder "
+    "planet silver guitar yellow hammer jacket orange pepper castle wallet violin anchor"
+).split()
+RG_PRESETS = {  # reasoning-gym datasets (spell_backward, gcd and lcm had no learnable task in a first stratify)
     "chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
-    "spell_backward": {"min_word_len": 3, "max_word_len": 4},
     "letter_counting": {},
-    "gcd": {},
-    "lcm": {},
 }
 ARMS = {
     "ours": {"sampling": "priority", "advantage": "per_domain"},
@@ -97,15 +98,29 @@ def tool_tasks(n: int, seed: int) -> list:
     return out
 
 
-def caps_tasks(n: int, seed: int) -> list:
+def simple_tasks(kind: str, n: int, seed: int) -> list:
+    """Short tasks a 135M model gets partly right (so they can be learnable): capitalise, echo,
+    first letter, parity, the larger of two numbers, the successor of a number."""
     from tempering.types import Task
 
-    rng = random.Random(seed)
+    rng = random.Random(f"{kind}:{seed}")
     out = []
     for i in range(n):
-        word = rng.choice(WORDS) + rng.choice(["", "s"])
-        prompt = f"Write the word {word} in capital letters. Give only your final answer after 'Answer:'."
-        out.append(Task(id=f"caps-{seed}-{i}", prompt=prompt, verifier={"type": "exact", "answer": word.upper()}))
+        word = rng.choice(WORDS[28:] if seed else WORDS[:28])
+        a, b = rng.randint(10, 999), rng.randint(10, 999)
+        if kind == "caps":
+            prompt, spec = f"Write the word {word} in capital letters. Answer with just the word.", word.upper()
+        elif kind == "echo":
+            prompt, spec = f"Repeat exactly this word and nothing else: {word}", word
+        elif kind == "first_letter":
+            prompt, spec = f"What is the first letter of the word '{word}'? Answer with just the letter.", word[0]
+        elif kind == "parity":
+            prompt, spec = f"Is {a} even or odd? Answer with one word: even or odd.", "even" if a % 2 == 0 else "odd"
+        elif kind == "compare":
+            prompt, spec = f"Which number is larger, {a} or {b}? Answer with just the number.", str(max(a, b))
+        else:  # successor
+            prompt, spec = f"What number comes right after {a}? Answer with just the number.", str(a + 1)
+        out.append(Task(id=f"{kind}-{seed}-{i}", prompt=prompt, verifier={"type": "exact", "answer": spec}))
     return out
 
 
@@ -124,10 +139,11 @@ def candidate_tasks(name: str, n: int, heldout: bool) -> list:
         )  # seeds far apart: rg seeds each index
     if name == "tool":
         return tool_tasks(n, seed)
-    return caps_tasks(n, seed)
+    return simple_tasks(name, n, seed)
 
 
-CANDIDATES = ["add", "sub", "mul", *RG_PRESETS, "tool", "caps"]
+SIMPLE = ["caps", "echo", "first_letter", "parity", "compare", "successor"]
+CANDIDATES = ["add", "sub", "mul", "chain_sum", "letter_counting", "tool", *SIMPLE]
 
 
 def write_tasks(path: Path, tasks: list) -> Path:
@@ -325,8 +341,8 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--train-tasks", type=int, default=60)
     p.add_argument("--heldout", type=int, default=12, help="held-out tasks per domain")
-    p.add_argument("--stratify-tasks", type=int, default=12, help="tasks per candidate that stratify samples")
-    p.add_argument("--k", type=int, default=4, help="stratify samples per task")
+    p.add_argument("--stratify-tasks", type=int, default=10, help="tasks per candidate that stratify samples")
+    p.add_argument("--k", type=int, default=6, help="stratify samples per task")
     p.add_argument("--parallel", type=int, default=4, help="GRPO runs side by side")
     p.add_argument("--max-minutes", type=float, default=25.0, help="a run's wall-clock cap (its steps are recorded)")
     p.add_argument("--single", action="store_true", help="also single-domain runs (the interference matrix)")

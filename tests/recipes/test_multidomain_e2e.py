@@ -37,7 +37,7 @@ def _task_file(path, domain, n):
     return str(path)
 
 
-def _config(tmp_path, model_dir, steps, heldout=True, **overrides):
+def _config(tmp_path, model_dir, steps, heldout=True, group_size=8, **overrides):
     cfg = {
         "model": str(model_dir),
         "lora": {"r": 4, "alpha": 8, "last_layers": 1},
@@ -48,7 +48,7 @@ def _config(tmp_path, model_dir, steps, heldout=True, **overrides):
         "heldout": {"split_size": 6, "every": 100, "max_new_tokens": 4} if heldout else None,
         "grpo": {
             "prompts_per_step": 3,
-            "group_size": 4,
+            "group_size": group_size,  # 8: "some" ties (all 8 alike) in ~1% of first batches
             "max_new_tokens": 5,
             "max_refills": 0,
             "truncation": "keep",
@@ -92,13 +92,13 @@ def test_a_mixture_logs_every_domain_and_moves_draws_off_the_mastered_one(tmp_pa
 
 
 def test_the_schedule_resumes_exactly_after_kill_9(tmp_path, tiny_dir):
-    args = ["--set", "train.steps=8"]
+    args = ["--set", "train.steps=6"]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    straight = _config(tmp_path / "a", tiny_dir, 8, heldout=False)
+    straight = _config(tmp_path / "a", tiny_dir, 6, heldout=False, group_size=4)
     res = CliRunner().invoke(app, ["grpo", str(straight), *args])
     assert res.exit_code == 0, res.output
-    killed = _config(tmp_path / "b", tiny_dir, 8, heldout=False)
+    killed = _config(tmp_path / "b", tiny_dir, 6, heldout=False, group_size=4)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tempering.cli", "grpo", str(killed), *args],
@@ -115,7 +115,7 @@ def test_the_schedule_resumes_exactly_after_kill_9(tmp_path, tiny_dir):
     res = CliRunner().invoke(app, ["grpo", str(killed), *args])
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "b" / "runs" / "md" / "summary.json").read_text())
-    assert summary["resumed_from"] is not None and 4 <= summary["resumed_from"] < 8
+    assert summary["resumed_from"] is not None and 4 <= summary["resumed_from"] < 6
 
     def schedule(root):
         steps = {r["step"]: r for r in _steps(root / "runs" / "md")}  # a redone step's last record counts
@@ -125,7 +125,7 @@ def test_the_schedule_resumes_exactly_after_kill_9(tmp_path, tiny_dir):
         lines = (root / "runs" / "md" / "consumed.jsonl").read_text().splitlines()
         return [json.loads(line)["ids"] for line in lines]
 
-    assert schedule(tmp_path / "a") == schedule(tmp_path / "b") and len(schedule(tmp_path / "a")) == 8
+    assert schedule(tmp_path / "a") == schedule(tmp_path / "b") and len(schedule(tmp_path / "a")) == 6
     assert drawn(tmp_path / "a") == drawn(tmp_path / "b")
 
 
@@ -145,6 +145,8 @@ def test_bad_mixtures_are_one_line_errors_before_any_work(tmp_path, tiny_dir):
     assert "weights sum to 0" in line
     line = error(domains=[one, {"name": "ghost", "tasks": {"source": "nowhere:thing"}}])
     assert "domains[1] (ghost)" in line and "'nowhere:thing'" in line and "not a registered source" in line
+    line = error(domains=[one, {"name": "rg", "tasks": {"source": "reasoning_gym:no_such_set", "n": 2}}])
+    assert "domains[1] (rg)" in line and "'no_such_set' not registered" in line
     line = error(domains=[one, {**one}])
     assert "'mastered' is used twice" in line
     line = error(tasks={"source": "builtin:arithmetic"})
