@@ -270,7 +270,9 @@ def test_a_stage_kind_that_drops_a_declared_path_is_caught():
     from tempering.pipeline.stages import stage_kinds
 
     planted = {"grpo": replace(stage_kinds()["grpo"], inputs=("tasks.source",))}
-    assert undeclared_stage_inputs(planted) == {"grpo": {"heldout.tasks.source", "chat_template"}}
+    assert undeclared_stage_inputs(planted) == {
+        "grpo": {"heldout.tasks.source", "domains.*.tasks.source", "domains.*.heldout.source", "chat_template"}
+    }
 
 
 def call_sites(root: Path, name: str) -> list[str]:

@@ -54,7 +54,8 @@ class Algorithm:
     family: Family
     fn: Callable[..., Any]
     options: dict[str, Any] = field(default_factory=dict)
-    """policy losses: `aggregation`; preference losses: `reference` (needs reference log-probs)."""
+    """policy losses: `aggregation`; preference losses: `reference` (needs reference log-probs);
+    advantage estimators: `domains` (takes each sample's domain id)."""
 
 
 REGISTRY: dict[tuple[str, str], Algorithm] = {}
@@ -78,9 +79,10 @@ def _register(family: Family, name: str, **options: Any) -> Callable[[Callable[.
     return decorate
 
 
-def register_advantage(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register `fn(rewards (M,), groups (M,) int64) -> advantages (M,)` as an advantage estimator."""
-    return _register("advantage", name)
+def register_advantage(name: str, domains: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register `fn(rewards (M,), groups (M,) int64) -> advantages (M,)` as an advantage estimator;
+    `domains=True`: `fn(rewards, groups, domains (M,) int64)`, also given each sample's domain id."""
+    return _register("advantage", name, domains=domains)
 
 
 def register_policy_loss(

@@ -17,17 +17,16 @@ from tempering.config.data import (
     SynthConfig,
 )
 from tempering.config.distill import DistillConfig, DistillLoss, StudentSettings
+from tempering.config.domains import DomainSettings, HealthSettings, MixtureSettings
 from tempering.config.eval import EvalConfig
 from tempering.config.grpo import (
     MISMATCH_METRICS,
-    SOURCE_NAME,
     GRPOConfig,
     GRPOPolicySettings,
     GRPOSettings,
     HeldoutSettings,
     OffPolicySettings,
     RewardPart,
-    TaskSourceSettings,
 )
 from tempering.config.loading import declared_paths, load_config, resolve_paths, set_dotted
 from tempering.config.longctx import LongctxSettings, RopeScaling
@@ -64,6 +63,7 @@ from tempering.config.sampling import (
     VLLMSettings,
 )
 from tempering.config.sft import SFTConfig
+from tempering.config.tasks import SOURCE_NAME, TaskSourceSettings
 from tempering.config.train import (
     ChatTemplateSetting,
     CheckpointSettings,
@@ -107,6 +107,9 @@ __all__ = [
     "SFTConfig",
     "VisionSFTConfig",
     "TaskSourceSettings",
+    "DomainSettings",
+    "MixtureSettings",
+    "HealthSettings",
     "SOURCE_NAME",
     "RewardPart",
     "GRPOPolicySettings",

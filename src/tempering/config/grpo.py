@@ -2,56 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tempering import algorithms
 from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict
+from tempering.config.domains import DomainSettings, MixtureSettings, check_domains
 from tempering.config.sampling import EngineSettings, SamplingSettings, ScaleSettings
+from tempering.config.tasks import TaskSourceSettings
 from tempering.config.train import ChatTemplateSetting, LoraSettings, TrainSettings
-
-# The shape of a task source name (`sources.registry` refuses any other): a word, then optionally
-# ":" and an argument. Such values are never paths, so the loader keeps them as given.
-SOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(:.*)?")
-
-
-class TaskSourceSettings(Strict):
-    """Where tasks come from: a registered source (a generator, a benchmark) or task JSONL files."""
-
-    path_fields = ("source",)
-
-    source: str = "builtin:arithmetic"
-    """A registered source (`builtin:arithmetic`, `humaneval`, `reasoning_gym:<dataset>`, ...:
-    `tempering.sources.registry`) or a path to task JSONL."""
-    n: int = Field(1000, ge=1)
-    """Tasks to generate (generators) or the most to read (files)."""
-    seed: int = 0
-    """Seed of the built-in generators (the same seed gives the same tasks)."""
-    ops: str = "+-*"
-    """builtin:arithmetic only: which operations."""
-    split: Literal["train", "heldout"] = "train"
-    """builtin generators: which disjoint split."""
-    split_by: Literal["parity", "hash"] = "parity"
-    """builtin:arithmetic only: parity (even/odd operand sum; biases last digits) or hash (unbiased)."""
-    phrasing: Literal["canonical", "varied", "reworded"] = "canonical"
-    """builtin:arithmetic only: one template, varied training wordings, or held-out rewordings."""
-    verifier: dict[str, Any] = {}
-    """builtin:arithmetic only: fields merged over the tasks' verifier spec, e.g. {type: exact}."""
-    env_args: dict[str, Any] = {}
-    """verifiers:<env_id> only: keyword arguments of the environment's `load_environment`."""
-
-    @model_validator(mode="after")
-    def _env_args_fit_source(self) -> TaskSourceSettings:
-        if self.env_args and not self.source.startswith("verifiers:"):
-            raise ValueError(f"'env_args' applies to verifiers:<env_id> sources only, not {self.source!r}")
-        return self
-
-    @classmethod
-    def names_no_file(cls, field: str, value: str) -> bool:
-        return SOURCE_NAME.fullmatch(value) is not None
-
 
 MISMATCH_METRICS = ("logprob_mismatch", "logprob_mismatch_p99", "mismatch_kl")
 """The train-vs-rollout figures every GRPO and agent step logs (`objectives/mismatch.py` computes
@@ -235,7 +195,12 @@ class GRPOConfig(ChatTemplateSetting, RunSettings):
     lora: LoraSettings | None = LoraSettings()
     """LoRA settings; null trains all parameters."""
     tasks: TaskSourceSettings = TaskSourceSettings()
-    """The training tasks (prompts with a verifier spec)."""
+    """The training tasks (prompts with a verifier spec); with `domains:`, leave it out."""
+    domains: list[DomainSettings] | None = None
+    """A task mixture by domain (docs/multidomain.md): each with its tasks, prior weight and held-out
+    tasks; per-domain metrics every step. None: one domain, `tasks`."""
+    mixture: MixtureSettings | None = None
+    """With `domains`: priority sampling by learnability and the domains' health checks; None: the defaults."""
     reward: list[RewardPart] | None = None
     """Composite reward built over each task's verifier; None: the task's verifier as is."""
     heldout: HeldoutSettings | None = HeldoutSettings()
@@ -248,6 +213,13 @@ class GRPOConfig(ChatTemplateSetting, RunSettings):
     """Steps, micro-batches, precision, seed, optimizer, guard and checkpoints."""
     scale: ScaleSettings | None = None
     """Rollout engines and reward workers as Ray actors (docs/scale.md); None: in this process."""
+
+    @model_validator(mode="after")
+    def _domains_fit(self) -> GRPOConfig:
+        check_domains(self.domains, self.mixture, "tasks" in self.model_fields_set)
+        if self.domains and self.heldout is not None and self.heldout.tasks is not None:
+            raise ValueError("heldout.tasks does nothing with domains: (each domain's own heldout: is scored)")
+        return self
 
     @model_validator(mode="after")
     def _engine_is_not_ignored_under_scale(self) -> GRPOConfig:

@@ -62,7 +62,9 @@ def declared_paths(model: type[Strict], prefix: str = "") -> list[str]:
     for name, field in model.model_fields.items():
         section = _section_class(field.annotation)
         if section is not None:
-            many = get_origin(field.annotation) is list
+            many = any(
+                get_origin(a) is list for a in (field.annotation, *get_args(field.annotation))
+            )  # list | None too
             keys += declared_paths(section, f"{prefix}{name}.{'*.' if many else ''}")
     return keys
 

@@ -15,6 +15,13 @@ deviations are population ones (divide by n); TRL's are Bessel-corrected (n - 1)
                          = G / (G - 1) * (r - mean_g)
   reinforce_pp           (r - mean) / (std + eps) over the whole batch    REINFORCE++, Hu 2025, arXiv:2501.03262
   reinforce_pp_baseline  c = r - mean_g; c / (std(c) + eps) over the batch   REINFORCE++-baseline (same paper, v4)
+  per_domain             c = r - mean_g; c / (std_d(c) + eps) within each domain d   (multi-domain RL)
+
+`per_domain` is REINFORCE++-baseline with the batch split by domain (the samples' domain ids,
+`domains` (M,) int64): every domain's advantages have unit scale, so a domain whose rewards span
+0..10 does not drown one whose rewards span 0..1, and a domain's few-variance groups are not
+blown up by their own tiny std (as `grpo`'s per-group division does). With one domain it is
+`reinforce_pp_baseline`.
 
 REINFORCE++ whitens per token in its reference code (OpenRLHF, verl); with one outcome reward per
 sample these whiten per sample instead, so a long answer does not weigh more in the statistics.
@@ -83,6 +90,16 @@ def reinforce_pp_group_baseline(rewards: torch.Tensor, groups: torch.Tensor) -> 
     centred = rewards - mean
     centred = centred - centred.mean()  # 0 already when every group is whole; kept for partial batches
     return centred / (centred.pow(2).mean().sqrt() + EPS)
+
+
+@register_advantage("per_domain", domains=True)
+def per_domain_normalised(rewards: torch.Tensor, groups: torch.Tensor, domains: torch.Tensor) -> torch.Tensor:
+    """Group mean subtracted, then whitened within each domain: (c - mean_d(c)) / (std_d(c) + eps)."""
+    mean, _ = group_mean_count(rewards, groups)
+    centred = rewards - mean
+    domain_mean, _ = group_mean_count(centred, domains)  # 0 already when every group is whole
+    centred = centred - domain_mean
+    return centred / (group_std(centred, domains) + EPS)
 
 
 def overlong_penalty(length: int, max_tokens: int, buffer: int, penalty: float = 1.0) -> float:

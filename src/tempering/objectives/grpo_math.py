@@ -17,7 +17,7 @@ The pieces are registered by name (`tempering.algorithms`): advantage estimators
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
 
@@ -31,6 +31,7 @@ def grpo_advantages(
     estimator: str = "grpo",
     groups: torch.Tensor | None = None,
     step_mask: torch.Tensor | None = None,
+    domains: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Advantages by a registered estimator (`objectives/advantages.py`) for outcome or per-step rewards.
 
@@ -45,23 +46,39 @@ def grpo_advantages(
         process supervision. The estimator runs over all step rewards (a step is one sample of
         its trajectory's group), and a token's advantage is the sum of the advantages of its own
         and later steps (reverse cumulative sum); returns (N, T), 0 after the last step.
+
+    `domains`: each group's domain id ((n_groups,) for the first shape, else (N,) per row); an
+    estimator registered with `domains=True` (`per_domain`) normalises within each; the others
+    ignore it. None: one domain.
     """
-    fn = algorithms.lookup("advantage", estimator).fn
+    algorithm = algorithms.lookup("advantage", estimator)
+    fn = _with_domains(algorithm.fn) if algorithm.options.get("domains") else lambda r, g, d: algorithm.fn(r, g)
     if groups is None:
         if rewards.dim() != 2:
             raise ValueError(f"rewards shaped {tuple(rewards.shape)} need group ids (`groups`)")
         n_groups, size = rewards.shape
         ids = torch.arange(n_groups, device=rewards.device).repeat_interleave(size)
-        return fn(rewards.reshape(-1), ids).view(n_groups, size)
+        per_sample = domains.repeat_interleave(size) if domains is not None else None
+        return fn(rewards.reshape(-1), ids, per_sample).view(n_groups, size)
     if rewards.dim() == 1:
-        return fn(rewards, groups)
+        return fn(rewards, groups, domains)
     if step_mask is None or step_mask.shape != rewards.shape or groups.shape != rewards.shape[:1]:
         raise ValueError("step rewards (N, T) need groups (N,) and a step_mask (N, T)")
     keep = step_mask.bool()
     row_group = groups[:, None].expand_as(rewards)
+    row_domain = domains[:, None].expand_as(rewards)[keep] if domains is not None else None
     per_step = torch.zeros_like(rewards)
-    per_step[keep] = fn(rewards[keep], row_group[keep])
+    per_step[keep] = fn(rewards[keep], row_group[keep], row_domain)
     return per_step.flip(1).cumsum(1).flip(1)  # each token: its step and every later one
+
+
+def _with_domains(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """A domain-aware estimator, given one domain (all zeros) when the caller names none."""
+
+    def call(rewards: torch.Tensor, groups: torch.Tensor, domains: torch.Tensor | None) -> torch.Tensor:
+        return fn(rewards, groups, domains if domains is not None else torch.zeros_like(groups))
+
+    return call
 
 
 def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:

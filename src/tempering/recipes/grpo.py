@@ -43,7 +43,7 @@ def heldout_suite(cfg: GRPOConfig, tasks: list[Task]) -> Suite:
     return Suite.of_tasks(
         "heldout",
         tasks,
-        h.tasks or cfg.tasks,
+        h.tasks or (cfg.domains[0].tasks if cfg.domains else cfg.tasks),
         sampling=sampling,
         metrics=HELDOUT_METRICS,
         description="GRPO held-out monitor",
@@ -115,10 +115,12 @@ def heldout_eval(
     seed: int = 0,
     out_dir: Path | None = None,
     model_id: str = "policy",
+    by_domain: bool = False,
 ) -> dict[str, float]:
     """Run the held-out suite (the eval suite runner); mean reward, accuracy, per-part rates, truncation.
 
-    With `out_dir`, writes results.json and samples.jsonl there, as `temper eval run` does.
+    With `out_dir`, writes results.json and samples.jsonl there, as `temper eval run` does;
+    `by_domain`: also each domain's accuracy and reward (`domain/<name>/...`; multi-domain runs).
     """
     from tempering.evals.evaluate import write_eval_outputs
     from tempering.evals.results import EvalResults
@@ -136,6 +138,10 @@ def heldout_eval(
     }
     for name, weight in weights.items():
         out[name] = sum(r["components"].get(name, 0.0) for r in scored) / len(scored) / (weight or 1.0)
+    if by_domain:
+        from tempering.recipes.domains import heldout_by_domain
+
+        out.update(heldout_by_domain(records))
     return out
 
 
@@ -163,12 +169,15 @@ class HeldoutMonitor:
             seed=self.cfg.train.seed,
             out_dir=self.run_dir / "heldout" / f"step-{step:06d}",
             model_id=f"{self.run_dir.name}@step-{step}",
+            by_domain=self.cfg.domains is not None,
         )
         result.update(step=step, eval_s=time.perf_counter() - t0)
         self.history.append(result)
         with self.metrics_path.open("a") as fh:
             fh.write(json.dumps({"event": "heldout", **result}) + "\n")
-        shown = ", ".join(f"{k} {v:.3f}" for k, v in result.items() if k not in ("step", "eval_s"))
+        shown = ", ".join(
+            f"{k} {v:.3f}" for k, v in result.items() if k not in ("step", "eval_s") and not k.startswith("domain/")
+        )
         console.print(f"[cyan]held-out @ step {step}: {shown}[/cyan]")
         self._check_divergence(step)
         return result
@@ -231,13 +240,18 @@ def grpo_inputs(cfg: GRPOConfig) -> list:
     pairs = [(cfg.tasks.source, "tasks")] + (
         [(cfg.heldout.tasks.source, "heldout")] if cfg.heldout and cfg.heldout.tasks else []
     )
-    return input_list(pairs)
+    if cfg.domains:
+        pairs = [(d.tasks.source, "tasks") for d in cfg.domains]
+        pairs += [(d.heldout.source, "heldout") for d in cfg.domains if d.heldout is not None]
+    return input_list(list(pairs))
 
 
 def grpo_components(
-    cfg: GRPOConfig, model: Any, tokenizer: Any, tasks: list[Task], store: Any = None
+    cfg: GRPOConfig, model: Any, tokenizer: Any, tasks: list[Task], store: Any = None, schedule: Any = None
 ) -> tuple[Any, Any, Any]:
     """(engine, batch source, objective) of a GRPO stage; the recipe and bench/throughput/grpo.py share it.
+
+    `schedule`: multi-domain runs' `rollout.domains.DomainSchedule` (which domain each prompt comes from).
 
     With `cfg.scale`, the engine is Ray replicas and the reward workers Ray actors (Ray must
     be running: `scale.runtime.ray_session`); else both live in this process.
@@ -268,7 +282,17 @@ def grpo_components(
     if cfg.train.moe is not None and cfg.train.moe.router_replay:
         _record_routing(engine)
     source = RolloutSource(
-        tasks, engine, cfg.grpo, cfg.train.grad_accum, cfg.train.seed, store, model, precision, workers, tokenizer
+        tasks,
+        engine,
+        cfg.grpo,
+        cfg.train.grad_accum,
+        cfg.train.seed,
+        store,
+        model,
+        precision,
+        workers,
+        tokenizer,
+        schedule,
     )
     return engine, source, GRPOObjective(cfg.grpo)
 
@@ -329,6 +353,12 @@ def grpo_guard(cfg: GRPOConfig) -> None:
     if cfg.train.grad_accum > cfg.grpo.prompts_per_step:
         raise ValueError("train.grad_accum must not exceed grpo.prompts_per_step (micro-batches hold whole groups)")
     check_engine(cfg.engine)  # a vllm engine on a host without vLLM or a GPU fails before any work
+    if cfg.domains:  # every domain loads (unknown source, no tasks: one line naming it) before any work
+        from tempering.recipes.domains import load_domains
+
+        for d, tasks in zip(cfg.domains, load_domains(cfg).values()):
+            check_private_overlap_tasks(tasks, source=d.tasks.source)
+        return
     check_private_overlap_tasks(load_tasks(cfg.tasks), source=cfg.tasks.source)
 
 
@@ -337,11 +367,20 @@ class GRPOTasks:
     tasks: list[Task]
     summary: dict[str, Any]
     errors: list[Any]
+    domains: dict[str, list[Task]] | None = None
+    """Multi-domain runs: each domain's tasks (`tasks` is their union)."""
 
 
 def _prepare(cfg: GRPOConfig, tokenizer: Any) -> GRPOTasks:
     from tempering.sources.tasks import load_tasks, with_reward
 
+    if cfg.domains:
+        from tempering.config.domains import domain_plan
+        from tempering.recipes.domains import load_domains
+
+        domains = load_domains(cfg)
+        union = [t for tasks in domains.values() for t in tasks]
+        return GRPOTasks(union, {"domains": domain_plan(cfg.domains)}, [], domains)
     return GRPOTasks(with_reward(load_tasks(cfg.tasks), cfg.reward), {"source": cfg.tasks.source}, [])
 
 
@@ -350,11 +389,19 @@ def _components(cfg: GRPOConfig, data: GRPOTasks, tokenizer: Any, stage: Any) ->
     from tempering.rollout.store import TrajectoryStore
 
     run_dir = stage.run_dir
-    tasks, held = heldout_tasks(cfg, data.tasks, run_dir)
+    schedule = None
+    if data.domains is not None:
+        from tempering.recipes.domains import build_schedule, domain_heldout
+
+        by_domain, held = domain_heldout(cfg, data.domains, run_dir, split_heldout)
+        tasks = [t for ts in by_domain.values() for t in ts]
+        schedule = build_schedule(cfg, by_domain)
+    else:
+        tasks, held = heldout_tasks(cfg, data.tasks, run_dir)
     data.summary["tasks"] = len(tasks)
     model = load_for_training(cfg.model, cfg.lora)
     store = TrajectoryStore(run_dir, stage.name)
-    engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store)
+    engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store, schedule)
     callbacks, monitor = [mismatch_budget(cfg.grpo.mismatch_budget)], None
     if held:
         monitor = HeldoutMonitor(cfg, engine, held, run_dir, model)
@@ -375,14 +422,23 @@ def _components(cfg: GRPOConfig, data: GRPOTasks, tokenizer: Any, stage: Any) ->
         if hasattr(engine, "close"):
             engine.close()
 
-    extra = {"monitor": monitor, "run_dir": run_dir}
+    extra = {"monitor": monitor, "run_dir": run_dir, "schedule": schedule}
     return Components(model, objective, source, evaluate, callbacks, close, {"trajectories": str(store.dir)}, extra)
 
 
 def _summary(cfg: GRPOConfig, data: GRPOTasks, parts: Components, result: Any) -> dict[str, Any]:
     monitor = parts.extra["monitor"]
     plot = monitor.plot(parts.extra["run_dir"] / "curves.png", result.history) if monitor else None
+    schedule = parts.extra["schedule"]
+    domains: dict[str, Any] = {}
+    if schedule is not None:
+        from tempering.recipes.domains import plot_domains
+
+        heldout = monitor.history if monitor else []
+        path = plot_domains(parts.extra["run_dir"] / "domains.png", schedule.names, result.history, heldout)
+        domains = {"domains": schedule.summary(), "domains_plot": str(path)}
     return {
+        **domains,
         "seconds": result.seconds,
         "tasks": data.summary["tasks"],
         "heldout_history": monitor.history if monitor else [],

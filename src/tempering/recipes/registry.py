@@ -138,7 +138,13 @@ def _builtins() -> None:
             "tempering.recipes.grpo:run_grpo",
             "RL with verifiable rewards (GRPO family): sample, verify, update.",
             "examples/grpo_arith.yaml",
-            inputs=("tasks.source", "heldout.tasks.source", "chat_template"),
+            inputs=(
+                "tasks.source",
+                "heldout.tasks.source",
+                "domains.*.tasks.source",
+                "domains.*.heldout.source",
+                "chat_template",
+            ),
             set_example="grpo.group_size=4",
         ),
         Registration(

@@ -49,11 +49,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from rich.console import Console
 
 from tempering.batches import GRPOBatch
 from tempering.config import GRPOSettings
 from tempering.objectives.advantages import overlong_penalty
 from tempering.objectives.grpo_math import grpo_advantages
+from tempering.rollout.domains import DomainSchedule, domain_metrics
 from tempering.rollout.engine import Engine
 from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, old_logprobs_for
 from tempering.rollout.rollout import RewardWorkers, ThreadRewardWorkers, start_rollout
@@ -84,6 +86,8 @@ class Group:
         return any(not t.scored for t in self.trajectories)
 
 
+console = Console(stderr=True)
+
 Sampled = tuple[int, list[Group], list[Group], Counter, float, float]
 """One sampled batch: (rollout index, groups seen, groups kept, filter counts, generation s, scoring s)."""
 
@@ -105,6 +109,7 @@ class RolloutSource:
         precision: str = "fp32",
         workers: RewardWorkers | None = None,
         tokenizer: Any = None,
+        schedule: DomainSchedule | None = None,
     ):
         if not tasks:
             raise ValueError("GRPO needs at least one training task")
@@ -125,6 +130,8 @@ class RolloutSource:
         self._restored: Sampled | None = None  # a prefetched batch recorded in the resumed checkpoint
         self._drawn: list[str] = []  # task ids of the batches handed to the trainer since `consumed()`
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead") if settings.rollout_ahead else None
+        self.schedule = schedule  # multi-domain: which domain each prompt comes from (None: one domain)
+        self._events: list[dict[str, Any]] = []  # the schedule's events (paused, retried) not yet reported
 
     # -- BatchSource -------------------------------------------------------------------
     def next_batch(self) -> GRPOBatch:
@@ -141,12 +148,18 @@ class RolloutSource:
     def state_dict(self) -> dict:
         ahead = self._pending_ahead()  # waits for a batch sampling in the background
         state: dict[str, Any] = {"cursor": self.cursor, "rollouts": self.rollouts}
+        if self.schedule is not None:
+            state["domains"] = self.schedule.state_dict()
         if ahead is not None:
             state["ahead"] = sampled_to_json(ahead)
         return state
 
     def load_state_dict(self, state: dict) -> None:
         self.cursor, self.rollouts = state["cursor"], state["rollouts"]
+        if self.schedule is not None:
+            if "domains" not in state:
+                raise ValueError("the checkpoint was written without domains; resume with the config it started with")
+            self.schedule.load_state_dict(state["domains"])
         self._restored = sampled_from_json(state["ahead"]) if "ahead" in state else None
         self.buffer = []  # a resume starts at the next rollout batch
 
@@ -155,8 +168,11 @@ class RolloutSource:
         out, self._drawn = self._drawn, []
         return out
 
-    def stats(self) -> dict[str, float]:
-        return dict(self._stats)
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self._stats)
+        if self._events:  # reported once, with the step that follows the batch that raised them
+            out["domain_events"], self._events = self._events, []
+        return out
 
     def close(self) -> None:
         if self._executor is not None:
@@ -165,6 +181,8 @@ class RolloutSource:
 
     # -- one rollout batch ---------------------------------------------------------------
     def _next_tasks(self, n: int) -> list[Task]:
+        if self.schedule is not None:
+            return self.schedule.draw(n)
         out = []
         for _ in range(n):
             out.append(self.tasks[self.order[self.cursor % len(self.order)]])
@@ -266,8 +284,22 @@ class RolloutSource:
         if not kept:  # every group tied: train on them anyway (advantage 0 -> no gradient)
             kept = [g for g in seen if not g.verifier_failed] or seen[:1]
             counts["all_groups_tied"] += 1
+        if self.schedule is not None:
+            self._observe(index, seen)
         self.rollouts += 1
         return index, seen, kept[: s.prompts_per_step], counts, gen_s, score_s
+
+    def _observe(self, index: int, seen: list[Group]) -> None:
+        """The batch's verdicts by domain into the schedule; its health events warned about and kept."""
+        assert self.schedule is not None
+        by_domain: dict[str, list[Trajectory]] = defaultdict(list)
+        for g in seen:
+            by_domain[self.schedule.domain_of[g.task.id]] += g.trajectories
+        events = self.schedule.observe(index, by_domain)
+        for e in events:
+            if "warning" in e:
+                console.print(f"[bold yellow]warning: {e['warning']}[/bold yellow]")
+        self._events += events
 
     def _build(
         self,
@@ -281,7 +313,7 @@ class RolloutSource:
     ) -> list[GRPOBatch]:
         """Step 4: advantages, the trajectory store and the micro-batches of a sampled batch."""
         rewards = torch.tensor([g.values for g in kept], dtype=torch.float32)
-        advantages = grpo_advantages(rewards, self.s.advantage)
+        advantages = grpo_advantages(rewards, self.s.advantage, domains=self._domain_ids(kept))
         step = index * self.s.updates_per_batch + 1
         self._record(seen, kept, advantages, counts, gen_s, score_s, step)
         self._stats["staleness"] = staleness
@@ -289,6 +321,13 @@ class RolloutSource:
         if staleness:  # the old policy is the one that sampled: the engine's log-probs
             return grpo_micro_batches(rows, self.grad_accum, lambda b: b.engine_logprobs.clone())
         return grpo_micro_batches(rows, self.grad_accum, self._old_logprobs)
+
+    def _domain_ids(self, groups: list[Group]) -> torch.Tensor | None:
+        """Each group's domain as an index into the schedule's domains (None: one domain)."""
+        if self.schedule is None:
+            return None
+        index = {name: i for i, name in enumerate(self.schedule.names)}
+        return torch.tensor([index[self.schedule.domain_of[g.task.id]] for g in groups], dtype=torch.long)
 
     # -- tensors -------------------------------------------------------------------------
     def _rows(self, group: Group, advantages: torch.Tensor) -> GroupRows:
@@ -346,6 +385,14 @@ class RolloutSource:
             stats[f"flags/{flag}"] = n
         if guard:
             stats["heldout_guard_rate"] = sum(guard) / len(guard)
+        if self.schedule is not None:
+            domain_of = self.schedule.domain_of
+            by_domain: dict[str, list[Trajectory]] = defaultdict(list)
+            for g in seen:
+                by_domain[domain_of[g.task.id]] += g.trajectories
+            kept_by = Counter(domain_of[g.task.id] for g in kept)
+            stats.update(domain_metrics(by_domain, kept_by, gen_s + score_s))
+            stats.update(self.schedule.stats())
         self._stats = stats
         if self.store is None:
             return
