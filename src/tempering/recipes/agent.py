@@ -136,8 +136,11 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
         cfg.train.seed,
         promote_at=cfg.rl.promote_at,
         window=cfg.rl.window,
-        step_rewards=cfg.rl.step_rewards,
+        tiers=cfg.rl.tiers,
+        credit=cfg.rl.credit,
+        step=cfg.rl.step,
         gamma=cfg.rl.gamma,
+        max_refills=cfg.rl.max_refills,
         store=run_dir / "trajectories.jsonl",
         model=model,
         precision=resolve_precision(cfg.train.precision),
@@ -211,12 +214,17 @@ def _expert_sft(
     from tempering.objectives.sft import SFTObjective
     from tempering.train.trainer import Trainer
 
-    examples = expert_examples(tasks, renderer, sandbox)
+    tiers = cfg.sft.tiers
+    held_back = [t for t in tasks if tiers is None or t.tier in tiers]
+    if not held_back:
+        raise ValueError(f"sft.tiers {tiers}: no training task of those tiers")
+    examples = expert_examples(held_back, renderer, sandbox)
     kept = [e for e in examples if len(e.input_ids) <= cfg.sft.max_length]
     pad = renderer.tokenizer.pad_token_id if renderer.tokenizer.pad_token_id is not None else 0
     batches = SFTBatches(kept, cfg.sft.batch_size, cfg.sft.max_length, pad, True, cfg.sft.seed)
     result = Trainer(model, SFTObjective(), batches, cfg.sft, run_dir).fit()
     return {
+        "tiers": tiers,
         "examples": len(kept),
         "too_long": len(examples) - len(kept),
         "steps": result.steps,
