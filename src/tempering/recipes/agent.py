@@ -4,6 +4,7 @@ trajectory-level GRPO -> eval, recorded as one run.
     run_dir/sft/            the SFT phase's Trainer (checkpoints, metrics)
     run_dir/                the RL phase's Trainer, final model, summary.json
     run_dir/trajectories.jsonl   every RL episode, failed ones included
+    run_dir/recovered.jsonl      the recovered ones (error -> feedback -> fix) as SFT rows with provenance
 
 Evaluations run the held-out split of each eval suite greedily through the same
 `agent_rollout` as training and report, per suite and tier, completion rate with a
@@ -153,7 +154,10 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
         evaluate=lambda result: extra["before"] if result is None else extra.setdefault("after", evaluate("after RL")),
         callbacks=[mismatch_budget(cfg.rl.mismatch_budget, "rl")],
         close=(lambda: None) if sandbox is None else sandbox.close,
-        outputs={"trajectories": str(run_dir / "trajectories.jsonl")},
+        outputs={
+            "trajectories": str(run_dir / "trajectories.jsonl"),
+            "recovered": str(run_dir / "recovered.jsonl"),
+        },
         extra=extra,
     )
 
@@ -167,6 +171,7 @@ def _summary(cfg: AgentConfig, data: AgentData, parts: Components, result: Any) 
         summary["sft"] = parts.extra["sft"]
         summary["after_sft"] = parts.extra["after_sft"]
         summary["gain_rl_only"] = {name: paired_gain(parts.extra["after_sft"][name], after[name]) for name in after}
+    summary["recovered"] = _export_recovered(Path(parts.outputs["recovered"]))
     summary.update(
         seconds=result.seconds,
         curriculum_tier=parts.extra["source"].curriculum.tier,
@@ -196,6 +201,18 @@ and expert SFT), the RL fit, the held-out pass again, summary."""
 def run_agent(cfg: AgentConfig, force: bool = False) -> dict[str, Any]:
     """Run agent training end to end and record it (`run_training`); returns the run summary."""
     return run_training(AGENT, cfg, force)
+
+
+def _export_recovered(target: Path) -> dict[str, Any]:
+    """The run's recovered episodes as SFT rows (`recovered.jsonl`, the stage's `recovered` output;
+    empty when RL stored no episode)."""
+    from tempering.agents.recovered import export_recovered
+
+    if not (target.parent / "trajectories.jsonl").is_file():
+        target.write_text("")
+        return {"rows": 0, "episodes": 0}
+    _, rows, episodes = export_recovered(target.parent, target)
+    return {"rows": rows, "episodes": episodes}
 
 
 def _sandbox(tasks: list[AgentTask]) -> Any:
