@@ -92,3 +92,19 @@ def test_export_recovered_cli_prints_one_line_and_bad_rows_are_one_line(run_dir,
     assert "trajectories.jsonl:9" in line and "not a JSON episode row" in line
     line = one_line_error(CliRunner().invoke(app, ["agent", "export-recovered", str(tmp_path)]))
     assert "no trajectories.jsonl" in line
+
+
+def test_one_sft_round_on_an_agent_stages_recovered_episodes_plans_in_a_pipeline(tmp_path):
+    import yaml
+
+    from tempering.pipeline.plan import PipelineError, load_plan
+
+    agent = {"kind": "agent", "tasks": {"suites": ["tool_arith"]}, "train": {"steps": 2}}
+    sft = {"kind": "sft", "model": "${agent.final}", "data": {"train": ["${agent.recovered}"]}, "train": {"steps": 2}}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"out": str(tmp_path / "runs"), "stages": {"agent": agent, "recovery": sft}}))
+    assert [(s.name, s.kind) for s in load_plan(path).stages] == [("agent", "agent"), ("recovery", "sft")]
+    sft["data"]["train"] = ["${agent.recovered_rows}"]
+    path.write_text(yaml.safe_dump({"out": str(tmp_path / "runs"), "stages": {"agent": agent, "recovery": sft}}))
+    with pytest.raises(PipelineError, match="no output 'recovered_rows'.*recovered"):
+        load_plan(path)
