@@ -13,8 +13,12 @@ engine's decode), the environment (tool calls, goal checks, session open/close) 
 rendering (observation tokens through the chat template).
 
     flock /work/bench.lock timeout 600 python bench/throughput/agent.py [--suites tool_arith workspace] [--group 2]
+    python bench/throughput/agent.py --train-sft 8 --tiers 1 --key trained_adapter   # a trained adapter's episodes
 
-Writes bench/results/agent.json.
+Writes bench/results/agent.json. `--train-sft N` first trains a LoRA adapter in-process with N steps of
+expert SFT on the suites' training tasks (`--tiers`), merges it, and measures its episodes (multi-turn:
+the trained model calls tools) on the held-out tasks of those tiers; `--key` writes the result under
+that key of the existing JSON, keeping the others.
 """
 
 from __future__ import annotations
@@ -33,13 +37,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _sha
 from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
 
-def model_episodes(suite: str, engine, renderer, sandbox, group: int, max_tasks: int, max_new: int) -> dict:
+def model_episodes(
+    suite: str, engine, renderer, sandbox, group: int, max_tasks: int, max_new: int, tiers: list[int] | None = None
+) -> dict:
     from tempering.agents.episode import summarise
     from tempering.agents.rollout import EpisodeSettings, agent_rollout
     from tempering.agents.tasks import builtin_tasks, select
     from tempering.config import SamplingSettings
 
-    tasks = select(builtin_tasks(suite), "heldout")[:max_tasks]
+    tasks = select(builtin_tasks(suite), "heldout", tiers)[:max_tasks]
     t0 = time.perf_counter()
     batch = agent_rollout(
         tasks,
@@ -63,6 +69,7 @@ def model_episodes(suite: str, engine, renderer, sandbox, group: int, max_tasks:
         "episodes_per_s": len(episodes) / wall,
         "steps_per_s": steps / wall,
         "sampled_tokens": sum(len(t.token_ids) for ep in episodes for t in ep.turns),
+        "turns_per_episode": steps / max(len(episodes), 1),
         "per_step_s": {k: v / max(steps, 1) for k, v in batch.times.items()},
         "total_s": batch.times,
         "completion_rate": summarise([ep.stats for ep in episodes])["completion_rate"],
@@ -103,6 +110,10 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(RESULTS / "agent.json"))
+    ap.add_argument("--train-sft", type=int, default=0, help="Train a LoRA adapter with N expert-SFT steps first.")
+    ap.add_argument("--tiers", type=int, nargs="*", default=None, help="Tiers trained and measured (default: all).")
+    ap.add_argument("--key", default=None, help="Write under this key of the existing --out JSON.")
+    ap.add_argument("--skip-scripted", action="store_true")
     args = ap.parse_args()
 
     import torch
@@ -115,9 +126,7 @@ def main() -> None:
     from tempering.sandbox import SandboxPool
 
     tokenizer = load_tokenizer(args.model)
-    model = load_model(args.model)
     precision = resolve_precision("auto")
-    engine = HFEngine(model, tokenizer, precision=precision)
     renderer = AgentRenderer(tokenizer)
     out = {
         "benchmark": "agent episodes",
@@ -131,16 +140,67 @@ def main() -> None:
     }
     with SandboxPool(size=4) as sandbox:
         sandbox.check()
+        if args.train_sft:
+            model, out["adapter"] = trained_adapter(args, tokenizer, renderer, sandbox)
+        else:
+            model = load_model(args.model)
+        engine = HFEngine(model, tokenizer, precision=precision)
         for suite in args.suites:
             out["model_episodes"].append(
-                model_episodes(suite, engine, renderer, sandbox, args.group, args.max_tasks, args.max_new)
+                model_episodes(suite, engine, renderer, sandbox, args.group, args.max_tasks, args.max_new, args.tiers)
             )
             print(json.dumps(out["model_episodes"][-1]), flush=True)
-        for suite in args.suites:
+        for suite in [] if args.skip_scripted else args.suites:
             out["scripted_episodes"].append(scripted_episodes(suite, sandbox, workers=4))
             print(json.dumps(out["scripted_episodes"][-1]), flush=True)
+    out["load_average_end"] = os.getloadavg()
+    if args.key:
+        whole = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
+        whole[args.key] = out
+        out = whole
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}")
+
+
+def trained_adapter(args, tokenizer, renderer, sandbox):
+    """A LoRA adapter trained in-process by expert SFT on the suites' training tasks, merged."""
+    from tempering.agents.config import AgentSFTSettings
+    from tempering.agents.tasks import builtin_tasks, select
+    from tempering.agents.training import expert_examples
+    from tempering.config import LoraSettings
+    from tempering.data.batches import SFTBatches
+    from tempering.models.lora import load_for_training
+    from tempering.objectives.sft import SFTObjective
+    from tempering.train.trainer import Trainer
+
+    t0 = time.perf_counter()
+    tasks = [t for s in args.suites for t in select(builtin_tasks(s), "train", args.tiers)]
+    model = load_for_training(args.model, LoraSettings(r=16, alpha=32, dropout=0.0, last_layers=12))
+    examples = [e for e in expert_examples(tasks, renderer, sandbox) if len(e.input_ids) <= 1024]
+    settings = AgentSFTSettings(
+        steps=args.train_sft,
+        batch_size=4,
+        max_length=1024,
+        threads=args.threads,
+        optim={"lr": 2e-3, "warmup_steps": 2},
+        checkpoint={"every": 10_000, "keep_last": 1},
+    )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    import tempfile
+
+    batches = SFTBatches(examples, settings.batch_size, settings.max_length, pad, True, 0)
+    result = Trainer(model, SFTObjective(), batches, settings, Path(tempfile.mkdtemp())).fit()
+    merged = model.merge_and_unload()
+    info = {
+        "how": "LoRA r16 (last 12 layers), expert SFT in-process, merged into the weights",
+        "sft_steps": result.steps,
+        "sft_examples": len(examples),
+        "tiers": args.tiers,
+        "loss_last": result.losses[-1],
+        "train_s": time.perf_counter() - t0,
+    }
+    print(json.dumps(info), flush=True)
+    return merged, info
 
 
 if __name__ == "__main__":

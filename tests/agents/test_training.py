@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from tempering.agents import training
+from tempering.agents.credit import discounted_step_advantages, step_credit_advantages
 from tempering.agents.render import AgentRenderer
 from tempering.agents.rollout import EpisodeSettings, agent_rollout
 from tempering.agents.tasks import builtin_tasks, select
 from tempering.agents.training import (
     AgentRolloutSource,
     Curriculum,
-    discounted_step_advantages,
     expert_conversations,
     expert_examples,
     step_rewards_tensor,
@@ -145,14 +145,16 @@ def test_step_credit_through_the_source_matches_the_whole_batch_computation(smol
     engine = PolicyEngine(smol_tokenizer, policy, tasks)
     grpo = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=20, dynamic_sampling=False)
     source = AgentRolloutSource(
-        tasks, engine, renderer, None, grpo, EpisodeSettings(), grad_accum=1, seed=0, step_rewards=True, gamma=0.9
+        tasks, engine, renderer, None, grpo, EpisodeSettings(), grad_accum=1, seed=0, credit="step", gamma=0.9
     )
     batch = source.next_batch()
     groups = sampled[0].groups
     width = batch.completion_ids.shape[1]
     prompts = [g[0].trajectory.prompt_length for g in groups]
-    rewards, step_mask = step_rewards_tensor(groups, width, prompts)
+    shaping = [source.shaping(ep) for g in groups for ep in g]
+    rewards, step_mask = step_rewards_tensor(groups, width, prompts, shaping)
     ids = torch.arange(len(groups)).repeat_interleave(len(groups[0]))
-    expected = discounted_step_advantages(rewards, step_mask, ids, 0.9)
+    outcome = torch.tensor([ep.trajectory.reward.value for g in groups for ep in g])
+    expected = step_credit_advantages(outcome, rewards, step_mask, ids, weight=0.25, gamma=0.9)
     assert batch.advantages.shape == (4, width) and step_mask.sum() > 4  # several turns per episode
-    assert torch.allclose(batch.advantages, expected, atol=1e-6)
+    assert torch.allclose(batch.advantages * batch.completion_mask, expected * batch.completion_mask, atol=1e-6)

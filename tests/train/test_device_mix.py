@@ -113,7 +113,7 @@ def test_an_agent_rl_step_keeps_every_tensor_on_the_models_device(smol_tokenizer
         EpisodeSettings(),
         grad_accum=1,
         seed=0,
-        step_rewards=True,
+        credit="step",
         model=model,
     )
     trainer = _trainer(model, GRPOObjective(grpo), source, tmp_path)

@@ -5,7 +5,7 @@ No torch import here: a config error is reported before any model loads.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -42,11 +42,32 @@ class AgentSFTSettings(TrainSettings):
 
     max_length: int = Field(1024, ge=16)
     """Longest expert conversation in tokens; longer ones are left out (and counted)."""
+    tiers: list[int] | None = None
+    """Expert data from these tiers only (held-back SFT: imitation on the easy tiers, RL on the
+    rest); None: every training tier."""
 
 
-SINGLE_TURN_ONLY = frozenset(GRPOSettings.model_fields) - frozenset(GRPOPolicySettings.model_fields)
-"""GRPO keys of the single-turn rollout that agent RL does not implement (refills, truncation
-policy, chunked scoring, reward threads, verifier timeout, sampling ahead)."""
+AGENT_REFILLS = "max_refills"
+"""The one single-turn rollout key agent RL implements too (refilling after tied groups are dropped)."""
+
+SINGLE_TURN_ONLY = (
+    frozenset(GRPOSettings.model_fields) - frozenset(GRPOPolicySettings.model_fields) - frozenset({AGENT_REFILLS})
+)
+"""GRPO keys of the single-turn rollout that agent RL does not implement (truncation policy,
+chunked scoring, reward threads, verifier timeout, sampling ahead)."""
+
+
+class StepCreditSettings(Strict):
+    """Shaping rewards of one turn under `credit: step` (`agents/credit.py`) and their weight."""
+
+    weight: float = Field(0.25, ge=0, lt=1)
+    """Scale of the turns' (clipped) process advantage added to the outcome's; < 1 keeps the outcome dominant."""
+    valid: float = Field(0.5, ge=0)
+    """+ for a turn whose tool calls are all valid, - for a turn with a malformed/unknown/invalid call."""
+    recovered: float = Field(1.0, ge=0)
+    """+ for an error-free call right after a turn with an error (invalid call, failed run, wrong answer)."""
+    progress: float = Field(1.0, ge=0)
+    """+ for a test run of the agent's own with fewer failing tests than its previous one."""
 
 
 class AgentRLSettings(GRPOPolicySettings):
@@ -65,15 +86,29 @@ class AgentRLSettings(GRPOPolicySettings):
             )
         return data
 
-    step_rewards: bool = False
-    """Credit each turn with its own reward (invalid-call penalties, the outcome) instead of the
-    episode's outcome only (GRPO process supervision)."""
+    max_refills: int = Field(2, ge=0)
+    """Extra rollout rounds per batch that refill groups dropped as tied (`dynamic_sampling`), with new tasks."""
+    credit: Literal["trajectory", "step"] = "trajectory"
+    """Advantages from the episode outcome only, or the outcome plus each turn's shaping reward (`step`)."""
+    step: StepCreditSettings = StepCreditSettings()
+    """The per-turn shaping rewards and their weight (used by `credit: step`)."""
     gamma: float = Field(1.0, gt=0, le=1)
-    """Discount per later turn of step rewards (1: none)."""
+    """Discount per later turn of step credit (1: none)."""
+    tiers: list[int] | None = None
+    """Curriculum: the tiers in training order (None: every tier of the training tasks, ascending);
+    a training task of another tier is an error."""
     promote_at: float = Field(0.8, gt=0, le=1)
     """Curriculum: move to the next tier once the recent success rate on this one reaches it."""
     window: int = Field(32, ge=1)
     """Curriculum: episodes over which the success rate is measured."""
+
+    @model_validator(mode="after")
+    def _step_keys_need_step_credit(self) -> AgentRLSettings:
+        if "step" in self.model_fields_set and self.credit != "step":
+            raise ValueError("step: the shaping rewards are read only with credit: step")
+        if "gamma" in self.model_fields_set and self.credit != "step":
+            raise ValueError("gamma discounts step credit: set credit: step or remove it")
+        return self
 
 
 class AgentEvalSettings(SamplingSettings):

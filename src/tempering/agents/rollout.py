@@ -31,6 +31,7 @@ from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tempering.agents.credit import TurnSignals, turn_signals
 from tempering.agents.env import EpisodeStats, ToolEnv
 from tempering.agents.render import AgentRenderer
 from tempering.agents.tasks import AgentTask
@@ -71,6 +72,8 @@ class Turn:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    signals: TurnSignals = field(default_factory=TurnSignals)
+    """What the turn did in the environment (valid and invalid calls, errors, a test run's failures)."""
 
 
 @dataclass
@@ -234,8 +237,13 @@ def _truncated(e: _Live, settings: EpisodeSettings) -> None:
     _end(e, "length")
 
 
+_COUNTERS = ("tool_calls", "invalid_calls", "tool_errors", "wrong_answers")
+
+
 def _step(e: _Live, settings: EpisodeSettings) -> None:
+    before = {k: getattr(e.env.stats, k) for k in _COUNTERS}
     observation, reward, done, info = e.env.step(e.messages[-1]["content"])
+    e.turns[-1].signals = turn_signals(before, {k: getattr(e.env.stats, k) for k in _COUNTERS}, observation)
     e.rewards.append(reward)
     e.messages.extend(observation)
     e.pending = observation

@@ -9,16 +9,21 @@ rendered with the same opening prompt as sampled episodes, loss on assistant tur
 
 RL batches: `prompts_per_step` tasks from the current curriculum tier, `group_size`
 episodes each (`agent_rollout`); groups with an `env_error` episode are dropped (never a
-model failure), groups whose rewards all tie are dropped when `dynamic_sampling` is on.
-Advantages are GRPO's over the episode outcome (`grpo_advantages`), or with
-`step_rewards` over each turn's reward at the turn's last token (DeepSeekMath process
-supervision; turn rewards carry invalid-call penalties and the outcome), discounted by
-`gamma` per later turn. Tensors, micro-batches and (with `updates_per_batch` > 1) the rollout
+model failure), and under `dynamic_sampling` groups whose advantages are all 0 (tied) are
+dropped and refilled with new tasks for at most `max_refills` extra rounds (counts logged:
+`groups_tied`, `groups_env_error`, `refill_rounds`, `all_groups_tied`).
+Advantages are GRPO's over the episode outcome (`credit: trajectory`), or the outcome's plus a
+weighted, clipped process advantage of each turn's shaping reward (`credit: step`,
+`agents/credit.py`: valid calls, errors recovered, the agent's own test runs failing less;
+discounted by `gamma` per later turn). Tensors, micro-batches and (with `updates_per_batch` > 1) the rollout
 policy's `old_logprobs` come from the one GRPO batch builder (`rollout.grpo_batches`). Every episode, failed or not, is appended to the run's
 `trajectories.jsonl` (recovered ones flagged: error -> diagnosis -> fix, usable as SFT data).
 
-Curriculum: training starts on the lowest tier and moves up one tier once the success
-rate over the last `window` episodes of the current tier reaches `promote_at`.
+Curriculum: training starts on the first of `tiers` and moves up one tier once the success
+rate over the last `window` episodes of the current tier reaches `promote_at`; each step logs
+`tier`, `curriculum/pass_rate`, `curriculum/promoted` and `curriculum/tier_next` to
+metrics.jsonl, and the curriculum's state is in the source's checkpointed state (a resumed run
+continues on the same tier, window and task order).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any
 
 import torch
 
+from tempering.agents.credit import shaping_rewards, step_credit_advantages
 from tempering.agents.env import ToolEnv
 from tempering.agents.episode import run_episode
 from tempering.agents.policies import oracle
@@ -72,9 +78,17 @@ def expert_examples(tasks: list[AgentTask], renderer: AgentRenderer, sandbox: An
 class Curriculum:
     """Tiers in order; promote when the recent success rate on the current tier passes `promote_at`."""
 
-    def __init__(self, tasks: list[AgentTask], promote_at: float, window: int, seed: int):
-        self.tiers = sorted({t.tier for t in tasks})
+    def __init__(
+        self, tasks: list[AgentTask], promote_at: float, window: int, seed: int, tiers: list[int] | None = None
+    ):
+        self.tiers = sorted({t.tier for t in tasks}) if tiers is None else list(tiers)
+        outside = next((t for t in tasks if t.tier not in self.tiers), None)
+        if outside is not None:
+            raise ValueError(f"training task {outside.id}: tier {outside.tier} is outside the curriculum {self.tiers}")
         self.by_tier = {k: [t for t in tasks if t.tier == k] for k in self.tiers}
+        empty = [k for k, v in self.by_tier.items() if not v]
+        if empty:
+            raise ValueError(f"curriculum tier {empty[0]} has no training task")
         self.level, self.promote_at = 0, promote_at
         self.recent: deque[bool] = deque(maxlen=window)
         self.rng = random.Random(seed)
@@ -98,18 +112,30 @@ class Curriculum:
             out.append(pool[self.queue.pop()])
         return out
 
-    def record(self, successes: list[bool]) -> None:
+    @property
+    def pass_rate(self) -> float:
+        """Success rate over the current tier's recent episodes (0 before any)."""
+        return sum(self.recent) / len(self.recent) if self.recent else 0.0
+
+    def record(self, successes: list[bool]) -> bool:
+        """Count episodes of the current tier; True when this promoted to the next tier."""
         self.recent.extend(successes)
         full = len(self.recent) == self.recent.maxlen
-        if full and sum(self.recent) / len(self.recent) >= self.promote_at and self.level < len(self.tiers) - 1:
+        if full and self.pass_rate >= self.promote_at and self.level < len(self.tiers) - 1:
             self.level += 1
             self.recent.clear()
             self.queue = []
+            return True
+        return False
 
     def state_dict(self) -> dict:
         return {"level": self.level, "recent": list(self.recent), "rng": self.rng.getstate(), "queue": list(self.queue)}
 
     def load_state_dict(self, state: dict) -> None:
+        if state["level"] >= len(self.tiers):
+            raise ValueError(
+                f"the checkpoint's curriculum is at level {state['level']}; this run has tiers {self.tiers}"
+            )
         self.level, self.recent = state["level"], deque(state["recent"], maxlen=self.recent.maxlen)
         self.queue = list(state.get("queue", []))
         rng = state["rng"]
@@ -117,41 +143,24 @@ class Curriculum:
 
 
 def step_rewards_tensor(
-    groups: list[list[AgentEpisode]], width: int, prompt_lengths: list[int]
+    groups: list[list[AgentEpisode]],
+    width: int,
+    prompt_lengths: list[int],
+    values: list[list[float]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rewards, step_mask), both (N, width) over completion positions: each turn's reward at
-    the turn's last sampled token."""
+    the turn's last sampled token (`values`: one list per episode, in order; default the
+    environment's turn rewards)."""
     rows = [(i, ep) for i, g in enumerate(groups) for ep in g]
     rewards, step_mask = torch.zeros(len(rows), width), torch.zeros(len(rows), width)
     for r, (i, ep) in enumerate(rows):
-        values = [x.value for x in ep.trajectory.rewards]
-        for k, turn in enumerate(ep.turns[: len(values)]):
+        values_r = [x.value for x in ep.trajectory.rewards] if values is None else values[r]
+        for k, turn in enumerate(ep.turns[: len(values_r)]):
+            if not turn.token_ids:
+                continue
             pos = turn.start + len(turn.token_ids) - 1 - prompt_lengths[i]
-            rewards[r, pos], step_mask[r, pos] = values[k], 1.0
+            rewards[r, pos], step_mask[r, pos] = values_r[k], 1.0
     return rewards, step_mask
-
-
-def discounted_step_advantages(
-    rewards: torch.Tensor, step_mask: torch.Tensor, groups: torch.Tensor, gamma: float, estimator: str = "grpo"
-) -> torch.Tensor:
-    """Process-supervision advantages with a discount: (N, T) -> (N, T).
-
-    Step rewards go through the advantage estimator as in `grpo_advantages`; a token's
-    advantage is sum_k gamma^k * (normalised reward of the k-th step at or after it), so
-    gamma = 1 is exactly `grpo_advantages(rewards, groups=..., step_mask=...)`.
-    """
-    undiscounted = grpo_advantages(rewards, estimator, groups=groups, step_mask=step_mask)
-    if gamma == 1.0:
-        return undiscounted
-    # the reverse cumsum's differences are the normalised step rewards, at the step tokens
-    shifted = torch.cat([undiscounted[:, 1:], torch.zeros_like(undiscounted[:, :1])], dim=1)
-    normalised = (undiscounted - shifted) * step_mask
-    out = torch.zeros_like(normalised)
-    running = torch.zeros(normalised.shape[0], dtype=normalised.dtype)
-    for t in range(normalised.shape[1] - 1, -1, -1):
-        running = torch.where(step_mask[:, t] > 0, normalised[:, t] + gamma * running, running)
-        out[:, t] = running
-    return out
 
 
 class AgentRolloutSource:
@@ -159,6 +168,10 @@ class AgentRolloutSource:
 
     Args:
         tasks: training tasks (the curriculum draws from them by tier).
+        credit: "trajectory" (outcome advantages) or "step" (outcome plus `step`'s turn credit).
+        step: the shaping rewards and weight of step credit (`agents.config.StepCreditSettings`).
+        max_refills: extra rollout rounds refilling groups dropped as tied (`dynamic_sampling`).
+        tiers: the curriculum's tiers in order (None: the tasks' tiers ascending).
         store: a JSONL path every episode is appended to (None: not kept).
         model, precision: the trainer's model and precision, which recompute the rollout policy's
             log-probs when `updates_per_batch` > 1 (needed then, unused otherwise).
@@ -177,18 +190,28 @@ class AgentRolloutSource:
         *,
         promote_at: float = 0.8,
         window: int = 32,
-        step_rewards: bool = False,
+        tiers: list[int] | None = None,
+        credit: str = "trajectory",
+        step: Any = None,
         gamma: float = 1.0,
+        max_refills: int = 0,
         store: Path | None = None,
         model: Any = None,
         precision: str = "fp32",
     ):
         if not tasks:
             raise ValueError("agent RL needs at least one training task")
+        if credit not in ("trajectory", "step"):
+            raise ValueError(f"credit {credit!r}: expected trajectory or step")
         self.engine, self.renderer, self.sandbox = engine, renderer, sandbox
         self.s, self.episode, self.grad_accum, self.seed = grpo, episode, grad_accum, seed
-        self.curriculum = Curriculum(tasks, promote_at, window, seed)
-        self.step_rewards, self.gamma, self.store = step_rewards, gamma, store
+        self.curriculum = Curriculum(tasks, promote_at, window, seed, tiers)
+        self.credit, self.gamma, self.max_refills, self.store = credit, gamma, max_refills, store
+        if step is None:
+            from tempering.agents.config import StepCreditSettings
+
+            step = StepCreditSettings()
+        self.step = step
         self._old_logprobs = old_logprobs_for(model, precision, grpo.temperature, grpo.updates_per_batch)
         self.rollouts = 0
         self.buffer: list[GRPOBatch] = []
@@ -224,45 +247,84 @@ class AgentRolloutSource:
         return dict(self._stats)
 
     def _rollout_batch(self) -> list[GRPOBatch]:
+        """Sample groups from the curriculum's tier; drop env-error groups, and groups whose
+        advantages are all 0 (tied) under `dynamic_sampling`, refilling with new tasks for at most
+        `max_refills` extra rounds."""
         tier = self.curriculum.tier
-        tasks = self.curriculum.sample(self.s.prompts_per_step)
-        self._drawn += [t.id for t in tasks]
-        batch = agent_rollout(
-            tasks,
-            self.engine,
-            self.renderer,
-            self.sandbox,
-            self.s,
-            self.episode,
-            n=self.s.group_size,
-            seed=hash((self.seed, self.rollouts)) % 2**31,
-        )
+        seen: list[list[AgentEpisode]] = []
+        kept: list[GroupRows] = []
+        counts = {"groups_tied": 0, "groups_env_error": 0, "refill_rounds": 0, "curriculum/promoted": 0}
+        times: dict[str, float] = {}
+        for round_ in range(self.max_refills + 1):
+            need = self.s.prompts_per_step - len(kept)
+            if need <= 0:
+                break
+            counts["refill_rounds"] = round_
+            tasks = self.curriculum.sample(need)
+            self._drawn += [t.id for t in tasks]
+            key = (self.seed, self.rollouts) if round_ == 0 else (self.seed, self.rollouts, round_)
+            batch = agent_rollout(
+                tasks,
+                self.engine,
+                self.renderer,
+                self.sandbox,
+                self.s,
+                self.episode,
+                n=self.s.group_size,
+                seed=hash(key) % 2**31,
+            )
+            for k, v in batch.times.items():
+                times[k] = times.get(k, 0.0) + v
+            scored: list[bool] = []
+            for group in batch.groups:
+                seen.append(group)
+                if any(ep.trajectory.status != "scored" for ep in group):
+                    counts["groups_env_error"] += 1
+                    continue
+                scored += [ep.stats.success for ep in group]
+                rows = self._rows(group)
+                if self.s.dynamic_sampling and not bool((rows.advantages.abs() > 1e-6).any()):
+                    counts["groups_tied"] += 1
+                else:
+                    kept.append(rows)
+            counts["curriculum/promoted"] += int(self.curriculum.record(scored))
+            if not self.s.dynamic_sampling:
+                break
         self.rollouts += 1
-        seen = batch.groups
-        ok = [g for g in seen if all(ep.trajectory.status == "scored" for ep in g)]
-        kept = [g for g in ok if not self.s.dynamic_sampling or len({ep.trajectory.reward.value for ep in g}) > 1]
-        scored = [ep for g in ok for ep in g]
-        self.curriculum.record([ep.stats.success for ep in scored])
-        self._record(seen, kept, tier, batch)
+        self._record(seen, len(kept), tier, times, counts)
         if not kept:  # every group tied or failed: a batch with no loss (advantage 0)
-            kept = ok[:1] or seen[:1]
-        return grpo_micro_batches([self._rows(g) for g in kept], self.grad_accum, self._old_logprobs)
+            ok = [g for g in seen if all(ep.trajectory.status == "scored" for ep in g)]
+            kept = [self._rows((ok or seen)[0])]
+        return grpo_micro_batches(kept[: self.s.prompts_per_step], self.grad_accum, self._old_logprobs)
+
+    def shaping(self, episode: AgentEpisode) -> list[float]:
+        """The turn rewards of step credit: each turn's shaping reward (`credit.shaping_rewards`)
+        plus the environment's reward of every turn but the last (penalties; the last is the outcome)."""
+        st = self.step
+        signals = [t.signals for t in episode.turns]
+        values = shaping_rewards(signals, valid=st.valid, recovered=st.recovered, progress=st.progress)
+        env = [r.value for r in episode.trajectory.rewards]
+        return [v + (env[k] if k < len(env) - 1 else 0.0) for k, v in enumerate(values)]
 
     def _rows(self, group: list[AgentEpisode]) -> GroupRows:
         """A group for the batch builder: the loss (and the sampled tokens) on the model's own turns."""
         trajs = [ep.trajectory for ep in group]
-        prompt = trajs[0].token_ids[: trajs[0].prompt_length]
-        if self.step_rewards:
+        outcome = torch.tensor([t.reward.value for t in trajs])
+        ids = torch.zeros(len(group), dtype=torch.long)
+        if self.credit == "step":
+            prompt = trajs[0].prompt_length
             width = max(1, max(len(t.completion_ids) for t in trajs))
-            rewards, step_mask = step_rewards_tensor([group], width, [len(prompt)])
-            ids = torch.zeros(len(group), dtype=torch.long)
-            advantages = discounted_step_advantages(rewards, step_mask, ids, self.gamma, self.s.advantage)
+            shaping, step_mask = step_rewards_tensor([group], width, [prompt], [self.shaping(ep) for ep in group])
+            advantages = step_credit_advantages(
+                outcome, shaping, step_mask, ids, weight=self.step.weight, gamma=self.gamma, estimator=self.s.advantage
+            )
         else:
-            rewards = torch.tensor([[t.reward.value for t in trajs]])
-            advantages = grpo_advantages(rewards, self.s.advantage).reshape(-1)
+            advantages = grpo_advantages(outcome, self.s.advantage, groups=ids)
         return trajectory_group(trajs, advantages)
 
-    def _record(self, seen: list[list[AgentEpisode]], kept: list, tier: int, batch: Any) -> None:
+    def _record(
+        self, seen: list[list[AgentEpisode]], kept: int, tier: int, times: dict[str, float], counts: dict[str, int]
+    ) -> None:
         eps = [ep for g in seen for ep in g]
         scored = [ep for ep in eps if ep.trajectory.status == "scored"] or eps
         n = len(scored)
@@ -276,10 +338,17 @@ class AgentRolloutSource:
             "truncated": sum(ep.trajectory.finish_reason == "length" for ep in scored) / n,
             "context_ended": sum(ep.trajectory.finish_reason == "context" for ep in scored) / n,
             "env_errors": float(sum(ep.trajectory.status != "scored" for ep in eps)),
-            "groups_kept": float(len(kept)),
+            "groups_kept": float(min(kept, self.s.prompts_per_step)),
             "groups": float(len(seen)),
-            **{f"time/{k}_s": v for k, v in batch.times.items()},
+            "all_groups_tied": float(kept == 0),
+            **{k: float(v) for k, v in counts.items()},
+            "curriculum/tier_next": float(self.curriculum.tier),
+            "curriculum/pass_rate": self.curriculum.pass_rate,
+            **{f"time/{k}_s": v for k, v in times.items()},
         }
+        if self.credit == "step":
+            shaped = [sum(self.shaping(ep)) for ep in scored]
+            self._stats["shaping_mean"] = sum(shaped) / n
         if self.store is not None:
             with open(self.store, "a") as f:
                 for ep in eps:

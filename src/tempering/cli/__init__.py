@@ -16,6 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from tempering.cli import train
+from tempering.cli.agent import agent_app
 from tempering.cli.chat import chat
 from tempering.cli.data import data_app
 from tempering.cli.eval import eval_app, verify
@@ -113,7 +114,10 @@ def main(
 
 
 for _name, _command in train.commands().items():
-    app.command(_name)(_command)
+    if _name == "agent":  # a group: `temper agent CONFIG` trains, `temper agent export-recovered RUN` exports
+        app.add_typer(agent_app(_command, _command.__doc__ or ""), name=_name)
+    else:
+        app.command(_name)(_command)
 for _name, _command in (
     ("traj", traj),
     ("verify", verify),

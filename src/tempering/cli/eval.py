@@ -141,6 +141,8 @@ def _agent_suites(cfg: Any, names: list[str]) -> tuple[list[Any], list[dict[str,
             limit=cfg.limit,
             precision=cfg.precision,
             engine_settings=cfg.engine if "engine" in cfg.model_fields_set else None,
+            cache=cfg.cache,
+            log=lambda line: err.print(f"[dim]{line}[/dim]"),
         )
     except (TaskFileError, ValueError, OSError) as exc:
         fail(_one_line(exc))

@@ -4,6 +4,7 @@ trajectory-level GRPO -> eval, recorded as one run.
     run_dir/sft/            the SFT phase's Trainer (checkpoints, metrics)
     run_dir/                the RL phase's Trainer, final model, summary.json
     run_dir/trajectories.jsonl   every RL episode, failed ones included
+    run_dir/recovered.jsonl      the recovered ones (error -> feedback -> fix) as SFT rows with provenance
 
 Evaluations run the held-out split of each eval suite greedily through the same
 `agent_rollout` as training and report, per suite and tier, completion rate with a
@@ -136,8 +137,11 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
         cfg.train.seed,
         promote_at=cfg.rl.promote_at,
         window=cfg.rl.window,
-        step_rewards=cfg.rl.step_rewards,
+        tiers=cfg.rl.tiers,
+        credit=cfg.rl.credit,
+        step=cfg.rl.step,
         gamma=cfg.rl.gamma,
+        max_refills=cfg.rl.max_refills,
         store=run_dir / "trajectories.jsonl",
         model=model,
         precision=resolve_precision(cfg.train.precision),
@@ -150,7 +154,10 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
         evaluate=lambda result: extra["before"] if result is None else extra.setdefault("after", evaluate("after RL")),
         callbacks=[mismatch_budget(cfg.rl.mismatch_budget, "rl")],
         close=(lambda: None) if sandbox is None else sandbox.close,
-        outputs={"trajectories": str(run_dir / "trajectories.jsonl")},
+        outputs={
+            "trajectories": str(run_dir / "trajectories.jsonl"),
+            "recovered": str(run_dir / "recovered.jsonl"),
+        },
         extra=extra,
     )
 
@@ -164,6 +171,7 @@ def _summary(cfg: AgentConfig, data: AgentData, parts: Components, result: Any) 
         summary["sft"] = parts.extra["sft"]
         summary["after_sft"] = parts.extra["after_sft"]
         summary["gain_rl_only"] = {name: paired_gain(parts.extra["after_sft"][name], after[name]) for name in after}
+    summary["recovered"] = _export_recovered(Path(parts.outputs["recovered"]))
     summary.update(
         seconds=result.seconds,
         curriculum_tier=parts.extra["source"].curriculum.tier,
@@ -195,6 +203,18 @@ def run_agent(cfg: AgentConfig, force: bool = False) -> dict[str, Any]:
     return run_training(AGENT, cfg, force)
 
 
+def _export_recovered(target: Path) -> dict[str, Any]:
+    """The run's recovered episodes as SFT rows (`recovered.jsonl`, the stage's `recovered` output;
+    empty when RL stored no episode)."""
+    from tempering.agents.recovered import export_recovered
+
+    if not (target.parent / "trajectories.jsonl").is_file():
+        target.write_text("")
+        return {"rows": 0, "episodes": 0}
+    _, rows, episodes = export_recovered(target.parent, target)
+    return {"rows": rows, "episodes": episodes}
+
+
 def _sandbox(tasks: list[AgentTask]) -> Any:
     if not any(t.needs_sandbox for t in tasks):
         return None
@@ -211,12 +231,17 @@ def _expert_sft(
     from tempering.objectives.sft import SFTObjective
     from tempering.train.trainer import Trainer
 
-    examples = expert_examples(tasks, renderer, sandbox)
+    tiers = cfg.sft.tiers
+    held_back = [t for t in tasks if tiers is None or t.tier in tiers]
+    if not held_back:
+        raise ValueError(f"sft.tiers {tiers}: no training task of those tiers")
+    examples = expert_examples(held_back, renderer, sandbox)
     kept = [e for e in examples if len(e.input_ids) <= cfg.sft.max_length]
     pad = renderer.tokenizer.pad_token_id if renderer.tokenizer.pad_token_id is not None else 0
     batches = SFTBatches(kept, cfg.sft.batch_size, cfg.sft.max_length, pad, True, cfg.sft.seed)
     result = Trainer(model, SFTObjective(), batches, cfg.sft, run_dir).fit()
     return {
+        "tiers": tiers,
         "examples": len(kept),
         "too_long": len(examples) - len(kept),
         "steps": result.steps,

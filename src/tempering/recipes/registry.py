@@ -153,7 +153,7 @@ def _builtins() -> None:
             "tempering.recipes.agent:run_agent",
             "Agent training in tool environments: expert SFT, then trajectory-level GRPO (docs/agents.md).",
             "examples/agent/agent_arith.yaml",
-            outputs=("final", "trajectories"),
+            outputs=("final", "trajectories", "recovered"),
             set_example="rl.group_size=4",
         ),
         Registration(

@@ -1,0 +1,388 @@
+"""Does agent RL add to imitation? Held-back expert SFT (easy tiers only), then RL on the harder
+tiers with trajectory-only or step-level credit from the same SFT weights, vs the SFT-only model,
+on the held-out tasks of the harder tiers; and one SFT round on the recovered episodes
+(error -> feedback -> fix) with the recovery rate before and after.
+
+    python bench/experiments/agent_rl.py --seed 0 --part /tmp/agent_rl/s0.json      # one seed (run seeds in parallel)
+    python bench/experiments/agent_rl.py --collect /tmp/agent_rl/s*.json             # -> bench/results/agent_rl.json
+
+One seed, in one process: SFT -> eval (SFT-only) -> [RL (trajectory) -> eval] -> restore SFT
+weights -> [RL (step) -> eval] -> restore -> sample training tasks (temperature 1) and keep the
+recovered episodes (`agents.recovered`, with the RL runs' stored episodes) -> one SFT round on
+them -> eval. Every phase prints progress and the part file is rewritten after each, so a run cut
+short still leaves what it measured. Paired CIs are over (task, seed) units.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS  # noqa: E402
+
+MODEL = "smollm2-135m-instruct"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def episode_summary(batch) -> dict:
+    eps = [g[0] for g in batch.groups]
+    return {
+        ep.task.id: {
+            "tier": ep.task.tier,
+            "success": bool(ep.stats.success),
+            "errors": ep.stats.errors,
+            "recovered": bool(ep.stats.recovered),
+            "steps": ep.stats.steps,
+            "invalid_calls": ep.stats.invalid_calls,
+            "intact": bool(ep.stats.intact),
+            "status": ep.stats.status,
+        }
+        for ep in eps
+    }
+
+
+def run_seed(args: argparse.Namespace) -> None:
+    import torch
+
+    from tempering.agents.config import AgentEvalSettings, AgentRLSettings, AgentSFTSettings
+    from tempering.agents.recovered import recovered_rows
+    from tempering.agents.render import AgentRenderer
+    from tempering.agents.rollout import EpisodeSettings, agent_rollout
+    from tempering.agents.tasks import load_agent_suite, select
+    from tempering.agents.training import AgentRolloutSource, episode_row, expert_examples
+    from tempering.config import LoraSettings, TrainSettings
+    from tempering.data.batches import SFTBatches
+    from tempering.data.render import render_with_mask
+    from tempering.models.load import load_tokenizer
+    from tempering.models.lora import load_for_training
+    from tempering.objectives.grpo import GRPOObjective
+    from tempering.objectives.sft import SFTObjective
+    from tempering.rollout.engine import HFEngine
+    from tempering.sandbox import SandboxPool
+    from tempering.train.trainer import Trainer
+
+    torch.set_num_threads(args.threads)
+    seed, part = args.seed, Path(args.part)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"agent_rl_s{seed}_"))
+    suite = load_agent_suite(args.suite)
+    sft_tasks = select(suite, "train", args.sft_tiers)
+    rl_tasks = select(suite, "train", args.rl_tiers)
+    held = select(suite, "heldout")
+    if args.eval_limit:
+        held = held[: args.eval_limit]
+    tok = load_tokenizer(MODEL)
+    renderer = AgentRenderer(tok)
+    model = load_for_training(MODEL, LoraSettings(r=16, alpha=32, dropout=0.0, last_layers=12))
+    engine = HFEngine(model, tok, precision="auto")
+    sandbox = SandboxPool(size=4)
+    episode = EpisodeSettings(max_context_tokens=args.context)
+    out: dict = {
+        "seed": seed,
+        "suite": args.suite,
+        "sft_tiers": args.sft_tiers,
+        "rl_tiers": args.rl_tiers,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("collect", "part")},
+        "phases": {},
+        "seconds": {},
+    }
+
+    def save() -> None:
+        part.write_text(json.dumps(out, indent=1))
+
+    def evaluate(label: str) -> None:
+        t0 = time.perf_counter()
+        batch = agent_rollout(
+            held, engine, renderer, sandbox, AgentEvalSettings(max_new_tokens=args.max_new_tokens), episode, seed=seed
+        )
+        out["phases"][label] = episode_summary(batch)
+        out["seconds"][f"eval_{label}"] = time.perf_counter() - t0
+        ok = [v["success"] for v in out["phases"][label].values() if v["tier"] in args.rl_tiers]
+        log(f"seed {seed} eval {label}: held-out tiers {args.rl_tiers} completion {sum(ok)}/{len(ok)}")
+        save()
+
+    def sft(examples: list, steps: int, lr: float, name: str) -> dict:
+        t0 = time.perf_counter()
+        kept = [e for e in examples if len(e.input_ids) <= args.context]
+        settings = AgentSFTSettings(
+            steps=steps,
+            batch_size=min(args.sft_batch, len(kept)),
+            max_length=args.context,
+            seed=seed,
+            threads=args.threads,
+            optim={"lr": lr, "warmup_steps": 2},
+            checkpoint={"every": 10_000, "keep_last": 1},
+        )
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        batches = SFTBatches(kept, settings.batch_size, settings.max_length, pad, True, seed)
+        result = Trainer(model, SFTObjective(), batches, settings, work / name).fit()
+        out["seconds"][name] = time.perf_counter() - t0
+        return {
+            "examples": len(kept),
+            "steps": result.steps,
+            "loss_first": result.loss_first,
+            "loss_last": result.losses[-1],
+        }
+
+    log(f"seed {seed}: SFT on {len(sft_tasks)} expert episodes of tiers {args.sft_tiers}")
+    out["sft"] = sft(expert_examples(sft_tasks, renderer, sandbox), args.sft_steps, args.sft_lr, "sft")
+    save()
+    evaluate("sft")
+    sft_state = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora" in k}
+    stores = []
+    for credit in args.credits:
+        model.load_state_dict(sft_state, strict=False)
+        rl = AgentRLSettings(
+            temperature=1.0,
+            max_new_tokens=args.max_new_tokens,
+            prompts_per_step=args.prompts,
+            group_size=args.group,
+            max_refills=args.refills,
+            credit=credit,
+        )
+        store = work / f"trajectories_{credit}.jsonl"
+        stores.append(store)
+        source = AgentRolloutSource(
+            rl_tasks,
+            engine,
+            renderer,
+            sandbox,
+            rl,
+            episode,
+            1,
+            seed,
+            tiers=args.rl_tiers,
+            promote_at=args.promote_at,
+            window=args.window,
+            credit=credit,
+            step=rl.step,
+            max_refills=args.refills,
+            store=store,
+            model=model,
+            precision="fp32",
+        )
+        train = TrainSettings(
+            steps=args.rl_steps,
+            seed=seed,
+            threads=args.threads,
+            optim={"lr": args.rl_lr},
+            checkpoint={"every": 10_000, "keep_last": 1},
+        )
+        log(f"seed {seed}: RL ({credit} credit) {args.rl_steps} steps on tiers {args.rl_tiers}")
+        t0 = time.perf_counter()
+        result = Trainer(model, GRPOObjective(rl), source, train, work / f"rl_{credit}").fit()
+        out["seconds"][f"rl_{credit}"] = time.perf_counter() - t0
+        keys = (
+            "tier", "success_rate", "reward_mean", "shaping_mean", "groups", "groups_kept", "groups_tied",
+            "refill_rounds", "curriculum/pass_rate", "curriculum/promoted", "loss", "grad_norm", "turns",
+            "invalid_calls", "time/generation_s", "time/environment_s",
+        )  # fmt: skip
+        out[f"curve_{credit}"] = [{k: h.get(k) for k in keys if k in h} for h in result.history]
+        for i, h in enumerate(result.history):
+            log(
+                f"seed {seed} {credit} step {i + 1}: tier {h.get('tier')} success {h.get('success_rate', 0):.2f} "
+                f"groups kept {h.get('groups_kept')} tied {h.get('groups_tied')}"
+            )
+        save()
+        evaluate(f"rl_{credit}")
+
+    # recovered episodes: the RL runs' stored episodes plus samples on the training tasks from the SFT model
+    model.load_state_dict(sft_state, strict=False)
+    t0 = time.perf_counter()
+    harvest = work / "harvest.jsonl"
+    sampling = AgentRLSettings(temperature=1.0, max_new_tokens=args.max_new_tokens)
+    batch = agent_rollout(sft_tasks, engine, renderer, sandbox, sampling, episode, n=args.harvest_n, seed=seed + 1000)
+    with open(harvest, "w") as f:
+        for group in batch.groups:
+            for ep in group:
+                f.write(json.dumps(episode_row(ep, 0)) + "\n")
+    rows = []
+    for path in [harvest, *stores]:
+        if path.is_file():
+            rows += recovered_rows(
+                [json.loads(line) for line in path.read_text().splitlines() if line], f"bench-s{seed}-{path.stem}"
+            )
+    out["seconds"]["harvest"] = time.perf_counter() - t0
+    out["recovered_rows"] = len(rows)
+    out["recovered_provenance"] = [r["provenance"] for r in rows]
+    log(f"seed {seed}: {len(rows)} recovered episodes exported")
+    save()
+    if rows:
+        examples = [render_with_mask(tok, r["messages"], renderer.style, renderer.eot_id) for r in rows]
+        examples = examples * max(1, 6 // len(examples))
+        out["recovery_sft"] = sft(examples, args.recovery_steps, args.recovery_lr, "recovery_sft")
+        evaluate("recovery_sft")
+    sandbox.close()
+    log(f"seed {seed}: done")
+
+
+def paired(pairs: list[tuple[float, float]], resamples: int = 4000, seed: int = 0) -> dict:
+    """Mean of b - a over units and a percentile bootstrap 95% CI (units resampled)."""
+    if not pairs:
+        return {"delta": None, "ci_low": None, "ci_high": None, "n": 0}
+    rng = random.Random(seed)
+    diffs = [b - a for a, b in pairs]
+    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(resamples))
+    return {
+        "delta": sum(diffs) / len(diffs),
+        "ci_low": means[int(0.025 * resamples)],
+        "ci_high": means[int(0.975 * resamples) - 1],
+        "n": len(diffs),
+    }
+
+
+def recovery_delta(parts: list[dict], before: str, after: str, resamples: int = 4000) -> dict:
+    """Recovery rate (successes among episodes with an error) after minus before, bootstrap over
+    (task, seed) units resampled together (each unit holds its before and after episode)."""
+    units = [
+        (p["phases"][before][t], p["phases"][after][t])
+        for p in parts
+        if before in p["phases"] and after in p["phases"]
+        for t in p["phases"][before]
+    ]
+
+    def rate(us: list, i: int) -> float | None:
+        errs = [u[i] for u in us if u[i]["errors"] > 0]
+        return sum(e["success"] for e in errs) / len(errs) if errs else None
+
+    if not units:
+        return {"before": None, "after": None, "delta": None, "ci_low": None, "ci_high": None, "units": 0}
+    rng = random.Random(0)
+    deltas = []
+    for _ in range(resamples):
+        sample = [rng.choice(units) for _ in units]
+        a, b = rate(sample, 0), rate(sample, 1)
+        if a is not None and b is not None:
+            deltas.append(b - a)
+    deltas.sort()
+    a, b = rate(units, 0), rate(units, 1)
+    return {
+        "before": a,
+        "after": b,
+        "episodes_with_error_before": sum(u[0]["errors"] > 0 for u in units),
+        "episodes_with_error_after": sum(u[1]["errors"] > 0 for u in units),
+        "delta": None if a is None or b is None else b - a,
+        "ci_low": deltas[int(0.025 * len(deltas))] if deltas else None,
+        "ci_high": deltas[int(0.975 * len(deltas)) - 1] if deltas else None,
+        "units": len(units),
+    }
+
+
+def collect(paths: list[str], out_path: Path, note: str) -> dict:
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    tiers = parts[0]["rl_tiers"]
+
+    def gain(a: str, b: str, tier_set=tiers) -> dict:
+        pairs = [
+            (float(p["phases"][a][t]["success"]), float(p["phases"][b][t]["success"]))
+            for p in parts
+            if a in p["phases"] and b in p["phases"]
+            for t, v in p["phases"][a].items()
+            if v["tier"] in tier_set
+        ]
+        return paired(pairs)
+
+    def completion(phase: str, tier_set=tiers) -> float | None:
+        vals = [
+            v["success"]
+            for p in parts
+            if phase in p["phases"]
+            for v in p["phases"][phase].values()
+            if v["tier"] in tier_set
+        ]
+        return sum(vals) / len(vals) if vals else None
+
+    credits = parts[0]["settings"]["credits"]
+    head = credits[0]
+    main = gain("sft", f"rl_{head}")
+    result = {
+        "benchmark": "agent RL after held-back SFT",
+        "model": MODEL,
+        "suite": parts[0]["suite"],
+        "seeds": [p["seed"] for p in parts],
+        "sft_tiers": parts[0]["sft_tiers"],
+        "rl_tiers": tiers,
+        "heldout_tasks_in_rl_tiers": len([v for v in parts[0]["phases"]["sft"].values() if v["tier"] in tiers]),
+        "headline_credit": head,
+        "rl_over_sft_gain": main["delta"],
+        "rl_over_sft_gain_ci_low": main["ci_low"],
+        "rl_over_sft_gain_ci_high": main["ci_high"],
+        "rl_steps": parts[0]["settings"]["rl_steps"],
+        "units": main["n"],
+        "completion": {
+            phase: {"rl_tiers": completion(phase), "all_tiers": completion(phase, [1, 2, 3, 4, 5])}
+            for phase in ["sft", *[f"rl_{c}" for c in credits], "recovery_sft"]
+        },
+        "credit": {c: gain("sft", f"rl_{c}") for c in credits},
+        "step_minus_trajectory": gain("rl_trajectory", "rl_step") if {"trajectory", "step"} <= set(credits) else None,
+        "learning_curve": {c: {str(p["seed"]): p.get(f"curve_{c}", []) for p in parts} for c in credits},
+        "recovered_rows": {str(p["seed"]): p.get("recovered_rows", 0) for p in parts},
+        "recovery_sft": {str(p["seed"]): p.get("recovery_sft") for p in parts},
+        "recovery_rate": recovery_delta(parts, "sft", "recovery_sft"),
+        "completion_gain_after_recovery_sft_all_tiers": gain("sft", "recovery_sft", [1, 2, 3, 4, 5]),
+        "seconds": {str(p["seed"]): p["seconds"] for p in parts},
+        "settings": parts[0]["settings"],
+        "load_average": os.getloadavg(),
+        "note": note,
+    }
+    result["recovery_rate_delta"] = result["recovery_rate"]["delta"]
+    result["recovery_rate_delta_ci_low"] = result["recovery_rate"]["ci_low"]
+    out_path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--part", default="/tmp/agent_rl/s0.json")
+    ap.add_argument("--collect", nargs="*", help="Only aggregate these part files.")
+    ap.add_argument("--out", default=str(RESULTS / "agent_rl.json"))
+    ap.add_argument("--note", default="")
+    ap.add_argument("--suite", default="workspace")
+    ap.add_argument("--sft-tiers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rl-tiers", type=int, nargs="+", default=[2, 3])
+    ap.add_argument("--credits", nargs="+", default=["trajectory", "step"])
+    ap.add_argument("--sft-steps", type=int, default=16)
+    ap.add_argument("--sft-lr", type=float, default=2e-3)
+    ap.add_argument("--sft-batch", type=int, default=6)
+    ap.add_argument("--rl-steps", type=int, default=6)
+    ap.add_argument("--rl-lr", type=float, default=5e-5)
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--refills", type=int, default=1)
+    ap.add_argument("--promote-at", type=float, default=0.5)
+    ap.add_argument("--window", type=int, default=16)
+    ap.add_argument("--max-new-tokens", type=int, default=144)
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--harvest-n", type=int, default=2)
+    ap.add_argument("--recovery-steps", type=int, default=6)
+    ap.add_argument("--recovery-lr", type=float, default=5e-4)
+    ap.add_argument("--eval-limit", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    if args.collect:
+        res = collect(args.collect, Path(args.out), args.note)
+        print(
+            json.dumps(
+                {
+                    k: res[k]
+                    for k in ("rl_over_sft_gain", "rl_over_sft_gain_ci_low", "rl_steps", "recovery_rate_delta_ci_low")
+                }
+            )
+        )
+        return
+    run_seed(args)
+
+
+if __name__ == "__main__":
+    main()
