@@ -142,3 +142,10 @@ def test_a_bad_task_is_a_one_line_error_naming_file_and_line(myrepo, change, mes
         load_agent_tasks(path)
     text = str(err.value)
     assert text.startswith(f"{path}:2: ") and message in text and "\n" not in text
+
+
+def test_a_fixture_that_is_not_text_is_a_one_line_error(myrepo):
+    (myrepo / "myrepo" / "logo.png").write_bytes(b"\x89PNG\xff\xfe")
+    path = write_jsonl(myrepo / "mine.jsonl", user_row())
+    with pytest.raises(TaskFileError, match=r"mine.jsonl:1: fixture .*logo.png is not UTF-8 text$"):
+        load_agent_tasks(path)

@@ -98,9 +98,10 @@ def resolve_repo_tests(goal: dict[str, Any], files: dict[str, str]) -> dict[str,
     A repository task ships its tests twice: the visible copies in /work (for the agent to
     read and run) and, hidden, the same files as they were shipped. The goal is met when
     every hidden test passes against the final /work (`tests`, judged by `judge.py`) *and*
-    every visible test file is still there as shipped (`file`; trailing whitespace aside): editing or deleting the
-    tests never helps, and an agent that does either fails the task even with the right fix.
-    Raises ValueError (one line) when a path is not a repository file or holds no test.
+    every visible test file is still there as shipped (`file`; trailing whitespace aside):
+    editing or deleting the tests never helps, and an agent that does either fails the task
+    even with the right fix. Raises ValueError (one line) when a path is not a repository
+    file, is not Python, or holds no test.
     """
     import ast
 

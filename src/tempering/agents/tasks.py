@@ -11,6 +11,8 @@ An environment is nothing but such rows: the tools they allow, the files they st
 the goal, and the attempt rule (`attempts` > 1 with `attempt_rewards`: the retry
 environment). `solution` holds a scripted expert's tool calls turn by turn (the oracle
 policy and agent SFT use it); like the goal, it is hidden material never shown to the model.
+A repository task is a `fixtures` folder holding the repository and a `repo_tests` goal naming
+its test files: their shipped copies judge, the visible ones must stay as they are.
 The built-in suites live in `tempering/agents/envs/*.jsonl`.
 """
 
@@ -154,7 +156,14 @@ def _first_error(exc: ValidationError) -> str:
 def _read_fixtures(folder: Path, where: str) -> dict[str, str]:
     if not folder.is_dir():
         raise TaskFileError(f"{where}: fixtures folder {folder} does not exist")
-    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+    files = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            try:
+                files[str(p.relative_to(folder))] = p.read_text()
+            except UnicodeDecodeError:
+                raise TaskFileError(f"{where}: fixture {p} is not UTF-8 text") from None
+    return files
 
 
 def builtin_tasks(name: str) -> list[AgentTask]:
