@@ -5,10 +5,11 @@ normalisation, at the same compute, held-out accuracy per domain before and afte
 
 1. Candidate domains (12): builtin addition, subtraction, multiplication; reasoning-gym chain_sum
    and letter_counting; a tool-call format task (tool_call verifier); six short exact-answer tasks
-   (capitalise, echo, first letter, parity, the larger number, the successor). Each gets its
+   (capitalise, echo, first letter, parity, the larger number, the successor; where the 135M model
+   answers in a sentence, a regex finds the answer in it). Each gets its
    training tasks and disjoint held-out tasks as task JSONL under --out.
 2. `temper data stratify` on a sample of every candidate's training tasks (one run over all of
-   them, k samples each, sampling temperature 1): a domain's learnable share is the share of its
+   them, k samples each, at the runs' sampling temperature): a domain's learnable share is the share of its
    tasks whose pass rate is strictly between 0 and 1. The --domains candidates with the largest
    learnable share (at least one learnable task) are the mixture.
 3. Two arms per seed, each `temper grpo` with the same domains, steps, prompts per step and group
@@ -58,6 +59,9 @@ RG_PRESETS = {  # reasoning-gym datasets (spell_backward, gcd and lcm had no lea
     "chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
     "letter_counting": {},
 }
+FULL_RUN = "nice -n 10 python bench/experiments/multidomain.py --seeds 0 1 2 --steps 60 --heldout 30 --single"
+"""Must-show scale: 3 seeds, enough steps to move held-out accuracy, the single-domain rows of the matrix."""
+
 ARMS = {
     "ours": {"sampling": "priority", "advantage": "per_domain"},
     "uniform": {"sampling": "uniform", "advantage": "reinforce_pp_baseline"},
@@ -100,7 +104,8 @@ def tool_tasks(n: int, seed: int) -> list:
 
 def simple_tasks(kind: str, n: int, seed: int) -> list:
     """Short tasks a 135M model gets partly right (so they can be learnable): capitalise, echo,
-    first letter, parity, the larger of two numbers, the successor of a number."""
+    first letter, parity, the larger of two numbers, the successor of a number. The model answers
+    in sentences, so some verifiers look for the answer in the reply (regex on the completion)."""
     from tempering.types import Task
 
     rng = random.Random(f"{kind}:{seed}")
@@ -108,19 +113,26 @@ def simple_tasks(kind: str, n: int, seed: int) -> list:
     for i in range(n):
         word = rng.choice(WORDS[28:] if seed else WORDS[:28])
         a, b = rng.randint(10, 999), rng.randint(10, 999)
-        if kind == "caps":
-            prompt, spec = f"Write the word {word} in capital letters. Answer with just the word.", word.upper()
+        if kind == "caps":  # the word in capitals anywhere in the reply
+            prompt = f"Write the word {word} in capital letters. Answer with just the word."
+            spec = {"type": "regex", "pattern": rf"\b{word.upper()}\b", "on": "completion"}
         elif kind == "echo":
-            prompt, spec = f"Repeat exactly this word and nothing else: {word}", word
-        elif kind == "first_letter":
-            prompt, spec = f"What is the first letter of the word '{word}'? Answer with just the letter.", word[0]
-        elif kind == "parity":
-            prompt, spec = f"Is {a} even or odd? Answer with one word: even or odd.", "even" if a % 2 == 0 else "odd"
+            prompt = f"Repeat exactly this word and nothing else: {word}"
+            spec = {"type": "exact", "answer": word}
+        elif kind == "first_letter":  # the letter, quoted, anywhere in the reply
+            prompt = f"What is the first letter of the word '{word}'? Answer with just the letter."
+            spec = {"type": "regex", "pattern": f"(?i)['\"]{word[0]}['\"]", "on": "completion"}
+        elif kind == "parity":  # the right word and not the other one
+            right, wrong = ("even", "odd") if a % 2 == 0 else ("odd", "even")
+            prompt = f"Is {a} even or odd? Answer with one word: even or odd."
+            spec = {"type": "regex", "pattern": rf"(?is)^(?!.*\b{wrong}\b).*\b{right}\b", "on": "completion"}
         elif kind == "compare":
-            prompt, spec = f"Which number is larger, {a} or {b}? Answer with just the number.", str(max(a, b))
+            prompt = f"Which number is larger, {a} or {b}? Answer with just the number."
+            spec = {"type": "numeric", "answer": str(max(a, b))}
         else:  # successor
-            prompt, spec = f"What number comes right after {a}? Answer with just the number.", str(a + 1)
-        out.append(Task(id=f"{kind}-{seed}-{i}", prompt=prompt, verifier={"type": "exact", "answer": spec}))
+            prompt = f"What number comes right after {a}? Answer with just the number."
+            spec = {"type": "numeric", "answer": str(a + 1)}
+        out.append(Task(id=f"{kind}-{seed}-{i}", prompt=prompt, verifier=spec))
     return out
 
 
@@ -168,7 +180,7 @@ def prepare(out: Path, n_train: int, n_heldout: int, n_strat: int) -> dict[str, 
     return files
 
 
-def stratify(out: Path, k: int, max_new_tokens: int) -> dict[str, dict]:
+def stratify(out: Path, k: int, max_new_tokens: int, temperature: float) -> dict[str, dict]:
     """`temper data stratify` over the candidates' sample; learnable share per candidate."""
     rates_file = out / "runs" / "stratify" / "pass_rates.jsonl"
     if not rates_file.exists():
@@ -176,7 +188,7 @@ def stratify(out: Path, k: int, max_new_tokens: int) -> dict[str, dict]:
             "model": "smollm2-135m-instruct",
             "tasks": {"source": str(out / "stratify_sample.jsonl"), "n": 100_000},
             "k": k,
-            "sampling": {"temperature": 1.0, "max_new_tokens": max_new_tokens},
+            "sampling": {"temperature": temperature, "max_new_tokens": max_new_tokens},
             "batch_prompts": 64,
             "out": str(out / "runs"),
             "name": "stratify",
@@ -217,6 +229,7 @@ def grpo_config(out: Path, name: str, domains: list[str], files: dict, arm: dict
         "grpo": {
             "prompts_per_step": args.prompts,
             "group_size": args.group,
+            "temperature": args.temperature,
             "max_new_tokens": args.max_new_tokens,
             "generation_chunks": 1,
             "max_refills": 0,
@@ -338,10 +351,11 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=8, help="prompts per step")
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=24)
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of stratify and GRPO")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--train-tasks", type=int, default=60)
     p.add_argument("--heldout", type=int, default=12, help="held-out tasks per domain")
-    p.add_argument("--stratify-tasks", type=int, default=10, help="tasks per candidate that stratify samples")
+    p.add_argument("--stratify-tasks", type=int, default=8, help="tasks per candidate that stratify samples")
     p.add_argument("--k", type=int, default=6, help="stratify samples per task")
     p.add_argument("--parallel", type=int, default=4, help="GRPO runs side by side")
     p.add_argument("--max-minutes", type=float, default=25.0, help="a run's wall-clock cap (its steps are recorded)")
@@ -353,7 +367,7 @@ def main() -> None:
     t0, load_before = time.time(), os.getloadavg()
 
     files = prepare(args.out, args.train_tasks, args.heldout, args.stratify_tasks)
-    rates = stratify(args.out, args.k, args.max_new_tokens)
+    rates = stratify(args.out, args.k, args.max_new_tokens, args.temperature)
     ranked = sorted(CANDIDATES, key=lambda c: -rates[c]["learnable_share"])
     domains = [c for c in ranked if rates[c]["learnable"] > 0][: args.domains]
     print("stratify:", {c: round(rates[c]["learnable_share"], 2) for c in ranked}, "->", domains, flush=True)
@@ -405,6 +419,7 @@ def main() -> None:
         "stratify": {c: {k: v for k, v in r.items() if k != "pass_rates"} for c, r in rates.items()},
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "model": "smollm2-135m-instruct",
+        "full_run_command": FULL_RUN,
         "load_average": {"before": load_before, "during": sampler.samples, "after": os.getloadavg()},
         "beside": "other helpers' tests and benches shared the 2 cores (the load average above)",
         "wall_s": time.time() - t0,
