@@ -213,7 +213,9 @@ def stratify(out: Path, k: int, max_new_tokens: int, temperature: float) -> dict
 
 
 # -- the runs ---------------------------------------------------------------------------
-def grpo_config(out: Path, name: str, domains: list[str], files: dict, arm: dict, args: argparse.Namespace) -> Path:
+def grpo_config(
+    out: Path, name: str, domains: list[str], files: dict, arm: dict, args: argparse.Namespace, seed: int = 0
+) -> Path:
     cfg = {
         "model": "smollm2-135m-instruct",
         "lora": {"r": 16, "alpha": 32},
@@ -238,6 +240,7 @@ def grpo_config(out: Path, name: str, domains: list[str], files: dict, arm: dict
         },
         "train": {
             "steps": args.steps,
+            "seed": seed,
             "max_minutes": args.max_minutes,
             "threads": 1,
             "optim": {"lr": args.lr, "schedule": "constant", "warmup_steps": 0},
@@ -373,7 +376,7 @@ def main() -> None:
     print("stratify:", {c: round(rates[c]["learnable_share"], 2) for c in ranked}, "->", domains, flush=True)
 
     jobs = [
-        (f"{arm}-seed{s}", grpo_config(args.out, f"{arm}-seed{s}", domains, files, ARMS[arm], args))
+        (f"{arm}-seed{s}", grpo_config(args.out, f"{arm}-seed{s}", domains, files, ARMS[arm], args, s))
         for s in args.seeds
         for arm in ARMS
     ]
