@@ -78,7 +78,7 @@ def run_seed(args: argparse.Namespace) -> None:
     suite = load_agent_suite(args.suite)
     sft_tasks = select(suite, "train", args.sft_tiers)
     rl_tasks = select(suite, "train", args.rl_tiers)
-    held = select(suite, "heldout")
+    held = select(suite, "heldout", args.eval_tiers)
     if args.eval_limit:
         held = held[: args.eval_limit]
     tok = load_tokenizer(MODEL)
@@ -196,6 +196,10 @@ def run_seed(args: argparse.Namespace) -> None:
         save()
         evaluate(f"rl_{credit}")
 
+    if not args.harvest_n:
+        sandbox.close()
+        log(f"seed {seed}: done (no recovery phase)")
+        return
     # recovered episodes: the RL runs' stored episodes plus samples on the training tasks from the SFT model
     model.load_state_dict(sft_state, strict=False)
     t0 = time.perf_counter()
@@ -368,6 +372,7 @@ def main() -> None:
     ap.add_argument("--recovery-steps", type=int, default=6)
     ap.add_argument("--recovery-lr", type=float, default=5e-4)
     ap.add_argument("--eval-limit", type=int, default=0)
+    ap.add_argument("--eval-tiers", type=int, nargs="*", default=None, help="Held-out tiers evaluated (default: all).")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     if args.collect:
