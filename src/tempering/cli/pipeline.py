@@ -48,6 +48,8 @@ class StageBoard:
 
     def __call__(self, stage: str, status: str, info: dict[str, Any]) -> None:
         with self.lock:
+            # a rebalancing attempt can add a stage (a track's replay mix) the first plan did not have
+            self.rows.setdefault(stage, {"kind": "", "status": "pending", "hash": "", "detail": ""})
             self._update(stage, status, info)
         if self.plain is not None:
             row = self.rows[stage]
@@ -214,6 +216,16 @@ def print_outcome(result: Any, rule_prefix: str = "", json_line: bool = True) ->
         "rejected": "[bold red]pipeline rejected by its gate; later stages did not run[/bold red]",
         "failed": "[red]pipeline failed[/red]",
     }[result.status]
+    for a in getattr(result, "attempts", []):
+        actions = "; ".join(a.get("actions", []))
+        out.print(
+            f"attempt {a['attempt']}: {a['status']}"
+            + (f" (failed: {'; '.join(a['failed_rules'])})" if a["failed_rules"] else "")
+            + (f" -> {actions}" if actions else ""),
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     out.print(line)
     if json_line:
         print(
@@ -230,6 +242,7 @@ def print_outcome(result: Any, rule_prefix: str = "", json_line: bool = True) ->
                         }
                         for o in result.stages
                     },
+                    **({"attempts": result.attempts} if getattr(result, "attempts", None) else {}),
                 }
             )
         )

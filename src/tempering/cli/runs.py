@@ -212,11 +212,29 @@ def lineage(
                 if o["role"] != "run_dir":
                     out.print(f"{indent}  -> {o['role']:<7} {escape(o['path'])}  sha256 {_short(o['sha256'])}")
         _print_evals(reg.evals(run_id=run["id"]))
+        _print_attempts(reg, rows)
         releases = Releases(reg).for_run(run["id"])
         for rel in releases:
             out.print(f"release v{rel.version} {rel.status}  {escape(rel.model)}  sha256 {_short(rel.model_sha256)}")
         if not releases:
             out.print("not released")
+
+
+def _print_attempts(reg: Registry, rows: list[Any]) -> None:
+    """The rebalancing attempts (`tracks:` pipelines) whose final candidate is this checkpoint or one it came from."""
+    outputs = {str(Path(o["path"]).resolve()) for row in rows for o in reg.outputs(row.run_id)}
+    for r in reg.list(limit=1_000_000):
+        if r["kind"] != "rebalance" or (r["metrics"] or {}).get("final") not in outputs:
+            continue
+        attempts = r["metrics"].get("attempts", [])
+        out.print(f"[bold]rebalancing[/bold] ({r['id']}): {len(attempts)} attempt(s), {r['metrics'].get('status')}")
+        for a in attempts:
+            tracks = ", ".join(f"{t} w={s['weight']:g} replay={s['replay']:g}" for t, s in a.get("tracks", {}).items())
+            out.print(f"  attempt {a['attempt']}: {a['status']}  {escape(tracks)}  {escape(str(a.get('candidate')))}")
+            for rule in a.get("failed_rules", []):
+                out.print(f"    [red]FAIL[/red] {escape(rule)}")
+            for action in a.get("actions", []):
+                out.print(f"    -> {escape(action)}")
 
 
 def _checkpoint_sha(reg: Registry, run_id: str, path: str) -> str | None:

@@ -38,7 +38,10 @@ from tempering.config.pipeline import (
     ExportStageConfig,
     GateStageConfig,
     PipelineConfig,
+    RebalanceSettings,
     ReleaseStageConfig,
+    TrackReplaySettings,
+    TrackSettings,
 )
 from tempering.config.preference import (
     BARE_NUMBER_PATTERN,
@@ -144,6 +147,9 @@ __all__ = [
     "ReleaseStageConfig",
     "ExportStageConfig",
     "PipelineConfig",
+    "RebalanceSettings",
+    "TrackReplaySettings",
+    "TrackSettings",
     "MergeConfig",
     "StudentSettings",
     "DistillLoss",

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from tempering.config.base import Strict
+from tempering.config.base import Paths, Strict
 from tempering.config.data import DecontamSettings, DedupSettings
 from tempering.config.preference import BestOfNSettings
 
@@ -72,6 +72,44 @@ class ExportStageConfig(Strict):
     """Weights of the merged model (bf16/fp16 halve the files; fp32 keeps the trained numbers)."""
 
 
+class TrackSettings(Strict):
+    """One specialist track of a pipeline: its training stages from the shared base, its suites, its merge weight."""
+
+    stages: list[str] = Field(min_length=1)
+    """The track's training stages (names of `stages`), in order; the last one's `final` is what the merge takes."""
+    suites: list[str] = Field(default_factory=list)
+    """The track's own suites (names in the eval results): a failed gate rule on one is this track's regression."""
+    weight: float = Field(1.0, ge=0)
+    """The track's weight in the merge stage (the merge's `weights` come from here, in track order)."""
+    replay: float = Field(0.0, ge=0, lt=1)
+    """Share of general replay data (`rebalance.replay.data`) mixed into the track's data from the start (0: none)."""
+
+
+class TrackReplaySettings(Strict):
+    """The general data rebalancing mixes into a track's training data."""
+
+    data: Paths = Field(min_length=1)
+    """General-data files (conversations for SFT tracks, pairs for DPO tracks)."""
+    ratio: float = Field(0.3, gt=0, lt=1)
+    """Share of the re-mixed track data taken by replay when rebalancing adds it."""
+
+
+class RebalanceSettings(Strict):
+    """What the runner does when the tracks' merged model fails its gate: re-mix with replay or reweight, then retry."""
+
+    merge: str
+    """The merge stage whose `inputs` are the tracks' last stages' `final`, one per track in track order."""
+    gate: str
+    """The gate stage (after the merge) whose rejection starts the next attempt."""
+    max_attempts: int = Field(3, ge=1)
+    """Attempts in all, the first included; the budget of rebalancing."""
+    replay: TrackReplaySettings | None = None
+    """General data to mix into a track's data; without it rebalancing can only reweight the merge."""
+    reweight: float = Field(1.5, gt=1)
+    """Factor on a regressed track's merge weight (own suite failed), or divisor of every weight (general
+    suite failed and every track already has replay)."""
+
+
 class PipelineConfig(Strict):
     """`temper run PIPELINE.yaml`: named stages run in order, each cached by its content hash."""
 
@@ -81,3 +119,7 @@ class PipelineConfig(Strict):
     """Pipeline seed: the seed of every stage that does not set its own (part of each stage's hash)."""
     stages: dict[str, dict[str, Any]] = Field(min_length=1)
     """Stages in run order: name -> {kind: ..., <the kind's config keys>}; see docs/pipeline.md."""
+    tracks: dict[str, TrackSettings] | None = None
+    """Specialist tracks: name -> their training stages, suites and merge weight (docs/multidomain.md)."""
+    rebalance: RebalanceSettings | None = None
+    """With `tracks`: the merge and gate stages and the retry budget of rebalancing."""

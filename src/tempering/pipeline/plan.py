@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from tempering.config import PipelineConfig
 from tempering.pipeline.stages import StageKind, stage_kinds
+from tempering.pipeline.tracks import TracksError, TracksPlan, attempt_stages, check_tracks
 from tempering.sources.registry import is_source_name
 
 REF = re.compile(r"\$\{([^{}]*)\}")
@@ -51,12 +52,13 @@ class PlannedStage:
 
 @dataclass
 class Plan:
-    """A validated pipeline."""
+    """A validated pipeline (with `tracks`: `stages` are the first attempt's, see pipeline/tracks.py)."""
 
     path: Path
     root: Path
     seed: int
     stages: list[PlannedStage]
+    tracks: TracksPlan | None = None
 
 
 # ------------------------------------------------------------------ dotted keys
@@ -137,7 +139,8 @@ def load_plan(path: str | Path, seed: int | None = None) -> Plan:
         cfg = PipelineConfig.model_validate(data)
     except ValidationError as exc:
         e = exc.errors()[0]
-        raise PipelineError(f"{path}: {'.'.join(map(str, e['loc'][:2]))}: {e['msg']}") from None
+        loc = e["loc"][:2] if e["loc"][:1] == ("stages",) else e["loc"]  # a stage's own keys are checked below
+        raise PipelineError(f"{path}: {'.'.join(map(str, loc))}: {e['msg']}") from None
     if seed is not None:
         cfg.seed = seed
     base = path.parent
@@ -145,7 +148,18 @@ def load_plan(path: str | Path, seed: int | None = None) -> Plan:
     stages: list[PlannedStage] = []
     for name, keys in cfg.stages.items():
         stages.append(_check_stage(path, base, root, cfg.seed, name, keys, stages, set(cfg.stages)))
-    return Plan(path, root, cfg.seed, stages)
+    try:
+        tracks = check_tracks(cfg, stages)
+    except TracksError as exc:
+        raise PipelineError(f"{path}: {exc}") from None
+    if tracks is None:
+        return Plan(path, root, cfg.seed, stages)
+    if tracks.rebalance.replay is not None:
+        replay = tracks.rebalance.replay
+        replay.data = [
+            _resolve(str(path), base, p, f"rebalance.replay.data.{i}", False) for i, p in enumerate(replay.data)
+        ]
+    return Plan(path, root, cfg.seed, attempt_stages(tracks, tracks.initial_state()), tracks)
 
 
 def _check_stage(

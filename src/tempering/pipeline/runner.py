@@ -47,7 +47,8 @@ from tempering.pipeline.plan import (
     walk,
 )
 from tempering.pipeline.stages import StageContext
-from tempering.runs.registry import MARKER, REGISTRY_ENV, Registry
+from tempering.pipeline.tracks import attempt_stages, rebalance_step
+from tempering.runs.registry import MARKER, REGISTRY_ENV, Registry, describe_input
 from tempering.runs.stage import REGISTRY_FILE, run_lock
 
 __all__ = ["load_plan", "run_pipeline", "dry_run", "PipelineError", "StageOutcome", "PipelineResult"]
@@ -77,6 +78,7 @@ class PipelineResult:
     status: str
     stages: list[StageOutcome]
     run_id: str | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # with tracks: each attempt (pipeline/tracks.py)
 
 
 # ------------------------------------------------------------------ identity
@@ -188,23 +190,122 @@ def run_pipeline(
             f"(stages: {', '.join(s.name for s in plan.stages)})"
         )
     plan.root.mkdir(parents=True, exist_ok=True)
-    outcomes: list[StageOutcome] = []
     with run_lock(plan.root):
         run_id = _record_pipeline_start(plan)
-        done: dict[str, StageOutcome] = {}
-        status = "passed"
-        for stage in plan.stages:
-            if status != "passed":
-                outcomes.append(StageOutcome(stage.name, stage.kind, "skipped"))
-                events(stage.name, "skipped", {})
-                continue
-            outcome = _run_one(plan, stage, done, stage.name in force, events, console)
-            outcomes.append(outcome)
-            done[stage.name] = outcome
-            if outcome.status in ("failed", "rejected"):
-                status = outcome.status
-        _record_pipeline_end(plan, run_id, status, outcomes)
-    return PipelineResult(status, outcomes, run_id)
+        if plan.tracks is None:
+            status, outcomes = _run_stages(plan, plan.stages, force, events, console)
+            attempts: list[dict[str, Any]] = []
+        else:
+            status, outcomes, attempts = _run_attempts(plan, force, events, console)
+        _record_pipeline_end(plan, run_id, status, outcomes, attempts)
+    return PipelineResult(status, outcomes, run_id, attempts)
+
+
+def _run_stages(
+    plan: Plan, stages: list[PlannedStage], force: set[str] | frozenset[str], events: Events, console: Any
+) -> tuple[str, list[StageOutcome]]:
+    """One pass over the stages: a failed stage or a rejected gate skips the rest."""
+    outcomes: list[StageOutcome] = []
+    done: dict[str, StageOutcome] = {}
+    status = "passed"
+    for stage in stages:
+        if status != "passed":
+            outcomes.append(StageOutcome(stage.name, stage.kind, "skipped"))
+            events(stage.name, "skipped", {})
+            continue
+        outcome = _run_one(plan, stage, done, stage.name in force, events, console)
+        outcomes.append(outcome)
+        done[stage.name] = outcome
+        if outcome.status in ("failed", "rejected"):
+            status = outcome.status
+    return status, outcomes
+
+
+def _run_attempts(
+    plan: Plan, force: set[str] | frozenset[str], events: Events, console: Any
+) -> tuple[str, list[StageOutcome], list[dict[str, Any]]]:
+    """Run the tracks' attempts: while the rebalance gate rejects and the budget lasts, rebalance and rerun
+    (unchanged stages are cached). Each attempt's state, verdict and actions are returned and recorded."""
+    assert plan.tracks is not None
+    tracks = plan.tracks
+    state = tracks.initial_state()
+    attempts: list[dict[str, Any]] = []
+    stages = plan.stages
+    while True:
+        status, outcomes = _run_stages(plan, stages, force, events, console)
+        gate = next((o for o in outcomes if o.name == tracks.rebalance.gate), None)
+        merge = next((o for o in outcomes if o.name == tracks.rebalance.merge), None)
+        verdict = _verdict(gate)
+        attempts.append(
+            {
+                "attempt": len(attempts) + 1,
+                "status": status,
+                "tracks": {t: s.to_dict() for t, s in state.items()},
+                "candidate": merge.outputs.get("final") if merge else None,
+                "verdict": gate.outputs.get("verdict") if gate else None,
+                "failed_rules": [r["rule"] for r in verdict.get("rules", []) if not r.get("passed")],
+            }
+        )
+        if status != "rejected" or gate is None or gate.status != "rejected":
+            break
+        if len(attempts) >= tracks.rebalance.max_attempts:
+            attempts[-1]["actions"] = [f"budget spent: max_attempts {tracks.rebalance.max_attempts}"]
+            break
+        decision = rebalance_step(tracks, state, verdict)
+        tried = [a["tracks"] for a in attempts]
+        if decision.actions and {t: s.to_dict() for t, s in decision.state.items()} in tried:
+            decision.actions.append("that state was tried already")
+            attempts[-1]["actions"] = decision.actions
+            break
+        attempts[-1]["actions"] = decision.actions or ["nothing left to rebalance"]
+        if not decision.actions:
+            break
+        for line in decision.actions:
+            events(tracks.rebalance.gate, "log", {"line": f"rebalance: {line}"})
+        state, force = decision.state, frozenset()
+        stages = attempt_stages(tracks, state)
+    _record_rebalance(plan, attempts, status)
+    return status, outcomes, attempts
+
+
+def _verdict(gate: StageOutcome | None) -> dict[str, Any]:
+    path = gate.outputs.get("verdict") if gate else None
+    if not path:
+        return {}
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _record_rebalance(plan: Plan, attempts: list[dict[str, Any]], status: str) -> None:
+    """The attempts as one `rebalance` run: every candidate and verdict an input, so `temper lineage`
+    of the final model lists the attempts that led to it."""
+    inputs = []
+    for a in attempts:
+        if a["candidate"]:
+            inputs.append(describe_input(a["candidate"], "base_model"))
+        if a["verdict"]:
+            inputs.append(describe_input(a["verdict"], "eval"))
+    assert plan.tracks is not None
+    config = {
+        "tracks": {t: s.model_dump() for t, s in plan.tracks.tracks.items()},
+        "rebalance": plan.tracks.rebalance.model_dump(),
+    }
+    final = attempts[-1]["candidate"]
+    with Registry.open(plan.root) as registry:
+        run_id = registry.start(
+            f"rebalance-{plan.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}", "rebalance", config, inputs, None
+        )
+        registry.finish(
+            run_id,
+            {},
+            {
+                "status": status,
+                "final": str(Path(final).resolve()) if final else None,
+                "attempts": attempts,
+            },
+        )
 
 
 def _run_one(
@@ -301,7 +402,9 @@ def _record_pipeline_start(plan: Plan) -> str:
         )
 
 
-def _record_pipeline_end(plan: Plan, run_id: str, status: str, outcomes: list[StageOutcome]) -> None:
+def _record_pipeline_end(
+    plan: Plan, run_id: str, status: str, outcomes: list[StageOutcome], attempts: list[dict[str, Any]]
+) -> None:
     stages = {
         o.name: {
             "kind": o.kind,
@@ -323,7 +426,8 @@ def _record_pipeline_end(plan: Plan, run_id: str, status: str, outcomes: list[St
             failed = next(o for o in outcomes if o.status == "failed")
             registry.fail(run_id, f"stage {failed.name}: {failed.error}")
         else:
-            registry.finish(run_id, outputs, {"status": status, "stages": stages, "gates": verdicts})
+            metrics = {"status": status, "stages": stages, "gates": verdicts}
+            registry.finish(run_id, outputs, {**metrics, "attempts": attempts} if attempts else metrics)
 
 
 # ------------------------------------------------------------------ the plan, without running
