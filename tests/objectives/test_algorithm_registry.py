@@ -29,7 +29,14 @@ def builtin_names(family: algorithms.Family) -> list[str]:
 
 def test_the_builtins_are_registered_in_their_families():
     assert builtin_names("policy_loss") == ["bnpo", "cispo", "dapo", "dr_grpo", "grpo", "gspo"]
-    assert builtin_names("advantage") == ["dr_grpo", "grpo", "per_domain", "reinforce_pp", "reinforce_pp_baseline", "rloo"]
+    assert builtin_names("advantage") == [
+        "dr_grpo",
+        "grpo",
+        "per_domain",
+        "reinforce_pp",
+        "reinforce_pp_baseline",
+        "rloo",
+    ]
     assert builtin_names("preference_loss") == ["dpo", "ipo", "kto", "orpo", "simpo"]
     assert algorithms.lookup("policy_loss", "gspo").options == {"aggregation": "seq_mean"}
     assert algorithms.lookup("preference_loss", "orpo").options == {"reference": False}
