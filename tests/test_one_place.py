@@ -528,3 +528,48 @@ def test_a_planted_router_lookup_is_found():
         "train/planted.py": "def gates(m):\n    return [x for x in m.modules() if 'TopKRouter' in type(x).__name__]\n",
     }
     assert router_finders(planted) == ["models/routing.py", "train/planted.py"]
+
+
+# ------------------------------------------------------------ python parsing
+def ast_parsers(files: dict[str, str]) -> list[str]:
+    """Modules that call `ast.parse` (or `parse` imported from `ast`) themselves."""
+    found = []
+    for name, text in files.items():
+        tree = ast.parse(text)
+        from_ast = {
+            a.asname or a.name
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and n.module == "ast"
+            for a in n.names
+            if a.name == "parse"
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            if (
+                isinstance(f, ast.Attribute)
+                and f.attr == "parse"
+                and isinstance(f.value, ast.Name)
+                and f.value.id == "ast"
+            ) or (isinstance(f, ast.Name) and f.id in from_ast):
+                found.append(name)
+    return sorted(set(found))
+
+
+# the code judge runs alone inside the sandbox (stdlib only, one thread): it parses by itself
+SANDBOX_SCRIPTS = ["verifiers/code_judge.py"]
+
+
+def test_python_source_is_parsed_only_under_the_lock_in_pyast():
+    assert ast_parsers(sources()) == ["pyast.py", *SANDBOX_SCRIPTS]
+
+
+def test_a_planted_bare_ast_parse_is_found():
+    planted = {
+        **sources(),
+        "agents/a.py": "import ast\ndef f(s):\n    return ast.parse(s)\n",
+        "evals/b.py": "from ast import parse as p\nTREE = p('1')\n",
+        "data/c.py": "import json\nX = json.loads('1')\n",
+    }
+    assert ast_parsers(planted) == ["agents/a.py", "evals/b.py", "pyast.py", *SANDBOX_SCRIPTS]

@@ -20,6 +20,7 @@ from typing import Any
 from tempering.agents.judge import judge
 from tempering.agents.tools import EnvFailure, ToolContext
 from tempering.numbers import as_number, parse_number
+from tempering.pyast import parse_module
 
 GOAL_TYPES = ("answer", "file", "tests", "script", "all", "repo_tests")
 
@@ -110,7 +111,7 @@ def resolve_repo_tests(goal: dict[str, Any], files: dict[str, str]) -> dict[str,
         if path not in files:
             raise ValueError(f"goal 'repo_tests': {path} is not a file of the repository (no hidden test)")
         try:
-            tree = ast.parse(files[path])
+            tree = parse_module(files[path], path)
         except SyntaxError as exc:
             raise ValueError(f"goal 'repo_tests': {path} is not valid Python (line {exc.lineno})") from None
         if not any(isinstance(n, ast.FunctionDef) and n.name.startswith("test") for n in ast.walk(tree)):

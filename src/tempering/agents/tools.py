@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import jsonschema
 
+from tempering.pyast import parse_expression
 from tempering.sandbox.base import ExecResult, Limits, SandboxSession
 
 MAX_OBSERVATION_CHARS = 2000
@@ -121,17 +122,25 @@ def _relative(path: str) -> str | None:
     return path
 
 
-def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-    rel = _relative(args["path"])
+def _read_text(path: str, ctx: ToolContext) -> tuple[str, str] | ToolOutcome:
+    """(relative path, text) of a workspace file, or the error outcome the model sees."""
+    rel = _relative(path)
     if rel is None:
-        return ToolOutcome(f"error: path must be relative to /work: {args['path']!r}", error=True)
+        return ToolOutcome(f"error: path must be relative to /work: {path!r}", error=True)
     try:
         data = _session(ctx).read_file(rel)
     except ValueError as exc:
         return ToolOutcome(f"error: {exc}", error=True)
     if data is None:
         return ToolOutcome(f"error: no such file: {rel}", error=True)
-    return ToolOutcome(clip(data.decode("utf-8", "replace")) or "(empty file)")
+    return rel, data.decode("utf-8", "replace")
+
+
+def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    read = _read_text(args["path"], ctx)
+    if isinstance(read, ToolOutcome):
+        return read
+    return ToolOutcome(clip(read[1]) or "(empty file)")
 
 
 def _write_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
@@ -146,16 +155,11 @@ def _write_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
 
 
 def _edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-    rel = _relative(args["path"])
-    if rel is None:
-        return ToolOutcome(f"error: path must be relative to /work: {args['path']!r}", error=True)
-    try:
-        data = _session(ctx).read_file(rel)
-    except ValueError as exc:
-        return ToolOutcome(f"error: {exc}", error=True)
-    if data is None:
-        return ToolOutcome(f"error: no such file: {rel}", error=True)
-    text, old = data.decode("utf-8", "replace"), args["old"]
+    read = _read_text(args["path"], ctx)
+    if isinstance(read, ToolOutcome):
+        return read
+    rel, text = read
+    old = args["old"]
     found = text.count(old) if old else 0
     if found != 1:
         return ToolOutcome(f"error: `old` must occur exactly once in {rel}; it occurs {found} times", error=True)
@@ -190,7 +194,7 @@ def calculate(expression: str) -> int | float:
     if len(expression) > 200:
         raise ValueError("expression longer than 200 characters")
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        tree = parse_expression(expression.strip())
     except SyntaxError:
         raise ValueError(f"not an arithmetic expression: {expression!r}") from None
     return _value(tree.body)

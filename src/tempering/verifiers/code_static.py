@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import ast
 import re
-import threading
 from dataclasses import dataclass, field
+
+from tempering.pyast import parse_expression, parse_module
 
 MAX_COMPLETION_CHARS = 200_000
 CONFIRMED_BY_TESTS = frozenset({"cheat:hardcoded_examples"})
@@ -251,18 +252,11 @@ class SyntaxProblem(ValueError):
     """The program does not parse (or is too big or deep to parse); the reward is 0."""
 
 
-_PARSE_LOCK = threading.Lock()
-"""CPython 3.11's AST builder keeps its recursion depth per interpreter, not per thread: two threads
-parsing at once can fail with "SystemError: AST constructor recursion depth mismatch" (seen with
-reward workers in threads). Every parse here takes this lock."""
-
-
 def parse_program(program: Program) -> ast.Module:
     if len(program.source) > MAX_COMPLETION_CHARS:
         raise SyntaxProblem(f"program is {len(program.source)} characters (max {MAX_COMPLETION_CHARS})")
     try:
-        with _PARSE_LOCK:
-            return ast.parse(program.source, "<candidate>")
+        return parse_module(program.source, "<candidate>")
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
         raise SyntaxProblem(f"{type(exc).__name__}: {exc}") from None
 
@@ -594,9 +588,8 @@ _ARROW = re.compile(r"\s*(?:==>|=>|==|->|\u279e)\s*")
 
 def _example(call_text: str, expected_text: str) -> tuple[tuple, object] | None:
     try:
-        with _PARSE_LOCK:
-            call = ast.parse(call_text.split("#")[0].strip(), mode="eval").body
-            expected = ast.parse(expected_text.strip(), mode="eval")
+        call = parse_expression(call_text.split("#")[0].strip()).body
+        expected = parse_expression(expected_text.strip())
         if not isinstance(call, ast.Call) or call.keywords:
             return None
         return tuple(ast.literal_eval(a) for a in call.args), ast.literal_eval(expected)
