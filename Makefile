@@ -42,7 +42,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests bench tools examples
 	# Types (pyright, basic mode, [tool.pyright] in pyproject.toml): objectives, train and rollout.
 	$(VENV)/bin/pyright
-	$(PY) -m pytest -q -x --durations=15
+	$(PY) -m pytest -q -x --durations=40
 
 bench: $(STAMP)
 	$(PY) bench/throughput/sft.py

@@ -8,7 +8,11 @@ sequence (random tokens, loss on the second half: 4,096 scored tokens at 8k), an
 
   without   the whole (scored tokens x vocabulary) logits at once, no activation checkpointing
   with      `LOGPROB_CHUNK_TOKENS` scored positions per LM-head chunk (models/logprobs.py) and
-            `train.gradient_checkpointing` (models/checkpointing.py)
+            `train.gradient_checkpointing` (models/checkpointing.py), with the fixed mmap threshold
+            the Trainer sets alongside it (models/allocator.py)
+  with_heap the same with glibc's default allocator (what `with` was before the threshold)
+  without_mapped  `without` with the fixed threshold: what chunking and checkpointing save on
+            their own, the allocator the same on both sides
 
 Peak RSS is each child's own (`ru_maxrss` from `os.wait4`); a `load_only` child gives the
 baseline that "activation peak" subtracts. The parent watches the machine's available memory and
@@ -38,7 +42,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
-MODES = ("load_only", "with", "without")
+MODES = ("load_only", "with", "with_heap", "without", "without_mapped")
 
 
 def child(mode: str, length: int, out: str) -> None:
@@ -50,6 +54,7 @@ def child(mode: str, length: int, out: str) -> None:
     from tempering.config import LoraSettings
     from tempering.data.batches import SFTBatches
     from tempering.data.render import IGNORE, RenderedExample
+    from tempering.models.allocator import map_large_blocks
     from tempering.models.checkpointing import enable_checkpointing
     from tempering.models.logprobs import LOGPROB_CHUNK_TOKENS
     from tempering.models.lora import load_for_training
@@ -64,16 +69,19 @@ def child(mode: str, length: int, out: str) -> None:
     precision = resolve_precision("auto")
     result: dict = {"precision": precision, "torch_threads": torch.get_num_threads()}
     if mode != "load_only":
-        if mode == "with":
+        saving = mode.startswith("with_") or mode == "with"
+        if saving:
             enable_checkpointing(model)
-        chunk = LOGPROB_CHUNK_TOKENS if mode == "with" else None
+        if mode in ("with", "without_mapped"):
+            map_large_blocks()
+        chunk = LOGPROB_CHUNK_TOKENS if saving else None
         model.train()
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
         t0 = time.perf_counter()
         with autocast(precision, torch.device("cpu")):  # SFTObjective.loss, with the chunk size named
             hidden = model.get_decoder()(**model_inputs(batch), use_cache=False).last_hidden_state
             loss, _ = masked_nll_sum(
-                hidden, model.get_output_embeddings(), batch["labels"], chunk_tokens=chunk, recompute=mode == "with"
+                hidden, model.get_output_embeddings(), batch["labels"], chunk_tokens=chunk, recompute=saving
             )
         units = count_targets(batch)
         (loss / units).backward()
@@ -137,7 +145,7 @@ def main() -> None:
     load_before = os.getloadavg()
     runs = {mode: run_child(mode, args.length, args.floor_gb) for mode in MODES}
     base = runs["load_only"]["peak_rss_mb"]
-    for mode in ("with", "without"):
+    for mode in MODES[1:]:
         runs[mode]["activation_peak_mb"] = runs[mode]["peak_rss_mb"] - base
     with_gb, without_gb = runs["with"]["peak_rss_mb"] / 1024, runs["without"]["peak_rss_mb"] / 1024
     result = {
@@ -154,15 +162,17 @@ def main() -> None:
         "memory_ratio_8k": without_gb / with_gb,
         "activation_ratio_8k": runs["without"]["activation_peak_mb"] / runs["with"]["activation_peak_mb"],
         "without_is_lower_bound": "stopped_at_gb" in runs["without"],
+        "memory_ratio_8k_same_allocator": runs["without_mapped"]["peak_rss_mb"] / runs["with"]["peak_rss_mb"],
+        "memory_ratio_8k_glibc_default": without_gb / (runs["with_heap"]["peak_rss_mb"] / 1024),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "longctx_memory.json").write_text(json.dumps(result, indent=1))
-    print(f"{'variant':<10} {'peak RSS GB':>12} {'activations GB':>15} {'step s':>8}")
-    print(f"{'load only':<10} {base / 1024:>12.2f}")
-    for mode in ("without", "with"):
+    print(f"{'variant':<15} {'peak RSS GB':>12} {'activations GB':>15} {'step s':>8}")
+    print(f"{'load only':<15} {base / 1024:>12.2f}")
+    for mode in MODES[1:]:
         r = runs[mode]
         print(
-            f"{mode:<10} {r['peak_rss_mb'] / 1024:>12.2f} {r['activation_peak_mb'] / 1024:>15.2f} {r.get('step_s', 0):>8.0f}"
+            f"{mode:<15} {r['peak_rss_mb'] / 1024:>12.2f} {r['activation_peak_mb'] / 1024:>15.2f} {r.get('step_s', 0):>8.0f}"
         )
     print(f"memory ratio without / with: {result['memory_ratio_8k']:.2f}")
 

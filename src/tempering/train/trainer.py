@@ -21,6 +21,7 @@ import torch
 
 from tempering.batches import Batch, to_device
 from tempering.config import TrainSettings
+from tempering.models.allocator import map_large_blocks
 from tempering.models.checkpointing import enable_checkpointing
 from tempering.models.precision import autocast, resolve_precision
 from tempering.models.routing import is_moe
@@ -218,6 +219,7 @@ class Trainer:
             )
         if settings.gradient_checkpointing:
             enable_checkpointing(model)
+            map_large_blocks()  # freed activations go back to the OS (models/allocator.py)
         if settings.compile:
             compile_layers(model)
         model = model.to(self.accelerator.device)
