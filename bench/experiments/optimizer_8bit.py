@@ -189,7 +189,7 @@ def plot(result: dict, path: Path) -> None:
             ax.plot(range(1, len(curve) + 1), curve, color=color, alpha=0.7, label=f"{name} states" if i == 0 else None)
     ax.set_xlabel("step")
     ax.set_ylabel("train loss")
-    ax.set_title(f"{result['model'][:40]}: AdamW fp32 vs 8-bit states", fontsize=9)
+    ax.set_title(f"{result['model'].split(',')[0]}: AdamW fp32 vs 8-bit states", fontsize=9)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
