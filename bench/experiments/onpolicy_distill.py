@@ -132,6 +132,9 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--precision", default="auto")
     p.add_argument("--on-policy-lr", type=float, default=1e-3, help="peak lr of the on-policy arm")
+    p.add_argument("--divergence", default=None, help="rollout.divergence of the on-policy arm (None: policy gradient)")
+    p.add_argument("--beta", type=float, default=None, help="rollout.beta (jsd only)")
+    p.add_argument("--sample-temperature", type=float, default=1.0, help="rollout.temperature of the on-policy arm")
     p.add_argument("--arms", nargs="+", default=["forward_kl", "on_policy"], choices=["forward_kl", "on_policy"])
     p.add_argument("--result", default="onpolicy_distill.json", help="file name under bench/results")
     p.add_argument("--out", default="runs/onpolicy-distill")
@@ -175,7 +178,10 @@ def main() -> None:
     distill(warm_cfg, on_policy=False)  # the same config again: the finished run is reused
     warm_dir = str(out / "warm" / "final")
     say(f"warm start: {args.warm_steps} forward-KL steps", t0)
-    results = {"warm_start": measure(warm_dir, teacher, tokenizer, held, held_rows, args), "arms": {}}
+    warm_file = out / "warm_measured.json"  # a second invocation on the same --out reuses the figures
+    if not warm_file.exists():
+        warm_file.write_text(json.dumps(measure(warm_dir, teacher, tokenizer, held, held_rows, args)))
+    results = {"warm_start": json.loads(warm_file.read_text()), "arms": {}}
     say(f"warm start measured: {results['warm_start']}", t0)
     arms: dict[str, list[dict]] = {arm: [] for arm in args.arms}
     for seed in args.seeds:
@@ -185,11 +191,18 @@ def main() -> None:
             if arm == "forward_kl":
                 cfg = {**cfg, **forward, "train": {**train_cfg, "batch_size": replies}}
             else:
-                cfg["name"] = f"{arm}-lr{args.on_policy_lr:g}-seed{seed}"
+                cfg["name"] = f"{arm}-{args.divergence or 'pg'}{args.beta or ''}-lr{args.on_policy_lr:g}-seed{seed}"
                 cfg["train"] = {**train_cfg, "optim": {**train_cfg["optim"], "lr": args.on_policy_lr}}
                 rollout = {"prompts_per_step": args.prompts, "samples_per_prompt": args.samples}
                 prompts = {"n": args.train_prompts, "ops": "+", "split": "train"}
                 cfg["rollout"] = {**rollout, "tasks": prompts, "max_new_tokens": args.max_new_tokens}
+                if args.divergence is not None:
+                    cfg["rollout"]["divergence"] = args.divergence
+                if args.beta is not None:
+                    cfg["rollout"]["beta"] = args.beta
+                if args.sample_temperature != 1.0:  # sample cooler, compare the distributions at T = 1
+                    cfg["rollout"] |= {"temperature": args.sample_temperature, "divergence_temperature": 1.0}
+                    cfg["name"] = cfg["name"].replace("-lr", f"-t{args.sample_temperature:g}-lr")
             t1 = time.perf_counter()
             summary = distill(cfg, on_policy=arm == "on_policy")
             row = {"seed": seed, "train_s": time.perf_counter() - t1, "steps": summary["steps"]}

@@ -6,7 +6,9 @@ them in the one Trainer, and every step logs the train-vs-rollout mismatch figur
 
 The teacher is a `TeacherScorer`: a callable from a batch to its (N, T) log-probs. In this
 process it is `PolicyLogprobs` over the teacher model (no gradient, eval mode); anything that
-answers the same call (a model on another device or in another process) can stand in.
+answers the same call (a model on another device or in another process) can stand in. Under a
+divergence over whole distributions (`rollout.divergence`) the teacher is None here: the objective
+(`OnPolicyDivergenceObjective`) takes the teacher's logits itself and the advantages stay 0.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class OnPolicyDistillSource:
         tasks: list[Task],
         engine: Engine,
         settings: OnPolicySettings,
-        teacher: TeacherScorer,
+        teacher: TeacherScorer | None,
         grad_accum: int,
         seed: int,
         model: Any = None,
@@ -103,7 +105,7 @@ class OnPolicyDistillSource:
         micro = grpo_micro_batches(rows, self.grad_accum)
         kls, counts = [], []
         for i, batch in enumerate(micro):
-            if batch.n_real_tokens == 0:  # a filler (fewer groups than micro-batches): no loss, no teacher
+            if batch.n_real_tokens == 0 or self.teacher is None:  # a filler, or the objective asks the teacher
                 continue
             teacher = self.teacher(batch)
             advantages, kl = reverse_kl_advantages(batch.engine_logprobs, teacher, batch.sampled_mask)
@@ -112,7 +114,7 @@ class OnPolicyDistillSource:
             counts.append(int(batch.sampled_mask.sum()))
         samples = [t for trajs in groups for t in trajs]
         self._stats = {
-            "reverse_kl": sum(k * c for k, c in zip(kls, counts)) / max(1, sum(counts)),
+            **({"reverse_kl": sum(k * c for k, c in zip(kls, counts)) / max(1, sum(counts))} if kls else {}),
             "accuracy": sum(t.reward.passed for t in samples) / len(samples),
             "response_len": sum(len(t.completion_ids) for t in samples) / len(samples),
             "truncation_rate": sum(t.truncated for t in samples) / len(samples),
