@@ -134,6 +134,7 @@ def main() -> None:
     p.add_argument("--on-policy-lr", type=float, default=1e-3, help="peak lr of the on-policy arm")
     p.add_argument("--divergence", default=None, help="rollout.divergence of the on-policy arm (None: policy gradient)")
     p.add_argument("--beta", type=float, default=None, help="rollout.beta (jsd only)")
+    p.add_argument("--student-fraction", type=float, default=1.0, help="rollout.student_fraction (GKD's lambda)")
     p.add_argument("--sample-temperature", type=float, default=1.0, help="rollout.temperature of the on-policy arm")
     p.add_argument("--arms", nargs="+", default=["forward_kl", "on_policy"], choices=["forward_kl", "on_policy"])
     p.add_argument("--result", default="onpolicy_distill.json", help="file name under bench/results")
@@ -200,6 +201,9 @@ def main() -> None:
                     cfg["rollout"]["divergence"] = args.divergence
                 if args.beta is not None:
                     cfg["rollout"]["beta"] = args.beta
+                if args.student_fraction != 1.0:
+                    cfg["rollout"]["student_fraction"] = args.student_fraction
+                    cfg["name"] = cfg["name"].replace("-lr", f"-f{args.student_fraction:g}-lr")
                 if args.sample_temperature != 1.0:  # sample cooler, compare the distributions at T = 1
                     cfg["rollout"] |= {"temperature": args.sample_temperature, "divergence_temperature": 1.0}
                     cfg["name"] = cfg["name"].replace("-lr", f"-t{args.sample_temperature:g}-lr")

@@ -66,6 +66,9 @@ class OnPolicySettings(SamplingSettings):
     process; docs/correctness.md)."""
     beta: float | None = Field(None, ge=0, le=1)
     """The `jsd` divergence's interpolation (0: forward KL, 1: reverse KL; default 0.5); jsd only."""
+    student_fraction: float = Field(1.0, gt=0, le=1)
+    """The share of steps that learn on the student's own samples (GKD's lambda); the other steps,
+    spread evenly, learn on the teacher's greedy replies to as many prompts (`divergence` only)."""
     divergence_temperature: float | None = Field(None, gt=0)
     """The temperature of both distributions a divergence compares (default: `temperature`); set it
     to sample the prefixes cooler than the distributions are compared, e.g. sampling at 0.5 and
@@ -80,6 +83,10 @@ class OnPolicySettings(SamplingSettings):
     def _settings_of_the_divergence_need_it(self) -> OnPolicySettings:
         if self.beta is not None and self.divergence != "jsd":
             raise ValueError(f"beta applies to divergence: jsd only (divergence is {self.divergence})")
+        if self.student_fraction < 1 and self.divergence is None:
+            raise ValueError(
+                "student_fraction < 1 needs a divergence (the policy gradient learns on the student's samples only)"
+            )
         if self.divergence_temperature is not None and self.divergence is None:
             raise ValueError(
                 "divergence_temperature applies with a divergence only (the policy gradient samples and scores at `temperature`)"

@@ -124,7 +124,8 @@ class OnPolicyDivergenceObjective:
     whole distribution there, so no advantage and no sampling variance per token (the
     policy-gradient path, `OnPolicyDistillObjective`, sees one sampled token per position). Logged:
     `reverse_kl` (the mean one-sample estimate log p_s(y) - log p_t(y) on the sampled tokens, the
-    figure the policy-gradient path logs; at the divergence's temperature), `divergence` (the loss per token) and the sampler-vs-
+    figure the policy-gradient path logs; at the divergence's temperature; on steps of the student's
+    own samples only), `divergence` (the loss per token) and the sampler-vs-
     trainer mismatch figures."""
 
     name = "distill-on-policy"
@@ -168,11 +169,12 @@ class OnPolicyDivergenceObjective:
                 sampler = torch.log_softmax(logits / self.sampling_temperature, dim=-1)
             picked = sampler.gather(1, picks).squeeze(1)
             logp = torch.zeros(keep.shape, dtype=picked.dtype, device=picked.device).masked_scatter(keep, picked)
-            n = keep.sum().clamp(min=1)
             estimate = student.gather(1, picks).squeeze(1) - teacher.gather(1, picks).squeeze(1)
+            own = batch.sampled_mask.bool()[keep]  # the student's samples (not a teacher step's replies)
         stats = {
-            "reverse_kl": estimate.sum() / n,
-            "divergence": per_row.detach().sum() / n,
+            "divergence": per_row.detach().sum() / keep.sum().clamp(min=1),
             **mismatch_stats(logp, batch.engine_logprobs, batch.sampled_mask),
         }
+        if bool(own.any()):
+            stats["reverse_kl"] = estimate[own].sum() / own.sum()
         return per_row.sum(), stats

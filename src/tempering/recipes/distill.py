@@ -126,6 +126,7 @@ def _on_policy_components(cfg: DistillConfig, data: Prompts, tokenizer: Any, sta
         cfg.train.seed,
         model=student,
         tokenizer=tokenizer,
+        teacher_engine=build_engine(r.engine, teacher, tokenizer, precision) if r.student_fraction < 1 else None,
     )
     if r.divergence is not None:
         temperature = r.divergence_temperature or r.temperature
