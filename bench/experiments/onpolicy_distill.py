@@ -131,6 +131,7 @@ def main() -> None:
     p.add_argument("--eval-samples", type=int, default=2)
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--precision", default="auto")
+    p.add_argument("--forward-lr", type=float, default=1e-3, help="peak lr of the forward-KL arm")
     p.add_argument("--on-policy-lr", type=float, default=1e-3, help="peak lr of the on-policy arm")
     p.add_argument("--divergence", default=None, help="rollout.divergence of the on-policy arm (None: policy gradient)")
     p.add_argument("--beta", type=float, default=None, help="rollout.beta (jsd only)")
@@ -190,7 +191,10 @@ def main() -> None:
         for arm in arms:
             cfg = {**base, "name": f"{arm}-seed{seed}", "student": {"model": warm_dir}, "train": train_cfg}
             if arm == "forward_kl":
-                cfg = {**cfg, **forward, "train": {**train_cfg, "batch_size": replies}}
+                optim_f = {**train_cfg["optim"], "lr": args.forward_lr}
+                cfg = {**cfg, **forward, "train": {**train_cfg, "batch_size": replies, "optim": optim_f}}
+                if args.forward_lr != 1e-3:
+                    cfg["name"] = f"{arm}-lr{args.forward_lr:g}-seed{seed}"
             else:
                 cfg["name"] = f"{arm}-{args.divergence or 'pg'}{args.beta or ''}-lr{args.on_policy_lr:g}-seed{seed}"
                 cfg["train"] = {**train_cfg, "optim": {**train_cfg["optim"], "lr": args.on_policy_lr}}
@@ -214,7 +218,8 @@ def main() -> None:
             arms[arm].append(row)
             say(f"{arm} seed {seed}: {row}", t0)
     for arm, rows in arms.items():
-        keys = ("reverse_kl_per_token", "reverse_kl_per_reply", "forward_kl_per_token", "acceptance_rate", "train_s")
+        keys = ("reverse_kl_per_token", "reverse_kl_exact_per_token", "reverse_kl_per_reply")
+        keys += ("forward_kl_per_token", "acceptance_rate", "train_s")
         results["arms"][arm] = {"runs": rows, **{k: interval([r[k] for r in rows]) for k in keys}}
     forward_runs = arms.get("forward_kl")
     if forward_runs is None and (RESULTS / "onpolicy_distill.json").exists():  # pair with the main run's arm
@@ -222,7 +227,7 @@ def main() -> None:
         results["forward_kl_from"] = "onpolicy_distill.json"
     paired = {}
     if forward_runs and "on_policy" in arms:
-        for key in ("reverse_kl_per_token", "acceptance_rate", "forward_kl_per_token"):
+        for key in ("reverse_kl_per_token", "reverse_kl_exact_per_token", "acceptance_rate", "forward_kl_per_token"):
             diffs = [b[key] - a[key] for a, b in zip(forward_runs, arms["on_policy"])]
             paired[key] = interval(diffs)
     results.update(

@@ -171,8 +171,38 @@ def reverse_kl_to_teacher(
         trainer_logprobs(m, prompt_ids, prompt_mask, ids, mask, precision, temperature) for m in (student, teacher)
     )
     per = (s_logp - t_logp) * mask
+    exact = _exact_reverse_kl(student, teacher, prompt_ids, prompt_mask, ids, mask, precision, temperature)
     return {
         "reverse_kl_per_token": float(per.sum() / mask.sum().clamp(min=1)),
         "reverse_kl_per_reply": float(per.sum(dim=1).mean()),
+        "reverse_kl_exact_per_token": exact,
         "tokens": int(mask.sum()),
     }
+
+
+@torch.no_grad()
+def _exact_reverse_kl(
+    student: Any,
+    teacher: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    precision: str,
+    temperature: float,
+) -> float:
+    """KL(student || teacher) over the whole vocabulary at each sampled position, per token: the
+    expectation the one-sample figure estimates, without its sampling noise (same prefixes)."""
+    from tempering.models.logprobs import grouped_hidden
+    from tempering.models.precision import autocast
+    from tempering.objectives.divergences import reverse_kl
+
+    logps = []
+    for m in (student, teacher):
+        device = next(m.parameters()).device
+        with autocast(precision, device):
+            args = (a.to(device) for a in (prompt_ids, prompt_mask, ids, mask))
+            states = grouped_hidden(m, *args)[mask.bool().to(device)]  # (tokens, H): only sampled positions
+            logits = m.get_output_embeddings()(states).float().cpu()
+        logps.append(torch.log_softmax(logits / temperature, dim=-1))
+    return float(reverse_kl(logps[0], logps[1]).sum()) / max(int(mask.sum()), 1)
