@@ -9,15 +9,21 @@ of each arm with the same replies per step:
   forward_kl  `temper distill` on the teacher's greedy replies to the training prompts
               (kl_weight 0.8, the shipped example's mix), batch = replies per step
   on_policy   `temper distill --on-policy`: the student samples `prompts x samples` replies to
-              the same training prompts, the teacher scores them, reverse KL as the advantage
+              the same training prompts, the teacher scores them, reverse KL as the advantage;
+              with --divergence a registered divergence over whole distributions instead
+              (`rollout.divergence`), --student-fraction GKD's lambda (the other steps learn on
+              the teacher's greedy replies), --sample-temperature cooler student prefixes
 
 Measured on held-out prompts (the arithmetic generator's held-out split), per student:
   reverse_kl_per_token  KL(student || teacher) on the student's own samples (T = 1), both log-probs
                         by the trainer's forward (`rollout.distill_source.reverse_kl_to_teacher`)
+  reverse_kl_exact_per_token  the same over the whole vocabulary at the same sampled positions
+                        (the expectation the one-sample figure estimates, without its noise)
   acceptance_rate       the student as a speculative draft of the teacher (k = 4, greedy)
   forward_kl_per_token  KL(teacher || student) on the teacher's greedy replies (the forward arm's own target)
 
-    python bench/experiments/onpolicy_distill.py [--seeds 0 1 2] [--warm-steps 20] [--steps 12]
+    python bench/experiments/onpolicy_distill.py [--seeds 0 1 2] [--warm-steps 60] [--steps 12] \
+        [--forward-lr 1e-3] [--divergence reverse_kl --student-fraction 0.5 --on-policy-lr 1e-4]
 
 Writes bench/results/onpolicy_distill.json (means with 95% t-intervals over seeds, paired
 differences, wall time, load average).
@@ -122,7 +128,7 @@ def interval(xs: list[float]) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--warm-steps", type=int, default=20)
+    p.add_argument("--warm-steps", type=int, default=60)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--prompts", type=int, default=2, help="on-policy prompts per step")
     p.add_argument("--samples", type=int, default=4, help="on-policy replies per prompt")
