@@ -148,6 +148,8 @@ def main() -> None:
     p.add_argument("--out", default="runs/onpolicy-distill")
     args = p.parse_args()
 
+    import torch
+
     from tempering.atomic import write_jsonl_atomic
     from tempering.config import EngineSettings, TaskSourceSettings
     from tempering.models.load import load_model, load_tokenizer
@@ -155,6 +157,8 @@ def main() -> None:
     from tempering.rollout.select import build_engine
     from tempering.sources.tasks import load_tasks
 
+    # one thread, as the recipe sets on this shared 2-core host: the default oversubscribes it
+    torch.set_num_threads(1)
     t0, load_before = time.perf_counter(), list(os.getloadavg())
     args.precision = resolve_precision(args.precision)
     out = Path(args.out).resolve()
