@@ -9,15 +9,21 @@ of each arm with the same replies per step:
   forward_kl  `temper distill` on the teacher's greedy replies to the training prompts
               (kl_weight 0.8, the shipped example's mix), batch = replies per step
   on_policy   `temper distill --on-policy`: the student samples `prompts x samples` replies to
-              the same training prompts, the teacher scores them, reverse KL as the advantage
+              the same training prompts, the teacher scores them, reverse KL as the advantage;
+              with --divergence a registered divergence over whole distributions instead
+              (`rollout.divergence`), --student-fraction GKD's lambda (the other steps learn on
+              the teacher's greedy replies), --sample-temperature cooler student prefixes
 
 Measured on held-out prompts (the arithmetic generator's held-out split), per student:
   reverse_kl_per_token  KL(student || teacher) on the student's own samples (T = 1), both log-probs
                         by the trainer's forward (`rollout.distill_source.reverse_kl_to_teacher`)
+  reverse_kl_exact_per_token  the same over the whole vocabulary at the same sampled positions
+                        (the expectation the one-sample figure estimates, without its noise)
   acceptance_rate       the student as a speculative draft of the teacher (k = 4, greedy)
   forward_kl_per_token  KL(teacher || student) on the teacher's greedy replies (the forward arm's own target)
 
-    python bench/experiments/onpolicy_distill.py [--seeds 0 1 2] [--warm-steps 20] [--steps 12]
+    python bench/experiments/onpolicy_distill.py [--seeds 0 1 2] [--warm-steps 60] [--steps 12] \
+        [--forward-lr 1e-3] [--divergence reverse_kl --student-fraction 0.5 --on-policy-lr 1e-4]
 
 Writes bench/results/onpolicy_distill.json (means with 95% t-intervals over seeds, paired
 differences, wall time, load average).
@@ -122,7 +128,7 @@ def interval(xs: list[float]) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--warm-steps", type=int, default=20)
+    p.add_argument("--warm-steps", type=int, default=60)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--prompts", type=int, default=2, help="on-policy prompts per step")
     p.add_argument("--samples", type=int, default=4, help="on-policy replies per prompt")
@@ -131,11 +137,18 @@ def main() -> None:
     p.add_argument("--eval-samples", type=int, default=2)
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--precision", default="auto")
+    p.add_argument("--forward-lr", type=float, default=1e-3, help="peak lr of the forward-KL arm")
     p.add_argument("--on-policy-lr", type=float, default=1e-3, help="peak lr of the on-policy arm")
+    p.add_argument("--divergence", default=None, help="rollout.divergence of the on-policy arm (None: policy gradient)")
+    p.add_argument("--beta", type=float, default=None, help="rollout.beta (jsd only)")
+    p.add_argument("--student-fraction", type=float, default=1.0, help="rollout.student_fraction (GKD's lambda)")
+    p.add_argument("--sample-temperature", type=float, default=1.0, help="rollout.temperature of the on-policy arm")
     p.add_argument("--arms", nargs="+", default=["forward_kl", "on_policy"], choices=["forward_kl", "on_policy"])
     p.add_argument("--result", default="onpolicy_distill.json", help="file name under bench/results")
     p.add_argument("--out", default="runs/onpolicy-distill")
     args = p.parse_args()
+
+    import torch
 
     from tempering.atomic import write_jsonl_atomic
     from tempering.config import EngineSettings, TaskSourceSettings
@@ -144,6 +157,8 @@ def main() -> None:
     from tempering.rollout.select import build_engine
     from tempering.sources.tasks import load_tasks
 
+    # one thread, as the recipe sets on this shared 2-core host: the default oversubscribes it
+    torch.set_num_threads(1)
     t0, load_before = time.perf_counter(), list(os.getloadavg())
     args.precision = resolve_precision(args.precision)
     out = Path(args.out).resolve()
@@ -175,7 +190,10 @@ def main() -> None:
     distill(warm_cfg, on_policy=False)  # the same config again: the finished run is reused
     warm_dir = str(out / "warm" / "final")
     say(f"warm start: {args.warm_steps} forward-KL steps", t0)
-    results = {"warm_start": measure(warm_dir, teacher, tokenizer, held, held_rows, args), "arms": {}}
+    warm_file = out / "warm_measured.json"  # a second invocation on the same --out reuses the figures
+    if not warm_file.exists():
+        warm_file.write_text(json.dumps(measure(warm_dir, teacher, tokenizer, held, held_rows, args)))
+    results = {"warm_start": json.loads(warm_file.read_text()), "arms": {}}
     say(f"warm start measured: {results['warm_start']}", t0)
     arms: dict[str, list[dict]] = {arm: [] for arm in args.arms}
     for seed in args.seeds:
@@ -183,13 +201,26 @@ def main() -> None:
         for arm in arms:
             cfg = {**base, "name": f"{arm}-seed{seed}", "student": {"model": warm_dir}, "train": train_cfg}
             if arm == "forward_kl":
-                cfg = {**cfg, **forward, "train": {**train_cfg, "batch_size": replies}}
+                optim_f = {**train_cfg["optim"], "lr": args.forward_lr}
+                cfg = {**cfg, **forward, "train": {**train_cfg, "batch_size": replies, "optim": optim_f}}
+                if args.forward_lr != 1e-3:
+                    cfg["name"] = f"{arm}-lr{args.forward_lr:g}-seed{seed}"
             else:
-                cfg["name"] = f"{arm}-lr{args.on_policy_lr:g}-seed{seed}"
+                cfg["name"] = f"{arm}-{args.divergence or 'pg'}{args.beta or ''}-lr{args.on_policy_lr:g}-seed{seed}"
                 cfg["train"] = {**train_cfg, "optim": {**train_cfg["optim"], "lr": args.on_policy_lr}}
                 rollout = {"prompts_per_step": args.prompts, "samples_per_prompt": args.samples}
                 prompts = {"n": args.train_prompts, "ops": "+", "split": "train"}
                 cfg["rollout"] = {**rollout, "tasks": prompts, "max_new_tokens": args.max_new_tokens}
+                if args.divergence is not None:
+                    cfg["rollout"]["divergence"] = args.divergence
+                if args.beta is not None:
+                    cfg["rollout"]["beta"] = args.beta
+                if args.student_fraction != 1.0:
+                    cfg["rollout"]["student_fraction"] = args.student_fraction
+                    cfg["name"] = cfg["name"].replace("-lr", f"-f{args.student_fraction:g}-lr")
+                if args.sample_temperature != 1.0:  # sample cooler, compare the distributions at T = 1
+                    cfg["rollout"] |= {"temperature": args.sample_temperature, "divergence_temperature": 1.0}
+                    cfg["name"] = cfg["name"].replace("-lr", f"-t{args.sample_temperature:g}-lr")
             t1 = time.perf_counter()
             summary = distill(cfg, on_policy=arm == "on_policy")
             row = {"seed": seed, "train_s": time.perf_counter() - t1, "steps": summary["steps"]}
@@ -197,7 +228,8 @@ def main() -> None:
             arms[arm].append(row)
             say(f"{arm} seed {seed}: {row}", t0)
     for arm, rows in arms.items():
-        keys = ("reverse_kl_per_token", "reverse_kl_per_reply", "forward_kl_per_token", "acceptance_rate", "train_s")
+        keys = ("reverse_kl_per_token", "reverse_kl_exact_per_token", "reverse_kl_per_reply")
+        keys += ("forward_kl_per_token", "acceptance_rate", "train_s")
         results["arms"][arm] = {"runs": rows, **{k: interval([r[k] for r in rows]) for k in keys}}
     forward_runs = arms.get("forward_kl")
     if forward_runs is None and (RESULTS / "onpolicy_distill.json").exists():  # pair with the main run's arm
@@ -205,7 +237,7 @@ def main() -> None:
         results["forward_kl_from"] = "onpolicy_distill.json"
     paired = {}
     if forward_runs and "on_policy" in arms:
-        for key in ("reverse_kl_per_token", "acceptance_rate", "forward_kl_per_token"):
+        for key in ("reverse_kl_per_token", "reverse_kl_exact_per_token", "acceptance_rate", "forward_kl_per_token"):
             diffs = [b[key] - a[key] for a, b in zip(forward_runs, arms["on_policy"])]
             paired[key] = interval(diffs)
     results.update(

@@ -10,8 +10,11 @@ its aggregation) and preference losses, each a pure tensor function registered b
     @register_preference_loss("kto", reference=True)
     def kto_loss(pairs, *, beta, label_smoothing, gamma): ...
 
-The signatures each family takes are in `objectives/advantages.py`, `objectives/policy_losses.py`
-and `objectives/preference.py`, where the built-ins live. A config names an algorithm by its
+    @register_divergence("reverse_kl")
+    def reverse_kl(student_logp, teacher_logp, *, beta): ...   # (N, V), (N, V) -> (N,)
+
+The signatures each family takes are in `objectives/advantages.py`, `objectives/policy_losses.py`,
+`objectives/preference.py` and `objectives/divergences.py`, where the built-ins live. A config names an algorithm by its
 registered name (`grpo.loss`, `grpo.advantage`, `dpo.loss`); its validator asks `require`, which
 imports the built-ins and the config's `plugins` (module names: a module registers its functions
 when imported, so a loss defined outside the package is one decorated function in a module on
@@ -28,12 +31,13 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-Family = Literal["advantage", "policy_loss", "preference_loss"]
+Family = Literal["advantage", "policy_loss", "preference_loss", "divergence"]
 
 FAMILY_WORDS: dict[str, str] = {
     "advantage": "advantage estimator",
     "policy_loss": "policy loss",
     "preference_loss": "preference loss",
+    "divergence": "distillation divergence",
 }
 
 AGGREGATIONS = ("token_mean", "seq_mean", "constant", "micro_token_mean")
@@ -43,6 +47,7 @@ BUILTIN_MODULES = (
     "tempering.objectives.advantages",
     "tempering.objectives.policy_losses",
     "tempering.objectives.preference",
+    "tempering.objectives.divergences",
 )
 
 
@@ -99,6 +104,12 @@ def register_preference_loss(name: str, reference: bool = True) -> Callable[[Cal
     """Register `fn(pairs: PairLogps, *, beta, label_smoothing, gamma) -> (losses, chosen_reward,
     rejected_reward)` (all (B,)) as a preference loss; `reference=False`: it needs no reference model."""
     return _register("preference_loss", name, reference=reference)
+
+
+def register_divergence(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register `fn(student_logp, teacher_logp, *, beta) -> per_row` ((N, V) log-softmaxes -> (N,))
+    as a divergence between next-token distributions (on-policy distillation's `rollout.divergence`)."""
+    return _register("divergence", name)
 
 
 def load(plugins: tuple[str, ...] | list[str] = ()) -> None:

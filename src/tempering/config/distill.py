@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict
-from tempering.config.grpo import TaskSourceSettings
+from tempering.config.grpo import TaskSourceSettings, registered
 from tempering.config.sampling import EngineSettings, SamplingSettings
 from tempering.config.train import DataSettings, TrainSettings
 
@@ -56,6 +56,42 @@ class OnPolicySettings(SamplingSettings):
     """The engine the student samples with."""
     mismatch_budget: dict[str, float] | None = None
     """As `grpo.mismatch_budget`: stop when the student's sampler and trainer disagree beyond it."""
+    plugins: list[str] = []
+    """Modules to import before `divergence` is looked up (each registers its own on import)."""
+    divergence: str | None = None
+    """None: the policy-gradient path, each sampled token's advantage minus its one-sample reverse-KL
+    estimate (needs only the teacher's log-probs of the sampled tokens). A registered divergence
+    (`objectives/divergences.py`: reverse_kl, forward_kl, jsd, or a plug-in's): minimised over the
+    whole next-token distribution at every sampled position (the teacher's full logits, in this
+    process; docs/correctness.md)."""
+    beta: float | None = Field(None, ge=0, le=1)
+    """The `jsd` divergence's interpolation (0: forward KL, 1: reverse KL; default 0.5); jsd only."""
+    student_fraction: float = Field(1.0, gt=0, le=1)
+    """The share of steps that learn on the student's own samples (GKD's lambda); the other steps,
+    spread evenly, learn on the teacher's greedy replies to as many prompts (`divergence` only)."""
+    divergence_temperature: float | None = Field(None, gt=0)
+    """The temperature of both distributions a divergence compares (default: `temperature`); set it
+    to sample the prefixes cooler than the distributions are compared, e.g. sampling at 0.5 and
+    comparing at 1 (the prefixes nearer the greedy path a speculative draft is checked on)."""
+
+    @field_validator("divergence")
+    @classmethod
+    def _divergence_is_registered(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return value if value is None else registered("divergence", value, info)
+
+    @model_validator(mode="after")
+    def _settings_of_the_divergence_need_it(self) -> OnPolicySettings:
+        if self.beta is not None and self.divergence != "jsd":
+            raise ValueError(f"beta applies to divergence: jsd only (divergence is {self.divergence})")
+        if self.student_fraction < 1 and self.divergence is None:
+            raise ValueError(
+                "student_fraction < 1 needs a divergence (the policy gradient learns on the student's samples only)"
+            )
+        if self.divergence_temperature is not None and self.divergence is None:
+            raise ValueError(
+                "divergence_temperature applies with a divergence only (the policy gradient samples and scores at `temperature`)"
+            )
+        return self
 
     @field_validator("mismatch_budget", mode="before")
     @classmethod

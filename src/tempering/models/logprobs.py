@@ -9,6 +9,8 @@ mu > 1, and the per-sequence sums that DPO and reward models need all go through
   sequence_logprob_sums  the same summed over a loss mask -> (B,)
   grouped_logprobs       G completions per prompt, the prompt run once (GRPO's fast path;
                          whole rows under activation checkpointing, models/checkpointing.py)
+  grouped_hidden         the decoder states behind grouped_logprobs (losses over the whole
+                         next-token distribution project them themselves)
 
 Cost: the LM head (49k x 576 for SmolLM2) and a float32 log-softmax over the vocabulary
 dominate on small models, so hidden states are gathered at the masked-in positions first
@@ -181,30 +183,11 @@ def grouped_logprobs(
     prompt costs 1/G of a per-sample forward. Equal to `token_logprobs` over each
     [prompt | completion] row. Masked positions get 0; the entropy carries no gradient.
     """
-    from transformers import DynamicCache
-
     from tempering.models.checkpointing import checkpointed_now
 
-    group = completion_ids.shape[0] // prompt_ids.shape[0]
     if checkpointed_now(model):  # the prompt's cache would be dropped: run whole rows
         return _whole_row_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature)
-    decoder, cache_kw = model.get_decoder(), cache_keyword(model)
-    cache = DynamicCache()
-    p_pos = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
-    p_hidden = decoder(
-        input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=p_pos, use_cache=True, **{cache_kw: cache}
-    ).last_hidden_state[:, -1:]
-    if group > 1:
-        cache.batch_repeat_interleave(group)
-        p_hidden = p_hidden.repeat_interleave(group, dim=0)
-        prompt_mask = prompt_mask.repeat_interleave(group, dim=0)
-        p_pos = p_pos.repeat_interleave(group, dim=0)
-    c_pos = p_pos[:, -1:] + 1 + torch.arange(completion_ids.shape[1], device=completion_ids.device)
-    mask = torch.cat([prompt_mask, completion_mask], dim=1)
-    c_hidden = decoder(
-        input_ids=completion_ids, attention_mask=mask, position_ids=c_pos, use_cache=True, **{cache_kw: cache}
-    ).last_hidden_state
-    before = torch.cat([p_hidden, c_hidden[:, :-1]], dim=1)  # the state predicting each token
+    before = grouped_hidden(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     logp, entropy = head_logprobs(
         model.get_output_embeddings(), before, completion_ids, completion_mask, temperature, with_entropy=True
     )
@@ -230,3 +213,46 @@ def _whole_row_logprobs(
     logp, entropy = token_logprobs(model, ids, mask, loss_mask, temperature=temperature, with_entropy=True)
     assert entropy is not None
     return logp[:, width:], entropy[:, width:]
+
+
+def grouped_hidden(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+) -> torch.Tensor:
+    """The decoder states (B*G, C, H) that predict each completion token, laid out like
+    `grouped_logprobs`'s inputs (the prompt run once per group; whole rows under checkpointing).
+    `before[n, t]` predicts `completion_ids[n, t]`: what a loss over the full next-token
+    distribution (on-policy distillation's divergences) projects through the LM head."""
+    from transformers import DynamicCache
+
+    from tempering.models.checkpointing import checkpointed_now
+
+    group = completion_ids.shape[0] // prompt_ids.shape[0]
+    if checkpointed_now(model):  # the prompt's cache would be dropped: run whole rows
+        width = prompt_ids.shape[1]
+        ids = torch.cat([prompt_ids.repeat_interleave(group, dim=0), completion_ids], dim=1)
+        mask = torch.cat([prompt_mask.repeat_interleave(group, dim=0), completion_mask], dim=1)
+        hidden = model.get_decoder()(
+            input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(dim=1) - 1).clamp(min=0), use_cache=False
+        ).last_hidden_state
+        return hidden[:, width - 1 : -1]
+    decoder, cache_kw = model.get_decoder(), cache_keyword(model)
+    cache = DynamicCache()
+    p_pos = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
+    p_hidden = decoder(
+        input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=p_pos, use_cache=True, **{cache_kw: cache}
+    ).last_hidden_state[:, -1:]
+    if group > 1:
+        cache.batch_repeat_interleave(group)
+        p_hidden = p_hidden.repeat_interleave(group, dim=0)
+        prompt_mask = prompt_mask.repeat_interleave(group, dim=0)
+        p_pos = p_pos.repeat_interleave(group, dim=0)
+    c_pos = p_pos[:, -1:] + 1 + torch.arange(completion_ids.shape[1], device=completion_ids.device)
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    c_hidden = decoder(
+        input_ids=completion_ids, attention_mask=mask, position_ids=c_pos, use_cache=True, **{cache_kw: cache}
+    ).last_hidden_state
+    return torch.cat([p_hidden, c_hidden[:, :-1]], dim=1)

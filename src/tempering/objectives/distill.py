@@ -13,8 +13,10 @@ from typing import Any
 
 import torch
 
-from tempering.batches import SFTBatch, model_inputs
+from tempering.batches import GRPOBatch, SFTBatch, model_inputs
+from tempering.models.logprobs import grouped_hidden
 from tempering.objectives.grpo import GRPOObjective
+from tempering.objectives.mismatch import mismatch_stats
 from tempering.objectives.sft import count_targets
 from tempering.types import IGNORE
 
@@ -110,3 +112,69 @@ class OnPolicyDistillObjective(GRPOObjective):
     the sampler-vs-trainer mismatch figures."""
 
     name = "distill-on-policy"
+
+
+class OnPolicyDivergenceObjective:
+    """On-policy distillation over whole distributions: at every position of the student's own
+    samples (a `GRPOBatch` from `OnPolicyDistillSource`), the registered divergence
+    (`objectives/divergences.py`) between the student's and the teacher's next-token
+    distributions, summed over the scored tokens (the Trainer divides by them: a token mean).
+
+    The prefixes are the student's (on-policy, Agarwal et al. 2024); the target is the teacher's
+    whole distribution there, so no advantage and no sampling variance per token (the
+    policy-gradient path, `OnPolicyDistillObjective`, sees one sampled token per position). Logged:
+    `reverse_kl` (the mean one-sample estimate log p_s(y) - log p_t(y) on the sampled tokens, the
+    figure the policy-gradient path logs; at the divergence's temperature; on steps of the student's
+    own samples only), `divergence` (the loss per token) and the sampler-vs-
+    trainer mismatch figures."""
+
+    name = "distill-on-policy"
+
+    def __init__(
+        self,
+        teacher: Any,
+        divergence: str,
+        beta: float | None,
+        temperature: float,
+        plugins: list[str],
+        sampling_temperature: float | None = None,
+    ):
+        from tempering import algorithms
+
+        self.teacher = teacher.eval().requires_grad_(False)
+        self.divergence = algorithms.lookup("divergence", divergence, plugins).fn
+        self.beta = {} if beta is None else {"beta": beta}
+        self.temperature = temperature
+        self.sampling_temperature = temperature if sampling_temperature is None else sampling_temperature
+
+    def units(self, batch: GRPOBatch) -> float:
+        return float(batch.loss_mask.sum())
+
+    def _logits(self, model: Any, batch: GRPOBatch, keep: torch.Tensor) -> torch.Tensor:
+        args = (batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
+        states = grouped_hidden(model, *args)[keep]  # (n, H): only the scored positions reach the head
+        return model.get_output_embeddings()(states).float()
+
+    def loss(self, model: Any, batch: GRPOBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        keep = batch.loss_mask.bool()
+        with torch.no_grad():
+            teacher = torch.log_softmax(self._logits(self.teacher, batch, keep) / self.temperature, dim=-1)
+        logits = self._logits(model, batch, keep)
+        student = torch.log_softmax(logits / self.temperature, dim=-1)
+        per_row = self.divergence(student, teacher, **self.beta)
+        picks = batch.completion_ids[keep][:, None]
+        with torch.no_grad():
+            sampler = student
+            if self.sampling_temperature != self.temperature:  # the mismatch compares the sampler's own figures
+                sampler = torch.log_softmax(logits / self.sampling_temperature, dim=-1)
+            picked = sampler.gather(1, picks).squeeze(1)
+            logp = torch.zeros(keep.shape, dtype=picked.dtype, device=picked.device).masked_scatter(keep, picked)
+            estimate = student.gather(1, picks).squeeze(1) - teacher.gather(1, picks).squeeze(1)
+            own = batch.sampled_mask.bool()[keep]  # the student's samples (not a teacher step's replies)
+        stats = {
+            "divergence": per_row.detach().sum() / keep.sum().clamp(min=1),
+            **mismatch_stats(logp, batch.engine_logprobs, batch.sampled_mask),
+        }
+        if bool(own.any()):
+            stats["reverse_kl"] = estimate[own].sum() / own.sum()
+        return per_row.sum(), stats

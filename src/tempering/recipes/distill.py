@@ -4,7 +4,9 @@ given model) -> Trainer with `DistillObjective` -> recorded run.
 With `on_policy: true` (`temper distill --on-policy`) the student learns from its own samples
 instead: `OnPolicyDistillSource` samples prompts through the rollout path, the teacher scores the
 sampled tokens, and the policy-gradient objective (`GRPOObjective`) trains on per-token
-advantages = minus the reverse-KL estimate, in the same Trainer (docs/correctness.md).
+advantages = minus the reverse-KL estimate, in the same Trainer (docs/correctness.md); with
+`rollout.divergence` the objective (`OnPolicyDivergenceObjective`) minimises that divergence
+between the whole next-token distributions at each sampled position instead.
 
 The data are conversations rendered exactly as SFT renders them (`prepare_sft_data`): the
 student learns on the assistant tokens, from the teacher's logits and from the tokens
@@ -102,7 +104,7 @@ def _on_policy_components(cfg: DistillConfig, data: Prompts, tokenizer: Any, sta
     from tempering.config import GRPOPolicySettings
     from tempering.models.load import load_model
     from tempering.models.precision import default_device, resolve_precision
-    from tempering.objectives.distill import OnPolicyDistillObjective
+    from tempering.objectives.distill import OnPolicyDistillObjective, OnPolicyDivergenceObjective
     from tempering.recipes.grpo import mismatch_budget
     from tempering.rollout.distill_source import OnPolicyDistillSource
     from tempering.rollout.grpo_batches import PolicyLogprobs
@@ -114,18 +116,26 @@ def _on_policy_components(cfg: DistillConfig, data: Prompts, tokenizer: Any, sta
     teacher = load_model(cfg.teacher).to(default_device()).eval().requires_grad_(False)
     student = build_student(cfg, teacher)
     engine = build_engine(r.engine, student, tokenizer, precision)
+    whole = r.divergence is not None  # the objective scores whole distributions: it asks the teacher
     source = OnPolicyDistillSource(
         data.tasks,
         engine,
         r,
-        PolicyLogprobs(teacher, precision, r.temperature),
+        None if whole else PolicyLogprobs(teacher, precision, r.temperature),
         cfg.train.grad_accum,
         cfg.train.seed,
         model=student,
         tokenizer=tokenizer,
+        teacher_engine=build_engine(r.engine, teacher, tokenizer, precision) if r.student_fraction < 1 else None,
     )
-    # mu = 1 and no reference: the ratio is 1 and the loss is -sum(A_t * log p_student(y_t))
-    objective = OnPolicyDistillObjective(GRPOPolicySettings(temperature=r.temperature, max_new_tokens=r.max_new_tokens))
+    if r.divergence is not None:
+        temperature = r.divergence_temperature or r.temperature
+        objective: Any = OnPolicyDivergenceObjective(
+            teacher, r.divergence, r.beta, temperature, r.plugins, sampling_temperature=r.temperature
+        )
+    else:  # mu = 1 and no reference: the ratio is 1 and the loss is -sum(A_t * log p_student(y_t))
+        settings = GRPOPolicySettings(temperature=r.temperature, max_new_tokens=r.max_new_tokens)
+        objective = OnPolicyDistillObjective(settings)
     callbacks = [mismatch_budget(r.mismatch_budget, "rollout")]
     return Components(student, objective, source, callbacks=callbacks, close=source.close, extra={"teacher": teacher})
 

@@ -6,11 +6,20 @@ them in the one Trainer, and every step logs the train-vs-rollout mismatch figur
 
 The teacher is a `TeacherScorer`: a callable from a batch to its (N, T) log-probs. In this
 process it is `PolicyLogprobs` over the teacher model (no gradient, eval mode); anything that
-answers the same call (a model on another device or in another process) can stand in.
+answers the same call (a model on another device or in another process) can stand in. Under a
+divergence over whole distributions (`rollout.divergence`) the teacher is None here: the objective
+(`OnPolicyDivergenceObjective`) takes the teacher's logits itself and the advantages stay 0.
+
+With `rollout.student_fraction` f < 1 (GKD's lambda, Agarwal et al. 2024; TRL's `GKDTrainer.lmbda`)
+a share 1 - f of the steps, spread evenly, learn on the teacher's greedy replies (`teacher_engine`)
+to as many prompts instead of the student's samples: the divergence then covers the states the
+teacher visits too. Those rows are not the student's samples, so their `sampled_mask` is 0 and
+the mismatch figures skip them.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import replace
@@ -19,6 +28,7 @@ from typing import Any, Callable
 import torch
 
 from tempering.batches import GRPOBatch
+from tempering.config import SamplingSettings
 from tempering.config.distill import OnPolicySettings
 from tempering.objectives.distill import reverse_kl_advantages
 from tempering.rollout.engine import Engine
@@ -39,12 +49,13 @@ class OnPolicyDistillSource:
         tasks: list[Task],
         engine: Engine,
         settings: OnPolicySettings,
-        teacher: TeacherScorer,
+        teacher: TeacherScorer | None,
         grad_accum: int,
         seed: int,
         model: Any = None,
         workers: RewardWorkers | None = None,
         tokenizer: Any = None,
+        teacher_engine: Engine | None = None,
     ):
         if not tasks:
             raise ValueError("on-policy distillation needs at least one prompt")
@@ -53,7 +64,8 @@ class OnPolicyDistillSource:
         self.workers = workers if workers is not None else ThreadRewardWorkers(1)
         self.order = list(range(len(tasks)))
         random.Random(seed).shuffle(self.order)
-        self.cursor = 0
+        self.cursor, self.batches = 0, 0
+        self.teacher_engine = teacher_engine  # GKD's mixture: some steps learn on the teacher's replies
         self.buffer: list[GRPOBatch] = []
         self._stats: dict[str, float] = {}
 
@@ -68,10 +80,10 @@ class OnPolicyDistillSource:
         return not self.buffer
 
     def state_dict(self) -> dict:
-        return {"cursor": self.cursor}
+        return {"cursor": self.cursor, "batches": self.batches}
 
     def load_state_dict(self, state: dict) -> None:
-        self.cursor, self.buffer = state["cursor"], []
+        self.cursor, self.batches, self.buffer = state["cursor"], state.get("batches", 0), []
 
     def stats(self) -> dict[str, float]:
         return dict(self._stats)
@@ -80,8 +92,7 @@ class OnPolicyDistillSource:
         self.workers.close()
 
     # -- one batch -------------------------------------------------------------------------
-    def _next_tasks(self) -> list[Task]:
-        n = self.s.prompts_per_step
+    def _next_tasks(self, n: int) -> list[Task]:
         out = [self.tasks[self.order[(self.cursor + i) % len(self.order)]] for i in range(n)]
         self.cursor += n
         return out
@@ -89,21 +100,34 @@ class OnPolicyDistillSource:
     def _batch(self) -> list[GRPOBatch]:
         if self.model is not None:
             self.engine.sync_weights(self.model)
-        tasks, t0 = self._next_tasks(), time.perf_counter()
-        groups = rollout(
-            tasks, self.engine, self.s, self.workers, n=self.s.samples_per_prompt, seed=self.seed + self.cursor
-        )
+        f, k = self.s.student_fraction, self.batches
+        student = self.teacher_engine is None or math.ceil((k + 1) * f) > math.ceil(k * f)  # f of the steps
+        self.batches += 1
+        t0 = time.perf_counter()
+        if student:
+            tasks = self._next_tasks(self.s.prompts_per_step)
+            groups = rollout(
+                tasks, self.engine, self.s, self.workers, n=self.s.samples_per_prompt, seed=self.seed + self.cursor
+            )
+        else:  # as many replies, one greedy teacher reply per prompt; not the student's samples
+            assert self.teacher_engine is not None
+            tasks = self._next_tasks(self.s.prompts_per_step * self.s.samples_per_prompt)
+            greedy = SamplingSettings(
+                **{k: getattr(self.s, k) for k in SamplingSettings.model_fields} | {"temperature": 0.0}
+            )
+            groups = rollout(tasks, self.teacher_engine, greedy, self.workers, n=1, seed=self.seed + self.cursor)
         gen_s, t1 = time.perf_counter() - t0, time.perf_counter()
         rows = []
         for trajs in groups:
             first = trajs[0]
             masks = [[1] * len(t.completion_ids) for t in trajs]
+            sampled = masks if student else [[0] * len(m) for m in masks]  # the mismatch is the student's own
             zeros = torch.zeros((len(trajs), max(1, max(len(t.completion_ids) for t in trajs))))
-            rows.append(GroupRows(first.token_ids[: first.prompt_length], trajs, masks, masks, zeros))
+            rows.append(GroupRows(first.token_ids[: first.prompt_length], trajs, masks, sampled, zeros))
         micro = grpo_micro_batches(rows, self.grad_accum)
         kls, counts = [], []
         for i, batch in enumerate(micro):
-            if batch.n_real_tokens == 0:  # a filler (fewer groups than micro-batches): no loss, no teacher
+            if batch.n_real_tokens == 0 or self.teacher is None:  # a filler, or the objective asks the teacher
                 continue
             teacher = self.teacher(batch)
             advantages, kl = reverse_kl_advantages(batch.engine_logprobs, teacher, batch.sampled_mask)
@@ -112,11 +136,12 @@ class OnPolicyDistillSource:
             counts.append(int(batch.sampled_mask.sum()))
         samples = [t for trajs in groups for t in trajs]
         self._stats = {
-            "reverse_kl": sum(k * c for k, c in zip(kls, counts)) / max(1, sum(counts)),
+            **({"reverse_kl": sum(k * c for k, c in zip(kls, counts)) / max(1, sum(counts))} if kls else {}),
             "accuracy": sum(t.reward.passed for t in samples) / len(samples),
             "response_len": sum(len(t.completion_ids) for t in samples) / len(samples),
             "truncation_rate": sum(t.truncated for t in samples) / len(samples),
             "completions": len(samples),
+            "student_samples": float(student),
             "gen_s": gen_s,
             "teacher_s": time.perf_counter() - t1,
         }
@@ -146,8 +171,38 @@ def reverse_kl_to_teacher(
         trainer_logprobs(m, prompt_ids, prompt_mask, ids, mask, precision, temperature) for m in (student, teacher)
     )
     per = (s_logp - t_logp) * mask
+    exact = _exact_reverse_kl(student, teacher, prompt_ids, prompt_mask, ids, mask, precision, temperature)
     return {
         "reverse_kl_per_token": float(per.sum() / mask.sum().clamp(min=1)),
         "reverse_kl_per_reply": float(per.sum(dim=1).mean()),
+        "reverse_kl_exact_per_token": exact,
         "tokens": int(mask.sum()),
     }
+
+
+@torch.no_grad()
+def _exact_reverse_kl(
+    student: Any,
+    teacher: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    precision: str,
+    temperature: float,
+) -> float:
+    """KL(student || teacher) over the whole vocabulary at each sampled position, per token: the
+    expectation the one-sample figure estimates, without its sampling noise (same prefixes)."""
+    from tempering.models.logprobs import grouped_hidden
+    from tempering.models.precision import autocast
+    from tempering.objectives.divergences import reverse_kl
+
+    logps = []
+    for m in (student, teacher):
+        device = next(m.parameters()).device
+        with autocast(precision, device):
+            args = (a.to(device) for a in (prompt_ids, prompt_mask, ids, mask))
+            states = grouped_hidden(m, *args)[mask.bool().to(device)]  # (tokens, H): only sampled positions
+            logits = m.get_output_embeddings()(states).float().cpu()
+        logps.append(torch.log_softmax(logits / temperature, dim=-1))
+    return float(reverse_kl(logps[0], logps[1]).sum()) / max(int(mask.sum()), 1)
