@@ -219,6 +219,11 @@ def main() -> None:
     p.add_argument("--beta", type=float, default=0.1)
     p.add_argument("--sft-weight", type=float, default=1.0, help="NLL on the chosen side in the DPO arms (RPO)")
     p.add_argument("--comply-ratio", type=float, default=None, help="look-alike rows per decline row (default: all)")
+    p.add_argument(
+        "--tries",
+        default=None,
+        help="a JSON list of {name, unit, what}: single-seed tries of other recipes, kept under tries with their deltas",
+    )
     p.add_argument("--result", default="safety.json", help="file name under bench/results/")
     p.add_argument("--earlier", default=None, help="a safety.json of earlier recipes, kept under earlier_recipes")
     p.add_argument("--out", default="/tmp/safety-bench")
@@ -287,6 +292,27 @@ def _earlier(path: str | None) -> dict | None:
     }
 
 
+def _tries(path: str | None, base: dict) -> list[dict] | None:
+    """Single-seed tries of other recipes on the same suites: accuracy and paired delta per suite."""
+    from tempering.evals.stats import paired_bootstrap
+
+    if path is None:
+        return None
+    out = []
+    for t in json.loads(Path(path).read_text()):
+        unit = json.loads(Path(t["unit"]).read_text())
+        out.append(
+            {
+                "name": t["name"],
+                "what": t["what"],
+                "seeds": 1,
+                "accuracy": {s: sum(v["scores"]) / len(v["scores"]) for s, v in unit.items()},
+                "delta": {s: paired_bootstrap(base[s]["scores"], v["scores"]).to_dict() for s, v in unit.items()},
+            }
+        )
+    return out
+
+
 def save(path: Path, unit, lines: bool = False) -> None:
     """Written whole, then renamed into place (a parallel process never reads half a file)."""
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -307,6 +333,13 @@ def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float
     under = neg(ours["safety-refuse"]["delta_pooled"])
     over = neg(ours["safety-comply"]["delta_pooled"])
     naive_over = neg(results["naive"]["safety-comply"]["delta_pooled"]) if "naive" in results else None
+    earlier = _earlier(args.earlier)
+    if naive_over is None and earlier and earlier.get("naive_over_refusal_delta") is not None:
+        naive_over = {  # the same naive recipe (its rows did not change), measured by the earlier run
+            "delta": earlier["naive_over_refusal_delta"],
+            "low": earlier["naive_over_refusal_delta_ci_low"],
+            "high": earlier["naive_over_refusal_delta_ci_high"],
+        }
     result = {
         "what": "safety training recipes on the default model, held-out templates and items",
         "ours": args.ours,
@@ -353,7 +386,9 @@ def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float
         },
         "decoding": "greedy, max_new_tokens 40",
         "seeds": {arm: len(runs) for arm, runs in arms.items()},
-        "earlier_recipes": _earlier(args.earlier),
+        "earlier_recipes": earlier,
+        "naive_measured_in": "this run" if "naive" in results else ("earlier_recipes" if naive_over else None),
+        "tries": _tries(args.tries, base),
         "threads": args.threads,
         "seconds": round(time.time() - t0, 1),
         "load_average_start": load_start,
