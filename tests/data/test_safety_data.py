@@ -122,7 +122,7 @@ def test_the_unpaired_lookalikes_train_only_and_share_no_phrase_with_heldout_ite
         return {" ".join(words[i : i + 3]) for i in range(len(words) - 2)}
 
     extras = [x for rows in LOOKALIKES.values() for x, _ in rows]
-    held = [t.prompt for kind in ("refuse", "comply") for t in safety_tasks(kind, "heldout")]
+    held = [t.prompt or "" for kind in ("refuse", "comply") for t in safety_tasks(kind, "heldout")]
     assert not [x for x in extras if any(x in p for p in held)]
     held_grams = set().union(*(trigrams(p) for p in held))
     assert not {x: trigrams(x) & held_grams for x in extras if trigrams(x) & held_grams}
