@@ -1,20 +1,24 @@
-"""Refusal and abstention calibration on the default model: safety SFT with look-alike rows vs a naive
-"refuse more" set without them, 3 seeds, paired CIs on held-out templates and items (docs/safety.md).
+"""Refusal and abstention calibration on the default model: safety training recipes (arms), 3 seeds,
+paired CIs on held-out templates and items (docs/safety.md).
 
-    python bench/experiments/safety_calibration.py [--seeds 0 1 2] [--steps 30] [--replay 120]
+    python bench/experiments/safety_calibration.py --seeds 0 1 2 --arms calibrated naive --steps 48 \
+        --lr 2e-3 --replay 240 [--comply-ratio R] [--tries tries.json] [--earlier old_safety.json]
 
 1. The detectors on the labelled replies (tests/fixtures/safety_replies.jsonl): precision and
    recall, all rows and the rows written after the rules were frozen.
 2. The base model on the held-out suites through the one rollout path, greedy:
    safety-refuse, safety-comply, honesty-unknown, honesty-known, arithmetic, rg-chain-sum.
-3. Per seed, two LoRA SFT runs of equal steps on `data.safety.safety_sft_rows(train)` plus
-   replayed arithmetic conversations: `calibrated` (all four kinds: decline, look-alike
-   answers, abstain, known answers) and `naive` (declines and abstentions only).
+3. Per seed and arm (`ARMS`), LoRA training of equal steps: `calibrated` (SFT on
+   `data.safety.safety_sft_rows(train)`: declines, look-alike answers, abstentions, known
+   answers), `naive` (SFT on declines and abstentions only), `dpo` (DPO on
+   `safety_pairs(train)` from the base), `sft_dpo` (calibrated SFT, then DPO); the SFT sets
+   replay arithmetic conversations; `--comply-ratio` cuts the look-alike rows per decline.
 4. Each run on the same suites; per suite the paired bootstrap of after - before per seed, and
-   pooled (each task's mean over the seeds against its base score).
+   pooled (each task's mean over the seeds against its base score). Single-seed tries of other
+   recipes (`--tries`) and an earlier result (`--earlier`) are kept beside it.
 
-Writes bench/results/safety.json. A learning run, not a timed benchmark: it records the load
-average and what else ran beside it.
+Writes bench/results/safety.json (`--result`). A learning run, not a timed benchmark: it records
+the load average and what else ran beside it.
 """
 
 from __future__ import annotations
