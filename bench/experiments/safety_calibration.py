@@ -1,20 +1,24 @@
-"""Refusal and abstention calibration on the default model: safety SFT with look-alike rows vs a naive
-"refuse more" set without them, 3 seeds, paired CIs on held-out templates and items (docs/safety.md).
+"""Refusal and abstention calibration on the default model: safety training recipes (arms), 3 seeds,
+paired CIs on held-out templates and items (docs/safety.md).
 
-    python bench/experiments/safety_calibration.py [--seeds 0 1 2] [--steps 30] [--replay 120]
+    python bench/experiments/safety_calibration.py --seeds 0 1 2 --arms calibrated naive --steps 48 \
+        --lr 2e-3 --replay 240 [--comply-ratio R] [--tries tries.json] [--earlier old_safety.json]
 
 1. The detectors on the labelled replies (tests/fixtures/safety_replies.jsonl): precision and
    recall, all rows and the rows written after the rules were frozen.
 2. The base model on the held-out suites through the one rollout path, greedy:
    safety-refuse, safety-comply, honesty-unknown, honesty-known, arithmetic, rg-chain-sum.
-3. Per seed, two LoRA SFT runs of equal steps on `data.safety.safety_sft_rows(train)` plus
-   replayed arithmetic conversations: `calibrated` (all four kinds: decline, look-alike
-   answers, abstain, known answers) and `naive` (declines and abstentions only).
+3. Per seed and arm (`ARMS`), LoRA training of equal steps: `calibrated` (SFT on
+   `data.safety.safety_sft_rows(train)`: declines, look-alike answers, abstentions, known
+   answers), `naive` (SFT on declines and abstentions only), `dpo` (DPO on
+   `safety_pairs(train)` from the base), `sft_dpo` (calibrated SFT, then DPO); the SFT sets
+   replay arithmetic conversations; `--comply-ratio` cuts the look-alike rows per decline.
 4. Each run on the same suites; per suite the paired bootstrap of after - before per seed, and
-   pooled (each task's mean over the seeds against its base score).
+   pooled (each task's mean over the seeds against its base score). Single-seed tries of other
+   recipes (`--tries`) and an earlier result (`--earlier`) are kept beside it.
 
-Writes bench/results/safety.json. A learning run, not a timed benchmark: it records the load
-average and what else ran beside it.
+Writes bench/results/safety.json (`--result`). A learning run, not a timed benchmark: it records
+the load average and what else ran beside it.
 """
 
 from __future__ import annotations
@@ -100,39 +104,92 @@ def scores(model: str, tasks: dict) -> dict:
     return out
 
 
+ARMS = {
+    "calibrated": "SFT on all four kinds: declines, look-alike answers (about 3 per decline), abstentions, known answers",
+    "naive": "SFT on declines and abstentions only (the 'refuse more' set, no look-alikes)",
+    "dpo": "DPO (sigmoid, beta 0.1, + NLL on the chosen side) from the base model on the verifier-built pairs",
+    "sft_dpo": "the calibrated SFT, then DPO on the pairs from its result",
+}
+"""Training recipes the bench can run (`--arms`); every arm gets the same steps and lr."""
+
+
 def train(tag: str, arm: str, seed: int, args, data_dir: Path) -> str:
     from tempering.config import DEFAULT_MODEL, DataSettings, LoraSettings, OptimSettings, SFTConfig, TrainSettings
     from tempering.recipes.sft import run_sft
 
-    cfg = SFTConfig(
-        model=DEFAULT_MODEL,
-        lora=LoraSettings(r=16, alpha=32),
-        data=DataSettings(train=[str(data_dir / f"{arm}.jsonl")], max_length=192, packing=False),
-        train=TrainSettings(
+    def settings(lr: float) -> TrainSettings:
+        return TrainSettings(
             steps=args.steps,
             batch_size=8,
             seed=seed,
             threads=args.threads,
-            optim=OptimSettings(lr=args.lr, warmup_steps=3, schedule="cosine"),
-        ),
-        out=args.out,
-        name=f"safety-{arm}-{tag}-seed{seed}",
+            optim=OptimSettings(lr=lr, warmup_steps=3, schedule="cosine"),
+        )
+
+    def sft(rows: str) -> str:
+        cfg = SFTConfig(
+            model=DEFAULT_MODEL,
+            lora=LoraSettings(r=16, alpha=32),
+            data=DataSettings(train=[str(data_dir / f"{rows}.jsonl")], max_length=192, packing=False),
+            train=settings(args.lr),
+            out=args.out,
+            name=f"safety-{rows}-{tag}-seed{seed}",
+        )
+        return run_sft(cfg)["final"]
+
+    if arm in ("calibrated", "naive"):
+        return sft(arm)
+    return dpo(
+        DEFAULT_MODEL if arm == "dpo" else sft("calibrated"), f"{arm}-{tag}-seed{seed}", settings, args, data_dir
     )
-    return run_sft(cfg)["final"]
 
 
-def write_data(data_dir: Path, replay: int) -> dict:
+def dpo(model: str, name: str, settings, args, data_dir: Path) -> str:
+    from tempering.config import LoraSettings
+    from tempering.config.preference import DPOConfig, PreferenceDataSettings, PreferenceSettings
+    from tempering.recipes.dpo import run_dpo
+
+    cfg = DPOConfig(
+        model=model,
+        lora=LoraSettings(r=16, alpha=32),
+        data=PreferenceDataSettings(train=[str(data_dir / "pairs.jsonl")], max_length=192),
+        dpo=PreferenceSettings(beta=args.beta, sft_weight=args.sft_weight),
+        train=settings(args.dpo_lr),
+        out=args.out,
+        name=f"safety-{name}",
+    )
+    return run_dpo(cfg)["final"]
+
+
+def at_ratio(rows: list[dict], ratio: float | None, seed: int = 0) -> list[dict]:
+    """The rows with look-alike answers cut to `ratio` times the declines (a random subset), or all."""
+    import random
+
+    def label(r: dict) -> str:
+        return r.get("meta", r)["label"]
+
+    comply = [r for r in rows if label(r) == "comply"]
+    keep = len(comply) if ratio is None else min(len(comply), round(ratio * sum(label(r) == "refuse" for r in rows)))
+    chosen = {id(r) for r in random.Random(seed).sample(comply, keep)}
+    return [r for r in rows if label(r) != "comply" or id(r) in chosen]
+
+
+def write_data(data_dir: Path, replay: int, ratio: float | None = None) -> dict:
     from tempering.data.builtin import arithmetic_conversations
-    from tempering.data.safety import safety_sft_rows
+    from tempering.data.safety import safety_pairs, safety_sft_rows
 
     data_dir.mkdir(parents=True, exist_ok=True)
     general = arithmetic_conversations(replay, seed=5, split="train")
     counts = {}
     for arm, lookalikes in (("calibrated", True), ("naive", False)):
-        rows = safety_sft_rows("train", lookalikes=lookalikes) + general
+        rows = at_ratio(safety_sft_rows("train", lookalikes=lookalikes), ratio) + general
         if not (data_dir / f"{arm}.jsonl").exists():  # parallel processes: the first writes it whole
             save(data_dir / f"{arm}.jsonl", rows, lines=True)
         counts[arm] = len(rows)
+    pairs = at_ratio(safety_pairs("train"), ratio)
+    if not (data_dir / "pairs.jsonl").exists():
+        save(data_dir / "pairs.jsonl", pairs, lines=True)
+    counts["pairs"] = len(pairs)
     return counts
 
 
@@ -160,12 +217,23 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--replay", type=int, default=120, help="arithmetic conversations replayed into both sets")
-    p.add_argument("--arms", nargs="+", default=["calibrated", "naive"])
+    p.add_argument("--arms", nargs="+", default=["calibrated", "naive"], choices=list(ARMS))
+    p.add_argument("--ours", default="calibrated", choices=list(ARMS), help="the arm the headline figures are of")
+    p.add_argument("--dpo-lr", type=float, default=5e-4)
+    p.add_argument("--beta", type=float, default=0.1)
+    p.add_argument("--sft-weight", type=float, default=1.0, help="NLL on the chosen side in the DPO arms (RPO)")
+    p.add_argument("--comply-ratio", type=float, default=None, help="look-alike rows per decline row (default: all)")
+    p.add_argument(
+        "--tries",
+        default=None,
+        help="a JSON list of {name, unit, what}: single-seed tries of other recipes, kept under tries with their deltas",
+    )
+    p.add_argument("--result", default="safety.json", help="file name under bench/results/")
+    p.add_argument("--earlier", default=None, help="a safety.json of earlier recipes, kept under earlier_recipes")
     p.add_argument("--out", default="/tmp/safety-bench")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: on a loaded host more oversubscribe)")
     p.add_argument("--tag", default="v2", help="part of the training runs' names")
     p.add_argument("--compute-base", action="store_true", help="evaluate the base model first (one process does)")
-    p.add_argument("--first-recipe", default=None, help="a safety.json of an earlier recipe, kept under first_recipe")
     p.add_argument("--limit", type=int, default=None, help="at most this many tasks per suite (a smoke run)")
     args = p.parse_args()
 
@@ -181,7 +249,7 @@ def main() -> None:
     units = Path(args.out) / "units"  # one file per base eval and per trained run: parallel processes share them
     units.mkdir(parents=True, exist_ok=True)
     data_dir = Path(args.out) / "data"
-    counts = write_data(data_dir, args.replay)
+    counts = write_data(data_dir, args.replay, args.comply_ratio)
     tasks = suite_tasks(args.limit)
     if args.compute_base and not (units / "base.json").exists():
         save(units / "base.json", scores(DEFAULT_MODEL, tasks))
@@ -191,35 +259,62 @@ def main() -> None:
             if unit.exists():
                 continue
             final = train(args.tag, arm, seed, args, data_dir)
-            mine = tasks if arm == "calibrated" else {s: tasks[s] for s in NAIVE_SUITES}
+            mine = {s: tasks[s] for s in NAIVE_SUITES} if arm == "naive" else tasks
             save(unit, scores(final, mine))
             print(arm, seed, f"{time.time() - t0:.0f}s", flush=True)
     while not (units / "base.json").exists():  # another process computes it
         time.sleep(10)
     base = json.loads((units / "base.json").read_text())
+    base = {s: {**v, "scores": v["scores"][: len(tasks[s])]} for s, v in base.items()}  # a --limit run
     arms: dict[str, list[dict]] = {}
-    for arm in ("calibrated", "naive"):
+    for arm in ARMS:
         for unit in sorted(units.glob(f"{arm}-seed*.json")):
             arms.setdefault(arm, []).append(json.loads(unit.read_text()))
     for arm, runs in arms.items():
         for r in runs:
             print(arm, {s: round(sum(v["scores"]) / len(v["scores"]), 3) for s, v in r.items()}, flush=True)
-    if "calibrated" in arms:
+    if args.ours in arms:
         write(args, arms, base, detectors, counts, t0, load_start, busy_start)
 
 
-def _first_recipe(path: str | None) -> dict | None:
-    """The headline figures of an earlier recipe's safety.json (kept beside the new ones)."""
+def _earlier(path: str | None) -> dict | None:
+    """The figures of an earlier recipe's safety.json, kept beside the new ones (it ran the same
+    held-out suites against the same greedy base scores)."""
     if path is None:
         return None
     old = json.loads(Path(path).read_text())
     keys = [k for k, v in old.items() if not isinstance(v, (dict, list)) and k != "note"]
     return {
-        "what": "the same bench before the look-alike answers shared an opener (seed 0, calibrated arm only)",
         **{k: old[k] for k in keys},
-        "after": {s: v["after_per_seed"] for s, v in old["suites"]["calibrated"].items()},
-        "examples_after": old["examples_after"]["calibrated"],
+        "training": old.get("training"),
+        "suites": {
+            arm: {s: {k: v[k] for k in ("after_per_seed", "delta_pooled")} for s, v in suites.items()}
+            for arm, suites in old["suites"].items()
+        },
+        "examples_after": old["examples_after"],
+        "first_recipe": old.get("first_recipe"),
     }
+
+
+def _tries(path: str | None, base: dict) -> list[dict] | None:
+    """Single-seed tries of other recipes on the same suites: accuracy and paired delta per suite."""
+    from tempering.evals.stats import paired_bootstrap
+
+    if path is None:
+        return None
+    out = []
+    for t in json.loads(Path(path).read_text()):
+        unit = json.loads(Path(t["unit"]).read_text())
+        out.append(
+            {
+                "name": t["name"],
+                "what": t["what"],
+                "seeds": 1,
+                "accuracy": {s: sum(v["scores"]) / len(v["scores"]) for s, v in unit.items()},
+                "delta": {s: paired_bootstrap(base[s]["scores"], v["scores"]).to_dict() for s, v in unit.items()},
+            }
+        )
+    return out
 
 
 def save(path: Path, unit, lines: bool = False) -> None:
@@ -234,7 +329,7 @@ def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float
     from tempering.config import DEFAULT_MODEL
 
     results = {arm: compare(base, runs) for arm, runs in arms.items()}
-    ours = results["calibrated"]
+    ours = results[args.ours]
 
     def neg(c: dict) -> dict:  # a rate of failures is 1 - accuracy: its delta and CI flip
         return {"delta": -c["delta"], "low": -c["high"], "high": -c["low"]}
@@ -242,8 +337,17 @@ def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float
     under = neg(ours["safety-refuse"]["delta_pooled"])
     over = neg(ours["safety-comply"]["delta_pooled"])
     naive_over = neg(results["naive"]["safety-comply"]["delta_pooled"]) if "naive" in results else None
+    earlier = _earlier(args.earlier)
+    if naive_over is None and earlier and earlier.get("naive_over_refusal_delta") is not None:
+        naive_over = {  # the same naive recipe (its rows did not change), measured by the earlier run
+            "delta": earlier["naive_over_refusal_delta"],
+            "low": earlier["naive_over_refusal_delta_ci_low"],
+            "high": earlier["naive_over_refusal_delta_ci_high"],
+        }
     result = {
-        "what": "safety SFT with look-alikes (calibrated) vs without (naive), default model, held-out templates+items",
+        "what": "safety training recipes on the default model, held-out templates and items",
+        "ours": args.ours,
+        "arms": {arm: ARMS[arm] for arm in arms},
         "model": DEFAULT_MODEL,
         "refusal_detector_precision": detectors["refusal_all"]["precision"],
         "refusal_detector_recall": detectors["refusal_all"]["recall"],
@@ -274,11 +378,21 @@ def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float
             "lr": args.lr,
             "lora": "r16 alpha32",
             "rows": counts,
-            "replay": f"{args.replay} builtin:arithmetic train conversations in both sets",
+            "comply_per_refuse": args.comply_ratio or "all (about 3.3)",
+            "replay": f"{args.replay} builtin:arithmetic train conversations in both SFT sets",
+            "dpo": {
+                "lr": args.dpo_lr,
+                "beta": args.beta,
+                "sft_weight": args.sft_weight,
+                "pairs": "safety_pairs(train)",
+            },
+            "seed_runs_name_tag": args.tag,
         },
         "decoding": "greedy, max_new_tokens 40",
         "seeds": {arm: len(runs) for arm, runs in arms.items()},
-        "first_recipe": _first_recipe(args.first_recipe),
+        "earlier_recipes": earlier,
+        "naive_measured_in": "this run" if "naive" in results else ("earlier_recipes" if naive_over else None),
+        "tries": _tries(args.tries, base),
         "threads": args.threads,
         "seconds": round(time.time() - t0, 1),
         "load_average_start": load_start,
@@ -288,7 +402,7 @@ def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float
         "note": "other helpers' work ran beside it on the same 2 cores: times are load-bound, scores are not",
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / ("safety.json" if args.limit is None else "safety_smoke.json")).write_text(json.dumps(result, indent=1))
+    (RESULTS / (args.result if args.limit is None else "safety_smoke.json")).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if not isinstance(v, (dict, list))}, indent=1), flush=True)
 
 

@@ -50,7 +50,7 @@ def test_no_harmful_answer_is_written_anywhere():
         if row["label"] == "refuse":
             assert "can't" in row["messages"][1]["content"] or "won't" in row["messages"][1]["content"]
     for pair in safety_pairs("train"):
-        if pair["label"] == "refuse":
+        if pair["meta"]["label"] == "refuse":
             assert pair["rejected"] == "Sure, I can help with that."
 
 
@@ -112,3 +112,20 @@ def test_the_shipped_example_files_are_the_builders_output():
     root = Path(__file__).resolve().parents[2] / "examples" / "data"
     for name, rows in (("safety_sft.jsonl", safety_sft_rows("train")), ("safety_pairs.jsonl", safety_pairs("train"))):
         assert [json.loads(x) for x in (root / name).read_text().splitlines()] == rows, name
+
+
+def test_the_unpaired_lookalikes_train_only_and_share_no_phrase_with_heldout_items():
+    from tempering.data.safety_items import LOOKALIKES
+
+    def trigrams(text: str) -> set[str]:
+        words = text.lower().split()
+        return {" ".join(words[i : i + 3]) for i in range(len(words) - 2)}
+
+    extras = [x for rows in LOOKALIKES.values() for x, _ in rows]
+    held = [t.prompt or "" for kind in ("refuse", "comply") for t in safety_tasks(kind, "heldout")]
+    assert not [x for x in extras if any(x in p for p in held)]
+    held_grams = set().union(*(trigrams(p) for p in held))
+    assert not {x: trigrams(x) & held_grams for x in extras if trigrams(x) & held_grams}
+    rows = safety_sft_rows("train")
+    comply, refuse = (sum(r["label"] == label for r in rows) for label in ("comply", "refuse"))
+    assert comply >= 3 * refuse and set(LOOKALIKES) == set(PAIRS)

@@ -11,6 +11,9 @@ Four kinds, each row with a category and a label:
 The items are `data/safety_items.py`. Splits are disjoint twice over: by template (the held-out
 split wraps its items in templates the training split never uses) and by item (a hash of the
 item puts a third of the items, and each look-alike pair as a whole, in the held-out split).
+The unpaired look-alikes (`LOOKALIKES`: a risky word on a harmless object, "kill the weeds
+between my paving stones") are training rows only, so the training split holds about three
+look-alikes per request to decline.
 
 SFT rows (`safety_sft_rows`) hold `{"messages", "category", "label", "kind"}`; the answers are
 written here: a short decline with the category's reason, an "I'm not aware of such a ..." for
@@ -29,7 +32,7 @@ import hashlib
 import random
 from typing import Any
 
-from tempering.data.safety_items import KNOWN, PAIRS, UNKNOWN
+from tempering.data.safety_items import KNOWN, LOOKALIKES, PAIRS, UNKNOWN
 from tempering.types import Task
 
 SAFETY_CATEGORIES = tuple(PAIRS)
@@ -131,6 +134,9 @@ def _items(kind: str, split: str) -> list[dict[str, Any]]:
                 if in_heldout(request) == (split == "heldout"):
                     text = request if kind == "refuse" else lookalike
                     out.append({"key": request, "text": text, "category": cat, "answer": answer})
+        if kind == "comply" and split == "train":  # the unpaired look-alikes train only
+            for cat, extra in LOOKALIKES.items():
+                out += [{"key": x, "text": x, "category": cat, "answer": answer} for x, answer in extra]
     elif kind == "unknown":
         for cat, questions in UNKNOWN.items():
             out += [{"key": q, "text": q, "category": cat} for q in questions if in_heldout(q) == (split == "heldout")]
@@ -217,8 +223,9 @@ def safety_sft_rows(split: str = "train", lookalikes: bool = True, seed: int = 0
 
 
 def safety_pairs(split: str = "train", seed: int = 0) -> list[dict[str, Any]]:
-    """Preference pairs: decline over assent (refuse), answer over decline (comply), abstain over
-    invent (unknown), answer over abstain (known)."""
+    """Preference pairs in the pair-row contract (`temper dpo` reads them as they are): decline over
+    assent (refuse), answer over decline (comply), abstain over invent (unknown), answer over
+    abstain (known); id, category and label under `meta`."""
     rng = random.Random(seed)
     pairs = []
     for kind in KINDS:
@@ -234,12 +241,11 @@ def safety_pairs(split: str = "train", seed: int = 0) -> list[dict[str, Any]]:
                 bad = rng.choice(ABSTENTIONS).format(thing=THING[item["category"]])
             pairs.append(
                 {
-                    "id": rid,
                     "prompt": prompt,
                     "chosen": good,
                     "rejected": bad,
-                    "category": item["category"],
-                    "label": KINDS[kind],
+                    "source": "verifier",
+                    "meta": {"id": rid, "category": item["category"], "label": KINDS[kind]},
                 }
             )
     rng.shuffle(pairs)
