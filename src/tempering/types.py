@@ -37,6 +37,9 @@ class Message(BaseModel):
     # Accepted so OpenAI-shaped data loads; not rendered unless the template uses them.
     name: str | None = None
     tool_call_id: str | None = None
+    weight: Literal[0, 1] | None = None
+    """OpenAI fine-tuning's per-turn switch, assistant turns only: 0 keeps the turn as context and
+    takes it out of the loss (an erroneous call before its recovery); absent or 1 trains on it."""
 
     @field_validator("tool_calls", mode="before")
     @classmethod

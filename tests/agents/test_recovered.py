@@ -71,10 +71,19 @@ def test_recovered_episodes_become_sft_rows_with_provenance(run_dir, smol_tokeni
     roles = [m["role"] for m in first["messages"]]
     assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
     assert first["messages"][3]["content"].startswith("error:")  # the feedback the model read
+    # the malformed call stays as context with weight 0; the fix and the answer are trained on
+    assert [m.get("weight") for m in first["messages"] if m["role"] == "assistant"] == [0, None, None]
     loaded = load_rows([str(path)])  # plain SFT data: loads and renders with the loss on assistant turns
     assert len(loaded.records) == 4 and not loaded.errors
     style = AgentRenderer(smol_tokenizer).style
-    assert render_with_mask(smol_tokenizer, first["messages"], style).labels.count(-100) > 0
+    masked = render_with_mask(smol_tokenizer, first["messages"], style)
+    unweighted = [{k: v for k, v in m.items() if k != "weight"} for m in first["messages"]]
+    plain = render_with_mask(smol_tokenizer, unweighted, style)
+    assert masked.input_ids == plain.input_ids
+    trained = [t for t, y in zip(masked.input_ids, masked.labels) if y != -100]
+    every = [t for t, y in zip(plain.input_ids, plain.labels) if y != -100]
+    wrong = smol_tokenizer(first["messages"][2]["content"], add_special_tokens=False)["input_ids"]
+    assert len(every) - len(trained) == len(wrong) + 1  # the erroneous turn and its end-of-turn token
 
 
 def test_export_recovered_cli_prints_one_line_and_bad_rows_are_one_line(run_dir, tmp_path):

@@ -122,6 +122,39 @@ def test_more_bad_shapes_are_quarantined_not_crashes(tmp_path):
     assert [(c.name, c.arguments) for c in calls] == [("ls", {"d": "/"}), ("cat", {"f": "x"})]
 
 
+def test_turn_weights_load_and_bad_ones_are_quarantined(tmp_path):
+    def row(*turns):
+        return json.dumps({"messages": [{"role": "user", "content": "q"}, *turns]})
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text(
+        "\n".join(
+            [
+                row(
+                    {"role": "assistant", "content": "x", "weight": 0},
+                    {"role": "user", "content": "no"},
+                    {"role": "assistant", "content": "y"},
+                ),
+                row({"role": "assistant", "content": "x", "weight": 0.5}),
+                row({"role": "assistant", "content": "x", "weight": True}),
+                row({"role": "assistant", "content": "x", "weight": 0}),
+                json.dumps(
+                    {"messages": [{"role": "user", "content": "q", "weight": 1}, {"role": "assistant", "content": "a"}]}
+                ),
+            ]
+        )
+    )
+    result = load_rows([str(path)])
+    assert result.summary() == {"rows": 5, "valid": 1, "quarantined": 4}
+    assert [m.weight for m in result.records[0].value.messages] == [None, 0, None, None]
+    assert [str(e) for e in result.errors] == [
+        f"{path}:2: message 1: weight must be 0 or 1, got 0.5",
+        f"{path}:3: message 1: weight must be 0 or 1, got True",
+        f"{path}:4: every assistant turn has weight 0 (nothing to learn from)",
+        f"{path}:5: message 0 (user): only assistant turns have a weight",
+    ]
+
+
 def test_json_array_rows_are_placed_by_element_and_the_line_they_start_on(tmp_path):
     path = tmp_path / "rows.json"
     bad = {"messages": [{"role": "user", "content": "only a question"}]}

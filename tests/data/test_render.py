@@ -149,6 +149,20 @@ def test_default_system_prompt_and_multi_turn_mask(smol_tokenizer):
     assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
 
 
+def test_a_weight_0_turn_is_context_with_the_same_ids(smol_tokenizer):
+    msgs = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "wrong", "weight": 0},
+        {"role": "user", "content": "error: try again"},
+        {"role": "assistant", "content": "right", "weight": 1},
+    ]
+    ex = render_with_mask(smol_tokenizer, msgs, "tempering")
+    assert spans(ex, smol_tokenizer) == ["right<|im_end|>"]
+    plain = render_with_mask(smol_tokenizer, [{k: v for k, v in m.items() if k != "weight"} for m in msgs], "tempering")
+    assert ex.input_ids == plain.input_ids  # the weight changes the mask, never the text
+    assert spans(plain, smol_tokenizer) == ["wrong<|im_end|>", "right<|im_end|>"]
+
+
 def test_template_dropping_tool_results_is_an_error(smol_tokenizer):
     tok = copy.deepcopy(smol_tokenizer)
     tok.chat_template = (

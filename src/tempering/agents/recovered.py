@@ -7,7 +7,9 @@ A run's `trajectories.jsonl` holds every RL episode (`training.episode_row`); an
 when it succeeded after at least one error (an invalid call, a tool run that failed such as a
 failing test, or a wrong answer: `EpisodeStats.recovered`) and the environment did not fail.
 Each row is a `messages` conversation (the opening prompt as the model saw it, through the last
-assistant turn: error, feedback and fix included) with its provenance:
+assistant turn: error, feedback and fix included) with its provenance. The turns that erred
+(the episode row's `turn_errors`, one count per model turn) carry `"weight": 0`: they stay as
+context for the fix, and SFT does not learn to make the error.
 
     {"id": "NAME/r3/ws-t2-fix-bug-1/2", "messages": [...],
      "provenance": {"run": "NAME", "rollout": 3, "step": 3, "task_id": "ws-t2-fix-bug-1", "tier": 2,
@@ -50,6 +52,18 @@ def is_recovered(row: dict[str, Any]) -> bool:
     return row.get("status", "scored") == "scored" and bool(row.get("success")) and errors > 0
 
 
+def weigh_errors(messages: list[dict[str, Any]], turn_errors: list[int] | None) -> bool:
+    """Mark the assistant turns that erred with weight 0 (in place); False when none is left to
+    learn from. Rows stored before `turn_errors` existed keep every turn."""
+    if turn_errors is None:
+        return True
+    turns = [m for m in messages if m["role"] == "assistant"]
+    for m, errors in zip(turns, turn_errors):
+        if errors:
+            m["weight"] = 0
+    return any(m.get("weight") != 0 for m in turns)
+
+
 def recovered_rows(rows: Iterable[dict[str, Any]], run: str, updates_per_batch: int = 1) -> list[dict[str, Any]]:
     """SFT rows (`messages` + `provenance`) of the recovered episodes among `rows`, in order."""
     out = []
@@ -59,6 +73,8 @@ def recovered_rows(rows: Iterable[dict[str, Any]], run: str, updates_per_batch: 
         messages = [{k: v for k, v in m.items() if k in ("role", "content", "name")} for m in row["messages"]]
         while messages and messages[-1]["role"] != "assistant":
             messages.pop()
+        if not weigh_errors(messages, row.get("turn_errors")):
+            continue
         stats = row["stats"]
         rollout = int(row.get("rollout", 0))
         counts = {k: int(stats.get(k, 0)) for k in ERROR_KEYS}

@@ -397,6 +397,7 @@ def episode_row(ep: AgentEpisode, rollout: int) -> dict[str, Any]:
         "success": ep.stats.success,
         "recovered": ep.stats.recovered,
         "stats": asdict(ep.stats),
+        "turn_errors": [t.signals.errors for t in ep.turns],
         "token_ids": t.token_ids,
         "loss_mask": t.loss_mask,
     }

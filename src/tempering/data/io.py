@@ -22,7 +22,7 @@ from tempering.types import Conversation
 __all__ = ["RowInvalid"]  # re-exported: callers catch it from here
 
 ROLES = ("system", "user", "assistant", "tool")
-MESSAGE_KEYS = {"role", "content", "tool_calls", "name", "tool_call_id"}
+MESSAGE_KEYS = {"role", "content", "tool_calls", "name", "tool_call_id", "weight"}
 BOM = b"\xef\xbb\xbf"
 
 
@@ -241,6 +241,11 @@ def _check_message(i: int, m: Any) -> None:
     unknown = set(m) - MESSAGE_KEYS
     if unknown:
         raise RowInvalid(f"message {i}: unknown field(s) {sorted(unknown)}")
+    if "weight" in m:
+        if role != "assistant":
+            raise RowInvalid(f"message {i} ({role}): only assistant turns have a weight")
+        if type(m["weight"]) is not int or m["weight"] not in (0, 1):
+            raise RowInvalid(f"message {i}: weight must be 0 or 1, got {m['weight']!r}")
     calls = m.get("tool_calls")
     if calls is not None:
         if role != "assistant":
@@ -281,6 +286,8 @@ def _check_messages(messages: list[dict]) -> Conversation:
         _check_message(i, m)
     if not any(m["role"] == "assistant" for m in messages):
         raise RowInvalid("no assistant turn (nothing to learn from)")
+    if all(m.get("weight") == 0 for m in messages if m["role"] == "assistant"):
+        raise RowInvalid("every assistant turn has weight 0 (nothing to learn from)")
     first = next(m["role"] for m in messages if m["role"] != "system")
     if first == "assistant":
         raise RowInvalid("the first non-system turn is the assistant's (no prompt before it)")

@@ -121,7 +121,8 @@ def _prefix_len(tokenizer: Any, prefix: str, full: str, full_ids: list[int], whe
 def render_with_mask(
     tokenizer: Any, messages: list[dict], style: ToolCallStyle, end_of_turn_id: int | None = None
 ) -> RenderedExample:
-    """Render one conversation and mark exactly the assistant tokens for the loss.
+    """Render one conversation and mark exactly the assistant tokens for the loss (a turn with
+    `weight: 0` stays context and is not marked).
 
     Args:
         tokenizer: a Hugging Face tokenizer with a chat template.
@@ -137,7 +138,7 @@ def render_with_mask(
     ids = _encode(tokenizer, full)
     labels = [IGNORE] * len(ids)
     for i, m in enumerate(msgs):
-        if m["role"] != "assistant":
+        if m["role"] != "assistant" or m.get("weight") == 0:  # weight 0: context, not trained on
             continue
         start_text = _apply(tokenizer, msgs[:i], add_generation_prompt=True) if i else ""
         start = _prefix_len(tokenizer, start_text, full, ids, f"before message {i}")
