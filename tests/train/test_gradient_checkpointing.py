@@ -189,3 +189,14 @@ def test_checkpointing_keeps_less_for_the_backward_pass():
     kept = saved_bytes(LlamaForCausalLM(cfg), batch, checkpointing=True)
     print(f"saved for backward: {plain / 2**20:.1f} MiB without, {kept / 2**20:.1f} MiB with checkpointing")
     assert kept < plain / 2
+
+
+def test_on_policy_divergence_loss_and_gradients_equal_without_checkpointing():
+    # the whole-distribution distillation loss reads the decoder states (`grouped_hidden`), whole rows
+    # under checkpointing
+    from tempering.objectives.distill import OnPolicyDivergenceObjective
+
+    objective = OnPolicyDivergenceObjective(tiny_llama(vocab=64, seed=5), "reverse_kl", None, 1.0, [])
+    batch = grpo_batch()
+    plain = step(make_model(None), objective, batch, checkpointing=False)
+    assert_same_step(plain, step(make_model(None), objective, batch, checkpointing=True), forwards=2)

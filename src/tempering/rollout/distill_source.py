@@ -112,8 +112,8 @@ class OnPolicyDistillSource:
         else:  # as many replies, one greedy teacher reply per prompt; not the student's samples
             assert self.teacher_engine is not None
             tasks = self._next_tasks(self.s.prompts_per_step * self.s.samples_per_prompt)
-            own = {name: getattr(self.s, name) for name in SamplingSettings.model_fields}
-            greedy = SamplingSettings.model_validate(own | {"temperature": 0.0})
+            fields = {k: getattr(self.s, k) for k in SamplingSettings.model_fields}
+            greedy = SamplingSettings.model_validate({**fields, "temperature": 0.0})
             groups = rollout(tasks, self.teacher_engine, greedy, self.workers, n=1, seed=self.seed + self.cursor)
         gen_s, t1 = time.perf_counter() - t0, time.perf_counter()
         rows = []
