@@ -11,6 +11,7 @@ from tempering.config import PreferenceSettings, TrainSettings
 from tempering.data.pair_batches import PairBatches, collate_pairs
 from tempering.data.pair_render import RenderedPair
 from tempering.models.logprobs import sequence_logprob_sums
+from tempering.models.lora import check_kl_reference, continues_adapter
 from tempering.objectives.dpo import PreferenceObjective, pair_sequence_logps, pair_sums
 from tempering.train.reference import cached_reference_logps, compute_reference_logps
 from tempering.train.trainer import Trainer
@@ -64,27 +65,28 @@ def test_batch_layout_interleaves_sides_and_counts_tokens():
     assert b["weights"].tolist() == [p.weight for p in pairs]
 
 
-def lora_model():
+def lora_model(continued: bool = True):
+    """A tiny model with LoRA on q and v; `continued`: the adapters already change the model (as
+    after a LoRA SFT stage), else fresh (B = 0, as `get_peft_model` makes them)."""
     from peft import LoraConfig, get_peft_model
 
     model = tiny_llama(VOCAB)
     torch.manual_seed(1)
     peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
-    with torch.no_grad():  # move the adapters off zero, so policy != reference
-        for name, p in peft.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.5)
+    if continued:
+        with torch.no_grad():
+            for name, p in peft.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.5)
     return peft
 
 
-def test_reference_is_the_model_with_adapters_disabled_and_is_cached(tmp_path):
-    model, pairs = lora_model(), random_pairs(6, seed=2)
+def test_a_fresh_adapter_reference_is_the_base_online_or_cached(tmp_path):
+    model, pairs = lora_model(continued=False), random_pairs(6, seed=2)
+    assert not continues_adapter(model)
     ref = compute_reference_logps(pair_sums, model, pairs, batch_size=4, precision="fp32")
     with torch.no_grad(), model.disable_adapter():
         torch.testing.assert_close(ref[:, 0], separate_sums(model, pairs, "chosen"), atol=1e-5, rtol=1e-5)
-    with torch.no_grad():
-        policy, _, _ = pair_sequence_logps(model, collate_pairs(pairs))
-    assert (policy - ref[:, 0]).abs().max() > 1e-3  # adapters on: a different policy
     # the online reference (adapters off each step) gives the cached numbers
     objective = PreferenceObjective(PreferenceSettings())
     online_c, online_r = objective.reference(model, collate_pairs(pairs))
@@ -92,7 +94,7 @@ def test_reference_is_the_model_with_adapters_disabled_and_is_cached(tmp_path):
 
     tok = type("Tok", (), {"chat_template": "t", "__len__": lambda self: VOCAB})()
     first, rec1 = cached_reference_logps(pair_sums, model, tok, pairs, 4, "fp32", tmp_path)
-    with torch.no_grad():  # other adapter weights (another seed): same reference, same key
+    with torch.no_grad():  # other fresh adapter weights (another seed): same reference, same key
         for name, p in model.named_parameters():
             if "lora_A" in name:
                 p.add_(1.0)
@@ -101,6 +103,29 @@ def test_reference_is_the_model_with_adapters_disabled_and_is_cached(tmp_path):
     assert Path(rec2["path"]).is_file() and torch.equal(first, second)
     _, rec3 = cached_reference_logps(pair_sums, model, tok, pairs[:5], 4, "fp32", tmp_path)
     assert rec3["key"] != rec1["key"] and not rec3["hit"]  # other data, other key
+
+
+def test_a_continued_adapter_reference_is_the_starting_policy_not_the_base(tmp_path):
+    model, pairs = lora_model(continued=True), random_pairs(6, seed=2)
+    assert continues_adapter(model)
+    ref = compute_reference_logps(pair_sums, model, pairs, batch_size=4, precision="fp32")
+    with torch.no_grad():
+        policy, _, _ = pair_sequence_logps(model, collate_pairs(pairs))
+    torch.testing.assert_close(ref[:, 0], policy, atol=1e-5, rtol=1e-5)  # DPO's step 1 starts at margin 0
+    with torch.no_grad(), model.disable_adapter():
+        assert (separate_sums(model, pairs, "chosen") - ref[:, 0]).abs().max() > 1e-3  # the base differs
+    tok = type("Tok", (), {"chat_template": "t", "__len__": lambda self: VOCAB})()
+    _, continued = cached_reference_logps(pair_sums, model, tok, pairs, 4, "fp32", tmp_path)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(2.0)
+    _, other = cached_reference_logps(pair_sums, model, tok, pairs, 4, "fp32", tmp_path)
+    assert continued["key"] != other["key"] and not other["hit"]  # another starting policy, another key
+    with pytest.raises(ValueError, match=r"grpo.beta > 0 penalises the distance to the base"):
+        check_kl_reference(model, 0.04, "grpo.beta")
+    check_kl_reference(model, 0.0, "grpo.beta")
+    check_kl_reference(lora_model(continued=False), 0.04, "grpo.beta")
 
 
 @pytest.mark.parametrize("loss", ["dpo", "ipo", "simpo"])

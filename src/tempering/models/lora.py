@@ -110,6 +110,23 @@ def load_for_training(model_spec: str, lora: LoraSettings | None) -> Any:
     return apply_lora(model, lora, model_spec) if lora else model
 
 
+def continues_adapter(model: Any) -> bool:
+    """Whether `model`'s LoRA adapters already change its output (a given adapter continued, any
+    `lora_B` non-zero): then "adapters off" is the base, not the policy training starts from.
+    A fresh adapter (B = 0) adds exactly nothing."""
+    return any("lora_B" in name and bool(p.detach().any()) for name, p in model.named_parameters())
+
+
+def check_kl_reference(model: Any, beta: float, key: str) -> None:
+    """A KL penalty's reference is the base with adapters off: refuse it, before any work, when the
+    adapter being trained was given and already changes the model (`key`: the config key of beta)."""
+    if beta > 0 and continues_adapter(model):
+        raise ValueError(
+            f"{key} > 0 penalises the distance to the base (adapters off), but the model is an adapter that "
+            f"already changes it: export it merged (`temper export`) and start from that, or set {key}: 0"
+        )
+
+
 def _console() -> Any:
     from rich.console import Console  # models/ stays below train/: no import of its console
 

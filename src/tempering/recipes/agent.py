@@ -98,7 +98,7 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
     run here, so the Trainer's fit is the RL phase."""
     from tempering.agents.render import AgentRenderer
     from tempering.agents.training import AgentRolloutSource
-    from tempering.models.lora import load_for_training
+    from tempering.models.lora import check_kl_reference, load_for_training
     from tempering.models.precision import resolve_precision
     from tempering.objectives.grpo import GRPOObjective
     from tempering.recipes.grpo import mismatch_budget
@@ -108,6 +108,7 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
     sandbox = _sandbox(data.train + [t for ts in data.held.values() for t in ts])
     renderer = AgentRenderer(tokenizer)
     model = load_for_training(cfg.model, cfg.lora)
+    check_kl_reference(model, cfg.rl.beta, "rl.beta")
     engine = build_engine(cfg.engine, model, tokenizer, resolve_precision(cfg.train.precision))
 
     def evaluate(label: str) -> dict[str, Any]:

@@ -68,6 +68,7 @@ def reference_for(
 ) -> tuple[torch.Tensor | None, dict[str, Any]]:
     """Cached reference sums for `pairs` (None when the loss needs none or it is computed online)."""
     from tempering.models.load import cache_dir
+    from tempering.models.lora import continues_adapter
     from tempering.objectives.dpo import pair_sums
     from tempering.objectives.preference import needs_reference
     from tempering.train.reference import cached_reference_logps
@@ -79,6 +80,11 @@ def reference_for(
             raise ValueError(
                 "dpo.reference: online needs LoRA (the base with adapters off is the reference); "
                 "with full parameters use dpo.reference: cache"
+            )
+        if continues_adapter(model):
+            raise ValueError(
+                f"dpo.reference: online compares with the base (adapters off), but {cfg.model} is an adapter "
+                "that already changes the model: use dpo.reference: cache (the starting policy's log-probs)"
             )
         return None, {"reference": "online (adapters disabled)"}
     logps, record = cached_reference_logps(

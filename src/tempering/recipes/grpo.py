@@ -385,7 +385,7 @@ def _prepare(cfg: GRPOConfig, tokenizer: Any) -> GRPOTasks:
 
 
 def _components(cfg: GRPOConfig, data: GRPOTasks, tokenizer: Any, stage: Any) -> Components:
-    from tempering.models.lora import load_for_training
+    from tempering.models.lora import check_kl_reference, load_for_training
     from tempering.rollout.store import TrajectoryStore
 
     run_dir = stage.run_dir
@@ -400,6 +400,7 @@ def _components(cfg: GRPOConfig, data: GRPOTasks, tokenizer: Any, stage: Any) ->
         tasks, held = heldout_tasks(cfg, data.tasks, run_dir)
     data.summary["tasks"] = len(tasks)
     model = load_for_training(cfg.model, cfg.lora)
+    check_kl_reference(model, cfg.grpo.beta, "grpo.beta")
     store = TrajectoryStore(run_dir, stage.name)
     engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store, schedule)
     callbacks, monitor = [mismatch_budget(cfg.grpo.mismatch_budget)], None

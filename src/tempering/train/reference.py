@@ -8,16 +8,16 @@ step, with the same shared-prompt forward the loss uses, and stored at
                                                                   pair tokens and masks, precision)
 
 A second run on the same model and data (another seed, another beta, a resume) loads them.
-Under LoRA the reference is the model with adapters disabled (its base weights; adapter
-weights are left out of the key, so a new seed's random adapters still hit the cache);
-for full-parameter training it is the model before its first step. Either way no second
-copy of the model is held.
+The reference is the model as it is before its first step, adapters on: a fresh LoRA adapter
+(B = 0) adds exactly nothing, so that is the base; a continued adapter (DPO after a LoRA SFT)
+is the policy training starts from, which "adapters off" would lose. Fresh adapter weights are
+left out of the key, so a new seed's random adapters still hit the cache; a continued
+adapter's weights are in it. No second copy of the model is held.
 """
 
 from __future__ import annotations
 
 import hashlib
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -28,6 +28,7 @@ from rich.progress import Progress
 from tempering.atomic import atomic_path
 from tempering.data.pair_batches import collate_pairs, pairs_fingerprint
 from tempering.data.pair_render import RenderedPair
+from tempering.models.lora import continues_adapter
 from tempering.models.precision import autocast
 
 PairScore = Callable[[Any, dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]
@@ -36,10 +37,10 @@ passed in (train/ does not import objectives/)."""
 
 
 def reference_weights_hash(model: Any) -> str:
-    """sha256 over the weights the reference uses: everything but LoRA adapter tensors."""
-    h = hashlib.sha256()
+    """sha256 over the weights the reference uses: everything but a fresh adapter's tensors."""
+    h, fresh = hashlib.sha256(), not continues_adapter(model)
     for name, tensor in sorted(model.state_dict().items()):
-        if "lora_" in name:
+        if fresh and "lora_" in name:
             continue
         t = tensor.detach().to("cpu").contiguous()
         h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
@@ -64,18 +65,14 @@ def compute_reference_logps(
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    disabled = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
     out = torch.zeros((len(pairs), 2), dtype=torch.float32)
     # longest first: similar lengths share a batch, so little padding
     order = sorted(range(len(pairs)), key=lambda i: -pairs[i].n_tokens)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     try:
-        with (
-            disabled,
-            Progress(
-                *Progress.get_default_columns(), console=console or Console(stderr=True), transient=True
-            ) as progress,
-        ):
+        with Progress(
+            *Progress.get_default_columns(), console=console or Console(stderr=True), transient=True
+        ) as progress:
             task = progress.add_task("reference log-probs", total=len(batches))
             for index in batches:
                 batch = collate_pairs([pairs[i] for i in index])
