@@ -2,22 +2,10 @@
 
 import json
 
-import pytest
 import yaml
 from typer.testing import CliRunner
 
 from tempering.cli import app
-from tests.conftest import tiny_llama
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, smol_tokenizer):
-    path = tmp_path_factory.mktemp("tiny")
-    model = tiny_llama(vocab=49152, seed=5)
-    model.config.eos_token_id = smol_tokenizer.eos_token_id
-    model.save_pretrained(path)
-    smol_tokenizer.save_pretrained(path)
-    return path
 
 
 def _config(tmp_path, model_dir, steps):

@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 from tempering.cli import app
 from tempering.config import ConfigError, GRPOConfig, load_config
 from tempering.recipes.grpo import MismatchExceeded, mismatch_budget
-from tests.conftest import tiny_llama
 
 
 def test_the_budget_stops_only_above_it():
@@ -43,16 +42,6 @@ def test_a_budget_without_a_metric_to_read_is_a_one_line_config_error(tmp_path, 
         load_config(GRPOConfig, path)
     line = str(err.value)
     assert message in line and "\n" not in line.strip() and "grpo.mismatch_budget" in line
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, smol_tokenizer):
-    path = tmp_path_factory.mktemp("tiny")
-    model = tiny_llama(vocab=49152, seed=5)
-    model.config.eos_token_id = smol_tokenizer.eos_token_id
-    model.save_pretrained(path)
-    smol_tokenizer.save_pretrained(path)
-    return path
 
 
 def _config(tmp_path, model_dir, budget) -> str:

@@ -13,21 +13,10 @@ import yaml
 from typer.testing import CliRunner
 
 from tempering.cli import app
-from tests.conftest import tiny_llama
 from tests.test_cli_errors import one_line_error
 
 # What a random tiny model's replies pass: any character (mastered), an "m" (about half of them), never.
 PATTERNS = {"mastered": ".", "some": "m", "hopeless": "QQQ#never#QQQ"}
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, smol_tokenizer):
-    path = tmp_path_factory.mktemp("tiny")
-    model = tiny_llama(vocab=49152, seed=5)
-    model.config.eos_token_id = smol_tokenizer.eos_token_id
-    model.save_pretrained(path)
-    smol_tokenizer.save_pretrained(path)
-    return path
 
 
 def _task_file(path, domain, n):

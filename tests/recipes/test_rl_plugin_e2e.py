@@ -8,14 +8,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import pytest
 import torch
 import yaml
 from typer.testing import CliRunner
 
 from tempering.algorithms import register_advantage, register_policy_loss
 from tempering.cli import app
-from tests.conftest import tiny_llama
 
 CALLS: Counter = Counter()
 PLUGIN = __name__  # "tests.recipes.test_rl_plugin_e2e": the module a config names
@@ -38,16 +36,6 @@ def rank_advantages(rewards, groups):
         ranks = rewards[idx].argsort().argsort().to(rewards.dtype)
         out[idx] = (2 * ranks / max(len(idx) - 1, 1) - 1) if len(idx) > 1 else 0.0
     return out
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, smol_tokenizer):
-    path = tmp_path_factory.mktemp("tiny")
-    model = tiny_llama(vocab=49152, seed=5)
-    model.config.eos_token_id = smol_tokenizer.eos_token_id
-    model.save_pretrained(path)
-    smol_tokenizer.save_pretrained(path)
-    return path
 
 
 def write_config(tmp_path: Path, model_dir: Path, **grpo) -> Path:

@@ -26,21 +26,19 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from tempering.data.io import iter_rows, where
+
 ERROR_KEYS = ("invalid_calls", "tool_errors", "wrong_answers")
 
 
 def read_trajectory_rows(path: str | Path) -> list[dict[str, Any]]:
     """A run's stored episodes; a row that is not JSON is a one-line error naming file and line."""
     out = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: not a JSON episode row ({exc.msg})") from None
+    for location, row, error in iter_rows(path):
+        if error is not None:
+            raise ValueError(f"{where(path, location)}: not a JSON episode row ({error})")
         if not isinstance(row, dict) or not isinstance(row.get("messages"), list) or "stats" not in row:
-            raise ValueError(f"{path}:{n}: not an episode row (needs 'messages' and 'stats')")
+            raise ValueError(f"{where(path, location)}: not an episode row (needs 'messages' and 'stats')")
         out.append(row)
     return out
 
