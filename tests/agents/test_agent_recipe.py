@@ -10,7 +10,7 @@ from tempering.evals.leakage import PrivateSuiteOverlap
 from tempering.recipes.agent import run_agent
 from tests.evals.conftest import write_jsonl, write_suite
 from tests.evals.test_leakage import EVAL
-from tests.recipes.test_grpo_e2e import tiny_dir  # noqa: F401  (fixture)
+from tests.recipes.conftest import tiny_dir  # noqa: F401  (fixture)
 
 
 def test_agent_training_on_a_private_suites_prompt_is_refused_before_a_run_is_recorded(tmp_path, monkeypatch):

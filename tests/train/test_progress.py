@@ -5,7 +5,8 @@ import io
 from rich.console import Console
 
 from tempering.train.progress import NO_GRADIENT, VERIFIERS_FAILED, TrainProgress, no_signal_reasons
-from tests.recipes.test_grpo_e2e import _config, tiny_dir  # noqa: F401  (fixture)
+from tests.recipes.conftest import tiny_dir  # noqa: F401  (fixture)
+from tests.recipes.test_grpo_e2e import _config
 from tests.train.test_trainer import make_trainer
 
 
