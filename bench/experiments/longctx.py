@@ -119,9 +119,16 @@ def main() -> None:
     p.add_argument("--budget-min", type=float, default=22.0, help="baseline: start no cell after this")
     p.add_argument("--extrapolate-min", type=float, default=15.0, help="extrapolation: start no task after this")
     p.add_argument("--replot", action="store_true", help="only redraw the heatmap from longctx.json")
+    p.add_argument(
+        "--extrapolate-only",
+        action="store_true",
+        help="run only the YaRN passkey part and replace `extrapolation` in the existing longctx.json",
+    )
     args = p.parse_args()
     if args.replot:
         return heatmap(json.loads((RESULTS / "longctx.json").read_text())["baseline"], RESULTS / "longctx_heatmap.png")
+    if args.extrapolate_only:
+        return extrapolate_only(args)
 
     import torch
 
@@ -168,6 +175,24 @@ def main() -> None:
     (RESULTS / "longctx.json").write_text(json.dumps(result, indent=1))
     if result["baseline"]:
         heatmap(result["baseline"], RESULTS / "longctx_heatmap.png")
+
+
+def extrapolate_only(args: argparse.Namespace) -> None:
+    """The YaRN part alone: the baseline cells already in longctx.json stay as they are."""
+    import torch
+
+    path = RESULTS / "longctx.json"
+    result = json.loads(path.read_text())
+    start, load_before = time.perf_counter(), os.getloadavg()
+    part = extrapolate(args, "smollm2-135m-instruct", lambda: args.extrapolate_min * 60 - (time.perf_counter() - start))
+    result["extrapolation"] = part | {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "torch_threads": torch.get_num_threads(),
+        "load_average_before_after": [load_before, os.getloadavg()],
+        "wall_s": time.perf_counter() - start,
+        "command": "python bench/experiments/longctx.py " + " ".join(sys.argv[1:]),
+    }
+    path.write_text(json.dumps(result, indent=1))
 
 
 def extrapolate(args: argparse.Namespace, model_name: str, left) -> dict:
