@@ -2,10 +2,14 @@
 regression (a track trained without replay that breaks the general suite) is caught by the gate,
 rebalanced with replay, and released on the second attempt, with the attempts in lineage.
 
-Tiny in-process models only: a word-level 2-layer Llama that answers every prompt "blue". Track
-`a` keeps that answer on its prompts (its task vector stays small: merging is not what this test
-measures, bench/experiments/merge_tracks.py does), track `b` teaches "green" on `b` prompts and,
-trained without replay, says "green" to everything.
+Tiny in-process models only: a word-level 2-layer Llama that answers "blue" (and "red" to `b`
+prompts, so it already reads the prefix). Track `a` keeps "blue" on its prompts (trained with SGD
+from a loss near 0, its task vector stays near 0: merging is not what this test measures,
+bench/experiments/merge_tracks.py does), track `b` teaches "green" on `b` prompts and, trained
+without replay, says "green" to everything. The settings (a prefix-reading base, 5 passes over b's
+rows so that replay draws 13 general rows, lr 3e-3 for 150 steps) were chosen for margin: the
+loop passed on 7 of 8 model seeds on an AVX512 host; with one answer for every prompt in the base,
+3 replay rows and lr 1e-2 for 60 steps it passed on 1 of 5 (the outcome turned on float rounding).
 """
 
 import json
@@ -56,16 +60,22 @@ def blue(tmp_path) -> Path:
     tok = word_tokenizer()
     model = tiny_llama(vocab=len(WORDS), seed=0)
     model.config.eos_token_id = model.generation_config.eos_token_id = tok.eos_token_id
+    # b's prompts get another answer ("red"), so the base already reads the prefix: a base taught one
+    # answer for every prompt ignores its input, and a track then learns "b -> green" slowly and unevenly
     teach(model, tok, [f"{p} {w}" for p in ["a", "b", *GENERAL] for w in TRAIN], "blue", steps=40)
+    for _ in range(3):
+        teach(model, tok, [f"b {w}" for w in TRAIN], "red", steps=4)
+        teach(model, tok, [f"{p} {w}" for p in ["a", *GENERAL] for w in TRAIN], "blue", steps=4)
     path = tmp_path / "blue"
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
 
-def write_rows(path: Path, prefixes: str | list[str], words: list[str], answer: str) -> str:
+def write_rows(path: Path, prefixes: str | list[str], words: list[str], answer: str, passes: int = 1) -> str:
     rows = [
         {"messages": [{"role": "user", "content": f"{p} {w}"}, {"role": "assistant", "content": answer}]}
+        for _ in range(passes)
         for p in ([prefixes] if isinstance(prefixes, str) else prefixes)
         for w in words
     ]
@@ -96,18 +106,18 @@ def write_suite(tmp: Path, name: str, prefix: str, answer: str) -> str:
     return str(path)
 
 
-def sft_stage(model: str, data: str) -> dict:
+def sft_stage(model: str, data: str, optim: str = "adamw") -> dict:
     return {
         "kind": "sft",
         "model": model,
         "lora": None,  # full weights: mergekit merges the exact task vectors
         "data": {"train": [data], "max_length": 32, "packing": False},
         "train": {
-            "steps": 60,
+            "steps": 150,
             "batch_size": 8,
             "precision": "fp32",
             "threads": 1,
-            "optim": {"lr": 1e-2, "warmup_steps": 0, "schedule": "constant"},
+            "optim": {"name": optim, "lr": 3e-3, "warmup_steps": 0, "schedule": "constant"},
         },
     }
 
@@ -123,8 +133,12 @@ def tracks_pipeline(tmp: Path, model: str, **changes) -> Path:
         "out": str(tmp / "runs"),
         "stages": {
             "baseline": {**evals, "model": model},
-            "sft_a": sft_stage(model, write_rows(tmp / "a.jsonl", "a", TRAIN, "blue")),
-            "sft_b": sft_stage(model, write_rows(tmp / "b.jsonl", "b", TRAIN, "green")),
+            # SGD: a's loss starts near 0, so its task vector stays near 0 (Adam would take lr-sized steps
+            # on any gradient, however small, and a's vector would pull b's prompts to "blue" in the merge)
+            "sft_a": sft_stage(model, write_rows(tmp / "a.jsonl", "a", TRAIN, "blue"), optim="sgd"),
+            # 5 passes over b's 6 prompts: replay at ratio r adds round(30 r / (1 - r)) general rows (13 of the
+            # 36 at 0.3; with one pass it would be 3, too few to cover the general prefixes)
+            "sft_b": sft_stage(model, write_rows(tmp / "b.jsonl", "b", TRAIN, "green", passes=5)),
             "merged": {
                 "kind": "merge",
                 "inputs": ["${sft_a.final}", "${sft_b.final}"],
@@ -143,7 +157,8 @@ def tracks_pipeline(tmp: Path, model: str, **changes) -> Path:
             "merge": "merged",
             "gate": "gate",
             "max_attempts": 3,
-            "replay": {"data": write_rows(tmp / "general.jsonl", GENERAL, TRAIN[2:], "blue"), "ratio": 0.3},
+            # general data covers a's prompts too: b's replay then keeps them "blue" on its own
+            "replay": {"data": write_rows(tmp / "general.jsonl", ["a", *GENERAL], TRAIN, "blue"), "ratio": 0.3},
         },
     }
     for dotted, value in changes.items():
