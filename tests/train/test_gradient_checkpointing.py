@@ -90,8 +90,11 @@ def assert_same_step(plain, checkpointed, forwards: int = 1) -> None:
     (loss0, grads0, runs0), (loss1, grads1, runs1) = plain, checkpointed
     assert abs(loss0 - loss1) <= TOL
     assert grads0.keys() == grads1.keys() and grads0
-    assert max(float((grads0[n] - grads1[n]).abs().max()) for n in grads0) <= TOL
-    assert max(float(g.abs().max()) for g in grads0.values()) > 1e-3  # gradients that mean something
+    largest = max(float(g.abs().max()) for g in grads0.values())
+    assert largest > 1e-3  # gradients that mean something
+    # 1e-6 relative to the largest gradient entry when it exceeds 1: a replayed forward may sum in
+    # another order, and fp32 rounds at ~1e-7 of the magnitude (full-model GRPO gradients reach ~10)
+    assert max(float((grads0[n] - grads1[n]).abs().max()) for n in grads0) <= TOL * max(1.0, largest)
     assert runs0 == [forwards] * 2 and runs1 == [2, 2]
 
 
