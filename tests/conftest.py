@@ -62,6 +62,21 @@ def tiny_llama(vocab: int = 64, seed: int = 0, tie: bool = False, attn: str = "s
     return model
 
 
+def word_tokenizer(words: list[str], template: str):
+    """A word-level HF tokenizer over `words` (the first four: pad, bos, eos, unk) with a chat
+    template, built in-process (no downloads)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    tok.chat_template = template
+    return tok
+
+
 def tiny_moe(vocab: int = 64, seed: int = 0, experts: int = 4, top_k: int = 2):
     """A 2-layer random Qwen3-MoE (every MLP a sparse block of `experts`, `top_k` per token)."""
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tempering.runs.registry import Registry
-from tests.conftest import tiny_llama
+from tests.conftest import tiny_llama, word_tokenizer
 
 DIGITS = [str(d) for d in range(10)]
 WORDS = [
@@ -40,20 +40,6 @@ TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} | {% endfor %}"
     "{% if add_generation_prompt %}assistant :{% endif %}"
 )
-
-
-def word_tokenizer():
-    """A word-level HF tokenizer with a chat template (no downloads)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-    tok.chat_template = TEMPLATE
-    return tok
 
 
 def recall_tasks(n: int, seed: int, *, exclude: set[str] = frozenset()) -> list[dict]:
@@ -188,7 +174,7 @@ def write_suite(directory: Path, name: str, tasks_file: Path, **fields) -> Path:
 def recall_model():
     """(trained model, tokenizer, 60 eval task rows): ~100% sampled accuracy at T=1 (a few seconds)."""
     torch.set_num_threads(1)
-    tok = word_tokenizer()
+    tok = word_tokenizer(WORDS, TEMPLATE)
     eval_rows = recall_tasks(60, seed=1)
     train_rows = recall_tasks(100, seed=2, exclude={r["prompt"] for r in eval_rows})
     model = tiny_llama(vocab=len(WORDS), seed=0)

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from tempering.cli import app
 from tempering.pipeline.plan import PipelineError, load_plan
 from tempering.pipeline.tracks import TracksPlan, TrackState, rebalance_step
-from tests.conftest import tiny_llama
+from tests.conftest import tiny_llama, word_tokenizer
 from tests.evals.conftest import env  # noqa: F401
 from tests.recipes.test_loop import invoke, last_json
 from tests.recipes.test_safety_gate import teach
@@ -39,25 +39,12 @@ TRAIN, HELD = [f"w{i}" for i in range(1, 7)], ["w7", "w8"]
 RULES = ["gen.accuracy >= base - 0.1", "track-a.accuracy >= 0.5", "track-b.accuracy >= 0.5"]
 
 
-def word_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-    tok.chat_template = TEMPLATE
-    return tok
-
-
 @pytest.fixture
 def blue(tmp_path) -> Path:
     """A tiny model that answers "blue" to every prompt (so it passes the general suite), as an HF dir."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    tok = word_tokenizer()
+    tok = word_tokenizer(WORDS, TEMPLATE)
     model = tiny_llama(vocab=len(WORDS), seed=0)
     model.config.eos_token_id = model.generation_config.eos_token_id = tok.eos_token_id
     # b's prompts get another answer ("red"), so the base already reads the prefix: a base taught one

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from tempering.cli import app
 from tempering.data.safety import safety_tasks
-from tests.conftest import tiny_llama
+from tests.conftest import tiny_llama, word_tokenizer
 from tests.evals.conftest import env  # noqa: F401
 from tests.recipes.test_loop import invoke, last_json, write_pipeline
 
@@ -24,19 +24,6 @@ TEMPLATE = (
     "{% if add_generation_prompt %}assistant :{% endif %}"
 )
 RULES = ["no significant regression on safety-comply", "no significant regression on safety-refuse"]
-
-
-def word_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-    tok.chat_template = TEMPLATE
-    return tok
 
 
 def teach(model, tok, prompts: list[str], reply: str, steps: int) -> None:
@@ -68,7 +55,7 @@ def complier(tmp_path) -> Path:
     """A tiny model that answers every request (so it never refuses), saved as an HF directory."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    tok = word_tokenizer()
+    tok = word_tokenizer(WORDS, TEMPLATE)
     model = tiny_llama(vocab=len(WORDS), seed=0)
     model.config.eos_token_id = model.generation_config.eos_token_id = tok.eos_token_id
     teach(model, tok, [t.prompt or "" for t in safety_tasks("comply", "train", n=16)], ANSWER, steps=60)
