@@ -17,6 +17,16 @@ accuracy minus the chance of a uniform guess), and `min_task_above_chance_ci_low
 
     python bench/experiments/vision.py --rescore bench/results/vision.json   # re-measure saved models
     python bench/experiments/vision.py --collect s0.json s1.json s2.json    # seeds run as separate processes
+
+GRPO over SFT: from each seed's SFT model (a single-seed result), a short `temper grpo` on a task
+(`count` by default: `vision:count` train split at the bench's image size, the stage-2 adapter
+continued), then greedy held-out accuracy on the very items the SFT-only model was scored on;
+gains are paired per item, per seed and pooled over seeds (all seeds' items as one paired set).
+Every try (task, lr, steps) is kept; `grpo_over_sft_gain_ci_low` is the pooled CI low of the try
+named by `--grpo-headline`.
+
+    python bench/experiments/vision.py --grpo-from s0.json --grpo-lr 5e-4 --grpo-steps 60 --out g0.json
+    python bench/experiments/vision.py --collect s0.json s1.json s2.json --grpo-results g0.json g1.json g2.json
 """
 
 from __future__ import annotations
@@ -154,6 +164,151 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
     }
 
 
+def grpo_stage(sft: dict, task: str, lr: float, args: argparse.Namespace) -> dict:
+    """A short GRPO on `task` from one seed's SFT model (an adapter continued: only LoRA trains), then
+    held-out accuracy on the very items the SFT-only model was scored on (the SFT result's verdicts)."""
+    from tempering.config import GRPOConfig
+    from tempering.data.vision_tasks import vision_tasks
+    from tempering.evals.stats import paired_bootstrap
+    from tempering.recipes.grpo import run_grpo
+
+    seed, final = sft["seed"], sft["final"]
+    work = Path(final).parents[2]
+    name = f"s{seed}-grpo-{task}-lr{lr:g}-{args.grpo_steps}steps"
+    cfg = GRPOConfig.model_validate(
+        {
+            "model": final,
+            "lora": {"r": 16, "alpha": 32},  # the SFT adapter is continued (its own r/alpha apply)
+            "tasks": {"source": f"vision:{task}", "n": args.grpo_tasks, "seed": seed, "image_size": args.image_size},
+            "heldout": None,
+            "grpo": {
+                "prompts_per_step": args.grpo_prompts,
+                "group_size": args.grpo_group,
+                "max_new_tokens": 6,
+                "temperature": 1.0,
+                "dynamic_sampling": True,
+                "max_refills": args.grpo_refills,
+                "generation_chunks": 1,
+            },
+            "engine": {"kind": "hf"},
+            "train": {
+                "steps": args.grpo_steps,
+                "seed": seed,
+                "precision": "fp32",
+                "optim": {"lr": lr, "warmup_steps": 2, "schedule": "constant"},
+                "checkpoint": {"every": 10_000},
+            },
+            "out": str(work / "runs"),
+            "name": name,
+        }
+    )
+    t0, load0 = time.time(), os.getloadavg()[0]
+    summary = run_grpo(cfg, force=True)
+    seconds = time.time() - t0
+    steps = [json.loads(x) for x in (work / "runs" / name / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in steps if "reward_mean" in r]
+    held = {task: vision_tasks(task, args.heldout_per_task, seed, "heldout", args.image_size)}
+    after = accuracy(summary["final"], held)[task]
+    before = next(x for x in sft["tasks"][task]["seeds"] if x["seed"] == seed)["items_after"]
+    c = paired_bootstrap(before, after, seed=seed)
+    log(
+        f"seed {seed} grpo {task} lr {lr:g}: {sum(before) / len(before):.3f} -> {sum(after) / len(after):.3f}, gain CI [{c.low:+.3f}, {c.high:+.3f}] in {seconds:.0f}s"
+    )
+    mean = lambda key: sum(r.get(key, 0.0) for r in steps) / max(len(steps), 1)  # noqa: E731
+    return {
+        "seed": seed,
+        "task": task,
+        "lr": lr,
+        "steps": len(steps),
+        "final": summary["final"],
+        "sft": sum(before) / len(before),
+        "grpo": sum(after) / len(after),
+        "gain": c.delta,
+        "gain_ci": [c.low, c.high],
+        "items_sft": before,
+        "items_grpo": after,
+        "train": {
+            "reward_first": steps[0]["reward_mean"] if steps else None,
+            "reward_last": steps[-1]["reward_mean"] if steps else None,
+            "reward_mean": mean("reward_mean"),
+            "sample_accuracy_first5": sum(r["accuracy"] for r in steps[:5]) / max(len(steps[:5]), 1),
+            "sample_accuracy_last5": sum(r["accuracy"] for r in steps[-5:]) / max(len(steps[-5:]), 1),
+            "zero_variance_share_mean": mean("zero_variance_share"),
+            "groups_kept_mean": mean("groups_kept"),
+            "logprob_mismatch_mean": mean("logprob_mismatch"),
+            "logprob_mismatch_max": max((r.get("logprob_mismatch", 0.0) for r in steps), default=None),
+            "parse_failure_rate_mean": mean("parse_failure_rate"),
+        },
+        "seconds": round(seconds, 1),
+        "load_average_start_end": [load0, os.getloadavg()[0]],
+    }
+
+
+def run_grpo_tries(args: argparse.Namespace) -> None:
+    """GRPO from each given single-seed SFT result, per task and learning rate; one JSON of tries at --out."""
+    tries = []
+    for path in args.grpo_from:
+        sft = json.loads(Path(path).read_text())
+        sft_seed = sft["per_seed"][0]
+        sft_view = {"seed": sft_seed["seed"], "final": sft_seed["final"], "tasks": sft["tasks"]}
+        for task in args.grpo_task:
+            for lr in args.grpo_lr:
+                tries.append(grpo_stage(sft_view, task, lr, args))
+                Path(args.out).write_text(json.dumps({"tries": tries, "setup": grpo_setup(args)}, indent=1))
+
+
+def grpo_setup(args: argparse.Namespace) -> dict:
+    return {
+        k: getattr(args, k)
+        for k in ("grpo_steps", "grpo_prompts", "grpo_group", "grpo_refills", "grpo_tasks", "image_size")
+    } | {
+        "what": "GRPO (dapo loss, beta 0, dynamic sampling: tied groups dropped and refilled) continuing each "
+        "seed's stage-2 LoRA adapter (LoRA only trains), fp32, hf engine, temperature 1, max_new_tokens 6; "
+        "reward: the task's own verifier"
+    }
+
+
+def grpo_key(t: dict) -> str:
+    """A try's name: task, learning rate and GRPO steps, e.g. `count@lr0.0005x60`."""
+    return f"{t['task']}@lr{t['lr']:g}x{t['steps']}"
+
+
+def grpo_summary(tries: list[dict], headline: str) -> dict:
+    """Per try (task, lr): per-seed gains with paired CIs, and the pooled CI (every seed's held-out
+    items as one paired set). `grpo_over_sft_gain_ci_low`: the pooled CI low of the `headline` try."""
+    from tempering.evals.stats import paired_bootstrap
+
+    by: dict[str, list[dict]] = {}
+    for t in tries:
+        by.setdefault(grpo_key(t), []).append(t)
+    out = {}
+    for key, runs in by.items():
+        runs = sorted(runs, key=lambda r: r["seed"])
+        a = [x for r in runs for x in r["items_sft"]]
+        b = [x for r in runs for x in r["items_grpo"]]
+        pooled = paired_bootstrap(a, b, seed=0)
+        out[key] = {
+            "task": runs[0]["task"],
+            "lr": runs[0]["lr"],
+            "steps": runs[0]["steps"],
+            "seeds": [{k: v for k, v in r.items() if k not in ("items_sft", "items_grpo")} | {
+                "items_sft": r["items_sft"], "items_grpo": r["items_grpo"]} for r in runs],
+            "sft_mean": sum(a) / len(a),
+            "grpo_mean": sum(b) / len(b),
+            "pooled_gain": pooled.delta,
+            "pooled_gain_ci": [pooled.low, pooled.high],
+            "pooled_items": len(a),
+        }  # fmt: skip
+    head = out.get(headline)
+    return {
+        "grpo_over_sft_gain_ci_low": head["pooled_gain_ci"][0] if head else None,
+        "grpo_headline": headline,
+        "grpo_pooling": "each seed's 40 held-out items paired (SFT-only vs SFT+GRPO, greedy, the task's verifier); "
+        "the 3 seeds' pairs pooled into one set of 120 and one paired bootstrap (2,000 resamples, 95%)",
+        "grpo": out,
+    }
+
+
 def summarise(seeds: list[dict], args: argparse.Namespace, wall: float, loads: list) -> dict:
     from tempering.data.vision_tasks import CHANCE, VISION_TASKS
     from tempering.evals.stats import bootstrap_ci, paired_bootstrap
@@ -230,11 +385,23 @@ def main() -> None:
     p.add_argument("--out", default=str(RESULTS / "vision.json"))
     p.add_argument("--rescore", help="a result JSON: re-measure its seeds' saved models and rewrite it (no training)")
     p.add_argument("--collect", nargs="+", help="result JSONs of single seeds (run side by side): one result at --out")
+    p.add_argument("--grpo-from", nargs="+", help="single-seed SFT result JSONs: run GRPO from their models")
+    p.add_argument("--grpo-task", nargs="+", default=["count"])
+    p.add_argument("--grpo-lr", type=float, nargs="+", default=[2e-4])
+    p.add_argument("--grpo-steps", type=int, default=30)
+    p.add_argument("--grpo-prompts", type=int, default=8, help="groups (prompts) per GRPO step")
+    p.add_argument("--grpo-group", type=int, default=8, help="samples per prompt")
+    p.add_argument("--grpo-refills", type=int, default=2, help="dynamic sampling: refill rounds for tied groups")
+    p.add_argument("--grpo-tasks", type=int, default=400, help="training tasks drawn for GRPO (train split)")
+    p.add_argument("--grpo-results", nargs="+", help="with --collect: JSONs of GRPO tries (--grpo-from) to add")
+    p.add_argument("--grpo-headline", default="count@lr0.0005x60", help="the try whose pooled CI low is the figure")
     args = p.parse_args()
     if args.rescore:
         return rescore(Path(args.rescore))
+    if args.grpo_from:
+        return run_grpo_tries(args)
     if args.collect:
-        return collect([Path(c) for c in args.collect], Path(args.out))
+        return collect([Path(c) for c in args.collect], Path(args.out), args)
     t0, loads = time.time(), [os.getloadavg()[0]]
     seeds = [run_seed(s, args) for s in args.seeds]
     loads.append(os.getloadavg()[0])
@@ -247,7 +414,7 @@ def main() -> None:
     log(f"min_task_gain_ci_low {result['min_task_gain_ci_low']:+.3f}; wrote {args.out}")
 
 
-def collect(paths: list[Path], out: Path) -> None:
+def collect(paths: list[Path], out: Path, cli: argparse.Namespace | None = None) -> None:
     """One result from single-seed results (their per-item verdicts are in each task's seeds)."""
     parts = [json.loads(p.read_text()) for p in paths]
     seeds = []
@@ -271,6 +438,17 @@ def collect(paths: list[Path], out: Path) -> None:
     ]
     result = summarise(seeds, args, wall, loads)
     result["machine"]["note"] += f"; the {len(parts)} seeds ran side by side as separate processes (wall: the longest)"
+    if cli is not None and cli.grpo_results:
+        runs = [json.loads(Path(g).read_text()) for g in cli.grpo_results]
+        tries = [t for r in runs for t in r["tries"]]
+        result.pop("grpo_note", None)
+        result.update(grpo_summary(tries, cli.grpo_headline))
+        result["grpo_setup"] = runs[0]["setup"]
+        result["grpo_machine"] = {
+            "wall_seconds_per_try": {f"s{t['seed']} {grpo_key(t)}": t["seconds"] for t in tries},
+            "load_average_start_end": [min(t["load_average_start_end"][0] for t in tries),
+                                       max(t["load_average_start_end"][1] for t in tries)],
+        }  # fmt: skip
     out.write_text(json.dumps(result, indent=1))
     log(
         f"collected {len(seeds)} seeds -> {out}: min_task_gain_ci_low {result['min_task_gain_ci_low']:+.3f}, "

@@ -106,6 +106,15 @@ class GRPOBatch:
     (-1: the trainer's own routing), laid out like `prompt_ids`."""
     completion_routing: torch.Tensor | None = None
     """(N, T, layers, k), laid out like `completion_ids`."""
+    pixel_values: torch.Tensor | None = None
+    """Image prompts (vision-language models): the processor's pixel inputs of the batch's prompts,
+    concatenated in prompt order (the groups' images as the rollout engine's prefill took them)."""
+    image_grid_thw: torch.Tensor | None = None
+    """(n_images, 3) Qwen2-VL-style processors: each image's patch grid, in the same order."""
+
+    def pixels(self) -> dict[str, torch.Tensor]:
+        """The pixel inputs the prompts' forward takes ({} for text prompts)."""
+        return {k: v for k in PIXEL_KEYS if (v := getattr(self, k)) is not None}
 
     def to(self, device: torch.device | str) -> GRPOBatch:
         return _moved(self, device)

@@ -38,11 +38,16 @@ class TaskSourceSettings(Strict):
     """builtin:arithmetic only: fields merged over the tasks' verifier spec, e.g. {type: exact}."""
     env_args: dict[str, Any] = {}
     """verifiers:<env_id> only: keyword arguments of the environment's `load_environment`."""
+    image_size: int | None = Field(None, ge=16, le=1024)
+    """vision:<name> only: the side of the drawn pictures in pixels (None: 64); match the size the
+    model was trained on (the processor resizes any other)."""
 
     @model_validator(mode="after")
     def _env_args_fit_source(self) -> TaskSourceSettings:
         if self.env_args and not self.source.startswith("verifiers:"):
             raise ValueError(f"'env_args' applies to verifiers:<env_id> sources only, not {self.source!r}")
+        if self.image_size is not None and not self.source.startswith("vision:"):
+            raise ValueError(f"'image_size' applies to vision:<name> sources only, not {self.source!r}")
         return self
 
     @classmethod

@@ -62,6 +62,14 @@ def has_images(messages: list[dict]) -> bool:
     return bool(message_images(messages))
 
 
+def content_text(content: Any) -> str:
+    """A message's content as text: a string as is; content parts as their texts, `<image>` for a
+    picture (what a trajectory store or a log shows of an image prompt)."""
+    if not isinstance(content, list):
+        return content or ""
+    return "".join("<image>" if is_image_part(p) else str(p.get("text", "")) for p in content if isinstance(p, dict))
+
+
 def image_bytes(url: str, base: Path | None = None) -> bytes:
     """The encoded bytes an image URL names: a base64 data URL or a file path.
 

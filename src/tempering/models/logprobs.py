@@ -174,6 +174,8 @@ def grouped_logprobs(
     completion_ids: torch.Tensor,
     completion_mask: torch.Tensor,
     temperature: float = 1.0,
+    *,
+    pixels: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs and entropies (B*G, C) of G completions per prompt.
 
@@ -182,16 +184,30 @@ def grouped_logprobs(
     and its KV cache is repeated G times (gradients flow back through the repeat), so the
     prompt costs 1/G of a per-sample forward. Equal to `token_logprobs` over each
     [prompt | completion] row. Masked positions get 0; the entropy carries no gradient.
+    `pixels`: image prompts' inputs (`pixel_values`, ...; the prompts' images in row order): the
+    prompts run through the vision-language model's backbone, which puts the image features in
+    place of the image tokens (as the engine's prefill does).
     """
     from tempering.models.checkpointing import checkpointed_now
 
     if checkpointed_now(model):  # the prompt's cache would be dropped: run whole rows
+        if pixels:
+            raise ValueError("image prompts under activation checkpointing are not supported yet")
         return _whole_row_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature)
-    before = grouped_hidden(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    before = grouped_hidden(model, prompt_ids, prompt_mask, completion_ids, completion_mask, pixels=pixels)
     logp, entropy = head_logprobs(
-        model.get_output_embeddings(), before, completion_ids, completion_mask, temperature, with_entropy=True
+        _decoder_and_head(model, pixels)[1], before, completion_ids, completion_mask, temperature, with_entropy=True
     )
     return logp, entropy
+
+
+def _decoder_and_head(model: Any, pixels: dict[str, torch.Tensor] | None) -> tuple[Any, Any]:
+    """(decoder, LM head): a VLM's multimodal backbone where the prompts carry images, else the decoder."""
+    if pixels:
+        from tempering.models.vlm import vlm_backbone
+
+        return vlm_backbone(model)
+    return model.get_decoder(), model.get_output_embeddings()
 
 
 def _whole_row_logprobs(
@@ -221,9 +237,12 @@ def grouped_hidden(
     prompt_mask: torch.Tensor,
     completion_ids: torch.Tensor,
     completion_mask: torch.Tensor,
+    *,
+    pixels: dict[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """The decoder states (B*G, C, H) that predict each completion token, laid out like
-    `grouped_logprobs`'s inputs (the prompt run once per group; whole rows under checkpointing).
+    `grouped_logprobs`'s inputs (the prompt run once per group; whole rows under checkpointing;
+    `pixels`: the prompts' images, through a VLM's backbone).
     `before[n, t]` predicts `completion_ids[n, t]`: what a loss over the full next-token
     distribution (on-policy distillation's divergences) projects through the LM head."""
     from transformers import DynamicCache
@@ -232,6 +251,8 @@ def grouped_hidden(
 
     group = completion_ids.shape[0] // prompt_ids.shape[0]
     if checkpointed_now(model):  # the prompt's cache would be dropped: run whole rows
+        if pixels:
+            raise ValueError("image prompts under activation checkpointing are not supported yet")
         width = prompt_ids.shape[1]
         ids = torch.cat([prompt_ids.repeat_interleave(group, dim=0), completion_ids], dim=1)
         mask = torch.cat([prompt_mask.repeat_interleave(group, dim=0), completion_mask], dim=1)
@@ -239,11 +260,16 @@ def grouped_hidden(
             input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(dim=1) - 1).clamp(min=0), use_cache=False
         ).last_hidden_state
         return hidden[:, width - 1 : -1]
-    decoder, cache_kw = model.get_decoder(), cache_keyword(model)
+    decoder, cache_kw = _decoder_and_head(model, pixels)[0], cache_keyword(model)
     cache = DynamicCache()
     p_pos = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
     p_hidden = decoder(
-        input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=p_pos, use_cache=True, **{cache_kw: cache}
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=p_pos,
+        use_cache=True,
+        **{cache_kw: cache},
+        **(pixels or {}),
     ).last_hidden_state[:, -1:]
     if group > 1:
         cache.batch_repeat_interleave(group)

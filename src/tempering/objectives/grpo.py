@@ -51,12 +51,13 @@ class GRPOObjective:
         """(summed loss, stats); the stats stay 0-dim tensors where the model is (the Trainer reads a
         step's stats in one host copy, not one GPU sync each)."""
         args = (batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
-        logp, entropy = grouped_logprobs(model, *args, temperature=self.s.temperature)
+        pixels = batch.pixels()  # image prompts: their pixels reach the policy (and the reference)
+        logp, entropy = grouped_logprobs(model, *args, temperature=self.s.temperature, pixels=pixels)
         old = logp.detach() if batch.old_logprobs is None else batch.old_logprobs
         ref = None
         if self.s.beta > 0:
             with torch.no_grad(), _reference(model):
-                ref, _ = grouped_logprobs(model, *args, temperature=self.s.temperature)
+                ref, _ = grouped_logprobs(model, *args, temperature=self.s.temperature, pixels=pixels)
         mask, s = batch.loss_mask, self.s
         weights, is_stats = None, {}
         if s.off_policy is not None:

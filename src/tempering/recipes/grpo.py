@@ -268,6 +268,9 @@ def grpo_components(
             "from the very model the trainer is updating"
         )
     precision = resolve_precision(cfg.train.precision)
+    processor = tokenizer if hasattr(tokenizer, "image_processor") else None  # a VLM's (`grpo_tokenizer`)
+    if processor is not None:
+        tokenizer = processor.tokenizer
     engine, workers = None, None
     if cfg.scale is not None:
         from tempering.scale.engines import EngineReplicas
@@ -278,7 +281,7 @@ def grpo_components(
         workers = RayRewardWorkers(s.reward_workers, s.sandbox_slots, s.worker_cpus, s.max_retries)
     else:
         model_dir = resolve_model(cfg.model) if cfg.engine.kind == "vllm" else None
-        engine = build_engine(cfg.engine, model, tokenizer, precision, model_dir=model_dir)
+        engine = build_engine(cfg.engine, model, tokenizer, precision, model_dir=model_dir, processor=processor)
     if cfg.train.moe is not None and cfg.train.moe.router_replay:
         _record_routing(engine)
     source = RolloutSource(
@@ -352,14 +355,82 @@ def grpo_guard(cfg: GRPOConfig) -> None:
 
     if cfg.train.grad_accum > cfg.grpo.prompts_per_step:
         raise ValueError("train.grad_accum must not exceed grpo.prompts_per_step (micro-batches hold whole groups)")
+    vision = check_vision_model(cfg)
     check_engine(cfg.engine)  # a vllm engine on a host without vLLM or a GPU fails before any work
     if cfg.domains:  # every domain loads (unknown source, no tasks: one line naming it) before any work
         from tempering.recipes.domains import load_domains
 
         for d, tasks in zip(cfg.domains, load_domains(cfg).values()):
             check_private_overlap_tasks(tasks, source=d.tasks.source)
+            check_images_fit(tasks, d.tasks.source, cfg.model, vision)
         return
-    check_private_overlap_tasks(load_tasks(cfg.tasks), source=cfg.tasks.source)
+    tasks = load_tasks(cfg.tasks)
+    check_private_overlap_tasks(tasks, source=cfg.tasks.source)
+    check_images_fit(tasks, cfg.tasks.source, cfg.model, vision)
+    if cfg.heldout is not None and cfg.heldout.tasks is not None:
+        check_images_fit(load_tasks(cfg.heldout.tasks), cfg.heldout.tasks.source, cfg.model, vision)
+
+
+def check_vision_model(cfg: GRPOConfig) -> bool:
+    """Whether the model is a vision-language model; refuses (one line) what GRPO cannot do with one.
+
+    Raises:
+        ValueError: no LoRA, Ray engine replicas, vLLM, activation checkpointing or a replaced chat
+            template with a VLM.
+    """
+    from tempering.models.vlm import is_vlm
+
+    if not is_vlm(cfg.model):
+        return False
+    refusals = [
+        (cfg.lora is None, "lora: null: GRPO trains a vision-language model through LoRA on its language model; set lora: {r: 16}"),
+        (cfg.scale is not None, "scale: the Ray engine replicas take no image prompts yet; drop scale: for a vision-language model"),
+        (cfg.engine.kind == "vllm", "engine.kind vllm takes no image prompts here yet; use kind hf"),
+        (cfg.train.gradient_checkpointing, "train.gradient_checkpointing: image prompts run once per group on a cache, which checkpointing drops; set it false for a vision-language model"),
+        (cfg.chat_template is not None, "chat_template: a vision-language model renders with its processor's template; drop chat_template"),
+    ]  # fmt: skip
+    for refused, message in refusals:
+        if refused:
+            raise ValueError(f"model {cfg.model}: {message}")
+    return True
+
+
+def check_images_fit(tasks: list[Task], source: str, model: str, vision: bool) -> None:
+    """Refuse image tasks for a text-only model before any work (a VLM takes text tasks too)."""
+    from tempering.data.images import has_images
+
+    if not vision and any(has_images(t.chat()) for t in tasks):
+        raise ValueError(
+            f"tasks {source}: the prompts have images, and model {model} is text-only; start from a "
+            "vision-language model (`temper vision assemble`, or a vision_sft run's output)"
+        )
+
+
+def grpo_tokenizer(spec: str) -> Any:
+    """What renders the prompts and is saved with the model: a VLM's processor, else the tokenizer."""
+    from tempering.models.load import load_tokenizer
+    from tempering.models.vlm import is_vlm
+
+    if is_vlm(spec):
+        from tempering.recipes.vision import load_processor
+
+        return load_processor(spec)
+    return load_tokenizer(spec)
+
+
+def grpo_model(cfg: GRPOConfig) -> Any:
+    """The policy to train: a VLM with LoRA on its language model (only the adapters train), else
+    `load_for_training` (LoRA or all parameters)."""
+    from tempering.models.lora import load_for_training
+    from tempering.models.vlm import is_vlm
+
+    if is_vlm(cfg.model):
+        from tempering.recipes.vision import vlm_for_training
+
+        model, counts = vlm_for_training(cfg.model, cfg.lora, set())
+        console.print(f"[dim]vision-language model: trainable parameters {counts}[/dim]")
+        return model
+    return load_for_training(cfg.model, cfg.lora)
 
 
 @dataclass
@@ -385,7 +456,7 @@ def _prepare(cfg: GRPOConfig, tokenizer: Any) -> GRPOTasks:
 
 
 def _components(cfg: GRPOConfig, data: GRPOTasks, tokenizer: Any, stage: Any) -> Components:
-    from tempering.models.lora import check_kl_reference, load_for_training
+    from tempering.models.lora import check_kl_reference
     from tempering.rollout.store import TrajectoryStore
 
     run_dir = stage.run_dir
@@ -399,7 +470,7 @@ def _components(cfg: GRPOConfig, data: GRPOTasks, tokenizer: Any, stage: Any) ->
     else:
         tasks, held = heldout_tasks(cfg, data.tasks, run_dir)
     data.summary["tasks"] = len(tasks)
-    model = load_for_training(cfg.model, cfg.lora)
+    model = grpo_model(cfg)
     check_kl_reference(model, cfg.grpo.beta, "grpo.beta")
     store = TrajectoryStore(run_dir, stage.name)
     engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store, schedule)
@@ -470,6 +541,7 @@ GRPO = TrainingRecipe(
     before_key="heldout_before",
     after_key="heldout_after",
     periodic_eval=False,
+    tokenizer=grpo_tokenizer,
 )
 """RL with verifiable rewards: sample, verify, update, with a held-out monitor."""
 

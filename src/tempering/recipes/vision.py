@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tempering.config import VisionSFTConfig
+from tempering.config import LoraSettings, VisionSFTConfig
 from tempering.data.io import LoadResult, NoRows, RowError, load_rows, where
 from tempering.data.render import RenderedExample, TemplateError
 from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
@@ -70,16 +70,24 @@ def load_processor(spec: str) -> Any:
 
 def vision_model(cfg: VisionSFTConfig) -> tuple[Any, dict[str, int]]:
     """The VLM of a stage with only `cfg.parts` (and LoRA adapters) trainable; the trainable counts."""
+    return vlm_for_training(cfg.model, cfg.lora, set(cfg.parts))
+
+
+def vlm_for_training(spec: str, lora: LoraSettings | None, parts: set[str]) -> tuple[Any, dict[str, int]]:
+    """The VLM `spec` names with only `parts` (and LoRA adapters) trainable; the trainable counts.
+
+    A new LoRA targets the language model only (`all-linear` means `LANGUAGE_LINEAR`) and saves
+    `parts` in full with the adapter; an adapter directory continues its own adapter. GRPO passes
+    no parts: only the LoRA weights train."""
     from tempering.models.lora import apply_lora
     from tempering.models.vlm import load_vlm, part_modules, trainable_parts
 
-    model, _ = load_vlm(cfg.model)
-    if cfg.lora is not None and not hasattr(model, "peft_config"):
-        lora = cfg.lora
+    model, _ = load_vlm(spec)
+    if lora is not None and not hasattr(model, "peft_config"):
         if lora.target_modules == "all-linear":
             lora = lora.model_copy(update={"target_modules": LANGUAGE_LINEAR})
-        model = apply_lora(model, lora, cfg.model, modules_to_save=part_modules(model, set(cfg.parts)))
-    return model, trainable_parts(model, set(cfg.parts))
+        model = apply_lora(model, lora, spec, modules_to_save=part_modules(model, parts) or None)
+    return model, trainable_parts(model, parts)
 
 
 def _components(cfg: VisionSFTConfig, data: SFTData, processor: Any, stage: Any) -> Components:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from tempering.batches import GRPOBatch
+from tempering.batches import PIXEL_KEYS, GRPOBatch
 from tempering.data.padding import PAD_ID, left_pad
 from tempering.models.logprobs import grouped_logprobs
 from tempering.models.precision import autocast
@@ -31,13 +31,15 @@ class GroupRows:
     """One group as the batch builder needs it.
 
     `loss_masks[i]` / `sampled_masks[i]` run over trajectory i's completion positions;
-    `advantages` is (G,) (one per trajectory) or (G, T_g) per completion position (step credit)."""
+    `advantages` is (G,) (one per trajectory) or (G, T_g) per completion position (step credit);
+    `pixels` the prompt's image inputs (`rollout.engine.ImagePrompt.pixels`; {} for a text prompt)."""
 
     prompt_ids: list[int]
     trajectories: list[Trajectory]
     loss_masks: list[list[int]]
     sampled_masks: list[list[int]]
     advantages: torch.Tensor
+    pixels: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class PolicyLogprobs:
@@ -64,6 +66,7 @@ class PolicyLogprobs:
                     moved.completion_ids,
                     moved.completion_mask,
                     self.temperature,
+                    pixels=moved.pixels(),
                 )
         finally:
             self.model.train(was)
@@ -108,7 +111,15 @@ def grpo_tensors(groups: Sequence[GroupRows]) -> GRPOBatch:
         advantages=_advantages([g.advantages for g in groups], width),
         n_real_tokens=int(completion_mask.sum()) + int(prompt_mask.sum()),
         **_routing(groups, prompt_mask, width),
+        **_pixels(groups),
     )
+
+
+def _pixels(groups: Sequence[GroupRows]) -> dict[str, torch.Tensor]:
+    """The groups' image inputs concatenated in group (= prompt row) order, as the engine's prefill
+    stacks a chunk's prompts (`rollout.engine.prompt_pixels`); nothing for text prompts."""
+    parts = [g.pixels for g in groups if g.pixels]
+    return {k: torch.cat([p[k] for p in parts]) for k in PIXEL_KEYS if parts and k in parts[0]}
 
 
 def _routing(groups: Sequence[GroupRows], prompt_mask: torch.Tensor, width: int) -> dict[str, torch.Tensor]:

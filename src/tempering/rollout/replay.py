@@ -19,7 +19,7 @@ from tempering.data.padding import PAD_ID, left_pad, right_pad
 from tempering.models.logprobs import grouped_logprobs
 from tempering.models.precision import autocast
 from tempering.objectives.mismatch import mismatch_stats
-from tempering.rollout.engine import Engine, SamplingParams
+from tempering.rollout.engine import Engine, ImagePrompt, SamplingParams, prompt_pixels
 
 FP32_EPSILON = 1e-5
 """Largest |log p_train - log p_rollout| the replay allows in fp32 on the suite's tiny models (measured ~5e-7
@@ -38,16 +38,18 @@ def replay(
     Args:
         engine: samples `params.n` completions of each prompt (its own weights and precision).
         model: the trainer's model, which recomputes the log-probs under `precision` autocast.
+        prompts: token ids, or `ImagePrompt`s (a vision model's engine): their pixels reach both sides.
         precision: the trainer's resolved precision ("fp32" or "bf16").
     """
-    groups = engine.generate([list(p) for p in prompts], params)
+    groups = engine.generate([p if isinstance(p, ImagePrompt) else list(p) for p in prompts], params)
     completions = [c for group in groups for c in group]
     prompt_ids, prompt_mask = left_pad(prompts, PAD_ID)
     ids, mask = right_pad([c.token_ids for c in completions], PAD_ID)
     rollout = torch.zeros(ids.shape, dtype=torch.float32)
     for i, c in enumerate(completions):
         rollout[i, : len(c.logprobs)] = torch.tensor(c.logprobs, dtype=torch.float32)
-    train = trainer_logprobs(model, prompt_ids, prompt_mask, ids, mask, precision, params.temperature)
+    pixels = prompt_pixels(prompts, torch.device("cpu"))
+    train = trainer_logprobs(model, prompt_ids, prompt_mask, ids, mask, precision, params.temperature, pixels)
     figures = {k: float(v) for k, v in mismatch_stats(train, rollout, mask).items()}
     gap = (train - rollout).abs()[mask.bool()]
     return {**figures, "max": float(gap.max()) if gap.numel() else 0.0, "tokens": int(gap.numel())}
@@ -61,11 +63,20 @@ def trainer_logprobs(
     mask: torch.Tensor,
     precision: str,
     temperature: float,
+    pixels: dict[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """(P x n, T) float32 log-probs of the completions as the trainer computes them (no gradient), on the CPU."""
+    """(P x n, T) float32 log-probs of the completions as the trainer computes them (no gradient), on the CPU.
+    `pixels`: image prompts' inputs in prompt order (`rollout.engine.prompt_pixels`)."""
     device = next(model.parameters()).device
+    moved = {k: v.to(device) for k, v in (pixels or {}).items()}
     with torch.no_grad(), autocast(precision, device):
         logp, _ = grouped_logprobs(
-            model, prompt_ids.to(device), prompt_mask.to(device), ids.to(device), mask.to(device), temperature
+            model,
+            prompt_ids.to(device),
+            prompt_mask.to(device),
+            ids.to(device),
+            mask.to(device),
+            temperature,
+            pixels=moved,
         )
     return logp.float().cpu()

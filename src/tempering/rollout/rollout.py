@@ -176,7 +176,11 @@ def start_rollout(
     """
     tasks = list(tasks)
     messages = [list(m) for m in messages] if messages is not None else [t.chat() for t in tasks]
-    prompts = [list(p) for p in prompts] if prompts is not None else [engine.chat_prompt(m) for m in messages]
+    from tempering.rollout.engine import ImagePrompt
+
+    # an image prompt stays an `ImagePrompt`: a plain list of its ids would sample without the picture
+    given = [p if isinstance(p, ImagePrompt) else list(p) for p in prompts] if prompts is not None else None
+    prompts = given if given is not None else [engine.chat_prompt(m) for m in messages]
     pending = PendingRollout(tasks, messages, prompts, [[] for _ in tasks], [[] for _ in tasks])
     t0 = perf_counter()
     for indices, chunk_seed in chunks if chunks is not None else [(range(len(tasks)), seed)]:

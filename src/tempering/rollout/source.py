@@ -53,6 +53,7 @@ from rich.console import Console
 
 from tempering.batches import GRPOBatch
 from tempering.config import GRPOSettings
+from tempering.data.images import content_text
 from tempering.objectives.advantages import overlong_penalty
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.domains import DomainSchedule, domain_metrics
@@ -335,7 +336,8 @@ class RolloutSource:
         masked = self.s.truncation == "mask"
         loss = [[0 if masked and t.truncated else 1] * len(t.completion_ids) for t in group.trajectories]
         sampled = [[1] * len(t.completion_ids) for t in group.trajectories]
-        return GroupRows(group.prompt_ids, group.trajectories, loss, sampled, advantages)
+        pixels = getattr(self._prompt(group.task), "pixels", {})  # an image prompt's, as the engine took them
+        return GroupRows(group.prompt_ids, group.trajectories, loss, sampled, advantages, pixels)
 
     # -- metrics and the trajectory store ------------------------------------------------
     def _record(
@@ -400,7 +402,7 @@ class RolloutSource:
         rows = []
         for gi, g in enumerate(seen):
             advs = adv_of.get(id(g), [0.0] * len(g.trajectories))
-            prompt = g.task.prompt or g.task.chat()[-1].get("content") or ""
+            prompt = g.task.prompt or content_text(g.task.chat()[-1].get("content"))
             for j, t in enumerate(g.trajectories):
                 r = t.reward
                 rows.append(

@@ -113,4 +113,4 @@ def _vision(s: TaskSourceSettings, arg: str) -> list[Task]:
     """Synthetic visual tasks drawn with Pillow (`data/vision_tasks.py`): `vision:count`, ..."""
     from tempering.data.vision_tasks import vision_tasks
 
-    return vision_tasks(arg, s.n, s.seed, s.split)
+    return vision_tasks(arg, s.n, s.seed, s.split, s.image_size or 64)
