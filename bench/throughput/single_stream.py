@@ -68,6 +68,7 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--prompts", type=int, default=len(PROMPTS), help="the first N prompts (a quick check)")
     p.add_argument("--out", type=Path, default=RESULTS / "single_stream.json")
     p.add_argument("--inference-json", type=Path, default=RESULTS / "inference.json")
     args = p.parse_args()
@@ -94,7 +95,7 @@ def main() -> None:
     }
     hf_off = BatchingEngine(model, tokenizer, precision="bf16", max_slots=1, max_len=1024)
     hf_off._single_stream_decoder = lambda: None  # the engine as it decoded a lone request before
-    prompts = [engines["bf16"].chat_prompt([{"role": "user", "content": q}]) for q in PROMPTS]
+    prompts = [engines["bf16"].chat_prompt([{"role": "user", "content": q}]) for q in PROMPTS[: args.prompts]]
     eos = tokenizer.eos_token_id
 
     def hf_generate(m):
@@ -120,7 +121,9 @@ def main() -> None:
         "single_stream_bf16": engine_run(engines["bf16"]),
         "hf_generate_int8": hf_generate(int8),
         "single_stream_int8": engine_run(engines["int8"]),
-        "speculative_prompt_lookup": engine_run(SpeculativeEngine(model, tokenizer, PromptLookupDrafter(3, 1), 4, "bf16")),
+        "speculative_prompt_lookup": engine_run(
+            SpeculativeEngine(model, tokenizer, PromptLookupDrafter(3, 1), 4, "bf16")
+        ),
     }
     build = {}
     for name, run in sides.items():  # warm-up (and the step's one-time weight packing, timed)
