@@ -1,6 +1,8 @@
 """Continuous batching: the scheduler's slot bookkeeping by hand, and the engine's output per
 request equal to running that request alone (fp32: batching may change bf16 rounding)."""
 
+import time
+
 import pytest
 import torch
 
@@ -268,3 +270,100 @@ def test_a_failing_step_fails_its_requests_and_the_server_goes_on(tiny, smol_tok
         assert engine.submit(prompts[1], greedy).result(timeout=60)[0].token_ids == alone
     finally:
         engine.stop()
+
+
+# --- one sequence alone: the single-stream step (models/llama_decode.py) ---
+
+
+def test_one_sequence_alone_decodes_single_stream_as_the_hf_forward_fp32(tiny, smol_tokenizer):
+    """A call of one prompt decodes through `LlamaDecoder`; greedy tokens equal HFEngine's in
+    fp32, over 140 new tokens (the slot cache's 128-position step is crossed)."""
+    model, prompts = tiny
+    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=4)
+    reference = HFEngine(model, smol_tokenizer, precision="fp32")
+    for p, new in zip(prompts[:4], (140, 12, 130, 5)):
+        greedy = SamplingParams(temperature=0, max_new_tokens=new)
+        before = engine.single_stream_tokens
+        got = engine.generate([p], greedy)[0][0]
+        ref = reference.generate([p], greedy)[0][0]
+        assert got.token_ids == ref.token_ids and len(got.token_ids) == new
+        assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(ref.logprobs), atol=1e-4)
+        assert engine.single_stream_tokens - before == new - 1  # the first token comes from prefill
+    assert engine.single_stream_off is None
+
+
+def test_a_batch_never_takes_the_single_stream_step(tiny, smol_tokenizer):
+    model, prompts = tiny
+    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=4)
+    engine.generate(prompts[:3], SamplingParams(temperature=0, max_new_tokens=6))
+    engine.generate(prompts[:1], SamplingParams(n=2, temperature=0, max_new_tokens=6))
+    assert engine.single_stream_tokens == 0
+
+
+def test_served_requests_switch_between_single_stream_and_batched_steps(tiny, smol_tokenizer):
+    """Serving: a lone request decodes single-stream, one joining makes the step batched, and the
+    K/V both paths wrote are the same slot cache: every result equals its request alone."""
+    model, prompts = tiny
+    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=4, max_len=256)
+    greedy = [SamplingParams(temperature=0, max_new_tokens=n) for n in (40, 10, 20)]
+    reference = HFEngine(model, smol_tokenizer, precision="fp32")
+    alone = [reference.generate([p], g)[0][0].token_ids for p, g in zip(prompts, greedy)]
+    first_tokens = []
+    engine.start()
+    try:
+        first = engine.submit(prompts[0], greedy[0], on_token=lambda j, t, lp: first_tokens.append(t))
+        while len(first_tokens) < 8:  # the first request runs alone for a while
+            assert not first.done()
+            time.sleep(0.01)
+        others = [engine.submit(p, g) for p, g in zip(prompts[1:3], greedy[1:3])]
+        got = [f.result(timeout=120)[0].token_ids for f in (first, *others)]
+    finally:
+        engine.stop()
+    assert got == alone
+    assert engine.single_stream_tokens >= 7 and engine.peak_running >= 2
+
+
+def test_a_model_the_step_does_not_serve_keeps_the_hf_forward(smol_tokenizer):
+    from tests.conftest import tiny_moe
+
+    model = tiny_moe(vocab=VOCAB, seed=2).eval()
+    model.config.eos_token_id = smol_tokenizer.eos_token_id
+    prompt = smol_tokenizer.encode("hello there")
+    greedy = SamplingParams(temperature=0, max_new_tokens=8)
+    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=2)
+    got = engine.generate([prompt], greedy)[0][0].token_ids
+    assert engine.single_stream_off == "model type 'qwen3_moe' is not 'llama'"
+    assert engine.single_stream_tokens == 0
+    assert got == HFEngine(model, smol_tokenizer, precision="fp32").generate([prompt], greedy)[0][0].token_ids
+
+
+def test_int8_single_stream_equals_the_int8_hf_forward(tiny, smol_tokenizer):
+    """The int8 step runs the same int8 rows and scales as `Int8WeightLinear` (bf16 activations)."""
+    from tempering.models.quantize import quantize_int8
+
+    model, prompts = tiny
+    q = quantize_int8(model)
+    engine = BatchingEngine(q, smol_tokenizer, precision="fp32", max_slots=2)
+    reference = HFEngine(q, smol_tokenizer, precision="fp32")
+    greedy = SamplingParams(temperature=0, max_new_tokens=24)
+    for p in prompts[:4]:
+        assert engine.generate([p], greedy)[0][0].token_ids == reference.generate([p], greedy)[0][0].token_ids
+    assert engine.single_stream_tokens == 4 * 23
+
+
+@pytest.mark.slow
+def test_default_model_single_stream_greedy_equals_hf_generate_fp32(smol_tokenizer):
+    """The default model (30 layers, 9 heads / 3 K/V heads, tied head) alone through the
+    single-stream step: HF `generate`'s greedy tokens, one prompt crossing 128 positions."""
+    from tempering.models.load import load_model
+
+    model = load_model("smollm2-135m-instruct").eval()
+    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=2)
+    questions = ["What is 12 + 7?", "Name a colour. " * 24]  # the second prompt is ~125 tokens
+    for q in questions:
+        prompt = engine.chat_prompt([{"role": "user", "content": q}])
+        got = engine.generate([prompt], SamplingParams(temperature=0, max_new_tokens=12))[0][0].token_ids
+        with torch.no_grad():
+            ref = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=12)[0, len(prompt) :]
+        assert got == ref.tolist()[: len(got)] and len(got) >= 1
+    assert engine.single_stream_tokens > 0 and engine.single_stream_off is None

@@ -13,6 +13,12 @@ decode one token each in one forward over the slot KV cache (`kvcache.py`); ever
 sampled under its own request's settings; finished sequences leave and their slots are
 refilled on the next step. `generate` and the serving thread drive the same `step`.
 
+Single stream: when the step decodes one sequence alone (a served request with no other in
+flight, or a `generate` call of one prompt and one sample), a Llama-family model on CPU
+decodes through `models/llama_decode.py` (fused, prepacked weights, no HF module calls) over
+the same slot cache; anything it does not serve keeps the HF forward (`single_stream_off`
+says why). Prefill always runs the HF forward.
+
 Same model, tokenizer, identity, precision, LoRA merge and weight sync as `HFEngine` (it is
 one, with another `generate`). Greedy output equals running each request alone up to the
 floating-point effects of batching: bit-identical in fp32 (tested), while under bf16 a
@@ -21,6 +27,7 @@ different batch shape may round differently and flip a near-tie.
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence
@@ -28,6 +35,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from tempering.config import SamplingParams
+from tempering.models.llama_decode import LlamaDecoder, unsupported_reason
 from tempering.models.precision import autocast
 from tempering.rollout.batching import Request, Scheduler, constrain_rows, prompt_seed, sample_rows, top_rows
 from tempering.rollout.constrain import Constraint
@@ -35,6 +43,8 @@ from tempering.rollout.engine import Completion, HFEngine, inference_weights
 from tempering.rollout.kvcache import SlotKVCache
 
 __all__ = ["BatchingEngine", "shared_prefix"]
+
+log = logging.getLogger(__name__)
 
 MIN_SHARED_PREFIX = 16
 """Prompts admitted together share a prefill of their common prefix from this many tokens on."""
@@ -77,6 +87,13 @@ class BatchingEngine(HFEngine):
         """The most sequences one step has decoded together (how much batching happened)."""
         self.shared_prefix_tokens = 0
         """Prompt tokens not prefilled because a prompt admitted alongside shared them."""
+        self.single_stream_off: str | None = None
+        """Why a lone sequence decodes through the HF forward, not `LlamaDecoder` (None: it does not)."""
+        self.single_stream_tokens = 0
+        """Tokens decoded by `LlamaDecoder` (one sequence alone in the step)."""
+        self._single_ok = False  # this call / the serving thread may take the single-stream path
+        self._single: tuple[tuple, LlamaDecoder | None] | None = None  # (weights key, decoder)
+        self._single_checked = False  # the key was checked since the last admission
 
     # --- the Engine protocol ---
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
@@ -104,6 +121,10 @@ class BatchingEngine(HFEngine):
                 self._open(min(self.max_slots, max(params.n, len(prompts) * params.n)), need)
             was_training = self.model.training
             self.model.eval()
+            # one sequence alone: the whole call decodes single-stream (a batch's tail does not,
+            # so a trainer's per-call bf16 weight copies are not repacked for a few tokens)
+            if own_cache:
+                self._single_ok = len(prompts) * params.n == 1
             try:
                 for i, p in enumerate(prompts):
                     seed = prompt_seed(params.seed, i)
@@ -138,6 +159,7 @@ class BatchingEngine(HFEngine):
                 return
             self._open(self.max_slots, max_len or self.max_len)
             self.model.eval()
+            self._single_ok = True
             self._stopping = False
             self._thread = threading.Thread(target=self._serve, name="batching-engine", daemon=True)
             self._thread.start()
@@ -242,6 +264,7 @@ class BatchingEngine(HFEngine):
         admitted = sched.admit()
         if admitted:  # room for every running sequence to reach its limit: no growth mid-decode
             cache.reserve(*sched.reservation())
+            self._single_checked = False  # weights may have changed between requests
         self.peak_running = max(self.peak_running, len(sched.running))
         parts = []
         if old:
@@ -261,6 +284,9 @@ class BatchingEngine(HFEngine):
     def _decode_step(self, batch: int) -> torch.Tensor:
         """One forward over slots 0..batch-1: each feeds its last token; (batch, V) logits."""
         running = self._open_scheduler.running[:batch]
+        decoder = self._single_stream_decoder() if batch == 1 else None
+        if decoder is not None:
+            return self._decode_single(decoder, running[0].tokens[-1], running[0].cached)
         device = self.device
         last = torch.tensor([[s.tokens[-1]] for s in running], device=device)
         cached = [s.cached for s in running]
@@ -275,6 +301,37 @@ class BatchingEngine(HFEngine):
                 **{self._cache_kw: self._cache},
             )
         return out.logits[:, -1].float()
+
+    def _decode_single(self, decoder: LlamaDecoder, token: int, pos: int) -> torch.Tensor:
+        """Slot 0's next-token logits (1, V) through `decoder`, over slot 0 of the cache."""
+        cache = self._open_cache
+        if pos >= cache.length:
+            raise ValueError(f"a sequence reached the cache's reserved {cache.length} positions")
+        self.single_stream_tokens += 1
+        token_ids = torch.tensor([token], device=self.device)
+        return decoder.step(token_ids, pos, [k[:1] for k in cache.keys], [v[:1] for v in cache.values])
+
+    def _single_stream_decoder(self) -> LlamaDecoder | None:
+        """The decoder over the weights as they are now, or None where the HF forward decodes.
+        Whether a parameter changed (another object, or an in-place update) is checked once per
+        admission, not per token (walking the parameters costs ~0.6 ms, 5% of a step)."""
+        if not self._single_ok:
+            return None
+        if self._single is not None and self._single_checked:
+            return self._single[1]
+        positions = max(self.max_len, self._open_cache.max_len)
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        key = (positions, *((id(t), t._version) for t in tensors))
+        if self._single is None or self._single[0] != key:
+            reason = unsupported_reason(self.model)
+            if reason is None and self.device.type != "cpu":
+                reason = f"device {self.device.type} (measured on CPU only)"
+            if reason is not None and reason != self.single_stream_off:
+                log.info("single-stream decode keeps the HF forward: %s", reason)
+            self.single_stream_off = reason
+            self._single = (key, None if reason else LlamaDecoder(self.model, positions))
+        self._single_checked = True
+        return self._single[1]
 
     def _prefill(self, requests: list[Request], first_slot: int) -> torch.Tensor:
         """Prefill new prompts (right-padded, in chunks of at most `max_prefill_tokens`) into

@@ -1,0 +1,202 @@
+"""Single-stream decode: one request at a time, the batching engine's single-stream step
+(`models/llama_decode.py`) against the HF forward it replaces, and llama.cpp Q8_0.
+
+Same model (the default), same 8 prompts asking for long answers, greedy, 128 new tokens at
+most (eos stops), 2 torch threads, every side in this one process after a warm-up. Sides,
+interleaved over `--rounds` rounds (so drift in the shared machine's load hits all alike):
+
+  * hf_generate: HF `model.generate(do_sample=False)` per prompt (bf16 weights);
+  * batching_hf_forward: `BatchingEngine.generate([prompt])` with the single-stream step off
+    (the engine as it decoded a lone request before it had one);
+  * single_stream_bf16: the same with the step on (bf16 weights, oneDNN-prepacked);
+  * hf_generate_int8 / single_stream_int8: `quantize_int8` of the bf16 model (weight-only int8,
+    `aten._weight_int8pack_mm`) through HF `generate` and through the step;
+  * speculative_prompt_lookup: `SpeculativeEngine` with prompt lookup (k 4, n-grams 3..1) over
+    the bf16 model, whose target still runs the HF forward (the distilled draft of
+    `speculative.py` is a `temper distill` output this script does not train);
+  * llama_cpp_q8_0: llama-cpp-python on the Q8_0 GGUF of the same weights, one prompt at a
+    time (`TEMPERING_Q8_GGUF`, made by `bench/diagnostics/make_q8_gguf.py`), when installed.
+
+Tokens/s = generated tokens / wall seconds, prefill included, as a user waits for them; the
+process CPU seconds are recorded too. Writes bench/results/single_stream.json and the two
+figures `single_stream_tokens_per_s_bf16` / `_int8` into bench/results/inference.json (its
+other keys kept).
+
+    flock /work/bench.lock python bench/throughput/single_stream.py [--rounds 2] [--max-new-tokens 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # throughput/, for inference.py's llama.cpp side
+from _shared.paths import RESULTS, cpu_name  # noqa: E402
+
+MODEL = "smollm2-135m-instruct"
+PROMPTS = [
+    "Write a short story about a lighthouse keeper.",
+    "Explain in detail how a CPU executes an instruction.",
+    "Describe the water cycle step by step.",
+    "Write a letter to a friend about a trip to the mountains.",
+    "Explain why the sky is blue, with examples.",
+    "List ten tips for learning a new language and explain each.",
+    "Describe how bread is made, from flour to loaf.",
+    "Write a poem about the ocean at night.",
+]
+
+
+def timed(run, prompts) -> tuple[dict, list[list[int]]]:
+    """Wall and CPU seconds of `run(prompt) -> generated token ids` over every prompt."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = [run(p) for p in prompts]
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    tokens = [len(o) for o in out]
+    return {"seconds": seconds, "cpu_seconds": cpu, "generated_tokens": sum(tokens), "per_prompt": tokens}, out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--prompts", type=int, default=len(PROMPTS), help="the first N prompts (a quick check)")
+    p.add_argument("--out", type=Path, default=RESULTS / "single_stream.json")
+    p.add_argument("--inference-json", type=Path, default=RESULTS / "inference.json")
+    args = p.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from inference import llama_cpp_run
+
+    from tempering.config import SamplingParams
+    from tempering.models.load import load_model, load_tokenizer
+    from tempering.models.quantize import quantize_int8
+    from tempering.rollout.batching_engine import BatchingEngine
+    from tempering.rollout.drafters import PromptLookupDrafter
+    from tempering.rollout.speculative import SpeculativeEngine
+
+    tokenizer = load_tokenizer(MODEL)
+    model = load_model(MODEL, dtype="bfloat16").eval()
+    int8 = quantize_int8(model)
+    greedy = SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens)
+    engines = {
+        "bf16": BatchingEngine(model, tokenizer, precision="bf16", max_slots=1, max_len=1024),
+        "int8": BatchingEngine(int8, tokenizer, precision="bf16", max_slots=1, max_len=1024),
+    }
+    hf_off = BatchingEngine(model, tokenizer, precision="bf16", max_slots=1, max_len=1024)
+    hf_off._single_stream_decoder = lambda: None  # the engine as it decoded a lone request before
+    prompts = [engines["bf16"].chat_prompt([{"role": "user", "content": q}]) for q in PROMPTS[: args.prompts]]
+    eos = tokenizer.eos_token_id
+
+    def hf_generate(m):
+        def run(prompt):
+            with torch.no_grad():
+                out = m.generate(
+                    torch.tensor([prompt]),
+                    do_sample=False,
+                    max_new_tokens=args.max_new_tokens,
+                    eos_token_id=eos,
+                    pad_token_id=eos,
+                )
+            return out[0, len(prompt) :].tolist()
+
+        return run
+
+    def engine_run(engine):
+        return lambda prompt: engine.generate([prompt], greedy)[0][0].token_ids
+
+    sides = {
+        "hf_generate": hf_generate(model),
+        "batching_hf_forward": engine_run(hf_off),
+        "single_stream_bf16": engine_run(engines["bf16"]),
+        "hf_generate_int8": hf_generate(int8),
+        "single_stream_int8": engine_run(engines["int8"]),
+        "speculative_prompt_lookup": engine_run(
+            SpeculativeEngine(model, tokenizer, PromptLookupDrafter(3, 1), 4, "bf16")
+        ),
+    }
+    build = {}
+    for name, run in sides.items():  # warm-up (and the step's one-time weight packing, timed)
+        t0 = time.perf_counter()
+        run(prompts[0][:8])
+        build[name] = time.perf_counter() - t0
+    load_before = os.getloadavg()
+    rounds: dict[str, list[dict]] = {name: [] for name in sides}
+    answers: dict[str, list[list[int]]] = {}
+    for r in range(args.rounds):
+        for name, run in sides.items():
+            last, answers[name] = timed(run, prompts)
+            rounds[name].append(last)
+            print(f"round {r}: {name:22s} {last['generated_tokens'] / last['seconds']:6.1f} tokens/s", flush=True)
+    llama = llama_cpp_run(prompts, args.max_new_tokens)
+    load_after = os.getloadavg()
+
+    def rate(name: str) -> float:
+        runs = rounds[name]
+        return sum(x["generated_tokens"] for x in runs) / sum(x["seconds"] for x in runs)
+
+    rates = {name: rate(name) for name in sides}
+    if llama["ran"]:
+        rates["llama_cpp_q8_0"] = llama["tokens_per_s"]
+    result = {
+        "benchmark": "single_stream",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "model": MODEL,
+        "workload": {
+            "prompts": len(prompts),
+            "max_new_tokens": args.max_new_tokens,
+            "decoding": "greedy, eos stops, one request at a time",
+            "rounds": args.rounds,
+            "prompt_tokens_mean": sum(map(len, prompts)) / len(prompts),
+        },
+        "torch_threads": torch.get_num_threads(),
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "load_average_before_after": [load_before, load_after],
+        "tokens_per_s": rates,
+        "ratios": {
+            "single_stream_bf16_vs_hf_generate": rates["single_stream_bf16"] / rates["hf_generate"],
+            "single_stream_bf16_vs_batching_hf_forward": rates["single_stream_bf16"] / rates["batching_hf_forward"],
+            "single_stream_int8_vs_hf_generate_int8": rates["single_stream_int8"] / rates["hf_generate_int8"],
+            "speculative_prompt_lookup_vs_single_stream_bf16": (
+                rates["speculative_prompt_lookup"] / rates["single_stream_bf16"]
+            ),
+            "speculative_prompt_lookup_vs_hf_generate": rates["speculative_prompt_lookup"] / rates["hf_generate"],
+            "single_stream_bf16_vs_llama_cpp_q8_0": (
+                rates["single_stream_bf16"] / rates["llama_cpp_q8_0"] if llama["ran"] else None
+            ),
+            "single_stream_int8_vs_llama_cpp_q8_0": (
+                rates["single_stream_int8"] / rates["llama_cpp_q8_0"] if llama["ran"] else None
+            ),
+        },
+        "greedy_answers_same_as_batching_hf_forward": {
+            name: sum(a == b for a, b in zip(answers[name], answers["batching_hf_forward"])) for name in sides
+        },
+        "first_call_seconds": build,
+        "runs": rounds,
+        "llama_cpp_q8_0": llama,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    inference = json.loads(args.inference_json.read_text()) if args.inference_json.exists() else {}
+    inference["single_stream_tokens_per_s_bf16"] = rates["single_stream_bf16"]
+    inference["single_stream_tokens_per_s_int8"] = rates["single_stream_int8"]
+    inference["single_stream_source"] = (
+        f"bench/throughput/single_stream.py -> {args.out.name} ({result['date']}, load {load_before[0]:.1f})"
+    )
+    args.inference_json.write_text(json.dumps(inference, indent=1) + "\n")
+    print(json.dumps({"tokens_per_s": rates, "ratios": result["ratios"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

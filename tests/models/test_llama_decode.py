@@ -1,0 +1,96 @@
+"""The single-stream decode step: its logits against the HF forward (fp32, bf16 prepacked,
+int8), the RoPE fold by hand, and which models it refuses."""
+
+import pytest
+import torch
+
+from tempering.models.llama_decode import LlamaDecoder, llama_decoder, rotate_half_rows, unsupported_reason
+from tests.conftest import tiny_llama, tiny_moe
+
+VOCAB = 96
+
+
+def _steps(decoder: LlamaDecoder, model, ids: list[int], cache_len: int = 40) -> torch.Tensor:
+    """Logits (T, V) of feeding `ids` one token at a time into an empty cache."""
+    cfg = model.config
+    shape = (1, cfg.num_key_value_heads, cache_len, cfg.hidden_size // cfg.num_attention_heads)
+    keys = [torch.zeros(shape, dtype=decoder.dtype) for _ in range(cfg.num_hidden_layers)]
+    values = [torch.zeros(shape, dtype=decoder.dtype) for _ in range(cfg.num_hidden_layers)]
+    return torch.cat([decoder.step(torch.tensor([t]), i, keys, values) for i, t in enumerate(ids)])
+
+
+IDS = [1, 17, 40, 5, 88, 3, 61, 29, 70, 12]
+
+
+def test_fp32_steps_equal_the_hf_forward():
+    model = tiny_llama(vocab=VOCAB, seed=1).eval()
+    with torch.no_grad():
+        ref = model(torch.tensor([IDS])).logits[0]
+    got = _steps(LlamaDecoder(model, 64), model, IDS)
+    assert torch.allclose(got, ref, atol=1e-5, rtol=1e-5)
+    assert torch.equal(got.argmax(-1), ref.argmax(-1))
+
+
+def test_bf16_prepacked_steps_are_close_to_the_fp32_forward():
+    model = tiny_llama(vocab=VOCAB, seed=1).eval()
+    with torch.no_grad():
+        ref = model(torch.tensor([IDS])).logits[0]
+    bf16 = LlamaDecoder(model.to(torch.bfloat16), 64)
+    assert bf16.dtype == torch.bfloat16 and bf16.onednn  # prepacked, post-ops fused
+    got = _steps(bf16, model, IDS)
+    # bf16 weights and activations: relative error of a few parts in a hundred
+    assert (got - ref).norm() / ref.norm() < 0.03
+
+
+def test_int8_steps_are_close_to_the_int8_model():
+    from tempering.models.quantize import quantize_int8
+
+    q = quantize_int8(tiny_llama(vocab=VOCAB, seed=1).eval())
+    with torch.no_grad():
+        ref = q(torch.tensor([IDS])).logits[0]
+    decoder = LlamaDecoder(q, 64)
+    assert decoder.int8 and decoder.dtype == torch.float32
+    got = _steps(decoder, q, IDS)
+    # the same int8 rows and scales; bf16 activations round a norm's output differently
+    assert (got - ref).norm() / ref.norm() < 1e-2
+
+
+def test_rotate_half_rows_by_hand():
+    w = torch.arange(8.0).view(4, 2)  # 2 heads of head_dim 2: rows (0,1), (2,3) | (4,5), (6,7)
+    assert rotate_half_rows(w, heads=2).tolist() == [[-2, -3], [0, 1], [-6, -7], [4, 5]]
+    x = torch.randn(3, 2)
+    y = x @ w.T
+    halves = y.view(3, 2, 2)
+    rotated = torch.cat((-halves[..., 1:], halves[..., :1]), -1).view(3, 4)  # HF's rotate_half per head
+    assert torch.equal(x @ rotate_half_rows(w, 2).T, rotated)
+
+
+def test_models_it_does_not_serve_get_a_reason():
+    assert unsupported_reason(tiny_llama(vocab=VOCAB)) is None
+    moe = tiny_moe(vocab=VOCAB)
+    assert unsupported_reason(moe) == "model type 'qwen3_moe' is not 'llama'"
+    assert llama_decoder(moe, 64) is None
+    biased = tiny_llama(vocab=VOCAB)
+    biased.config.attention_bias = True
+    assert unsupported_reason(biased) == "attention or MLP biases"
+    dynamic = tiny_llama(vocab=VOCAB)
+    dynamic.config.rope_parameters = {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}
+    assert unsupported_reason(dynamic) == "rope type 'dynamic' (served: default, linear, llama3)"
+
+
+def test_an_unmerged_lora_is_refused_and_a_merged_one_served():
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(tiny_llama(vocab=VOCAB), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    assert unsupported_reason(model) == "an unmerged LoRA adapter"
+    model.merge_adapter()
+    assert unsupported_reason(model) is None
+    with torch.no_grad():
+        ref = model(torch.tensor([IDS])).logits[0]
+    assert torch.allclose(_steps(LlamaDecoder(model, 64), model, IDS), ref, atol=1e-5)
+
+
+def test_positions_past_the_table_are_an_index_error():
+    model = tiny_llama(vocab=VOCAB).eval()
+    with pytest.raises(IndexError):
+        _steps(LlamaDecoder(model, 16), model, IDS * 2)
