@@ -174,7 +174,8 @@ def grpo_stage(sft: dict, task: str, lr: float, args: argparse.Namespace) -> dic
 
     seed, final = sft["seed"], sft["final"]
     work = Path(final).parents[2]
-    name = f"s{seed}-grpo-{task}-lr{lr:g}-{args.grpo_steps}steps"
+    replica = args.grpo_replica  # another GRPO draw (task order, samples) from the same SFT model
+    name = f"s{seed}-grpo-{task}-lr{lr:g}-{args.grpo_steps}steps" + (f"-r{replica}" if replica else "")
     cfg = GRPOConfig.model_validate(
         {
             "model": final,
@@ -193,7 +194,7 @@ def grpo_stage(sft: dict, task: str, lr: float, args: argparse.Namespace) -> dic
             "engine": {"kind": "hf"},
             "train": {
                 "steps": args.grpo_steps,
-                "seed": seed,
+                "seed": seed + 1000 * replica,
                 "precision": "fp32",
                 "optim": {"lr": lr, "warmup_steps": 2, "schedule": "constant"},
                 "checkpoint": {"every": 10_000},
@@ -220,6 +221,7 @@ def grpo_stage(sft: dict, task: str, lr: float, args: argparse.Namespace) -> dic
         "task": task,
         "lr": lr,
         "steps": len(steps),
+        "replica": replica,
         "final": summary["final"],
         "sft": sum(before) / len(before),
         "grpo": sum(after) / len(after),
@@ -270,7 +272,8 @@ def grpo_setup(args: argparse.Namespace) -> dict:
 
 def grpo_key(t: dict) -> str:
     """A try's name: task, learning rate and GRPO steps, e.g. `count@lr0.0005x60`."""
-    return f"{t['task']}@lr{t['lr']:g}x{t['steps']}"
+    replica = t.get("replica", 0)
+    return f"{t['task']}@lr{t['lr']:g}x{t['steps']}" + (f"#r{replica}" if replica else "")
 
 
 def grpo_summary(tries: list[dict], headline: str) -> dict:
@@ -393,7 +396,9 @@ def main() -> None:
     p.add_argument("--grpo-group", type=int, default=8, help="samples per prompt")
     p.add_argument("--grpo-refills", type=int, default=2, help="dynamic sampling: refill rounds for tied groups")
     p.add_argument("--grpo-tasks", type=int, default=400, help="training tasks drawn for GRPO (train split)")
+    p.add_argument("--grpo-replica", type=int, default=0, help="another GRPO draw: train.seed = seed + 1000 x this")
     p.add_argument("--grpo-results", nargs="+", help="with --collect: JSONs of GRPO tries (--grpo-from) to add")
+    p.add_argument("--grpo-note", default="", help="with --collect: how the headline try was chosen (kept in the JSON)")
     p.add_argument("--grpo-headline", default="count@lr0.0005x60", help="the try whose pooled CI low is the figure")
     args = p.parse_args()
     if args.rescore:
@@ -443,6 +448,8 @@ def collect(paths: list[Path], out: Path, cli: argparse.Namespace | None = None)
         tries = [t for r in runs for t in r["tries"]]
         result.pop("grpo_note", None)
         result.update(grpo_summary(tries, cli.grpo_headline))
+        result["grpo_headline_note"] = cli.grpo_note
+        result["what"] += "; then a short GRPO on counting from each seed's SFT model, SFT-only vs SFT+GRPO"
         result["grpo_setup"] = runs[0]["setup"]
         result["grpo_machine"] = {
             "wall_seconds_per_try": {f"s{t['seed']} {grpo_key(t)}": t["seconds"] for t in tries},
