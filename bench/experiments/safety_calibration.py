@@ -140,8 +140,17 @@ def train(tag: str, arm: str, seed: int, args, data_dir: Path) -> str:
     if arm in ("calibrated", "naive"):
         return sft(arm)
     return dpo(
-        DEFAULT_MODEL if arm == "dpo" else sft("calibrated"), f"{arm}-{tag}-seed{seed}", settings, args, data_dir
+        DEFAULT_MODEL if arm == "dpo" else sft("calibrated"),
+        f"{arm}-{tag}-{dpo_name(args)}-seed{seed}",
+        settings,
+        args,
+        data_dir,
     )
+
+
+def dpo_name(args) -> str:
+    """The DPO settings in the run's name: tries of other settings from the same SFT never collide."""
+    return f"lr{args.dpo_lr:g}-b{args.beta:g}-w{args.sft_weight:g}-r{args.dpo_replay}"
 
 
 def dpo(model: str, name: str, settings, args, data_dir: Path) -> str:
@@ -152,7 +161,7 @@ def dpo(model: str, name: str, settings, args, data_dir: Path) -> str:
     cfg = DPOConfig(
         model=model,
         lora=LoraSettings(r=16, alpha=32),
-        data=PreferenceDataSettings(train=[str(data_dir / "pairs.jsonl")], max_length=192),
+        data=PreferenceDataSettings(train=[str(data_dir / pairs_file(args.dpo_replay))], max_length=192),
         dpo=PreferenceSettings(beta=args.beta, sft_weight=args.sft_weight),
         train=settings(args.dpo_lr),
         out=args.out,
@@ -174,7 +183,33 @@ def at_ratio(rows: list[dict], ratio: float | None, seed: int = 0) -> list[dict]
     return [r for r in rows if label(r) != "comply" or id(r) in chosen]
 
 
-def write_data(data_dir: Path, replay: int, ratio: float | None = None) -> dict:
+def pairs_file(replay: int) -> str:
+    return "pairs.jsonl" if replay == 0 else f"pairs-replay{replay}.jsonl"
+
+
+def replay_pairs(n: int) -> list[dict]:
+    """Arithmetic conversations as pairs: the answer over a decline (the general-request side of
+    "answer over decline"; with `--sft-weight` its NLL is the replay). Seed 6: not the SFT replay rows."""
+    from tempering.data.builtin import arithmetic_conversations
+    from tempering.data.safety import DECLINES
+
+    out = []
+    for i, row in enumerate(arithmetic_conversations(n, seed=6, split="train")):
+        user, answer = row["messages"][0]["content"], row["messages"][1]["content"]
+        decline = DECLINES[i % 2].format(reason="").strip()  # the two that read as a plain decline
+        out.append(
+            {
+                "prompt": user,
+                "chosen": answer,
+                "rejected": decline,
+                "source": "verifier",
+                "meta": {"id": f"replay-{i}", "category": "arithmetic", "label": "replay"},
+            }
+        )
+    return out
+
+
+def write_data(data_dir: Path, replay: int, ratio: float | None = None, dpo_replay: int = 0) -> dict:
     from tempering.data.builtin import arithmetic_conversations
     from tempering.data.safety import safety_pairs, safety_sft_rows
 
@@ -186,9 +221,9 @@ def write_data(data_dir: Path, replay: int, ratio: float | None = None) -> dict:
         if not (data_dir / f"{arm}.jsonl").exists():  # parallel processes: the first writes it whole
             save(data_dir / f"{arm}.jsonl", rows, lines=True)
         counts[arm] = len(rows)
-    pairs = at_ratio(safety_pairs("train"), ratio)
-    if not (data_dir / "pairs.jsonl").exists():
-        save(data_dir / "pairs.jsonl", pairs, lines=True)
+    pairs = at_ratio(safety_pairs("train"), ratio) + replay_pairs(dpo_replay)
+    if not (data_dir / pairs_file(dpo_replay)).exists():
+        save(data_dir / pairs_file(dpo_replay), pairs, lines=True)
     counts["pairs"] = len(pairs)
     return counts
 
@@ -222,6 +257,14 @@ def main() -> None:
     p.add_argument("--dpo-lr", type=float, default=5e-4)
     p.add_argument("--beta", type=float, default=0.1)
     p.add_argument("--sft-weight", type=float, default=1.0, help="NLL on the chosen side in the DPO arms (RPO)")
+    p.add_argument(
+        "--dpo-replay", type=int, default=0, help="arithmetic pairs (the answer over a decline) added to the DPO pairs"
+    )
+    p.add_argument(
+        "--try-name",
+        default=None,
+        help="a single-seed try of other settings: its units go to OUT/tries/NAME-ARM-seedS.json, not into the arms",
+    )
     p.add_argument("--comply-ratio", type=float, default=None, help="look-alike rows per decline row (default: all)")
     p.add_argument(
         "--tries",
@@ -249,19 +292,24 @@ def main() -> None:
     units = Path(args.out) / "units"  # one file per base eval and per trained run: parallel processes share them
     units.mkdir(parents=True, exist_ok=True)
     data_dir = Path(args.out) / "data"
-    counts = write_data(data_dir, args.replay, args.comply_ratio)
+    counts = write_data(data_dir, args.replay, args.comply_ratio, args.dpo_replay)
     tasks = suite_tasks(args.limit)
     if args.compute_base and not (units / "base.json").exists():
         save(units / "base.json", scores(DEFAULT_MODEL, tasks))
     for seed in args.seeds:
         for arm in args.arms:
             unit = units / f"{arm}-seed{seed}.json"
+            if args.try_name:
+                unit = Path(args.out) / "tries" / f"{args.try_name}-{arm}-seed{seed}.json"
+                unit.parent.mkdir(exist_ok=True)
             if unit.exists():
                 continue
             final = train(args.tag, arm, seed, args, data_dir)
             mine = {s: tasks[s] for s in NAIVE_SUITES} if arm == "naive" else tasks
             save(unit, scores(final, mine))
             print(arm, seed, f"{time.time() - t0:.0f}s", flush=True)
+    if args.try_name:
+        return
     while not (units / "base.json").exists():  # another process computes it
         time.sleep(10)
     base = json.loads((units / "base.json").read_text())
@@ -394,6 +442,7 @@ def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float
                 "lr": args.dpo_lr,
                 "beta": args.beta,
                 "sft_weight": args.sft_weight,
+                "replay_pairs": args.dpo_replay,
                 "pairs": "safety_pairs(train)",
             },
             "seed_runs_name_tag": args.tag,
