@@ -271,6 +271,11 @@ def main() -> None:
         default=None,
         help="a JSON list of {name, unit, what}: single-seed tries of other recipes, kept under tries with their deltas",
     )
+    p.add_argument(
+        "--load-during",
+        default=None,
+        help="a JSON file of load averages read (uptime) while the runs trained, kept as load_average_during_runs",
+    )
     p.add_argument("--result", default="safety.json", help="file name under bench/results/")
     p.add_argument("--earlier", default=None, help="a safety.json of earlier recipes, kept under earlier_recipes")
     p.add_argument("--out", default="/tmp/safety-bench")
@@ -341,6 +346,8 @@ def _earlier(path: str | None) -> dict | None:
         },
         "examples_after": old["examples_after"],
         "first_recipe": old.get("first_recipe"),
+        "tries": old.get("tries"),  # measured against that run's base scores
+        "earlier_recipes": old.get("earlier_recipes"),  # the run before it, kept as it was
     }
 
 
@@ -456,6 +463,7 @@ def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float
         "seconds": round(time.time() - t0, 1),
         "load_average_start": load_start,
         "load_average_end": os.getloadavg(),
+        "load_average_during_runs": json.loads(Path(args.load_during).read_text()) if args.load_during else None,
         "also_running_at_start": busy_start,
         "also_running_at_end": others_running(),
         "note": "other helpers' work ran beside it on the same 2 cores: times are load-bound, scores are not",
