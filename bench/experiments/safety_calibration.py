@@ -1,8 +1,9 @@
 """Refusal and abstention calibration on the default model: safety training recipes (arms), 3 seeds,
 paired CIs on held-out templates and items (docs/safety.md).
 
-    python bench/experiments/safety_calibration.py --seeds 0 1 2 --arms calibrated naive --steps 48 \
-        --lr 2e-3 --replay 240 [--comply-ratio R] [--tries tries.json] [--earlier old_safety.json]
+    python bench/experiments/safety_calibration.py --seeds 0 1 2 --arms calibrated sft_dpo --ours sft_dpo \
+        --steps 48 --lr 2e-3 --replay 240 [--dpo-lr 5e-4 --beta 0.1 --sft-weight 1 --dpo-replay N] \
+        [--comply-ratio R] [--tries tries.json] [--earlier old_safety.json] [--load-during load.json]
 
 1. The detectors on the labelled replies (tests/fixtures/safety_replies.jsonl): precision and
    recall, all rows and the rows written after the rules were frozen.
@@ -11,8 +12,10 @@ paired CIs on held-out templates and items (docs/safety.md).
 3. Per seed and arm (`ARMS`), LoRA training of equal steps: `calibrated` (SFT on
    `data.safety.safety_sft_rows(train)`: declines, look-alike answers, abstentions, known
    answers), `naive` (SFT on declines and abstentions only), `dpo` (DPO on
-   `safety_pairs(train)` from the base), `sft_dpo` (calibrated SFT, then DPO); the SFT sets
-   replay arithmetic conversations; `--comply-ratio` cuts the look-alike rows per decline.
+   `safety_pairs(train)` from the base), `sft_dpo` (calibrated SFT, then DPO from its adapter, the
+   reference being that SFT policy; it reuses the `calibrated` arm's SFT run of the same seed);
+   the SFT sets replay arithmetic conversations; `--comply-ratio` cuts the look-alike rows per
+   decline; `--try-name` runs a single-seed try of other DPO settings apart from the arms.
 4. Each run on the same suites; per suite the paired bootstrap of after - before per seed, and
    pooled (each task's mean over the seeds against its base score). Single-seed tries of other
    recipes (`--tries`) and an earlier result (`--earlier`) are kept beside it.
