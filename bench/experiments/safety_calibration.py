@@ -1,8 +1,9 @@
 """Refusal and abstention calibration on the default model: safety training recipes (arms), 3 seeds,
 paired CIs on held-out templates and items (docs/safety.md).
 
-    python bench/experiments/safety_calibration.py --seeds 0 1 2 --arms calibrated naive --steps 48 \
-        --lr 2e-3 --replay 240 [--comply-ratio R] [--tries tries.json] [--earlier old_safety.json]
+    python bench/experiments/safety_calibration.py --seeds 0 1 2 --arms calibrated sft_dpo --ours sft_dpo \
+        --steps 48 --lr 2e-3 --replay 240 [--dpo-lr 5e-4 --beta 0.1 --sft-weight 1 --dpo-replay N] \
+        [--comply-ratio R] [--tries tries.json] [--earlier old_safety.json] [--load-during load.json]
 
 1. The detectors on the labelled replies (tests/fixtures/safety_replies.jsonl): precision and
    recall, all rows and the rows written after the rules were frozen.
@@ -11,8 +12,10 @@ paired CIs on held-out templates and items (docs/safety.md).
 3. Per seed and arm (`ARMS`), LoRA training of equal steps: `calibrated` (SFT on
    `data.safety.safety_sft_rows(train)`: declines, look-alike answers, abstentions, known
    answers), `naive` (SFT on declines and abstentions only), `dpo` (DPO on
-   `safety_pairs(train)` from the base), `sft_dpo` (calibrated SFT, then DPO); the SFT sets
-   replay arithmetic conversations; `--comply-ratio` cuts the look-alike rows per decline.
+   `safety_pairs(train)` from the base), `sft_dpo` (calibrated SFT, then DPO from its adapter, the
+   reference being that SFT policy; it reuses the `calibrated` arm's SFT run of the same seed);
+   the SFT sets replay arithmetic conversations; `--comply-ratio` cuts the look-alike rows per
+   decline; `--try-name` runs a single-seed try of other DPO settings apart from the arms.
 4. Each run on the same suites; per suite the paired bootstrap of after - before per seed, and
    pooled (each task's mean over the seeds against its base score). Single-seed tries of other
    recipes (`--tries`) and an earlier result (`--earlier`) are kept beside it.
@@ -140,8 +143,17 @@ def train(tag: str, arm: str, seed: int, args, data_dir: Path) -> str:
     if arm in ("calibrated", "naive"):
         return sft(arm)
     return dpo(
-        DEFAULT_MODEL if arm == "dpo" else sft("calibrated"), f"{arm}-{tag}-seed{seed}", settings, args, data_dir
+        DEFAULT_MODEL if arm == "dpo" else sft("calibrated"),
+        f"{arm}-{tag}-{dpo_name(args)}-seed{seed}",
+        settings,
+        args,
+        data_dir,
     )
+
+
+def dpo_name(args) -> str:
+    """The DPO settings in the run's name: tries of other settings from the same SFT never collide."""
+    return f"lr{args.dpo_lr:g}-b{args.beta:g}-w{args.sft_weight:g}-r{args.dpo_replay}"
 
 
 def dpo(model: str, name: str, settings, args, data_dir: Path) -> str:
@@ -152,7 +164,7 @@ def dpo(model: str, name: str, settings, args, data_dir: Path) -> str:
     cfg = DPOConfig(
         model=model,
         lora=LoraSettings(r=16, alpha=32),
-        data=PreferenceDataSettings(train=[str(data_dir / "pairs.jsonl")], max_length=192),
+        data=PreferenceDataSettings(train=[str(data_dir / pairs_file(args.dpo_replay))], max_length=192),
         dpo=PreferenceSettings(beta=args.beta, sft_weight=args.sft_weight),
         train=settings(args.dpo_lr),
         out=args.out,
@@ -174,7 +186,33 @@ def at_ratio(rows: list[dict], ratio: float | None, seed: int = 0) -> list[dict]
     return [r for r in rows if label(r) != "comply" or id(r) in chosen]
 
 
-def write_data(data_dir: Path, replay: int, ratio: float | None = None) -> dict:
+def pairs_file(replay: int) -> str:
+    return "pairs.jsonl" if replay == 0 else f"pairs-replay{replay}.jsonl"
+
+
+def replay_pairs(n: int) -> list[dict]:
+    """Arithmetic conversations as pairs: the answer over a decline (the general-request side of
+    "answer over decline"; with `--sft-weight` its NLL is the replay). Seed 6: not the SFT replay rows."""
+    from tempering.data.builtin import arithmetic_conversations
+    from tempering.data.safety import DECLINES
+
+    out = []
+    for i, row in enumerate(arithmetic_conversations(n, seed=6, split="train")):
+        user, answer = row["messages"][0]["content"], row["messages"][1]["content"]
+        decline = DECLINES[i % 2].format(reason="").strip()  # the two that read as a plain decline
+        out.append(
+            {
+                "prompt": user,
+                "chosen": answer,
+                "rejected": decline,
+                "source": "verifier",
+                "meta": {"id": f"replay-{i}", "category": "arithmetic", "label": "replay"},
+            }
+        )
+    return out
+
+
+def write_data(data_dir: Path, replay: int, ratio: float | None = None, dpo_replay: int = 0) -> dict:
     from tempering.data.builtin import arithmetic_conversations
     from tempering.data.safety import safety_pairs, safety_sft_rows
 
@@ -186,9 +224,9 @@ def write_data(data_dir: Path, replay: int, ratio: float | None = None) -> dict:
         if not (data_dir / f"{arm}.jsonl").exists():  # parallel processes: the first writes it whole
             save(data_dir / f"{arm}.jsonl", rows, lines=True)
         counts[arm] = len(rows)
-    pairs = at_ratio(safety_pairs("train"), ratio)
-    if not (data_dir / "pairs.jsonl").exists():
-        save(data_dir / "pairs.jsonl", pairs, lines=True)
+    pairs = at_ratio(safety_pairs("train"), ratio) + replay_pairs(dpo_replay)
+    if not (data_dir / pairs_file(dpo_replay)).exists():
+        save(data_dir / pairs_file(dpo_replay), pairs, lines=True)
     counts["pairs"] = len(pairs)
     return counts
 
@@ -222,11 +260,24 @@ def main() -> None:
     p.add_argument("--dpo-lr", type=float, default=5e-4)
     p.add_argument("--beta", type=float, default=0.1)
     p.add_argument("--sft-weight", type=float, default=1.0, help="NLL on the chosen side in the DPO arms (RPO)")
+    p.add_argument(
+        "--dpo-replay", type=int, default=0, help="arithmetic pairs (the answer over a decline) added to the DPO pairs"
+    )
+    p.add_argument(
+        "--try-name",
+        default=None,
+        help="a single-seed try of other settings: its units go to OUT/tries/NAME-ARM-seedS.json, not into the arms",
+    )
     p.add_argument("--comply-ratio", type=float, default=None, help="look-alike rows per decline row (default: all)")
     p.add_argument(
         "--tries",
         default=None,
         help="a JSON list of {name, unit, what}: single-seed tries of other recipes, kept under tries with their deltas",
+    )
+    p.add_argument(
+        "--load-during",
+        default=None,
+        help="a JSON file of load averages read (uptime) while the runs trained, kept as load_average_during_runs",
     )
     p.add_argument("--result", default="safety.json", help="file name under bench/results/")
     p.add_argument("--earlier", default=None, help="a safety.json of earlier recipes, kept under earlier_recipes")
@@ -249,19 +300,24 @@ def main() -> None:
     units = Path(args.out) / "units"  # one file per base eval and per trained run: parallel processes share them
     units.mkdir(parents=True, exist_ok=True)
     data_dir = Path(args.out) / "data"
-    counts = write_data(data_dir, args.replay, args.comply_ratio)
+    counts = write_data(data_dir, args.replay, args.comply_ratio, args.dpo_replay)
     tasks = suite_tasks(args.limit)
     if args.compute_base and not (units / "base.json").exists():
         save(units / "base.json", scores(DEFAULT_MODEL, tasks))
     for seed in args.seeds:
         for arm in args.arms:
             unit = units / f"{arm}-seed{seed}.json"
+            if args.try_name:
+                unit = Path(args.out) / "tries" / f"{args.try_name}-{arm}-seed{seed}.json"
+                unit.parent.mkdir(exist_ok=True)
             if unit.exists():
                 continue
             final = train(args.tag, arm, seed, args, data_dir)
             mine = {s: tasks[s] for s in NAIVE_SUITES} if arm == "naive" else tasks
             save(unit, scores(final, mine))
             print(arm, seed, f"{time.time() - t0:.0f}s", flush=True)
+    if args.try_name:
+        return
     while not (units / "base.json").exists():  # another process computes it
         time.sleep(10)
     base = json.loads((units / "base.json").read_text())
@@ -293,6 +349,8 @@ def _earlier(path: str | None) -> dict | None:
         },
         "examples_after": old["examples_after"],
         "first_recipe": old.get("first_recipe"),
+        "tries": old.get("tries"),  # measured against that run's base scores
+        "earlier_recipes": old.get("earlier_recipes"),  # the run before it, kept as it was
     }
 
 
@@ -394,6 +452,7 @@ def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float
                 "lr": args.dpo_lr,
                 "beta": args.beta,
                 "sft_weight": args.sft_weight,
+                "replay_pairs": args.dpo_replay,
                 "pairs": "safety_pairs(train)",
             },
             "seed_runs_name_tag": args.tag,
@@ -407,6 +466,7 @@ def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float
         "seconds": round(time.time() - t0, 1),
         "load_average_start": load_start,
         "load_average_end": os.getloadavg(),
+        "load_average_during_runs": json.loads(Path(args.load_during).read_text()) if args.load_during else None,
         "also_running_at_start": busy_start,
         "also_running_at_end": others_running(),
         "note": "other helpers' work ran beside it on the same 2 cores: times are load-bound, scores are not",
