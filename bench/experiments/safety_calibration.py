@@ -368,21 +368,24 @@ def _earlier(path: str | None) -> dict | None:
 
 
 def _tries(path: str | None, base: dict) -> list[dict] | None:
-    """Single-seed tries of other recipes on the same suites: accuracy and paired delta per suite."""
-    from tempering.evals.stats import paired_bootstrap
+    """Tries of other recipes on the same suites: accuracy and paired delta per suite. A try's
+    `unit` is one run's unit file or a list of them (seeds: per-seed accuracy, pooled delta as `compare`)."""
 
     if path is None:
         return None
     out = []
     for t in json.loads(Path(path).read_text()):
-        unit = json.loads(Path(t["unit"]).read_text())
+        paths = t["unit"] if isinstance(t["unit"], list) else [t["unit"]]
+        runs = [json.loads(Path(u).read_text()) for u in paths]
+        pooled = compare(base, runs)
         out.append(
             {
                 "name": t["name"],
                 "what": t["what"],
-                "seeds": 1,
-                "accuracy": {s: sum(v["scores"]) / len(v["scores"]) for s, v in unit.items()},
-                "delta": {s: paired_bootstrap(base[s]["scores"], v["scores"]).to_dict() for s, v in unit.items()},
+                "seeds": len(runs),
+                "accuracy": {s: sum(v["after_per_seed"]) / len(runs) for s, v in pooled.items()},
+                "accuracy_per_seed": {s: v["after_per_seed"] for s, v in pooled.items()},
+                "delta": {s: v["delta_pooled"] for s, v in pooled.items()},
             }
         )
     return out
