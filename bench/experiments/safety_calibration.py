@@ -153,7 +153,8 @@ def train(tag: str, arm: str, seed: int, args, data_dir: Path) -> str:
 
 def dpo_name(args) -> str:
     """The DPO settings in the run's name: tries of other settings from the same SFT never collide."""
-    return f"lr{args.dpo_lr:g}-b{args.beta:g}-w{args.sft_weight:g}-r{args.dpo_replay}"
+    ratio = "" if args.pair_comply_ratio is None else f"-c{args.pair_comply_ratio:g}"
+    return f"lr{args.dpo_lr:g}-b{args.beta:g}-w{args.sft_weight:g}-r{args.dpo_replay}{ratio}"
 
 
 def dpo(model: str, name: str, settings, args, data_dir: Path) -> str:
@@ -164,7 +165,9 @@ def dpo(model: str, name: str, settings, args, data_dir: Path) -> str:
     cfg = DPOConfig(
         model=model,
         lora=LoraSettings(r=16, alpha=32),
-        data=PreferenceDataSettings(train=[str(data_dir / pairs_file(args.dpo_replay))], max_length=192),
+        data=PreferenceDataSettings(
+            train=[str(data_dir / pairs_file(args.dpo_replay, args.pair_comply_ratio))], max_length=192
+        ),
         dpo=PreferenceSettings(beta=args.beta, sft_weight=args.sft_weight),
         train=settings(args.dpo_lr),
         out=args.out,
@@ -186,8 +189,10 @@ def at_ratio(rows: list[dict], ratio: float | None, seed: int = 0) -> list[dict]
     return [r for r in rows if label(r) != "comply" or id(r) in chosen]
 
 
-def pairs_file(replay: int) -> str:
-    return "pairs.jsonl" if replay == 0 else f"pairs-replay{replay}.jsonl"
+def pairs_file(replay: int, ratio: float | None = None) -> str:
+    return (
+        "pairs" + (f"-replay{replay}" if replay else "") + (f"-ratio{ratio:g}" if ratio is not None else "") + ".jsonl"
+    )
 
 
 def replay_pairs(n: int) -> list[dict]:
@@ -212,7 +217,9 @@ def replay_pairs(n: int) -> list[dict]:
     return out
 
 
-def write_data(data_dir: Path, replay: int, ratio: float | None = None, dpo_replay: int = 0) -> dict:
+def write_data(
+    data_dir: Path, replay: int, ratio: float | None = None, dpo_replay: int = 0, pair_ratio: float | None = None
+) -> dict:
     from tempering.data.builtin import arithmetic_conversations
     from tempering.data.safety import safety_pairs, safety_sft_rows
 
@@ -224,9 +231,9 @@ def write_data(data_dir: Path, replay: int, ratio: float | None = None, dpo_repl
         if not (data_dir / f"{arm}.jsonl").exists():  # parallel processes: the first writes it whole
             save(data_dir / f"{arm}.jsonl", rows, lines=True)
         counts[arm] = len(rows)
-    pairs = at_ratio(safety_pairs("train"), ratio) + replay_pairs(dpo_replay)
-    if not (data_dir / pairs_file(dpo_replay)).exists():
-        save(data_dir / pairs_file(dpo_replay), pairs, lines=True)
+    pairs = at_ratio(safety_pairs("train"), ratio if pair_ratio is None else pair_ratio) + replay_pairs(dpo_replay)
+    if not (data_dir / pairs_file(dpo_replay, pair_ratio)).exists():
+        save(data_dir / pairs_file(dpo_replay, pair_ratio), pairs, lines=True)
     counts["pairs"] = len(pairs)
     return counts
 
@@ -262,6 +269,12 @@ def main() -> None:
     p.add_argument("--sft-weight", type=float, default=1.0, help="NLL on the chosen side in the DPO arms (RPO)")
     p.add_argument(
         "--dpo-replay", type=int, default=0, help="arithmetic pairs (the answer over a decline) added to the DPO pairs"
+    )
+    p.add_argument(
+        "--pair-comply-ratio",
+        type=float,
+        default=None,
+        help="answer-over-decline pairs per decline-over-assent pair in the DPO pairs (default: as --comply-ratio)",
     )
     p.add_argument(
         "--try-name",
@@ -300,7 +313,7 @@ def main() -> None:
     units = Path(args.out) / "units"  # one file per base eval and per trained run: parallel processes share them
     units.mkdir(parents=True, exist_ok=True)
     data_dir = Path(args.out) / "data"
-    counts = write_data(data_dir, args.replay, args.comply_ratio, args.dpo_replay)
+    counts = write_data(data_dir, args.replay, args.comply_ratio, args.dpo_replay, args.pair_comply_ratio)
     tasks = suite_tasks(args.limit)
     if args.compute_base and not (units / "base.json").exists():
         save(units / "base.json", scores(DEFAULT_MODEL, tasks))
@@ -355,21 +368,24 @@ def _earlier(path: str | None) -> dict | None:
 
 
 def _tries(path: str | None, base: dict) -> list[dict] | None:
-    """Single-seed tries of other recipes on the same suites: accuracy and paired delta per suite."""
-    from tempering.evals.stats import paired_bootstrap
+    """Tries of other recipes on the same suites: accuracy and paired delta per suite. A try's
+    `unit` is one run's unit file or a list of them (seeds: per-seed accuracy, pooled delta as `compare`)."""
 
     if path is None:
         return None
     out = []
     for t in json.loads(Path(path).read_text()):
-        unit = json.loads(Path(t["unit"]).read_text())
+        paths = t["unit"] if isinstance(t["unit"], list) else [t["unit"]]
+        runs = [json.loads(Path(u).read_text()) for u in paths]
+        pooled = compare(base, runs)
         out.append(
             {
                 "name": t["name"],
                 "what": t["what"],
-                "seeds": 1,
-                "accuracy": {s: sum(v["scores"]) / len(v["scores"]) for s, v in unit.items()},
-                "delta": {s: paired_bootstrap(base[s]["scores"], v["scores"]).to_dict() for s, v in unit.items()},
+                "seeds": len(runs),
+                "accuracy": {s: sum(v["after_per_seed"]) / len(runs) for s, v in pooled.items()},
+                "accuracy_per_seed": {s: v["after_per_seed"] for s, v in pooled.items()},
+                "delta": {s: v["delta_pooled"] for s, v in pooled.items()},
             }
         )
     return out
@@ -453,6 +469,7 @@ def write(args, arms: dict, base: dict, detectors: dict, counts: dict, t0: float
                 "beta": args.beta,
                 "sft_weight": args.sft_weight,
                 "replay_pairs": args.dpo_replay,
+                "comply_pairs_per_refuse_pair": args.pair_comply_ratio or "as the SFT rows",
                 "pairs": "safety_pairs(train)",
             },
             "seed_runs_name_tag": args.tag,
