@@ -130,7 +130,8 @@ class LlamaDecoder:
         # the model's; the int8 kernel keeps the residual in the embedding's dtype as it does
         self.dtype = inner.embed_tokens.weight.dtype if self.int8 else _weight(inner.layers[0].mlp.down_proj).dtype
         device = inner.embed_tokens.weight.device
-        self.onednn = not self.int8 and self.dtype == torch.bfloat16 and device.type == "cpu" and _onednn_ready()
+        on_cpu = device == torch.device("cpu")  # oneDNN's prepacked matmul is a CPU kernel
+        self.onednn = not self.int8 and self.dtype == torch.bfloat16 and on_cpu and _onednn_ready()
         self.embed = inner.embed_tokens.weight.detach().to(self.dtype)
         self.layers = [self._layer(block) for block in inner.layers]
         self.norm = inner.norm.weight.detach().to(self.dtype)
