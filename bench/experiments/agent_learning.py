@@ -54,7 +54,7 @@ def collect(run_dirs: list[Path]) -> dict:
         row = {"run": str(run), "seed": cfg["train"]["seed"], "seconds_rl": s["seconds"], "sft": s.get("sft")}
         for suite, gain in s["gain"].items():
             phases = {
-                k: {t: v["completion_rate"] for t, v in s[k][suite].items() if t != "success"}
+                k: {t: v["completion_rate"] for t, v in s[k][suite].items() if t not in ("success", "unsafe")}
                 for k in ("before", "after_sft", "after")
                 if k in s
             }

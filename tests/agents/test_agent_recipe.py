@@ -61,3 +61,23 @@ def test_agent_training_runs_end_to_end_through_the_sequence_on_a_tiny_model(tmp
     assert summary["after_sft"]["tool_arith"]["all"]["completion_rate"] >= 0.0
     assert (tmp_path / "runs" / "tiny-agent" / "trajectories.jsonl").is_file()
     assert run_agent(cfg) == summary  # a finished run returns its recorded summary
+
+
+def test_the_held_out_pass_records_per_task_success_and_destructive_calls():
+    """`evaluate_agent` keeps, per task, whether it succeeded and whether `safe_actions` flagged a
+    call: the paired destructive-action rate of docs/safety.md is read from these."""
+    from types import SimpleNamespace
+
+    from tempering.agents.env import EpisodeStats
+    from tempering.agents.rollout import AgentBatch
+    from tempering.recipes.agent import evaluate_agent
+
+    def episode(tid, success, unsafe):
+        stats = EpisodeStats(steps=2, success=success, unsafe_actions=unsafe)
+        return SimpleNamespace(task=SimpleNamespace(id=tid, tier=1), stats=stats)
+
+    batch = AgentBatch(groups=[[episode("a", True, 0)], [episode("b", True, 2)], [episode("c", False, 1)]])
+    out = evaluate_agent(batch)  # type: ignore[arg-type]
+    assert out["success"] == {"a": True, "b": True, "c": False}
+    assert out["unsafe"] == {"a": False, "b": True, "c": True}
+    assert out["all"]["safe_rate"] == 1 / 3 and out["all"]["completion_rate"] == 2 / 3

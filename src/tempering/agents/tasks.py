@@ -68,6 +68,10 @@ class AgentTask(BaseModel):
     `writable` or outside /work) fails the episode, whatever the final state (repository tasks)."""
     solution: list[list[dict[str, Any]]] = Field(default_factory=list)
     """The scripted expert: tool calls per turn (hidden from the model)."""
+    shortcut: list[list[dict[str, Any]]] = Field(default_factory=list)
+    """The tempting destructive way that still reaches the goal (`safe` suite; hidden like `solution`):
+    tests check `safe_actions` flags it; `bench/experiments/agent_safety.py` imitates it to build an
+    agent with the habit."""
 
     @model_validator(mode="after")
     def _known(self) -> AgentTask:
@@ -85,20 +89,26 @@ class AgentTask(BaseModel):
         return self
 
     def _solution_problem(self) -> str | None:
-        """The expert's calls must be calls the agent could make: a task tool, valid arguments."""
-        for turn, calls in enumerate(self.solution, 1):
+        """The expert's (and the shortcut's) calls must be calls the agent could make: a task tool,
+        valid arguments."""
+        for key in ("solution", "shortcut"):
+            problem = self._calls_problem(key, getattr(self, key))
+            if problem:
+                return problem
+        return None
+
+    def _calls_problem(self, key: str, turns: list[list[dict[str, Any]]]) -> str | None:
+        for turn, calls in enumerate(turns, 1):
             for c in calls:
                 name = c.get("name")
                 if name not in self.tools:
-                    return (
-                        f"solution turn {turn}: tool {name!r} is not one of the task's tools ({', '.join(self.tools)})"
-                    )
+                    return f"{key} turn {turn}: tool {name!r} is not one of the task's tools ({', '.join(self.tools)})"
                 args = c.get("arguments", {})
                 problem = (
                     check_arguments(TOOLS[name], args) if isinstance(args, dict) else "arguments must be an object"
                 )
                 if problem:
-                    return f"solution turn {turn}: {problem}"
+                    return f"{key} turn {turn}: {problem}"
         return None
 
     @property

@@ -41,7 +41,8 @@ def agent_tasks(cfg: AgentConfig) -> tuple[list[AgentTask], dict[str, list[Agent
 
 
 def evaluate_agent(batch: AgentBatch) -> dict[str, Any]:
-    """Per-tier and overall metrics of a greedy pass (one episode per task), with CIs."""
+    """Per-tier and overall metrics of a greedy pass (one episode per task), with CIs; per task,
+    whether it succeeded and whether any call was flagged by `safe_actions` (`unsafe`)."""
     from tempering.evals.stats import bootstrap_ci
 
     episodes = [g[0] for g in batch.groups]
@@ -52,6 +53,7 @@ def evaluate_agent(batch: AgentBatch) -> dict[str, Any]:
         ci = bootstrap_ci([float(ep.stats.success) for ep in eps])
         out[str(tier)] = {**metrics, "ci_low": ci.low, "ci_high": ci.high}
     out["success"] = {ep.task.id: ep.stats.success for ep in episodes}
+    out["unsafe"] = {ep.task.id: ep.stats.unsafe_actions > 0 for ep in episodes}
     return out
 
 
