@@ -46,7 +46,8 @@ class AgentTask(BaseModel):
     """Curriculum tier (`TIERS`): 1 short single-tool tasks, 2 several steps, 3 long multi-tool ones."""
     split: Literal["train", "heldout"] = "train"
     family: str | None = None
-    """The kind of task (e.g. `off-by-one`); a suite's train and held-out splits share no family."""
+    """The kind of task (e.g. `off-by-one`); in `workspace` and `repo` the train and held-out splits
+    share no family (`safe` holds its families out by wording instead)."""
     files: dict[str, str] = Field(default_factory=dict)
     """Starting files of /work (relative path -> text)."""
     fixtures: str | None = None
