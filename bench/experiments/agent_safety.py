@@ -116,21 +116,33 @@ def run_seed(args: argparse.Namespace) -> None:
         save()
 
     t0 = time.perf_counter()
-    examples = [e for e in expert_examples(demos, renderer, sandbox) if len(e.input_ids) <= args.context]
-    sft_settings = AgentSFTSettings(
-        steps=args.sft_steps,
-        batch_size=args.sft_batch,
-        max_length=args.context,
-        seed=seed,
-        threads=args.threads,
-        optim={"lr": args.sft_lr, "warmup_steps": 2},
-        checkpoint={"every": 10_000, "keep_last": 1},
-    )
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    batches = SFTBatches(examples, args.sft_batch, args.context, pad, True, seed)
-    log(f"seed {seed}: SFT on {len(examples)} demonstrations ({len(habit)} by the shortcut)")
-    result = Trainer(model, SFTObjective(), batches, sft_settings, work / "sft").fit()
-    out["sft"] = {"examples": len(examples), "steps": result.steps, "loss_last": result.losses[-1]}
+    if args.sft_from:  # an earlier seed's SFT weights: a new RL arm from the very same start
+        from safetensors.torch import load_file
+
+        weights = load_file(str(Path(args.sft_from) / "weights.safetensors"))
+        missing = {k for k, v in model.named_parameters() if v.requires_grad} - set(weights)
+        if missing:
+            raise SystemExit(f"{args.sft_from}: no weights for {sorted(missing)[0]} (and {len(missing) - 1} more)")
+        model.load_state_dict(weights, strict=False)
+        out["sft"] = {"from": args.sft_from}
+        log(f"seed {seed}: SFT weights from {args.sft_from}")
+    else:
+        examples = [e for e in expert_examples(demos, renderer, sandbox) if len(e.input_ids) <= args.context]
+        sft_settings = AgentSFTSettings(
+            steps=args.sft_steps,
+            batch_size=args.sft_batch,
+            max_length=args.context,
+            seed=seed,
+            threads=args.threads,
+            optim={"lr": args.sft_lr, "warmup_steps": 2},
+            checkpoint={"every": 10_000, "keep_last": 1},
+        )
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        batches = SFTBatches(examples, args.sft_batch, args.context, pad, True, seed)
+        log(f"seed {seed}: SFT on {len(examples)} demonstrations ({len(habit)} by the shortcut)")
+        result = Trainer(model, SFTObjective(), batches, sft_settings, work / "sft").fit()
+        out["sft"] = {"examples": len(examples), "steps": result.steps, "loss_last": result.losses[-1]}
+        out["sft_checkpoint"] = str(work / "sft" / "checkpoints" / f"step-{result.steps:08d}")
     out["seconds"]["sft"] = time.perf_counter() - t0
     evaluate("sft", args.penalty)
     sft_state = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora" in k}
@@ -162,73 +174,65 @@ def run_seed(args: argparse.Namespace) -> None:
         result = Trainer(model, GRPOObjective(rl), source, settings, work / f"rl_{arm}").fit()
         out["seconds"][f"rl_{arm}"] = time.perf_counter() - t0
         keys = ("success_rate", "reward_mean", "groups", "groups_kept", "groups_tied", "refill_rounds", "loss")
-        out["curves"][arm] = [{k: h.get(k) for k in keys if k in h} for h in result.history]
+        out["curves"][arm + args.label] = [{k: h.get(k) for k in keys if k in h} for h in result.history]
         for i, h in enumerate(result.history):
             log(
                 f"seed {seed} {arm} step {i + 1}: reward {h.get('reward_mean', 0):.2f} "
                 f"success {h.get('success_rate', 0):.2f} groups kept {h.get('groups_kept')}"
             )
-        evaluate(arm, penalty)
+        evaluate(arm + args.label, penalty)
     sandbox.close()
     log(f"seed {seed}: done")
 
 
-def collect(paths: list[str]) -> dict:
-    """Pooled paired deltas over (task, seed) units: each RL arm minus the SFT model it started from."""
+def collect(paths: list[str], headline: str) -> dict:
+    """Pooled paired deltas over (task, seed) units: each RL arm (a phase other than `sft`) minus
+    the SFT model of its own part file; `headline` names the arm whose figures lead."""
     from tempering.evals.stats import paired_bootstrap
 
     parts = [json.loads(Path(p).read_text()) for p in paths]
-    rates: dict = {}
-    deltas: dict = {}
-    for phase in ("sft", *ARMS):
-        units = [(p["seed"], t) for p in parts if phase in p["phases"] for t in sorted(p["phases"][phase])]
-        if not units:
-            continue
-        pick = {(p["seed"], t): v for p in parts if phase in p["phases"] for t, v in p["phases"][phase].items()}
-        rates[phase] = {
-            "destructive_rate": sum(pick[u]["unsafe"] for u in units) / len(units),
-            "completion": sum(pick[u]["success"] for u in units) / len(units),
-            "units": len(units),
-            "per_seed": {
-                str(p["seed"]): {
+    arms = sorted({a for p in parts for a in p["phases"] if a != "sft"})
+    rates, deltas = {}, {}
+    for arm in arms:
+        with_arm = [p for p in parts if arm in p["phases"]]
+        units = [(p, t) for p in with_arm for t in sorted(p["phases"]["sft"])]
+        res: dict = {"seeds": [p["seed"] for p in with_arm], "units": len(units)}
+        for key, name in (("unsafe", "destructive"), ("success", "completion")):
+            before = [float(p["phases"]["sft"][t][key]) for p, t in units]
+            after = [float(p["phases"][arm][t][key]) for p, t in units]
+            res[name] = paired_bootstrap(before, after).to_dict()
+            res[f"{name}_rate_sft"], res[f"{name}_rate_after"] = sum(before) / len(units), sum(after) / len(units)
+        res["per_seed"] = {
+            str(p["seed"]): {
+                phase: {
                     "destructive": sum(v["unsafe"] for v in p["phases"][phase].values()),
                     "completed": sum(v["success"] for v in p["phases"][phase].values()),
                     "tasks": len(p["phases"][phase]),
                 }
-                for p in parts
-                if phase in p["phases"]
-            },
+                for phase in ("sft", arm)
+            }
+            for p in with_arm
         }
-    for arm in ARMS:
-        both = [p for p in parts if arm in p["phases"]]
-        if not both:
-            continue
-        units = [(p, t) for p in both for t in sorted(p["phases"]["sft"])]
-        res = {}
-        for key in ("unsafe", "success"):
-            cmp = paired_bootstrap(
-                [float(p["phases"]["sft"][t][key]) for p, t in units],
-                [float(p["phases"][arm][t][key]) for p, t in units],
-            )
-            res["destructive" if key == "unsafe" else "completion"] = cmp.to_dict()
         deltas[arm] = res
-    ours = deltas.get("safe_actions", {})
+        rates[arm] = {
+            k: res[k]
+            for k in ("destructive_rate_sft", "destructive_rate_after", "completion_rate_sft", "completion_rate_after")
+        }
+    ours = deltas.get(headline, {})
     return {
         "benchmark": "safe_actions: an SFT'd agent's destructive-action rate before and after GRPO",
         "model": MODEL,
-        "seeds": [p["seed"] for p in parts],
-        "rates": rates,
-        "deltas": deltas,
+        "headline": headline,
         "destructive_delta": ours.get("destructive", {}).get("delta"),
-        "destructive_delta_ci_high": ours.get("destructive", {}).get("ci_high"),
+        "destructive_delta_ci_high": ours.get("destructive", {}).get("high"),
         "completion_delta": ours.get("completion", {}).get("delta"),
-        "completion_delta_ci_low": ours.get("completion", {}).get("ci_low"),
-        "curves": {str(p["seed"]): p["curves"] for p in parts},
-        "settings": parts[0]["settings"],
-        "seconds": {str(p["seed"]): p["seconds"] for p in parts},
-        "examples": {
-            arm: {t: v for t, v in list(parts[0]["phases"].get(arm, {}).items())[:6]} for arm in ("sft", *ARMS)
-        },
+        "completion_delta_ci_low": ours.get("completion", {}).get("low"),
+        "rates": rates,
+        "arms": deltas,
+        "curves": {f"{p['seed']}:{k}": v for p in parts for k, v in p["curves"].items()},
+        "settings": {f"{p['seed']}:{','.join(a for a in p['phases'] if a != 'sft')}": p["settings"] for p in parts},
+        "seconds": {f"{p['seed']}:{','.join(a for a in p['phases'] if a != 'sft')}": p["seconds"] for p in parts},
+        "examples": {a: dict(list(parts[0]["phases"].get(a, {}).items())[:6]) for a in ("sft", *arms)},
     }
 
 
@@ -239,12 +243,15 @@ def main() -> None:
     ap.add_argument("--collect", nargs="*", help="Only aggregate these part files.")
     ap.add_argument("--out", default=str(RESULTS / "agent_safety.json"))
     ap.add_argument("--note", default="", help="What else ran beside it (kept in the JSON).")
+    ap.add_argument("--label", default="", help="Appended to the RL arm's phase name (e.g. _lr1e-3).")
+    ap.add_argument("--headline", default="safe_actions", help="--collect: the arm whose figures lead.")
     ap.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
     ap.add_argument("--shortcut-share", type=float, default=0.75, help="Share of training tasks shown the shortcut.")
     ap.add_argument("--penalty", type=float, default=1.0, help="episode.unsafe_action_penalty of the safe_actions arm.")
     ap.add_argument("--sft-steps", type=int, default=16)
     ap.add_argument("--sft-batch", type=int, default=8)
     ap.add_argument("--sft-lr", type=float, default=1e-3)
+    ap.add_argument("--sft-from", default=None, help="A checkpoint folder of an earlier run's SFT: start RL from it.")
     ap.add_argument("--rl-steps", type=int, default=8)
     ap.add_argument("--rl-lr", type=float, default=2e-4)
     ap.add_argument("--prompts", type=int, default=4)
@@ -255,10 +262,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     if args.collect:
-        result = collect(args.collect)
+        result = collect(args.collect, args.headline)
         result["note"] = args.note
         Path(args.out).write_text(json.dumps(result, indent=1))
-        print(json.dumps({k: v for k, v in result.items() if k in ("rates", "deltas")}, indent=1))
+        print(
+            json.dumps(
+                {k: v for k, v in result.items() if not isinstance(v, dict)} | {"rates": result["rates"]}, indent=1
+            )
+        )
     else:
         run_seed(args)
 
