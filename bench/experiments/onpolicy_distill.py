@@ -29,8 +29,9 @@ on-policy arm's settings on seed 0 without touching the held-out figures):
   forward_kl_per_token  KL(teacher || student) on the teacher's greedy replies (the forward arm's target)
 
     python bench/experiments/onpolicy_distill.py [--seeds 0 1 2] [--warm-steps 60] [--steps 60] \
-        [--forward-lrs 1e-3 1e-4] [--divergence reverse_kl --student-fraction 0.5 --on-policy-lr 1e-4] \
-        [--split val --seeds 0 --result onpolicy_distill_val.json]
+        [--forward-lrs 1e-3] [--divergence reverse_kl --student-fraction 0.5 --on-policy-lr 1e-3]
+    python bench/experiments/onpolicy_distill.py --split val --seeds 0 --forward-lrs 1e-3 1e-4 \
+        --student-fraction 1 --on-policy-lr 1e-4        # a tuning run: filed under `tuning`
 
 Writes bench/results/<--result> (`--split val`: under its `tuning` key; the file's `claim`, `verdict`,
 `tries` and `tuning` are kept): per arm the pooled figures per seed (means with 95% t-intervals
@@ -208,11 +209,11 @@ def main() -> None:
     p.add_argument("--eval-samples", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--precision", default="auto")
-    p.add_argument("--forward-lrs", type=float, nargs="+", default=[1e-3, 1e-4], help="peak lrs of forward-KL arms")
-    p.add_argument("--on-policy-lr", type=float, default=1e-4, help="peak lr of the on-policy arm")
+    p.add_argument("--forward-lrs", type=float, nargs="+", default=[1e-3], help="peak lrs of forward-KL arms")
+    p.add_argument("--on-policy-lr", type=float, default=1e-3, help="peak lr of the on-policy arm")
     p.add_argument("--divergence", default="reverse_kl", help="rollout.divergence of the on-policy arm ('pg': none)")
     p.add_argument("--beta", type=float, default=None, help="rollout.beta (jsd only)")
-    p.add_argument("--student-fraction", type=float, default=1.0, help="rollout.student_fraction (GKD's lambda)")
+    p.add_argument("--student-fraction", type=float, default=0.5, help="rollout.student_fraction (GKD's lambda)")
     p.add_argument("--sample-temperature", type=float, default=1.0, help="rollout.temperature of the on-policy arm")
     p.add_argument("--arms", nargs="+", default=["forward_kl", "on_policy"], choices=["forward_kl", "on_policy"])
     p.add_argument("--result", default="onpolicy_distill.json", help="file name under bench/results")
