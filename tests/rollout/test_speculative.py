@@ -180,6 +180,24 @@ def test_greedy_equals_the_target_alone_on_200_prompts(greedy_setup, kind):
     assert any(2 in r for r in reference)  # eos ends some rows early: rows leave the batch
 
 
+def test_acceptance_is_counted_per_row_of_a_call(greedy_setup):
+    """The per-row counts add up to the totals, and a prompt decoded alone gets the same counts in
+    its row as the whole engine counts for it (the per-prompt acceptance of a held-out set)."""
+    target, draft, tok, prompts, params, _ = greedy_setup
+    engine = SpeculativeEngine(target, tok, ModelDrafter(draft, "fp32"), k=4, precision="fp32")
+    engine.generate(prompts[:16], params)
+    stats = engine.stats
+    assert sorted(stats.proposed_by_row) == list(range(16))
+    assert sum(stats.proposed_by_row.values()) == sum(stats.proposed_at)
+    assert sum(stats.accepted_by_row.values()) == sum(stats.accepted_at)
+    assert all(0 <= stats.accepted_by_row[r] <= stats.proposed_by_row[r] for r in range(16))
+    assert len(set(stats.accepted_by_row.values())) > 1  # rows differ: the counts are not one figure
+    engine.stats = type(stats)(k=4)
+    engine.generate(prompts[3:4], params)
+    assert engine.stats.proposed_by_row == {0: sum(engine.stats.proposed_at)}
+    assert engine.stats.accepted_by_row == {0: sum(engine.stats.accepted_at)}
+
+
 def test_speculative_engine_is_an_engine_with_the_targets_identity(greedy_setup):
     target, draft, tok, *_ = greedy_setup
     engine = SpeculativeEngine(target, tok, ModelDrafter(draft, "fp32"), precision="fp32")

@@ -152,35 +152,46 @@ class OnPolicyDistillSource:
 
 def reverse_kl_to_teacher(
     engine: Engine, student: Any, teacher: Any, prompts: list[list[int]], params: Any, precision: str
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """KL(student || teacher) on the student's own samples of `prompts`: per token and per reply.
 
-    The student samples through `engine`; both log-probs are recomputed by the trainer's forward
-    (`rollout.replay.trainer_logprobs`), so the figure does not depend on the engine's numerics.
+    The student samples through `engine`; both models' next-token distributions at the sampled
+    positions are recomputed by the trainer's forward (`models.logprobs.grouped_hidden`, the path
+    the on-policy objective trains through), so the figures do not depend on the engine's numerics:
+    the exact KL over the whole vocabulary and its one-sample estimate log p_s(y) - log p_t(y).
+    `replies` holds, per sampled reply (prompt-major, `params.n` per prompt), its token count and
+    its sums of both, for intervals over prompts.
     """
     from tempering.data.padding import PAD_ID, left_pad, right_pad
-    from tempering.rollout.replay import trainer_logprobs
 
     groups = engine.generate(prompts, params)
     completions = [c for group in groups for c in group]
     ids, mask = right_pad([c.token_ids for c in completions], PAD_ID)
     prompt_ids, prompt_mask = left_pad(prompts, PAD_ID)
     temperature = params.temperature or 1.0
-    s_logp, t_logp = (
-        trainer_logprobs(m, prompt_ids, prompt_mask, ids, mask, precision, temperature) for m in (student, teacher)
-    )
-    per = (s_logp - t_logp) * mask
-    exact = _exact_reverse_kl(student, teacher, prompt_ids, prompt_mask, ids, mask, precision, temperature)
+    g = len(completions) // max(len(prompts), 1)
+    parts = [  # one prompt's replies at a time: (tokens, V) logits for all of them would not fit
+        _reply_kls(student, teacher, prompt_ids[i : i + 1], prompt_mask[i : i + 1], *rows, precision, temperature)
+        for i in range(len(prompts))
+        for rows in [(ids[i * g : (i + 1) * g], mask[i * g : (i + 1) * g])]
+    ]
+    exact, one_sample = (torch.cat([part[j] for part in parts]) for j in (0, 1))
+    tokens = max(int(mask.sum()), 1)
     return {
-        "reverse_kl_per_token": float(per.sum() / mask.sum().clamp(min=1)),
-        "reverse_kl_per_reply": float(per.sum(dim=1).mean()),
-        "reverse_kl_exact_per_token": exact,
+        "reverse_kl_per_token": float(one_sample.sum()) / tokens,
+        "reverse_kl_per_reply": float(one_sample.mean()),
+        "reverse_kl_exact_per_token": float(exact.sum()) / tokens,
         "tokens": int(mask.sum()),
+        "replies": {
+            "tokens": [int(n) for n in mask.sum(dim=1)],
+            "one_sample": [float(x) for x in one_sample],
+            "exact": [float(x) for x in exact],
+        },
     }
 
 
 @torch.no_grad()
-def _exact_reverse_kl(
+def _reply_kls(
     student: Any,
     teacher: Any,
     prompt_ids: torch.Tensor,
@@ -189,19 +200,31 @@ def _exact_reverse_kl(
     mask: torch.Tensor,
     precision: str,
     temperature: float,
-) -> float:
-    """KL(student || teacher) over the whole vocabulary at each sampled position, per token: the
-    expectation the one-sample figure estimates, without its sampling noise (same prefixes)."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """KL(student || teacher) at each sampled position, summed per reply: over the whole vocabulary
+    (the expectation the one-sample figure estimates, without its sampling noise; same prefixes),
+    and the one-sample estimate log p_s(y) - log p_t(y) of the sampled token y.
+
+    Args:
+        prompt_ids, prompt_mask: (B, P); ids, mask: (B*G, C), G replies per prompt.
+    Returns:
+        (exact, one_sample), each (B*G,) float32 sums over each reply's sampled positions.
+    """
     from tempering.models.logprobs import grouped_hidden
     from tempering.models.precision import autocast
     from tempering.objectives.divergences import reverse_kl
 
+    keep = mask.bool()
     logps = []
     for m in (student, teacher):
         device = next(m.parameters()).device
         with autocast(precision, device):
             args = (a.to(device) for a in (prompt_ids, prompt_mask, ids, mask))
-            states = grouped_hidden(m, *args)[mask.bool().to(device)]  # (tokens, H): only sampled positions
+            states = grouped_hidden(m, *args)[keep.to(device)]  # (tokens, H): only sampled positions
             logits = m.get_output_embeddings()(states).float().cpu()
         logps.append(torch.log_softmax(logits / temperature, dim=-1))
-    return float(reverse_kl(logps[0], logps[1]).sum()) / max(int(mask.sum()), 1)
+    picked = ids[keep][:, None]
+    exact, one_sample = torch.zeros(mask.shape), torch.zeros(mask.shape)
+    exact[keep] = reverse_kl(logps[0], logps[1]).float()
+    one_sample[keep] = (logps[0].gather(1, picked) - logps[1].gather(1, picked)).squeeze(1)
+    return exact.sum(dim=1), one_sample.sum(dim=1)

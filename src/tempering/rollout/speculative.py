@@ -44,19 +44,28 @@ class SpeculativeStats:
     steps: int = 0  # (row, target forward) pairs
     emitted: int = 0  # tokens emitted by those steps (accepted drafts + one target token each)
     target_forwards: int = 0  # batched target forwards (prefill excluded)
+    # per row of a `generate` call (prompt-major, `params.n` per prompt): draft tokens proposed and
+    # accepted, summed over the calls since these stats were made (new stats per call: per-prompt figures)
+    proposed_by_row: dict[int, int] = field(default_factory=dict)
+    accepted_by_row: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.proposed_at = self.proposed_at or [0] * self.k
         self.accepted_at = self.accepted_at or [0] * self.k
 
-    def record(self, lengths: Sequence[int], n_accepted: Sequence[int]) -> None:
+    def record(self, lengths: Sequence[int], n_accepted: Sequence[int], rows: Sequence[int] | None = None) -> None:
+        """One verification step: per live row its draft length, its accepted drafts and (`rows`) its flat row."""
         self.target_forwards += 1
-        for length, n in zip(lengths, n_accepted):
+        for i, (length, n) in enumerate(zip(lengths, n_accepted)):
             self.steps += 1
             self.emitted += int(n) + 1
             for j in range(int(length)):
                 self.proposed_at[j] += 1
                 self.accepted_at[j] += int(j < n)
+            if rows is not None:
+                row = rows[i]
+                self.proposed_by_row[row] = self.proposed_by_row.get(row, 0) + int(length)
+                self.accepted_by_row[row] = self.accepted_by_row.get(row, 0) + min(int(n), int(length))
 
     def summary(self) -> dict[str, Any]:
         proposed, accepted = sum(self.proposed_at), sum(self.accepted_at)
@@ -175,7 +184,7 @@ class SpeculativeEngine(HFEngine):
             mask[:, start:] = (torch.arange(width)[None, :] < n[:, None]).long()  # rejected drafts: holes
             n_list = n.tolist()
             self.drafter.accepted(n_list)
-            self.stats.record(lengths.tolist(), n_list)
+            self.stats.record(lengths.tolist(), n_list, live)
             emitted = torch.cat([draft, nxt[:, None]], dim=1).scatter(1, n[:, None], nxt[:, None])
             self._emit(live, emitted, n_list, logits, params, stops, out_tokens, out_logp, finish)
         return [self._completion(out_tokens[f], out_logp[f], finish[f], params, stops) for f in range(total)]
