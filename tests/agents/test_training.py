@@ -95,6 +95,32 @@ def test_rollout_source_builds_grpo_batches_from_episodes(smol_tokenizer):
     assert source.state_dict()["rollouts"] == 1
 
 
+def test_earlier_turns_penalties_count_in_the_trajectory_advantage(smol_tokenizer):
+    """An episode's reward is its turns' rewards summed: a penalised call at turn 1 (invalid here;
+    `safe_actions`' unsafe calls are the same per-turn penalty) costs the episode even when it then
+    succeeds. Before, only the last turn counted: both episodes scored 1.0 and the group tied."""
+    renderer = AgentRenderer(smol_tokenizer)
+    tasks = select(builtin_tasks("retry"), "train")[:4]
+    calls = []
+
+    def policy(task, messages):  # turn 0 alternates a call to a tool the task lacks, the answer
+        calls.append(1)
+        if not messages and len(calls) % 2:
+            return '<tool_call>{"name": "nope", "arguments": {}}</tool_call>'
+        return f"The answer is {task.goal['value']}."
+
+    engine = PolicyEngine(smol_tokenizer, policy, tasks)
+    grpo = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=30, dynamic_sampling=False)
+    settings = EpisodeSettings(invalid_call_penalty=0.5)
+    source = AgentRolloutSource(tasks, engine, renderer, None, grpo, settings, grad_accum=1, seed=0)
+    batch = source.next_batch()
+    # each group: [-0.5 (the invalid call), +1.0 (the answer)] -> 0.5, and [+1.0] -> 1.0
+    assert torch.allclose(batch.advantages, torch.tensor([-1.0, 1.0, -1.0, 1.0]), atol=1e-4)
+    stats = source.stats()
+    assert stats["success_rate"] == 1.0 and stats["reward_mean"] == pytest.approx(0.75)
+    assert stats["invalid_calls"] == pytest.approx(0.5)
+
+
 def test_curriculum_draws_every_task_of_the_tier_once_before_repeating():
     # with replacement, 2 RL steps of 4 tasks from 12 drew config-port in 5 of 8 groups and RL taught
     # read_file for every task (docs/agents.md): the draw is now an epoch over the tier

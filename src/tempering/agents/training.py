@@ -12,7 +12,9 @@ episodes each (`agent_rollout`); groups with an `env_error` episode are dropped 
 model failure), and under `dynamic_sampling` groups whose advantages are all 0 (tied) are
 dropped and refilled with new tasks for at most `max_refills` extra rounds (counts logged:
 `groups_tied`, `groups_env_error`, `refill_rounds`, `all_groups_tied`).
-Advantages are GRPO's over the episode outcome (`credit: trajectory`), or the outcome's plus a
+Advantages are GRPO's over the episode's return, every turn's reward summed: the outcome plus the
+environment's per-turn penalties (invalid calls, `safe_actions`' unsafe calls) (`credit: trajectory`),
+or the outcome's plus a
 weighted, clipped process advantage of each turn's shaping reward (`credit: step`,
 `agents/credit.py`: valid calls, errors recovered, the agent's own test runs failing less;
 discounted by `gamma` per later turn). Tensors, micro-batches and (with `updates_per_batch` > 1) the rollout
@@ -309,7 +311,10 @@ class AgentRolloutSource:
     def _rows(self, group: list[AgentEpisode]) -> GroupRows:
         """A group for the batch builder: the loss (and the sampled tokens) on the model's own turns."""
         trajs = [ep.trajectory for ep in group]
-        outcome = torch.tensor([t.reward.value for t in trajs])
+        if self.credit == "step":  # earlier turns' penalties are in the turn credit (`shaping`)
+            outcome = torch.tensor([t.reward.value for t in trajs])
+        else:
+            outcome = torch.tensor([episode_return(t) for t in trajs])
         ids = torch.zeros(len(group), dtype=torch.long)
         if self.credit == "step":
             prompt = trajs[0].prompt_length
@@ -331,7 +336,7 @@ class AgentRolloutSource:
         self._stats = {
             "tier": float(tier),
             "success_rate": sum(ep.stats.success for ep in scored) / n,
-            "reward_mean": sum(ep.trajectory.reward.value for ep in scored) / n,
+            "reward_mean": sum(episode_return(ep.trajectory) for ep in scored) / n,
             "turns": sum(len(ep.turns) for ep in scored) / n,
             "invalid_calls": sum(ep.stats.invalid_calls for ep in scored) / n,
             "recovery": sum(ep.stats.recovered for ep in scored) / n,
@@ -353,6 +358,12 @@ class AgentRolloutSource:
             with open(self.store, "a") as f:
                 for ep in eps:
                     f.write(json.dumps(episode_row(ep, self.rollouts)) + "\n")
+
+
+def episode_return(trajectory: Trajectory) -> float:
+    """An episode's reward: its turns' rewards summed (the outcome, the last, plus the environment's
+    penalties of earlier turns: an unsafe call at turn 1 costs the episode even if it then succeeds)."""
+    return sum(r.value for r in trajectory.rewards)
 
 
 def trajectory_group(trajs: list[Trajectory], advantages: torch.Tensor) -> GroupRows:
