@@ -15,7 +15,8 @@ time of each arm are recorded beside it):
                      registered divergence over whole distributions (`rollout.divergence`; None:
                      the policy gradient with the one-sample reverse KL as the advantage),
                      --student-fraction GKD's lambda (the other steps learn on the teacher's greedy
-                     replies), --sample-temperature cooler student prefixes
+                     replies, under --teacher-divergence if given), --sample-temperature cooler
+                     student prefixes, --train-max-new-tokens longer training samples
 
 Measured per prompt on `--split` (heldout: the arithmetic generator's held-out split, the first
 `--heldout` prompts; val: the next `--val` held-out prompts not among them, for choosing the
@@ -214,6 +215,8 @@ def main() -> None:
     p.add_argument("--divergence", default="reverse_kl", help="rollout.divergence of the on-policy arm ('pg': none)")
     p.add_argument("--beta", type=float, default=None, help="rollout.beta (jsd only)")
     p.add_argument("--student-fraction", type=float, default=0.5, help="rollout.student_fraction (GKD's lambda)")
+    p.add_argument("--teacher-divergence", default=None, help="rollout.teacher_divergence (the teacher-reply steps')")
+    p.add_argument("--train-max-new-tokens", type=int, default=None, help="the on-policy samples' (default: the eval's)")
     p.add_argument("--sample-temperature", type=float, default=1.0, help="rollout.temperature of the on-policy arm")
     p.add_argument("--arms", nargs="+", default=["forward_kl", "on_policy"], choices=["forward_kl", "on_policy"])
     p.add_argument("--result", default="onpolicy_distill.json", help="file name under bench/results")
@@ -283,6 +286,12 @@ def main() -> None:
     on_name = f"on_policy_{args.divergence}{args.beta or ''}"
     if args.student_fraction != 1.0:
         on_name += f"_f{args.student_fraction:g}"
+    if args.teacher_divergence is not None:
+        on_name += f"_td{args.teacher_divergence}"
+    if (args.prompts, args.samples) != (2, 4):
+        on_name += f"_p{args.prompts}x{args.samples}"
+    if args.train_max_new_tokens is not None:
+        on_name += f"_m{args.train_max_new_tokens}"
     if args.sample_temperature != 1.0:
         on_name += f"_t{args.sample_temperature:g}"
     on_name += f"_lr{args.on_policy_lr:g}"
@@ -302,13 +311,15 @@ def main() -> None:
         if "on_policy" in args.arms:
             rollout = {"prompts_per_step": args.prompts, "samples_per_prompt": args.samples}
             prompts = {"n": args.train_prompts, "ops": "+", "split": "train"}
-            rollout |= {"tasks": prompts, "max_new_tokens": args.max_new_tokens}
+            rollout |= {"tasks": prompts, "max_new_tokens": args.train_max_new_tokens or args.max_new_tokens}
             if divergence is not None:
                 rollout["divergence"] = divergence
             if args.beta is not None:
                 rollout["beta"] = args.beta
             if args.student_fraction != 1.0:
                 rollout["student_fraction"] = args.student_fraction
+            if args.teacher_divergence is not None:
+                rollout["teacher_divergence"] = args.teacher_divergence
             if args.sample_temperature != 1.0:  # sample cooler, compare the distributions at T = 1
                 rollout |= {"temperature": args.sample_temperature, "divergence_temperature": 1.0}
             t = {**train_cfg, "optim": {**train_cfg["optim"], "lr": args.on_policy_lr}}

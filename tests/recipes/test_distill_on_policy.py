@@ -37,6 +37,14 @@ def test_reverse_kl_advantages_by_hand():
         ("on_policy: true\nrollout: {divergence: reverse_kl, beta: 0.5}\n", "beta applies to divergence: jsd only"),
         ("on_policy: true\nrollout: {divergence_temperature: 1.0}\n", "divergence_temperature applies with a"),
         ("on_policy: true\nrollout: {student_fraction: 0.5}\n", "student_fraction < 1 needs a divergence"),
+        (
+            "on_policy: true\nrollout: {divergence: reverse_kl, teacher_divergence: forward_kl}\n",
+            "teacher_divergence needs a divergence and student_fraction < 1",
+        ),
+        (
+            "on_policy: true\nrollout: {divergence: reverse_kl, student_fraction: 0.5, teacher_divergence: fkl}\n",
+            "unknown distillation divergence .fkl. .registered: ",
+        ),
     ],
 )
 def test_keys_of_the_other_kind_are_one_line_errors(tmp_path, body, message):
