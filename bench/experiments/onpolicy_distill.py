@@ -216,7 +216,9 @@ def main() -> None:
     p.add_argument("--beta", type=float, default=None, help="rollout.beta (jsd only)")
     p.add_argument("--student-fraction", type=float, default=0.5, help="rollout.student_fraction (GKD's lambda)")
     p.add_argument("--teacher-divergence", default=None, help="rollout.teacher_divergence (the teacher-reply steps')")
-    p.add_argument("--train-max-new-tokens", type=int, default=None, help="the on-policy samples' (default: the eval's)")
+    p.add_argument(
+        "--train-max-new-tokens", type=int, default=None, help="the on-policy samples' (default: the eval's)"
+    )
     p.add_argument("--sample-temperature", type=float, default=1.0, help="rollout.temperature of the on-policy arm")
     p.add_argument("--arms", nargs="+", default=["forward_kl", "on_policy"], choices=["forward_kl", "on_policy"])
     p.add_argument("--result", default="onpolicy_distill.json", help="file name under bench/results")
