@@ -31,14 +31,17 @@ on-policy arm's settings on seed 0 without touching the held-out figures):
 
     python bench/experiments/onpolicy_distill.py [--seeds 0 1 2] [--warm-steps 60] [--steps 60] \
         [--forward-lrs 1e-3] [--divergence reverse_kl --student-fraction 0.5 --on-policy-lr 1e-3]
+    python bench/experiments/onpolicy_distill.py --divergence jsd --beta 0.5 \
+        --teacher-divergence forward_kl                 # the headline arm (session 17's choice)
     python bench/experiments/onpolicy_distill.py --split val --seeds 0 --forward-lrs 1e-3 1e-4 \
         --student-fraction 1 --on-policy-lr 1e-4        # a tuning run: filed under `tuning`
 
-Writes bench/results/<--result> (`--split val`: under its `tuning` key; the file's `claim`, `verdict`,
-`tries` and `tuning` are kept): per arm the pooled figures per seed (means with 95% t-intervals
-over seeds), and on-policy minus each forward arm paired per prompt: a paired bootstrap over the
-prompts of the seed-averaged per-prompt figures (`tempering.evals.stats.paired_bootstrap`), the same
-per seed, and the t-interval over the seeds' pooled differences; the budget, wall time, load average.
+Writes bench/results/<--result> (`--split val`: under its `tuning` key; the file's written-by-hand
+keys, `claim`, `verdict`, `tries`, `tuning`, `first_choice`, ..., are kept): per arm the pooled
+figures per seed (means with 95% t-intervals over seeds), and on-policy minus each forward arm
+paired per prompt: a paired bootstrap over the prompts of the seed-averaged per-prompt figures
+(`tempering.evals.stats.paired_bootstrap`), the same per seed, and the t-interval over the seeds'
+pooled differences; the budget, wall time, load average.
 """
 
 from __future__ import annotations
@@ -363,7 +366,9 @@ def main() -> None:
         kept.setdefault("tuning", {})[f"{on_name}-s{args.steps}-w{args.warmup}"] = results
         results = kept
     else:  # the written-by-hand verdict and the earlier tries and tuning stay
-        results |= {k: kept[k] for k in ("claim", "verdict", "tries", "tuning") if k in kept}
+        hand = ("claim", "verdict", "tries", "tuning", "tuning_rule", "diagnosis", "first_choice")
+        hand += ("tuning_after_choice", "arms_after_choice", "paired_after_choice")
+        results |= {k: kept[k] for k in hand if k in kept}
     path.write_text(json.dumps(results, indent=1))
     say(f"wrote bench/results/{args.result}", t0)
 
