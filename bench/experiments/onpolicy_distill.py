@@ -32,7 +32,7 @@ on-policy arm's settings on seed 0 without touching the held-out figures):
     python bench/experiments/onpolicy_distill.py [--seeds 0 1 2] [--warm-steps 60] [--steps 60] \
         [--forward-lrs 1e-3] [--divergence reverse_kl --student-fraction 0.5 --on-policy-lr 1e-3]
     python bench/experiments/onpolicy_distill.py --divergence jsd --beta 0.5 \
-        --teacher-divergence forward_kl                 # the headline arm (session 17's choice)
+        --teacher-divergence forward_kl                 # the headline arm
     python bench/experiments/onpolicy_distill.py --split val --seeds 0 --forward-lrs 1e-3 1e-4 \
         --student-fraction 1 --on-policy-lr 1e-4        # a tuning run: filed under `tuning`
 
