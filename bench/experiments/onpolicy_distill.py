@@ -15,7 +15,8 @@ time of each arm are recorded beside it):
                      registered divergence over whole distributions (`rollout.divergence`; None:
                      the policy gradient with the one-sample reverse KL as the advantage),
                      --student-fraction GKD's lambda (the other steps learn on the teacher's greedy
-                     replies), --sample-temperature cooler student prefixes
+                     replies, under --teacher-divergence if given), --sample-temperature cooler
+                     student prefixes, --train-max-new-tokens longer training samples
 
 Measured per prompt on `--split` (heldout: the arithmetic generator's held-out split, the first
 `--heldout` prompts; val: the next `--val` held-out prompts not among them, for choosing the
@@ -30,14 +31,17 @@ on-policy arm's settings on seed 0 without touching the held-out figures):
 
     python bench/experiments/onpolicy_distill.py [--seeds 0 1 2] [--warm-steps 60] [--steps 60] \
         [--forward-lrs 1e-3] [--divergence reverse_kl --student-fraction 0.5 --on-policy-lr 1e-3]
+    python bench/experiments/onpolicy_distill.py --divergence jsd --beta 0.5 \
+        --teacher-divergence forward_kl                 # the headline arm
     python bench/experiments/onpolicy_distill.py --split val --seeds 0 --forward-lrs 1e-3 1e-4 \
         --student-fraction 1 --on-policy-lr 1e-4        # a tuning run: filed under `tuning`
 
-Writes bench/results/<--result> (`--split val`: under its `tuning` key; the file's `claim`, `verdict`,
-`tries` and `tuning` are kept): per arm the pooled figures per seed (means with 95% t-intervals
-over seeds), and on-policy minus each forward arm paired per prompt: a paired bootstrap over the
-prompts of the seed-averaged per-prompt figures (`tempering.evals.stats.paired_bootstrap`), the same
-per seed, and the t-interval over the seeds' pooled differences; the budget, wall time, load average.
+Writes bench/results/<--result> (`--split val`: under its `tuning` key; the file's written-by-hand
+keys, `claim`, `verdict`, `tries`, `tuning`, `first_choice`, ..., are kept): per arm the pooled
+figures per seed (means with 95% t-intervals over seeds), and on-policy minus each forward arm
+paired per prompt: a paired bootstrap over the prompts of the seed-averaged per-prompt figures
+(`tempering.evals.stats.paired_bootstrap`), the same per seed, and the t-interval over the seeds'
+pooled differences; the budget, wall time, load average.
 """
 
 from __future__ import annotations
@@ -214,6 +218,10 @@ def main() -> None:
     p.add_argument("--divergence", default="reverse_kl", help="rollout.divergence of the on-policy arm ('pg': none)")
     p.add_argument("--beta", type=float, default=None, help="rollout.beta (jsd only)")
     p.add_argument("--student-fraction", type=float, default=0.5, help="rollout.student_fraction (GKD's lambda)")
+    p.add_argument("--teacher-divergence", default=None, help="rollout.teacher_divergence (the teacher-reply steps')")
+    p.add_argument(
+        "--train-max-new-tokens", type=int, default=None, help="the on-policy samples' (default: the eval's)"
+    )
     p.add_argument("--sample-temperature", type=float, default=1.0, help="rollout.temperature of the on-policy arm")
     p.add_argument("--arms", nargs="+", default=["forward_kl", "on_policy"], choices=["forward_kl", "on_policy"])
     p.add_argument("--result", default="onpolicy_distill.json", help="file name under bench/results")
@@ -283,6 +291,12 @@ def main() -> None:
     on_name = f"on_policy_{args.divergence}{args.beta or ''}"
     if args.student_fraction != 1.0:
         on_name += f"_f{args.student_fraction:g}"
+    if args.teacher_divergence is not None:
+        on_name += f"_td{args.teacher_divergence}"
+    if (args.prompts, args.samples) != (2, 4):
+        on_name += f"_p{args.prompts}x{args.samples}"
+    if args.train_max_new_tokens is not None:
+        on_name += f"_m{args.train_max_new_tokens}"
     if args.sample_temperature != 1.0:
         on_name += f"_t{args.sample_temperature:g}"
     on_name += f"_lr{args.on_policy_lr:g}"
@@ -302,13 +316,15 @@ def main() -> None:
         if "on_policy" in args.arms:
             rollout = {"prompts_per_step": args.prompts, "samples_per_prompt": args.samples}
             prompts = {"n": args.train_prompts, "ops": "+", "split": "train"}
-            rollout |= {"tasks": prompts, "max_new_tokens": args.max_new_tokens}
+            rollout |= {"tasks": prompts, "max_new_tokens": args.train_max_new_tokens or args.max_new_tokens}
             if divergence is not None:
                 rollout["divergence"] = divergence
             if args.beta is not None:
                 rollout["beta"] = args.beta
             if args.student_fraction != 1.0:
                 rollout["student_fraction"] = args.student_fraction
+            if args.teacher_divergence is not None:
+                rollout["teacher_divergence"] = args.teacher_divergence
             if args.sample_temperature != 1.0:  # sample cooler, compare the distributions at T = 1
                 rollout |= {"temperature": args.sample_temperature, "divergence_temperature": 1.0}
             t = {**train_cfg, "optim": {**train_cfg["optim"], "lr": args.on_policy_lr}}
@@ -350,7 +366,9 @@ def main() -> None:
         kept.setdefault("tuning", {})[f"{on_name}-s{args.steps}-w{args.warmup}"] = results
         results = kept
     else:  # the written-by-hand verdict and the earlier tries and tuning stay
-        results |= {k: kept[k] for k in ("claim", "verdict", "tries", "tuning") if k in kept}
+        hand = ("claim", "verdict", "tries", "tuning", "tuning_rule", "diagnosis", "first_choice")
+        hand += ("tuning_after_choice", "arms_after_choice", "paired_after_choice")
+        results |= {k: kept[k] for k in hand if k in kept}
     path.write_text(json.dumps(results, indent=1))
     say(f"wrote bench/results/{args.result}", t0)
 

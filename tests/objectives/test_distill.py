@@ -71,3 +71,49 @@ def test_student_learns_its_teacher_in_the_trainer(tmp_path):
     after = evaluate(student, objective, [held], "fp32")
     assert after < 0.6 * before  # per-token KL to the teacher on held-out sequences (0.089 -> ~0.045)
     assert not any(p.requires_grad for p in teacher.parameters())
+
+
+def _on_policy_batch(sampled: bool):
+    from tempering.batches import GRPOBatch
+
+    gen = torch.Generator().manual_seed(3)
+    prompt_ids = torch.randint(3, 64, (1, 5), generator=gen)
+    completion_ids = torch.randint(3, 64, (2, 6), generator=gen)
+    mask = torch.ones_like(completion_ids)
+    mask[1, 4:] = 0
+    return GRPOBatch(
+        prompt_ids=prompt_ids,
+        prompt_mask=torch.ones_like(prompt_ids),
+        completion_ids=completion_ids,
+        completion_mask=mask,
+        loss_mask=mask,
+        sampled_mask=mask if sampled else torch.zeros_like(mask),  # a teacher step's replies: none sampled
+        engine_logprobs=torch.zeros(2, 6),
+        advantages=torch.zeros(2),
+        n_real_tokens=int(mask.sum()),
+    )
+
+
+@pytest.mark.parametrize("sampled, expected", [(True, "reverse_kl"), (False, "forward_kl")])
+def test_a_teacher_divergence_applies_on_the_teachers_replies_only(sampled, expected):
+    # reverse KL where the student sampled, forward KL on a batch of the teacher's greedy replies
+    # (sampled_mask 0): the loss equals that divergence summed over the scored positions
+    from tempering.models.logprobs import grouped_hidden
+    from tempering.objectives import divergences
+    from tempering.objectives.distill import OnPolicyDivergenceObjective
+
+    teacher, student = tiny_llama(vocab=64, seed=5), tiny_llama(vocab=64, seed=6)
+    with torch.no_grad():
+        teacher.lm_head.weight.mul_(30.0)  # peaked: the two KLs are far apart
+    batch = _on_policy_batch(sampled)
+    objective = OnPolicyDivergenceObjective(teacher, "reverse_kl", None, 1.0, [], teacher_divergence="forward_kl")
+    loss, stats = objective.loss(student, batch)
+    keep = batch.loss_mask.bool()
+    args = (batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
+    with torch.no_grad():
+        s, t = (torch.log_softmax(m.lm_head(grouped_hidden(m, *args)[keep]).float(), -1) for m in (student, teacher))
+    by_hand = getattr(divergences, expected)(s, t).sum()
+    other = getattr(divergences, "forward_kl" if expected == "reverse_kl" else "reverse_kl")(s, t).sum()
+    assert float(loss) == pytest.approx(float(by_hand), rel=1e-5)
+    assert abs(float(by_hand) - float(other)) > 0.1 * float(by_hand)  # the two differ: the choice is seen
+    assert ("reverse_kl" in stats) is sampled

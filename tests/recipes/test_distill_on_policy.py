@@ -37,6 +37,14 @@ def test_reverse_kl_advantages_by_hand():
         ("on_policy: true\nrollout: {divergence: reverse_kl, beta: 0.5}\n", "beta applies to divergence: jsd only"),
         ("on_policy: true\nrollout: {divergence_temperature: 1.0}\n", "divergence_temperature applies with a"),
         ("on_policy: true\nrollout: {student_fraction: 0.5}\n", "student_fraction < 1 needs a divergence"),
+        (
+            "on_policy: true\nrollout: {divergence: reverse_kl, teacher_divergence: forward_kl}\n",
+            "teacher_divergence needs a divergence and student_fraction < 1",
+        ),
+        (
+            "on_policy: true\nrollout: {divergence: reverse_kl, student_fraction: 0.5, teacher_divergence: fkl}\n",
+            "unknown distillation divergence .fkl. .registered: ",
+        ),
     ],
 )
 def test_keys_of_the_other_kind_are_one_line_errors(tmp_path, body, message):
@@ -109,6 +117,34 @@ def test_a_student_fraction_mixes_in_the_teachers_replies(tmp_path, sharp_teache
     assert [("reverse_kl" in r) for r in records] == [True, False, True, False]
     assert records[1]["logprob_mismatch"] == 0.0 and records[1]["completions"] == 8
     assert all(r["divergence"] > 0 for r in records)
+
+
+def test_a_teacher_divergence_reaches_the_teacher_steps(tmp_path, sharp_teacher):
+    """`teacher_divergence: forward_kl` changes the loss of the teacher-reply step only: step 1 (the
+    student's samples, jsd) is the same run for run, step 2 (the teacher's replies, from the same
+    weights) scores forward KL instead of jsd."""
+    rollout = {"tasks": {"n": 16}, "prompts_per_step": 2, "samples_per_prompt": 4, "max_new_tokens": 4}
+    rollout |= {"divergence": "jsd", "beta": 0.5, "student_fraction": 0.5}
+    losses = []
+    for name, extra in (("jsd", {}), ("fkl", {"teacher_divergence": "forward_kl"})):
+        cfg = {
+            "teacher": str(sharp_teacher),
+            "student": {"layers": [1]},
+            "rollout": {**rollout, **extra},
+            "train": {"steps": 2, "precision": "fp32", "optim": {"lr": 1e-3, "warmup_steps": 0}},
+            "out": str(tmp_path / "runs"),
+            "name": name,
+            "on_policy": True,
+        }
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        res = CliRunner().invoke(app, ["distill", str(path)])
+        assert res.exit_code == 0, res.output
+        rows = map(json.loads, (tmp_path / "runs" / name / "metrics.jsonl").read_text().splitlines())
+        losses.append([r["divergence"] for r in rows if "student_samples" in r])
+    (jsd_student, jsd_teacher), (fkl_student, fkl_teacher) = losses
+    assert fkl_student == pytest.approx(jsd_student, rel=1e-5)
+    assert fkl_teacher > 1.5 * jsd_teacher  # forward KL (unbounded) vs the bounded jsd on a peaked teacher
 
 
 def test_an_on_policy_distill_stage_plans_in_a_pipeline(tmp_path):

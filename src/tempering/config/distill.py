@@ -69,20 +69,29 @@ class OnPolicySettings(SamplingSettings):
     student_fraction: float = Field(1.0, gt=0, le=1)
     """The share of steps that learn on the student's own samples (GKD's lambda); the other steps,
     spread evenly, learn on the teacher's greedy replies to as many prompts (`divergence` only)."""
+    teacher_divergence: str | None = None
+    """The registered divergence on the steps of the teacher's greedy replies (`student_fraction`
+    < 1; default: `divergence`), e.g. forward_kl there with reverse_kl on the student's samples:
+    mode-seeking where the student samples, mass-covering on the teacher's path, whose end token
+    reverse KL alone lets the student drop (docs/correctness.md)."""
     divergence_temperature: float | None = Field(None, gt=0)
     """The temperature of both distributions a divergence compares (default: `temperature`); set it
     to sample the prefixes cooler than the distributions are compared, e.g. sampling at 0.5 and
     comparing at 1 (the prefixes nearer the greedy path a speculative draft is checked on)."""
 
-    @field_validator("divergence")
+    @field_validator("divergence", "teacher_divergence")
     @classmethod
     def _divergence_is_registered(cls, value: str | None, info: ValidationInfo) -> str | None:
         return value if value is None else registered("divergence", value, info)
 
     @model_validator(mode="after")
     def _settings_of_the_divergence_need_it(self) -> OnPolicySettings:
-        if self.beta is not None and self.divergence != "jsd":
+        if self.beta is not None and "jsd" not in (self.divergence, self.teacher_divergence):
             raise ValueError(f"beta applies to divergence: jsd only (divergence is {self.divergence})")
+        if self.teacher_divergence is not None and (self.divergence is None or self.student_fraction == 1):
+            raise ValueError(
+                "teacher_divergence needs a divergence and student_fraction < 1 (it applies on the teacher's replies)"
+            )
         if self.student_fraction < 1 and self.divergence is None:
             raise ValueError(
                 "student_fraction < 1 needs a divergence (the policy gradient learns on the student's samples only)"

@@ -122,7 +122,11 @@ class OnPolicyDivergenceObjective:
 
     The prefixes are the student's (on-policy, Agarwal et al. 2024); the target is the teacher's
     whole distribution there, so no advantage and no sampling variance per token (the
-    policy-gradient path, `OnPolicyDistillObjective`, sees one sampled token per position). Logged:
+    policy-gradient path, `OnPolicyDistillObjective`, sees one sampled token per position). A batch
+    of the teacher's greedy replies (GKD's 1 - lambda steps: no sampled token is the student's)
+    takes `teacher_divergence` instead when one is given, e.g. forward KL there, which keeps
+    the mass the teacher puts on its path (its end token included) that reverse KL's zero-forcing
+    lets the student drop. Logged:
     `reverse_kl` (the mean one-sample estimate log p_s(y) - log p_t(y) on the sampled tokens, the
     figure the policy-gradient path logs; at the divergence's temperature; on steps of the student's
     own samples only), `divergence` (the loss per token) and the sampler-vs-
@@ -138,11 +142,15 @@ class OnPolicyDivergenceObjective:
         temperature: float,
         plugins: list[str],
         sampling_temperature: float | None = None,
+        teacher_divergence: str | None = None,
     ):
         from tempering import algorithms
 
         self.teacher = teacher.eval().requires_grad_(False)
         self.divergence = algorithms.lookup("divergence", divergence, plugins).fn
+        self.teacher_divergence = self.divergence  # on the teacher's replies (GKD's 1 - lambda steps)
+        if teacher_divergence is not None:
+            self.teacher_divergence = algorithms.lookup("divergence", teacher_divergence, plugins).fn
         self.beta = {} if beta is None else {"beta": beta}
         self.temperature = temperature
         self.sampling_temperature = temperature if sampling_temperature is None else sampling_temperature
@@ -157,11 +165,13 @@ class OnPolicyDivergenceObjective:
 
     def loss(self, model: Any, batch: GRPOBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         keep = batch.loss_mask.bool()
+        own = batch.sampled_mask.bool()[keep]  # the student's samples (not a teacher step's replies)
         with torch.no_grad():
             teacher = torch.log_softmax(self._logits(self.teacher, batch, keep) / self.temperature, dim=-1)
         logits = self._logits(model, batch, keep)
         student = torch.log_softmax(logits / self.temperature, dim=-1)
-        per_row = self.divergence(student, teacher, **self.beta)
+        divergence = self.divergence if bool(own.any()) else self.teacher_divergence
+        per_row = divergence(student, teacher, **self.beta)
         picks = batch.completion_ids[keep][:, None]
         with torch.no_grad():
             sampler = student
@@ -170,7 +180,6 @@ class OnPolicyDivergenceObjective:
             picked = sampler.gather(1, picks).squeeze(1)
             logp = torch.zeros(keep.shape, dtype=picked.dtype, device=picked.device).masked_scatter(keep, picked)
             estimate = student.gather(1, picks).squeeze(1) - teacher.gather(1, picks).squeeze(1)
-            own = batch.sampled_mask.bool()[keep]  # the student's samples (not a teacher step's replies)
         stats = {
             "divergence": per_row.detach().sum() / keep.sum().clamp(min=1),
             **mismatch_stats(logp, batch.engine_logprobs, batch.sampled_mask),

@@ -131,7 +131,13 @@ def _on_policy_components(cfg: DistillConfig, data: Prompts, tokenizer: Any, sta
     if r.divergence is not None:
         temperature = r.divergence_temperature or r.temperature
         objective: Any = OnPolicyDivergenceObjective(
-            teacher, r.divergence, r.beta, temperature, r.plugins, sampling_temperature=r.temperature
+            teacher,
+            r.divergence,
+            r.beta,
+            temperature,
+            r.plugins,
+            sampling_temperature=r.temperature,
+            teacher_divergence=r.teacher_divergence,
         )
     else:  # mu = 1 and no reference: the ratio is 1 and the loss is -sum(A_t * log p_student(y_t))
         settings = GRPOPolicySettings(temperature=r.temperature, max_new_tokens=r.max_new_tokens)
