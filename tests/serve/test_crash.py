@@ -72,6 +72,7 @@ def test_kill_9_loses_nothing_accepted(tiny_models, tmp_path):
     proc = start_server(state, registry, port)
     url, headers = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {key}"}
     completed, feedback, votes, lock = [], [], [], threading.Lock()
+    in_flight: set[int] = set()  # streams that got their first chunk
 
     def stream(i: int) -> None:
         body = {
@@ -88,6 +89,7 @@ def test_kill_9_loses_nothing_accepted(tiny_models, tmp_path):
                 for line in r.iter_lines():
                     if line.startswith("data: {"):
                         rid = json.loads(line[6:])["id"]
+                        in_flight.add(i)
                     done = done or line == "data: [DONE]"
             if not done:
                 return
@@ -126,10 +128,14 @@ def test_kill_9_loses_nothing_accepted(tiny_models, tmp_path):
     while len(votes) < 2 and time.time() < deadline:
         time.sleep(0.01)
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(STREAMS)]
-    for t in threads:
+    for t in threads[:8]:  # 8 complete first; the rest are killed mid-flight (one batch would end together)
         t.start()
     while len(completed) < 8 and time.time() < deadline:
         time.sleep(0.01)
+    for t in threads[8:]:
+        t.start()
+    while not in_flight & set(range(8, STREAMS)) and time.time() < deadline:
+        time.sleep(0.002)
     os.kill(proc.pid, signal.SIGKILL)  # mid-flight: streams still running
     proc.wait()
     for t in threads + [voter]:
