@@ -107,8 +107,9 @@ def register_preference_loss(name: str, reference: bool = True) -> Callable[[Cal
 
 
 def register_divergence(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register `fn(student_logp, teacher_logp, *, beta) -> per_row` ((N, V) log-softmaxes -> (N,))
-    as a divergence between next-token distributions (on-policy distillation's `rollout.divergence`)."""
+    """Register `fn(student_logp, teacher_logp) -> per_row` ((N, V) log-softmaxes -> (N,)) as a
+    divergence between next-token distributions (on-policy distillation's `rollout.divergence`);
+    `rollout.beta` reaches `jsd` only (as its `beta=` keyword)."""
     return _register("divergence", name)
 
 

@@ -117,3 +117,30 @@ def test_a_teacher_divergence_applies_on_the_teachers_replies_only(sampled, expe
     assert float(loss) == pytest.approx(float(by_hand), rel=1e-5)
     assert abs(float(by_hand) - float(other)) > 0.1 * float(by_hand)  # the two differ: the choice is seen
     assert ("reverse_kl" in stats) is sampled
+
+
+def test_beta_reaches_jsd_only():
+    # divergence: a plug-in (no beta), teacher_divergence: jsd with beta 0.3: jsd gets 0.3, the
+    # plug-in is called with the two distributions alone (it once received jsd's beta as well)
+    from tempering.algorithms import REGISTRY, register_divergence
+    from tempering.objectives import divergences
+    from tempering.objectives.distill import OnPolicyDivergenceObjective
+
+    calls: list[dict] = []
+
+    @register_divergence("keyword_recorder")
+    def keyword_recorder(student_logp, teacher_logp, **keywords):
+        calls.append(keywords)
+        return divergences.reverse_kl(student_logp, teacher_logp)
+
+    try:
+        teacher = tiny_llama(vocab=64, seed=5)
+        objective = OnPolicyDivergenceObjective(teacher, "keyword_recorder", 0.3, 1.0, [], teacher_divergence="jsd")
+        s, t = torch.log_softmax(torch.randn(4, 64), -1), torch.log_softmax(torch.randn(4, 64), -1)
+        objective.divergence(s, t)
+        assert calls == [{}]
+        jsd = objective.teacher_divergence(s, t)
+        torch.testing.assert_close(jsd, divergences.generalized_jsd(s, t, beta=0.3))
+        assert not torch.allclose(jsd, divergences.generalized_jsd(s, t))  # 0.3, not the default 0.5
+    finally:
+        REGISTRY.pop(("divergence", "keyword_recorder"), None)

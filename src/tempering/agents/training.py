@@ -311,12 +311,9 @@ class AgentRolloutSource:
     def _rows(self, group: list[AgentEpisode]) -> GroupRows:
         """A group for the batch builder: the loss (and the sampled tokens) on the model's own turns."""
         trajs = [ep.trajectory for ep in group]
+        ids = torch.zeros(len(group), dtype=torch.long)
         if self.credit == "step":  # earlier turns' penalties are in the turn credit (`shaping`)
             outcome = torch.tensor([t.reward.value for t in trajs])
-        else:
-            outcome = torch.tensor([episode_return(t) for t in trajs])
-        ids = torch.zeros(len(group), dtype=torch.long)
-        if self.credit == "step":
             prompt = trajs[0].prompt_length
             width = max(1, max(len(t.completion_ids) for t in trajs))
             shaping, step_mask = step_rewards_tensor([group], width, [prompt], [self.shaping(ep) for ep in group])
@@ -324,6 +321,7 @@ class AgentRolloutSource:
                 outcome, shaping, step_mask, ids, weight=self.step.weight, gamma=self.gamma, estimator=self.s.advantage
             )
         else:
+            outcome = torch.tensor([episode_return(t) for t in trajs])
             advantages = grpo_advantages(outcome, self.s.advantage, groups=ids)
         return trajectory_group(trajs, advantages)
 

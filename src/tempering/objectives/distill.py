@@ -9,6 +9,7 @@ multiplied by T^2 so its gradients keep their scale as T changes.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -147,11 +148,14 @@ class OnPolicyDivergenceObjective:
         from tempering import algorithms
 
         self.teacher = teacher.eval().requires_grad_(False)
-        self.divergence = algorithms.lookup("divergence", divergence, plugins).fn
-        self.teacher_divergence = self.divergence  # on the teacher's replies (GKD's 1 - lambda steps)
-        if teacher_divergence is not None:
-            self.teacher_divergence = algorithms.lookup("divergence", teacher_divergence, plugins).fn
-        self.beta = {} if beta is None else {"beta": beta}
+        teacher_divergence = divergence if teacher_divergence is None else teacher_divergence
+
+        def bound(name: str) -> Any:  # `beta` is jsd's setting: no other divergence receives it
+            fn = algorithms.lookup("divergence", name, plugins).fn
+            return functools.partial(fn, beta=beta) if name == "jsd" and beta is not None else fn
+
+        self.divergence = bound(divergence)
+        self.teacher_divergence = bound(teacher_divergence)  # on the teacher's replies (GKD's 1 - lambda steps)
         self.temperature = temperature
         self.sampling_temperature = temperature if sampling_temperature is None else sampling_temperature
 
@@ -171,7 +175,7 @@ class OnPolicyDivergenceObjective:
         logits = self._logits(model, batch, keep)
         student = torch.log_softmax(logits / self.temperature, dim=-1)
         divergence = self.divergence if bool(own.any()) else self.teacher_divergence
-        per_row = divergence(student, teacher, **self.beta)
+        per_row = divergence(student, teacher)
         picks = batch.completion_ids[keep][:, None]
         with torch.no_grad():
             sampler = student
