@@ -218,6 +218,7 @@ def main() -> None:
     p.add_argument("--divergence", default="reverse_kl", help="rollout.divergence of the on-policy arm ('pg': none)")
     p.add_argument("--beta", type=float, default=None, help="rollout.beta (jsd only)")
     p.add_argument("--student-fraction", type=float, default=0.5, help="rollout.student_fraction (GKD's lambda)")
+    p.add_argument("--teacher-kl-weight", type=float, default=1.0, help="rollout.teacher_kl_weight (1 - it: CE)")
     p.add_argument("--teacher-divergence", default=None, help="rollout.teacher_divergence (the teacher-reply steps')")
     p.add_argument(
         "--train-max-new-tokens", type=int, default=None, help="the on-policy samples' (default: the eval's)"
@@ -293,6 +294,8 @@ def main() -> None:
         on_name += f"_f{args.student_fraction:g}"
     if args.teacher_divergence is not None:
         on_name += f"_td{args.teacher_divergence}"
+    if args.teacher_kl_weight != 1.0:
+        on_name += f"_tw{args.teacher_kl_weight:g}"
     if (args.prompts, args.samples) != (2, 4):
         on_name += f"_p{args.prompts}x{args.samples}"
     if args.train_max_new_tokens is not None:
@@ -325,6 +328,8 @@ def main() -> None:
                 rollout["student_fraction"] = args.student_fraction
             if args.teacher_divergence is not None:
                 rollout["teacher_divergence"] = args.teacher_divergence
+            if args.teacher_kl_weight != 1.0:
+                rollout["teacher_kl_weight"] = args.teacher_kl_weight
             if args.sample_temperature != 1.0:  # sample cooler, compare the distributions at T = 1
                 rollout |= {"temperature": args.sample_temperature, "divergence_temperature": 1.0}
             t = {**train_cfg, "optim": {**train_cfg["optim"], "lr": args.on_policy_lr}}

@@ -144,3 +144,30 @@ def test_beta_reaches_jsd_only():
         assert not torch.allclose(jsd, divergences.generalized_jsd(s, t))  # 0.3, not the default 0.5
     finally:
         REGISTRY.pop(("divergence", "keyword_recorder"), None)
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+def test_teacher_kl_weight_mixes_cross_entropy_into_the_teachers_replies_only(sampled):
+    # teacher_kl_weight 0.8 with forward KL: a batch of the teacher's replies takes
+    # 0.8 * forward KL + 0.2 * cross-entropy on its tokens; a batch of the student's samples is untouched
+    from tempering.models.logprobs import grouped_hidden
+    from tempering.objectives import divergences
+    from tempering.objectives.distill import OnPolicyDivergenceObjective
+
+    teacher, student = tiny_llama(vocab=64, seed=5), tiny_llama(vocab=64, seed=6)
+    batch = _on_policy_batch(sampled)
+    objective = OnPolicyDivergenceObjective(
+        teacher, "reverse_kl", None, 1.0, [], teacher_divergence="forward_kl", teacher_kl_weight=0.8
+    )
+    loss, _ = objective.loss(student, batch)
+    keep = batch.loss_mask.bool()
+    args = (batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
+    with torch.no_grad():
+        s, t = (torch.log_softmax(m.lm_head(grouped_hidden(m, *args)[keep]).float(), -1) for m in (student, teacher))
+    ce = -s.gather(1, batch.completion_ids[keep][:, None]).sum()
+    if sampled:
+        by_hand = divergences.reverse_kl(s, t).sum()
+    else:
+        by_hand = 0.8 * divergences.forward_kl(s, t).sum() + 0.2 * ce
+    assert float(loss) == pytest.approx(float(by_hand), rel=1e-5)
+    assert float(ce) > 2 * float(divergences.forward_kl(s, t).sum())  # the mix differs from KL alone

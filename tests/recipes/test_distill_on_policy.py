@@ -45,6 +45,10 @@ def test_reverse_kl_advantages_by_hand():
             "on_policy: true\nrollout: {divergence: reverse_kl, student_fraction: 0.5, teacher_divergence: fkl}\n",
             "unknown distillation divergence .fkl. .registered: ",
         ),
+        (
+            "on_policy: true\nrollout: {divergence: reverse_kl, teacher_kl_weight: 0.8}\n",
+            "teacher_kl_weight < 1 needs a divergence and student_fraction < 1",
+        ),
     ],
 )
 def test_keys_of_the_other_kind_are_one_line_errors(tmp_path, body, message):

@@ -74,6 +74,11 @@ class OnPolicySettings(SamplingSettings):
     < 1; default: `divergence`), e.g. forward_kl there with reverse_kl on the student's samples:
     mode-seeking where the student samples, mass-covering on the teacher's path, whose end token
     reverse KL alone lets the student drop (docs/correctness.md)."""
+    teacher_kl_weight: float = Field(1.0, ge=0, le=1)
+    """On the steps of the teacher's greedy replies: the weight of `teacher_divergence`; 1 - it goes
+    to cross-entropy on the reply's tokens (`loss.kl_weight` of `temper distill`: with forward_kl
+    and 0.8 those steps take the forward recipe's own loss, whose cross-entropy on the teacher's
+    greedy tokens is what a speculative draft is checked on)."""
     divergence_temperature: float | None = Field(None, gt=0)
     """The temperature of both distributions a divergence compares (default: `temperature`); set it
     to sample the prefixes cooler than the distributions are compared, e.g. sampling at 0.5 and
@@ -91,6 +96,10 @@ class OnPolicySettings(SamplingSettings):
         if self.teacher_divergence is not None and (self.divergence is None or self.student_fraction == 1):
             raise ValueError(
                 "teacher_divergence needs a divergence and student_fraction < 1 (it applies on the teacher's replies)"
+            )
+        if self.teacher_kl_weight < 1 and (self.divergence is None or self.student_fraction == 1):
+            raise ValueError(
+                "teacher_kl_weight < 1 needs a divergence and student_fraction < 1 (it applies on the teacher's replies)"
             )
         if self.student_fraction < 1 and self.divergence is None:
             raise ValueError(

@@ -127,7 +127,8 @@ class OnPolicyDivergenceObjective:
     of the teacher's greedy replies (GKD's 1 - lambda steps: no sampled token is the student's)
     takes `teacher_divergence` instead when one is given, e.g. forward KL there, which keeps
     the mass the teacher puts on its path (its end token included) that reverse KL's zero-forcing
-    lets the student drop. Logged:
+    lets the student drop; `teacher_kl_weight` < 1 mixes cross-entropy on those replies' tokens into
+    them (the forward recipe's `kl_weight`). Logged:
     `reverse_kl` (the mean one-sample estimate log p_s(y) - log p_t(y) on the sampled tokens, the
     figure the policy-gradient path logs; at the divergence's temperature; on steps of the student's
     own samples only), `divergence` (the loss per token) and the sampler-vs-
@@ -144,6 +145,7 @@ class OnPolicyDivergenceObjective:
         plugins: list[str],
         sampling_temperature: float | None = None,
         teacher_divergence: str | None = None,
+        teacher_kl_weight: float = 1.0,
     ):
         from tempering import algorithms
 
@@ -156,6 +158,7 @@ class OnPolicyDivergenceObjective:
 
         self.divergence = bound(divergence)
         self.teacher_divergence = bound(teacher_divergence)  # on the teacher's replies (GKD's 1 - lambda steps)
+        self.teacher_kl_weight = teacher_kl_weight
         self.temperature = temperature
         self.sampling_temperature = temperature if sampling_temperature is None else sampling_temperature
 
@@ -174,9 +177,14 @@ class OnPolicyDivergenceObjective:
             teacher = torch.log_softmax(self._logits(self.teacher, batch, keep) / self.temperature, dim=-1)
         logits = self._logits(model, batch, keep)
         student = torch.log_softmax(logits / self.temperature, dim=-1)
-        divergence = self.divergence if bool(own.any()) else self.teacher_divergence
-        per_row = divergence(student, teacher)
         picks = batch.completion_ids[keep][:, None]
+        if bool(own.any()):
+            per_row = self.divergence(student, teacher)
+        else:  # the teacher's greedy replies: its divergence, and cross-entropy on its tokens for the rest
+            per_row = self.teacher_divergence(student, teacher)
+            if self.teacher_kl_weight < 1:
+                ce = -torch.log_softmax(logits, dim=-1).gather(1, picks).squeeze(1)
+                per_row = self.teacher_kl_weight * per_row + (1 - self.teacher_kl_weight) * ce
         with torch.no_grad():
             sampler = student
             if self.sampling_temperature != self.temperature:  # the mismatch compares the sampler's own figures

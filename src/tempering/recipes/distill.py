@@ -138,6 +138,7 @@ def _on_policy_components(cfg: DistillConfig, data: Prompts, tokenizer: Any, sta
             r.plugins,
             sampling_temperature=r.temperature,
             teacher_divergence=r.teacher_divergence,
+            teacher_kl_weight=r.teacher_kl_weight,
         )
     else:  # mu = 1 and no reference: the ratio is 1 and the loss is -sum(A_t * log p_student(y_t))
         settings = GRPOPolicySettings(temperature=r.temperature, max_new_tokens=r.max_new_tokens)
