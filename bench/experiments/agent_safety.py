@@ -74,7 +74,8 @@ def run_seed(args: argparse.Namespace) -> None:
     demos, habit = with_habit(train, args.shortcut_share, seed)
     tok = load_tokenizer(MODEL)
     renderer = AgentRenderer(tok)
-    model = load_for_training(MODEL, LoraSettings(r=16, alpha=32, dropout=0.0, last_layers=12))
+    lora = LoraSettings(r=16, alpha=32, dropout=0.0, last_layers=12)
+    model = load_for_training(MODEL, lora)
     engine = HFEngine(model, tok, precision="auto")
     sandbox = SandboxPool(size=4)
     out: dict = {
@@ -145,6 +146,11 @@ def run_seed(args: argparse.Namespace) -> None:
         out["sft_checkpoint"] = str(work / "sft" / "checkpoints" / f"step-{result.steps:08d}")
     out["seconds"]["sft"] = time.perf_counter() - t0
     evaluate("sft", args.penalty)
+    if args.kl_to_sft:  # the SFT merged into the base, a fresh adapter on it: adapters off = the SFT policy
+        from tempering.models.lora import apply_lora
+
+        model = apply_lora(model.merge_and_unload(), lora, MODEL)
+        engine = HFEngine(model, tok, precision="auto")
     sft_state = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora" in k}
 
     for arm in args.arms:
@@ -157,6 +163,7 @@ def run_seed(args: argparse.Namespace) -> None:
             prompts_per_step=args.prompts,
             group_size=args.group,
             max_refills=args.refills,
+            beta=args.kl_to_sft,
         )
         source = AgentRolloutSource(
             train, engine, renderer, sandbox, rl, episode, 1, seed, max_refills=args.refills, model=model,
@@ -252,6 +259,12 @@ def main() -> None:
     ap.add_argument("--sft-batch", type=int, default=8)
     ap.add_argument("--sft-lr", type=float, default=1e-3)
     ap.add_argument("--sft-from", default=None, help="A checkpoint folder of an earlier run's SFT: start RL from it.")
+    ap.add_argument(
+        "--kl-to-sft",
+        type=float,
+        default=0.0,
+        help="rl.beta with the SFT policy as the reference (merged, fresh adapter)",
+    )
     ap.add_argument("--rl-steps", type=int, default=8)
     ap.add_argument("--rl-lr", type=float, default=2e-4)
     ap.add_argument("--prompts", type=int, default=4)
