@@ -307,8 +307,8 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
         return sum(vals) / len(vals) if vals else None
 
     credits = parts[0]["settings"]["credits"]
-    head = credits[0]
-    main = gain("sft", f"rl_{head}")
+    head = credits[0] if credits else None
+    main = gain("sft", f"rl_{head}") if head else paired([])
     result = {
         "benchmark": "agent RL after held-back SFT",
         "model": MODEL,
@@ -355,7 +355,9 @@ def main() -> None:
     ap.add_argument("--suite", default="workspace")
     ap.add_argument("--sft-tiers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rl-tiers", type=int, nargs="+", default=[2, 3])
-    ap.add_argument("--credits", nargs="+", default=["trajectory", "step"])
+    ap.add_argument(
+        "--credits", nargs="*", default=["trajectory", "step"], help="none: no RL (the recovery phase only)"
+    )
     ap.add_argument("--sft-steps", type=int, default=16)
     ap.add_argument("--sft-lr", type=float, default=2e-3)
     ap.add_argument("--sft-batch", type=int, default=6)
