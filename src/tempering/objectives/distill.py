@@ -183,7 +183,7 @@ class OnPolicyDivergenceObjective:
         else:  # the teacher's greedy replies: its divergence, and cross-entropy on its tokens for the rest
             per_row = self.teacher_divergence(student, teacher)
             if self.teacher_kl_weight < 1:
-                ce = -torch.log_softmax(logits, dim=-1).gather(1, picks).squeeze(1)
+                ce = torch.nn.functional.cross_entropy(logits, picks.squeeze(1), reduction="none")
                 per_row = self.teacher_kl_weight * per_row + (1 - self.teacher_kl_weight) * ce
         with torch.no_grad():
             sampler = student
