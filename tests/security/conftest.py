@@ -7,6 +7,7 @@ bwrap missing is an error, not a skip: CI installs it.
 """
 
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -43,6 +44,7 @@ def canary_dir():
         f.write("TOP-SECRET-CANARY")
     os.chmod(os.path.join(d, "secret.txt"), 0o666)
     yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def _snapshot(canary_dir):
