@@ -8,7 +8,9 @@ batch, learning rate 2e-4 constant, no dynamic sampling on the Tempering side (T
 Precision: "auto" for both -- bf16 only where the CPU has native bf16; on an AVX2-only CPU
 bf16 matmul is emulated (~400x slower than fp32 here) and both run fp32.
 
-Tempering samples with its default engine (continuous batching, `BatchingEngine`). TRL runs
+The two sides are set up in bench/_shared/grpo_sides.py (shared with
+experiments/time_to_reward.py). Tempering samples with its default engine (continuous batching,
+`BatchingEngine`). TRL runs
 at its fastest settings found here: `gradient_checkpointing=False` (GRPOConfig's default True
 recomputes the forward); `--trl-sweep` measures s/step of TRL under each setting of
 `TRL_SWEEP` and records them (bench/results/grpo_trl_sweep.json).
@@ -44,210 +46,29 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
-from _shared.paths import RESULTS, ROOT, cpu_name  # noqa: E402
+from _shared.grpo_sides import TRL_FASTEST, TRL_SWEEP, Shape, run_tempering, run_trl  # noqa: E402
+from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
-PROMPTS, GROUP, MAX_NEW, LR, TARGET = 8, 8, 32, 2e-4, 0.5
-MODEL = "smollm2-135m-instruct"
 SIDES = ("tempering", "tempering_full", "trl")
-TRL_FASTEST = {"gradient_checkpointing": False}
-TRL_SWEEP = [{"gradient_checkpointing": False}, {"gradient_checkpointing": True}]
-
-
-def reward_parts():
-    import yaml
-
-    from tempering.config import RewardPart
-
-    cfg = yaml.safe_load((ROOT / "examples" / "grpo_arith.yaml").read_text())
-    return [RewardPart.model_validate(p) for p in cfg["reward"]]
-
-
-def bench_tasks(n: int):
-    from tempering.data.builtin import arithmetic_tasks
-    from tempering.sources.tasks import with_reward
-
-    return with_reward(arithmetic_tasks(n, 0, "train", "+"), reward_parts())
-
-
-def curve_summary(rewards: list[float], times: list[float], warmup: int, completions: int) -> dict:
-    timed = times[warmup:]
-    seconds = sum(timed)
-    reached = next((i for i, r in enumerate(rewards) if r >= TARGET), None)
-    return {
-        "rewards": rewards,
-        "step_seconds": times,
-        "timed_steps": len(timed),
-        "seconds": seconds,
-        "completions_per_s": completions * len(timed) / seconds if seconds else None,
-        "steps_to_reward_0_5": None if reached is None else reached + 1,
-        "seconds_to_reward_0_5": None if reached is None else sum(times[: reached + 1]),
-    }
-
-
-def run_tempering(steps: int, warmup: int, lora: bool = True) -> dict:
-    import torch
-
-    from tempering.config import GRPOConfig
-    from tempering.models.load import load_tokenizer
-    from tempering.models.lora import load_for_training
-    from tempering.models.precision import resolve_precision
-    from tempering.recipes.grpo import grpo_components
-    from tempering.train.trainer import Trainer
-
-    torch.manual_seed(0)
-    cfg = GRPOConfig.model_validate(
-        {
-            "model": MODEL,
-            "lora": {"r": 16, "alpha": 32} if lora else None,
-            "heldout": None,
-            "grpo": {
-                "prompts_per_step": PROMPTS,
-                "group_size": GROUP,
-                "max_new_tokens": MAX_NEW,
-                "temperature": 1.0,
-                "beta": 0.0,
-                "updates_per_batch": 1,
-                "dynamic_sampling": False,
-                "generation_chunks": 1,
-                "truncation": "keep",
-                "clip_low": 0.2,
-                "clip_high": 0.2,
-            },
-            "train": {
-                "steps": steps,
-                "precision": "auto",
-                "optim": {"lr": LR, "schedule": "constant"},
-                "checkpoint": {"every": 10_000, "keep_last": 1},
-            },
-        }
-    )
-    tok = load_tokenizer(cfg.model)
-    model = load_for_training(cfg.model, cfg.lora)
-    precision = resolve_precision(cfg.train.precision)
-    _, source, objective = grpo_components(cfg, model, tok, bench_tasks(2000))
-    train = cfg.train
-    rewards, times, last = [], [], [time.perf_counter()]
-
-    def clock(step: int, record: dict) -> None:
-        now = time.perf_counter()
-        times.append(now - last[0])
-        last[0] = now
-        rewards.append(record["reward_mean"])
-
-    with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(model, objective, source, train, Path(run_dir), callbacks=[clock])
-        last[0] = time.perf_counter()
-        trainer.fit()  # step 1 also writes the step-0 checkpoint: one reason warm-up steps are excluded
-    source.close()
-    return {
-        **curve_summary(rewards, times, warmup, PROMPTS * GROUP),
-        "precision": precision,
-        "lora": lora,
-        "device": str(next(model.parameters()).device),
-        "torch_threads": torch.get_num_threads(),
-    }
-
-
-def run_trl(steps: int, warmup: int, settings: dict | None = None) -> dict:
-    import torch
-    from datasets import Dataset
-    from peft import LoraConfig
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    from tempering.models.load import load_model, load_tokenizer
-    from tempering.models.precision import resolve_precision
-    from tempering.verifiers import score
-
-    torch.manual_seed(0)
-    tasks = bench_tasks(2000)
-    by_prompt = {t.prompt: t for t in tasks}
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": t.prompt}]} for t in tasks])
-
-    def reward(prompts, completions, **_):
-        return [score(by_prompt[p[-1]["content"]], c[-1]["content"]).value for p, c in zip(prompts, completions)]
-
-    precision = resolve_precision("auto")
-    tok = load_tokenizer(MODEL)
-    tok.padding_side = "left"
-    rewards, times, last = [], [], [None]
-
-    class Clock(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kw):
-            if last[0] is None:
-                last[0] = time.perf_counter()
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            if logs and "reward" in logs:
-                rewards.append(float(logs["reward"]))
-
-        def on_step_end(self, args, state, control, **kw):
-            now = time.perf_counter()
-            times.append(now - last[0])
-            last[0] = now
-
-    with tempfile.TemporaryDirectory() as out:
-        cfg = GRPOConfig(
-            output_dir=out,
-            per_device_train_batch_size=PROMPTS * GROUP,
-            num_generations=GROUP,
-            gradient_accumulation_steps=1,
-            max_completion_length=MAX_NEW,
-            temperature=1.0,
-            beta=0.0,
-            num_iterations=1,
-            learning_rate=LR,
-            lr_scheduler_type="constant",
-            max_steps=steps,
-            logging_steps=1,
-            report_to=[],
-            save_strategy="no",
-            bf16=precision == "bf16",
-            use_cpu=not torch.cuda.is_available(),
-            seed=0,
-            loss_type="dapo",
-            epsilon=0.2,
-            epsilon_high=0.2,
-            shuffle_dataset=True,
-            dataloader_num_workers=0,
-            **(settings or TRL_FASTEST),
-        )
-        trainer = GRPOTrainer(
-            model=load_model(MODEL),
-            reward_funcs=[reward],
-            args=cfg,
-            train_dataset=data,
-            processing_class=tok,
-            peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM"),
-            callbacks=[Clock()],
-        )
-        trainer.train()
-    return {
-        **curve_summary(rewards, times, warmup, PROMPTS * GROUP),
-        "precision": precision,
-        "torch_threads": torch.get_num_threads(),
-        "loss_type": "dapo (token-mean, as Tempering's default)",
-        "trl_settings": settings or TRL_FASTEST,
-    }
 
 
 def main() -> None:
-    global MODEL, PROMPTS, GROUP, MAX_NEW
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--model", default=MODEL, help="alias or model directory")
+    p.add_argument("--model", default=Shape.model, help="alias or model directory")
     p.add_argument("--sides", default="tempering,trl", help="comma-separated, from " + ", ".join(SIDES))
-    p.add_argument("--prompts", type=int, default=PROMPTS)
-    p.add_argument("--group", type=int, default=GROUP)
-    p.add_argument("--max-new-tokens", type=int, default=MAX_NEW)
+    p.add_argument("--prompts", type=int, default=Shape.prompts)
+    p.add_argument("--group", type=int, default=Shape.group)
+    p.add_argument("--max-new-tokens", type=int, default=Shape.max_new_tokens)
     p.add_argument("--results", type=Path, default=RESULTS / "grpo.json")
     p.add_argument("--child", choices=SIDES)
     p.add_argument("--trl-settings", default=None, help="child only: JSON of TRL GRPOConfig settings")
     p.add_argument("--trl-sweep", action="store_true", help="time TRL under each TRL_SWEEP setting instead")
     p.add_argument("--out")
     args = p.parse_args()
+    bench_shape = Shape(args.model, args.prompts, args.group, args.max_new_tokens)
     MODEL, PROMPTS, GROUP, MAX_NEW = args.model, args.prompts, args.group, args.max_new_tokens
     shape = [f"--model={MODEL}", f"--prompts={PROMPTS}", f"--group={GROUP}", f"--max-new-tokens={MAX_NEW}"]
     if args.child:
@@ -255,9 +76,10 @@ def main() -> None:
 
         torch.set_num_threads(args.threads)
         if args.child == "trl":
-            result = run_trl(args.steps, args.warmup, json.loads(args.trl_settings) if args.trl_settings else None)
+            settings = json.loads(args.trl_settings) if args.trl_settings else None
+            result = run_trl(bench_shape, args.steps, args.warmup, settings)
         else:
-            result = run_tempering(args.steps, args.warmup, lora=args.child == "tempering")
+            result = run_tempering(bench_shape, args.steps, args.warmup, lora=args.child == "tempering")
         Path(args.out).write_text(json.dumps(result, default=str))
         return
     if args.trl_sweep:
@@ -345,7 +167,7 @@ def main() -> None:
         "max_new_tokens": MAX_NEW,
         "beta": 0.0,
         "updates_per_batch": 1,
-        "lr": LR,
+        "lr": bench_shape.lr,
         "steps": args.steps,
         "warmup_steps": args.warmup,
         "cpu": cpu_name(),
