@@ -57,14 +57,13 @@ def child(side: str, shape: Shape, minutes: float, mark_s: float, out: Path) -> 
     from tempering.models.lora import loadable_base
 
     marks: list[dict] = []
-    budget = minutes * 60
+    budget, base = minutes * 60, loadable_base(shape.model)
 
     def on_step(model, seconds: float) -> bool:
         if seconds >= mark_s * (len(marks) + 1) or seconds >= budget:
             path = out / f"mark-{len(marks) + 1:03d}"
             model.save_pretrained(str(path))
             config = path / "adapter_config.json"  # the same base on both sides, by the spec eval loads
-            base = loadable_base(shape.model)
             config.write_text(json.dumps({**json.loads(config.read_text()), "base_model_name_or_path": base}))
             marks.append({"mark": len(marks) + 1, "seconds": seconds, "adapter": str(path)})
         return seconds >= budget

@@ -69,8 +69,8 @@ def main() -> None:
     p.add_argument("--out")
     args = p.parse_args()
     bench_shape = Shape(args.model, args.prompts, args.group, args.max_new_tokens)
-    MODEL, PROMPTS, GROUP, MAX_NEW = args.model, args.prompts, args.group, args.max_new_tokens
-    shape = [f"--model={MODEL}", f"--prompts={PROMPTS}", f"--group={GROUP}", f"--max-new-tokens={MAX_NEW}"]
+    shape = [f"--model={args.model}", f"--prompts={args.prompts}", f"--group={args.group}"]
+    shape.append(f"--max-new-tokens={args.max_new_tokens}")
     if args.child:
         import torch
 
@@ -157,14 +157,14 @@ def main() -> None:
     result = {
         "benchmark": "grpo",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "model": f"{MODEL} + LoRA r16 all-linear"
+        "model": f"{bench_shape.model} + LoRA r16 all-linear"
         + (" (tempering_full: full parameters)" if "tempering_full" in runs else ""),
         "device": ours["device"],
         "task": "builtin:arithmetic ops=+ (train split)",
         "reward": "examples/grpo_arith.yaml composite (correct + strict + 0.25 close + 0.5 close_bare)",
-        "prompts_per_step": PROMPTS,
-        "group_size": GROUP,
-        "max_new_tokens": MAX_NEW,
+        "prompts_per_step": bench_shape.prompts,
+        "group_size": bench_shape.group,
+        "max_new_tokens": bench_shape.max_new_tokens,
         "beta": 0.0,
         "updates_per_batch": 1,
         "lr": bench_shape.lr,
@@ -194,7 +194,10 @@ def main() -> None:
     }
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(result, indent=1, default=str))
-    print(f"\nGRPO, {PROMPTS}x{GROUP} per step, <= {MAX_NEW} new tokens, precision {ours['precision']}")
+    print(
+        f"\nGRPO, {bench_shape.prompts}x{bench_shape.group} per step, <= {bench_shape.max_new_tokens} new tokens, "
+        f"precision {ours['precision']}"
+    )
     print(f"{'':12}{'compl/s':>10}{'s/step':>10}{'steps->0.5':>12}{'s->0.5':>10}  rewards")
     for name, r in runs.items():
         per = r["seconds"] / max(r["timed_steps"], 1)
