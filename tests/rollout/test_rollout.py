@@ -10,7 +10,7 @@ import torch
 from tempering.config import SamplingSettings
 from tempering.data.padding import left_pad
 from tempering.rollout.engine import HFEngine
-from tempering.rollout.rollout import VERIFIER_ERROR, ThreadRewardWorkers, rollout
+from tempering.rollout.rollout import VERIFIER_ERROR, ThreadRewardWorkers, rollout, unjudged_reasons
 from tempering.types import Reward, Task
 from tempering.verifiers import VERIFIERS, register
 from tests.conftest import tiny_llama
@@ -76,6 +76,13 @@ def test_a_crashing_or_slow_verifier_is_recorded_as_such_never_as_a_model_failur
     for t in crashed + slow:
         assert not t.scored and t.reward.flags == [VERIFIER_ERROR] and t.reward.value == 0.0
     assert "KeyError" in crashed[0].reward.detail and "timed out" in slow[0].reward.detail
+    # the one-line warning callers print: counts and reasons, commonest first
+    assert unjudged_reasons([ok]) == ""
+    assert unjudged_reasons(groups) == (
+        "4 of 6 samples not judged (never counted as failures): "
+        "verifier_error: KeyError: 'judge lost its tests' x2; timeout: verifier timed out after 0.5s x2"
+    )
+    assert unjudged_reasons(groups, top=1).endswith("x2; 1 other reason(s)")
 
 
 def test_left_pad_right_aligns_each_sequence():

@@ -45,7 +45,7 @@ from tempering.evals.cache import ResultCache, cache_key
 from tempering.evals.results import MetricResult, SuiteResult
 from tempering.evals.stats import paraphrase_spread, pass_at_k, stability, truncation_rate
 from tempering.evals.suite import Suite, SuiteError, metric_k, render_messages
-from tempering.rollout.rollout import PendingRollout, ThreadRewardWorkers, start_rollout
+from tempering.rollout.rollout import PendingRollout, ThreadRewardWorkers, start_rollout, unjudged_reasons
 from tempering.types import Reward, Trajectory
 
 RUNNER_VERSION = 4  # bump when generation or scoring changes what a cached result would hold
@@ -180,9 +180,8 @@ def _sample_and_score(
     with nullcontext(reward_workers) if reward_workers is not None else ThreadRewardWorkers(workers) as pool:
         pending = [(t, seed, _generate_pass(suite, t, seed, engine, pool, batch_tokens, log)) for t, seed in plan]
         passes = [_Pass(t, seed, p.collect()) for t, seed, p in pending]
-    errors = sum(p.errors for p in passes)
-    if errors:
-        log(f"{suite.name}: {errors} samples skipped (the verifier could not judge them)")
+    if why := unjudged_reasons([t for p in passes for t in p.trajectories]):
+        log(f"{suite.name}: {why}; skipped")
     return passes
 
 

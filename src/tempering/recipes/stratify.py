@@ -22,6 +22,7 @@ from rich.console import Console
 
 from tempering.atomic import write_jsonl_atomic
 from tempering.config import SamplingSettings, StratifyConfig, TaskSourceSettings
+from tempering.rollout.rollout import unjudged_reasons
 from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.types import Task, Trajectory
 
@@ -186,6 +187,8 @@ def run_stratify(cfg: StratifyConfig, force: bool = False, console: Console | No
         if stage.finished:
             return stage.result.summary
         tasks, groups, generator_hash = sample_task_source(cfg, cfg.k, "stratify", console)
+        if why := unjudged_reasons(groups):
+            console.print(f"[yellow]warning:[/yellow] stratify: {why}", highlight=False, markup=True)
         stratified, rl_set, report = stratify(
             pass_rates(tasks, groups), cfg.too_easy, cfg.too_hard, cfg.order, cfg.seed
         )

@@ -23,6 +23,7 @@ between model turns goes into the same `Trajectory` with loss mask 0).
 
 from __future__ import annotations
 
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -151,6 +152,24 @@ def _wait(future: Future, timeout_s: float) -> Verdict:
         return Verdict(
             Reward(value=0.0, flags=[VERIFIER_ERROR], detail=f"verifier timed out after {timeout_s:g}s"), "timeout"
         )
+
+
+def unjudged_reasons(groups: Sequence[Sequence[Trajectory]], top: int = 3) -> str:
+    """'' when every sample was judged; else "N of M not judged: <status: reason> xK; ..." (the
+    `top` commonest reasons), for the one-line warning a caller prints."""
+    counts: Counter[str] = Counter()
+    total = 0
+    for group in groups:
+        for t in group:
+            total += 1
+            if not t.scored:
+                reason = (t.rewards[-1].detail or "").splitlines()[0][:120] if t.rewards else ""
+                counts[f"{t.status}: {reason}"] += 1
+    if not counts:
+        return ""
+    common = "; ".join(f"{why} x{n}" for why, n in counts.most_common(top))
+    more = f"; {len(counts) - top} other reason(s)" if len(counts) > top else ""
+    return f"{sum(counts.values())} of {total} samples not judged (never counted as failures): {common}{more}"
 
 
 def start_rollout(

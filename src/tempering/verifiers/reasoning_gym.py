@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,7 @@ JUDGE_FILE, PAYLOAD_FILE = "reasoning_gym_judge.py", "payload.json"
 DEADLINE_S = 10.0
 """Default seconds for one scoring in the sandbox, library import included (spec `timeout_s`)."""
 MiB = 1024 * 1024
+_IMPORT_LOCK = threading.Lock()
 
 
 def extract_tagged_answer(completion: str) -> str:
@@ -152,7 +154,14 @@ def dataset_module(name: str) -> str:
     Raises:
         ValueError: no such dataset.
     """
-    from reasoning_gym.factory import DATASETS
+    # The package first: its __init__ registers the datasets. `from reasoning_gym.factory import ...`
+    # alone returns the registry half filled while another scoring thread is still running that
+    # __init__ (a parent package being initialised is not waited for), and every dataset not yet
+    # registered read as unknown: a verifier error (seen once in stratify: 45 of 48 samples). One thread
+    # imports, the others wait.
+    with _IMPORT_LOCK:
+        import reasoning_gym  # noqa: F401
+        from reasoning_gym.factory import DATASETS
 
     if name not in DATASETS:
         raise ValueError(f"unknown reasoning-gym dataset {name!r}")
