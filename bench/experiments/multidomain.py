@@ -1,7 +1,7 @@
 """Multi-domain GRPO on the default model: priority + per-domain normalisation vs uniform + one global
 normalisation, at the same compute, held-out accuracy per domain before and after.
 
-    python bench/experiments/multidomain.py [--seeds 0 1 2] [--steps 12] [--domains 8] [--single]
+    python bench/experiments/multidomain.py [--seeds 0 1 2] [--steps 60] [--domains 8] [--single]
 
 1. Candidate domains (12): builtin addition, subtraction, multiplication; reasoning-gym chain_sum
    and letter_counting; a tool-call format task (tool_call verifier); six short exact-answer tasks
@@ -59,8 +59,9 @@ RG_PRESETS = {  # reasoning-gym datasets (spell_backward, gcd and lcm had no lea
     "chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
     "letter_counting": {},
 }
-FULL_RUN = "nice -n 10 python bench/experiments/multidomain.py --seeds 0 1 2 --steps 60 --heldout 30 --single"
-"""Must-show scale: 3 seeds, enough steps to move held-out accuracy, the single-domain rows of the matrix."""
+FULL_RUN = "python bench/experiments/multidomain.py --single"
+"""The defaults are the acceptance run (3 seeds, 60 steps, 30 held-out items a domain); --single adds the
+single-domain rows of the interference matrix."""
 
 ARMS = {
     "ours": {"sampling": "priority", "advantage": "per_domain"},
@@ -325,6 +326,20 @@ def bootstrap_mean_gain(diffs: dict[str, list[list[float]]], resamples: int = 20
     return point, [draws[int(0.025 * resamples)], draws[int(0.975 * resamples) - 1]]
 
 
+def arm_difference(out: Path, seeds: list[int], domains: list[str]) -> dict:
+    """Ours minus uniform at the end, paired by (seed, domain, item): the mean over domains with its
+    bootstrap CI, and per domain."""
+    diffs: dict[str, list[list[float]]] = {d: [] for d in domains}
+    for s in seeds:
+        ours = item_verdicts(out / "runs" / f"ours-seed{s}", "after")
+        uniform = item_verdicts(out / "runs" / f"uniform-seed{s}", "after")
+        for d in domains:
+            items = sorted(set(ours.get(d, {})) & set(uniform.get(d, {})))
+            diffs[d].append([ours[d][i] - uniform[d][i] for i in items])
+    point, ci = bootstrap_mean_gain(diffs)
+    return {"mean": point, "ci95": ci, "per_domain": domain_table(diffs)}
+
+
 def domain_table(diffs: dict[str, list[list[float]]]) -> dict[str, dict]:
     table = {}
     for d, runs in diffs.items():
@@ -354,18 +369,18 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-multidomain")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--domains", type=int, default=8, help="how many candidates the mixture takes")
-    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--steps", type=int, default=60)
     p.add_argument("--prompts", type=int, default=8, help="prompts per step")
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of stratify and GRPO")
-    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--lr", type=float, default=2e-4)
     p.add_argument("--train-tasks", type=int, default=60)
-    p.add_argument("--heldout", type=int, default=12, help="held-out tasks per domain")
-    p.add_argument("--stratify-tasks", type=int, default=8, help="tasks per candidate that stratify samples")
-    p.add_argument("--k", type=int, default=6, help="stratify samples per task")
-    p.add_argument("--parallel", type=int, default=4, help="GRPO runs side by side")
-    p.add_argument("--max-minutes", type=float, default=25.0, help="a run's wall-clock cap (its steps are recorded)")
+    p.add_argument("--heldout", type=int, default=30, help="held-out tasks per domain")
+    p.add_argument("--stratify-tasks", type=int, default=16, help="tasks per candidate that stratify samples")
+    p.add_argument("--k", type=int, default=8, help="stratify samples per task")
+    p.add_argument("--parallel", type=int, default=2, help="GRPO runs side by side")
+    p.add_argument("--max-minutes", type=float, default=35.0, help="a run's wall-clock cap (its steps are recorded)")
     p.add_argument("--single", action="store_true", help="also single-domain runs (the interference matrix)")
     p.add_argument("--beside", default="nothing else ran on the host", help="what else shared the cores")
     args = p.parse_args()
@@ -408,7 +423,15 @@ def main() -> None:
             "worst_domain_delta": min(t["delta"] for t in table.values()),
             "significant_regressions": [d for d, t in table.items() if t["ci95"][1] < 0],
             "schedule_seed0": schedule_of(args.out / "runs" / names[0], domains) if names else {},
+            "mean_share": {
+                d: statistics.fmean(statistics.fmean(schedule_of(args.out / "runs" / n, domains)[d]) for n in names)
+                for d in domains
+            }
+            if names
+            else {},
         }
+    done = [s for s in args.seeds if all(f"{arm}-seed{s}" in arms[arm]["runs"] for arm in ARMS)]
+    difference = arm_difference(args.out, done, domains) if done else None
     matrix = {}
     if args.single:
         for row in [f"ours-seed{args.seeds[0]}", *[f"single-{d}" for d in domains]]:
@@ -423,6 +446,7 @@ def main() -> None:
         "mean_gain": arms["ours"]["mean_gain"],
         "mean_gain_uniform": arms["uniform"]["mean_gain"],
         "arms": arms,
+        "ours_minus_uniform": difference,
         "interference_matrix": matrix or None,
         "stratify": {c: {k: v for k, v in r.items() if k != "pass_rates"} for c, r in rates.items()},
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
