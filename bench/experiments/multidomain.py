@@ -66,6 +66,9 @@ single-domain rows of the interference matrix."""
 ARMS = {
     "ours": {"sampling": "priority", "advantage": "per_domain"},
     "uniform": {"sampling": "uniform", "advantage": "reinforce_pp_baseline"},
+    # one lever at a time (--arms): which of the two moves the comparison
+    "priority_global": {"sampling": "priority", "advantage": "reinforce_pp_baseline"},
+    "uniform_per_domain": {"sampling": "uniform", "advantage": "per_domain"},
 }
 
 
@@ -326,12 +329,12 @@ def bootstrap_mean_gain(diffs: dict[str, list[list[float]]], resamples: int = 20
     return point, [draws[int(0.025 * resamples)], draws[int(0.975 * resamples) - 1]]
 
 
-def arm_difference(out: Path, seeds: list[int], domains: list[str]) -> dict:
-    """Ours minus uniform at the end, paired by (seed, domain, item): the mean over domains with its
+def arm_difference(out: Path, seeds: list[int], domains: list[str], arm: str = "ours") -> dict:
+    """`arm` minus uniform at the end, paired by (seed, domain, item): the mean over domains with its
     bootstrap CI, and per domain."""
     diffs: dict[str, list[list[float]]] = {d: [] for d in domains}
     for s in seeds:
-        ours = item_verdicts(out / "runs" / f"ours-seed{s}", "after")
+        ours = item_verdicts(out / "runs" / f"{arm}-seed{s}", "after")
         uniform = item_verdicts(out / "runs" / f"uniform-seed{s}", "after")
         for d in domains:
             items = sorted(set(ours.get(d, {})) & set(uniform.get(d, {})))
@@ -382,8 +385,10 @@ def main() -> None:
     p.add_argument("--parallel", type=int, default=2, help="GRPO runs side by side")
     p.add_argument("--max-minutes", type=float, default=35.0, help="a run's wall-clock cap (its steps are recorded)")
     p.add_argument("--single", action="store_true", help="also single-domain runs (the interference matrix)")
+    p.add_argument("--arms", nargs="+", choices=list(ARMS), default=["ours", "uniform"], help="ours and uniform always")
     p.add_argument("--beside", default="nothing else ran on the host", help="what else shared the cores")
     args = p.parse_args()
+    args.arms = ["ours", "uniform", *[a for a in args.arms if a not in ("ours", "uniform")]]
     args.out.mkdir(parents=True, exist_ok=True)
     sampler = LoadSampler()
     sampler.start()
@@ -398,14 +403,14 @@ def main() -> None:
     jobs = [
         (f"{arm}-seed{s}", grpo_config(args.out, f"{arm}-seed{s}", domains, files, ARMS[arm], args, s))
         for s in args.seeds
-        for arm in ARMS
+        for arm in args.arms
     ]
     if args.single:
         jobs += [(f"single-{d}", grpo_config(args.out, f"single-{d}", [d], files, ARMS["ours"], args)) for d in domains]
     run_all(args.out, jobs, args.parallel)
 
     arms = {}
-    for arm in ARMS:
+    for arm in args.arms:
         names = [
             f"{arm}-seed{s}" for s in args.seeds if (args.out / "runs" / f"{arm}-seed{s}" / "summary.json").exists()
         ]
@@ -430,8 +435,19 @@ def main() -> None:
             if names
             else {},
         }
-    done = [s for s in args.seeds if all(f"{arm}-seed{s}" in arms[arm]["runs"] for arm in ARMS)]
-    difference = arm_difference(args.out, done, domains) if done else None
+    differences = {}
+    for arm in args.arms:
+        done = [
+            s
+            for s in args.seeds
+            if {f"{arm}-seed{s}", f"uniform-seed{s}"} <= {*arms[arm]["runs"], *arms["uniform"]["runs"]}
+        ]
+        if arm != "uniform" and done:
+            differences[arm] = arm_difference(args.out, done, domains, arm)
+    previous = (
+        json.loads((RESULTS / "multidomain.json").read_text()) if (RESULTS / "multidomain.json").is_file() else {}
+    )
+    invocations = previous.get("invocations", []) if previous.get("settings", {}).get("out") == str(args.out) else []
     matrix = {}
     if args.single:
         for row in [f"ours-seed{args.seeds[0]}", *[f"single-{d}" for d in domains]]:
@@ -446,7 +462,8 @@ def main() -> None:
         "mean_gain": arms["ours"]["mean_gain"],
         "mean_gain_uniform": arms["uniform"]["mean_gain"],
         "arms": arms,
-        "ours_minus_uniform": difference,
+        "ours_minus_uniform": differences.get("ours"),
+        "minus_uniform": differences,
         "interference_matrix": matrix or None,
         "stratify": {c: {k: v for k, v in r.items() if k != "pass_rates"} for c, r in rates.items()},
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
@@ -456,6 +473,10 @@ def main() -> None:
         "beside": args.beside,
         "wall_s": time.time() - t0,
     }
+    result["invocations"] = [  # a rerun on the same --out trains only the runs not yet finished
+        *invocations,
+        {"arms": args.arms, "wall_s": result["wall_s"], "load_average": result["load_average"], "beside": args.beside},
+    ]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "multidomain.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("domains", "mean_gain", "mean_gain_ci_low", "worst_domain_delta")}))
