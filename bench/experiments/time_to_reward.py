@@ -99,20 +99,21 @@ def score(model: str, out: Path, suite: Path, threads: int) -> float:
     return float(results["suites"][0]["metrics"]["accuracy"]["mean"])
 
 
-def curve(run_dir: Path, suite: Path, threads: int, start_accuracy: float) -> dict:
-    """A run's held-out accuracy at each mark, in time order, up to the first at the highest target."""
+def curve(run_dir: Path, suite: Path, threads: int, start_accuracy: float, up_to: float = max(TARGETS)) -> dict:
+    """A run's held-out accuracy at each mark, in time order, up to the first at `up_to`."""
     marks = json.loads((run_dir / "marks.json").read_text())
     points = [{"seconds": 0.0, "accuracy": start_accuracy}]
     for m in marks["marks"]:
         acc = score(m["adapter"], run_dir / f"eval-{m['mark']:03d}", suite, threads)
         points.append({"seconds": m["seconds"], "accuracy": acc})
         print(f"  {run_dir.name} {m['seconds']:7.0f} s: {acc:.2f}", flush=True)
-        if acc >= max(TARGETS):
+        if acc >= up_to:
             break
+    targets = [a for a in TARGETS if a <= up_to]  # above `up_to` the marks were not all scored
     reached = {
-        str(a): next((p["seconds"] for p in points if p["accuracy"] >= a), None) for a in TARGETS
+        str(a): next((p["seconds"] for p in points if p["accuracy"] >= a), None) for a in targets
     }  # fmt: skip
-    crossed = {str(a): crossing(points, a) for a in TARGETS}
+    crossed = {str(a): crossing(points, a) for a in targets}
     steps = len(marks["run"]["rewards"])
     trained = sum(marks["run"]["step_seconds"])
     return {
@@ -140,6 +141,9 @@ def summarise(curves: dict, budget_s: float, key: str = "seconds_to") -> dict:
     each run's first mark at the target (`seconds_to`) or the interpolated crossing."""
     out: dict = {}
     for a in map(str, TARGETS):
+        if any(a not in r[key] for runs in curves.values() for r in runs.values()):
+            out[a] = {"ratio": None, "ratio_kind": "not measured (marks scored only up to a lower target)"}
+            continue
         side = {}
         for name, runs in curves.items():
             secs = [r[key][a] for r in runs.values()]
@@ -174,6 +178,12 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--work", type=Path, default=Path("/tmp/ttr"))
     p.add_argument("--note", default="", help="what else ran beside it")
+    p.add_argument(
+        "--up-to",
+        type=float,
+        default=max(TARGETS),
+        help="score marks until this accuracy (a higher target: not measured)",
+    )
     p.add_argument("--results", type=Path, default=RESULTS, help="folder of the two result files (a dry run: /tmp)")
     p.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -223,7 +233,7 @@ def main() -> None:
     start = score(args.start, args.work / "eval-start", suite, args.threads)
     print(f"start: held-out accuracy {start:.2f}", flush=True)
     curves = {
-        side: {str(s): curve(args.work / f"{side}-seed{s}", suite, args.threads, start) for s in args.seeds}
+        side: {str(s): curve(args.work / f"{side}-seed{s}", suite, args.threads, start, args.up_to) for s in args.seeds}
         for side in args.sides
     }
     summary = summarise(curves, args.minutes * 60)
@@ -261,6 +271,9 @@ def main() -> None:
     grpo_path.write_text(json.dumps(grpo, indent=1))
     for a in map(str, TARGETS):
         s = summary[a]
+        if "sides" not in s:
+            print(f"to held-out {a}: {s['ratio_kind']}")
+            continue
         sides = "  ".join(
             f"{n} {v['mean_seconds']:.0f} s ({v['reached']}/{len(v['seconds'])})" for n, v in s["sides"].items()
         )
