@@ -304,11 +304,15 @@ def paired(out: Path, names: list[str], domains: list[str]) -> dict:
     diffs: dict[str, list[list[float]]] = {d: [] for d in domains}
     for name in names:
         run_dir = out / "runs" / name
-        before, after = item_verdicts(run_dir, "before"), item_verdicts(run_dir, "after")
-        for d in domains:
-            items = sorted(set(before.get(d, {})) & set(after.get(d, {})))
-            diffs[d].append([after[d][i] - before[d][i] for i in items])
+        add_differences(diffs, item_verdicts(run_dir, "after"), item_verdicts(run_dir, "before"))
     return diffs
+
+
+def add_differences(diffs: dict[str, list[list[float]]], a: dict, b: dict) -> None:
+    """Append to each domain's list the item-by-item differences a - b over the items both have."""
+    for d in diffs:
+        items = sorted(set(a.get(d, {})) & set(b.get(d, {})))
+        diffs[d].append([a[d][i] - b[d][i] for i in items])
 
 
 def bootstrap_mean_gain(diffs: dict[str, list[list[float]]], resamples: int = 2000) -> tuple[float, list[float]]:
@@ -335,10 +339,7 @@ def arm_difference(out: Path, seeds: list[int], domains: list[str], arm: str = "
     diffs: dict[str, list[list[float]]] = {d: [] for d in domains}
     for s in seeds:
         ours = item_verdicts(out / "runs" / f"{arm}-seed{s}", "after")
-        uniform = item_verdicts(out / "runs" / f"uniform-seed{s}", "after")
-        for d in domains:
-            items = sorted(set(ours.get(d, {})) & set(uniform.get(d, {})))
-            diffs[d].append([ours[d][i] - uniform[d][i] for i in items])
+        add_differences(diffs, ours, item_verdicts(out / "runs" / f"uniform-seed{s}", "after"))
     point, ci = bootstrap_mean_gain(diffs)
     return {"mean": point, "ci95": ci, "per_domain": domain_table(diffs)}
 
@@ -440,7 +441,7 @@ def main() -> None:
         done = [
             s
             for s in args.seeds
-            if {f"{arm}-seed{s}", f"uniform-seed{s}"} <= {*arms[arm]["runs"], *arms["uniform"]["runs"]}
+            if f"{arm}-seed{s}" in arms[arm]["runs"] and f"uniform-seed{s}" in arms["uniform"]["runs"]
         ]
         if arm != "uniform" and done:
             differences[arm] = arm_difference(args.out, done, domains, arm)

@@ -163,7 +163,7 @@ def unjudged_reasons(groups: Sequence[Sequence[Trajectory]], top: int = 3) -> st
         for t in group:
             total += 1
             if not t.scored:
-                reason = (t.rewards[-1].detail or "").splitlines()[0][:120] if t.rewards else ""
+                reason = ((t.reward.detail or "").splitlines() or [""])[0][:120]
                 counts[f"{t.status}: {reason}"] += 1
     if not counts:
         return ""
