@@ -146,7 +146,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
     mid = accuracy(s1["final"], held)
     log(f"seed {seed}: after stage 1 " + ", ".join(f"{k} {sum(v) / len(v):.2f}" for k, v in mid.items()))
     lora = {"r": 16, "alpha": 32}
-    s2, t2 = stage(s1["final"], train, work, f"s{seed}-lora", ["projector"], lora, args.stage2_steps, args.lr2, seed)
+    s2, t2 = stage(s1["final"], train, work, f"s{seed}-lora", args.stage2_parts, lora, args.stage2_steps, args.lr2, seed)
     after = accuracy(s2["final"], held)
     log(f"seed {seed}: after stage 2 " + ", ".join(f"{k} {sum(v) / len(v):.2f}" for k, v in after.items()))
     return {
@@ -384,6 +384,7 @@ def main() -> None:
     p.add_argument("--stage2-steps", type=int, default=60)
     p.add_argument("--lr1", type=float, default=1e-3)
     p.add_argument("--lr2", type=float, default=1e-3)
+    p.add_argument("--stage2-parts", nargs="+", default=["projector"], help="VLM parts trained beside LoRA in stage 2")
     p.add_argument("--work", default="/tmp/tempering-vision-bench")
     p.add_argument("--out", default=str(RESULTS / "vision.json"))
     p.add_argument("--rescore", help="a result JSON: re-measure its seeds' saved models and rewrite it (no training)")

@@ -33,8 +33,11 @@ COLOURS = {
 }
 SHAPES = ("circle", "square", "triangle")
 BUTTON_WORDS = ("OK", "Cancel", "Save", "Delete", "Help", "Next")
+BUTTON_FILLS = ((70, 110, 200), (60, 140, 90), (120, 80, 170), (90, 90, 100))
 HELDOUT_SHARE = 5
 """One layout hash in HELDOUT_SHARE is held out."""
+MAX_MISSES = 20_000
+"""Draws in a row that give no new layout of the split before `vision_tasks` says the task ran out."""
 
 
 @dataclass
@@ -122,15 +125,17 @@ def bar_chart(rng: random.Random, size: int) -> Drawn:
 def ui_button(rng: random.Random, size: int) -> Drawn:
     words = rng.sample(BUTTON_WORDS, 3)
     target = rng.randrange(3)
+    fill = rng.choice(BUTTON_FILLS)
     image, draw = _canvas(size, (230, 232, 240))
     font = _font(max(8, size // 6))
     h = size // 3
-    for i, word in enumerate(words):
+    insets = [rng.randint(0, max(1, size // 8)) for _ in words]  # where each label starts: not one fixed spot
+    for i, (word, inset) in enumerate(zip(words, insets)):
         y = i * h
-        draw.rounded_rectangle((3, y + 2, size - 4, y + h - 3), radius=3, fill=(70, 110, 200))
-        draw.text((6, y + 3), word, fill=(255, 255, 255), font=font)
+        draw.rounded_rectangle((3, y + 2, size - 4, y + h - 3), radius=3, fill=fill)
+        draw.text((5 + inset, y + 3), word, fill=(255, 255, 255), font=font)
     q = f'Which button says "{words[target]}"? Answer with its number, 1 to 3 from the top.'
-    return Drawn(image, q, str(target + 1), "numeric", tuple(words) + (target,))
+    return Drawn(image, q, str(target + 1), "numeric", (*words, fill, *insets))  # the picture alone: one question each
 
 
 VISION_TASKS: dict[str, Callable[[random.Random, int], Drawn]] = {
@@ -160,16 +165,24 @@ def vision_tasks(name: str, n: int, seed: int = 0, split: str = "train", size: i
     """`n` tasks of kind `name` of one split, drawn from the seed's stream for that split.
 
     Raises:
-        ValueError: an unknown task name.
+        ValueError: an unknown task name, or more tasks asked than the task has distinct layouts
+            in the split (after `MAX_MISSES` draws in a row that bring no new one).
     """
     if name not in VISION_TASKS:
         raise ValueError(f"unknown vision task {name!r}; expected one of {', '.join(VISION_TASKS)}")
     rng = random.Random(f"{name}:{split}:{seed}")
-    out, seen = [], set()
+    out, seen, misses = [], set(), 0
     while len(out) < n:
         drawn = VISION_TASKS[name](rng, size)
         if layout_split(drawn.layout) != split or drawn.layout in seen:
+            misses += 1
+            if misses > MAX_MISSES:
+                raise ValueError(
+                    f"vision task {name!r}: only {len(out)} distinct {split} layouts found in "
+                    f"{misses + len(out)} draws at size {size}; ask for fewer than {n}"
+                )
             continue
+        misses = 0
         seen.add(drawn.layout)
         content = [
             {"type": "image_url", "image_url": {"url": data_url(drawn.image)}},
