@@ -66,14 +66,30 @@ def write_data(work: Path, seed: int, args: argparse.Namespace) -> tuple[Path, d
     from tempering.data.vision_tasks import VISION_TASKS, sft_rows, vision_tasks
 
     rows, held = [], {}
+    weights = task_weights(args.task_weight)
     for name in VISION_TASKS:
-        rows += sft_rows(vision_tasks(name, args.train_per_task, seed, "train", args.image_size))
+        n = round(args.train_per_task * weights.get(name, 1.0))
+        rows += sft_rows(vision_tasks(name, n, seed, "train", args.image_size))
         held[name] = vision_tasks(name, args.heldout_per_task, seed, "heldout", args.image_size)
     import random
 
     random.Random(seed).shuffle(rows)
     write_jsonl_atomic(work / "train.jsonl", rows, sidecar=False)
     return work / "train.jsonl", held
+
+
+def task_weights(specs: list[str]) -> dict[str, float]:
+    """`NAME=W` pairs: task NAME gets W x --train-per-task training conversations (more distinct
+    pictures of the harder tasks, not repeats)."""
+    from tempering.data.vision_tasks import VISION_TASKS
+
+    out = {}
+    for spec in specs:
+        name, _, w = spec.partition("=")
+        if name not in VISION_TASKS or not w.replace(".", "", 1).isdigit():
+            raise SystemExit(f"--task-weight {spec!r}: expected NAME=W (W > 0), NAME one of {', '.join(VISION_TASKS)}")
+        out[name] = float(w)
+    return out
 
 
 def accuracy(model_dir: str, held: dict) -> dict[str, list[float]]:
@@ -146,7 +162,9 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
     mid = accuracy(s1["final"], held)
     log(f"seed {seed}: after stage 1 " + ", ".join(f"{k} {sum(v) / len(v):.2f}" for k, v in mid.items()))
     lora = {"r": 16, "alpha": 32}
-    s2, t2 = stage(s1["final"], train, work, f"s{seed}-lora", args.stage2_parts, lora, args.stage2_steps, args.lr2, seed)
+    s2, t2 = stage(
+        s1["final"], train, work, f"s{seed}-lora", args.stage2_parts, lora, args.stage2_steps, args.lr2, seed
+    )
     after = accuracy(s2["final"], held)
     log(f"seed {seed}: after stage 2 " + ", ".join(f"{k} {sum(v) / len(v):.2f}" for k, v in after.items()))
     return {
@@ -367,7 +385,7 @@ def summarise(seeds: list[dict], args: argparse.Namespace, wall: float, loads: l
             "cpu": cpu_name(),
             "cores": os.cpu_count(),
             "load_average_start_end": loads,
-            "note": "shared 2-core host: other helpers' tests and benches ran beside this one (figures are load-bound)",
+            "note": getattr(args, "ran_beside", None) or "nothing else heavy ran beside it",
         },
     }
 
@@ -378,10 +396,11 @@ def main() -> None:
     p.add_argument("--lm-layers", type=int, default=4)
     p.add_argument("--image-size", type=int, default=48)
     p.add_argument("--patch-size", type=int, default=8)
-    p.add_argument("--train-per-task", type=int, default=200)
+    p.add_argument("--train-per-task", type=int, default=3000)
     p.add_argument("--heldout-per-task", type=int, default=40)
-    p.add_argument("--stage1-steps", type=int, default=100)
-    p.add_argument("--stage2-steps", type=int, default=60)
+    p.add_argument("--task-weight", nargs="*", default=[], help="NAME=W: W x --train-per-task rows of task NAME")
+    p.add_argument("--stage1-steps", type=int, default=3000)
+    p.add_argument("--stage2-steps", type=int, default=600)
     p.add_argument("--lr1", type=float, default=1e-3)
     p.add_argument("--lr2", type=float, default=1e-3)
     p.add_argument("--stage2-parts", nargs="+", default=["projector"], help="VLM parts trained beside LoRA in stage 2")
@@ -391,8 +410,8 @@ def main() -> None:
     p.add_argument("--collect", nargs="+", help="result JSONs of single seeds (run side by side): one result at --out")
     p.add_argument("--grpo-from", nargs="+", help="single-seed SFT result JSONs: run GRPO from their models")
     p.add_argument("--grpo-task", nargs="+", default=["count"])
-    p.add_argument("--grpo-lr", type=float, nargs="+", default=[2e-4])
-    p.add_argument("--grpo-steps", type=int, default=30)
+    p.add_argument("--grpo-lr", type=float, nargs="+", default=[5e-4])
+    p.add_argument("--grpo-steps", type=int, default=60)
     p.add_argument("--grpo-prompts", type=int, default=8, help="groups (prompts) per GRPO step")
     p.add_argument("--grpo-group", type=int, default=8, help="samples per prompt")
     p.add_argument("--grpo-refills", type=int, default=2, help="dynamic sampling: refill rounds for tied groups")
@@ -400,6 +419,7 @@ def main() -> None:
     p.add_argument("--grpo-replica", type=int, default=0, help="another GRPO draw: train.seed = seed + 1000 x this")
     p.add_argument("--grpo-results", nargs="+", help="with --collect: JSONs of GRPO tries (--grpo-from) to add")
     p.add_argument("--grpo-note", default="", help="with --collect: how the headline try was chosen (kept in the JSON)")
+    p.add_argument("--ran-beside", default="", help="what else ran on the machine (kept in the JSON's machine note)")
     p.add_argument("--grpo-headline", default="count@lr0.0005x60", help="the try whose pooled CI low is the figure")
     args = p.parse_args()
     if args.rescore:
@@ -442,6 +462,8 @@ def collect(paths: list[Path], out: Path, cli: argparse.Namespace | None = None)
         min(p["machine"]["load_average_start_end"][0] for p in parts),
         max(p["machine"]["load_average_start_end"][-1] for p in parts),
     ]
+    if cli is not None and cli.ran_beside:
+        args.ran_beside = cli.ran_beside
     result = summarise(seeds, args, wall, loads)
     result["machine"]["note"] += f"; the {len(parts)} seeds ran side by side as separate processes (wall: the longest)"
     if cli is not None and cli.grpo_results:
