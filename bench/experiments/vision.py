@@ -136,7 +136,7 @@ def stage(
                 "seed": seed,
                 "precision": "auto",
                 "optim": {"lr": lr, "warmup_steps": 5, "schedule": "cosine"},
-                "checkpoint": {"every": 10_000},
+                "checkpoint": {"every": 500, "keep_last": 2},  # a rollback (a loss spike) goes back 500 steps at most
             },
         }
     )

@@ -6,10 +6,11 @@ import math
 import pytest
 import torch
 
-from tempering.config import TrainSettings
+from tempering.config import GuardSettings, TrainSettings
 from tempering.data.batches import SFTBatches
 from tempering.objectives.sft import SFTObjective
 from tempering.train.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
+from tempering.train.guard import AnomalyGuard
 from tempering.train.metrics import read_metrics
 from tempering.train.trainer import Trainer, TrainingDiverged
 from tests.conftest import random_examples, tiny_llama
@@ -162,6 +163,32 @@ def test_repeated_nans_roll_back_with_lower_lr(tmp_path):
     assert applied[7][1] == pytest.approx(0.5 * applied[5][1])
 
 
+def test_a_rollback_takes_the_checkpoints_loss_history_with_it(tmp_path):
+    trainer = make_trainer(
+        tmp_path,
+        objective=Poisoned(SFTObjective(), {8, 9, 10}),
+        steps=12,
+        guard={"max_bad_in_row": 3, "rollback_lr_factor": 0.5},
+    )
+    trainer.fit()
+    good = [r["loss"] for r in read_metrics(tmp_path / "metrics.jsonl") if "lr" in r]
+    # applied: steps 1..7, then (back at step 5, whose history is steps 1..5) steps 6..12 again;
+    # the history spikes are judged against is steps 1..5 and the re-applied 6..12, not 1..7 + 6..12
+    assert list(trainer.guard.recent) == pytest.approx(good[:5] + good[7:])
+
+
+def test_judged_against_an_early_checkpoints_losses_its_steps_are_not_spikes():
+    guard = AnomalyGuard(GuardSettings(min_history=3, spike_factor=5.0))
+    for _ in range(5):
+        guard.record_good(1.0)  # trained: loss ~1
+    assert guard.check(27.0, 1.0) == "loss_spike"
+    guard.record_rollback([30.0, 28.0, 26.0])  # back to a checkpoint taken while the loss was ~28
+    assert guard.check(27.0, 1.0) is None  # 27 < 5 x 28: the early model's own loss, not a spike
+    assert guard.check(141.0, 1.0) == "loss_spike"  # 141 > 5 x 28
+    guard.record_rollback([])  # a checkpoint with no history (step 0): no spike judged until min_history
+    assert guard.check(1e6, 1.0) is None and guard.counts["rollbacks"] == 2
+
+
 def test_endless_nans_stop_with_a_clear_error(tmp_path):
     trainer = make_trainer(
         tmp_path,
@@ -246,9 +273,6 @@ def test_compiled_layers_train_like_eager_and_checkpoint_the_same_names(tmp_path
 
 
 def test_guard_spike_rule_only_for_positive_losses_and_never_for_policy_gradient():
-    from tempering.config import GuardSettings
-    from tempering.train.guard import AnomalyGuard
-
     guard = AnomalyGuard(GuardSettings(min_history=2, spike_factor=5.0))
     for loss in (0.001, -0.002, 0.001):
         guard.record_good(loss)

@@ -52,9 +52,13 @@ class AnomalyGuard:
         self.bad_in_row += 1
         return self.bad_in_row >= self.settings.max_bad_in_row
 
-    def record_rollback(self) -> None:
+    def record_rollback(self, recent: list[float]) -> None:
+        """The weights went back to a checkpoint: so does the loss history spikes are judged
+        against (`recent`, the checkpoint's). Judged against the later, lower losses, every step
+        from an early checkpoint would look like a spike and the run would die of rollbacks."""
         self.counts["rollbacks"] += 1
         self.bad_in_row = 0
+        self.recent = deque(recent, maxlen=self.recent.maxlen)
 
     def state_dict(self) -> dict:
         return {"recent": list(self.recent), "bad_in_row": self.bad_in_row, "counts": dict(self.counts)}

@@ -305,9 +305,9 @@ class Trainer:
             )
         path = list_checkpoints(self.ckpt_dir)[-1]
         scale = self.lr_scale * self.settings.guard.rollback_lr_factor
-        self._restore(path, full=False)
+        state = self._restore(path, full=False)
         self.lr_scale = scale
-        self.guard.record_rollback()
+        self.guard.record_rollback(state["guard"]["recent"])
         self.metrics.event("rollback", to=path.name, step=self.step, lr_scale=scale)
         self.save()  # so a resume after this point keeps the lowered LR and the rollback count
 
