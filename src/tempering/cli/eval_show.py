@@ -1,4 +1,8 @@
-"""`temper eval show`: read back the samples of an eval run (tables, panels, --failed, --full)."""
+"""`temper eval show`: read back the samples of an eval run (tables, panels, --failed, --full).
+
+A panel shows a prompt's pictures as `[image WxH <file>]` lines (the PNG stored beside
+samples.jsonl, `evals/sample_images.py`), each followed by a small half-block preview.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,17 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
+from rich.color import Color
+from rich.console import Console, Group, RenderableType
 from rich.markup import escape
 from rich.panel import Panel
+from rich.style import Style
 from rich.table import Table
+from rich.text import Text
 
 SAMPLES = "samples.jsonl"
+PREVIEW_COLUMNS = 16
+"""Width in characters of a picture's preview (each character shows two pixel rows)."""
 
 
 class SamplesError(ValueError):
@@ -81,18 +90,52 @@ def samples_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-def sample_panel(row: dict[str, Any]) -> Panel:
-    parts = [
-        f"[bold]prompt[/bold]\n{escape(str(row.get('prompt', '(private)')))}",
-        f"[bold]completion[/bold]\n{escape(str(row.get('completion', '(private)')))}",
+def half_block_preview(image: Any, columns: int = PREVIEW_COLUMNS) -> Text:
+    """`image` shrunk to `columns` characters wide, each `▀` coloured with the pixel above (foreground)
+    and the one below (background)."""
+    width = min(columns, image.width)
+    height = max(2, round(image.height * width / image.width / 2) * 2)
+    small = image.convert("RGB").resize((width, height))
+    text = Text(no_wrap=True)
+    for y in range(0, height, 2):
+        for x in range(width):
+            top, bottom = small.getpixel((x, y)), small.getpixel((x, y + 1))
+            text.append("▀", Style(color=Color.from_rgb(*top), bgcolor=Color.from_rgb(*bottom)))
+        text.append("\n" if y + 2 < height else "")
+    return text
+
+
+def prompt_renderables(prompt: Any, base: Path) -> list[RenderableType]:
+    """A prompt's text parts, and per picture its `[image WxH <file>]` line and preview."""
+    from tempering.evals.sample_images import prompt_pieces
+
+    out: list[RenderableType] = []
+    for piece in prompt_pieces(prompt, base):
+        if isinstance(piece, str):
+            out.append(Text(piece))
+        else:
+            out.append(Text(piece.line(), style="cyan" if piece.image is not None else "yellow"))
+            if piece.image is not None:
+                out.append(half_block_preview(piece.image))
+    return out
+
+
+def sample_panel(row: dict[str, Any], base: Path) -> Panel:
+    """One generation in full; picture paths in its prompt are read against `base` (the samples' folder)."""
+    prompt = row.get("prompt")
+    parts: list[RenderableType] = [
+        Text("prompt", style="bold"),
+        *(prompt_renderables(prompt, base) if prompt is not None else [Text("(private)")]),
+        Text("\ncompletion", style="bold"),
+        Text(str(row.get("completion", "(private)"))),
     ]
     if row.get("detail"):
-        parts.append(f"[bold]detail[/bold]\n{escape(str(row['detail']))}")
+        parts += [Text("\ndetail", style="bold"), Text(str(row["detail"]))]
     title = (
         f"{escape(str(row.get('suite')))} / {escape(str(row.get('task_id')))}  seed {row.get('seed')} "
         f"sample {row.get('sample')}  template {escape(str(row.get('template', '-')))}"
     )
-    return Panel("\n\n".join(parts), title=title, subtitle=f"{_reward(row)}  {escape(str(row.get('status', '')))}")
+    return Panel(Group(*parts), title=title, subtitle=f"{_reward(row)}  {escape(str(row.get('status', '')))}")
 
 
 def eval_show(
@@ -121,8 +164,9 @@ def eval_show(
     chosen = select_samples(rows, suite, failed, task)
     shown = chosen[:limit] if limit else chosen
     if task is not None or full:
+        base = run_dir if run_dir.is_dir() else run_dir.parent
         for row in shown:
-            out.print(sample_panel(row))
+            out.print(sample_panel(row, base))
     else:
         from tempering.tables import print_wide
 

@@ -7,9 +7,10 @@ EvalConfig key reaches `evaluate_model` here, so the two cannot drift (a stage w
 `quantize: int8` evaluates the int8 copy, as the command does).
 
 Writes `<out>/results.json` (`EvalResults`), `<out>/samples.jsonl` (every generation with
-its judgement, `evals.runner.sample_record`; private suites: hashed ids, no text) and
-`<out>/report.html`; the config's `loggers` receive each suite's metrics (`track_results`). The GRPO held-out monitor writes the same files per evaluation
-through `write_eval_outputs`, so `temper eval show` / `compare` read both alike.
+its judgement, `evals.runner.sample_record`; private suites: hashed ids, no text), each prompt
+picture once as `<out>/images/<digest>.png`, and `<out>/report.html`; the config's `loggers`
+receive each suite's metrics (`track_results`). The GRPO held-out monitor writes the same files
+per evaluation through `write_eval_outputs`, so `temper eval show` / `compare` read both alike.
 """
 
 from __future__ import annotations
@@ -33,14 +34,21 @@ class EvalError(ValueError):
 def write_eval_outputs(
     out_dir: str | Path, results: EvalResults, records: Sequence[dict[str, Any]], report: bool = True
 ) -> Path:
-    """results.json, samples.jsonl (and report.html) under `out_dir`; returns the results path."""
+    """results.json, samples.jsonl (and report.html) under `out_dir`; returns the results path.
+
+    Prompt pictures are saved once each under `out_dir/images/` and the samples point there
+    (`evals/sample_images.py`); the report shows them beside its sample rows.
+    """
+    from tempering.evals.sample_images import store_sample_images
+
     out_dir = Path(out_dir)
     path = results.save(out_dir / "results.json")
+    records = store_sample_images(records, out_dir)
     write_jsonl_atomic(out_dir / SAMPLES_FILE, records, sidecar=False)
     if report:
         from tempering.evals.report import render_report
 
-        render_report(results, out_dir)
+        render_report(results, out_dir, samples=records)
     return path
 
 

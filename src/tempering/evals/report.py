@@ -13,7 +13,9 @@ The HTML holds everything inline: CSS in a <style> block, figures as base64 PNG 
 no scripts and no external URLs, so it can be mailed or archived as one file.
 
 Private suites show aggregates only. Results never hold task text; the one per-task detail
-the report shows (the ids of the least stable tasks) is left out for private suites.
+the report shows (the ids of the least stable tasks) is left out for private suites. Given the
+run's `samples` (samples.jsonl rows), a Samples section lists a few generations of each public
+suite with their prompt pictures (`evals/report_samples.py`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import base64
 import html
 import io
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import matplotlib
 import numpy as np
@@ -32,6 +34,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tempering.evals.report_samples import samples_section
 from tempering.evals.results import EvalResults, MetricResult, SuiteComparison, SuiteResult
 from tempering.evals.results import compare as compare_results
 from tempering.tables import print_wide
@@ -53,11 +56,22 @@ th { background: #f3f5f8; } td.name, th.name { text-align: left; }
 .up { color: #1a7f37; font-weight: 600; } .down { color: #c0362c; font-weight: 600; }
 .private { font-size: 11px; color: #8a4b00; background: #fff3e0; border-radius: 3px; padding: 1px 5px; }
 .note { color: #5b6675; font-size: 12px; }
+table.samples th, table.samples td { text-align: left; vertical-align: top; white-space: pre-wrap; max-width: 480px; }
+img.sample { width: 96px; height: auto; image-rendering: pixelated; display: block; margin: 2px 0; }
 """
 
 
-def render_report(results: EvalResults, out_dir: str | Path, *, compare: EvalResults | None = None) -> Path:
+def render_report(
+    results: EvalResults,
+    out_dir: str | Path,
+    *,
+    compare: EvalResults | None = None,
+    samples: Sequence[dict[str, Any]] = (),
+) -> Path:
     """Write `out_dir/report.html` for `results`, against the base `compare` when given.
+
+    `samples` are the run's samples.jsonl rows, stored in `out_dir` (their image paths are read
+    against it); with them the report lists a few generations per public suite.
 
     Returns:
         The path of the written report.
@@ -69,6 +83,7 @@ def render_report(results: EvalResults, out_dir: str | Path, *, compare: EvalRes
     with matplotlib.rc_context({"text.parse_math": False}):  # names are plain text: "$x$" is not TeX
         body = _body(results, compare, base_suites, comparisons)
     out = Path(out_dir)
+    body = "\n".join([body, *samples_section(results.suites, samples, out)])
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.html"
     title = html.escape(f"Tempering eval report: {results.model}")
