@@ -98,3 +98,12 @@ def test_readers_keep_only_judged_failures(tmp_path):
     bad.write_text('{"task_id": "a"}\nnot json\n')
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         read_failures(bad)
+
+
+def test_failure_prompts_read_as_text_whatever_their_shape():
+    from tempering.evals.failures import case_from_row
+
+    parts = [{"type": "image_url", "image_url": {"url": "images/ab.png"}}, {"type": "text", "text": "How many?"}]
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": parts}]
+    rows = [{"task_id": "t", "prompt": p, "completion": "3"} for p in ("How many?", parts, messages)]
+    assert [case_from_row(r).prompt for r in rows] == ["How many?", "<image>How many?", "Be brief.\n<image>How many?"]

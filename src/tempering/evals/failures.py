@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tempering.data.images import content_text
 from tempering.numbers import NUMBER
 
 LABELS = ("understanding", "planning", "generation", "tool use", "format", "reasoning")
@@ -74,8 +75,10 @@ class FailureCase:
 def _text(x: Any) -> str:
     if isinstance(x, str):
         return x
-    if isinstance(x, list):  # messages
-        return "\n".join(m.get("content") or "" for m in x if isinstance(m, dict))
+    if isinstance(x, list) and any(isinstance(m, dict) and "role" in m for m in x):  # messages
+        return "\n".join(content_text(m.get("content")) for m in x if isinstance(m, dict))
+    if isinstance(x, list):  # one message's content parts (an image prompt as a sample stores it)
+        return content_text(x)
     return "" if x is None else str(x)
 
 
