@@ -193,7 +193,8 @@ def grpo_stage(sft: dict, task: str, lr: float, args: argparse.Namespace) -> dic
     seed, final = sft["seed"], sft["final"]
     work = Path(final).parents[2]
     replica = args.grpo_replica  # another GRPO draw (task order, samples) from the same SFT model
-    name = f"s{seed}-grpo-{task}-lr{lr:g}-{args.grpo_steps}steps" + (f"-r{replica}" if replica else "")
+    temp = "" if args.grpo_temperature == 1.0 else f"-t{args.grpo_temperature:g}"
+    name = f"s{seed}-grpo-{task}-lr{lr:g}-{args.grpo_steps}steps{temp}" + (f"-r{replica}" if replica else "")
     cfg = GRPOConfig.model_validate(
         {
             "model": final,
@@ -204,7 +205,7 @@ def grpo_stage(sft: dict, task: str, lr: float, args: argparse.Namespace) -> dic
                 "prompts_per_step": args.grpo_prompts,
                 "group_size": args.grpo_group,
                 "max_new_tokens": 6,
-                "temperature": 1.0,
+                "temperature": args.grpo_temperature,
                 "dynamic_sampling": True,
                 "max_refills": args.grpo_refills,
                 "generation_chunks": 1,
@@ -239,6 +240,7 @@ def grpo_stage(sft: dict, task: str, lr: float, args: argparse.Namespace) -> dic
         "task": task,
         "lr": lr,
         "steps": len(steps),
+        "temperature": args.grpo_temperature,
         "replica": replica,
         "final": summary["final"],
         "sft": sum(before) / len(before),
@@ -280,18 +282,30 @@ def run_grpo_tries(args: argparse.Namespace) -> None:
 def grpo_setup(args: argparse.Namespace) -> dict:
     return {
         k: getattr(args, k)
-        for k in ("grpo_steps", "grpo_prompts", "grpo_group", "grpo_refills", "grpo_tasks", "image_size")
+        for k in (
+            "grpo_steps",
+            "grpo_prompts",
+            "grpo_group",
+            "grpo_refills",
+            "grpo_tasks",
+            "grpo_temperature",
+            "image_size",
+        )
     } | {
         "what": "GRPO (dapo loss, beta 0, dynamic sampling: tied groups dropped and refilled) continuing each "
-        "seed's stage-2 LoRA adapter (LoRA only trains), fp32, hf engine, temperature 1, max_new_tokens 6; "
+        "seed's stage-2 LoRA adapter (LoRA only trains), fp32, hf engine, max_new_tokens 6; "
         "reward: the task's own verifier"
     }
 
 
 def grpo_key(t: dict) -> str:
     """A try's name: task, learning rate and GRPO steps, e.g. `count@lr0.0005x60`."""
-    replica = t.get("replica", 0)
-    return f"{t['task']}@lr{t['lr']:g}x{t['steps']}" + (f"#r{replica}" if replica else "")
+    replica, temp = t.get("replica", 0), t.get("temperature", 1.0)
+    return (
+        f"{t['task']}@lr{t['lr']:g}x{t['steps']}"
+        + (f"@t{temp:g}" if temp != 1.0 else "")
+        + (f"#r{replica}" if replica else "")
+    )
 
 
 def grpo_summary(tries: list[dict], headline: str) -> dict:
@@ -414,6 +428,7 @@ def main() -> None:
     p.add_argument("--grpo-steps", type=int, default=60)
     p.add_argument("--grpo-prompts", type=int, default=8, help="groups (prompts) per GRPO step")
     p.add_argument("--grpo-group", type=int, default=8, help="samples per prompt")
+    p.add_argument("--grpo-temperature", type=float, default=1.0, help="sampling temperature of the GRPO rollouts")
     p.add_argument("--grpo-refills", type=int, default=2, help="dynamic sampling: refill rounds for tied groups")
     p.add_argument("--grpo-tasks", type=int, default=400, help="training tasks drawn for GRPO (train split)")
     p.add_argument("--grpo-replica", type=int, default=0, help="another GRPO draw: train.seed = seed + 1000 x this")
