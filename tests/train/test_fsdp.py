@@ -143,6 +143,10 @@ err = max(float((fsdp.full_tensor(p.grad) - 2 * grads[n].grad).abs().max()) for 
 # one file per rank: two ranks printing to one pipe can interleave their lines
 with open(os.path.join(sys.argv[1], f"max_error.{dist.get_rank()}"), "w") as out:
     out.write(repr(err))
+# both ranks done before the group goes: a rank leaving while gloo still serves the other aborted
+# in teardown once ("terminate called without an active exception", SIGABRT)
+dist.barrier()
+dist.destroy_process_group()
 """
 
 
