@@ -76,9 +76,11 @@ def run_cell(suite, engine) -> dict:
         by_depth.setdefault(task_id.split("-")[3].removeprefix("d"), []).append(sum(values) / len(values))
     flat = [v for vs in by_depth.values() for v in vs]
     k = round(sum(flat))
+    per_task = {task_id: sum(values) / len(values) for task_id, values in sorted(scores.items())}
     return {
         "n": len(flat),
         "accuracy": k / len(flat),
+        "per_task": per_task,
         "ci95": wilson(k, len(flat)),
         "by_depth": {d: sum(v) / len(v) for d, v in sorted(by_depth.items())},
         "seconds": time.perf_counter() - t0,
@@ -114,6 +116,9 @@ def main() -> None:
     p.add_argument("--kinds", nargs="+", default=list(KINDS))
     p.add_argument("--lengths", nargs="+", type=int, default=[1024, 2048, 4096])
     p.add_argument("--n", type=int, default=10, help="tasks per kind per length")
+    p.add_argument("--n-at", nargs="*", default=[], metavar="LENGTH=N", help="another task count at one length")
+    p.add_argument("--kinds-at", nargs="*", default=[], metavar="LENGTH=K1,K2", help="other kinds at one length")
+    p.add_argument("--out", type=Path, default=RESULTS / "longctx.json")
     p.add_argument("--extrapolate-n", type=int, default=20, help="passkey tasks at 2x the native window")
     p.add_argument("--extrapolate-length", type=int, default=16_384)
     p.add_argument("--budget-min", type=float, default=22.0, help="baseline: start no cell after this")
@@ -147,19 +152,23 @@ def main() -> None:
         "cpu": cpu_name(),
         "torch_threads": torch.get_num_threads(),
         "load_average_at_start": os.getloadavg(),
-        "note": "shared 2-core machine, other helpers' work ran beside this; greedy, one sample per task",
+        "note": "greedy, one sample per task; load averages at start and end say what ran beside",
+        "command": "python bench/experiments/longctx.py " + " ".join(sys.argv[1:]),
         "baseline": {},
         "skipped_for_budget": [],
         "gain_4k_mean": None,
         "gain_4k_ci_low": None,
         "recipe": "not run: the long-context SFT recipe (3 seeds) did not fit this session's time on this machine",
     }
+    n_at = {int(k): int(v) for k, v in (item.split("=") for item in args.n_at)}
+    kinds_at = {int(k): v.split(",") for k, v in (item.split("=") for item in args.kinds_at)}
+    result["tasks_per_cell"] = {str(length): n_at.get(length, args.n) for length in args.lengths}
     for length in args.lengths:
-        for kind in args.kinds:
+        for kind in kinds_at.get(length, args.kinds):
             if left() <= 0:
                 result["skipped_for_budget"].append(f"{kind}@{length}")
                 continue
-            cell = run_cell(cell_suite(kind, length, args.n, model_name), engine)
+            cell = run_cell(cell_suite(kind, length, n_at.get(length, args.n), model_name), engine)
             result["baseline"].setdefault(kind, {})[str(length)] = cell
             print(
                 f"{kind:<10} {length:>6} acc {cell['accuracy']:.2f} {cell['ci95']} {cell['seconds']:.0f} s", flush=True
@@ -171,10 +180,10 @@ def main() -> None:
     )
     result["load_average_at_end"] = os.getloadavg()
     result["wall_s"] = time.perf_counter() - start
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "longctx.json").write_text(json.dumps(result, indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
     if result["baseline"]:
-        heatmap(result["baseline"], RESULTS / "longctx_heatmap.png")
+        heatmap(result["baseline"], args.out.with_name(args.out.stem + "_heatmap.png"))
 
 
 def extrapolate_only(args: argparse.Namespace) -> None:
