@@ -54,3 +54,37 @@ def test_model_rope_writes_a_scaled_copy_and_refuses_unknown_types(tmp_path, smo
     assert config["rope_parameters"]["rope_type"] == "yarn" and config["max_position_embeddings"] == 2048
     bad = run("model", "rope", source, "--type", "ntk", "--factor", 2, "--out", tmp_path / "other")
     assert bad.exit_code == 2 and "type" in bad.output and len(bad.output.strip().splitlines()) == 1
+
+
+def test_data_longctx_stage_writes_interleaved_rows_cached_and_seeded(tmp_path, smol_tokenizer):
+    import yaml
+
+    from tempering.pipeline.plan import load_plan
+    from tempering.pipeline.runner import run_pipeline
+
+    stage = {"kind": "data.longctx", "kinds": ["passkey", "noisy"], "lengths": [512], "depths": [0.5], "n": 3}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"out": str(tmp_path / "runs"), "stages": {"hay": stage}}))
+    first = run_pipeline(load_plan(path, seed=0)).stages[0]
+    assert first.status == "done" and first.summary["rows"] == 6
+    rows = [json.loads(line) for line in open(first.outputs["data"])]
+    asked = [r["messages"][0]["content"] for r in rows]
+    assert sum("pass key" in a for a in asked) == 3 and sum("access code" in a for a in asked) == 3
+    assert all(r["messages"][1]["content"].isdigit() and r["messages"][1]["content"] in a for r, a in zip(rows, asked))
+    assert run_pipeline(load_plan(path, seed=0)).stages[0].status == "cached"
+    other = run_pipeline(load_plan(path, seed=1)).stages[0]
+    assert other.run_dir != first.run_dir and open(other.outputs["data"]).read() != open(first.outputs["data"]).read()
+
+
+def test_data_longctx_stage_rejects_an_unknown_kind_in_one_line(tmp_path):
+    import yaml
+
+    from tempering.pipeline.plan import PipelineError, load_plan
+
+    path = tmp_path / "p.yaml"
+    stage = {"kind": "data.longctx", "kinds": ["haystack"], "lengths": [512]}
+    path.write_text(yaml.safe_dump({"out": str(tmp_path / "runs"), "stages": {"hay": stage}}))
+    with pytest.raises(PipelineError) as err:
+        load_plan(path)
+    message = str(err.value)
+    assert "kinds.0" in message and "haystack" not in message.split(":")[0] and len(message.splitlines()) == 1

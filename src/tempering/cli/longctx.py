@@ -74,19 +74,15 @@ def data_longctx(
     `longctx-<kind>` suites evaluate on."""
     from tempering.atomic import write_jsonl_atomic
     from tempering.config.longctx import longctx_settings
-    from tempering.sources.longctx import longctx_tasks
+    from tempering.sources.longctx import longctx_sft_rows
 
     if split not in ("train", "heldout"):
         fail(f"--split {split!r}: expected train or heldout")
     try:
         settings = longctx_settings({"lengths": lengths, "depths": depths, "distractors": distractors, "model": model})
-        tasks = longctx_tasks(kind, n, seed, split, settings)
+        rows = longctx_sft_rows([kind], n, seed, split, settings)
     except ValueError as exc:
         fail(str(exc))
-    rows = [
-        {"messages": [{"role": "user", "content": t.prompt}, {"role": "assistant", "content": t.verifier["answer"]}]}
-        for t in tasks
-    ]
     count, sha = write_jsonl_atomic(out, rows, sidecar=True)
     err.print(f"{count} {kind} rows ({', '.join(map(str, lengths))} tokens) written to {out}")
     print(json.dumps({"out": str(out), "rows": count, "sha256": sha, "kind": kind, "lengths": lengths}))

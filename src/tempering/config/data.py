@@ -44,7 +44,7 @@ class MixSourceSettings(Strict):
     """Name of the source in reports and the registry (unique within the mix)."""
     data: Paths = Field(min_length=1)
     """Its files (JSONL / JSON / Parquet / saved dataset dir); rows of any kind."""
-    track: Literal["general", "reasoning", "code", "agent", "safety"] = "general"
+    track: Literal["general", "reasoning", "code", "agent", "safety", "longctx", "vision"] = "general"
     """The capability track the source feeds (shares are also reported per track)."""
     weight: float = Field(1.0, gt=0)
     """Relative weight among the non-replay sources (normalised to their share)."""

@@ -64,6 +64,19 @@ class LongctxSettings(Strict):
         return self
 
 
+class LongctxDataConfig(LongctxSettings):
+    """The `data.longctx` pipeline stage: SFT rows of long-context tasks (`temper data longctx` as a stage)."""
+
+    kinds: list[Literal["passkey", "multikey", "vartrack", "crossfact", "noisy"]] = Field(min_length=1)
+    """Task kinds; rows of every kind are interleaved in a seeded order."""
+    n: int = Field(100, ge=1)
+    """Rows per kind per length (depths cycle)."""
+    seed: int = 0
+    """The same seed writes the same rows (the pipeline's seed when the stage sets none)."""
+    split: Literal["train", "heldout"] = "train"
+    """train shares no filler sentence, key or name with the heldout split the suites evaluate on."""
+
+
 def longctx_settings(config: dict[str, Any]) -> LongctxSettings:
     """`config` (a suite source's `config:` mapping) validated, with one-line errors.
 

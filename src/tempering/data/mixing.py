@@ -35,7 +35,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
-TRACKS = ("general", "reasoning", "code", "agent", "safety")
+TRACKS = ("general", "reasoning", "code", "agent", "safety", "longctx", "vision")
 Unit = Literal["rows", "tokens"]
 
 

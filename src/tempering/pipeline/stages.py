@@ -42,6 +42,7 @@ from tempering.config import (
     ExportStageConfig,
     FeedbackConfig,
     GateStageConfig,
+    LongctxDataConfig,
     MergeConfig,
     MixConfig,
     PairsConfig,
@@ -209,6 +210,25 @@ def _decontam(cfg: DecontamStageConfig, ctx: StageContext) -> StageOutput:
     return _data_pass("decontam", cfg, ctx, lambda out: decontam_file(Path(cfg.data), cfg.against, out, settings))
 
 
+def _longctx(cfg: LongctxDataConfig, ctx: StageContext) -> StageOutput:
+    """Long-context SFT rows (`temper data longctx` as a stage): output `data`."""
+    from tempering.atomic import write_jsonl_atomic
+    from tempering.config import LongctxSettings
+    from tempering.sources.longctx import longctx_sft_rows
+
+    settings = LongctxSettings(**cfg.model_dump(include=set(LongctxSettings.model_fields)))
+    spec = StageSpec("data.longctx", str(ctx.root), ctx.name, cfg.model_dump(), [], cfg.model, 1, cfg.seed)
+    out = ctx.run_dir / "data.jsonl"
+    with run_stage(spec) as stage:
+        if not stage.finished:
+            ctx.log(f"{len(cfg.kinds)} kinds x {len(cfg.lengths)} lengths x {cfg.n} haystacks")
+            rows = longctx_sft_rows(list(cfg.kinds), cfg.n, cfg.seed, cfg.split, settings)
+            count, sha = write_jsonl_atomic(out, rows, sidecar=True)
+            stage.registry.record_output(stage.run_id, "data", out)
+            stage.finish({"steps": 1, "rows": count, "sha256": sha, "settings": cfg.model_dump()}, {"data": str(out)})
+    return {"data": str(out)}, stage.result.summary
+
+
 # ------------------------------------------------------------------ evals and the gate
 def _eval(cfg: EvalConfig, ctx: StageContext) -> StageOutput:
     from tempering.evals.evaluate import evaluate_config
@@ -351,6 +371,7 @@ KINDS: dict[str, StageKind] = {
         owned=("out", "name", "output"),
         seed_key="seed",
     ),
+    "data.longctx": StageKind(LongctxDataConfig, _longctx, ("data",), models=("model",), owned=(), seed_key="seed"),
     "data.stratify": StageKind(
         StratifyConfig, _stratify, ("tasks", "stratified"), inputs=("tasks.source",), models=("model",), seed_key="seed"
     ),

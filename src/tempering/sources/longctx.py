@@ -21,6 +21,21 @@ from tempering.sources.registry import register_source
 from tempering.types import Task
 
 
+def check_requests(kinds: list[str], settings: LongctxSettings) -> None:
+    """Every one-line error of these kinds x lengths x depths, before the first haystack is built."""
+    from transformers import AutoConfig
+
+    from tempering.data.longctx import check_request
+    from tempering.models.load import resolve_model
+    from tempering.models.rope import context_window
+
+    window = context_window(AutoConfig.from_pretrained(resolve_model(settings.model)))
+    for kind in kinds:
+        for length in settings.lengths:
+            for depth in settings.depths:
+                check_request(kind, length, depth, window)
+
+
 def longctx_tasks(kind: str, n: int, seed: int, split: str, settings: LongctxSettings) -> list[Task]:
     """`n` tasks of `kind` per length of `settings`, deterministic in `seed`.
 
@@ -28,16 +43,10 @@ def longctx_tasks(kind: str, n: int, seed: int, split: str, settings: LongctxSet
         ValueError (`data.longctx.LongctxError`): a bad kind, a length past the model's window or too
             short for the needles.
     """
-    from transformers import AutoConfig
+    from tempering.data.longctx import build_task
+    from tempering.models.load import load_tokenizer
 
-    from tempering.data.longctx import build_task, check_request
-    from tempering.models.load import load_tokenizer, resolve_model
-    from tempering.models.rope import context_window
-
-    window = context_window(AutoConfig.from_pretrained(resolve_model(settings.model)))
-    for length in settings.lengths:  # every one-line error before the first haystack
-        for depth in settings.depths:
-            check_request(kind, length, depth, window)
+    check_requests([kind], settings)
     tokenizer = load_tokenizer(settings.model)
     tasks = []
     for length in settings.lengths:
@@ -54,6 +63,24 @@ def longctx_tasks(kind: str, n: int, seed: int, split: str, settings: LongctxSet
                 )
             )
     return tasks
+
+
+def longctx_sft_rows(kinds: list[str], n: int, seed: int, split: str, settings: LongctxSettings) -> list[dict]:
+    """SFT rows (`messages`: the haystack, then the answer) of `n` tasks per kind per length, the
+    kinds interleaved in an order fixed by `seed` (so a prefix of the rows holds every kind).
+
+    Raises:
+        ValueError: as `longctx_tasks`, before any haystack is built.
+    """
+    import random
+
+    check_requests(kinds, settings)
+    tasks = [t for kind in kinds for t in longctx_tasks(kind, n, seed, split, settings)]
+    random.Random(seed).shuffle(tasks)
+    return [
+        {"messages": [{"role": "user", "content": t.prompt}, {"role": "assistant", "content": t.verifier["answer"]}]}
+        for t in tasks
+    ]
 
 
 @register_source("longctx:", takes_config=True)
