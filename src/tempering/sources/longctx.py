@@ -30,7 +30,7 @@ def longctx_tasks(kind: str, n: int, seed: int, split: str, settings: LongctxSet
     """
     from transformers import AutoConfig
 
-    from tempering.data.longctx import build_task, check_request
+    from tempering.data.longctx import build_task, check_request, task_id
     from tempering.models.load import load_tokenizer, resolve_model
     from tempering.models.rope import context_window
 
@@ -46,7 +46,7 @@ def longctx_tasks(kind: str, n: int, seed: int, split: str, settings: LongctxSet
             built = build_task(kind, length, depth, seed * 100_003 + i, tokenizer, split, settings.distractors)
             tasks.append(
                 Task(
-                    id=f"longctx-{kind}-L{length}-d{depth:.2f}-{i}",
+                    id=task_id(kind, length, depth, i),
                     prompt=built.prompt,
                     verifier={"type": "numeric", "answer": str(built.answer)},
                     track="longctx",
