@@ -1,6 +1,6 @@
 import pytest
 
-from tempering.data.longctx import KINDS, LongctxError, build_task, oracle
+from tempering.data.longctx import KINDS, LongctxError, build_task, id_depth, id_length, oracle, task_id
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +65,11 @@ def test_bad_requests_are_one_line_errors_naming_the_field(kind, length, depth, 
     with pytest.raises(LongctxError) as err:
         build_task(kind, length, depth, 0, tok, window=window)
     assert "\n" not in str(err.value) and all(w in str(err.value) for w in words), str(err.value)
+
+
+def test_a_task_id_names_its_length_and_depth_and_reads_back():
+    assert task_id("passkey", 4096, 0.5, 3) == "longctx-passkey-L4096-d0.50-3"
+    assert (id_length("longctx-passkey-L4096-d0.50-3"), id_depth("longctx-passkey-L4096-d0.50-3")) == (4096, 0.5)
+    assert (id_length("longctx-noisy-L1024-d1.00-12"), id_depth("longctx-noisy-L1024-d1.00-12")) == (1024, 1.0)
+    assert (id_length("arith-007"), id_depth("arith-007")) == (None, None)
+    assert (id_length("doc-L512-intro"), id_depth("doc-L512-intro")) == (512, None)  # a length alone

@@ -2,6 +2,7 @@
 
 import pytest
 
+from tempering.data.longctx import task_id
 from tempering.evals.gate import (
     GateRuleError,
     SuiteOutcome,
@@ -12,7 +13,7 @@ from tempering.evals.gate import (
     run_gate,
 )
 from tempering.evals.results import EvalResults, MetricResult, SuiteResult
-from tempering.evals.stats import Comparison
+from tempering.evals.stats import Comparison, paired_bootstrap
 
 NOT_SIGNIFICANT = Comparison(delta=-0.01, low=-0.03, high=0.01, p_value=0.4, significant=False, n=100)
 SIGNIFICANT_DROP = Comparison(delta=-0.05, low=-0.08, high=-0.02, p_value=0.002, significant=True, n=100)
@@ -241,3 +242,90 @@ def test_metric_task_scores_must_name_a_metric_of_the_suite():
             metrics={"accuracy": MetricResult.from_scores("accuracy", [[1.0]])},
             metric_task_scores={"pass@1": {"t": [1.0]}},
         )
+
+
+# Two lengths of 20 tasks (depths cycling 0 / 0.5 / 1). The base gets tasks 0-15 right at both
+# lengths (0.8 each, 0.8 overall). The candidate gets all 20 right at 1024 (1.0) but drops
+# tasks 12-15 at 4096 (0.6): overall 32/40 = 0.8 again, so only a rule at 4096 sees the drop.
+def longctx_results(model: str, right: dict[int, range]) -> EvalResults:
+    scores = {
+        task_id("passkey", length, (0.0, 0.5, 1.0)[i % 3], i): [1.0 if i in right[length] else 0.0]
+        for length in (1024, 4096)
+        for i in range(20)
+    }
+    s = SuiteResult(
+        suite="longctx-passkey",
+        suite_hash="h",
+        track="longctx",
+        model_id=model,
+        metrics={"accuracy": MetricResult.from_scores("accuracy", list(scores.values()))},
+        primary_metric="accuracy",
+        task_scores=scores,
+    )
+    return EvalResults(model=model, suites=[s])
+
+
+LONGCTX_BASE = longctx_results("base", {1024: range(16), 4096: range(16)})
+LONGCTX_CAND = longctx_results("cand", {1024: range(20), 4096: range(12)})
+
+
+def test_a_rule_at_one_length_reads_only_the_tasks_at_that_length():
+    rules = [
+        "longctx-passkey.accuracy >= base - 0.05",
+        "longctx-passkey@1024.accuracy >= base - 0.05",
+        "longctx-passkey@4096.accuracy >= base - 0.05",
+        "longctx-passkey@4096.accuracy >= 0.6",
+    ]
+    checks = run_gate(parse_rules(rules), LONGCTX_BASE, LONGCTX_CAND).rules
+    assert [(c.passed, c.detail) for c in checks] == [
+        (True, "candidate 0.8, required >= 0.75 (base 0.8 - 0.05)"),
+        (True, "candidate 1, required >= 0.75 (base 0.8 - 0.05)"),
+        (False, "candidate 0.6, required >= 0.75 (base 0.8 - 0.05)"),
+        (True, "candidate 0.6, required >= 0.6"),
+    ]
+
+
+def test_significant_regression_at_one_length_pairs_the_same_tasks_as_the_whole_suite():
+    rules = [
+        "no significant regression on longctx-passkey",
+        "no significant regression on longctx-passkey@1024",
+        "no significant regression on longctx-passkey@4096",
+        "no significant regression on longctx-passkey@4096.accuracy",
+        "non-inferior on longctx-passkey@4096 within 0.5",
+    ]
+    checks = run_gate(parse_rules(rules), LONGCTX_BASE, LONGCTX_CAND).rules
+    assert [c.passed for c in checks] == [True, True, False, False, True]
+    # the comparison at 4096 is the paired bootstrap of the 20 task ids there (4 dropped, 16 the
+    # same: delta -0.2; a resample misses all four drops with probability 0.8^20 = 1.2% < 2.5%)
+    ids = sorted(t for t in LONGCTX_CAND.suites[0].task_scores if "-L4096-" in t)
+    base, cand = LONGCTX_BASE.suites[0].task_scores, LONGCTX_CAND.suites[0].task_scores
+    c = paired_bootstrap([base[t] for t in ids], [cand[t] for t in ids], seed=0)
+    assert c.delta == pytest.approx(-0.2) and c.high < 0
+    assert checks[2].detail == (
+        f"regressed or unchecked: longctx-passkey@4096 {c.delta:+.4g} [{c.low:.4g}, {c.high:.4g}] p={c.p_value:.3g}"
+    )
+    assert checks[0].detail.startswith("no significant regression: longctx-passkey +0 [")
+    assert checks[1].detail.startswith("no significant regression: longctx-passkey@1024 +0.2 [")
+
+
+def test_a_length_the_results_do_not_hold_is_one_line_naming_the_rule_and_the_lengths():
+    for rule in ["longctx-passkey@2048.accuracy >= 0.5", "no significant regression on longctx-passkey@2048"]:
+        with pytest.raises(GateRuleError) as exc:
+            run_gate(parse_rules([rule]), LONGCTX_BASE, LONGCTX_CAND)
+        assert str(exc.value) == (
+            f"rule {rule!r}: suite 'longctx-passkey' has no tasks at length 2048 (lengths: 1024, 4096)"
+        )
+    plain = results("base", {f"t{i}": [1.0] for i in range(5)})
+    with pytest.raises(GateRuleError, match=r"suite 'qa' has no tasks at length 512 \(lengths: none: its task ids"):
+        run_gate(parse_rules(["qa@512.accuracy >= 0.5"]), plain, plain)
+    # a suite that is not there at all fails the rule, as it does without a length
+    (check,) = run_gate(parse_rules(["math@512.accuracy >= 0.5"]), plain, plain).rules
+    assert not check.passed and check.detail == "suite 'math@512' is not in the candidate results"
+
+
+@pytest.mark.parametrize(
+    "rule", ["longctx-passkey@4k.accuracy >= 0.5", "no significant regression on longctx-passkey@0", "a@b@1.x > 0"]
+)
+def test_a_malformed_length_fails_to_parse(rule):
+    with pytest.raises(GateRuleError, match="a length is selected as '<suite>@<tokens>'"):
+        parse_rule(rule)

@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from rich.console import Console
 
+from tempering.data.longctx import task_id
 from tempering.evals.report import print_table, render_report, task_variances
+from tempering.evals.report_longctx import length_depth_figure, length_depth_grid
 from tempering.evals.results import EvalResults, MetricResult, SuiteResult
 from tempering.evals.stats import ParaphraseSpread, Stability
 
@@ -233,3 +236,61 @@ def test_chart_titles_fit_their_charts(tmp_path, monkeypatch):
     assert len(titled) >= 3  # the suites' charts and the stability panels
     for fig in titled:
         assert_titles_inside(fig)
+
+
+def longctx_suite(model: str, scores_by_cell: dict[tuple[int, float], list[list[float]]]) -> SuiteResult:
+    scores = {
+        task_id("passkey", length, depth, i): samples
+        for (length, depth), tasks in scores_by_cell.items()
+        for i, samples in enumerate(tasks)
+    }
+    return SuiteResult(
+        suite="longctx-passkey",
+        suite_hash="h-longctx",
+        track="longctx",
+        model_id=model,
+        metrics={"accuracy": MetricResult.from_scores("accuracy", list(scores.values()))},
+        primary_metric="accuracy",
+        task_scores=scores,
+    )
+
+
+# Two samples per task; a cell is the mean of its tasks' means. 2048 has no task at depth 0.5.
+LONGCTX_CELLS = {
+    (1024, 0.0): [[1, 1], [1, 0]],  # task means 1, .5 -> 0.75
+    (1024, 0.5): [[0, 1]],  # 0.5
+    (1024, 1.0): [[1, 1], [1, 1]],  # 1.0
+    (2048, 0.0): [[0, 0], [0, 1]],  # 0, .5 -> 0.25
+    (2048, 1.0): [[1, 1], [0, 0]],  # 1, 0 -> 0.5
+}
+
+
+def test_length_depth_cells_are_the_means_of_their_tasks():
+    grid = length_depth_grid(longctx_suite("m", LONGCTX_CELLS))
+    assert grid is not None and grid.lengths == [1024, 2048] and grid.depths == [0.0, 0.5, 1.0]
+    np.testing.assert_allclose(grid.means, [[0.75, 0.5, 1.0], [0.25, np.nan, 0.5]])
+    assert grid.counts.tolist() == [[2, 1, 2], [2, 0, 2]]
+    assert length_depth_grid(public_suite("m", improved=False)) is None  # its ids name no length
+
+
+def test_the_heatmap_shows_each_cell_next_to_the_base(tmp_path):
+    cand = longctx_suite("cand-7", LONGCTX_CELLS)
+    base = longctx_suite("base-0", {cell: [[0, 0]] * len(tasks) for cell, tasks in LONGCTX_CELLS.items()})
+    fig = length_depth_figure(cand, base)
+    base_ax, cand_ax = fig.axes[:2]
+    assert [t.get_text() for t in cand_ax.texts] == [
+        "0.75\nn=2",
+        "0.50\nn=1",
+        "1.00\nn=2",
+        "0.25\nn=2",
+        "–",
+        "0.50\nn=2",
+    ]
+    assert [t.get_text() for t in base_ax.texts][:2] == ["0.00\nn=2", "0.00\nn=1"]
+    assert "base base-0" in base_ax.get_title() and "cand-7" in cand_ax.get_title()
+    page = render_report(
+        EvalResults(model="cand-7", suites=[cand]), tmp_path, compare=EvalResults(model="base-0", suites=[base])
+    ).read_text()
+    assert "<h2>Length x depth</h2>" in page and 'alt="longctx-passkey by length x depth"' in page
+    plain = render_report(results("cand-7"), tmp_path / "plain").read_text()
+    assert "Length x depth" not in plain  # no suite there names lengths and depths

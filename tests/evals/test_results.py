@@ -120,3 +120,45 @@ def test_compare_refuses_suites_that_cannot_pair():
     fewer = EvalResults(model="c", suites=[suite("arith", {"t1": [1.0], "t3": [0.0]})])
     with pytest.raises(ValueError, match="different tasks \\(1 only in base, 1 only in candidate\\)"):
         compare(base, fewer)
+
+
+def test_a_suite_at_one_length_keeps_only_those_tasks_and_recomputes_their_metrics():
+    scores = {
+        "longctx-noisy-L1024-d0.00-0": [1.0, 1.0],
+        "longctx-noisy-L1024-d1.00-1": [0.0, 1.0],
+        "longctx-noisy-L4096-d0.00-0": [0.0, 0.0],
+        "longctx-noisy-L4096-d1.00-1": [1.0, 0.0],
+        "longctx-noisy-L4096-d0.50-2": [1.0, 1.0],
+    }
+    reward = {t: [0.1 * i] for i, t in enumerate(scores)}
+    whole = SuiteResult(
+        suite="longctx-noisy",
+        suite_hash="h1",
+        track="longctx",
+        model_id="m",
+        metrics={
+            "accuracy": MetricResult.from_scores("accuracy", list(scores.values())),
+            "mean_reward": MetricResult.from_scores("mean_reward", list(reward.values())),
+            "pass@2": MetricResult(name="pass@2", mean=0.8, n=5),  # no per-task scores kept
+        },
+        primary_metric="accuracy",
+        task_scores=scores,
+        metric_task_scores={"mean_reward": reward},
+        contamination_hits=3,
+        truncation_rate=0.1,
+    )
+    assert whole.lengths() == [1024, 4096]
+    at = whole.at_length(4096)
+    assert at.suite == "longctx-noisy@4096" and at.suite_hash == whole.suite_hash and at.track == "longctx"
+    assert sorted(at.task_scores) == sorted(t for t in scores if "-L4096-" in t)
+    assert at.metrics["accuracy"].mean == pytest.approx(0.5) and at.metrics["accuracy"].n == 3  # task means 0, .5, 1
+    assert at.metrics["mean_reward"].mean == pytest.approx(0.3)  # 0.2, 0.3, 0.4
+    assert sorted(at.metrics) == ["accuracy", "mean_reward"]
+    assert (at.contamination_hits, at.truncation_rate) == (0, None)  # what the whole run measured stays with it
+    assert whole.at_length(1024).metrics["accuracy"].mean == pytest.approx(0.75)  # task means 1, .5
+    with pytest.raises(
+        ValueError, match=r"^suite 'longctx-noisy' has no tasks at length 2048 \(lengths: 1024, 4096\)$"
+    ):
+        whole.at_length(2048)
+    split = EvalResults(model="m", suites=[whole, suite("qa", {"q1": [1.0]})]).by_length()
+    assert split.suite_names() == ["longctx-noisy@1024", "longctx-noisy@4096"]  # qa names no length

@@ -202,6 +202,9 @@ def test_rebalancing_reweights_a_regressed_track_and_replays_or_shrinks_for_a_ge
     own = {"rules": [{"rule": "track-a.accuracy >= 0.5", "passed": False}, {"rule": RULES[0], "passed": True}]}
     step = rebalance_step(tracks, state, own)
     assert step.state["a"].weight == 1.5 and step.state["b"].weight == 1.0 and len(step.actions) == 1
+    for rule in ["track-a@4096.accuracy >= 0.5", "no significant regression on track-a@4096.accuracy"]:
+        at_length = rebalance_step(tracks, state, {"rules": [{"rule": rule, "passed": False}]})  # reads track-a
+        assert (at_length.state["a"].weight, at_length.state["b"].weight) == (1.5, 1.0)
     general = {"rules": [{"rule": RULES[0], "passed": False}]}
     step = rebalance_step(tracks, state, general)
     assert (step.state["a"].replay, step.state["b"].replay) == (0.3, 0.3)  # b had none: it gets the ratio

@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from tempering.numbers import UNSIGNED_FLOAT
+
 KINDS = ("passkey", "multikey", "vartrack", "crossfact", "noisy")
 INTRO = "Below is a long text. Some sentences in it hold facts you will be asked about. Read it carefully."
 ANSWER_RULE = "Answer with the number only."
@@ -216,6 +218,28 @@ def build_task(
     return LongctxTask(
         text, planted.answer, n, [s for _, s in planted.needles], [planted.needles[i][1] for i in planted.required]
     )
+
+
+_ID_LENGTH = re.compile(r"-L(?P<length>\d+)-")
+_ID_DEPTH = re.compile(rf"-L\d+-d(?P<depth>{UNSIGNED_FLOAT})-")
+
+
+def task_id(kind: str, length: int, depth: float, index: int) -> str:
+    """A task's id, naming its kind, length and depth (`longctx-passkey-L4096-d0.50-3`): what gate
+    rules on `<suite>@<length>` and the report's length x depth heatmap read back."""
+    return f"longctx-{kind}-L{length}-d{depth:.2f}-{index}"
+
+
+def id_length(task_id: str) -> int | None:
+    """The length a task id names (`-L4096-`), or None when it names none."""
+    m = _ID_LENGTH.search(task_id)
+    return int(m["length"]) if m else None
+
+
+def id_depth(task_id: str) -> float | None:
+    """The depth a task id names right after its length (`-L4096-d0.50-`), or None."""
+    m = _ID_DEPTH.search(task_id)
+    return float(m["depth"]) if m else None
 
 
 def check_request(kind: str, length: int, depth: float, window: int | None) -> None:

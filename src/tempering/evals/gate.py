@@ -8,6 +8,13 @@ Rule forms (one string each; a YAML file holds a list of them, or `{rules: [...]
     non-inferior on <name> within <margin>    non-inferior on general within 0.02
     contamination <op> <count>                contamination == 0
 
+Where a suite's task ids name lengths (`longctx-passkey-L4096-d0.50-3`), `<suite>@<length>`
+selects its tasks at that length, in place of a suite name in any form but contamination:
+`longctx-passkey@4096.accuracy >= base - 0.05`, `no significant regression on
+longctx-passkey@4096`. The metric is then the mean over those tasks, and the paired comparison
+pairs the same task ids as the whole suite's, restricted to that length. A length the candidate's
+task ids do not name raises `GateRuleError` naming the rule and the lengths there are.
+
 <op> is one of >=, >, <=, <, ==. `base` is the same metric of the base model. "Significant
 regression" means the paired comparison's interval lies wholly below 0 (see
 evals.stats.paired_bootstrap). "Non-inferior within m" is the stricter canary test: the
@@ -21,13 +28,13 @@ passes for lack of data).
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, Union
 
 import yaml
 
-from tempering.evals.results import EvalResults, SuiteComparison, compare, compare_metrics
+from tempering.evals.results import EvalResults, SuiteComparison, compare, compare_metrics, no_tasks_at
 from tempering.evals.stats import Comparison
 from tempering.numbers import FLOAT_LITERAL, UNSIGNED_FLOAT
 
@@ -43,9 +50,10 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 _COMPARISON = re.compile(r"(?P<lhs>[^\s<>=!]+)\s*(?P<op>>=|<=|==|>|<)\s*(?P<rhs>.*)")
 _RHS_BASE = re.compile(rf"base(?:\s*(?P<sign>[+-])\s*(?P<delta>{UNSIGNED_FLOAT}))?")
 _REGRESSION = re.compile(r"no\s+significant\s+regression\s+on\s+(?P<name>\S+)", re.IGNORECASE)
+_AT_LENGTH = re.compile(r"(?P<suite>[^@\s]+)@(?P<length>[1-9]\d*)")
 _NON_INFERIOR = re.compile(rf"non-inferior\s+on\s+(?P<name>\S+)\s+within\s+(?P<margin>{UNSIGNED_FLOAT})", re.IGNORECASE)
 _FORMS = (
-    "'<suite>.<metric> <op> <number | base | base +/- number>', "
+    "'<suite>.<metric> <op> <number | base | base +/- number>' (a suite may be '<suite>@<length>'), "
     "'no significant regression on <suite-or-track-or-suite.metric>', 'non-inferior on <suite-or-track> within <margin>' "
     "or 'contamination <op> <count>'"
 )
@@ -62,6 +70,7 @@ class SuiteOutcome:
     candidate / base: metric name -> mean (base is None when the base lacks the suite).
     comparison: paired candidate-minus-base comparison of the primary metric, if any.
     metric_comparisons: the same for other metrics, by name (where both runs kept their scores).
+    lengths: the same outcome over only the tasks at each length the task ids name (`<suite>@<length>`).
     """
 
     suite: str
@@ -72,6 +81,7 @@ class SuiteOutcome:
     contamination_hits: int = 0
     primary_metric: str | None = None
     metric_comparisons: Mapping[str, Comparison] = field(default_factory=dict)
+    lengths: Mapping[int, SuiteOutcome] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,29 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
+def suite_of(selector: str) -> str:
+    """The suite a `<suite>@<length>` selector reads; any other name as it is."""
+    m = _AT_LENGTH.fullmatch(selector)
+    return m["suite"] if m else selector
+
+
+def _named(rule: str, selector: str, outcomes: Mapping[str, SuiteOutcome]) -> SuiteOutcome | None:
+    """The outcome of suite `selector`, or of `<suite>@<length>`: that suite's tasks at the length.
+
+    Raises:
+        GateRuleError: the suite is there, but its task ids do not name that length.
+    """
+    m = _AT_LENGTH.fullmatch(selector)
+    if m is None:
+        return outcomes.get(selector)
+    outcome, length = outcomes.get(m["suite"]), int(m["length"])
+    if outcome is None:
+        return None
+    if length not in outcome.lengths:
+        raise GateRuleError(f"rule {rule!r}: {no_tasks_at(outcome.suite, length, sorted(outcome.lengths))}")
+    return outcome.lengths[length]
+
+
 @dataclass(frozen=True)
 class MetricRule:
     """`<suite>.<metric> <op> <threshold>`, the threshold absolute or relative to the base."""
@@ -132,7 +165,7 @@ class MetricRule:
     relative: bool
 
     def check(self, outcomes: Mapping[str, SuiteOutcome]) -> RuleCheck:
-        outcome = outcomes.get(self.suite)
+        outcome = _named(self.text, self.suite, outcomes)
         if outcome is None:
             return RuleCheck(self.text, False, f"suite {self.suite!r} is not in the candidate results")
         if self.metric not in outcome.candidate:
@@ -149,16 +182,23 @@ class MetricRule:
         return RuleCheck(self.text, passed, f"candidate {_fmt(value)}, required {self.op} {_fmt(threshold)}{why}")
 
 
-def _chosen(name: str, outcomes: Mapping[str, SuiteOutcome]) -> list[tuple[SuiteOutcome, str | None]]:
+def _suite_part(name: str) -> str:
+    """The suite (or track) part of a paired rule's name: all of it, or what precedes `.<metric>`."""
+    return name.rpartition(".")[0] if "." in name else name
+
+
+def _chosen(rule: str, name: str, outcomes: Mapping[str, SuiteOutcome]) -> list[tuple[SuiteOutcome, str | None]]:
     """The suites a rule names, each with the metric it reads (None: the primary): every suite
-    of suite or track `name`, else `<suite>.<metric>`."""
-    chosen = [(o, None) for o in outcomes.values() if name in (o.suite, o.track)]
-    if not chosen and "." in name:
-        suite, metric = name.rsplit(".", 1)
-        if suite in outcomes:
-            o = outcomes[suite]
-            chosen = [(o, None if metric == o.primary_metric else metric)]
-    return chosen
+    of suite or track `name`, else `<suite>.<metric>`, `<suite>@<length>` or both."""
+    chosen: list[tuple[SuiteOutcome, str | None]] = [(o, None) for o in outcomes.values() if name in (o.suite, o.track)]
+    if chosen:
+        return chosen
+    suite = _suite_part(name)
+    o = _named(rule, suite, outcomes)
+    if o is None:
+        return []
+    metric = name[len(suite) + 1 :]
+    return [(o, None if metric in ("", o.primary_metric) else metric)]
 
 
 def _paired_check(
@@ -172,7 +212,7 @@ def _paired_check(
 ) -> RuleCheck:
     """A rule over the paired comparisons of every suite named `name` (or of track `name`, or
     of one metric: `<suite>.<metric>`)."""
-    chosen = _chosen(name, outcomes)
+    chosen = _chosen(text, name, outcomes)
     if not chosen:
         return RuleCheck(text, False, f"no suite, track or suite.metric named {name!r} in the candidate results")
     problems, seen = [], []
@@ -259,15 +299,21 @@ def parse_rule(text: str) -> Rule:
     def bad(why: str) -> GateRuleError:
         return GateRuleError(f"rule {rule!r}: {why}")
 
+    def check_length(suite: str) -> None:
+        if "@" in suite and not _AT_LENGTH.fullmatch(suite):
+            raise bad(f"{suite!r}: a length is selected as '<suite>@<tokens>', e.g. longctx-passkey@4096")
+
     if rule.lower().startswith("no "):
         m = _REGRESSION.fullmatch(rule)
         if m is None:
             raise bad("expected 'no significant regression on <suite-or-track-or-suite.metric>'")
+        check_length(_suite_part(m["name"]))
         return RegressionRule(rule, m["name"])
     if rule.lower().startswith("non-inferior"):
         m = _NON_INFERIOR.fullmatch(rule)
         if m is None:
             raise bad("expected 'non-inferior on <suite-or-track> within <margin>' (margin a number >= 0)")
+        check_length(_suite_part(m["name"]))
         return NonInferiorityRule(rule, m["name"], float(m["margin"]))
     m = _COMPARISON.fullmatch(rule)
     if m is None:
@@ -282,6 +328,7 @@ def parse_rule(text: str) -> Rule:
     suite, dot, metric = lhs.rpartition(".")
     if not dot or not suite or not metric:
         raise bad(f"{lhs!r} is not '<suite>.<metric>' or 'contamination'")
+    check_length(suite)
     if re.fullmatch(FLOAT_LITERAL, rhs):
         return MetricRule(rule, suite, metric, op, float(rhs), relative=False)
     base = _RHS_BASE.fullmatch(rhs)
@@ -338,7 +385,11 @@ def load_rules(path: str | Path) -> list[Rule]:
 
 
 def evaluate(rules: Sequence[Rule], outcomes: Sequence[SuiteOutcome]) -> GateResult:
-    """Check every rule against the candidate's suites; the gate passes if all rules do."""
+    """Check every rule against the candidate's suites; the gate passes if all rules do.
+
+    Raises:
+        GateRuleError: a rule names `<suite>@<length>` for a length the suite's task ids do not name.
+    """
     if not rules:
         raise GateRuleError("a gate needs at least one rule")
     by_suite: dict[str, SuiteOutcome] = {}
@@ -378,8 +429,23 @@ def outcomes_from_results(
     ]
 
 
+def _compared(base: EvalResults, cand: EvalResults, seed: int) -> list[SuiteOutcome]:
+    """Gate inputs of two results, with the paired bootstrap of every shared suite and metric."""
+    return outcomes_from_results(base, cand, compare(base, cand, seed=seed), compare_metrics(base, cand, seed=seed))
+
+
+def _outcomes(base: EvalResults, cand: EvalResults, seed: int = 0) -> list[SuiteOutcome]:
+    """Gate inputs of two results; a suite whose task ids name lengths also gets its outcome at
+    each length (`SuiteOutcome.lengths`), compared over the same task ids restricted to it."""
+    per_length: dict[str, dict[int, SuiteOutcome]] = {}
+    for o in _compared(base.by_length(), cand.by_length(), seed):
+        suite, _, length = o.suite.rpartition("@")
+        per_length.setdefault(suite, {})[int(length)] = o
+    return [replace(o, lengths=per_length.get(o.suite, {})) for o in _compared(base, cand, seed)]
+
+
 def run_gate(rules: Sequence[Rule], base: EvalResults, cand: EvalResults, *, seed: int = 0) -> GateResult:
-    """Compare candidate with base (paired bootstrap per shared suite and metric) and check the rules."""
-    comparisons = compare(base, cand, seed=seed)
-    verdict = evaluate(rules, outcomes_from_results(base, cand, comparisons, compare_metrics(base, cand, seed=seed)))
+    """Compare candidate with base (paired bootstrap per shared suite and metric, and per length
+    where task ids name lengths) and check the rules."""
+    verdict = evaluate(rules, _outcomes(base, cand, seed))
     return GateResult(verdict.passed, verdict.rules, judged_identity(cand))

@@ -7,7 +7,9 @@
 candidate). With a base, each suite present in both shows before/after bars and the paired
 delta of its primary metric (`tempering.evals.results.compare`: bootstrap over tasks, the
 delta is significant when its interval excludes 0). A suite that cannot be paired (other
-suite hash, other task ids) raises, as it does for the gate.
+suite hash, other task ids) raises, as it does for the gate. A suite whose task ids name a
+length and a depth (the `longctx-*` suites) also gets a length x depth heatmap
+(`evals/report_longctx.py`).
 
 The HTML holds everything inline: CSS in a <style> block, figures as base64 PNG data URIs,
 no scripts and no external URLs, so it can be mailed or archived as one file.
@@ -34,6 +36,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tempering.evals.report_longctx import length_depth_figure
 from tempering.evals.report_samples import samples_section
 from tempering.evals.results import EvalResults, MetricResult, SuiteComparison, SuiteResult
 from tempering.evals.results import compare as compare_results
@@ -112,6 +115,7 @@ def _body(
         fig = _metrics_figure(suite, base_suites.get(suite.suite), comparisons.get(suite.suite))
         parts.append(_img(fig, f"metrics of {suite.suite}"))
     parts.append("</div>")
+    parts += _length_depth_section(results.suites, base_suites)
     parts += _stability_section(results.suites)
     parts += _figure_section(
         "Paraphrase spread", _paraphrase_figure(results.suites), "No suite recorded paraphrased variants."
@@ -217,6 +221,21 @@ def _img(fig: Figure, alt: str) -> str:
 def _figure_section(title: str, fig: Figure | None, empty: str) -> list[str]:
     body = _img(fig, title) if fig is not None else f'<p class="note">{empty}</p>'
     return [f"<h2>{title}</h2>", f'<div class="panel">{body}</div>']
+
+
+def _length_depth_section(suites: Sequence[SuiteResult], base_suites: dict[str, SuiteResult]) -> list[str]:
+    """A heatmap per suite whose task ids name lengths and depths (long-context suites); none otherwise."""
+    figures = [(s.suite, fig) for s in suites if (fig := length_depth_figure(s, base_suites.get(s.suite))) is not None]
+    if not figures:
+        return []
+    return [
+        "<h2>Length x depth</h2>",
+        '<p class="note">Primary metric by prompt length (rows) and depth of the answer in the haystack '
+        "(columns): the mean over the tasks in each cell, n of them.</p>",
+        '<div class="grid">',
+        *(_img(fig, f"{name} by length x depth") for name, fig in figures),
+        "</div>",
+    ]
 
 
 def _stability_section(suites: Sequence[SuiteResult]) -> list[str]:

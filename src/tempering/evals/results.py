@@ -17,6 +17,7 @@ from typing import Any, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tempering import __version__
+from tempering.data.longctx import id_length
 from tempering.evals.stats import (
     Comparison,
     ParaphraseSpread,
@@ -62,6 +63,12 @@ class MetricResult(BaseModel):
         est = bootstrap_ci(task_scores, level=level, resamples=resamples, seed=seed)
         std = seed_spread(per_seed).std if per_seed else None
         return cls(name=name, mean=est.mean, low=est.low, high=est.high, n=est.n, per_seed=list(per_seed), std=std)
+
+
+def no_tasks_at(suite: str, length: int, lengths: Sequence[int]) -> str:
+    """The one-line problem of asking `suite` for a length its task ids do not name."""
+    have = ", ".join(map(str, lengths)) or "none: its task ids name no length"
+    return f"suite {suite!r} has no tasks at length {length} (lengths: {have})"
 
 
 class SuiteResult(BaseModel):
@@ -125,6 +132,46 @@ class SuiteResult(BaseModel):
         """Task id -> per-sample scores of `metric` (empty when the run kept none for it)."""
         return self.task_scores if metric == self.primary_metric else self.metric_task_scores.get(metric, {})
 
+    def lengths(self) -> list[int]:
+        """The lengths its task ids name (`-L4096-`, as long-context suites' ids do), ascending."""
+        return sorted({n for task in self.task_scores if (n := id_length(task)) is not None})
+
+    def at_length(self, length: int) -> SuiteResult:
+        """This suite over only its tasks whose id names `length`, as the suite `<suite>@<length>`.
+
+        Each metric with per-task scores is recomputed over those tasks (mean over tasks, its
+        bootstrap interval); a metric without them is left out, and so is what only the whole
+        run measured (seeds, stability, paraphrases, truncation, contamination). The suite hash
+        stays, so two runs' restrictions pair task by task as their whole suites do.
+
+        Raises:
+            ValueError: no task id names `length` (the message lists the lengths that exist).
+        """
+
+        def kept(scores: dict[str, list[float]]) -> dict[str, list[float]]:
+            return {task: s for task, s in scores.items() if id_length(task) == length}
+
+        task_scores = kept(self.task_scores)
+        if not task_scores:
+            raise ValueError(no_tasks_at(self.suite, length, self.lengths()))
+        others = {m: k for m, scores in self.metric_task_scores.items() if (k := kept(scores))}
+        per_metric = {self.primary_metric: task_scores, **others}
+        return SuiteResult(
+            suite=f"{self.suite}@{length}",
+            suite_hash=self.suite_hash,
+            source=self.source,
+            limit=self.limit,
+            track=self.track,
+            private=self.private,
+            model_id=self.model_id,
+            model_hash=self.model_hash,
+            sampling=self.sampling,
+            metrics={m: MetricResult.from_scores(m, list(scores.values())) for m, scores in per_metric.items()},
+            primary_metric=self.primary_metric,
+            task_scores=task_scores,
+            metric_task_scores=others,
+        )
+
 
 class EvalResults(BaseModel):
     """Every suite evaluated for one model, as saved to `results.json`."""
@@ -152,6 +199,14 @@ class EvalResults(BaseModel):
 
     def suite_names(self) -> list[str]:
         return [s.suite for s in self.suites]
+
+    def by_length(self) -> EvalResults:
+        """Every suite whose task ids name lengths, split into one suite `<suite>@<length>` per
+        length (see `SuiteResult.at_length`); suites whose ids name none are left out."""
+        split = [s.at_length(n) for s in self.suites for n in s.lengths()]
+        return EvalResults(
+            model=self.model, created=self.created, tempering_version=self.tempering_version, suites=split
+        )
 
     def save(self, path: str | Path) -> Path:
         """Write as indented JSON (via a temporary file, so readers never see half a file)."""

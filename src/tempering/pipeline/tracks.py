@@ -183,8 +183,9 @@ def can_replay(plan: TracksPlan, track: str) -> bool:
 
 # ------------------------------------------------------------------ rebalancing
 def failed_suites(verdict: dict[str, Any]) -> list[set[str]]:
-    """Per failed rule of a gate verdict, the names it reads (a suite, a track, or `suite.metric`'s suite)."""
-    from tempering.evals.gate import MetricRule, parse_rule
+    """Per failed rule of a gate verdict, the names it reads (a suite, a track, or `suite.metric`'s
+    suite; `<suite>@<length>` reads its suite)."""
+    from tempering.evals.gate import MetricRule, parse_rule, suite_of
 
     out = []
     for rule in verdict.get("rules", []):
@@ -192,10 +193,10 @@ def failed_suites(verdict: dict[str, Any]) -> list[set[str]]:
             continue
         parsed = parse_rule(rule["rule"])
         if isinstance(parsed, MetricRule):
-            out.append({parsed.suite})
+            out.append({suite_of(parsed.suite)})
         elif hasattr(parsed, "name"):
             name = parsed.name
-            out.append({name, name.rsplit(".", 1)[0]})
+            out.append({name, suite_of(name.rsplit(".", 1)[0])})
         else:
             out.append(set())  # contamination: no track to rebalance
     return out

@@ -43,7 +43,7 @@ def longctx_tasks(kind: str, n: int, seed: int, split: str, settings: LongctxSet
         ValueError (`data.longctx.LongctxError`): a bad kind, a length past the model's window or too
             short for the needles.
     """
-    from tempering.data.longctx import build_task
+    from tempering.data.longctx import build_task, task_id
     from tempering.models.load import load_tokenizer
 
     check_requests([kind], settings)
@@ -55,7 +55,7 @@ def longctx_tasks(kind: str, n: int, seed: int, split: str, settings: LongctxSet
             built = build_task(kind, length, depth, seed * 100_003 + i, tokenizer, split, settings.distractors)
             tasks.append(
                 Task(
-                    id=f"longctx-{kind}-L{length}-d{depth:.2f}-{i}",
+                    id=task_id(kind, length, depth, i),
                     prompt=built.prompt,
                     verifier={"type": "numeric", "answer": str(built.answer)},
                     track="longctx",
