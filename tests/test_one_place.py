@@ -149,10 +149,21 @@ def source_name_lists(tree: ast.AST, names: list[str]) -> list[int]:
     def is_name(node: ast.AST) -> bool:
         return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.rstrip(":") in stems
 
+    # the data-mix tracks (`config.data.Track`: general, reasoning, agent, longctx, ...) share two
+    # words with source prefixes (`agent:`, `longctx:`) but name tracks, not sources
+    tracks = {
+        id(node.value.slice)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", None) for t in node.targets] == ["Track"]
+        and isinstance(node.value, ast.Subscript)
+    }
     return [
         node.lineno
         for node in ast.walk(tree)
-        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and sum(map(is_name, node.elts)) >= 2
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set))
+        and sum(map(is_name, node.elts)) >= 2
+        and id(node) not in tracks
     ]
 
 

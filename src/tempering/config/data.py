@@ -10,6 +10,9 @@ from tempering.config.base import DEFAULT_MODEL, Paths, RunSettings, Strict, Thr
 from tempering.config.grpo import TaskSourceSettings
 from tempering.config.sampling import EngineSettings, HFEngineSettings, SamplingSettings
 
+Track = Literal["general", "reasoning", "code", "agent", "safety", "longctx"]
+"""The tracks a data mix reports shares by (`data.mixing.TRACKS` reads them from here)."""
+
 
 class DedupSettings(Strict):
     """`temper data dedup`: exact and near-duplicate removal (see `data.dedup`)."""
@@ -44,7 +47,7 @@ class MixSourceSettings(Strict):
     """Name of the source in reports and the registry (unique within the mix)."""
     data: Paths = Field(min_length=1)
     """Its files (JSONL / JSON / Parquet / saved dataset dir); rows of any kind."""
-    track: Literal["general", "reasoning", "code", "agent", "safety", "longctx", "vision"] = "general"
+    track: Track = "general"
     """The capability track the source feeds (shares are also reported per track)."""
     weight: float = Field(1.0, gt=0)
     """Relative weight among the non-replay sources (normalised to their share)."""

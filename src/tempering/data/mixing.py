@@ -31,11 +31,13 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence, get_args
 
 import numpy as np
 
-TRACKS = ("general", "reasoning", "code", "agent", "safety", "longctx", "vision")
+from tempering.config.data import Track
+
+TRACKS: tuple[str, ...] = get_args(Track)
 Unit = Literal["rows", "tokens"]
 
 
