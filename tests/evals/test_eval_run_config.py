@@ -130,6 +130,18 @@ def test_eval_run_quantize_int8_evaluates_the_int8_copy_under_its_own_cache_key(
     assert bad.exit_code == 2 and "quantize" in bad.output
 
 
+def test_eval_run_with_rope_scaling_has_its_own_cache_entry(recall_dir, suite_file, env):
+    """Same directory, other RoPE: the cached results of the model as saved are not reused."""
+    flags = ["--limit", 5, "--samples", 1, "--threads", 1, "--precision", "fp32"]
+    yarn = ["--set", "rope_scaling={type: yarn, factor: 2}"]
+    for name, extra in (("plain", []), ("yarn", yarn), ("again", yarn)):
+        res = run(suite_file, "--model", recall_dir, "--out", env / name, *flags, *extra)
+        assert res.exit_code == 0, res.output
+        assert ("cached result" in res.output) == (name == "again"), (name, res.output)
+    plain, scaled = (EvalResults.load(env / n / "results.json") for n in ("plain", "yarn"))
+    assert scaled.suites[0].model_hash == plain.suites[0].model_hash + '+rope{"factor": 2.0, "type": "yarn"}'
+
+
 def _completions(out) -> list[tuple]:
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     return sorted((r["task_id"], r["seed"], r["sample"], r["completion"], r["reward"]) for r in rows)

@@ -17,6 +17,7 @@ from tempering.config import (
     GRPOSettings,
     HFEngineSettings,
     LoraSettings,
+    RopeScalingSetting,
     RunSettings,
     SamplingSettings,
     Strict,
@@ -120,7 +121,7 @@ class AgentEvalSettings(SamplingSettings):
     """Tokens per model turn."""
 
 
-class AgentConfig(RunSettings):
+class AgentConfig(RopeScalingSetting, RunSettings):
     """`temper agent CONFIG.yaml`: agent SFT on expert trajectories, then trajectory-level GRPO."""
 
     model: str = DEFAULT_MODEL

@@ -29,7 +29,7 @@ from tempering.config.grpo import (
     RewardPart,
 )
 from tempering.config.loading import declared_paths, load_config, resolve_paths, set_dotted
-from tempering.config.longctx import LongctxDataConfig, LongctxSettings, RopeScaling
+from tempering.config.longctx import LongctxDataConfig, LongctxSettings, RopeScaling, RopeScalingSetting
 from tempering.config.merge import MergeConfig
 from tempering.config.pipeline import (
     BestOfNStageConfig,
@@ -155,6 +155,7 @@ __all__ = [
     "DistillLoss",
     "DistillConfig",
     "RopeScaling",
+    "RopeScalingSetting",
     "LongctxSettings",
     "LongctxDataConfig",
 ]

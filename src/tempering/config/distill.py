@@ -6,6 +6,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict
 from tempering.config.grpo import TaskSourceSettings, registered
+from tempering.config.longctx import RopeScalingSetting
 from tempering.config.sampling import EngineSettings, SamplingSettings
 from tempering.config.train import DataSettings, TrainSettings
 
@@ -119,7 +120,7 @@ class OnPolicySettings(SamplingSettings):
         return check_mismatch_budget(value)
 
 
-class DistillConfig(RunSettings):
+class DistillConfig(RopeScalingSetting, RunSettings):
     """`temper distill CONFIG.yaml`: train a student on a teacher's logits and generations, or
     on-policy (`--on-policy`): on its own samples, scored by the teacher."""
 

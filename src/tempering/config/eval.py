@@ -6,12 +6,13 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from tempering.config.base import DEFAULT_MODEL, Strict, Threads
+from tempering.config.base import DEFAULT_MODEL, Threads
+from tempering.config.longctx import RopeScalingSetting
 from tempering.config.sampling import EngineSettings, ScaleSettings
 from tempering.config.train import TrackerName
 
 
-class EvalConfig(Strict):
+class EvalConfig(RopeScalingSetting):
     """`temper eval run [SUITES] --config EVAL.yaml`: suites on a model (flags override the file)."""
 
     suites: list[str] = Field(min_length=1)
@@ -56,4 +57,9 @@ class EvalConfig(Strict):
         # the Ray replicas load the float model: an int8 request there would do nothing
         if self.scale is not None and self.quantize != "none":
             raise ValueError("quantize: int8 with scale: set is not supported (Ray replicas serve the float model)")
+        agent = [s for s in self.suites if s.startswith("agent:")]  # evals.agent_suites.PREFIX
+        if self.rope_scaling is not None and agent:
+            raise ValueError(
+                f"rope_scaling with agent suites ({agent[0]}) is not supported yet (they load the model unscaled)"
+            )
         return self

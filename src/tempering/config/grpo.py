@@ -9,6 +9,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from tempering import algorithms
 from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict
 from tempering.config.domains import DomainSettings, MixtureSettings, check_domains
+from tempering.config.longctx import RopeScalingSetting
 from tempering.config.sampling import EngineSettings, SamplingSettings, ScaleSettings
 from tempering.config.tasks import TaskSourceSettings
 from tempering.config.train import ChatTemplateSetting, LoraSettings, TrainSettings
@@ -187,7 +188,7 @@ class HeldoutSettings(SamplingSettings):
     """Held-out evaluations compared for the divergence alarm."""
 
 
-class GRPOConfig(ChatTemplateSetting, RunSettings):
+class GRPOConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
     """`temper grpo CONFIG.yaml`: RL with verifiable rewards."""
 
     model: str = DEFAULT_MODEL

@@ -40,6 +40,28 @@ class RopeScaling(Strict):
         return self
 
 
+class RopeScalingSetting(Strict):
+    """The `rope_scaling` key of the configs that load a model to train or evaluate (SFT, DPO, RM,
+    GRPO, agent, distill, eval): the model's RoPE stretched at load (`models.load.load_model`)."""
+
+    rope_scaling: RopeScaling | None = None
+    """RoPE scaling applied at load (`models.rope.scale_rope`; distill: teacher and student); the
+    trained model carries it (`final/`, `temper export`). None: the model as saved."""
+
+    @model_validator(mode="after")
+    def _scaling_reaches_every_engine(self) -> Any:
+        if self.rope_scaling is None:
+            return self
+        if getattr(self, "scale", None) is not None:
+            raise ValueError("rope_scaling with scale: is not supported yet (the Ray replicas load the model unscaled)")
+        if getattr(getattr(self, "engine", None), "kind", None) == "vllm":
+            raise ValueError(
+                "rope_scaling with engine.kind vllm is not supported (vLLM loads the directory unscaled): "
+                "write a scaled copy with `temper model rope` and give that as model"
+            )
+        return self
+
+
 class LongctxSettings(Strict):
     """Haystacks of `longctx:<kind>` tasks: lengths in the model's tokens, depths, distractors."""
 
@@ -52,6 +74,9 @@ class LongctxSettings(Strict):
     """Other keys, chains, crates or near-duplicate codes planted beside the answer's facts."""
     model: str = DEFAULT_MODEL
     """The model whose tokenizer counts the tokens and whose window (with its RoPE scaling) bounds `lengths`."""
+    rope_scaling: RopeScaling | None = None
+    """The scaling `model` will run with (the training or eval config's `rope_scaling`): `lengths`
+    are then bounded by the scaled window. None: the model's window as saved."""
 
     @model_validator(mode="after")
     def _depths_in_range(self) -> LongctxSettings:

@@ -8,6 +8,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from tempering.config.base import DEFAULT_MODEL, Paths, RunSettings, Strict, Threads
 from tempering.config.grpo import TaskSourceSettings, registered
+from tempering.config.longctx import RopeScalingSetting
 from tempering.config.sampling import EngineSettings, HFEngineSettings, SamplingSettings
 from tempering.config.train import ChatTemplateSetting, LoraSettings, TrainSettings
 from tempering.numbers import BARE_NUMBER_PATTERN
@@ -56,7 +57,7 @@ class PreferenceSettings(Strict):
         return registered("preference_loss", value, info)
 
 
-class DPOConfig(ChatTemplateSetting, RunSettings):
+class DPOConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
     """`temper dpo CONFIG.yaml`: preference optimisation (DPO, IPO, SimPO) on preference pairs."""
 
     model: str = DEFAULT_MODEL
@@ -172,7 +173,7 @@ class BestOfNSettings(SamplingSettings):
     """The engine that samples the candidates (default: the static-batch HFEngine; docs/inference.md)."""
 
 
-class RMConfig(RunSettings):
+class RMConfig(RopeScalingSetting, RunSettings):
     """`temper rm CONFIG.yaml`: a Bradley-Terry reward model on preference pairs."""
 
     model: str = DEFAULT_MODEL

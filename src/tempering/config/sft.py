@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from tempering.config.base import DEFAULT_MODEL, RunSettings
+from tempering.config.longctx import RopeScalingSetting
 from tempering.config.train import ChatTemplateSetting, DataSettings, LoraSettings, TrainSettings
 
 
-class SFTConfig(ChatTemplateSetting, RunSettings):
+class SFTConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
     """`temper sft CONFIG.yaml`: supervised fine-tuning on conversations."""
 
     model: str = DEFAULT_MODEL

@@ -15,12 +15,13 @@ per evaluation through `write_eval_outputs`, so `temper eval show` / `compare` r
 
 from __future__ import annotations
 
+import json
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from tempering.atomic import write_jsonl_atomic
-from tempering.config import EngineSettings, EvalConfig, ScaleSettings
+from tempering.config import EngineSettings, EvalConfig, RopeScaling, ScaleSettings
 from tempering.evals.results import EvalResults, SuiteResult
 from tempering.evals.suite import Suite, SuiteError, load_suite
 
@@ -97,6 +98,7 @@ def evaluate_config(
         engine_settings=cfg.engine,
         scale=cfg.scale,
         quantize=cfg.quantize,
+        rope_scaling=cfg.rope_scaling,
         warn=warn,
         log=log,
         extra_suites=extra_suites,
@@ -144,6 +146,7 @@ def evaluate_model(
     warn: Callable[[str], None] | None = None,
     log: Callable[[str], None] | None = None,
     quantize: str = "none",
+    rope_scaling: RopeScaling | None = None,
     extra_suites: Sequence[SuiteResult] = (),
     extra_records: Sequence[dict[str, Any]] = (),
 ) -> EvalResults:
@@ -151,6 +154,7 @@ def evaluate_model(
 
     Args:
         quantize: "int8" evaluates the weight-only int8 copy of the model (its own cache key).
+        rope_scaling: stretch the model's RoPE at load (its own cache key).
         extra_suites, extra_records: results and sample rows evaluated elsewhere (agent
             suites) that go into the same results.json, samples.jsonl and report.
         scale: sample on Ray engine replicas and score on Ray reward actors (a local Ray is
@@ -167,6 +171,7 @@ def evaluate_model(
     from tempering.evals.runner import run_suite_samples
     from tempering.models.load import ModelNotFound, load_model, load_tokenizer, resolve_model
     from tempering.models.precision import default_device, resolve_precision
+    from tempering.models.rope import RopeScalingError
     from tempering.models.threads import set_threads
     from tempering.models.vlm import is_vlm
     from tempering.rollout.select import EngineUnavailable, build_engine, check_engine, load_engine
@@ -201,11 +206,13 @@ def evaluate_model(
             if scale is not None:
                 engine, pool = _ray_engine_and_workers(stack, model, resolve_precision(precision), scale)
             elif is_vlm(model):  # images: the hf engine with the model's processor (rollout/select.py)
+                if rope_scaling is not None:
+                    raise EvalError("rope_scaling: not supported for vision-language models yet")
                 engine = load_engine(settings, model, precision, quantize)
             else:
                 check_engine(settings)
                 model_dir = resolve_model(model) if settings.kind == "vllm" else None
-                loaded = load_model(model)
+                loaded = load_model(model, rope_scaling=rope_scaling)
                 if quantize == "int8":
                     from tempering.models.quantize import quantize_int8
 
@@ -215,11 +222,13 @@ def evaluate_model(
                 engine = build_engine(
                     settings, loaded, load_tokenizer(model), resolve_precision(precision), model_dir=model_dir
                 )
-        except (ModelNotFound, EngineUnavailable) as exc:
+        except (ModelNotFound, EngineUnavailable, RopeScalingError) as exc:
             raise EvalError(str(exc)) from None
         set_threads(threads, log)  # after the model loaded: a bad model spec stays a one-line error
         try:
-            model_hash = model_dir_hash(model) + ("" if quantize == "none" else f"+{quantize}")
+            model_hash = (
+                model_dir_hash(model) + ("" if quantize == "none" else f"+{quantize}") + _rope_tag(rope_scaling)
+            )
         except ModelNotFound:  # a hub id: the runner hashes the loaded weights instead
             model_hash = None
         out_suites, records = [], []
@@ -243,6 +252,11 @@ def evaluate_model(
     results = EvalResults(model=model, suites=out_suites + list(extra_suites))
     write_eval_outputs(out_dir, results, records + list(extra_records))
     return results
+
+
+def _rope_tag(scaling: RopeScaling | None) -> str:
+    """The cache key's mark of a scaling applied at load: the directory hash alone cannot tell."""
+    return "" if scaling is None else "+rope" + json.dumps(scaling.model_dump(exclude_none=True), sort_keys=True)
 
 
 def _ray_engine_and_workers(stack: ExitStack, model: str, precision: str, scale: ScaleSettings) -> tuple[Any, Any]:

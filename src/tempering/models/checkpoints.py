@@ -147,6 +147,7 @@ def checkpoint_model(path: Path, cache: Path, resolve: Callable[[str], str]) -> 
             _write_adapter(weights, config, adapter, base, tmp)
         else:
             _write_full(weights, base, tmp)
+        _write_rope_record(config, start, tmp)
         _write_tokenizer(start if (start / "tokenizer_config.json").is_file() else base, config, tmp)
         marker = run_dir / "tempering-run.json"
         if marker.is_file():
@@ -193,6 +194,18 @@ def _write_full(weights: dict, base: Path, out: Path) -> None:
         if (base / name).is_file():
             shutil.copy(base / name, out / name)
     save_file({k: t.contiguous() for k, t in weights.items()}, out / "model.safetensors", metadata={"format": "pt"})
+
+
+def _write_rope_record(config: dict, start: Path, out: Path) -> None:
+    """The run's `rope_scaling` (or the one its starting adapter recorded) beside the rebuilt model:
+    its config.json is the unscaled base's, so `load_model` re-applies the scaling from this."""
+    from tempering.config import RopeScaling
+    from tempering.models.rope import recorded_scaling, write_record
+
+    given = config.get("rope_scaling")
+    scaling = RopeScaling.model_validate(given) if given else recorded_scaling(start)
+    if scaling is not None:
+        write_record(scaling, out)
 
 
 def _write_tokenizer(source: Path, config: dict, out: Path) -> None:

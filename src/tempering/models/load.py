@@ -22,9 +22,12 @@ import importlib.util
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tempering.atomic import publish_dir
+
+if TYPE_CHECKING:
+    from tempering.config.longctx import RopeScaling
 
 # alias -> (python package holding the file, file name inside it)
 ALIASES: dict[str, tuple[str, str]] = {
@@ -175,15 +178,29 @@ def load_tokenizer(spec: str) -> Any:
     return tokenizer
 
 
-def load_model(spec: str, dtype: str = "float32", trainable_adapter: bool = False) -> Any:
-    """A causal LM for `spec`; an adapter dir loads its base with the adapter attached."""
+def load_model(
+    spec: str, dtype: str = "float32", trainable_adapter: bool = False, rope_scaling: RopeScaling | None = None
+) -> Any:
+    """A causal LM for `spec`; an adapter dir loads its base with the adapter attached.
+
+    RoPE scaling recorded beside an adapter (`models.rope.ROPE_RECORD`) is re-applied to its base,
+    then `rope_scaling` (a config's key) is applied, before the adapter attaches.
+
+    Raises:
+        RopeScalingError: `rope_scaling` given for a model that is already scaled, or one without RoPE.
+    """
     import torch
     from transformers import AutoModelForCausalLM
+
+    from tempering.models.rope import recorded_scaling, scale_rope
 
     local = resolve_model(spec)
     base = adapter_base(local)
     torch_dtype = getattr(torch, dtype)
     model = AutoModelForCausalLM.from_pretrained(resolve_model(base) if base else local, dtype=torch_dtype)
+    for scaling in (recorded_scaling(local), rope_scaling):
+        if scaling is not None:
+            scale_rope(model, scaling)
     if base:
         from peft import PeftModel
 

@@ -6,7 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tempering.config import LoraSettings
+from tempering.config import LoraSettings, RopeScaling
 
 
 def apply_lora(model: Any, settings: LoraSettings, base_spec: str, modules_to_save: list[str] | None = None) -> Any:
@@ -90,8 +90,9 @@ def loadable_base(spec: str) -> str:
     return str(local.resolve()) if local.is_dir() else spec
 
 
-def load_for_training(model_spec: str, lora: LoraSettings | None) -> Any:
-    """The model to train: LoRA on top of the base, or all parameters.
+def load_for_training(model_spec: str, lora: LoraSettings | None, rope_scaling: RopeScaling | None = None) -> Any:
+    """The model to train: LoRA on top of the base, or all parameters, its RoPE scaled by
+    `rope_scaling` at load (`load_model`).
 
     Starting from a PEFT adapter dir: with LoRA, training continues that adapter (its own
     rank and targets); with full parameters, the adapter is merged in first.
@@ -99,14 +100,14 @@ def load_for_training(model_spec: str, lora: LoraSettings | None) -> Any:
     from tempering.models.load import adapter_base, load_model, resolve_model
 
     if adapter_base(resolve_model(model_spec)):
-        model = load_model(model_spec, trainable_adapter=lora is not None)
+        model = load_model(model_spec, trainable_adapter=lora is not None, rope_scaling=rope_scaling)
         if lora is None:
             model = model.merge_and_unload()
             model.requires_grad_(True)
         else:
             _console().print("[dim]continuing the given LoRA adapter (its own r/alpha/targets apply)[/dim]")
         return model
-    model = load_model(model_spec)
+    model = load_model(model_spec, rope_scaling=rope_scaling)
     return apply_lora(model, lora, model_spec) if lora else model
 
 

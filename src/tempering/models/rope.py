@@ -6,14 +6,25 @@ directory loads the same scaled model in plain transformers and in vLLM.
 
   scale_rope       validate, write the parameters into the config, rebuild the rotary embedding
   context_window   the longest sequence a model (with its scaling) supports
+  scaled_window    the window once a scaling applies, from the config alone (longctx length checks)
   rope_summary     the scaling a model carries, as recorded in lineage and eval cache keys
+  record_scaling   write the scaling applied at load beside a saved LoRA adapter (`ROPE_RECORD`)
+  recorded_scaling read it back, so loading the adapter re-applies it to its unscaled base
 """
 
 from __future__ import annotations
 
+import copy
+import json
+from pathlib import Path
 from typing import Any
 
 from tempering.config.longctx import RopeScaling
+
+ROPE_RECORD = "tempering_rope_scaling.json"
+"""Beside a LoRA adapter trained under `rope_scaling` (or a checkpoint rebuilt into a model dir):
+its base (config) is unscaled, so the scaling is written here and `models.load.load_model`
+re-applies it. A saved full model's config.json carries the scaled `rope_parameters` itself."""
 
 
 class RopeScalingError(ValueError):
@@ -56,6 +67,27 @@ def scale_rope(model: Any, scaling: RopeScaling) -> Any:
     rotary = getattr(decoder, "rotary_emb", None)
     if rotary is None or getattr(config, "rope_parameters", None) is None:
         raise RopeScalingError(f"rope_scaling: {config.model_type} models have no rotary embedding to scale")
+    scale_config(config, scaling)
+    decoder.rotary_emb = type(rotary)(config=config).to(rotary.inv_freq.device)
+    base.tempering_rope_scaling = scaling  # what `record_scaling` writes beside a saved adapter
+    return model
+
+
+def scaled_window(config: Any, scaling: RopeScaling | None) -> int:
+    """The window a model with `config` has once `scaling` applies (no weights loaded; `config` untouched).
+
+    Raises:
+        RopeScalingError: as `scale_rope`.
+    """
+    return context_window(config if scaling is None else scale_config(copy.deepcopy(config), scaling))
+
+
+def scale_config(config: Any, scaling: RopeScaling) -> Any:
+    """Write `scaling` into a transformers `config` (rope parameters and window); returns `config`.
+
+    Raises:
+        RopeScalingError: the config is already scaled, or the native window is inconsistent.
+    """
     if rope_summary(config) is not None:
         raise RopeScalingError(
             f"rope_scaling: the model is already scaled ({rope_summary(config)}); scale its unscaled original"
@@ -80,8 +112,26 @@ def scale_rope(model: Any, scaling: RopeScaling) -> Any:
     if scaling.type != "dynamic":  # dynamic NTK reads the native window from this field
         config.max_position_embeddings = int(original * scaling.factor)
     config.validate_rope()
-    decoder.rotary_emb = type(rotary)(config=config).to(rotary.inv_freq.device)
-    return model
+    return config
+
+
+def record_scaling(model: Any, path: str | Path) -> None:
+    """Write the scaling `scale_rope` applied to `model` into the adapter dir `path` (nothing for a
+    full model, whose config.json carries it, nor for a model scaled on disk before it loaded)."""
+    applied = next((m.tempering_rope_scaling for m in model.modules() if hasattr(m, "tempering_rope_scaling")), None)
+    if applied is not None and (Path(path) / "adapter_config.json").is_file():
+        write_record(applied, path)
+
+
+def write_record(scaling: RopeScaling, path: str | Path) -> None:
+    """`scaling` as the record of the adapter dir `path`."""
+    (Path(path) / ROPE_RECORD).write_text(json.dumps(scaling.model_dump(exclude_none=True)))
+
+
+def recorded_scaling(path: str | Path) -> RopeScaling | None:
+    """The scaling recorded beside the adapter in `path` (None: none recorded)."""
+    file = Path(path) / ROPE_RECORD
+    return RopeScaling.model_validate_json(file.read_text()) if file.is_file() else None
 
 
 def _theta(config: Any) -> float:

@@ -109,7 +109,7 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
     run_dir: Path = stage.run_dir
     sandbox = _sandbox(data.train + [t for ts in data.held.values() for t in ts])
     renderer = AgentRenderer(tokenizer)
-    model = load_for_training(cfg.model, cfg.lora)
+    model = load_for_training(cfg.model, cfg.lora, cfg.rope_scaling)
     check_kl_reference(model, cfg.rl.beta, "rl.beta")
     engine = build_engine(cfg.engine, model, tokenizer, resolve_precision(cfg.train.precision))
 

@@ -38,7 +38,7 @@ def build_student(cfg: DistillConfig, teacher: Any) -> Any:
         return student_from_teacher(teacher, cfg.student.layers)
     if cfg.student.model is None:
         raise ValueError("student: give `layers` (a subset of the teacher's) or `model`")
-    student = load_model(cfg.student.model)
+    student = load_model(cfg.student.model, rope_scaling=cfg.rope_scaling)
     if student.config.vocab_size != teacher.config.vocab_size:
         raise ValueError(
             f"student {cfg.student.model!r} has vocabulary {student.config.vocab_size}, "
@@ -52,7 +52,7 @@ def _components(cfg: DistillConfig, data: Any, tokenizer: Any, stage: Any) -> Co
     from tempering.objectives.distill import DistillObjective
     from tempering.train.trainer import evaluate
 
-    teacher = load_model(cfg.teacher)
+    teacher = load_model(cfg.teacher, rope_scaling=cfg.rope_scaling)
     student = build_student(cfg, teacher)
     objective = DistillObjective(teacher, cfg.loss.temperature, cfg.loss.kl_weight)
     batches, evals, _ = sft_components(cfg, data, tokenizer.pad_token_id)  # SFT's batches, our loss
@@ -113,7 +113,7 @@ def _on_policy_components(cfg: DistillConfig, data: Prompts, tokenizer: Any, sta
     r = cfg.rollout
     assert r is not None
     precision = resolve_precision(cfg.train.precision)
-    teacher = load_model(cfg.teacher).to(default_device()).eval().requires_grad_(False)
+    teacher = load_model(cfg.teacher, rope_scaling=cfg.rope_scaling).to(default_device()).eval().requires_grad_(False)
     student = build_student(cfg, teacher)
     engine = build_engine(r.engine, student, tokenizer, precision)
     whole = r.divergence is not None  # the objective scores whole distributions: it asks the teacher

@@ -142,7 +142,7 @@ def _components(cfg: DPOConfig, data: PairData, tokenizer: Any, stage: Any) -> C
     from tempering.models.precision import resolve_precision
 
     torch.manual_seed(cfg.train.seed)  # LoRA initialisation
-    model = load_for_training(cfg.model, cfg.lora)
+    model = load_for_training(cfg.model, cfg.lora, cfg.rope_scaling)
     precision = resolve_precision(cfg.train.precision)
     ref_train, ref_info = reference_for(cfg, model, tokenizer, data.train, precision)
     ref_eval, _ = reference_for(cfg, model, tokenizer, data.eval, precision)

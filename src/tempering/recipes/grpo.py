@@ -427,10 +427,13 @@ def grpo_model(cfg: GRPOConfig) -> Any:
     if is_vlm(cfg.model):
         from tempering.recipes.vision import vlm_for_training
 
+        if cfg.rope_scaling is not None:
+            raise ValueError("rope_scaling: not supported for vision-language models yet")
+
         model, counts = vlm_for_training(cfg.model, cfg.lora, set())
         console.print(f"[dim]vision-language model: trainable parameters {counts}[/dim]")
         return model
-    return load_for_training(cfg.model, cfg.lora)
+    return load_for_training(cfg.model, cfg.lora, cfg.rope_scaling)
 
 
 @dataclass

@@ -238,7 +238,7 @@ def _components(cfg: RMConfig, data: RMData, tokenizer: Any, stage: Any) -> Comp
             f"[dim]pairs: {data.summary['train_pairs']} train ({data.summary['train_prompts']} prompts), "
             f"{data.summary['eval_pairs']} held out ({data.summary['eval_prompts']} prompts)[/dim]"
         )
-    model = RewardModel(load_for_training(cfg.model, cfg.lora), seed=cfg.train.seed)
+    model = RewardModel(load_for_training(cfg.model, cfg.lora, cfg.rope_scaling), seed=cfg.train.seed)
     pad = tokenizer.pad_token_id
     report = lambda: heldout_report(model, data.eval, pad, cfg.rm, cfg.train.precision, cfg.train.seed)  # noqa: E731
     check = held_out(report if data.eval else None)

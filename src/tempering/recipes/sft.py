@@ -86,7 +86,7 @@ def _components(cfg: SFTConfig, data: SFTData, tokenizer: Any, stage: Any) -> Co
     from tempering.models.lora import load_for_training
     from tempering.train.trainer import evaluate
 
-    model = load_for_training(cfg.model, cfg.lora)
+    model = load_for_training(cfg.model, cfg.lora, cfg.rope_scaling)
     batches, evals, objective = sft_components(cfg, data, tokenizer.pad_token_id)
     check = held_out((lambda: evaluate(model, objective, evals, cfg.train.precision)) if evals else None)
     return Components(model, objective, batches, check)

@@ -173,6 +173,8 @@ class Stage:
         (recorded and marked with the run now), `best` whenever `train.keep_best` finds a better
         one (recorded once, by `finish`). `state_dict`: the tensors to write when the model's own are
         sharded (`train.fsdp`: gathered to rank 0)."""
+        from tempering.models.rope import record_scaling
+
         path = self.run_dir / role
         if not self.writes:
             return path
@@ -180,6 +182,7 @@ class Stage:
         kwargs = {"save_embedding_layers": False} if lora else {}
         model.save_pretrained(path, **kwargs, **({"state_dict": state_dict} if state_dict is not None else {}))
         tokenizer.save_pretrained(path)
+        record_scaling(model, path)  # an adapter's base is unscaled: loading it re-applies this
         if role == "final":
             self.registry.record_output(self.run_id, role, path)
         return path

@@ -27,9 +27,9 @@ def check_requests(kinds: list[str], settings: LongctxSettings) -> None:
 
     from tempering.data.longctx import check_request
     from tempering.models.load import resolve_model
-    from tempering.models.rope import context_window
+    from tempering.models.rope import scaled_window
 
-    window = context_window(AutoConfig.from_pretrained(resolve_model(settings.model)))
+    window = scaled_window(AutoConfig.from_pretrained(resolve_model(settings.model)), settings.rope_scaling)
     for kind in kinds:
         for length in settings.lengths:
             for depth in settings.depths:

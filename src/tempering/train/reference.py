@@ -5,7 +5,8 @@ rejected) never change during training, so they are computed once, before the fi
 step, with the same shared-prompt forward the loss uses, and stored at
 
     <tempering cache>/preference_ref/<key>.pt        key = sha256(reference weights, tokenizer,
-                                                                  pair tokens and masks, precision)
+                                                                  pair tokens and masks, precision,
+                                                                  RoPE scaling)
 
 A second run on the same model and data (another seed, another beta, a resume) loads them.
 The reference is the model as it is before its first step, adapters on: a fresh LoRA adapter
@@ -18,6 +19,7 @@ adapter's weights are in it. No second copy of the model is held.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -30,6 +32,7 @@ from tempering.data.pair_batches import collate_pairs, pairs_fingerprint
 from tempering.data.pair_render import RenderedPair
 from tempering.models.lora import continues_adapter
 from tempering.models.precision import autocast
+from tempering.models.rope import rope_summary
 
 PairScore = Callable[[Any, dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]
 """(model, pair batch) -> (chosen sums (B,), rejected sums (B,)): the objective's own forward,
@@ -49,10 +52,13 @@ def reference_weights_hash(model: Any) -> str:
 
 
 def reference_key(model: Any, tokenizer: Any, pairs: Sequence[RenderedPair], precision: str) -> str:
-    """The cache key: reference weights, tokenizer (size and template), pair tokens, precision."""
+    """The cache key: reference weights, tokenizer (size and template), pair tokens, precision, and
+    the RoPE scaling when there is one."""
     h = hashlib.sha256()
     template = getattr(tokenizer, "chat_template", None) or ""
-    for part in (reference_weights_hash(model), f"{len(tokenizer)}\0{template}", pairs_fingerprint(pairs), precision):
+    rope = rope_summary(getattr(model, "config", None))  # scaled RoPE: same weights, other log-probs
+    parts = [reference_weights_hash(model), f"{len(tokenizer)}\0{template}", pairs_fingerprint(pairs), precision]
+    for part in parts + ([json.dumps(rope, sort_keys=True)] if rope else []):
         h.update(part.encode() + b"\n")
     return h.hexdigest()
 
