@@ -201,3 +201,22 @@ def test_every_builtin_suite_has_a_metric_at_one_sample(monkeypatch, tmp_path):
     monkeypatch.setenv("TEMPERING_SUITES", str(tmp_path / "none"))  # the built-in suites only
     for s in registered_suites():
         assert s.with_overrides(samples=1, seeds=1).computable_metrics(), s.name
+
+
+def test_a_prompt_that_fills_the_models_window_is_a_one_line_error(suite, engine, monkeypatch):
+    """With the model's window set to the longest prompt (under the first template, which runs
+    first), that prompt is refused naming suite, task and lengths; one position more, it runs."""
+    from tempering.evals.suite import render_messages
+
+    prompts = {t.id: engine.chat_prompt(render_messages(t, suite.templates[0])) for t in suite.task_list}
+    longest = max(prompts, key=lambda i: len(prompts[i]))
+    window = len(prompts[longest])
+    monkeypatch.setattr(engine.model.config, "max_position_embeddings", window)
+    with pytest.raises(SuiteError) as err:
+        run_suite(suite, engine, seeds=1)
+    assert str(err.value) == (
+        f"suite 'recall': task {longest!r} has a prompt of {window} tokens; the model's window is {window} tokens"
+    )
+    one_template = suite.model_copy(update={"templates": suite.templates[:1]})
+    monkeypatch.setattr(engine.model.config, "max_position_embeddings", window + 1)
+    assert run_suite(one_template, engine, seeds=1).metrics["accuracy"].n == 60

@@ -138,4 +138,4 @@ def test_the_budget_is_a_batching_setting_and_reaches_the_engine(smol_tokenizer)
     model = tiny_llama(vocab=len(smol_tokenizer), seed=3)
     engine = build_engine(EngineSettings(max_cache_tokens=1000), model, smol_tokenizer, "fp32")
     with pytest.raises(ValueError, match="KV cache budget of 1000 tokens"):
-        engine.generate([[5] * 900], SamplingParams(max_new_tokens=200))
+        engine.generate([[5] * 400], SamplingParams(n=3, max_new_tokens=100))  # 3 x 500, within the window of 512

@@ -110,3 +110,4 @@ def test_serve_warms_up_hints_at_keys_then_announces(tiny_models, tmp_path):
     hint = next(i for i, line in enumerate(lines) if f"temper keys create NAME --state {state}" in line)
     serving = next(i for i, line in enumerate(lines) if line.startswith(f"serving {tiny_models[1]} on "))
     assert warming < hint < serving, lines
+    assert any("KV cache" in line and "bytes/token" in line for line in lines[warming:serving]), lines

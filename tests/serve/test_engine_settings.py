@@ -23,6 +23,23 @@ def test_served_models_decode_with_the_configured_slots(tiny_models):
         default.engine.stop()
 
 
+def test_the_serve_report_gives_kv_cache_bytes_per_token_by_hand(tiny_models):
+    """The chain model: 1 layer, 1 KV head of head_dim = hidden size, fp32: 1 x 2 x 1 x h x 4 bytes."""
+    from tempering.serve.backend import engine_for, engine_report
+
+    served = engine_for(str(tiny_models[1]), "fp32")
+    try:
+        per_token = 1 * 2 * 1 * served.engine.model.config.hidden_size * 4
+        assert served.engine.kv_bytes_per_token == per_token
+        assert engine_report(served) == (
+            f"engine BatchingEngine (fp32), context 512 tokens, 32 slots, KV cache {per_token:,} bytes/token "
+            f"({per_token * 512 / 2**20:.1f} MiB per full-context sequence; "
+            f"at most 16,384 positions: {per_token * 16384 / 2**20:.1f} MiB)"
+        )
+    finally:
+        served.engine.stop()
+
+
 def test_serve_refuses_an_engine_that_cannot_serve_in_one_line(tmp_path):
     from tempering.cli import app
 

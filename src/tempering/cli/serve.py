@@ -153,6 +153,8 @@ def serve(
         app = create_app(cfg)
         err.print("[dim]loading the model and warming it up (one short generation) ...[/dim]")
         warmed = app.state.models.warm_up()
+        if report := app.state.models.report():
+            err.print(f"[dim]{report}[/dim]")
     except (ValueError, OSError) as exc:  # a model that cannot load (ModelNotFound is an OSError)
         listener.close()
         if new_state:  # leave no half-made deployment behind

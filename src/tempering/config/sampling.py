@@ -105,6 +105,7 @@ class DraftSettings(Strict):
 ENGINE_ONLY_KEYS = {
     "max_slots": "batching",
     "max_cache_tokens": "batching",
+    "prefill_chunk": "batching",
     "vllm": "vllm",
     "draft": "speculative",
 }
@@ -123,6 +124,9 @@ class EngineSettings(Strict):
     max_cache_tokens: int | None = Field(None, ge=1)
     """batching: most KV cache positions the running batch reserves (sequences x the longest
     prompt + max_new_tokens among them); requests beyond it wait. None: max_slots x the context."""
+    prefill_chunk: int = Field(512, ge=1)
+    """batching: a prompt longer than this is prefilled this many tokens a step, between the
+    decode steps of the sequences already running (chunked prefill: a long prompt does not stall them)."""
     vllm: VLLMSettings = VLLMSettings()
     """vLLM options (kind: vllm only)."""
     draft: DraftSettings | None = None

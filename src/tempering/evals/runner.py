@@ -192,6 +192,7 @@ def _generate_pass(
     t0, tasks, s = time.perf_counter(), suite.task_list, suite.sampling
     messages = [render_messages(t, suite.templates[template]) for t in tasks]
     prompts = [engine.chat_prompt(m) for m in messages]
+    _check_window(suite, [t.id for t in tasks], prompts, getattr(engine, "context_window", None))
     order = sorted(range(len(tasks)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
     per_chunk = max(1, batch_tokens // (s.n * (len(prompts[order[-1]]) + s.max_new_tokens)))
     chunks = [
@@ -204,6 +205,19 @@ def _generate_pass(
         f"{len(tasks) * s.n} samples generated in {time.perf_counter() - t0:.1f}s"
     )
     return pending
+
+
+def _check_window(suite: Suite, task_ids: list[str], prompts: list[Any], window: int | None) -> None:
+    """SuiteError for the longest prompt that leaves no position for an answer in the model's
+    window (answers that would pass the window are cut there by the batching engine)."""
+    if window is None or not prompts:
+        return
+    longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
+    if len(prompts[longest]) >= window:
+        raise SuiteError(
+            f"suite {suite.name!r}: task {_public_id(suite, task_ids[longest])!r} has a prompt of "
+            f"{len(prompts[longest])} tokens; the model's window is {window} tokens"
+        )
 
 
 def sample_record(suite: Suite, template: int, seed: int, trajectory: Trajectory) -> dict[str, Any]:

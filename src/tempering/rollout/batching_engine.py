@@ -13,11 +13,18 @@ decode one token each in one forward over the slot KV cache (`kvcache.py`); ever
 sampled under its own request's settings; finished sequences leave and their slots are
 refilled on the next step. `generate` and the serving thread drive the same `step`.
 
+Long prompts: a `generate` call sizes the slots from its requests (prompt + max_new_tokens,
+the answer cut at the model's window); `max_len` bounds what `start` serves. A prompt longer
+than `prefill_chunk` leaves the queue and is prefilled one chunk per step (its own
+DynamicCache) while the running sequences decode, as many side by side as chunks fit
+`max_prefill_tokens`; with one chunk left it rejoins the queue's front and is admitted like
+any prompt, its last chunk prefilled over the earlier ones.
+
 Single stream: when the step decodes one sequence alone (a served request with no other in
 flight, or a `generate` call of one prompt and one sample), a Llama-family model on CPU
 decodes through `models/llama_decode.py` (fused, prepacked weights, no HF module calls) over
 the same slot cache; anything it does not serve keeps the HF forward (`single_stream_off`
-says why). Prefill always runs the HF forward.
+says why). Prefill (whole or chunked) always runs the HF forward.
 
 Same model, tokenizer, identity, precision, LoRA merge and weight sync as `HFEngine` (it is
 one, with another `generate`). Greedy output equals running each request alone up to the
@@ -29,7 +36,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -42,12 +51,26 @@ from tempering.rollout.constrain import Constraint
 from tempering.rollout.engine import Completion, HFEngine, inference_weights
 from tempering.rollout.kvcache import SlotKVCache
 
-__all__ = ["BatchingEngine", "shared_prefix"]
+__all__ = ["BatchingEngine", "per_position_bytes", "shared_prefix"]
 
 log = logging.getLogger(__name__)
 
 MIN_SHARED_PREFIX = 16
 """Prompts admitted together share a prefill of their common prefix from this many tokens on."""
+
+
+@dataclass
+class _Partial:
+    """A long prompt prefilled in chunks: its own cache, holding its first `done` tokens."""
+
+    request: Request
+    cache: Any
+    done: int = 0
+
+
+def per_position_bytes(t: torch.Tensor) -> int:
+    """Bytes one position of a (B, kv_heads, T, head_dim) K or V tensor holds for one sequence."""
+    return t.shape[1] * t.shape[3] * t.element_size()
 
 
 def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
@@ -72,11 +95,23 @@ class BatchingEngine(HFEngine):
         max_len: int = 2048,
         max_prefill_tokens: int = 4096,
         max_cache_tokens: int | None = None,
+        prefill_chunk: int = 512,
     ):
         super().__init__(model, tokenizer, precision=precision)
         self.max_slots, self.max_len, self.max_prefill_tokens = max_slots, max_len, max_prefill_tokens
         self.max_cache_tokens = max_cache_tokens
         """KV cache positions the running batch may reserve (rows x longest reach; None: slots x max_len)."""
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        self.prefill_chunk = prefill_chunk
+        """A longer prompt is prefilled this many tokens a step, between decode steps (chunked prefill)."""
+        self._long: deque[Request] = deque()  # prompts past prefill_chunk, waiting for chunked prefill
+        self._partials: list[_Partial] = []  # long prompts being prefilled, or with one chunk left
+        self.prefill_chunks = 0
+        """Chunked-prefill forwards run (each `prefill_chunk` tokens of one long prompt)."""
+        self.steps = 0
+        """Engine steps run (each: admit, prefill, a token per running sequence, a chunk per long prompt)."""
+        self._kv_bytes: int | None = None
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
         self._scheduler: Scheduler | None = None
@@ -112,12 +147,13 @@ class BatchingEngine(HFEngine):
 
             return store
 
+        budgets = self._answer_budgets(prompts, params.max_new_tokens)
         with self._lock:
             # without a serving thread the cache is sized for this call and freed after (the
             # trainer gets the memory back); with one, the requests join the served batch
             own_cache = self._thread is None
             if own_cache:
-                need = max(len(p) for p in prompts) + params.max_new_tokens
+                need = max(len(p) + b for p, b in zip(prompts, budgets))
                 self._open(min(self.max_slots, max(params.n, len(prompts) * params.n)), need)
             was_training = self.model.training
             self.model.eval()
@@ -127,9 +163,9 @@ class BatchingEngine(HFEngine):
                 self._single_ok = len(prompts) * params.n == 1
             try:
                 for i, p in enumerate(prompts):
-                    seed = prompt_seed(params.seed, i)
+                    update = {"seed": prompt_seed(params.seed, i), "max_new_tokens": budgets[i]}
                     self._open_scheduler.submit(
-                        Request(list(p), params.model_copy(update={"seed": seed}), prompt_index=i, done=done(i))
+                        Request(list(p), params.model_copy(update=update), prompt_index=i, done=done(i))
                     )
                 with inference_weights(self.model, self.precision):
                     while pending["left"]:
@@ -138,7 +174,42 @@ class BatchingEngine(HFEngine):
                 self.model.train(was_training)
                 if own_cache:
                     self._scheduler = self._cache = None
+                    self._long, self._partials = deque(), []
         return out
+
+    def _answer_budgets(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[int]:
+        """Each prompt's max_new_tokens, cut where prompt + answer would pass the model's window
+        (the KV slots of a `generate` call are sized from these, whatever `max_len` says).
+        Raises ValueError for a prompt that leaves no position for an answer."""
+        window = self.context_window
+        if window is None:
+            return [max_new_tokens] * len(prompts)
+        for i, p in enumerate(prompts):
+            if len(p) >= window:
+                raise ValueError(f"prompt {i} has {len(p)} tokens; the model's window is {window} tokens")
+        return [min(max_new_tokens, window - len(p)) for p in prompts]
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K/V one cached position holds across the layers: layers x kv_heads x head_dim x
+        (key + value bytes), i.e. layers x 2 x kv_heads x head_dim x dtype bytes where keys and
+        values share a dtype (under bf16 autocast over fp32 weights the rotary embedding leaves
+        keys in fp32, values bf16). Read off one 1-token forward, once."""
+        if self._kv_bytes is None:
+            from transformers import DynamicCache
+
+            probe = DynamicCache()
+            with self._lock, torch.no_grad(), autocast(self.precision, self.device):
+                self.model(
+                    input_ids=torch.tensor([[self.pad_id]], device=self.device),
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **{self._cache_kw: probe},
+                )
+            # after the forward every layer is a filled DynamicLayer (keys, values)
+            layers: list[tuple[torch.Tensor, torch.Tensor]] = [(layer.keys, layer.values) for layer in probe.layers]  # pyright: ignore[reportAssignmentType, reportAttributeAccessIssue]
+            self._kv_bytes = sum(per_position_bytes(k) + per_position_bytes(v) for k, v in layers)
+        return self._kv_bytes
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -175,6 +246,7 @@ class BatchingEngine(HFEngine):
         with self._lock:
             self._thread = None
             self._scheduler = self._cache = None
+            self._long, self._partials = deque(), []
 
     def submit(
         self,
@@ -207,7 +279,7 @@ class BatchingEngine(HFEngine):
         with torch.no_grad(), inference_weights(self.model, self.precision):
             while True:
                 with self._lock:
-                    while self._open_scheduler.idle and not self._stopping:
+                    while self._idle and not self._stopping:
                         self._wake.wait()
                     if self._stopping:
                         return
@@ -215,14 +287,20 @@ class BatchingEngine(HFEngine):
                         self.step()
                     except Exception as exc:
                         self._fail_all(exc)
-                    if self._open_scheduler.idle:  # nothing runs: the K/V memory goes back
+                    if self._idle:  # nothing runs: the K/V memory goes back
                         self._open_cache.release()
+
+    @property
+    def _idle(self) -> bool:
+        return self._open_scheduler.idle and not self._long and not self._partials
 
     def _fail_all(self, exc: Exception) -> None:
         """A step failed: every request in it or waiting gets the error (their futures raise), the
         cache starts empty, and the serving thread goes on with the next requests."""
         sched = self._open_scheduler
-        failed = {id(s.request): s.request for s in sched.running} | {id(r): r for r in sched.waiting}
+        queued = [*sched.waiting, *self._long, *(p.request for p in self._partials)]
+        failed = {id(s.request): s.request for s in sched.running} | {id(r): r for r in queued}
+        self._long, self._partials = deque(), []
         self._open(self.max_slots, self._open_cache.max_len)
         for req in failed.values():
             if req.fail is not None:
@@ -258,8 +336,11 @@ class BatchingEngine(HFEngine):
 
     @torch.no_grad()
     def step(self) -> None:
-        """Admit, prefill, decode one token for every running sequence, sample, retire."""
+        """Admit, prefill, decode one token for every running sequence, sample, retire; then
+        prefill one chunk of each long prompt in progress (each joins once one chunk is left)."""
         sched, cache = self._open_scheduler, self._open_cache
+        self.steps += 1
+        self._arrange_queue(sched)
         old = len(sched.running)
         admitted = sched.admit()
         if admitted:  # room for every running sequence to reach its limit: no growth mid-decode
@@ -271,6 +352,7 @@ class BatchingEngine(HFEngine):
             parts.append(self._decode_step(old))
         if admitted:
             parts.append(self._prefill(admitted, first_slot=old))
+        self._prefill_next_chunks()
         if not parts:
             return
         logits = torch.cat(parts) if len(parts) > 1 else parts[0]
@@ -280,6 +362,44 @@ class BatchingEngine(HFEngine):
         moves, _ = sched.finish()
         for src, dst, length in moves:
             cache.move(src, dst, length)
+
+    def _arrange_queue(self, sched: Scheduler) -> None:
+        """Prompts longer than `prefill_chunk` leave the queue for chunked prefill; those with one
+        chunk left stand at its front (in the order they came), to be admitted like any prompt."""
+        ready = [p.request for p in self._partials if self._left(p) <= self.prefill_chunk]
+        ready_ids = {id(r) for r in ready}
+        short: list[Request] = []
+        for r in sched.waiting:
+            if id(r) not in ready_ids:
+                (self._long if len(r.prompt) > self.prefill_chunk else short).append(r)
+        sched.waiting = deque([*ready, *short])
+
+    def _left(self, partial: _Partial) -> int:
+        return len(partial.request.prompt) - partial.done
+
+    def _prefill_next_chunks(self) -> None:
+        """Prefill the next `prefill_chunk` tokens of each long prompt in progress, each into
+        its own cache; as many are in progress as chunks fit `max_prefill_tokens` (they are
+        started first come, first served)."""
+        from transformers import DynamicCache
+
+        lanes = max(1, self.max_prefill_tokens // self.prefill_chunk)
+        while self._long and len(self._partials) < lanes:
+            self._partials.append(_Partial(self._long.popleft(), DynamicCache()))
+        for p in self._partials:
+            if self._left(p) <= self.prefill_chunk:
+                continue  # queued for admission
+            end = p.done + self.prefill_chunk
+            with autocast(self.precision, self.device):
+                self.model(
+                    input_ids=torch.tensor([p.request.prompt[p.done : end]], device=self.device),
+                    position_ids=torch.arange(p.done, end, device=self.device)[None],
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **{self._cache_kw: p.cache},
+                )
+            p.done = end
+            self.prefill_chunks += 1
 
     def _decode_step(self, batch: int) -> torch.Tensor:
         """One forward over slots 0..batch-1: each feeds its last token; (batch, V) logits."""
@@ -341,11 +461,14 @@ class BatchingEngine(HFEngine):
             rows.append(list(range(slot, slot + req.params.n)))
             slot += req.params.n
         out, start = [], 0
+        chunked = {id(p.request) for p in self._partials}
         while start < len(requests):
             end = start + 1
             width = len(requests[start].prompt)
             while (
                 end < len(requests)
+                and id(requests[start]) not in chunked
+                and id(requests[end]) not in chunked
                 and max(width, len(requests[end].prompt)) * (end + 1 - start) <= self.max_prefill_tokens
             ):
                 width = max(width, len(requests[end].prompt))
@@ -363,7 +486,12 @@ class BatchingEngine(HFEngine):
         shared = shared_prefix([r.prompt for r in requests])
         shared = shared if len(requests) > 1 and shared >= MIN_SHARED_PREFIX else 0
         prefill = DynamicCache()
-        if shared:
+        partial = next((p for p in self._partials if p.request is requests[0]), None)
+        if partial is not None:
+            # a long prompt's last chunk (alone in its group): its earlier chunks are cached
+            prefill, shared = partial.cache, partial.done
+            self._partials.remove(partial)
+        elif shared:
             with autocast(self.precision, self.device):
                 self.model(
                     input_ids=torch.tensor([requests[0].prompt[:shared]], device=self.device),

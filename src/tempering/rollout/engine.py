@@ -49,6 +49,7 @@ from tempering.data.padding import left_pad
 from tempering.hashing import model_state_hash
 from tempering.models.logprobs import cache_keyword
 from tempering.models.precision import autocast, resolve_precision
+from tempering.models.rope import context_window
 
 __all__ = [
     "Completion",
@@ -302,6 +303,14 @@ class HFEngine:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def context_window(self) -> int | None:
+        """Tokens the model attends over (`models.rope.context_window`; None: its config names none)."""
+        config = getattr(self.model, "config", None)
+        if getattr(config, "max_position_embeddings", None) is None:
+            return None
+        return context_window(config)
 
     @property
     def identity(self) -> str:

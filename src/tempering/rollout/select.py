@@ -52,7 +52,8 @@ def build_engine(
     """The engine `settings` name, over `model` (in-process engines) or `model_dir` (vLLM).
 
     Args:
-        max_len: batching: the longest prompt + completion a slot holds (None: the engine's 2048).
+        max_len: batching: the longest prompt + completion a served request may use (None: the
+            engine's 2048; a `generate` call sizes its slots from its own requests).
         processor: a vision-language model's processor: then `HFEngine`, which takes image prompts.
     Raises:
         EngineUnavailable: kind vllm where vLLM or a GPU is absent, or without a model_dir.
@@ -80,6 +81,7 @@ def build_engine(
             precision=precision,
             max_slots=settings.max_slots,
             max_cache_tokens=settings.max_cache_tokens,
+            prefill_chunk=settings.prefill_chunk,
             **sized,
         )
     if settings.kind == "speculative":

@@ -81,6 +81,26 @@ def engine_for(
     return Served(spec, engine, tokenizer, context, detect_tool_call_style(tokenizer))
 
 
+def engine_report(served: Served) -> str:
+    """One line on a served model's engine and its KV cache memory (the `temper serve` startup
+    report): slots, context, KV bytes per token, and what a full-context sequence and the
+    `max_cache_tokens` bound hold at that rate."""
+    engine = served.engine
+    per_token = getattr(engine, "kv_bytes_per_token", None)
+    head = f"engine {type(engine).__name__} ({engine.precision}), context {served.max_context} tokens"
+    if per_token is None:
+        return head
+    line = (
+        f"{head}, {engine.max_slots} slots, KV cache {per_token:,} bytes/token "
+        f"({per_token * served.max_context / 2**20:.1f} MiB per full-context sequence"
+    )
+    if engine.max_cache_tokens is not None:
+        line += (
+            f"; at most {engine.max_cache_tokens:,} positions: {per_token * engine.max_cache_tokens / 2**20:.1f} MiB"
+        )
+    return line + ")"
+
+
 class Models:
     """Resolves model names to routes and keeps engines loaded."""
 
@@ -99,6 +119,7 @@ class Models:
         self._load_lock = threading.Lock()
         self._rng = random.Random(seed)
         self.warmed: str | None = None  # the route `warm_up` loaded and ran once
+        self._warmed_spec: str | None = None
 
     # ------------------------------------------------------------------ names
     def _aliases(self) -> dict[str, Release]:
@@ -154,8 +175,14 @@ class Models:
         else:
             with served.lock:
                 served.engine.generate([prompt], params)
-        self.warmed = route.name
+        self.warmed, self._warmed_spec = route.name, route.spec
         return route.name
+
+    def report(self) -> str | None:
+        """`engine_report` of the model `warm_up` loaded (None before it, or once it is unloaded)."""
+        with self._load_lock:
+            served = self._loaded.get(self._warmed_spec) if self._warmed_spec is not None else None
+        return None if served is None else engine_report(served)
 
     # ------------------------------------------------------------------ engines
     def served(self, route: Route) -> Served:
