@@ -4,7 +4,8 @@ paired by held-out task, and the short suites the gate protects.
 Each seed is one `temper run examples/longctx.yaml --seed S` (through `pipeline.runner`): the
 baseline evals pin `first_seed: 0`, so they run once and are cached for the other seeds; the
 seed changes the training haystacks, the mix and the SFT. Units of the paired bootstrap are
-(seed, held-out task): 5 kinds x 10 tasks at 4,096 tokens x 3 seeds = 150.
+(seed, held-out task) at 4,096 tokens: the after stage's tasks (a subset of the baseline's when it
+sets a `limit`), paired with the same task's baseline score.
 
     python bench/experiments/longctx_recipe.py [--seeds 0 1 2] [--after-8k 4]
 
@@ -117,9 +118,9 @@ def main() -> None:
         st = run["stages"]
         before, after = (task_scores(st[name].outputs["results"]) for name in LONGCTX_STAGES)
         short_before, short_after = (task_scores(st[name].outputs["results"]) for name in SHORT_STAGES)
-        for suite, tasks in before.items():
+        for suite, tasks in after.items():  # the after cells may be a subset of the baseline's (a `limit`)
             kind = suite.removeprefix("longctx-").removesuffix("-4k")
-            units = [(tasks[t], after[suite][t]) for t in sorted(tasks)]
+            units = [(before[suite][t], tasks[t]) for t in sorted(tasks)]
             long_units += units
             by_kind.setdefault(kind, {"units": []})["units"] += units
             by_kind[kind][f"seed{seed}"] = [sum(x) / len(units) for x in zip(*units)]
