@@ -71,6 +71,20 @@ def no_tasks_at(suite: str, length: int, lengths: Sequence[int]) -> str:
     return f"suite {suite!r} has no tasks at length {length} (lengths: {have})"
 
 
+# what a suite's result at one length keeps of the whole result (the rest are whole-run facts)
+_IDENTITY = {
+    "suite_hash",
+    "source",
+    "limit",
+    "track",
+    "private",
+    "model_id",
+    "model_hash",
+    "sampling",
+    "primary_metric",
+}
+
+
 class SuiteResult(BaseModel):
     """One suite evaluated on one model."""
 
@@ -157,17 +171,9 @@ class SuiteResult(BaseModel):
         others = {m: k for m, scores in self.metric_task_scores.items() if (k := kept(scores))}
         per_metric = {self.primary_metric: task_scores, **others}
         return SuiteResult(
+            **self.model_dump(include=_IDENTITY),
             suite=f"{self.suite}@{length}",
-            suite_hash=self.suite_hash,
-            source=self.source,
-            limit=self.limit,
-            track=self.track,
-            private=self.private,
-            model_id=self.model_id,
-            model_hash=self.model_hash,
-            sampling=self.sampling,
             metrics={m: MetricResult.from_scores(m, list(scores.values())) for m, scores in per_metric.items()},
-            primary_metric=self.primary_metric,
             task_scores=task_scores,
             metric_task_scores=others,
         )
