@@ -9,10 +9,12 @@ passkey retrieval past the native window with YaRN.
                 budget allows (the result says how many ran and how long each took).
 
 Each (kind, length) cell is its own suite run, so a `--budget-min` that runs out leaves the cells
-done so far in the result (marked). The long-context SFT recipe (gain at 4k over 3 seeds) is a
-separate run; `gain_4k_mean` / `gain_4k_ci_low` stay null until it has been measured.
+done so far in the result (marked); each cell keeps its per-task scores, which the recipe's 8k
+column pairs with. The long-context SFT recipe (`examples/longctx.yaml`, gain at 4k over 3 seeds)
+is `bench/experiments/longctx_recipe.py`, which merges `recipe` and `gain_4k_*` into the same file.
 
-    flock /work/bench.lock python bench/experiments/longctx.py [--lengths 1024 2048 4096] [--n 10]
+    python bench/experiments/longctx.py --lengths 1024 2048 4096 8192 --n 10 --n-at 8192=20 \
+        --kinds-at 8192=passkey,multikey,vartrack,noisy --budget-min 60 --extrapolate-min 40
 
 Writes bench/results/longctx.json and bench/results/longctx_heatmap.png.
 """
