@@ -123,6 +123,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=RESULTS / "longctx.json")
     p.add_argument("--extrapolate-n", type=int, default=20, help="passkey tasks at 2x the native window")
     p.add_argument("--extrapolate-length", type=int, default=16_384)
+    p.add_argument("--extrapolate-from", type=int, default=0, help="skip the first K extrapolation tasks (a split run)")
     p.add_argument("--budget-min", type=float, default=22.0, help="baseline: start no cell after this")
     p.add_argument("--extrapolate-min", type=float, default=15.0, help="extrapolation: start no task after this")
     p.add_argument("--replot", action="store_true", help="only redraw the heatmap from longctx.json")
@@ -192,8 +193,8 @@ def extrapolate_only(args: argparse.Namespace) -> None:
     """The YaRN part alone: the baseline cells already in longctx.json stay as they are."""
     import torch
 
-    path = RESULTS / "longctx.json"
-    result = json.loads(path.read_text())
+    path = args.out
+    result = json.loads(path.read_text()) if path.exists() else {}
     start, load_before = time.perf_counter(), os.getloadavg()
     part = extrapolate(args, "smollm2-135m-instruct", lambda: args.extrapolate_min * 60 - (time.perf_counter() - start))
     result["extrapolation"] = part | {
@@ -224,7 +225,7 @@ def extrapolate(args: argparse.Namespace, model_name: str, left) -> dict:
         tokenizer.save_pretrained(tmp)
         suite = cell_suite("passkey", args.extrapolate_length, args.extrapolate_n, tmp)
     engine = build_engine(EngineSettings(kind="hf"), model, tokenizer, "auto")
-    for task in suite.task_list:
+    for task in suite.task_list[args.extrapolate_from :]:
         if left() <= 0:
             break
         fields = {"templates": suite.templates, "sampling": suite.sampling.model_dump(), "metrics": suite.metrics}
