@@ -89,7 +89,7 @@ def test_file_errors_still_name_the_file(tmp_path):
     path = write_cfg(tmp_path / "sft.yaml", optimiser=1)
     with pytest.raises(
         ConfigError,
-        match=r"^.*sft.yaml: optimiser: Extra inputs are not permitted \(allowed: out, name, chat_template, model, .*lora, data, train\)$",
+        match=r"^.*sft.yaml: optimiser: Extra inputs are not permitted \(allowed: out, name, rope_scaling, chat_template, model, .*lora, data, train\)$",
     ):
         load_config(SFTConfig, path, ["train.steps=3"])
     with pytest.raises(ConfigError, match="nope.yaml: config file not found"):
