@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tempering.evals.results import MetricResult, SuiteResult
 from tempering.runs.registry import Registry
 from tests.conftest import tiny_llama, word_tokenizer
 
@@ -207,3 +208,16 @@ def suite_file(recall_model, env):
     """The recall model's 60 eval tasks as a suite file."""
     _, _, rows = recall_model
     return write_suite(env, "recall", write_jsonl(env / "recall.jsonl", rows))
+
+
+def passkey_suite(model: str, scores: dict[str, list[float]], suite_hash: str) -> SuiteResult:
+    """A `longctx-passkey` result holding these per-task accuracy samples (ids from `data.longctx.task_id`)."""
+    return SuiteResult(
+        suite="longctx-passkey",
+        suite_hash=suite_hash,
+        track="longctx",
+        model_id=model,
+        metrics={"accuracy": MetricResult.from_scores("accuracy", list(scores.values()))},
+        primary_metric="accuracy",
+        task_scores=scores,
+    )

@@ -14,6 +14,7 @@ from tempering.evals.gate import (
 )
 from tempering.evals.results import EvalResults, MetricResult, SuiteResult
 from tempering.evals.stats import Comparison, paired_bootstrap
+from tests.evals.conftest import passkey_suite
 
 NOT_SIGNIFICANT = Comparison(delta=-0.01, low=-0.03, high=0.01, p_value=0.4, significant=False, n=100)
 SIGNIFICANT_DROP = Comparison(delta=-0.05, low=-0.08, high=-0.02, p_value=0.002, significant=True, n=100)
@@ -253,15 +254,7 @@ def longctx_results(model: str, right: dict[int, range]) -> EvalResults:
         for length in (1024, 4096)
         for i in range(20)
     }
-    s = SuiteResult(
-        suite="longctx-passkey",
-        suite_hash="h",
-        track="longctx",
-        model_id=model,
-        metrics={"accuracy": MetricResult.from_scores("accuracy", list(scores.values()))},
-        primary_metric="accuracy",
-        task_scores=scores,
-    )
+    s = passkey_suite(model, scores, suite_hash="h")
     return EvalResults(model=model, suites=[s])
 
 

@@ -17,6 +17,7 @@ from tempering.evals.report import print_table, render_report, task_variances
 from tempering.evals.report_longctx import length_depth_figure, length_depth_grid
 from tempering.evals.results import EvalResults, MetricResult, SuiteResult
 from tempering.evals.stats import ParaphraseSpread, Stability
+from tests.evals.conftest import passkey_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 PRIVATE_IDS = [f"holdout-secret-{i:03d}" for i in range(12)]
@@ -244,15 +245,7 @@ def longctx_suite(model: str, scores_by_cell: dict[tuple[int, float], list[list[
         for (length, depth), tasks in scores_by_cell.items()
         for i, samples in enumerate(tasks)
     }
-    return SuiteResult(
-        suite="longctx-passkey",
-        suite_hash="h-longctx",
-        track="longctx",
-        model_id=model,
-        metrics={"accuracy": MetricResult.from_scores("accuracy", list(scores.values()))},
-        primary_metric="accuracy",
-        task_scores=scores,
-    )
+    return passkey_suite(model, scores, suite_hash="h-longctx")
 
 
 # Two samples per task; a cell is the mean of its tasks' means. 2048 has no task at depth 0.5.
