@@ -16,6 +16,7 @@ failed.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -300,12 +301,14 @@ def headline(result: dict) -> dict:
     return {}
 
 
+@functools.cache
 def device_name() -> str:
     import torch
 
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
+@functools.cache
 def versions() -> dict:
     import torch
     import transformers
@@ -317,6 +320,25 @@ def versions() -> dict:
         except Exception as e:  # a missing or broken package is a finding, not a crash
             found[name] = f"unavailable: {type(e).__name__}: {e}"
     return found
+
+
+def write_report(args: argparse.Namespace, mode: str, started: float, results: dict[str, dict]) -> dict:
+    """Write the report of the steps run so far (gpu.json, or gpu_cpu_dry_run.json); return it."""
+    failed = [n for n, r in results.items() if r["status"] in ("failed", "timeout")]
+    report = {
+        "check": "gpu" if mode == "gpu" else "gpu cpu-dry-run",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "device": device_name(),
+        "versions": versions(),
+        "wheel_install": args.install,
+        "seconds": round(time.perf_counter() - started, 1),
+        "ok": not failed,
+        "failed": failed,
+        "steps": results,
+    }
+    name = "gpu.json" if mode == "gpu" else "gpu_cpu_dry_run.json"
+    (args.out / name).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    return report
 
 
 def main() -> None:
@@ -334,6 +356,7 @@ def main() -> None:
     tokenizer = args.wheels / "smollm2-tokenizer"
     started = time.perf_counter()
     results: dict[str, dict] = {}
+    report = write_report(args, mode, started, results)
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp, (args.out / "gpu.log").open("w") as log:
         work = Path(tmp)
         for step in steps(mode, work, str(tokenizer) if tokenizer.is_dir() else None):
@@ -347,26 +370,13 @@ def main() -> None:
                 outcome["result"] = json.loads((work / step.result).read_text())
             results[step.name] = outcome
             print(f"{step.name}: {outcome['status']} ({outcome.get('seconds', 0)}s)", flush=True)
-    failed = [n for n, r in results.items() if r["status"] in ("failed", "timeout")]
-    report = {
-        "check": "gpu" if mode == "gpu" else "gpu cpu-dry-run",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "device": device_name(),
-        "versions": versions(),
-        "wheel_install": args.install,
-        "seconds": round(time.perf_counter() - started, 1),
-        "ok": not failed,
-        "failed": failed,
-        "steps": results,
-    }
-    name = "gpu.json" if mode == "gpu" else "gpu_cpu_dry_run.json"
-    (args.out / name).write_text(json.dumps(report, indent=1, default=str) + "\n")
+            report = write_report(args, mode, started, results)  # after every step: a cut lease keeps what ran
     summary = {k: report[k] for k in ("check", "device", "ok", "failed", "seconds")}
     summary["steps"] = {n: r["status"] for n, r in results.items()}
     summary["figures"] = {n: headline(r["result"]) for n, r in results.items() if isinstance(r.get("result"), dict)}
     summary["figures"] = {n: f for n, f in summary["figures"].items() if f}
     print(json.dumps(summary), flush=True)
-    sys.exit(1 if failed else 0)
+    sys.exit(1 if report["failed"] else 0)
 
 
 if __name__ == "__main__":
