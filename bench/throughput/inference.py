@@ -20,11 +20,13 @@ Every side generates for the same 32 requests, so the tokens/s compare like for 
     time, when that package is installed and a Q8_0 GGUF can be made (else the reason).
 
     python bench/throughput/inference.py [--max-new-tokens 64] [--precision bf16] [--quantize int8 --out FILE]
-        [--model DIR] [--levels 1,32,256] [--hf-requests 16]
+        [--model DIR] [--levels 1,32,256] [--hf-requests 16] [--level-requests 8]
 
 On a GPU every side runs on it. With more requests in flight than the 32 prompts, the prompts
 repeat (each request still decodes on its own). `--hf-requests N` times HF `generate` one at a
-time over the first N requests only (its tokens/s does not depend on how many wait).
+time over the first N requests only (its tokens/s does not depend on how many wait);
+`--level-requests N` runs max(c, N) requests at level c (the GPU check: one stream decodes there
+at about 30 tokens/s, so all 256 requests one at a time would take minutes).
 
 Writes bench/results/inference.json (or --out) and prints a summary. With --quantize int8
 every side runs the weight-only int8 copy (bench/results/inference_int8.json).
@@ -205,6 +207,12 @@ def main() -> None:
     )
     p.add_argument("--model", default=MODEL, help="alias or model directory")
     p.add_argument("--hf-requests", type=int, default=None, help="time HF generate over the first N requests")
+    p.add_argument(
+        "--level-requests",
+        type=int,
+        default=None,
+        help="each level c runs max(c, N) requests (default: all of them at every level)",
+    )
     p.add_argument("--out", type=Path, default=RESULTS / "inference.json")
     args = p.parse_args()
 
@@ -238,12 +246,13 @@ def main() -> None:
     static.generate(prompts[:2], greedy.model_copy(update={"max_new_tokens": 4}))
 
     load_before = os.getloadavg()
-    print(f"HF generate, {len(prompts)} requests one at a time ...", flush=True)
+    print(f"HF generate, {len(prompts[: args.hf_requests])} requests one at a time ...", flush=True)
     hf = hf_one_at_a_time(model, prompts[: args.hf_requests], args.max_new_tokens, eos, pad)
     print(f"  {hf['tokens_per_s']:.1f} tokens/s", flush=True)
     runs: dict = {"hf_generate_one_at_a_time": hf, "batching_engine": {}, "hf_engine_static_batch": {}}
     for c in levels:
-        r = batching_concurrent(batching, prompts, greedy, c)
+        level_prompts = prompts[: max(c, args.level_requests)] if args.level_requests else prompts
+        r = batching_concurrent(batching, level_prompts, greedy, c)
         runs["batching_engine"][str(c)] = {k: v for k, v in r.items() if k != "completions"}
         print(
             f"batching engine, {c} concurrent: {r['tokens_per_s']:.1f} tokens/s "
@@ -251,7 +260,7 @@ def main() -> None:
             flush=True,
         )
         if c > 1:
-            s = hf_engine_batch(static, prompts, greedy, c)
+            s = hf_engine_batch(static, level_prompts, greedy, c)
             runs["hf_engine_static_batch"][str(c)] = s
             print(f"HFEngine static batch, {c}: {s['tokens_per_s']:.1f} tokens/s", flush=True)
     runs["llama_cpp_q8_0_one_at_a_time"] = llama_cpp_run(prompts, args.max_new_tokens)
