@@ -164,6 +164,7 @@ def run_seed(args: argparse.Namespace) -> None:
             tiers=args.rl_tiers,
             promote_at=args.promote_at,
             window=args.window,
+            review=args.review,
             credit=credit,
             step=rl.step,
             max_refills=args.refills,
@@ -368,6 +369,7 @@ def main() -> None:
     ap.add_argument("--refills", type=int, default=1)
     ap.add_argument("--promote-at", type=float, default=0.5)
     ap.add_argument("--window", type=int, default=16)
+    ap.add_argument("--review", type=float, default=0.0, help="curriculum: share of tasks from the tiers passed")
     ap.add_argument("--max-new-tokens", type=int, default=144)
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--harvest-n", type=int, default=2)

@@ -128,7 +128,7 @@ def test_the_curriculum_takes_its_tiers_from_the_config_and_refuses_others():
     with pytest.raises(ValueError, match="tier 4 has no training task"):
         Curriculum(tasks, promote_at=0.5, window=2, seed=0, tiers=[1, 2, 3, 4])
     c = Curriculum(tasks, promote_at=0.5, window=2, seed=0, tiers=[2, 1, 3])  # order as given
-    assert c.tier == 2 and c.record([True, False]) and c.tier == 1 and c.pass_rate == 0.0
+    assert c.tier == 2 and c.record([(2, True), (2, False)]) and c.tier == 1 and c.pass_rate == 0.0
     d = Curriculum(select(tasks, "train", [1]), promote_at=0.5, window=2, seed=0)
     with pytest.raises(ValueError, match="curriculum is at level 1"):
         d.load_state_dict(c.state_dict())

@@ -40,16 +40,51 @@ def test_curriculum_promotes_after_a_full_window_at_the_threshold():
     tasks = builtin_tasks("workspace")
     c = Curriculum(tasks, promote_at=0.75, window=4, seed=0)
     assert c.tier == 1 and {t.tier for t in c.sample(10)} == {1}
-    c.record([True, True, False])  # window not full
+    c.record([(1, True), (1, True), (1, False)])  # window not full
     assert c.tier == 1
-    c.record([False])  # 2/4 < 0.75
+    c.record([(1, False)])  # 2/4 < 0.75
     assert c.tier == 1
-    c.record([True, True, True])  # last four: F T T T = 0.75
+    c.record([(1, True), (1, True), (1, True)])  # last four: F T T T = 0.75
     assert c.tier == 2 and len(c.recent) == 0
     state = c.state_dict()
     d = Curriculum(tasks, promote_at=0.75, window=4, seed=0)
     d.load_state_dict(state)
     assert d.tier == 2 and [t.id for t in d.sample(5)] == [t.id for t in c.sample(5)]
+
+
+def test_curriculum_review_draws_passed_tiers_and_counts_only_the_current_one():
+    # tool_arith after tier-1-only SFT, curriculum [2, 3]: promoted to tier 3 after 4-5 steps, then
+    # 0 of 24 episodes solved a step and every group tied, so no step carried a gradient
+    # (docs/agents.md); review keeps a share of each batch on the tiers passed
+    tasks = select(builtin_tasks("workspace"), "train")
+    c = Curriculum(tasks, promote_at=0.5, window=2, seed=0, review=0.5)
+    assert {t.tier for t in c.sample(20)} == {1}  # nothing passed yet: the current tier only
+    assert c.record([(1, True), (1, True)]) and c.tier == 2
+    drawn = [t.tier for t in c.sample(400)]
+    assert set(drawn) == {1, 2} and 0.4 < drawn.count(1) / 400 < 0.6
+    assert not c.record([(1, True), (1, True), (2, False)])  # tier 1's successes do not count
+    assert list(c.recent) == [False] and c.pass_rate == 0.0
+    assert c.record([(2, True), (2, True)]) and c.tier == 3
+    assert {t.tier for t in c.sample(400)} == {1, 2, 3}
+    d = Curriculum(tasks, promote_at=0.5, window=2, seed=0, review=0.5)
+    d.load_state_dict(c.state_dict())  # a resumed run continues every tier's draw order
+    assert [t.id for t in d.sample(30)] == [t.id for t in c.sample(30)]
+    plain = Curriculum(tasks, promote_at=0.5, window=2, seed=0)
+    plain.record([(1, True), (1, True)])
+    assert {t.tier for t in plain.sample(100)} == {2}  # review 0: the current tier only
+    with pytest.raises(ValueError, match=r"review 1.0: expected a share in \[0, 1\)"):
+        Curriculum(tasks, promote_at=0.5, window=2, seed=0, review=1.0)
+
+
+def test_a_checkpoint_from_before_review_resumes_its_draw_order():
+    tier1 = select(builtin_tasks("workspace"), "train", [1])[:12]
+    c = Curriculum(tier1, promote_at=1.0, window=4, seed=3)
+    c.sample(4)
+    state = c.state_dict()
+    old = {k: v for k, v in state.items() if k != "queues"} | {"queue": state["queues"][1]}
+    d = Curriculum(tier1, promote_at=1.0, window=4, seed=3)
+    d.load_state_dict(old)
+    assert [t.id for t in d.sample(8)] == [t.id for t in c.sample(8)]
 
 
 def test_expert_examples_train_only_the_assistant_turns(smol_tokenizer):

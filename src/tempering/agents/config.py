@@ -102,6 +102,9 @@ class AgentRLSettings(GRPOPolicySettings):
     """Curriculum: move to the next tier once the recent success rate on this one reaches it."""
     window: int = Field(32, ge=1)
     """Curriculum: episodes over which the success rate is measured."""
+    review: float = Field(0.0, ge=0, lt=1)
+    """Curriculum: the share of tasks drawn from the tiers already passed (0: the current tier only).
+    Keeps groups with signal when the next tier is out of reach (there every group ties at 0)."""
 
     @model_validator(mode="after")
     def _step_keys_need_step_credit(self) -> AgentRLSettings:

@@ -22,7 +22,10 @@ policy's `old_logprobs` come from the one GRPO batch builder (`rollout.grpo_batc
 `trajectories.jsonl` (recovered ones flagged: error -> diagnosis -> fix, usable as SFT data).
 
 Curriculum: training starts on the first of `tiers` and moves up one tier once the success
-rate over the last `window` episodes of the current tier reaches `promote_at`; each step logs
+rate over the last `window` episodes of the current tier reaches `promote_at`. With `review` > 0
+that share of each batch's tasks is drawn from the tiers already passed (only the current tier's
+episodes count towards promotion): a next tier out of the policy's reach then still leaves
+groups with signal, where without it every group ties at 0 and the run stops learning. Each step logs
 `tier`, `curriculum/pass_rate`, `curriculum/promoted` and `curriculum/tier_next` to
 metrics.jsonl, and the curriculum's state is in the source's checkpointed state (a resumed run
 continues on the same tier, window and task order).
@@ -78,10 +81,17 @@ def expert_examples(tasks: list[AgentTask], renderer: AgentRenderer, sandbox: An
 
 
 class Curriculum:
-    """Tiers in order; promote when the recent success rate on the current tier passes `promote_at`."""
+    """Tiers in order; promote when the recent success rate on the current tier passes `promote_at`;
+    a `review` share of the draws comes from the tiers passed."""
 
     def __init__(
-        self, tasks: list[AgentTask], promote_at: float, window: int, seed: int, tiers: list[int] | None = None
+        self,
+        tasks: list[AgentTask],
+        promote_at: float,
+        window: int,
+        seed: int,
+        tiers: list[int] | None = None,
+        review: float = 0.0,
     ):
         self.tiers = sorted({t.tier for t in tasks}) if tiers is None else list(tiers)
         outside = next((t for t in tasks if t.tier not in self.tiers), None)
@@ -91,27 +101,32 @@ class Curriculum:
         empty = [k for k, v in self.by_tier.items() if not v]
         if empty:
             raise ValueError(f"curriculum tier {empty[0]} has no training task")
-        self.level, self.promote_at = 0, promote_at
+        if not 0 <= review < 1:
+            raise ValueError(f"curriculum review {review}: expected a share in [0, 1)")
+        self.level, self.promote_at, self.review = 0, promote_at, review
         self.recent: deque[bool] = deque(maxlen=window)
         self.rng = random.Random(seed)
-        self.queue: list[int] = []
+        self.queues: dict[int, list[int]] = {}  # per tier: the shuffled order still to draw
 
     @property
     def tier(self) -> int:
         return self.tiers[self.level]
 
     def sample(self, n: int) -> list[AgentTask]:
-        """`n` tasks of the current tier, without replacement: every task of the tier is drawn once
-        (in a seeded shuffled order) before any is drawn again, so a batch holds distinct tasks
-        when the tier has at least `n` (drawing with replacement put one task kind in 3 of 4 groups
-        and RL learnt that kind's tool for every task; docs/agents.md)."""
-        pool = self.by_tier[self.tier]
+        """`n` tasks of the current tier (each, with probability `review`, of a tier passed instead),
+        without replacement within a tier: every task of a tier is drawn once (in a seeded shuffled
+        order) before any is drawn again, so a batch holds distinct tasks when the tier has at
+        least `n` (drawing with replacement put one task kind in 3 of 4 groups and RL learnt that
+        kind's tool for every task; docs/agents.md)."""
+        passed = self.tiers[: self.level]
         out: list[AgentTask] = []
-        while len(out) < n:
-            if not self.queue:
-                self.queue = list(range(len(pool)))
-                self.rng.shuffle(self.queue)
-            out.append(pool[self.queue.pop()])
+        for _ in range(n):
+            tier = self.rng.choice(passed) if passed and self.review and self.rng.random() < self.review else self.tier
+            pool, queue = self.by_tier[tier], self.queues.setdefault(tier, [])
+            if not queue:
+                queue += range(len(pool))
+                self.rng.shuffle(queue)
+            out.append(pool[queue.pop()])
         return out
 
     @property
@@ -119,19 +134,20 @@ class Curriculum:
         """Success rate over the current tier's recent episodes (0 before any)."""
         return sum(self.recent) / len(self.recent) if self.recent else 0.0
 
-    def record(self, successes: list[bool]) -> bool:
-        """Count episodes of the current tier; True when this promoted to the next tier."""
-        self.recent.extend(successes)
+    def record(self, episodes: list[tuple[int, bool]]) -> bool:
+        """Count the current tier's episodes, as (tier, success); True when this promoted to the next tier."""
+        self.recent.extend(ok for tier, ok in episodes if tier == self.tier)
         full = len(self.recent) == self.recent.maxlen
         if full and self.pass_rate >= self.promote_at and self.level < len(self.tiers) - 1:
             self.level += 1
             self.recent.clear()
-            self.queue = []
+            self.queues.pop(self.tier, None)
             return True
         return False
 
     def state_dict(self) -> dict:
-        return {"level": self.level, "recent": list(self.recent), "rng": self.rng.getstate(), "queue": list(self.queue)}
+        queues = {tier: list(q) for tier, q in self.queues.items()}
+        return {"level": self.level, "recent": list(self.recent), "rng": self.rng.getstate(), "queues": queues}
 
     def load_state_dict(self, state: dict) -> None:
         if state["level"] >= len(self.tiers):
@@ -139,7 +155,10 @@ class Curriculum:
                 f"the checkpoint's curriculum is at level {state['level']}; this run has tiers {self.tiers}"
             )
         self.level, self.recent = state["level"], deque(state["recent"], maxlen=self.recent.maxlen)
-        self.queue = list(state.get("queue", []))
+        if "queues" in state:
+            self.queues = {int(tier): list(q) for tier, q in state["queues"].items()}
+        else:  # a checkpoint from before `review`: one queue, the current tier's
+            self.queues = {self.tier: list(state.get("queue", []))}
         rng = state["rng"]
         self.rng.setstate((rng[0], tuple(rng[1]), rng[2]))
 
@@ -193,6 +212,7 @@ class AgentRolloutSource:
         promote_at: float = 0.8,
         window: int = 32,
         tiers: list[int] | None = None,
+        review: float = 0.0,
         credit: str = "trajectory",
         step: Any = None,
         gamma: float = 1.0,
@@ -207,7 +227,7 @@ class AgentRolloutSource:
             raise ValueError(f"credit {credit!r}: expected trajectory or step")
         self.engine, self.renderer, self.sandbox = engine, renderer, sandbox
         self.s, self.episode, self.grad_accum, self.seed = grpo, episode, grad_accum, seed
-        self.curriculum = Curriculum(tasks, promote_at, window, seed, tiers)
+        self.curriculum = Curriculum(tasks, promote_at, window, seed, tiers, review)
         self.credit, self.gamma, self.max_refills, self.store = credit, gamma, max_refills, store
         if step is None:
             from tempering.agents.config import StepCreditSettings
@@ -277,13 +297,13 @@ class AgentRolloutSource:
             )
             for k, v in batch.times.items():
                 times[k] = times.get(k, 0.0) + v
-            scored: list[bool] = []
+            scored: list[tuple[int, bool]] = []
             for group in batch.groups:
                 seen.append(group)
                 if any(ep.trajectory.status != "scored" for ep in group):
                     counts["groups_env_error"] += 1
                     continue
-                scored += [ep.stats.success for ep in group]
+                scored += [(ep.task.tier, ep.stats.success) for ep in group]
                 rows = self._rows(group)
                 if self.s.dynamic_sampling and not bool((rows.advantages.abs() > 1e-6).any()):
                     counts["groups_tied"] += 1

@@ -141,6 +141,7 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
         promote_at=cfg.rl.promote_at,
         window=cfg.rl.window,
         tiers=cfg.rl.tiers,
+        review=cfg.rl.review,
         credit=cfg.rl.credit,
         step=cfg.rl.step,
         gamma=cfg.rl.gamma,
