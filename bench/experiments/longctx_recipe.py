@@ -104,6 +104,7 @@ def main() -> None:
     p.add_argument("--after-8k", type=int, default=0, help="held-out tasks per kind at 8k on each trained adapter")
     p.add_argument("--out", type=Path, default=RESULTS / "longctx.json")
     args = p.parse_args()
+    args.pipeline = args.pipeline.resolve()  # recorded relative to the repository
     sys.path.insert(0, str(Path(__file__).parent))
 
     import torch
