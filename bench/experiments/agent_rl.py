@@ -107,8 +107,13 @@ def run_seed(args: argparse.Namespace) -> None:
         )
         out["phases"][label] = episode_summary(batch)
         out["seconds"][f"eval_{label}"] = time.perf_counter() - t0
-        ok = [v["success"] for v in out["phases"][label].values() if v["tier"] in args.rl_tiers]
-        log(f"seed {seed} eval {label}: held-out tiers {args.rl_tiers} completion {sum(ok)}/{len(ok)}")
+        phase = out["phases"][label].values()
+        ok = [v["success"] for v in phase if v["tier"] in args.rl_tiers]
+        every = [v["success"] for v in phase]
+        log(
+            f"seed {seed} eval {label}: completion {sum(ok)}/{len(ok)} on the held-out tasks of the RL tiers "
+            f"{args.rl_tiers}, {sum(every)}/{len(every)} on all {len(every)} evaluated"
+        )
         save()
 
     def sft(examples: list, steps: int, lr: float, name: str) -> dict:
