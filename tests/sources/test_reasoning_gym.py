@@ -64,3 +64,29 @@ def test_bad_requests_fail_loudly(name, config, message):
 def test_size_must_be_positive():
     with pytest.raises(ValueError, match="size must be >= 1"):
         reasoning_gym_tasks("chain_sum", size=0, seed=0)
+
+
+def test_a_training_task_source_takes_the_generator_config_as_a_suite_does():
+    # The rg-chain-sum suite's tasks, and a data.synth stage's `tasks:` with the same fields.
+    from tempering.config import TaskSourceSettings
+    from tempering.evals.suite import load_suite
+    from tempering.sources.tasks import load_tasks
+
+    suite_tasks = load_suite("rg-chain-sum").tasks[0].load()
+    training = load_tasks(
+        TaskSourceSettings(source="reasoning_gym:chain_sum", n=100, seed=0, config=EVAL_PRESETS["chain_sum"])
+    )
+    assert [t.model_dump() for t in training] == [t.model_dump() for t in suite_tasks]
+    other_seed = load_tasks(
+        TaskSourceSettings(source="reasoning_gym:chain_sum", n=100, seed=1, config=EVAL_PRESETS["chain_sum"])
+    )
+    assert all(t.verifier["config"] == EVAL_PRESETS["chain_sum"] for t in other_seed)
+    assert {t.id for t in other_seed}.isdisjoint(t.id for t in suite_tasks)
+
+
+def test_config_on_a_source_that_reads_none_is_an_error():
+    from tempering.config import TaskSourceSettings
+    from tempering.sources.tasks import load_tasks
+
+    with pytest.raises(ValueError, match="'config' applies to sources that read one"):
+        load_tasks(TaskSourceSettings(source="builtin:arithmetic", n=3, config={"max_terms": 3}))

@@ -38,6 +38,9 @@ class TaskSourceSettings(Strict):
     """builtin:arithmetic only: fields merged over the tasks' verifier spec, e.g. {type: exact}."""
     env_args: dict[str, Any] = {}
     """verifiers:<env_id> only: keyword arguments of the environment's `load_environment`."""
+    config: dict[str, Any] = {}
+    """Sources that read one (`reasoning_gym:<dataset>`, `longctx:<kind>`): the generator's settings,
+    e.g. {max_terms: 3} or the haystack settings (`config.LongctxSettings`); any other source refuses it."""
     image_size: int | None = Field(None, ge=16, le=1024)
     """vision:<name> only: the side of the drawn pictures in pixels (None: 64); match the size the
     model was trained on (the processor resizes any other)."""

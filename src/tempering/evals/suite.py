@@ -56,9 +56,6 @@ class SuiteTasks(TaskSourceSettings):
 
     style: Literal["completion", "chat"] | None = None
     """humaneval only: the raw function prompt ("completion") or a chat request for the whole function ("chat")."""
-    config: dict[str, Any] = {}
-    """reasoning_gym:<dataset>: fields of the dataset's config, e.g. {max_terms: 3};
-    longctx:<kind>: the haystack settings (`config.LongctxSettings`: lengths, depths, ...)."""
 
     @model_validator(mode="after")
     def _options_fit_source(self) -> SuiteTasks:
@@ -81,10 +78,6 @@ class SuiteTasks(TaskSourceSettings):
             from tempering.sources.humaneval import humaneval_tasks
 
             return humaneval_tasks(self.style)[: self.n]
-        if self.source.startswith("reasoning_gym:") and self.config:
-            from tempering.sources.reasoning_gym import reasoning_gym_tasks
-
-            return reasoning_gym_tasks(self.source.split(":", 1)[1], size=self.n, seed=self.seed, **self.config)
         return load_tasks(self)
 
 

@@ -13,8 +13,6 @@ scaling) before any haystack is built.
 
 from __future__ import annotations
 
-from typing import Any
-
 from tempering.config import LongctxSettings, TaskSourceSettings
 from tempering.config.longctx import longctx_settings
 from tempering.sources.registry import register_source
@@ -85,5 +83,4 @@ def longctx_sft_rows(kinds: list[str], n: int, seed: int, split: str, settings: 
 
 @register_source("longctx:", takes_config=True)
 def _longctx_source(s: TaskSourceSettings, arg: str) -> list[Task]:
-    config: dict[str, Any] = getattr(s, "config", None) or {}  # suites carry the haystack settings
-    return longctx_tasks(arg, s.n, s.seed, s.split, longctx_settings(config))
+    return longctx_tasks(arg, s.n, s.seed, s.split, longctx_settings(s.config))

@@ -93,7 +93,7 @@ def reasoning_gym_tasks(
 
 @register_source("reasoning_gym:", takes_config=True)
 def _reasoning_gym_source(s: TaskSourceSettings, arg: str) -> list[Task]:
-    return reasoning_gym_tasks(arg, size=s.n, seed=s.seed)
+    return reasoning_gym_tasks(arg, size=s.n, seed=s.seed, **s.config)
 
 
 @lru_cache(maxsize=64)
