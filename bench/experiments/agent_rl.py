@@ -288,8 +288,34 @@ def recovery_delta(parts: list[dict], before: str, after: str, resamples: int = 
     }
 
 
+def merge_seeds(parts: list[dict]) -> list[dict]:
+    """One part per seed: parts of the same seed (e.g. one credit each, run in separate processes
+    from the same SFT) united, phases and curves added. Their SFT phases must agree task by task,
+    or the credits would be compared from different starting points."""
+    merged: dict[int, dict] = {}
+    for part in parts:
+        first = merged.get(part["seed"])
+        if first is None:
+            merged[part["seed"]] = json.loads(json.dumps(part))
+            continue
+        if part["phases"]["sft"] != first["phases"]["sft"]:
+            raise SystemExit(
+                f"seed {part['seed']}: the parts' SFT evals differ; their credits start from different models"
+            )
+        for phase, scores in part["phases"].items():
+            first["phases"].setdefault(phase, scores)
+        for key, value in part.items():
+            if key.startswith("curve_") or key not in first:
+                first.setdefault(key, value)
+        for name, secs in part["seconds"].items():
+            first["seconds"].setdefault(name, secs)
+        credits = first["settings"]["credits"]
+        credits += [c for c in part["settings"]["credits"] if c not in credits]
+    return list(merged.values())
+
+
 def collect(paths: list[str], out_path: Path, note: str) -> dict:
-    parts = [json.loads(Path(p).read_text()) for p in paths]
+    parts = merge_seeds([json.loads(Path(p).read_text()) for p in paths])
     tiers = parts[0]["rl_tiers"]
 
     def gain(a: str, b: str, tier_set=tiers) -> dict:

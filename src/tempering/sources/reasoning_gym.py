@@ -17,6 +17,10 @@ the oracle answer must score the same on the JSON round-tripped entry as on the 
 The question is the prompt (plus an answer-format instruction); the answer and metadata live
 only in the verifier spec.
 
+Seeds are not independent draws: reasoning-gym seeds entry i from `seed + i`, so seed 1's entries
+are seed 0's shifted by one. Training tasks for a suite built on seed 0 take a far seed (and a
+decontamination pass: short problems also collide by chance).
+
 reasoning-gym is imported lazily: importing it registers ~100 generators and takes seconds.
 """
 
