@@ -81,6 +81,11 @@ def run_seed(args: argparse.Namespace) -> None:
     held = select(suite, "heldout", args.eval_tiers)
     if args.eval_limit:
         held = held[: args.eval_limit]
+    # failure-recovery data: sampled on the training tasks of --recovery-suite (default: the SFT
+    # tasks) and measured on its held-out tasks (default: the held-out tasks above)
+    recovery = load_agent_suite(args.recovery_suite) if args.recovery_suite else None
+    harvest_tasks = select(recovery, "train") if recovery else sft_tasks
+    recovery_held = select(recovery, "heldout") if recovery else held
     tok = load_tokenizer(MODEL)
     renderer = AgentRenderer(tok)
     model = load_for_training(MODEL, LoraSettings(r=16, alpha=32, dropout=0.0, last_layers=12))
@@ -100,10 +105,10 @@ def run_seed(args: argparse.Namespace) -> None:
     def save() -> None:
         part.write_text(json.dumps(out, indent=1))
 
-    def evaluate(label: str) -> None:
+    def evaluate(label: str, tasks=held) -> None:
         t0 = time.perf_counter()
         batch = agent_rollout(
-            held, engine, renderer, sandbox, AgentEvalSettings(max_new_tokens=args.max_new_tokens), episode, seed=seed
+            tasks, engine, renderer, sandbox, AgentEvalSettings(max_new_tokens=args.max_new_tokens), episode, seed=seed
         )
         out["phases"][label] = episode_summary(batch)
         out["seconds"][f"eval_{label}"] = time.perf_counter() - t0
@@ -211,7 +216,11 @@ def run_seed(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     harvest = work / "harvest.jsonl"
     sampling = AgentRLSettings(temperature=1.0, max_new_tokens=args.max_new_tokens)
-    batch = agent_rollout(sft_tasks, engine, renderer, sandbox, sampling, episode, n=args.harvest_n, seed=seed + 1000)
+    if recovery:
+        evaluate("recovery_base", recovery_held)  # the SFT model on the recovery suite's held-out tasks
+    batch = agent_rollout(
+        harvest_tasks, engine, renderer, sandbox, sampling, episode, n=args.harvest_n, seed=seed + 1000
+    )
     with open(harvest, "w") as f:
         for group in batch.groups:
             for ep in group:
@@ -231,7 +240,7 @@ def run_seed(args: argparse.Namespace) -> None:
         examples = [render_with_mask(tok, r["messages"], renderer.style, renderer.eot_id) for r in rows]
         examples = examples * max(1, 6 // len(examples))
         out["recovery_sft"] = sft(examples, args.recovery_steps, args.recovery_lr, "recovery_sft")
-        evaluate("recovery_sft")
+        evaluate("recovery_sft", recovery_held)
     sandbox.close()
     log(f"seed {seed}: done")
 
@@ -340,6 +349,7 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
 
     credits = parts[0]["settings"]["credits"]
     head = credits[0] if credits else None
+    base = "recovery_base" if "recovery_base" in parts[0]["phases"] else "sft"  # the recovery round's starting point
     main = gain("sft", f"rl_{head}") if head else paired([])
     result = {
         "benchmark": "agent RL after held-back SFT",
@@ -364,8 +374,9 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
         "learning_curve": {c: {str(p["seed"]): p.get(f"curve_{c}", []) for p in parts} for c in credits},
         "recovered_rows": {str(p["seed"]): p.get("recovered_rows", 0) for p in parts},
         "recovery_sft": {str(p["seed"]): p.get("recovery_sft") for p in parts},
-        "recovery_rate": recovery_delta(parts, "sft", "recovery_sft"),
-        "completion_gain_after_recovery_sft_all_tiers": gain("sft", "recovery_sft", [1, 2, 3, 4, 5]),
+        "recovery_suite": parts[0]["settings"].get("recovery_suite") or parts[0]["suite"],
+        "recovery_rate": recovery_delta(parts, base, "recovery_sft"),
+        "completion_gain_after_recovery_sft_all_tiers": gain(base, "recovery_sft", [1, 2, 3, 4, 5]),
         "seconds": {str(p["seed"]): p["seconds"] for p in parts},
         "settings": parts[0]["settings"],
         "load_average": os.getloadavg(),
@@ -404,6 +415,9 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=144)
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--harvest-n", type=int, default=2)
+    ap.add_argument(
+        "--recovery-suite", default=None, help="Harvest its train split, measure recovery on its held-out split."
+    )
     ap.add_argument("--recovery-steps", type=int, default=6)
     ap.add_argument("--recovery-lr", type=float, default=5e-4)
     ap.add_argument("--eval-limit", type=int, default=0)

@@ -1,10 +1,10 @@
 """Write the built-in agent suites (src/tempering/agents/envs/*.jsonl) from seeded parameters.
 
-    python examples/agent/make_envs.py        # rewrites tool_arith, retry, workspace, repo and safe .jsonl
+    python examples/agent/make_envs.py        # rewrites tool_arith, tool_notation, retry, workspace, repo and safe .jsonl
 
 The suites are data: this script only saves typing. In `workspace` and `repo` every row
 names its `family` (the kind of task) and held-out rows are of families no training row has;
-in `tool_arith` and `retry` held-out rows use other numbers and words. Every row carries the
+in `tool_arith`, `tool_notation` and `retry` held-out rows use other numbers and words. Every row carries the
 scripted expert's `solution`, which tests/agents checks solves it; every planted bug of
 `repo` is checked here too (the broken repository fails its tests, the fixed one passes).
 """
@@ -60,6 +60,59 @@ def tool_arith(n_train: int = 160, n_heldout: int = 40) -> list[dict]:
                 "tools": ["calculator", "submit"],
                 "goal": {"type": "answer", "value": value},
                 "max_steps": 4,
+                "solution": [[call("calculator", expression=expr)], [call("submit", answer=value)]],
+            }
+        )
+    return rows
+
+
+# --- written notation: the calculator refuses it, the agent must rewrite -------------------------
+
+NOTATIONS = {
+    # family: (tier, prompt shape, calculator shape); numbers >= 1000 are written with separators
+    "times": (1, "{a:,} × {b}", "{a} * {b}"),
+    "divide": (1, "{ab:,} ÷ {b}", "{ab} / {b}"),
+    "times-plus": (2, "{a:,} × {b} + {c:,}", "{a} * {b} + {c}"),
+    "power": (2, "{p}^{k} - {c:,}", "{p} ** {k} - {c}"),
+}
+
+
+def tool_notation(n_train: int = 64, n_heldout: int = 32) -> list[dict]:
+    """Arithmetic as people write it (7,875 × 285, 37^3, 9,540 ÷ 12): copied into the calculator
+    it is an error, and the episode succeeds only if the agent reads the error and rewrites the
+    expression. The failure-recovery suite: its episodes are where "error -> fix" loops come from."""
+    rng, rows, seen = random.Random(21), [], set()
+    families = list(NOTATIONS)
+    while len(rows) < n_train + n_heldout:
+        i = len(rows)
+        family = families[i % len(families)]
+        tier, shown, typed = NOTATIONS[family]
+        b = rng.randrange(12, 100)
+        nums = {
+            "a": rng.randrange(1000, 10000),
+            "b": b,
+            "ab": b * rng.randrange(100, 1000),
+            "c": rng.randrange(1000, 10000),
+            "p": rng.randrange(11, 100),
+            "k": rng.choice([2, 3]),
+        }
+        expr = typed.format(**nums)
+        if expr in seen:
+            continue
+        seen.add(expr)
+        value = str(int(eval(expr)))
+        split = "heldout" if i >= n_train else "train"
+        rows.append(
+            {
+                "id": f"notation-{split}-{i:03d}",
+                "env": "tool_notation",
+                "tier": tier,
+                "split": split,
+                "family": family,
+                "prompt": f"What is {shown.format(**nums)}?",
+                "tools": ["calculator", "submit"],
+                "goal": {"type": "answer", "value": value},
+                "max_steps": 5,
                 "solution": [[call("calculator", expression=expr)], [call("submit", answer=value)]],
             }
         )
@@ -812,6 +865,7 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     suites = [
         ("tool_arith", tool_arith()),
+        ("tool_notation", tool_notation()),
         ("retry", retry()),
         ("workspace", workspace()),
         ("repo", repo()),

@@ -35,6 +35,35 @@ def test_calculator_refuses(expr, why):
         calculate(expr)
 
 
+@pytest.mark.parametrize(
+    "expr,hints",
+    [
+        ("7,848 × 33", ["no thousands separators", "* for ×"]),
+        ("66,503 ÷ 73", ["no thousands separators", "/ for ÷"]),
+        ("40^2 - 3374", ["** for powers"]),
+    ],
+)
+def test_calculator_errors_name_the_written_notation_to_rewrite(expr, hints):
+    # `^` would parse (as XOR) and `7,848` as a tuple: the hint, not Python's reading, is reported
+    with pytest.raises(ValueError) as err:
+        calculate(expr)
+    assert all(h in str(err.value) for h in hints) and "+ - * / // % **" in str(err.value)
+
+
+def test_notation_tasks_fail_when_copied_and_pass_when_rewritten():
+    # tool_notation's premise: the prompt's expression is an error in the calculator, the expert's is the answer
+    from tempering.agents.tasks import builtin_tasks
+
+    tasks = builtin_tasks("tool_notation")
+    assert {t.family for t in tasks if t.split == "heldout"} == {t.family for t in tasks if t.split == "train"}
+    for task in tasks:
+        shown = task.prompt.removeprefix("What is ").removesuffix("?")
+        with pytest.raises(ValueError, match="not an arithmetic expression"):
+            calculate(shown)
+        typed = task.solution[0][0]["arguments"]["expression"]
+        assert str(calculate(typed)).removesuffix(".0") == task.goal["value"]
+
+
 def test_calculator_tool_reports_errors_as_tool_errors():
     ctx = ToolContext(session=None)
     assert TOOLS["calculator"].run({"expression": "6 * 7"}, ctx).text == "42"

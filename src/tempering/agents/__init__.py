@@ -6,7 +6,7 @@
     env.py       `Environment` protocol (`reset`/`step`) and `ToolEnv`, its one implementation
     policies.py  scripted policies (oracle, noop, random, recover) that validate the harness
     episode.py   text-level episodes and the agent metrics
-    envs/        the built-in suites: tool_arith, retry, workspace
+    envs/        the built-in suites: tool_arith, tool_notation, retry, workspace, safe, repo
 
 Layer: above `rollout` (it drives an `Engine`), below `pipeline`, `evals` and `recipes`.
 """

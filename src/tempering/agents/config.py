@@ -29,7 +29,7 @@ class AgentTaskSettings(Strict):
     """Which agent tasks train and which evaluate."""
 
     suites: list[str] = ["tool_arith"]
-    """Built-in suites (`tool_arith`, `retry`, `workspace`) or paths to task JSONL files."""
+    """Built-in suites (`tasks.BUILTIN`: `tool_arith`, `tool_notation`, `retry`, `workspace`, `safe`, `repo`) or paths to task JSONL files."""
     tiers: list[int] | None = None
     """Train and evaluate only these tiers (None: all)."""
     eval_suites: list[str] | None = None

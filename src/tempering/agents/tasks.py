@@ -27,7 +27,7 @@ from tempering.agents.goals import goal_problem, needs_session, resolve_repo_tes
 from tempering.agents.tools import TOOLS, check_arguments
 
 ENVS_DIR = Path(__file__).parent / "envs"
-BUILTIN = ("tool_arith", "retry", "workspace", "safe", "repo")
+BUILTIN = ("tool_arith", "tool_notation", "retry", "workspace", "safe", "repo")
 TIERS = (1, 2, 3)
 """The curriculum's tiers: 1 short, single tool; 2 several steps or files; 3 long, multi-tool."""
 

@@ -183,6 +183,9 @@ _BINARY = {
 }
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 MAX_CALC_MAGNITUDE = 10**30
+ACCEPTED = "numbers and + - * / // % ** and parentheses only"
+_NOTATION_HINTS = {",": "no thousands separators", "×": "* for ×", "÷": "/ for ÷", "^": "** for powers"}
+"""What an error names when the expression holds a sign people write but Python reads otherwise."""
 
 
 def calculate(expression: str) -> int | float:
@@ -193,10 +196,13 @@ def calculate(expression: str) -> int | float:
     """
     if len(expression) > 200:
         raise ValueError("expression longer than 200 characters")
+    hints = [hint for sign, hint in _NOTATION_HINTS.items() if sign in expression]
+    if hints:
+        raise ValueError(f"not an arithmetic expression: {expression!r} ({', '.join(hints)}; {ACCEPTED})")
     try:
         tree = parse_expression(expression.strip())
     except SyntaxError:
-        raise ValueError(f"not an arithmetic expression: {expression!r}") from None
+        raise ValueError(f"not an arithmetic expression: {expression!r} ({ACCEPTED})") from None
     return _value(tree.body)
 
 
@@ -216,7 +222,7 @@ def _value(node: ast.AST) -> int | float:
         if isinstance(out, complex) or abs(out) > MAX_CALC_MAGNITUDE:
             raise ValueError("result out of range")
         return out
-    raise ValueError(f"unsupported element {type(node).__name__} (numbers and + - * / // % ** only)")
+    raise ValueError(f"unsupported element {type(node).__name__} ({ACCEPTED})")
 
 
 def _calculator(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
