@@ -298,29 +298,43 @@ def recovery_delta(parts: list[dict], before: str, after: str, resamples: int = 
 
 
 def merge_seeds(parts: list[dict]) -> list[dict]:
-    """One part per seed: parts of the same seed (e.g. one credit each, run in separate processes
-    from the same SFT) united, phases and curves added. Their SFT phases must agree task by task,
-    or the credits would be compared from different starting points."""
-    merged: dict[int, dict] = {}
+    """Parts of the same seed (e.g. one credit each, run in separate processes) united into one,
+    phases and curves added, when their SFT evals agree task by task. When they differ (SFT on
+    CPU is not bit-reproducible across processes), they stay separate parts: each credit is then
+    compared with its own SFT, and credits with each other by (seed, task) (`across_parts`)."""
+    merged: list[dict] = []
     for part in parts:
-        first = merged.get(part["seed"])
+        first = next(
+            (m for m in merged if m["seed"] == part["seed"] and m["phases"]["sft"] == part["phases"]["sft"]), None
+        )
         if first is None:
-            merged[part["seed"]] = json.loads(json.dumps(part))
+            merged.append(json.loads(json.dumps(part)))
             continue
-        if part["phases"]["sft"] != first["phases"]["sft"]:
-            raise SystemExit(
-                f"seed {part['seed']}: the parts' SFT evals differ; their credits start from different models"
-            )
         for phase, scores in part["phases"].items():
             first["phases"].setdefault(phase, scores)
         for key, value in part.items():
-            if key.startswith("curve_") or key not in first:
-                first.setdefault(key, value)
+            first.setdefault(key, value)
         for name, secs in part["seconds"].items():
             first["seconds"].setdefault(name, secs)
         credits = first["settings"]["credits"]
         credits += [c for c in part["settings"]["credits"] if c not in credits]
-    return list(merged.values())
+    return merged
+
+
+def across_parts(parts: list[dict], a: str, b: str, tiers: list[int]) -> dict:
+    """Phase b minus phase a paired by (seed, task), wherever each phase was measured."""
+
+    def by_unit(phase: str) -> dict:
+        return {
+            (p["seed"], t): float(v["success"])
+            for p in parts
+            if phase in p["phases"]
+            for t, v in p["phases"][phase].items()
+            if v["tier"] in tiers
+        }
+
+    left, right = by_unit(a), by_unit(b)
+    return paired([(left[u], right[u]) for u in sorted(left) if u in right])
 
 
 def collect(paths: list[str], out_path: Path, note: str) -> dict:
@@ -347,7 +361,8 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
         ]
         return sum(vals) / len(vals) if vals else None
 
-    credits = parts[0]["settings"]["credits"]
+    credits = list(dict.fromkeys(c for p in parts for c in p["settings"]["credits"]))
+    seeds = sorted({p["seed"] for p in parts})
     head = credits[0] if credits else None
     base = "recovery_base" if "recovery_base" in parts[0]["phases"] else "sft"  # the recovery round's starting point
     main = gain("sft", f"rl_{head}") if head else paired([])
@@ -355,7 +370,8 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
         "benchmark": "agent RL after held-back SFT",
         "model": MODEL,
         "suite": parts[0]["suite"],
-        "seeds": [p["seed"] for p in parts],
+        "seeds": seeds,
+        "parts_per_seed": {str(k): sum(p["seed"] == k for p in parts) for k in seeds},
         "sft_tiers": parts[0]["sft_tiers"],
         "rl_tiers": tiers,
         "heldout_tasks_in_rl_tiers": len([v for v in parts[0]["phases"]["sft"].values() if v["tier"] in tiers]),
@@ -370,14 +386,16 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
             for phase in ["sft", *[f"rl_{c}" for c in credits], "recovery_sft"]
         },
         "credit": {c: gain("sft", f"rl_{c}") for c in credits},
-        "step_minus_trajectory": gain("rl_trajectory", "rl_step") if {"trajectory", "step"} <= set(credits) else None,
-        "learning_curve": {c: {str(p["seed"]): p.get(f"curve_{c}", []) for p in parts} for c in credits},
-        "recovered_rows": {str(p["seed"]): p.get("recovered_rows", 0) for p in parts},
-        "recovery_sft": {str(p["seed"]): p.get("recovery_sft") for p in parts},
+        "step_minus_trajectory": across_parts(parts, "rl_trajectory", "rl_step", tiers)
+        if {"trajectory", "step"} <= set(credits)
+        else None,
+        "learning_curve": {c: {str(p["seed"]): p[f"curve_{c}"] for p in parts if f"curve_{c}" in p} for c in credits},
+        "recovered_rows": {str(p["seed"]): p["recovered_rows"] for p in parts if "recovered_rows" in p},
+        "recovery_sft": {str(p["seed"]): p["recovery_sft"] for p in parts if "recovery_sft" in p},
         "recovery_suite": parts[0]["settings"].get("recovery_suite") or parts[0]["suite"],
         "recovery_rate": recovery_delta(parts, base, "recovery_sft"),
         "completion_gain_after_recovery_sft_all_tiers": gain(base, "recovery_sft", [1, 2, 3, 4, 5]),
-        "seconds": {str(p["seed"]): p["seconds"] for p in parts},
+        "seconds": {str(k): {n: v for p in parts if p["seed"] == k for n, v in p["seconds"].items()} for k in seeds},
         "settings": parts[0]["settings"],
         "load_average": os.getloadavg(),
         "note": note,
