@@ -55,6 +55,8 @@ def run_seed(args: argparse.Namespace) -> None:
     import torch
 
     from tempering.agents.config import AgentEvalSettings, AgentRLSettings, AgentSFTSettings
+    from tempering.agents.episode import run_episodes
+    from tempering.agents.policies import POLICIES
     from tempering.agents.recovered import recovered_rows
     from tempering.agents.render import AgentRenderer
     from tempering.agents.rollout import EpisodeSettings, agent_rollout
@@ -207,7 +209,7 @@ def run_seed(args: argparse.Namespace) -> None:
         save()
         evaluate(f"rl_{credit}")
 
-    if not args.harvest_n:
+    if not args.harvest_n and args.recovery_source == "sampled":
         sandbox.close()
         log(f"seed {seed}: done (no recovery phase)")
         return
@@ -218,13 +220,18 @@ def run_seed(args: argparse.Namespace) -> None:
     sampling = AgentRLSettings(temperature=1.0, max_new_tokens=args.max_new_tokens)
     if recovery:
         evaluate("recovery_base", recovery_held)  # the SFT model on the recovery suite's held-out tasks
-    batch = agent_rollout(
-        harvest_tasks, engine, renderer, sandbox, sampling, episode, n=args.harvest_n, seed=seed + 1000
-    )
+    if args.recovery_source == "scripted":  # the tasks' scripted mistake, its real feedback, the expert's fix
+        episodes = [
+            r.row() for r in run_episodes(sandbox, POLICIES["mistake"], [t for t in harvest_tasks if t.mistake])
+        ]
+    else:
+        batch = agent_rollout(
+            harvest_tasks, engine, renderer, sandbox, sampling, episode, n=args.harvest_n, seed=seed + 1000
+        )
+        episodes = [episode_row(ep, 0) for group in batch.groups for ep in group]
     with open(harvest, "w") as f:
-        for group in batch.groups:
-            for ep in group:
-                f.write(json.dumps(episode_row(ep, 0)) + "\n")
+        for row in episodes:
+            f.write(json.dumps(row) + "\n")
     rows = []
     for path in [harvest, *stores]:
         if path.is_file():
@@ -433,6 +440,12 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=144)
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--harvest-n", type=int, default=2)
+    ap.add_argument(
+        "--recovery-source",
+        choices=["sampled", "scripted"],
+        default="sampled",
+        help="Recovered episodes from the SFT model's samples, or the tasks' scripted mistake then the expert's fix.",
+    )
     ap.add_argument(
         "--recovery-suite", default=None, help="Harvest its train split, measure recovery on its held-out split."
     )

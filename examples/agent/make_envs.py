@@ -114,6 +114,7 @@ def tool_notation(n_train: int = 64, n_heldout: int = 32) -> list[dict]:
                 "goal": {"type": "answer", "value": value},
                 "max_steps": 5,
                 "solution": [[call("calculator", expression=expr)], [call("submit", answer=value)]],
+                "mistake": [[call("calculator", expression=shown.format(**nums))]],
             }
         )
     return rows

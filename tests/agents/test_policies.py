@@ -85,3 +85,20 @@ def test_malformed_calls_never_end_the_run(pool, suites):
     result = run_episode(env, lambda t, m: MALFORMED, task)
     assert result.stats.status == "scored" and not result.stats.success
     assert result.stats.steps == task.max_steps and result.stats.invalid_calls == task.max_steps
+
+
+def test_the_scripted_mistake_then_fix_is_recovery_data(pool, suites):
+    # tool_notation's `mistake` (the expression as written) errs, the error is read, the expert fixes it
+    from tempering.agents.recovered import recovered_rows
+
+    tasks = suites["tool_notation"]
+    assert all(t.mistake for t in tasks)
+    results = run_episodes(pool, POLICIES["mistake"], tasks[::8])
+    for r in results:
+        assert r.stats.success and r.stats.recovered and r.stats.tool_errors == 1, r.task.id
+        feedback = next(m["content"] for m in r.messages if m["role"] == "tool")
+        assert r.turn_errors == [1, 0, 0] and "not an arithmetic expression" in feedback
+    rows = recovered_rows([r.row() for r in results], "scripted")
+    assert len(rows) == len(results)
+    turns = [m for m in rows[0]["messages"] if m["role"] == "assistant"]
+    assert [m.get("weight", 1) for m in turns] == [0, 1, 1]  # the error is context, the fix is learnt

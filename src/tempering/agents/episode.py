@@ -26,6 +26,24 @@ class EpisodeResult:
     rewards: list[float] = field(default_factory=list)
     """One per assistant turn (the last carries the outcome)."""
     stats: EpisodeStats = field(default_factory=EpisodeStats)
+    turn_errors: list[int] = field(default_factory=list)
+    """Errors each assistant turn caused (invalid calls, failed tools, wrong answers)."""
+
+    def row(self) -> dict[str, Any]:
+        """The episode as a stored row (`training.episode_row`'s fields that `agents.recovered` reads)."""
+        from dataclasses import asdict
+
+        return {
+            "task_id": self.task.id,
+            "tier": self.task.tier,
+            "messages": self.messages,
+            "rewards": self.rewards,
+            "status": self.stats.status,
+            "success": self.stats.success,
+            "recovered": self.stats.recovered,
+            "stats": asdict(self.stats),
+            "turn_errors": self.turn_errors,
+        }
 
 
 def run_episode(env: ToolEnv, policy: Policy, task: AgentTask) -> EpisodeResult:
@@ -35,15 +53,18 @@ def run_episode(env: ToolEnv, policy: Policy, task: AgentTask) -> EpisodeResult:
     except EnvFailure as exc:
         return EpisodeResult(task, [], [0.0], EpisodeStats(status="env_error", error=str(exc)))
     rewards: list[float] = []
+    turn_errors: list[int] = []
     try:
         while True:
             text = policy(task, messages)
             messages.append({"role": "assistant", "content": text})
+            before = env.stats.errors
             observation, reward, done, _ = env.step(text)
             rewards.append(reward)
+            turn_errors.append(env.stats.errors - before)
             messages.extend(observation)
             if done:
-                return EpisodeResult(task, messages, rewards, env.stats)
+                return EpisodeResult(task, messages, rewards, env.stats, turn_errors)
     finally:
         env.close()
 

@@ -52,6 +52,14 @@ def recover(task: AgentTask, messages: list[dict[str, Any]]) -> str:
     return MALFORMED if turn == 0 else oracle_text(task, turn - 1)
 
 
+def mistake(task: AgentTask, messages: list[dict[str, Any]]) -> str:
+    """The task's scripted `mistake` turns, then the expert's: an error, its feedback, the fix."""
+    turn = _turn(messages)
+    if turn < len(task.mistake):
+        return "\n".join(format_tool_call(c["name"], c.get("arguments", {})) for c in task.mistake[turn])
+    return oracle_text(task, turn - len(task.mistake))
+
+
 _WORDS = ["ls", "cat notes.txt", "x", "data.csv", "print(1)", "42", "7 * 9", "out.txt", "rm -f nothing", "echo hi"]
 
 
@@ -81,5 +89,6 @@ POLICIES: dict[str, Callable[[int], Policy]] = {
     "oracle": lambda seed: oracle,
     "noop": lambda seed: noop,
     "recover": lambda seed: recover,
+    "mistake": lambda seed: mistake,
     "random": random_policy,
 }

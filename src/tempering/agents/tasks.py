@@ -73,6 +73,11 @@ class AgentTask(BaseModel):
     """The tempting destructive way that still reaches the goal (`safe` suite; hidden like `solution`):
     tests check `safe_actions` flags it; `bench/experiments/agent_safety.py` imitates it to build an
     agent with the habit."""
+    mistake: list[list[dict[str, Any]]] = Field(default_factory=list)
+    """A realistic first error, as calls per turn (`tool_notation`: the expression as written, which
+    the calculator refuses); hidden like `solution`. The `mistake` policy plays it, reads the error
+    and then plays the solution: error -> feedback -> fix episodes for recovery data, which a model
+    that never recovers on its own cannot sample."""
 
     @model_validator(mode="after")
     def _known(self) -> AgentTask:
@@ -90,9 +95,9 @@ class AgentTask(BaseModel):
         return self
 
     def _solution_problem(self) -> str | None:
-        """The expert's (and the shortcut's) calls must be calls the agent could make: a task tool,
+        """The expert's (and the shortcut's and mistake's) calls must be calls the agent could make: a task tool,
         valid arguments."""
-        for key in ("solution", "shortcut"):
+        for key in ("solution", "shortcut", "mistake"):
             problem = self._calls_problem(key, getattr(self, key))
             if problem:
                 return problem
