@@ -158,8 +158,10 @@ def main() -> None:
         "command": "python bench/experiments/longctx_recipe.py " + " ".join(sys.argv[1:]),
     }
     if args.after_8k:
-        path = args.out
+        path = RESULTS / "longctx.json"  # the baseline bench's per-task 8k scores, whatever --out is
         base = json.loads(path.read_text())["baseline"] if path.exists() else {}
+        if not base:
+            raise SystemExit(f"--after-8k needs the baseline's 8k per-task scores in {path} (bench/experiments/longctx.py)")
         kinds = [k for k in by_kind if "8192" in base.get(k, {}) and "per_task" in base[k]["8192"]]
         units8: list[tuple[float, float]] = []
         for seed in args.seeds:
