@@ -97,6 +97,36 @@ def eval_8k(final: str, n: int, kinds: list[str], length: int) -> dict[str, dict
     return out
 
 
+def at_8k(finals: dict[int, str], kinds: list[str], args: argparse.Namespace) -> dict:
+    """The base model and each seed's adapter on the same held-out tasks at `--len-8k` tokens
+    (8,192 with the chat template is past the model's window: the default leaves room), paired."""
+    import torch
+
+    torch.set_num_threads(args.threads_8k)
+    t0 = time.perf_counter()
+    base = eval_8k("smollm2-135m-instruct", args.after_8k, kinds, args.len_8k)
+    units: list[tuple[float, float]] = []
+    per_kind: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
+    for seed, final in finals.items():
+        after = eval_8k(final, args.after_8k, kinds, args.len_8k)
+        for k in kinds:
+            pairs = [(base[k][t], v) for t, v in sorted(after[k].items())]
+            units += pairs
+            per_kind[k] += pairs
+            print(
+                f"8k seed {seed} {k}: {sum(b for _, b in pairs)}/{len(pairs)} (base {sum(a for a, _ in pairs)})",
+                flush=True,
+            )
+    return compare(units) | {
+        "length": args.len_8k,
+        "kinds": kinds,
+        "tasks_per_kind_per_seed": args.after_8k,
+        "by_kind": {k: compare(u) for k, u in per_kind.items()},
+        "seconds": time.perf_counter() - t0,
+        "threads": args.threads_8k,
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -108,8 +138,19 @@ def main() -> None:
         "--len-8k", type=int, default=8100, help="haystack tokens of those tasks (the prompt must fit 8,192)"
     )
     p.add_argument("--threads-8k", type=int, default=2)
+    p.add_argument(
+        "--only-8k", action="store_true", help="add at_8k to --out's recipe from its seeds' adapters; run nothing else"
+    )
     p.add_argument("--out", type=Path, default=RESULTS / "longctx.json")
     args = p.parse_args()
+    if args.only_8k:
+        done = json.loads(args.out.read_text())
+        recipe = done["recipe"]
+        finals = {int(s): v["sft_final"] for s, v in recipe["per_seed"].items()}
+        recipe["at_8k"] = at_8k(finals, list(recipe["by_kind_4k"]), args)
+        args.out.write_text(json.dumps(done, indent=1))
+        print(json.dumps(recipe["at_8k"], indent=1))
+        return
     args.pipeline = args.pipeline.resolve()  # recorded relative to the repository
     sys.path.insert(0, str(Path(__file__).parent))
 
@@ -164,30 +205,7 @@ def main() -> None:
         "command": "python bench/experiments/longctx_recipe.py " + " ".join(sys.argv[1:]),
     }
     if args.after_8k:
-        # the base model and each seed's adapter on the same held-out tasks at --len-8k tokens
-        # (8,192 with the chat template is past the model's window: the default leaves room)
-        import torch
-
-        torch.set_num_threads(args.threads_8k)
-        kinds = list(by_kind)
-        t0 = time.perf_counter()
-        base8 = eval_8k("smollm2-135m-instruct", args.after_8k, kinds, args.len_8k)
-        units8: list[tuple[float, float]] = []
-        per_kind8: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
-        for seed in args.seeds:
-            after8 = eval_8k(per_seed[str(seed)]["sft_final"], args.after_8k, kinds, args.len_8k)
-            for k in kinds:
-                pairs = [(base8[k][t], v) for t, v in sorted(after8[k].items())]
-                units8 += pairs
-                per_kind8[k] += pairs
-        result["at_8k"] = compare(units8) | {
-            "length": args.len_8k,
-            "kinds": kinds,
-            "tasks_per_kind_per_seed": args.after_8k,
-            "by_kind": {k: compare(u) for k, u in per_kind8.items()},
-            "seconds": time.perf_counter() - t0,
-            "threads": args.threads_8k,
-        }
+        result["at_8k"] = at_8k({s: per_seed[str(s)]["sft_final"] for s in args.seeds}, list(by_kind), args)
     print(json.dumps({k: result[k] for k in ("at_4k", "short_suites")}, indent=1))
     merged = json.loads(args.out.read_text()) if args.out.exists() else {}
     merged |= {"recipe": result, "gain_4k_mean": gain["delta"], "gain_4k_ci_low": gain["ci_low"]}
