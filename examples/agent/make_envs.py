@@ -50,20 +50,27 @@ def tool_arith(n_train: int = 160, n_heldout: int = 40) -> list[dict]:
         seen.add(expr)
         value = str(eval(expr))
         split = "heldout" if i >= n_train else "train"
-        rows.append(
-            {
-                "id": f"arith-{split}-{i:03d}",
-                "env": "tool_arith",
-                "tier": tier,
-                "split": split,
-                "prompt": f"What is {expr}?",
-                "tools": ["calculator", "submit"],
-                "goal": {"type": "answer", "value": value},
-                "max_steps": 4,
-                "solution": [[call("calculator", expression=expr)], [call("submit", answer=value)]],
-            }
-        )
+        rows.append(calculator_row(f"arith-{split}-{i:03d}", "tool_arith", tier, split, expr, expr, value, 4))
     return rows
+
+
+def calculator_row(
+    task_id: str, env: str, tier: int, split: str, shown: str, typed: str, value: str, max_steps: int, **extra
+) -> dict:
+    """A calculator task: the prompt shows `shown`, the expert types `typed` and submits `value`."""
+    return {
+        "id": task_id,
+        "env": env,
+        "tier": tier,
+        "split": split,
+        **{k: v for k, v in extra.items() if k == "family"},
+        "prompt": f"What is {shown}?",
+        "tools": ["calculator", "submit"],
+        "goal": {"type": "answer", "value": value},
+        "max_steps": max_steps,
+        "solution": [[call("calculator", expression=typed)], [call("submit", answer=value)]],
+        **{k: v for k, v in extra.items() if k != "family"},
+    }
 
 
 # --- written notation: the calculator refuses it, the agent must rewrite -------------------------
@@ -102,20 +109,20 @@ def tool_notation(n_train: int = 64, n_heldout: int = 32) -> list[dict]:
         seen.add(expr)
         value = str(int(eval(expr)))
         split = "heldout" if i >= n_train else "train"
+        written = shown.format(**nums)
         rows.append(
-            {
-                "id": f"notation-{split}-{i:03d}",
-                "env": "tool_notation",
-                "tier": tier,
-                "split": split,
-                "family": family,
-                "prompt": f"What is {shown.format(**nums)}?",
-                "tools": ["calculator", "submit"],
-                "goal": {"type": "answer", "value": value},
-                "max_steps": 5,
-                "solution": [[call("calculator", expression=expr)], [call("submit", answer=value)]],
-                "mistake": [[call("calculator", expression=shown.format(**nums))]],
-            }
+            calculator_row(
+                f"notation-{split}-{i:03d}",
+                "tool_notation",
+                tier,
+                split,
+                written,
+                expr,
+                value,
+                5,
+                family=family,
+                mistake=[[call("calculator", expression=written)]],
+            )  # fmt: skip
         )
     return rows
 
