@@ -18,7 +18,7 @@ import random
 from typing import Any, Callable, Protocol
 
 from tempering.agents.tasks import AgentTask
-from tempering.data.toolcalls import format_tool_call
+from tempering.data.toolcalls import append_tool_calls, format_tool_call
 
 MALFORMED = '<tool_call>{"name": "shell", "arguments": {"cmd": "ls"</tool_call>'
 """A call whose JSON is cut off (what a small model often writes)."""
@@ -34,9 +34,7 @@ def _turn(messages: list[dict[str, Any]]) -> int:
 
 def oracle_text(task: AgentTask, turn: int) -> str:
     """The expert's text for turn `turn` (0-based): its calls, one per line."""
-    if turn >= len(task.solution):
-        return "Done."
-    return "\n".join(format_tool_call(c["name"], c.get("arguments", {})) for c in task.solution[turn])
+    return append_tool_calls(None, task.solution[turn]) if turn < len(task.solution) else "Done."
 
 
 def oracle(task: AgentTask, messages: list[dict[str, Any]]) -> str:
@@ -56,7 +54,7 @@ def mistake(task: AgentTask, messages: list[dict[str, Any]]) -> str:
     """The task's scripted `mistake` turns, then the expert's: an error, its feedback, the fix."""
     turn = _turn(messages)
     if turn < len(task.mistake):
-        return "\n".join(format_tool_call(c["name"], c.get("arguments", {})) for c in task.mistake[turn])
+        return append_tool_calls(None, task.mistake[turn])
     return oracle_text(task, turn - len(task.mistake))
 
 

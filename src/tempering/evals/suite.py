@@ -61,10 +61,9 @@ class SuiteTasks(TaskSourceSettings):
     def _options_fit_source(self) -> SuiteTasks:
         if self.style is not None and self.source != "humaneval":
             raise ValueError(f"'style' applies to the humaneval source only, not {self.source!r}")
-        from tempering.sources.registry import takes_config
+        from tempering.sources.registry import check_config
 
-        if self.config and not takes_config(self.source):
-            raise ValueError(f"'config' applies to sources that read one (reasoning_gym, longctx), not {self.source!r}")
+        check_config(self.source, self.config)
         if self.source.startswith("longctx:"):
             from tempering.config.longctx import longctx_settings
 

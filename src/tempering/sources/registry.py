@@ -71,6 +71,12 @@ def takes_config(value: str) -> bool:
     return value in CONFIGURED or (bool(colon) and f"{prefix}:" in CONFIGURED)
 
 
+def check_config(source: str, config: dict) -> None:
+    """Raise ValueError when `config` is given to a source that reads none (it would do nothing)."""
+    if config and not takes_config(source):
+        raise ValueError(f"'config' applies to sources that read one (reasoning_gym, longctx), not {source!r}")
+
+
 def is_source_name(value: str) -> bool:
     """Whether `value` names a registered source (a generator or benchmark), not a file."""
     return find_source(value) is not None

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import RewardPart, TaskSourceSettings
-from tempering.sources.registry import UnknownSource, find_source, register_source, source_names, takes_config
+from tempering.sources.registry import UnknownSource, check_config, find_source, register_source, source_names
 from tempering.types import Task
 
 
@@ -38,8 +38,7 @@ def load_tasks(s: TaskSourceSettings) -> list[Task]:
     Raises:
         UnknownSource: neither a registered source nor an existing file (the message lists the sources).
     """
-    if s.config and not takes_config(s.source):
-        raise ValueError(f"'config' applies to sources that read one (reasoning_gym, longctx), not {s.source!r}")
+    check_config(s.source, s.config)
     found = find_source(s.source)
     if found is not None:
         loader, arg = found
