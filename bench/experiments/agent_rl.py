@@ -147,7 +147,8 @@ def run_seed(args: argparse.Namespace) -> None:
         }
 
     log(f"seed {seed}: SFT on {len(sft_tasks)} expert episodes of tiers {args.sft_tiers}")
-    out["sft"] = sft(expert_examples(sft_tasks, renderer, sandbox), args.sft_steps, args.sft_lr, "sft")
+    expert = expert_examples(sft_tasks, renderer, sandbox)
+    out["sft"] = sft(expert, args.sft_steps, args.sft_lr, "sft")
     save()
     evaluate("sft")
     sft_state = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora" in k}
@@ -246,6 +247,11 @@ def run_seed(args: argparse.Namespace) -> None:
     if rows:
         examples = [render_with_mask(tok, r["messages"], renderer.style, renderer.eot_id) for r in rows]
         examples = examples * max(1, 6 // len(examples))
+        if args.recovery_mix_expert:  # the SFT's expert episodes beside the fixes: the first turn stays a call
+            kept = random.Random(seed).sample(expert, min(len(expert), round(args.recovery_mix_expert * len(examples))))
+            out["recovery_mixed_expert"] = len(kept)
+            log(f"seed {seed}: recovery round mixes {len(kept)} expert episodes with {len(examples)} recovered")
+            examples = examples + kept
         out["recovery_sft"] = sft(examples, args.recovery_steps, args.recovery_lr, "recovery_sft")
         evaluate("recovery_sft", recovery_held)
     sandbox.close()
@@ -451,6 +457,12 @@ def main() -> None:
     )
     ap.add_argument("--recovery-steps", type=int, default=6)
     ap.add_argument("--recovery-lr", type=float, default=5e-4)
+    ap.add_argument(
+        "--recovery-mix-expert",
+        type=float,
+        default=0.0,
+        help="Expert episodes of the SFT tasks mixed into the recovery round, as a share of its recovered rows.",
+    )
     ap.add_argument("--eval-limit", type=int, default=0)
     ap.add_argument("--eval-tiers", type=int, nargs="*", default=None, help="Held-out tiers evaluated (default: all).")
     ap.add_argument("--threads", type=int, default=1)
