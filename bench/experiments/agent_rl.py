@@ -56,7 +56,7 @@ def run_seed(args: argparse.Namespace) -> None:
 
     from tempering.agents.config import AgentEvalSettings, AgentRLSettings, AgentSFTSettings
     from tempering.agents.episode import run_episodes
-    from tempering.agents.policies import POLICIES
+    from tempering.agents.policies import POLICIES, mistake_turns
     from tempering.agents.recovered import recovered_rows
     from tempering.agents.render import AgentRenderer
     from tempering.agents.rollout import EpisodeSettings, agent_rollout
@@ -107,10 +107,11 @@ def run_seed(args: argparse.Namespace) -> None:
     def save() -> None:
         part.write_text(json.dumps(out, indent=1))
 
-    def evaluate(label: str, tasks=held) -> None:
+    def evaluate(label: str, tasks=held, opening_turns=None) -> None:
         t0 = time.perf_counter()
+        sampling = AgentEvalSettings(max_new_tokens=args.max_new_tokens)
         batch = agent_rollout(
-            tasks, engine, renderer, sandbox, AgentEvalSettings(max_new_tokens=args.max_new_tokens), episode, seed=seed
+            tasks, engine, renderer, sandbox, sampling, episode, seed=seed, opening_turns=opening_turns
         )
         out["phases"][label] = episode_summary(batch)
         out["seconds"][f"eval_{label}"] = time.perf_counter() - t0
@@ -221,6 +222,8 @@ def run_seed(args: argparse.Namespace) -> None:
     sampling = AgentRLSettings(temperature=1.0, max_new_tokens=args.max_new_tokens)
     if recovery:
         evaluate("recovery_base", recovery_held)  # the SFT model on the recovery suite's held-out tasks
+    if args.recovery_probe:  # every held-out episode opens with the task's scripted mistake and its real error
+        evaluate("probe_base", [t for t in recovery_held if t.mistake], mistake_turns)
     if args.recovery_source == "scripted":  # the tasks' scripted mistake, its real feedback, the expert's fix
         episodes = [
             r.row() for r in run_episodes(sandbox, POLICIES["mistake"], [t for t in harvest_tasks if t.mistake])
@@ -254,6 +257,8 @@ def run_seed(args: argparse.Namespace) -> None:
             examples = examples + kept
         out["recovery_sft"] = sft(examples, args.recovery_steps, args.recovery_lr, "recovery_sft")
         evaluate("recovery_sft", recovery_held)
+        if args.recovery_probe:
+            evaluate("probe_after", [t for t in recovery_held if t.mistake], mistake_turns)
     sandbox.close()
     log(f"seed {seed}: done")
 
@@ -408,13 +413,16 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
         "recovery_suite": parts[0]["settings"].get("recovery_suite") or parts[0]["suite"],
         "recovery_rate": recovery_delta(parts, base, "recovery_sft"),
         "completion_gain_after_recovery_sft_all_tiers": gain(base, "recovery_sft", [1, 2, 3, 4, 5]),
+        "recovery_probe": recovery_delta(parts, "probe_base", "probe_after"),
         "seconds": {str(k): {n: v for p in parts if p["seed"] == k for n, v in p["seconds"].items()} for k in seeds},
         "settings": parts[0]["settings"],
         "load_average": os.getloadavg(),
         "note": note,
     }
-    result["recovery_rate_delta"] = result["recovery_rate"]["delta"]
-    result["recovery_rate_delta_ci_low"] = result["recovery_rate"]["ci_low"]
+    # the headline: the probe where it ran (every episode errs, so every unit counts), else natural episodes
+    headline = result["recovery_probe"] if result["recovery_probe"]["units"] else result["recovery_rate"]
+    result["recovery_rate_delta"] = headline["delta"]
+    result["recovery_rate_delta_ci_low"] = headline["ci_low"]
     out_path.write_text(json.dumps(result, indent=1))
     return result
 
@@ -457,6 +465,11 @@ def main() -> None:
     )
     ap.add_argument("--recovery-steps", type=int, default=6)
     ap.add_argument("--recovery-lr", type=float, default=5e-4)
+    ap.add_argument(
+        "--recovery-probe",
+        action="store_true",
+        help="Also measure recovery with the held-out tasks' scripted mistake played first (every episode errs).",
+    )
     ap.add_argument(
         "--recovery-mix-expert",
         type=float,

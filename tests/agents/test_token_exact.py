@@ -6,7 +6,7 @@ import importlib.resources
 
 import pytest
 
-from tempering.agents.policies import MALFORMED, oracle, recover
+from tempering.agents.policies import MALFORMED, mistake, mistake_turns, oracle, recover
 from tempering.agents.render import AgentRenderer
 from tempering.agents.rollout import EpisodeSettings, agent_rollout
 from tempering.agents.tasks import builtin_tasks
@@ -180,3 +180,29 @@ def test_real_engine_sampling_is_token_exact(smol_tokenizer, tasks, pool):
     )
     assert check_token_exact(batch, engine, renderer.eot_id) == len(engine.calls) >= 6
     assert any(ep.turns[-1].finish_reason == "length" for g in batch.groups for ep in g)
+
+
+def test_scripted_opening_turns_are_played_masked_and_the_model_continues_from_their_feedback(smol_tokenizer, pool):
+    """A recovery probe: the task's scripted mistake opens the episode (stepped, counted, mask 0)
+    and the model continues from the environment's real error. The ids equal those of an engine
+    that wrote the mistake itself; only the mask of that first turn differs."""
+    tasks = [t for t in builtin_tasks("tool_notation") if t.split == "heldout" and t.mistake][:3]
+    renderer = AgentRenderer(smol_tokenizer)
+    sampling = SamplingSettings(max_new_tokens=200)
+    probe_engine = PolicyEngine(smol_tokenizer, mistake, tasks)
+    probe = agent_rollout(tasks, probe_engine, renderer, pool, sampling, opening_turns=mistake_turns)
+    played_engine = PolicyEngine(smol_tokenizer, mistake, tasks)
+    played = agent_rollout(tasks, played_engine, renderer, pool, sampling)
+    assert len(probe_engine.calls) == len(played_engine.calls) - len(tasks)  # never asked for the scripted turn
+    for task, [ep], [ref] in zip(tasks, probe.groups, played.groups):
+        first = ep.turns[0]
+        assert first.finish_reason == "scripted"
+        assert smol_tokenizer.decode(first.token_ids[:-1]) == mistake_turns(task)[0]
+        assert ep.stats.success and ep.stats.tool_errors + ep.stats.invalid_calls >= 1  # the scripted error counts
+        assert ep.trajectory.token_ids == ref.trajectory.token_ids
+        end = first.start + len(first.token_ids)
+        assert ep.trajectory.loss_mask[first.start : end] == [0] * len(first.token_ids)
+        assert ref.trajectory.loss_mask[first.start : end] == [1] * len(first.token_ids)
+        assert ep.trajectory.loss_mask[end:] == ref.trajectory.loss_mask[end:]
+    feedback = smol_tokenizer.decode(probe_engine.calls[0][0])  # what the model saw before its first turn
+    assert "thousands separators" in feedback

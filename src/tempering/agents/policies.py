@@ -50,12 +50,15 @@ def recover(task: AgentTask, messages: list[dict[str, Any]]) -> str:
     return MALFORMED if turn == 0 else oracle_text(task, turn - 1)
 
 
+def mistake_turns(task: AgentTask) -> list[str]:
+    """The task's scripted mistake as assistant texts (the opening turns of a recovery probe)."""
+    return [append_tool_calls(None, calls) for calls in task.mistake]
+
+
 def mistake(task: AgentTask, messages: list[dict[str, Any]]) -> str:
     """The task's scripted `mistake` turns, then the expert's: an error, its feedback, the fix."""
-    turn = _turn(messages)
-    if turn < len(task.mistake):
-        return append_tool_calls(None, task.mistake[turn])
-    return oracle_text(task, turn - len(task.mistake))
+    turn, scripted = _turn(messages), mistake_turns(task)
+    return scripted[turn] if turn < len(scripted) else oracle_text(task, turn - len(scripted))
 
 
 _WORDS = ["ls", "cat notes.txt", "x", "data.csv", "print(1)", "42", "7 * 9", "out.txt", "rm -f nothing", "echo hi"]

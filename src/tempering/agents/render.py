@@ -82,6 +82,10 @@ class AgentRenderer:
         """Ids of the opening conversation through the first assistant header."""
         return self._encode(self._apply(self.opening(messages, tools), tools, generation=True))
 
+    def turn_ids(self, text: str) -> list[int]:
+        """Ids of an assistant turn written for the model (a scripted turn): the text, end-of-turn."""
+        return [*self._encode(text), self.eot_id]
+
     def observation_ids(self, observation: list[dict[str, Any]], closed: bool) -> list[int]:
         """Ids the environment inserts after a model turn: its turn's end (when `closed` is
         False, i.e. the model stopped on a stop string), the observation, the next header."""

@@ -20,6 +20,11 @@ masked out, or kept and the episode rewarded `-truncation_penalty`, by
 `truncated_turns`); or the context budget cannot hold the next observation and a minimal
 turn ("context": ends cleanly, unsolved, nothing cut mid-turn). A sandbox failure ends the
 episode with status `env_error` (never a model failure; trainers drop such groups).
+
+`opening_turns` plays scripted assistant turns before the model's first (a recovery probe: the
+task's scripted mistake, `policies.mistake_turns`): each is tokenised, closed with the
+end-of-turn token, stepped through the environment like a model turn (its errors count) and
+masked 0; the model then continues from the environment's real feedback.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -132,8 +137,10 @@ def agent_rollout(
     *,
     n: int = 1,
     seed: int | None = None,
+    opening_turns: Callable[[AgentTask], list[str]] | None = None,
 ) -> AgentBatch:
-    """Run `n` episodes of each task with the engine as the policy; groups in task order."""
+    """Run `n` episodes of each task with the engine as the policy; groups in task order
+    (after the scripted `opening_turns` of each task, when given)."""
     settings = settings or EpisodeSettings()
     times = {"generation": 0.0, "environment": 0.0, "rendering": 0.0}
     penalties = {
@@ -145,6 +152,9 @@ def agent_rollout(
     try:  # whatever stops the loop (the engine, an interrupt), no episode's session outlives it
         for e in live:
             _start(e, renderer, times)
+            for text in opening_turns(e.task) if opening_turns else []:
+                if not e.done:
+                    _play(e, text, renderer, settings, times)
         with ThreadPoolExecutor(max_workers=settings.env_workers) as pool:
             while True:
                 for e in live:
@@ -188,6 +198,19 @@ def _start(e: _Live, renderer: AgentRenderer, times: dict[str, float]) -> None:
     e.add(renderer.prompt_ids(opening, task.tools), trainable=False)
     e.prompt_length = len(e.ids)
     times["rendering"] += perf_counter() - t0
+
+
+def _play(e: _Live, text: str, renderer: AgentRenderer, settings: EpisodeSettings, times: dict[str, float]) -> None:
+    """A scripted assistant turn: its ids (closed with end-of-turn) masked 0, stepped and observed."""
+    ids = renderer.turn_ids(text)
+    e.turns.append(Turn(len(e.ids), ids, [0.0] * len(ids), "scripted"))
+    e.add(ids, trainable=False)
+    e.messages.append({"role": "assistant", "content": text})
+    t0 = perf_counter()
+    _step(e, settings)
+    times["environment"] += perf_counter() - t0
+    if not e.done:
+        _observe(e, renderer, settings)
 
 
 def _room(e: _Live, settings: EpisodeSettings) -> int | None:
