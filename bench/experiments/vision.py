@@ -194,6 +194,7 @@ def grpo_stage(sft: dict, task: str, lr: float, args: argparse.Namespace) -> dic
     work = Path(final).parents[2]
     replica = args.grpo_replica  # another GRPO draw (task order, samples) from the same SFT model
     temp = "" if args.grpo_temperature == 1.0 else f"-t{args.grpo_temperature:g}"
+    temp += f"-b{args.grpo_beta:g}" if args.grpo_beta else ""
     name = f"s{seed}-grpo-{task}-lr{lr:g}-{args.grpo_steps}steps{temp}" + (f"-r{replica}" if replica else "")
     cfg = GRPOConfig.model_validate(
         {
@@ -206,6 +207,7 @@ def grpo_stage(sft: dict, task: str, lr: float, args: argparse.Namespace) -> dic
                 "group_size": args.grpo_group,
                 "max_new_tokens": 6,
                 "temperature": args.grpo_temperature,
+                "beta": args.grpo_beta,
                 "dynamic_sampling": True,
                 "max_refills": args.grpo_refills,
                 "generation_chunks": 1,
@@ -241,6 +243,7 @@ def grpo_stage(sft: dict, task: str, lr: float, args: argparse.Namespace) -> dic
         "lr": lr,
         "steps": len(steps),
         "temperature": args.grpo_temperature,
+        "beta": args.grpo_beta,
         "replica": replica,
         "final": summary["final"],
         "sft": sum(before) / len(before),
@@ -289,10 +292,11 @@ def grpo_setup(args: argparse.Namespace) -> dict:
             "grpo_refills",
             "grpo_tasks",
             "grpo_temperature",
+            "grpo_beta",
             "image_size",
         )
     } | {
-        "what": "GRPO (dapo loss, beta 0, dynamic sampling: tied groups dropped and refilled) continuing each "
+        "what": "GRPO (dapo loss, beta --grpo-beta: k3 KL to the adapter-off model, dynamic sampling: tied groups dropped and refilled) continuing each "
         "seed's stage-2 LoRA adapter (LoRA only trains), fp32, hf engine, max_new_tokens 6; "
         "reward: the task's own verifier"
     }
@@ -300,10 +304,11 @@ def grpo_setup(args: argparse.Namespace) -> dict:
 
 def grpo_key(t: dict) -> str:
     """A try's name: task, learning rate and GRPO steps, e.g. `count@lr0.0005x60`."""
-    replica, temp = t.get("replica", 0), t.get("temperature", 1.0)
+    replica, temp, beta = t.get("replica", 0), t.get("temperature", 1.0), t.get("beta", 0.0)
     return (
         f"{t['task']}@lr{t['lr']:g}x{t['steps']}"
         + (f"@t{temp:g}" if temp != 1.0 else "")
+        + (f"@b{beta:g}" if beta else "")
         + (f"#r{replica}" if replica else "")
     )
 
@@ -429,6 +434,7 @@ def main() -> None:
     p.add_argument("--grpo-prompts", type=int, default=8, help="groups (prompts) per GRPO step")
     p.add_argument("--grpo-group", type=int, default=8, help="samples per prompt")
     p.add_argument("--grpo-temperature", type=float, default=1.0, help="sampling temperature of the GRPO rollouts")
+    p.add_argument("--grpo-beta", type=float, default=0.0, help="KL weight to the adapter-off model")
     p.add_argument("--grpo-refills", type=int, default=2, help="dynamic sampling: refill rounds for tied groups")
     p.add_argument("--grpo-tasks", type=int, default=400, help="training tasks drawn for GRPO (train split)")
     p.add_argument("--grpo-replica", type=int, default=0, help="another GRPO draw: train.seed = seed + 1000 x this")
