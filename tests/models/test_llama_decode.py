@@ -1,10 +1,10 @@
 """The single-stream decode step: its logits against the HF forward (fp32, bf16 prepacked,
-int8), the RoPE fold by hand, and which models it refuses."""
+int8), RoPE by hand, and which models it refuses."""
 
 import pytest
 import torch
 
-from tempering.models.llama_decode import LlamaDecoder, llama_decoder, rotate_half_rows, unsupported_reason
+from tempering.models.llama_decode import LlamaDecoder, llama_decoder, rope, unsupported_reason
 from tests.conftest import tiny_llama, tiny_moe
 
 VOCAB = 96
@@ -55,14 +55,14 @@ def test_int8_steps_are_close_to_the_int8_model():
     assert (got - ref).norm() / ref.norm() < 1e-2
 
 
-def test_rotate_half_rows_by_hand():
-    w = torch.arange(8.0).view(4, 2)  # 2 heads of head_dim 2: rows (0,1), (2,3) | (4,5), (6,7)
-    assert rotate_half_rows(w, heads=2).tolist() == [[-2, -3], [0, 1], [-6, -7], [4, 5]]
-    x = torch.randn(3, 2)
-    y = x @ w.T
-    halves = y.view(3, 2, 2)
-    rotated = torch.cat((-halves[..., 1:], halves[..., :1]), -1).view(3, 4)  # HF's rotate_half per head
-    assert torch.equal(x @ rotate_half_rows(w, 2).T, rotated)
+def test_rope_by_hand():
+    # 2 heads of head_dim 4: y = (1, 2, 3, 4 | 5, 6, 7, 8); rotate_half per head = (-3, -4, 1, 2 | -7, -8, 5, 6)
+    y = torch.arange(1.0, 9.0)
+    cos = torch.full((8,), 2.0)
+    sin = torch.full((8,), 10.0)
+    signed_sin = sin * torch.tensor([-1.0, -1, 1, 1, -1, -1, 1, 1])
+    # y cos + rotate_half(y) sin = 2 y + 10 rotate_half(y)
+    assert rope(y, cos, signed_sin, 4).tolist() == [-28, -36, 16, 28, -60, -68, 64, 76]
 
 
 def test_models_it_does_not_serve_get_a_reason():
