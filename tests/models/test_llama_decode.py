@@ -4,7 +4,7 @@ int8), RoPE by hand, and which models it refuses."""
 import pytest
 import torch
 
-from tempering.models.llama_decode import LlamaDecoder, llama_decoder, rope, unsupported_reason
+from tempering.models.llama_decode import DynamicInt8Kernel, LlamaDecoder, llama_decoder, rope, unsupported_reason
 from tests.conftest import tiny_llama, tiny_moe
 
 VOCAB = 96
@@ -35,7 +35,7 @@ def test_bf16_prepacked_steps_are_close_to_the_fp32_forward():
     model = tiny_llama(vocab=VOCAB, seed=1).eval()
     with torch.no_grad():
         ref = model(torch.tensor([IDS])).logits[0]
-    bf16 = LlamaDecoder(model.to(torch.bfloat16), 64)
+    bf16 = LlamaDecoder(model.bfloat16(), 64)
     assert bf16.dtype == torch.bfloat16 and bf16.onednn  # prepacked, post-ops fused
     got = _steps(bf16, model, IDS)
     # bf16 weights and activations: relative error of a few parts in a hundred
@@ -53,6 +53,57 @@ def test_int8_steps_are_close_to_the_int8_model():
     got = _steps(decoder, q, IDS)
     # the same int8 rows and scales; bf16 activations round a norm's output differently
     assert (got - ref).norm() / ref.norm() < 1e-2
+
+
+def _per_channel(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The qint8 tensor of int8 rows `q` with per-row `scale` (what a dynamic int8 Linear holds)."""
+    zero = torch.zeros(len(scale), dtype=torch.long)
+    return torch.quantize_per_channel(q.float() * scale[:, None].float(), scale.double(), zero, 0, torch.qint8)
+
+
+def test_dynamic_int8_kernel_by_hand():
+    # x's range is 127 wide (min(x, 0) .. max(x, 0)), so its 7-bit grid has step 1 and integer x
+    # quantise exactly: y = x q^T * scale, by hand
+    q = torch.tensor([[1, -2, 3, 0], [127, -128, 5, 7]], dtype=torch.int8)
+    kernel = DynamicInt8Kernel([_per_channel(q[:1], torch.tensor([0.5])), _per_channel(q[1:], torch.tensor([0.25]))])
+    assert kernel(torch.tensor([[0.0, 1, 2, 127]])).tolist() == [[2.0, 192.75]]  # (0-2+6+0)/2, (0-128+10+889)/4
+    assert kernel(torch.tensor([[-3.0, 1, 2, 124]])).tolist() == [[0.5, 92.25]]  # (-3-2+6)/2, (-381-128+10+868)/4
+
+
+def test_dynamic_int8_kernel_is_within_its_activation_rounding_of_the_dequantised_matmul():
+    """x is rounded to a grid of step (max(x, 0) - min(x, 0)) / 127 (uint8, reduce_range), so
+    each x_j moves by at most step / 2 and y_i by at most step / 2 * sum_j |W_ij|."""
+    torch.manual_seed(0)
+    w = torch.randn(96, 64) * 0.1
+    scale = w.abs().amax(1) / 127
+    q = torch.round(w / scale[:, None]).to(torch.int8)
+    kernel = DynamicInt8Kernel([_per_channel(q, scale)])
+    dequantised = q.float() * scale[:, None]
+    for x in (torch.randn(1, 64), torch.randn(1, 64) + 3, torch.randn(1, 64) * torch.tensor([20.0] + [1.0] * 63)):
+        step = (x.max().clamp(min=0) - x.min().clamp(max=0)) / 127
+        bound = step / 2 * dequantised.abs().sum(1) + 1e-5
+        err = (kernel(x) - x @ dequantised.T).abs()[0]
+        assert (err <= bound).all() and err.max() > 0  # rounded, within the bound
+
+
+def test_dynamic_int8_steps_equal_the_dynamic_int8_model_token_by_token():
+    """A `quantize_int8(method="dynamic")` model: the step runs the same fbgemm op on the same
+    int8 rows as that model fed one token at a time (its Linears quantise the activation over
+    the whole input: fed all tokens at once they differ by ~2%). Equal here; the tolerance is
+    fp32 rounding, which a norm rounding its last bit otherwise could move by a 7-bit step."""
+    from transformers import DynamicCache
+
+    from tempering.models.quantize import quantize_int8
+
+    q = quantize_int8(tiny_llama(vocab=VOCAB, seed=1).eval(), method="dynamic")
+    cache = DynamicCache()
+    with torch.no_grad():
+        ref = torch.cat([q(torch.tensor([[t]]), past_key_values=cache, use_cache=True).logits[0] for t in IDS])
+    decoder = LlamaDecoder(q, 64)
+    assert decoder.int8 and decoder.dtype == torch.float32
+    assert isinstance(decoder.layers[0]["qkv"], DynamicInt8Kernel)
+    got = _steps(decoder, q, IDS)
+    assert torch.allclose(got, ref, atol=1e-5) and torch.equal(got.argmax(-1), ref.argmax(-1))
 
 
 def test_rope_by_hand():

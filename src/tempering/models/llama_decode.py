@@ -14,7 +14,9 @@ HF model and makes ~15 tensor calls per layer:
   blocked layout inductor's freezing pass makes) and the residual add, SiLU and gate product
   ride on the matmul as oneDNN post-ops; fp32 runs F.linear; a model whose Linears are
   `Int8WeightLinear` (`models/quantize.py`) runs `aten._weight_int8pack_mm` on the same int8
-  rows and scales, casting as that module does (activations bf16, residual in its dtype);
+  rows and scales, casting as that module does (activations bf16, residual in its dtype); one
+  from `quantize_int8(method="dynamic")` runs fbgemm's `quantized.linear_dynamic` (int8
+  weights prepacked, activations quantised per call, fp32 in and out), as its Linears do;
 * RMSNorm is `F.rms_norm`; attention is SDPA over positions 0..pos of the caller's K/V with
   grouped K/V heads.
 
@@ -33,6 +35,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
 __all__ = ["LlamaDecoder", "llama_decoder", "unsupported_reason"]
 
@@ -101,7 +104,36 @@ class Int8Kernel:
         return F.silu(self(x))
 
 
-Kernel = DenseKernel | OneDNNKernel | Int8Kernel
+class DynamicInt8Kernel:
+    """y = x (q * scale)^T through fbgemm's `quantized.linear_dynamic`, as a model from
+    `quantize_int8(method="dynamic")` runs it: W int8 per output row, prepacked once; x fp32,
+    quantised per call inside the op (uint8 over its own min..max, 7 bits: reduce_range, as
+    `torch.ao.nn.quantized.dynamic.Linear` calls it), y fp32. At M=1 it reads its int8 weights
+    ~1.5x as fast as `_weight_int8pack_mm` (bench/diagnostics/decode_roofline.py)."""
+
+    def __init__(self, weights: list[torch.Tensor]):
+        q = torch.cat([w.int_repr() for w in weights])
+        scale = torch.cat([w.q_per_channel_scales() for w in weights])
+        # q * scale requantised with the same scales is q again (|q| <= 128: exact)
+        w = torch.quantize_per_channel(
+            (q.double() * scale[:, None]).float(), scale, torch.zeros_like(scale).long(), 0, torch.qint8
+        )
+        self.packed = torch.ops.quantized.linear_prepack(w, None)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x, self.packed, True)
+
+    def add(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        return other + self(x)
+
+    def mul(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        return self(x) * other
+
+    def silu(self, x: torch.Tensor) -> torch.Tensor:
+        return F.silu(self(x))
+
+
+Kernel = DenseKernel | OneDNNKernel | Int8Kernel | DynamicInt8Kernel
 
 
 def rope(y: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -120,10 +152,13 @@ class LlamaDecoder:
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps, self.hidden = cfg.rms_norm_eps, cfg.hidden_size
-        self.int8 = hasattr(inner.layers[0].mlp.down_proj, "weight_int8")
+        int8 = _int8(inner.layers[0].mlp.down_proj)
+        self.int8 = int8 is not None
         # the step's dtype: the Linears' under bf16 (bf16 copies of fp32 weights included), else
         # the model's; the int8 kernel keeps the residual in the embedding's dtype as it does
+        # fbgemm's dynamic int8 takes and returns fp32
         self.dtype = inner.embed_tokens.weight.dtype if self.int8 else _weight(inner.layers[0].mlp.down_proj).dtype
+        self.dtype = torch.float32 if int8 == "dynamic" else self.dtype
         device = inner.embed_tokens.weight.device
         on_cpu = device == torch.device("cpu")  # oneDNN's prepacked matmul is a CPU kernel
         self.onednn = not self.int8 and self.dtype == torch.bfloat16 and on_cpu and _onednn_ready()
@@ -152,11 +187,14 @@ class LlamaDecoder:
 
     def _kernel(self, modules: list[Any]) -> Kernel:
         """One kernel over the modules' weights stacked by output row. Int8 when every module
-        is `Int8WeightLinear` (per-row scales move with their rows), else float."""
-        if all(hasattr(m, "weight_int8") for m in modules):
+        is int8 of one kind (`_int8`; per-row scales move with their rows), else float."""
+        kinds = {_int8(m) for m in modules}
+        if kinds == {"weight"}:
             return Int8Kernel(
                 torch.cat([m.weight_int8 for m in modules]), torch.cat([m.scale for m in modules]), self.dtype
             )
+        if kinds == {"dynamic"}:
+            return DynamicInt8Kernel([m.weight() for m in modules])
         weight = torch.cat([_weight(m) for m in modules])
         return OneDNNKernel(weight) if self.onednn else DenseKernel(weight, self.dtype)
 
@@ -197,6 +235,16 @@ class LlamaDecoder:
 
 def _onednn_ready() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def _int8(module: Any) -> str | None:
+    """ "weight" for an `Int8WeightLinear`, "dynamic" for fbgemm's dynamic int8 Linear
+    (`quantize_int8`'s two methods), None for a float Linear."""
+    if hasattr(module, "weight_int8"):
+        return "weight"
+    if isinstance(module, DynamicQuantizedLinear):
+        return "dynamic"
+    return None
 
 
 def _weight(module: Any) -> torch.Tensor:
