@@ -22,7 +22,8 @@ process CPU seconds are recorded too. Writes bench/results/single_stream.json an
 figures `single_stream_tokens_per_s_bf16` / `_int8` into bench/results/inference.json (its
 other keys kept).
 
-    flock /work/bench.lock python bench/throughput/single_stream.py [--rounds 2] [--max-new-tokens 128]
+    flock /work/bench.lock python bench/throughput/single_stream.py [--rounds 2] [--max-new-tokens 128] [--threads 2]
+    python bench/throughput/single_stream.py --sides single_stream_int8 --prompts 2   (a quick check)
 """
 
 from __future__ import annotations
@@ -63,12 +64,20 @@ def timed(run, prompts) -> tuple[dict, list[list[int]]]:
     return {"seconds": seconds, "cpu_seconds": cpu, "generated_tokens": sum(tokens), "per_prompt": tokens}, out
 
 
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two answers share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--prompts", type=int, default=len(PROMPTS), help="the first N prompts (a quick check)")
+    p.add_argument(
+        "--sides", nargs="+", help="only these sides and single_stream_bf16: prints, writes no results (a quick check)"
+    )
     p.add_argument("--out", type=Path, default=RESULTS / "single_stream.json")
     p.add_argument("--inference-json", type=Path, default=RESULTS / "inference.json")
     args = p.parse_args()
@@ -88,10 +97,12 @@ def main() -> None:
     tokenizer = load_tokenizer(MODEL)
     model = load_model(MODEL, dtype="bfloat16").eval()
     int8 = quantize_int8(model)
+    int8_dynamic = quantize_int8(model, method="dynamic")
     greedy = SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens)
     engines = {
         "bf16": BatchingEngine(model, tokenizer, precision="bf16", max_slots=1, max_len=1024),
         "int8": BatchingEngine(int8, tokenizer, precision="bf16", max_slots=1, max_len=1024),
+        "int8_dynamic": BatchingEngine(int8_dynamic, tokenizer, precision="fp32", max_slots=1, max_len=1024),
     }
     hf_off = BatchingEngine(model, tokenizer, precision="bf16", max_slots=1, max_len=1024)
     hf_off._single_stream_decoder = lambda: None  # the engine as it decoded a lone request before
@@ -121,10 +132,13 @@ def main() -> None:
         "single_stream_bf16": engine_run(engines["bf16"]),
         "hf_generate_int8": hf_generate(int8),
         "single_stream_int8": engine_run(engines["int8"]),
+        "single_stream_int8_dynamic": engine_run(engines["int8_dynamic"]),
         "speculative_prompt_lookup": engine_run(
             SpeculativeEngine(model, tokenizer, PromptLookupDrafter(3, 1), 4, "bf16")
         ),
     }
+    if args.sides:
+        sides = {name: sides[name] for name in ["single_stream_bf16", *args.sides] if name in sides}
     build = {}
     for name, run in sides.items():  # warm-up (and the step's one-time weight packing, timed)
         t0 = time.perf_counter()
@@ -146,6 +160,10 @@ def main() -> None:
         return sum(x["generated_tokens"] for x in runs) / sum(x["seconds"] for x in runs)
 
     rates = {name: rate(name) for name in sides}
+    if args.sides:
+        same = {n: [_common_prefix(a, b) for a, b in zip(answers[n], answers["single_stream_bf16"])] for n in sides}
+        print(json.dumps({"tokens_per_s": rates, "tokens_before_first_difference_from_bf16_step": same}, indent=1))
+        return
     if llama["ran"]:
         rates["llama_cpp_q8_0"] = llama["tokens_per_s"]
     result = {
@@ -168,6 +186,9 @@ def main() -> None:
             "single_stream_bf16_vs_hf_generate": rates["single_stream_bf16"] / rates["hf_generate"],
             "single_stream_bf16_vs_batching_hf_forward": rates["single_stream_bf16"] / rates["batching_hf_forward"],
             "single_stream_int8_vs_hf_generate_int8": rates["single_stream_int8"] / rates["hf_generate_int8"],
+            "single_stream_int8_dynamic_vs_single_stream_int8": (
+                rates["single_stream_int8_dynamic"] / rates["single_stream_int8"]
+            ),
             "speculative_prompt_lookup_vs_single_stream_bf16": (
                 rates["speculative_prompt_lookup"] / rates["single_stream_bf16"]
             ),
@@ -181,6 +202,12 @@ def main() -> None:
         },
         "greedy_answers_same_as_batching_hf_forward": {
             name: sum(a == b for a, b in zip(answers[name], answers["batching_hf_forward"])) for name in sides
+        },
+        "greedy_answers_same_as_single_stream_bf16": {
+            name: sum(a == b for a, b in zip(answers[name], answers["single_stream_bf16"])) for name in sides
+        },
+        "greedy_tokens_before_first_difference_from_single_stream_bf16": {
+            name: [_common_prefix(a, b) for a, b in zip(answers[name], answers["single_stream_bf16"])] for name in sides
         },
         "first_call_seconds": build,
         "runs": rounds,

@@ -1,10 +1,17 @@
 """The single-stream decode step: its logits against the HF forward (fp32, bf16 prepacked,
-int8), the RoPE fold by hand, and which models it refuses."""
+int8), RoPE by hand, and which models it refuses."""
 
 import pytest
 import torch
 
-from tempering.models.llama_decode import LlamaDecoder, llama_decoder, rotate_half_rows, unsupported_reason
+from tempering.models.llama_decode import (
+    DynamicInt8Kernel,
+    LlamaDecoder,
+    _cpu_has_vnni,
+    llama_decoder,
+    rope,
+    unsupported_reason,
+)
 from tests.conftest import tiny_llama, tiny_moe
 
 VOCAB = 96
@@ -35,7 +42,7 @@ def test_bf16_prepacked_steps_are_close_to_the_fp32_forward():
     model = tiny_llama(vocab=VOCAB, seed=1).eval()
     with torch.no_grad():
         ref = model(torch.tensor([IDS])).logits[0]
-    bf16 = LlamaDecoder(model.to(torch.bfloat16), 64)
+    bf16 = LlamaDecoder(model.bfloat16(), 64)
     assert bf16.dtype == torch.bfloat16 and bf16.onednn  # prepacked, post-ops fused
     got = _steps(bf16, model, IDS)
     # bf16 weights and activations: relative error of a few parts in a hundred
@@ -55,14 +62,76 @@ def test_int8_steps_are_close_to_the_int8_model():
     assert (got - ref).norm() / ref.norm() < 1e-2
 
 
-def test_rotate_half_rows_by_hand():
-    w = torch.arange(8.0).view(4, 2)  # 2 heads of head_dim 2: rows (0,1), (2,3) | (4,5), (6,7)
-    assert rotate_half_rows(w, heads=2).tolist() == [[-2, -3], [0, 1], [-6, -7], [4, 5]]
-    x = torch.randn(3, 2)
-    y = x @ w.T
-    halves = y.view(3, 2, 2)
-    rotated = torch.cat((-halves[..., 1:], halves[..., :1]), -1).view(3, 4)  # HF's rotate_half per head
-    assert torch.equal(x @ rotate_half_rows(w, 2).T, rotated)
+def _per_channel(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The qint8 tensor of int8 rows `q` with per-row `scale` (what a dynamic int8 Linear holds)."""
+    zero = torch.zeros(len(scale), dtype=torch.long)
+    return torch.quantize_per_channel(q.float() * scale[:, None].float(), scale.double(), zero, 0, torch.qint8)
+
+
+def test_dynamic_int8_kernel_by_hand():
+    # x's range is 127 wide (min(x, 0) .. max(x, 0)), so its 7-bit grid has step 1 and integer x
+    # quantise exactly: y = x q^T * scale, by hand
+    q = torch.tensor([[1, -2, 3, 0], [127, -128, 5, 7]], dtype=torch.int8)
+    rows = [_per_channel(q[:1], torch.tensor([0.5])), _per_channel(q[1:], torch.tensor([0.25]))]
+    kernel = DynamicInt8Kernel(rows, reduce_range=True)
+    assert kernel(torch.tensor([[0.0, 1, 2, 127]])).tolist() == [[2.0, 192.75]]  # (0-2+6+0)/2, (0-128+10+889)/4
+    assert kernel(torch.tensor([[-3.0, 1, 2, 124]])).tolist() == [[0.5, 92.25]]  # (-3-2+6)/2, (-381-128+10+868)/4
+
+
+def test_dynamic_int8_kernel_is_within_its_activation_rounding_of_the_dequantised_matmul():
+    """x is rounded to a grid of step (max(x, 0) - min(x, 0)) / levels (uint8: 255 levels, 127
+    with reduce_range), so each x_j moves by at most step / 2 and y_i by at most step / 2 *
+    sum_j |W_ij|. x at its max beside weights of 127 would overflow fbgemm's int16 pair sums
+    without VNNI: 8 bits are checked only where the step takes them (`_cpu_has_vnni`)."""
+    torch.manual_seed(0)
+    w = torch.randn(96, 64) * 0.1
+    w[:, :2] = w.abs().amax(1, keepdim=True)  # q = 127, 127 where x is at its max: a u8 x s8 pair sum of 64770
+    scale = w.abs().amax(1) / 127
+    q = torch.round(w / scale[:, None]).to(torch.int8)
+    dequantised = q.float() * scale[:, None]
+    extreme = torch.randn(1, 64)
+    extreme[0, :2] = 5.0
+    for reduce_range in (True, False) if _cpu_has_vnni() else (True,):
+        kernel = DynamicInt8Kernel([_per_channel(q, scale)], reduce_range)
+        for x in (torch.randn(1, 64), torch.randn(1, 64) + 3, extreme):
+            step = (x.max().clamp(min=0) - x.min().clamp(max=0)) / (127 if reduce_range else 255)
+            bound = step / 2 * dequantised.abs().sum(1) + 1e-5
+            err = (kernel(x) - x @ dequantised.T).abs()[0]
+            assert (err <= bound).all() and err.max() > 0  # rounded, within the bound
+
+
+def test_dynamic_int8_steps_equal_the_dynamic_int8_model_token_by_token():
+    """A `quantize_int8(method="dynamic")` model: the step runs the same fbgemm op on the same
+    int8 rows as that model fed one token at a time (its Linears quantise the activation over
+    the whole input: fed all tokens at once they differ by ~2%). Equal here; the tolerance is
+    fp32 rounding, which a norm rounding its last bit otherwise could move by a 7-bit step. The
+    model's Linears take 7-bit activations (reduce_range): the step is set to the same."""
+    from transformers import DynamicCache
+
+    from tempering.models.quantize import quantize_int8
+
+    q = quantize_int8(tiny_llama(vocab=VOCAB, seed=1).eval(), method="dynamic")
+    cache = DynamicCache()
+    with torch.no_grad():
+        ref = torch.cat([q(torch.tensor([[t]]), past_key_values=cache, use_cache=True).logits[0] for t in IDS])
+    decoder = LlamaDecoder(q, 64)
+    assert decoder.int8 and decoder.dtype == torch.float32
+    kernels = [layer[name] for layer in decoder.layers for name in ("qkv", "o", "gate", "up", "down")]
+    for kernel in [*kernels, decoder.head]:
+        assert isinstance(kernel, DynamicInt8Kernel) and kernel.reduce_range == (not _cpu_has_vnni())
+        kernel.reduce_range = True
+    got = _steps(decoder, q, IDS)
+    assert torch.allclose(got, ref, atol=1e-5) and torch.equal(got.argmax(-1), ref.argmax(-1))
+
+
+def test_rope_by_hand():
+    # 2 heads of head_dim 4: y = (1, 2, 3, 4 | 5, 6, 7, 8); rotate_half per head = (-3, -4, 1, 2 | -7, -8, 5, 6)
+    y = torch.arange(1.0, 9.0)
+    cos = torch.full((8,), 2.0)
+    sin = torch.full((8,), 10.0)
+    signed_sin = sin * torch.tensor([-1.0, -1, 1, 1, -1, -1, 1, 1])
+    # y cos + rotate_half(y) sin = 2 y + 10 rotate_half(y)
+    assert rope(y, cos, signed_sin, 4).tolist() == [-28, -36, 16, 28, -60, -68, 64, 76]
 
 
 def test_models_it_does_not_serve_get_a_reason():

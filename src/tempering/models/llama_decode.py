@@ -7,14 +7,17 @@ At batch 1 an HF forward is ~300 small module calls per token on a 30-layer, 576
 and its Linears run F.linear on unpacked weights. This step reads weights built once from the
 HF model and makes ~15 tensor calls per layer:
 
-* q/k/v are one matrix, with the rows of `rotate_half(q)` and `rotate_half(k)` appended (a
-  signed permutation of q's and k's rows, exact in any dtype), so RoPE is one `addcmul` with
-  cos/sin tables precomputed for every position;
+* q/k/v are one matrix; RoPE is `q cos + swap_halves(q) sin'` with cos/sin tables precomputed
+  for every position and rotate_half's sign folded into sin' (exact in any dtype: a negation);
+  (rotate_half's rows appended to the matrix instead cost 9% more weight bytes per token);
 * under bf16 every matrix is prepacked once for oneDNN (`mkldnn._reorder_linear_weight`, the
   blocked layout inductor's freezing pass makes) and the residual add, SiLU and gate product
   ride on the matmul as oneDNN post-ops; fp32 runs F.linear; a model whose Linears are
   `Int8WeightLinear` (`models/quantize.py`) runs `aten._weight_int8pack_mm` on the same int8
-  rows and scales, casting as that module does (activations bf16, residual in its dtype);
+  rows and scales, casting as that module does (activations bf16, residual in its dtype); one
+  from `quantize_int8(method="dynamic")` runs fbgemm's `quantized.linear_dynamic` (int8
+  weights prepacked, activations quantised per call, fp32 in and out) as its Linears do, with
+  8-bit activations where the CPU has VNNI (`DynamicInt8Kernel`);
 * RMSNorm is `F.rms_norm`; attention is SDPA over positions 0..pos of the caller's K/V with
   grouped K/V heads.
 
@@ -29,10 +32,13 @@ dynamic / yarn / longrope scaling) is not, and the caller keeps its HF path.
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
 __all__ = ["LlamaDecoder", "llama_decoder", "unsupported_reason"]
 
@@ -101,20 +107,49 @@ class Int8Kernel:
         return F.silu(self(x))
 
 
-Kernel = DenseKernel | OneDNNKernel | Int8Kernel
+class DynamicInt8Kernel:
+    """y = x (q * scale)^T through fbgemm's `quantized.linear_dynamic`, the op of a model from
+    `quantize_int8(method="dynamic")`: W int8 per output row, prepacked once; x fp32, quantised
+    per call inside the op (uint8 over min(x, 0)..max(x, 0)), y fp32. At M=1 it reads its int8
+    weights ~1.5x as fast as `_weight_int8pack_mm` (bench/diagnostics/decode_roofline.py).
+
+    `reduce_range` (7-bit activations) is what `torch.ao.nn.quantized.dynamic.Linear` passes:
+    without VNNI fbgemm sums u8 x s8 pairs in int16, which 8 bits can overflow. Where the CPU
+    has VNNI (int32 sums) the step takes 8 bits: on the default model that cut the KL from the
+    bf16 step from 0.064 to 0.023 per token (weight-only int8: 0.008; 41 tokens, measured)."""
+
+    def __init__(self, weights: list[torch.Tensor], reduce_range: bool):
+        q = torch.cat([w.int_repr() for w in weights])
+        scale = torch.cat([w.q_per_channel_scales() for w in weights])
+        # q * scale requantised with the same scales is q again (|q| <= 128: exact)
+        w = torch.quantize_per_channel(
+            (q.double() * scale[:, None]).float(), scale, torch.zeros_like(scale).long(), 0, torch.qint8
+        )
+        self.packed = torch.ops.quantized.linear_prepack(w, None)
+        self.reduce_range = reduce_range
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
+
+    def add(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        return other + self(x)
+
+    def mul(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        return self(x) * other
+
+    def silu(self, x: torch.Tensor) -> torch.Tensor:
+        return F.silu(self(x))
 
 
-def rotate_half_rows(weight: torch.Tensor, heads: int) -> torch.Tensor:
-    """Rows of W such that x W'^T = rotate_half(x W^T) per head: (heads * d, in) -> same shape.
-    rotate_half(y) = cat(-y[d/2:], y[:d/2]) per head, so W' is W's rows swapped in halves, the
-    first half negated (exact: a signed permutation)."""
-    w = weight.view(heads, 2, -1, weight.shape[-1])
-    return torch.cat((-w[:, 1:], w[:, :1]), dim=1).reshape(weight.shape)
+Kernel = DenseKernel | OneDNNKernel | Int8Kernel | DynamicInt8Kernel
 
 
-def _rotate_scale(scale: torch.Tensor, heads: int) -> torch.Tensor:
-    """Per-row scales of `rotate_half_rows(q)`: the same permutation, no sign (it is in q)."""
-    return scale.view(heads, 2, -1).flip(1).reshape(scale.shape)
+def rope(y: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """y cos + rotate_half(y) sin for heads laid end to end: y, cos (heads * head_dim,);
+    `signed_sin` is sin with rotate_half's sign folded in (-sin on each head's first half), so
+    rotate_half(y) sin = swap_halves(y) signed_sin."""
+    swapped = y.view(-1, 2, head_dim // 2).flip(1).view(y.shape)  # per head [y2, y1]
+    return torch.addcmul(y * cos, swapped, signed_sin)
 
 
 class LlamaDecoder:
@@ -125,10 +160,13 @@ class LlamaDecoder:
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps, self.hidden = cfg.rms_norm_eps, cfg.hidden_size
-        self.int8 = hasattr(inner.layers[0].mlp.down_proj, "weight_int8")
+        int8 = _int8(inner.layers[0].mlp.down_proj)
+        self.int8 = int8 is not None
         # the step's dtype: the Linears' under bf16 (bf16 copies of fp32 weights included), else
         # the model's; the int8 kernel keeps the residual in the embedding's dtype as it does
+        # fbgemm's dynamic int8 takes and returns fp32
         self.dtype = inner.embed_tokens.weight.dtype if self.int8 else _weight(inner.layers[0].mlp.down_proj).dtype
+        self.dtype = torch.float32 if int8 == "dynamic" else self.dtype
         device = inner.embed_tokens.weight.device
         on_cpu = device == torch.device("cpu")  # oneDNN's prepacked matmul is a CPU kernel
         self.onednn = not self.int8 and self.dtype == torch.bfloat16 and on_cpu and _onednn_ready()
@@ -138,14 +176,16 @@ class LlamaDecoder:
         self.head = self._kernel([model.get_output_embeddings()])
         cos, sin = inner.rotary_emb(self.embed[:1], torch.arange(max_positions, device=self.embed.device)[None])
         rows = self.heads + self.kv_heads  # cos/sin tiled over the q and k heads: (P, rows * head_dim)
-        self.cos, self.sin = cos[0].to(self.dtype).repeat(1, rows), sin[0].to(self.dtype).repeat(1, rows)
+        half = self.head_dim // 2  # rotate_half(y) = [-y2, y1] = swap_halves(y) * [-1, 1]: the sign goes into sin
+        sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(sin)
+        self.cos, self.sin = cos[0].to(self.dtype).repeat(1, rows), (sin[0] * sign).to(self.dtype).repeat(1, rows)
         self.max_positions = max_positions
 
     def _layer(self, block: Any) -> dict[str, Any]:
         attn, mlp = block.self_attn, block.mlp
         return {
             "attn_norm": block.input_layernorm.weight.detach().to(self.dtype),
-            "qkv": self._kernel([attn.q_proj, attn.k_proj, attn.v_proj], rope=True),
+            "qkv": self._kernel([attn.q_proj, attn.k_proj, attn.v_proj]),
             "o": self._kernel([attn.o_proj]),
             "mlp_norm": block.post_attention_layernorm.weight.detach().to(self.dtype),
             "gate": self._kernel([mlp.gate_proj]),
@@ -153,20 +193,17 @@ class LlamaDecoder:
             "down": self._kernel([mlp.down_proj]),
         }
 
-    def _kernel(self, modules: list[Any], rope: bool = False) -> Kernel:
-        """One kernel over the modules' weights stacked by output row; with `rope` (modules q, k,
-        v) the rotate_half rows of q and k go between k and v: [q, k, Rq, Rk, v]. Int8 when every
-        module is `Int8WeightLinear` (per-row scales move with their rows), else float."""
-        int8 = all(hasattr(m, "weight_int8") for m in modules)
-        rows = [(m.weight_int8, m.scale) if int8 else (_weight(m), None) for m in modules]
-        if rope:
-            (q, sq), (k, sk), v = rows
-            rq = (rotate_half_rows(q, self.heads), None if sq is None else _rotate_scale(sq, self.heads))
-            rk = (rotate_half_rows(k, self.kv_heads), None if sk is None else _rotate_scale(sk, self.kv_heads))
-            rows = [(q, sq), (k, sk), rq, rk, v]
-        weight = torch.cat([w for w, _ in rows])
-        if int8:
-            return Int8Kernel(weight, torch.cat([s for _, s in rows if s is not None]), self.dtype)
+    def _kernel(self, modules: list[Any]) -> Kernel:
+        """One kernel over the modules' weights stacked by output row. Int8 when every module
+        is int8 of one kind (`_int8`; per-row scales move with their rows), else float."""
+        kinds = {_int8(m) for m in modules}
+        if kinds == {"weight"}:
+            return Int8Kernel(
+                torch.cat([m.weight_int8 for m in modules]), torch.cat([m.scale for m in modules]), self.dtype
+            )
+        if kinds == {"dynamic"}:
+            return DynamicInt8Kernel([m.weight() for m in modules], reduce_range=not _cpu_has_vnni())
+        weight = torch.cat([_weight(m) for m in modules])
         return OneDNNKernel(weight) if self.onednn else DenseKernel(weight, self.dtype)
 
     @torch.no_grad()
@@ -191,12 +228,12 @@ class LlamaDecoder:
         return self.head(F.rms_norm(h, shape, self.norm, self.eps)).float()
 
     def _attention(self, qkv: torch.Tensor, cos, sin, pos: int, k_cache, v_cache) -> torch.Tensor:
-        """qkv (1, [q, k, Rq, Rk, v]) -> (1, heads * head_dim); this token's K/V written at `pos`."""
+        """qkv (1, [q, k, v]) -> (1, heads * head_dim); this token's K/V written at `pos`."""
         d, nq, nkv = self.head_dim, self.heads, self.kv_heads
         n = (nq + nkv) * d
-        qk = torch.addcmul(qkv[0, :n] * cos, qkv[0, n : 2 * n], sin)  # RoPE: q cos + rotate_half(q) sin
+        qk = rope(qkv[0, :n], cos, sin, d)
         k_cache.select(2, pos).copy_(qk[nq * d :].view(1, nkv, d))
-        v_cache.select(2, pos).copy_(qkv[:, 2 * n :].view(1, nkv, d))
+        v_cache.select(2, pos).copy_(qkv[:, n:].view(1, nkv, d))
         k, v = k_cache[:, :, : pos + 1], v_cache[:, :, : pos + 1]
         if k.dtype != self.dtype:  # a cache HF filled under autocast (fp32 keys, bf16 values)
             k, v = k.to(self.dtype), v.to(self.dtype)
@@ -204,8 +241,28 @@ class LlamaDecoder:
         return out.view(1, nq * d)
 
 
+@functools.cache
+def _cpu_has_vnni() -> bool:
+    """Whether this CPU has AVX-512 VNNI or AVX-VNNI (read from /proc/cpuinfo; False elsewhere)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
 def _onednn_ready() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def _int8(module: Any) -> str | None:
+    """ "weight" for an `Int8WeightLinear`, "dynamic" for fbgemm's dynamic int8 Linear
+    (`quantize_int8`'s two methods), None for a float Linear."""
+    if hasattr(module, "weight_int8"):
+        return "weight"
+    if isinstance(module, DynamicQuantizedLinear):
+        return "dynamic"
+    return None
 
 
 def _weight(module: Any) -> torch.Tensor:
