@@ -192,14 +192,19 @@ def grpo_stage(sft: dict, task: str, lr: float, args: argparse.Namespace) -> dic
 
     seed, final = sft["seed"], sft["final"]
     work = Path(final).parents[2]
+    model = final
+    if args.grpo_beta:  # KL to the SFT model: merge its adapter (the reference is the adapter-off model)
+        from tempering.models.lora import export_merged
+
+        model = str(export_merged(final, str(work / f"s{seed}-sft-merged")))
     replica = args.grpo_replica  # another GRPO draw (task order, samples) from the same SFT model
     temp = "" if args.grpo_temperature == 1.0 else f"-t{args.grpo_temperature:g}"
     temp += f"-b{args.grpo_beta:g}" if args.grpo_beta else ""
     name = f"s{seed}-grpo-{task}-lr{lr:g}-{args.grpo_steps}steps{temp}" + (f"-r{replica}" if replica else "")
     cfg = GRPOConfig.model_validate(
         {
-            "model": final,
-            "lora": {"r": 16, "alpha": 32},  # the SFT adapter is continued (its own r/alpha apply)
+            "model": model,
+            "lora": {"r": 16, "alpha": 32},  # the SFT adapter continued (its own r/alpha), or a new one on the merge
             "tasks": {"source": f"vision:{task}", "n": args.grpo_tasks, "seed": seed, "image_size": args.image_size},
             "heldout": None,
             "grpo": {

@@ -154,13 +154,19 @@ EXPORT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 def export_merged(adapter_dir: str, out_dir: str, dtype: str = "fp32") -> Path:
     """Merge a PEFT adapter into its base and save a standalone HF directory in `dtype`.
 
-    The merge runs in `dtype` (bf16/fp16 halve the file; fp32 keeps the trained numbers).
+    The merge runs in `dtype` (bf16/fp16 halve the file; fp32 keeps the trained numbers). An
+    adapter over a vision-language model merges into it (parts trained in full, such as the
+    projector, come from the adapter) and saves with its processor.
     """
     from tempering.models.load import load_model, load_tokenizer
+    from tempering.models.vlm import is_vlm, load_vlm, save_vlm
 
+    out = Path(out_dir)
+    if is_vlm(adapter_dir):
+        model, processor = load_vlm(adapter_dir, dtype=EXPORT_DTYPES[dtype])
+        return save_vlm(model.merge_and_unload(), processor, out)
     model = load_model(adapter_dir, dtype=EXPORT_DTYPES[dtype])
     merged = model.merge_and_unload()
-    out = Path(out_dir)
     merged.save_pretrained(out)
     load_tokenizer(adapter_dir).save_pretrained(out)
     return out
