@@ -46,7 +46,26 @@ ROPE_TYPES = ("default", "linear", "llama3")
 """RoPE variants whose cos/sin are a function of the position alone (precomputed once)."""
 
 
-class DenseKernel:
+class _Unfused:
+    """The epilogues of a kernel without fused post-ops: applied after its matmul `self(x)`."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def add(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        """x W^T + other."""
+        return other + self(x)
+
+    def mul(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        """x W^T * other."""
+        return self(x) * other
+
+    def silu(self, x: torch.Tensor) -> torch.Tensor:
+        """silu(x W^T)."""
+        return F.silu(self(x))
+
+
+class DenseKernel(_Unfused):
     """y = x W^T with F.linear (fp32, or bf16 where oneDNN is missing)."""
 
     def __init__(self, weight: torch.Tensor, dtype: torch.dtype):
@@ -54,18 +73,6 @@ class DenseKernel:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight)
-
-    def add(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-        """x W^T + other."""
-        return other + F.linear(x, self.weight)
-
-    def mul(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-        """x W^T * other."""
-        return F.linear(x, self.weight) * other
-
-    def silu(self, x: torch.Tensor) -> torch.Tensor:
-        """silu(x W^T)."""
-        return F.silu(F.linear(x, self.weight))
 
 
 class OneDNNKernel:
@@ -87,7 +94,7 @@ class OneDNNKernel:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "swish", [], "")
 
 
-class Int8Kernel:
+class Int8Kernel(_Unfused):
     """y = x (q * scale)^T through `aten._weight_int8pack_mm`: x cast to bf16 and y back to the
     residual's dtype, as `Int8WeightLinear` does, so the products are the same numbers."""
 
@@ -97,17 +104,8 @@ class Int8Kernel:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.q, self.scale).to(self.dtype)
 
-    def add(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-        return other + self(x)
 
-    def mul(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-        return self(x) * other
-
-    def silu(self, x: torch.Tensor) -> torch.Tensor:
-        return F.silu(self(x))
-
-
-class DynamicInt8Kernel:
+class DynamicInt8Kernel(_Unfused):
     """y = x (q * scale)^T through fbgemm's `quantized.linear_dynamic`, the op of a model from
     `quantize_int8(method="dynamic")`: W int8 per output row, prepacked once; x fp32, quantised
     per call inside the op (uint8 over min(x, 0)..max(x, 0)), y fp32. At M=1 it reads its int8
@@ -130,15 +128,6 @@ class DynamicInt8Kernel:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
-
-    def add(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-        return other + self(x)
-
-    def mul(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-        return self(x) * other
-
-    def silu(self, x: torch.Tensor) -> torch.Tensor:
-        return F.silu(self(x))
 
 
 Kernel = DenseKernel | OneDNNKernel | Int8Kernel | DynamicInt8Kernel
