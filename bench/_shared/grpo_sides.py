@@ -107,6 +107,7 @@ def run_tempering(shape: Shape, steps: int, warmup: int, lora: bool = True, on_s
                 "steps": steps,
                 "seed": shape.seed,
                 "precision": "auto",
+                "threads": torch.get_num_threads(),  # the bench's --threads: "auto" reads the load average, which lags
                 "optim": {"lr": shape.lr, "schedule": "constant"},
                 "checkpoint": {"every": 10_000, "keep_last": 1},
             },
