@@ -160,8 +160,8 @@ def main() -> None:
         return sum(x["generated_tokens"] for x in runs) / sum(x["seconds"] for x in runs)
 
     rates = {name: rate(name) for name in sides}
+    same = {n: [_common_prefix(a, b) for a, b in zip(answers[n], answers["single_stream_bf16"])] for n in sides}
     if args.sides:
-        same = {n: [_common_prefix(a, b) for a, b in zip(answers[n], answers["single_stream_bf16"])] for n in sides}
         print(json.dumps({"tokens_per_s": rates, "tokens_before_first_difference_from_bf16_step": same}, indent=1))
         return
     if llama["ran"]:
@@ -206,9 +206,7 @@ def main() -> None:
         "greedy_answers_same_as_single_stream_bf16": {
             name: sum(a == b for a, b in zip(answers[name], answers["single_stream_bf16"])) for name in sides
         },
-        "greedy_tokens_before_first_difference_from_single_stream_bf16": {
-            name: [_common_prefix(a, b) for a, b in zip(answers[name], answers["single_stream_bf16"])] for name in sides
-        },
+        "greedy_tokens_before_first_difference_from_single_stream_bf16": same,
         "first_call_seconds": build,
         "runs": rounds,
         "llama_cpp_q8_0": llama,

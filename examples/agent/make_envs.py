@@ -55,22 +55,28 @@ def tool_arith(n_train: int = 160, n_heldout: int = 40) -> list[dict]:
 
 
 def calculator_row(
-    task_id: str, env: str, tier: int, split: str, shown: str, typed: str, value: str, max_steps: int, **extra
+    task_id: str,
+    env: str,
+    tier: int,
+    split: str,
+    shown: str,
+    typed: str,
+    value: str,
+    max_steps: int,
+    family: str | None = None,
+    mistake: list | None = None,
 ) -> dict:
-    """A calculator task: the prompt shows `shown`, the expert types `typed` and submits `value`."""
-    return {
-        "id": task_id,
-        "env": env,
-        "tier": tier,
-        "split": split,
-        **{k: v for k, v in extra.items() if k == "family"},
+    """A calculator task: the prompt shows `shown`, the expert types `typed` and submits `value`
+    (a `mistake`, when given, is the scripted wrong first call)."""
+    row = {"id": task_id, "env": env, "tier": tier, "split": split, **({"family": family} if family else {})}
+    row |= {
         "prompt": f"What is {shown}?",
         "tools": ["calculator", "submit"],
         "goal": {"type": "answer", "value": value},
         "max_steps": max_steps,
         "solution": [[call("calculator", expression=typed)], [call("submit", answer=value)]],
-        **{k: v for k, v in extra.items() if k != "family"},
     }
+    return row | ({"mistake": mistake} if mistake else {})
 
 
 # --- written notation: the calculator refuses it, the agent must rewrite -------------------------

@@ -7,11 +7,11 @@ import torch
 from tempering.models.llama_decode import (
     DynamicInt8Kernel,
     LlamaDecoder,
-    _cpu_has_vnni,
     llama_decoder,
     rope,
     unsupported_reason,
 )
+from tempering.models.precision import cpu_has_vnni
 from tests.conftest import tiny_llama, tiny_moe
 
 VOCAB = 96
@@ -82,7 +82,7 @@ def test_dynamic_int8_kernel_is_within_its_activation_rounding_of_the_dequantise
     """x is rounded to a grid of step (max(x, 0) - min(x, 0)) / levels (uint8: 255 levels, 127
     with reduce_range), so each x_j moves by at most step / 2 and y_i by at most step / 2 *
     sum_j |W_ij|. x at its max beside weights of 127 would overflow fbgemm's int16 pair sums
-    without VNNI: 8 bits are checked only where the step takes them (`_cpu_has_vnni`)."""
+    without VNNI: 8 bits are checked only where the step takes them (`cpu_has_vnni`)."""
     torch.manual_seed(0)
     w = torch.randn(96, 64) * 0.1
     w[:, :2] = w.abs().amax(1, keepdim=True)  # q = 127, 127 where x is at its max: a u8 x s8 pair sum of 64770
@@ -91,7 +91,7 @@ def test_dynamic_int8_kernel_is_within_its_activation_rounding_of_the_dequantise
     dequantised = q.float() * scale[:, None]
     extreme = torch.randn(1, 64)
     extreme[0, :2] = 5.0
-    for reduce_range in (True, False) if _cpu_has_vnni() else (True,):
+    for reduce_range in (True, False) if cpu_has_vnni() else (True,):
         kernel = DynamicInt8Kernel([_per_channel(q, scale)], reduce_range)
         for x in (torch.randn(1, 64), torch.randn(1, 64) + 3, extreme):
             step = (x.max().clamp(min=0) - x.min().clamp(max=0)) / (127 if reduce_range else 255)
@@ -118,7 +118,7 @@ def test_dynamic_int8_steps_equal_the_dynamic_int8_model_token_by_token():
     assert decoder.int8 and decoder.dtype == torch.float32
     kernels = [layer[name] for layer in decoder.layers for name in ("qkv", "o", "gate", "up", "down")]
     for kernel in [*kernels, decoder.head]:
-        assert isinstance(kernel, DynamicInt8Kernel) and kernel.reduce_range == (not _cpu_has_vnni())
+        assert isinstance(kernel, DynamicInt8Kernel) and kernel.reduce_range == (not cpu_has_vnni())
         kernel.reduce_range = True
     got = _steps(decoder, q, IDS)
     assert torch.allclose(got, ref, atol=1e-5) and torch.equal(got.argmax(-1), ref.argmax(-1))

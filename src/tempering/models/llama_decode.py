@@ -32,13 +32,13 @@ dynamic / yarn / longrope scaling) is not, and the caller keeps its HF path.
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+
+from tempering.models.precision import cpu_has_vnni
 
 __all__ = ["LlamaDecoder", "llama_decoder", "unsupported_reason"]
 
@@ -152,10 +152,14 @@ class LlamaDecoder:
         int8 = _int8(inner.layers[0].mlp.down_proj)
         self.int8 = int8 is not None
         # the step's dtype: the Linears' under bf16 (bf16 copies of fp32 weights included), else
-        # the model's; the int8 kernel keeps the residual in the embedding's dtype as it does
-        # fbgemm's dynamic int8 takes and returns fp32
-        self.dtype = inner.embed_tokens.weight.dtype if self.int8 else _weight(inner.layers[0].mlp.down_proj).dtype
-        self.dtype = torch.float32 if int8 == "dynamic" else self.dtype
+        # the model's; the weight-only int8 kernel keeps the residual in the embedding's dtype as
+        # `Int8WeightLinear` does; fbgemm's dynamic int8 takes and returns fp32
+        if int8 == "dynamic":
+            self.dtype = torch.float32
+        elif int8 == "weight":
+            self.dtype = inner.embed_tokens.weight.dtype
+        else:
+            self.dtype = _weight(inner.layers[0].mlp.down_proj).dtype
         device = inner.embed_tokens.weight.device
         on_cpu = device == torch.device("cpu")  # oneDNN's prepacked matmul is a CPU kernel
         self.onednn = not self.int8 and self.dtype == torch.bfloat16 and on_cpu and _onednn_ready()
@@ -191,7 +195,7 @@ class LlamaDecoder:
                 torch.cat([m.weight_int8 for m in modules]), torch.cat([m.scale for m in modules]), self.dtype
             )
         if kinds == {"dynamic"}:
-            return DynamicInt8Kernel([m.weight() for m in modules], reduce_range=not _cpu_has_vnni())
+            return DynamicInt8Kernel([m.weight() for m in modules], reduce_range=not cpu_has_vnni())
         weight = torch.cat([_weight(m) for m in modules])
         return OneDNNKernel(weight) if self.onednn else DenseKernel(weight, self.dtype)
 
@@ -228,16 +232,6 @@ class LlamaDecoder:
             k, v = k.to(self.dtype), v.to(self.dtype)
         out = F.scaled_dot_product_attention(qk[: nq * d].view(1, nq, 1, d), k, v, enable_gqa=nq != nkv)
         return out.view(1, nq * d)
-
-
-@functools.cache
-def _cpu_has_vnni() -> bool:
-    """Whether this CPU has AVX-512 VNNI or AVX-VNNI (read from /proc/cpuinfo; False elsewhere)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
 def _onednn_ready() -> bool:

@@ -19,17 +19,32 @@ from typing import Any
 import torch
 
 NATIVE_BF16_CPU_FLAGS = {"amx_bf16", "avx512_bf16"}
+VNNI_CPU_FLAGS = {"avx512_vnni", "avx_vnni"}
 PRECISIONS = ("auto", "bf16", "fp32")
 
 
 @lru_cache(maxsize=1)
-def cpu_has_native_bf16() -> bool:
+def cpu_flags() -> frozenset[str] | None:
+    """The CPU's feature flags from /proc/cpuinfo; None where it cannot be read."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
+        return None
+    return frozenset(
+        next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    )
+
+
+def cpu_has_native_bf16() -> bool:
+    flags = cpu_flags()
+    if flags is None:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return bool(NATIVE_BF16_CPU_FLAGS & set(flags))
+    return bool(NATIVE_BF16_CPU_FLAGS & flags)
+
+
+def cpu_has_vnni() -> bool:
+    """AVX-512 VNNI or AVX-VNNI (int8 dot products summed in int32); False where flags are unknown."""
+    return bool(VNNI_CPU_FLAGS & (cpu_flags() or frozenset()))
 
 
 def resolve_precision(precision: str) -> str:
