@@ -1,17 +1,25 @@
-"""Make the Q8_0 GGUF of the default model that bench/throughput/inference.py runs through llama.cpp.
+"""Make the Q8_0 GGUF of the default model that the llama.cpp peers run on.
 
-llama-cpp-python is a dev-only peer that `make` never installs: it builds from its source
-distribution (about 20 minutes on 2 cores here, at nice 19):
+Two ways, the same weights either way (the ones every other side of the benches loads):
 
-    CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_OPENMP=OFF" pip wheel --no-deps llama-cpp-python==0.3.36
-    pip install llama_cpp_python-*.whl
-    tar xzf llama_cpp_python-0.3.36.tar.gz          # for llama.cpp's converter (vendor/llama.cpp)
-    python bench/diagnostics/make_q8_gguf.py --llama-cpp-src llama_cpp_python-0.3.36/vendor/llama.cpp --out q8.gguf
-    TEMPERING_Q8_GGUF=q8.gguf python bench/throughput/inference.py
+  * from the wheel's GGUF (the default, no llama.cpp build needed): the Q4_1 file Tempering
+    dequantises into its HF directory is read with gguf-py, every quantised tensor dequantised
+    to f32 and re-quantised to Q8_0 by gguf-py's reference quantiser (norms stay f32), the
+    metadata (tokenizer, chat template, hyper-parameters) copied and `general.file_type` set to
+    MOSTLY_Q8_0:
 
-The GGUF is made from the very weights every other side of the bench loads (the HF directory
-Tempering converts the default model into), with llama.cpp's own `convert_hf_to_gguf.py`
-(f32), then `llama_model_quantize` to Q8_0.
+        python bench/diagnostics/make_q8_gguf.py --out q8.gguf
+
+  * through llama.cpp's own converter and quantiser, when llama-cpp-python is built from its
+    source distribution (about 20 minutes on 2 cores, at nice 19):
+
+        CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_OPENMP=OFF" pip wheel --no-deps llama-cpp-python==0.3.36
+        pip install llama_cpp_python-*.whl
+        tar xzf llama_cpp_python-0.3.36.tar.gz          # for llama.cpp's converter (vendor/llama.cpp)
+        python bench/diagnostics/make_q8_gguf.py --llama-cpp-src llama_cpp_python-0.3.36/vendor/llama.cpp --out q8.gguf
+
+The llama.cpp peer without a build is node-llama-cpp's prebuilt CPU binaries (npm; see
+bench/_shared/llama_cpp_node.mjs): `TEMPERING_Q8_GGUF=q8.gguf TEMPERING_NODE_LLAMA_CPP=DIR`.
 """
 
 from __future__ import annotations
@@ -24,11 +32,50 @@ import sys
 from pathlib import Path
 
 
+def from_wheel_gguf(out: Path) -> None:
+    """Re-quantise the wheel's Q4_1 GGUF to Q8_0 with gguf-py (metadata copied)."""
+    import gguf
+    import numpy as np
+    from gguf.quants import dequantize, quantize
+
+    from tempering.models.load import alias_gguf
+
+    source = alias_gguf("smollm2-135m-instruct")
+    reader = gguf.GGUFReader(source)
+    arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
+    writer = gguf.GGUFWriter(out, arch)
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        if field.name == gguf.Keys.General.FILE_TYPE:
+            value = int(gguf.LlamaFileType.MOSTLY_Q8_0)
+        writer.add_key_value(field.name, value, kind, sub_type=sub)
+    plain = {gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16}
+    for t in reader.tensors:
+        if t.tensor_type in plain:
+            writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+            continue
+        weights = dequantize(t.data, t.tensor_type).astype(np.float32)
+        q8 = quantize(weights, gguf.GGMLQuantizationType.Q8_0)
+        writer.add_tensor(t.name, q8, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--llama-cpp-src", type=Path, required=True, help="llama.cpp source (convert_hf_to_gguf.py)")
+    p.add_argument("--llama-cpp-src", type=Path, help="llama.cpp source (convert_hf_to_gguf.py); default: gguf-py")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
+    if args.llama_cpp_src is None:
+        from_wheel_gguf(args.out)
+        print(args.out)
+        return
 
     import llama_cpp
 

@@ -14,8 +14,12 @@ interleaved over `--rounds` rounds (so drift in the shared machine's load hits a
   * speculative_prompt_lookup: `SpeculativeEngine` with prompt lookup (k 4, n-grams 3..1) over
     the bf16 model, whose target still runs the HF forward (the distilled draft of
     `speculative.py` is a `temper distill` output this script does not train);
-  * llama_cpp_q8_0: llama-cpp-python on the Q8_0 GGUF of the same weights, one prompt at a
-    time (`TEMPERING_Q8_GGUF`, made by `bench/diagnostics/make_q8_gguf.py`), when installed.
+  * llama_cpp_q8_0: llama.cpp on the Q8_0 GGUF of the same weights (`TEMPERING_Q8_GGUF`, made by
+    `bench/diagnostics/make_q8_gguf.py`), one prompt at a time, the same prompt token ids and
+    rounds, at 1 thread and at --threads (the faster is the peer: its thread pool spins, and on 2
+    cores beside node's own thread 1 thread wins), in its own process after the other sides of
+    each round: llama-cpp-python when installed, else
+    node-llama-cpp's prebuilt CPU binaries (`TEMPERING_NODE_LLAMA_CPP`; bench/_shared/llama_cpp.py).
 
 Tokens/s = generated tokens / wall seconds, prefill included, as a user waits for them; the
 process CPU seconds are recorded too. Writes bench/results/single_stream.json and the two
@@ -39,7 +43,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # throughput/, for inference.py's llama.cpp side
+from _shared.llama_cpp import llama_cpp_peer  # noqa: E402
 from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
@@ -69,6 +73,21 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
+def _merge_rounds(rounds: list[dict]) -> dict:
+    """The llama.cpp peer's rounds (one process each) as one side: summed, the last answers."""
+    if not rounds or not all(r["ran"] for r in rounds):
+        return rounds[-1] if rounds else {"ran": False, "reason": "not asked for"}
+    runs = [run for r in rounds for run in r["runs"]]
+    seconds, tokens = sum(x["seconds"] for x in runs), sum(x["generated_tokens"] for x in runs)
+    return {
+        **rounds[-1],
+        "runs": runs,
+        "seconds": seconds,
+        "generated_tokens": tokens,
+        "tokens_per_s": tokens / seconds,
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -85,8 +104,6 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from inference import llama_cpp_run
-
     from tempering.config import SamplingParams
     from tempering.models.load import load_model, load_tokenizer
     from tempering.models.quantize import quantize_int8
@@ -146,13 +163,21 @@ def main() -> None:
         build[name] = time.perf_counter() - t0
     load_before = os.getloadavg()
     rounds: dict[str, list[dict]] = {name: [] for name in sides}
+    llama_threads = sorted({1, args.threads})  # the peer at its fastest: its threads spin, so 1 can win
+    llama_rounds: dict[int, list[dict]] = {t: [] for t in llama_threads}
     answers: dict[str, list[list[int]]] = {}
     for r in range(args.rounds):
         for name, run in sides.items():
             last, answers[name] = timed(run, prompts)
             rounds[name].append(last)
             print(f"round {r}: {name:22s} {last['generated_tokens'] / last['seconds']:6.1f} tokens/s", flush=True)
-    llama = llama_cpp_run(prompts, args.max_new_tokens)
+        if not args.sides or "llama_cpp_q8_0" in args.sides:  # its own process, so interleaved by round
+            for t in llama_threads:
+                llama_rounds[t].append(got := llama_cpp_peer(prompts, args.max_new_tokens, t))
+                if got["ran"]:
+                    print(f"round {r}: llama_cpp_q8_0 {t} thread(s) {got['tokens_per_s']:6.1f} tokens/s", flush=True)
+    llama_by_threads = {t: _merge_rounds(runs) for t, runs in llama_rounds.items()}
+    llama = max(llama_by_threads.values(), key=lambda x: x.get("tokens_per_s", 0.0))
     load_after = os.getloadavg()
 
     def rate(name: str) -> float:
@@ -161,11 +186,14 @@ def main() -> None:
 
     rates = {name: rate(name) for name in sides}
     same = {n: [_common_prefix(a, b) for a, b in zip(answers[n], answers["single_stream_bf16"])] for n in sides}
+    if llama["ran"]:
+        rates["llama_cpp_q8_0"] = llama["tokens_per_s"]
+        same["llama_cpp_q8_0"] = [
+            _common_prefix(a, b) for a, b in zip(llama.pop("answers"), answers["single_stream_bf16"])
+        ]
     if args.sides:
         print(json.dumps({"tokens_per_s": rates, "tokens_before_first_difference_from_bf16_step": same}, indent=1))
         return
-    if llama["ran"]:
-        rates["llama_cpp_q8_0"] = llama["tokens_per_s"]
     result = {
         "benchmark": "single_stream",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -210,6 +238,7 @@ def main() -> None:
         "first_call_seconds": build,
         "runs": rounds,
         "llama_cpp_q8_0": llama,
+        "llama_cpp_q8_0_tokens_per_s_by_threads": {t: x.get("tokens_per_s") for t, x in llama_by_threads.items()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
