@@ -59,16 +59,22 @@ def bench_tasks(n: int):
     return with_reward(arithmetic_tasks(n, 0, "train", "+"), reward_parts())
 
 
-def curve_summary(rewards: list[float], times: list[float], warmup: int, completions: int) -> dict:
+def curve_summary(
+    rewards: list[float], times: list[float], warmup: int, completions: int, lengths: list[float] | None = None
+) -> dict:
+    """`lengths`: each step's mean completion length in tokens (generated tokens/s from them)."""
     timed = times[warmup:]
     seconds = sum(timed)
     reached = next((i for i, r in enumerate(rewards) if r >= TARGET), None)
+    tokens = completions * sum(lengths[warmup : len(times)]) if lengths and len(lengths) >= len(times) else None
     return {
         "rewards": rewards,
         "step_seconds": times,
         "timed_steps": len(timed),
         "seconds": seconds,
         "completions_per_s": completions * len(timed) / seconds if seconds else None,
+        "mean_completion_tokens": lengths,
+        "generated_tokens_per_s": tokens / seconds if tokens is not None and seconds else None,
         "steps_to_reward_0_5": None if reached is None else reached + 1,
         "seconds_to_reward_0_5": None if reached is None else sum(times[: reached + 1]),
     }
@@ -117,12 +123,13 @@ def run_tempering(shape: Shape, steps: int, warmup: int, lora: bool = True, on_s
     model = load_for_training(cfg.model, cfg.lora)
     precision = resolve_precision(cfg.train.precision)
     _, source, objective = grpo_components(cfg, model, tok, bench_tasks(2000))
-    rewards, times, last = [], [], [time.perf_counter()]
+    rewards, times, lengths, last = [], [], [], [time.perf_counter()]
 
     def clock(step: int, record: dict) -> None:
         now = time.perf_counter()
         times.append(now - last[0])
         rewards.append(record["reward_mean"])
+        lengths.append(record["response_len"])
         if on_step is not None and on_step(model, sum(times)):
             trainer.request_stop("the benchmark's budget")
         last[0] = time.perf_counter()  # what on_step did is not the framework's time
@@ -133,7 +140,7 @@ def run_tempering(shape: Shape, steps: int, warmup: int, lora: bool = True, on_s
         trainer.fit()  # step 1 also writes the step-0 checkpoint: one reason warm-up steps are excluded
     source.close()
     return {
-        **curve_summary(rewards, times, warmup, shape.prompts * shape.group),
+        **curve_summary(rewards, times, warmup, shape.prompts * shape.group, lengths),
         "precision": precision,
         "lora": lora,
         "device": str(next(model.parameters()).device),
@@ -163,7 +170,7 @@ def run_trl(shape: Shape, steps: int, warmup: int, settings: dict | None = None,
     precision = resolve_precision("auto")
     tok = load_tokenizer(shape.model)
     tok.padding_side = "left"
-    rewards, times, last = [], [], [None]
+    rewards, times, lengths, last = [], [], [], [None]
 
     class Clock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
@@ -173,6 +180,8 @@ def run_trl(shape: Shape, steps: int, warmup: int, settings: dict | None = None,
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "reward" in logs:
                 rewards.append(float(logs["reward"]))
+            if logs and "completions/mean_length" in logs:
+                lengths.append(float(logs["completions/mean_length"]))
 
         def on_step_end(self, args, state, control, **kw):
             now = time.perf_counter()
@@ -218,7 +227,7 @@ def run_trl(shape: Shape, steps: int, warmup: int, settings: dict | None = None,
         )
         trainer.train()
     return {
-        **curve_summary(rewards, times, warmup, shape.prompts * shape.group),
+        **curve_summary(rewards, times, warmup, shape.prompts * shape.group, lengths),
         "precision": precision,
         "torch_threads": torch.get_num_threads(),
         "loss_type": "dapo (token-mean, as Tempering's default)",

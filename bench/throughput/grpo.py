@@ -177,11 +177,16 @@ def main() -> None:
         "trl_settings": TRL_FASTEST,
         "trl_settings_swept": [s for s in TRL_SWEEP],
         "machine_note": (
-            "2 shared cores; run under /work/bench.lock while other agents' work ran at nice 19"
+            "2 cores; run alone under /work/bench.lock (load average recorded)"
             if ours["device"] == "cpu"
             else "one GPU, the sides one after the other"
         ),
         "ratio_completions_per_s": ratio,
+        "ratio_generated_tokens_per_s": (
+            ours["generated_tokens_per_s"] / peer["generated_tokens_per_s"]
+            if ours.get("generated_tokens_per_s") and peer.get("generated_tokens_per_s")
+            else None
+        ),
         "ratio_completions_per_s_full_vs_trl_lora": (
             runs["tempering_full"]["completions_per_s"] / peer["completions_per_s"]
             if "tempering_full" in runs
@@ -207,7 +212,8 @@ def main() -> None:
             + " ".join(f"{x:.2f}" for x in r["rewards"])
         )
     print(
-        f"ratio completions/s tempering / trl: {ratio:.2f}x (target 3x); time to reward 0.5: "
+        f"ratio completions/s tempering / trl: {ratio:.2f}x (target 3x), generated tokens/s "
+        f"{result['ratio_generated_tokens_per_s'] or float('nan'):.2f}x; time to reward 0.5: "
         + (f"{t_ratio:.2f}x" if t_ratio else "not reached by both within the run")
         + " (target 2x)"
     )

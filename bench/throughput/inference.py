@@ -15,9 +15,14 @@ All sides run in this one process, one after the other, after a warm-up each.
   * hf_engine (the static-batch `HFEngine`, finished rows dropped, none joining), all 32
     prompts in batches of 8 and of 32: what continuous batching adds over batching alone.
 
+  * hf_generate_batched at each level c > 1: HF `generate` itself on left-padded batches of c
+    prompts -- the fair peer for c streams (HF's static batch: finished rows decode padding).
+  * llama.cpp on the Q8_0 GGUF of the same weights, the same 32 requests one at a time and all
+    at once over 32 sequences of one context (what its server's 32 parallel slots decode, in one
+    batch, without the HTTP), each at 1 thread and at the torch threads, the faster kept
+    (bench/_shared/llama_cpp.py: llama-cpp-python, else node-llama-cpp's prebuilt binaries).
+
 Every side generates for the same 32 requests, so the tokens/s compare like for like.
-  * llama.cpp (llama-cpp-python) on the same model at Q8_0, the same 32 requests one at a
-    time, when that package is installed and a Q8_0 GGUF can be made (else the reason).
 
     python bench/throughput/inference.py [--max-new-tokens 64] [--precision bf16] [--quantize int8 --out FILE]
         [--model DIR] [--levels 1,32,256] [--hf-requests 16] [--level-requests 8]
@@ -46,6 +51,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.llama_cpp import llama_cpp_peer  # noqa: E402
 from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
@@ -154,44 +160,46 @@ def hf_engine_batch(engine, prompts, params, batch: int) -> dict:
     }
 
 
-def llama_cpp_run(prompts, max_new_tokens: int) -> dict:
-    """The same requests through llama.cpp at Q8_0, one at a time; a reason when it cannot run."""
-    try:
-        import llama_cpp
-    except ImportError:
-        return {
-            "ran": False,
-            "reason": "llama-cpp-python is not installed (see bench/results note: its source build "
-            "did not finish within 5 minutes on this shared 2-core machine)",
-        }
-    gguf = os.environ.get("TEMPERING_Q8_GGUF")
-    if not gguf or not Path(gguf).exists():
-        return {"ran": False, "reason": "no Q8_0 GGUF of the model (set TEMPERING_Q8_GGUF)"}
-    from llama_cpp import Llama
+def hf_generate_batched(model, prompts, max_new_tokens: int, eos: int, pad: int, batch: int) -> dict:
+    """All prompts through HF `generate`, `batch` left-padded prompts per call (HF's own static
+    batch: finished rows keep decoding padding until the longest is done); a row's tokens count
+    up to its first eos, as the other sides count them."""
+    import torch
 
-    llm = Llama(model_path=gguf, n_ctx=512, n_threads=os.cpu_count(), verbose=False)
-    llm.eval(prompts[0][:4])
     tokens = 0
     t0 = time.perf_counter()
-    for p in prompts:
-        llm.reset()
-        for n, tok in enumerate(llm.generate(p, temp=0.0, top_k=1)):
-            if tok == llm.token_eos() or n + 1 >= max_new_tokens:
-                tokens += n + 1
-                break
+    for start in range(0, len(prompts), batch):
+        chunk = prompts[start : start + batch]
+        width = max(map(len, chunk))
+        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in chunk], device=model.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=model.device)
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=eos,
+                pad_token_id=pad,
+            )
+        for row in out[:, width:].tolist():
+            tokens += row.index(eos) + 1 if eos in row else len(row)
     seconds = time.perf_counter() - t0
     return {
-        "ran": True,
-        "gguf": gguf,
-        "quant": "Q8_0",
-        "llama_cpp_python": llama_cpp.__version__,
-        "made_by": "bench/diagnostics/make_q8_gguf.py (the same HF weights, llama.cpp convert_hf_to_gguf.py f32 -> Q8_0)",
-        "n_threads": os.cpu_count(),
         "requests": len(prompts),
+        "batch": batch,
         "seconds": seconds,
         "generated_tokens": tokens,
         "tokens_per_s": tokens / seconds,
     }
+
+
+def fastest_llama_cpp(prompts, max_new_tokens: int, sequences: int, threads: list[int]) -> dict:
+    """llama.cpp at each thread count; the fastest, with every count's tokens/s."""
+    tried = {t: llama_cpp_peer(prompts, max_new_tokens, t, sequences=sequences) for t in threads}
+    best = max(tried.values(), key=lambda x: x.get("tokens_per_s", 0.0))
+    best.pop("answers", None)
+    return {**best, "tokens_per_s_by_threads": {t: x.get("tokens_per_s") for t, x in tried.items()}}
 
 
 def main() -> None:
@@ -249,7 +257,13 @@ def main() -> None:
     print(f"HF generate, {len(prompts[: args.hf_requests])} requests one at a time ...", flush=True)
     hf = hf_one_at_a_time(model, prompts[: args.hf_requests], args.max_new_tokens, eos, pad)
     print(f"  {hf['tokens_per_s']:.1f} tokens/s", flush=True)
-    runs: dict = {"hf_generate_one_at_a_time": hf, "batching_engine": {}, "hf_engine_static_batch": {}}
+    runs: dict = {
+        "hf_generate_one_at_a_time": hf,
+        "batching_engine": {},
+        "hf_engine_static_batch": {},
+        "hf_generate_batched": {},
+    }
+    top = str(max(levels))
     for c in levels:
         level_prompts = prompts[: max(c, args.level_requests)] if args.level_requests else prompts
         r = batching_concurrent(batching, level_prompts, greedy, c)
@@ -263,8 +277,15 @@ def main() -> None:
             s = hf_engine_batch(static, level_prompts, greedy, c)
             runs["hf_engine_static_batch"][str(c)] = s
             print(f"HFEngine static batch, {c}: {s['tokens_per_s']:.1f} tokens/s", flush=True)
-    runs["llama_cpp_q8_0_one_at_a_time"] = llama_cpp_run(prompts, args.max_new_tokens)
-    top = str(max(levels))
+            g = hf_generate_batched(model, level_prompts, args.max_new_tokens, eos, pad, c)
+            runs["hf_generate_batched"][str(c)] = g
+            print(f"HF generate, batches of {c}: {g['tokens_per_s']:.1f} tokens/s", flush=True)
+    llama_threads = sorted({1, torch.get_num_threads()})
+    runs["llama_cpp_q8_0_one_at_a_time"] = fastest_llama_cpp(prompts, args.max_new_tokens, 1, llama_threads)
+    runs[f"llama_cpp_q8_0_{top}_sequences"] = fastest_llama_cpp(prompts, args.max_new_tokens, int(top), llama_threads)
+    for name in ("llama_cpp_q8_0_one_at_a_time", f"llama_cpp_q8_0_{top}_sequences"):
+        print(f"{name}: {runs[name].get('tokens_per_s_by_threads') or runs[name]['reason']}", flush=True)
+    llama_top = runs[f"llama_cpp_q8_0_{top}_sequences"]
     result = {
         "benchmark": "inference",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -280,10 +301,7 @@ def main() -> None:
             "prompt_tokens_mean": sum(map(len, prompts)) / len(prompts),
         },
         "torch_threads": torch.get_num_threads(),
-        "machine_note": (
-            "2 shared cores: this bench held /work/bench.lock at normal nice while other agents' "
-            "work ran alongside at nice 19"
-        ),
+        "machine_note": "2 cores; run alone under /work/bench.lock (the load average is recorded)",
         "load_average_before_after": [load_before, os.getloadavg()],
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
@@ -296,6 +314,18 @@ def main() -> None:
             for c, r in runs["hf_engine_static_batch"].items()
         },
         "target_ratio_32": 5.0,
+        f"ratio_{top}_concurrent_vs_hf_generate_batched": (
+            runs["batching_engine"][top]["tokens_per_s"] / runs["hf_generate_batched"][top]["tokens_per_s"]
+            if top in runs["hf_generate_batched"]
+            else None
+        ),
+        f"ratio_{top}_concurrent_vs_llama_cpp_q8_0_{top}_sequences": (
+            runs["batching_engine"][top]["tokens_per_s"] / llama_top["tokens_per_s"] if llama_top["ran"] else None
+        ),
+        "ratios_vs_hf_generate_batched": {
+            c: runs["batching_engine"][c]["tokens_per_s"] / r["tokens_per_s"]
+            for c, r in runs["hf_generate_batched"].items()
+        },
         "ratios_vs_llama_cpp_q8_0_one_at_a_time": (
             {
                 c: r["tokens_per_s"] / runs["llama_cpp_q8_0_one_at_a_time"]["tokens_per_s"]
@@ -307,6 +337,9 @@ def main() -> None:
         "runs": runs,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+    if args.out.exists():  # single_stream.py's figures live in this file too: keep them
+        before = json.loads(args.out.read_text())
+        result.update({k: v for k, v in before.items() if k.startswith("single_stream_")})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(
