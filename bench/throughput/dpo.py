@@ -110,6 +110,8 @@ def run_tempering(
                 "steps": warmup + steps + 1,
                 "batch_size": batch,
                 "precision": "auto",
+                # the peer's threads: "auto" reads the load average, which lags after other work
+                "threads": torch.get_num_threads(),
                 "compile": compile_layers,
                 "optim": {"lr": 1e-5, "schedule": "constant"},
                 "checkpoint": {"every": 10_000, "keep_last": 1},
