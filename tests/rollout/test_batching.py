@@ -323,6 +323,31 @@ def test_served_requests_switch_between_single_stream_and_batched_steps(tiny, sm
     assert engine.single_stream_tokens >= 7 and engine.peak_running >= 2
 
 
+def test_submit_does_not_wait_for_a_step_and_the_request_joins_the_next_one(tiny, smol_tokenizer):
+    """A submitter never waits on the step lock: while a step holds it (here the test holds it),
+    `submit` returns at once and the request is admitted by the next step. Before, `submit` took
+    the step lock, and a serving thread re-taking it step after step kept submitters out."""
+    import threading
+
+    model, prompts = tiny
+    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=4, max_len=256)
+    greedy = SamplingParams(temperature=0, max_new_tokens=6)
+    alone = HFEngine(model, smol_tokenizer, precision="fp32").generate([prompts[0]], greedy)[0][0].token_ids
+    futures, returned = [], threading.Event()
+    engine.start()
+    try:
+        with engine._lock:  # what a running step holds
+            submitter = threading.Thread(
+                target=lambda: (futures.append(engine.submit(prompts[0], greedy)), returned.set())
+            )
+            submitter.start()
+            assert returned.wait(timeout=30), "submit waited for the step lock"
+            assert not futures[0].done()
+        assert futures[0].result(timeout=120)[0].token_ids == alone
+    finally:
+        engine.stop()
+
+
 def test_a_model_the_step_does_not_serve_keeps_the_hf_forward(smol_tokenizer):
     from tests.conftest import tiny_moe
 

@@ -35,6 +35,7 @@ different batch shape may round differently and flip a near-tie.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import deque
 from concurrent.futures import Future
@@ -83,6 +84,17 @@ def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
     return max(limit, 0)
 
 
+def serving_threads() -> int:
+    """torch threads for the serving thread: the usable cores but one, at least 1.
+
+    Torch's OpenMP team in a thread other than the main one competes with the team the main
+    thread already made (every process that loaded a model has one): on the 2-core host a
+    GEMV in the serving thread took ~100 us with 2 threads against ~60 with 1 (42-66 in the main
+    thread), and serving one stream decoded 49.6 tokens/s at 2 threads, 69.7 at 1; 32 streams
+    352 vs 360 (docs/inference.md). One core is left to the main thread (HTTP, tokenising)."""
+    return max(1, len(os.sched_getaffinity(0)) - 1)
+
+
 class BatchingEngine(HFEngine):
     """`Engine` with continuous batching over `max_slots` concurrent sequences."""
 
@@ -96,8 +108,11 @@ class BatchingEngine(HFEngine):
         max_prefill_tokens: int = 4096,
         max_cache_tokens: int | None = None,
         prefill_chunk: int = 512,
+        serve_threads: int | None = None,
     ):
         super().__init__(model, tokenizer, precision=precision)
+        self.serve_threads = serve_threads if serve_threads is not None else serving_threads()
+        """torch threads of the serving thread (default `serving_threads()`: one core left free)."""
         self.max_slots, self.max_len, self.max_prefill_tokens = max_slots, max_len, max_prefill_tokens
         self.max_cache_tokens = max_cache_tokens
         """KV cache positions the running batch may reserve (rows x longest reach; None: slots x max_len)."""
@@ -112,8 +127,12 @@ class BatchingEngine(HFEngine):
         self.steps = 0
         """Engine steps run (each: admit, prefill, a token per running sequence, a chunk per long prompt)."""
         self._kv_bytes: int | None = None
-        self._lock = threading.RLock()
-        self._wake = threading.Condition(self._lock)
+        self._lock = threading.RLock()  # held by whoever steps (the serving thread, or `generate`)
+        # submitted requests wait here, not on the step lock: a serving thread that re-takes the
+        # lock step after step would otherwise keep a submitter out for many steps (CPython's
+        # locks are not fair), so requests in a closed loop joined the batch late
+        self._inbox: deque[Request] = deque()
+        self._wake = threading.Condition()  # its own lock: submit never waits for a step
         self._scheduler: Scheduler | None = None
         self._cache: SlotKVCache | None = None
         self._thread: threading.Thread | None = None
@@ -237,7 +256,7 @@ class BatchingEngine(HFEngine):
 
     def stop(self) -> None:
         """Stop the serving thread after the current step."""
-        with self._lock:
+        with self._wake:
             self._stopping = True
             self._wake.notify_all()
             thread = self._thread
@@ -247,6 +266,7 @@ class BatchingEngine(HFEngine):
             self._thread = None
             self._scheduler = self._cache = None
             self._long, self._partials = deque(), []
+            self._inbox.clear()
 
     def submit(
         self,
@@ -261,26 +281,27 @@ class BatchingEngine(HFEngine):
         if self._thread is None:
             raise RuntimeError("BatchingEngine.submit needs start() first (or use generate())")
         future: Future = Future()
-        with self._lock:
-            self._open_scheduler.submit(
-                Request(
-                    list(prompt),
-                    params,
-                    done=future.set_result,
-                    on_token=on_token,
-                    fail=future.set_exception,
-                    cancelled=cancelled,
-                )
-            )
+        request = Request(
+            list(prompt),
+            params,
+            done=future.set_result,
+            on_token=on_token,
+            fail=future.set_exception,
+            cancelled=cancelled,
+        )
+        with self._wake:
+            self._inbox.append(request)  # the next step admits it
             self._wake.notify_all()
         return future
 
     def _serve(self) -> None:
+        torch.set_num_threads(self.serve_threads)  # this thread's own OpenMP team
         with torch.no_grad(), inference_weights(self.model, self.precision):
             while True:
-                with self._lock:
+                with self._wake:
                     while self._idle and not self._stopping:
                         self._wake.wait()
+                with self._lock:
                     if self._stopping:
                         return
                     try:
@@ -292,7 +313,7 @@ class BatchingEngine(HFEngine):
 
     @property
     def _idle(self) -> bool:
-        return self._open_scheduler.idle and not self._long and not self._partials
+        return self._open_scheduler.idle and not self._long and not self._partials and not self._inbox
 
     def _fail_all(self, exc: Exception) -> None:
         """A step failed: every request in it or waiting gets the error (their futures raise), the
@@ -339,6 +360,8 @@ class BatchingEngine(HFEngine):
         """Admit, prefill, decode one token for every running sequence, sample, retire; then
         prefill one chunk of each long prompt in progress (each joins once one chunk is left)."""
         sched, cache = self._open_scheduler, self._open_cache
+        while self._inbox:  # requests submitted since the last step join the queue
+            sched.submit(self._inbox.popleft())
         self.steps += 1
         self._arrange_queue(sched)
         old = len(sched.running)
