@@ -89,10 +89,28 @@ def run_tempering(engine, suite, samples: int) -> dict:
     }
 
 
-def run_per_sample(model, tokenizer, suite, samples: int, tasks: int) -> dict:
-    """HF generate one sample at a time; the same verifier scores each."""
+def sampled(model, tokenizer, sampling, inputs, n: int) -> list[list[int]]:
+    """HF `generate` of `n` samples per prompt row of `inputs` under the suite's sampling (top-k
+    off, eos stops); the new tokens of each sample, padding after eos included."""
     import torch
 
+    with torch.no_grad():
+        out = model.generate(
+            **inputs,
+            do_sample=True,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=0,
+            num_return_sequences=n,
+            max_new_tokens=sampling.max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    return out[:, inputs["input_ids"].shape[1] :].tolist()
+
+
+def run_per_sample(model, tokenizer, suite, samples: int, tasks: int) -> dict:
+    """HF generate one sample at a time; the same verifier scores each."""
     from tempering.evals.suite import render_messages
     from tempering.verifiers import score
 
@@ -105,18 +123,7 @@ def run_per_sample(model, tokenizer, suite, samples: int, tasks: int) -> dict:
             render_messages(task, "{prompt}"), add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
         for _ in range(samples):
-            with torch.no_grad():
-                out = model.generate(
-                    **ids,
-                    do_sample=True,
-                    temperature=s.temperature,
-                    top_p=s.top_p,
-                    top_k=0,
-                    max_new_tokens=s.max_new_tokens,
-                    pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                )
-            new = out[0, ids["input_ids"].shape[1] :].tolist()
+            new = sampled(model, tokenizer, s, ids, 1)[0]
             tokens += len(new)
             truncated += tokenizer.eos_token_id not in new
             text = tokenizer.decode(new, skip_special_tokens=True)
@@ -156,11 +163,10 @@ def _score_texts(suite, texts_by_task: list[list[str]], tokens: int, truncated: 
 def run_hf_batched(model, tokenizer, suite, samples: int, batch: int) -> dict:
     """HF `generate` on `batch` left-padded prompts a call, `num_return_sequences=samples`, the
     suite's sampling; the same verifier scores each (scoring timed, as on the other sides)."""
-    import torch
 
     from tempering.evals.suite import render_messages
 
-    s, eos, pad = suite.sampling, tokenizer.eos_token_id, tokenizer.pad_token_id
+    s, eos = suite.sampling, tokenizer.eos_token_id
     prompts = [
         tokenizer.apply_chat_template(render_messages(t, "{prompt}"), add_generation_prompt=True, tokenize=False)
         for t in suite.task_list
@@ -173,19 +179,7 @@ def run_hf_batched(model, tokenizer, suite, samples: int, batch: int) -> dict:
     try:
         for start in range(0, len(prompts), batch):
             enc = tokenizer(prompts[start : start + batch], return_tensors="pt", padding=True, add_special_tokens=False)
-            with torch.no_grad():
-                out = model.generate(
-                    **enc,
-                    do_sample=True,
-                    temperature=s.temperature,
-                    top_p=s.top_p,
-                    top_k=0,
-                    num_return_sequences=samples,
-                    max_new_tokens=s.max_new_tokens,
-                    pad_token_id=pad,
-                    eos_token_id=eos,
-                )
-            rows = out[:, enc["input_ids"].shape[1] :].tolist()
+            rows = sampled(model, tokenizer, s, enc, samples)
             for k in range(0, len(rows), samples):
                 group = []
                 for row in rows[k : k + samples]:
