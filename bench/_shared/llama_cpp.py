@@ -38,6 +38,24 @@ def llama_cpp_peer(
     return _python(gguf, prompts, max_new_tokens, threads, rounds)
 
 
+def merge_rounds(rounds: list[dict]) -> dict:
+    """Results of several `llama_cpp_peer` calls (one process each, e.g. one per round) as one side:
+    their runs summed, the last answers; the first that did not run where one did not."""
+    if not rounds:
+        return {"ran": False, "reason": "not asked for"}
+    if not all(r["ran"] for r in rounds):
+        return next(r for r in rounds if not r["ran"])
+    last = rounds[-1]
+    return {**last, **_summary([run for r in rounds for run in r["runs"]], last["answers"])}
+
+
+def fastest(by_threads: dict[int, dict]) -> dict:
+    """The fastest of the peer's results at each thread count (its pool spins, so fewer threads
+    can win), with every count's tokens/s under `tokens_per_s_by_threads`."""
+    best = max(by_threads.values(), key=lambda x: x.get("tokens_per_s", 0.0))
+    return {**best, "tokens_per_s_by_threads": {t: x.get("tokens_per_s") for t, x in by_threads.items()}}
+
+
 def _summary(runs: list[dict], answers: list[list[int]], **extra) -> dict:
     seconds = sum(r["seconds"] for r in runs)
     tokens = sum(r["generated_tokens"] for r in runs)

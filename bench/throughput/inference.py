@@ -51,7 +51,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
-from _shared.llama_cpp import llama_cpp_peer  # noqa: E402
+from _shared.llama_cpp import fastest, llama_cpp_peer  # noqa: E402
 from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
@@ -196,10 +196,9 @@ def hf_generate_batched(model, prompts, max_new_tokens: int, eos: int, pad: int,
 
 def fastest_llama_cpp(prompts, max_new_tokens: int, sequences: int, threads: list[int]) -> dict:
     """llama.cpp at each thread count; the fastest, with every count's tokens/s."""
-    tried = {t: llama_cpp_peer(prompts, max_new_tokens, t, sequences=sequences) for t in threads}
-    best = max(tried.values(), key=lambda x: x.get("tokens_per_s", 0.0))
+    best = fastest({t: llama_cpp_peer(prompts, max_new_tokens, t, sequences=sequences) for t in threads})
     best.pop("answers", None)
-    return {**best, "tokens_per_s_by_threads": {t: x.get("tokens_per_s") for t, x in tried.items()}}
+    return best
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
-from _shared.llama_cpp import llama_cpp_peer  # noqa: E402
+from _shared.llama_cpp import fastest, llama_cpp_peer, merge_rounds  # noqa: E402
 from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
@@ -71,21 +71,6 @@ def timed(run, prompts) -> tuple[dict, list[list[int]]]:
 def _common_prefix(a: list[int], b: list[int]) -> int:
     """How many leading tokens two answers share."""
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-def _merge_rounds(rounds: list[dict]) -> dict:
-    """The llama.cpp peer's rounds (one process each) as one side: summed, the last answers."""
-    if not rounds or not all(r["ran"] for r in rounds):
-        return rounds[-1] if rounds else {"ran": False, "reason": "not asked for"}
-    runs = [run for r in rounds for run in r["runs"]]
-    seconds, tokens = sum(x["seconds"] for x in runs), sum(x["generated_tokens"] for x in runs)
-    return {
-        **rounds[-1],
-        "runs": runs,
-        "seconds": seconds,
-        "generated_tokens": tokens,
-        "tokens_per_s": tokens / seconds,
-    }
 
 
 def main() -> None:
@@ -176,8 +161,7 @@ def main() -> None:
                 llama_rounds[t].append(got := llama_cpp_peer(prompts, args.max_new_tokens, t))
                 if got["ran"]:
                     print(f"round {r}: llama_cpp_q8_0 {t} thread(s) {got['tokens_per_s']:6.1f} tokens/s", flush=True)
-    llama_by_threads = {t: _merge_rounds(runs) for t, runs in llama_rounds.items()}
-    llama = max(llama_by_threads.values(), key=lambda x: x.get("tokens_per_s", 0.0))
+    llama = fastest({t: merge_rounds(runs) for t, runs in llama_rounds.items()})
     load_after = os.getloadavg()
 
     def rate(name: str) -> float:
@@ -238,7 +222,7 @@ def main() -> None:
         "first_call_seconds": build,
         "runs": rounds,
         "llama_cpp_q8_0": llama,
-        "llama_cpp_q8_0_tokens_per_s_by_threads": {t: x.get("tokens_per_s") for t, x in llama_by_threads.items()},
+        "llama_cpp_q8_0_tokens_per_s_by_threads": llama["tokens_per_s_by_threads"],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

@@ -20,6 +20,17 @@ def auto_threads(cpus: int, load: float) -> int:
     return max(1, round(cpus - load))
 
 
+def serving_threads() -> int:
+    """torch threads for a serving thread (`BatchingEngine.start`): the usable cores but one, at least 1.
+
+    Torch's OpenMP team in a thread other than the main one competes with the team the main
+    thread already made (every process that loaded a model has one): on the 2-core host a
+    GEMV in the serving thread took ~100 us with 2 threads against ~60 with 1 (42-66 in the main
+    thread), and serving one stream decoded 49.6 tokens/s at 2 threads, 69.7 at 1; 32 streams
+    352 vs 360 (docs/inference.md). One core is left to the main thread (HTTP, tokenising)."""
+    return max(1, len(os.sched_getaffinity(0)) - 1)
+
+
 def choose_threads(setting: int | str | None) -> tuple[int | None, str]:
     """(threads, why) for a `threads` setting: an int as given, "auto" from this host's cores
     and load, None for torch's default (then threads is None)."""

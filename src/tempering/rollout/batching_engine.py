@@ -35,7 +35,6 @@ different batch shape may round differently and flip a near-tie.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import deque
 from concurrent.futures import Future
@@ -47,6 +46,7 @@ import torch
 from tempering.config import SamplingParams
 from tempering.models.llama_decode import LlamaDecoder, unsupported_reason
 from tempering.models.precision import autocast
+from tempering.models.threads import serving_threads
 from tempering.rollout.batching import Request, Scheduler, constrain_rows, prompt_seed, sample_rows, top_rows
 from tempering.rollout.constrain import Constraint
 from tempering.rollout.engine import Completion, HFEngine, inference_weights
@@ -84,17 +84,6 @@ def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
     return max(limit, 0)
 
 
-def serving_threads() -> int:
-    """torch threads for the serving thread: the usable cores but one, at least 1.
-
-    Torch's OpenMP team in a thread other than the main one competes with the team the main
-    thread already made (every process that loaded a model has one): on the 2-core host a
-    GEMV in the serving thread took ~100 us with 2 threads against ~60 with 1 (42-66 in the main
-    thread), and serving one stream decoded 49.6 tokens/s at 2 threads, 69.7 at 1; 32 streams
-    352 vs 360 (docs/inference.md). One core is left to the main thread (HTTP, tokenising)."""
-    return max(1, len(os.sched_getaffinity(0)) - 1)
-
-
 class BatchingEngine(HFEngine):
     """`Engine` with continuous batching over `max_slots` concurrent sequences."""
 
@@ -111,8 +100,8 @@ class BatchingEngine(HFEngine):
         serve_threads: int | None = None,
     ):
         super().__init__(model, tokenizer, precision=precision)
-        self.serve_threads = serve_threads if serve_threads is not None else serving_threads()
-        """torch threads of the serving thread (default `serving_threads()`: one core left free)."""
+        self.serve_threads = serve_threads
+        """torch threads of the serving thread (None: `models.threads.serving_threads()`, one core left free)."""
         self.max_slots, self.max_len, self.max_prefill_tokens = max_slots, max_len, max_prefill_tokens
         self.max_cache_tokens = max_cache_tokens
         """KV cache positions the running batch may reserve (rows x longest reach; None: slots x max_len)."""
@@ -295,7 +284,7 @@ class BatchingEngine(HFEngine):
         return future
 
     def _serve(self) -> None:
-        torch.set_num_threads(self.serve_threads)  # this thread's own OpenMP team
+        torch.set_num_threads(self.serve_threads or serving_threads())  # this thread's own OpenMP team
         with torch.no_grad(), inference_weights(self.model, self.precision):
             while True:
                 with self._wake:
