@@ -38,6 +38,7 @@ def episode_summary(batch) -> dict:
     eps = [g[0] for g in batch.groups]
     return {
         ep.task.id: {
+            "env": ep.task.env,
             "tier": ep.task.tier,
             "success": bool(ep.stats.success),
             "errors": ep.stats.errors,
@@ -49,6 +50,12 @@ def episode_summary(batch) -> dict:
         }
         for ep in eps
     }
+
+
+def in_set(env: str, tier: int, spec: str) -> bool:
+    """Whether a task of `env` and `tier` is in the set ENV:TIERS (no tiers: every tier)."""
+    name, _, tiers = spec.partition(":")
+    return env == name and (not tiers or tier in [int(x) for x in tiers.split(",")])
 
 
 def run_seed(args: argparse.Namespace) -> None:
@@ -77,10 +84,12 @@ def run_seed(args: argparse.Namespace) -> None:
     seed, part = args.seed, Path(args.part)
     part.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"agent_rl_s{seed}_"))
-    suite = load_agent_suite(args.suite)
+    suite = [task for name in args.suite for task in load_agent_suite(name)]  # one pool over the suites named
     sft_tasks = select(suite, "train", args.sft_tiers)
     rl_tasks = select(suite, "train", args.rl_tiers)
     held = select(suite, "heldout", args.eval_tiers)
+    if args.gain_sets:  # only the held-out sets judged
+        held = [t for t in held if any(in_set(t.env, t.tier, spec) for spec in args.gain_sets)]
     if args.eval_limit:
         held = held[: args.eval_limit]
     # failure-recovery data: sampled on the training tasks of --recovery-suite (default: the SFT
@@ -384,6 +393,35 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
     head = credits[0] if credits else None
     base = "recovery_base" if "recovery_base" in parts[0]["phases"] else "sft"  # the recovery round's starting point
     main = gain("sft", f"rl_{head}") if head else paired([])
+    # held-out sets judged apart (e.g. workspace tiers 2-3 and every repository tier): each its own
+    # paired gain; the headline is the weakest set's (the claim must hold on every one)
+    sets = {}
+    for spec in parts[0]["settings"].get("gain_sets") or []:
+        units = [
+            (float(p["phases"]["sft"][t]["success"]), float(p["phases"][f"rl_{head}"][t]["success"]))
+            for p in parts
+            if head and f"rl_{head}" in p["phases"]
+            for t, v in p["phases"]["sft"].items()
+            if in_set(v.get("env"), v["tier"], spec)
+        ]
+
+        def share(phase: str, spec=spec) -> float | None:
+            vals = [
+                v["success"]
+                for p in parts
+                if phase in p["phases"]
+                for v in p["phases"][phase].values()
+                if in_set(v.get("env"), v["tier"], spec)
+            ]
+            return sum(vals) / len(vals) if vals else None
+
+        sets[spec] = {
+            "gain": paired(units),
+            "completion": {ph: share(ph) for ph in ["sft", *[f"rl_{c}" for c in credits]]},
+        }
+    if sets:
+        weakest = min(sets, key=lambda k: sets[k]["gain"]["ci_low"] if sets[k]["gain"]["n"] else float("-inf"))
+        main = sets[weakest]["gain"]
     result = {
         "benchmark": "agent RL after held-back SFT",
         "model": MODEL,
@@ -399,6 +437,8 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
         "rl_over_sft_gain_ci_high": main["ci_high"],
         "rl_steps": parts[0]["settings"]["rl_steps"],
         "units": main["n"],
+        "gain_sets": sets,
+        "headline_set": weakest if sets else None,
         "completion": {
             phase: {"rl_tiers": completion(phase), "all_tiers": completion(phase, [1, 2, 3, 4, 5])}
             for phase in ["sft", *[f"rl_{c}" for c in credits], "recovery_sft"]
@@ -434,7 +474,7 @@ def main() -> None:
     ap.add_argument("--collect", nargs="*", help="Only aggregate these part files.")
     ap.add_argument("--out", default=str(RESULTS / "agent_rl.json"))
     ap.add_argument("--note", default="")
-    ap.add_argument("--suite", default="workspace")
+    ap.add_argument("--suite", nargs="+", default=["workspace"], help="One or more suites, pooled.")
     ap.add_argument("--sft-tiers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rl-tiers", type=int, nargs="+", default=[2, 3])
     ap.add_argument(
@@ -475,6 +515,12 @@ def main() -> None:
         type=float,
         default=0.0,
         help="Expert episodes of the SFT tasks mixed into the recovery round, as a share of its recovered rows.",
+    )
+    ap.add_argument(
+        "--gain-sets",
+        nargs="*",
+        default=[],
+        help="Held-out sets judged apart, ENV:TIERS (workspace:2,3 repo:); the headline is the weakest.",
     )
     ap.add_argument("--eval-limit", type=int, default=0)
     ap.add_argument("--eval-tiers", type=int, nargs="*", default=None, help="Held-out tiers evaluated (default: all).")
