@@ -182,7 +182,7 @@ def run_seed(args: argparse.Namespace) -> None:
             sandbox,
             rl,
             episode,
-            1,
+            args.grad_accum,
             seed,
             tiers=args.rl_tiers,
             promote_at=args.promote_at,
@@ -197,6 +197,7 @@ def run_seed(args: argparse.Namespace) -> None:
         )
         train = TrainSettings(
             steps=args.rl_steps,
+            grad_accum=args.grad_accum,
             seed=seed,
             threads=args.threads,
             optim={"lr": args.rl_lr},
@@ -486,6 +487,9 @@ def main() -> None:
     ap.add_argument("--rl-steps", type=int, default=6)
     ap.add_argument("--rl-lr", type=float, default=5e-5)
     ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument(
+        "--grad-accum", type=int, default=1, help="RL micro-batches a step (whole groups each): less memory."
+    )
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--refills", type=int, default=1)
     ap.add_argument("--promote-at", type=float, default=0.5)
