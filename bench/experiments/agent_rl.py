@@ -468,6 +468,38 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
     return result
 
 
+def plot_curve(result: dict, path: Path, smooth: int = 5) -> None:
+    """The learning curve of the headline credit: per seed, training-episode success, step-credit
+    shaping and invalid calls per step, each a running mean over `smooth` steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = result["learning_curve"].get(result["headline_credit"] or "", {})
+    keys = [
+        ("success_rate", "training success"),
+        ("shaping_mean", "shaping / episode"),
+        ("invalid_calls", "invalid calls / episode"),
+    ]
+    fig, axes = plt.subplots(1, len(keys), figsize=(10, 3))
+    for ax, (key, label) in zip(axes, keys):
+        for seed, curve in sorted(curves.items()):
+            ys = [h.get(key) or 0.0 for h in curve]
+            run = [
+                sum(ys[max(0, i - smooth + 1) : i + 1]) / len(ys[max(0, i - smooth + 1) : i + 1])
+                for i in range(len(ys))
+            ]
+            ax.plot(range(1, len(run) + 1), run, label=f"seed {seed}")
+        ax.set_xlabel("RL step")
+        ax.set_title(label, fontsize=9)
+    axes[0].legend(fontsize=8)
+    suite = result["suite"] if isinstance(result["suite"], list) else [result["suite"]]
+    fig.suptitle(f"agent RL ({result['headline_credit']} credit), {' + '.join(suite)}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=0)
@@ -532,6 +564,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.collect:
         res = collect(args.collect, Path(args.out), args.note)
+        if res["learning_curve"]:
+            plot_curve(res, Path(args.out).with_suffix(".png"))
         print(
             json.dumps(
                 {
