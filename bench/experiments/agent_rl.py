@@ -158,9 +158,24 @@ def run_seed(args: argparse.Namespace) -> None:
 
     log(f"seed {seed}: SFT on {len(sft_tasks)} expert episodes of tiers {args.sft_tiers}")
     expert = expert_examples(sft_tasks, renderer, sandbox)
-    out["sft"] = sft(expert, args.sft_steps, args.sft_lr, "sft")
+    if args.sft_from:  # a finished SFT of this seed (a run cut short): its checkpoint's LoRA weights
+        from safetensors.torch import load_file
+
+        missing, unexpected = model.load_state_dict(
+            load_file(Path(args.sft_from) / "weights.safetensors"), strict=False
+        )
+        if unexpected or not any("lora" in k for k in model.state_dict() if k not in missing):
+            raise SystemExit(f"{args.sft_from}: not this model's LoRA weights")
+        out["sft"] = {"from_checkpoint": args.sft_from}
+    else:
+        out["sft"] = sft(expert, args.sft_steps, args.sft_lr, "sft")
     save()
-    evaluate("sft")
+    if args.sft_eval_from:  # that run's SFT-only eval, already measured on the same weights
+        earlier = json.loads(Path(args.sft_eval_from).read_text())
+        out["phases"]["sft"], out["sft"]["eval_from"] = earlier["phases"]["sft"], args.sft_eval_from
+        save()
+    else:
+        evaluate("sft")
     sft_state = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora" in k}
     stores = []
     for credit in args.credits:
@@ -514,6 +529,8 @@ def main() -> None:
         "--credits", nargs="*", default=["trajectory", "step"], help="none: no RL (the recovery phase only)"
     )
     ap.add_argument("--sft-steps", type=int, default=16)
+    ap.add_argument("--sft-from", default=None, help="An SFT checkpoint of this seed: its weights, no SFT run.")
+    ap.add_argument("--sft-eval-from", default=None, help="A part file whose SFT-only eval these weights already had.")
     ap.add_argument("--sft-lr", type=float, default=2e-3)
     ap.add_argument("--sft-batch", type=int, default=6)
     ap.add_argument("--rl-steps", type=int, default=6)
