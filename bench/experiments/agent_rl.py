@@ -384,24 +384,21 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
     parts = merge_seeds([json.loads(Path(p).read_text()) for p in paths])
     tiers = parts[0]["rl_tiers"]
 
-    def gain(a: str, b: str, tier_set=tiers) -> dict:
+    def gain(a: str, b: str, tier_set=tiers, keep=None) -> dict:
+        """Phase b minus phase a over the units whose episode `keep` takes (default: the tiers)."""
+        keep = keep or (lambda v: v["tier"] in tier_set)
         pairs = [
             (float(p["phases"][a][t]["success"]), float(p["phases"][b][t]["success"]))
             for p in parts
             if a in p["phases"] and b in p["phases"]
             for t, v in p["phases"][a].items()
-            if v["tier"] in tier_set
+            if keep(v)
         ]
         return paired(pairs)
 
-    def completion(phase: str, tier_set=tiers) -> float | None:
-        vals = [
-            v["success"]
-            for p in parts
-            if phase in p["phases"]
-            for v in p["phases"][phase].values()
-            if v["tier"] in tier_set
-        ]
+    def completion(phase: str, tier_set=tiers, keep=None) -> float | None:
+        keep = keep or (lambda v: v["tier"] in tier_set)
+        vals = [v["success"] for p in parts if phase in p["phases"] for v in p["phases"][phase].values() if keep(v)]
         return sum(vals) / len(vals) if vals else None
 
     credits = list(dict.fromkeys(c for p in parts for c in p["settings"]["credits"]))
@@ -413,27 +410,13 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
     # paired gain; the headline is the weakest set's (the claim must hold on every one)
     sets = {}
     for spec in parts[0]["settings"].get("gain_sets") or []:
-        units = [
-            (float(p["phases"]["sft"][t]["success"]), float(p["phases"][f"rl_{head}"][t]["success"]))
-            for p in parts
-            if head and f"rl_{head}" in p["phases"]
-            for t, v in p["phases"]["sft"].items()
-            if in_set(v.get("env"), v["tier"], spec)
-        ]
 
-        def share(phase: str, spec=spec) -> float | None:
-            vals = [
-                v["success"]
-                for p in parts
-                if phase in p["phases"]
-                for v in p["phases"][phase].values()
-                if in_set(v.get("env"), v["tier"], spec)
-            ]
-            return sum(vals) / len(vals) if vals else None
+        def keep(v: dict, spec=spec) -> bool:
+            return in_set(v.get("env"), v["tier"], spec)
 
         sets[spec] = {
-            "gain": paired(units),
-            "completion": {ph: share(ph) for ph in ["sft", *[f"rl_{c}" for c in credits]]},
+            "gain": gain("sft", f"rl_{head}", keep=keep) if head else paired([]),
+            "completion": {ph: completion(ph, keep=keep) for ph in ["sft", *[f"rl_{c}" for c in credits]]},
         }
     if sets:
         weakest = min(sets, key=lambda k: sets[k]["gain"]["ci_low"] if sets[k]["gain"]["n"] else float("-inf"))
