@@ -159,12 +159,10 @@ def run_seed(args: argparse.Namespace) -> None:
     log(f"seed {seed}: SFT on {len(sft_tasks)} expert episodes of tiers {args.sft_tiers}")
     expert = expert_examples(sft_tasks, renderer, sandbox)
     if args.sft_from:  # a finished SFT of this seed (a run cut short): its checkpoint's LoRA weights
-        from safetensors.torch import load_file
+        from tempering.train.checkpoint import load_checkpoint
 
-        missing, unexpected = model.load_state_dict(
-            load_file(Path(args.sft_from) / "weights.safetensors"), strict=False
-        )
-        if unexpected or not any("lora" in k for k in model.state_dict() if k not in missing):
+        weights = load_checkpoint(Path(args.sft_from))["weights"]  # hashes verified
+        if model.load_state_dict(weights, strict=False).unexpected_keys or not any("lora" in k for k in weights):
             raise SystemExit(f"{args.sft_from}: not this model's LoRA weights")
         out["sft"] = {"from_checkpoint": args.sft_from}
     else:
@@ -484,10 +482,8 @@ def plot_curve(result: dict, path: Path, smooth: int = 5) -> None:
     for ax, (key, label) in zip(axes, keys):
         for seed, curve in sorted(curves.items()):
             ys = [h.get(key) or 0.0 for h in curve]
-            run = [
-                sum(ys[max(0, i - smooth + 1) : i + 1]) / len(ys[max(0, i - smooth + 1) : i + 1])
-                for i in range(len(ys))
-            ]
+            windows = [ys[max(0, i - smooth + 1) : i + 1] for i in range(len(ys))]
+            run = [sum(w) / len(w) for w in windows]
             ax.plot(range(1, len(run) + 1), run, label=f"seed {seed}")
         ax.set_xlabel("RL step")
         ax.set_title(label, fontsize=9)
