@@ -432,7 +432,7 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
         "rl_over_sft_gain": main["delta"],
         "rl_over_sft_gain_ci_low": main["ci_low"],
         "rl_over_sft_gain_ci_high": main["ci_high"],
-        "rl_steps": parts[0]["settings"]["rl_steps"],
+        "rl_steps": min(p["settings"]["rl_steps"] for p in parts),  # every seed ran at least this many
         "units": main["n"],
         "gain_sets": sets,
         "headline_set": weakest if sets else None,
@@ -453,6 +453,12 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
         "recovery_probe": recovery_delta(parts, "probe_base", "probe_after"),
         "seconds": {str(k): {n: v for p in parts if p["seed"] == k for n, v in p["seconds"].items()} for k in seeds},
         "settings": parts[0]["settings"],
+        # what a seed ran with where it differs from the first part (e.g. resumed from its SFT checkpoint)
+        "settings_by_seed": {
+            key: {str(p["seed"]): p["settings"].get(key) for p in parts}
+            for key in sorted({k for p in parts for k in p["settings"]})
+            if key != "seed" and len({json.dumps(p["settings"].get(key)) for p in parts}) > 1
+        },
         "load_average": os.getloadavg(),
         "note": note,
     }

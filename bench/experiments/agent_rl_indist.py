@@ -1,0 +1,105 @@
+"""Did RL improve what it trained on? Greedy completion of saved LoRA checkpoints (e.g. one seed's
+SFT and its RL after SFT) on the *training* tasks of the tiers RL sampled, paired by task. Beside
+`agent_rl.py`'s held-out gain it separates "RL learned nothing" from "RL learned, it did not
+transfer".
+
+    python bench/experiments/agent_rl_indist.py --seed 1 --suite workspace repo --tiers 1 \\
+        --checkpoint sft=CKPT_DIR --checkpoint rl_step=CKPT_DIR --out bench/results/agent_rl_indist.json
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from agent_rl import MODEL, episode_summary, log, paired  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--suite", nargs="+", default=["workspace", "repo"])
+    ap.add_argument("--split", default="train", choices=["train", "heldout"])
+    ap.add_argument("--tiers", type=int, nargs="*", default=None)
+    ap.add_argument("--checkpoint", action="append", required=True, help="LABEL=DIR, the first is the base")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--context", type=int, default=1536)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    checkpoints = dict(c.split("=", 1) for c in args.checkpoint)
+
+    import torch
+
+    from tempering.agents.config import AgentEvalSettings
+    from tempering.agents.render import AgentRenderer
+    from tempering.agents.rollout import EpisodeSettings, agent_rollout
+    from tempering.agents.tasks import load_agent_suite, select
+    from tempering.config import LoraSettings
+    from tempering.models.load import load_tokenizer
+    from tempering.models.lora import load_for_training
+    from tempering.rollout.engine import HFEngine
+    from tempering.sandbox import SandboxPool
+    from tempering.train.checkpoint import load_checkpoint
+
+    torch.set_num_threads(args.threads)
+    tasks = select([t for name in args.suite for t in load_agent_suite(name)], args.split, args.tiers)
+    tok = load_tokenizer(MODEL)
+    model = load_for_training(MODEL, LoraSettings(r=16, alpha=32, dropout=0.0, last_layers=12))
+    engine, renderer, sandbox = HFEngine(model, tok, precision="auto"), AgentRenderer(tok), SandboxPool(size=4)
+    phases: dict[str, dict] = {}
+    for label, directory in checkpoints.items():
+        weights = load_checkpoint(Path(directory))["weights"]  # hashes verified
+        if model.load_state_dict(weights, strict=False).unexpected_keys or not any("lora" in k for k in weights):
+            raise SystemExit(f"{directory}: not this model's LoRA weights")
+        t0 = time.perf_counter()
+        batch = agent_rollout(
+            tasks,
+            engine,
+            renderer,
+            sandbox,
+            AgentEvalSettings(max_new_tokens=args.max_new_tokens),
+            EpisodeSettings(max_context_tokens=args.context),
+            seed=args.seed,
+        )
+        phases[label] = episode_summary(batch)
+        ok = [v["success"] for v in phases[label].values()]
+        log(
+            f"seed {args.seed} {label}: {sum(ok)}/{len(ok)} of the {args.split} tasks ({time.perf_counter() - t0:.0f} s)"
+        )
+    base, *others = checkpoints
+
+    def by_env(label: str) -> dict:
+        return {
+            env: f"{sum(v['success'] for v in phases[label].values() if v['env'] == env)}/"
+            f"{sum(v['env'] == env for v in phases[label].values())}"
+            for env in args.suite
+        }
+
+    result = {
+        "benchmark": "agent RL: greedy completion on the tasks it trained on",
+        "model": MODEL,
+        "seed": args.seed,
+        "split": args.split,
+        "tiers": args.tiers,
+        "checkpoints": checkpoints,
+        "completion": {label: by_env(label) for label in checkpoints},
+        "gain": {
+            f"{label}_minus_{base}": paired(
+                [(float(phases[base][t]["success"]), float(v["success"])) for t, v in phases[label].items()]
+            )
+            for label in others
+        },
+        "invalid_calls_per_episode": {
+            label: sum(v["invalid_calls"] for v in p.values()) / len(p) for label, p in phases.items()
+        },
+        "phases": phases,
+    }
+    args.out.write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: result[k] for k in ("completion", "gain", "invalid_calls_per_episode")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
