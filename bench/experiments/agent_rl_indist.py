@@ -4,7 +4,8 @@ SFT and its RL after SFT) on the *training* tasks of the tiers RL sampled, paire
 transfer".
 
     python bench/experiments/agent_rl_indist.py --seed 1 --suite workspace repo --tiers 1 \\
-        --checkpoint sft=CKPT_DIR --checkpoint rl_step=CKPT_DIR --out bench/results/agent_rl_indist.json
+        --checkpoint sft=CKPT_DIR --checkpoint rl_step=CKPT_DIR --out /tmp/indist/s1.json
+    python bench/experiments/agent_rl_indist.py --collect /tmp/indist/s*.json --out bench/results/agent_rl_indist.json
 """
 
 import argparse
@@ -17,18 +18,53 @@ sys.path.insert(0, str(Path(__file__).parent))
 from agent_rl import MODEL, episode_summary, log, paired  # noqa: E402
 
 
+def collect(paths: list[str], out: Path) -> dict:
+    """Per-seed files pooled: each later checkpoint minus the first, paired by (seed, task)."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    base, *others = runs[0]["checkpoints"]
+
+    def pairs(label: str, env: str | None = None) -> list[tuple[float, float]]:
+        return [
+            (float(r["phases"][base][t]["success"]), float(v["success"]))
+            for r in runs
+            for t, v in r["phases"][label].items()
+            if env in (None, v["env"])
+        ]
+
+    envs = sorted({v["env"] for r in runs for p in r["phases"].values() for v in p.values()})
+    result = {
+        "benchmark": runs[0]["benchmark"] + ", seeds pooled",
+        "model": MODEL,
+        "seeds": {
+            str(r["seed"]): {k: r[k] for k in ("tiers", "completion", "gain", "invalid_calls_per_episode")}
+            for r in runs
+        },
+        "gain": {f"{label}_minus_{base}": paired(pairs(label)) for label in others},
+        "gain_by_env": {env: {f"{label}_minus_{base}": paired(pairs(label, env)) for label in others} for env in envs},
+    }
+    out.write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: result[k] for k in ("gain", "gain_by_env")}, indent=1))
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--collect", nargs="+", help="Only pool these per-seed files into --out.")
+    ap.add_argument("--seed", type=int)
     ap.add_argument("--suite", nargs="+", default=["workspace", "repo"])
     ap.add_argument("--split", default="train", choices=["train", "heldout"])
     ap.add_argument("--tiers", type=int, nargs="*", default=None)
-    ap.add_argument("--checkpoint", action="append", required=True, help="LABEL=DIR, the first is the base")
+    ap.add_argument("--checkpoint", action="append", help="LABEL=DIR, the first is the base")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--context", type=int, default=1536)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
+    if args.collect:
+        collect(args.collect, args.out)
+        return
+    if args.seed is None or not args.checkpoint:
+        ap.error("--seed and --checkpoint are needed unless --collect")
     checkpoints = dict(c.split("=", 1) for c in args.checkpoint)
 
     import torch
