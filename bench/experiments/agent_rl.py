@@ -52,6 +52,15 @@ def episode_summary(batch) -> dict:
     }
 
 
+def load_lora(model, directory: str) -> None:
+    """A checkpoint's LoRA weights into `model` (hashes verified), or exit naming the directory."""
+    from tempering.train.checkpoint import load_checkpoint
+
+    weights = load_checkpoint(Path(directory))["weights"]
+    if model.load_state_dict(weights, strict=False).unexpected_keys or not any("lora" in k for k in weights):
+        raise SystemExit(f"{directory}: not this model's LoRA weights")
+
+
 def in_set(env: str, tier: int, spec: str) -> bool:
     """Whether a task of `env` and `tier` is in the set ENV:TIERS (no tiers: every tier)."""
     name, _, tiers = spec.partition(":")
@@ -159,11 +168,7 @@ def run_seed(args: argparse.Namespace) -> None:
     log(f"seed {seed}: SFT on {len(sft_tasks)} expert episodes of tiers {args.sft_tiers}")
     expert = expert_examples(sft_tasks, renderer, sandbox)
     if args.sft_from:  # a finished SFT of this seed (a run cut short): its checkpoint's LoRA weights
-        from tempering.train.checkpoint import load_checkpoint
-
-        weights = load_checkpoint(Path(args.sft_from))["weights"]  # hashes verified
-        if model.load_state_dict(weights, strict=False).unexpected_keys or not any("lora" in k for k in weights):
-            raise SystemExit(f"{args.sft_from}: not this model's LoRA weights")
+        load_lora(model, args.sft_from)
         out["sft"] = {"from_checkpoint": args.sft_from}
     else:
         out["sft"] = sft(expert, args.sft_steps, args.sft_lr, "sft")

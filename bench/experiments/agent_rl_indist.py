@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from agent_rl import MODEL, episode_summary, log, paired  # noqa: E402
+from agent_rl import MODEL, episode_summary, load_lora, log, paired  # noqa: E402
 
 
 def collect(paths: list[str], out: Path) -> dict:
@@ -78,7 +78,6 @@ def main() -> None:
     from tempering.models.lora import load_for_training
     from tempering.rollout.engine import HFEngine
     from tempering.sandbox import SandboxPool
-    from tempering.train.checkpoint import load_checkpoint
 
     torch.set_num_threads(args.threads)
     tasks = select([t for name in args.suite for t in load_agent_suite(name)], args.split, args.tiers)
@@ -87,9 +86,7 @@ def main() -> None:
     engine, renderer, sandbox = HFEngine(model, tok, precision="auto"), AgentRenderer(tok), SandboxPool(size=4)
     phases: dict[str, dict] = {}
     for label, directory in checkpoints.items():
-        weights = load_checkpoint(Path(directory))["weights"]  # hashes verified
-        if model.load_state_dict(weights, strict=False).unexpected_keys or not any("lora" in k for k in weights):
-            raise SystemExit(f"{directory}: not this model's LoRA weights")
+        load_lora(model, directory)
         t0 = time.perf_counter()
         batch = agent_rollout(
             tasks,
