@@ -18,19 +18,20 @@ sys.path.insert(0, str(Path(__file__).parent))
 from agent_rl import MODEL, episode_summary, load_lora, log, paired  # noqa: E402
 
 
+def pairs(runs: list[dict], base: str, label: str, env: str | None = None) -> list[tuple[float, float]]:
+    """(base, label) successes paired by (seed, task) over runs, optionally one environment's tasks."""
+    return [
+        (float(r["phases"][base][t]["success"]), float(v["success"]))
+        for r in runs
+        for t, v in r["phases"][label].items()
+        if env in (None, v["env"])
+    ]
+
+
 def collect(paths: list[str], out: Path) -> dict:
     """Per-seed files pooled: each later checkpoint minus the first, paired by (seed, task)."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
     base, *others = runs[0]["checkpoints"]
-
-    def pairs(label: str, env: str | None = None) -> list[tuple[float, float]]:
-        return [
-            (float(r["phases"][base][t]["success"]), float(v["success"]))
-            for r in runs
-            for t, v in r["phases"][label].items()
-            if env in (None, v["env"])
-        ]
-
     envs = sorted({v["env"] for r in runs for p in r["phases"].values() for v in p.values()})
     result = {
         "benchmark": runs[0]["benchmark"] + ", seeds pooled",
@@ -39,8 +40,10 @@ def collect(paths: list[str], out: Path) -> dict:
             str(r["seed"]): {k: r[k] for k in ("tiers", "completion", "gain", "invalid_calls_per_episode")}
             for r in runs
         },
-        "gain": {f"{label}_minus_{base}": paired(pairs(label)) for label in others},
-        "gain_by_env": {env: {f"{label}_minus_{base}": paired(pairs(label, env)) for label in others} for env in envs},
+        "gain": {f"{label}_minus_{base}": paired(pairs(runs, base, label)) for label in others},
+        "gain_by_env": {
+            env: {f"{label}_minus_{base}": paired(pairs(runs, base, label, env)) for label in others} for env in envs
+        },
     }
     out.write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("gain", "gain_by_env")}, indent=1))
@@ -119,17 +122,12 @@ def main() -> None:
         "tiers": args.tiers,
         "checkpoints": checkpoints,
         "completion": {label: by_env(label) for label in checkpoints},
-        "gain": {
-            f"{label}_minus_{base}": paired(
-                [(float(phases[base][t]["success"]), float(v["success"])) for t, v in phases[label].items()]
-            )
-            for label in others
-        },
         "invalid_calls_per_episode": {
             label: sum(v["invalid_calls"] for v in p.values()) / len(p) for label, p in phases.items()
         },
         "phases": phases,
     }
+    result["gain"] = {f"{label}_minus_{base}": paired(pairs([result], base, label)) for label in others}
     args.out.write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("completion", "gain", "invalid_calls_per_episode")}, indent=1))
 
