@@ -165,12 +165,13 @@ def run_seed(args: argparse.Namespace) -> None:
             "loss_last": result.losses[-1],
         }
 
-    log(f"seed {seed}: SFT on {len(sft_tasks)} expert episodes of tiers {args.sft_tiers}")
-    expert = expert_examples(sft_tasks, renderer, sandbox)
+    expert = expert_examples(sft_tasks, renderer, sandbox)  # also the recovery round's mix
     if args.sft_from:  # a finished SFT of this seed (a run cut short): its checkpoint's LoRA weights
+        log(f"seed {seed}: SFT weights from {args.sft_from}")
         load_lora(model, args.sft_from)
         out["sft"] = {"from_checkpoint": args.sft_from}
     else:
+        log(f"seed {seed}: SFT on {len(sft_tasks)} expert episodes of tiers {args.sft_tiers}")
         out["sft"] = sft(expert, args.sft_steps, args.sft_lr, "sft")
     save()
     if args.sft_eval_from:  # that run's SFT-only eval, already measured on the same weights
