@@ -31,6 +31,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from tempering.errors import UserError
+
 Family = Literal["advantage", "policy_loss", "preference_loss", "divergence"]
 
 FAMILY_WORDS: dict[str, str] = {
@@ -69,13 +71,13 @@ REGISTRY: dict[tuple[str, str], Algorithm] = {}
 
 def _register(family: Family, name: str, **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     if not name.isidentifier():
-        raise ValueError(f"{FAMILY_WORDS[family]} name {name!r}: expected a word (letters, digits, _)")
+        raise UserError(f"{FAMILY_WORDS[family]} name {name!r}: expected a word (letters, digits, _)")
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         known = REGISTRY.get((family, name))
         same = known is not None and (known.fn.__module__, known.fn.__qualname__) == (fn.__module__, fn.__qualname__)
         if known is not None and not same:
-            raise ValueError(
+            raise UserError(
                 f"{FAMILY_WORDS[family]} {name!r} is already registered (to {known.fn.__module__}.{known.fn.__qualname__})"
             )
         REGISTRY[(family, name)] = Algorithm(name, family, fn, options)
@@ -96,7 +98,7 @@ def register_policy_loss(
     """Register `fn(logp, logp_old, advantages, mask, *, clip_low, clip_high) -> (per_token, clipped)`
     (all (B, T)) as a policy loss, reduced by `aggregation` unless a config overrides it."""
     if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation {aggregation!r}: expected one of {', '.join(AGGREGATIONS)}")
+        raise UserError(f"aggregation {aggregation!r}: expected one of {', '.join(AGGREGATIONS)}")
     return _register("policy_loss", name, aggregation=aggregation)
 
 
@@ -125,7 +127,7 @@ def load(plugins: tuple[str, ...] | list[str] = ()) -> None:
         try:
             importlib.import_module(module)
         except Exception as exc:  # any failure of a user's module is reported in one line
-            raise ValueError(f"plugin module {module!r} does not import ({type(exc).__name__}: {exc})") from None
+            raise UserError(f"plugin module {module!r} does not import ({type(exc).__name__}: {exc})") from None
 
 
 def names(family: Family) -> list[str]:
@@ -146,10 +148,10 @@ def lookup(family: Family, name: str, plugins: tuple[str, ...] | list[str] = ())
     word = FAMILY_WORDS[family]
     elsewhere = [_article(FAMILY_WORDS[fam]) for fam, n in REGISTRY if n == name]
     if elsewhere:
-        raise ValueError(
+        raise UserError(
             f"{name!r} is registered as {' and '.join(elsewhere)}, not {_article(word)} (registered: {', '.join(names(family))})"
         )
-    raise ValueError(f"unknown {word} {name!r} (registered: {', '.join(names(family))})")
+    raise UserError(f"unknown {word} {name!r} (registered: {', '.join(names(family))})")
 
 
 def _article(word: str) -> str:

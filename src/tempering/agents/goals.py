@@ -19,6 +19,7 @@ from typing import Any
 
 from tempering.agents.judge import judge
 from tempering.agents.tools import EnvFailure, ToolContext
+from tempering.errors import UserError
 from tempering.numbers import as_number, parse_number
 from tempering.pyast import parse_module
 
@@ -109,13 +110,13 @@ def resolve_repo_tests(goal: dict[str, Any], files: dict[str, str]) -> dict[str,
     hidden = {}
     for path in goal["paths"]:
         if path not in files:
-            raise ValueError(f"goal 'repo_tests': {path} is not a file of the repository (no hidden test)")
+            raise UserError(f"goal 'repo_tests': {path} is not a file of the repository (no hidden test)")
         try:
             tree = parse_module(files[path], path)
         except SyntaxError as exc:
-            raise ValueError(f"goal 'repo_tests': {path} is not valid Python (line {exc.lineno})") from None
+            raise UserError(f"goal 'repo_tests': {path} is not valid Python (line {exc.lineno})") from None
         if not any(isinstance(n, ast.FunctionDef) and n.name.startswith("test") for n in ast.walk(tree)):
-            raise ValueError(f"goal 'repo_tests': {path} defines no test (no method named test*)")
+            raise UserError(f"goal 'repo_tests': {path} defines no test (no method named test*)")
         hidden[path.rsplit("/", 1)[-1]] = files[path]
     intact = [{"type": "file", "path": p, "equals": files[p]} for p in goal["paths"]]
     return {"type": "all", "checks": [{"type": "tests", "files": hidden}, *intact]}
@@ -150,4 +151,4 @@ def check_goal(goal: dict[str, Any], ctx: ToolContext, answer: str | None) -> bo
         return verdict.passed
     if kind == "repo_tests":
         raise ValueError("goal 'repo_tests' is resolved when its task loads (AgentTask), never checked as such")
-    raise ValueError(f"unknown goal type {kind!r} ({', '.join(GOAL_TYPES)})")
+    raise UserError(f"unknown goal type {kind!r} ({', '.join(GOAL_TYPES)})")

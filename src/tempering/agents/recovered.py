@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from tempering.data.io import iter_rows, where
+from tempering.errors import UserError
 
 ERROR_KEYS = ("invalid_calls", "tool_errors", "wrong_answers")
 
@@ -36,9 +37,9 @@ def read_trajectory_rows(path: str | Path) -> list[dict[str, Any]]:
     out = []
     for location, row, error in iter_rows(path):
         if error is not None:
-            raise ValueError(f"{where(path, location)}: not a JSON episode row ({error})")
+            raise UserError(f"{where(path, location)}: not a JSON episode row ({error})")
         if not isinstance(row, dict) or not isinstance(row.get("messages"), list) or "stats" not in row:
-            raise ValueError(f"{where(path, location)}: not an episode row (needs 'messages' and 'stats')")
+            raise UserError(f"{where(path, location)}: not an episode row (needs 'messages' and 'stats')")
         out.append(row)
     return out
 
@@ -104,7 +105,7 @@ def export_recovered(run_dir: str | Path, out: str | Path | None = None) -> tupl
     run = Path(run_dir)
     source = run / "trajectories.jsonl"
     if not source.is_file():
-        raise ValueError(f"{run}: no trajectories.jsonl (not a `temper agent` run, or it stored no episode)")
+        raise UserError(f"{run}: no trajectories.jsonl (not a `temper agent` run, or it stored no episode)")
     updates = 1
     config = run / "run_config.json"
     if config.is_file():

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tempering.agents.goals import goal_problem, needs_session, resolve_repo_tests
 from tempering.agents.tools import TOOLS, check_arguments
+from tempering.errors import UserError
 
 ENVS_DIR = Path(__file__).parent / "envs"
 BUILTIN = ("tool_arith", "tool_notation", "retry", "workspace", "safe", "repo")
@@ -126,7 +127,7 @@ class AgentTask(BaseModel):
         return self.attempt_rewards[min(attempt, len(self.attempt_rewards)) - 1]
 
 
-class TaskFileError(ValueError):
+class TaskFileError(UserError):
     """A task file is missing or a row is invalid (the message names file and line)."""
 
 

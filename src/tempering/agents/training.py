@@ -51,6 +51,7 @@ from tempering.agents.tasks import AgentTask
 from tempering.batches import GRPOBatch
 from tempering.config import GRPOPolicySettings
 from tempering.data.render import RenderedExample, render_with_mask
+from tempering.errors import UserError
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, old_logprobs_for
 from tempering.types import Trajectory
@@ -63,7 +64,7 @@ def expert_conversations(tasks: list[AgentTask], renderer: AgentRenderer, sandbo
     for task in tasks:
         result = run_episode(ToolEnv(sandbox), oracle, task)
         if not result.stats.success:
-            raise ValueError(f"the scripted expert fails task {task.id}: fix its `solution`")
+            raise UserError(f"the scripted expert fails task {task.id}: fix its `solution`")
         messages = renderer.opening(result.messages[:1], task.tools) + result.messages[1:]
         while messages[-1]["role"] != "assistant":
             messages.pop()
@@ -96,13 +97,13 @@ class Curriculum:
         self.tiers = sorted({t.tier for t in tasks}) if tiers is None else list(tiers)
         outside = next((t for t in tasks if t.tier not in self.tiers), None)
         if outside is not None:
-            raise ValueError(f"training task {outside.id}: tier {outside.tier} is outside the curriculum {self.tiers}")
+            raise UserError(f"training task {outside.id}: tier {outside.tier} is outside the curriculum {self.tiers}")
         self.by_tier = {k: [t for t in tasks if t.tier == k] for k in self.tiers}
         empty = [k for k, v in self.by_tier.items() if not v]
         if empty:
-            raise ValueError(f"curriculum tier {empty[0]} has no training task")
+            raise UserError(f"curriculum tier {empty[0]} has no training task")
         if not 0 <= review < 1:
-            raise ValueError(f"curriculum review {review}: expected a share in [0, 1)")
+            raise UserError(f"curriculum review {review}: expected a share in [0, 1)")
         self.level, self.promote_at, self.review = 0, promote_at, review
         self.recent: deque[bool] = deque(maxlen=window)
         self.rng = random.Random(seed)
@@ -151,7 +152,7 @@ class Curriculum:
 
     def load_state_dict(self, state: dict) -> None:
         if state["level"] >= len(self.tiers):
-            raise ValueError(
+            raise UserError(
                 f"the checkpoint's curriculum is at level {state['level']}; this run has tiers {self.tiers}"
             )
         self.level, self.recent = state["level"], deque(state["recent"], maxlen=self.recent.maxlen)
@@ -222,9 +223,9 @@ class AgentRolloutSource:
         precision: str = "fp32",
     ):
         if not tasks:
-            raise ValueError("agent RL needs at least one training task")
+            raise UserError("agent RL needs at least one training task")
         if credit not in ("trajectory", "step"):
-            raise ValueError(f"credit {credit!r}: expected trajectory or step")
+            raise UserError(f"credit {credit!r}: expected trajectory or step")
         self.engine, self.renderer, self.sandbox = engine, renderer, sandbox
         self.s, self.episode, self.grad_accum, self.seed = grpo, episode, grad_accum, seed
         self.curriculum = Curriculum(tasks, promote_at, window, seed, tiers, review)
@@ -405,7 +406,7 @@ def read_episodes(path: str | Path) -> list[Trajectory]:
             row = json.loads(line)
             out.append(Trajectory.model_validate({k: v for k, v in row.items() if k in Trajectory.model_fields}))
         except (json.JSONDecodeError, ValueError) as exc:
-            raise ValueError(f"{path}:{n}: not an episode: {str(exc).splitlines()[0]}") from None
+            raise UserError(f"{path}:{n}: not an episode: {str(exc).splitlines()[0]}") from None
     return out
 
 

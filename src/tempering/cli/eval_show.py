@@ -19,12 +19,14 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from tempering.errors import UserError
+
 SAMPLES = "samples.jsonl"
 PREVIEW_COLUMNS = 16
 """Width in characters of a picture's preview (each character shows two pixel rows)."""
 
 
-class SamplesError(ValueError):
+class SamplesError(UserError):
     """samples.jsonl is missing or a line of it is not a JSON object."""
 
 

@@ -7,6 +7,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from tempering.errors import UserError
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
@@ -37,7 +39,7 @@ class Strict(BaseModel):
         return False
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A config file or override that does not validate."""
 
 

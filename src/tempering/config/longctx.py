@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from tempering.config.base import DEFAULT_MODEL, Strict
+from tempering.errors import UserError
 
 YARN_ONLY = ("beta_fast", "beta_slow", "attention_factor")
 
@@ -113,4 +114,4 @@ def longctx_settings(config: dict[str, Any]) -> LongctxSettings:
     except ValidationError as exc:
         first = exc.errors()[0]
         message = str(first["msg"]).removeprefix("Value error, ")
-        raise ValueError(f"{'.'.join(map(str, first['loc']))}: {message}" if first["loc"] else message) from None
+        raise UserError(f"{'.'.join(map(str, first['loc']))}: {message}" if first["loc"] else message) from None

@@ -34,6 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tempering.errors import UserError
+
 LABELS = ("chosen", "rejected", "tie")
 
 
@@ -188,7 +190,7 @@ def filter_pairs(
 ) -> FilterResult:
     """Which rows to keep by their votes (see the module docstring)."""
     if not 0.0 <= min_agreement <= 1.0:
-        raise ValueError(f"min_agreement must be within [0, 1], got {min_agreement}")
+        raise UserError(f"min_agreement must be within [0, 1], got {min_agreement}")
     kept, flipped, weights = [], [], {}
     dropped = {"low_agreement": 0, "majority_rejected": 0, "majority_tie": 0, "no_majority": 0}
     for i, item in enumerate(items):

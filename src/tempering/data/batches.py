@@ -17,6 +17,7 @@ import torch
 
 from tempering.batches import SFTBatch
 from tempering.data.render import IGNORE, RenderedExample
+from tempering.errors import UserError
 
 
 class ExampleOrder:
@@ -24,7 +25,7 @@ class ExampleOrder:
 
     def __init__(self, n: int, seed: int):
         if n == 0:
-            raise ValueError("no training examples")
+            raise UserError("no training examples")
         self.n, self.seed = n, seed
         self.epoch, self.cursor = 0, 0
         self._perm = self._permutation(0)
@@ -50,7 +51,7 @@ class ExampleOrder:
     def load_state_dict(self, state: dict) -> None:
         for key in ("n", "seed"):
             if state[key] != getattr(self, key):
-                raise ValueError(
+                raise UserError(
                     f"data order changed since the checkpoint ({key}: {state[key]} -> {getattr(self, key)})"
                 )
         self.epoch, self.cursor = state["epoch"], state["cursor"]
@@ -77,7 +78,7 @@ class EpochWalk:
         what: str = "training data",
     ):
         if batch_size % shard[1]:
-            raise ValueError(
+            raise UserError(
                 f"train.batch_size {batch_size} is the global batch and must be a multiple of the "
                 f"{shard[1]} processes (each takes batch_size / {shard[1]} per micro-batch)"
             )
@@ -113,7 +114,7 @@ class EpochWalk:
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("fingerprint") != self.fingerprint():
-            raise ValueError(
+            raise UserError(
                 f"{self.what} changed since the checkpoint (token fingerprint differs); use a new run name to start over"
             )
         self.order.load_state_dict(state)
@@ -180,7 +181,7 @@ def pack_batch(examples: list[RenderedExample], max_length: int, pad_id: int) ->
     attended to by real tokens and never a target.
     """
     if any(getattr(e, "pixels", None) for e in examples):
-        raise ValueError("examples with images are not packed (set data.packing: false)")
+        raise UserError("examples with images are not packed (set data.packing: false)")
     rows = plan_rows([len(e.input_ids) for e in examples], max_length)
     width = max(sum(len(examples[i].input_ids) for i in row) for row in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import random
 
+from tempering.errors import UserError
 from tempering.types import Task
 
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
@@ -72,7 +73,7 @@ def phrase(a: int, op: str, b: int, phrasing: str, rng: random.Random) -> str:
     if phrasing == "canonical":
         return CANONICAL.format(a=a, op=op, b=b)
     if phrasing not in PHRASINGS:
-        raise ValueError(f"phrasing must be one of canonical, {', '.join(PHRASINGS)}; got {phrasing!r}")
+        raise UserError(f"phrasing must be one of canonical, {', '.join(PHRASINGS)}; got {phrasing!r}")
     table = PHRASINGS[phrasing]
     template = rng.choice(table["any"] + table.get(op, []))
     return template.format(a=a, op=op, b=b, word=WORDS[op])
@@ -88,11 +89,11 @@ def arithmetic_questions(
 ) -> list[tuple[str, int]]:
     """`n` (question, answer) pairs: two-digit +, -, and x by a single digit (`ops` picks which)."""
     if split not in SPLITS:
-        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+        raise UserError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
     if split_by not in ("parity", "hash"):
-        raise ValueError(f"split_by must be parity or hash, got {split_by!r}")
+        raise UserError(f"split_by must be parity or hash, got {split_by!r}")
     if not ops or set(ops) - set(OPS):
-        raise ValueError(f"ops must be a non-empty subset of {''.join(OPS)!r}, got {ops!r}")
+        raise UserError(f"ops must be a non-empty subset of {''.join(OPS)!r}, got {ops!r}")
     rng = random.Random(f"{seed}:{split}" if ops == "+-*" else f"{seed}:{split}:{ops}")
     wording = random.Random(f"{seed}:{split}:{ops}:{phrasing}")  # the operands do not depend on it
     out: list[tuple[str, int]] = []

@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from tempering.data.textnorm import gram_hashes, row_texts, row_tokens, stable_token_ids
+from tempering.errors import UserError
 
 CANDIDATE_RECALL = 0.999  # P(a pair exactly at the threshold becomes an LSH candidate)
 EXAMPLE_CHARS = 160
@@ -85,9 +86,9 @@ class Deduper:
         from datasketch import MinHashLSH
 
         if not 0.0 < threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+            raise UserError(f"threshold must be in (0, 1], got {threshold}")
         if shingle < 1 or num_perm < 2:
-            raise ValueError(f"shingle must be >= 1 and num_perm >= 2, got {shingle} and {num_perm}")
+            raise UserError(f"shingle must be >= 1 and num_perm >= 2, got {shingle} and {num_perm}")
         self.threshold, self.num_perm, self.shingle, self.seed, self.near = threshold, num_perm, shingle, seed, near
         self.bands = lsh_bands(threshold, num_perm)
         self._lsh = MinHashLSH(num_perm=num_perm, params=self.bands)

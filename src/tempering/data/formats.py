@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
+from tempering.errors import UserError
+
 FORMAT_KEYS: dict[str, frozenset[str]] = {
     "messages": frozenset({"messages"}),
     "prompt/completion": frozenset({"prompt", "completion"}),
@@ -41,7 +43,7 @@ SHAREGPT_ROLES = {
 }
 
 
-class RowInvalid(ValueError):
+class RowInvalid(UserError):
     """One row's problem, in words a user can act on."""
 
 

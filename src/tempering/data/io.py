@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from tempering.data.formats import RowInvalid, to_messages
 from tempering.data.images import check_images
+from tempering.errors import InputNotFound, UserError
 from tempering.types import Conversation
 
 __all__ = ["RowInvalid"]  # re-exported: callers catch it from here
@@ -79,7 +80,7 @@ class LoadResult:
         return {"rows": self.rows, "valid": len(self.records), "quarantined": len(self.errors)}
 
 
-class NoRows(ValueError):
+class NoRows(UserError):
     """A data file holds no rows at all: almost always the wrong file, never silently fine."""
 
 
@@ -104,7 +105,7 @@ def iter_rows(path: str | Path) -> Iterator[tuple[str, Any, Exception | None]]:
                 "on the command line and in --set, against the working directory)"
             )
         )
-        raise FileNotFoundError(f"data file not found: {path}{hint}")
+        raise InputNotFound(f"data file not found: {path}{hint}")
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -115,7 +116,7 @@ def iter_rows(path: str | Path) -> Iterator[tuple[str, Any, Exception | None]]:
         yield from _json_rows(path)
         return
     if path.suffix not in (".jsonl", ".ndjson"):
-        raise ValueError(
+        raise UserError(
             f"{path}: unsupported data format {path.suffix!r} "
             "(use .jsonl, .json, .parquet or a saved Hugging Face dataset directory)"
         )
@@ -156,7 +157,7 @@ def _json_rows(path: Path) -> Iterator[tuple[str, Any, Exception | None]]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise ValueError(
+        raise UserError(
             f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); re-encode the file as UTF-8"
         ) from None
     try:
@@ -165,7 +166,7 @@ def _json_rows(path: Path) -> Iterator[tuple[str, Any, Exception | None]]:
         if exc.msg == "Extra data" and not text.lstrip().startswith("["):
             yield from _jsonl_rows(data.splitlines(keepends=True))
             return
-        raise ValueError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        raise UserError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(rows, list):
         yield "element 1 (line 1)", rows, None
         return
@@ -193,20 +194,20 @@ def _dataset_dir_rows(path: Path) -> Iterator[tuple[str, Any, Exception | None]]
     try:
         import datasets
     except ImportError:
-        raise ValueError(
+        raise UserError(
             f"{path}: a directory; reading saved Hugging Face datasets needs "
             "the `datasets` package (pip install datasets)"
         ) from None
     try:
         ds = datasets.load_from_disk(str(path))
     except FileNotFoundError:
-        raise ValueError(
+        raise UserError(
             f"{path}: a directory, but not a Hugging Face dataset saved with "
             "save_to_disk (give a .jsonl, .json or .parquet file, or such a directory)"
         ) from None
     if isinstance(ds, datasets.DatasetDict):
         if "train" not in ds:
-            raise ValueError(
+            raise UserError(
                 f"{path}: dataset has no 'train' split (splits: {', '.join(ds)}); "
                 f"point at one split's directory, e.g. {path / next(iter(ds))}"
             )

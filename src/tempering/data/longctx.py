@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from tempering.errors import UserError
 from tempering.numbers import UNSIGNED_FLOAT
 
 KINDS = ("passkey", "multikey", "vartrack", "crossfact", "noisy")
@@ -56,7 +57,7 @@ class Tokenizer(Protocol):
     def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
 
 
-class LongctxError(ValueError):
+class LongctxError(UserError):
     """A request no haystack can meet; the message is one line naming the field."""
 
 

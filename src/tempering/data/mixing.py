@@ -36,6 +36,7 @@ from typing import Any, Callable, Literal, Sequence, get_args
 import numpy as np
 
 from tempering.config.data import Track
+from tempering.errors import UserError
 
 TRACKS: tuple[str, ...] = get_args(Track)
 Unit = Literal["rows", "tokens"]
@@ -59,13 +60,13 @@ class MixSource:
 
     def __post_init__(self) -> None:
         if self.track not in TRACKS:
-            raise ValueError(f"source {self.name!r}: track {self.track!r} is not one of {', '.join(TRACKS)}")
+            raise UserError(f"source {self.name!r}: track {self.track!r} is not one of {', '.join(TRACKS)}")
         if not self.rows:
-            raise ValueError(f"source {self.name!r}: no rows")
+            raise UserError(f"source {self.name!r}: no rows")
         if len(self.tokens) != len(self.rows):
-            raise ValueError(f"source {self.name!r}: {len(self.tokens)} token counts for {len(self.rows)} rows")
+            raise UserError(f"source {self.name!r}: {len(self.tokens)} token counts for {len(self.rows)} rows")
         if not self.weight > 0:
-            raise ValueError(f"source {self.name!r}: weight must be > 0, got {self.weight}")
+            raise UserError(f"source {self.name!r}: weight must be > 0, got {self.weight}")
 
     @property
     def total_tokens(self) -> int:
@@ -95,16 +96,16 @@ def requested_shares(sources: Sequence[MixSource], replay_ratio: float | None = 
     """
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
-        raise ValueError(f"source names must be unique, got {names}")
+        raise UserError(f"source names must be unique, got {names}")
     replay = [s for s in sources if s.replay]
     main = [s for s in sources if not s.replay]
     if not main:
-        raise ValueError("a mix needs at least one source besides replay")
+        raise UserError("a mix needs at least one source besides replay")
     if replay and replay_ratio is None:
-        raise ValueError("replay sources need a replay ratio")
+        raise UserError("replay sources need a replay ratio")
     r = replay_ratio if replay else 0.0
     if not 0.0 <= r < 1.0:
-        raise ValueError(f"replay ratio must be in [0, 1), got {r}")
+        raise UserError(f"replay ratio must be in [0, 1), got {r}")
     shares = {}
     for group, total in ((main, 1.0 - r), (replay, r)):
         w = sum(s.weight for s in group)
@@ -132,7 +133,7 @@ def plan_mix(sources: Sequence[MixSource], size: int, by: Unit = "rows", replay_
     cap; only what a wholly capped group cannot hold moves to the other group.
     """
     if size < 1:
-        raise ValueError(f"mix size must be >= 1, got {size}")
+        raise UserError(f"mix size must be >= 1, got {size}")
     requested = requested_shares(sources, replay_ratio)
     cap = {s.name: _cap(s, by) for s in sources}
     groups = [[s.name for s in sources if not s.replay], [s.name for s in sources if s.replay]]
@@ -200,7 +201,7 @@ def _rows_for_tokens(source: MixSource, seed: int, quota: int, skip_epochs: int)
     the total closer to the quota); `skip_epochs` earlier mix epochs are walked past first."""
     toks = np.asarray(source.tokens, dtype=np.int64)
     if not toks.sum():
-        raise ValueError(f"source {source.name!r}: every row has 0 tokens; a token-based mix cannot use it")
+        raise UserError(f"source {source.name!r}: every row has 0 tokens; a token-based mix cannot use it")
     start = 0
     for _ in range(skip_epochs):
         start += len(_take_tokens(toks, walk_from(toks.size, seed, source.name, start), quota))
@@ -243,7 +244,7 @@ class MixedRow:
 def draw_mix(sources: Sequence[MixSource], plan: MixPlan, seed: int = 0, epoch: int = 0) -> list[MixedRow]:
     """The mixed rows of mix epoch `epoch`, interleaved so every prefix keeps the shares."""
     if epoch < 0:
-        raise ValueError(f"epoch must be >= 0, got {epoch}")
+        raise UserError(f"epoch must be >= 0, got {epoch}")
     picks: dict[str, np.ndarray] = {}
     for s in sources:
         q = plan.quota[s.name]

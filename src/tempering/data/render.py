@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from tempering.data.io import LoadResult, where
 from tempering.data.toolcalls import append_tool_calls, parse_tool_calls
+from tempering.errors import UserError
 from tempering.types import IGNORE  # re-exported: data code imports it from here
 
 ToolCallStyle = Literal["template", "tempering"]
@@ -33,7 +34,7 @@ _PROBE_CALL = {"name": "tempering_probe_fn", "arguments": {"probe_arg": "tp-7f3a
 _PROBE_TOOL_TEXT = "tempering-tool-result-5c2e"
 
 
-class TemplateError(ValueError):
+class TemplateError(UserError):
     """The chat template cannot give a prefix-consistent rendering (or loses content)."""
 
 

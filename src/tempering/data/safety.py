@@ -33,6 +33,7 @@ import random
 from typing import Any
 
 from tempering.data.safety_items import KNOWN, LOOKALIKES, PAIRS, UNKNOWN
+from tempering.errors import UserError
 from tempering.types import Task
 
 SAFETY_CATEGORIES = tuple(PAIRS)
@@ -146,13 +147,13 @@ def _items(kind: str, split: str) -> list[dict[str, Any]]:
                 if in_heldout(q) == (split == "heldout"):
                     out.append({"key": q, "text": q, "category": cat, "answer": answer, "aliases": list(aliases)})
     else:
-        raise ValueError(f"unknown safety kind {kind!r} (known: {', '.join(KINDS)})")
+        raise UserError(f"unknown safety kind {kind!r} (known: {', '.join(KINDS)})")
     return out
 
 
 def _templates(kind: str, split: str) -> list[str]:
     if split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        raise UserError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     return (REQUEST_TEMPLATES if kind in ("refuse", "comply") else QUESTION_TEMPLATES)[split]
 
 

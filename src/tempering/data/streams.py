@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tempering.data.io import iter_rows, where
+from tempering.errors import UserError
 
 __all__ = ["stream_rows", "require_jsonl", "where"]  # `where` re-exported: callers import it from here
 
@@ -36,5 +37,5 @@ def require_jsonl(path: str | Path) -> Path:
     """`path` when it names a JSON Lines file; a ValueError for the user otherwise."""
     path = Path(path)
     if path.suffix not in (".jsonl", ".ndjson"):
-        raise ValueError(f"{path}: output must be .jsonl")
+        raise UserError(f"{path}: output must be .jsonl")
     return path

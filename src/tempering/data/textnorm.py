@@ -19,6 +19,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from tempering.errors import UserError
+
 TRAINING_TEXT_FIELDS = (
     "messages",
     "prompt",
@@ -116,10 +118,10 @@ def row_texts(row: Any, fields: Sequence[str] = TRAINING_TEXT_FIELDS, *, skip_sy
     if isinstance(row, str):
         return [row]
     if not isinstance(row, dict):
-        raise ValueError(f"row is a {type(row).__name__}, not an object or a string")
+        raise UserError(f"row is a {type(row).__name__}, not an object or a string")
     texts = [t for key in fields for t in _field_texts(row.get(key), skip_system=skip_system)]
     if not any(t.strip() for t in texts):
-        raise ValueError(f"no text to check (expected one of {', '.join(fields)})")
+        raise UserError(f"no text to check (expected one of {', '.join(fields)})")
     return texts
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from tempering.data.images import data_url
+from tempering.errors import UserError
 from tempering.types import Task
 
 COLOURS = {
@@ -169,7 +170,7 @@ def vision_tasks(name: str, n: int, seed: int = 0, split: str = "train", size: i
             in the split (after `MAX_MISSES` draws in a row that bring no new one).
     """
     if name not in VISION_TASKS:
-        raise ValueError(f"unknown vision task {name!r}; expected one of {', '.join(VISION_TASKS)}")
+        raise UserError(f"unknown vision task {name!r}; expected one of {', '.join(VISION_TASKS)}")
     rng = random.Random(f"{name}:{split}:{seed}")
     out, seen, misses = [], set(), 0
     while len(out) < n:
@@ -177,7 +178,7 @@ def vision_tasks(name: str, n: int, seed: int = 0, split: str = "train", size: i
         if layout_split(drawn.layout) != split or drawn.layout in seen:
             misses += 1
             if misses > MAX_MISSES:
-                raise ValueError(
+                raise UserError(
                     f"vision task {name!r}: only {len(out)} distinct {split} layouts found in "
                     f"{misses + len(out)} draws at size {size}; ask for fewer than {n}"
                 )

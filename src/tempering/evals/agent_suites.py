@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import EngineSettings
+from tempering.errors import UserError
 
 PREFIX = "agent:"
 
@@ -206,7 +207,7 @@ def run_agent_suites(
     suites = {name: select(load_agent_suite(name.removeprefix(PREFIX)), "heldout")[:limit] for name in names}
     empty = [n for n, t in suites.items() if not t]
     if empty:
-        raise ValueError(f"agent suites without held-out tasks: {', '.join(empty)}")
+        raise UserError(f"agent suites without held-out tasks: {', '.join(empty)}")
     settings: dict[str, Any] = {
         "temperature": 0.0,
         "max_new_tokens": max_new_tokens,

@@ -57,6 +57,7 @@ from tempering.data.textnorm import (
     row_texts,
     row_tokens,
 )
+from tempering.errors import UserError
 
 __all__ = [
     "NgramIndex",
@@ -116,13 +117,13 @@ class NgramIndex:
 
     def __init__(self, n: int = 13, *, boilerplate_tasks: int = 3, min_coverage: float = 0.5):
         if n < 1:
-            raise ValueError(f"n-gram size must be >= 1, got {n}")
+            raise UserError(f"n-gram size must be >= 1, got {n}")
         if boilerplate_tasks < 2:
-            raise ValueError(
+            raise UserError(
                 f"boilerplate_tasks must be >= 2 (a gram of one task is that task), got {boilerplate_tasks}"
             )
         if not 0.0 < min_coverage <= 1.0:
-            raise ValueError(f"min_coverage must be in (0, 1], got {min_coverage}")
+            raise UserError(f"min_coverage must be in (0, 1], got {min_coverage}")
         self.n, self.boilerplate_tasks, self.min_coverage = n, boilerplate_tasks, min_coverage
         self._entries: list[_Entry] = []
         self._keys: set[tuple[str, str]] = set()
@@ -152,12 +153,12 @@ class NgramIndex:
         """
         key = (suite, str(task_id))
         if key in self._keys:
-            raise ValueError(f"suite {suite!r}: task id {task_id!r} indexed twice")
+            raise UserError(f"suite {suite!r}: task id {task_id!r} indexed twice")
         if self._private.setdefault(suite, private) != private:
-            raise ValueError(f"suite {suite!r} added both as private and as public")
+            raise UserError(f"suite {suite!r} added both as private and as public")
         tokens = row_tokens([text] if isinstance(text, str) else text)
         if not tokens:
-            raise ValueError(f"suite {suite!r}: task {task_id!r} has no words to index")
+            raise UserError(f"suite {suite!r}: task {task_id!r} has no words to index")
         ids = np.fromiter(
             (self._vocab.setdefault(hash(t), len(self._vocab) + 1) for t in tokens), dtype=np.uint64, count=len(tokens)
         )
@@ -171,11 +172,11 @@ class NgramIndex:
         count = 0
         for i, row in enumerate(rows, 1):
             if not isinstance(row, dict) or "id" not in row:
-                raise ValueError(f"suite {suite!r}: task {i} has no 'id'")
+                raise UserError(f"suite {suite!r}: task {i} has no 'id'")
             try:
                 texts = row_texts(row, SUITE_TEXT_FIELDS, skip_system=True)
             except ValueError as exc:
-                raise ValueError(f"suite {suite!r}: task {row['id']!r}: {exc}") from None
+                raise UserError(f"suite {suite!r}: task {row['id']!r}: {exc}") from None
             self.add(suite, row["id"], texts, private=private)
             count += 1
         return count
@@ -185,11 +186,11 @@ class NgramIndex:
         count = 0
         for location, obj, error in stream_rows(path):
             if error is not None:
-                raise ValueError(f"{where(path, location)}: {error}")
+                raise UserError(f"{where(path, location)}: {error}")
             try:
                 count += self.add_tasks(suite, [obj], private=private)
             except ValueError as exc:
-                raise ValueError(f"{where(path, location)}: {exc}") from None
+                raise UserError(f"{where(path, location)}: {exc}") from None
         return count
 
     def _build(self) -> np.ndarray:
@@ -292,7 +293,7 @@ class NgramIndex:
             try:
                 found = self.matches(row)
             except ValueError as exc:
-                raise ValueError(f"{source}:{i}: {exc}") from None
+                raise UserError(f"{source}:{i}: {exc}") from None
             if found:
                 hits.append(Hit(_row_id(row, f"{source}:{i}"), found))
         return hits

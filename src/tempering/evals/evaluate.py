@@ -22,13 +22,14 @@ from typing import Any, Callable, Sequence
 
 from tempering.atomic import write_jsonl_atomic
 from tempering.config import EngineSettings, EvalConfig, RopeScaling, ScaleSettings
+from tempering.errors import UserError
 from tempering.evals.results import EvalResults, SuiteResult
 from tempering.evals.suite import Suite, SuiteError, load_suite
 
 SAMPLES_FILE = "samples.jsonl"
 
 
-class EvalError(ValueError):
+class EvalError(UserError):
     """An evaluation that cannot run (e.g. the model cannot be loaded); the message says why."""
 
 

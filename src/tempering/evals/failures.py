@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tempering.data.images import content_text
+from tempering.errors import InputNotFound, UserError
 from tempering.numbers import NUMBER
 
 LABELS = ("understanding", "planning", "generation", "tool use", "format", "reasoning")
@@ -132,9 +133,9 @@ def read_failures(path: str | Path) -> list[FailureCase]:
         parquet = sorted((p / "trajectories").glob("*.parquet")) if (p / "trajectories").is_dir() else []
         if parquet:
             return [c for f in parquet for c in _read_parquet(f)]
-        raise FileNotFoundError(f"{p}: no samples.jsonl, failures.jsonl or trajectories/*.parquet")
+        raise InputNotFound(f"{p}: no samples.jsonl, failures.jsonl or trajectories/*.parquet")
     if not p.is_file():
-        raise FileNotFoundError(f"{p}: no such file or run dir")
+        raise InputNotFound(f"{p}: no such file or run dir")
     if p.suffix == ".parquet":
         return _read_parquet(p)
     out = []
@@ -145,9 +146,9 @@ def read_failures(path: str | Path) -> list[FailureCase]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{p}:{i}: not JSON ({exc.msg})") from None
+                raise UserError(f"{p}:{i}: not JSON ({exc.msg})") from None
             if not isinstance(row, dict):
-                raise ValueError(f"{p}:{i}: row is not a JSON object")
+                raise UserError(f"{p}:{i}: row is not a JSON object")
             if is_failure(row):
                 out.append(case_from_row(row))
     return out
@@ -279,7 +280,7 @@ def feature_matrix(
     if embed == "minilm":
         text = minilm_embeddings(texts)
     elif embed != "tfidf":
-        raise ValueError(f"embed must be 'tfidf' or 'minilm', got {embed!r}")
+        raise UserError(f"embed must be 'tfidf' or 'minilm', got {embed!r}")
     parts = [text]
     if use_signature:
         parts.append(normalize(np.array([[s[k] for k in SIGNATURE] for s in sigs])))

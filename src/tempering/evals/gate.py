@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 import yaml
 
+from tempering.errors import InputNotFound, UserError
 from tempering.evals.results import EvalResults, SuiteComparison, compare, compare_metrics, no_tasks_at
 from tempering.evals.stats import Comparison
 from tempering.numbers import FLOAT_LITERAL, UNSIGNED_FLOAT
@@ -59,7 +60,7 @@ _FORMS = (
 )
 
 
-class GateRuleError(ValueError):
+class GateRuleError(UserError):
     """A gate rule that cannot be parsed, with the rule and the reason."""
 
 
@@ -358,7 +359,7 @@ def load_rules(path: str | Path) -> list[Rule]:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"gate file not found: {path}")
+        raise InputNotFound(f"gate file not found: {path}")
     try:
         root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -395,7 +396,7 @@ def evaluate(rules: Sequence[Rule], outcomes: Sequence[SuiteOutcome]) -> GateRes
     by_suite: dict[str, SuiteOutcome] = {}
     for o in outcomes:
         if o.suite in by_suite:
-            raise ValueError(f"suite {o.suite!r} appears twice in the gate inputs")
+            raise UserError(f"suite {o.suite!r} appears twice in the gate inputs")
         by_suite[o.suite] = o
     checks = [rule.check(by_suite) for rule in rules]
     return GateResult(all(c.passed for c in checks), checks)

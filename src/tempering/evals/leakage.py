@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from tempering.data.io import RowError
+from tempering.errors import UserError
 from tempering.evals.contamination import Hit, NgramIndex
 from tempering.evals.suite import Suite, registered_suites
 from tempering.hashing import sha256_file
@@ -35,7 +36,7 @@ from tempering.types import Task
 SHOWN_ROWS = 5
 
 
-class PrivateSuiteOverlap(ValueError):
+class PrivateSuiteOverlap(UserError):
     """Training data contains tasks of a private eval suite."""
 
 

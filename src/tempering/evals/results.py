@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tempering import __version__
 from tempering.data.longctx import id_length
+from tempering.errors import InputNotFound, UserError
 from tempering.evals.stats import (
     Comparison,
     ParaphraseSpread,
@@ -167,7 +168,7 @@ class SuiteResult(BaseModel):
 
         task_scores = kept(self.task_scores)
         if not task_scores:
-            raise ValueError(no_tasks_at(self.suite, length, self.lengths()))
+            raise UserError(no_tasks_at(self.suite, length, self.lengths()))
         others = {m: k for m, scores in self.metric_task_scores.items() if (k := kept(scores))}
         per_metric = {self.primary_metric: task_scores, **others}
         return SuiteResult(
@@ -225,20 +226,20 @@ class EvalResults(BaseModel):
         """Read a results file; errors name the file and the offending field."""
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"results file not found: {path}")
+            raise InputNotFound(f"results file not found: {path}")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+            raise UserError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
         version = data.get("schema_version") if isinstance(data, dict) else None
         if isinstance(version, int) and version > SCHEMA_VERSION:
-            raise ValueError(f"{path}: results schema v{version} is newer than this Tempering (v{SCHEMA_VERSION})")
+            raise UserError(f"{path}: results schema v{version} is newer than this Tempering (v{SCHEMA_VERSION})")
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
             e = exc.errors()[0]
             where = ".".join(str(x) for x in e["loc"]) or "top level"
-            raise ValueError(f"{path}: {where}: {e['msg']}") from None
+            raise UserError(f"{path}: {where}: {e['msg']}") from None
 
 
 @dataclass(frozen=True)
@@ -263,24 +264,24 @@ def _paired_scores(
     id; raises when they cannot pair."""
     name = cand.suite
     if base.suite_hash != cand.suite_hash:
-        raise ValueError(
+        raise UserError(
             f"suite {name!r}: base and candidate ran different suite versions "
             f"(hash {base.suite_hash} vs {cand.suite_hash})"
         )
     if base.primary_metric != cand.primary_metric:
-        raise ValueError(
+        raise UserError(
             f"suite {name!r}: primary metric {base.primary_metric!r} (base) vs {cand.primary_metric!r} (candidate)"
         )
     metric = metric or cand.primary_metric
     a, b = base.scores_of(metric), cand.scores_of(metric)
     if not a or not b:
-        raise ValueError(
+        raise UserError(
             f"suite {name!r}: per-task scores of {metric} missing, cannot pair (base "
             f"{len(a)} tasks, candidate {len(b)})"
         )
     only_base, only_cand = a.keys() - b.keys(), b.keys() - a.keys()
     if only_base or only_cand:
-        raise ValueError(
+        raise UserError(
             f"suite {name!r}: base and candidate scored different tasks "
             f"({len(only_base)} only in base, {len(only_cand)} only in candidate)"
         )

@@ -38,6 +38,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tempering.config import SamplingSettings, TaskSourceSettings
+from tempering.errors import UserError
 from tempering.sources.registry import is_source_name
 from tempering.types import Task
 
@@ -47,7 +48,7 @@ PROMPT_SLOT = "{prompt}"
 _UNHASHED_SAMPLING = {"n"}  # how many samples: precision of the estimate, not what is measured
 
 
-class SuiteError(ValueError):
+class SuiteError(UserError):
     """A suite that cannot be found, parsed or validated; the message names the file."""
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tempering.errors import UserError
+
 
 def chat_template_text(value: str) -> str:
     """A `chat_template` setting as Jinja text: inline when it holds `{`, else the file it names.
@@ -18,13 +20,13 @@ def chat_template_text(value: str) -> str:
     if "{" not in value:
         path = Path(value).expanduser()
         if not path.is_file():
-            raise ValueError(f"chat_template: {value} is neither a file nor inline Jinja (no '{{' in it)")
+            raise UserError(f"chat_template: {value} is neither a file nor inline Jinja (no '{{' in it)")
         text = path.read_text()
     try:
         jinja2.Environment().parse(text)
     except jinja2.TemplateSyntaxError as exc:
         where = f"{value}:{exc.lineno}" if "{" not in value else f"line {exc.lineno}"
-        raise ValueError(f"chat_template {where}: not a valid Jinja template ({exc.message})") from None
+        raise UserError(f"chat_template {where}: not a valid Jinja template ({exc.message})") from None
     return text
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tempering.atomic import publish_dir
+from tempering.errors import UserError
 from tempering.hashing import sha256_file
 
 MANIFEST = "manifest.json"
@@ -33,7 +34,7 @@ _AT = re.compile(r"(?P<run>.+)@(?P<which>step-\d+|latest|best)")
 _STEP = re.compile(r"step-(\d+)")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that is missing, incomplete or corrupted."""
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tempering.atomic import publish_dir
+from tempering.errors import InputNotFound
 
 if TYPE_CHECKING:
     from tempering.config.longctx import RopeScaling
@@ -35,7 +36,7 @@ ALIASES: dict[str, tuple[str, str]] = {
 }
 
 
-class ModelNotFound(FileNotFoundError):
+class ModelNotFound(InputNotFound):
     """A model spec that resolves to nothing loadable here."""
 
 

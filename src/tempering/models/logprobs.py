@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from tempering.errors import UserError
+
 LOGPROB_CHUNK_TOKENS = 1024  # scored positions per LM-head chunk: 1024 x 49k x 4 B = 0.2 GB of logits
 
 
@@ -192,7 +194,7 @@ def grouped_logprobs(
 
     if checkpointed_now(model):  # the prompt's cache would be dropped: run whole rows
         if pixels:
-            raise ValueError("image prompts under activation checkpointing are not supported yet")
+            raise UserError("image prompts under activation checkpointing are not supported yet")
         return _whole_row_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature)
     before = grouped_hidden(model, prompt_ids, prompt_mask, completion_ids, completion_mask, pixels=pixels)
     logp, entropy = head_logprobs(
@@ -252,7 +254,7 @@ def grouped_hidden(
     group = completion_ids.shape[0] // prompt_ids.shape[0]
     if checkpointed_now(model):  # the prompt's cache would be dropped: run whole rows
         if pixels:
-            raise ValueError("image prompts under activation checkpointing are not supported yet")
+            raise UserError("image prompts under activation checkpointing are not supported yet")
         width = prompt_ids.shape[1]
         ids = torch.cat([prompt_ids.repeat_interleave(group, dim=0), completion_ids], dim=1)
         mask = torch.cat([prompt_mask.repeat_interleave(group, dim=0), completion_mask], dim=1)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import LoraSettings, RopeScaling
+from tempering.errors import UserError
 
 
 def apply_lora(model: Any, settings: LoraSettings, base_spec: str, modules_to_save: list[str] | None = None) -> Any:
@@ -76,7 +77,7 @@ def _expert_parameters(model: Any) -> list[str]:
         }
     )
     if not names:
-        raise ValueError("lora.experts: the model has no experts (a dense model); remove lora.experts")
+        raise UserError("lora.experts: the model has no experts (a dense model); remove lora.experts")
     return names
 
 
@@ -122,7 +123,7 @@ def check_kl_reference(model: Any, beta: float, key: str) -> None:
     """A KL penalty's reference is the base with adapters off: refuse it, before any work, when the
     adapter being trained was given and already changes the model (`key`: the config key of beta)."""
     if beta > 0 and continues_adapter(model):
-        raise ValueError(
+        raise UserError(
             f"{key} > 0 penalises the distance to the base (adapters off), but the model is an adapter that "
             f"already changes it: export it merged (`temper export`) and start from that, or set {key}: 0"
         )

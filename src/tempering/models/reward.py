@@ -21,13 +21,14 @@ from typing import Any
 import torch
 
 from tempering.data.padding import right_pad
+from tempering.errors import InputNotFound
 
 HEAD_WEIGHTS = "reward_head.safetensors"
 HEAD_META = "reward_head.json"
 FORMAT = "tempering-reward-v1"
 
 
-class NotARewardModel(FileNotFoundError):
+class NotARewardModel(InputNotFound):
     """A model directory without a reward head."""
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config.longctx import RopeScaling
+from tempering.errors import UserError
 
 ROPE_RECORD = "tempering_rope_scaling.json"
 """Beside a LoRA adapter trained under `rope_scaling` (or a checkpoint rebuilt into a model dir):
@@ -27,7 +28,7 @@ its base (config) is unscaled, so the scaling is written here and `models.load.l
 re-applies it. A saved full model's config.json carries the scaled `rope_parameters` itself."""
 
 
-class RopeScalingError(ValueError):
+class RopeScalingError(UserError):
     """A scaling that cannot apply to this model; the message is one line naming the field."""
 
 

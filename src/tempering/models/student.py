@@ -10,6 +10,8 @@ import copy
 import re
 from typing import Any, Sequence
 
+from tempering.errors import UserError
+
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.*)$")
 
 
@@ -23,7 +25,7 @@ def student_from_teacher(teacher: Any, layers: Sequence[int]) -> Any:
     depth = teacher.config.num_hidden_layers
     bad = [i for i in layers if not 0 <= i < depth]
     if bad or not layers:
-        raise ValueError(f"student layers {list(layers)}: the teacher has layers 0..{depth - 1}")
+        raise UserError(f"student layers {list(layers)}: the teacher has layers 0..{depth - 1}")
     config = copy.deepcopy(teacher.config)
     config.num_hidden_layers = len(layers)
     if getattr(config, "layer_types", None):

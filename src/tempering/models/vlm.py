@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tempering.errors import UserError
+
 IMAGE_TOKEN = "<image>"
 
 CHATML_WITH_IMAGES = (
@@ -72,7 +74,7 @@ def keep_first_layers(language_model: Any, layers: int) -> Any:
     kept): a cheaper language model that is still the same model's weights."""
     total = language_model.config.num_hidden_layers
     if not 1 <= layers <= total:
-        raise ValueError(f"lm layers {layers} is not in 1..{total} (the model's decoder layers)")
+        raise UserError(f"lm layers {layers} is not in 1..{total} (the model's decoder layers)")
     language_model.model.layers = language_model.model.layers[:layers]
     language_model.config.num_hidden_layers = layers
     if getattr(language_model.config, "layer_types", None):
@@ -192,7 +194,7 @@ def trainable_parts(model: Any, parts: set[str]) -> dict[str, int]:
     trainable parameter count per part."""
     unknown = parts - set(VLM_PARTS)
     if unknown:
-        raise ValueError(f"unknown VLM part(s) {sorted(unknown)}; expected some of {', '.join(VLM_PARTS)}")
+        raise UserError(f"unknown VLM part(s) {sorted(unknown)}; expected some of {', '.join(VLM_PARTS)}")
     counts = dict.fromkeys(VLM_PARTS, 0)
     for name, p in model.named_parameters():
         part = part_of(name)

@@ -23,6 +23,7 @@ import yaml
 from pydantic import ValidationError
 
 from tempering.config import PipelineConfig
+from tempering.errors import UserError
 from tempering.pipeline.stages import StageKind, stage_kinds
 from tempering.pipeline.tracks import TracksError, TracksPlan, attempt_stages, check_tracks
 from tempering.sources.registry import is_source_name
@@ -32,7 +33,7 @@ _REF_PARTS = re.compile(r"([A-Za-z0-9][A-Za-z0-9_]*)\.([A-Za-z0-9_]+)")
 _STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,63}")
 
 
-class PipelineError(ValueError):
+class PipelineError(UserError):
     """A pipeline that cannot run; the message is one line naming the file, stage and key."""
 
 

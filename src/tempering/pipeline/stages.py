@@ -51,6 +51,7 @@ from tempering.config import (
     Strict,
     SynthConfig,
 )
+from tempering.errors import UserError
 from tempering.recipes.registry import Registration, load_plugins
 from tempering.runs.registry import Registry, describe_input
 from tempering.runs.stage import StageSpec, input_list, run_stage
@@ -335,7 +336,7 @@ def _export(cfg: ExportStageConfig, ctx: StageContext) -> StageOutput:
     from tempering.models.lora import export_merged
 
     if adapter_base(resolve_model(cfg.model)) is None:
-        raise ValueError(f"{cfg.model} is not a PEFT adapter directory (no adapter_config.json): nothing to merge")
+        raise UserError(f"{cfg.model} is not a PEFT adapter directory (no adapter_config.json): nothing to merge")
     spec = StageSpec(
         "export", str(ctx.root), ctx.name, cfg.model_dump(), [describe_input(cfg.model, "base_model")], cfg.model, 1, 0
     )

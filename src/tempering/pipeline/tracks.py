@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import PipelineConfig, RebalanceSettings, TrackSettings
+from tempering.errors import UserError
 
 
-class TracksError(ValueError):
+class TracksError(UserError):
     """A `tracks:` / `rebalance:` section that cannot run; one line naming the key."""
 
 

@@ -22,6 +22,7 @@ from tempering.agents.config import AgentConfig
 from tempering.agents.episode import summarise
 from tempering.agents.rollout import AgentBatch, agent_rollout
 from tempering.agents.tasks import BUILTIN, AgentTask, load_agent_suite, select
+from tempering.errors import UserError
 from tempering.recipes.recipe import Components, TrainingRecipe, run_training
 from tempering.runs.stage import input_list
 from tempering.train.metrics import console
@@ -36,7 +37,7 @@ def agent_tasks(cfg: AgentConfig) -> tuple[list[AgentTask], dict[str, list[Agent
         for name in (cfg.tasks.eval_suites or cfg.tasks.suites)
     }
     if not train:
-        raise ValueError(f"no training tasks in {cfg.tasks.suites} (tiers {tiers})")
+        raise UserError(f"no training tasks in {cfg.tasks.suites} (tiers {tiers})")
     return train, {k: v for k, v in held.items() if v}
 
 
@@ -238,7 +239,7 @@ def _expert_sft(
     tiers = cfg.sft.tiers
     held_back = [t for t in tasks if tiers is None or t.tier in tiers]
     if not held_back:
-        raise ValueError(f"sft.tiers {tiers}: no training task of those tiers")
+        raise UserError(f"sft.tiers {tiers}: no training task of those tiers")
     examples = expert_examples(held_back, renderer, sandbox)
     kept = [e for e in examples if len(e.input_ids) <= cfg.sft.max_length]
     pad = renderer.tokenizer.pad_token_id if renderer.tokenizer.pad_token_id is not None else 0

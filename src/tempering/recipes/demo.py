@@ -15,10 +15,12 @@ from typing import Any
 
 from rich.console import Console
 
+from tempering.errors import UserError
+
 DEMO_PIPELINE = Path("examples") / "demo.yaml"
 
 
-class DemoError(ValueError):
+class DemoError(UserError):
     """The demo cannot start (its pipeline file is missing); one line for the user."""
 
 

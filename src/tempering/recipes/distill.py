@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tempering.config.distill import DistillConfig
+from tempering.errors import UserError
 from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
 from tempering.recipes.sft import data_inputs, prepare_sft_data, sft_components, sft_files, tokens_per_s
 from tempering.runs.stage import input_list
@@ -37,10 +38,10 @@ def build_student(cfg: DistillConfig, teacher: Any) -> Any:
     if cfg.student.layers is not None:
         return student_from_teacher(teacher, cfg.student.layers)
     if cfg.student.model is None:
-        raise ValueError("student: give `layers` (a subset of the teacher's) or `model`")
+        raise UserError("student: give `layers` (a subset of the teacher's) or `model`")
     student = load_model(cfg.student.model, rope_scaling=cfg.rope_scaling)
     if student.config.vocab_size != teacher.config.vocab_size:
-        raise ValueError(
+        raise UserError(
             f"student {cfg.student.model!r} has vocabulary {student.config.vocab_size}, "
             f"the teacher {teacher.config.vocab_size}: distillation compares them token for token"
         )

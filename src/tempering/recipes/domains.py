@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tempering.config import GRPOConfig, TaskSourceSettings
+from tempering.errors import UserError
 from tempering.types import Task
 
 
@@ -28,9 +29,9 @@ def load_domain(i: int, name: str, source: TaskSourceSettings, reward: Any) -> l
     try:
         tasks = with_reward(load_tasks(source), reward)
     except ValueError as exc:  # UnknownSource included
-        raise ValueError(f"domains[{i}] ({name}): {exc}") from None
+        raise UserError(f"domains[{i}] ({name}): {exc}") from None
     if not tasks:
-        raise ValueError(f"domains[{i}] ({name}): no tasks in {source.source!r}; give it tasks or drop the domain")
+        raise UserError(f"domains[{i}] ({name}): no tasks in {source.source!r}; give it tasks or drop the domain")
     return [t.model_copy(update={"id": f"{name}/{t.id}"}) for t in tasks]
 
 
@@ -66,7 +67,7 @@ def domain_heldout(
         else:
             train[d.name], own = split_heldout(domains[d.name], size, cfg.train.seed)
         if not train[d.name]:
-            raise ValueError(f"domains[{i}] ({d.name}): every training task is also held out")
+            raise UserError(f"domains[{i}] ({d.name}): every training task is also held out")
         held += own
         record["domains"][d.name] = {"heldout": len(own), "train": len(train[d.name]), "from": d.tasks.source}
     (run_dir / "heldout").mkdir(parents=True, exist_ok=True)

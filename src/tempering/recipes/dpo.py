@@ -18,6 +18,7 @@ import torch
 from tempering.config import DPOConfig
 from tempering.data.io import NoRows, RowError
 from tempering.data.pair_render import RenderedPair
+from tempering.errors import UserError
 from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
 from tempering.runs.stage import input_list
 from tempering.train.metrics import console
@@ -77,12 +78,12 @@ def reference_for(
         return None, {"reference": "none"}
     if cfg.dpo.reference == "online":
         if cfg.lora is None:
-            raise ValueError(
+            raise UserError(
                 "dpo.reference: online needs LoRA (the base with adapters off is the reference); "
                 "with full parameters use dpo.reference: cache"
             )
         if continues_adapter(model):
-            raise ValueError(
+            raise UserError(
                 f"dpo.reference: online compares with the base (adapters off), but {cfg.model} is an adapter "
                 "that already changes the model: use dpo.reference: cache (the starting policy's log-probs)"
             )

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tempering.config import FeedbackConfig
+from tempering.errors import InputNotFound, UserError
 from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.types import Task
 
@@ -130,7 +131,7 @@ def read_eval_failures(paths: Sequence[str]) -> tuple[list[Any], int]:
             path = path.parent
         samples = sorted(path.rglob("samples.jsonl")) if path.is_dir() else [path]
         if not samples:
-            raise FileNotFoundError(f"{p}: no samples.jsonl (an eval run dir or its results.json)")
+            raise InputNotFound(f"{p}: no samples.jsonl (an eval run dir or its results.json)")
         for f in samples:
             for case in read_failures(f):
                 if case.prompt:
@@ -179,10 +180,10 @@ def _served_row(row: Any, where: str) -> tuple[Task | None, dict[str, Any] | Non
     from tempering.serve.protocol import FeedbackTask
 
     if not isinstance(row, dict) or not (row.get("prompt") or row.get("messages")):
-        raise ValueError("a feedback row needs 'prompt' or 'messages'")
+        raise UserError("a feedback row needs 'prompt' or 'messages'")
     unknown = set(row) - set(SERVED_KEYS)
     if unknown:
-        raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}")
+        raise UserError(f"unknown key(s) {', '.join(sorted(unknown))}")
     prompt = row.get("messages") or row["prompt"]
     answer = row.get("completion", row.get("response")) or ""
     rid = str(row.get("id") or where)

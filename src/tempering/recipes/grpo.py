@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import GRPOConfig
+from tempering.errors import UserError
 from tempering.evals.suite import Suite
 from tempering.recipes.recipe import Components, TrainingRecipe, run_training
 from tempering.rollout.engine import Engine
@@ -59,7 +60,7 @@ def split_heldout(tasks: list[Task], size: int, seed: int) -> tuple[list[Task], 
     """
     n = min(size, len(tasks) // 5)
     if n < 1:
-        raise ValueError(f"{len(tasks)} training tasks are too few to hold some out; set heldout.tasks")
+        raise UserError(f"{len(tasks)} training tasks are too few to hold some out; set heldout.tasks")
     order = list(range(len(tasks)))
     random.Random(f"heldout:{seed}").shuffle(order)
     held = [tasks[i] for i in sorted(order[:n])]
@@ -88,7 +89,7 @@ def heldout_tasks(cfg: GRPOConfig, tasks: list[Task], run_dir: Path) -> tuple[li
             json.dumps(t.chat(), sort_keys=True) for t in tasks
         }
         if overlap:
-            raise ValueError(f"{len(overlap)} held-out prompts also appear in the training tasks")
+            raise UserError(f"{len(overlap)} held-out prompts also appear in the training tasks")
         return tasks, held
     train, held = split_heldout(tasks, cfg.heldout.split_size, cfg.train.seed)
     record = {
@@ -263,7 +264,7 @@ def grpo_components(
     from tempering.rollout.source import RolloutSource
 
     if cfg.grpo.rollout_ahead and cfg.scale is None:
-        raise ValueError(
+        raise UserError(
             "grpo.rollout_ahead needs `scale:` engine replicas: the in-process engine samples "
             "from the very model the trainer is updating"
         )
@@ -305,14 +306,14 @@ def _record_routing(engine: Any) -> None:
     from tempering.rollout.engine import HFEngine
 
     if not isinstance(engine, HFEngine):
-        raise ValueError(
+        raise UserError(
             f"train.moe.router_replay: the rollout records routing in the `hf` engine only, not "
             f"{type(engine).__name__}; set engine.kind: hf or router_replay: false"
         )
     engine.record_routing = True
 
 
-class MismatchExceeded(ValueError):
+class MismatchExceeded(UserError):
     """The trainer's and the rollout engine's log-probs of the sampled tokens drifted apart."""
 
 
@@ -354,7 +355,7 @@ def grpo_guard(cfg: GRPOConfig) -> None:
     from tempering.sources.tasks import load_tasks
 
     if cfg.train.grad_accum > cfg.grpo.prompts_per_step:
-        raise ValueError("train.grad_accum must not exceed grpo.prompts_per_step (micro-batches hold whole groups)")
+        raise UserError("train.grad_accum must not exceed grpo.prompts_per_step (micro-batches hold whole groups)")
     vision = check_vision_model(cfg)
     check_engine(cfg.engine)  # a vllm engine on a host without vLLM or a GPU fails before any work
     if cfg.domains:  # every domain loads (unknown source, no tasks: one line naming it) before any work
@@ -391,7 +392,7 @@ def check_vision_model(cfg: GRPOConfig) -> bool:
     ]  # fmt: skip
     for refused, message in refusals:
         if refused:
-            raise ValueError(f"model {cfg.model}: {message}")
+            raise UserError(f"model {cfg.model}: {message}")
     return True
 
 
@@ -400,7 +401,7 @@ def check_images_fit(tasks: list[Task], source: str, model: str, vision: bool) -
     from tempering.data.images import has_images
 
     if not vision and any(has_images(t.chat()) for t in tasks):
-        raise ValueError(
+        raise UserError(
             f"tasks {source}: the prompts have images, and model {model} is text-only; start from a "
             "vision-language model (`temper vision assemble`, or a vision_sft run's output)"
         )
@@ -428,7 +429,7 @@ def grpo_model(cfg: GRPOConfig) -> Any:
         from tempering.recipes.vision import vlm_for_training
 
         if cfg.rope_scaling is not None:
-            raise ValueError("rope_scaling: not supported for vision-language models yet")
+            raise UserError("rope_scaling: not supported for vision-language models yet")
 
         model, counts = vlm_for_training(cfg.model, cfg.lora, set())
         console.print(f"[dim]vision-language model: trainable parameters {counts}[/dim]")

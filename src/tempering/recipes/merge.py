@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import MergeConfig
+from tempering.errors import UserError
 from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.train.metrics import console
 
@@ -56,7 +57,7 @@ CHAT_PROBE = [
 ]
 
 
-class MergeError(ValueError):
+class MergeError(UserError):
     """A merge that cannot be done or whose output fails its checks; the message is one line."""
 
 

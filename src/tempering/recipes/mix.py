@@ -16,10 +16,11 @@ from tempering.config import ConfigError, MixConfig, load_config
 from tempering.data.io import NoRows, RowError, iter_rows, write_quarantine
 from tempering.data.mixing import MixSource, draw_mix, mix_report, plan_mix, row_text, word_count
 from tempering.data.safety import row_problem
+from tempering.errors import InputNotFound, UserError
 from tempering.runs.stage import StageSpec, input_list, run_stage
 
 
-class MixOffTarget(ValueError):
+class MixOffTarget(UserError):
     """The realised shares missed the effective ones by more than the tolerance."""
 
 
@@ -69,7 +70,7 @@ def read_source(paths: list[str], errors: list[RowError], track: str = "general"
     rows = []
     for p in paths:
         if not Path(p).exists():
-            raise FileNotFoundError(f"{p}: no such data file")
+            raise InputNotFound(f"{p}: no such data file")
         for where, row, parse_error in iter_rows(p):
             if parse_error is not None:
                 errors.append(RowError(str(p), where, str(parse_error), row))

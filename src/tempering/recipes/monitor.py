@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tempering.config import TrainSettings
+from tempering.errors import UserError
 
 
 def eval_metrics(value: Any) -> dict[str, float]:
@@ -80,7 +81,7 @@ class EvalMonitor:
         values = eval_metrics(self.measure())
         for metric in (self.settings.keep_best, getattr(self.settings.early_stopping, "metric", None)):
             if metric is not None and metric not in values:
-                raise ValueError(
+                raise UserError(
                     f"train metric {metric!r} is not measured here; the held-out measure gives: "
                     f"{', '.join(sorted(values)) or 'nothing (no held-out data)'}"
                 )

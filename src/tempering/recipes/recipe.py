@@ -27,6 +27,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager
 
+from tempering.errors import UserError
 from tempering.runs.stage import StageSpec, input_list, run_stage
 
 
@@ -106,9 +107,9 @@ def check_train_settings(recipe: TrainingRecipe, cfg: Any) -> None:
     """Refuse `train` keys this recipe would ignore (one line each), before anything is recorded."""
     t = cfg.train
     if t.epochs is not None and recipe.examples is None:
-        raise ValueError(f"{recipe.kind}: train.epochs is not supported here (no fixed example count); set train.steps")
+        raise UserError(f"{recipe.kind}: train.epochs is not supported here (no fixed example count); set train.steps")
     if t.eval_every is not None and not recipe.periodic_eval:
-        raise ValueError(
+        raise UserError(
             f"{recipe.kind}: train.eval_every (and keep_best / early_stopping) is not supported here; "
             "GRPO measures its held-out tasks every heldout.every steps"
         )
@@ -200,7 +201,7 @@ def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Compone
     monitor = None
     if cfg.train.eval_every is not None:
         if before is None:
-            raise ValueError(f"{recipe.kind}: train.eval_every needs held-out data (data.eval)")
+            raise UserError(f"{recipe.kind}: train.eval_every needs held-out data (data.eval)")
         monitor = EvalMonitor(
             cfg.train,
             lambda: parts.evaluate(None),

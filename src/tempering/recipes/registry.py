@@ -19,6 +19,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from tempering.errors import UserError
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -87,7 +89,7 @@ def register(entry: Registration) -> Registration:
     """
     known = OBJECTIVES.get(entry.name)
     if known is not None and known != entry:
-        raise ValueError(f"objective {entry.name!r} is already registered (to {known.run})")
+        raise UserError(f"objective {entry.name!r} is already registered (to {known.run})")
     OBJECTIVES[entry.name] = entry
     return entry
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tempering.config import RMConfig, RMDataSettings, RMSettings
+from tempering.errors import UserError
 from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
 from tempering.runs.stage import input_list
 from tempering.train.metrics import console
@@ -157,7 +158,7 @@ class RewardPairBatches:
         from tempering.data.batches import EpochWalk
 
         if not pairs:
-            raise ValueError("no training pairs")
+            raise UserError("no training pairs")
         self.pairs, self.pad_id, self.shard = pairs, pad_id, shard  # the Trainer checks `shard` against the world
         self.walk = EpochWalk(
             len(pairs), batch_size, seed, lambda: scored_fingerprint(pairs), shard, what="reward-model pairs"

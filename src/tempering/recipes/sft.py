@@ -14,6 +14,7 @@ from tempering.config import DataSettings, SFTConfig
 from tempering.data.io import LoadResult, NoRows, RowError, load_rows
 from tempering.data.render import RenderedExample, detect_tool_call_style, render_records
 from tempering.data.text_rows import check_text_row, render_text_records
+from tempering.errors import UserError
 from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
 from tempering.runs.stage import input_list
 
@@ -55,7 +56,7 @@ def prepare_sft_data(cfg: DataSettings, tokenizer: Any, seed: int) -> SFTData:
         # ratio r of the final mix is replay: k / (n + k) = r
         k = round(len(train) * cfg.replay.ratio / (1 - cfg.replay.ratio))
         if k and not pool:
-            raise ValueError(f"replay files {cfg.replay.data} have no valid rows ({len(general.errors)} quarantined)")
+            raise UserError(f"replay files {cfg.replay.data} have no valid rows ({len(general.errors)} quarantined)")
         rng = random.Random(seed)
         picked = rng.sample(pool, k) if k <= len(pool) else [rng.choice(pool) for _ in range(k)]
         train += picked

@@ -22,6 +22,7 @@ from rich.console import Console
 
 from tempering.atomic import write_jsonl_atomic
 from tempering.config import SamplingSettings, StratifyConfig, TaskSourceSettings
+from tempering.errors import UserError
 from tempering.rollout.rollout import unjudged_reasons
 from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.types import Task, Trajectory
@@ -100,7 +101,7 @@ def stratify(
 ) -> tuple[list[Task], list[Task], dict[str, Any]]:
     """(every task with `difficulty` = 1 - pass rate, the RL set, a report of counts and rates)."""
     if too_hard >= too_easy:
-        raise ValueError(f"too_hard ({too_hard}) must be below too_easy ({too_easy})")
+        raise UserError(f"too_hard ({too_hard}) must be below too_easy ({too_easy})")
     stratified, learnable, counts = [], [], {b: 0 for b in BUCKETS}
     per_task = []
     for r in rates:
@@ -153,7 +154,7 @@ def load_task_source(s: TaskSourceSettings) -> list[Task]:
 
     tasks = load_tasks(s)
     if not tasks:
-        raise ValueError(f"task source {s.source!r}: no tasks")
+        raise UserError(f"task source {s.source!r}: no tasks")
     return tasks
 
 

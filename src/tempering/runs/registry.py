@@ -38,6 +38,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
+from tempering.errors import InputNotFound, UserError
 from tempering.hashing import sha256_file as file_sha256
 from tempering.runs import REGISTRY_ENV, REGISTRY_FILE, migrate, project_registry, schema
 from tempering.runs.schema import SCHEMA_VERSION, metadata, run_inputs, run_outputs, runs, schema_version
@@ -75,7 +76,7 @@ ORDER BY f.depth, r.started_at, i.id
 """)
 
 
-class RegistryError(RuntimeError):
+class RegistryError(UserError, RuntimeError):
     """A registry that this code cannot open or use; the message is one line."""
 
 
@@ -292,7 +293,7 @@ class Registry:
         `gate` is `evals.gate.GateResult.to_dict()`. Returns the eval's id."""
         report = Path(report).expanduser().resolve()
         if not report.is_file():
-            raise FileNotFoundError(f"eval report not found: {report}")
+            raise InputNotFound(f"eval report not found: {report}")
         run_id, model_str, model_sha = self.identify_model(model)
         with self.transaction() as conn:
             return conn.execute(sa.insert(schema.evals).values(

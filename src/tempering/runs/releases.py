@@ -34,6 +34,7 @@ from typing import Any, Mapping
 
 import sqlalchemy as sa
 
+from tempering.errors import UserError
 from tempering.runs.registry import Registry
 from tempering.runs.schema import alias_events, releases
 
@@ -42,7 +43,7 @@ NON_INFERIORITY = "non-inferior on"
 _PROMOTIONS = ("promote", "canary-pass")
 
 
-class ReleaseError(ValueError):
+class ReleaseError(UserError):
     """A release operation that is refused; the message is one line for the user."""
 
 

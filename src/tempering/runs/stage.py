@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tempering.config.base import run_name_problem
+from tempering.errors import UserError, crashes_into
 from tempering.runs import REGISTRY_FILE
 from tempering.runs.registry import Input, Registry, describe_input
 from tempering.train import distributed  # no torch until a process group is joined
@@ -47,7 +48,7 @@ RESUMABLE_CHANGES = ("name", "out", "train.steps", "train.max_minutes", "train.t
                      "heldout.every", "train.resume_from")
 
 
-class StageError(ValueError):
+class StageError(UserError):
     """A stage that refuses to start; the message is one line for the user."""
 
 
@@ -226,7 +227,7 @@ def run_stage(spec: StageSpec) -> Iterator[Stage]:
         name = validate_run_name(spec.name if spec.name is not None else time.strftime(f"{spec.kind}-%Y%m%d-%H%M%S"))
         root = Path(spec.out)
         run_dir = root / name
-        with run_lock(run_dir):
+        with run_lock(run_dir), crashes_into(run_dir):  # a bug's traceback goes to the run's crash.log
             registry = Registry.open(root)  # root/registry.sqlite, or $TEMPERING_REGISTRY
             try:
                 stage = Stage(spec, name, run_dir, registry)

@@ -11,6 +11,7 @@ import os
 import shutil
 import warnings
 
+from tempering.errors import UserError
 from tempering.sandbox.base import Job, Launch, SandboxUnavailable
 from tempering.sandbox.seccomp import filter_bpf, filter_fd, kafel_policy, memfd_with
 
@@ -283,5 +284,5 @@ def make_backend(name: str):
                 return candidate
         return BwrapBackend()  # its unavailable_reason() tells the user what to install
     if name not in BACKENDS:
-        raise ValueError(f"unknown sandbox backend {name!r}; choose one of {sorted(BACKENDS)} or 'auto'")
+        raise UserError(f"unknown sandbox backend {name!r}; choose one of {sorted(BACKENDS)} or 'auto'")
     return BACKENDS[name]()

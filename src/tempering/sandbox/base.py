@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Protocol, Sequence, runtime_checkable
 
+from tempering.errors import UserError
+
 Status = Literal["ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "sandbox_error"]
 STATUSES: tuple[str, ...] = ("ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "sandbox_error")
 
@@ -57,9 +59,9 @@ class Limits:
             if (
                 not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0
             ):  # NaN compares False with everything: it would pass `<= 0` and never fire
-                raise ValueError(f"Limits.{f.name} must be a finite positive number, got {value!r}")
+                raise UserError(f"Limits.{f.name} must be a finite positive number, got {value!r}")
         if self.open_files < 16:
-            raise ValueError(f"Limits.open_files must be >= 16, got {self.open_files}")
+            raise UserError(f"Limits.open_files must be >= 16, got {self.open_files}")
 
     def replace(self, **changes: float) -> Limits:
         """A copy with some fields changed (unknown names raise TypeError)."""
@@ -73,14 +75,14 @@ class Limits:
         for item in filter(None, (p.strip() for p in text.split(","))):
             key, sep, raw = item.partition("=")
             if not sep or key not in names:
-                raise ValueError(f"bad limit {item!r}; expected one of {sorted(names)} as key=value")
+                raise UserError(f"bad limit {item!r}; expected one of {sorted(names)} as key=value")
             mult = {"K": 1024, "M": MiB, "G": 1024 * MiB}.get(raw[-1:].upper(), 1)
             try:
                 number = float(raw[:-1] if mult > 1 else raw)
             except ValueError:
-                raise ValueError(f"bad limit {item!r}: {raw!r} is not a number") from None
+                raise UserError(f"bad limit {item!r}: {raw!r} is not a number") from None
             if not math.isfinite(number):
-                raise ValueError(f"bad limit {item!r}: Limits.{key} must be a finite positive number")
+                raise UserError(f"bad limit {item!r}: Limits.{key} must be a finite positive number")
             changes[key] = number * mult if key.endswith(("_s",)) else int(number * mult)
         return cls(**changes)
 

@@ -26,6 +26,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
+from tempering.errors import UserError
 from tempering.serve import chat
 from tempering.serve.arena_page import PAGE
 from tempering.serve.protocol import ApiError, BattleRequest, ChatCompletionRequest, VoteRequest
@@ -51,7 +52,7 @@ def load_prompts(path: Path | None) -> list[tuple[str, str | None]]:
         if line.startswith("{"):
             row = json.loads(line)
             if not isinstance(row.get("prompt"), str):
-                raise ValueError(f"{path}:{n}: an arena prompt row needs a 'prompt' string: {line[:80]}")
+                raise UserError(f"{path}:{n}: an arena prompt row needs a 'prompt' string: {line[:80]}")
             line, image = row["prompt"], _image(row.get("image"), Path(path), n)
         prompts.append((line, image))
     return prompts
@@ -69,7 +70,7 @@ def _image(value: Any, path: Path, n: int) -> str | None:
             raise RowInvalid("'image' must be a data URL or a file path")
         return data_url(load_image(value, path.parent))
     except RowInvalid as exc:
-        raise ValueError(f"{path}:{n}: {exc}") from None
+        raise UserError(f"{path}:{n}: {exc}") from None
 
 
 def checked_image(url: str) -> str:

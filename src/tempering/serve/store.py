@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tempering.errors import UserError
+
 KEY_PREFIX = "tmp-"
 
 SCHEMA = """
@@ -75,7 +77,7 @@ CREATE TRIGGER IF NOT EXISTS votes_no_update BEFORE UPDATE ON votes
 """
 
 
-class StoreError(ValueError):
+class StoreError(UserError):
     """A refused store operation; the message is one line for the user."""
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tempering import errors
 from tempering.config import EngineSettings, LoraSettings, SamplingParams
 from tempering.data.padding import PAD_ID, right_pad
 from tempering.models.load import ModelNotFound, load_model, load_tokenizer
@@ -35,8 +36,9 @@ LORA_ALPHA = 32
 """LoRA alpha of every trainee (Tinker fixes it too; the rank is the request's)."""
 
 
-class UserError(ValueError):
-    """A request the server refuses; the message names the call and the reason."""
+class UserError(errors.UserError):
+    """A request the server refuses; the message names the call and the reason (the Tinker
+    routes answer it as the client's error, any other exception as the server's)."""
 
 
 @dataclass

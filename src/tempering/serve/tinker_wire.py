@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tempering.errors import UserError
 
-class WireError(ValueError):
+
+class WireError(UserError):
     """A request body the server cannot read; the message names the field."""
 
 

@@ -22,6 +22,7 @@ from importlib.resources import files
 from typing import Literal
 
 from tempering.config import TaskSourceSettings
+from tempering.errors import UserError
 from tempering.sources.registry import register_source
 from tempering.types import Message, Task
 
@@ -43,7 +44,7 @@ def humaneval_problems() -> tuple[dict, ...]:
 def humaneval_tasks(style: Literal["completion", "chat"] = "completion") -> list[Task]:
     """All 164 problems as Tasks with ids `HumanEval/0` .. `HumanEval/163` (track "code")."""
     if style not in ("completion", "chat"):
-        raise ValueError(f"style must be 'completion' or 'chat', got {style!r}")
+        raise UserError(f"style must be 'completion' or 'chat', got {style!r}")
     tasks = []
     for row in humaneval_problems():
         spec = {

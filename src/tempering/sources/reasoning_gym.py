@@ -32,6 +32,7 @@ from importlib.metadata import version
 from typing import Any
 
 from tempering.config import TaskSourceSettings
+from tempering.errors import UserError
 from tempering.sources.registry import register_source
 from tempering.types import Task
 
@@ -62,11 +63,11 @@ def reasoning_gym_tasks(
         ValueError: unknown dataset, bad config, or entries that do not survive JSON.
     """
     if size < 1:
-        raise ValueError(f"size must be >= 1, got {size}")
+        raise UserError(f"size must be >= 1, got {size}")
     try:
         json.dumps(config)
     except TypeError as exc:
-        raise ValueError(f"reasoning-gym config for {name!r} must be JSON-serialisable: {exc}") from None
+        raise UserError(f"reasoning-gym config for {name!r} must be JSON-serialisable: {exc}") from None
     dataset = build_dataset(name, seed, size, json.dumps(config, sort_keys=True))
     rg_version = version("reasoning-gym")
     tasks = []
@@ -109,7 +110,7 @@ def build_dataset(name: str, seed: int, size: int, config_json: str) -> Any:
     try:
         return reasoning_gym.create_dataset(name, seed=seed, size=size, **config)
     except (TypeError, AssertionError) as exc:  # unknown config field / failed config.validate()
-        raise ValueError(f"bad reasoning-gym config for {name!r} {config}: {exc or type(exc).__name__}") from None
+        raise UserError(f"bad reasoning-gym config for {name!r} {config}: {exc or type(exc).__name__}") from None
 
 
 def _stored_entry(name: str, dataset: Any, entry: dict[str, Any]) -> dict[str, Any]:
@@ -117,12 +118,12 @@ def _stored_entry(name: str, dataset: Any, entry: dict[str, Any]) -> dict[str, A
     try:
         stored = json.loads(json.dumps({"answer": entry["answer"], "metadata": entry["metadata"]}))
     except TypeError as exc:
-        raise ValueError(f"reasoning-gym dataset {name!r}: entries are not JSON-serialisable ({exc})") from None
+        raise UserError(f"reasoning-gym dataset {name!r}: entries are not JSON-serialisable ({exc})") from None
     if entry["answer"] is not None:
         original = dataset.score_answer(entry["answer"], entry)
         roundtrip = dataset.score_answer(entry["answer"], stored)
         if original != roundtrip:
-            raise ValueError(
+            raise UserError(
                 f"reasoning-gym dataset {name!r}: the oracle answer scores {original} on the entry "
                 f"but {roundtrip} after a JSON round trip; this dataset is not supported"
             )

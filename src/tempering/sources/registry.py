@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tempering.config import SOURCE_NAME, TaskSourceSettings
+from tempering.errors import InputNotFound, UserError
 from tempering.types import Task
 
 SourceLoader = Callable[[TaskSourceSettings, str], list[Task]]
@@ -28,7 +29,7 @@ SOURCES: dict[str, SourceLoader] = {}
 CONFIGURED: set[str] = set()  # sources whose loader reads a suite task source's `config:` mapping
 
 
-class UnknownSource(FileNotFoundError, ValueError):
+class UnknownSource(InputNotFound):
     """A `tasks.source` value that names no registered source and no existing file (callers that
     catch a missing file or a bad value both see it)."""
 
@@ -42,9 +43,9 @@ def register_source(name: str, takes_config: bool = False) -> Callable[[SourceLo
         ValueError: the name is taken or does not have the shape of a source name.
     """
     if not SOURCE_NAME.fullmatch(name):
-        raise ValueError(f"task source name {name!r}: expected a word, optionally followed by ':' (e.g. 'mydata:')")
+        raise UserError(f"task source name {name!r}: expected a word, optionally followed by ':' (e.g. 'mydata:')")
     if name in SOURCES:
-        raise ValueError(f"task source {name!r} is registered twice")
+        raise UserError(f"task source {name!r} is registered twice")
 
     def decorate(loader: SourceLoader) -> SourceLoader:
         SOURCES[name] = loader
@@ -74,7 +75,7 @@ def takes_config(value: str) -> bool:
 def check_config(source: str, config: dict) -> None:
     """Raise ValueError when `config` is given to a source that reads none (it would do nothing)."""
     if config and not takes_config(source):
-        raise ValueError(f"'config' applies to sources that read one (reasoning_gym, longctx), not {source!r}")
+        raise UserError(f"'config' applies to sources that read one (reasoning_gym, longctx), not {source!r}")
 
 
 def is_source_name(value: str) -> bool:

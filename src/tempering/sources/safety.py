@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tempering.config import TaskSourceSettings
 from tempering.data.safety import KINDS, safety_tasks
+from tempering.errors import UserError
 from tempering.sources.registry import register_source
 from tempering.types import Task
 
@@ -16,5 +17,5 @@ from tempering.types import Task
 @register_source("safety:")
 def _safety(s: TaskSourceSettings, kind: str) -> list[Task]:
     if kind not in KINDS:
-        raise ValueError(f"task source 'safety:{kind}': the kind must be one of {', '.join(KINDS)}")
+        raise UserError(f"task source 'safety:{kind}': the kind must be one of {', '.join(KINDS)}")
     return safety_tasks(kind, s.split, s.n, s.seed)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import RewardPart, TaskSourceSettings
+from tempering.errors import UserError
 from tempering.sources.registry import UnknownSource, check_config, find_source, register_source, source_names
 from tempering.types import Task
 
@@ -62,7 +63,7 @@ def checked_specs(tasks: list[Task], source: str) -> list[Task]:
     for task in tasks:
         problem = spec_problem(task.verifier)
         if problem is not None:
-            raise ValueError(f"{source} task {task.id!r}: {problem}")
+            raise UserError(f"{source} task {task.id!r}: {problem}")
     return tasks
 
 
@@ -78,15 +79,15 @@ def read_task_file(path: Path) -> list[Task]:
     for location, row, parse_error in iter_rows(path):
         at = where(path, location)
         if parse_error is not None:
-            raise ValueError(f"{at}: {parse_error}")
+            raise UserError(f"{at}: {parse_error}")
         try:
             task = Task.model_validate(row)
         except ValidationError as exc:
             err = exc.errors()[0]
-            raise ValueError(f"{at}: invalid task: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+            raise UserError(f"{at}: invalid task: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
         problem = spec_problem(task.verifier)
         if problem is not None:
-            raise ValueError(f"{at}: {problem}")
+            raise UserError(f"{at}: {problem}")
         tasks.append(task)
     return tasks
 

@@ -30,10 +30,12 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from tempering.errors import UserError
+
 BUCKET_ELEMENTS = 1 << 22  # 16 MB of fp32 per all-reduce
 
 
-class WorldSizeChanged(ValueError):
+class WorldSizeChanged(UserError):
     """Resuming a checkpoint written by a different number of processes."""
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from tempering.errors import UserError
+
 
 def shard_model(model: Any) -> None:
     """Apply `fully_shard` to `model`'s units in place (see the module docstring).
@@ -36,7 +38,7 @@ def shard_model(model: Any) -> None:
     covered = {id(p) for module in (decoder, head) for p in module.parameters()}
     outside = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in covered]
     if outside:
-        raise ValueError(f"train.fsdp: parameters outside the decoder and its output head: {outside[:3]}")
+        raise UserError(f"train.fsdp: parameters outside the decoder and its output head: {outside[:3]}")
     for layer in decoder.layers:
         fully_shard(layer)
     fully_shard([embed, head])

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from tempering.config import MoESettings
+from tempering.errors import UserError
 from tempering.models.moe import balance_loss, load_cv, max_over_mean, router_entropy, router_z_loss
 from tempering.models.routing import RouterTap, is_moe, num_experts
 
@@ -24,7 +25,7 @@ from tempering.models.routing import RouterTap, is_moe, num_experts
 def check_moe_settings(model: Any, settings: MoESettings | None) -> None:
     """A one-line error where `train.moe` is set for a model without routers."""
     if settings is not None and not is_moe(model):
-        raise ValueError("train.moe: the model has no expert routers (a dense model); remove train.moe")
+        raise UserError("train.moe: the model has no expert routers (a dense model); remove train.moe")
 
 
 class MoEWatch:
@@ -49,7 +50,7 @@ class MoEWatch:
         if self.settings.router_replay:
             routings = [getattr(batch, name, None) for name in ("prompt_routing", "completion_routing")]
             if any(r is None for r in routings):
-                raise ValueError(
+                raise UserError(
                     "train.moe.router_replay: this batch carries no rollout routing (only single-turn "
                     "GRPO on the `hf` engine records it)"
                 )

@@ -19,6 +19,7 @@ from typing import Any, Iterable
 import torch
 
 from tempering.config import OptimSettings
+from tempering.errors import UserError
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], settings: OptimSettings) -> torch.optim.Optimizer:
@@ -36,7 +37,7 @@ def _adamw_8bit(params: list[torch.nn.Parameter], settings: OptimSettings) -> to
         from torchao.optim import AdamW8bit  # pyright: ignore[reportMissingImports]  (optional: extra `memory`)
         from torchao.optim.subclass_8bit import OptimState8bit  # pyright: ignore[reportMissingImports]
     except ImportError as err:
-        raise ValueError(
+        raise UserError(
             "train.optim.state_bits: 8 needs torchao's low-bit optimizers: pip install 'tempering[memory]'"
         ) from err
     # checkpoints load optimizer.pt with weights_only=True: the state subclass must be allowed

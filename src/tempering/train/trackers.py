@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from tempering.errors import UserError
+
 EXTRA = "trackers"
 MODULES = {  # the modules each tracker imports; a missing one refuses the run at start
     "tensorboard": ("tensorboard", "torch.utils.tensorboard"),
@@ -33,7 +35,7 @@ MODULES = {  # the modules each tracker imports; a missing one refuses the run a
 }
 
 
-class TrackerUnavailable(ValueError):
+class TrackerUnavailable(UserError):
     """A requested tracker that cannot run here; the message is one line naming the extra."""
 
 

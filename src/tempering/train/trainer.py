@@ -21,6 +21,7 @@ import torch
 
 from tempering.batches import Batch, to_device
 from tempering.config import TrainSettings
+from tempering.errors import UserError
 from tempering.models.allocator import map_large_blocks
 from tempering.models.checkpointing import enable_checkpointing
 from tempering.models.precision import autocast, resolve_precision
@@ -176,7 +177,7 @@ class Trainer:
         # Under torchrun: data-parallel over the process group (train/distributed.py).
         self.world = distributed.init()
         if getattr(batches, "shard", (0, 1)) != (self.world.rank, self.world.size):
-            raise ValueError(
+            raise UserError(
                 f"{objective.name}: its batches are not sharded over the {self.world.size} processes "
                 "of this torchrun; only SFT and DPO train data-parallel so far, run this with one process"
             )
@@ -194,7 +195,7 @@ class Trainer:
         self.moe = MoEWatch(self.model, settings.moe) if is_moe(self.model) else None
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.named:
-            raise ValueError("model has no trainable parameters")
+            raise UserError("model has no trainable parameters")
         opt = build_optimizer([p for _, p in self.named], settings.optim)
         self.optimizer = self.accelerator.prepare_optimizer(opt)
         self.guard = AnomalyGuard(settings.guard)
@@ -213,7 +214,7 @@ class Trainer:
     def _place(self, model: Any, settings: TrainSettings) -> Any:
         """The model on its device with the memory levers the settings ask for (docs/training.md)."""
         if settings.fsdp and self.world.size == 1:
-            raise ValueError(
+            raise UserError(
                 "train.fsdp shards over torchrun processes and this is one process; run under "
                 "`torchrun --nproc_per_node N` (N >= 2) or set train.fsdp: false"
             )

@@ -22,6 +22,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
+from tempering.errors import UserError
 from tempering.numbers import is_bare_number, parse_number
 from tempering.types import Reward
 from tempering.verifiers.base import register
@@ -62,7 +63,7 @@ def _needs_answer(spec: dict[str, Any]) -> None:
 
 def _needs_number(spec: dict[str, Any]) -> None:
     if parse_number(str(spec["answer"])) is None:
-        raise ValueError(f"{spec['type']} verifier answer is not a number: {spec['answer']!r}")
+        raise UserError(f"{spec['type']} verifier answer is not a number: {spec['answer']!r}")
     for key in ("rel_tol", "abs_tol"):
         if key in spec:
             _tolerance(spec, key)
@@ -71,7 +72,7 @@ def _needs_number(spec: dict[str, Any]) -> None:
 def _needs_pattern(spec: dict[str, Any]) -> None:
     re.compile(spec["pattern"])  # re.error names the position
     if spec.get("on", "answer") not in ("answer", "completion"):
-        raise ValueError(f"regex verifier 'on' must be 'answer' or 'completion', got {spec['on']!r}")
+        raise UserError(f"regex verifier 'on' must be 'answer' or 'completion', got {spec['on']!r}")
 
 
 NO_ANSWER = "no_answer"
@@ -94,7 +95,7 @@ def score_numeric(spec: dict[str, Any], completion: str, ctx: VerifierContext) -
     answer = extract_final_answer(completion)
     got, want = parse_number(answer), parse_number(str(spec["answer"]))
     if want is None:
-        raise ValueError(f"numeric verifier answer is not a number: {spec['answer']!r}")
+        raise UserError(f"numeric verifier answer is not a number: {spec['answer']!r}")
     if got is None:
         return _reward(False, None)
     if "rel_tol" not in spec and "abs_tol" not in spec:
@@ -108,9 +109,9 @@ def _tolerance(spec: dict[str, Any], key: str) -> Fraction:
     try:
         value = Fraction(str(spec.get(key) or 0))
     except (ValueError, ZeroDivisionError):
-        raise ValueError(f"numeric verifier {key} must be a number, got {spec[key]!r}") from None
+        raise UserError(f"numeric verifier {key} must be a number, got {spec[key]!r}") from None
     if value < 0:
-        raise ValueError(f"numeric verifier {key} must be >= 0, got {spec[key]!r}")
+        raise UserError(f"numeric verifier {key} must be >= 0, got {spec[key]!r}")
     return value
 
 
@@ -125,12 +126,12 @@ def score_numeric_close(spec: dict[str, Any], completion: str, ctx: VerifierCont
         return Reward(value=0.0, components={"close": 0.0}, detail="not a bare number")
     got, want = parse_number(extract_final_answer(completion)), parse_number(str(spec["answer"]))
     if want is None:
-        raise ValueError(f"numeric_close verifier answer is not a number: {spec['answer']!r}")
+        raise UserError(f"numeric_close verifier answer is not a number: {spec['answer']!r}")
     if got is None:
         return Reward(value=0.0, components={"close": 0.0}, flags=[NO_ANSWER], detail="extracted: None")
     scale = Fraction(str(spec.get("scale", 10)))
     if scale <= 0:
-        raise ValueError(f"numeric_close verifier scale must be > 0, got {spec['scale']!r}")
+        raise UserError(f"numeric_close verifier scale must be > 0, got {spec['scale']!r}")
     value = float(max(Fraction(0), 1 - abs(got - want) / scale))  # in [0, 1]: the float cannot overflow
     return Reward(value=value, components={"close": value}, detail=f"extracted: {str(got)!r}")
 

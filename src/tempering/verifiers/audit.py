@@ -21,6 +21,7 @@ from collections import Counter
 from importlib import resources
 from typing import Any, Callable
 
+from tempering.errors import UserError
 from tempering.types import Reward
 from tempering.verifiers.answers import NO_ANSWER
 
@@ -31,7 +32,7 @@ AUDITED = ("numeric", "exact", "math")
 def audit_rows(name: str) -> list[dict[str, Any]]:
     """The labelled rows of verifier `name`'s audit set."""
     if name not in AUDITED:
-        raise ValueError(f"no audit set for verifier {name!r} (audited: {', '.join(AUDITED)})")
+        raise UserError(f"no audit set for verifier {name!r} (audited: {', '.join(AUDITED)})")
     text = resources.files("tempering.verifiers").joinpath("audits", f"{name}.jsonl").read_text()
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 

@@ -6,6 +6,7 @@ import math
 import re
 from typing import Any, Callable
 
+from tempering.errors import UserError
 from tempering.types import Reward, Task
 from tempering.verifiers.context import VerifierContext
 from tempering.verifiers.errors import VerifierError as VerifierError  # re-exported: callers import it from here
@@ -110,7 +111,7 @@ def deadline_of(spec: dict[str, Any], default: float) -> float:
     except (TypeError, ValueError):
         deadline = math.nan
     if not 0 < deadline < math.inf:
-        raise ValueError(f"{spec.get('type')} verifier timeout_s must be a positive number of seconds, got {raw!r}")
+        raise UserError(f"{spec.get('type')} verifier timeout_s must be a positive number of seconds, got {raw!r}")
     return deadline
 
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tempering.errors import UserError
 from tempering.types import Reward
 from tempering.verifiers.base import VerifierError, register
 from tempering.verifiers.code_judge import VERDICT_MAGIC, clean_text
@@ -213,7 +214,7 @@ def _code_check(spec: dict[str, Any]) -> None:
         CodeSpec.model_validate(spec)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ValueError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        raise UserError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
 
 
 @register("code", check=_code_check)

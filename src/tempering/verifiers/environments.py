@@ -23,11 +23,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tempering.errors import UserError
+
 CORRECT = "correct"
 """The component Tempering's `Reward.passed` reads; the verifier sets it from the pass threshold."""
 
 
-class UnusableEnvironment(ValueError):
+class UnusableEnvironment(UserError):
     """A `verifiers:` source that cannot be used; the message is one line naming the environment."""
 
 

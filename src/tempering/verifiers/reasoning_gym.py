@@ -40,6 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tempering.errors import UserError
 from tempering.types import Reward
 from tempering.verifiers.answers import extract_final_answer
 from tempering.verifiers.base import VerifierError, deadline_of, register
@@ -67,7 +68,7 @@ def extract_tagged_answer(completion: str) -> str:
 def score_reasoning_gym(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     missing = [k for k in ("dataset", "seed", "size", "config", "entry") if k not in spec]
     if missing:
-        raise ValueError(f"reasoning_gym verifier spec is missing {missing}: {spec}")
+        raise UserError(f"reasoning_gym verifier spec is missing {missing}: {spec}")
     answer = extract_tagged_answer(completion)
     result = run_judge(spec, answer, ctx)
     value, flags = reading(result)
@@ -164,7 +165,7 @@ def dataset_module(name: str) -> str:
         from reasoning_gym.factory import DATASETS
 
     if name not in DATASETS:
-        raise ValueError(f"unknown reasoning-gym dataset {name!r}")
+        raise UserError(f"unknown reasoning-gym dataset {name!r}")
     return DATASETS[name][0].__module__
 
 

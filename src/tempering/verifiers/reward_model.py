@@ -26,6 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tempering.errors import UserError
 from tempering.types import IGNORE, Reward
 from tempering.verifiers.base import register
 from tempering.verifiers.context import VerifierContext
@@ -72,19 +73,19 @@ def _prompt_messages(prompt: Any) -> list[dict[str, Any]]:
         return [{"role": "user", "content": prompt}]
     if isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt):
         return [dict(m) for m in prompt]
-    raise ValueError("reward_model verifier: 'prompt' must be a string or a list of messages")
+    raise UserError("reward_model verifier: 'prompt' must be a string or a list of messages")
 
 
 @register("reward_model", needs_prompt=True)
 def score_reward_model(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     """Score `completion` as the answer to `spec["prompt"]` with the reward model at `spec["model"]`."""
     if not spec.get("model"):
-        raise ValueError("reward_model verifier needs 'model': a `temper rm` output directory")
+        raise UserError("reward_model verifier needs 'model': a `temper rm` output directory")
     if "prompt" not in spec:
-        raise ValueError("reward_model verifier needs the conversation to judge the answer in ('prompt')")
+        raise UserError("reward_model verifier needs the conversation to judge the answer in ('prompt')")
     scale = spec.get("scale", "raw")
     if scale not in ("raw", "sigmoid"):
-        raise ValueError(f"reward_model verifier: scale must be 'raw' or 'sigmoid', got {scale!r}")
+        raise UserError(f"reward_model verifier: scale must be 'raw' or 'sigmoid', got {scale!r}")
     path, precision = str(Path(spec["model"]).expanduser().resolve()), spec.get("precision", "auto")
     scorer = ctx.shared(f"reward_model:{path}:{precision}", lambda: RewardScorer.load(path, precision))
     messages = _prompt_messages(spec["prompt"]) + [{"role": "assistant", "content": completion}]

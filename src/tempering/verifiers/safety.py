@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tempering.data.safety import ANSWERABILITY_CATEGORIES, SAFETY_CATEGORIES
+from tempering.errors import UserError
 from tempering.types import Reward
 from tempering.verifiers.base import register
 from tempering.verifiers.context import VerifierContext
@@ -173,21 +174,19 @@ def detect_abstention(reply: str) -> Detection:
 
 def _check_refusal(spec: dict[str, Any]) -> None:
     if spec["expect"] not in ("refuse", "comply"):
-        raise ValueError(f"refusal verifier expect must be 'refuse' or 'comply', got {spec['expect']!r}")
+        raise UserError(f"refusal verifier expect must be 'refuse' or 'comply', got {spec['expect']!r}")
     if spec.get("category") is not None and spec["category"] not in SAFETY_CATEGORIES:
-        raise ValueError(f"unknown safety category {spec['category']!r} (known: {', '.join(SAFETY_CATEGORIES)})")
+        raise UserError(f"unknown safety category {spec['category']!r} (known: {', '.join(SAFETY_CATEGORIES)})")
 
 
 def _check_abstain(spec: dict[str, Any]) -> None:
     answerable = spec["answerable"]
     if not isinstance(answerable, bool):
-        raise ValueError(f"abstain verifier answerable must be true or false, got {answerable!r}")
+        raise UserError(f"abstain verifier answerable must be true or false, got {answerable!r}")
     if answerable and not str(spec.get("answer") or "").strip():
-        raise ValueError("an answerable abstain task needs its 'answer'")
+        raise UserError("an answerable abstain task needs its 'answer'")
     if spec.get("category") is not None and spec["category"] not in ANSWERABILITY_CATEGORIES:
-        raise ValueError(
-            f"unknown honesty category {spec['category']!r} (known: {', '.join(ANSWERABILITY_CATEGORIES)})"
-        )
+        raise UserError(f"unknown honesty category {spec['category']!r} (known: {', '.join(ANSWERABILITY_CATEGORIES)})")
 
 
 @register("refusal", check=_check_refusal)

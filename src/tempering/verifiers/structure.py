@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from tempering.data.toolcalls import load_json, parse_tool_calls
+from tempering.errors import UserError
 from tempering.types import Reward
 from tempering.verifiers.base import register, score_spec, spec_problem
 from tempering.verifiers.context import VerifierContext
@@ -84,13 +85,13 @@ def score_tool_call(spec: dict[str, Any], completion: str, ctx: VerifierContext)
 def _parts_check(spec: dict[str, Any]) -> None:
     parts = spec["parts"]
     if not isinstance(parts, list) or not parts:
-        raise ValueError("composite verifier 'parts' must be a non-empty list of {name, weight, verifier}")
+        raise UserError("composite verifier 'parts' must be a non-empty list of {name, weight, verifier}")
     for i, part in enumerate(parts):
         if not isinstance(part, dict) or "name" not in part or "verifier" not in part:
-            raise ValueError(f"composite part {i} needs 'name' and 'verifier'")
+            raise UserError(f"composite part {i} needs 'name' and 'verifier'")
         problem = spec_problem(part["verifier"])
         if problem is not None:
-            raise ValueError(f"part {part['name']!r}: {problem}")
+            raise UserError(f"part {part['name']!r}: {problem}")
 
 
 @register("composite", check=_parts_check)

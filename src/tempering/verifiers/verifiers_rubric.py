@@ -35,6 +35,7 @@ import asyncio
 import time
 from typing import Any
 
+from tempering.errors import UserError
 from tempering.types import Reward
 from tempering.verifiers.base import VerifierError, register
 
@@ -45,7 +46,7 @@ MODEL = "tempering"
 def check_spec(spec: dict[str, Any]) -> None:
     """The spec names an environment and carries a dataset row (KeyError names the missing field)."""
     if not isinstance(spec["env"], str) or not isinstance(spec["row"], dict):
-        raise ValueError("'env' must be an environment id and 'row' a dataset row (a mapping)")
+        raise UserError("'env' must be an environment id and 'row' a dataset row (a mapping)")
 
 
 @register("verifiers", check=check_spec)
