@@ -7,6 +7,7 @@ One module per command group: `train` (every training command), `data`, `eval`, 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any
@@ -30,25 +31,31 @@ from tempering.sandbox.cli import app as sandbox_app
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 VERBOSE = ("--verbose", "-v")
+DEBUG = "--debug"
+DEBUG_KEY = "tempering.debug"  # in click's ctx.meta, which every sub-context shares
 
 
 class VerboseAnywhere(TyperGroup):
-    """`temper`'s command group: `--verbose` / `-v` count wherever they stand (`temper sft c.yaml
-    -v` as `temper -v sft c.yaml`), up to a `--` that ends the options."""
+    """`temper`'s command group: `--verbose` / `-v` and `--debug` count wherever they stand
+    (`temper sft c.yaml -v` as `temper -v sft c.yaml`), up to a `--` that ends the options."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         end = args.index("--") if "--" in args else len(args)
         flags = [a for a in args[:end] if a in VERBOSE]
-        rest = [a for a in args[:end] if a not in VERBOSE] + args[end:]
-        return super().parse_args(ctx, flags[:1] + rest)
+        debug = [DEBUG] if DEBUG in args[:end] else []
+        rest = [a for a in args[:end] if a not in VERBOSE and a != DEBUG] + args[end:]
+        return super().parse_args(ctx, flags[:1] + debug + rest)
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the command; Ctrl-C prints how to go on and exits 130 at once. A plain exit would
+        """Run the command through `run_command` (bad input: one line; a bug: one line and a
+        crash log). Ctrl-C prints how to go on and exits 130 at once. A plain exit would
         first wait for worker threads (a rollout sampling ahead, scoring pools) to finish their
         work, tens of seconds; whatever must be written is written by then (checkpoints and
         registry rows are atomic, and `run_stage` marks the run interrupted as the exception passes)."""
+        from tempering.cli.common import run_command
+
         try:
-            return super().invoke(ctx)
+            return run_command(functools.partial(super().invoke, ctx), lambda: bool(ctx.meta.get(DEBUG_KEY)))
         except KeyboardInterrupt:
             from tempering.cli.common import err
 
@@ -102,14 +109,22 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
+    ctx: typer.Context,
     verbose: bool = typer.Option(
         False, "--verbose", "-v", help="Show library warnings, weight-loading bars and transformers/peft messages."
     ),
     version_: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    debug: bool = typer.Option(
+        False,
+        DEBUG,
+        help="On an internal error (a bug, not bad input) also print its traceback on stderr "
+        "(as TEMPERING_DEBUG=1 does); it is kept in a crash.log either way.",
+    ),
 ) -> None:
     """Tempering: post-training for open-weight language models."""
+    ctx.meta[DEBUG_KEY] = debug
     quiet_libraries(verbose)
 
 

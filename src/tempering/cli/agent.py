@@ -31,10 +31,11 @@ def export_recovered(
     """Write the run's recovered episodes (an error, the feedback read, then success) as SFT rows
     with provenance (run, step, task id); prints one JSON line."""
     from tempering.agents.recovered import export_recovered as export
+    from tempering.errors import UserError
 
     try:
         path, rows, episodes = export(run, out)
-    except (ValueError, OSError) as exc:
+    except UserError as exc:  # a bad row's message quotes the row: its first line is the error
         fail(str(exc).splitlines()[0])
     print(json.dumps({"recovered": str(path), "rows": rows, "episodes": episodes}))
 

@@ -1,10 +1,14 @@
-"""What every `temper` command shares: the stderr console, the one-line error exit, the training flags."""
+"""What every `temper` command shares: the stderr console, how a command's errors end it (bad
+input: one line; a bug: one line and a crash log), the training flags."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence, TypeVar
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -37,6 +41,61 @@ def fail(message: object, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+INTERNAL = "internal error (a bug in Tempering or a library it calls, not your input)"
+# typer's and click's own ways to end a command, usage errors included (TyperException is the base
+# of the click exceptions typer vendors; plain click's are listed for code that raises them itself)
+EXITS = (
+    typer.Exit,
+    typer.Abort,
+    typer.TyperException,
+    click.exceptions.Exit,
+    click.exceptions.Abort,
+    click.ClickException,
+)
+T = TypeVar("T")
+
+
+def run_command(body: Callable[[], T], debug: Callable[[], bool]) -> T:
+    """Run a command's body; the one place its exceptions become exits.
+
+    Typer/click exits pass as they are. A `UserError` (bad input) is `error: MESSAGE` and exit 2.
+    Anything else is a bug: one `internal error` line naming the crash log that holds its
+    traceback (the run's `crash.log` where the run dir is known, else a file in the temp dir),
+    exit 1; with `--debug` or `TEMPERING_DEBUG=1` the traceback is printed on stderr too.
+    `debug` is asked only after the body ran (the `--debug` flag is parsed inside it)."""
+    from tempering.errors import UserError
+
+    try:
+        return body()
+    except EXITS:
+        raise
+    except UserError as exc:
+        fail(str(exc))
+    except Exception as exc:
+        internal_error(exc, debug() or debug_env())
+
+
+def debug_env() -> bool:
+    """`TEMPERING_DEBUG` set to anything but empty or 0."""
+    from tempering.errors import DEBUG_ENV
+
+    return os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
+
+
+def internal_error(exc: Exception, debug: bool) -> NoReturn:
+    """Print the one line of a bug (and with `debug` its traceback), keep the traceback, exit 1."""
+    import traceback
+
+    from tempering.errors import crash_dir, one_line, write_crash_log
+
+    log = write_crash_log(exc, crash_dir(exc))
+    if debug:
+        sys.stderr.write("".join(traceback.format_exception(exc)))
+        sys.stderr.flush()
+    err.print(f"[red]{INTERNAL}:[/red] {escape(one_line(exc))} — traceback in {escape(str(log))}")
+    raise typer.Exit(1)
+
+
 def refuse_flag_keys(overrides: Sequence[str], flags: dict[str, Any]) -> None:
     """Fail on a `--set` of a key that a flag sets (the flag's value would silently win)."""
     for item in overrides:
@@ -55,17 +114,9 @@ def train_from_config(
     force: bool = False,
 ) -> dict[str, Any]:
     """The shared body of the training commands (sft, grpo, dpo, rm): the config file with
-    `--set` values and flag overrides (`full`: all parameters, no LoRA), then the run; any
-    bad input is the one-line error exit. Returns the run summary for the caller to print."""
-    from tempering.config import ConfigError, load_config
-    from tempering.train.checkpoint import CheckpointError
+    `--set` values and flag overrides (`full`: all parameters, no LoRA), then the run (bad input
+    in either is a `UserError`, which `run_command` ends as one line). Returns the run summary."""
+    from tempering.config import load_config
 
     literal = {**{k: v for k, v in literal.items() if v is not None}, **({"lora": None} if full else {})}
-    try:
-        cfg = load_config(kind, config, list(sets), literal)
-    except (ConfigError, FileNotFoundError) as exc:
-        fail(str(exc))
-    try:
-        return run(cfg, force=force)
-    except (ValueError, FileNotFoundError, CheckpointError) as exc:  # bad rows, a locked run, a template error, ...
-        fail(str(exc))
+    return run(load_config(kind, config, list(sets), literal), force=force)

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from tempering.cli.common import err, fail
 from tempering.cli.data_pairs import data_agree, data_audit, data_pairs
-from tempering.config import DEFAULT_MODEL, ConfigError, DecontamSettings, DedupSettings, load_config
+from tempering.config import DEFAULT_MODEL, DecontamSettings, DedupSettings, load_config
 from tempering.sources.registry import source_names
 
 data_app = typer.Typer(
@@ -45,8 +45,6 @@ def data_validate(
         loaded = load_rows([str(f) for f in files])
     except NoRows as exc:  # an empty file is bad data: exit 1 like a bad row
         fail(str(exc), 1)
-    except (FileNotFoundError, ValueError) as exc:
-        fail(str(exc))
     if render and loaded.records:
         from tempering.data.render import TemplateError, detect_tool_call_style, render_records
         from tempering.models.load import ModelNotFound, load_tokenizer
@@ -141,11 +139,8 @@ def data_dedup(
         settings = DedupSettings(threshold=threshold, num_perm=num_perm, shingle=shingle, seed=seed, near=near)
     except ValidationError as exc:
         fail(f"bad option: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
-    try:
-        with _progress("dedup") as tick:
-            result = dedup_file(data, out_path, settings, report_path, progress=tick)
-    except (FileNotFoundError, ValueError) as exc:
-        fail(str(exc))
+    with _progress("dedup") as tick:
+        result = dedup_file(data, out_path, settings, report_path, progress=tick)
     _show_errors(result.errors)
     counts, report_path, quarantine = result.counts, result.report, result.quarantine
     run_id = _record_run(
@@ -199,18 +194,14 @@ def data_decontam(
     """Find (and with -o remove) training rows that contain eval suite tasks; prints one JSON summary."""
     from pydantic import ValidationError
 
-    from tempering.evals.suite import SuiteError
     from tempering.recipes.datatools import decontam_file
 
     try:
         settings = DecontamSettings(n=n, min_coverage=min_coverage, boilerplate_tasks=boilerplate_tasks)
     except ValidationError as exc:
         fail(f"bad option: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
-    try:
-        with _progress("decontam") as tick:
-            result = decontam_file(data, against, out_path, settings, report_path, progress=tick)
-    except (SuiteError, FileNotFoundError, ValueError) as exc:
-        fail(str(exc))
+    with _progress("decontam") as tick:
+        result = decontam_file(data, against, out_path, settings, report_path, progress=tick)
     for suite, task in result.extra["unindexed"][:5]:
         err.print(f"[yellow]warning: {suite} task {task} is all boilerplate and can never match[/yellow]")
     _show_errors(result.errors)
@@ -257,16 +248,11 @@ def data_mix(
     force: bool = typer.Option(False, help="Redo a run of this name even though its config changed."),
 ) -> None:
     """Mix sources by weight (with general-data replay); realised vs requested shares, rows and tokens."""
-    from tempering.data.io import NoRows
-    from tempering.recipes.mix import MixOffTarget, check_config, load_mix_config, run_mix
-    from tempering.runs.stage import StageError
+    from tempering.recipes.mix import check_config, load_mix_config, run_mix
 
-    try:
-        cfg = load_mix_config(config, list(set_), _literal(size=size, seed=seed, epoch=epoch, output=output, name=name))
-        check_config(cfg)
-        summary = run_mix(cfg, force)
-    except (ConfigError, StageError, NoRows, FileNotFoundError, MixOffTarget, ValueError) as exc:
-        fail(str(exc))
+    cfg = load_mix_config(config, list(set_), _literal(size=size, seed=seed, epoch=epoch, output=output, name=name))
+    check_config(cfg)
+    summary = run_mix(cfg, force)
     table = Table(
         title=f"mix ({summary['unit']}, size {summary['size']}, seed {summary['seed']}, epoch {summary['epoch']})"
     )
@@ -323,20 +309,11 @@ def data_stratify(
 ) -> None:
     """Measure pass rates with k samples per task; bucket too-easy / learnable / too-hard; write the RL set."""
     from tempering.config import StratifyConfig
-    from tempering.models.load import ModelNotFound
     from tempering.recipes.stratify import run_stratify
-    from tempering.runs.stage import StageError
 
-    try:
-        cfg = load_config(
-            StratifyConfig,
-            config,
-            list(set_),
-            {**_literal(model=model, k=k, name=name), **_tasks_overrides(tasks, n, None)},
-        )
-        summary = run_stratify(cfg, force, err)
-    except (ConfigError, StageError, ModelNotFound, FileNotFoundError, ValueError) as exc:
-        fail(str(exc))
+    overrides = {**_literal(model=model, k=k, name=name), **_tasks_overrides(tasks, n, None)}
+    cfg = load_config(StratifyConfig, config, list(set_), overrides)
+    summary = run_stratify(cfg, force, err)
     table = Table(title=f"difficulty of {summary['tasks']} tasks ({summary['k']} samples each, {summary['model']})")
     for col in ("bucket", "tasks", "share"):
         table.add_column(col, justify="left" if col == "bucket" else "right")
@@ -373,20 +350,11 @@ def data_synth(
 ) -> None:
     """The flywheel: generate n candidates per prompt, verify, keep the best correct one (reflowed), write an SFT set."""
     from tempering.config import SynthConfig
-    from tempering.models.load import ModelNotFound
     from tempering.recipes.synth import run_synth
-    from tempering.runs.stage import StageError
 
-    try:
-        cfg = load_config(
-            SynthConfig,
-            config,
-            list(set_),
-            {**_literal(model=model, n=n, reflow=reflow, name=name), **_tasks_overrides(tasks, n_tasks, None)},
-        )
-        summary = run_synth(cfg, force, err)
-    except (ConfigError, StageError, ModelNotFound, FileNotFoundError, ValueError) as exc:
-        fail(str(exc))
+    overrides = {**_literal(model=model, n=n, reflow=reflow, name=name), **_tasks_overrides(tasks, n_tasks, None)}
+    cfg = load_config(SynthConfig, config, list(set_), overrides)
+    summary = run_synth(cfg, force, err)
     table = Table(title=f"flywheel: {summary['tasks']} tasks x {cfg.n} candidates ({summary['model']})")
     for col in ("what", "count"):
         table.add_column(col, justify="left" if col == "what" else "right")
@@ -433,7 +401,7 @@ def data_failures(
     try:
         cases = read_failures(run)
         report = cluster_failures(cases, k=k, embed=embed, seed=seed, examples=examples)
-    except (FileNotFoundError, ValueError, ModuleNotFoundError) as exc:
+    except ModuleNotFoundError as exc:  # embed=minilm without its package: the message says how to get it
         fail(str(exc))
     table = Table(title=f"{report['failures']} failed cases in {report['k']} clusters ({embed})")
     for col in ("cluster", "size", "label", "from", "example"):

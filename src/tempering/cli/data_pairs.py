@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from tempering.cli.common import err, fail
-from tempering.config import ConfigError, PairsConfig, load_config
+from tempering.config import PairsConfig, load_config
 from tempering.sources.registry import source_names
 
 
@@ -48,16 +48,10 @@ def data_pairs(
         "name": name,
         "threads": threads,
     }
-    try:
-        cfg = load_config(PairsConfig, config, list(set_), {k_: v for k_, v in flags.items() if v is not None})
-    except (ConfigError, FileNotFoundError) as exc:
-        fail(str(exc))
+    cfg = load_config(PairsConfig, config, list(set_), {k_: v for k_, v in flags.items() if v is not None})
     from tempering.recipes.pairs import run_pairs
 
-    try:
-        summary = run_pairs(cfg, console=err, force=force)
-    except (ValueError, FileNotFoundError) as exc:
-        fail(str(exc))
+    summary = run_pairs(cfg, console=err, force=force)
     table = Table(title=f"verifier-built pairs -> {summary['output']}")
     for col in ("tasks", "samples", "strict", "sloppy", "wrong", "pairs_correct", "pairs_strict", "reformatted"):
         table.add_column(col, justify="right")
@@ -101,10 +95,8 @@ def _load_pairs_or_fail(files: List[Path], quarantine: Optional[Path]) -> tuple:
 
     try:
         loaded = load_pairs([str(f) for f in files])
-    except NoRows as exc:
+    except NoRows as exc:  # an empty file is bad data: exit 1 like a bad row
         fail(str(exc), 1)
-    except (FileNotFoundError, ValueError) as exc:
-        fail(str(exc))
     for e in loaded.errors[:20]:
         err.print(f"[yellow]{e}[/yellow]", markup=True)
     if len(loaded.errors) > 20:
@@ -145,10 +137,7 @@ def data_agree(
 
     pairs, _, loaded = _load_pairs_or_fail(files, quarantine)
     report = agreement_report([p.votes for p in pairs])
-    try:
-        result = filter_pairs(report.items, min_agreement or 0.0, flip, weight)
-    except ValueError as exc:
-        fail(str(exc))
+    result = filter_pairs(report.items, min_agreement or 0.0, flip, weight)
     table = Table(title=f"annotators ({report.voted} of {report.rows} rows voted)")
     for col in ("annotator", "votes", "judged", "agrees with majority"):
         table.add_column(col, justify="right" if col != "annotator" else "left")

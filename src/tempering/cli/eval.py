@@ -66,8 +66,6 @@ def eval_run(
 ) -> None:
     """Evaluate a model on suites; contamination is scanned along the checkpoint's training lineage."""
     from tempering.config import EvalConfig
-    from tempering.evals.evaluate import EvalError, evaluate_config
-    from tempering.evals.suite import SuiteError
 
     flags = {
         "suites": suites or None,
@@ -88,7 +86,17 @@ def eval_run(
         )
     except (ConfigError, OSError) as exc:
         fail(_one_line(exc) + " (flags override the config file)")
+    from tempering.errors import crashes_into
+
+    with crashes_into(cfg.out):  # a bug's crash.log goes beside the results it was writing
+        _evaluate(cfg)
+
+
+def _evaluate(cfg: Any) -> None:
+    """Run the config's suites (agent suites through their own runner) and print the table."""
+    from tempering.errors import UserError
     from tempering.evals.agent_suites import is_agent_suite
+    from tempering.evals.evaluate import evaluate_config
 
     agent_suites, agent_records = [], []
     if any(is_agent_suite(s) for s in cfg.suites):  # environment suites: their own runner, the same results.json
@@ -112,7 +120,7 @@ def eval_run(
             extra_suites=agent_suites,
             extra_records=agent_records,
         )
-    except (EvalError, SuiteError) as exc:
+    except UserError as exc:  # a suite's problems may span lines
         fail(_one_line(exc))
 
     print_table(results, console=stdout_console())
@@ -128,7 +136,7 @@ def eval_run(
 def _agent_suites(cfg: Any, names: list[str]) -> tuple[list[Any], list[dict[str, Any]]]:
     """`agent:<suite>` names: run them through the agent rollout, print a row per suite and tier,
     return their `SuiteResult`s and samples rows (for results.json and samples.jsonl)."""
-    from tempering.agents.tasks import TaskFileError
+    from tempering.errors import UserError
     from tempering.evals.agent_suites import run_agent_suites
 
     try:
@@ -144,7 +152,7 @@ def _agent_suites(cfg: Any, names: list[str]) -> tuple[list[Any], list[dict[str,
             cache=cfg.cache,
             log=lambda line: err.print(f"[dim]{line}[/dim]"),
         )
-    except (TaskFileError, ValueError, OSError) as exc:
+    except UserError as exc:  # its message may span lines (a task file's problems): one line here
         fail(_one_line(exc))
     console = stdout_console()
     for name, tiers in results["suites"].items():
@@ -175,20 +183,17 @@ def eval_compare(
     seed: int = typer.Option(0, help="Bootstrap seed."),
 ) -> None:
     """Paired bootstrap per suite (candidate - base), the significance of each delta, and the gate."""
-    from tempering.evals.gate import GateRuleError, load_rules, run_gate
+    from tempering.evals.gate import load_rules, run_gate
     from tempering.evals.report import print_table, render_report
 
-    try:
-        a, b = _load_results(base), _load_results(candidate)
-        rules = load_rules(gate) if gate is not None else None
-        print_table(b, compare=a, console=stdout_console())
-        if out_dir is not None:
-            stdout_console().print(f"report: {render_report(b, out_dir, compare=a)}")
-        if rules is None:
-            return
-        verdict = run_gate(rules, a, b, seed=seed)
-    except (FileNotFoundError, ValueError, GateRuleError) as exc:
-        fail(str(exc))
+    a, b = _load_results(base), _load_results(candidate)
+    rules = load_rules(gate) if gate is not None else None
+    print_table(b, compare=a, console=stdout_console())
+    if out_dir is not None:
+        stdout_console().print(f"report: {render_report(b, out_dir, compare=a)}")
+    if rules is None:
+        return
+    verdict = run_gate(rules, a, b, seed=seed)
     for check in verdict.rules:
         mark = "[green]PASS[/green]" if check.passed else "[red]FAIL[/red]"
         stdout_console().print(f"{mark} {check.rule}: {check.detail}", highlight=False)
@@ -217,6 +222,7 @@ def verify(
         fail(f"{task}: invalid task: {exc.errors()[0]['msg']}")
     except UnicodeDecodeError as exc:
         fail(f"{task}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+    from tempering.errors import UserError
     from tempering.sandbox import SandboxUnavailable
     from tempering.verifiers import VerifierError
     from tempering.verifiers.base import spec_problem
@@ -235,7 +241,7 @@ def verify(
             f"{task}: the {parsed.verifier.get('type')!r} verifier spec needs the field {exc.args[0]!r}; "
             f'add it to "verifier"'
         )
-    except ValueError as exc:  # the spec is malformed (an answer that is no number, a negative tolerance)
+    except UserError as exc:  # the spec is malformed (an answer that is no number, a negative tolerance)
         fail(f"{task}: bad {parsed.verifier.get('type')!r} verifier spec: {exc}")
     except (VerifierError, SandboxUnavailable) as exc:
         fail(f"the verifier could not judge (not the completion's fault): {exc}", code=3)

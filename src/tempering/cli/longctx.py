@@ -78,11 +78,8 @@ def data_longctx(
 
     if split not in ("train", "heldout"):
         fail(f"--split {split!r}: expected train or heldout")
-    try:
-        settings = longctx_settings({"lengths": lengths, "depths": depths, "distractors": distractors, "model": model})
-        rows = longctx_sft_rows([kind], n, seed, split, settings)
-    except ValueError as exc:
-        fail(str(exc))
+    settings = longctx_settings({"lengths": lengths, "depths": depths, "distractors": distractors, "model": model})
+    rows = longctx_sft_rows([kind], n, seed, split, settings)
     count, sha = write_jsonl_atomic(out, rows, sidecar=True)
     err.print(f"{count} {kind} rows ({', '.join(map(str, lengths))} tokens) written to {out}")
     print(json.dumps({"out": str(out), "rows": count, "sha256": sha, "kind": kind, "lengths": lengths}))

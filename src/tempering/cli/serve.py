@@ -155,11 +155,11 @@ def serve(
         warmed = app.state.models.warm_up()
         if report := app.state.models.report():
             err.print(f"[dim]{report}[/dim]")
-    except (ValueError, OSError) as exc:  # a model that cannot load (ModelNotFound is an OSError)
+    except BaseException:  # a model that cannot load (a UserError), or a bug: `run_command` tells which
         listener.close()
         if new_state:  # leave no half-made deployment behind
             shutil.rmtree(cfg.state, ignore_errors=True)
-        fail(exc)
+        raise
     if not any(k.revoked_at is None for k in app.state.store.keys()):
         err.print(
             f"[yellow]no API keys yet: every request needs one; create one with "

@@ -97,7 +97,7 @@ def best_of_n_cmd(
 ) -> None:
     """Sample n answers per task and keep the one the reward model ranks highest; the task's own
     verifier measures the pick against a random sample and the oracle (last line: JSON)."""
-    from tempering.config import BestOfNSettings, ConfigError, load_config
+    from tempering.config import BestOfNSettings, load_config
 
     flags = dict(
         policy=policy or DEFAULT_MODEL,
@@ -112,13 +112,9 @@ def best_of_n_cmd(
         settings = load_config(BestOfNSettings, None, list(overrides or []), literal=flags)
     except ConfigError as exc:
         fail(exc)
-    from tempering.models.reward import NotARewardModel
     from tempering.recipes.best_of_n import run_best_of_n
 
-    try:
-        summary = run_best_of_n(settings, reward_model, precision, out)
-    except (NotARewardModel, ValueError, FileNotFoundError) as exc:
-        fail(str(exc))
+    summary = run_best_of_n(settings, reward_model, precision, out)
     err.print(
         f"best-of-{n} on {summary['tasks']} tasks: RM pick {summary['rm_pick']:.1%}, random sample "
         f"{summary['random_pick']:.1%}, any correct (oracle) {summary['oracle']:.1%}"
@@ -140,15 +136,13 @@ def merge(
     literal = {k: v for k, v in (("out", out_dir), ("name", name)) if v is not None}
     if merged_model:
         literal["merged_model"] = True
-    try:
-        cfg = load_config(MergeConfig, config, list(set_), literal)
-    except (ConfigError, FileNotFoundError) as exc:
-        fail(str(exc))
+    cfg = load_config(MergeConfig, config, list(set_), literal)
+    from tempering.errors import UserError
     from tempering.recipes.merge import run_merge
 
     try:
         summary = run_merge(cfg)
-    except (ValueError, FileNotFoundError) as exc:  # MergeError, StageError, bad model spec
+    except UserError as exc:  # MergeError, StageError, a bad model spec: named with the config that asked
         fail(f"{config}: {exc}")
     print(json.dumps(summary))
 

@@ -30,20 +30,14 @@ def vision_assemble(
     lm_layers: int = typer.Option(0, help="Keep only the language model's first N decoder layers (0: all)."),
 ) -> None:
     """Build a LLaVA-shaped VLM: a new SigLIP encoder + projector over a language model's weights."""
-    from tempering.models.load import ModelNotFound, load_model, load_tokenizer
+    from tempering.models.load import load_model, load_tokenizer
     from tempering.models.vlm import VisionTower, assemble_vlm, keep_first_layers, save_vlm
 
     if image_size % patch_size:
         fail(f"--image-size {image_size} is not a multiple of --patch-size {patch_size}")
-    try:
-        lm, tokenizer = load_model(language_model), load_tokenizer(language_model)
-    except ModelNotFound as exc:
-        fail(str(exc))
+    lm, tokenizer = load_model(language_model), load_tokenizer(language_model)
     if lm_layers:
-        try:
-            lm = keep_first_layers(lm, lm_layers)
-        except ValueError as exc:
-            fail(str(exc))
+        lm = keep_first_layers(lm, lm_layers)
     tower = VisionTower(image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, layers=layers)
     model, processor = assemble_vlm(lm, tokenizer, tower, seed=seed)
     path = save_vlm(model, processor, out)
@@ -70,10 +64,7 @@ def vision_tasks_cmd(
 
     if split not in ("train", "heldout"):
         fail(f"--split must be train or heldout, got {split!r}")
-    try:
-        tasks = vision_tasks(name, n, seed, split, size)
-    except ValueError as exc:
-        fail(str(exc))
+    tasks = vision_tasks(name, n, seed, split, size)
     rows = sft_rows(tasks) if sft else [t.model_dump(exclude_none=True) for t in tasks]
     write_jsonl_atomic(out, rows, sidecar=False)
     err.print(f"[green]wrote[/green] {len(rows)} {name} {split} {'conversations' if sft else 'tasks'} -> {out}")

@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import typer
 
+from tempering.errors import UserError
 from tempering.sandbox.base import Limits, SandboxUnavailable
 from tempering.sandbox.pool import SandboxPool
 
@@ -39,7 +40,7 @@ def run(
             raise typer.Exit(2) from None
     try:
         parsed = Limits.parse(limits)
-    except (ValueError, TypeError) as e:
+    except UserError as e:
         raise typer.BadParameter(str(e), param_hint="--limits") from e
     try:
         with SandboxPool(backend=backend, size=1, limits=parsed) as pool:
