@@ -14,10 +14,11 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from tempering.cli.common import err, fail
+from tempering.cli.common import INTERNAL, err, fail
 
 STYLE = {
     "pending": "dim",
@@ -139,6 +140,7 @@ def run_pipeline_cmd(
     ),
 ) -> None:
     """Run a pipeline: stages in order, cached by content hash, resumable after a kill; a failed gate stops it."""
+    from tempering.errors import crashes_into
     from tempering.pipeline.runner import PipelineError, load_plan
     from tempering.pipeline.runner import dry_run as plan_only
     from tempering.runs.stage import StageError
@@ -150,7 +152,8 @@ def run_pipeline_cmd(
         if dry_run:
             _print_plan(plan_only(plan), plan)
             return
-        result = execute(plan, set(force_stage))
+        with crashes_into(plan.root):  # a bug outside the stages: its crash.log in the pipeline's out dir
+            result = execute(plan, set(force_stage))
     except (PipelineError, StageError) as exc:
         fail(" ".join(str(exc).split()))
     print_outcome(result)
@@ -204,7 +207,7 @@ def print_outcome(result: Any, rule_prefix: str = "", json_line: bool = True) ->
     out = Console()
     for o in result.stages:
         if o.status == "failed":
-            err.print(f"[red]error:[/red] stage {o.name} failed: {o.error}", highlight=False)
+            err.print(f"[red]error:[/red] stage {o.name} failed: {escape(_failure(o))}", highlight=False)
         if o.kind == "gate" and o.summary:
             for rule in o.summary.get("rules", []):
                 mark = "[green]PASS[/green]" if rule.get("passed") else "[red]FAIL[/red]"
@@ -239,6 +242,7 @@ def print_outcome(result: Any, rule_prefix: str = "", json_line: bool = True) ->
                             "hash": o.hash,
                             "run_dir": str(o.run_dir) if o.run_dir else None,
                             "outputs": o.outputs,
+                            **({"crash_log": str(o.crash_log)} if getattr(o, "crash_log", None) else {}),
                         }
                         for o in result.stages
                     },
@@ -246,6 +250,13 @@ def print_outcome(result: Any, rule_prefix: str = "", json_line: bool = True) ->
                 }
             )
         )
+
+
+def _failure(outcome: Any) -> str:
+    """A failed stage's error; a bug (it left a crash log) says so and names the log."""
+    if getattr(outcome, "crash_log", None):
+        return f"{INTERNAL}: {outcome.error} — traceback in {outcome.crash_log}"
+    return str(outcome.error)
 
 
 def demo(
@@ -258,6 +269,7 @@ def demo(
 ) -> None:
     """The main job, small: eval -> flywheel data -> SFT -> GRPO -> eval -> gate -> release, then before/after."""
     from tempering.cli.pipeline import EXIT_CODES, execute, print_outcome
+    from tempering.errors import crashes_into
     from tempering.pipeline.runner import PipelineError, load_plan
     from tempering.recipes.demo import DemoError, demo_pipeline, summarize
     from tempering.runs.stage import StageError
@@ -268,7 +280,8 @@ def demo(
         if out is not None:
             plan.root = Path(out).expanduser().resolve()
         console.rule(f"[bold]Tempering demo: the closed loop on the default model ({plan.path})")
-        result = execute(plan)
+        with crashes_into(plan.root):
+            result = execute(plan)
     except (DemoError, PipelineError, StageError) as exc:
         fail(" ".join(str(exc).split()))
     print_outcome(result, rule_prefix="gate ", json_line=False)

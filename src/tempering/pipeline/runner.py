@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tempering.atomic import write_text_atomic
+from tempering.errors import is_user_error, one_line, write_crash_log
 from tempering.hashing import sha256_file
 from tempering.pipeline.plan import (
     PipelineError,
@@ -69,6 +70,7 @@ class StageOutcome:
     outputs: dict[str, str] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    crash_log: Path | None = None  # a stage that failed on a bug (not bad input): its traceback
 
 
 @dataclass
@@ -345,10 +347,7 @@ def _run_one(
     try:
         outputs, summary = spec.run(spec.build(keys, plan.root, name), ctx)
     except Exception as exc:
-        error = " ".join(f"{type(exc).__name__}: {exc}".split())
-        write_record(run_dir, {**base, "status": "failed", "error": error})
-        events(stage.name, "failed", {"error": error})
-        return StageOutcome(stage.name, stage.kind, "failed", digest, run_dir, error=error)
+        return _failed(stage, exc, digest, run_dir, base, events)
     status = "rejected" if stage.kind == "gate" and not summary.get("passed") else "done"
     digests = {k: {"path": str(p), "sha256": content_digest(p)} for k, p in outputs.items() if Path(p).exists()}
     write_record(
@@ -358,6 +357,19 @@ def _run_one(
     return StageOutcome(
         stage.name, stage.kind, status, digest, run_dir, {k: d["path"] for k, d in digests.items()}, summary
     )
+
+
+def _failed(
+    stage: PlannedStage, exc: Exception, digest: str, run_dir: Path, base: dict[str, Any], events: Events
+) -> StageOutcome:
+    """A stage that raised: bad input is its one-line error; a bug also keeps its traceback in
+    the stage's `crash.log`, named in the record, so the error line is never all there is to go on."""
+    error = one_line(exc)
+    crash = None if is_user_error(exc) else write_crash_log(exc, run_dir)
+    extra = {"crash_log": str(crash)} if crash else {}
+    write_record(run_dir, {**base, "status": "failed", "error": error, **extra})
+    events(stage.name, "failed", {"error": error, **extra})
+    return StageOutcome(stage.name, stage.kind, "failed", digest, run_dir, error=error, crash_log=crash)
 
 
 def _steps(spec: Any, keys: dict[str, Any]) -> int | None:
@@ -412,6 +424,7 @@ def _record_pipeline_end(
             "hash": o.hash,
             "run": o.run_dir.name if o.run_dir else None,
             **({"error": o.error} if o.error else {}),
+            **({"crash_log": str(o.crash_log)} if o.crash_log else {}),
         }
         for o in outcomes
     }
@@ -424,7 +437,8 @@ def _record_pipeline_end(
     with Registry.open(plan.root) as registry:
         if status == "failed":
             failed = next(o for o in outcomes if o.status == "failed")
-            registry.fail(run_id, f"stage {failed.name}: {failed.error}")
+            crash = f" (traceback in {failed.crash_log})" if failed.crash_log else ""
+            registry.fail(run_id, f"stage {failed.name}: {failed.error}{crash}")
         else:
             metrics = {"status": status, "stages": stages, "gates": verdicts}
             registry.finish(run_id, outputs, {**metrics, "attempts": attempts} if attempts else metrics)
