@@ -584,3 +584,41 @@ def test_a_planted_bare_ast_parse_is_found():
         "data/c.py": "import json\nX = json.loads('1')\n",
     }
     assert ast_parsers(planted) == ["agents/a.py", "evals/b.py", "pyast.py", *SANDBOX_SCRIPTS]
+
+
+# ------------------------------------------------------------ a command's errors: cli/common.py run_command
+BROAD = {"ValueError", "Exception", "BaseException"}
+
+
+def broad_catches(files: dict[str, str]) -> list[str]:
+    """`file:line` of each `except` in the commands that names ValueError, Exception or
+    BaseException and does not re-raise: it would show a bug (torch's ValueError, say) as bad
+    input. Only `run_command` in cli/common.py may catch so broadly."""
+    found = []
+    for name, text in files.items():
+        if name == "cli/common.py" or not name.startswith("cli/"):
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.ExceptHandler) or node.type is None:
+                continue
+            caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+            named = {c.id if isinstance(c, ast.Name) else getattr(c, "attr", None) for c in caught}
+            reraises = any(isinstance(n, ast.Raise) and n.exc is None for n in ast.walk(node))
+            if named & BROAD and not reraises:
+                found.append(f"{name}:{node.lineno}")
+    return sorted(found)
+
+
+def test_commands_leave_bugs_to_run_command():
+    assert broad_catches(sources()) == []
+
+
+def test_a_planted_broad_catch_in_a_command_is_found():
+    planted = {
+        **sources(),
+        "cli/a.py": "try:\n    run()\nexcept (KeyError, ValueError) as exc:\n    fail(str(exc))\n",
+        "cli/b.py": "try:\n    run()\nexcept Exception:\n    cleanup()\n    raise\n",  # re-raised: not swallowed
+        "cli/c.py": "try:\n    run()\nexcept UserError as exc:\n    fail(str(exc))\n",
+        "recipes/d.py": "try:\n    run()\nexcept ValueError:\n    pass\n",  # not a command
+    }
+    assert broad_catches(planted) == ["cli/a.py:3"]
