@@ -99,6 +99,8 @@ def best_of_n_cmd(
     verifier measures the pick against a random sample and the oracle (last line: JSON)."""
     from tempering.config import BestOfNSettings, load_config
 
+    if precision not in ("auto", "bf16", "fp32"):
+        fail(f"--precision must be auto, bf16 or fp32, not {precision!r}")
     flags = dict(
         policy=policy or DEFAULT_MODEL,
         n=n,

@@ -351,13 +351,16 @@ def grpo_guard(cfg: GRPOConfig) -> None:
         ValueError: train.grad_accum above grpo.prompts_per_step (micro-batches hold whole groups).
     """
     from tempering.evals.leakage import check_private_overlap_tasks
-    from tempering.rollout.select import check_engine
+    from tempering.rollout.select import EngineUnavailable, check_engine
     from tempering.sources.tasks import load_tasks
 
     if cfg.train.grad_accum > cfg.grpo.prompts_per_step:
         raise UserError("train.grad_accum must not exceed grpo.prompts_per_step (micro-batches hold whole groups)")
     vision = check_vision_model(cfg)
-    check_engine(cfg.engine)  # a vllm engine on a host without vLLM or a GPU fails before any work
+    try:
+        check_engine(cfg.engine)  # a vllm engine on a host without vLLM or a GPU fails before any work
+    except EngineUnavailable as exc:  # the config asks for what this host lacks: bad input, one line
+        raise UserError(str(exc)) from None
     if cfg.domains:  # every domain loads (unknown source, no tasks: one line naming it) before any work
         from tempering.recipes.domains import load_domains
 
