@@ -51,7 +51,12 @@ def sft_keys(tmp_path, model: str) -> dict:
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in arithmetic_conversations(8, 1)))
     train = {"steps": 2, "batch_size": 2, "precision": "fp32", "threads": 1, "optim": {"lr": 1e-3}}
-    return {"model": model, "lora": {"r": 4, "alpha": 8}, "data": {"train": str(data), "max_length": 96}, "train": train}
+    return {
+        "model": model,
+        "lora": {"r": 4, "alpha": 8},
+        "data": {"train": str(data), "max_length": 96},
+        "train": train,
+    }
 
 
 def sft_config(tmp_path, model: str, **extra) -> str:

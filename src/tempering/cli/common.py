@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence, TypeVar
 
@@ -12,6 +13,8 @@ import click
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+from tempering.errors import DEBUG_ENV, UserError, crash_dir, one_line, write_crash_log
 
 err = Console(
     stderr=True, soft_wrap=True, highlight=False
@@ -63,8 +66,6 @@ def run_command(body: Callable[[], T], debug: Callable[[], bool]) -> T:
     traceback (the run's `crash.log` where the run dir is known, else a file in the temp dir),
     exit 1; with `--debug` or `TEMPERING_DEBUG=1` the traceback is printed on stderr too.
     `debug` is asked only after the body ran (the `--debug` flag is parsed inside it)."""
-    from tempering.errors import UserError
-
     try:
         return body()
     except EXITS:
@@ -77,17 +78,11 @@ def run_command(body: Callable[[], T], debug: Callable[[], bool]) -> T:
 
 def debug_env() -> bool:
     """`TEMPERING_DEBUG` set to anything but empty or 0."""
-    from tempering.errors import DEBUG_ENV
-
     return os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
 
 
 def internal_error(exc: Exception, debug: bool) -> NoReturn:
     """Print the one line of a bug (and with `debug` its traceback), keep the traceback, exit 1."""
-    import traceback
-
-    from tempering.errors import crash_dir, one_line, write_crash_log
-
     log = write_crash_log(exc, crash_dir(exc))
     if debug:
         sys.stderr.write("".join(traceback.format_exception(exc)))
