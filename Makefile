@@ -7,6 +7,9 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
+CPU_PATH_TESTS := tests/models/test_cpu_features.py tests/models/test_llama_decode.py tests/models/test_quantize.py \
+	tests/models/test_precision.py tests/models/test_qlora.py tests/train/test_optimizer_states.py tests/rollout/test_batching.py
+
 .PHONY: demo test setup bench clean gpu-wheels
 
 setup: $(STAMP)
@@ -43,6 +46,9 @@ test: $(STAMP)
 	# Types (pyright, basic mode, [tool.pyright] in pyproject.toml): objectives, train and rollout.
 	$(VENV)/bin/pyright
 	$(PY) -m pytest -q -x --durations=40
+	# The CPU-feature fallbacks as an AVX2-only host runs them (docs/hosts.md): the probe, decode,
+	# int8, precision, optimizer and batching tests again with every wider path refused.
+	TEMPERING_CPU_FEATURES=avx2 $(PY) -m pytest -q -x -p no:cacheprovider $(CPU_PATH_TESTS)
 
 bench: $(STAMP)
 	$(PY) bench/throughput/sft.py

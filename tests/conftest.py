@@ -6,6 +6,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from tempering.models.cpu_features import MASK_ENV, emulation_env, refusal
+
+# TEMPERING_CPU_FEATURES=avx2 runs the suite as an AVX2-only host would: Tempering's probes
+# refuse the wider paths, and ATen / inductor / oneDNN generate AVX2 code (read once torch runs).
+if os.environ.get(MASK_ENV):
+    for _key, _value in emulation_env(os.environ[MASK_ENV]).items():
+        os.environ.setdefault(_key, _value)
+
 import random
 
 import pytest
@@ -42,6 +50,22 @@ def smol_tokenizer():
     from tempering.models.load import load_tokenizer
 
     return load_tokenizer(os.environ.get("TEMPERING_TEST_TOKENIZER") or "smollm2-135m-instruct")
+
+
+def needs_cpu(path: str):
+    """Skip (with the probe's reason) a test of a CPU path this host, or its mask, does not run."""
+    reason = refusal(path)
+    return pytest.mark.skipif(reason is not None, reason=f"CPU path {path} off here: {reason}")
+
+
+@pytest.fixture
+def cpu_mask(monkeypatch):
+    """`cpu_mask("avx2")`: this test's probes answer as that host kind's would (`cpu_features`)."""
+
+    def mask(value: str) -> None:
+        monkeypatch.setenv(MASK_ENV, value)
+
+    return mask
 
 
 def tiny_llama(vocab: int = 64, seed: int = 0, tie: bool = False, attn: str = "sdpa"):

@@ -622,3 +622,37 @@ def test_a_planted_broad_catch_in_a_command_is_found():
         "recipes/d.py": "try:\n    run()\nexcept ValueError:\n    pass\n",  # not a command
     }
     assert broad_catches(planted) == ["cli/a.py:3"]
+
+
+# --- what this CPU runs is read in one place: models/cpu_features.py ---
+
+CPU_FEATURES_MODULE = "models/cpu_features.py"
+
+
+def cpu_feature_reads(root: Path) -> list[str]:
+    """Lines outside models/cpu_features.py that read the CPU's flags (a "/proc/cpuinfo" string)
+    or call torch's own bf16 check (`_is_mkldnn_bf16_supported`); docstrings may name them."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).as_posix() == CPU_FEATURES_MODULE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Constant) and node.value == "/proc/cpuinfo") or (
+                isinstance(node, ast.Attribute) and node.attr == "_is_mkldnn_bf16_supported"
+            ):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_cpu_features_are_read_only_in_cpu_features():
+    """Every CPU-specific path asks `cpu_features.supports`, so the mask and the probes cover it."""
+    assert cpu_feature_reads(SRC) == []
+    assert "/proc/cpuinfo" in (SRC / CPU_FEATURES_MODULE).read_text(encoding="utf-8")
+
+
+def test_a_planted_cpu_flag_read_is_caught(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / CPU_FEATURES_MODULE).write_text('open("/proc/cpuinfo")\n')
+    (tmp_path / "fast.py").write_text('"""Reads /proc/cpuinfo."""\nflags = open("/proc/cpuinfo").read()\n')
+    (tmp_path / "bf16.py").write_text("import torch\nok = torch.ops.mkldnn._is_mkldnn_bf16_supported()\n")
+    assert cpu_feature_reads(tmp_path) == ["bf16.py:2", "fast.py:2"]

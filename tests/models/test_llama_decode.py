@@ -4,7 +4,9 @@ int8), RoPE by hand, and which models it refuses."""
 import pytest
 import torch
 
+from tempering.models.cpu_features import supports
 from tempering.models.llama_decode import (
+    DenseKernel,
     DynamicInt8Kernel,
     LlamaDecoder,
     llama_decoder,
@@ -12,7 +14,7 @@ from tempering.models.llama_decode import (
     unsupported_reason,
 )
 from tempering.models.precision import cpu_has_vnni
-from tests.conftest import tiny_llama, tiny_moe
+from tests.conftest import needs_cpu, tiny_llama, tiny_moe
 
 VOCAB = 96
 
@@ -38,6 +40,7 @@ def test_fp32_steps_equal_the_hf_forward():
     assert torch.equal(got.argmax(-1), ref.argmax(-1))
 
 
+@needs_cpu("onednn_bf16")
 def test_bf16_prepacked_steps_are_close_to_the_fp32_forward():
     model = tiny_llama(vocab=VOCAB, seed=1).eval()
     with torch.no_grad():
@@ -47,6 +50,26 @@ def test_bf16_prepacked_steps_are_close_to_the_fp32_forward():
     got = _steps(bf16, model, IDS)
     # bf16 weights and activations: relative error of a few parts in a hundred
     assert (got - ref).norm() / ref.norm() < 0.03
+
+
+def test_bf16_without_onednn_runs_f_linear_and_gives_the_prepacked_numbers(cpu_mask):
+    """An AVX2-only host (masked here) refuses oneDNN's bf16 prepack: the step falls back to
+    bf16 F.linear, as close to the fp32 forward as the prepacked step, with its greedy tokens."""
+    model = tiny_llama(vocab=VOCAB, seed=1).eval()
+    with torch.no_grad():
+        ref = model(torch.tensor([IDS])).logits[0]
+    bf16_model = model.bfloat16()
+    prepacked = LlamaDecoder(bf16_model, 64) if supports("onednn_bf16") else None
+    cpu_mask("avx2")
+    plain = LlamaDecoder(bf16_model, 64)
+    assert not plain.onednn and all(
+        isinstance(plain.layers[0][name], DenseKernel) for name in ("qkv", "o", "gate", "up", "down")
+    )
+    got = _steps(plain, model, IDS)
+    assert (got - ref).norm() / ref.norm() < 0.03
+    if prepacked is not None:  # same bf16 products, summed in another order
+        fused = _steps(prepacked, model, IDS)
+        assert (got - fused).norm() / fused.norm() < 0.01 and torch.equal(got.argmax(-1), fused.argmax(-1))
 
 
 def test_int8_steps_are_close_to_the_int8_model():

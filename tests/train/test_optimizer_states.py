@@ -92,3 +92,29 @@ def test_8bit_states_train_and_resume_exactly(tmp_path):
     assert resumed.fit().resumed_from == 4
     for (name, a), (_, b) in zip(straight.named, resumed.named):
         assert torch.equal(a, b), name
+
+
+def test_8bit_step_without_a_cxx_compiler_runs_eagerly(monkeypatch):
+    """Where inductor's CPU probe is refused (no C++ compiler), torchao's compiled update would
+    fail at its first step: it runs eagerly instead, the same numbers as TORCHDYNAMO_DISABLE's."""
+    from torch._inductor import config
+
+    from tempering.models import cpu_features
+
+    def one_step() -> torch.Tensor:
+        torch.manual_seed(0)
+        param = torch.nn.Parameter(torch.randn(64, 128))
+        opt = build_optimizer([param], OptimSettings(lr=1e-2, state_bits=8))
+        param.grad = torch.randn(64, 128)
+        opt.step()
+        return param.detach().clone()
+
+    reference = one_step()  # TORCHDYNAMO_DISABLE=1 (the fixture)
+    monkeypatch.delenv("TORCHDYNAMO_DISABLE")
+    monkeypatch.setattr(config.cpp, "cxx", ("no-such-cxx-for-tempering",))
+    cpu_features.clear()
+    try:
+        assert not cpu_features.supports("inductor_cpp")
+        assert torch.equal(one_step(), reference)
+    finally:
+        cpu_features.clear()

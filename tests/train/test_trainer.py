@@ -272,6 +272,25 @@ def test_compiled_layers_train_like_eager_and_checkpoint_the_same_names(tmp_path
     assert all(torch.allclose(w1[n], w2[n], atol=1e-4) for n in w1)
 
 
+def test_compile_without_a_cxx_compiler_trains_eagerly_with_the_eager_losses(tmp_path, monkeypatch, capsys):
+    """`train.compile: true` where inductor's CPU probe is refused (no C++ compiler here): the
+    layers are left eager, said in one line, and the losses are the eager run's, bit for bit."""
+    from torch._inductor import config
+
+    from tempering.models import cpu_features
+
+    monkeypatch.setattr(config.cpp, "cxx", ("no-such-cxx-for-tempering",))
+    cpu_features.clear()
+    try:
+        refused = make_trainer(tmp_path / "refused", steps=3, compile=True)
+        assert all(layer._compiled_call_impl is None for layer in refused.model.get_decoder().layers)
+        assert "train.compile: layers run eagerly (InvalidCxxCompiler" in " ".join(capsys.readouterr().err.split())
+        eager = make_trainer(tmp_path / "eager", steps=3)
+        assert refused.fit().losses == eager.fit().losses
+    finally:
+        cpu_features.clear()
+
+
 def test_guard_spike_rule_only_for_positive_losses_and_never_for_policy_gradient():
     guard = AnomalyGuard(GuardSettings(min_history=2, spike_factor=5.0))
     for loss in (0.001, -0.002, 0.001):

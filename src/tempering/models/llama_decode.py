@@ -12,7 +12,8 @@ HF model and makes ~15 tensor calls per layer:
   (rotate_half's rows appended to the matrix instead cost 9% more weight bytes per token);
 * under bf16 every matrix is prepacked once for oneDNN (`mkldnn._reorder_linear_weight`, the
   blocked layout inductor's freezing pass makes) and the residual add, SiLU and gate product
-  ride on the matmul as oneDNN post-ops; fp32 runs F.linear; a model whose Linears are
+  ride on the matmul as oneDNN post-ops where the CPU runs them (`cpu_features`' probe
+  "onednn_bf16": AVX512-BW/VL/DQ or AVX-NE-CONVERT; else bf16 F.linear); fp32 runs F.linear; a model whose Linears are
   `Int8WeightLinear` (`models/quantize.py`) runs `aten._weight_int8pack_mm` on the same int8
   rows and scales, casting as that module does (activations bf16, residual in its dtype); one
   from `quantize_int8(method="dynamic")` runs fbgemm's `quantized.linear_dynamic` (int8
@@ -38,7 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
+from tempering.models.cpu_features import supports
 from tempering.models.precision import cpu_has_vnni
+from tempering.models.quantize import int8_weight_mm
 
 __all__ = ["LlamaDecoder", "llama_decoder", "unsupported_reason"]
 
@@ -102,7 +105,7 @@ class Int8Kernel(_Unfused):
         self.q, self.scale, self.dtype = q.contiguous(), scale.to(torch.bfloat16).contiguous(), dtype
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.q, self.scale).to(self.dtype)
+        return int8_weight_mm(x.to(torch.bfloat16), self.q, self.scale).to(self.dtype)
 
 
 class DynamicInt8Kernel(_Unfused):
@@ -162,7 +165,7 @@ class LlamaDecoder:
             self.dtype = _weight(inner.layers[0].mlp.down_proj).dtype
         device = inner.embed_tokens.weight.device
         on_cpu = device == torch.device("cpu")  # oneDNN's prepacked matmul is a CPU kernel
-        self.onednn = not self.int8 and self.dtype == torch.bfloat16 and on_cpu and _onednn_ready()
+        self.onednn = not self.int8 and self.dtype == torch.bfloat16 and on_cpu and supports("onednn_bf16")
         self.embed = inner.embed_tokens.weight.detach().to(self.dtype)
         self.layers = [self._layer(block) for block in inner.layers]
         self.norm = inner.norm.weight.detach().to(self.dtype)
@@ -232,10 +235,6 @@ class LlamaDecoder:
             k, v = k.to(self.dtype), v.to(self.dtype)
         out = F.scaled_dot_product_attention(qk[: nq * d].view(1, nq, 1, d), k, v, enable_gqa=nq != nkv)
         return out.view(1, nq * d)
-
-
-def _onednn_ready() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
 def _int8(module: Any) -> str | None:

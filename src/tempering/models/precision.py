@@ -4,6 +4,8 @@ bf16 autocast is the default where bf16 matmuls are native: a GPU with bf16, or 
 with AMX / AVX512-BF16 (measured ~600 vs ~125 GFLOP/s fp32 on an AMX host). On a CPU
 without them (e.g. AVX2-only EPYC) PyTorch emulates bf16 and a 2048^2 matmul ran at
 0.2 GFLOP/s against 45 in fp32, so "auto" picks fp32 there instead of silently crawling.
+Whether bf16 is native is decided by a probe (`models/cpu_features.py`), so
+`TEMPERING_CPU_FEATURES=avx2` makes "auto" answer as an AVX2-only host does.
 
 Precision is resolved once, where a run or an engine is built (`resolve_precision`); what
 runs under it (`autocast`) takes only the resolved "bf16" or "fp32".
@@ -12,39 +14,23 @@ runs under it (`autocast`) takes only the resolved "bf16" or "fp32".
 from __future__ import annotations
 
 from contextlib import nullcontext
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import torch
 
-NATIVE_BF16_CPU_FLAGS = {"amx_bf16", "avx512_bf16"}
-VNNI_CPU_FLAGS = {"avx512_vnni", "avx_vnni"}
+from tempering.models.cpu_features import supports
+
 PRECISIONS = ("auto", "bf16", "fp32")
 
 
-@lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str] | None:
-    """The CPU's feature flags from /proc/cpuinfo; None where it cannot be read."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None
-    return frozenset(
-        next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    )
-
-
 def cpu_has_native_bf16() -> bool:
-    flags = cpu_flags()
-    if flags is None:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    return bool(NATIVE_BF16_CPU_FLAGS & flags)
+    """AMX or AVX512-BF16, and a bf16 matmul probed once (`cpu_features`: masks and VMs)."""
+    return supports("native_bf16")
 
 
 def cpu_has_vnni() -> bool:
-    """AVX-512 VNNI or AVX-VNNI (int8 dot products summed in int32); False where flags are unknown."""
-    return bool(VNNI_CPU_FLAGS & (cpu_flags() or frozenset()))
+    """AVX-512 VNNI or AVX-VNNI, and fbgemm's 8-bit activations probed once for int32 sums."""
+    return supports("vnni_int8")
 
 
 def resolve_precision(precision: str) -> str:

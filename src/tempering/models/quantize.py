@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 import torch
 
+from tempering.models.cpu_features import supports
+
 HEADS = ("int8", "bf16", "fp32")
 METHODS = ("weight", "dynamic")
 
@@ -58,6 +60,14 @@ KERNEL_K_MULTIPLE = 16
 or 100 it returned wrong numbers or crashed (torch 2.13, measured), so such layers stay float."""
 
 
+def int8_weight_mm(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x (q * scale[:, None])^T: `aten._weight_int8pack_mm` where this CPU runs it (probed,
+    `cpu_features`), else the weight dequantised to `scale`'s dtype and F.linear."""
+    if supports("int8_weight_mm"):
+        return torch.ops.aten._weight_int8pack_mm(x, q, scale)
+    return torch.nn.functional.linear(x, q.to(scale.dtype) * scale[:, None])
+
+
 class _Int8Matmul(torch.autograd.Function):
     """x W^T through `_weight_int8pack_mm` (which has no backward); the backward returns the input's
     gradient grad W (the weight dequantised for that one product), the weight itself is frozen."""
@@ -65,7 +75,7 @@ class _Int8Matmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(q, scale)
-        return torch.ops.aten._weight_int8pack_mm(x, q, scale)
+        return int8_weight_mm(x, q, scale)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor, None, None]:

@@ -6,7 +6,8 @@ quantisation, as in Dettmers et al. 2022), about 2 bytes per parameter instead o
 update itself runs in fp32 inside a `torch.compile`d step, so it runs on a CPU (the first
 step of each parameter shape compiles: tens of seconds once). bitsandbytes' 8-bit optimizers
 were the other candidate; torchao was chosen because it is plain torch (a tensor subclass over
-compiled tensor code), which runs wherever torch and a C compiler do. Tensors with fewer than
+compiled tensor code), which runs wherever torch and a C compiler do (where inductor's probe
+finds no compiler, `models/cpu_features.py`, the step runs eagerly). Tensors with fewer than
 4096 values keep fp32 states (torchao's rule): norms and biases are a negligible share.
 
 torchao takes the learning rate as a tensor, so the Trainer sets it through `set_lr`.
@@ -14,12 +15,14 @@ torchao takes the learning rate as a tensor, so the Trainer sets it through `set
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterable
 
 import torch
 
 from tempering.config import OptimSettings
 from tempering.errors import UserError
+from tempering.models.cpu_features import supports
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], settings: OptimSettings) -> torch.optim.Optimizer:
@@ -42,7 +45,21 @@ def _adamw_8bit(params: list[torch.nn.Parameter], settings: OptimSettings) -> to
         ) from err
     # checkpoints load optimizer.pt with weights_only=True: the state subclass must be allowed
     torch.serialization.add_safe_globals([OptimState8bit])
-    return AdamW8bit(params, lr=settings.lr, betas=settings.betas, weight_decay=settings.weight_decay)
+    opt = AdamW8bit(params, lr=settings.lr, betas=settings.betas, weight_decay=settings.weight_decay)
+    if any(p.device.type == "cpu" for p in params) and not supports("inductor_cpp"):
+        opt.step = _eager(opt.step)  # no C++ compiler here: the same tensor code, uncompiled (slower)
+    return opt
+
+
+def _eager(step: Any) -> Any:
+    """`step` with torch.compile's stance forced to eager for its duration."""
+
+    @functools.wraps(step)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with torch.compiler.set_stance("force_eager"):
+            return step(*args, **kwargs)
+
+    return run
 
 
 def set_lr(optimizer: Any, lr: float) -> None:

@@ -24,6 +24,7 @@ from tempering.config import TrainSettings
 from tempering.errors import UserError
 from tempering.models.allocator import map_large_blocks
 from tempering.models.checkpointing import enable_checkpointing
+from tempering.models.cpu_features import refusal
 from tempering.models.precision import autocast, resolve_precision
 from tempering.models.routing import is_moe
 from tempering.models.threads import set_threads
@@ -222,7 +223,11 @@ class Trainer:
             enable_checkpointing(model)
             map_large_blocks()  # freed activations go back to the OS (models/allocator.py)
         if settings.compile:
-            compile_layers(model)
+            reason = refusal("inductor_cpp") if self.accelerator.device.type == "cpu" else None
+            if reason is None:
+                compile_layers(model)
+            else:  # a host without a compiler still trains: eagerly, said once
+                self.console.print(f"[yellow]train.compile: layers run eagerly ({reason})[/yellow]")
         model = model.to(self.accelerator.device)
         if settings.fsdp:
             fsdp.shard_model(model)

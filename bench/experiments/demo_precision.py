@@ -1,0 +1,203 @@
+"""`make demo`'s figure per precision: `examples/demo.yaml` in bf16 and in fp32, seeds interleaved.
+
+    python bench/experiments/demo_precision.py [--seeds 0 1 2] [--out runs/demo-precision]
+    python bench/experiments/demo_precision.py --collect     # only re-read finished runs
+
+Each run is `temper run examples/demo.yaml --seed S` in a fresh run root (nothing cached), alone
+on the machine, in the order fp32 s0, bf16 s0, fp32 s1, ... so drift in the host hits both sides:
+
+  * bf16: the host's own default (`precision: auto` on an AMX / AVX512-BF16 host is bf16);
+  * fp32: the same host as an AVX2-only one (`TEMPERING_CPU_FEATURES=avx2`, which also makes
+    ATen, inductor and oneDNN emit AVX2 code): `auto` resolves to fp32 there, as on a real
+    AVX2 host, and every fallback path runs.
+
+Per precision: final-answer and strict accuracy after the loop (canonical and reworded prompts)
+with a 95% interval (items resampled, each item's score averaged over the seeds: the interval
+covers which 50 held-out items were drawn; the seed spread is given beside it), the GRPO steps
+each run took, and wall time per run. Writes bench/results/demo_precision.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared.paths import RESULTS, ROOT  # noqa: E402
+
+PIPELINE = "examples/demo.yaml"
+SUITES = {
+    "final": "add-final",
+    "strict": "add-strict",
+    "reworded_final": "add-reworded-final",
+    "reworded_strict": "add-reworded-strict",
+}
+SIDES = {"fp32": {"TEMPERING_CPU_FEATURES": "avx2"}, "bf16": {}}
+
+
+def run_one(precision: str, seed: int, out: Path) -> dict:
+    """One demo pipeline, as a subprocess; its record (read back from the stages)."""
+    root = out / f"{precision}-s{seed}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.update(SIDES[precision])
+    if precision == "fp32":
+        from tempering.models.cpu_features import emulation_env
+
+        env.update(emulation_env(env["TEMPERING_CPU_FEATURES"]))
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    t0 = time.time()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "run", PIPELINE, "--seed", str(seed), "--out", str(root)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    wall = time.time() - t0
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise SystemExit(f"{precision} seed {seed}: no result (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    stages = json.loads(lines[-1])["stages"]
+    before, after = (_scores(stages[name]["outputs"]["results"]) for name in ("baseline", "after"))
+    record = {
+        "precision": precision,
+        "seed": seed,
+        "env": SIDES[precision],
+        "resolved_precision": _resolved(stages),
+        "exit_code": proc.returncode,
+        "wall_s": round(wall, 1),
+        "stage_seconds": {name: _seconds(s.get("run_dir")) for name, s in stages.items()},
+        "grpo_steps": _grpo_steps(stages["grpo"].get("run_dir")),
+        "cached_stages": [name for name, s in stages.items() if s["status"] == "cached"],
+        "load_before": load_before,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "before": {k: statistics.fmean(v.values()) for k, v in before.items()},
+        "after": {k: statistics.fmean(v.values()) for k, v in after.items()},
+        "after_task_scores": after,
+    }
+    (out / f"{precision}-s{seed}.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+def _scores(path: str) -> dict[str, dict[str, float]]:
+    """Per suite key: task id -> its score (greedy, one sample) on the primary metric."""
+    results = json.loads(Path(path).read_text())
+    by_suite = {s["suite"]: s for s in results["suites"]}
+    return {
+        key: {task: statistics.fmean(v) for task, v in by_suite[suite]["task_scores"].items()}
+        for key, suite in SUITES.items()
+    }
+
+
+def _seconds(run_dir: str | None) -> float | None:
+    rec = Path(run_dir or "/nonexistent") / "pipeline-stage.json"
+    if not rec.is_file():
+        return None
+    r = json.loads(rec.read_text())
+    return round(r["finished_at"] - r["started_at"], 1) if r.get("finished_at") and r.get("started_at") else None
+
+
+def _grpo_steps(run_dir: str | None) -> int | None:
+    """Optimizer steps the GRPO stage took (its metrics.jsonl's last step)."""
+    metrics = Path(run_dir or "/nonexistent") / "metrics.jsonl"
+    if not metrics.is_file():
+        return None
+    steps = [json.loads(line).get("step") for line in metrics.read_text().splitlines() if line.strip()]
+    return max((s for s in steps if isinstance(s, int)), default=None)
+
+
+def _resolved(stages: dict) -> str | None:
+    """The precision the GRPO trainer resolved `auto` to (its run's config record)."""
+    config = Path(stages["grpo"].get("run_dir") or "/nonexistent") / "config.json"
+    return json.loads(config.read_text()).get("resolved_precision") if config.is_file() else None
+
+
+def summarize(records: list[dict]) -> dict:
+    from tempering.evals.stats import bootstrap_ci, seed_spread
+
+    out: dict = {}
+    for precision in SIDES:
+        runs = sorted((r for r in records if r["precision"] == precision), key=lambda r: r["seed"])
+        if not runs:
+            continue
+        side: dict = {"seeds": [r["seed"] for r in runs]}
+        for key in SUITES:
+            tasks = sorted(runs[0]["after_task_scores"][key])
+            per_task = [[r["after_task_scores"][key][t] for r in runs] for t in tasks]
+            ci = bootstrap_ci(per_task)
+            spread = seed_spread([r["after"][key] for r in runs])
+            side[f"{key}_mean"] = ci.mean
+            side[key] = {"mean": ci.mean, "low": ci.low, "high": ci.high, "items": ci.n, "seeds": spread.__dict__}
+            side[f"{key}_before_mean"] = statistics.fmean(r["before"][key] for r in runs)
+        walls = [r["wall_s"] for r in runs]
+        side["wall_s_mean"] = statistics.fmean(walls)
+        side["wall_s"] = walls
+        side["grpo_steps"] = [r["grpo_steps"] for r in runs]
+        side["stage_seconds_mean"] = {
+            name: round(statistics.fmean(r["stage_seconds"][name] or 0 for r in runs), 1)
+            for name in runs[0]["stage_seconds"]
+        }
+        out[precision] = side
+    return out
+
+
+def host() -> dict:
+    from tempering.models.cpu_features import PATHS, refusal
+
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in line
+        ),
+        platform.machine(),
+    )
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "paths_unmasked": {name: refusal(name) or "on" for name in PATHS},
+        "python": platform.python_version(),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--precisions", nargs="+", default=list(SIDES), choices=list(SIDES))
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "demo-precision")
+    p.add_argument("--collect", action="store_true", help="only summarise the runs already in --out")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.collect:
+        for seed in args.seeds:
+            for precision in args.precisions:
+                r = run_one(precision, seed, args.out)
+                print(
+                    f"{precision} seed {seed}: {r['wall_s']:.0f}s, GRPO {r['grpo_steps']} steps; strict "
+                    f"{r['before']['strict']:.2f} -> {r['after']['strict']:.2f}, final "
+                    f"{r['before']['final']:.2f} -> {r['after']['final']:.2f}",
+                    flush=True,
+                )
+    records = [json.loads(f.read_text()) for f in sorted(args.out.glob("*-s*.json"))]
+    result = {
+        "benchmark": "demo_precision",
+        "date": time.strftime("%Y-%m-%d"),
+        "pipeline": PIPELINE,
+        "host": host(),
+        "interval": "95% percentile bootstrap over the 50 held-out items, each item's score averaged over the seeds",
+        **summarize(records),
+        "runs": [{k: v for k, v in r.items() if k != "after_task_scores"} for r in records],
+    }
+    (RESULTS / "demo_precision.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: result[k] for k in SIDES if k in result}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
