@@ -29,6 +29,8 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Callable
 
+from tempering.errors import UserError
+
 log = logging.getLogger(__name__)
 
 MASK_ENV = "TEMPERING_CPU_FEATURES"
@@ -45,7 +47,7 @@ HOST_KINDS: dict[str, frozenset[str]] = {
 """The flags a host of each kind has (the ones any path here asks about)."""
 
 
-class CpuFeatureError(ValueError):
+class CpuFeatureError(UserError):
     """`TEMPERING_CPU_FEATURES` names a host kind or flag that is not known; one line."""
 
 

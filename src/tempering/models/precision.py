@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from tempering.errors import UserError
 from tempering.models.cpu_features import supports
 
 PRECISIONS = ("auto", "bf16", "fp32")
@@ -37,10 +38,10 @@ def resolve_precision(precision: str) -> str:
     """ "auto" -> "bf16" where bf16 is native on the device in use, else "fp32".
 
     Raises:
-        ValueError: for anything but auto, bf16 or fp32 (naming the value).
+        UserError: for anything but auto, bf16 or fp32 (naming the value).
     """
     if precision not in PRECISIONS:
-        raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        raise UserError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     if precision != "auto":
         return precision
     if torch.cuda.is_available():  # cuda-path: bf16-cuda

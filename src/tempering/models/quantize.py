@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import torch
 
+from tempering.errors import UserError
 from tempering.models.cpu_features import supports
 
 HEADS = ("int8", "bf16", "fp32")
@@ -155,12 +156,12 @@ def quantize_int8(
     Returns:
         the quantized copy, in eval mode (inference only).
     Raises:
-        ValueError: an unknown `head` or `method`.
+        UserError: an unknown `head` or `method`.
     """
     if head not in HEADS:
-        raise ValueError(f"head precision {head!r} is not one of {', '.join(HEADS)}")
+        raise UserError(f"head precision {head!r} is not one of {', '.join(HEADS)}")
     if method not in METHODS:
-        raise ValueError(f"int8 method {method!r} is not one of {', '.join(METHODS)}")
+        raise UserError(f"int8 method {method!r} is not one of {', '.join(METHODS)}")
     out = copy.deepcopy(model).float().eval()
     lm_head = out.get_output_embeddings()
     if method == "dynamic":

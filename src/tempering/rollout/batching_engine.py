@@ -44,6 +44,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from tempering.config import SamplingParams
+from tempering.errors import UserError
 from tempering.models.llama_decode import LlamaDecoder, unsupported_reason
 from tempering.models.precision import autocast
 from tempering.models.threads import serving_threads
@@ -194,7 +195,7 @@ class BatchingEngine(HFEngine):
             return [max_new_tokens] * len(prompts)
         for i, p in enumerate(prompts):
             if len(p) >= window:
-                raise ValueError(f"prompt {i} has {len(p)} tokens; the model's window is {window} tokens")
+                raise UserError(f"prompt {i} has {len(p)} tokens; the model's window is {window} tokens")
         return [min(max_new_tokens, window - len(p)) for p in prompts]
 
     @property

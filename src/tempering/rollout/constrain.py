@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tempering.errors import UserError
+
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions  # a typing-only name (the stub's TypedDict)
 
@@ -29,7 +31,7 @@ JSON_STYLE: JsonCompileOptions = {"whitespace_flexible": False, "item_separator"
 __all__ = ["Constraint", "ConstraintError", "json_schema_grammar", "lark_grammar", "json_value"]
 
 
-class ConstraintError(ValueError):
+class ConstraintError(UserError):
     """A grammar llguidance cannot compile (the message says why)."""
 
 

@@ -30,6 +30,7 @@ import torch
 from tempering.batches import GRPOBatch
 from tempering.config import SamplingSettings
 from tempering.config.distill import OnPolicySettings
+from tempering.errors import UserError
 from tempering.objectives.distill import reverse_kl_advantages
 from tempering.rollout.engine import Engine
 from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches
@@ -58,7 +59,7 @@ class OnPolicyDistillSource:
         teacher_engine: Engine | None = None,
     ):
         if not tasks:
-            raise ValueError("on-policy distillation needs at least one prompt")
+            raise UserError("on-policy distillation needs at least one prompt")
         self.tasks, self.engine, self.s, self.teacher = tasks, engine, settings, teacher
         self.grad_accum, self.seed, self.model, self.tokenizer = grad_accum, seed, model, tokenizer
         self.workers = workers if workers is not None else ThreadRewardWorkers(1)

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from tempering.config.domains import MixtureSettings
+from tempering.errors import UserError
 from tempering.types import Task, Trajectory
 
 
@@ -93,7 +94,7 @@ class DomainSchedule:
     ):
         empty = [name for name, tasks in domain_tasks.items() if not tasks]
         if empty:
-            raise ValueError(f"domain {empty[0]!r} has no training tasks")
+            raise UserError(f"domain {empty[0]!r} has no training tasks")
         self.names = list(domain_tasks)
         self.tasks = domain_tasks
         self.weights = [weights[n] for n in self.names]
@@ -204,7 +205,7 @@ class DomainSchedule:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         known = set(state["domains"])
         if known != set(self.names):
-            raise ValueError(
+            raise UserError(
                 f"the checkpoint's domains {sorted(known)} are not this config's {sorted(self.names)}; "
                 "resume with the same domains or start a new run"
             )

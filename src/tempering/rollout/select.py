@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.config import DraftSettings, EngineSettings
+from tempering.errors import UserError
 from tempering.rollout.engine import Engine, HFEngine
 from tempering.rollout.vllm_engine import EngineUnavailable, vllm_unavailable
 
@@ -117,9 +118,9 @@ def _token_ids(path: str) -> list[int]:
     try:
         ids = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ValueError(f"engine.draft.vocab {path!r}: not a readable JSON list of token ids ({exc})") from None
+        raise UserError(f"engine.draft.vocab {path!r}: not a readable JSON list of token ids ({exc})") from None
     if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and i >= 0 for i in ids):
-        raise ValueError(f"engine.draft.vocab {path!r}: expected a non-empty JSON list of token ids")
+        raise UserError(f"engine.draft.vocab {path!r}: expected a non-empty JSON list of token ids")
     return ids
 
 
@@ -142,7 +143,7 @@ def load_target(spec: str, precision: str = "auto", quantize: str = "none", plac
             model = model.merge_and_unload()
         return quantize_int8(model).to(device), tokenizer, "fp32"
     if quantize != "none":
-        raise ValueError(f"quantize {quantize!r} is not one of none, int8")
+        raise UserError(f"quantize {quantize!r} is not one of none, int8")
     return model.to(device), tokenizer, resolve_precision(precision)
 
 
@@ -173,7 +174,7 @@ def _vision_engine(settings: EngineSettings, spec: str, precision: str, quantize
     from tempering.models.vlm import load_vlm
 
     if quantize != "none":
-        raise ValueError("quantize: int8 is not supported for vision-language models yet")
+        raise UserError("quantize: int8 is not supported for vision-language models yet")
     model, processor = load_vlm(spec)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()

@@ -54,6 +54,7 @@ from rich.console import Console
 from tempering.batches import GRPOBatch
 from tempering.config import GRPOSettings
 from tempering.data.images import content_text
+from tempering.errors import UserError
 from tempering.objectives.advantages import overlong_penalty
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.domains import DomainSchedule, domain_metrics
@@ -113,7 +114,7 @@ class RolloutSource:
         schedule: DomainSchedule | None = None,
     ):
         if not tasks:
-            raise ValueError("GRPO needs at least one training task")
+            raise UserError("GRPO needs at least one training task")
         self.tasks, self.engine, self.s = tasks, engine, settings
         self.grad_accum, self.seed, self.store = grad_accum, seed, store
         self.model, self.precision = model, precision
@@ -159,7 +160,7 @@ class RolloutSource:
         self.cursor, self.rollouts = state["cursor"], state["rollouts"]
         if self.schedule is not None:
             if "domains" not in state:
-                raise ValueError("the checkpoint was written without domains; resume with the config it started with")
+                raise UserError("the checkpoint was written without domains; resume with the config it started with")
             self.schedule.load_state_dict(state["domains"])
         self._restored = sampled_from_json(state["ahead"]) if "ahead" in state else None
         self.buffer = []  # a resume starts at the next rollout batch

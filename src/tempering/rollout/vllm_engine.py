@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from tempering.config import SamplingParams, VLLMSettings
+from tempering.errors import UserError
 from tempering.hashing import sha256_file, tensors_hash
 from tempering.rollout.batching import prompt_seed
 from tempering.rollout.engine import Completion, chat_prompt_ids, merged_lora, refuse_grammar
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 
-class EngineUnavailable(ValueError):
+class EngineUnavailable(UserError):
     """The configured engine cannot run on this host (the message says why and what to do)."""
 
 
