@@ -1,5 +1,5 @@
 """User errors vs bugs: bad input is one `error:` line and exit 2; anything else is an `internal
-error` line naming a crash log that holds the whole traceback, exit 1 (`--debug` or
+error` line naming a crash log that holds the whole traceback, exit 70 (`--debug` or
 TEMPERING_DEBUG=1 also print it). The bug here is planted: a ValueError from inside the torch
 call that computes the SFT loss's log-probs, the kind of error that used to read as bad input."""
 
@@ -66,7 +66,7 @@ def sft_config(tmp_path, model: str, **extra) -> str:
 
 
 def internal_line(res) -> str:
-    assert res.exit_code == 1, res.output + repr(res.exception)
+    assert res.exit_code == 70, res.output + repr(res.exception)
     lines = [line for line in res.stderr.splitlines() if line.startswith(INTERNAL)]
     assert len(lines) == 1, res.stderr
     return lines[0]

@@ -58,13 +58,18 @@ EXITS = (
 T = TypeVar("T")
 
 
+INTERNAL_EXIT = 70
+"""A bug's exit status (sysexits' EX_SOFTWARE), apart from bad input (2) and a rejected gate (1)."""
+
+
 def run_command(body: Callable[[], T], debug: Callable[[], bool]) -> T:
     """Run a command's body; the one place its exceptions become exits.
 
     Typer/click exits pass as they are. A `UserError` (bad input) is `error: MESSAGE` and exit 2.
     Anything else is a bug: one `internal error` line naming the crash log that holds its
     traceback (the run's `crash.log` where the run dir is known, else a file in the temp dir),
-    exit 1; with `--debug` or `TEMPERING_DEBUG=1` the traceback is printed on stderr too.
+    exit 70 (EX_SOFTWARE: apart from a rejected gate's 1 and bad input's 2); with `--debug` or
+    `TEMPERING_DEBUG=1` the traceback is printed on stderr too.
     `debug` is asked only after the body ran (the `--debug` flag is parsed inside it)."""
     try:
         return body()
@@ -82,13 +87,13 @@ def debug_env() -> bool:
 
 
 def internal_error(exc: Exception, debug: bool) -> NoReturn:
-    """Print the one line of a bug (and with `debug` its traceback), keep the traceback, exit 1."""
+    """Print the one line of a bug (and with `debug` its traceback), keep the traceback, exit 70."""
     log = write_crash_log(exc, crash_dir(exc))
     if debug:
         sys.stderr.write("".join(traceback.format_exception(exc)))
         sys.stderr.flush()
     err.print(f"[red]{INTERNAL}:[/red] {escape(one_line(exc))} — traceback in {escape(str(log))}")
-    raise typer.Exit(1)
+    raise typer.Exit(INTERNAL_EXIT)
 
 
 def refuse_flag_keys(overrides: Sequence[str], flags: dict[str, Any]) -> None:
