@@ -1,5 +1,6 @@
 """`threads: auto` takes the cores free now; an int is used as given; every shipped example leaves it to auto."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,29 @@ def test_the_default_is_auto_and_says_why(monkeypatch):
     assert TrainSettings(steps=1).threads == "auto" and EvalConfig(out="o", suites=["x"]).threads == "auto"
     monkeypatch.setattr(threads_mod.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     monkeypatch.setattr(threads_mod.os, "getloadavg", lambda: (1.2, 0.5, 0.1))
-    assert choose_threads("auto") == (3, "auto: 4 usable cores - load average 1.20")
+    monkeypatch.setattr(threads_mod, "_own_load_now", lambda: 0.0)
+    assert choose_threads("auto") == (3, "auto: 4 usable cores - load average 1.20 (this process's 0.00)")
+
+
+def test_auto_does_not_count_this_processs_own_load(monkeypatch):
+    """A pipeline's next stage on an idle 2-core host: the load average of 1.8 is this process's
+    own previous stage (2 cores busy for minutes), so both cores are free."""
+    monkeypatch.setattr(threads_mod.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(threads_mod.os, "getloadavg", lambda: (1.8, 1.5, 0.9))
+    monkeypatch.setattr(threads_mod, "_own_load_now", lambda: threads_mod.own_load(cpu_s=600.0, age_s=300.0))
+    assert choose_threads("auto")[0] == 2
+    monkeypatch.setattr(threads_mod, "_own_load_now", lambda: threads_mod.own_load(cpu_s=2.0, age_s=3.0))
+    assert choose_threads("auto")[0] == 1  # a fresh process: the 1.8 is someone else's
+
+
+def test_own_load_by_hand():
+    assert threads_mod.own_load(120.0, 60.0) == pytest.approx(2 * (1 - math.exp(-1)))  # 2 cores for a minute: 1.26
+    assert threads_mod.own_load(6000.0, 3000.0) == pytest.approx(2.0, abs=1e-9)  # long enough: its mean use
+    assert threads_mod.own_load(1.0, 0.0) == 0.0
+
+
+def test_own_load_reads_this_process():
+    assert 0.0 <= threads_mod._own_load_now() <= len(threads_mod.os.sched_getaffinity(0)) + 1
     assert choose_threads(2) == (2, "set in the config") and choose_threads(None) == (None, "torch's default")
 
 
