@@ -4,7 +4,8 @@
     python bench/experiments/demo_precision.py --collect     # only re-read finished runs
 
 Each run is `temper run examples/demo.yaml --seed S` in a fresh run root (nothing cached), alone
-on the machine, in the order fp32 s0, bf16 s0, fp32 s1, ... so drift in the host hits both sides:
+on the machine and started once the load average is below 0.5 (`quiet`), in the order fp32 s0,
+bf16 s0, fp32 s1, ... so drift in the host hits both sides:
 
   * bf16: the host's own default (`precision: auto` on an AMX / AVX512-BF16 host is bf16);
   * fp32: the same host as an AVX2-only one (`TEMPERING_CPU_FEATURES=avx2`, which also makes
@@ -51,6 +52,7 @@ def run_one(precision: str, seed: int, out: Path) -> dict:
         from tempering.models.cpu_features import emulation_env
 
         env.update(emulation_env(env["TEMPERING_CPU_FEATURES"]))
+    quiet()
     load_before = [round(x, 2) for x in os.getloadavg()]
     t0 = time.time()
     proc = subprocess.run(
@@ -84,6 +86,14 @@ def run_one(precision: str, seed: int, out: Path) -> dict:
     }
     (out / f"{precision}-s{seed}.json").write_text(json.dumps(record, indent=1))
     return record
+
+
+def quiet(below: float = 0.5, limit_s: float = 240.0) -> None:
+    """Wait (at most `limit_s`) for the 1-minute load average to fall below `below`: a run starts
+    on a quiet host, as `make demo` would, and `threads: auto` sees the cores free."""
+    deadline = time.time() + limit_s
+    while os.getloadavg()[0] >= below and time.time() < deadline:
+        time.sleep(5)
 
 
 def _scores(path: str) -> dict[str, dict[str, float]]:
