@@ -3,7 +3,8 @@
     python bench/experiments/demo_precision.py [--seeds 0 1 2] [--out runs/demo-precision]
     python bench/experiments/demo_precision.py --collect     # only re-read finished runs
 
-Each run is `temper run examples/demo.yaml --seed S` in a fresh run root (nothing cached), alone
+Each run is `temper run examples/demo.yaml --seed S` in a fresh run root with Tempering's eval
+cache emptied (the model's one-time conversion stays cached, as after `make setup`), alone
 on the machine and started once the load average is below 0.5 (`quiet`), in the order fp32 s0,
 bf16 s0, fp32 s1, ... so drift in the host hits both sides:
 
@@ -27,11 +28,14 @@ import platform
 import statistics
 import subprocess
 import sys
+import shutil
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.paths import RESULTS, ROOT  # noqa: E402
+
+from tempering.models.load import cache_dir  # noqa: E402
 
 PIPELINE = "examples/demo.yaml"
 SUITES = {
@@ -52,6 +56,7 @@ def run_one(precision: str, seed: int, out: Path) -> dict:
         from tempering.models.cpu_features import emulation_env
 
         env.update(emulation_env(env["TEMPERING_CPU_FEATURES"]))
+    shutil.rmtree(cache_dir() / "evals", ignore_errors=True)  # the baseline eval runs, as on a first `make demo`
     quiet()
     load_before = [round(x, 2) for x in os.getloadavg()]
     t0 = time.time()
