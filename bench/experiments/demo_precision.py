@@ -25,16 +25,15 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
-import shutil
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.paths import RESULTS, ROOT  # noqa: E402
-
 from tempering.models.load import cache_dir  # noqa: E402
 
 PIPELINE = "examples/demo.yaml"
