@@ -8,7 +8,7 @@ import torch
 
 from tempering.models import cpu_features
 from tempering.models.cpu_features import CpuFeatureError, CpuPath, emulation_env, parse_mask, refusal, supports
-from tempering.models.precision import resolve_precision
+from tempering.models.precision import auto_reason, resolve_precision
 from tests.conftest import tiny_llama
 
 
@@ -78,6 +78,8 @@ def test_native_bf16_refused_makes_auto_fp32_and_the_engine_samples_fp32s_tokens
         assert resolve_precision("auto") == "bf16"
     cpu_mask("avx2")
     assert resolve_precision("auto") == "fp32"
+    assert auto_reason("auto") == " (auto: the CPU lacks amx_bf16 or avx512_bf16 (TEMPERING_CPU_FEATURES=avx2))"
+    assert auto_reason("fp32") == ""
     model = tiny_llama(vocab=len(smol_tokenizer), seed=3).eval()
     greedy = SamplingParams(temperature=0, max_new_tokens=8)
     prompts = [smol_tokenizer.encode("a b c"), smol_tokenizer.encode("hello there")]

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from tempering.errors import UserError
-from tempering.models.cpu_features import supports
+from tempering.models.cpu_features import refusal, supports
 
 PRECISIONS = ("auto", "bf16", "fp32")
 
@@ -47,6 +47,14 @@ def resolve_precision(precision: str) -> str:
     if torch.cuda.is_available():  # cuda-path: bf16-cuda
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
     return "bf16" if cpu_has_native_bf16() else "fp32"
+
+
+def auto_reason(precision: str) -> str:
+    """Why a `precision` setting runs as it does, for the run's first line: "" unless "auto"
+    fell back to fp32 on a CPU, then the probe's reason (e.g. the CPU lacks AVX512-BF16)."""
+    if precision != "auto" or torch.cuda.is_available() or cpu_has_native_bf16():
+        return ""
+    return f" (auto: {refusal('native_bf16')})"
 
 
 def default_device() -> torch.device:

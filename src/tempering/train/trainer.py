@@ -25,7 +25,7 @@ from tempering.errors import UserError
 from tempering.models.allocator import map_large_blocks
 from tempering.models.checkpointing import enable_checkpointing
 from tempering.models.cpu_features import refusal
-from tempering.models.precision import autocast, resolve_precision
+from tempering.models.precision import auto_reason, autocast, resolve_precision
 from tempering.models.routing import is_moe
 from tempering.models.threads import set_threads
 from tempering.train import distributed, fsdp
@@ -209,7 +209,8 @@ class Trainer:
         self.precision = resolve_precision(settings.precision)
         procs = f" x {self.world.size} processes" if self.world.size > 1 else ""
         self.console.print(
-            f"[dim]{objective.name}: precision {self.precision} on {self.accelerator.device}{procs}[/dim]"
+            f"[dim]{objective.name}: precision {self.precision}{auto_reason(settings.precision)} "
+            f"on {self.accelerator.device}{procs}[/dim]"
         )
 
     def _place(self, model: Any, settings: TrainSettings) -> Any:
