@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.paths import RESULTS, ROOT  # noqa: E402
+from tempering.models.cpu_features import emulation_env  # noqa: E402
 from tempering.models.load import cache_dir  # noqa: E402
 
 PIPELINE = "examples/demo.yaml"
@@ -49,12 +50,7 @@ SIDES = {"fp32": {"TEMPERING_CPU_FEATURES": "avx2"}, "bf16": {}}
 def run_one(precision: str, seed: int, out: Path) -> dict:
     """One demo pipeline, as a subprocess; its record (read back from the stages)."""
     root = out / f"{precision}-s{seed}"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env.update(SIDES[precision])
-    if precision == "fp32":
-        from tempering.models.cpu_features import emulation_env
-
-        env.update(emulation_env(env["TEMPERING_CPU_FEATURES"]))
+    env = side_env(precision)
     shutil.rmtree(cache_dir() / "evals", ignore_errors=True)  # the baseline eval runs, as on a first `make demo`
     quiet()
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -76,7 +72,6 @@ def run_one(precision: str, seed: int, out: Path) -> dict:
         "precision": precision,
         "seed": seed,
         "env": SIDES[precision],
-        "resolved_precision": _resolved(stages),
         "exit_code": proc.returncode,
         "wall_s": round(wall, 1),
         "stage_seconds": {name: _seconds(s.get("run_dir")) for name, s in stages.items()},
@@ -127,13 +122,41 @@ def _grpo_steps(run_dir: str | None) -> int | None:
     return max((s for s in steps if isinstance(s, int)), default=None)
 
 
-def _resolved(stages: dict) -> str | None:
-    """The precision the GRPO trainer resolved `auto` to (its run's config record)."""
-    config = Path(stages["grpo"].get("run_dir") or "/nonexistent") / "config.json"
-    return json.loads(config.read_text()).get("resolved_precision") if config.is_file() else None
+def side_env(precision: str) -> dict[str, str]:
+    """The environment a side's runs get: the host's own, or the AVX2 mask and its ISA variables."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.update(SIDES[precision])
+    if "TEMPERING_CPU_FEATURES" in env:
+        env.update(emulation_env(env["TEMPERING_CPU_FEATURES"]))
+    return env
 
 
-def summarize(records: list[dict]) -> dict:
+def auto_resolves_to(precision: str) -> str:
+    """What `precision: auto` resolves to under a side's environment (asked in a child process)."""
+    code = (
+        "from tempering.models.precision import resolve_precision as r, auto_reason as a; print(r('auto') + a('auto'))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], env=side_env(precision), capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+OLD_TIME_BOX_S = 210.0
+"""The GRPO stage's `max_minutes: 3.5` before the demo was bounded by steps (what fp32 lost)."""
+
+
+def grpo_timing(out: Path, precision: str, seed: int) -> dict:
+    """Seconds per GRPO step of a run, and how many steps the old 3.5-minute box would have let it take."""
+    metrics = next((out / f"{precision}-s{seed}").glob("grpo-*/metrics.jsonl"))
+    steps = [json.loads(line)["step_s"] for line in metrics.read_text().splitlines() if '"step_s"' in line]
+    elapsed, within = 0.0, 0
+    for s in steps:
+        elapsed += s
+        within += elapsed <= OLD_TIME_BOX_S
+    return {"step_s_mean": round(statistics.fmean(steps), 2), "steps_within_3.5_min": within}
+
+
+def summarize(records: list[dict], root: Path) -> dict:
     from tempering.evals.stats import bootstrap_ci, seed_spread
 
     out: dict = {}
@@ -141,7 +164,7 @@ def summarize(records: list[dict]) -> dict:
         runs = sorted((r for r in records if r["precision"] == precision), key=lambda r: r["seed"])
         if not runs:
             continue
-        side: dict = {"seeds": [r["seed"] for r in runs]}
+        side: dict = {"seeds": [r["seed"] for r in runs], "auto_resolves_to": auto_resolves_to(precision)}
         for key in SUITES:
             tasks = sorted(runs[0]["after_task_scores"][key])
             per_task = [[r["after_task_scores"][key][t] for r in runs] for t in tasks]
@@ -154,12 +177,29 @@ def summarize(records: list[dict]) -> dict:
         side["wall_s_mean"] = statistics.fmean(walls)
         side["wall_s"] = walls
         side["grpo_steps"] = [r["grpo_steps"] for r in runs]
+        side["grpo_timing"] = [grpo_timing(root, precision, r["seed"]) for r in runs]
         side["stage_seconds_mean"] = {
             name: round(statistics.fmean(r["stage_seconds"][name] or 0 for r in runs), 1)
             for name in runs[0]["stage_seconds"]
         }
         out[precision] = side
     return out
+
+
+def precision_gap(records: list[dict]) -> dict:
+    """fp32 - bf16 per metric, paired by held-out item (each item averaged over a side's seeds)."""
+    from tempering.evals.stats import paired_bootstrap
+
+    sides = {p: [r for r in records if r["precision"] == p] for p in SIDES}
+    if not all(sides.values()):
+        return {}
+    gap = {}
+    for key in SUITES:
+        tasks = sorted(sides["bf16"][0]["after_task_scores"][key])
+        per_side = {p: [[r["after_task_scores"][key][t] for r in runs] for t in tasks] for p, runs in sides.items()}
+        c = paired_bootstrap(per_side["bf16"], per_side["fp32"])
+        gap[key] = {"delta": c.delta, "low": c.low, "high": c.high, "p_value": c.p_value, "significant": c.significant}
+    return gap
 
 
 def host() -> dict:
@@ -187,6 +227,7 @@ def main() -> None:
     p.add_argument("--precisions", nargs="+", default=list(SIDES), choices=list(SIDES))
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "demo-precision")
     p.add_argument("--collect", action="store_true", help="only summarise the runs already in --out")
+    p.add_argument("--alongside", default="nothing", help="what else ran on the machine during the runs (recorded)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.collect:
@@ -206,7 +247,9 @@ def main() -> None:
         "pipeline": PIPELINE,
         "host": host(),
         "interval": "95% percentile bootstrap over the 50 held-out items, each item's score averaged over the seeds",
-        **summarize(records),
+        "alongside": args.alongside,
+        **summarize(records, args.out),
+        "fp32_minus_bf16": precision_gap(records),
         "runs": [{k: v for k, v in r.items() if k != "after_task_scores"} for r in records],
     }
     (RESULTS / "demo_precision.json").write_text(json.dumps(result, indent=1) + "\n")
