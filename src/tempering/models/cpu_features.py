@@ -124,7 +124,7 @@ def refusal(path: str) -> str | None:
 
 
 def clear() -> None:
-    """Forget every decision (after the mask changes: tests)."""
+    """Forget every decision (tests that replace a probe or inductor's compiler; a changed mask is its own key)."""
     _decide.cache_clear()
 
 
