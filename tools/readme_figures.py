@@ -60,10 +60,10 @@ def render(text: str) -> str:
     """`text` with every block it holds re-rendered from its results file."""
     for name, (path, fn) in BLOCKS.items():
         body = fn(json.loads(path.read_text()))
-        pattern = re.compile(rf"(<!-- {name} -->\n).*?(\n<!-- /{name} -->)", re.S)
+        pattern = re.compile(rf"(<!-- {name} -->\n)(?:.*?\n)?(<!-- /{name} -->)", re.S)
         if not pattern.search(text):
             raise SystemExit(f"{README}: no <!-- {name} --> ... <!-- /{name} --> block")
-        text = pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+        text = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)
     return text
 
 
