@@ -36,7 +36,7 @@ def _v1_roles(kind: str, config: dict[str, Any]) -> dict[str, str]:
 
 def _local(path: str, root: Path) -> Path | None:
     p = Path(path)
-    for c in ([p] if p.is_absolute() else [Path.cwd() / p, root.parent / p, root / p]):
+    for c in [p] if p.is_absolute() else [Path.cwd() / p, root.parent / p, root / p]:
         if c.exists():
             return c.resolve()
     return None
@@ -52,21 +52,28 @@ def v1_to_v2(conn: sa.Connection, registry_path: Path) -> None:
     for run in runs:
         config, recorded = json.loads(run["config"]), json.loads(run["inputs"])
         roles = _v1_roles(run["kind"], config)
-        rows = [dict(run_id=run["id"], role=roles.get(path, "train"), path=path, sha256=sha, parent_run=None)
-                for path, sha in recorded.items()]
+        rows = [
+            dict(run_id=run["id"], role=roles.get(path, "train"), path=path, sha256=sha, parent_run=None)
+            for path, sha in recorded.items()
+        ]
         if run["base_model"]:
             local = _local(run["base_model"], root)
             parent = next((rid for d, rid in by_dir.items() if local and (local == d or d in local.parents)), None)
-            rows.append(dict(run_id=run["id"], role="base_model", path=run["base_model"], sha256=None,
-                             parent_run=parent))
+            rows.append(
+                dict(run_id=run["id"], role="base_model", path=run["base_model"], sha256=None, parent_run=parent)
+            )
         if rows:
             conn.execute(sa.insert(schema.run_inputs), rows)
         final = (json.loads(run["outputs"]) or {}).get("final")
         local_final = _local(final, root) if final and run["status"] == "finished" else None
         if local_final and local_final.is_dir():
             conn.execute(sa.insert(schema.run_outputs).values(run_id=run["id"], role="final", path=str(local_final)))
-            marker = {"registry": str(registry_path.resolve()), "run_id": run["id"], "run": run["name"],
-                      "role": "final"}
+            marker = {
+                "registry": str(registry_path.resolve()),
+                "run_id": run["id"],
+                "run": run["name"],
+                "role": "final",
+            }
             # the name is registry.MARKER (not imported: registry imports this module)
             (local_final / "tempering-run.json").write_text(json.dumps(marker, indent=1) + "\n")
 
@@ -85,9 +92,12 @@ def v2_to_v3(conn: sa.Connection) -> None:
 
 def copy_v2_rows(conn: sa.Connection) -> None:
     """Copy the moved-aside v2 rows into the v3 tables (in their old order) and drop the old tables."""
-    conn.exec_driver_sql("INSERT INTO run_inputs (run_id, role, path, sha256, parent_run) "
-                         "SELECT run_id, role, path, sha256, parent_run FROM run_inputs_v2 ORDER BY rowid")
-    conn.exec_driver_sql("INSERT INTO run_outputs (run_id, role, path) "
-                         "SELECT run_id, role, path FROM run_outputs_v2 ORDER BY rowid")
+    conn.exec_driver_sql(
+        "INSERT INTO run_inputs (run_id, role, path, sha256, parent_run) "
+        "SELECT run_id, role, path, sha256, parent_run FROM run_inputs_v2 ORDER BY rowid"
+    )
+    conn.exec_driver_sql(
+        "INSERT INTO run_outputs (run_id, role, path) SELECT run_id, role, path FROM run_outputs_v2 ORDER BY rowid"
+    )
     conn.exec_driver_sql("DROP TABLE run_inputs_v2")
     conn.exec_driver_sql("DROP TABLE run_outputs_v2")

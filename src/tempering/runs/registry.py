@@ -43,14 +43,36 @@ from tempering.hashing import sha256_file as file_sha256
 from tempering.runs import REGISTRY_ENV, REGISTRY_FILE, migrate, project_registry, schema
 from tempering.runs.schema import SCHEMA_VERSION, metadata, run_inputs, run_outputs, runs, schema_version
 
-__all__ = ["SCHEMA_VERSION", "Registry", "RegistryError", "Input", "LineageRow", "describe_input", "read_marker",
-           "registry_exists", "file_sha256", "REGISTRY_ENV", "REGISTRY_FILE"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "Registry",
+    "RegistryError",
+    "Input",
+    "LineageRow",
+    "describe_input",
+    "read_marker",
+    "registry_exists",
+    "file_sha256",
+    "REGISTRY_ENV",
+    "REGISTRY_FILE",
+]
 
 MARKER = "tempering-run.json"
 # failures: eval samples a feedback stage mined (never trained on); feedback / votes: served bad
 # cases and arena votes that become training data; pool: the tasks mined from.
-ROLES = ("train", "replay", "tasks", "eval", "heldout", "base_model", "failures", "feedback", "votes", "pool",
-         "chat_template")
+ROLES = (
+    "train",
+    "replay",
+    "tasks",
+    "eval",
+    "heldout",
+    "base_model",
+    "failures",
+    "feedback",
+    "votes",
+    "pool",
+    "chat_template",
+)
 TRAINING_ROLES = frozenset({"train", "replay", "tasks", "feedback", "votes", "pool"})
 # Output roles that are model checkpoints: their dirs are hashed (without the marker).
 CHECKPOINT_ROLES = frozenset({"final", "best", "merged"})
@@ -225,7 +247,8 @@ class Registry:
             if version > SCHEMA_VERSION:
                 raise RegistryError(
                     f"{self.location}: registry schema v{version} is newer than this Tempering (v{SCHEMA_VERSION}); "
-                    "upgrade Tempering to read it")
+                    "upgrade Tempering to read it"
+                )
             if version == 2:
                 migrate.v2_to_v3(conn)
             metadata.create_all(conn)
@@ -247,12 +270,28 @@ class Registry:
             rows.append(describe_input(base_model, "base_model"))
         summary = {i.path: i.sha256 for i in rows if i.sha256}
         with self.transaction() as conn:
-            conn.execute(sa.insert(runs).values(
-                id=run_id, name=name, kind=kind, status="running", base_model=base_model, config=json.dumps(config),
-                inputs=json.dumps(summary), outputs="{}", metrics="{}", started_at=time.time()))
+            conn.execute(
+                sa.insert(runs).values(
+                    id=run_id,
+                    name=name,
+                    kind=kind,
+                    status="running",
+                    base_model=base_model,
+                    config=json.dumps(config),
+                    inputs=json.dumps(summary),
+                    outputs="{}",
+                    metrics="{}",
+                    started_at=time.time(),
+                )
+            )
             if rows:
-                conn.execute(sa.insert(run_inputs), [dict(run_id=run_id, role=i.role, path=i.path, sha256=i.sha256,
-                                                          parent_run=i.parent_run) for i in rows])
+                conn.execute(
+                    sa.insert(run_inputs),
+                    [
+                        dict(run_id=run_id, role=i.role, path=i.path, sha256=i.sha256, parent_run=i.parent_run)
+                        for i in rows
+                    ],
+                )
         return run_id
 
     def record_output(self, run_id: str, role: str, path: str | Path) -> None:
@@ -268,13 +307,19 @@ class Registry:
 
     def finish(self, run_id: str, outputs: dict, metrics: dict) -> None:
         with self.transaction() as conn:
-            conn.execute(sa.update(runs).where(runs.c.id == run_id).values(
-                status="finished", outputs=json.dumps(outputs), metrics=json.dumps(metrics), finished_at=time.time()))
+            conn.execute(
+                sa.update(runs)
+                .where(runs.c.id == run_id)
+                .values(
+                    status="finished", outputs=json.dumps(outputs), metrics=json.dumps(metrics), finished_at=time.time()
+                )
+            )
 
     def fail(self, run_id: str, error: str) -> None:
         with self.transaction() as conn:
-            conn.execute(sa.update(runs).where(runs.c.id == run_id).values(
-                status="failed", error=error, finished_at=time.time()))
+            conn.execute(
+                sa.update(runs).where(runs.c.id == run_id).values(status="failed", error=error, finished_at=time.time())
+            )
 
     def remove(self, run_ids: Sequence[str]) -> int:
         """Delete runs (and their input/output rows); returns how many went."""
@@ -286,8 +331,14 @@ class Registry:
                 conn.execute(sa.delete(table).where(table.c.run_id.in_(ids)))
             return conn.execute(sa.delete(runs).where(runs.c.id.in_(ids))).rowcount
 
-    def record_eval(self, model: str | Path, report: str | Path, *, metrics: Mapping[str, Any] | None = None,
-                    gate: Mapping[str, Any] | None = None) -> int:
+    def record_eval(
+        self,
+        model: str | Path,
+        report: str | Path,
+        *,
+        metrics: Mapping[str, Any] | None = None,
+        gate: Mapping[str, Any] | None = None,
+    ) -> int:
         """Record an evaluation of `model`: its report file (hashed) and the gate's verdict, if any.
 
         `gate` is `evals.gate.GateResult.to_dict()`. Returns the eval's id."""
@@ -296,19 +347,30 @@ class Registry:
             raise InputNotFound(f"eval report not found: {report}")
         run_id, model_str, model_sha = self.identify_model(model)
         with self.transaction() as conn:
-            return conn.execute(sa.insert(schema.evals).values(
-                run_id=run_id, model=model_str, model_sha256=model_sha, report=str(report),
-                report_sha256=file_sha256(report), metrics=json.dumps(dict(metrics or {})),
-                gate=json.dumps(dict(gate)) if gate is not None else None,
-                passed=bool(gate["passed"]) if gate is not None else None, created_at=time.time(),
-            )).inserted_primary_key[0]
+            return conn.execute(
+                sa.insert(schema.evals).values(
+                    run_id=run_id,
+                    model=model_str,
+                    model_sha256=model_sha,
+                    report=str(report),
+                    report_sha256=file_sha256(report),
+                    metrics=json.dumps(dict(metrics or {})),
+                    gate=json.dumps(dict(gate)) if gate is not None else None,
+                    passed=bool(gate["passed"]) if gate is not None else None,
+                    created_at=time.time(),
+                )
+            ).inserted_primary_key[0]
 
     # ------------------------------------------------------------------ reading
     def get(self, run_id: str) -> dict[str, Any]:
         """A run by id, or the newest run of that name. Raises KeyError."""
         with self.reading() as conn:
-            row = conn.execute(sa.select(runs).where((runs.c.id == run_id) | (runs.c.name == run_id))
-                               .order_by(runs.c.started_at.desc()).limit(1)).first()
+            row = conn.execute(
+                sa.select(runs)
+                .where((runs.c.id == run_id) | (runs.c.name == run_id))
+                .order_by(runs.c.started_at.desc())
+                .limit(1)
+            ).first()
         if row is None:
             raise KeyError(f"no run {run_id!r} in {self.location}")
         return _decode(row)
@@ -328,16 +390,22 @@ class Registry:
     def outputs(self, run_id: str) -> list[dict[str, Any]]:
         """A run's recorded outputs: `{role, path, sha256}` in the order they were written."""
         with self.reading() as conn:
-            rows = conn.execute(sa.select(run_outputs.c.role, run_outputs.c.path, run_outputs.c.sha256)
-                                .where(run_outputs.c.run_id == run_id).order_by(run_outputs.c.id))
+            rows = conn.execute(
+                sa.select(run_outputs.c.role, run_outputs.c.path, run_outputs.c.sha256)
+                .where(run_outputs.c.run_id == run_id)
+                .order_by(run_outputs.c.id)
+            )
             return [dict(r._mapping) for r in rows]
 
     def run_for_output(self, path: str | Path) -> dict[str, Any] | None:
         """The run that wrote output `path`, or None."""
         with self.reading() as conn:
-            row = conn.execute(sa.select(run_outputs.c.run_id).where(
-                run_outputs.c.path == str(Path(path).expanduser().resolve())).order_by(run_outputs.c.id.desc())
-                .limit(1)).first()
+            row = conn.execute(
+                sa.select(run_outputs.c.run_id)
+                .where(run_outputs.c.path == str(Path(path).expanduser().resolve()))
+                .order_by(run_outputs.c.id.desc())
+                .limit(1)
+            ).first()
         return self.get(row.run_id) if row else None
 
     def identify_model(self, model: str | Path) -> tuple[str | None, str, str | None]:
@@ -349,8 +417,12 @@ class Registry:
         p = p.resolve()
         marker = read_marker(p)
         with self.reading() as conn:
-            row = conn.execute(sa.select(run_outputs.c.run_id, run_outputs.c.sha256)
-                               .where(run_outputs.c.path == str(p)).order_by(run_outputs.c.id.desc()).limit(1)).first()
+            row = conn.execute(
+                sa.select(run_outputs.c.run_id, run_outputs.c.sha256)
+                .where(run_outputs.c.path == str(p))
+                .order_by(run_outputs.c.id.desc())
+                .limit(1)
+            ).first()
         run_id = marker["run_id"] if marker else (row.run_id if row else None)
         sha = row.sha256 if row is not None and row.sha256 else content_hash(p, "final")
         return run_id, str(p), sha
@@ -396,8 +468,9 @@ class Registry:
 
 
 def _without_password(url: sa.URL) -> str:
-    return sa.URL.create(url.drivername, url.username, None, url.host, url.port, url.database,
-                         url.query).render_as_string(hide_password=False)
+    return sa.URL.create(
+        url.drivername, url.username, None, url.host, url.port, url.database, url.query
+    ).render_as_string(hide_password=False)
 
 
 def _engine(url: sa.URL) -> sa.Engine:

@@ -43,9 +43,20 @@ CONFIG_FILE = "run_config.json"
 SUMMARY_FILE = "summary.json"
 # Fields a resume may change without changing what is trained: how long, how often to save
 # and log, where the run root is, how many threads.
-RESUMABLE_CHANGES = ("name", "out", "train.steps", "train.max_minutes", "train.threads", "train.log_every",
-                     "train.loggers", "train.compile", "train.checkpoint.every", "train.checkpoint.keep_last",
-                     "heldout.every", "train.resume_from")
+RESUMABLE_CHANGES = (
+    "name",
+    "out",
+    "train.steps",
+    "train.max_minutes",
+    "train.threads",
+    "train.log_every",
+    "train.loggers",
+    "train.compile",
+    "train.checkpoint.every",
+    "train.checkpoint.keep_last",
+    "heldout.every",
+    "train.resume_from",
+)
 
 
 class StageError(UserError):
@@ -68,16 +79,16 @@ class ConfigChanged(StageError):
 class StageSpec:
     """What a recipe tells the runner about its stage."""
 
-    kind: str                      # sft | grpo | ...
-    out: str                       # run root
-    name: str | None               # None: <kind>-<timestamp>
-    config: dict[str, Any]         # the validated config, dumped
-    inputs: list[Input]            # with roles (see pipeline.registry.ROLES)
+    kind: str  # sft | grpo | ...
+    out: str  # run root
+    name: str | None  # None: <kind>-<timestamp>
+    config: dict[str, Any]  # the validated config, dumped
+    inputs: list[Input]  # with roles (see pipeline.registry.ROLES)
     base_model: str | None
-    steps: int                     # the target step count (a finished run has reached it)
+    steps: int  # the target step count (a finished run has reached it)
     seed: int = 0
     threads: int | str | None = None  # a `threads` setting: a count, "auto" or None
-    force: bool = False            # resume even when the config changed
+    force: bool = False  # resume even when the config changed
 
 
 @dataclass
@@ -112,8 +123,10 @@ def run_lock(run_dir: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            raise RunLocked(f"run dir {run_dir} is in use by another process (pid {holder}); wait for it "
-                            "to finish or pick another --name") from None
+            raise RunLocked(
+                f"run dir {run_dir} is in use by another process (pid {holder}); wait for it "
+                "to finish or pick another --name"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
@@ -125,8 +138,11 @@ def config_diff(old: dict[str, Any], new: dict[str, Any], ignore: tuple[str, ...
     """`key: old -> new` for every leaf that differs, dotted keys, leaving out `ignore`."""
     flat_old, flat_new = _flatten(old), _flatten(new)
     keys = sorted(set(flat_old) | set(flat_new))
-    return [f"{k}: {flat_old.get(k)!r} -> {flat_new.get(k)!r}" for k in keys
-            if flat_old.get(k) != flat_new.get(k) and not any(k == i or k.startswith(i + ".") for i in ignore)]
+    return [
+        f"{k}: {flat_old.get(k)!r} -> {flat_new.get(k)!r}"
+        for k in keys
+        if flat_old.get(k) != flat_new.get(k) and not any(k == i or k.startswith(i + ".") for i in ignore)
+    ]
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -158,8 +174,13 @@ class Stage:
         registry, and each recorded input (`input.<role>.<n>`: path, sha256 and parent run where known)."""
         if not self.writes or self.run_id is None:
             return {}
-        tags = {"run_id": self.run_id, "run_name": self.name, "kind": self.spec.kind,
-                "registry": self.registry.location, "run_dir": str(self.run_dir.resolve())}
+        tags = {
+            "run_id": self.run_id,
+            "run_name": self.name,
+            "kind": self.spec.kind,
+            "registry": self.registry.location,
+            "run_dir": str(self.run_dir.resolve()),
+        }
         seen: dict[str, int] = {}
         for i in self.registry.inputs(self.run_id):
             n = seen[i.role] = seen.get(i.role, -1) + 1
@@ -194,8 +215,12 @@ class Stage:
         if not self.writes:
             self.result = StageResult(None, self.name, self.run_dir, None, summary)
             return self.result
-        summary = {"run_id": self.run_id, "run_dir": str(self.run_dir),
-                   "final": str(final) if final.is_dir() else None, **summary}
+        summary = {
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "final": str(final) if final.is_dir() else None,
+            **summary,
+        }
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
         outputs = {"final": str(final), "metrics": str(self.run_dir / "metrics.jsonl"), **outputs}
         if (self.run_dir / "best").is_dir():
@@ -265,8 +290,10 @@ def _run_body(stage: Stage, tell: Any) -> Iterator[Stage]:
 
     spec, run_dir = stage.spec, stage.run_dir
     for aside in fall_back_to_verified(run_dir / "checkpoints"):
-        console.print(f"[yellow]warning: checkpoint {aside.name.removeprefix('corrupt-')} failed verification; "
-                      f"set aside as {aside}, resuming from the previous verified one[/yellow]")
+        console.print(
+            f"[yellow]warning: checkpoint {aside.name.removeprefix('corrupt-')} failed verification; "
+            f"set aside as {aside}, resuming from the previous verified one[/yellow]"
+        )
     inputs = list(spec.inputs)
     previous = stage.registry.latest(stage.name)
     if previous is not None and list_checkpoints(run_dir / "checkpoints"):
@@ -309,19 +336,26 @@ def _check_resume(spec: StageSpec, run_dir: Path, registry: Registry) -> StageRe
     changes = config_diff(old, new) if old is not None else []
     if latest is not None:
         recorded = {i.path: i.sha256 for i in registry.inputs(latest["id"]) if i.sha256}
-        changes += [f"{i.path}: content changed since the run started (sha256 {recorded[i.path][:12]}... -> "
-                    f"{i.sha256[:12]}...)" for i in spec.inputs if i.sha256 and recorded.get(i.path, i.sha256) != i.sha256]
+        changes += [
+            f"{i.path}: content changed since the run started (sha256 {recorded[i.path][:12]}... -> {i.sha256[:12]}...)"
+            for i in spec.inputs
+            if i.sha256 and recorded.get(i.path, i.sha256) != i.sha256
+        ]
     if changes and not spec.force:
-        raise ConfigChanged(f"run {run_dir.name} exists with a different config ({'; '.join(changes)}); "
-                            "resume with the original config, pick another --name, or pass --force")
+        raise ConfigChanged(
+            f"run {run_dir.name} exists with a different config ({'; '.join(changes)}); "
+            "resume with the original config, pick another --name, or pass --force"
+        )
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text())
         target = spec.steps or summary.get("target_steps") or 0  # 0: steps derived from train.epochs
         if summary.get("stopped_early") or (summary.get("steps") or 0) >= target:
             from tempering.train.metrics import console
 
-            console.print(f"run {run_dir.name} is already finished ({summary.get('steps')} steps); "
-                          f"summary: {summary_path}. Nothing to do (raise --steps to train further).")
+            console.print(
+                f"run {run_dir.name} is already finished ({summary.get('steps')} steps); "
+                f"summary: {summary_path}. Nothing to do (raise --steps to train further)."
+            )
             final = Path(summary["final"]) if summary.get("final") else None
             return StageResult(summary.get("run_id"), run_dir.name, run_dir, final, summary, already_finished=True)
     return None
@@ -370,7 +404,10 @@ def prune_failed(registry: Registry, root: Path) -> list[str]:
         dirs = [Path(o["path"]) for o in registry.outputs(run["id"]) if o["role"] == "run_dir"]
         return dirs[0].parent == root.resolve() if dirs else own
 
-    gone = [r for r in registry.list(limit=1_000_000)
-            if r["status"] == "failed" and not (root / r["name"]).exists() and here(r)]
+    gone = [
+        r
+        for r in registry.list(limit=1_000_000)
+        if r["status"] == "failed" and not (root / r["name"]).exists() and here(r)
+    ]
     registry.remove([r["id"] for r in gone])
     return [r["name"] for r in gone]
