@@ -55,13 +55,13 @@ def write_jsonl(path: Path, rows: list[dict]) -> str:
 
 def sft_config(tmp: Path, model: str) -> dict:
     data = {"train": write_jsonl(tmp / "train.jsonl", arithmetic_conversations(24, 1)), "max_length": 160}
-    train = {"steps": 10, "batch_size": 4, "optim": {"lr": 3e-3}, "checkpoint": {"every": 3}}
+    train = {"steps": 10, "batch_size": 4, "threads": 1, "optim": {"lr": 3e-3}, "checkpoint": {"every": 3}}
     return {"model": model, "lora": None, "data": data, "train": train}
 
 
 def dpo_config(tmp: Path, model: str) -> dict:
     data = {"train": write_pairs(tmp / "pairs.jsonl", 20, 0), "max_length": 96}
-    train = {"steps": 10, "batch_size": 4, "optim": {"lr": 3e-3}, "checkpoint": {"every": 3}}
+    train = {"steps": 10, "batch_size": 4, "threads": 1, "optim": {"lr": 3e-3}, "checkpoint": {"every": 3}}
     return {"model": model, "lora": None, "data": data, "dpo": {"beta": 0.5}, "train": train}
 
 
@@ -77,7 +77,7 @@ def grpo_config(tmp: Path, model: str) -> dict:
             {"name": "digit", "weight": 1.0, "verifier": {"type": "regex", "pattern": "[A-Z]", "on": "completion"}}
         ],
         "grpo": grpo,
-        "train": {"steps": 6, "optim": {"lr": 1e-2}, "checkpoint": {"every": 1}},
+        "train": {"steps": 6, "threads": 1, "optim": {"lr": 1e-2}, "checkpoint": {"every": 1}},
     }
 
 
@@ -192,7 +192,7 @@ def grpo_trainer(run_dir: Path, tokenizer, mode: str, kill_at: int | None = None
     )
     source = RolloutSource(tasks, engine, grpo, grad_accum=1, seed=3, model=model, precision="fp32")
     train = TrainSettings.model_validate(
-        {"steps": 5, "precision": "fp32", "optim": {"lr": 5e-2}, "checkpoint": {"every": 1}}
+        {"steps": 5, "precision": "fp32", "threads": 1, "optim": {"lr": 5e-2}, "checkpoint": {"every": 1}}
     )
 
     def kill(step: int, record: dict) -> None:
