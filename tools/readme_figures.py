@@ -43,7 +43,8 @@ def demo_precision(result: dict) -> str:
             *rows,
             "",
             f"{seeds} seeds a side on one {host} (2 cores), interleaved; the AVX2 row ran on the same host as an "
-            "AVX2-only one (`TEMPERING_CPU_FEATURES=avx2`: AVX2 kernels, fp32). Intervals resample the 50 held-out "
+            "AVX2-only one (`TEMPERING_CPU_FEATURES=avx2`: fp32, AVX2 ATen / oneDNN / inductor code, but MKL's GEMMs "
+            "still AVX-512, so a real AVX2 host is likely slower). Intervals resample the 50 held-out "
             "items (`bench/results/demo_precision.json`, docs/hosts.md).",
         ]
     )

@@ -22,7 +22,11 @@ def test_the_mask_is_host_kinds_or_flags_and_a_typo_is_one_line():
 
 
 def test_emulation_env_narrows_torch_only_where_the_mask_allows_nothing_wider_than_avx2():
-    assert emulation_env("avx2") == {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    assert emulation_env("avx2") == {
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    }
     assert emulation_env("avx512") == {} and emulation_env("amx") == {}
 
 

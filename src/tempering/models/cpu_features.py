@@ -14,8 +14,8 @@ The flags come from /proc/cpuinfo, narrowed by the environment variable
 `TEMPERING_CPU_FEATURES` when it is set: a comma list of host kinds (`HOST_KINDS`: avx2,
 avx512, avx512_bf16, amx) or flag names, the flags a host of that kind has. With
 `TEMPERING_CPU_FEATURES=avx2` an AMX host answers as an AVX2-only one does, so the fallbacks
-run (and are tested) on any host. `emulation_env` adds the variables that make ATen, inductor
-and oneDNN themselves generate AVX2 code (read when torch first dispatches, so they must be
+run (and are tested) on any host. `emulation_env` adds the variables that make ATen, inductor,
+oneDNN and MKL themselves run AVX2 code (read when torch first dispatches, so they must be
 set before the process starts: tests/conftest.py and bench scripts do).
 """
 
@@ -102,15 +102,16 @@ def cpu_flags() -> frozenset[str] | None:
 
 
 def emulation_env(mask: str) -> dict[str, str]:
-    """Variables that make oneDNN, ATen and inductor generate AVX2 code where the mask allows
-    nothing wider (set them before torch starts); {} where it allows AVX-512.
+    """Variables that make oneDNN, ATen, inductor and MKL's GEMMs run AVX2 code where the mask
+    allows nothing wider (set them before torch starts); {} where it allows AVX-512. MKL too:
+    AVX2 elementwise kernels beside AVX-512 GEMMs are a mix no real host runs.
 
     Raises:
         CpuFeatureError: as `parse_mask`.
     """
     if any(flag.startswith(("avx512", "amx")) for flag in parse_mask(mask)):
         return {}
-    return {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    return {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 
 
 def supports(path: str) -> bool:
