@@ -52,7 +52,7 @@ def resolve_precision(precision: str) -> str:
 def auto_reason(precision: str) -> str:
     """Why a `precision` setting runs as it does, for the run's first line: "" unless "auto"
     fell back to fp32 on a CPU, then the probe's reason (e.g. the CPU lacks AVX512-BF16)."""
-    if precision != "auto" or torch.cuda.is_available() or cpu_has_native_bf16():
+    if precision != "auto" or torch.cuda.is_available() or cpu_has_native_bf16():  # cuda-path: bf16-cuda
         return ""
     return f" (auto: {refusal('native_bf16')})"
 

@@ -46,7 +46,7 @@ def _adamw_8bit(params: list[torch.nn.Parameter], settings: OptimSettings) -> to
     # checkpoints load optimizer.pt with weights_only=True: the state subclass must be allowed
     torch.serialization.add_safe_globals([OptimState8bit])
     opt = AdamW8bit(params, lr=settings.lr, betas=settings.betas, weight_decay=settings.weight_decay)
-    if any(p.device.type == "cpu" for p in params) and not supports("inductor_cpp"):
+    if any(p.is_cpu for p in params) and not supports("inductor_cpp"):
         opt.step = _eager(opt.step)  # no C++ compiler here: the same tensor code, uncompiled (slower)
     return opt
 

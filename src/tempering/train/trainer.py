@@ -224,7 +224,7 @@ class Trainer:
             enable_checkpointing(model)
             map_large_blocks()  # freed activations go back to the OS (models/allocator.py)
         if settings.compile:
-            reason = refusal("inductor_cpp") if self.accelerator.device.type == "cpu" else None
+            reason = refusal("inductor_cpp") if self.accelerator.device == torch.device("cpu") else None
             if reason is None:
                 compile_layers(model)
             else:  # a host without a compiler still trains: eagerly, said once
