@@ -279,7 +279,7 @@ def test_compile_without_a_cxx_compiler_trains_eagerly_with_the_eager_losses(tmp
 
     from tempering.models import cpu_features
 
-    monkeypatch.setattr(config.cpp, "cxx", ("no-such-cxx-for-tempering",))
+    monkeypatch.setattr(config.cpp, "cxx", ("no-such-cxx-for-tempering",), raising=False)
     cpu_features.clear()
     try:
         refused = make_trainer(tmp_path / "refused", steps=3, compile=True)
