@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from loop import run_pipeline, stage_seconds  # noqa: E402  (bench/experiments, the script's own folder)
+
 from _shared.paths import RESULTS, ROOT  # noqa: E402
 from tempering.models.cpu_features import emulation_env  # noqa: E402
 from tempering.models.load import cache_dir  # noqa: E402
@@ -54,27 +56,16 @@ def run_one(precision: str, seed: int, out: Path) -> dict:
     shutil.rmtree(cache_dir() / "evals", ignore_errors=True)  # the baseline eval runs, as on a first `make demo`
     quiet()
     load_before = [round(x, 2) for x in os.getloadavg()]
-    t0 = time.time()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tempering.cli", "run", PIPELINE, "--seed", str(seed), "--out", str(root)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    wall = time.time() - t0
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        raise SystemExit(f"{precision} seed {seed}: no result (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    stages = json.loads(lines[-1])["stages"]
+    result, wall, returncode = run_pipeline(PIPELINE, seed, str(root), env)
+    stages = result["stages"]
     before, after = (_scores(stages[name]["outputs"]["results"]) for name in ("baseline", "after"))
     record = {
         "precision": precision,
         "seed": seed,
         "env": SIDES[precision],
-        "exit_code": proc.returncode,
+        "exit_code": returncode,
         "wall_s": round(wall, 1),
-        "stage_seconds": {name: _seconds(s.get("run_dir")) for name, s in stages.items()},
+        "stage_seconds": {name: _rounded(stage_seconds(s.get("run_dir"))) for name, s in stages.items()},
         "grpo_steps": _grpo_steps(stages["grpo"].get("run_dir")),
         "cached_stages": [name for name, s in stages.items() if s["status"] == "cached"],
         "load_before": load_before,
@@ -105,12 +96,8 @@ def _scores(path: str) -> dict[str, dict[str, float]]:
     }
 
 
-def _seconds(run_dir: str | None) -> float | None:
-    rec = Path(run_dir or "/nonexistent") / "pipeline-stage.json"
-    if not rec.is_file():
-        return None
-    r = json.loads(rec.read_text())
-    return round(r["finished_at"] - r["started_at"], 1) if r.get("finished_at") and r.get("started_at") else None
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
 
 
 def _grpo_steps(run_dir: str | None) -> int | None:

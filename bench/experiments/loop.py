@@ -57,6 +57,25 @@ def stage_seconds(run_dir: str | None) -> float | None:
     return None
 
 
+def run_pipeline(pipeline: str, seed: int, out: str, env: dict[str, str]) -> tuple[dict, float, int]:
+    """`temper run PIPELINE --seed S --out OUT` as a subprocess: (its result line, wall seconds, exit code)."""
+    t0 = time.time()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "run", pipeline, "--seed", str(seed), "--out", out],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    wall = time.time() - t0
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise SystemExit(
+            f"{pipeline} seed {seed}: the pipeline printed no result (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+        )
+    return json.loads(lines[-1]), wall, proc.returncode
+
+
 def load_avg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -70,21 +89,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict:
         "OMP_WAIT_POLICY": "PASSIVE",
     }
     load_before = load_avg()
-    t0 = time.time()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tempering.cli", "run", args.pipeline, "--seed", str(seed), "--out", args.out],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    wall = time.time() - t0
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        raise SystemExit(
-            f"seed {seed}: the pipeline printed no result (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
-        )
-    out = json.loads(lines[-1])
+    out, wall, returncode = run_pipeline(args.pipeline, seed, args.out, env)
     stages = out["stages"]
     base, after = load(stages["baseline"]["outputs"]["results"]), load(stages["after"]["outputs"]["results"])
     gate = load(stages["gate"]["outputs"]["verdict"]) if stages["gate"].get("outputs") else None
@@ -93,7 +98,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict:
     return {
         "seed": seed,
         "status": out["status"],
-        "exit_code": proc.returncode,
+        "exit_code": returncode,
         "wall_s": round(wall, 1),
         "stage_seconds": {k: round(v, 1) for k, v in seconds.items() if v is not None},
         "pipeline_seconds_incl_cached": round(sum(v for v in seconds.values() if v), 1),
