@@ -45,10 +45,15 @@ test: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests bench tools examples
 	# Types (pyright, basic mode, [tool.pyright] in pyproject.toml): objectives, train and rollout.
 	$(VENV)/bin/pyright
-	$(PY) -m pytest -q -x --durations=40
+	# A native crash (abort, segfault) leaves no pytest report: the test it died in is named here.
+	@rm -f .pytest-last-test
+	TEMPERING_TEST_LAST=$(CURDIR)/.pytest-last-test $(PY) -m pytest -q -x --durations=40 || { rc=$$?; \
+	  echo "make test: pytest exited $$rc; the last test it started: $$(cat .pytest-last-test 2>/dev/null)"; exit $$rc; }
 	# The CPU-feature fallbacks as an AVX2-only host runs them (docs/hosts.md): the probe, decode,
 	# int8, precision, optimizer and batching tests again with every wider path refused.
-	TEMPERING_CPU_FEATURES=avx2 $(PY) -m pytest -q -x -p no:cacheprovider $(CPU_PATH_TESTS)
+	TEMPERING_TEST_LAST=$(CURDIR)/.pytest-last-test TEMPERING_CPU_FEATURES=avx2 $(PY) -m pytest -q -x -p no:cacheprovider \
+	  $(CPU_PATH_TESTS) || { rc=$$?; \
+	  echo "make test: pytest exited $$rc; the last test it started: $$(cat .pytest-last-test 2>/dev/null)"; exit $$rc; }
 
 bench: $(STAMP)
 	$(PY) bench/throughput/sft.py

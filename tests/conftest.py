@@ -242,8 +242,16 @@ def _restore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# --- a crash names its test: a native abort or segfault ends pytest with no report, and CI keeps only
+# the tail of faulthandler's dump; `make test` prints this file's line when pytest dies
+_LAST_TEST = os.environ.get("TEMPERING_TEST_LAST")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    if _LAST_TEST:
+        with open(_LAST_TEST, "w") as f:
+            f.write(item.nodeid + "\n")
     before = _status_kb("VmHWM")
     try:
         return (yield)

@@ -5,10 +5,18 @@ import json
 
 import jsonschema
 import pytest
+import torch
 
 from tempering.config import SamplingParams
 from tempering.rollout.batching_engine import BatchingEngine
-from tempering.rollout.constrain import ConstraintError, json_schema_grammar, json_value, lark_grammar
+from tempering.rollout.constrain import (
+    Constraint,
+    ConstraintError,
+    json_schema_grammar,
+    json_value,
+    lark_grammar,
+    unpack_bitmask,
+)
 from tempering.rollout.engine import HFEngine
 from tests.conftest import tiny_llama
 
@@ -69,6 +77,29 @@ def test_a_grammar_that_does_not_compile_and_engines_without_constraints_refuse(
     static = HFEngine(engine.model, smol_tokenizer, precision="fp32")
     with pytest.raises(ValueError, match="HFEngine has no constrained decoding"):
         static.generate([[5, 6]], SamplingParams(max_new_tokens=4, grammar=json_schema_grammar(SCHEMA)))
+
+
+def test_the_bitmask_unpacks_bit_t_mod_32_of_word_t_div_32():
+    words = torch.tensor([0b101, -(2**31)], dtype=torch.int32)  # tokens 0 and 2; bit 31 of word 1 is token 63
+    assert unpack_bitmask(words, 64).nonzero().flatten().tolist() == [0, 2, 63]
+    assert unpack_bitmask(words, 40).nonzero().flatten().tolist() == [0, 2]  # past the vocabulary: cut
+
+
+def test_restrict_masks_eagerly_without_llguidances_compiled_kernel(smol_tokenizer, monkeypatch):
+    """llguidance's `apply_token_bitmask_inplace` is a torch.compile kernel that torch 2.13's
+    inductor miscompiles on AVX-512 hosts (and that needs a C++ compiler): never called."""
+    import llguidance.torch as llt
+
+    def refuse(*_):
+        raise AssertionError("llguidance's compiled kernel was called")
+
+    monkeypatch.setattr(llt, "apply_token_bitmask_inplace", refuse)
+    constraint = Constraint(smol_tokenizer, json_schema_grammar(SCHEMA))
+    logits = torch.zeros(len(smol_tokenizer) + 7)  # a model's padded vocabulary: the extra rows go to -inf
+    constraint.restrict(logits)
+    allowed = logits.isfinite().nonzero().flatten().tolist()
+    assert allowed and all(smol_tokenizer.decode([t]).startswith("{") for t in allowed)
+    assert logits[len(smol_tokenizer) :].isneginf().all()
 
 
 def _is_json(text: str) -> bool:

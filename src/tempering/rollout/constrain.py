@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 JSON_STYLE: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
-__all__ = ["Constraint", "ConstraintError", "json_schema_grammar", "lark_grammar", "json_value"]
+__all__ = ["Constraint", "ConstraintError", "json_schema_grammar", "lark_grammar", "json_value", "unpack_bitmask"]
 
 
 class ConstraintError(UserError):
@@ -52,6 +52,18 @@ def lark_grammar(text: str) -> str:
     import llguidance
 
     return llguidance.LLMatcher.grammar_from_lark(text)
+
+
+_BIT = torch.arange(32, dtype=torch.int32)
+
+
+def unpack_bitmask(words: torch.Tensor, vocab: int) -> torch.Tensor:
+    """(vocab,) bool: token t is allowed when bit t % 32 of int32 word t // 32 is set (llguidance's
+    layout). Eager on purpose: llguidance's own `apply_token_bitmask_inplace` is a
+    `torch.compile(dynamic=True)` kernel, which torch 2.13's inductor miscompiles on AVX-512 hosts
+    (wrong tokens masked, then glibc's "double free or corruption" abort), and which needs a C++
+    compiler that a host may lack (models/cpu_features.py, `inductor_cpp`)."""
+    return ((words[:, None] >> _BIT) & 1).view(-1)[:vocab].bool()
 
 
 _TOKENIZERS: dict[int, Any] = {}
@@ -90,9 +102,9 @@ class Constraint:
         import llguidance.torch as llt
 
         llt.fill_next_token_bitmask(self.matcher, self._mask, 0)
-        vocab = self._ll.vocab_size
-        llt.apply_token_bitmask_inplace(logits[None, :vocab], self._mask)
-        logits[vocab:] = float("-inf")
+        allowed = unpack_bitmask(self._mask[0], min(self._ll.vocab_size, logits.shape[0]))
+        logits[: allowed.shape[0]].masked_fill_(~allowed, float("-inf"))
+        logits[allowed.shape[0] :] = float("-inf")
 
     def accept(self, token: int) -> bool:
         """Advance past a sampled token (one `restrict` allowed); False when the matcher will not
