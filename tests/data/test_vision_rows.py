@@ -57,6 +57,11 @@ def test_image_rows_load_in_every_chat_format_and_relative_files_resolve(tmp_pat
             ).decode(),
             "unsupported image type TIFF",
         ),
+        (  # a PNG whose IHDR chunk is 5 bytes: Pillow raises ValueError, which crashed the loader
+            "data:image/png;base64,"
+            + base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\x00\x00\x05IHDR" + bytes(5) + b"\x00" * 4).decode(),
+            "image is not decodable (ValueError: Truncated IHDR chunk)",
+        ),
     ],
 )
 def test_bad_image_rows_are_quarantined_with_file_line_and_reason(tmp_path, url, reason):

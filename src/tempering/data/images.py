@@ -8,7 +8,8 @@ A message's content may be a list of parts (OpenAI's shape):
 A relative file path is read against the data file's folder; remote (`http(s)://`) URLs are
 refused, since nothing here fetches over a network while training. `check_images` decodes every
 image of a row once at load, so an undecodable, unsupported or too large image is that row's
-error (`file:line: reason`, quarantined like any bad row) and never a crash mid-training.
+error (`file:line: reason`, quarantined like any bad row; a decompression bomb is a too-large
+image) and never a crash mid-training.
 
 Hashes: `image_digest` is the SHA-256 of the decoded pixels (mode, size, bytes), so the same
 picture as PNG and as a data URL is one image; `image_dhash` is a 64-bit difference hash
@@ -22,8 +23,10 @@ import base64
 import binascii
 import hashlib
 import io
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from tempering.data.formats import RowInvalid
 
@@ -98,23 +101,58 @@ def image_bytes(url: str, base: Path | None = None) -> bytes:
     return path.read_bytes()
 
 
+@contextmanager
+def _pil_errors() -> Iterator[None]:
+    """Pillow's refusals of bad image bytes as `RowInvalid`. Its decompression-bomb guard raises
+    `DecompressionBombError` past twice its limit and warns below that: the warning is raised
+    here too (a bomb is a refused image, not a log line). `catch_warnings` swaps the process's
+    filter list and is not thread-safe; a decode racing another thread's can see the warning
+    as a warning, and the size check after `Image.open` refuses the image all the same."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            yield
+    except RowInvalid:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise RowInvalid(f"image too large: over {MAX_IMAGE_PIXELS} pixels (a decompression bomb)") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:  # ValueError: "Truncated IHDR chunk"
+        raise RowInvalid(f"image is not decodable ({type(exc).__name__}: {str(exc)[:80]})") from None
+
+
+def image_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from an image's header, nothing decoded: a cheap check before paying for a decode.
+
+    Raises:
+        RowInvalid: as `decode_image`.
+    """
+    from PIL import Image
+
+    with _pil_errors(), Image.open(io.BytesIO(data)) as img:
+        _check_header(img)
+        return img.size
+
+
 def decode_image(data: bytes) -> Any:
     """A decoded RGB `PIL.Image` from encoded bytes.
 
     Raises:
         RowInvalid: not an image, an unsupported encoding, or more than `MAX_IMAGE_PIXELS`.
     """
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            if img.format not in IMAGE_FORMATS:
-                raise RowInvalid(f"unsupported image type {img.format} (use {', '.join(IMAGE_FORMATS)})")
-            if img.width * img.height > MAX_IMAGE_PIXELS:
-                raise RowInvalid(f"image too large: {img.width}x{img.height} pixels > {MAX_IMAGE_PIXELS}")
-            return img.convert("RGB")
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-        raise RowInvalid(f"image is not decodable ({type(exc).__name__}: {str(exc)[:80]})") from None
+    with _pil_errors(), Image.open(io.BytesIO(data)) as img:
+        _check_header(img)
+        return img.convert("RGB")
+
+
+def _check_header(img: Any) -> None:
+    if img.format not in IMAGE_FORMATS:
+        raise RowInvalid(f"unsupported image type {img.format} (use {', '.join(IMAGE_FORMATS)})")
+    if img.width * img.height > MAX_IMAGE_PIXELS:
+        raise RowInvalid(f"image too large: {img.width}x{img.height} pixels > {MAX_IMAGE_PIXELS}")
 
 
 def load_image(url: str, base: Path | None = None) -> Any:
