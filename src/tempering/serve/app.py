@@ -24,6 +24,7 @@ import time
 from collections import defaultdict, deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -40,6 +41,7 @@ from tempering.serve.config import ServeConfig
 from tempering.serve.gate import UNMATCHED, Gate
 from tempering.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, FeedbackRequest
 from tempering.serve.store import ApiKey, Store, StoreError
+from tempering.serve.vision import ImageLimits
 
 UNKNOWN_KEY = "-"
 """The audit log's key id for requests refused without a known key."""
@@ -133,9 +135,11 @@ class Server:
     limiter: RateLimiter
     metrics: Metrics
     refusals: RefusalCounter = field(init=False)
+    images: ImageLimits = field(init=False)
 
     def __post_init__(self) -> None:
         self.refusals = RefusalCounter(self.cfg.refused_audit_s)
+        self.images = ImageLimits(self.cfg.max_images, self.cfg.max_image_pixels)
 
     def error(self, request: Request, exc: ApiError) -> JSONResponse:
         """An error response in OpenAI's shape; audited. A key's 429s are counted
@@ -225,7 +229,8 @@ class Server:
                 "n",
             )
         route, served = await run_in_threadpool(self.route_for, req.model)
-        prepared = prepare(served, req, self.cfg.max_tokens)
+        # off the event loop: images are decoded and prompts rendered here (serve/vision.py)
+        prepared = await run_in_threadpool(prepare, served, req, self.cfg.max_tokens)
         continued = None
         if self.cfg.capture_tokens and respond is chat.chat_response:
             continued = await run_in_threadpool(self.continue_captured, key, req, served, prepared)
@@ -377,7 +382,7 @@ def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | No
     _error_handlers(app, server)
     _openai_routes(app, server)
     _account_routes(app, server)
-    arena.add_routes(app, cfg, server.models, server.store, server.authorized, server.route_for)
+    arena.add_routes(app, cfg, server.models, server.store, server.authorized, server.route_for, server.images)
 
     @app.get("/arena", response_class=HTMLResponse, include_in_schema=False)
     async def arena_page():
@@ -419,9 +424,8 @@ def _openai_routes(app: FastAPI, server: Server) -> None:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request, key: ApiKey = Depends(authorized)):
-        return await server.answer(
-            request, key, req, chat.prepare_chat, chat.chat_response, chat.chat_chunks, "chatcmpl-"
-        )
+        prepare = partial(chat.prepare_chat, images=server.images)
+        return await server.answer(request, key, req, prepare, chat.chat_response, chat.chat_chunks, "chatcmpl-")
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request, key: ApiKey = Depends(authorized)):

@@ -13,6 +13,9 @@ prompt first reuses a shared battle (one drawn from `arena_prompts`) this key ha
 on yet, so several keys judge the same answers and their agreement can be measured, else
 draws a new one. The two contestants are two different releases drawn at random, and which
 one is "A" is random too; the battle's models are never sent before the key's vote.
+A battle's image (a typed one, or an arena prompt's) is checked in the worker thread that
+answers it, once its two releases are drawn: both must take images, then it is held to the
+server's image limits and decoded once (`serve/vision.py`), all before either model runs.
 `arena_pairs` turns votes into preference pairs with `votes` for the agreement filter and
 DPO (`temper arena export`).
 """
@@ -31,6 +34,7 @@ from tempering.serve import chat
 from tempering.serve.arena_page import PAGE
 from tempering.serve.protocol import ApiError, BattleRequest, ChatCompletionRequest, VoteRequest
 from tempering.serve.ranking import OUTCOME, ranking
+from tempering.serve.vision import ImageLimits, check_images, takes_images
 
 __all__ = ["PAGE", "add_routes", "arena_pairs", "arena_ranking", "load_prompts"]
 VOTES_PER_BATTLE = 3
@@ -73,18 +77,17 @@ def _image(value: Any, path: Path, n: int) -> str | None:
         raise UserError(f"{path}:{n}: {exc}") from None
 
 
-def checked_image(url: str) -> str:
-    """A battle request's image, decoded once: a bad one is a 400 naming the field."""
-    from tempering.data.formats import RowInvalid
-    from tempering.data.images import load_image
-
-    if not url.startswith("data:image/"):
-        raise ApiError(400, "image must be a data:image/...;base64 URL", "invalid_value", "image")
-    try:
-        load_image(url)
-    except RowInvalid as exc:
-        raise ApiError(400, str(exc), "invalid_value", "image") from None
-    return url
+def check_battle_image(url: str, contestants: list[Any], limits: ImageLimits) -> None:
+    """A battle's image, checked after its two models are known: both must take images (the
+    check names neither, the battle is blind), then it is decoded once (`serve/vision.py`)."""
+    if not all(takes_images(served) for served in contestants):
+        raise ApiError(
+            400,
+            "a release this battle drew is text-only: the arena cannot show it a picture",
+            "invalid_value",
+            "image",
+        )
+    check_images([("image", url)], limits, "image")
 
 
 def arena_ranking(votes: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
@@ -149,8 +152,10 @@ def arena_pairs(votes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]
     return pairs, skipped
 
 
-def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable, route_for: Callable) -> None:
-    """The arena's JSON routes on `app` (auth and model routing from the server)."""
+def add_routes(
+    app: Any, cfg: Any, models: Any, store: Any, authorized: Callable, route_for: Callable, images: ImageLimits
+) -> None:
+    """The arena's JSON routes on `app` (auth and model routing from the server, its image limits)."""
     from fastapi import Depends
     from fastapi.concurrency import run_in_threadpool
 
@@ -167,7 +172,7 @@ def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable
             temperature=cfg.arena_temperature,
             max_tokens=cfg.arena_max_tokens,
         )
-        prepared = chat.prepare_chat(served, req, cfg.arena_max_tokens)
+        prepared = chat.prepare_chat(served, req, cfg.arena_max_tokens, images)
         completion = chat.generate(served, prepared)[0][0]
         return completion.text.strip(), len(completion.token_ids)
 
@@ -176,6 +181,8 @@ def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable
         if len(contestants) < 2:
             raise ApiError(409, "the arena needs at least two releases in the registry", "arena_unavailable")
         first, second = rng.sample(contestants, 2)
+        if image is not None:
+            check_battle_image(image, [route_for(c.name)[1] for c in (first, second)], images)
         (text_a, tokens_a), (text_b, tokens_b) = answer(first.name, prompt, image), answer(second.name, prompt, image)
         bid = store.add_battle(key.id, prompt, (first.name, second.name), (text_a, text_b), shared, image)
         store.audit(key.id, "/arena/battles", 200, completion_tokens=tokens_a + tokens_b, response_id=bid)
@@ -187,7 +194,7 @@ def add_routes(app: Any, cfg: Any, models: Any, store: Any, authorized: Callable
             raise ApiError(400, "an image needs a typed prompt about it", "invalid_value", "image")
         row = None if req.prompt else store.open_battle(key.id, VOTES_PER_BATTLE)
         if row is None:
-            drawn = (req.prompt, checked_image(req.image) if req.image else None) if req.prompt else None
+            drawn = (req.prompt, req.image) if req.prompt else None
             drawn = drawn or (rng.choice(prompts) if prompts else None)
             if drawn is None:
                 raise ApiError(

@@ -17,6 +17,10 @@ closing tag. With "auto" the model may answer in text or call a tool, unconstrai
 that does not parse comes back as plain content with finish_reason "stop". `response_format`
 json_object / json_schema asks for JSON in the system turn and constrains the answer to JSON
 (an object, or valid under the given schema).
+
+Images: `image_url` parts are checked by `serve/vision.py` before anything renders them (the
+model takes images, the server's image limits, each decoded once); `prepare_chat` decodes and
+renders, so the server calls it in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from tempering.data.render import prepare_messages
 from tempering.data.toolcalls import CLOSE, OPEN, parse_tool_calls
 from tempering.serve.backend import Served
 from tempering.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, NamedToolChoice
+from tempering.serve.vision import ImageLimits, check_chat_images
 
 TOOLS_PROMPT = (
     "You can call these tools (JSON schemas below). To call one, answer with "
@@ -50,43 +55,12 @@ class Prepared:
 
 
 # ------------------------------------------------------------------ requests -> engine input
-def _image_parts(m: Any, i: int) -> list[dict[str, Any]]:
-    """A message's text and image parts, each image decoded once here (a bad one is a 400 naming it)."""
-    from tempering.data.formats import RowInvalid
-    from tempering.data.images import load_image
-
-    if m.role not in ("user", "system", "developer"):
-        raise ApiError(
-            400,
-            f"images are read in user turns only (messages[{i}] is {m.role!r})",
-            "invalid_value",
-            f"messages[{i}].content",
-        )
-    parts = m.parts()
-    for j, part in enumerate(parts):
-        if part["type"] != "image_url":
-            continue
-        url = part["image_url"]["url"]
-        if not url.startswith("data:image/"):
-            raise ApiError(
-                400,
-                "image_url must be a data:image/...;base64 URL (the server fetches nothing)",
-                "invalid_value",
-                f"messages[{i}].content[{j}]",
-            )
-        try:
-            load_image(url)
-        except RowInvalid as exc:
-            raise ApiError(400, str(exc), "invalid_value", f"messages[{i}].content[{j}]") from None
-    return parts
-
-
 def _openai_to_messages(req: ChatCompletionRequest, style: str) -> list[dict[str, Any]]:
     """The conversation in Tempering's message form, with tools and JSON instructions in the system turn."""
     messages: list[dict[str, Any]] = []
-    for i, m in enumerate(req.messages):
+    for m in req.messages:
         role = "system" if m.role == "developer" else m.role
-        msg: dict[str, Any] = {"role": role, "content": _image_parts(m, i) if m.has_images() else m.text()}
+        msg: dict[str, Any] = {"role": role, "content": m.parts() if m.has_images() else m.text()}
         if m.tool_calls:
             msg["tool_calls"] = [
                 {"name": c.function.name, "arguments": c.function.parsed_arguments()} for c in m.tool_calls
@@ -190,7 +164,10 @@ def _grammar(served: Served, req: ChatCompletionRequest, tools_active: bool) -> 
     return grammar
 
 
-def prepare_chat(served: Served, req: ChatCompletionRequest, limit: int) -> Prepared:
+def prepare_chat(served: Served, req: ChatCompletionRequest, limit: int, images: ImageLimits) -> Prepared:
+    """A chat request as engine input; its images checked first (`serve/vision.py`). Decodes
+    images and renders the prompt: call it off the event loop."""
+    check_chat_images(served, req, images)
     tools_active = bool(req.tools) and req.tool_choice != "none"
     prefill = ""
     if tools_active and req.tool_choice == "required":
@@ -198,10 +175,6 @@ def prepare_chat(served: Served, req: ChatCompletionRequest, limit: int) -> Prep
     elif tools_active and isinstance(req.tool_choice, NamedToolChoice):
         prefill = OPEN + json.dumps({"name": req.tool_choice.function.name})[:-1] + ', "arguments":'
     messages = _openai_to_messages(req, served.tool_style)
-    if any(m.has_images() for m in req.messages) and getattr(served.engine, "processor", None) is None:
-        raise ApiError(
-            400, f"model {req.model!r} is text-only: it does not take image_url parts", "invalid_value", "messages"
-        )
     ids = served.engine.chat_prompt(messages)
     if prefill:
         ids = ids + served.tokenizer.encode(prefill, add_special_tokens=False)

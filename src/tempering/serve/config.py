@@ -47,6 +47,11 @@ class ServeConfig(BaseModel):
     """Most sequences (prompts x n) one request may make the engine decode; more is a 400."""
     max_body_bytes: int = Field(1 << 20, ge=1024)
     """Largest request body in bytes; a longer one is a 413, refused before it is parsed."""
+    max_images: int = Field(8, ge=1)
+    """Most `image_url` parts one chat request may carry (a vision model); more is a 400, before any is decoded."""
+    max_image_pixels: int = Field(2 * 4096 * 4096, ge=1)
+    """Most pixels the images of one request may hold together (width x height, read from their
+    headers before any is decoded; each decodes to 3 bytes a pixel); more is a 400."""
     refused_audit_s: float = Field(60.0, ge=0.0)
     """Seconds between audit rows of one key's rate-limited (429) requests; those between are counted into the next."""
     precision: str = "auto"
