@@ -15,7 +15,7 @@ draws a new one. The two contestants are two different releases drawn at random,
 one is "A" is random too; the battle's models are never sent before the key's vote.
 A battle's image (a typed one, or an arena prompt's) is checked in the worker thread that
 answers it, once its two releases are drawn: both must take images, then it is held to the
-server's image limits and decoded once (`serve/vision.py`), all before either model runs.
+server's image limits and decoded (`serve/vision.py`), all before either model runs.
 `arena_pairs` turns votes into preference pairs with `votes` for the agreement filter and
 DPO (`temper arena export`).
 """
@@ -79,7 +79,7 @@ def _image(value: Any, path: Path, n: int) -> str | None:
 
 def check_battle_image(url: str, contestants: list[Any], limits: ImageLimits) -> None:
     """A battle's image, checked after its two models are known: both must take images (the
-    check names neither, the battle is blind), then it is decoded once (`serve/vision.py`)."""
+    check names neither, the battle is blind), then it is decoded (`serve/vision.py`)."""
     if not all(takes_images(served) for served in contestants):
         raise ApiError(
             400,

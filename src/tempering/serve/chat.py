@@ -19,7 +19,7 @@ json_object / json_schema asks for JSON in the system turn and constrains the an
 (an object, or valid under the given schema).
 
 Images: `image_url` parts are checked by `serve/vision.py` before anything renders them (the
-model takes images, the server's image limits, each decoded once); `prepare_chat` decodes and
+model takes images, the server's image limits, each decoded); `prepare_chat` decodes and
 renders, so the server calls it in a worker thread, never on the event loop.
 """
 

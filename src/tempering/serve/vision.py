@@ -5,9 +5,10 @@ images (a text-only model refuses before a byte of an image is read); images sit
 system turns; at most `ImageLimits.max_images` of them, each a `data:image/...;base64` URL; the
 pixels their headers declare add up to at most `ImageLimits.max_pixels` (read from the headers,
 nothing decoded: a 4096 x 4096 one-bit PNG is a few KB that decodes to 50 MB of RGB); then each
-is decoded once (`data/images.py`: a bad or oversized one, a decompression bomb included, is a
-400 naming its field). Decoding takes CPU time (~0.1-0.3 s for a 4096 x 4096 picture), so the
-callers run these checks in a worker thread, never on the event loop.
+is decoded (`data/images.py`: a bad or oversized one, a decompression bomb included, is a
+400 naming its field). The model's processor decodes them again to build the prompt: the
+limits bound both. Decoding takes CPU time (~60 ms for a one-bit 4096 x 4096 PNG on a CI core),
+so the callers run these checks in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def takes_images(served: Any) -> bool:
 
 
 def check_chat_images(served: Any, req: ChatCompletionRequest, limits: ImageLimits) -> None:
-    """Every image part of a chat request checked and decoded once; a 400 naming the field at fault."""
+    """Every image part of a chat request checked and decoded; a 400 naming the field at fault."""
     images = []
     for i, m in enumerate(req.messages):
         if not m.has_images():
