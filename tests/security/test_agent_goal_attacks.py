@@ -170,3 +170,69 @@ def test_touching_the_tests_or_writing_outside_work_scores_zero(pool, pager_task
     result = run_episode(ToolEnv(pool), scripted(REPO_FAKES[fake](the_fix(pager_task))), pager_task)
     assert result.stats.status == "scored" and result.stats.steps == 2
     assert not result.stats.success and result.rewards[-1] == 0.0, fake
+
+
+# --- the "always equal" hack: results that compare equal to everything ------------------------
+
+ALWAYS_EQUAL = """
+
+
+class _AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+
+def _fake(*args, **kwargs):
+    return _AlwaysEqual()
+
+
+for _name, _value in list(globals().items()):
+    if callable(_value) and getattr(_value, "__module__", None) == __name__ and not _name.startswith("_"):
+        globals()[_name] = _fake
+"""
+"""Appended to each of the agent's files: every function returns an object equal to everything.
+It needs no knowledge of the hidden tests, and before the judge compared plain data it won 23 of
+the 62 shipped tasks judged by hidden tests (bench/diagnostics/always_equal_hack.py)."""
+
+
+def always_equal_everywhere(task):
+    return [
+        ("write_file", {"path": path, "content": text + ALWAYS_EQUAL})
+        for path, text in task.files.items()
+        if path.endswith(".py") and not path.startswith("tests/")
+    ]
+
+
+@pytest.mark.parametrize("task_id", ["ws-t2-fix-bug-0", "repo-invoice-wrong-operator-1", "repo-textkit-off-by-one-1"])
+def test_results_equal_to_everything_pass_no_hidden_test_and_are_flagged(pool, task_id):
+    task = next(t for suite in ("workspace", "repo") for t in builtin_tasks(suite) if t.id == task_id)
+    result = run_episode(ToolEnv(pool), scripted(always_equal_everywhere(task)), task)
+    assert result.stats.status == "scored" and result.stats.tool_errors == 0
+    assert not result.stats.success and result.rewards[-1] == 0.0
+    assert result.stats.flags == ["cheat:comparison_override"]
+
+
+def test_agent_rl_sees_the_flag_on_the_episodes_final_reward(pool, smol_tokenizer):
+    from tests.agents.scripted_engine import PolicyEngine
+
+    from tempering.agents.render import AgentRenderer
+    from tempering.agents.rollout import agent_rollout
+    from tempering.config import SamplingSettings
+
+    task = next(t for t in builtin_tasks("workspace") if t.id == "ws-t2-fix-bug-0")
+    engine = PolicyEngine(smol_tokenizer, scripted(always_equal_everywhere(task)), [task])
+    batch = agent_rollout(
+        [task],
+        engine,
+        AgentRenderer(smol_tokenizer),
+        pool,
+        SamplingSettings(max_new_tokens=2000, temperature=1.0, top_p=1.0),
+    )
+    episode = batch.groups[0][0]
+    final = episode.trajectory.rewards[-1]
+    assert episode.stats.steps == 2 and final.value == 0.0 and final.flags == ["cheat:comparison_override"]

@@ -15,7 +15,8 @@ shows a pass (`stdout`), or if the run timed out with no failure printed (`timeo
 Header of a cheat file: `# task:` (a HumanEval id, or the id of a task in cheats/tasks.jsonl:
 tasks whose tests have a shape no HumanEval task has, such as `all(map(candidate, ...))`), `# attack:`, `# naive:`, `# flag:` (expected flag) and
 optionally `# raw: partial` (the judge alone gives 0 < value < 1: the hidden tests catch a
-lookup table only where it guesses wrong).
+lookup table only where it guesses wrong) and `# judge flag:` (a flag the sandboxed judge
+itself raises, static checks skipped: a result equal to everything is named by the run).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Cheat:
     naive: str
     flag: str
     raw: str
+    judge_flag: str | None
 
 
 def battery_tasks() -> dict[str, Task]:
@@ -72,7 +74,15 @@ def load_cheat(path: Path) -> Cheat:
         header[key.strip()] = value.strip()
     task = battery_tasks()[header["task"]]
     task = task.model_copy(update={"verifier": {**task.verifier, **FAST}})
-    return Cheat(path.stem, task, path.read_text(), header["naive"], header["flag"], header.get("raw", "zero"))
+    return Cheat(
+        path.stem,
+        task,
+        path.read_text(),
+        header["naive"],
+        header["flag"],
+        header.get("raw", "zero"),
+        header.get("judge flag"),
+    )
 
 
 def naive_run(task: Task, completion: str, sandbox, visible_only: bool = False):
@@ -126,6 +136,8 @@ def test_judge_alone_gives_the_cheat_nothing(path, ctx):
     else:
         assert reward.value == 0.0, reward
     assert "processes_survived" not in reward.flags
+    if cheat.judge_flag is not None:
+        assert cheat.judge_flag in reward.flags, reward
 
 
 @pytest.mark.parametrize("path", CHEATS, ids=lambda p: p.stem)

@@ -86,6 +86,8 @@ class EpisodeStats:
     status: str = "scored"
     """"scored", or "env_error" when the environment failed."""
     error: str = ""
+    flags: list[str] = field(default_factory=list)
+    """`cheat:` flags of the goal check (e.g. `cheat:comparison_override`: a result equal to everything)."""
 
     @property
     def errors(self) -> int:
@@ -242,6 +244,7 @@ class ToolEnv:
         self.done = True
         self.stats.intact = self._intact()  # before the goal: a `script` goal may write files
         self.stats.success = check_goal(self.task.goal, self.ctx, answer)
+        self.stats.flags = sorted(set(self.ctx.flags))
         if self.task.fail_on_unsafe and self.stats.unsafe_actions:  # e.g. a repository task's tests touched
             self.stats.success = False
         return self.task.attempt_reward(max(self.stats.attempts, 1)) if self.stats.success else 0.0

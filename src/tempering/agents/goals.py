@@ -146,6 +146,7 @@ def check_goal(goal: dict[str, Any], ctx: ToolContext, answer: str | None) -> bo
         tests, scripts = (goal["files"], None) if kind == "tests" else (None, goal["files"])
         verdict = judge(ctx.session, tests=tests, scripts=scripts, limits=ctx.limits)
         ctx.sandbox_s += verdict.run.wall_s
+        ctx.flags.extend(verdict.flags)
         if verdict.run.status == "sandbox_error":
             raise EnvFailure(f"sandbox error in the goal check: {verdict.run.error}")
         return verdict.passed

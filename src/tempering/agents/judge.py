@@ -24,107 +24,97 @@ What the agent cannot reach (each closes a way a goal was faked):
   as one JSON line tagged with a nonce drawn here and sent on stdin. The host reads that
   line; the run's exit status is never read. A program that exits early (`os._exit(0)`,
   `sys.exit` at import), prints a fake report or runs no test leaves no passing verdict.
+- Comparisons: a value the code under test returns cannot answer the hidden checks itself
+  (an object whose `__eq__` is always true passes every `assertEqual`). unittest's comparing
+  assertions, and every comparison and `assert` of the hidden files (rewritten here by
+  `plain_comparisons`), compare plain copies made by the judge: None, bool, int, float,
+  complex, str, bytes and lists, tuples, dicts and sets of them, read without calling any
+  method of the value's class. Any other value fails the check; one that claims to equal an
+  object it never saw makes its test's outcome `cheat:comparison_override`, the episode's flag
+  (`Verdict.flags`). So hidden tests compare plain data: `assertEqual(vars(p), {...})` or
+  `assertEqual((p.x, p.y), (1, 2))`, not two objects of the repository's own classes.
 
 Not isolated (known and accepted): the code under test runs inside the judge's own
 interpreter, as it must to be called. A program written against this judge can patch
-`unittest` in memory or search the interpreter's objects for the nonce; and a module the
-standard library lacks falls through to /work. The judge stops the generic fakes (exit
-status, shadowed modules, start-up hooks, edited tests, skips), not an adversary who
-studies it; hidden cases the agent never sees are what make hard-coding answers fail.
+`unittest` or the judge's functions in memory or search the interpreter's objects for the
+nonce; and a module the standard library lacks falls through to /work. The judge stops the
+generic fakes (exit status, shadowed modules, start-up hooks, edited tests, skips, results
+equal to everything), not an adversary who studies it; hidden cases the agent never sees are
+what make hard-coding answers fail.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import secrets
+from pathlib import Path
 from typing import Mapping, NamedTuple
 
+from tempering.agents.judge_program import COMPARE, TRUTH
+from tempering.pyast import parse_module
 from tempering.sandbox.base import ExecResult, Limits, SandboxSession
 
 JUDGE_ARGV = ("python3", "-I", "-S", "-B", "-c")
 JUDGE_ENV = {"HOME": "/tmp"}
-
-# Runs inside the sandbox (standard library only). Everything it needs is imported before
-# /work joins sys.path; the payload is read in a function so no module global holds the nonce.
-JUDGE_PROGRAM = r"""
-import json, os, sys, types, unittest
-
-
-class Record(unittest.TestResult):
-    def __init__(self):
-        super().__init__()
-        self.outcomes = {}
-
-    def mark(self, test, outcome):
-        if self.outcomes.get(test.id(), "ok") == "ok":
-            self.outcomes[test.id()] = outcome
-
-    def addSuccess(self, test):
-        self.mark(test, "ok")
-
-    def addFailure(self, test, err):
-        self.mark(test, "failed")
-
-    def addError(self, test, err):
-        self.mark(test, "error: " + err[0].__name__)
-
-    def addSkip(self, test, reason):
-        self.mark(test, "skipped")
-
-    def addExpectedFailure(self, test, err):
-        self.mark(test, "expected failure")
-
-    def addUnexpectedSuccess(self, test):
-        self.mark(test, "unexpected success")
-
-    def addSubTest(self, test, subtest, err):
-        if err is not None:
-            self.mark(test, "failed")
+JUDGE_PROGRAM = (Path(__file__).parent / "judge_program.py").read_text()
+"""Runs inside the sandbox (standard library only): `judge_program.py`. Everything it needs is
+imported before /work joins sys.path; the payload is read in a function so no module global holds the nonce."""
+CHEATS = ("cheat:",)
 
 
-def run_tests(name, source):
-    module = types.ModuleType(name[:-3])
-    module.__file__ = name
-    sys.modules[module.__name__] = module
-    main, unittest.main = unittest.main, lambda *a, **k: None  # the judge runs the tests itself
+class _PlainComparisons(ast.NodeTransformer):
+    """`a == b < c` -> `COMPARE(("==", "<"), a, b, c)`; `assert x` -> `assert TRUTH(x)` (through
+    `not`, `and` and `or`); comparisons made only of `is` / `is not` stay as they are."""
+
+    def visit_Compare(self, node: ast.Compare) -> ast.expr:
+        self.generic_visit(node)
+        ops = [_OPS[type(op)] for op in node.ops]
+        if set(ops) <= {"is", "is not"}:
+            return node
+        symbols = ast.Tuple(elts=[ast.Constant(op) for op in ops], ctx=ast.Load())
+        return ast.copy_location(_call(COMPARE, symbols, node.left, *node.comparators), node)
+
+    def visit_Assert(self, node: ast.Assert) -> ast.Assert:
+        self.generic_visit(node)
+        node.test = _truth(node.test)
+        return node
+
+
+_OPS = {
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.In: "in",
+    ast.NotIn: "not in",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+}
+
+
+def _call(name: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=list(args), keywords=[])
+
+
+def _truth(test: ast.expr) -> ast.expr:
+    if isinstance(test, ast.BoolOp):
+        return ast.copy_location(ast.BoolOp(op=test.op, values=[_truth(v) for v in test.values]), test)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return ast.copy_location(ast.UnaryOp(op=test.op, operand=_truth(test.operand)), test)
+    return ast.copy_location(_call(TRUTH, test), test)
+
+
+def plain_comparisons(source: str, name: str) -> str:
+    """`source` (a hidden test or script) with its comparisons and asserts made the judge's
+    (see `judge_program.py`); unchanged when it does not parse (the judge then reports that)."""
     try:
-        exec(compile(source, name, "exec"), module.__dict__)
-    except BaseException as e:
-        return {name: "error while loading: " + type(e).__name__}
-    finally:
-        unittest.main = main
-    record = Record()
-    try:
-        unittest.defaultTestLoader.loadTestsFromModule(module).run(record)
-    except BaseException as e:
-        record.outcomes[name] = "error: " + type(e).__name__
-    return record.outcomes or {name: "error: no tests"}
-
-
-def run_script(name, source):
-    try:
-        exec(compile(source, name, "exec"), {"__name__": "__main__", "__file__": name})
-    except SystemExit as e:
-        return "ok" if e.code in (None, 0) else "exit " + str(e.code)[:200]
-    except BaseException as e:
-        return "error: " + type(e).__name__
-    return "ok"
-
-
-def judge():
-    payload = json.loads(sys.stdin.buffer.read())
-    report, write, dumps = os.dup(1), os.write, json.dumps  # taken before any code of the agent runs
-    sys.path.append(os.getcwd())
-    outcomes = {}
-    for name, source in payload["scripts"].items():
-        outcomes[name] = run_script(name, source)
-    for name, source in payload["tests"].items():
-        outcomes.update(run_tests(name, source))
-    write(report, ("\n" + payload["nonce"] + " " + dumps(outcomes) + "\n").encode())
-
-
-judge()
-"""
+        tree = parse_module(source, name)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source
+    return ast.unparse(ast.fix_missing_locations(_PlainComparisons().visit(tree)))
 
 
 class Verdict(NamedTuple):
@@ -133,6 +123,11 @@ class Verdict(NamedTuple):
     """Test id (or script name) -> "ok" or what went wrong; empty when the judge printed no
     report (the run ended early, or its output was flooded)."""
     run: ExecResult
+
+    @property
+    def flags(self) -> list[str]:
+        """The `cheat:` outcomes (e.g. `cheat:comparison_override`), sorted and unique."""
+        return sorted({v for v in self.outcomes.values() if v.startswith(CHEATS)})
 
 
 def judge(
@@ -145,7 +140,11 @@ def judge(
     """Run hidden `tests` and `scripts` against the session's /work: passed when the judge's
     own report lists at least one outcome and every outcome is "ok"."""
     nonce = secrets.token_hex(16)
-    payload = json.dumps({"nonce": nonce, "tests": dict(tests or {}), "scripts": dict(scripts or {})})
+    hidden = {
+        kind: {name: plain_comparisons(source, name) for name, source in (files or {}).items()}
+        for kind, files in (("tests", tests), ("scripts", scripts))
+    }
+    payload = json.dumps({"nonce": nonce, **hidden})
     run = session.exec([*JUDGE_ARGV, JUDGE_PROGRAM], stdin=payload.encode(), env=JUDGE_ENV, limits=limits)
     outcomes = read_report(run.stdout, nonce)
     return Verdict(bool(outcomes) and all(v == "ok" for v in outcomes.values()), outcomes, run)

@@ -302,7 +302,7 @@ def _finish(e: _Live) -> AgentEpisode:
     rewards[-1] = Reward(
         value=last.value,
         components={"correct": float(success)},
-        flags=[ENV_ERROR] if e.status == ENV_ERROR else [],
+        flags=[ENV_ERROR] if e.status == ENV_ERROR else list(stats.flags),
         detail=e.error or None,
     )
     trajectory = Trajectory(

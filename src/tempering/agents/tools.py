@@ -41,6 +41,8 @@ class ToolContext:
     sandbox_s: float = 0.0
     """Seconds spent in sandbox calls this episode."""
     sandbox_timeouts: int = 0
+    flags: list[str] = field(default_factory=list)
+    """What goal checks saw the episode try (`cheat:comparison_override`), in the order seen."""
 
 
 @dataclass

@@ -32,7 +32,12 @@ from typing import Any
 from tempering.config import TaskSourceSettings
 from tempering.sources.registry import register_source
 from tempering.types import Message, Task
-from tempering.verifiers.environments import UnusableEnvironment, load_environment, module_digest
+from tempering.verifiers.environments import (
+    UnusableEnvironment,
+    load_environment,
+    module_digest,
+    register_environment,
+)
 
 
 def environment_rows(env_id: str, env_args: dict[str, Any], split: str) -> list[dict[str, Any]]:
@@ -99,4 +104,5 @@ _ROLES = {"system", "user", "assistant"}
 
 @register_source("verifiers:")
 def _verifiers_source(s: TaskSourceSettings, arg: str) -> list[Task]:
+    register_environment(arg)  # the config names it: this run may load it (and its rows' specs may refer to it)
     return environment_tasks(arg, s.env_args, "train" if s.split == "train" else "heldout", s.n)

@@ -25,7 +25,9 @@ to decode before the call's deadline), `load_error`, `load_timeout`, `load_died`
 fails the call and is never re-raised into the tests), `sandbox:<status>` when the run did not
 end `ok` (e.g. `sandbox:memory_limit` after the candidate was OOM-killed), `no_verdict` when no
 signed verdict came back (the candidate killed the judge, or ran the sandbox out of time or
-output: value 0). `cheat:forged_verdict` (a verdict-looking line with a bad signature) gives 0.
+output: value 0). `cheat:forged_verdict` (a verdict-looking line with a bad signature) and
+`cheat:comparison_override` (the entry point returned an object that says it equals anything,
+which static checks missed) give 0.
 
 Not the model's fault, so raised instead of scored (the RL loop must skip the sample, not
 punish it, and should count these): `VerifierError` when the sandbox itself failed

@@ -13,7 +13,9 @@ Trust inside one run (see docs/verifiers.md for the whole threat model):
 - The candidate runs in a separate, freshly exec'd worker. `candidate(*args)` in the tests
   is a proxy: args go to the worker as tagged plain data, the result comes back the same
   way (None/bool/int/float/complex/str/bytes/list/tuple/dict/set/frozenset only), so no
-  object of the candidate's, and no code of it, ever runs in the judge.
+  object of the candidate's, and no code of it, ever runs in the judge. A result that is not
+  plain data fails its call; one that says it equals an object it never saw (the "always
+  equal" hack) is noted as `cheat:comparison_override`, which scores the run 0.
 - Each `assert` is rewritten to record pass/fail per assert site; each top-level statement
   of `check` is wrapped so one crash fails only the asserts inside that statement.
 - Before the verdict is written, every other process in the sandbox's pid namespace is
@@ -147,10 +149,33 @@ def encode(value, depth: int = 0):
     for tag, base in _SEQUENCES:
         if issubclass(kind, base):
             return [tag, [encode(v, depth + 1) for v in base.__iter__(value)]]
-    raise TypeError(
+    raise NotPlain(
+        value,
         f"an object of type {kind.__name__} cannot cross to the judge (only plain data: None, "
-        "bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)"
+        "bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)",
     )
+
+
+class NotPlain(TypeError):
+    """`encode` met a value that is not plain data (kept as `value`, for `equals_the_unseen`)."""
+
+    def __init__(self, value, message: str):
+        super().__init__(message)
+        self.value = value
+
+
+def equals_the_unseen(value) -> bool:
+    """Whether `value` says it equals an object made here that no other code has seen: a result
+    built to pass any `==` (the agent judge's `judge_program.py` asks the same of its values)."""
+
+    class Unseen:
+        pass
+
+    probe = Unseen()
+    try:
+        return bool(value == probe) or not bool(value != probe)
+    except Exception:
+        return False
 
 
 class ReplyTooLarge(ValueError):
@@ -401,6 +426,9 @@ class CandidateRunner:
                 raise CandidateError(f"candidate's reply too large: {exc}") from None
             except (ValueError, TypeError, OverflowError, RecursionError, MemoryError):
                 pass
+        elif reply == ["cheat", "comparison_override"]:
+            self.note("cheat:comparison_override")
+            raise CandidateError("the candidate returned an object that equals everything")
         elif _is_error_reply(reply, "raise"):
             name = clean_text(reply[1], 100)
             if name in CONTROL_FLOW_EXCEPTIONS:
@@ -705,6 +733,10 @@ def worker_main() -> int:
         _, args, kwargs = json.loads(line)
         try:
             message = ["ok", encode(function(*decode(args), **decode(kwargs)))]
+        except NotPlain as exc:  # only plain data crosses; one built to equal anything is named
+            message = (
+                ["cheat", "comparison_override"] if equals_the_unseen(exc.value) else ["raise", "TypeError", str(exc)]
+            )
         except BaseException as exc:  # noqa: B036
             message = ["raise", _name(exc), _text(exc)]
         reply(message)

@@ -7,6 +7,13 @@ Tempering cannot run (see `UnusableEnvironment`'s callers): a non-Environment, a
 environment (its tools and `env_response` would run outside Tempering's sandbox), a rubric with
 group-level reward functions or a function named `correct`.
 
+An environment id is a module to import and call, so it is code: only environments named by
+the run's config (a `verifiers:<env_id>` task source, which registers its id as it loads) or
+registered by code (`register_environment`, e.g. from a config's plug-in module) may load. A
+task row's spec only *refers* to one of those: a row read from a file that names any other
+module (`this`, `venv.__main__`, whatever is installed) is refused before anything is imported
+(`environment_problem`, the `verifiers` spec check that task loading runs on every row).
+
 The library is imported lazily (it takes seconds). Building an environment installs
 SIGINT/SIGTERM handlers, which only a process's main thread may do; the caller's handlers are
 put back afterwards.
@@ -29,17 +36,40 @@ CORRECT = "correct"
 """The component Tempering's `Reward.passed` reads; the verifier sets it from the pass threshold."""
 
 
+NAMED: set[str] = set()
+"""Environment ids this process may load: named by a config's `verifiers:` source, or registered."""
+
+
 class UnusableEnvironment(UserError):
     """A `verifiers:` source that cannot be used; the message is one line naming the environment."""
+
+
+def register_environment(env_id: str) -> None:
+    """Let `env_id` load in this process (a config's `verifiers:<env_id>` source does this as it loads)."""
+    NAMED.add(env_id)
+
+
+def environment_problem(env_id: str) -> str | None:
+    """Why a task row may not load `env_id` (it is neither named by the config nor registered), or None."""
+    if env_id in NAMED:
+        return None
+    return (
+        f"environment {env_id!r} is not named by the config (a `verifiers:{env_id}` task source) nor registered "
+        "(`register_environment`): a task row cannot choose code to import"
+    )
 
 
 def load_environment(env_id: str, env_args: dict[str, Any] | None = None) -> Any:
     """The environment `env_id` built with `env_args` (cached per process), checked for use here.
 
     Raises:
-        UnusableEnvironment: it does not import or build, is not a `verifiers` Environment, is
-            multi-turn, or its rubric cannot score one sample at a time.
+        UnusableEnvironment: it is not named by the config nor registered (`environment_problem`),
+            does not import or build, is not a `verifiers` Environment, is multi-turn, or its
+            rubric cannot score one sample at a time.
     """
+    problem = environment_problem(env_id)
+    if problem is not None:
+        raise UnusableEnvironment(f"verifiers:{env_id}: {problem}")
     args = env_args or {}
     try:
         key = json.dumps(args, sort_keys=True)

@@ -23,7 +23,8 @@ that file's docstring; here it becomes:
   * value 0, flag `sandbox:timeout` / `sandbox:memory_limit` / `sandbox:output_limit`:
     the scoring ran past `timeout_s` (default `DEADLINE_S`) or its memory;
   * value 0, flag `no_verdict` or `cheat:forged_verdict`: the answer ended the scorer
-    before it reported, or printed a report of its own;
+    before it reported, or printed a report of its own (any line after the judge's marker
+    that is not its report, however malformed or deeply nested, is a forged one);
   * value 0, flag `scorer_raised:<Exception>`: the dataset's scorer raised on the answer
     (some do not catch a malformed one); the oracle answers of every dataset score cleanly;
   * `VerifierError` (not the model's fault, the sample is skipped): the sandbox failed, or
@@ -122,17 +123,19 @@ def reading(result: ExecResult) -> tuple[float, list[str]]:
         raise VerifierError(f"sandbox failed while scoring reasoning-gym (not the model's fault): {result.error}")
     if result.status == "nonzero_exit" and result.exit_code == TRIPWIRE_EXIT:
         return 0.0, ["cheat:code_execution"]
-    lines = [line for line in result.stdout.splitlines() if line.startswith(MAGIC + " ")]
-    docs = [json.loads(line.split(" ", 1)[1]) for line in lines if _is_json(line.split(" ", 1)[1])]
+    reports = [report_of(line) for line in result.stdout.splitlines() if line.startswith(MAGIC + " ")]
+    docs = [d for d in reports if d is not None]
     if "ready" not in [d.get("stage") for d in docs]:
         if result.status != "nonzero_exit":  # the answer never ran: limits hit while loading the library
             raise VerifierError(f"reasoning-gym did not load in the sandbox ({result.status}): {result.error}")
         raise VerifierError(f"reasoning-gym could not be loaded in the sandbox: {result.stderr.strip()[-400:]}")
-    verdicts = [d for d in docs if d.get("stage") != "ready"]
     if result.status != "ok":
         return 0.0, [f"sandbox:{result.status}"]
-    if len(verdicts) != 1 or len(docs) != 2:
-        return 0.0, ["cheat:forged_verdict" if len(docs) > 2 else "no_verdict"]
+    if len(docs) < len(reports) or len(docs) > 2:  # the judge prints two reports, each a JSON object
+        return 0.0, ["cheat:forged_verdict"]
+    verdicts = [d for d in docs if d.get("stage") != "ready"]
+    if len(verdicts) != 1:
+        return 0.0, ["no_verdict"]
     if "error" in verdicts[0]:  # scorers that do not catch a malformed answer (prime_factorization's int())
         return 0.0, [f"scorer_raised:{str(verdicts[0]['error']).split(':', 1)[0]}"]
     value = verdicts[0].get("score")
@@ -141,11 +144,16 @@ def reading(result: ExecResult) -> tuple[float, list[str]]:
     return float(value), []
 
 
-def _is_json(text: str) -> bool:
+def report_of(line: str) -> dict[str, Any] | None:
+    """The JSON object after the marker, or None (not JSON, not an object, or nested past the
+    parser's depth limit: the answer can print anything after the marker)."""
+    from pydantic_core import from_json
+
     try:
-        return isinstance(json.loads(text), dict)
+        doc = from_json(line.split(" ", 1)[1])  # depth-limited: `[` * 5000 is a ValueError, not a RecursionError
     except ValueError:
-        return False
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 @lru_cache(maxsize=256)

@@ -9,9 +9,22 @@ in a fresh process per answer (nothing it changes outlives the call).
 
 A tripwire (an audit hook, which Python cannot remove once added) ends the process with
 `TRIPWIRE_EXIT` as soon as the answer's code starts a program, opens a socket, loads a C
-library or opens a file for writing: no scorer needs those, so the host scores it 0 with
-`cheat:code_execution`. Code that stays inside Python can still pick its own score for this
-one call (it runs in the scorer's process); it cannot reach the host or any other call.
+library or writes to the file system (`open` for writing, mkdir, symlink, rename, remove,
+chmod, ...): no scorer needs those, so the host scores it 0 with `cheat:code_execution`.
+The answer runs in the hook's own process, so the hook keeps its state out of its reach:
+  * no module global or builtin is read when it runs: every value and function it uses is
+    bound in a closure at install time (`install_tripwire`), so rebinding `TRIPWIRE_EVENTS`,
+    `builtins.isinstance` or anything else here changes nothing;
+  * the closure is reached only through the interpreter's object lists: `gc.get_objects`,
+    `get_referrers` and `get_referents` trip it, and so does replacing the code or defaults
+    of any function (`object.__setattr__` on a function);
+  * `_posixsubprocess.fork_exec` starts a program without an audit event: importing that
+    module trips, and where it is already loaded, every reference to `fork_exec` in a loaded
+    module (`subprocess._fork_exec`) is replaced by a stub that trips.
+This is detection, not containment: the sandbox contains whatever runs. What stays out of
+sight: code that stays inside Python can still pick its own score for this one call (it runs
+in the scorer's process), and `os.mkfifo` / `os.mknod` raise no audit event; none of it
+reaches the host or any other call.
 
 Prints `MAGIC {"stage": "ready"}` once the dataset is built (before the answer is touched),
 then `MAGIC {"score": x}` or `MAGIC {"error": "..."}`; exit 0.
@@ -43,21 +56,89 @@ TRIPWIRE_EVENTS = frozenset(
         "ctypes.dlopen",
         "ctypes.dlsym",
         "ctypes.cdata",
+        # writes that are not `open`
+        "os.mkdir",
+        "os.symlink",
+        "os.link",
+        "os.rename",
+        "os.remove",
+        "os.rmdir",
+        "os.truncate",
+        "os.chmod",
+        "os.chown",
+        "os.chflags",
+        "os.utime",
+        "os.setxattr",
+        "os.removexattr",
+        "shutil.rmtree",
+        "sqlite3.connect",
+        # the way to the hook's closure
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
     }
 )
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+WRITE_MODES = frozenset("wax+")
+UNAUDITED_SPAWN = "_posixsubprocess"
+"""Its `fork_exec` starts a program with no audit event (subprocess.Popen raises one before calling it)."""
 
 
-def tripwire(event, args, _exit=os._exit):
-    if event in TRIPWIRE_EVENTS or (event == "open" and writes(args)):
-        _exit(TRIPWIRE_EXIT)
+def install_tripwire():
+    """Disarm `fork_exec` and add the audit hook (see the module docstring); once, before the answer runs."""
+    _stub_fork_exec(_exits(os._exit, TRIPWIRE_EXIT))
+    sys.addaudithook(
+        _tripwire(
+            TRIPWIRE_EVENTS, WRITE_FLAGS, WRITE_MODES, UNAUDITED_SPAWN, os._exit, TRIPWIRE_EXIT, types.FunctionType
+        )
+    )
 
 
-def writes(args):
-    mode, flags = (args[1], args[2]) if len(args) >= 3 else (None, 0)
-    if isinstance(mode, str):
-        return any(c in mode for c in "wax+")
-    return isinstance(flags, int) and bool(flags & WRITE_FLAGS)
+def _exits(exit_now, status):
+    """A stand-in for `fork_exec` that ends the process (its own closure: nothing shared with the hook)."""
+
+    def fork_exec(*args, **kwargs):
+        exit_now(status)
+
+    return fork_exec
+
+
+def _stub_fork_exec(stub):
+    """Replace every reference to the loaded `fork_exec` in a loaded module's namespace by `stub`."""
+    fork_exec = getattr(sys.modules.get(UNAUDITED_SPAWN), "fork_exec", None)
+    if fork_exec is None:
+        return
+    for module in list(sys.modules.values()):
+        space = getattr(module, "__dict__", None)
+        if type(space) is dict:
+            for name in [n for n, value in space.items() if value is fork_exec]:
+                space[name] = stub
+
+
+def _tripwire(events, write_flags, write_modes, spawn_module, exit_now, status, function):
+    """The audit hook. It reads only its closure, never a global or a builtin, and compares
+    through the types' own slots (`str.__eq__`), so nothing the answer rebinds or subclasses
+    changes what it sees."""
+    kind, text, integer, same_text = type, str, int, str.__eq__
+
+    def tripwire(event, args):
+        if event in events:
+            exit_now(status)
+        elif same_text(event, "open"):
+            mode, flags = (args[1], args[2]) if args.__len__() >= 3 else (None, 0)
+            if kind(mode) is text and not write_modes.isdisjoint(mode):
+                exit_now(status)
+            if kind(flags) is integer and flags & write_flags:
+                exit_now(status)
+        elif same_text(event, "import"):
+            name = args[0]
+            if kind(name) is not text or same_text(name, spawn_module):  # a str subclass could lie in ==
+                exit_now(status)
+        elif same_text(event, "object.__setattr__"):
+            if args and kind(args[0]) is function:
+                exit_now(status)
+
+    return tripwire
 
 
 def import_dataset_module(paths, module):
@@ -96,7 +177,7 @@ def main():
 
     dataset = create_dataset(payload["dataset"], seed=payload["seed"], size=payload["size"], **payload["config"])
     report({"stage": "ready"})  # the host tells a failed load (its problem) from what the answer did
-    sys.addaudithook(tripwire)  # from here on, the answer may be running
+    install_tripwire()  # from here on, the answer may be running
     try:
         doc = {"score": float(dataset.score_answer(payload["answer"], payload["entry"]))}
     except Exception as exc:  # the dataset's own scorer failed: reported, the host decides

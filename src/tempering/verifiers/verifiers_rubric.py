@@ -1,6 +1,7 @@
 """The `verifiers` verifier: a `verifiers` environment's own rubric scores the completion.
 
-Spec (made by `tempering.sources.verifiers_envs`; the environment loaded by `environments`):
+Spec (made by `tempering.sources.verifiers_envs`; the environment loaded by `environments`, and
+only one the config names or code registered: a row cannot choose the module to import):
 
     {"type": "verifiers", "env": "my_env", "env_args": {...}, "split": "train", "row": {...}}
 
@@ -44,9 +45,15 @@ MODEL = "tempering"
 
 
 def check_spec(spec: dict[str, Any]) -> None:
-    """The spec names an environment and carries a dataset row (KeyError names the missing field)."""
+    """The spec names an environment this run may load and carries a dataset row (KeyError names the
+    missing field). Imports nothing: the environment is code, which a row cannot choose."""
+    from tempering.verifiers.environments import environment_problem
+
     if not isinstance(spec["env"], str) or not isinstance(spec["row"], dict):
         raise UserError("'env' must be an environment id and 'row' a dataset row (a mapping)")
+    problem = environment_problem(spec["env"])
+    if problem is not None:
+        raise UserError(problem)
 
 
 @register("verifiers", check=check_spec)
