@@ -184,3 +184,42 @@ def test_a_data_pass_upstream_of_the_trained_file_is_not_scanned(tmp_path, monke
     leaky = record_run(tmp_path / "runs", "sft-leaky", ["train_leaky.jsonl"], "smollm2-135m-instruct")
     found = contaminated_rows(training_lineage(leaky).files, [suite]).rows["recall"]
     assert found == [str(tmp_path / "train_leaky.jsonl") + ":4"]
+
+
+def _with_best(final: Path) -> Path:
+    """`final`'s run also kept a `best/` model (train.keep_best), recorded as its output."""
+    from tempering.runs.registry import Registry, read_marker
+
+    marker = read_marker(final)
+    assert marker is not None
+    best = final.parent / "best"
+    best.mkdir()
+    (best / "config.json").write_text("{}")
+    with Registry(marker["registry"]) as registry:
+        registry.record_output(marker["run_id"], "best", best)
+    return best
+
+
+def test_every_spelling_of_a_model_has_the_same_lineage(two_runs, suite, monkeypatch):
+    """`runs/NAME@best` is `runs/NAME/best`; `@step-40` and `@step-00000040` are the checkpoint dir."""
+    project, final_b = two_runs
+    monkeypatch.chdir(project)
+    _with_best(final_b)
+    (final_b.parent / "checkpoints" / "step-00000040").mkdir(parents=True)
+    by_path = training_lineage("runs/sft-b/best")
+    assert by_path.runs == ["sft-b", "sft-a"] and len(by_path.files) == 2
+    spellings = ("@best", "@step-40", "@step-00000040", "@latest", "/checkpoints/step-40")
+    for spec in (f"runs/sft-b{s}" for s in spellings):
+        lineage = training_lineage(spec)
+        assert (lineage.runs, lineage.files) == (by_path.runs, by_path.files), spec
+        assert len(contaminated_rows(lineage.files, [suite]).rows["recall"]) == 3, spec
+    from typer.testing import CliRunner
+
+    from tempering.cli import app
+
+    shown = [CliRunner().invoke(app, ["lineage", f"runs/sft-b{s}"]) for s in ("/best", *spellings)]
+    assert shown[0].exit_code == 0 and "sft-b (sft" in shown[0].stdout and "sft-a (sft" in shown[0].stdout
+    assert [(r.exit_code, r.stdout) for r in shown[1:]] == [(0, shown[0].stdout)] * len(spellings)
+    # training further from `runs/sft-b@best` links to sft-b as the path would
+    final_c = record_run(project / "runs", "sft-c", ["data/heldout.jsonl"], "runs/sft-b@best")
+    assert training_lineage(final_c).runs == ["sft-c", "sft-b", "sft-a"]

@@ -48,13 +48,19 @@ REGISTRY = typer.Option(
 )
 
 
-def open_registry(root: Path, registry: Optional[str]) -> Registry:
-    """The registry a command reads; one-line errors for a missing file or an unreachable server."""
+def open_registry(root: Path, registry: Optional[str], marker: Optional[str] = None) -> Registry:
+    """The registry a command reads: `--registry`, else the one a model's `marker` names, else the
+    default (`runs.default_registry`); one-line errors for a missing file or an unreachable server."""
 
     from tempering.runs import default_registry
     from tempering.runs.registry import Registry, RegistryError  # SQLAlchemy: imported only when used
 
-    where, why = (registry, "--registry") if registry is not None else default_registry(root)
+    if registry is not None:
+        where, why = registry, "--registry"
+    elif marker is not None:
+        where, why = marker, "the model's run marker"
+    else:
+        where, why = default_registry(root)
     if "://" not in str(where) and not Path(where).is_file():
         fail(f"no registry at {where} ({why}){_elsewhere(root)}")
     try:
@@ -156,15 +162,15 @@ def runs_prune(root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
 
 # ------------------------------------------------------------------------------------- lineage
 def _find_run(reg: Registry, target: str) -> dict[str, Any]:
-    from tempering.runs.registry import read_marker
+    from tempering.runs.registry import model_dir, model_marker
 
-    marker = read_marker(target)
+    marker = model_marker(target)
     if marker is not None:
         try:
             return reg.get(marker["run_id"])
         except KeyError:
             fail(f"{target}: its marker names run {marker['run_id']} of {marker['registry']}, not in {reg.location}")
-    found = reg.run_for_output(target) if Path(target).exists() else None
+    found = reg.run_for_output(model_dir(target)) if model_dir(target).exists() else None
     if found is not None:
         return found
     try:
@@ -182,13 +188,11 @@ def lineage(
 ) -> None:
     """The chain behind a checkpoint: data files with their roles and the data passes (dedup,
     decontam, mix, ...) that wrote them, the stages, the checkpoint, its evals and releases."""
-    from tempering.runs.registry import read_marker
+    from tempering.runs.registry import model_marker
     from tempering.runs.releases import Releases
 
-    marker = read_marker(checkpoint)
-    if registry is None and marker is not None:
-        registry = marker["registry"]  # the registry that wrote it, wherever the run root is
-    with open_registry(root, registry) as reg:
+    marker = model_marker(checkpoint)  # names the registry that wrote it, wherever the run root is
+    with open_registry(root, registry, marker["registry"] if marker else None) as reg:
         run = _find_run(reg, checkpoint)
         rows = reg.lineage(run["id"])
         by_run: dict[str, list] = {}

@@ -77,16 +77,14 @@ def find_run(model_path: str | Path) -> tuple[Path | str, dict[str, Any]] | None
 
     Read from the marker file every output dir carries (`tempering-run.json`, written by the
     stage runner and by `temper export`), or, for a checkpoint dir `<run>/checkpoints/step-N`,
-    the run dir's marker. Nothing is guessed from parent directories.
+    the run dir's marker; any spelling of a model (`runs/NAME@best` is `runs/NAME/best`,
+    `runs.registry.model_marker`). Nothing is guessed from parent directories.
     """
-    from tempering.runs.registry import Registry, is_url, read_marker, registry_exists
+    from tempering.runs.registry import Registry, is_url, model_dir, model_marker, registry_exists
 
-    path = Path(model_path).expanduser()
-    if not path.is_dir():
+    if not model_dir(model_path).is_dir():
         return None
-    marker = read_marker(path)
-    if marker is None and path.parent.name == "checkpoints":
-        marker = read_marker(path.parent.parent)
+    marker = model_marker(model_path)
     if marker is None or not registry_exists(marker["registry"]):
         return None
     registry = Registry(marker["registry"])

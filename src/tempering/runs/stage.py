@@ -374,9 +374,9 @@ def record_export(source: str | Path, out: str | Path, config: dict[str, Any]) -
     lineage walks from the exported dir back through the run that trained the adapter.
     A `source` that no Tempering run wrote is exported unrecorded (yields None).
     """
-    from tempering.runs.registry import read_marker, registry_exists
+    from tempering.runs.registry import model_marker, registry_exists
 
-    marker = read_marker(source)
+    marker = model_marker(source)
     if marker is None or not registry_exists(marker["registry"]):
         yield None
         return
