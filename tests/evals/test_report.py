@@ -287,3 +287,13 @@ def test_the_heatmap_shows_each_cell_next_to_the_base(tmp_path):
     assert "<h2>Length x depth</h2>" in page and 'alt="longctx-passkey by length x depth"' in page
     plain = render_report(results("cand-7"), tmp_path / "plain").read_text()
     assert "Length x depth" not in plain  # no suite there names lengths and depths
+
+
+def test_nothing_truncated_is_said_not_drawn_as_an_empty_axis(tmp_path):
+    clean = [s.model_copy(update={"truncation_rate": 0.0}) for s in results("cand-7").suites]
+    page = render_report(EvalResults(model="cand-7", suites=clean), tmp_path).read_text()
+    assert len(re.findall(r'src="data:image/png;base64,', page)) == 2 + 2  # no truncation chart
+    assert "Nothing truncated: no generation hit the token limit (arith-public, holdout-private)." in page
+    # against a base that did truncate, both bars are drawn
+    page = render_report(EvalResults(model="cand-7", suites=clean), tmp_path, compare=results("base-0")).read_text()
+    assert len(re.findall(r'src="data:image/png;base64,', page)) == 2 + 3 and "Nothing truncated" not in page

@@ -121,7 +121,7 @@ def _body(
         "Paraphrase spread", _paraphrase_figure(results.suites), "No suite recorded paraphrased variants."
     )
     parts += _figure_section(
-        "Truncation rate", _truncation_figure(results.suites, base_suites), "No suite recorded a truncation rate."
+        "Truncation rate", _truncation_figure(results.suites, base_suites), _no_truncation(results.suites, base_suites)
     )
     parts += ["<h2>All numbers</h2>", _numbers_table(results, base_suites, comparisons)]
     parts += _contamination_section(results.suites)
@@ -513,9 +513,23 @@ def _paraphrase_figure(suites: Sequence[SuiteResult]) -> Figure | None:
     return fig
 
 
+def _truncated_anywhere(suites: Sequence[SuiteResult], base_suites: dict[str, SuiteResult]) -> bool:
+    both = [*suites, *(base_suites.get(s.suite) for s in suites)]
+    return any(s is not None and s.truncation_rate for s in both)
+
+
+def _no_truncation(suites: Sequence[SuiteResult], base_suites: dict[str, SuiteResult]) -> str:
+    """What the truncation section says when it draws no chart (an axis of zero-length bars says nothing)."""
+    recorded = [html.escape(s.suite) for s in suites if s.truncation_rate is not None]
+    if not recorded:
+        return "No suite recorded a truncation rate."
+    where = ", ".join(recorded) + (", and the base" if base_suites else "")
+    return f"Nothing truncated: no generation hit the token limit ({where})."
+
+
 def _truncation_figure(suites: Sequence[SuiteResult], base_suites: dict[str, SuiteResult]) -> Figure | None:
     recorded = [s for s in suites if s.truncation_rate is not None]
-    if not recorded:
+    if not recorded or not _truncated_anywhere(recorded, base_suites):
         return None
     fig = Figure(figsize=(7, 0.6 * len(recorded) + 1.2), layout="constrained")
     ax = fig.add_subplot()
