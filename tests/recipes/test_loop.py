@@ -301,7 +301,7 @@ def test_a_pipeline_killed_with_sigkill_resumes_without_redoing_finished_stages(
     for r in registry_runs(tmp_path):
         by_name.setdefault(r["name"].split("-")[0], []).append(r["status"])
     assert by_name["baseline"] == ["finished"]  # the first stage was not recomputed
-    assert sorted(by_name["sft"]) == ["failed", "finished"]  # the killed attempt is closed as interrupted
+    assert sorted(by_name["sft"]) == ["finished", "resumed"]  # the killed attempt is the same run, resumed
 
 
 def test_an_interrupted_stage_that_cannot_resume_restarts_in_a_clean_dir(tmp_path):

@@ -109,11 +109,13 @@ def _scalars(metrics: dict[str, Any], limit: int = 8) -> str:
 def runs_ls(
     root: Path = ROOT, registry: Optional[str] = REGISTRY, limit: int = typer.Option(50, help="Show the newest N runs.")
 ) -> None:
-    """List recorded runs, newest first."""
+    """List recorded runs, newest first; a run interrupted and resumed is one row (its newest attempt)."""
     with open_registry(root, registry) as reg:
         table = Table("id", "name", "kind", "status", "base model", "started")
-        for r in reg.list(limit):
-            table.add_row(r["id"], r["name"], r["kind"], r["status"], r["base_model"] or "", _when(r["started_at"]))
+        for r in reg.list(limit, resumed=False):
+            earlier = sum(a["status"] == "resumed" for a in reg.attempts(r["name"]))
+            status = r["status"] + (f" (resumed{f' x{earlier}' if earlier > 1 else ''})" if earlier else "")
+            table.add_row(r["id"], r["name"], r["kind"], status, r["base_model"] or "", _when(r["started_at"]))
     print_wide(out, table)
 
 
@@ -135,6 +137,9 @@ def runs_show(
         )
         if r["error"]:
             out.print(f"error: {escape(r['error'])}")
+        for a in reg.attempts(r["name"]):
+            if a["status"] == "resumed" and a["id"] != r["id"]:
+                out.print(f"resumed attempt {a['id']} (started {_when(a['started_at'])}): {escape(a['error'] or '')}")
         inputs = Table("role", "input", "sha256", "from run", title="inputs")
         for i in reg.inputs(r["id"]):
             inputs.add_row(i.role, i.path, _short(i.sha256), i.parent_run or "")

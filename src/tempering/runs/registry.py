@@ -347,6 +347,22 @@ class Registry:
                 sa.update(runs).where(runs.c.id == run_id).values(status="failed", error=error, finished_at=time.time())
             )
 
+    def mark_resumed(self, run_id: str, by: str) -> None:
+        """An interrupted attempt (`failed` or left `running`) that attempt `by` resumed from its
+        checkpoint: `resumed`, one run with it (listings show the newest attempt of a name)."""
+        with self.transaction() as conn:
+            row = conn.execute(sa.select(runs.c.error).where(runs.c.id == run_id)).first()
+            why = f"{row.error}; " if row is not None and row.error else ""
+            conn.execute(
+                sa.update(runs)
+                .where((runs.c.id == run_id) & runs.c.status.in_(["failed", "running"]))
+                .values(
+                    status="resumed",
+                    error=f"{why}resumed by {by}",
+                    finished_at=sa.func.coalesce(runs.c.finished_at, time.time()),
+                )
+            )
+
     def remove(self, run_ids: Sequence[str]) -> int:
         """Delete runs (and their input/output rows); returns how many went."""
         ids = list(run_ids)
@@ -478,9 +494,18 @@ class Registry:
             rows = conn.execute(_LINEAGE, {"run_id": run_id}).fetchall()
         return [LineageRow(r.depth, r.run_id, r.name, r.kind, r.role, r.path, r.sha256, r.parent_run) for r in rows]
 
-    def list(self, limit: int = 50) -> list[dict[str, Any]]:
+    def list(self, limit: int = 50, *, resumed: bool = True) -> list[dict[str, Any]]:
+        """The newest runs first; `resumed=False` leaves out attempts a later attempt resumed."""
+        query = sa.select(runs).order_by(runs.c.started_at.desc()).limit(limit)
+        if not resumed:
+            query = query.where(runs.c.status != "resumed")
         with self.reading() as conn:
-            rows = conn.execute(sa.select(runs).order_by(runs.c.started_at.desc()).limit(limit))
+            return [_decode(r) for r in conn.execute(query)]
+
+    def attempts(self, name: str) -> list[dict[str, Any]]:
+        """Every attempt recorded under run name `name`, oldest first."""
+        with self.reading() as conn:
+            rows = conn.execute(sa.select(runs).where(runs.c.name == name).order_by(runs.c.started_at))
             return [_decode(r) for r in rows]
 
     def close(self) -> None:
