@@ -230,6 +230,7 @@ def test_an_interrupted_then_resumed_run_is_one_run_resumed_not_a_failure(tmp_pa
             save_checkpoint(stage.run_dir / "checkpoints", 2, {"w": torch.zeros(2)}, {}, {}, 2)
             raise KeyboardInterrupt
     resumed = fake_run(s)
+    assert resumed is not None and resumed.run_id is not None
     listed = CliRunner().invoke(app, ["runs", "ls", "--root", str(tmp_path / "runs")])
     rows = [line for line in listed.stdout.splitlines() if " r " in f" {line} "]
     assert listed.exit_code == 0 and len(rows) == 1, listed.stdout
