@@ -60,7 +60,8 @@ def test_format_tags_and_schema():
     spec = {"type": "format", "tags": ["think", "answer"], "json_schema": {"type": "object", "required": ["x"]}}
     assert score(task(spec), '<think>hm</think><answer>{"x": 1}</answer>').value == 1.0
     bad = score(task(spec), '<answer>{"y": 1}</answer><think>late</think>')
-    assert bad.value == 0.0 and "missing <answer>" in bad.detail and "missing 'x'" in bad.detail
+    assert bad.value == 0.0 and bad.detail is not None
+    assert "missing <answer>" in bad.detail and "missing 'x'" in bad.detail
 
 
 TOOLS = {"shell": {"type": "object", "required": ["cmd"], "properties": {"cmd": {"type": "string"}}}}
