@@ -161,3 +161,14 @@ def test_prune_on_a_shared_registry_removes_only_this_roots_runs(tmp_path, where
     assert res.exit_code == 0 and "removed 1 failed run(s) without a run dir: mine" in res.stdout
     with Registry(where) as reg:
         assert reg.latest("theirs") is not None and reg.latest("mine") is None
+
+
+def test_lineage_names_where_its_registry_came_from_and_no_flag_that_was_not_passed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with Registry(tmp_path / "elsewhere" / "registry.sqlite") as reg:
+        _, final = _checkpoint(reg, tmp_path, "marked", [])
+    res = run("lineage", final)  # no --registry: the model's marker names its registry
+    assert res.exit_code == 0, res.output
+    assert "(the model's run marker)" in res.stderr and "--registry" not in res.stderr, res.stderr
+    flagged = run("lineage", final, "--registry", tmp_path / "elsewhere" / "registry.sqlite")
+    assert flagged.exit_code == 0 and "(--registry)" in flagged.stderr

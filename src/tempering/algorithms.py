@@ -123,7 +123,26 @@ def load(plugins: tuple[str, ...] | list[str] = ()) -> None:
     """
     for module in BUILTIN_MODULES:
         importlib.import_module(module)
-    for module in plugins:
+    import_plugins(plugins)
+
+
+def is_module_name(name: object) -> bool:
+    """`pkg.module`, not a path or a file name (`my_rl.py` names the module `my_rl`)."""
+    return isinstance(name, str) and all(p.isidentifier() for p in name.split(".")) and not name.endswith(".py")
+
+
+def import_plugins(modules: tuple[str, ...] | list[str]) -> None:
+    """Import the plug-in modules a config names (`grpo.plugins`, `dpo.plugins`, a suite's
+    `plugins`): module names on the path, never file paths; each registers what it defines (an
+    algorithm, a verifier) as it is imported, and a name already taken by another function is
+    refused by its registry. Only a config names a plug-in: a task row cannot.
+
+    Raises:
+        UserError: a name that is not a module name, or a module that does not import (one line).
+    """
+    for module in modules:
+        if not is_module_name(module):
+            raise UserError(f"plugin {module!r} is not a module name (dotted words on the path), not a path")
         try:
             importlib.import_module(module)
         except Exception as exc:  # any failure of a user's module is reported in one line

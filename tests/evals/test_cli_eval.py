@@ -156,3 +156,42 @@ def test_an_unreadable_training_row_is_skipped_and_counted_not_a_traceback(
     assert "train.jsonl:2: invalid JSON" in output and "1 contaminated row(s)" in output, output
     suite = EvalResults.load(env / "bad-row" / "results.json").suite("recall")
     assert suite.contamination_hits == 1 and suite.contaminated_rows[0].endswith("train.jsonl#leak-5")
+
+
+def test_a_best_spec_is_the_recorded_best_model_for_the_scan_the_record_and_lineage(
+    recall_model, recall_dir, suite_file, env, monkeypatch
+):
+    """`--model runs/NAME@best` and `runs/NAME/best` are one model: same contaminated rows, the eval
+    recorded for the same output, and `temper lineage` prints the same chain for both."""
+    import shutil
+
+    from tempering.cli import app
+    from tempering.runs.registry import Registry, read_marker
+
+    _, _, rows = recall_model
+    project = env / "project-best"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    write_jsonl(project / "train.jsonl", [sft_row(rows[2]["prompt"], rows[2]["verifier"]["answer"], id="leak-2")])
+    final = record_run(project / "runs", "sft-best", ["train.jsonl"], "smollm2-135m-instruct")
+    best = final.parent / "best"
+    shutil.copytree(recall_dir, best)
+    marker = read_marker(final)
+    assert marker is not None
+    with Registry(project / "runs" / "registry.sqlite") as registry:
+        registry.record_output(marker["run_id"], "best", best)
+    found = {}
+    for spec in ("runs/sft-best@best", "runs/sft-best/best"):
+        out = env / spec.replace("/", "_")
+        result = invoke(eval_app, ["run", suite_file, "--model", spec, "--out", out, "--seeds", 1, "--limit", 5])
+        assert result.exit_code == 0, result.output
+        found[spec] = EvalResults.load(out / "results.json").suite("recall").contaminated_rows
+    assert found["runs/sft-best@best"] == found["runs/sft-best/best"] == [str(project / "train.jsonl#leak-2")]
+    with Registry(project / "runs" / "registry.sqlite") as registry:
+        evals = registry.evals(run_id=marker["run_id"])
+        assert [e["model"] for e in evals] == [str(best.resolve())] * 2
+        assert len(registry.evals(model="runs/sft-best@best")) == 2
+    shown = {spec: runner.invoke(app, ["lineage", spec]) for spec in ("runs/sft-best@best", "runs/sft-best/best")}
+    assert all(r.exit_code == 0 for r in shown.values()), {k: r.output for k, r in shown.items()}
+    assert shown["runs/sft-best@best"].stdout == shown["runs/sft-best/best"].stdout
+    assert "sft-best (sft" in shown["runs/sft-best@best"].stdout and "eval 2:" in shown["runs/sft-best@best"].stdout

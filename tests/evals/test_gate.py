@@ -1,5 +1,7 @@
 """Regression gate: each rule form passes and fails where it should; bad rules fail to parse."""
 
+from dataclasses import replace
+
 import pytest
 
 from tempering.data.longctx import task_id
@@ -69,6 +71,12 @@ def test_contamination_rule():
     assert verdict("contamination <= 2", hits=2)
     (check,) = evaluate([parse_rule("contamination == 0")], outcomes(hits=2)).rules
     assert check.detail == "2 contaminated training rows (code: 2), required == 0"
+    rows = [f"train.jsonl:{n}" for n in (3, 8, 9, 12)]
+    named = [replace(o, contaminated_rows=rows) if o.suite == "code" else o for o in outcomes(hits=4)]
+    (check,) = evaluate([parse_rule("contamination == 0")], named).rules
+    assert check.detail == (
+        "4 contaminated training rows (code: 4), required == 0; first: train.jsonl:3, train.jsonl:8, train.jsonl:9 (+1 more)"
+    )
 
 
 def test_missing_data_fails_the_rule_instead_of_passing():

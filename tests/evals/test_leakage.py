@@ -54,11 +54,16 @@ def two_runs(tmp_path, monkeypatch):
     return project, final_b
 
 
+def _run_name(model: Path) -> str | None:
+    found = find_run(model)
+    return found[1]["name"] if found else None
+
+
 def test_lineage_follows_base_models_and_skips_eval_files(two_runs):
     project, final_b = two_runs
-    assert find_run(final_b)[1]["name"] == "sft-b"
+    assert _run_name(final_b) == "sft-b"
     (final_b.parent / "checkpoints" / "step-5").mkdir(parents=True)
-    assert find_run(final_b.parent / "checkpoints" / "step-5")[1]["name"] == "sft-b"
+    assert _run_name(final_b.parent / "checkpoints" / "step-5") == "sft-b"
     assert find_run(project / "data") is None and find_run("smollm2-135m-instruct") is None
     lineage = training_lineage(final_b)
     assert lineage.runs == ["sft-b", "sft-a"]
@@ -142,6 +147,79 @@ def test_training_lineage_reads_the_registry_the_marker_names_on_either_backend(
         run_id = reg.start("sft-pg", "sft", {}, [describe_input(data, "train")], "base")
         reg.record_output(run_id, "final", final)
         reg.finish(run_id, {}, {})
-    assert find_run(final)[1]["id"] == run_id
+    found = find_run(final)
+    assert found is not None and found[1]["id"] == run_id
     lineage = training_lineage(final)
     assert lineage.runs == ["sft-pg"] and lineage.files == [data] and not lineage.missing
+
+
+def _data_pass(*args: object) -> None:
+    from typer.testing import CliRunner
+
+    from tempering.cli import app
+
+    result = CliRunner().invoke(app, ["data", *map(str, args)])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_data_pass_upstream_of_the_trained_file_is_not_scanned(tmp_path, monkeypatch, suite):
+    """dedup -> decontam -> sft: the leak decontam removed is in the pass's inputs, never in what
+    the model read; only the file the training run read (after every filter) counts."""
+    monkeypatch.chdir(tmp_path)
+    rows = [sft_row(r["prompt"], r["verifier"]["answer"]) for r in CLEAN[:6]]
+    leak = sft_row(EVAL[4]["prompt"], EVAL[4]["verifier"]["answer"])
+    write_jsonl(tmp_path / "train_all.jsonl", rows[:3] + [leak, rows[0]] + rows[3:])  # a duplicate and a leak
+    _data_pass("dedup", "train_all.jsonl", "-o", "train_dedup.jsonl")
+    _data_pass("decontam", "train_dedup.jsonl", "--against", tmp_path / "recall.yaml", "-o", "train_clean.jsonl")
+    final = record_run(tmp_path / "runs", "sft-clean", ["train_clean.jsonl"], "smollm2-135m-instruct")
+    lineage = training_lineage(final)
+    assert [f.name for f in lineage.files] == ["train_clean.jsonl"] and lineage.runs == ["sft-clean"]
+    assert contaminated_rows(lineage.files, [suite]).rows["recall"] == []
+
+    # a leak decontam did not remove (it checked an older suite without that task) is counted, in
+    # the trained file only, by its line there
+    (tmp_path / "old").mkdir()
+    old = write_suite(tmp_path / "old", "recall", write_jsonl(tmp_path / "old.jsonl", EVAL[5:]))
+    _data_pass("decontam", "train_dedup.jsonl", "--against", old, "-o", "train_leaky.jsonl")
+    leaky = record_run(tmp_path / "runs", "sft-leaky", ["train_leaky.jsonl"], "smollm2-135m-instruct")
+    found = contaminated_rows(training_lineage(leaky).files, [suite]).rows["recall"]
+    assert found == [str(tmp_path / "train_leaky.jsonl") + ":4"]
+
+
+def _with_best(final: Path) -> Path:
+    """`final`'s run also kept a `best/` model (train.keep_best), recorded as its output."""
+    from tempering.runs.registry import Registry, read_marker
+
+    marker = read_marker(final)
+    assert marker is not None
+    best = final.parent / "best"
+    best.mkdir()
+    (best / "config.json").write_text("{}")
+    with Registry(marker["registry"]) as registry:
+        registry.record_output(marker["run_id"], "best", best)
+    return best
+
+
+def test_every_spelling_of_a_model_has_the_same_lineage(two_runs, suite, monkeypatch):
+    """`runs/NAME@best` is `runs/NAME/best`; `@step-40` and `@step-00000040` are the checkpoint dir."""
+    project, final_b = two_runs
+    monkeypatch.chdir(project)
+    _with_best(final_b)
+    (final_b.parent / "checkpoints" / "step-00000040").mkdir(parents=True)
+    by_path = training_lineage("runs/sft-b/best")
+    assert by_path.runs == ["sft-b", "sft-a"] and len(by_path.files) == 2
+    spellings = ("@best", "@step-40", "@step-00000040", "@latest", "/checkpoints/step-40")
+    for spec in (f"runs/sft-b{s}" for s in spellings):
+        lineage = training_lineage(spec)
+        assert (lineage.runs, lineage.files) == (by_path.runs, by_path.files), spec
+        assert len(contaminated_rows(lineage.files, [suite]).rows["recall"]) == 3, spec
+    from typer.testing import CliRunner
+
+    from tempering.cli import app
+
+    shown = [CliRunner().invoke(app, ["lineage", f"runs/sft-b{s}"]) for s in ("/best", *spellings)]
+    assert shown[0].exit_code == 0 and "sft-b (sft" in shown[0].stdout and "sft-a (sft" in shown[0].stdout
+    assert [(r.exit_code, r.stdout) for r in shown[1:]] == [(0, shown[0].stdout)] * len(spellings)
+    # training further from `runs/sft-b@best` links to sft-b as the path would
+    final_c = record_run(project / "runs", "sft-c", ["data/heldout.jsonl"], "runs/sft-b@best")
+    assert training_lineage(final_c).runs == ["sft-c", "sft-b", "sft-a"]

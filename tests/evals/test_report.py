@@ -287,3 +287,33 @@ def test_the_heatmap_shows_each_cell_next_to_the_base(tmp_path):
     assert "<h2>Length x depth</h2>" in page and 'alt="longctx-passkey by length x depth"' in page
     plain = render_report(results("cand-7"), tmp_path / "plain").read_text()
     assert "Length x depth" not in plain  # no suite there names lengths and depths
+
+
+def test_nothing_truncated_is_said_not_drawn_as_an_empty_axis(tmp_path):
+    clean = [s.model_copy(update={"truncation_rate": 0.0}) for s in results("cand-7").suites]
+    page = render_report(EvalResults(model="cand-7", suites=clean), tmp_path).read_text()
+    assert len(re.findall(r'src="data:image/png;base64,', page)) == 2 + 2  # no truncation chart
+    assert "Nothing truncated: no generation hit the token limit (arith-public, holdout-private)." in page
+    # against a base that did truncate, both bars are drawn
+    page = render_report(EvalResults(model="cand-7", suites=clean), tmp_path, compare=results("base-0")).read_text()
+    assert len(re.findall(r'src="data:image/png;base64,', page)) == 2 + 3 and "Nothing truncated" not in page
+
+
+def test_compare_shows_the_delta_of_every_metric_the_gate_judges(tmp_path):
+    """A secondary metric both runs kept per-task scores of has the delta the gate's rule prints."""
+    from tempering.evals.gate import parse_rules, run_gate
+
+    def with_format(res: EvalResults, right: int) -> EvalResults:
+        scores = {f"arith-{i:03d}": [1.0 if i < right else 0.0] * 4 for i in range(20)}
+        public = res.suites[0].model_copy(update={"metric_task_scores": {"format_ok": scores}})
+        return EvalResults(model=res.model, suites=[public, *res.suites[1:]])
+
+    base, cand = with_format(results("base-0"), 15), with_format(results("cand-7", improved=True), 10)
+    (check,) = run_gate(parse_rules(["no significant regression on arith-public.format_ok"]), base, cand).rules
+    assert not check.passed and "arith-public.format_ok -0.25 [-0.45, -0.05] p=0.013" in check.detail, check.detail
+    console = Console(record=True, width=250)
+    print_table(cand, compare=base, console=console)
+    (row,) = [line for line in console.export_text().splitlines() if "format_ok" in line]
+    assert "-0.250 sig" in row and "[-0.450, -0.050]" in row and "0.013" in row, row
+    page = render_report(cand, tmp_path, compare=base).read_text()
+    assert "-0.250 sig" in page

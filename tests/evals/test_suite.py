@@ -144,3 +144,53 @@ def test_a_longctx_suite_with_a_bad_depth_or_a_length_past_the_window_fails_in_o
     with pytest.raises(SuiteError) as err:
         _ = load_suite("far").task_list
     assert "16384 tokens exceeds the model's window of 8192" in str(err.value) and "\n" not in str(err.value)
+
+
+PLUGIN = """
+from tempering.types import Reward
+from tempering.verifiers import register
+
+
+@register("{name}")
+def middle_digit(spec, completion, ctx):
+    \"\"\"The recall task's own judge, written by a user: the reply's first word is the middle digit.\"\"\"
+    words = completion.split()
+    right = bool(words) and words[0] == spec["digit"]
+    return Reward(value=float(right), components={{"right": float(right)}})
+"""
+
+
+def plugin_suite(tmp_path, monkeypatch, name: str, rows: list[dict]) -> Path:
+    """A suite whose tasks are judged by verifier `name`, registered by the plug-in module `name`."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / f"{name}.py").write_text(PLUGIN.format(name=name))
+    tasks = [
+        {"id": r["id"], "prompt": r["prompt"], "verifier": {"type": name, "digit": r["verifier"]["answer"]}}
+        for r in rows
+    ]
+    return write_suite(tmp_path, "own-judge", write_jsonl(tmp_path / "own.jsonl", tasks), plugins=[name])
+
+
+def test_a_suite_loads_its_own_verifier_module_through_plugins(recall_model, recall_dir, env, monkeypatch):
+    """A user's verifier, in a module the suite names (as `grpo.plugins` names one), judges a
+    `temper eval run` exactly as the built-in numeric verifier does on the same answers."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tempering.cli import app
+
+    _, _, rows = recall_model
+    suite = plugin_suite(env, monkeypatch, "own_judge_recall", rows[:12])
+    builtin = write_suite(env, "numeric-judge", write_jsonl(env / "numeric.jsonl", rows[:12]))
+    for path, out in ((suite, "own"), (builtin, "numeric")):
+        result = CliRunner().invoke(
+            app, ["eval", "run", str(path), "--model", str(recall_dir), "--out", str(env / out)]
+        )
+        assert result.exit_code == 0, result.output
+    own, numeric = (json.loads((env / o / "results.json").read_text())["suites"][0] for o in ("own", "numeric"))
+    assert own["task_scores"] == numeric["task_scores"] and own["metrics"]["accuracy"]["mean"] > 0.9
+    # the plug-in's source is part of the suite hash: an edited judge is not served from the cache
+    before = read_suite(suite).hash
+    (env / "own_judge_recall.py").write_text((env / "own_judge_recall.py").read_text() + "\n# edited\n")
+    assert read_suite(suite).hash != before

@@ -217,3 +217,27 @@ def test_runs_prune_command(tmp_path):
     assert res.exit_code == 0 and "removed 1 failed run(s) without a run dir: crashed" in res.stdout
     listed = CliRunner().invoke(app, ["runs", "ls", "--root", str(tmp_path)]).stdout
     assert "done" in listed and "crashed" not in listed
+
+
+def test_an_interrupted_then_resumed_run_is_one_run_resumed_not_a_failure(tmp_path):
+    from typer.testing import CliRunner
+
+    from tempering.cli import app
+
+    s = spec(tmp_path, steps=4)
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C after the first checkpoint
+        with run_stage(s) as stage:
+            save_checkpoint(stage.run_dir / "checkpoints", 2, {"w": torch.zeros(2)}, {}, {}, 2)
+            raise KeyboardInterrupt
+    resumed = fake_run(s)
+    assert resumed is not None and resumed.run_id is not None
+    listed = CliRunner().invoke(app, ["runs", "ls", "--root", str(tmp_path / "runs")])
+    rows = [line for line in listed.stdout.splitlines() if " r " in f" {line} "]
+    assert listed.exit_code == 0 and len(rows) == 1, listed.stdout
+    assert resumed.run_id in rows[0] and "finished (resumed)" in rows[0] and "failed" not in listed.stdout
+    with sqlite3.connect(tmp_path / "runs" / "registry.sqlite") as db:
+        attempts = db.execute("SELECT id, status, error FROM runs WHERE name='r' ORDER BY started_at").fetchall()
+    assert [a[1] for a in attempts] == ["resumed", "finished"]  # the attempt stays on record, as resumed
+    assert attempts[0][2] == f"KeyboardInterrupt: ; resumed by {resumed.run_id}"
+    shown = CliRunner().invoke(app, ["runs", "show", "r", "--root", str(tmp_path / "runs")]).stdout
+    assert f"resumed attempt {attempts[0][0]}" in shown and "KeyboardInterrupt" in shown, shown

@@ -130,6 +130,23 @@ def test_an_invalid_pipeline_is_one_line_error_and_nothing_runs(tmp_path, case):
     assert not (tmp_path / "runs").exists()  # validated before any work: not even the run root
 
 
+def test_a_checkpoint_in_either_spelling_is_a_stage_model(tmp_path):
+    """The docs' `step-40` and the folder's `step-00000040` name one checkpoint; `@best` its run's best/."""
+    run = tmp_path / "old" / "r"
+    (run / "checkpoints" / "step-00000040").mkdir(parents=True)
+    (run / "best").mkdir()
+    for i, spec in enumerate(
+        ["./old/r@step-40", "./old/r@step-00000040", "./old/r/checkpoints/step-40", "old/r@best", "old/r@latest"]
+    ):
+        stages = {"e": {"kind": "eval", "model": spec, "suites": ["arithmetic-add"]}}
+        res = invoke(write_pipeline(tmp_path, stages, f"p{i}.yaml"), "--dry-run")
+        assert res.exit_code == 0, (spec, res.output)
+    bad = invoke(write_pipeline(tmp_path, {"e": {"kind": "eval", "model": "./old/r@step-41"}}), "--dry-run")
+    line = " ".join(bad.output.split())
+    assert bad.exit_code == 2 and "stage 'e'" in line and "no checkpoint at step 41" in line, line
+    assert "steps kept: 40" in line
+
+
 def test_the_example_pipeline_validates(tmp_path):
     res = invoke(ROOT / "examples" / "pipeline.yaml", "--dry-run", "--out", tmp_path / "runs")
     assert res.exit_code == 0, res.output
@@ -284,7 +301,7 @@ def test_a_pipeline_killed_with_sigkill_resumes_without_redoing_finished_stages(
     for r in registry_runs(tmp_path):
         by_name.setdefault(r["name"].split("-")[0], []).append(r["status"])
     assert by_name["baseline"] == ["finished"]  # the first stage was not recomputed
-    assert sorted(by_name["sft"]) == ["failed", "finished"]  # the killed attempt is closed as interrupted
+    assert sorted(by_name["sft"]) == ["finished", "resumed"]  # the killed attempt is the same run, resumed
 
 
 def test_an_interrupted_stage_that_cannot_resume_restarts_in_a_clean_dir(tmp_path):

@@ -110,3 +110,25 @@ def test_a_config_imports_the_plugin_module_by_name(tmp_path, tiny_dir):
         check=True,
     )
     assert out.stdout.split() == [PLUGIN, "rank"]
+
+
+def test_grpo_plugins_register_a_verifier_before_the_tasks_load(tmp_path, monkeypatch):
+    """`grpo.plugins` is the same door as a suite's `plugins`: a module there may register the
+    verifier the training tasks name, and it is imported before they are checked."""
+    from tempering.config import GRPOConfig
+    from tempering.recipes.grpo import grpo_guard
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "grpo_first_word.py").write_text(
+        "from tempering.types import Reward\nfrom tempering.verifiers import register\n\n"
+        "@register('grpo_first_word')\ndef first_word(spec, completion, ctx):\n"
+        "    return Reward(value=float(completion.split()[:1] == [spec['word']]))\n"
+    )
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        json.dumps({"id": "a", "prompt": "say 4", "verifier": {"type": "grpo_first_word", "word": "4"}}) + "\n"
+    )
+    cfg = GRPOConfig.model_validate(
+        {"tasks": {"source": str(tasks)}, "grpo": {"plugins": ["grpo_first_word"]}, "train": {"steps": 1}}
+    )
+    grpo_guard(cfg)  # loads and checks the tasks: their verifier type is known

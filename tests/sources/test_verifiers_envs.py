@@ -13,6 +13,7 @@ import hashlib
 import json
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -101,6 +102,45 @@ def test_the_rubric_scores_each_reward_function_as_a_component_and_their_weighte
         assert r.components["num_turns"] == 1.0  # the library's own weight-0 metric
     # pass_threshold=1.0: only the exact answer passes (1.0 + 0.5 + format >= 1)
     assert right.passed and not digit.passed and not none.passed
+
+
+def library_chat_client(text: str):
+    """The library's own OpenAI chat client, its reply `text` canned (no server): its checks and parsing run as is."""
+    import verifiers as vf
+    from openai.types.chat import ChatCompletion
+
+    class Canned(vf.OpenAIChatCompletionsClient):
+        async def get_native_response(self, prompt, model, sampling_args, tools=None, **kwargs):
+            message = {"role": "assistant", "content": text}
+            choice = {"index": 0, "finish_reason": "stop", "message": message}
+            return ChatCompletion.model_validate(
+                {"id": "c", "object": "chat.completion", "created": 0, "model": model, "choices": [choice]}
+            )
+
+        async def close(self) -> None:
+            return None
+
+    return Canned(cast(Any, None))  # no OpenAI client: the canned reply never leaves the process
+
+
+@pytest.mark.parametrize("text", ["", "<answer>3</answer>", "it is 4", " "], ids=["empty", "right", "wrong", "space"])
+def test_a_reply_scores_as_the_librarys_own_rollout_scores_it(text):
+    """Parity with `env.run_rollout` through the library's chat client: an empty reply is aborted there
+    (EmptyModelResponseError, no turn, reward 0), so it scores 0 here too, as the model's answer
+    (not a verifier error)."""
+    from tempering.sources.verifiers_envs import load_environment as load_env
+    from tempering.verifiers import VerifierContext, score
+
+    task = tasks(n=1)[0]  # 0 + 3 = 3
+    library = asyncio.run(load_env(ENV_ID).run_rollout(task.verifier["row"], library_chat_client(text), "m", {}))
+    with VerifierContext(sandbox_size=1) as ctx:
+        ours = score(task, text, ctx)
+    assert ours.value == pytest.approx(library["reward"], abs=1e-12)
+    assert {k: v for k, v in ours.components.items() if k != "correct"} == pytest.approx(library["metrics"])
+    assert ours.passed == (text == "<answer>3</answer>")
+    if text == "":
+        assert library["error"]["error"] == "EmptyModelResponseError" and library["metrics"]["num_turns"] == 0
+        assert ours.value == 0.0 and ours.components["num_turns"] == 0 and "empty reply" in (ours.detail or "")
 
 
 @pytest.mark.parametrize(

@@ -60,7 +60,8 @@ def test_format_tags_and_schema():
     spec = {"type": "format", "tags": ["think", "answer"], "json_schema": {"type": "object", "required": ["x"]}}
     assert score(task(spec), '<think>hm</think><answer>{"x": 1}</answer>').value == 1.0
     bad = score(task(spec), '<answer>{"y": 1}</answer><think>late</think>')
-    assert bad.value == 0.0 and "missing <answer>" in bad.detail and "missing 'x'" in bad.detail
+    assert bad.value == 0.0 and bad.detail is not None
+    assert "missing <answer>" in bad.detail and "missing 'x'" in bad.detail
 
 
 TOOLS = {"shell": {"type": "object", "required": ["cmd"], "properties": {"cmd": {"type": "string"}}}}
@@ -134,3 +135,43 @@ def test_numeric_close_gives_graded_credit_and_can_require_a_bare_number(ctx):
     assert score_spec(bare, " 154\n", ctx).value == pytest.approx(0.9)
     assert score_spec(bare, "67 + 88 = 154", ctx).value == 0.0
     assert score_spec(spec, "no number", ctx).value == 0.0
+
+
+def test_the_documented_extraction_task_scores_each_field_as_the_docs_say():
+    """The `format` section of docs/verifiers.md: its example task, scored as its text says."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "verifiers.md").read_text()
+    section = doc.split("## `format`: tags and JSON", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```json\n(.*?)```", section, re.DOTALL)
+    t = Task.model_validate(json.loads(block))  # the task loads: every spec passes its check
+    right = score(t, '<answer>{"vendor": "Acme GmbH", "total": 1234.50, "currency": "EUR"}</answer>')
+    assert right.value == 1.0 and right.components == {"shape": 0.25, "vendor": 0.25, "total": 0.25, "currency": 0.25}
+    text_total = score(t, '<answer>{"vendor": "Acme GmbH", "total": "1,234.50", "currency": "EUR"}</answer>')
+    assert text_total.value == 0.5 and text_total.components["shape"] == text_total.components["total"] == 0.0
+    assert score(t, "Acme GmbH, 1234.50 EUR").value == 0.0
+
+
+@pytest.mark.parametrize(
+    "spec,named",
+    [
+        ({"json_schema": {"type": "array", "items": {"type": "string"}}}, "items would not be checked"),
+        ({"json_schema": {"type": "object", "properties": {"a": {"pattern": "x"}}}}, "properties.a: pattern"),
+        ({"json_schema": {"type": "float"}}, "json_schema.type 'float' is not one of"),
+        ({"tags": "answer"}, "tags must be a list"),
+        ({"schema": {"type": "object"}}, "unknown field(s) schema"),
+    ],
+)
+def test_a_format_rule_it_would_not_check_is_refused_at_load(spec, named):
+    from tempering.verifiers.base import spec_problem
+
+    problem = spec_problem({"type": "format", **spec})
+    assert problem is not None and named in problem, problem
+
+
+def test_format_enum_uses_json_equality():
+    spec = {"type": "format", "json_schema": {"type": "object", "properties": {"n": {"enum": [1]}}}}
+    assert score(task(spec), '{"n": 1.0}').value == 1.0
+    assert score(task(spec), '{"n": true}').value == 0.0  # Python's True == 1; JSON's true is not 1
+    assert score(task({"type": "format", "tags": ["a+b"]}), "<a+b>x</a+b>").value == 1.0  # a tag is literal

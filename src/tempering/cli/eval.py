@@ -188,9 +188,9 @@ def eval_compare(
 
     a, b = _load_results(base), _load_results(candidate)
     rules = load_rules(gate) if gate is not None else None
-    print_table(b, compare=a, console=stdout_console())
+    print_table(b, compare=a, console=stdout_console(), seed=seed)
     if out_dir is not None:
-        stdout_console().print(f"report: {render_report(b, out_dir, compare=a)}")
+        stdout_console().print(f"report: {render_report(b, out_dir, compare=a, seed=seed)}")
     if rules is None:
         return
     verdict = run_gate(rules, a, b, seed=seed)

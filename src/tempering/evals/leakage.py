@@ -4,7 +4,11 @@ Lineage. Every output dir of a run (its `final/`, an export or merge of it) carr
 naming its registry and run (`pipeline.registry`); the registry records each input with its
 role and, for a base model that is another run's output, that parent run. So the files that
 trained a checkpoint are one query over roles (`train`, `replay`, `tasks`; `eval` and
-`heldout` files are not training data), whatever recipe wrote it. Every such file is
+`heldout` files are not training data), whatever recipe wrote it. Only the runs that made
+the weights count: the run that wrote the checkpoint and the runs of its base models
+(exports, merges, earlier stages). A data pass upstream of a training file (dedup,
+decontam, mix, feedback) is lineage too, but the model never read its inputs: it read the
+pass's output, after every filter, and that file is what is scanned. Every such file is
 scanned with the suites' n-gram index (`evals.contamination`); the rows found become the
 suite result's `contaminated_rows`, which the gate rule `contamination == 0` reads.
 A row that cannot be read (training quarantined it too) is skipped and counted in
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from tempering.data.io import RowError
 from tempering.errors import UserError
@@ -32,6 +36,9 @@ from tempering.evals.contamination import Hit, NgramIndex
 from tempering.evals.suite import Suite, registered_suites
 from tempering.hashing import sha256_file
 from tempering.types import Task
+
+if TYPE_CHECKING:
+    from tempering.runs.registry import LineageRow
 
 SHOWN_ROWS = 5
 
@@ -70,16 +77,14 @@ def find_run(model_path: str | Path) -> tuple[Path | str, dict[str, Any]] | None
 
     Read from the marker file every output dir carries (`tempering-run.json`, written by the
     stage runner and by `temper export`), or, for a checkpoint dir `<run>/checkpoints/step-N`,
-    the run dir's marker. Nothing is guessed from parent directories.
+    the run dir's marker; any spelling of a model (`runs/NAME@best` is `runs/NAME/best`,
+    `runs.registry.model_marker`). Nothing is guessed from parent directories.
     """
-    from tempering.runs.registry import Registry, is_url, read_marker, registry_exists
+    from tempering.runs.registry import Registry, is_url, model_dir, model_marker, registry_exists
 
-    path = Path(model_path).expanduser()
-    if not path.is_dir():
+    if not model_dir(model_path).is_dir():
         return None
-    marker = read_marker(path)
-    if marker is None and path.parent.name == "checkpoints":
-        marker = read_marker(path.parent.parent)
+    marker = model_marker(model_path)
     if marker is None or not registry_exists(marker["registry"]):
         return None
     registry = Registry(marker["registry"])
@@ -104,8 +109,9 @@ def training_lineage(model_path: str | Path) -> Lineage:
     """The runs and training files behind a checkpoint, through base models, exports and merges.
 
     One registry query (`Registry.lineage`) gives every input of the run and of its
-    ancestors with its role; the files in training roles are kept. A base model that lives
-    in another run root (its marker names another registry) continues the walk there.
+    ancestors with its role; of those, the runs that made the weights (`weight_runs`) keep
+    their files in training roles. A base model that lives in another run root (its marker
+    names another registry) continues the walk there.
     """
     from tempering.runs.registry import TRAINING_ROLES, Registry
 
@@ -120,7 +126,10 @@ def training_lineage(model_path: str | Path) -> Lineage:
             rows = registry.lineage(run["id"])
         finally:
             registry.close()
+        trained = weight_runs(run["id"], rows)
         for row in rows:
+            if row.run_id not in trained:  # a data pass: the model read its output, not its inputs
+                continue
             if row.run_id not in seen:
                 seen.add(row.run_id)
                 if row.run_name not in lineage.runs:  # a resumed run appears once
@@ -130,6 +139,17 @@ def training_lineage(model_path: str | Path) -> Lineage:
             elif row.role == "base_model" and row.path:
                 todo += _elsewhere(row.path, db)
     return lineage
+
+
+def weight_runs(run_id: str, rows: Sequence[LineageRow]) -> set[str]:
+    """The runs of `rows` whose weights lead to run `run_id`'s model: it and, recursively, the
+    runs that wrote its `base_model` inputs (data passes are reached through data inputs only)."""
+    runs, grew = {run_id}, True
+    while grew:
+        linked = {r.parent_run for r in rows if r.run_id in runs and r.role == "base_model" and r.parent_run}
+        grew = not linked <= runs
+        runs |= linked
+    return runs
 
 
 def _root(db: Path | str) -> Path:

@@ -19,9 +19,9 @@ from tempering.runs import REGISTRY_ENV, project_registry
 
 def registry_for(model: str) -> str | None:
     """The registry an eval of `model` belongs in (see the module docstring), or None."""
-    from tempering.runs.registry import read_marker, registry_exists
+    from tempering.runs.registry import model_dir, model_marker, registry_exists
 
-    marker = read_marker(model) if Path(model).exists() else None
+    marker = model_marker(model) if model_dir(model).exists() else None
     if marker is not None and registry_exists(marker["registry"]):
         return str(marker["registry"])
     if os.environ.get(REGISTRY_ENV):

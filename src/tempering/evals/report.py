@@ -38,7 +38,7 @@ from rich.table import Table
 
 from tempering.evals.report_longctx import length_depth_figure
 from tempering.evals.report_samples import samples_section
-from tempering.evals.results import EvalResults, MetricResult, SuiteComparison, SuiteResult
+from tempering.evals.results import EvalResults, MetricResult, SuiteComparison, SuiteResult, compare_metrics
 from tempering.evals.results import compare as compare_results
 from tempering.tables import print_wide
 
@@ -70,8 +70,10 @@ def render_report(
     *,
     compare: EvalResults | None = None,
     samples: Sequence[dict[str, Any]] = (),
+    seed: int = 0,
 ) -> Path:
-    """Write `out_dir/report.html` for `results`, against the base `compare` when given.
+    """Write `out_dir/report.html` for `results`, against the base `compare` when given (paired
+    bootstrap with `seed`, the gate's: the deltas shown are the ones it judges).
 
     `samples` are the run's samples.jsonl rows, stored in `out_dir` (their image paths are read
     against it); with them the report lists a few generations per public suite.
@@ -81,7 +83,7 @@ def render_report(
     Raises:
         ValueError: when a suite in both results cannot be paired (see `results.compare`).
     """
-    comparisons = _comparisons(results, compare)
+    comparisons = _comparisons(results, compare, seed)
     base_suites = {s.suite: s for s in compare.suites} if compare is not None else {}
     with matplotlib.rc_context({"text.parse_math": False}):  # names are plain text: "$x$" is not TeX
         body = _body(results, compare, base_suites, comparisons)
@@ -102,7 +104,7 @@ def _body(
     results: EvalResults,
     compare: EvalResults | None,
     base_suites: dict[str, SuiteResult],
-    comparisons: dict[str, SuiteComparison],
+    comparisons: dict[tuple[str, str], SuiteComparison],
 ) -> str:
     parts = [
         _header(results, compare),
@@ -112,7 +114,8 @@ def _body(
         '<div class="grid">',
     ]
     for suite in results.suites:
-        fig = _metrics_figure(suite, base_suites.get(suite.suite), comparisons.get(suite.suite))
+        primary = comparisons.get((suite.suite, suite.primary_metric or ""))
+        fig = _metrics_figure(suite, base_suites.get(suite.suite), primary)
         parts.append(_img(fig, f"metrics of {suite.suite}"))
     parts.append("</div>")
     parts += _length_depth_section(results.suites, base_suites)
@@ -121,16 +124,19 @@ def _body(
         "Paraphrase spread", _paraphrase_figure(results.suites), "No suite recorded paraphrased variants."
     )
     parts += _figure_section(
-        "Truncation rate", _truncation_figure(results.suites, base_suites), "No suite recorded a truncation rate."
+        "Truncation rate", _truncation_figure(results.suites, base_suites), _no_truncation(results.suites, base_suites)
     )
     parts += ["<h2>All numbers</h2>", _numbers_table(results, base_suites, comparisons)]
     parts += _contamination_section(results.suites)
     return "\n".join(parts)
 
 
-def print_table(results: EvalResults, *, compare: EvalResults | None = None, console: Console | None = None) -> None:
-    """Every metric of every suite as a rich table; with a base, the paired delta of primary metrics."""
-    comparisons = _comparisons(results, compare)
+def print_table(
+    results: EvalResults, *, compare: EvalResults | None = None, console: Console | None = None, seed: int = 0
+) -> None:
+    """Every metric of every suite as a rich table; with a base, the paired delta of every metric
+    that can be paired (`_comparisons`, bootstrap `seed`)."""
+    comparisons = _comparisons(results, compare, seed)
     base_suites = {s.suite: s for s in compare.suites} if compare is not None else {}
     table = Table(
         box=box.SIMPLE_HEAD, title=escape(results.model + (f"  vs base {compare.model}" if compare is not None else ""))
@@ -149,7 +155,8 @@ def print_table(results: EvalResults, *, compare: EvalResults | None = None, con
                 _f(metric.std),
             ]
             if compare is not None:
-                row += _delta_cells(base_suites.get(suite.suite), comparisons.get(suite.suite), metric.name, rich=True)
+                paired = comparisons.get((suite.suite, metric.name))
+                row += _delta_cells(base_suites.get(suite.suite), paired, metric.name, rich=True)
             table.add_row(*row)
     print_wide(console or Console(), table)
 
@@ -157,10 +164,16 @@ def print_table(results: EvalResults, *, compare: EvalResults | None = None, con
 # ---------------------------------------------------------------------------- numbers
 
 
-def _comparisons(results: EvalResults, base: EvalResults | None) -> dict[str, SuiteComparison]:
+def _comparisons(
+    results: EvalResults, base: EvalResults | None, seed: int = 0
+) -> dict[tuple[str, str], SuiteComparison]:
+    """(suite, metric) -> the paired comparison the gate reads: the primary metric of each shared
+    suite (`results.compare`) and every other metric both runs kept per-task scores of
+    (`results.compare_metrics`), with the same bootstrap seed."""
     if base is None:
         return {}
-    return {c.suite: c for c in compare_results(base, results)}
+    paired = [*compare_results(base, results, seed=seed), *compare_metrics(base, results, seed=seed)]
+    return {(c.suite, c.metric): c for c in paired}
 
 
 def _columns(with_base: bool) -> list[str]:
@@ -181,7 +194,7 @@ def _metric_label(suite: SuiteResult, name: str) -> str:
 
 
 def _delta_cells(base: SuiteResult | None, comparison: SuiteComparison | None, metric: str, *, rich: bool) -> list[str]:
-    """Base mean, delta, delta CI and p for one metric; delta and test only for the paired primary metric."""
+    """Base mean, delta, delta CI and p for one metric; delta and test where it was paired (`_comparisons`)."""
     base_metric = base.metrics.get(metric) if base is not None else None
     if comparison is None or comparison.metric != metric:
         return [_f(base_metric.mean if base_metric else None), "–", "–", "–"]
@@ -265,7 +278,7 @@ def _stability_section(suites: Sequence[SuiteResult]) -> list[str]:
 
 
 def _numbers_table(
-    results: EvalResults, base_suites: dict[str, SuiteResult], comparisons: dict[str, SuiteComparison]
+    results: EvalResults, base_suites: dict[str, SuiteResult], comparisons: dict[tuple[str, str], SuiteComparison]
 ) -> str:
     with_base = bool(base_suites)
     rows = [
@@ -279,7 +292,7 @@ def _numbers_table(
             cells = [_f(metric.mean), _ci(metric.low, metric.high), str(metric.n), _f(metric.std)]
             if with_base:
                 base = base_suites.get(suite.suite)
-                cells += _delta_cells(base, comparisons.get(suite.suite), metric.name, rich=False)
+                cells += _delta_cells(base, comparisons.get((suite.suite, metric.name)), metric.name, rich=False)
             rows.append(
                 f'<tr><td class="name">{html.escape(suite.suite)}{tag}</td>'
                 f'<td class="name">{html.escape(_metric_label(suite, metric.name))}</td>'
@@ -289,8 +302,9 @@ def _numbers_table(
     rows.append("</table>")
     rows.append(_suite_facts_table(results.suites))
     return (
-        "\n".join(rows) + '<p class="note">* primary metric (the one paired comparisons and the gate use). '
-        "sig: the delta's interval excludes 0.</p>"
+        "\n".join(rows) + '<p class="note">* primary metric (what a suite-level gate rule reads). '
+        "delta: paired over tasks, for every metric both runs kept per-task scores of (what "
+        "<code>suite.metric</code> gate rules read). sig: the delta's interval excludes 0.</p>"
     )
 
 
@@ -513,9 +527,23 @@ def _paraphrase_figure(suites: Sequence[SuiteResult]) -> Figure | None:
     return fig
 
 
+def _truncated_anywhere(suites: Sequence[SuiteResult], base_suites: dict[str, SuiteResult]) -> bool:
+    both = [*suites, *(base_suites.get(s.suite) for s in suites)]
+    return any(s is not None and s.truncation_rate for s in both)
+
+
+def _no_truncation(suites: Sequence[SuiteResult], base_suites: dict[str, SuiteResult]) -> str:
+    """What the truncation section says when it draws no chart (an axis of zero-length bars says nothing)."""
+    recorded = [html.escape(s.suite) for s in suites if s.truncation_rate is not None]
+    if not recorded:
+        return "No suite recorded a truncation rate."
+    where = ", ".join(recorded) + (", and the base" if base_suites else "")
+    return f"Nothing truncated: no generation hit the token limit ({where})."
+
+
 def _truncation_figure(suites: Sequence[SuiteResult], base_suites: dict[str, SuiteResult]) -> Figure | None:
     recorded = [s for s in suites if s.truncation_rate is not None]
-    if not recorded:
+    if not recorded or not _truncated_anywhere(recorded, base_suites):
         return None
     fig = Figure(figsize=(7, 0.6 * len(recorded) + 1.2), layout="constrained")
     ax = fig.add_subplot()

@@ -8,6 +8,7 @@
     metrics: [accuracy, mean_reward, "pass@4"]         # the first is the primary metric
     seeds: 1
     private: false
+    plugins: [my_judges]                                # modules that register the tasks' own verifiers
 
 Where suites are found (`load_suite(name)`, `registered_suites()`): the built-in suites
 shipped in `tempering/evals/suites/*.yaml`, then every `*.yaml` in the user suite
@@ -29,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from functools import cached_property
 from importlib.resources import files
 from pathlib import Path
@@ -37,6 +39,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tempering.algorithms import import_plugins, is_module_name
 from tempering.config import SamplingSettings, TaskSourceSettings
 from tempering.errors import UserError
 from tempering.sources.registry import is_source_name
@@ -119,6 +122,11 @@ class Suite(BaseModel):
     private: bool = False
     """Held out: no task text or id leaves the evaluation (results hold hashed ids), and
     training refuses data that overlaps it."""
+    plugins: list[str] = []
+    """Modules imported before the suite's tasks load (module names on the path, as
+    `grpo.plugins`): each registers its own verifiers on import (`@register` of
+    `tempering.verifiers`), which the tasks' `verifier.type` may then name. The suite hash covers
+    their source files, so a changed verifier is not served from the cache (docs/verifiers.md)."""
     path: Path | None = Field(None, exclude=True)
     """The YAML file the suite came from (not part of its definition)."""
     given_tasks: list[Task] | None = Field(None, exclude=True)
@@ -126,6 +134,14 @@ class Suite(BaseModel):
     limit: int | None = Field(None, ge=1, exclude=True)
     """At most this many tasks per task source (`with_overrides(limit=)`); the hash covers it
     through the tasks, and results record it so a gate verdict can be re-checked."""
+
+    @field_validator("plugins")
+    @classmethod
+    def _plugins(cls, v: list[str]) -> list[str]:
+        bad = [m for m in v if not is_module_name(m)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a module name (dotted words on the path), not a path")
+        return v
 
     @field_validator("tasks", mode="before")
     @classmethod
@@ -215,6 +231,10 @@ class Suite(BaseModel):
     @cached_property
     def task_list(self) -> list[Task]:
         """The suite's tasks, loaded once (file sources resolve next to the suite's YAML)."""
+        try:  # the verifiers the tasks name must be registered before their specs are checked
+            import_plugins(self.plugins)
+        except UserError as exc:
+            raise SuiteError(f"suite {self.name!r}: plugins: {exc}") from None
         tasks: list[Task] = list(self.given_tasks or [])
         for source in self.tasks if self.given_tasks is None else []:
             try:
@@ -243,14 +263,23 @@ class Suite(BaseModel):
                 exclude=_UNHASHED_SAMPLING | ({k for k in ("stop_token_ids", "stop") if not getattr(self.sampling, k)})
             ),
         }
+        tasks = self.task_list  # imports the plug-ins first
+        if self.plugins:  # their code judges: a change is a new suite hash (no stale cached scores)
+            definition["plugins"] = {m: _source_digest(m) for m in self.plugins}
         h = hashlib.sha256(json.dumps(definition, sort_keys=True).encode())
-        for task in self.task_list:
+        for task in tasks:
             h.update(b"\0" + task.model_dump_json().encode())
         return h.hexdigest()
 
     @property
     def hash(self) -> str:
         return self.full_hash[:16]
+
+
+def _source_digest(module: str) -> str:
+    """sha256 of an imported module's source file (16 hex digits)."""
+    path = getattr(sys.modules.get(module), "__file__", None)
+    return hashlib.sha256(Path(path).read_bytes() if path else b"").hexdigest()[:16]
 
 
 def metric_k(metric: str) -> int | None:

@@ -71,6 +71,15 @@ def is_checkpoint(path: Path) -> bool:
     return (path / MANIFEST).is_file() and (path / WEIGHTS).is_file()
 
 
+def is_checkpoint_spec(spec: str) -> bool:
+    """Whether `spec` is spelled as a checkpoint (`RUN@step-N|latest|best`, `.../checkpoints/step-N`),
+    whether or not it is there."""
+    path = Path(spec)
+    return _AT.fullmatch(spec) is not None or (
+        _STEP.fullmatch(path.name) is not None and path.parent.name == "checkpoints"
+    )
+
+
 def checkpoint_path(spec: str) -> Path | None:
     """The dir a checkpoint spec names, or None when `spec` is no checkpoint spec.
 

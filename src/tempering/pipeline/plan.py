@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from tempering.config import PipelineConfig
 from tempering.errors import UserError
+from tempering.models.checkpoints import CheckpointError, is_checkpoint_spec
 from tempering.pipeline.stages import StageKind, stage_kinds
 from tempering.pipeline.tracks import TracksError, TracksPlan, attempt_stages, check_tracks
 from tempering.sources.registry import is_source_name
@@ -94,8 +95,14 @@ def is_file_value(value: str, dotted: str) -> bool:
 
 
 def is_model_path(value: str) -> bool:
-    """A model spec that names a local file or dir (an alias or hub id is not checked)."""
-    return value.startswith((".", "/", "~")) or value.endswith(".gguf") or Path(value).expanduser().exists()
+    """A model spec that names a local file or dir, a checkpoint spec included (`runs/NAME@best`,
+    `runs/NAME/checkpoints/step-40`); an alias or hub id is not checked."""
+    return (
+        value.startswith((".", "/", "~"))
+        or value.endswith(".gguf")
+        or is_checkpoint_spec(value)
+        or Path(value).expanduser().exists()
+    )
 
 
 # ------------------------------------------------------------------ loading and validation
@@ -248,9 +255,15 @@ def _resolve(where: str, base: Path, value: str, key: str, model: bool) -> str:
     """A relative input path against the pipeline file's dir; a missing one is an error."""
     if REF.search(value) or (model and not is_model_path(value)) or (not model and not is_file_value(value, key)):
         return value
+    from tempering.runs.registry import model_dir
+
     p = Path(value).expanduser()
     p = p if p.is_absolute() else Path(os.path.normpath(base / p))
-    if not p.exists():
+    try:  # a model in any spelling: `runs/NAME@step-40` is `runs/NAME/checkpoints/step-00000040`
+        found = model_dir(p) if model else p
+    except CheckpointError as exc:
+        raise PipelineError(f"{where}: {key}: {exc}") from None
+    if not found.exists():
         raise PipelineError(f"{where}: {key}: {'model' if model else 'file'} not found: {p}")
     return str(p)
 

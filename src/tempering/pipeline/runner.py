@@ -49,7 +49,7 @@ from tempering.pipeline.plan import (
 )
 from tempering.pipeline.stages import StageContext
 from tempering.pipeline.tracks import attempt_stages, rebalance_step
-from tempering.runs.registry import MARKER, REGISTRY_ENV, Registry, describe_input
+from tempering.runs.registry import MARKER, REGISTRY_ENV, Registry, describe_input, model_dir
 from tempering.runs.stage import REGISTRY_FILE, run_lock
 
 __all__ = ["load_plan", "run_pipeline", "dry_run", "PipelineError", "StageOutcome", "PipelineResult"]
@@ -124,7 +124,7 @@ def stage_identity(plan: Plan, stage: PlannedStage, keys: dict[str, Any]) -> tup
     for dotted in spec.inputs:
         walk(cfg, dotted, lambda v, k: f"sha256:{content_digest(v)}" if is_file_value(v, k) else v)
     for dotted in spec.models:
-        walk(cfg, dotted, lambda v, k: f"sha256:{content_digest(v)}" if is_model_path(v) else v)
+        walk(cfg, dotted, lambda v, k: f"sha256:{content_digest(model_dir(v))}" if is_model_path(v) else v)
     seed: Any = cfg
     for part in (spec.seed_key or "").split("."):
         seed = seed.get(part) if isinstance(seed, dict) and part else None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tempering.algorithms import import_plugins
 from tempering.config import GRPOConfig
 from tempering.errors import UserError
 from tempering.evals.suite import Suite
@@ -354,6 +355,7 @@ def grpo_guard(cfg: GRPOConfig) -> None:
     from tempering.rollout.select import EngineUnavailable, check_engine
     from tempering.sources.tasks import load_tasks
 
+    import_plugins(cfg.grpo.plugins)  # before any task loads: a plug-in may register the verifier they name
     if cfg.train.grad_accum > cfg.grpo.prompts_per_step:
         raise UserError("train.grad_accum must not exceed grpo.prompts_per_step (micro-batches hold whole groups)")
     vision = check_vision_model(cfg)
@@ -451,6 +453,8 @@ class GRPOTasks:
 
 def _prepare(cfg: GRPOConfig, tokenizer: Any) -> GRPOTasks:
     from tempering.sources.tasks import load_tasks, with_reward
+
+    import_plugins(cfg.grpo.plugins)  # every rank: the verifiers the tasks name are registered first
 
     if cfg.domains:
         from tempering.config.domains import domain_plan

@@ -51,6 +51,8 @@ __all__ = [
     "LineageRow",
     "describe_input",
     "read_marker",
+    "model_dir",
+    "model_marker",
     "registry_exists",
     "file_sha256",
     "REGISTRY_ENV",
@@ -131,7 +133,7 @@ def describe_input(path: str | Path, role: str) -> Input:
     if role not in ROLES:
         raise ValueError(f"unknown input role {role!r}; one of {', '.join(ROLES)}")
     p = Path(path).expanduser()
-    marker = read_marker(p)
+    marker = model_marker(path) if role == "base_model" else read_marker(p)
     # Files and data dirs (a saved `datasets` dir) are hashed; model dirs are named by their
     # path or their marker's run (hashing one would read hundreds of MB at every start).
     data_dir = p.is_dir() and marker is None and role != "base_model"
@@ -148,6 +150,30 @@ def read_marker(path: str | Path) -> dict[str, Any] | None:
         return json.loads(marker.read_text())
     except (json.JSONDecodeError, OSError):
         return None
+
+
+def model_dir(spec: str | Path) -> Path:
+    """The directory a model spec names on this disk, so every spelling of one model is one
+    recorded output: `RUN@best` is `RUN/best`, `RUN@latest` and `RUN@step-40` (or `step-00000040`)
+    the checkpoint dir (`models.checkpoints.checkpoint_path`); anything else the path as given.
+
+    Raises:
+        CheckpointError: `RUN@...` names a run dir or checkpoint that is not there (one line).
+    """
+    from tempering.models.checkpoints import checkpoint_path
+
+    found = checkpoint_path(str(spec))
+    return found if found is not None else Path(spec).expanduser()
+
+
+def model_marker(spec: str | Path) -> dict[str, Any] | None:
+    """The marker of the run that wrote model `spec` (any spelling, `model_dir`): its dir's, or
+    for a checkpoint `<run>/checkpoints/step-N` its run dir's. Nothing is guessed from other parents."""
+    path = model_dir(spec)
+    marker = read_marker(path)
+    if marker is None and path.parent.name == "checkpoints":
+        marker = read_marker(path.parent.parent)
+    return marker
 
 
 def is_url(location: str | Path) -> bool:
@@ -321,6 +347,22 @@ class Registry:
                 sa.update(runs).where(runs.c.id == run_id).values(status="failed", error=error, finished_at=time.time())
             )
 
+    def mark_resumed(self, run_id: str, by: str) -> None:
+        """An interrupted attempt (`failed` or left `running`) that attempt `by` resumed from its
+        checkpoint: `resumed`, one run with it (listings show the newest attempt of a name)."""
+        with self.transaction() as conn:
+            row = conn.execute(sa.select(runs.c.error).where(runs.c.id == run_id)).first()
+            why = f"{row.error}; " if row is not None and row.error else ""
+            conn.execute(
+                sa.update(runs)
+                .where((runs.c.id == run_id) & runs.c.status.in_(["failed", "running"]))
+                .values(
+                    status="resumed",
+                    error=f"{why}resumed by {by}",
+                    finished_at=sa.func.coalesce(runs.c.finished_at, time.time()),
+                )
+            )
+
     def remove(self, run_ids: Sequence[str]) -> int:
         """Delete runs (and their input/output rows); returns how many went."""
         ids = list(run_ids)
@@ -411,11 +453,11 @@ class Registry:
     def identify_model(self, model: str | Path) -> tuple[str | None, str, str | None]:
         """(run id, path or spec, sha256) of a model: its marker or output row names the run,
         the recorded hash is reused (else a local checkpoint dir is hashed)."""
-        p = Path(model).expanduser()
+        p = model_dir(model)
         if not p.exists():
             return None, str(model), None
         p = p.resolve()
-        marker = read_marker(p)
+        marker = model_marker(p)
         with self.reading() as conn:
             row = conn.execute(
                 sa.select(run_outputs.c.run_id, run_outputs.c.sha256)
@@ -433,7 +475,7 @@ class Registry:
         if run_id is not None:
             query = query.where(schema.evals.c.run_id == run_id)
         if model is not None:
-            p = Path(model).expanduser()
+            p = model_dir(model)
             query = query.where(schema.evals.c.model == (str(p.resolve()) if p.exists() else str(model)))
         with self.reading() as conn:
             return [_decode(r) for r in conn.execute(query)]
@@ -452,9 +494,18 @@ class Registry:
             rows = conn.execute(_LINEAGE, {"run_id": run_id}).fetchall()
         return [LineageRow(r.depth, r.run_id, r.name, r.kind, r.role, r.path, r.sha256, r.parent_run) for r in rows]
 
-    def list(self, limit: int = 50) -> list[dict[str, Any]]:
+    def list(self, limit: int = 50, *, resumed: bool = True) -> list[dict[str, Any]]:
+        """The newest runs first; `resumed=False` leaves out attempts a later attempt resumed."""
+        query = sa.select(runs).order_by(runs.c.started_at.desc()).limit(limit)
+        if not resumed:
+            query = query.where(runs.c.status != "resumed")
         with self.reading() as conn:
-            rows = conn.execute(sa.select(runs).order_by(runs.c.started_at.desc()).limit(limit))
+            return [_decode(r) for r in conn.execute(query)]
+
+    def attempts(self, name: str) -> list[dict[str, Any]]:
+        """Every attempt recorded under run name `name`, oldest first."""
+        with self.reading() as conn:
+            rows = conn.execute(sa.select(runs).where(runs.c.name == name).order_by(runs.c.started_at))
             return [_decode(r) for r in rows]
 
     def close(self) -> None:

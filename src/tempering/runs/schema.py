@@ -21,7 +21,7 @@ runs = sa.Table(
     sa.Column("id", sa.String(32), primary_key=True),
     sa.Column("name", sa.Text, nullable=False),
     sa.Column("kind", sa.Text, nullable=False),
-    sa.Column("status", sa.Text, nullable=False),  # running | finished | failed
+    sa.Column("status", sa.Text, nullable=False),  # running | finished | failed | resumed (a later attempt resumed it)
     sa.Column("base_model", sa.Text),
     sa.Column("config", sa.Text, nullable=False),  # JSON
     sa.Column("inputs", sa.Text, nullable=False),  # JSON {path: sha256}, a summary of run_inputs

@@ -296,10 +296,13 @@ def _run_body(stage: Stage, tell: Any) -> Iterator[Stage]:
         )
     inputs = list(spec.inputs)
     previous = stage.registry.latest(stage.name)
-    if previous is not None and list_checkpoints(run_dir / "checkpoints"):
+    resuming = previous is not None and bool(list_checkpoints(run_dir / "checkpoints"))
+    if resuming:
         # a resume starts from the earlier attempt's weights: its lineage is this run's too
         inputs.append(Input(str(run_dir / "checkpoints"), "base_model", None, previous["id"]))
     stage.run_id = stage.registry.start(stage.name, spec.kind, spec.config, inputs, spec.base_model)
+    if resuming:  # an interrupted attempt is this run, resumed: one run in listings, not a failure
+        stage.registry.mark_resumed(previous["id"], stage.run_id)
     stage.registry.record_output(stage.run_id, "run_dir", run_dir)
     (run_dir / CONFIG_FILE).write_text(json.dumps(spec.config, indent=1))
     _seed(spec.seed, spec.threads)
@@ -374,9 +377,9 @@ def record_export(source: str | Path, out: str | Path, config: dict[str, Any]) -
     lineage walks from the exported dir back through the run that trained the adapter.
     A `source` that no Tempering run wrote is exported unrecorded (yields None).
     """
-    from tempering.runs.registry import read_marker, registry_exists
+    from tempering.runs.registry import model_marker, registry_exists
 
-    marker = read_marker(source)
+    marker = model_marker(source)
     if marker is None or not registry_exists(marker["registry"]):
         yield None
         return

@@ -33,7 +33,8 @@ class UnknownVerifier(KeyError):
 def register(
     name: str, needs_prompt: bool = False, deadline_s: float | None = None, check: SpecCheck | None = None
 ) -> Callable[[ScoreFn], ScoreFn]:
-    """Register `fn(spec, completion, ctx) -> Reward` as the verifier `type: name`.
+    """Register `fn(spec, completion, ctx) -> Reward` as the verifier `type: name` (a name taken
+    by another function is refused: UserError).
 
     `needs_prompt`: `score` adds the task's conversation to the spec as `prompt` (unless
     the spec sets one), also inside composite parts.
@@ -45,6 +46,10 @@ def register(
     """
 
     def add(fn: ScoreFn) -> ScoreFn:
+        known = VERIFIERS.get(name)
+        if known is not None and (known.__module__, known.__qualname__) != (fn.__module__, fn.__qualname__):
+            # a plug-in cannot replace a built-in (or another plug-in's) judge behind its name
+            raise UserError(f"verifier {name!r} is already registered (to {known.__module__}.{known.__qualname__})")
         VERIFIERS[name] = fn
         if check is not None:
             CHECKS[name] = check

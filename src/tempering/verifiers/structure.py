@@ -13,6 +13,9 @@ from tempering.verifiers.base import register, score_spec, spec_problem
 from tempering.verifiers.context import VerifierContext
 
 _JSON_TYPES = {"string": str, "number": (int, float), "integer": int, "boolean": bool, "object": dict, "array": list}
+SCHEMA_KEYWORDS = frozenset({"type", "required", "properties", "enum", "description", "title"})
+"""The JSON-schema subset `schema_problems` checks (`description` and `title` are notes); the
+`format` verifier refuses a schema with any other keyword, which it would not check."""
 
 
 def schema_problems(value: Any, schema: dict[str, Any], where: str = "$") -> list[str]:
@@ -23,7 +26,7 @@ def schema_problems(value: Any, schema: dict[str, Any], where: str = "$") -> lis
         isinstance(value, _JSON_TYPES[kind]) and not (kind in ("number", "integer") and isinstance(value, bool))
     ):
         return [f"{where}: expected {kind}, got {type(value).__name__}"]
-    if "enum" in schema and value not in schema["enum"]:
+    if "enum" in schema and not any(_same(value, v) for v in schema["enum"]):
         problems.append(f"{where}: {value!r} not in {schema['enum']}")
     if isinstance(value, dict):
         problems += [f"{where}: missing {k!r}" for k in schema.get("required", []) if k not in value]
@@ -33,13 +36,49 @@ def schema_problems(value: Any, schema: dict[str, Any], where: str = "$") -> lis
     return problems
 
 
-@register("format")
+def _same(value: Any, listed: Any) -> bool:
+    """JSON equality: `true` is not `1` (Python's `True == 1` is), `1` is `1.0`."""
+    return value == listed and isinstance(value, bool) == isinstance(listed, bool)
+
+
+def _check_schema(schema: Any, where: str = "json_schema") -> None:
+    if not isinstance(schema, dict):
+        raise ValueError(f"{where} must be a mapping, got {type(schema).__name__}")
+    unknown = sorted(set(schema) - SCHEMA_KEYWORDS)
+    if unknown:
+        raise ValueError(
+            f"{where}: {', '.join(unknown)} would not be checked (the format verifier checks "
+            f"{', '.join(sorted(SCHEMA_KEYWORDS - {'description', 'title'}))})"
+        )
+    if "type" in schema and schema["type"] not in _JSON_TYPES:
+        raise ValueError(f"{where}.type {schema['type']!r} is not one of {', '.join(_JSON_TYPES)}")
+    if not isinstance(schema.get("required", []), list) or not isinstance(schema.get("enum", []), list):
+        raise ValueError(f"{where}: required and enum are lists")
+    for key, sub in (schema.get("properties") or {}).items():
+        _check_schema(sub, f"{where}.properties.{key}")
+
+
+def _check_format(spec: dict[str, Any]) -> None:
+    unknown = sorted(set(spec) - {"type", "tags", "json_schema"})
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(unknown)} (the format verifier reads tags and json_schema)")
+    tags = spec.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
+        raise ValueError("tags must be a list of tag names")
+    if "json_schema" in spec:
+        _check_schema(spec["json_schema"])
+
+
+@register("format", check=_check_format)
 def score_format(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
-    """`tags: [think, answer]` must appear as <t>...</t> in order; `json_schema` checks the answer tag (or the text)."""
+    """`tags: [think, answer]` must appear as <t>...</t> in order; `json_schema` checks the answer tag (or the text).
+
+    The options and an extraction example: docs/verifiers.md, "`format`"."""
     problems = []
     pos = 0
     for tag in spec.get("tags", []):
-        m = re.compile(rf"<{tag}>(.*?)</{tag}>", re.DOTALL).search(completion, pos)
+        name = re.escape(tag)
+        m = re.compile(rf"<{name}>(.*?)</{name}>", re.DOTALL).search(completion, pos)
         if not m:
             problems.append(f"missing <{tag}>...</{tag}> (in order)")
             break

@@ -18,7 +18,11 @@ reward functions exactly as in its own evaluation. The Reward:
     accuracy and pass@k count what the library's pass@k counts.
 
 A reward function that raises is the library's business: it logs it and scores that function 0.
-A rollout the library marks with an error is a `VerifierError` (not the model's fault).
+An empty reply is what the library's own chat client refuses (`EmptyModelResponseError`: no
+content, no tool call): the library aborts that rollout with no turn and scores it (reward 0
+with the rubrics above, `num_turns` 0); so does this client, and that score is the model's,
+with the reason in `detail`. Any other rollout the library marks with an error is a
+`VerifierError` (not the model's fault).
 
 Where it runs: in the scoring thread, in-process. The environment is built once per process,
 in the main thread (the library installs signal handlers as it builds one), which loading the
@@ -42,6 +46,8 @@ from tempering.verifiers.base import VerifierError, register
 
 MODEL = "tempering"
 """The model name the library records for the sampled completion."""
+EMPTY_REPLY = "EmptyModelResponseError"
+"""The library's error for a reply with no content and no tool call (its rollout output names it so)."""
 
 
 def check_spec(spec: dict[str, Any]) -> None:
@@ -63,12 +69,15 @@ def score_verifiers(spec: dict[str, Any], completion: str, ctx: Any) -> Reward:
     check_spec(spec)
     env = load_environment(spec["env"], spec.get("env_args") or {})
     output = asyncio.run(env.run_rollout(spec["row"], sampled_completion(completion), MODEL, {}))
-    if output.get("error"):
-        raise VerifierError(f"the verifiers rollout failed (not the model's fault): {output['error']}")
+    error = output.get("error")
+    empty = isinstance(error, dict) and error.get("error") == EMPTY_REPLY
+    if error and not empty:
+        raise VerifierError(f"the verifiers rollout failed (not the model's fault): {error}")
     reward = float(output["reward"])
     components = {name: float(v) for name, v in (output.get("metrics") or {}).items()}
     components[CORRECT] = 1.0 if reward >= env.pass_threshold else 0.0
-    return Reward(value=reward, components=components)
+    detail = f"empty reply: the library aborts the rollout ({EMPTY_REPLY}: {error['message']})" if empty else None
+    return Reward(value=reward, components=components, detail=detail)
 
 
 def sampled_completion(text: str) -> Any:
@@ -90,7 +99,8 @@ def sampled_completion(text: str) -> Any:
             return text
 
         async def raise_from_native_response(self, response: Any) -> None:
-            return None
+            if not response:  # the library's chat client's rule: no content and no tool call
+                raise vf.EmptyModelResponseError("Model returned no content and did not call any tools")
 
         async def from_native_response(self, response: Any) -> Any:
             message = ResponseMessage(content=response, finish_reason="stop", is_truncated=False)
