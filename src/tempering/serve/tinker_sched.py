@@ -142,29 +142,32 @@ class Scheduler:
                 self._cond.wait()
             if self._closed:
                 return None
-            owner, queue = next(iter(self._queues.items()))
-            self._queues.move_to_end(owner)  # the next turn is the next key's
-            return queue[0]
+            return next(iter(self._queues.values()))[0]
 
-    def _done(self, call: _Call) -> None:
+    def _turn(self, call: _Call, over: bool) -> None:
+        """After a step of `call`: drop it if `over`; its key goes behind every other key,
+        including one whose first call arrived during the step."""
         with self._cond:
             queue = self._queues.get(call.owner)
             if queue and queue[0] is call:
-                queue.popleft()
-                if not queue:
+                if over:
+                    queue.popleft()
+                if queue:
+                    self._queues.move_to_end(call.owner)
+                else:
                     del self._queues[call.owner]
 
     def _loop(self) -> None:
         while (call := self._next()) is not None:
             if call.steps is None:
                 if not call.future.set_running_or_notify_cancel():
-                    self._done(call)
+                    self._turn(call, over=True)
                     continue
                 call.steps = _as_steps(call.fn)
-            if self._step(call):
-                self._done(call)
-            elif self._closed:
+            over = self._step(call)
+            if not over and self._closed:
                 call.steps.close()
+            self._turn(call, over)
 
     def _step(self, call: _Call) -> bool:
         """Run one step of `call`; whether it is over (finished, failed or stopped)."""
