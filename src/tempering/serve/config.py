@@ -136,7 +136,7 @@ class TinkerServeConfig(BaseModel):
     """Most input tokens of one datum of forward_backward, or of one sample prompt."""
     max_call_tokens: int = Field(65536, ge=1)
     """Most input tokens of one forward_backward call, all its datums together."""
-    step_tokens: int = Field(1024, ge=1)
+    step_tokens: int = Field(512, ge=1)
     """Padded tokens (datums x the longest) of one step of a forward_backward: the worker runs one
     step of a key's call, then one of the next key's, so a long call delays others by a step."""
     call_timeout_s: float = Field(900.0, gt=0)
