@@ -96,7 +96,7 @@ def datum(tokens: list[int]):
 
     return types.Datum(
         model_input=types.ModelInput.from_ints(tokens[:-1]),
-        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)},
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)},  # pyright: ignore[reportArgumentType]
     )
 
 
@@ -228,7 +228,7 @@ def bombs(url: str, secret: str, pid: int, model: Path, model_id: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="source tree the server runs")
     parser.add_argument("--label", default="after", help="row name in the results file")
     parser.add_argument("--out", type=Path, default=RESULTS / "tinker_hardening.json")
@@ -275,7 +275,7 @@ def main() -> None:
         "cores": os.cpu_count(),
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
     }
-    results = json.loads(args.out.read_text()) if args.out.is_file() else {"bench": "tinker_hardening"}
+    results: dict = json.loads(args.out.read_text()) if args.out.is_file() else {"bench": "tinker_hardening"}
     results["unit"] = "seconds (wall clock), MB (2^20 bytes of peak RSS growth, /proc/PID/status)"
     results[args.label] = row
     args.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -197,7 +197,7 @@ def _training_routes(app: FastAPI, server: Any) -> None:
         model_id = jobs.owners.reserve(key.id, req.session_id, req.model_seq_id, base, "create_model")
         parts = {"train_attn": lora.train_attn, "train_mlp": lora.train_mlp, "train_unembed": lora.train_unembed}
         run = lambda: jobs.create(model_id, base, lora.rank, lora.seed, parts)  # noqa: E731
-        return server.queue(request, "create_model", run, model_id=model_id)
+        return _queue_new(server, request, "create_model", run, model_id)
 
     @app.post("/api/v1/get_info")
     async def get_info(request: Request, key: ApiKey = Depends(server.authorized)):
@@ -331,7 +331,18 @@ def _weights_routes(app: FastAPI, server: Any) -> None:
             load_state(jobs.trainee(model_id, "load_weights"), src, req.optimizer)
             return {"type": "load_weights", "path": req.path, "model_id": model_id}
 
-        return server.queue(request, "load_weights", run, model_id=model_id)
+        if create is None:
+            return server.queue(request, "load_weights", run, model_id=model_id)
+        return _queue_new(server, request, "load_weights", run, model_id)
+
+
+def _queue_new(server: Any, request: Request, call: str, run: Callable[[], Any], model_id: str) -> dict:
+    """Queue the creation of the reserved training client `model_id`; refused, it is released."""
+    try:
+        return server.queue(request, call, run, model_id=model_id)
+    except BaseException:
+        server.jobs.owners.release(model_id)
+        raise
 
 
 def _state_meta(src: Path, path: str) -> dict:
