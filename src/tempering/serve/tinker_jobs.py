@@ -129,6 +129,6 @@ class Jobs:
         return sampler
 
     def close(self) -> None:
-        self.calls.close()
+        self.calls.close(wait_s=self.cfg.shutdown_s)  # a running step ends before the process does
         if self._registry is not None:
             self._registry.close()
