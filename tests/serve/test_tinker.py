@@ -158,7 +158,7 @@ def test_rl_losses_are_the_ratio_weighted_advantages(trainer):
 
 def test_refusals_come_back_as_the_sdks_errors_naming_the_call(service, trainer, tiny_base):
     client, app = service
-    with pytest.raises(tinker.RequestFailedError, match="create_model: base model 'no/such-model'"):
+    with pytest.raises(tinker.BadRequestError, match="create_model: base model 'no/such-model' is not served"):
         client.create_lora_training_client(base_model="no/such-model", rank=4).result()
     tokens = tiny_tokenizer().encode("abcdef")
     with pytest.raises(tinker.RequestFailedError, match="loss_fn 'cispo' is not supported"):
@@ -190,17 +190,17 @@ def test_each_training_client_is_a_registry_run_with_its_base_model_and_saved_we
 def test_a_read_result_is_dropped_after_its_keep_time_and_an_unread_one_is_kept():
     import asyncio
 
-    from tempering.serve.tinker_jobs import Futures
+    from tempering.serve.tinker_sched import Scheduler
 
-    futures = Futures()
-    futures.KEEP_S = 0.0
-    read, unread = futures.submit("a", lambda: 1), futures.submit("b", lambda: 2)
-    assert asyncio.run(futures.wait(read, 5)).result() == 1
-    futures.submit("c", lambda: 3)  # a submit drops what was read longer than KEEP_S ago
+    calls = Scheduler()
+    calls.KEEP_S = 0.0
+    read, unread = calls.submit("k", "a", lambda: 1), calls.submit("k", "b", lambda: 2)
+    assert asyncio.run(calls.wait(read, "k", 5)).result() == 1
+    calls.submit("k", "c", lambda: 3)  # a submit drops what was read longer than KEEP_S ago
     with pytest.raises(KeyError):
-        asyncio.run(futures.wait(read, 5))
-    assert asyncio.run(futures.wait(unread, 5)).result() == 2
-    futures.close()
+        asyncio.run(calls.wait(read, "k", 5))
+    assert asyncio.run(calls.wait(unread, "k", 5)).result() == 2
+    calls.close()
 
 
 def test_the_cookbooks_supervised_loop_runs_unmodified_and_lowers_the_loss(service, tiny_base, tmp_path, monkeypatch):

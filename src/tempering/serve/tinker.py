@@ -7,14 +7,23 @@ recipes train and sample on this machine.
 The SDK sends its key as `X-API-Key` and insists on a `tml-` prefix, so a Tempering key is
 given as `tml-` + the key; the gate (`gate.py`) checks it before a body is read, as for the
 OpenAI server, and caps the body's size. Training and sampling calls answer a request id at
-once and run on one worker thread (`tinker_jobs.py`); `retrieve_future` returns the result,
-`try_again` while it runs, or the SDK's failure shape `{"error", "category"}` (a bad request
-is category `user`). A route of the Tinker API this server does not implement answers 400
-with the same shape, naming the call.
+once and run on one worker thread, fairly across keys (`tinker_sched.py`); `retrieve_future`
+returns the result, `try_again` while it runs, or the SDK's failure shape `{"error",
+"category"}` (a bad request is category `user`). Everything a key makes is its own
+(`tinker_owners.py`): another key gets a 404. A refused request is the same shape with its
+status: 400 for a bad body or a cap, 404 for no such object, 429 for a full queue. A route of
+the Tinker API this server does not implement answers 400, naming the call.
+
+`serve_tinker` runs the app: SIGTERM (or Ctrl-C) fails the queued calls, stops the running
+one at its next step and gives open requests `shutdown_s` seconds, so the process exits
+within seconds even mid-call.
 """
 
 from __future__ import annotations
 
+import logging
+import socket
+import threading
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -23,13 +32,18 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from tempering import errors
 from tempering.serve.app import RateLimiter
 from tempering.serve.config import TinkerServeConfig
 from tempering.serve.gate import Gate
 from tempering.serve.protocol import ApiError
 from tempering.serve.store import ApiKey, Store
 from tempering.serve.tinker_jobs import Jobs
+from tempering.serve.tinker_owners import NotFound
 from tempering.serve.tinker_routes import add_routes
+from tempering.serve.tinker_sched import CallRefused
+
+log = logging.getLogger(__name__)
 
 KEY_PREFIX = "tml-"
 """What the SDK requires every API key to start with; stripped before the key store is asked."""
@@ -49,6 +63,12 @@ class TinkerServer:
         key = getattr(request.state, "key", None)
         self.store.audit(key.id if key else "-", request.url.path, exc.status)
         return JSONResponse({"error": exc.message, "category": "user"}, status_code=exc.status)
+
+    def refused(self, request: Request, exc: errors.UserError) -> JSONResponse:
+        """A request the jobs refused before queuing it: 404 no such object (or another key's),
+        429 a full queue, 400 anything else the client sent."""
+        status = 404 if isinstance(exc, NotFound) else 429 if isinstance(exc, CallRefused) else 400
+        return self.error(request, ApiError(status, str(exc)))
 
     def authorized(self, request: Request) -> ApiKey:
         key = getattr(request.state, "key", None)
@@ -74,10 +94,11 @@ class TinkerServer:
         return key
 
     def queue(self, request: Request, call: str, fn: Callable[[], Any], **extra: Any) -> dict:
-        """Queue `fn` on the worker; the SDK's untyped future for it (audited as accepted)."""
+        """Queue `fn` under the request's key; the SDK's untyped future for it (audited as accepted)."""
         key = self.authorized(request)
+        request_id = self.jobs.calls.submit(key.id, call, fn)
         self.store.audit(key.id, request.url.path, 200)
-        return {"request_id": self.jobs.futures.submit(call, fn), **extra}
+        return {"request_id": request_id, **extra}
 
 
 def create_tinker_app(cfg: TinkerServeConfig, store: Store | None = None) -> FastAPI:
@@ -93,6 +114,9 @@ def create_tinker_app(cfg: TinkerServeConfig, store: Store | None = None) -> Fas
     app.state.store, app.state.jobs, app.state.cfg = server.store, server.jobs, cfg
     app.add_middleware(Gate, server=server)
     app.add_exception_handler(ApiError, server.error)  # type: ignore[arg-type]
+    app.add_exception_handler(errors.UserError, server.refused)  # type: ignore[arg-type]
+    if server.jobs.owners.lost:
+        log.warning("tinker: %s", lost_message(server.jobs))
 
     @app.get("/api/v1/healthz")
     async def healthz():
@@ -100,3 +124,32 @@ def create_tinker_app(cfg: TinkerServeConfig, store: Store | None = None) -> Fas
 
     add_routes(app, server)
     return app
+
+
+def lost_message(jobs: Jobs) -> str:
+    """The training clients an earlier run of the server held in memory and lost, by key."""
+    lost = jobs.owners.lost.values()
+    by_key = {k: [r.model_id for r in lost if r.key == k] for k in sorted({r.key for r in lost})}
+    return (
+        f"{len(lost)} training clients of an earlier run were lost (in memory only; their saved "
+        "checkpoints remain their keys'): " + "; ".join(f"{k}: {', '.join(ids)}" for k, ids in by_key.items())
+    )
+
+
+def serve_tinker(app: FastAPI, sock: socket.socket | None = None) -> None:
+    """Run `app` with uvicorn on `app.state.cfg`'s host and port (or on `sock`). A stop signal
+    first stops the calls (queued ones fail, the running one ends at its next step), then
+    uvicorn gives open requests `shutdown_s` seconds."""
+    import uvicorn
+
+    cfg, jobs = app.state.cfg, app.state.jobs
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            threading.Thread(target=jobs.calls.close, args=(0.0,), daemon=True).start()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
+        app, host=cfg.host, port=cfg.port, log_level="warning", timeout_graceful_shutdown=cfg.shutdown_s
+    )
+    Server(config).run(sockets=[sock] if sock is not None else None)

@@ -8,7 +8,8 @@
   save_for_sampler      the adapter as a PEFT dir a sampler loads (`load_model` takes it)
   Sampler               an engine from `rollout/select.py: build_engine` over saved weights
 
-All of it runs on the server's one worker thread, in the order the requests arrived.
+All of it runs on the server's one worker thread (`tinker_sched.py`); a forward_backward runs
+as steps of at most `step_tokens` padded tokens, so other keys' calls run between them.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tempering.models.lora import apply_lora
 from tempering.models.precision import autocast, resolve_precision
 from tempering.objectives.tinker_losses import CONFIG, INPUTS, tinker_loss
 from tempering.rollout.select import build_engine
-from tempering.serve.tinker_wire import WireDatum, WireSample
+from tempering.serve.tinker_wire import WireDatum, WireSample, check_vocab
 
 LORA_ALPHA = 32
 """LoRA alpha of every trainee (Tinker fixes it too; the rank is the request's)."""
@@ -133,8 +134,8 @@ def _target_logprobs(model: Any, data: list[WireDatum]) -> torch.Tensor:
 def forward_backward(
     trainee: Trainee, loss_fn: str, data: list[WireDatum], config: dict[str, Any], forward_only: bool
 ) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
-    """Per-datum target log-probs and `loss:sum`; unless `forward_only`, the loss's gradient is
-    added to what earlier calls accumulated (the next optim_step applies and clears it)."""
+    """Per-datum target log-probs and `loss:sum` of one batch; unless `forward_only`, the loss's
+    gradient is added to what earlier calls accumulated (the next optim_step applies and clears it)."""
     if not data:
         raise UserError("forward_backward: no data")
     _check(loss_fn, data, config)
@@ -149,9 +150,83 @@ def forward_backward(
         total = torch.stack(losses).sum()
         if not forward_only:
             total.backward()
-            trainee.losses.append(float(total.detach()))
     outputs = [{"logprobs": logp[i, : len(d.tokens)].detach().numpy()} for i, d in enumerate(data)]
     return outputs, {"loss:sum": float(total.detach())}
+
+
+def check_tokens(data: list[WireDatum], vocab: int) -> None:
+    """Every input and target token id indexes the model's embedding (else a UserError)."""
+    for i, d in enumerate(data):
+        check_vocab(np.asarray(d.tokens), vocab, f"forward_backward: data[{i}].model_input")
+        if "target_tokens" in d.inputs:
+            targets = d.inputs["target_tokens"]
+            if targets.dtype.kind not in "iu":
+                raise UserError(f"forward_backward: data[{i}].loss_fn_inputs.target_tokens must be integers")
+            check_vocab(targets, vocab, f"forward_backward: data[{i}].loss_fn_inputs.target_tokens")
+
+
+def batches(data: list[WireDatum], step_tokens: int) -> list[list[WireDatum]]:
+    """`data` in order, cut into batches of at most `step_tokens` padded tokens (datums x the
+    longest), one datum at least: the work of one scheduler step."""
+    out: list[list[WireDatum]] = []
+    longest = 0
+    for d in data:
+        longest_with = max(longest, len(d.tokens))
+        if out and longest_with * (len(out[-1]) + 1) <= step_tokens:
+            out[-1].append(d)
+            longest = longest_with
+        else:
+            out.append([d])
+            longest = len(d.tokens)
+    return out
+
+
+def merge_metrics(parts: list[tuple[int, dict[str, float]]]) -> dict[str, float]:
+    """Metrics of batches as one call's, by each name's reduction suffix (`loss:sum` sums,
+    `:mean` is the datum-weighted mean, `:max` / `:min`)."""
+    out: dict[str, float] = {}
+    datums = sum(n for n, _ in parts)
+    for name in parts[0][1]:
+        values = [(n, m[name]) for n, m in parts]
+        how = name.rsplit(":", 1)[-1]
+        if how == "mean":
+            out[name] = sum(n * v for n, v in values) / max(datums, 1)
+        elif how in ("max", "min"):
+            out[name] = (max if how == "max" else min)(v for _, v in values)
+        else:
+            out[name] = sum(v for _, v in values)
+    return out
+
+
+def forward_backward_steps(
+    trainee: Trainee, loss_fn: str, data: list[WireDatum], config: dict[str, Any], forward_only: bool, step_tokens: int
+):
+    """`forward_backward` of the whole call, one batch of `batches(data, step_tokens)` per
+    step (a generator: it yields between batches, where the scheduler may serve other keys or
+    stop it). Stopped or failed part-way, it restores the gradients it found, so the call
+    leaves nothing behind; done, it returns (outputs, metrics) as one call's."""
+    check_tokens(data, trainee.model.get_input_embeddings().num_embeddings)
+    _check(loss_fn, data, config)
+    params = [p for g in trainee.optimizer.param_groups for p in g["params"]]
+    found = None if forward_only else [None if p.grad is None else p.grad.clone() for p in params]
+    outputs: list[dict[str, np.ndarray]] = []
+    parts: list[tuple[int, dict[str, float]]] = []
+    try:
+        for i, batch in enumerate(batches(data, step_tokens)):
+            if i:
+                yield
+            out, metrics = forward_backward(trainee, loss_fn, batch, config, forward_only)
+            outputs += out
+            parts.append((len(batch), metrics))
+    except BaseException:
+        if found is not None:
+            for p, grad in zip(params, found):
+                p.grad = grad
+        raise
+    metrics = merge_metrics(parts)
+    if not forward_only:
+        trainee.losses.append(metrics["loss:sum"])
+    return outputs, metrics
 
 
 def optim_step(trainee: Trainee, lr: float, betas: tuple[float, float], eps: float, wd: float, clip: float) -> dict:
@@ -216,6 +291,7 @@ class Sampler:
 
     def sample(self, prompt: list[int], n: int, params: dict[str, Any], prompt_logprobs: bool, cap: int):
         """`n` samples of `prompt` under Tinker's `SamplingParams`; (samples, prompt log-probs or None)."""
+        check_vocab(prompt, self.model.get_input_embeddings().num_embeddings, "sample: prompt")
         if params.get("top_k", -1) not in (-1, 0):
             raise UserError("sample: sampling_params.top_k is not supported here (top_p is)")
         stop = params.get("stop")
