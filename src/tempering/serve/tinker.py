@@ -4,8 +4,8 @@ recipes train and sample on this machine.
     app = create_tinker_app(TinkerServeConfig(...))    # uvicorn.run(app, host=..., port=...)
     # client side: TINKER_BASE_URL=http://127.0.0.1:8000  TINKER_API_KEY=tml-<key of `temper keys create`>
 
-The SDK sends its key as `X-API-Key` and insists on a `tml-` prefix, so a Tempering key is
-given as `tml-` + the key; the gate (`gate.py`) checks it before a body is read, as for the
+The SDK sends its key as `X-API-Key` and insists on a `tml-` prefix, which `temper keys create`
+prints; a key made before that prefix (`tmp-...`) is given as `tml-` + the key. The gate (`gate.py`) checks it before a body is read, as for the
 OpenAI server, and caps the body's size. Training and sampling calls answer a request id at
 once and run on one worker thread (`tinker_jobs.py`); `retrieve_future` returns the result,
 `try_again` while it runs, or the SDK's failure shape `{"error", "category"}` (a bad request
@@ -32,7 +32,7 @@ from tempering.serve.tinker_jobs import Jobs
 from tempering.serve.tinker_routes import add_routes
 
 KEY_PREFIX = "tml-"
-"""What the SDK requires every API key to start with; stripped before the key store is asked."""
+"""What the SDK requires every API key to start with (and new keys do: `store.KEY_PREFIX`)."""
 
 
 @dataclass
@@ -59,11 +59,13 @@ class TinkerServer:
     def check_key(self, request: Request) -> ApiKey:
         """The request's live key (X-API-Key `tml-<key>`), put in `request.state.key`; 401 / 429."""
         secret = request.headers.get("x-api-key", "").strip()
-        key = self.store.authenticate(secret.removeprefix(KEY_PREFIX)) if secret.startswith(KEY_PREFIX) else None
+        key = None
+        if secret.startswith(KEY_PREFIX):  # the key as printed, else `tml-` + a key printed before (`tmp-...`)
+            key = self.store.authenticate(secret) or self.store.authenticate(secret.removeprefix(KEY_PREFIX))
         if key is None:
             raise ApiError(
                 401,
-                "incorrect API key (X-API-Key: tml-<key of `temper keys create`>)"
+                "incorrect API key (X-API-Key: the key `temper keys create` printed)"
                 if secret
                 else "missing API key (X-API-Key: tml-<key>)",
             )
