@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from tempering.serve.config import TinkerServeConfig
 from tempering.serve.tinker_ops import Sampler, Trainee, UserError, create_trainee
+from tempering.serve.tinker_records import StabilityRecords
 
 TINKER_SCHEME = "tinker://"
 
@@ -90,6 +91,7 @@ class Jobs:
         self.trainees: dict[str, Trainee] = {}
         self.runs: dict[str, str] = {}  # model id -> registry run id
         self.sessions: dict[str, Session] = {}
+        self.records = StabilityRecords(cfg.max_recorded_tokens)
         self._samplers: OrderedDict[str, Sampler] = OrderedDict()
         self._registry: Any = None
 
@@ -117,6 +119,7 @@ class Jobs:
         trainee = self.trainees[model_id]
         metrics = {"steps": trainee.steps, "loss_first": trainee.losses[0] if trainee.losses else None}
         metrics["loss_last"] = trainee.losses[-1] if trainee.losses else None
+        metrics["losses"] = trainee.losses  # `loss:sum` of every training forward_backward, in order
         registry = self.registry()
         registry.record_output(self.runs[model_id], role, path)
         registry.finish(self.runs[model_id], {role: str(path)}, metrics)

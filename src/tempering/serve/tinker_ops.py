@@ -1,7 +1,7 @@
 """What `temper serve --tinker` does with a model: the Tinker primitives over Tempering's pieces.
 
   create_trainee        base model (`models/load.py`) + LoRA (`models/lora.py`) + AdamW
-  forward_backward      log-probs (`models/logprobs.py`), a built-in loss
+  forward_backward      log-probs (`models/logprobs.py`), a registered Tinker loss
                         (`objectives/tinker_losses.py`), gradients accumulated until the step
   optim_step            AdamW with the request's hyper-parameters, then the gradients are cleared
   save_state / load_state   adapter weights (PEFT safetensors) + optimizer state
@@ -14,9 +14,10 @@ All of it runs on the server's one worker thread, in the order the requests arri
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -28,7 +29,6 @@ from tempering.models.load import ModelNotFound, load_model, load_tokenizer
 from tempering.models.logprobs import head_logprobs, token_logprobs
 from tempering.models.lora import apply_lora
 from tempering.models.precision import autocast, resolve_precision
-from tempering.objectives.tinker_losses import CONFIG, INPUTS, tinker_loss
 from tempering.rollout.select import build_engine
 from tempering.serve.tinker_wire import WireDatum, WireSample
 
@@ -100,14 +100,30 @@ def create_trainee(
     return Trainee(model_id, base, rank, model, tokenizer, optimizer, resolve_precision(precision), parts=dict(parts))
 
 
-def _check(loss_fn: str, data: list[WireDatum], config: dict[str, Any]) -> None:
-    if loss_fn not in INPUTS:
-        raise UserError(f"forward_backward: loss_fn {loss_fn!r} is not supported here (supported: {', '.join(INPUTS)})")
-    unknown = sorted(set(config) - set(CONFIG[loss_fn]))
-    if unknown:
-        raise UserError(f"forward_backward: loss_fn_config key {unknown[0]!r} is not used by {loss_fn}")
+def _loss(loss_fn: str, config: dict[str, Any]) -> tuple[Any, dict[str, float]]:
+    """The registered Tinker loss and its settings (defaults under the request's `config`)."""
+    from tempering import algorithms
+
+    algorithms.load()
+    if ("tinker_loss", loss_fn) not in algorithms.REGISTRY:
+        names = ", ".join(algorithms.names("tinker_loss"))
+        raise UserError(f"forward_backward: loss_fn {loss_fn!r} is not supported here (supported: {names})")
+    loss = algorithms.lookup("tinker_loss", loss_fn)
+    defaults = loss.options["config"]
+    for key, value in config.items():
+        if key not in defaults:
+            raise UserError(f"forward_backward: loss_fn_config key {key!r} is not used by {loss_fn}")
+        if isinstance(value, str) or not math.isfinite(value):
+            raise UserError(f"forward_backward: loss_fn_config.{key} must be a finite number, not {value!r}")
+    missing = [k for k, v in defaults.items() if v is None and k not in config]
+    if missing:
+        raise UserError(f"forward_backward: {loss_fn} needs loss_fn_config.{missing[0]} (it has no default)")
+    return loss, {**defaults, **config}
+
+
+def _check(inputs: tuple[str, ...], loss_fn: str, data: list[WireDatum]) -> None:
     for i, d in enumerate(data):
-        need, have = set(INPUTS[loss_fn]), set(d.inputs)
+        need, have = set(inputs), set(d.inputs)
         if need - have or have - need:
             what = f"lacks {sorted(need - have)[0]!r}" if need - have else f"has unused {sorted(have - need)[0]!r}"
             raise UserError(f"forward_backward: data[{i}].loss_fn_inputs {what} for {loss_fn}")
@@ -130,22 +146,39 @@ def _target_logprobs(model: Any, data: list[WireDatum]) -> torch.Tensor:
     return logp
 
 
+Provenance = Callable[[int, WireDatum], dict[str, np.ndarray]]
+"""Datum index and datum -> the recorded `sampled` and `sampler_logprobs` (T,) of its targets
+(`tinker_records.StabilityRecords.sampled` for the calling key)."""
+
+
 def forward_backward(
-    trainee: Trainee, loss_fn: str, data: list[WireDatum], config: dict[str, Any], forward_only: bool
+    trainee: Trainee,
+    loss_fn: str,
+    data: list[WireDatum],
+    config: dict[str, Any],
+    forward_only: bool,
+    provenance: Provenance,
 ) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
     """Per-datum target log-probs and `loss:sum`; unless `forward_only`, the loss's gradient is
-    added to what earlier calls accumulated (the next optim_step applies and clears it)."""
+    added to what earlier calls accumulated (the next optim_step applies and clears it). A loss
+    registered with `provenance` also reads what `provenance` recorded for each datum."""
     if not data:
         raise UserError("forward_backward: no data")
-    _check(loss_fn, data, config)
+    loss, settings = _loss(loss_fn, config)
+    _check(loss.options["inputs"], loss_fn, data)
+    recorded: list[dict[str, np.ndarray]] = [{} for _ in data]
+    if loss.options["provenance"]:
+        recorded = [provenance(i, d) for i, d in enumerate(data)]
     model = trainee.model
     model.train(not forward_only)
     with torch.set_grad_enabled(not forward_only), autocast(trainee.precision, model.device):
         logp = _target_logprobs(model, data)
         losses = []
         for i, d in enumerate(data):
-            inputs = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in d.inputs.items()}
-            losses.append(tinker_loss(loss_fn, logp[i, : len(d.tokens)], inputs, config))
+            inputs = {
+                k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in {**d.inputs, **recorded[i]}.items()
+            }
+            losses.append(loss.fn(logp[i, : len(d.tokens)], inputs, **settings))
         total = torch.stack(losses).sum()
         if not forward_only:
             total.backward()

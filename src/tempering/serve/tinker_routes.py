@@ -39,7 +39,6 @@ SAMPLE_OPTIONS = (
     "target_prompt_logprobs",
     "prompt_alt_tokens_k",
     "prompt_logprobs_last_n",
-    "record_stability_info",
 )
 """Sample request fields this server does not compute: set (non-zero), they are refused."""
 
@@ -189,7 +188,8 @@ def _training_routes(app: FastAPI, server: Any) -> None:
 
         def run() -> bytes:
             trainee = jobs.trainee(req.model_id, "forward_backward")
-            outputs, metrics = forward_backward(trainee, req.loss_fn, req.data, req.config, req.forward_only)
+            recorded = lambda i, d: jobs.records.sampled(key.id, i, d)  # noqa: E731
+            outputs, metrics = forward_backward(trainee, req.loss_fn, req.data, req.config, req.forward_only, recorded)
             return write_forward_backward(outputs, metrics)
 
         return server.queue(request, "forward_backward", run, model_id=req.model_id)
@@ -325,15 +325,17 @@ def _sampling_routes(app: FastAPI, server: Any) -> None:
         else:
             raise ApiError(400, "sample: give sampling_session_id, model_path or base_model")
         prompt, params = _tokens(req.prompt, "sample"), req.sampling_params.model_dump()
+        ids = [f"seq-{_hex()}" for _ in range(req.num_samples)]
 
         def run() -> bytes:
             sampler = jobs.sampler(spec)
             samples, prompt_logprobs = sampler.sample(
                 prompt, req.num_samples, params, bool(req.prompt_logprobs), cfg.max_tokens
             )
+            if req.record_stability_info:  # what stable_reinforce trains on (`tinker_records.py`)
+                jobs.records.record(key.id, ids, prompt, samples)
             return write_sample(samples, prompt_logprobs)
 
-        ids = [f"seq-{_hex()}" for _ in range(req.num_samples)]
         return server.queue(request, "sample", run, sample_sequence_ids=ids)
 
 

@@ -19,12 +19,26 @@ class WireError(UserError):
     """A request body the server cannot read; the message names the field."""
 
 
+@dataclass(frozen=True)
+class Span:
+    """A provenance run: `length` positions that are positions [offset, offset + length) of the
+    sampled tokens (`sampled`) or of the prompt of sequence `sequence_id`."""
+
+    sampled: bool
+    sequence_id: str
+    offset: int
+    length: int
+
+
 @dataclass
 class WireDatum:
-    """One training example: its input tokens and its named loss inputs (1-D arrays)."""
+    """One training example: its input tokens and its named loss inputs (1-D arrays), with the
+    provenance runs tiling its input tokens and its targets (empty when it has none)."""
 
     tokens: list[int]
     inputs: dict[str, np.ndarray]
+    input_spans: list[Span] = field(default_factory=list)
+    target_spans: list[Span] = field(default_factory=list)
 
 
 @dataclass
@@ -73,6 +87,19 @@ def _config(msg) -> dict[str, float | str]:
     return out
 
 
+def _spans(msgs, where: str) -> list[Span]:
+    spans = []
+    for k, msg in enumerate(msgs):
+        kind = msg.WhichOneof("span")
+        if kind is None:
+            raise WireError(f"{where}[{k}]: a provenance span names neither prompt nor sampled tokens")
+        run = getattr(msg, kind)
+        if run.offset < 0 or run.length < 0 or not run.sequence_id:
+            raise WireError(f"{where}[{k}]: a span needs a sequence_id, offset >= 0 and length >= 0")
+        spans.append(Span(kind == "sampled_tokens", run.sequence_id, int(run.offset), int(run.length)))
+    return spans
+
+
 def read_forward_backward(body: bytes, encoding: str | None) -> FwdBwdRequest:
     """Parse a `/api/v1/forward_backward` body (zstd-compressed when `encoding` says so)."""
     if encoding == "zstd":
@@ -93,7 +120,8 @@ def read_forward_backward(body: bytes, encoding: str | None) -> FwdBwdRequest:
                 raise WireError(f"data[{i}].model_input: only text chunks are supported (got {kind})")
             tokens += np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist()
         inputs = {k: _tensor(v, f"data[{i}].loss_fn_inputs.{k}") for k, v in d.loss_fn_inputs.items()}
-        data.append(WireDatum(tokens, inputs))
+        spans = _spans(d.model_input_spans, f"data[{i}].model_input_spans")
+        data.append(WireDatum(tokens, inputs, spans, _spans(d.loss_fn_input_spans, f"data[{i}].loss_fn_input_spans")))
     return FwdBwdRequest(msg.model_id, msg.loss_fn, msg.forward_only, data, _config(msg))
 
 
