@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,7 +36,7 @@ class Recorded:
     prompt: np.ndarray  # (P,) int32, shared by the samples of one request
     tokens: np.ndarray  # (S,) int32
     logprobs: np.ndarray  # (S,) float32, as the sampler computed them
-    used: float = field(default_factory=time.monotonic)
+    used: float  # time.monotonic() of its sampling or its last training use
 
     @property
     def size(self) -> int:
@@ -55,11 +55,11 @@ class StabilityRecords:
 
     def record(self, owner: str, ids: list[str], prompt: list[int], samples: list) -> None:
         """Keep each sample (`.tokens`, `.logprobs`) under its id for `owner`."""
-        shared = np.asarray(prompt, dtype=np.int32)
+        shared, now = np.asarray(prompt, dtype=np.int32), time.monotonic()
         with self._lock:
             for sequence_id, s in zip(ids, samples, strict=True):
                 tokens, logprobs = np.asarray(s.tokens, np.int32), np.asarray(s.logprobs, np.float32)
-                self._records[sequence_id] = Recorded(owner, shared, tokens, logprobs)
+                self._records[sequence_id] = Recorded(owner, shared, tokens, logprobs, now)
                 self._tokens += self._records[sequence_id].size
             self._trim()
 
