@@ -105,8 +105,8 @@ class StabilityRecords:
             if span.sampled:
                 sampled[start : start + span.length] = 1.0
                 recorded[start : start + span.length] = rec.logprobs[span.offset : span.offset + span.length]
-        advantages = datum.inputs.get("advantages")
-        if advantages is not None and np.any(advantages[sampled == 0] != 0):
+        advantages = datum.inputs["advantages"]
+        if np.any(advantages[sampled == 0] != 0):
             p = int(np.flatnonzero((advantages != 0) & (sampled == 0))[0])
             raise UserError(
                 f"forward_backward: data[{i}] has an advantage at position {p}, a prompt token (only sampled tokens train)"
