@@ -53,7 +53,7 @@ def server_losses(state: Path, log: Path) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description="tinker-cookbook's math_rl recipe against temper serve --tinker")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--groups", type=int, default=16, help="groups_per_batch (the recipe's default: 100)")
     parser.add_argument("--lr", type=float, default=1e-4, help="learning_rate (the recipe's default: 1e-5)")
