@@ -390,11 +390,15 @@ def mean_nll(trainer, datums: list) -> float:
 
 
 @pytest.mark.slow
-def test_the_cookbooks_math_rl_recipe_runs_unmodified_with_its_default_loss(service, tiny_base, tmp_path, monkeypatch):
+@pytest.mark.parametrize("loss_fn", [None, "importance_sampling"])
+def test_the_cookbooks_math_rl_recipe_runs_unmodified_with_its_default_loss(
+    service, tiny_base, tmp_path, monkeypatch, loss_fn
+):
     """tinker-cookbook's `recipes/math_rl/train.py` (arithmetic environment) with its default loss,
     stable_reinforce, for 4 steps: its samplers record stability info and every step's
     forward_backward trains on those records (a datum whose provenance the server cannot check
-    would fail the run). Only what cannot work offline is given: the local model and a renderer."""
+    would fail the run). Only what cannot work offline is given: the local model and a renderer.
+    With `importance_sampling` the same datums carry provenance, which that loss does not read."""
     import asyncio
     import json
 
@@ -416,8 +420,9 @@ def test_the_cookbooks_math_rl_recipe_runs_unmodified_with_its_default_loss(serv
         eval_every=0,
         save_every=0,
         max_steps=4,
+        **({"loss_fn": loss_fn} if loss_fn else {}),
     )
-    assert config.loss_fn == "stable_reinforce" and config.env == "arithmetic"
+    assert config.loss_fn == (loss_fn or "stable_reinforce") and config.env == "arithmetic"
     asyncio.run(train.cli_main(config))
     rows = [json.loads(line) for line in (tmp_path / "log" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "env/all/reward/total" in r]
@@ -426,5 +431,5 @@ def test_the_cookbooks_math_rl_recipe_runs_unmodified_with_its_default_loss(serv
     final = [json.loads(line) for line in (tmp_path / "log" / "checkpoints.jsonl").read_text().splitlines()][-1]
     model_id = final["state_path"].removeprefix("tinker://").split("/")[0]
     run = Registry(app.state.cfg.registry_location).latest(f"tinker-{model_id}")
-    assert run is not None and len(run["metrics"]["losses"]) == 4  # one stable_reinforce step each
+    assert run is not None and len(run["metrics"]["losses"]) == 4  # one training forward_backward a step
     assert all(math.isfinite(x) for x in run["metrics"]["losses"])
