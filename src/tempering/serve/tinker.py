@@ -2,11 +2,11 @@
 recipes train and sample on this machine.
 
     app = create_tinker_app(TinkerServeConfig(...))    # uvicorn.run(app, host=..., port=...)
-    # client side: TINKER_BASE_URL=http://127.0.0.1:8000  TINKER_API_KEY=tml-<key of `temper keys create`>
+    # client side: TINKER_BASE_URL=http://127.0.0.1:8000  TINKER_API_KEY=<the key `temper keys create` printed>
 
 The SDK sends its key as `X-API-Key` and insists on a `tml-` prefix, which `temper keys create`
-prints; a key made before that prefix (`tmp-...`) is given as `tml-` + the key. The gate (`gate.py`) checks it before a body is read, as for the
-OpenAI server, and caps the body's size. Training and sampling calls answer a request id at
+prints; a key made before that prefix (`tmp-...`) is given as `tml-` + the key. The gate
+(`gate.py`) checks it before a body is read, as for the OpenAI server, and caps the body's size. Training and sampling calls answer a request id at
 once and run on one worker thread (`tinker_jobs.py`); `retrieve_future` returns the result,
 `try_again` while it runs, or the SDK's failure shape `{"error", "category"}` (a bad request
 is category `user`). A route of the Tinker API this server does not implement answers 400
@@ -57,7 +57,7 @@ class TinkerServer:
         return key
 
     def check_key(self, request: Request) -> ApiKey:
-        """The request's live key (X-API-Key `tml-<key>`), put in `request.state.key`; 401 / 429."""
+        """The request's live key (X-API-Key `tml-...`), put in `request.state.key`; 401 / 429."""
         secret = request.headers.get("x-api-key", "").strip()
         key = None
         if secret.startswith(KEY_PREFIX):  # the key as printed, else `tml-` + a key printed before (`tmp-...`)
