@@ -73,7 +73,7 @@ def serve(
         False,
         "--tinker",
         help="Serve the Tinker API instead (the `tinker` SDK and tinker-cookbook recipes train and sample here; "
-        "TINKER_API_KEY=tml-<key>); --set takes TinkerServeConfig keys.",
+        "TINKER_API_KEY=<the key `temper keys create` prints>); --set takes TinkerServeConfig keys.",
     ),
 ) -> None:
     """Serve releases over an OpenAI-compatible API (plus feedback, audit and the arena at /arena),

@@ -125,6 +125,9 @@ class TinkerServeConfig(BaseModel):
     """Largest request body in bytes (forward_backward chunks are cut to a quarter of it)."""
     max_samplers: int = Field(2, ge=1)
     """Most sampling models kept loaded at once (least recently used is dropped)."""
+    max_recorded_tokens: int = Field(4_000_000, ge=1)
+    """Most tokens of recorded samples (`record_stability_info`: each sequence's prompt and sampled
+    tokens) kept in memory, all keys together; the least recently used sequences are dropped first."""
     precision: str = "auto"
     """auto | bf16 | fp32 for training (bf16 autocast over float32 weights) and the sampling engines."""
     engine: EngineSettings = EngineSettings(kind="hf")

@@ -2,17 +2,19 @@
 recipes train and sample on this machine.
 
     app = create_tinker_app(TinkerServeConfig(...))    # uvicorn.run(app, host=..., port=...)
-    # client side: TINKER_BASE_URL=http://127.0.0.1:8000  TINKER_API_KEY=tml-<key of `temper keys create`>
+    # client side: TINKER_BASE_URL=http://127.0.0.1:8000  TINKER_API_KEY=<the key `temper keys create` printed>
 
-The SDK sends its key as `X-API-Key` and insists on a `tml-` prefix, so a Tempering key is
-given as `tml-` + the key; the gate (`gate.py`) checks it before a body is read, as for the
-OpenAI server, and caps the body's size. Training and sampling calls answer a request id at
-once and run on one worker thread, fairly across keys (`tinker_sched.py`); `retrieve_future`
-returns the result, `try_again` while it runs, or the SDK's failure shape `{"error",
-"category"}` (a bad request is category `user`). Everything a key makes is its own
-(`tinker_owners.py`): another key gets a 404. A refused request is the same shape with its
-status: 400 for a bad body or a cap, 404 for no such object, 429 for a full queue. A route of
-the Tinker API this server does not implement answers 400, naming the call.
+The SDK sends its key as `X-API-Key` and insists on a `tml-` prefix, which `temper keys create`
+prints; a key made before that prefix (`tmp-...`) is given as `tml-` + the key. The gate
+(`gate.py`) checks it before a body is read, as for the OpenAI server, and caps the body's
+size. Training and sampling calls answer a request id at once and run on one worker thread,
+fairly across keys (`tinker_sched.py`); `retrieve_future` returns the result, `try_again`
+while it runs, or the SDK's failure shape `{"error", "category"}` (a bad request is category
+`user`). Everything a key makes is its own (`tinker_owners.py`; recorded samples,
+`tinker_records.py`): another key gets a 404 (or, for a record, "no record of"). A refused
+request is the same shape with its status: 400 for a bad body or a cap, 404 for no such
+object, 429 for a full queue. A route of the Tinker API this server does not implement
+answers 400, naming the call.
 
 `serve_tinker` runs the app: SIGTERM (or Ctrl-C) fails the queued calls, stops the running
 one at its next step and gives open requests `shutdown_s` seconds, so the process exits
@@ -46,7 +48,7 @@ from tempering.serve.tinker_sched import CallRefused
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "tml-"
-"""What the SDK requires every API key to start with; stripped before the key store is asked."""
+"""What the SDK requires every API key to start with (and new keys do: `store.KEY_PREFIX`)."""
 
 
 @dataclass
@@ -77,13 +79,15 @@ class TinkerServer:
         return key
 
     def check_key(self, request: Request) -> ApiKey:
-        """The request's live key (X-API-Key `tml-<key>`), put in `request.state.key`; 401 / 429."""
+        """The request's live key (X-API-Key `tml-...`), put in `request.state.key`; 401 / 429."""
         secret = request.headers.get("x-api-key", "").strip()
-        key = self.store.authenticate(secret.removeprefix(KEY_PREFIX)) if secret.startswith(KEY_PREFIX) else None
+        key = None
+        if secret.startswith(KEY_PREFIX):  # the key as printed, else `tml-` + a key printed before (`tmp-...`)
+            key = self.store.authenticate(secret) or self.store.authenticate(secret.removeprefix(KEY_PREFIX))
         if key is None:
             raise ApiError(
                 401,
-                "incorrect API key (X-API-Key: tml-<key of `temper keys create`>)"
+                "incorrect API key (X-API-Key: the key `temper keys create` printed)"
                 if secret
                 else "missing API key (X-API-Key: tml-<key>)",
             )

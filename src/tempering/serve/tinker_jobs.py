@@ -20,6 +20,7 @@ from typing import Any
 from tempering.serve.config import TinkerServeConfig
 from tempering.serve.tinker_ops import Sampler, Trainee, UserError, create_trainee
 from tempering.serve.tinker_owners import Owners
+from tempering.serve.tinker_records import StabilityRecords
 from tempering.serve.tinker_sched import Scheduler
 
 
@@ -34,6 +35,7 @@ class Jobs:
         self.trainees: dict[str, Trainee] = {}
         self.runs: dict[str, str] = {}  # model id -> registry run id
         self.vocab: dict[str, int] = {}  # model spec -> rows of its input embedding
+        self.records = StabilityRecords(cfg.max_recorded_tokens)  # samples kept for stable_reinforce, by key
         self._samplers: OrderedDict[str, Sampler] = OrderedDict()
         self._resolved: dict[str, str] | None = None  # resolved dir of each served base -> its spec
         self._lock = threading.Lock()
@@ -106,6 +108,7 @@ class Jobs:
         trainee = self.trainees[model_id]
         metrics = {"steps": trainee.steps, "loss_first": trainee.losses[0] if trainee.losses else None}
         metrics["loss_last"] = trainee.losses[-1] if trainee.losses else None
+        metrics["losses"] = trainee.losses  # `loss:sum` of every training forward_backward, in order
         registry = self.registry()
         registry.record_output(self.runs[model_id], role, path)
         registry.finish(self.runs[model_id], {role: str(path)}, metrics)

@@ -55,7 +55,6 @@ SAMPLE_OPTIONS = (
     "target_prompt_logprobs",
     "prompt_alt_tokens_k",
     "prompt_logprobs_last_n",
-    "record_stability_info",
 )
 """Sample request fields this server does not compute: set (non-zero), they are refused."""
 
@@ -232,8 +231,9 @@ def _training_routes(app: FastAPI, server: Any) -> None:
 
         def run():
             trainee = jobs.trainee(req.model_id, "forward_backward")
+            recorded = lambda i, d: jobs.records.sampled(key.id, i, d)  # noqa: E731  (i: the datum's index in the call)
             steps = forward_backward_steps(
-                trainee, req.loss_fn, req.data, req.config, req.forward_only, cfg.step_tokens
+                trainee, req.loss_fn, req.data, req.config, req.forward_only, cfg.step_tokens, recorded
             )
             outputs, metrics = yield from steps
             return write_forward_backward(outputs, metrics)
@@ -402,15 +402,17 @@ def _sampling_routes(app: FastAPI, server: Any) -> None:
             )
         if spec in jobs.vocab:
             check_vocab(prompt, jobs.vocab[spec], "sample: prompt")
+        ids = [f"seq-{_hex()}" for _ in range(req.num_samples)]
 
         def run() -> bytes:
             sampler = jobs.sampler(spec)
             samples, prompt_logprobs = sampler.sample(
                 prompt, req.num_samples, params, bool(req.prompt_logprobs), cfg.max_tokens
             )
+            if req.record_stability_info:  # what stable_reinforce trains on (`tinker_records.py`)
+                jobs.records.record(key.id, ids, prompt, samples)
             return write_sample(samples, prompt_logprobs)
 
-        ids = [f"seq-{_hex()}" for _ in range(req.num_samples)]
         return server.queue(request, "sample", run, sample_sequence_ids=ids)
 
 

@@ -3,7 +3,9 @@ samples out (the rest of the API is JSON, validated by the client's own pydantic
 
 The schema is the official SDK's (`tinker.proto.tinker_public_pb2`, the `tinker` extra), so
 the server reads exactly what the client writes: a datum's tokens as int32 bytes, its loss
-inputs as dense or sparse-CSR tensors; outputs as one `ArrayRecord` of per-datum slices.
+inputs as dense or sparse-CSR tensors, its provenance spans (`Datum.with_provenance`, checked
+against the recorded samples by `tinker_records.py`); outputs as one `ArrayRecord` of per-datum
+slices.
 
 Everything in a request is checked against its own declared sizes before memory is given to
 it: a zstd body's frame must declare its size, within the cap, and is decompressed as a stream
@@ -38,12 +40,26 @@ class WireLimits:
     max_call_tokens: int
 
 
+@dataclass(frozen=True)
+class Span:
+    """A provenance run: `length` positions that are positions [offset, offset + length) of the
+    sampled tokens (`sampled`) or of the prompt of sequence `sequence_id`."""
+
+    sampled: bool
+    sequence_id: str
+    offset: int
+    length: int
+
+
 @dataclass
 class WireDatum:
-    """One training example: its input tokens and its named loss inputs (1-D arrays)."""
+    """One training example: its input tokens and its named loss inputs (1-D arrays), with the
+    provenance runs tiling its input tokens and its targets (empty when it has none)."""
 
     tokens: list[int]
     inputs: dict[str, np.ndarray]
+    input_spans: list[Span] = field(default_factory=list)
+    target_spans: list[Span] = field(default_factory=list)
 
 
 @dataclass
@@ -167,6 +183,19 @@ def _token_count(msg, limits: WireLimits) -> None:
             )
 
 
+def _spans(msgs, where: str) -> list[Span]:
+    spans = []
+    for k, msg in enumerate(msgs):
+        kind = msg.WhichOneof("span")
+        if kind is None:
+            raise WireError(f"{where}[{k}]: a provenance span names neither prompt nor sampled tokens")
+        run = getattr(msg, kind)
+        if run.offset < 0 or run.length < 0 or not run.sequence_id:
+            raise WireError(f"{where}[{k}]: a span needs a sequence_id, offset >= 0 and length >= 0")
+        spans.append(Span(kind == "sampled_tokens", run.sequence_id, int(run.offset), int(run.length)))
+    return spans
+
+
 def read_forward_backward(body: bytes, encoding: str | None, limits: WireLimits) -> FwdBwdRequest:
     """Parse and check a `/api/v1/forward_backward` body (zstd-compressed when `encoding` says so).
 
@@ -187,7 +216,9 @@ def read_forward_backward(body: bytes, encoding: str | None, limits: WireLimits)
         inputs = {
             k: _tensor(v, len(tokens), f"{CALL}: data[{i}].loss_fn_inputs.{k}") for k, v in d.loss_fn_inputs.items()
         }
-        data.append(WireDatum(tokens.tolist(), inputs))
+        input_spans = _spans(d.model_input_spans, f"{CALL}: data[{i}].model_input_spans")
+        target_spans = _spans(d.loss_fn_input_spans, f"{CALL}: data[{i}].loss_fn_input_spans")
+        data.append(WireDatum(tokens.tolist(), inputs, input_spans, target_spans))
     return FwdBwdRequest(msg.model_id, msg.loss_fn, msg.forward_only, data, _config(msg))
 
 
