@@ -313,8 +313,9 @@ def test_token_caps_per_datum_and_per_call_are_400s(deployment):
 def test_a_long_call_of_one_key_does_not_hold_up_a_short_call_of_another(tiny_base, tmp_path):
     """Liveness bound of the fair scheduler: with 40,000 tokens of alice's training running,
     bob's 8-token forward answers within 2 s, before alice's call is done (it waits for a
-    step, not the call)."""
-    app = create_tinker_app(config(tmp_path, tiny_base))
+    step, not the call). max_call_tokens is raised so that the SDK sends alice's 40,000 tokens
+    as one call (its chunks follow the server's cap), which bob's must not wait for."""
+    app = create_tinker_app(config(tmp_path, tiny_base, max_call_tokens=262_144))
     alice, bob = (app.state.store.create_key(name)[1] for name in ("alice", "bob"))
     thread = ServerThread(app)
     try:
@@ -329,8 +330,7 @@ def test_a_long_call_of_one_key_does_not_hold_up_a_short_call_of_another(tiny_ba
         losses = app.state.jobs.trainees[trainers[0].model_id].losses  # one more once alice's call is done
         running = Accepted(app.state.store, app.state.store.keys()[0].id, "/api/v1/forward_backward")
         trainers[0].forward_backward(long, "cross_entropy")
-        running.wait()
-        time.sleep(0.5)  # alice's call is running
+        running.wait()  # alice's call is queued ahead of bob's (FIFO would run all of it first)
         start = time.monotonic()
         trainers[1].forward(short, "cross_entropy").result()
         waited = time.monotonic() - start
