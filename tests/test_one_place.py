@@ -195,7 +195,7 @@ def algorithm_name_lists(tree: ast.AST) -> list[int]:
     from tempering import algorithms
 
     algorithms.load()
-    families = [set(algorithms.names(f)) for f in ("advantage", "policy_loss", "preference_loss")]
+    families = [set(algorithms.names(f)) for f in ("advantage", "policy_loss", "preference_loss", "tinker_loss")]
 
     def count(node: ast.AST, names: set[str]) -> int:
         elts = getattr(node, "elts", [])

@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,33 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _shared.paths import RESULTS, ROOT, cpu_name  # noqa: E402
-from _shared.serving import free_port  # noqa: E402
-
-
-def temper(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tempering.cli", *args]
-
-
-def start_server(state: Path, port: int, env: dict) -> tuple[subprocess.Popen, str]:
-    """`temper serve --tinker` on 127.0.0.1:port and a fresh key for it (as `tml-<key>`)."""
-    made = subprocess.run(
-        temper("keys", "create", "bench", "--state", str(state)), env=env, check=True, capture_output=True
-    )
-    secret = made.stdout.decode().strip().splitlines()[-1]
-    log = (state / "server.log").open("ab")
-    cmd = temper("serve", "--tinker", "--port", str(port), "--state", str(state))
-    proc = subprocess.Popen(["nice", "-n", "10", *cmd], env=env, stdout=log, stderr=log)
-    import httpx
-
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/api/v1/healthz", timeout=2).status_code == 200:
-                return proc, "tml-" + secret
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError(f"the server did not start: see {state / 'server.log'}")
+from _shared.serving import free_port, start_tinker_server  # noqa: E402
 
 
 def recipe_config(model_dir: str, url: str, log_path: Path, args: argparse.Namespace):
@@ -174,7 +147,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="tinker_bench_"))
     port = free_port()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a `timeout` still stops the server (finally)
-    proc, key = start_server(work / "state", port, env)
+    proc, key = start_tinker_server(work / "state", port, env)
     os.environ["TINKER_API_KEY"] = key
     url = f"http://127.0.0.1:{port}"
     try:
@@ -213,6 +186,8 @@ def main() -> None:
         "threads": os.cpu_count(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    other = json.loads(args.out.read_text()) if args.out.exists() else {}
+    result |= {k: v for k, v in other.items() if k == "math_rl"}  # bench/experiments/tinker_math_rl.py's section
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "train_mean_nll"}, indent=1))
 

@@ -13,12 +13,17 @@ its aggregation) and preference losses, each a pure tensor function registered b
     @register_divergence("reverse_kl")
     def reverse_kl(student_logp, teacher_logp, *, beta): ...   # (N, V), (N, V) -> (N,)
 
+    @register_tinker_loss("ppo", inputs=("target_tokens", "logprobs", "advantages"), config={...})
+    def ppo(logp, inputs, *, clip_low_threshold, clip_high_threshold): ...   # (T,), {(T,)} -> ()
+
 The signatures each family takes are in `objectives/advantages.py`, `objectives/policy_losses.py`,
-`objectives/preference.py` and `objectives/divergences.py`, where the built-ins live. A config names an algorithm by its
-registered name (`grpo.loss`, `grpo.advantage`, `dpo.loss`); its validator asks `require`, which
-imports the built-ins and the config's `plugins` (module names: a module registers its functions
-when imported, so a loss defined outside the package is one decorated function in a module on
-the path). An unknown name, or a name registered in another family, is a one-line error.
+`objectives/preference.py`, `objectives/divergences.py` and `objectives/tinker_losses.py` (the
+losses `temper serve --tinker` computes for the Tinker API), where the built-ins live. A config
+names an algorithm by its registered name (`grpo.loss`, `grpo.advantage`, `dpo.loss`); its
+validator asks `require`, which imports the built-ins and the config's `plugins` (module names: a
+module registers its functions when imported, so a loss defined outside the package is one
+decorated function in a module on the path). An unknown name, or a name registered in another
+family, is a one-line error.
 
 This module sits in the bottom layer, next to `config`, so that configs validate names against
 it; it imports no torch itself. The built-in algorithms (torch code in `objectives/`) are imported
@@ -33,13 +38,14 @@ from typing import Any, Callable, Literal
 
 from tempering.errors import UserError
 
-Family = Literal["advantage", "policy_loss", "preference_loss", "divergence"]
+Family = Literal["advantage", "policy_loss", "preference_loss", "divergence", "tinker_loss"]
 
 FAMILY_WORDS: dict[str, str] = {
     "advantage": "advantage estimator",
     "policy_loss": "policy loss",
     "preference_loss": "preference loss",
     "divergence": "distillation divergence",
+    "tinker_loss": "Tinker API loss",
 }
 
 AGGREGATIONS = ("token_mean", "seq_mean", "constant", "micro_token_mean")
@@ -50,6 +56,7 @@ BUILTIN_MODULES = (
     "tempering.objectives.policy_losses",
     "tempering.objectives.preference",
     "tempering.objectives.divergences",
+    "tempering.objectives.tinker_losses",
 )
 
 
@@ -62,7 +69,8 @@ class Algorithm:
     fn: Callable[..., Any]
     options: dict[str, Any] = field(default_factory=dict)
     """policy losses: `aggregation`; preference losses: `reference` (needs reference log-probs);
-    advantage estimators: `domains` (takes each sample's domain id)."""
+    advantage estimators: `domains` (takes each sample's domain id); Tinker API losses: `inputs`,
+    `config` and `provenance` (see `register_tinker_loss`)."""
 
 
 REGISTRY: dict[tuple[str, str], Algorithm] = {}
@@ -113,6 +121,21 @@ def register_divergence(name: str) -> Callable[[Callable[..., Any]], Callable[..
     divergence between next-token distributions (on-policy distillation's `rollout.divergence`);
     `rollout.beta` reaches `jsd` only (as its `beta=` keyword)."""
     return _register("divergence", name)
+
+
+def register_tinker_loss(
+    name: str, inputs: tuple[str, ...], config: dict[str, float | None] | None = None, provenance: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register `fn(logp (T,), inputs: {name: (T,)}, **config) -> loss ()` as a built-in loss of the
+    Tinker API (`forward_backward(data, loss_fn=name)` on `temper serve --tinker`).
+
+    `inputs`: the `loss_fn_inputs` every datum must carry (no more, no fewer); `config`: the
+    `loss_fn_config` keys it takes with their defaults (None: the request must give it);
+    `provenance=True`: the loss trains on recorded samples, so the server also hands it
+    `sampled` (1 where the datum's provenance names a sampled token) and `sampler_logprobs` (what
+    the sampler recorded for that token, 0 elsewhere), from `sample(record_stability_info=True)`.
+    """
+    return _register("tinker_loss", name, inputs=tuple(inputs), config=dict(config or {}), provenance=provenance)
 
 
 def load(plugins: tuple[str, ...] | list[str] = ()) -> None:

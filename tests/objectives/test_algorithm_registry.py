@@ -54,7 +54,7 @@ def test_a_name_of_another_family_says_so(tmp_path):
     message = config_error(GRPOConfig, tmp_path, "train: {steps: 1}\ngrpo: {loss: rloo}\n")
     assert "'rloo' is registered as an advantage estimator, not a policy loss" in message
     message = config_error(GRPOConfig, tmp_path, "train: {steps: 1}\ngrpo: {advantage: cispo}\n")
-    assert "'cispo' is registered as a policy loss, not an advantage estimator" in message
+    assert "'cispo' is registered as a policy loss and a Tinker API loss, not an advantage estimator" in message
     message = config_error(DPOConfig, tmp_path, "train: {steps: 1}\ndata: {train: [x.jsonl]}\ndpo: {loss: gspo}\n")
     assert "dpo.loss" in message and "registered as a policy loss, not a preference loss" in message
 

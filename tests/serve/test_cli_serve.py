@@ -16,7 +16,7 @@ def test_keys_create_list_revoke(tmp_path):
     assert res.exit_code == 0, res.output
     secret = res.output.strip().splitlines()[-1]
     store = Store(tmp_path / "dep" / "serve.sqlite")
-    assert secret.startswith("tmp-") and store.authenticate(secret).name == "alice"
+    assert secret.startswith("tml-") and store.authenticate(secret).name == "alice"
     listed = runner.invoke(app, ["keys", "list", "--state", state]).output
     assert "alice  active  rate_limit=5" in listed and secret not in listed
     assert runner.invoke(app, ["keys", "revoke", "alice", "--state", state]).exit_code == 0

@@ -1,10 +1,12 @@
 """`temper serve --tinker` driven by the official `tinker` SDK on a tiny random model: training
-(forward_backward + optim_step), sampling from saved weights, save/load state, the RL losses,
-and the SDK's own errors for what the server refuses."""
+(forward_backward + optim_step), sampling from saved weights, save/load state, the RL losses
+(stable_reinforce on recorded samples), keys, the SDK's own errors for what the server refuses,
+and tinker-cookbook's supervised loop and math_rl recipe run unmodified."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -52,7 +54,7 @@ def service(tiny_base, tmp_path_factory):
     app = create_tinker_app(TinkerServeConfig(state=state, model=str(tiny_base), max_tokens=64, precision="fp32"))
     _, secret = app.state.store.create_key("sdk")
     thread = ServerThread(app)
-    client = tinker.ServiceClient(base_url=thread.url, api_key="tml-" + secret)
+    client = tinker.ServiceClient(base_url=thread.url, api_key=secret)
     yield client, app
     thread.stop()
 
@@ -156,13 +158,171 @@ def test_rl_losses_are_the_ratio_weighted_advantages(trainer):
     assert trainer.forward([shifted], "ppo").result().metrics["loss:sum"] == pytest.approx(-1.2, rel=1e-4)
 
 
+def test_cispo_and_dro_are_tinkers_formulas_and_dro_needs_its_beta(trainer):
+    """At the sampler's own log-probs the ratio is 1: cispo is -sum(A * logp), dro -sum(logp * A)
+    (its quadratic term is 0); sampler log-probs 0.5 nats lower put cispo's ratio e^0.5 at 1.2."""
+    tokens = tiny_tokenizer().encode("abcdefgh")
+    datum = text_datum(tokens)
+    logprobs = trainer.forward([datum], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_torch()
+    n = len(tokens) - 1
+    advantages = torch.tensor([0.0] * (n - 3) + [1.0, 2.0, -0.5])
+    reinforce = -float((advantages * logprobs).sum())
+
+    def rl(sampler_logprobs: torch.Tensor) -> types.Datum:
+        inputs = {"target_tokens": tokens[1:], "logprobs": sampler_logprobs.tolist(), "advantages": advantages.tolist()}
+        return types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs)
+
+    assert trainer.forward([rl(logprobs)], "cispo").result().metrics["loss:sum"] == pytest.approx(reinforce, rel=1e-4)
+    dro = trainer.forward([rl(logprobs)], "dro", {"beta": 0.5}).result().metrics["loss:sum"]
+    assert dro == pytest.approx(reinforce, rel=1e-4)
+    clipped = trainer.forward([rl(logprobs - 0.5)], "cispo").result().metrics["loss:sum"]
+    assert clipped == pytest.approx(1.2 * reinforce, rel=1e-4)
+    # dro pulls towards the sampler: + beta/2 * 0.5^2 per position
+    dro_far = trainer.forward([rl(logprobs - 0.5)], "dro", {"beta": 0.5}).result().metrics["loss:sum"]
+    assert dro_far == pytest.approx(reinforce + 0.25 * 0.25 * n, rel=1e-4)
+    with pytest.raises(tinker.RequestFailedError, match="dro needs loss_fn_config.beta .it has no default."):
+        trainer.forward([rl(logprobs)], "dro").result()
+    with pytest.raises(tinker.RequestFailedError, match="loss_fn_config key 'beta' is not used by cispo"):
+        trainer.forward([rl(logprobs)], "cispo", {"beta": 0.5}).result()
+
+
+def sampled_datum(prompt: list[int], seq, advantage: float, logprobs: float = 0.0) -> types.Datum:
+    """The cookbook's datum of one sample (prompt + sample, shifted by one) with its provenance:
+    inputs are the prompt and all but the last sampled token, targets the prompt's second token on."""
+    tokens = prompt + list(seq.tokens)
+    n_prompt, n_sampled = len(prompt), len(seq.tokens)
+    inputs: dict[str, Any] = {
+        "target_tokens": tokens[1:],
+        "logprobs": [logprobs] * (len(tokens) - 1),
+        "advantages": [0.0] * (n_prompt - 1) + [advantage] * n_sampled,
+    }
+    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)
+    sid = seq.sequence_id
+    return datum.with_provenance(
+        model_input=[
+            types.PromptProvenanceSpan(sequence_id=sid, length=n_prompt),
+            types.SampledProvenanceSpan(sequence_id=sid, length=n_sampled - 1),
+        ],
+        loss_fn_inputs=[
+            types.PromptProvenanceSpan(sequence_id=sid, offset=1, length=n_prompt - 1),
+            types.SampledProvenanceSpan(sequence_id=sid, length=n_sampled),
+        ],
+    )
+
+
+def test_stable_reinforce_trains_on_the_samples_the_server_recorded(service, trainer):
+    """sample(record_stability_info=True) keeps each sequence; stable_reinforce reads the sampler's
+    recorded log-probs (not the client's `logprobs`): at the sampler's own weights the ratio is 1,
+    so the loss is -A * sum(recorded log-probs). Every provenance claim is checked."""
+    client, app = service
+    sampler = trainer.save_weights_and_get_sampling_client(record_stability_info=True).result()
+    prompt = tiny_tokenizer().encode("pack my")
+    params = types.SamplingParams(max_tokens=6, temperature=1.0, seed=3)
+    seqs = sampler.sample(types.ModelInput.from_ints(prompt), num_samples=2, sampling_params=params).result().sequences
+    assert len({s.sequence_id for s in seqs}) == 2
+    data = [sampled_datum(prompt, seqs[0], 1.0), sampled_datum(prompt, seqs[1], -0.5)]
+    expected = -(sum(seqs[0].logprobs) - 0.5 * sum(seqs[1].logprobs))
+    out = trainer.forward(data, "stable_reinforce").result()
+    assert out.metrics["loss:sum"] == pytest.approx(expected, rel=1e-3)
+    trainer.forward_backward(data, "stable_reinforce").result()  # and it trains
+
+    def refused(datum: types.Datum, match: str, client_trainer=trainer) -> None:
+        with pytest.raises(tinker.RequestFailedError, match=match):
+            client_trainer.forward([datum], "stable_reinforce").result()
+
+    swapped: dict[str, Any] = dict(data[0].loss_fn_inputs)
+    targets = swapped["target_tokens"].tolist()
+    targets[-1] = (targets[-1] + 1) % 100  # a token the sequence did not sample
+    swapped["target_tokens"] = targets
+    refused(
+        types.Datum(data[0].model_input, swapped, data[0].model_input_spans, data[0].loss_fn_input_spans),
+        r"loss_fn_input_spans\[1\] claims positions .* are sampled tokens\[0:\d+\] of 'seq-\w+'; they are not",
+    )
+    refused(types.Datum(data[0].model_input, data[0].loss_fn_inputs), "data.0. has no provenance")
+    prompt_advantage: dict[str, Any] = dict(data[0].loss_fn_inputs)
+    prompt_advantage["advantages"] = [0.5] + prompt_advantage["advantages"].tolist()[1:]
+    refused(
+        types.Datum(data[0].model_input, prompt_advantage, data[0].model_input_spans, data[0].loss_fn_input_spans),
+        "an advantage at position 0, a prompt token",
+    )
+    # another key's training client finds no record of these sequences (not found, never "forbidden")
+    _, other = app.state.store.create_key("other-recorder")
+    stranger = tinker.ServiceClient(base_url=client.holder._base_url, api_key=other)
+    theirs = stranger.create_lora_training_client(base_model=trainer.get_info().model_data.model_name, rank=8).result()
+    refused(data[0], f"names sequence '{seqs[0].sequence_id}', which this server has no record of", theirs)
+
+
+def test_a_stable_reinforce_call_cut_into_steps_gives_each_datum_its_own_record(service, trainer, monkeypatch):
+    """With `step_tokens` 1 every datum is a step of its own (the scheduler's batches); each
+    datum's provenance must still be read at its index in the whole call, not in its batch: the
+    loss is -sum_k A_k * sum(recorded log-probs of sequence k) only if datum k gets sequence k's
+    record, and a bad span in the third datum is refused as data[2]."""
+    from tempering.serve import tinker_ops
+
+    client, app = service
+    sampler = trainer.save_weights_and_get_sampling_client(record_stability_info=True).result()
+    prompt = tiny_tokenizer().encode("pack my")
+    params = types.SamplingParams(max_tokens=6, temperature=1.0, seed=5)
+    seqs = sampler.sample(types.ModelInput.from_ints(prompt), num_samples=4, sampling_params=params).result().sequences
+    advantages = [1.0, -0.5, 2.0, 0.25]
+    data = [sampled_datum(prompt, s, a) for s, a in zip(seqs, advantages, strict=True)]
+    expected = -sum(a * sum(s.logprobs) for s, a in zip(seqs, advantages, strict=True))
+    cut: list[int] = []
+
+    def batches(data, step_tokens):
+        out = real_batches(data, step_tokens)
+        cut.append(len(out))
+        return out
+
+    real_batches = tinker_ops.batches
+    monkeypatch.setattr(tinker_ops, "batches", batches)
+    monkeypatch.setattr(app.state.cfg, "step_tokens", 1)
+    out = trainer.forward(data, "stable_reinforce").result()
+    assert cut == [4]  # one step per datum
+    assert out.metrics["loss:sum"] == pytest.approx(expected, rel=1e-3)
+    for datum, got in zip(data, out.loss_fn_outputs, strict=True):
+        assert len(got["logprobs"].tolist()) == len(datum.loss_fn_inputs["target_tokens"].tolist())
+
+    third: dict[str, Any] = dict(data[2].loss_fn_inputs)
+    targets = third["target_tokens"].tolist()
+    targets[-1] = (targets[-1] + 1) % 100  # a token sequence 2 did not sample
+    third["target_tokens"] = targets
+    bad = types.Datum(data[2].model_input, third, data[2].model_input_spans, data[2].loss_fn_input_spans)
+    with pytest.raises(tinker.RequestFailedError, match=r"data\[2\]\.loss_fn_input_spans\[1\] claims positions"):
+        trainer.forward([data[0], data[1], bad, data[3]], "stable_reinforce").result()
+
+
+def test_the_key_temper_keys_create_prints_is_taken_by_the_sdk_as_is_and_older_keys_still_work(service):
+    import hashlib
+    import sqlite3
+
+    from typer.testing import CliRunner
+
+    from tempering.cli import app as cli
+
+    client, app = service
+    made = CliRunner().invoke(cli, ["keys", "create", "printed", "--state", str(app.state.cfg.state)])
+    printed = made.output.strip().splitlines()[-1]
+    assert printed.startswith("tml-")
+    url = client.holder._base_url
+    assert tinker.ServiceClient(base_url=url, api_key=printed).get_server_capabilities().supported_models
+    # a key printed before the tml- prefix (`tmp-...`) is stored as its hash; the SDK takes it as tml- + key
+    old = "tmp-" + "x" * 43
+    with sqlite3.connect(app.state.cfg.db_path) as db:
+        db.execute(
+            "INSERT INTO keys VALUES ('key-old', 'old', ?, NULL, 0, NULL)", (hashlib.sha256(old.encode()).hexdigest(),)
+        )
+    assert app.state.store.authenticate(old).name == "old"  # the OpenAI server's check, unchanged
+    assert tinker.ServiceClient(base_url=url, api_key="tml-" + old).get_server_capabilities().supported_models
+
+
 def test_refusals_come_back_as_the_sdks_errors_naming_the_call(service, trainer, tiny_base):
     client, app = service
-    with pytest.raises(tinker.RequestFailedError, match="create_model: base model 'no/such-model'"):
+    with pytest.raises(tinker.BadRequestError, match="create_model: base model 'no/such-model' is not served"):
         client.create_lora_training_client(base_model="no/such-model", rank=4).result()
     tokens = tiny_tokenizer().encode("abcdef")
-    with pytest.raises(tinker.RequestFailedError, match="loss_fn 'cispo' is not supported"):
-        trainer.forward_backward([text_datum(tokens)], "cispo").result()
+    with pytest.raises(tinker.RequestFailedError, match="loss_fn 'gspo' is not supported here .supported: cispo, "):
+        trainer.forward_backward([text_datum(tokens)], "gspo").result()
     with pytest.raises(tinker.RequestFailedError, match="lacks 'weights' for cross_entropy"):
         datum = types.Datum(
             model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:]}
@@ -190,17 +350,17 @@ def test_each_training_client_is_a_registry_run_with_its_base_model_and_saved_we
 def test_a_read_result_is_dropped_after_its_keep_time_and_an_unread_one_is_kept():
     import asyncio
 
-    from tempering.serve.tinker_jobs import Futures
+    from tempering.serve.tinker_sched import Scheduler
 
-    futures = Futures()
-    futures.KEEP_S = 0.0
-    read, unread = futures.submit("a", lambda: 1), futures.submit("b", lambda: 2)
-    assert asyncio.run(futures.wait(read, 5)).result() == 1
-    futures.submit("c", lambda: 3)  # a submit drops what was read longer than KEEP_S ago
+    calls = Scheduler()
+    calls.KEEP_S = 0.0
+    read, unread = calls.submit("k", "a", lambda: 1), calls.submit("k", "b", lambda: 2)
+    assert asyncio.run(calls.wait(read, "k", 5)).result() == 1
+    calls.submit("k", "c", lambda: 3)  # a submit drops what was read longer than KEEP_S ago
     with pytest.raises(KeyError):
-        asyncio.run(futures.wait(read, 5))
-    assert asyncio.run(futures.wait(unread, 5)).result() == 2
-    futures.close()
+        asyncio.run(calls.wait(read, "k", 5))
+    assert asyncio.run(calls.wait(unread, "k", 5)).result() == 2
+    calls.close()
 
 
 def test_the_cookbooks_supervised_loop_runs_unmodified_and_lowers_the_loss(service, tiny_base, tmp_path, monkeypatch):
@@ -267,3 +427,49 @@ def mean_nll(trainer, datums: list) -> float:
         total -= sum(lp * x for lp, x in zip(logprobs, w))
         weight += sum(w)
     return total / weight
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_fn", [None, "importance_sampling"])
+def test_the_cookbooks_math_rl_recipe_runs_unmodified_with_its_default_loss(
+    service, tiny_base, tmp_path, monkeypatch, loss_fn
+):
+    """tinker-cookbook's `recipes/math_rl/train.py` (arithmetic environment) with its default loss,
+    stable_reinforce, for 4 steps: its samplers record stability info and every step's
+    forward_backward trains on those records (a datum whose provenance the server cannot check
+    would fail the run). Only what cannot work offline is given: the local model and a renderer.
+    With `importance_sampling` the same datums carry provenance, which that loss does not read."""
+    import asyncio
+    import json
+
+    pytest.importorskip("pylatexenc")  # the recipe's own dependency (tinker-cookbook's math-rl extra)
+    from tinker_cookbook.recipes.math_rl import train
+
+    from tempering.runs.registry import Registry
+
+    client, app = service
+    monkeypatch.setenv("TINKER_API_KEY", client.holder._api_key)
+    monkeypatch.setenv("TINKER_TELEMETRY", "0")
+    config = train.CLIConfig(
+        model_name=str(tiny_base),
+        renderer_name="qwen3_instruct",
+        base_url=client.holder._base_url,
+        log_path=str(tmp_path / "log"),
+        groups_per_batch=2,
+        lora_rank=8,
+        eval_every=0,
+        save_every=0,
+        max_steps=4,
+        **({"loss_fn": loss_fn} if loss_fn else {}),
+    )
+    assert config.loss_fn == (loss_fn or "stable_reinforce") and config.env == "arithmetic"
+    asyncio.run(train.cli_main(config))
+    rows = [json.loads(line) for line in (tmp_path / "log" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "env/all/reward/total" in r]
+    assert [r["progress/batch"] for r in steps] == [0, 1, 2, 3]
+    assert all(r["env/all/total_episodes"] == 8 and abs(r["optim/kl_sample_train_v1"]) < 1e-3 for r in steps)
+    final = [json.loads(line) for line in (tmp_path / "log" / "checkpoints.jsonl").read_text().splitlines()][-1]
+    model_id = final["state_path"].removeprefix("tinker://").split("/")[0]
+    run = Registry(app.state.cfg.registry_location).latest(f"tinker-{model_id}")
+    assert run is not None and len(run["metrics"]["losses"]) == 4  # one training forward_backward a step
+    assert all(math.isfinite(x) for x in run["metrics"]["losses"])

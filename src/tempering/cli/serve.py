@@ -73,7 +73,7 @@ def serve(
         False,
         "--tinker",
         help="Serve the Tinker API instead (the `tinker` SDK and tinker-cookbook recipes train and sample here; "
-        "TINKER_API_KEY=tml-<key>); --set takes TinkerServeConfig keys.",
+        "TINKER_API_KEY=<the key `temper keys create` prints>); --set takes TinkerServeConfig keys.",
     ),
 ) -> None:
     """Serve releases over an OpenAI-compatible API (plus feedback, audit and the arena at /arena),
@@ -184,8 +184,6 @@ def _listen(host: str, port: int) -> socket.socket:
 
 def _serve_tinker(values: dict, overrides: list[str]) -> None:
     """`temper serve --tinker`: the Tinker API server (serve/tinker.py) for these flag values."""
-    import uvicorn
-
     from tempering.config import ConfigError, load_config
     from tempering.serve.config import TinkerServeConfig
 
@@ -194,12 +192,14 @@ def _serve_tinker(values: dict, overrides: list[str]) -> None:
     except ConfigError as exc:
         fail(exc)
     try:
-        from tempering.serve.tinker import create_tinker_app
+        from tempering.serve.tinker import create_tinker_app, lost_message, serve_tinker
     except ImportError as exc:
         fail(f"--tinker needs the tinker SDK's wire types: pip install 'tempering[tinker]' ({exc})")
     app = create_tinker_app(cfg)
+    if app.state.jobs.owners.lost:
+        out.print(lost_message(app.state.jobs))
     out.print(f"Tinker API on http://{cfg.host}:{cfg.port} (TINKER_BASE_URL), state {cfg.state}")
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
+    serve_tinker(app)
 
 
 @keys_app.command("create")

@@ -111,7 +111,10 @@ class TinkerServeConfig(BaseModel):
     """Registry each training client's run is recorded in (SQLite file or PostgreSQL URL);
     None: `registry.sqlite` in `state`."""
     model: str = DEFAULT_MODEL
-    """The base model `get_server_capabilities` lists; clients may ask for any model spec Tempering loads."""
+    """The base model clients train and sample (listed by `get_server_capabilities`)."""
+    base_models: list[str] = []
+    """More base models clients may use (model specs); a client names one by its spec or by the
+    directory it resolves to, and any other name is refused (client text is never loaded)."""
     rate_limit: int = Field(6000, ge=1)
     """Requests per minute per key (a training loop polls its futures, so more than the OpenAI server's)."""
     max_tokens: int = Field(1024, ge=1)
@@ -122,12 +125,44 @@ class TinkerServeConfig(BaseModel):
     """Largest request body in bytes (forward_backward chunks are cut to a quarter of it)."""
     max_samplers: int = Field(2, ge=1)
     """Most sampling models kept loaded at once (least recently used is dropped)."""
+    max_recorded_tokens: int = Field(4_000_000, ge=1)
+    """Most tokens of recorded samples (`record_stability_info`: each sequence's prompt and sampled
+    tokens) kept in memory, all keys together; the least recently used sequences are dropped first."""
     precision: str = "auto"
     """auto | bf16 | fp32 for training (bf16 autocast over float32 weights) and the sampling engines."""
     engine: EngineSettings = EngineSettings(kind="hf")
     """The engine sampling clients run on (`hf`: static batches of one request's samples)."""
     poll_s: float = Field(20.0, gt=0)
     """Longest a `retrieve_future` call waits for its result before answering `try_again`."""
+    max_lora_rank: int = Field(128, ge=1)
+    """Largest LoRA rank a training client may ask for."""
+    max_models_per_key: int = Field(8, ge=1)
+    """Most training clients one key holds at once (finishing a session, `ServiceClient.close`, frees its clients)."""
+    max_models: int = Field(16, ge=1)
+    """Most training clients the server holds at once, all keys together."""
+    max_datum_tokens: int = Field(4096, ge=1)
+    """Most input tokens of one datum of forward_backward, or of one sample prompt."""
+    max_call_tokens: int = Field(65536, ge=1)
+    """Most input tokens of one forward_backward call, all its datums together."""
+    step_tokens: int = Field(512, ge=1)
+    """Padded tokens (datums x the longest) of one step of a forward_backward: the worker runs one
+    step of a key's call, then one of the next key's, so a long call delays others by a step."""
+    call_timeout_s: float = Field(900.0, gt=0)
+    """Most seconds of work one call may take (its own steps, not its wait); a longer one is
+    stopped at the end of a step, its gradients restored, and fails."""
+    max_queued_per_key: int = Field(64, ge=1)
+    """Most calls of one key waiting or running at once; more is a 429 (the SDK retries it)."""
+    shutdown_s: int = Field(3, ge=1)
+    """Seconds a stopping server gives open requests after it has stopped the calls."""
+
+    @model_validator(mode="after")
+    def _datum_fits_a_call(self) -> TinkerServeConfig:
+        if self.max_datum_tokens > self.max_call_tokens:
+            raise ValueError(
+                f"max_datum_tokens {self.max_datum_tokens} is over max_call_tokens {self.max_call_tokens}: "
+                "a datum that fits could never be sent"
+            )
+        return self
 
     @property
     def db_path(self) -> Path:

@@ -36,7 +36,9 @@ from typing import Any
 
 from tempering.errors import UserError
 
-KEY_PREFIX = "tmp-"
+KEY_PREFIX = "tml-"
+"""What a new key starts with: the prefix the Tinker SDK insists on, so one key serves the OpenAI
+and the Tinker server as printed. Keys made before (`tmp-...`) stay valid: only hashes are stored."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (

@@ -1,10 +1,10 @@
-"""The state behind `temper serve --tinker`: training models, sampling sessions, saved weights,
-and the futures every Tinker call returns.
+"""The state behind `temper serve --tinker`: training models, loaded samplers, the base models
+clients may use, and the calls queue (`tinker_sched.py`) that every Tinker call runs through.
 
-Each call is queued on ONE worker thread, in arrival order, and answered with a request id;
-the client polls `retrieve_future` for the result (`Futures`). So a training client's
-forward_backward, optim_step and save calls run in the order it sent them, and a sampler
-saved after step k holds step k's weights.
+Each call is queued under its key and answered with a request id; the client polls
+`retrieve_future` for the result. A key's calls run in the order it sent them, so a training
+client's forward_backward, optim_step and save calls run in order, and a sampler saved after
+step k holds step k's weights. Who owns what, and where it lives, is `tinker_owners.py`.
 
 Each training model is a registry run (`kind: tinker`) with its base model as the
 `base_model` input and every saved checkpoint as an output (`state` / `sampler`).
@@ -12,85 +12,33 @@ Each training model is a registry run (`kind: tinker`) with its base model as th
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
-import uuid
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tempering.serve.config import TinkerServeConfig
 from tempering.serve.tinker_ops import Sampler, Trainee, UserError, create_trainee
-
-TINKER_SCHEME = "tinker://"
-
-
-@dataclass(frozen=True)
-class Session:
-    """A sampling session: the model spec it loads, its base model and its tinker:// path."""
-
-    spec: str
-    base: str
-    path: str | None
-
-
-class Futures:
-    """Results of queued calls by request id; a result is dropped `KEEP_S` seconds after it was
-    first read (a client whose answer was lost in transit may read it again until then)."""
-
-    KEEP_S = 600.0
-
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-worker")
-        self._results: dict[str, Future] = {}
-        self._read: dict[str, float] = {}  # request id -> when its result was first read
-        self._lock = threading.Lock()
-
-    def submit(self, call: str, fn: Callable[[], Any]) -> str:
-        request_id = f"{call}-{uuid.uuid4().hex[:16]}"
-        with self._lock:
-            self._results[request_id] = self._pool.submit(fn)
-            stale = [r for r, at in self._read.items() if time.monotonic() - at > self.KEEP_S]
-            for r in stale:
-                del self._results[r], self._read[r]
-        return request_id
-
-    async def wait(self, request_id: str, timeout: float) -> Future | None:
-        """The finished future of `request_id`, or None if it is still running after `timeout`.
-
-        Raises:
-            KeyError: no such request.
-        """
-        with self._lock:
-            future = self._results[request_id]
-        try:
-            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout)
-        except TimeoutError:
-            return None
-        except Exception:  # the call failed: its exception is read from the future
-            pass
-        with self._lock:
-            self._read.setdefault(request_id, time.monotonic())
-        return future
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+from tempering.serve.tinker_owners import Owners
+from tempering.serve.tinker_records import StabilityRecords
+from tempering.serve.tinker_sched import Scheduler
 
 
 class Jobs:
-    """Training models, sampling sessions and saved weights of one deployment."""
+    """Training models, samplers, ownership records and the calls queue of one deployment."""
 
     def __init__(self, cfg: TinkerServeConfig):
         self.cfg = cfg
         self.root = Path(cfg.state) / "tinker"
-        self.futures = Futures()
+        self.owners = Owners(self.root, cfg.max_models_per_key, cfg.max_models)
+        self.calls = Scheduler(cfg.call_timeout_s, cfg.max_queued_per_key)
         self.trainees: dict[str, Trainee] = {}
         self.runs: dict[str, str] = {}  # model id -> registry run id
-        self.sessions: dict[str, Session] = {}
+        self.vocab: dict[str, int] = {}  # model spec -> rows of its input embedding
+        self.records = StabilityRecords(cfg.max_recorded_tokens)  # samples kept for stable_reinforce, by key
         self._samplers: OrderedDict[str, Sampler] = OrderedDict()
+        self._resolved: dict[str, str] | None = None  # resolved dir of each served base -> its spec
+        self._lock = threading.Lock()
         self._registry: Any = None
 
     # ------------------------------------------------------------------ registry
@@ -101,9 +49,47 @@ class Jobs:
             self._registry = Registry(self.cfg.registry_location)
         return self._registry
 
+    # ------------------------------------------------------------------ base models
+    def served(self) -> list[str]:
+        """The base models clients may train and sample (`model`, then `base_models`)."""
+        return list(dict.fromkeys([self.cfg.model, *self.cfg.base_models]))
+
+    def base_model(self, name: str, call: str) -> str:
+        """The served base model `name` names (its spec, or the directory the spec resolves to);
+        the client's text is compared, never loaded.
+
+        Raises:
+            UserError: not a served base model.
+        """
+        served = self.served()
+        if name in served:
+            return name
+        with self._lock:
+            if self._resolved is None:
+                from tempering.models.load import ModelNotFound, resolve_model
+
+                self._resolved = {}
+                for spec in served:
+                    try:
+                        self._resolved[resolve_model(spec)] = spec
+                    except ModelNotFound:
+                        continue  # a configured base that does not load: create_model says so
+        if name in self._resolved:
+            return self._resolved[name]
+        raise UserError(
+            f"{call}: base model {name!r} is not served here (get_server_capabilities lists: {', '.join(served)})"
+        )
+
+    # ------------------------------------------------------------------ training models
     def create(self, model_id: str, base: str, rank: int, seed: int | None, parts: dict[str, bool]) -> dict:
-        trainee = create_trainee(model_id, base, rank, seed, parts, self.cfg.precision)
+        """Load `model_id`'s model (on the worker); a failure releases its reservation."""
+        try:
+            trainee = create_trainee(model_id, base, rank, seed, parts, self.cfg.precision)
+        except BaseException:
+            self.owners.release(model_id)
+            raise
         self.trainees[model_id] = trainee
+        self.vocab[base] = trainee.model.get_input_embeddings().num_embeddings
         config = {"base_model": base, "lora_rank": rank, "seed": seed, **parts}
         self.runs[model_id] = self.registry().start(f"tinker-{model_id}", "tinker", config, [], base)
         return {"model_id": model_id, "type": "create_model"}
@@ -113,46 +99,25 @@ class Jobs:
             raise UserError(f"{call}: no training model {model_id!r} on this server")
         return self.trainees[model_id]
 
+    def drop(self, model_ids: list[str]) -> None:
+        """Free the models of released training clients (their saved checkpoints stay)."""
+        for model_id in model_ids:
+            self.trainees.pop(model_id, None)
+
     def record(self, model_id: str, role: str, path: Path) -> None:
         trainee = self.trainees[model_id]
         metrics = {"steps": trainee.steps, "loss_first": trainee.losses[0] if trainee.losses else None}
         metrics["loss_last"] = trainee.losses[-1] if trainee.losses else None
+        metrics["losses"] = trainee.losses  # `loss:sum` of every training forward_backward, in order
         registry = self.registry()
         registry.record_output(self.runs[model_id], role, path)
         registry.finish(self.runs[model_id], {role: str(path)}, metrics)
 
-    # ------------------------------------------------------------------ weights
-    def save_dir(self, model_id: str, kind: str, name: str, call: str) -> tuple[Path, str]:
-        """(directory, tinker:// path) of a named checkpoint; names are one path segment."""
-        if not name or "/" in name or name in (".", "..") or "\\" in name:
-            raise UserError(f"{call}: checkpoint name {name!r} must be one non-empty path segment")
-        return self.root / model_id / kind / name, f"{TINKER_SCHEME}{model_id}/{kind}/{name}"
-
+    # ------------------------------------------------------------------ weights and sampling
     def base_of(self, path: Path) -> str:
-        """The base model saved weights were trained from (their training model's base)."""
-        model_id = path.parent.parent.name
-        trainee = self.trainees.get(model_id)
-        if trainee is not None:
-            return trainee.base
-        from tempering.models.load import adapter_base
-
-        return adapter_base(str(path)) or str(path)
-
-    def resolve(self, tinker_path: str, call: str) -> Path:
-        """The directory a `tinker://model/kind/name` path names on this server."""
-        parts = tinker_path.removeprefix(TINKER_SCHEME).split("/")
-        if not tinker_path.startswith(TINKER_SCHEME) or len(parts) != 3 or ".." in parts:
-            raise UserError(f"{call}: {tinker_path!r} is not a tinker://MODEL/KIND/NAME path of this server")
-        path = self.root.joinpath(*parts)
-        if not path.is_dir():
-            raise UserError(f"{call}: no checkpoint at {tinker_path}")
-        return path
-
-    # ------------------------------------------------------------------ sampling
-    def open_session(self, spec: str, base: str, path: str | None) -> str:
-        session_id = f"sampling-{uuid.uuid4().hex[:12]}"
-        self.sessions[session_id] = Session(spec, base, path)
-        return session_id
+        """The base model saved weights were trained from (their training model's record)."""
+        record = self.owners.record(path.parent.parent.name)
+        return record.base if record is not None else str(path)
 
     def sampler(self, spec: str) -> Sampler:
         """The loaded sampler of `spec` (a saved-weights dir or a base model), LRU-cached."""
@@ -163,9 +128,10 @@ class Jobs:
             self._samplers.popitem(last=False)
         sampler = Sampler(spec, self.cfg.precision, self.cfg.engine)
         self._samplers[spec] = sampler
+        self.vocab[spec] = sampler.model.get_input_embeddings().num_embeddings
         return sampler
 
     def close(self) -> None:
-        self.futures.close()
+        self.calls.close(wait_s=self.cfg.shutdown_s)  # a running step ends before the process does
         if self._registry is not None:
             self._registry.close()

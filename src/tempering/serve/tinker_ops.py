@@ -1,22 +1,24 @@
 """What `temper serve --tinker` does with a model: the Tinker primitives over Tempering's pieces.
 
   create_trainee        base model (`models/load.py`) + LoRA (`models/lora.py`) + AdamW
-  forward_backward      log-probs (`models/logprobs.py`), a built-in loss
+  forward_backward      log-probs (`models/logprobs.py`), a registered Tinker loss
                         (`objectives/tinker_losses.py`), gradients accumulated until the step
   optim_step            AdamW with the request's hyper-parameters, then the gradients are cleared
   save_state / load_state   adapter weights (PEFT safetensors) + optimizer state
   save_for_sampler      the adapter as a PEFT dir a sampler loads (`load_model` takes it)
   Sampler               an engine from `rollout/select.py: build_engine` over saved weights
 
-All of it runs on the server's one worker thread, in the order the requests arrived.
+All of it runs on the server's one worker thread (`tinker_sched.py`); a forward_backward runs
+as steps of at most `step_tokens` padded tokens, so other keys' calls run between them.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -28,9 +30,8 @@ from tempering.models.load import ModelNotFound, load_model, load_tokenizer
 from tempering.models.logprobs import head_logprobs, token_logprobs
 from tempering.models.lora import apply_lora
 from tempering.models.precision import autocast, resolve_precision
-from tempering.objectives.tinker_losses import CONFIG, INPUTS, tinker_loss
 from tempering.rollout.select import build_engine
-from tempering.serve.tinker_wire import WireDatum, WireSample
+from tempering.serve.tinker_wire import WireDatum, WireSample, check_vocab
 
 LORA_ALPHA = 32
 """LoRA alpha of every trainee (Tinker fixes it too; the rank is the request's)."""
@@ -100,14 +101,30 @@ def create_trainee(
     return Trainee(model_id, base, rank, model, tokenizer, optimizer, resolve_precision(precision), parts=dict(parts))
 
 
-def _check(loss_fn: str, data: list[WireDatum], config: dict[str, Any]) -> None:
-    if loss_fn not in INPUTS:
-        raise UserError(f"forward_backward: loss_fn {loss_fn!r} is not supported here (supported: {', '.join(INPUTS)})")
-    unknown = sorted(set(config) - set(CONFIG[loss_fn]))
-    if unknown:
-        raise UserError(f"forward_backward: loss_fn_config key {unknown[0]!r} is not used by {loss_fn}")
+def _loss(loss_fn: str, config: dict[str, Any]) -> tuple[Any, dict[str, float]]:
+    """The registered Tinker loss and its settings (defaults under the request's `config`)."""
+    from tempering import algorithms
+
+    algorithms.load()
+    if ("tinker_loss", loss_fn) not in algorithms.REGISTRY:
+        names = ", ".join(algorithms.names("tinker_loss"))
+        raise UserError(f"forward_backward: loss_fn {loss_fn!r} is not supported here (supported: {names})")
+    loss = algorithms.lookup("tinker_loss", loss_fn)
+    defaults = loss.options["config"]
+    for key, value in config.items():
+        if key not in defaults:
+            raise UserError(f"forward_backward: loss_fn_config key {key!r} is not used by {loss_fn}")
+        if isinstance(value, str) or not math.isfinite(value):
+            raise UserError(f"forward_backward: loss_fn_config.{key} must be a finite number, not {value!r}")
+    missing = [k for k, v in defaults.items() if v is None and k not in config]
+    if missing:
+        raise UserError(f"forward_backward: {loss_fn} needs loss_fn_config.{missing[0]} (it has no default)")
+    return loss, {**defaults, **config}
+
+
+def _check(inputs: tuple[str, ...], loss_fn: str, data: list[WireDatum]) -> None:
     for i, d in enumerate(data):
-        need, have = set(INPUTS[loss_fn]), set(d.inputs)
+        need, have = set(inputs), set(d.inputs)
         if need - have or have - need:
             what = f"lacks {sorted(need - have)[0]!r}" if need - have else f"has unused {sorted(have - need)[0]!r}"
             raise UserError(f"forward_backward: data[{i}].loss_fn_inputs {what} for {loss_fn}")
@@ -130,28 +147,136 @@ def _target_logprobs(model: Any, data: list[WireDatum]) -> torch.Tensor:
     return logp
 
 
+Provenance = Callable[[int, WireDatum], dict[str, np.ndarray]]
+"""Datum index and datum -> the recorded `sampled` and `sampler_logprobs` (T,) of its targets
+(`tinker_records.StabilityRecords.sampled` for the calling key)."""
+
+
 def forward_backward(
-    trainee: Trainee, loss_fn: str, data: list[WireDatum], config: dict[str, Any], forward_only: bool
+    trainee: Trainee,
+    loss_fn: str,
+    data: list[WireDatum],
+    config: dict[str, Any],
+    forward_only: bool,
+    provenance: Provenance,
 ) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
-    """Per-datum target log-probs and `loss:sum`; unless `forward_only`, the loss's gradient is
-    added to what earlier calls accumulated (the next optim_step applies and clears it)."""
+    """Per-datum target log-probs and `loss:sum` of one batch; unless `forward_only`, the loss's
+    gradient is added to what earlier calls accumulated (the next optim_step applies and clears it).
+    A loss registered with `provenance` also reads what `provenance(i, data[i])` recorded for each
+    datum (`forward_backward_steps` hands each batch its datums' records, by index in the call)."""
     if not data:
         raise UserError("forward_backward: no data")
-    _check(loss_fn, data, config)
+    loss, settings = _loss(loss_fn, config)
+    _check(loss.options["inputs"], loss_fn, data)
+    recorded: list[dict[str, np.ndarray]] = [{} for _ in data]
+    if loss.options["provenance"]:
+        recorded = [provenance(i, d) for i, d in enumerate(data)]
     model = trainee.model
     model.train(not forward_only)
     with torch.set_grad_enabled(not forward_only), autocast(trainee.precision, model.device):
         logp = _target_logprobs(model, data)
         losses = []
         for i, d in enumerate(data):
-            inputs = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in d.inputs.items()}
-            losses.append(tinker_loss(loss_fn, logp[i, : len(d.tokens)], inputs, config))
+            inputs = {
+                k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in {**d.inputs, **recorded[i]}.items()
+            }
+            losses.append(loss.fn(logp[i, : len(d.tokens)], inputs, **settings))
         total = torch.stack(losses).sum()
         if not forward_only:
             total.backward()
-            trainee.losses.append(float(total.detach()))
     outputs = [{"logprobs": logp[i, : len(d.tokens)].detach().numpy()} for i, d in enumerate(data)]
     return outputs, {"loss:sum": float(total.detach())}
+
+
+def check_tokens(data: list[WireDatum], vocab: int) -> None:
+    """Every input and target token id indexes the model's embedding (else a UserError)."""
+    for i, d in enumerate(data):
+        check_vocab(np.asarray(d.tokens), vocab, f"forward_backward: data[{i}].model_input")
+        if "target_tokens" in d.inputs:
+            targets = d.inputs["target_tokens"]
+            if targets.dtype.kind not in "iu":
+                raise UserError(f"forward_backward: data[{i}].loss_fn_inputs.target_tokens must be integers")
+            check_vocab(targets, vocab, f"forward_backward: data[{i}].loss_fn_inputs.target_tokens")
+
+
+def batches(data: list[WireDatum], step_tokens: int) -> list[list[WireDatum]]:
+    """`data` in order, cut into batches of at most `step_tokens` padded tokens (datums x the
+    longest), one datum at least: the work of one scheduler step."""
+    out: list[list[WireDatum]] = []
+    longest = 0
+    for d in data:
+        longest_with = max(longest, len(d.tokens))
+        if out and longest_with * (len(out[-1]) + 1) <= step_tokens:
+            out[-1].append(d)
+            longest = longest_with
+        else:
+            out.append([d])
+            longest = len(d.tokens)
+    return out
+
+
+def merge_metrics(parts: list[tuple[int, dict[str, float]]]) -> dict[str, float]:
+    """Metrics of batches as one call's, by each name's reduction suffix (`loss:sum` sums,
+    `:mean` is the datum-weighted mean, `:max` / `:min`)."""
+    out: dict[str, float] = {}
+    datums = sum(n for n, _ in parts)
+    for name in parts[0][1]:
+        values = [(n, m[name]) for n, m in parts]
+        how = name.rsplit(":", 1)[-1]
+        if how == "mean":
+            out[name] = sum(n * v for n, v in values) / max(datums, 1)
+        elif how in ("max", "min"):
+            out[name] = (max if how == "max" else min)(v for _, v in values)
+        else:
+            out[name] = sum(v for _, v in values)
+    return out
+
+
+def forward_backward_steps(
+    trainee: Trainee,
+    loss_fn: str,
+    data: list[WireDatum],
+    config: dict[str, Any],
+    forward_only: bool,
+    step_tokens: int,
+    provenance: Provenance,
+):
+    """`forward_backward` of the whole call, one batch of `batches(data, step_tokens)` per
+    step (a generator: it yields between batches, where the scheduler may serve other keys or
+    stop it). Every datum is checked first (tokens, loss inputs, and for a provenance loss its
+    records, `provenance(i, data[i])` with `i` its index in the whole call), so a bad call fails
+    before any step. Stopped or failed part-way, it restores the gradients it found, so the call
+    leaves nothing behind; done, it returns (outputs, metrics) as one call's."""
+    check_tokens(data, trainee.model.get_input_embeddings().num_embeddings)
+    loss, _ = _loss(loss_fn, config)
+    _check(loss.options["inputs"], loss_fn, data)
+    recorded = [provenance(i, d) for i, d in enumerate(data)] if loss.options["provenance"] else []
+    params = [p for g in trainee.optimizer.param_groups for p in g["params"]]
+    found = None if forward_only else [None if p.grad is None else p.grad.clone() for p in params]
+    outputs: list[dict[str, np.ndarray]] = []
+    parts: list[tuple[int, dict[str, float]]] = []
+    try:
+        start = 0  # the call's index of the batch's first datum
+        for n, batch in enumerate(batches(data, step_tokens)):
+            if n:
+                yield
+
+            def batch_provenance(i: int, d: WireDatum, start: int = start) -> dict[str, np.ndarray]:
+                return recorded[start + i]  # the batch's datum i is the call's datum start + i
+
+            out, metrics = forward_backward(trainee, loss_fn, batch, config, forward_only, batch_provenance)
+            outputs += out
+            parts.append((len(batch), metrics))
+            start += len(batch)
+    except BaseException:
+        if found is not None:
+            for p, grad in zip(params, found):
+                p.grad = grad
+        raise
+    metrics = merge_metrics(parts)
+    if not forward_only:
+        trainee.losses.append(metrics["loss:sum"])
+    return outputs, metrics
 
 
 def optim_step(trainee: Trainee, lr: float, betas: tuple[float, float], eps: float, wd: float, clip: float) -> dict:
@@ -216,6 +341,7 @@ class Sampler:
 
     def sample(self, prompt: list[int], n: int, params: dict[str, Any], prompt_logprobs: bool, cap: int):
         """`n` samples of `prompt` under Tinker's `SamplingParams`; (samples, prompt log-probs or None)."""
+        check_vocab(prompt, self.model.get_input_embeddings().num_embeddings, "sample: prompt")
         if params.get("top_k", -1) not in (-1, 0):
             raise UserError("sample: sampling_params.top_k is not supported here (top_p is)")
         stop = params.get("stop")
