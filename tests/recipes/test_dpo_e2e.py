@@ -85,6 +85,10 @@ def test_simpo_needs_no_reference_and_bad_loss_is_one_line(setup):
     cfg, _ = setup
     summary = run(cfg, "--name", "s", "--loss", "simpo", "--set", "dpo.beta=2.0", "--steps", "4")
     assert summary["reference"] == "none" and summary["loss"] == "simpo"
-    res = CliRunner().invoke(app, ["dpo", str(cfg), "--loss", "ppo"])
+    res = CliRunner().invoke(app, ["dpo", str(cfg), "--loss", "hinge"])
     assert res.exit_code == 2 and "dpo.loss" in res.stderr and "Traceback" not in res.output
-    assert "unknown preference loss 'ppo' (registered: dpo, ipo, kto, orpo, simpo)" in res.stderr
+    assert "unknown preference loss 'hinge' (registered: dpo, ipo, kto, orpo, simpo)" in res.stderr
+    # a name of another family says which family it belongs to ('ppo' is a Tinker API loss)
+    res = CliRunner().invoke(app, ["dpo", str(cfg), "--loss", "ppo"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "'ppo' is registered as a Tinker API loss, not a preference loss (registered: dpo, ipo, kto, orpo, simpo)" in res.stderr
