@@ -56,6 +56,7 @@ RESUMABLE_CHANGES = (
     "train.checkpoint.every",
     "train.checkpoint.keep_last",
     "train.eval_every",
+    "heldout.every",  # GRPO's schedule before train.eval_every: a run recorded with it still resumes
     "train.resume_from",
 )
 
