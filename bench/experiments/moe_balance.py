@@ -107,7 +107,7 @@ def train(model, rows, steps: int, seed: int, lr: float, aux: float, run_dir: Pa
     from tempering.config import TrainSettings
     from tempering.data.batches import SFTBatches
     from tempering.objectives.sft import SFTObjective
-    from tempering.train.metrics import read_metrics
+    from tempering.tracking.events import read_metrics
     from tempering.train.trainer import Trainer
 
     s = TrainSettings.model_validate(

@@ -235,7 +235,7 @@ def grpo_config(
             }
             for d in domains
         ],
-        "heldout": {"every": 10_000, "max_new_tokens": args.max_new_tokens},
+        "heldout": {"max_new_tokens": args.max_new_tokens},
         "grpo": {
             "prompts_per_step": args.prompts,
             "group_size": args.group,
@@ -248,6 +248,7 @@ def grpo_config(
         },
         "train": {
             "steps": args.steps,
+            "eval_every": 10_000,  # held-out at the start and the end only
             "seed": seed,
             "max_minutes": args.max_minutes,
             "threads": 1,

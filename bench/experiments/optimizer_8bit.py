@@ -77,7 +77,7 @@ def run(bits: int, seed: int, steps: int, train_rows, held_rows, run_dir: Path, 
     from tempering.data.batches import SFTBatches
     from tempering.data.render import RenderedExample
     from tempering.objectives.sft import SFTObjective
-    from tempering.train.metrics import read_metrics
+    from tempering.tracking.events import read_metrics
     from tempering.train.trainer import Trainer, evaluate
 
     s = TrainSettings.model_validate(

@@ -99,7 +99,6 @@ def grpo_config(variant: str, start: Path, out: Path, args: argparse.Namespace) 
         "tasks": {"source": "builtin:arithmetic", "ops": "+", "n": 2000, "seed": 0, "split": "train"},
         "heldout": {
             "tasks": {"source": "builtin:arithmetic", "ops": "+", "n": args.heldout, "seed": 0, "split": "heldout"},
-            "every": args.every,
             "max_new_tokens": 16,
         },
         "reward": [
@@ -119,6 +118,7 @@ def grpo_config(variant: str, start: Path, out: Path, args: argparse.Namespace) 
         },
         "train": {
             "steps": 1000,
+            "eval_every": args.every,
             "max_minutes": args.minutes,
             "optim": {"lr": 2.0e-4, "schedule": "constant", "warmup_steps": 0},
             "checkpoint": {"every": 1000, "keep_last": 1},

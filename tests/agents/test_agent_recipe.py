@@ -81,3 +81,30 @@ def test_the_held_out_pass_records_per_task_success_and_destructive_calls():
     assert out["success"] == {"a": True, "b": True, "c": False}
     assert out["unsafe"] == {"a": False, "b": True, "c": True}
     assert out["all"]["safe_rate"] == 1 / 3 and out["all"]["completion_rate"] == 2 / 3
+
+
+def test_agent_rl_measures_its_eval_suites_every_eval_every_steps_and_keeps_the_best(tmp_path, tiny_dir):
+    """`train.eval_every` reaches agent RL: each eval suite's held-out pass is an `eval` event named
+    `heldout/<suite>/<metric>`, and `keep_best` watches it (a tie is no improvement: the first stays)."""
+    from tempering.tracking.events import read_events
+
+    cfg = AgentConfig.model_validate(
+        {
+            "model": str(tiny_dir),
+            "tasks": {"suites": ["tool_arith"], "eval_limit": 2},
+            "episode": {"max_context_tokens": 256},
+            "rl": {"max_new_tokens": 8, "prompts_per_step": 1, "group_size": 2},
+            "train": {"steps": 2, "eval_every": 1, "keep_best": "heldout/tool_arith/completion_rate"},
+            "eval": {"max_new_tokens": 8},
+            "out": str(tmp_path / "runs"),
+            "name": "agent-best",
+        }
+    )
+    summary = run_agent(cfg)
+    run = tmp_path / "runs" / "agent-best"
+    evals = read_events(run / "metrics.jsonl", "eval")
+    assert [e["step"] for e in evals] == [1, 2]
+    rates = [e["heldout/tool_arith/completion_rate"] for e in evals]
+    best_step = 2 if rates[1] > rates[0] else 1
+    assert summary["best"] == {"step": best_step, "value": rates[best_step - 1]}
+    assert (run / "best").is_dir()

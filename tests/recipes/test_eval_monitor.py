@@ -1,16 +1,18 @@
-"""`EvalMonitor`: which evaluation saves the best model and which one stops the run, by hand."""
+"""`HeldoutMonitor`: which evaluation saves the best model and which one stops the run, by hand."""
 
 import json
 
 from tempering.config import TrainSettings
-from tempering.recipes.monitor import EvalMonitor, eval_metrics
+from tempering.recipes.monitor import HeldoutMonitor, eval_metrics
+from tempering.tracking.context import RunContext
 
 
 def monitor(tmp_path, values, **train):
     settings = TrainSettings(steps=100, eval_every=10, **train)
     saved, stops = [], []
     it = iter(values)
-    m = EvalMonitor(settings, lambda: next(it), tmp_path / "metrics.jsonl", saved.append, stops.append)
+    run = RunContext.open(tmp_path)
+    m = HeldoutMonitor(settings, lambda step, run: eval_metrics(next(it)), run, saved.append, stops.append)
     return m, saved, stops
 
 

@@ -15,7 +15,6 @@ def _config(tmp_path, model_dir, steps):
         "tasks": {"source": "builtin:arithmetic", "ops": "+", "n": 64},
         "heldout": {
             "tasks": {"source": "builtin:arithmetic", "ops": "+", "n": 6, "split": "heldout"},
-            "every": 2,
             "max_new_tokens": 4,
         },
         # a reward the random tiny model earns sometimes: any digit in the reply
@@ -24,7 +23,13 @@ def _config(tmp_path, model_dir, steps):
             {"name": "digit", "weight": 0.5, "verifier": {"type": "regex", "pattern": "\\d", "on": "completion"}},
         ],
         "grpo": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6, "max_refills": 1},
-        "train": {"steps": steps, "precision": "fp32", "optim": {"lr": 1e-3}, "checkpoint": {"every": 2}},
+        "train": {
+            "steps": steps,
+            "eval_every": 2,
+            "precision": "fp32",
+            "optim": {"lr": 1e-3},
+            "checkpoint": {"every": 2},
+        },
         "out": str(tmp_path / "runs"),
         "name": "g",
     }

@@ -95,7 +95,6 @@ def _config(tmp_path, model, **change):
         "tasks": {"source": "vision:colour_shape", "n": 16, "image_size": 32},
         "heldout": {
             "tasks": {"source": "vision:colour_shape", "n": 4, "split": "heldout", "image_size": 32},
-            "every": 2,
             "max_new_tokens": 3,
         },
         # a reward the random model earns sometimes, so groups are not tied: a capital letter first
@@ -116,7 +115,7 @@ def _config(tmp_path, model, **change):
             "truncation": "keep",
         },
         "engine": {"kind": "hf"},
-        "train": {"steps": 2, "precision": "fp32", "optim": {"lr": 5e-2}},
+        "train": {"steps": 2, "eval_every": 2, "precision": "fp32", "optim": {"lr": 5e-2}},
         "out": str(tmp_path / "runs"),
         "name": "vg",
     }

@@ -33,9 +33,9 @@ def test_grpo_heldout_and_eval_run_give_identical_per_task_results(recall_model,
         "model": str(recall_dir),
         "lora": {"r": 4, "alpha": 8, "last_layers": 1},
         "tasks": {"source": str(train)},
-        "heldout": {"tasks": {"source": str(held)}, "every": 1, **sampling},
+        "heldout": {"tasks": {"source": str(held)}, **sampling},
         "grpo": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 3},
-        "train": {"steps": 1, "seed": 0, "precision": "fp32", "checkpoint": {"every": 1}},
+        "train": {"steps": 1, "eval_every": 1, "seed": 0, "precision": "fp32", "checkpoint": {"every": 1}},
         "out": str(env / "runs"),
         "name": "g",
     }
@@ -43,7 +43,7 @@ def test_grpo_heldout_and_eval_run_give_identical_per_task_results(recall_model,
     res = runner.invoke(app, ["grpo", str(env / "grpo.yaml")])
     assert res.exit_code == 0, res.output
     suite = {
-        "name": "heldout",
+        "name": "tasks",
         "tasks": {"source": str(held)},
         "templates": ["{prompt}"],
         "sampling": {**sampling, "n": 1},

@@ -34,7 +34,7 @@ def _config(tmp_path, model_dir, steps, heldout=True, group_size=8, **overrides)
             {"name": name, "tasks": {"source": _task_file(tmp_path / f"{name}.jsonl", name, 20)}} for name in PATTERNS
         ],
         "mixture": {"floor": 0.1, "smoothing": 1.0},
-        "heldout": {"split_size": 6, "every": 100, "max_new_tokens": 4} if heldout else None,
+        "heldout": {"split_size": 6, "max_new_tokens": 4} if heldout else None,
         "grpo": {
             "prompts_per_step": 3,
             "group_size": group_size,  # 8: "some" ties (all 8 alike) in ~1% of first batches
@@ -43,7 +43,13 @@ def _config(tmp_path, model_dir, steps, heldout=True, group_size=8, **overrides)
             "truncation": "keep",
             "advantage": "per_domain",
         },
-        "train": {"steps": steps, "precision": "fp32", "optim": {"lr": 1e-3}, "checkpoint": {"every": 2}},
+        "train": {
+            "steps": steps,
+            **({"eval_every": 100} if heldout else {}),
+            "precision": "fp32",
+            "optim": {"lr": 1e-3},
+            "checkpoint": {"every": 2},
+        },
         "out": str(tmp_path / "runs"),
         "name": "md",
         **overrides,

@@ -27,9 +27,7 @@ def grpo(tmp_path, model: str, max_new_tokens: int, heldout: bool) -> dict:
         "out": str(tmp_path / "runs"),
         "name": "vf",
     }
-    cfg["heldout"] = (
-        {"tasks": {"source": SOURCE, "split": "heldout", "n": 2}, "every": 2, "max_new_tokens": 4} if heldout else None
-    )
+    cfg["heldout"] = {"tasks": {"source": SOURCE, "split": "heldout", "n": 2}, "max_new_tokens": 4} if heldout else None
     path = tmp_path / "grpo.yaml"
     path.write_text(yaml.safe_dump(cfg))
     res = CliRunner().invoke(app, ["grpo", str(path)])

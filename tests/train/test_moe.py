@@ -11,7 +11,7 @@ from tempering.data.batches import SFTBatches
 from tempering.models.moe import balance_loss, router_z_loss
 from tempering.models.routing import RouterTap
 from tempering.objectives.sft import SFTObjective
-from tempering.train.metrics import read_metrics
+from tempering.tracking.events import read_metrics
 from tempering.train.moe import MoEWatch
 from tempering.train.trainer import Trainer
 from tests.conftest import random_examples, tiny_llama, tiny_moe

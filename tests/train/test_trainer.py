@@ -9,9 +9,9 @@ import torch
 from tempering.config import GuardSettings, TrainSettings
 from tempering.data.batches import SFTBatches
 from tempering.objectives.sft import SFTObjective
+from tempering.tracking.events import read_metrics
 from tempering.train.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from tempering.train.guard import AnomalyGuard
-from tempering.train.metrics import read_metrics
 from tempering.train.trainer import Trainer, TrainingDiverged
 from tests.conftest import random_examples, tiny_llama
 

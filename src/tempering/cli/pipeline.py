@@ -87,7 +87,9 @@ class StageBoard:
         steps, run_dir = row.get("steps"), row.get("run_dir")
         if not steps or run_dir is None:
             return "", ""
-        path = Path(run_dir) / "metrics.jsonl"
+        from tempering.tracking.events import metrics_path
+
+        path = metrics_path(run_dir)
         try:
             records = [json.loads(line) for line in path.read_text().splitlines()[-50:] if line.strip()]
         except (OSError, json.JSONDecodeError):

@@ -173,8 +173,13 @@ class GRPOSettings(GRPOPolicySettings):
         return self
 
 
+HELDOUT_EVERY = 10
+"""GRPO's `train.eval_every` when the config has `heldout:` and sets none."""
+
+
 class HeldoutSettings(SamplingSettings):
-    """Held-out monitoring during GRPO: sampling settings (greedy by default) and a schedule."""
+    """Held-out monitoring during GRPO: which tasks and the sampling settings (greedy by default);
+    how often is `train.eval_every` (default 10 here), as for every objective."""
 
     temperature: float = Field(0.0, ge=0)
     """Sampling temperature of the held-out pass; 0 (greedy) makes it deterministic."""
@@ -183,10 +188,17 @@ class HeldoutSettings(SamplingSettings):
     split_size: int = Field(100, ge=1)
     """Without `tasks`: how many training tasks to hold out (at most a fifth of them), a
     seeded split disjoint from training, recorded in the run's heldout/split.json."""
-    every: int = Field(10, ge=1)
-    """Evaluate every this many steps, and at the start and end."""
     alarm_window: int = Field(3, ge=2)
     """Held-out evaluations compared for the divergence alarm."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _every_moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "every" in data:
+            raise ValueError(
+                "heldout.every moved to train.eval_every (one schedule for every objective's held-out measure)"
+            )
+        return data
 
 
 class GRPOConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
@@ -221,6 +233,14 @@ class GRPOConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
         check_domains(self.domains, self.mixture, "tasks" in self.model_fields_set)
         if self.domains and self.heldout is not None and self.heldout.tasks is not None:
             raise ValueError("heldout.tasks does nothing with domains: (each domain's own heldout: is scored)")
+        return self
+
+    @model_validator(mode="after")
+    def _heldout_schedule(self) -> GRPOConfig:
+        if self.heldout is None and self.train.eval_every is not None:
+            raise ValueError("train.eval_every measures the held-out tasks, and heldout: is null")
+        if self.heldout is not None and self.train.eval_every is None:
+            self.train.eval_every = HELDOUT_EVERY
         return self
 
     @model_validator(mode="after")

@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from tempering.config.base import Paths, Strict, Threads
 
 TrackerName = Literal["tensorboard", "mlflow", "trackio", "wandb"]
-"""The experiment trackers `loggers` may name (train/trackers.py)."""
+"""The experiment trackers `loggers` may name (tracking/trackers.py)."""
 
 
 class LoraSettings(Strict):
@@ -114,8 +114,8 @@ class CheckpointSettings(Strict):
 
 class EarlyStoppingSettings(Strict):
     metric: str
-    """The held-out metric watched (`eval_loss`, or a GRPO held-out key such as `heldout_accuracy`);
-    a name with `loss` in it is minimised, any other maximised."""
+    """The held-out metric watched (`eval_loss`; GRPO and agent RL: `heldout/<suite>/<metric>`,
+    e.g. `heldout/tasks/accuracy`); a name with `loss` in it is minimised, any other maximised."""
     patience: int = Field(3, ge=1)
     """Stop after this many evaluations in a row without an improvement."""
     min_delta: float = Field(0.0, ge=0)
@@ -144,10 +144,12 @@ class TrainSettings(Strict):
     data position and RNG. Set by `--resume-from`; a run dir with checkpoints of its own may only
     rewind to one of them."""
     eval_every: int | None = Field(None, ge=1)
-    """Measure the held-out set (SFT/DPO/RM: the `data.eval` loss; GRPO: the `heldout` tasks) every
-    this many steps, as `eval` records in metrics.jsonl."""
+    """Measure the held-out set every this many steps (SFT/DPO/RM/distill: `data.eval`, as `eval_loss`
+    and `eval_<key>`; GRPO: the `heldout` tasks, as `heldout/tasks/<metric>`, default 10 there;
+    agent RL: each eval suite, as `heldout/<suite>/<metric>`): `eval` events of the run's event
+    stream (metrics.jsonl and every tracker)."""
     keep_best: str | None = None
-    """A metric of the `eval_every` measure (`eval_loss`, `heldout_accuracy`, ...): the best
+    """A metric of the `eval_every` measure (`eval_loss`, `heldout/tasks/accuracy`, ...): the best
     model by it is saved as `best/` in the run dir (model spec `runs/NAME@best`)."""
     early_stopping: EarlyStoppingSettings | None = None
     """Stop when the `eval_every` measure stops improving (with a checkpoint; the run counts as finished)."""

@@ -82,7 +82,7 @@ def evaluate_config(
         EvalError, SuiteError: as `evaluate_model` and `load_suites`; EvalError also for a
             tracker in `cfg.loggers` that cannot run here.
     """
-    from tempering.train.trackers import TrackerUnavailable, require_trackers
+    from tempering.tracking.trackers import TrackerUnavailable, require_trackers
 
     try:  # before the model loads: a tracker that cannot run stops the eval here
         require_trackers(cfg.loggers)
@@ -116,7 +116,7 @@ def evaluate_config(
 def track_results(cfg: EvalConfig, results: EvalResults) -> None:
     """Each suite's metrics (mean and interval, as `<suite>/<metric>[/low|/high]`) to the trackers
     `cfg.loggers` names, with the config as parameters and the model and suite hashes as tags."""
-    from tempering.train.trackers import open_trackers
+    from tempering.tracking.trackers import open_trackers
 
     lineage = {"kind": "eval", "model": results.model, "out": str(Path(cfg.out).resolve())}
     scalars: dict[str, float] = {}

@@ -126,6 +126,11 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
             )
         return results
 
+    def measure(step: int, run: Any) -> dict[str, float]:
+        """`train.eval_every`: every eval suite's held-out pass as `heldout/<suite>/<metric>` (all tiers)."""
+        results = evaluate(f"step {step}")
+        return {f"heldout/{name}/{k}": float(v) for name, r in results.items() for k, v in r["all"].items()}
+
     extra: dict[str, Any] = {"before": evaluate("before")}
     if cfg.sft is not None:
         extra["sft"] = _expert_sft(cfg, model, renderer, data.train, sandbox, run_dir / "sft")
@@ -157,6 +162,7 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
         GRPOObjective(cfg.rl),
         source,
         evaluate=lambda result: extra["before"] if result is None else extra.setdefault("after", evaluate("after RL")),
+        heldout=measure,
         callbacks=[mismatch_budget(cfg.rl.mismatch_budget, "rl")],
         close=(lambda: None) if sandbox is None else sandbox.close,
         outputs={
@@ -197,7 +203,6 @@ AGENT = TrainingRecipe(
     before_key="before",
     after_key="after",
     quarantine_kind="tasks",
-    periodic_eval=False,
 )
 """Agent training as the one training sequence: guard, stage, tasks, components (held-out pass
 and expert SFT), the RL fit, the held-out pass again, summary."""

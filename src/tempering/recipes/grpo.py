@@ -1,14 +1,16 @@
 """The GRPO recipe: tasks -> rollouts -> verifiers -> the one Trainer -> recorded run.
 
 Held-out monitoring is an eval suite: the held-out tasks (with the run's reward applied)
-become a `Suite` that the suite runner evaluates at the start, every `heldout.every` steps
-and at the end, exactly as `temper eval run` would (same sampling, seeds, scoring and
-failure policy), writing `heldout/step-NNNNNN/{results,samples}` in the run dir. Each
-reward part is reported as its own rate (e.g. `correct` = final-answer accuracy, `strict`
-= the reply is just the answer). Without `heldout.tasks`, a seeded split of the training
-tasks is held out (disjoint from training, recorded in `heldout/split.json`). When the
-training reward rises over the last `alarm_window` evaluations while the held-out reward
-does not, the run logs an `alarm` event (reward hacking or overfitting).
+become a `Suite` (named `tasks`) that the suite runner evaluates at the start, every
+`train.eval_every` steps and at the end, exactly as `temper eval run` would (same sampling,
+seeds, scoring and failure policy), writing `heldout/step-NNNNNN/{results,samples}` in the run
+dir. Each reward part is reported as its own rate (e.g. `correct` = final-answer accuracy,
+`strict` = the reply is just the answer). The numbers go to the run's one held-out monitor
+(`recipes.monitor`) as `heldout/tasks/<metric>`, so `train.keep_best` and `early_stopping`
+watch them as they watch SFT's `eval_loss`. Without `heldout.tasks`, a seeded split of the
+training tasks is held out (disjoint from training, recorded in `heldout/split.json`). When the
+training reward rises over the last `alarm_window` evaluations while the held-out reward does
+not, the run logs an `alarm` event (reward hacking or overfitting).
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ from tempering.evals.suite import Suite
 from tempering.recipes.recipe import Components, TrainingRecipe, run_training
 from tempering.rollout.engine import Engine
 from tempering.runs.stage import input_list
+from tempering.tracking.context import RunContext
 from tempering.train.metrics import console
 from tempering.types import Task
 
 HELDOUT_METRICS = ["mean_reward", "accuracy"]
 """The held-out suite's metrics: the first (mean reward) is the `reward` the alarm watches."""
+HELDOUT_SUITE = "tasks"
+"""The held-out suite's name: its numbers are `heldout/tasks/<metric>` (`train.keep_best` may name one)."""
 
 
 def heldout_suite(cfg: GRPOConfig, tasks: list[Task]) -> Suite:
@@ -39,11 +44,12 @@ def heldout_suite(cfg: GRPOConfig, tasks: list[Task]) -> Suite:
     from tempering.evals.suite import SuiteSampling
 
     h = cfg.heldout
+    assert h is not None, "a held-out suite needs the config's heldout: section"
     sampling = SuiteSampling(
         n=1, **{k: getattr(h, k) for k in ("temperature", "top_p", "max_new_tokens", "stop_token_ids", "stop")}
     )
     return Suite.of_tasks(
-        "heldout",
+        HELDOUT_SUITE,
         tasks,
         h.tasks or (cfg.domains[0].tasks if cfg.domains else cfg.tasks),
         sampling=sampling,
@@ -147,18 +153,32 @@ def heldout_eval(
     return out
 
 
-class HeldoutMonitor:
-    """Trainer callback: held-out evaluation, the divergence alarm, and the curves."""
+class GRPOHeldout:
+    """GRPO's held-out measure (`Components.heldout`): the held-out suite at a step, the divergence
+    alarm, and the curves. As a Trainer callback it only records the training reward the alarm
+    compares against; the run's held-out monitor decides when to measure."""
 
     def __init__(self, cfg: GRPOConfig, engine: Engine, tasks: list[Task], run_dir: Path, model: Any = None):
-        self.cfg, self.engine, self.suite = cfg, engine, heldout_suite(cfg, tasks)
+        assert cfg.heldout is not None
+        self.cfg, self.heldout, self.engine, self.suite = cfg, cfg.heldout, engine, heldout_suite(cfg, tasks)
         self.model = model  # the trainer's: synced into an engine that holds its own copy (vLLM)
         self.weights = {p.name: p.weight for p in cfg.reward or []}
         self.history: list[dict[str, float]] = []
         self.rewards: list[tuple[int, float]] = []
         self.alarms: list[dict[str, Any]] = []
         self.run_dir = Path(run_dir)
-        self.metrics_path = self.run_dir / "metrics.jsonl"
+
+    def __call__(self, step: int, record: dict) -> None:
+        self.rewards.append((step, record.get("reward_mean", 0.0)))
+
+    def measure(self, step: int, run: RunContext) -> dict[str, float]:
+        """Evaluate the held-out suite now; its numbers as `heldout/tasks/<metric>`. An alarm is an
+        `alarm` event of `run`."""
+        result = self.evaluate(step)
+        alarm = self._check_divergence(step)
+        if alarm is not None:
+            run.event("alarm", show=False, kind="reward_heldout_divergence", **alarm)
+        return {f"heldout/{HELDOUT_SUITE}/{k}": v for k, v in result.items() if k != "step"}
 
     def evaluate(self, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
@@ -175,40 +195,32 @@ class HeldoutMonitor:
         )
         result.update(step=step, eval_s=time.perf_counter() - t0)
         self.history.append(result)
-        with self.metrics_path.open("a") as fh:
-            fh.write(json.dumps({"event": "heldout", **result}) + "\n")
         shown = ", ".join(
             f"{k} {v:.3f}" for k, v in result.items() if k not in ("step", "eval_s") and not k.startswith("domain/")
         )
         console.print(f"[cyan]held-out @ step {step}: {shown}[/cyan]")
-        self._check_divergence(step)
         return result
 
-    def __call__(self, step: int, record: dict) -> None:
-        self.rewards.append((step, record.get("reward_mean", 0.0)))
-        if step % self.cfg.heldout.every == 0:
-            self.evaluate(step)
-
-    def _check_divergence(self, step: int) -> None:
-        window = self.cfg.heldout.alarm_window
+    def _check_divergence(self, step: int) -> dict[str, Any] | None:
+        window = self.heldout.alarm_window
         if len(self.history) < window:
-            return
+            return None
         first, last = self.history[-window], self.history[-1]
         train_then = [r for s, r in self.rewards if s <= first["step"]][-5:]
         train_now = [r for s, r in self.rewards if s <= last["step"]][-5:]
         if not train_then or not train_now:
-            return
+            return None
         rise = sum(train_now) / len(train_now) - sum(train_then) / len(train_then)
         held = last["reward"] - first["reward"]
         if rise > 0.05 and held <= 0:
             alarm = {"step": step, "train_reward_rise": rise, "heldout_change": held}
             self.alarms.append(alarm)
-            with self.metrics_path.open("a") as fh:
-                fh.write(json.dumps({"event": "alarm", "kind": "reward_heldout_divergence", **alarm}) + "\n")
             console.print(
                 f"[bold red]alarm: training reward +{rise:.3f} while held-out changed {held:+.3f} "
                 f"(steps {first['step']}..{last['step']}): reward hacking or overfitting?[/bold red]"
             )
+            return alarm
+        return None
 
     def plot(self, out: Path, train_history: list[dict]) -> Path:
         import matplotlib
@@ -487,17 +499,15 @@ def _components(cfg: GRPOConfig, data: GRPOTasks, tokenizer: Any, stage: Any) ->
     engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store, schedule)
     callbacks, monitor = [mismatch_budget(cfg.grpo.mismatch_budget)], None
     if held:
-        monitor = HeldoutMonitor(cfg, engine, held, run_dir, model)
+        monitor = GRPOHeldout(cfg, engine, held, run_dir, model)
         callbacks.append(monitor)
-    fresh = not (run_dir / "checkpoints").exists()
 
     def evaluate(result: Any) -> Any:
-        if monitor is None or (result is None and not fresh):
+        """The held-out numbers at the start (a fresh run) and the end, as the monitor measured them."""
+        if monitor is None or not monitor.history:
             return None
         if result is None:
-            return monitor.evaluate(0)
-        if not monitor.history or monitor.history[-1]["step"] != result.steps:
-            return monitor.evaluate(result.steps)
+            return monitor.history[0] if monitor.history[0]["step"] == 0 else None
         return monitor.history[-1]
 
     def close() -> None:
@@ -506,7 +516,18 @@ def _components(cfg: GRPOConfig, data: GRPOTasks, tokenizer: Any, stage: Any) ->
             engine.close()
 
     extra = {"monitor": monitor, "run_dir": run_dir, "schedule": schedule}
-    return Components(model, objective, source, evaluate, callbacks, close, {"trajectories": str(store.dir)}, extra)
+    return Components(
+        model,
+        objective,
+        source,
+        evaluate,
+        callbacks,
+        close,
+        {"trajectories": str(store.dir)},
+        extra,
+        heldout=monitor.measure if monitor is not None else None,
+        heldout_ends=True,
+    )
 
 
 def _summary(cfg: GRPOConfig, data: GRPOTasks, parts: Components, result: Any) -> dict[str, Any]:
@@ -551,7 +572,6 @@ GRPO = TrainingRecipe(
     summary=_summary,
     before_key="heldout_before",
     after_key="heldout_after",
-    periodic_eval=False,
     tokenizer=grpo_tokenizer,
 )
 """RL with verifiable rewards: sample, verify, update, with a held-out monitor."""

@@ -1,21 +1,25 @@
-"""Evaluation during training (`train.eval_every`), the best model (`train.keep_best`) and early
-stopping (`train.early_stopping`), for every recipe with a held-out measure.
+"""The one held-out monitor of every objective: evaluation during training (`train.eval_every`),
+the best model (`train.keep_best`) and early stopping (`train.early_stopping`).
 
-The measure is the recipe's own `Components.evaluate` (SFT and distillation: the `data.eval`
-loss; DPO: loss, reward accuracy and margin; RM: its held-out report), called as before and
-after training. Its numbers are named `eval_<key>` (a bare loss is `eval_loss`) and written to
-metrics.jsonl as `eval` events. A metric with `loss` in its name is minimised, any other maximised.
+The measure is the recipe's: SFT, DPO, RM and distillation measure their `data.eval` with
+`Components.evaluate` (numbers named `eval_<key>`, a bare loss `eval_loss`); GRPO and agent RL
+their held-out suites with `Components.heldout` (`heldout/<suite>/<metric>`, e.g.
+`heldout/tasks/accuracy`). Each measurement is one `eval` event of the run's event stream
+(`tracking.context.RunContext`: metrics.jsonl and every tracker). A metric with `loss` in its
+name is minimised, any other maximised.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 from typing import Any, Callable
 
 from tempering.config import TrainSettings
 from tempering.errors import UserError
+from tempering.tracking.context import RunContext
+
+Measure = Callable[[int, RunContext], dict[str, float]]
+"""(step, run) -> the held-out numbers by name; the measure may write events of its own through `run`."""
 
 
 def eval_metrics(value: Any) -> dict[str, float]:
@@ -35,37 +39,36 @@ def minimised(metric: str) -> bool:
     return "loss" in metric
 
 
-class EvalMonitor:
+class HeldoutMonitor:
     """Trainer callback: every `eval_every` steps, measure; keep the best model; stop when stuck.
 
     `save_best(step)` writes the model as the run's `best/`; `stop(reason)` asks the Trainer to stop.
+    Step 0 (the model before training, GRPO's first measurement) is logged but neither kept nor
+    counted for early stopping.
     """
 
     def __init__(
         self,
         settings: TrainSettings,
-        measure: Callable[[], Any],
-        metrics_path: Path,
+        measure: Measure,
+        run: RunContext,
         save_best: Callable[[int], None],
         stop: Callable[[str], None],
     ):
-        self.settings, self.measure, self.metrics_path = settings, measure, metrics_path
+        self.settings, self.measure, self.run = settings, measure, run
         self.save_best, self.stop = save_best, stop
         self.history: list[dict[str, float]] = []
         self.best: dict[str, float] | None = None  # {"step", "value"} of the best model saved
         self.stale = 0  # evaluations since the early-stopping metric last improved
         self.watched_best: float | None = None
-        self.replayed: int | None = None  # evaluations read back from metrics.jsonl, once
+        self.replayed: int | None = None  # evaluations read back from the event stream, once
 
     def _replay(self, step: int) -> int:
         """Take up the best value and the stale count from the `eval` events logged before `step`
         (written before a kill; the ones at or after `step` belong to steps done again)."""
-        if not self.metrics_path.is_file():
-            return 0
-        rows = [json.loads(line) for line in self.metrics_path.read_text().splitlines() if '"eval"' in line]
-        earlier = [r for r in rows if r.get("event") == "eval" and r["step"] < step]
+        earlier = [r for r in self.run.events("eval") if 0 < r["step"] < step]
         for row in earlier:
-            values = {k: v for k, v in row.items() if k not in ("event", "step")}
+            values = {k: v for k, v in row.items() if k not in ("event", "step", "time")}
             self.history.append({"step": row["step"], **values})
             metric = self.settings.keep_best
             if metric in values and (self.best is None or _better(metric, values[metric], self.best["value"], 0.0)):
@@ -76,21 +79,29 @@ class EvalMonitor:
     def __call__(self, step: int, record: dict) -> None:
         if self.settings.eval_every is None or step % self.settings.eval_every:
             return
+        self.measure_at(step)
+
+    @property
+    def last_step(self) -> int | None:
+        return int(self.history[-1]["step"]) if self.history else None
+
+    def measure_at(self, step: int) -> dict[str, float]:
+        """Measure now, log the `eval` event, and (after step 0) keep the best and watch for a plateau."""
         if self.replayed is None:  # a resumed run: the evaluations before this step count too
             self.replayed = self._replay(step)
-        values = eval_metrics(self.measure())
+        values = self.measure(step, self.run)
         for metric in (self.settings.keep_best, getattr(self.settings.early_stopping, "metric", None)):
             if metric is not None and metric not in values:
                 raise UserError(
                     f"train metric {metric!r} is not measured here; the held-out measure gives: "
                     f"{', '.join(sorted(values)) or 'nothing (no held-out data)'}"
                 )
-        row = {"step": step, **values}
-        self.history.append(row)
-        with self.metrics_path.open("a") as fh:
-            fh.write(json.dumps({"event": "eval", **row}) + "\n")
-        self._keep_best(step, values)
-        self._early_stop(step, values)
+        self.history.append({"step": step, **values})
+        self.run.event("eval", show=False, step=step, **values)
+        if step > 0:
+            self._keep_best(step, values)
+            self._early_stop(step, values)
+        return values
 
     def _keep_best(self, step: int, values: dict[str, float]) -> None:
         metric = self.settings.keep_best

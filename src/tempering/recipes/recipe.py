@@ -13,7 +13,10 @@ this order, so every objective gets the same guards and the same run bookkeeping
    written to the run;
 4. `components(cfg, prepared, tokenizer, stage)`: model, objective, batch source, callbacks and
    the held-out check; their `close` runs however the stage ends;
-5. `fit`: the one `Trainer`, with `evaluate(None)` before and `evaluate(result)` after;
+5. `fit`: the one `Trainer`, writing through the stage's `RunContext` (metrics.jsonl and every
+   tracker, `tracking.context`), with `evaluate(None)` before and `evaluate(result)` after, and
+   the one held-out monitor (`recipes.monitor`: `train.eval_every`, `keep_best`, `early_stopping`
+   for every objective) as a callback;
 6. `summary(cfg, prepared, parts, result)`: the recipe's keys next to the shared ones (steps,
    resume point, guard counts, first / last loss); `report(summary)` prints on rank 0 only.
 
@@ -48,6 +51,12 @@ class Components:
     """Recorded outputs besides the final model (e.g. the trajectory store)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Recipe-specific pieces the summary reads (e.g. a reference model's info)."""
+    heldout: Callable[[int, Any], dict[str, float]] | None = None
+    """(step, run context) -> named held-out numbers (`heldout/<suite>/<metric>`): what
+    `train.eval_every`, `keep_best` and `early_stopping` watch (GRPO, agent RL). None: `evaluate`'s
+    numbers as `eval_<key>` (`recipes.monitor.eval_metrics`)."""
+    heldout_ends: bool = False
+    """Whether `heldout` also measures a fresh run's start (step 0) and the last step (GRPO)."""
 
 
 def held_out(check: Callable[[], Any] | None) -> Callable[[Any], Any]:
@@ -84,7 +93,7 @@ class TrainingRecipe:
     examples: Callable[[Any], int] | None = None
     """(prepared) -> training examples per epoch, which `train.epochs` needs (None: epochs are refused)."""
     periodic_eval: bool = True
-    """Whether `train.eval_every` measures with `Components.evaluate` (GRPO has its own `heldout.every`)."""
+    """Whether the recipe has a held-out measure for `train.eval_every` (on-policy distillation has none)."""
     tokenizer: Callable[[str], Any] | None = None
     """(base model spec) -> what renders the data and is saved with the model (None: its tokenizer;
     a vision recipe: its processor)."""
@@ -110,8 +119,8 @@ def check_train_settings(recipe: TrainingRecipe, cfg: Any) -> None:
         raise UserError(f"{recipe.kind}: train.epochs is not supported here (no fixed example count); set train.steps")
     if t.eval_every is not None and not recipe.periodic_eval:
         raise UserError(
-            f"{recipe.kind}: train.eval_every (and keep_best / early_stopping) is not supported here; "
-            "GRPO measures its held-out tasks every heldout.every steps"
+            f"{recipe.kind}: train.eval_every (and keep_best / early_stopping) is not supported here: "
+            "this recipe has no held-out measure"
         )
 
 
@@ -131,7 +140,7 @@ def run_training(recipe: TrainingRecipe, cfg: Any, force: bool = False) -> dict[
     `force`: resume even though the config differs from the one the run started with.
     """
     from tempering.models.load import load_tokenizer
-    from tempering.train.trackers import require_trackers
+    from tempering.tracking.trackers import require_trackers
 
     check_train_settings(recipe, cfg)
     check_leakage(recipe, cfg)
@@ -183,38 +192,31 @@ def with_epoch_steps(recipe: TrainingRecipe, cfg: Any, data: Any) -> Any:
 
 
 def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Components, tokenizer: Any) -> dict:
-    from tempering.recipes.monitor import EvalMonitor
+    from tempering.tracking.context import RunContext
+    from tempering.tracking.events import metrics_path
+    from tempering.train.distributed import world
     from tempering.train.loss_plot import plot_loss, plot_moe_load
     from tempering.train.trainer import Trainer
 
-    trainer = Trainer(
-        parts.model,
-        parts.objective,
-        parts.batches,
-        cfg.train,
-        stage.run_dir,
-        parts.callbacks,
-        config=cfg.model_dump(mode="json"),
-        lineage=stage.lineage(),
-    )
-    before = parts.evaluate(None)
-    monitor = None
-    if cfg.train.eval_every is not None:
-        if before is None:
-            raise UserError(f"{recipe.kind}: train.eval_every needs held-out data (data.eval)")
-        monitor = EvalMonitor(
-            cfg.train,
-            lambda: parts.evaluate(None),
-            stage.run_dir / "metrics.jsonl",
-            lambda step: stage.save_model(parts.model, tokenizer, "best"),
-            trainer.request_stop,
+    config, lineage = cfg.model_dump(mode="json"), stage.lineage()
+    with RunContext.open(stage.run_dir, world().rank, cfg.train.loggers, config, lineage) as run:
+        trainer = Trainer(
+            parts.model, parts.objective, parts.batches, cfg.train, stage.run_dir, parts.callbacks, run=run
         )
-        trainer.callbacks.append(monitor)
-    result = trainer.fit()
-    after = parts.evaluate(result)
-    stage.save_model(parts.model, tokenizer, state_dict=trainer.final_state_dict())
-    plot = plot_loss(stage.run_dir / "metrics.jsonl") if stage.writes else None
-    moe_plot = plot_moe_load(stage.run_dir / "metrics.jsonl") if stage.writes else None
+        fresh = not (stage.run_dir / "checkpoints").exists()
+        monitor = _monitor(recipe, cfg, stage, parts, tokenizer, trainer)
+        if monitor is not None and parts.heldout_ends and fresh:
+            monitor.measure_at(0)
+        before = parts.evaluate(None)
+        if monitor is not None and parts.heldout is None and before is None:
+            raise UserError(f"{recipe.kind}: train.eval_every needs held-out data (data.eval)")
+        result = trainer.fit()
+        if monitor is not None and parts.heldout_ends and monitor.last_step != result.steps:
+            monitor.measure_at(result.steps)
+        after = parts.evaluate(result)
+        stage.save_model(parts.model, tokenizer, state_dict=trainer.final_state_dict())
+    plot = plot_loss(metrics_path(stage.run_dir)) if stage.writes else None
+    moe_plot = plot_moe_load(metrics_path(stage.run_dir)) if stage.writes else None
     summary = {
         "data": data.summary,
         "steps": result.steps,
@@ -234,6 +236,30 @@ def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Compone
     if recipe.after_save is not None:
         summary.update(recipe.after_save(cfg, stage.run_dir))
     return summary
+
+
+def _monitor(recipe: TrainingRecipe, cfg: Any, stage: Any, parts: Components, tokenizer: Any, trainer: Any) -> Any:
+    """The one held-out monitor (`recipes.monitor`), registered as a Trainer callback, or None when
+    nothing is measured (no `train.eval_every` and no step measure of the recipe's own)."""
+    from tempering.recipes.monitor import HeldoutMonitor, eval_metrics
+
+    measure = parts.heldout
+    if measure is None:
+        if cfg.train.eval_every is None:
+            return None
+        evaluate = parts.evaluate
+        measure = lambda step, run: eval_metrics(evaluate(None))  # noqa: E731
+    elif cfg.train.eval_every is None and not parts.heldout_ends:
+        return None
+    monitor = HeldoutMonitor(
+        cfg.train,
+        measure,
+        trainer.run,
+        lambda step: stage.save_model(parts.model, tokenizer, "best"),
+        trainer.request_stop,
+    )
+    trainer.callbacks.append(monitor)
+    return monitor
 
 
 def _report(recipe: TrainingRecipe, summary: dict[str, Any]) -> None:

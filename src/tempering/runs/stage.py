@@ -36,6 +36,7 @@ from tempering.config.base import run_name_problem
 from tempering.errors import UserError, crashes_into
 from tempering.runs import REGISTRY_FILE
 from tempering.runs.registry import Input, Registry, describe_input
+from tempering.tracking.events import metrics_path
 from tempering.train import distributed  # no torch until a process group is joined
 
 LOCK_FILE = ".lock"
@@ -54,7 +55,8 @@ RESUMABLE_CHANGES = (
     "train.compile",
     "train.checkpoint.every",
     "train.checkpoint.keep_last",
-    "heldout.every",
+    "train.eval_every",
+    "heldout.every",  # GRPO's schedule before train.eval_every: a run recorded with it still resumes
     "train.resume_from",
 )
 
@@ -222,7 +224,7 @@ class Stage:
             **summary,
         }
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
-        outputs = {"final": str(final), "metrics": str(self.run_dir / "metrics.jsonl"), **outputs}
+        outputs = {"final": str(final), "metrics": str(metrics_path(self.run_dir)), **outputs}
         if (self.run_dir / "best").is_dir():
             self.registry.record_output(self.run_id, "best", self.run_dir / "best")
             outputs["best"] = str(self.run_dir / "best")

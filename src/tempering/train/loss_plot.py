@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tempering.train.metrics import read_metrics
+from tempering.tracking.events import read_metrics
 
 
 def loss_curves(metrics: Path) -> tuple[dict[int, float], dict[str, dict[int, float]]]:

@@ -28,6 +28,7 @@ from tempering.models.cpu_features import refusal
 from tempering.models.precision import auto_reason, autocast, resolve_precision
 from tempering.models.routing import is_moe
 from tempering.models.threads import set_threads
+from tempering.tracking.context import RunContext
 from tempering.train import distributed, fsdp
 from tempering.train.checkpoint import (
     CheckpointError,
@@ -40,7 +41,7 @@ from tempering.train.checkpoint import (
 )
 from tempering.train.consumed import ConsumedLog
 from tempering.train.guard import AnomalyGuard
-from tempering.train.metrics import MetricsLog, NoMetrics, console, quiet_console
+from tempering.train.metrics import console, quiet_console
 from tempering.train.moe import MoEWatch, check_moe_settings, tap_for
 from tempering.train.optimizer import build_optimizer, set_lr
 from tempering.train.progress import TrainProgress
@@ -158,8 +159,10 @@ class Trainer:
     """Runs `settings.steps` optimizer steps of `objective` over `batches` into `run_dir`.
 
     Resumes from the newest checkpoint in `run_dir/checkpoints` when one exists.
-    `callbacks` are called as cb(step, record) after every applied step; `config` and `lineage`
-    go to the experiment trackers `settings.loggers` names (train/trackers.py).
+    `callbacks` are called as cb(step, record) after every applied step. Every record and event
+    goes through `run` (`tracking.context.RunContext`: metrics.jsonl on rank 0 and the trackers);
+    without one, the Trainer opens its own on `run_dir` (trackers `settings.loggers`, given
+    `config` and `lineage`) and closes it when `fit` ends.
     """
 
     def __init__(
@@ -172,6 +175,7 @@ class Trainer:
         callbacks: Sequence[Callable[[int, dict], None]] = (),
         config: dict[str, Any] | None = None,
         lineage: dict[str, str] | None = None,
+        run: RunContext | None = None,
     ):
         from accelerate import Accelerator
 
@@ -200,8 +204,8 @@ class Trainer:
         opt = build_optimizer([p for _, p in self.named], settings.optim)
         self.optimizer = self.accelerator.prepare_optimizer(opt)
         self.guard = AnomalyGuard(settings.guard)
-        metrics = self.run_dir / "metrics.jsonl"
-        self.metrics = MetricsLog(metrics, settings.loggers, config, lineage) if self.world.main else NoMetrics(metrics)
+        self.owns_run = run is None
+        self.run = run or RunContext.open(self.run_dir, self.world.rank, settings.loggers, config, lineage)
         self.consumed = ConsumedLog(self.run_dir / "consumed.jsonl" if self.world.main else None)
         self.step, self.lr_scale, self.real_tokens = 0, 1.0, 0
         self.loss_first: float | None = None  # the run's first step's loss, saved in each checkpoint
@@ -308,14 +312,14 @@ class Trainer:
         if self.guard.counts["rollbacks"] >= self.settings.guard.max_rollbacks:
             raise TrainingDiverged(
                 f"step {self.step}: {self.settings.guard.max_bad_in_row} bad steps in a row after "
-                f"{self.guard.counts['rollbacks']} rollbacks; stopping (see {self.metrics.path})"
+                f"{self.guard.counts['rollbacks']} rollbacks; stopping (see {self.run.metrics_path})"
             )
         path = list_checkpoints(self.ckpt_dir)[-1]
         scale = self.lr_scale * self.settings.guard.rollback_lr_factor
         state = self._restore(path, full=False)
         self.lr_scale = scale
         self.guard.record_rollback(state["guard"]["recent"])
-        self.metrics.event("rollback", to=path.name, step=self.step, lr_scale=scale)
+        self.run.event("rollback", to=path.name, step=self.step, lr_scale=scale)
         self.save()  # so a resume after this point keeps the lowered LR and the rollback count
 
     # -- one optimizer step ------------------------------------------------------------
@@ -377,7 +381,7 @@ class Trainer:
             if self.moe is not None:
                 self.moe.stats()  # the skipped step's router statistics are dropped with it
             self.optimizer.zero_grad(set_to_none=True)
-            self.metrics.event("skip", reason=bad, step=self.step, loss=loss, grad_norm=grad_norm)
+            self.run.event("skip", reason=bad, step=self.step, loss=loss, grad_norm=grad_norm)
             if self.guard.record_bad(bad):
                 self._rollback()
             return None
@@ -410,19 +414,19 @@ class Trainer:
         """Train to `settings.steps`, resuming from the newest checkpoint if there is one."""
         resumed = None
         for stale in remove_partial(self.ckpt_dir) if self.world.main else []:
-            self.metrics.event("removed_partial_checkpoint", path=stale.name)
+            self.run.event("removed_partial_checkpoint", path=stale.name)
         distributed.barrier()
         start = self._resume_point()
         if start is not None:
             state = self._restore(start, full=True)
             resumed = state["step"]
-            self.metrics.event("resume", step=resumed, checkpoint=str(start))
+            self.run.event("resume", step=resumed, checkpoint=str(start))
             elsewhere = start.resolve().parent != self.ckpt_dir.resolve()
             if elsewhere:  # another run's checkpoint: its record of consumed data up to there is ours too
                 self.consumed.adopt(start.parent.parent / "consumed.jsonl", state.get("consumed_steps"))
             # steps consumed after that checkpoint are done again: their lines go
             if dropped := self.consumed.start(state.get("consumed_steps")):
-                self.metrics.event("consumed_cut", steps=dropped, checkpoint=start.name)
+                self.run.event("consumed_cut", steps=dropped, checkpoint=start.name)
             if elsewhere:
                 self.save()  # another run's checkpoint: this run's own copy is the rollback target
         else:
@@ -432,7 +436,8 @@ class Trainer:
         try:
             return self._loop(resumed)
         finally:
-            self.metrics.close()
+            if self.owns_run:
+                self.run.close()
             self.consumed.close()
 
     def _resume_point(self) -> Path | None:
@@ -446,7 +451,7 @@ class Trainer:
         given = _checkpoint_dir(self.settings.resume_from) if self.settings.resume_from else None
         if given is None or (existing and given.resolve().parent != self.ckpt_dir.resolve()):
             if given is not None:
-                self.metrics.event("resume_from_ignored", checkpoint=str(given), newest=existing[-1].name)
+                self.run.event("resume_from_ignored", checkpoint=str(given), newest=existing[-1].name)
                 self.console.print(
                     f"[yellow]this run has checkpoints of its own: resuming from {existing[-1].name}, "
                     f"not {given} (pick a new --name to start from it)[/yellow]"
@@ -475,7 +480,7 @@ class Trainer:
                     and self._at_boundary()
                     and distributed.broadcast(time.perf_counter() - t_start > limit)
                 ):
-                    self.metrics.event("time_limit", step=self.step, minutes=self.settings.max_minutes)
+                    self.run.event("time_limit", step=self.step, minutes=self.settings.max_minutes)
                     self.console.print(
                         f"[yellow]time limit of {self.settings.max_minutes} min reached at "
                         f"step {self.step}; saving and stopping[/yellow]"
@@ -491,7 +496,7 @@ class Trainer:
                     self.loss_first = record["loss"]
                 history.append(record)
                 if self.step % self.settings.log_every == 0:
-                    self.metrics.write(record)
+                    self.run.log(record)
                 progress(self.step, record)
                 due = due or self.step % every == 0
                 if self.step == self.settings.total_steps or (due and self._at_boundary()):
@@ -500,7 +505,7 @@ class Trainer:
                 for cb in self.callbacks:
                     cb(self.step, record)
                 if self.stop_reason is not None:
-                    self.metrics.event("stop", step=self.step, reason=self.stop_reason)
+                    self.run.event("stop", step=self.step, reason=self.stop_reason)
                     self.console.print(f"[yellow]stopping at step {self.step}: {self.stop_reason}[/yellow]")
                     if self.step != self.settings.total_steps:
                         self.save()

@@ -1,8 +1,8 @@
 """Experiment trackers: each `metrics.jsonl` record, the run's config and its lineage, mirrored to
 TensorBoard, MLflow, Trackio or Weights & Biases through the libraries' own writers.
 
-`train.loggers` (every training objective: the Trainer is shared) and an eval config's `loggers`
-name them. Where each one writes:
+`train.loggers` (every training objective, through the run's `tracking.context.RunContext`) and an
+eval config's `loggers` name them. Where each one writes:
 
 - `tensorboard`: event files under `<run dir>/tensorboard` (`torch.utils.tensorboard.SummaryWriter`);
 - `mlflow`: a run in `$MLFLOW_TRACKING_URI`, else the SQLite store `<run root>/mlflow.db`;
@@ -76,15 +76,20 @@ def flat_params(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+NAMED_EVENTS = ("eval",)
+"""Events whose keys are metric names already (`eval_loss`, `heldout/tasks/accuracy`): not prefixed."""
+
+
 def record_scalars(record: dict[str, Any]) -> dict[str, float]:
-    """The numbers of one metrics record; an event's (`skip`, `rollback`) are named `<event>/<key>`."""
+    """The numbers of one metrics record; an event's (`skip`, `rollback`, `alarm`) are named
+    `<event>/<key>`, a held-out measurement's (`eval`) by their own names."""
     event = record.get("event")
     scalars = {
         k: float(v)
         for k, v in record.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "time")
     }
-    return {f"{event}/{k}": v for k, v in scalars.items()} if event else scalars
+    return {f"{event}/{k}": v for k, v in scalars.items()} if event and event not in NAMED_EVENTS else scalars
 
 
 class TensorBoardTracker:

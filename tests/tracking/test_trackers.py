@@ -16,7 +16,7 @@ from tempering.config import ConfigError, SFTConfig, load_config
 from tempering.data.builtin import arithmetic_conversations
 from tempering.evals.results import EvalResults, MetricResult, SuiteResult
 from tempering.runs.registry import Registry
-from tempering.train.trackers import TrackerUnavailable, require_trackers
+from tempering.tracking.trackers import TrackerUnavailable, require_trackers
 from tests.conftest import tiny_llama
 
 STEPS = 4
