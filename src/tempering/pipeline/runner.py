@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 from tempering.atomic import write_text_atomic
 from tempering.errors import is_user_error, one_line, write_crash_log
+from tempering.evals.agent_suites import agent_suite_digest, is_agent_suite
 from tempering.hashing import sha256_file
 from tempering.pipeline.plan import (
     PipelineError,
@@ -117,12 +118,20 @@ def content_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def input_identity(value: str, key: str) -> str:
+    """What an input value counts as in a stage's hash: a file's or dir's bytes, an agent suite's
+    tasks as loaded (`agent:<suite>`, task files and fixtures), or else its name."""
+    if key.split(".")[0] == "suites" and is_agent_suite(value):
+        return f"{value}@sha256:{agent_suite_digest(value)}"
+    return f"sha256:{content_digest(value)}" if is_file_value(value, key) else value
+
+
 def stage_identity(plan: Plan, stage: PlannedStage, keys: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(hash, the document hashed) of a stage whose references are resolved to paths."""
     spec = stage.spec
     cfg = spec.build(keys, plan.root, f"{stage.name}-0").model_dump(mode="json", exclude=set(spec.owned))
     for dotted in spec.inputs:
-        walk(cfg, dotted, lambda v, k: f"sha256:{content_digest(v)}" if is_file_value(v, k) else v)
+        walk(cfg, dotted, input_identity)
     for dotted in spec.models:
         walk(cfg, dotted, lambda v, k: f"sha256:{content_digest(model_dir(v))}" if is_model_path(v) else v)
     seed: Any = cfg
