@@ -5,9 +5,12 @@
 
 Identity. A stage's hash is sha256 over: its kind, its validated config (runner-owned keys
 left out) with every input path replaced by the sha256 of the bytes there (files; dirs as
-their sorted files, the run marker left out), the code version (the hash of the `tempering`
-source tree) and its seed. Paths do not count, bytes do: moving the project keeps the cache,
-and an upstream stage that reproduces its output bit for bit keeps the downstream cache.
+their sorted files, the run marker left out; an agent suite by its tasks), the code it runs
+(`pipeline/fingerprint.py: stage_code`: each module its recipe or stage function imports,
+transitively, by its code without docstrings and comments, the package data beside them, and
+the versions of the libraries they import) and its seed. Paths do not count, bytes do: moving
+the project keeps the cache, an upstream stage that reproduces its output bit for bit keeps the
+downstream cache, and an edit to code the stage does not run (or to a docstring) keeps it too.
 
 Cache. A stage runs in `<out>/<stage>-<hash12>/`, which holds `pipeline-stage.json` (hash,
 status, outputs with their digests). A stage is cached when that record says done (or
@@ -24,7 +27,6 @@ the verdict.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -38,6 +40,7 @@ from tempering.atomic import write_text_atomic
 from tempering.errors import is_user_error, one_line, write_crash_log
 from tempering.evals.agent_suites import agent_suite_digest, is_agent_suite
 from tempering.hashing import sha256_file
+from tempering.pipeline.fingerprint import stage_code
 from tempering.pipeline.plan import (
     PipelineError,
     Plan,
@@ -85,20 +88,6 @@ class PipelineResult:
 
 
 # ------------------------------------------------------------------ identity
-@functools.cache
-def code_version() -> str:
-    """sha256 of the `tempering` package's source files (names and bytes), so a code change is a new hash."""
-    import tempering
-
-    pkg = Path(tempering.__file__).parent
-    h = hashlib.sha256()
-    for f in sorted(
-        p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
-    ):
-        h.update(f.relative_to(pkg).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 _FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
 
 
@@ -137,7 +126,7 @@ def stage_identity(plan: Plan, stage: PlannedStage, keys: dict[str, Any]) -> tup
     seed: Any = cfg
     for part in (spec.seed_key or "").split("."):
         seed = seed.get(part) if isinstance(seed, dict) and part else None
-    doc = {"kind": stage.kind, "config": cfg, "code": code_version(), "seed": seed}
+    doc = {"kind": stage.kind, "config": cfg, "code": stage_code(spec.code_entries()), "seed": seed}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest(), doc
 
 
