@@ -80,3 +80,15 @@ def test_an_agent_task_file_is_resolved_against_the_pipeline_and_hashed_by_its_t
     assert dry_run(load_plan(path))[0]["hash"] == before
     tasks.write_text(json.dumps({**row, "split": "heldout", "goal": {"type": "answer", "value": "2"}}) + "\n")
     assert dry_run(load_plan(path))[0]["hash"] != before  # an edited task is a new stage
+
+
+@pytest.mark.parametrize(
+    "key, value", [("quantize", "int8"), ("scale", {}), ("rope_scaling", {"type": "linear", "factor": 2.0})]
+)
+def test_keys_the_agent_runner_does_not_honour_are_refused_not_ignored(tmp_path, tiny_agent_model, key, value):
+    """Both paths validate the same EvalConfig: the plan refuses the stage before any work."""
+    stage = {**agent_eval(tiny_agent_model, "agent:tool_arith"), key: value}
+    with pytest.raises(
+        PipelineError, match=rf"stage 'e'.*{key} with agent suites \(agent:tool_arith\) is not supported"
+    ):
+        load_plan(write_pipeline(tmp_path, {"e": stage}))

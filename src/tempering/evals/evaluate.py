@@ -112,17 +112,6 @@ def _run_agent_suites(
     """The agent suites' `SuiteResult`s and samples rows (nothing for no names); a line per suite and tier."""
     if not names:
         return [], []
-    unsupported = [
-        key
-        for key, unset in (
-            ("quantize", cfg.quantize == "none"),
-            ("rope_scaling", cfg.rope_scaling is None),
-            ("scale", cfg.scale is None),
-        )
-        if not unset
-    ]
-    if unsupported:
-        raise EvalError(f"{', '.join(unsupported)}: not supported with agent suites ({', '.join(names)})")
     from tempering.evals.agent_suites import run_agent_suites, summary_lines
 
     log = log or (lambda _: None)
