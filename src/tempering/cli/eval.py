@@ -34,7 +34,7 @@ def stdout_console() -> Console:
     return Console(width=PIPE_WIDTH)
 
 
-def _one_line(message: str) -> str:
+def _one_line(message: object) -> str:
     return " ".join(str(message).split())
 
 

@@ -295,8 +295,15 @@ def _substitute(data: Any, fn: Callable[[str, str], str]) -> Any:
     if isinstance(data, list):
         return [_substitute(v, fn) for v in data]
     if isinstance(data, str):
-        return REF.sub(lambda m: fn(*_REF_PARTS.fullmatch(m.group(1).strip()).groups()), data)
+        return REF.sub(lambda m: fn(*_ref_parts(m.group(1))), data)
     return data
+
+
+def _ref_parts(ref: str) -> tuple[str, str]:
+    """(stage, output) of a reference `_check_refs` accepted."""
+    m = _REF_PARTS.fullmatch(ref.strip())
+    assert m is not None, ref
+    return m.group(1), m.group(2)
 
 
 def _check_semantics(where: str, kind: str, cfg: Any) -> None:

@@ -322,7 +322,7 @@ def _run_one(
     run_dir = plan.root / name
     record = read_record(run_dir)
     cached = None if force else cached_outputs(record, digest)
-    if cached is not None:
+    if cached is not None and record is not None:
         events(stage.name, "cached", {"hash": digest, "run_dir": run_dir, "status": record["status"]})
         return StageOutcome(
             stage.name,
@@ -462,7 +462,7 @@ def dry_run(plan: Plan) -> list[dict[str, Any]]:
         run_dir = plan.root / f"{stage.name}-{digest[:12]}"
         record = read_record(run_dir)
         cached = cached_outputs(record, digest)
-        if cached is not None:
+        if cached is not None and record is not None:
             known[stage.name] = cached
             status = "cached" + (" (rejected)" if record["status"] == "rejected" else "")
         else:
