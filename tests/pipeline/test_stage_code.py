@@ -98,3 +98,26 @@ def test_a_cached_sft_stage_stays_cached_until_its_objective_changes(tmp_path, p
     rerun = invoke(path)
     changed = last_json(rerun.output)["stages"]["sft"]
     assert changed["status"] == "done" and changed["hash"] != first["hash"], rerun.output
+
+
+def test_a_plugin_module_a_stage_config_names_is_part_of_its_code(tmp_path, monkeypatch):
+    from tempering.pipeline.plan import load_plan
+    from tempering.pipeline.runner import dry_run
+
+    plugin = tmp_path / "lib" / "stage_code_plugin.py"
+    plugin.parent.mkdir()
+    plugin.write_text('"""A plug-in."""\n\n\ndef scale(x):\n    return 2 * x\n')
+    monkeypatch.syspath_prepend(str(plugin.parent))
+    stage = {
+        "kind": "grpo",
+        "model": "smollm2-135m-instruct",
+        "tasks": {"source": "builtin:arithmetic", "n": 8},
+        "grpo": {"plugins": ["stage_code_plugin"]},
+        "train": {"steps": 1},
+    }
+    path = write_pipeline(tmp_path, {"rl": stage})
+    before = dry_run(load_plan(path))[0]["hash"]
+    plugin.write_text('"""Said otherwise."""\n\n\ndef scale(x):\n    # twice\n    return 2 * x\n')
+    assert dry_run(load_plan(path))[0]["hash"] == before
+    plugin.write_text('"""A plug-in."""\n\n\ndef scale(x):\n    return 3 * x\n')
+    assert dry_run(load_plan(path))[0]["hash"] != before

@@ -112,15 +112,16 @@ def imported_names(tree: ast.AST, package: str) -> tuple[set[str], set[str]]:
 
 
 Names = tuple[frozenset[str], frozenset[str]]  # (imports, names in strings)
-_PARSED: dict[tuple[str, str, int, int], tuple[str, Names]] = {}
+_PARSED: dict[tuple[str, str], tuple[str, Names]] = {}
 
 
 def _module(name: str, path: Path) -> tuple[str, Names]:
-    """(code digest, (imports, named)) of one module file, cached by its size and mtime."""
-    st = path.stat()
-    key = (name, str(path), st.st_size, st.st_mtime_ns)
+    """(code digest, (imports, named)) of one module file, cached by its bytes (an edit in the
+    same clock tick that keeps the size is still an edit)."""
+    source = path.read_bytes()
+    key = (name, hashlib.sha256(source).hexdigest())
     if key not in _PARSED:
-        tree = parse_module(path.read_text(encoding="utf-8"), str(path))
+        tree = parse_module(source.decode("utf-8"), str(path))
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         found, named = imported_names(tree, package)  # before the docstrings are dropped from `tree`
         _PARSED[key] = (code_digest(tree), (frozenset(found), frozenset(named)))

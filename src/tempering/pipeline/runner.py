@@ -115,6 +115,16 @@ def input_identity(value: str, key: str) -> str:
     return f"sha256:{content_digest(value)}" if is_file_value(value, key) else value
 
 
+def _plugins(cfg: Any) -> list[str]:
+    """The plug-in modules a stage's config names (`grpo.plugins`, `dpo.plugins`, ...): their code
+    is the stage's code too."""
+    if isinstance(cfg, dict):
+        named = cfg.get("plugins")
+        found = [m for m in named if isinstance(m, str)] if isinstance(named, list) else []
+        return found + [m for k, v in cfg.items() if k != "plugins" for m in _plugins(v)]
+    return [m for v in cfg for m in _plugins(v)] if isinstance(cfg, list) else []
+
+
 def stage_identity(plan: Plan, stage: PlannedStage, keys: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(hash, the document hashed) of a stage whose references are resolved to paths."""
     spec = stage.spec
@@ -126,7 +136,8 @@ def stage_identity(plan: Plan, stage: PlannedStage, keys: dict[str, Any]) -> tup
     seed: Any = cfg
     for part in (spec.seed_key or "").split("."):
         seed = seed.get(part) if isinstance(seed, dict) and part else None
-    doc = {"kind": stage.kind, "config": cfg, "code": stage_code(spec.code_entries()), "seed": seed}
+    entries = spec.code_entries() + [(m, None) for m in sorted(set(_plugins(cfg)))]
+    doc = {"kind": stage.kind, "config": cfg, "code": stage_code(entries), "seed": seed}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest(), doc
 
 
