@@ -34,7 +34,7 @@ def stdout_console() -> Console:
     return Console(width=PIPE_WIDTH)
 
 
-def _one_line(message: str) -> str:
+def _one_line(message: object) -> str:
     return " ".join(str(message).split())
 
 
@@ -93,32 +93,16 @@ def eval_run(
 
 
 def _evaluate(cfg: Any) -> None:
-    """Run the config's suites (agent suites through their own runner) and print the table."""
+    """Run the config's suites (agent suites included) and print the table."""
     from tempering.errors import UserError
-    from tempering.evals.agent_suites import is_agent_suite
     from tempering.evals.evaluate import evaluate_config
-
-    agent_suites, agent_records = [], []
-    if any(is_agent_suite(s) for s in cfg.suites):  # environment suites: their own runner, the same results.json
-        agent_suites, agent_records = _agent_suites(cfg, [s for s in cfg.suites if is_agent_suite(s)])
-        cfg.suites = [s for s in cfg.suites if not is_agent_suite(s)]
-    from tempering.evals.evaluate import write_eval_outputs
     from tempering.evals.report import print_table
-    from tempering.evals.results import EvalResults
 
-    if not cfg.suites:
-        results = EvalResults(model=cfg.model, suites=agent_suites)
-        write_eval_outputs(Path(cfg.out), results, agent_records)
-        print_table(results, console=stdout_console())
-        stdout_console().print(f"results: {Path(cfg.out) / 'results.json'}  report: {Path(cfg.out) / 'report.html'}")
-        return
     try:
         results = evaluate_config(
             cfg,
             warn=lambda line: err.print(f"[yellow]warning: {line}[/yellow]"),
             log=lambda line: err.print(f"[dim]{line}[/dim]"),
-            extra_suites=agent_suites,
-            extra_records=agent_records,
         )
     except UserError as exc:  # a suite's problems may span lines
         fail(_one_line(exc))
@@ -131,41 +115,6 @@ def _evaluate(cfg: Any) -> None:
         f"results: {Path(cfg.out) / 'results.json'}  samples: {Path(cfg.out) / 'samples.jsonl'}  "
         f"report: {Path(cfg.out) / 'report.html'}"
     )
-
-
-def _agent_suites(cfg: Any, names: list[str]) -> tuple[list[Any], list[dict[str, Any]]]:
-    """`agent:<suite>` names: run them through the agent rollout, print a row per suite and tier,
-    return their `SuiteResult`s and samples rows (for results.json and samples.jsonl)."""
-    from tempering.errors import UserError
-    from tempering.evals.agent_suites import run_agent_suites
-
-    try:
-        results = run_agent_suites(
-            cfg.model,
-            names,
-            Path(cfg.out),
-            seeds=cfg.seeds or 1,
-            first_seed=cfg.first_seed,
-            limit=cfg.limit,
-            precision=cfg.precision,
-            engine_settings=cfg.engine if "engine" in cfg.model_fields_set else None,
-            cache=cfg.cache,
-            log=lambda line: err.print(f"[dim]{line}[/dim]"),
-        )
-    except UserError as exc:  # its message may span lines (a task file's problems): one line here
-        fail(_one_line(exc))
-    console = stdout_console()
-    for name, tiers in results["suites"].items():
-        for tier, m in tiers.items():
-            console.print(
-                f"{name} tier {tier}: completion {m['completion_rate']:.3f} [{m['ci_low']:.3f}, "
-                f"{m['ci_high']:.3f}] over {m['tasks']} tasks; steps {m['steps']:.2f}, invalid calls "
-                f"{m['invalid_calls']:.2f}, recovery {m['recovery_rate']:.2f}, intact {m['intact_rate']:.2f}, "
-                f"env errors {m['env_errors']}",
-                highlight=False,
-            )
-    console.print(f"agent results: {Path(cfg.out) / 'agent_results.json'}")
-    return results["suite_results"], results["records"]
 
 
 def _load_results(path: Path):

@@ -62,4 +62,9 @@ class EvalConfig(RopeScalingSetting):
             raise ValueError(
                 f"rope_scaling with agent suites ({agent[0]}) is not supported yet (they load the model unscaled)"
             )
+        if agent and (self.quantize != "none" or self.scale is not None):  # the agent runner loads the float model
+            key = "quantize" if self.quantize != "none" else "scale"
+            raise ValueError(
+                f"{key} with agent suites ({agent[0]}) is not supported yet (they sample in-process, unquantized)"
+            )
         return self

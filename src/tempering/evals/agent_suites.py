@@ -35,6 +35,44 @@ def is_agent_suite(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
+def heldout_tasks(name: str, limit: int | None = None) -> list[Any]:
+    """The held-out tasks an agent suite (`agent:<builtin>` or `agent:PATH.jsonl`) is evaluated on.
+
+    Raises:
+        UserError: an unknown suite, a task file that does not load, or one without held-out tasks.
+    """
+    from tempering.agents.tasks import load_agent_suite, select
+
+    tasks = select(load_agent_suite(name.removeprefix(PREFIX)), "heldout")[:limit]
+    if not tasks:
+        raise UserError(f"agent suite {name.removeprefix(PREFIX)!r} has no held-out tasks")
+    return tasks
+
+
+def agent_suite_digest(name: str) -> str:
+    """A hash of every task of an agent suite as loaded (fixture folders read in): what a pipeline
+    stage's identity holds for `agent:<suite>`, so an edited task file is a new hash.
+
+    Raises:
+        UserError: the suite does not load.
+    """
+    from tempering.agents.tasks import load_agent_suite
+
+    return suite_hash(load_agent_suite(name.removeprefix(PREFIX)))
+
+
+def summary_lines(results: dict[str, Any]) -> list[str]:
+    """One progress line per suite and tier of `run_agent_suites`' summary."""
+    return [
+        f"{name} tier {tier}: completion {m['completion_rate']:.3f} [{m['ci_low']:.3f}, "
+        f"{m['ci_high']:.3f}] over {m['tasks']} tasks; steps {m['steps']:.2f}, invalid calls "
+        f"{m['invalid_calls']:.2f}, recovery {m['recovery_rate']:.2f}, intact {m['intact_rate']:.2f}, "
+        f"env errors {m['env_errors']}"
+        for name, tiers in results["suites"].items()
+        for tier, m in tiers.items()
+    ]
+
+
 AGENT_RUNNER_VERSION = 1
 """Part of an agent suite's cache key: bump when the episodes or the metrics change."""
 
@@ -200,14 +238,10 @@ def run_agent_suites(
     HFEngine). `cache`: reuse a suite's result (and rows) cached under the model's hash, the
     suite's hash and the settings (`evals.cache`), as plain suites do; a model that is not a local
     directory has no hash and is not cached."""
-    from tempering.agents.tasks import load_agent_suite, select
     from tempering.evals.cache import ResultCache, cache_key, default_cache_dir, model_dir_hash
     from tempering.models.load import ModelNotFound
 
-    suites = {name: select(load_agent_suite(name.removeprefix(PREFIX)), "heldout")[:limit] for name in names}
-    empty = [n for n, t in suites.items() if not t]
-    if empty:
-        raise UserError(f"agent suites without held-out tasks: {', '.join(empty)}")
+    suites = {name: heldout_tasks(name, limit) for name in names}
     settings: dict[str, Any] = {
         "temperature": 0.0,
         "max_new_tokens": max_new_tokens,

@@ -3,8 +3,9 @@
     results = evaluate_config(EvalConfig(suites=["arithmetic"], model="runs/x/final", out="out/"))
 
 `evaluate_config` is the one entry of `temper eval run` and of the pipeline's eval stage: every
-EvalConfig key reaches `evaluate_model` here, so the two cannot drift (a stage with
-`quantize: int8` evaluates the int8 copy, as the command does).
+EvalConfig key reaches `evaluate_model` here, and agent suites (`agent:<suite>`) are dispatched
+here too, so the two cannot drift (a stage with `quantize: int8` evaluates the int8 copy, as the
+command does; a pipeline gates on an agent suite as on any other).
 
 Writes `<out>/results.json` (`EvalResults`), `<out>/samples.jsonl` (every generation with
 its judgement, `evals.runner.sample_record`; private suites: hashed ids, no text), each prompt
@@ -72,25 +73,78 @@ def evaluate_config(
     *,
     warn: Callable[[str], None] | None = None,
     log: Callable[[str], None] | None = None,
-    extra_suites: Sequence[SuiteResult] = (),
-    extra_records: Sequence[dict[str, Any]] = (),
 ) -> EvalResults:
     """Run an EvalConfig: its suites on its model, outputs under `cfg.out` (see `evaluate_model`),
-    the eval recorded in the model's registry (`evals/record.py`).
+    the eval recorded in the model's registry (`evals/record.py`). Agent suites (`agent:<suite>`)
+    run through `evals/agent_suites.py` and join the same results.json, samples.jsonl and report.
 
     Raises:
         EvalError, SuiteError: as `evaluate_model` and `load_suites`; EvalError also for a
             tracker in `cfg.loggers` that cannot run here.
+        UserError: an agent suite that does not load.
     """
+    from tempering.evals.agent_suites import is_agent_suite
     from tempering.tracking.trackers import TrackerUnavailable, require_trackers
 
     try:  # before the model loads: a tracker that cannot run stops the eval here
         require_trackers(cfg.loggers)
     except TrackerUnavailable as exc:
         raise EvalError(f"loggers: {exc}") from None
-    results = evaluate_model(
+    plain = cfg.model_copy(update={"suites": [s for s in cfg.suites if not is_agent_suite(s)]})
+    suites = load_suites(plain)  # every suite is checked before any episode runs
+    agent_suites, agent_records = _run_agent_suites(cfg, [s for s in cfg.suites if is_agent_suite(s)], log)
+    if suites:
+        results = _evaluate_suites(plain, suites, warn, log, agent_suites, agent_records)
+    else:  # agent suites alone: their runner loaded the model
+        results = EvalResults(model=cfg.model, suites=agent_suites)
+        write_eval_outputs(cfg.out, results, agent_records)
+    if cfg.loggers:
+        track_results(cfg, results)
+    from tempering.evals.record import record_eval_results
+
+    record_eval_results(results, cfg.out, log or (lambda _: None))  # so `temper lineage` shows it
+    return results
+
+
+def _run_agent_suites(
+    cfg: EvalConfig, names: list[str], log: Callable[[str], None] | None
+) -> tuple[list[SuiteResult], list[dict[str, Any]]]:
+    """The agent suites' `SuiteResult`s and samples rows (nothing for no names); a line per suite and tier."""
+    if not names:
+        return [], []
+    from tempering.evals.agent_suites import run_agent_suites, summary_lines
+
+    log = log or (lambda _: None)
+    results = run_agent_suites(
         cfg.model,
-        load_suites(cfg),
+        names,
+        Path(cfg.out),
+        seeds=cfg.seeds or 1,
+        first_seed=cfg.first_seed,
+        limit=cfg.limit,
+        precision=cfg.precision,
+        engine_settings=cfg.engine if "engine" in cfg.model_fields_set else None,
+        cache=cfg.cache,
+        log=log,
+    )
+    for line in summary_lines(results):
+        log(line)
+    log(f"agent results: {Path(cfg.out) / 'agent_results.json'}")
+    return results["suite_results"], results["records"]
+
+
+def _evaluate_suites(
+    cfg: EvalConfig,
+    suites: list[Suite],
+    warn: Callable[[str], None] | None,
+    log: Callable[[str], None] | None,
+    extra_suites: Sequence[SuiteResult],
+    extra_records: Sequence[dict[str, Any]],
+) -> EvalResults:
+    """`evaluate_model` with every key of the config."""
+    return evaluate_model(
+        cfg.model,
+        suites,
         cfg.out,
         first_seed=cfg.first_seed,
         cache=cfg.cache,
@@ -105,12 +159,6 @@ def evaluate_config(
         extra_suites=extra_suites,
         extra_records=extra_records,
     )
-    if cfg.loggers:
-        track_results(cfg, results)
-    from tempering.evals.record import record_eval_results
-
-    record_eval_results(results, cfg.out, log or (lambda _: None))  # so `temper lineage` shows it
-    return results
 
 
 def track_results(cfg: EvalConfig, results: EvalResults) -> None:

@@ -22,8 +22,11 @@ from typing import Any, Callable, Iterator
 import yaml
 from pydantic import ValidationError
 
+from tempering.agents.tasks import BUILTIN as BUILTIN_AGENT_SUITES
 from tempering.config import PipelineConfig
 from tempering.errors import UserError
+from tempering.evals.agent_suites import PREFIX as AGENT_PREFIX
+from tempering.evals.agent_suites import heldout_tasks, is_agent_suite
 from tempering.models.checkpoints import CheckpointError, is_checkpoint_spec
 from tempering.pipeline.stages import StageKind, stage_kinds
 from tempering.pipeline.tracks import TracksError, TracksPlan, attempt_stages, check_tracks
@@ -90,6 +93,8 @@ def is_file_value(value: str, dotted: str) -> bool:
     if dotted.endswith(("tasks.source", "pool.source")) and is_source_name(value):
         return False
     if dotted.split(".")[0] in ("suites", "against"):
+        if is_agent_suite(value):  # a suite name; a task file it names is resolved by `_resolve`
+            return False
         return Path(value).suffix in (".yaml", ".yml") or "/" in value
     return True
 
@@ -253,6 +258,9 @@ def _strings(data: Any, where: str = "") -> Iterator[tuple[str, str]]:
 
 def _resolve(where: str, base: Path, value: str, key: str, model: bool) -> str:
     """A relative input path against the pipeline file's dir; a missing one is an error."""
+    if not model and key.split(".")[0] == "suites" and is_agent_suite(value) and not REF.search(value):
+        name = value.removeprefix(AGENT_PREFIX)  # `agent:PATH.jsonl`: the path against the pipeline file
+        return value if name in BUILTIN_AGENT_SUITES else AGENT_PREFIX + _resolve(where, base, name, key, False)
     if REF.search(value) or (model and not is_model_path(value)) or (not model and not is_file_value(value, key)):
         return value
     from tempering.runs.registry import model_dir
@@ -287,15 +295,21 @@ def _substitute(data: Any, fn: Callable[[str, str], str]) -> Any:
     if isinstance(data, list):
         return [_substitute(v, fn) for v in data]
     if isinstance(data, str):
-        return REF.sub(lambda m: fn(*_REF_PARTS.fullmatch(m.group(1).strip()).groups()), data)
+        return REF.sub(lambda m: fn(*_ref_parts(m.group(1))), data)
     return data
+
+
+def _ref_parts(ref: str) -> tuple[str, str]:
+    """(stage, output) of a reference `_check_refs` accepted."""
+    m = _REF_PARTS.fullmatch(ref.strip())
+    assert m is not None, ref
+    return m.group(1), m.group(2)
 
 
 def _check_semantics(where: str, kind: str, cfg: Any) -> None:
     """Checks beyond the config model: suites exist, gate rules parse, mix source names are unique."""
     from tempering.config import ConfigError
-    from tempering.evals.gate import GateRuleError
-    from tempering.evals.suite import SuiteError, load_suite
+    from tempering.evals.suite import load_suite
 
     try:
         if kind == "gate":
@@ -304,12 +318,14 @@ def _check_semantics(where: str, kind: str, cfg: Any) -> None:
             gate_rules(cfg, where)
         elif kind in ("eval", "data.decontam"):
             for s in cfg.suites if kind == "eval" else cfg.against:
-                if not REF.search(s):
+                if kind == "eval" and is_agent_suite(s):  # the same dispatch as `evaluate_config`
+                    heldout_tasks(s)
+                elif not REF.search(s):
                     load_suite(s)
         elif kind == "data.mix":
             from tempering.recipes.mix import check_config
 
             check_config(cfg)
-    except (GateRuleError, SuiteError, ConfigError, FileNotFoundError) as exc:
+    except (UserError, ConfigError, FileNotFoundError) as exc:  # a suite, rule or agent task file
         msg = " ".join(str(exc).split())
         raise PipelineError(msg if msg.startswith(where) else f"{where}: {msg}") from None

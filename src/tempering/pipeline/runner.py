@@ -5,9 +5,12 @@
 
 Identity. A stage's hash is sha256 over: its kind, its validated config (runner-owned keys
 left out) with every input path replaced by the sha256 of the bytes there (files; dirs as
-their sorted files, the run marker left out), the code version (the hash of the `tempering`
-source tree) and its seed. Paths do not count, bytes do: moving the project keeps the cache,
-and an upstream stage that reproduces its output bit for bit keeps the downstream cache.
+their sorted files, the run marker left out; an agent suite by its tasks), the code it runs
+(`pipeline/fingerprint.py: stage_code`: each module its recipe or stage function imports,
+transitively, by its code without docstrings and comments, the package data beside them, and
+the versions of the libraries they import) and its seed. Paths do not count, bytes do: moving
+the project keeps the cache, an upstream stage that reproduces its output bit for bit keeps the
+downstream cache, and an edit to code the stage does not run (or to a docstring) keeps it too.
 
 Cache. A stage runs in `<out>/<stage>-<hash12>/`, which holds `pipeline-stage.json` (hash,
 status, outputs with their digests). A stage is cached when that record says done (or
@@ -24,7 +27,6 @@ the verdict.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -36,7 +38,9 @@ from typing import Any, Callable
 
 from tempering.atomic import write_text_atomic
 from tempering.errors import is_user_error, one_line, write_crash_log
+from tempering.evals.agent_suites import agent_suite_digest, is_agent_suite
 from tempering.hashing import sha256_file
+from tempering.pipeline.fingerprint import stage_code
 from tempering.pipeline.plan import (
     PipelineError,
     Plan,
@@ -84,20 +88,6 @@ class PipelineResult:
 
 
 # ------------------------------------------------------------------ identity
-@functools.cache
-def code_version() -> str:
-    """sha256 of the `tempering` package's source files (names and bytes), so a code change is a new hash."""
-    import tempering
-
-    pkg = Path(tempering.__file__).parent
-    h = hashlib.sha256()
-    for f in sorted(
-        p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
-    ):
-        h.update(f.relative_to(pkg).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 _FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
 
 
@@ -117,18 +107,37 @@ def content_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def input_identity(value: str, key: str) -> str:
+    """What an input value counts as in a stage's hash: a file's or dir's bytes, an agent suite's
+    tasks as loaded (`agent:<suite>`, task files and fixtures), or else its name."""
+    if key.split(".")[0] == "suites" and is_agent_suite(value):
+        return f"{value}@sha256:{agent_suite_digest(value)}"
+    return f"sha256:{content_digest(value)}" if is_file_value(value, key) else value
+
+
+def _plugins(cfg: Any) -> list[str]:
+    """The plug-in modules a stage's config names (`grpo.plugins`, `dpo.plugins`, ...): their code
+    is the stage's code too."""
+    if isinstance(cfg, dict):
+        named = cfg.get("plugins")
+        found = [m for m in named if isinstance(m, str)] if isinstance(named, list) else []
+        return found + [m for k, v in cfg.items() if k != "plugins" for m in _plugins(v)]
+    return [m for v in cfg for m in _plugins(v)] if isinstance(cfg, list) else []
+
+
 def stage_identity(plan: Plan, stage: PlannedStage, keys: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(hash, the document hashed) of a stage whose references are resolved to paths."""
     spec = stage.spec
     cfg = spec.build(keys, plan.root, f"{stage.name}-0").model_dump(mode="json", exclude=set(spec.owned))
     for dotted in spec.inputs:
-        walk(cfg, dotted, lambda v, k: f"sha256:{content_digest(v)}" if is_file_value(v, k) else v)
+        walk(cfg, dotted, input_identity)
     for dotted in spec.models:
         walk(cfg, dotted, lambda v, k: f"sha256:{content_digest(model_dir(v))}" if is_model_path(v) else v)
     seed: Any = cfg
     for part in (spec.seed_key or "").split("."):
         seed = seed.get(part) if isinstance(seed, dict) and part else None
-    doc = {"kind": stage.kind, "config": cfg, "code": code_version(), "seed": seed}
+    entries = spec.code_entries() + [(m, None) for m in sorted(set(_plugins(cfg)))]
+    doc = {"kind": stage.kind, "config": cfg, "code": stage_code(entries), "seed": seed}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest(), doc
 
 
@@ -324,7 +333,7 @@ def _run_one(
     run_dir = plan.root / name
     record = read_record(run_dir)
     cached = None if force else cached_outputs(record, digest)
-    if cached is not None:
+    if cached is not None and record is not None:
         events(stage.name, "cached", {"hash": digest, "run_dir": run_dir, "status": record["status"]})
         return StageOutcome(
             stage.name,
@@ -464,7 +473,7 @@ def dry_run(plan: Plan) -> list[dict[str, Any]]:
         run_dir = plan.root / f"{stage.name}-{digest[:12]}"
         record = read_record(run_dir)
         cached = cached_outputs(record, digest)
-        if cached is not None:
+        if cached is not None and record is not None:
             known[stage.name] = cached
             status = "cached" + (" (rejected)" if record["status"] == "rejected" else "")
         else:

@@ -18,7 +18,10 @@ A stage kind is a `StageKind` row:
 - `seed_key`: where the pipeline's `seed` goes when the stage sets none;
 - `resumable`: its run dir holds trainer checkpoints, so a killed stage resumes instead of
   restarting;
-- `steps_key`: the step target, for the progress display.
+- `steps_key`: the step target, for the progress display;
+- `recipe`: a training objective's recipe module, whose code (with all it imports) is the stage's
+  code in its cache key (`code_entries`, `pipeline/fingerprint.py`); the other kinds' code
+  starts at their `run` function here.
 
 The `gate` kind records its verdict as an eval of the candidate in the registry, and the
 `release` kind promotes a checkpoint through `evals.verdict.promote_judged` only when its
@@ -91,6 +94,13 @@ class StageKind:
     seed_key: str | None = None
     resumable: bool = False
     steps_key: str | None = None
+    recipe: str | None = None
+
+    def code_entries(self) -> list[tuple[str, str | None]]:
+        """Where the stage's code starts, as `pipeline.fingerprint.stage_code` entries."""
+        if self.recipe is not None:
+            return [(self.recipe, None), (__name__, training_kind.__name__)]
+        return [(self.run.__module__, self.run.__name__)]
 
     def build(self, keys: dict[str, Any], ctx_root: Path, run_name: str) -> Any:
         """The validated config of a stage: its keys plus the runner-owned ones."""
@@ -123,7 +133,10 @@ def training_kind(entry: Registration) -> StageKind:
         summary = entry.runner()(cfg)
         return {k: summary[k] for k in entry.outputs}, summary
 
-    return StageKind(entry.config_class(), run, entry.outputs, inputs=entry.inputs, models=entry.models, **_TRAIN)
+    recipe = entry.run.partition(":")[0] if isinstance(entry.run, str) else entry.run.__module__
+    return StageKind(
+        entry.config_class(), run, entry.outputs, inputs=entry.inputs, models=entry.models, recipe=recipe, **_TRAIN
+    )
 
 
 def _best_of_n(cfg: BestOfNStageConfig, ctx: StageContext) -> StageOutput:
