@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 from tempering.agents.config import EpisodeSettings
 from tempering.agents.credit import TurnSignals, turn_signals
-from tempering.agents.env import EpisodeStats, ToolEnv
+from tempering.agents.env import Environment, EpisodeStats, make_environment
 from tempering.agents.render import AgentRenderer
 from tempering.agents.tasks import AgentTask
 from tempering.agents.tools import EnvFailure
@@ -81,7 +81,7 @@ class AgentBatch:
 class _Live:
     task: AgentTask
     sample: int
-    env: ToolEnv
+    env: Environment
     messages: list[dict[str, Any]] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
@@ -121,11 +121,9 @@ def agent_rollout(
     (after the scripted `opening_turns` of each task, when given)."""
     settings = settings or EpisodeSettings()
     times = {"generation": 0.0, "environment": 0.0, "rendering": 0.0}
-    penalties = {
-        "invalid_call_penalty": settings.invalid_call_penalty,
-        "unsafe_action_penalty": settings.unsafe_action_penalty,
-    }
-    live = [_Live(t, j, ToolEnv(sandbox, **penalties)) for t in tasks for j in range(n)]
+    live = [
+        _Live(t, j, make_environment(settings.environment, sandbox, settings.options)) for t in tasks for j in range(n)
+    ]
     steps, round_ = 0, 0
     try:  # whatever stops the loop (the engine, an interrupt), no episode's session outlives it
         for e in live:
