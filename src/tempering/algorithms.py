@@ -10,8 +10,8 @@ its aggregation) and preference losses, each a pure tensor function registered b
     @register_preference_loss("kto", reference=True)
     def kto_loss(pairs, *, beta, label_smoothing, gamma): ...
 
-    @register_divergence("reverse_kl")
-    def reverse_kl(student_logp, teacher_logp, *, beta): ...   # (N, V), (N, V) -> (N,)
+    @register_divergence("jsd")
+    def generalized_jsd(student_logp, teacher_logp, *, beta=0.5): ...   # (N, V), (N, V) -> (N,)
 
     @register_tinker_loss("ppo", inputs=("target_tokens", "logprobs", "advantages"), config={...})
     def ppo(logp, inputs, *, clip_low_threshold, clip_high_threshold): ...   # (T,), {(T,)} -> ()
@@ -20,10 +20,13 @@ The signatures each family takes are in `objectives/advantages.py`, `objectives/
 `objectives/preference.py`, `objectives/divergences.py` and `objectives/tinker_losses.py` (the
 losses `temper serve --tinker` computes for the Tinker API), where the built-ins live. A config
 names an algorithm by its registered name (`grpo.loss`, `grpo.advantage`, `dpo.loss`); its
-validator asks `require`, which imports the built-ins and the config's `plugins` (module names: a
-module registers its functions when imported, so a loss defined outside the package is one
-decorated function in a module on the path). An unknown name, or a name registered in another
-family, is a one-line error.
+validator asks `check_name`, which imports nothing: the built-ins' names are read from their
+decorators in the source of `BUILTIN_MODULES` (`builtin_names`), so validating a config neither
+imports torch nor runs a config's `plugins`. With `plugins` named, a name no built-in has is
+left to them: `lookup`, when the run starts, imports the plug-in modules (a module registers its
+functions when imported, so a loss defined outside the package is one decorated function in a
+module on the path) and refuses the name then. An unknown name, or a name registered in another
+family, is a one-line error either way.
 
 This module sits in the bottom layer, next to `config`, so that configs validate names against
 it; it imports no torch itself. The built-in algorithms (torch code in `objectives/`) are imported
@@ -32,15 +35,18 @@ by name on the first lookup, the way `recipes/registry.py` imports a command's r
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from tempering.errors import UserError
+from tempering.pyast import parse_module
 
 Family = Literal["advantage", "policy_loss", "preference_loss", "divergence", "tinker_loss"]
 
-FAMILY_WORDS: dict[str, str] = {
+FAMILY_WORDS: dict[Family, str] = {
     "advantage": "advantage estimator",
     "policy_loss": "policy loss",
     "preference_loss": "preference loss",
@@ -75,6 +81,37 @@ class Algorithm:
 
 REGISTRY: dict[tuple[str, str], Algorithm] = {}
 """Every registered algorithm by (family, name)."""
+
+_DECORATORS: dict[str, Family] = {f"register_{family}": family for family in FAMILY_WORDS}
+
+
+@functools.cache
+def builtin_names() -> dict[tuple[str, str], tuple[str, ...]]:
+    """(family, name) -> the keyword-only parameters (the settings) of every built-in algorithm,
+    read from the `@register_*("name")` decorators in the source of `BUILTIN_MODULES`: no import,
+    so no torch. `tests/test_algorithms_static.py` checks this equals what importing them registers."""
+    from pathlib import Path
+
+    root = Path(__file__).parent
+    found: dict[tuple[str, str], tuple[str, ...]] = {}
+    for module in BUILTIN_MODULES:
+        path = root.joinpath(*module.split(".")[1:]).with_suffix(".py")
+        for node in ast.walk(parse_module(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef):
+                for key in map(_registration, node.decorator_list):
+                    if key is not None:
+                        found[key] = tuple(a.arg for a in node.args.kwonlyargs)
+    return found
+
+
+def _registration(decorator: ast.expr) -> tuple[str, str] | None:
+    """(family, name) of a `@register_<family>("name", ...)` decorator, else None."""
+    if not (isinstance(decorator, ast.Call) and decorator.args and isinstance(decorator.args[0], ast.Constant)):
+        return None
+    func = decorator.func
+    word = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    family = _DECORATORS.get(word)
+    return None if family is None else (family, str(decorator.args[0].value))
 
 
 def _register(family: Family, name: str, **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -117,10 +154,18 @@ def register_preference_loss(name: str, reference: bool = True) -> Callable[[Cal
 
 
 def register_divergence(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register `fn(student_logp, teacher_logp) -> per_row` ((N, V) log-softmaxes -> (N,)) as a
-    divergence between next-token distributions (on-policy distillation's `rollout.divergence`);
-    `rollout.beta` reaches `jsd` only (as its `beta=` keyword)."""
+    """Register `fn(student_logp, teacher_logp, *, settings...) -> per_row` ((N, V) log-softmaxes
+    -> (N,)) as a divergence between next-token distributions (on-policy distillation's
+    `rollout.divergence`). Its keyword-only parameters are its settings: `rollout.divergence_settings`
+    (and `rollout.beta`) reach the divergences that take them, and no other."""
     return _register("divergence", name)
+
+
+def keyword_settings(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The keyword-only parameters of a registered function (a divergence's settings)."""
+    import inspect
+
+    return tuple(n for n, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY)
 
 
 def register_tinker_loss(
@@ -181,19 +226,38 @@ def lookup(family: Family, name: str, plugins: tuple[str, ...] | list[str] = ())
     """The registered algorithm, loading built-ins and `plugins` first.
 
     Raises:
-        ValueError: `name` is registered in another family, or nowhere (the message lists the names).
+        UserError: `name` is registered in another family, or nowhere (the message lists the names).
     """
     load(plugins)
     found = REGISTRY.get((family, name))
     if found is not None:
         return found
+    raise _unknown(family, name, set(REGISTRY))
+
+
+def check_name(family: Family, name: str, plugins: tuple[str, ...] | list[str] = ()) -> None:
+    """Refuse `name` unless a built-in (`builtin_names`) or an already registered algorithm of
+    `family` has it, or `plugins` are named (they may register it: `lookup` decides when the run
+    starts). Imports nothing and runs no plug-in: what config validation calls.
+
+    Raises:
+        UserError: as `lookup`.
+    """
+    known = set(builtin_names()) | set(REGISTRY)
+    if (family, name) in known or plugins:
+        return
+    raise _unknown(family, name, known)
+
+
+def _unknown(family: Family, name: str, known: set[tuple[Any, str]]) -> UserError:
     word = FAMILY_WORDS[family]
-    elsewhere = [_article(FAMILY_WORDS[fam]) for fam, n in REGISTRY if n == name]
+    listed = ", ".join(sorted(n for fam, n in known if fam == family))
+    elsewhere = [_article(word) for fam, word in FAMILY_WORDS.items() if (fam, name) in known]
     if elsewhere:
-        raise UserError(
-            f"{name!r} is registered as {' and '.join(elsewhere)}, not {_article(word)} (registered: {', '.join(names(family))})"
+        return UserError(
+            f"{name!r} is registered as {' and '.join(elsewhere)}, not {_article(word)} (registered: {listed})"
         )
-    raise UserError(f"unknown {word} {name!r} (registered: {', '.join(names(family))})")
+    return UserError(f"unknown {word} {name!r} (registered: {listed})")
 
 
 def _article(word: str) -> str:

@@ -139,7 +139,11 @@ def test_a_longctx_suite_with_a_bad_depth_or_a_length_past_the_window_fails_in_o
     (suite_dir / "deep.yaml").write_text(base.replace("0.75, 1.0]", "0.75, 1.5]").replace("longctx-passkey", "deep"))
     with pytest.raises(SuiteError) as err:
         load_suite("deep")
-    assert "deep.yaml" in str(err.value) and "tasks.0: Value error, depths: 1.5 is outside [0, 1]" in str(err.value)
+    assert "deep.yaml" in str(
+        err.value
+    ) and "tasks.0: Value error, config: depths: 1.5 is outside [0, 1] (task source 'longctx:passkey')" in str(
+        err.value
+    )
     (suite_dir / "far.yaml").write_text(base.replace("8192]", "16384]").replace("longctx-passkey", "far"))
     with pytest.raises(SuiteError) as err:
         _ = load_suite("far").task_list

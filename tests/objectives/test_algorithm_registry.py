@@ -9,6 +9,8 @@ import pytest
 
 from tempering import algorithms
 from tempering.config import ConfigError, DPOConfig, GRPOConfig, load_config
+from tempering.config.grpo import load_algorithms
+from tempering.errors import UserError
 
 
 def config_error(model, tmp_path, text: str) -> str:
@@ -59,9 +61,25 @@ def test_a_name_of_another_family_says_so(tmp_path):
     assert "dpo.loss" in message and "registered as a policy loss, not a preference loss" in message
 
 
-def test_a_plugin_that_does_not_import_is_named(tmp_path):
-    message = config_error(GRPOConfig, tmp_path, "train: {steps: 1}\ngrpo: {plugins: [no_such_module], loss: x}\n")
-    assert "plugin module 'no_such_module' does not import (ModuleNotFoundError" in message
+def test_a_plugin_that_does_not_import_is_named_when_the_run_starts(tmp_path):
+    # validation imports no plug-in (it may register `x`); the run's first step imports it and says why it fails
+    cfg = load_config(GRPOConfig, None, ["train.steps=1", "grpo.plugins=[no_such_module]", "grpo.loss=x"])
+    with pytest.raises(UserError, match=r"plugin module 'no_such_module' does not import \(ModuleNotFoundError"):
+        load_algorithms(cfg)
+
+
+def test_a_name_no_plugin_registers_is_refused_when_the_run_starts(tmp_path):
+    (tmp_path / "registers_nothing.py").write_text("")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(tmp_path))
+        cfg = load_config(GRPOConfig, None, ["train.steps=1", "grpo.plugins=[registers_nothing]", "grpo.loss=mine"])
+        with pytest.raises(UserError, match="unknown policy loss 'mine'"):
+            load_algorithms(cfg)
+
+
+def test_a_plugin_path_is_refused_at_validation(tmp_path):
+    message = config_error(GRPOConfig, tmp_path, "train: {steps: 1}\ngrpo: {plugins: [my_rl.py], loss: dapo}\n")
+    assert "plugin 'my_rl.py' is not a module name" in message
 
 
 @pytest.mark.parametrize("cap", [0, -1.5])

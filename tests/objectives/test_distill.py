@@ -135,7 +135,9 @@ def test_beta_reaches_jsd_only():
 
     try:
         teacher = tiny_llama(vocab=64, seed=5)
-        objective = OnPolicyDivergenceObjective(teacher, "keyword_recorder", 0.3, 1.0, [], teacher_divergence="jsd")
+        objective = OnPolicyDivergenceObjective(
+            teacher, "keyword_recorder", {"beta": 0.3}, 1.0, [], teacher_divergence="jsd"
+        )
         s, t = torch.log_softmax(torch.randn(4, 64), -1), torch.log_softmax(torch.randn(4, 64), -1)
         objective.divergence(s, t)
         assert calls == [{}]

@@ -34,7 +34,10 @@ def test_reverse_kl_advantages_by_hand():
         ("on_policy: true\nrollout: {mismatch_budget: 0.1}\n", "names no metric to read"),
         ("on_policy: true\nrollout: {divergence: kl}\n", "unknown distillation divergence 'kl' .registered: "),
         ("on_policy: true\nrollout: {divergence: dpo}\n", "registered as a preference loss, not a distillation"),
-        ("on_policy: true\nrollout: {divergence: reverse_kl, beta: 0.5}\n", "beta applies to divergence: jsd only"),
+        (
+            "on_policy: true\nrollout: {divergence: reverse_kl, beta: 0.5}\n",
+            "beta: a setting no named divergence takes .reverse_kl takes none.",
+        ),
         ("on_policy: true\nrollout: {divergence_temperature: 1.0}\n", "divergence_temperature applies with a"),
         ("on_policy: true\nrollout: {student_fraction: 0.5}\n", "student_fraction < 1 needs a divergence"),
         (

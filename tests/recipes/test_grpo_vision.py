@@ -169,7 +169,7 @@ def test_what_cannot_work_is_one_line_before_any_work(tmp_path, tiny_dir, model,
 def test_image_size_is_a_vision_source_key():
     from tempering.config import TaskSourceSettings
 
-    with pytest.raises(ValueError, match="vision:<name> sources only"):
+    with pytest.raises(ValueError, match="'image_size' is not a setting of task source 'builtin:arithmetic'"):
         TaskSourceSettings(source="builtin:arithmetic", image_size=32)
 
 
@@ -179,4 +179,8 @@ def test_the_shipped_vision_grpo_config_loads():
     from tempering.config import GRPOConfig, load_config
 
     cfg = load_config(GRPOConfig, Path(__file__).resolve().parents[2] / "examples" / "vision_grpo.yaml")
-    assert cfg.tasks.source == "vision:count" and cfg.tasks.image_size == 48 and cfg.engine.kind == "hf"
+    assert (
+        cfg.tasks.source == "vision:count"
+        and cfg.tasks.options.model_dump()["image_size"] == 48
+        and cfg.engine.kind == "hf"
+    )

@@ -93,11 +93,13 @@ def test_unknown_name_is_one_line_listing_the_registered_ones(tmp_path, tiny_dir
 
 
 def test_a_config_imports_the_plugin_module_by_name(tmp_path, tiny_dir):
-    """In a fresh interpreter nothing has imported this file: the config's `plugins` does."""
+    """In a fresh interpreter nothing has imported this file: the config's `plugins` does, when the
+    run starts (`load_algorithms`), never while the config validates."""
     config = write_config(tmp_path, tiny_dir, plugins=[PLUGIN], loss="unclipped_pg", advantage="rank")
     code = (
         "import sys; from tempering.config import GRPOConfig, load_config; from tempering import algorithms; "
-        f"cfg = load_config(GRPOConfig, {str(config)!r}); "
+        "from tempering.config.grpo import load_algorithms; "
+        f"cfg = load_config(GRPOConfig, {str(config)!r}); assert {PLUGIN!r} not in sys.modules; load_algorithms(cfg); "
         "print(algorithms.lookup('policy_loss', cfg.grpo.loss).fn.__module__, cfg.grpo.advantage)"
     )
     root = Path(__file__).resolve().parents[2]

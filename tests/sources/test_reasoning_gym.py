@@ -88,5 +88,5 @@ def test_config_on_a_source_that_reads_none_is_an_error():
     from tempering.config import TaskSourceSettings
     from tempering.sources.tasks import load_tasks
 
-    with pytest.raises(ValueError, match="'config' applies to sources that read one"):
+    with pytest.raises(ValueError, match="'config' is not a setting of task source 'builtin:arithmetic'"):
         load_tasks(TaskSourceSettings(source="builtin:arithmetic", n=3, config={"max_terms": 3}))

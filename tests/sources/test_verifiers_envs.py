@@ -169,7 +169,7 @@ def test_env_args_on_another_source_is_a_config_error():
 
     from tempering.config import TaskSourceSettings
 
-    with pytest.raises(ValidationError, match="applies to verifiers:<env_id> sources only"):
+    with pytest.raises(ValidationError, match="'env_args' is not a setting of task source 'builtin:arithmetic'"):
         TaskSourceSettings(source="builtin:arithmetic", env_args={"n": 3})
 
 

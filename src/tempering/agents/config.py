@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from tempering.agents.rollout import EpisodeSettings
+from tempering.agents.env import ENVIRONMENTS
 from tempering.config import (
     DEFAULT_MODEL,
     EngineSettings,
@@ -17,12 +17,47 @@ from tempering.config import (
     GRPOSettings,
     HFEngineSettings,
     LoraSettings,
+    Options,
     RopeScalingSetting,
     RunSettings,
     SamplingSettings,
     Strict,
     TrainSettings,
+    WithOptions,
 )
+
+
+class EpisodeSettings(WithOptions):
+    """How agent episodes are run (shared by `temper agent` training and agent suites). The
+    environment's own settings (`tool`: `invalid_call_penalty`, `unsafe_action_penalty`) are
+    written beside these and validated by its registered settings class (`agents.env`)."""
+
+    environment: str = "tool"
+    """The registered environment class each episode runs in (`agents.env.ENVIRONMENTS`; `tool`: `ToolEnv`)."""
+    max_context_tokens: int = Field(1024, ge=16)
+    """Token budget of a whole episode (prompt, turns, observations)."""
+    min_turn_tokens: int = Field(8, ge=1)
+    """Room a new turn needs; with less left the episode ends ("context")."""
+    truncated_turns: Literal["mask", "penalize"] = "mask"
+    """A turn cut by `max_new_tokens` ends the episode and is masked out of the loss ("mask")
+    or kept with the episode's reward set to `-truncation_penalty` ("penalize")."""
+    truncation_penalty: float = Field(0.5, ge=0)
+    """The reward of an episode whose turn was cut, under `truncated_turns: penalize` (negated)."""
+    env_workers: int = Field(4, ge=1)
+    """Threads stepping environments (sandbox calls) in parallel."""
+
+    @field_validator("environment")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in ENVIRONMENTS:
+            raise ValueError(f"unknown environment {name!r} (registered: {', '.join(sorted(ENVIRONMENTS))})")
+        return name
+
+    @classmethod
+    def options_class(cls, data: dict[str, Any]) -> tuple[type[Options], str]:
+        name = data.get("environment", "tool")
+        kind = ENVIRONMENTS.get(name) if isinstance(name, str) else None
+        return (Options, f"environment {name!r}") if kind is None else (kind.settings, f"environment {name!r}")
 
 
 class AgentTaskSettings(Strict):

@@ -1,4 +1,4 @@
-"""The environment protocol and `ToolEnv`, its one implementation (every built-in suite is data).
+"""The environment protocol, the registry of environment classes, and `ToolEnv` (every built-in suite is data).
 
     env = ToolEnv(sandbox)                      # a `Sandbox`; None for suites that need none
     observation = env.reset(task)               # messages the episode starts with
@@ -26,6 +26,17 @@ a turn is answered, that episode alone ends with `info["status"] == "env_error"`
 reason in `info["error"]`: the environment's failure, never the model's, and never an
 exception out of `step` (so one episode cannot end a rollout of many).
 
+An environment class is one registration carrying its own settings (a `config.Options`
+subclass, written flat in a config's `episode:` beside `environment: NAME`), with no edit
+elsewhere; `agent_rollout` builds every episode's environment through `make_environment`:
+
+    class CountdownSettings(Options):
+        start: int = 3
+
+    @register_environment("countdown", CountdownSettings)
+    class CountdownEnv:                         # an `Environment`
+        def __init__(self, sandbox, settings: CountdownSettings): ...
+
 Each episode has its own `SandboxSession`: a /work that persists across steps and is
 discarded when the episode ends (whatever ended it), at the next `reset` or at `close`, so
 no episode sees another's files or processes and none leaves a mount or cgroup behind.
@@ -34,13 +45,17 @@ no episode sees another's files or processes and none leaves a mount or cgroup b
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
+
+from pydantic import Field
 
 from tempering.agents.goals import check_goal
 from tempering.agents.safe_actions import unsafe_reason
 from tempering.agents.tasks import AgentTask
 from tempering.agents.tools import TOOLS, EnvFailure, ToolContext, check_arguments
+from tempering.config import Options
 from tempering.data.toolcalls import parse_tool_calls
+from tempering.errors import UserError
 from tempering.sandbox.base import Limits, Sandbox
 
 Observation = list[dict[str, Any]]
@@ -55,7 +70,10 @@ class StepResult(NamedTuple):
 
 
 class Environment(Protocol):
-    """A multi-turn world. `reset` starts an episode of `task`; `step` answers one assistant turn."""
+    """A multi-turn world. `reset` starts an episode of `task`; `step` answers one assistant turn;
+    `stats` is what the episode did so far (the rollout reads its counters after each step)."""
+
+    stats: EpisodeStats
 
     def reset(self, task: AgentTask) -> Observation: ...
 
@@ -97,6 +115,54 @@ class EpisodeStats:
     def recovered(self) -> bool:
         """Succeeded after at least one error (invalid call, failed tool run, wrong answer)."""
         return self.success and self.errors > 0
+
+
+EnvironmentFactory = Callable[[Any, Any], Environment]
+"""`factory(sandbox, settings) -> Environment`: a registered class, or a function building one."""
+
+
+@dataclass(frozen=True)
+class EnvironmentKind:
+    name: str
+    factory: EnvironmentFactory
+    settings: type[Options]
+
+
+ENVIRONMENTS: dict[str, EnvironmentKind] = {}
+"""Every environment class by name (`episode.environment` in a config)."""
+
+
+def register_environment(name: str, settings: type[Options] = Options) -> Callable[[Any], Any]:
+    """Register `factory(sandbox, settings) -> Environment` (an environment class whose
+    constructor takes the two) as `name`, with its own settings class.
+
+    Raises:
+        UserError: the name is taken.
+    """
+    if name in ENVIRONMENTS:
+        raise UserError(f"environment {name!r} is registered twice")
+
+    def decorate(factory: Any) -> Any:
+        ENVIRONMENTS[name] = EnvironmentKind(name, factory, settings)
+        return factory
+
+    return decorate
+
+
+def make_environment(name: str, sandbox: Any, settings: Options) -> Environment:
+    """A new environment of the registered kind `name` (`settings`: its own, or the base: defaults)."""
+    kind = ENVIRONMENTS[name]
+    return kind.factory(sandbox, settings if isinstance(settings, kind.settings) else kind.settings())
+
+
+class ToolEnvSettings(Options):
+    """The `tool` environment's own settings (`ToolEnv`)."""
+
+    invalid_call_penalty: float = Field(0.0, ge=0)
+    """Subtracted from a turn's reward per malformed/unknown/invalid tool call."""
+    unsafe_action_penalty: float = Field(0.0, ge=0)
+    """The `safe_actions` component: subtracted from a turn's reward per destructive tool call or
+    write outside the task's allowed paths (`agents.safe_actions`); counted per episode either way."""
 
 
 class ToolEnv:
@@ -264,6 +330,15 @@ class ToolEnv:
                 session.close()
             except Exception as exc:  # the sandbox could not release it: this episode's failure alone
                 self.stats.status, self.stats.error = "env_error", f"cannot close the sandbox: {_one_line(exc)}"
+
+
+@register_environment("tool", ToolEnvSettings)
+def _tool_env(sandbox: Any, settings: ToolEnvSettings) -> ToolEnv:
+    return ToolEnv(
+        sandbox,
+        invalid_call_penalty=settings.invalid_call_penalty,
+        unsafe_action_penalty=settings.unsafe_action_penalty,
+    )
 
 
 def _one_line(exc: Exception) -> str:

@@ -11,11 +11,24 @@
 /work, run under an interpreter and sys.path the episode cannot change, and the verdict is
 the judge's own report, never an exit status of code the agent wrote. `file` is read by
 the host without following links. Goals are checked by `goal_problem` when a task loads.
+
+A goal kind is one registration: its keys as a pydantic model (checked when a task loads) and
+the check over the final state, with no edit elsewhere:
+
+    class CountGoal(GoalSettings):
+        path: str
+        lines: int
+
+    @register_goal("line_count", CountGoal)
+    def _line_count(goal: CountGoal, ctx: ToolContext, answer: str | None) -> bool: ...
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from tempering.agents.judge import judge
 from tempering.agents.tools import EnvFailure, ToolContext
@@ -23,7 +36,49 @@ from tempering.errors import UserError
 from tempering.numbers import as_number, parse_number
 from tempering.pyast import parse_module
 
-GOAL_TYPES = ("answer", "file", "tests", "script", "all", "repo_tests")
+
+class GoalSettings(BaseModel):
+    """The keys of one goal kind (besides `type`); a registered kind subclasses it."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+GoalCheck = Callable[[Any, ToolContext, "str | None"], bool]
+
+
+@dataclass(frozen=True)
+class GoalKind:
+    """One registered goal kind: its keys, its check, and whether the check reads the sandbox."""
+
+    name: str
+    settings: type[GoalSettings]
+    check: GoalCheck
+    needs_session: bool = True
+
+
+GOALS: dict[str, GoalKind] = {}
+"""Every goal kind by its `type`."""
+
+
+def register_goal(
+    name: str, settings: type[GoalSettings], needs_session: bool = True
+) -> Callable[[GoalCheck], GoalCheck]:
+    """Register `check(goal: settings, ctx, answer) -> bool` as the goal kind `name`.
+
+    `needs_session=False`: the check reads only the answer (an episode of such a goal, with no
+    files and no sandboxed tool, runs without a sandbox).
+
+    Raises:
+        UserError: the name is taken.
+    """
+    if name in GOALS:
+        raise UserError(f"goal type {name!r} is registered twice")
+
+    def decorate(check: GoalCheck) -> GoalCheck:
+        GOALS[name] = GoalKind(name, settings, check, needs_session)
+        return check
+
+    return decorate
 
 
 def answer_correct(goal: dict[str, Any], answer: str | None) -> bool:
@@ -43,28 +98,24 @@ def goal_problem(goal: Any) -> str | None:
     if not isinstance(goal, dict) or not isinstance(goal.get("type"), str):
         return "goal needs a string 'type'"
     kind = goal["type"]
-    need = {"answer": ("value",), "file": ("path", "equals"), "tests": ("files",), "script": ("files",)}
     if kind == "command":
         return (
             "goal type 'command' is gone (its verdict was an exit status the agent could fake); use 'tests' or 'script'"
         )
-    if kind == "all":
-        checks = goal.get("checks")
-        if not isinstance(checks, list) or not checks:
-            return "goal 'all' needs a non-empty list 'checks'"
-        return next((p for p in map(goal_problem, checks) if p), None)
-    if kind == "repo_tests":
-        return _repo_tests_problem(goal)
-    if kind not in need:
-        return f"unknown goal type {kind!r} ({', '.join(GOAL_TYPES)})"
-    missing = [k for k in need[kind] if k not in goal]
-    if missing:
-        return f"goal {kind!r} needs {', '.join(map(repr, missing))}"
-    if kind in ("tests", "script"):
-        return _hidden_files_problem(kind, goal["files"])
-    if kind == "file" and not _relative(goal["path"]):
-        return f"goal 'file': path must be relative to /work, without '..' or empty parts: {goal['path']!r}"
+    if kind not in GOALS:
+        return f"unknown goal type {kind!r} ({', '.join(GOALS)})"
+    try:
+        _settings(goal)
+    except ValidationError as exc:
+        missing = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "missing"]
+        if missing:
+            return f"goal {kind!r} needs {', '.join(map(repr, missing))}"
+        return str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
     return None
+
+
+def _settings(goal: dict[str, Any]) -> GoalSettings:
+    return GOALS[goal["type"]].settings.model_validate({k: v for k, v in goal.items() if k != "type"})
 
 
 def _relative(path: Any) -> bool:
@@ -123,33 +174,131 @@ def resolve_repo_tests(goal: dict[str, Any], files: dict[str, str]) -> dict[str,
 
 
 def needs_session(goal: dict[str, Any]) -> bool:
-    """Whether checking `goal` reads the episode's sandbox (every kind but `answer`)."""
+    """Whether checking `goal` reads the episode's sandbox (every kind registered so; `all` if any part does)."""
     if goal["type"] == "all":
         return any(needs_session(g) for g in goal["checks"])
-    return goal["type"] != "answer"
+    return GOALS[goal["type"]].needs_session
 
 
 def check_goal(goal: dict[str, Any], ctx: ToolContext, answer: str | None) -> bool:
     """Whether the final state meets `goal`. Raises EnvFailure when the sandbox fails the check
-    itself, and ValueError for an unknown goal type."""
-    kind = goal["type"]
-    if kind == "answer":
-        return answer_correct(goal, answer)
-    if kind == "all":
-        return all(check_goal(g, ctx, answer) for g in goal["checks"])
-    if ctx.session is None:
-        raise EnvFailure(f"goal {kind!r} needs a sandbox session")
-    if kind == "file":
-        data = ctx.session.read_file(goal["path"])
-        return data is not None and data.decode("utf-8", "replace").rstrip() == str(goal["equals"]).rstrip()
-    if kind in ("tests", "script"):
-        tests, scripts = (goal["files"], None) if kind == "tests" else (None, goal["files"])
-        verdict = judge(ctx.session, tests=tests, scripts=scripts, limits=ctx.limits)
-        ctx.sandbox_s += verdict.run.wall_s
-        ctx.flags.extend(verdict.flags)
-        if verdict.run.status == "sandbox_error":
-            raise EnvFailure(f"sandbox error in the goal check: {verdict.run.error}")
-        return verdict.passed
-    if kind == "repo_tests":
-        raise ValueError("goal 'repo_tests' is resolved when its task loads (AgentTask), never checked as such")
-    raise UserError(f"unknown goal type {kind!r} ({', '.join(GOAL_TYPES)})")
+    itself (or a kind that reads it has no session), and UserError for an unknown goal type."""
+    kind = GOALS.get(goal["type"])
+    if kind is None:
+        raise UserError(f"unknown goal type {goal['type']!r} ({', '.join(GOALS)})")
+    if kind.needs_session and goal["type"] != "all" and ctx.session is None:
+        raise EnvFailure(f"goal {kind.name!r} needs a sandbox session")
+    return kind.check(_settings(goal), ctx, answer)
+
+
+# ------------------------------------------------------------------ the built-in kinds
+class AnswerGoal(GoalSettings):
+    value: Any
+    """The wanted answer (numbers compared as numbers)."""
+
+
+@register_goal("answer", AnswerGoal, needs_session=False)
+def _answer(goal: AnswerGoal, ctx: ToolContext, answer: str | None) -> bool:
+    return answer_correct({"value": goal.value}, answer)
+
+
+class FileGoal(GoalSettings):
+    path: Any
+    """The file, relative to /work."""
+    equals: Any
+    """Its wanted content (trailing whitespace ignored)."""
+
+    @field_validator("path")
+    @classmethod
+    def _under_work(cls, path: Any) -> Any:
+        if not _relative(path):
+            raise ValueError(f"goal 'file': path must be relative to /work, without '..' or empty parts: {path!r}")
+        return path
+
+
+@register_goal("file", FileGoal)
+def _file(goal: FileGoal, ctx: ToolContext, answer: str | None) -> bool:
+    assert ctx.session is not None
+    data = ctx.session.read_file(goal.path)
+    return data is not None and data.decode("utf-8", "replace").rstrip() == str(goal.equals).rstrip()
+
+
+class HiddenFilesGoal(GoalSettings):
+    files: Any
+    """Hidden Python files: name -> source."""
+
+    @field_validator("files")
+    @classmethod
+    def _python_files(cls, files: Any) -> Any:
+        problem = _hidden_files_problem(cls.kind, files)
+        if problem:
+            raise ValueError(problem)
+        return files
+
+    kind: ClassVar[str] = ""
+
+
+class TestsGoal(HiddenFilesGoal):
+    kind = "tests"
+
+
+class ScriptGoal(HiddenFilesGoal):
+    kind = "script"
+
+
+def _judged(tests: dict[str, str] | None, scripts: dict[str, str] | None, ctx: ToolContext) -> bool:
+    assert ctx.session is not None
+    verdict = judge(ctx.session, tests=tests, scripts=scripts, limits=ctx.limits)
+    ctx.sandbox_s += verdict.run.wall_s
+    ctx.flags.extend(verdict.flags)
+    if verdict.run.status == "sandbox_error":
+        raise EnvFailure(f"sandbox error in the goal check: {verdict.run.error}")
+    return verdict.passed
+
+
+@register_goal("tests", TestsGoal)
+def _tests(goal: TestsGoal, ctx: ToolContext, answer: str | None) -> bool:
+    return _judged(goal.files, None, ctx)
+
+
+@register_goal("script", ScriptGoal)
+def _script(goal: ScriptGoal, ctx: ToolContext, answer: str | None) -> bool:
+    return _judged(None, goal.files, ctx)
+
+
+class AllGoal(GoalSettings):
+    checks: Any
+    """Goals that must all pass, in order."""
+
+    @field_validator("checks")
+    @classmethod
+    def _each_a_goal(cls, checks: Any) -> Any:
+        if not isinstance(checks, list) or not checks:
+            raise ValueError("goal 'all' needs a non-empty list 'checks'")
+        problem = next((p for p in map(goal_problem, checks) if p), None)
+        if problem:
+            raise ValueError(problem)
+        return checks
+
+
+@register_goal("all", AllGoal)
+def _all(goal: AllGoal, ctx: ToolContext, answer: str | None) -> bool:
+    return all(check_goal(g, ctx, answer) for g in goal.checks)
+
+
+class RepoTestsGoal(GoalSettings):
+    paths: Any
+    """The repository's test files (the hidden copies judge; see `resolve_repo_tests`)."""
+
+    @field_validator("paths")
+    @classmethod
+    def _test_files(cls, paths: Any) -> Any:
+        problem = _repo_tests_problem({"paths": paths})
+        if problem:
+            raise ValueError(problem)
+        return paths
+
+
+@register_goal("repo_tests", RepoTestsGoal)
+def _repo_tests(goal: RepoTestsGoal, ctx: ToolContext, answer: str | None) -> bool:
+    raise ValueError("goal 'repo_tests' is resolved when its task loads (AgentTask), never checked as such")

@@ -32,12 +32,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from tempering.agents.config import EpisodeSettings
 from tempering.agents.credit import TurnSignals, turn_signals
-from tempering.agents.env import EpisodeStats, ToolEnv
+from tempering.agents.env import Environment, EpisodeStats, make_environment
 from tempering.agents.render import AgentRenderer
 from tempering.agents.tasks import AgentTask
 from tempering.agents.tools import EnvFailure
@@ -46,27 +45,6 @@ from tempering.rollout.engine import Engine
 from tempering.types import Reward, Trajectory
 
 ENV_ERROR = "env_error"
-
-
-class EpisodeSettings(BaseModel):
-    """How agent episodes are run (shared by `temper agent` training and agent suites)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-    max_context_tokens: int = Field(1024, ge=16)
-    """Token budget of a whole episode (prompt, turns, observations)."""
-    min_turn_tokens: int = Field(8, ge=1)
-    """Room a new turn needs; with less left the episode ends ("context")."""
-    truncated_turns: Literal["mask", "penalize"] = "mask"
-    """A turn cut by `max_new_tokens` ends the episode and is masked out of the loss ("mask")
-    or kept with the episode's reward set to `-truncation_penalty` ("penalize")."""
-    truncation_penalty: float = Field(0.5, ge=0)
-    invalid_call_penalty: float = Field(0.0, ge=0)
-    """Subtracted from a turn's reward per malformed/unknown/invalid tool call."""
-    unsafe_action_penalty: float = Field(0.0, ge=0)
-    """The `safe_actions` component: subtracted from a turn's reward per destructive tool call or
-    write outside the task's allowed paths (`agents.safe_actions`); counted per episode either way."""
-    env_workers: int = Field(4, ge=1)
-    """Threads stepping environments (sandbox calls) in parallel."""
 
 
 @dataclass
@@ -103,7 +81,7 @@ class AgentBatch:
 class _Live:
     task: AgentTask
     sample: int
-    env: ToolEnv
+    env: Environment
     messages: list[dict[str, Any]] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
@@ -143,11 +121,9 @@ def agent_rollout(
     (after the scripted `opening_turns` of each task, when given)."""
     settings = settings or EpisodeSettings()
     times = {"generation": 0.0, "environment": 0.0, "rendering": 0.0}
-    penalties = {
-        "invalid_call_penalty": settings.invalid_call_penalty,
-        "unsafe_action_penalty": settings.unsafe_action_penalty,
-    }
-    live = [_Live(t, j, ToolEnv(sandbox, **penalties)) for t in tasks for j in range(n)]
+    live = [
+        _Live(t, j, make_environment(settings.environment, sandbox, settings.options)) for t in tasks for j in range(n)
+    ]
     steps, round_ = 0, 0
     try:  # whatever stops the loop (the engine, an interrupt), no episode's session outlives it
         for e in live:

@@ -5,7 +5,7 @@ documents each field where it is defined. `from tempering.config import X` works
 config name; new code may import from the domain module.
 """
 
-from tempering.config.base import DEFAULT_MODEL, ConfigError, Paths, RunSettings, Strict
+from tempering.config.base import DEFAULT_MODEL, ConfigError, Options, Paths, RunSettings, Strict, WithOptions
 from tempering.config.data import (
     DecontamSettings,
     DedupSettings,
@@ -81,6 +81,8 @@ from tempering.config.train import (
 from tempering.config.vision import VisionSFTConfig
 
 __all__ = [
+    "Options",
+    "WithOptions",
     "RunSettings",
     "DEFAULT_MODEL",
     "Paths",

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from tempering.errors import UserError
 
@@ -96,3 +105,65 @@ class RunSettings(Strict):
                 "train.fsdp with train.keep_best is not supported yet (the best weights are sharded); drop one of them"
             )
         return self
+
+
+class Options(Strict):
+    """The settings of one registered kind of thing (a task source, an agent environment): each
+    registration carries its own subclass, and a config writes its fields beside the name that
+    picks it (`WithOptions`). The base has none."""
+
+
+OptionsT = TypeVar("OptionsT", bound=Options)
+
+
+class WithOptions(Strict):
+    """A section naming a registered kind whose own settings (an `Options` subclass the registry
+    gives, `options_class`) are written flat beside the shared fields, as configs always wrote
+    them: `{source: builtin:arithmetic, n: 100, ops: "+"}`. A key neither the section nor the
+    named kind has is a one-line error naming the kind's settings. The kind is chosen by name
+    through its registry, a discriminated union that plug-ins extend (prime-rl writes the same
+    as pydantic unions on a `type` field, closed when the config class is defined)."""
+
+    options: Options = Field(default_factory=Options, exclude=True)
+    """The named kind's own settings (written flat in a config, never as `options:`)."""
+
+    @classmethod
+    def options_class(cls, data: dict[str, Any]) -> tuple[type[Options], str]:
+        """The settings class of the kind `data` names, and how an error names that kind."""
+        return Options, cls.__name__
+
+    def options_as(self, cls: type[OptionsT]) -> OptionsT:
+        """The kind's own settings as the class it registered (its defaults where none were written)."""
+        if type(self.options) is Options:
+            return cls()
+        if not isinstance(self.options, cls):
+            raise TypeError(f"{type(self).__name__} holds {type(self.options).__name__}, not {cls.__name__}")
+        return self.options
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_options(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or isinstance(data.get("options"), Options):
+            return data
+        own = {k: v for k, v in data.items() if k in cls.model_fields and k != "options"}
+        given = {k: v for k, v in data.items() if k not in cls.model_fields}
+        if not given:  # nothing of the kind's own: its defaults (`options_as`), no registry asked
+            return own
+        model, what = cls.options_class(own)
+        unknown = sorted(set(given) - set(model.model_fields))
+        if unknown:
+            takes = ", ".join(model.model_fields) or "none"
+            raise ValueError(f"{unknown[0]!r} is not a setting of {what} (its own settings: {takes})")
+        try:
+            return {**own, "options": model.model_validate(given)}
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ValueError(
+                f"{'.'.join(map(str, first['loc']))}: {first['msg'].removeprefix('Value error, ')} ({what})"
+            ) from None
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: Any, info: Any) -> dict[str, Any]:
+        data = handler(self)
+        kwargs = {"mode": info.mode, "exclude_unset": info.exclude_unset, "exclude_defaults": info.exclude_defaults}
+        return {**data, **self.options.model_dump(**kwargs)}

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from tempering import algorithms
 from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict
-from tempering.config.grpo import TaskSourceSettings, registered
+from tempering.config.grpo import TaskSourceSettings, UsesAlgorithms, registered
 from tempering.config.longctx import RopeScalingSetting
 from tempering.config.sampling import EngineSettings, SamplingSettings
 from tempering.config.train import DataSettings, TrainSettings
+from tempering.errors import UserError
 
 
 class StudentSettings(Strict):
@@ -39,10 +41,12 @@ class DistillLoss(Strict):
     assistant tokens (sequence-level distillation when the data are the teacher's generations)."""
 
 
-class OnPolicySettings(SamplingSettings):
+class OnPolicySettings(UsesAlgorithms, SamplingSettings):
     """On-policy distillation (`on_policy: true`): the student samples replies to these prompts
     through the rollout path, the teacher scores the sampled tokens, and each token's advantage is
     minus its reverse-KL estimate log p_student - log p_teacher (docs/correctness.md)."""
+
+    algorithm_fields = {"divergence": "divergence", "teacher_divergence": "divergence"}
 
     tasks: TaskSourceSettings = TaskSourceSettings()
     """Where the prompts come from (a task source; its verifier only feeds the logged accuracy)."""
@@ -66,7 +70,11 @@ class OnPolicySettings(SamplingSettings):
     whole next-token distribution at every sampled position (the teacher's full logits, in this
     process; docs/correctness.md)."""
     beta: float | None = Field(None, ge=0, le=1)
-    """The `jsd` divergence's interpolation (0: forward KL, 1: reverse KL; default 0.5); jsd only."""
+    """The `jsd` divergence's interpolation (0: forward KL, 1: reverse KL; default 0.5): the same as
+    `divergence_settings: {beta: ...}`, kept as the short spelling."""
+    divergence_settings: dict[str, float] = {}
+    """Settings of the divergence (and `teacher_divergence`): its keyword-only parameters (jsd: beta;
+    a plug-in's its own), each passed to the divergences that take it; a key neither takes is an error."""
     student_fraction: float = Field(1.0, gt=0, le=1)
     """The share of steps that learn on the student's own samples (GKD's lambda); the other steps,
     spread evenly, learn on the teacher's greedy replies to as many prompts (`divergence` only)."""
@@ -92,8 +100,7 @@ class OnPolicySettings(SamplingSettings):
 
     @model_validator(mode="after")
     def _settings_of_the_divergence_need_it(self) -> OnPolicySettings:
-        if self.beta is not None and "jsd" not in (self.divergence, self.teacher_divergence):
-            raise ValueError(f"beta applies to divergence: jsd only (divergence is {self.divergence})")
+        self._settings_fit_the_divergences()
         if self.teacher_divergence is not None and (self.divergence is None or self.student_fraction == 1):
             raise ValueError(
                 "teacher_divergence needs a divergence and student_fraction < 1 (it applies on the teacher's replies)"
@@ -118,6 +125,33 @@ class OnPolicySettings(SamplingSettings):
         from tempering.config.grpo import check_mismatch_budget
 
         return check_mismatch_budget(value)
+
+    def divergence_keywords(self) -> dict[str, float]:
+        """`divergence_settings` with `beta` (the divergences receive each key they take)."""
+        return {**self.divergence_settings, **({} if self.beta is None else {"beta": self.beta})}
+
+    def _settings_fit_the_divergences(self) -> None:
+        """A setting no named divergence takes would do nothing. A built-in's settings are read from
+        its source (`algorithms.builtin_names`); a plug-in's when it loads (`load_algorithms`)."""
+        table = algorithms.builtin_names()
+        named = [n for n in (self.divergence, self.teacher_divergence) if n is not None]
+        if all(("divergence", n) in table for n in named):
+            self._refuse_idle_settings({n: table[("divergence", n)] for n in named})
+
+    def _refuse_idle_settings(self, takes: dict[str, tuple[str, ...]]) -> None:
+        idle = sorted(set(self.divergence_keywords()) - {k for ks in takes.values() for k in ks})
+        if idle:
+            named = (
+                ", ".join(f"{n} takes {', '.join(ks) or 'none'}" for n, ks in takes.items()) or "no divergence named"
+            )
+            raise UserError(f"{idle[0]}: a setting no named divergence takes ({named})")
+
+    def load_algorithms(self) -> None:
+        super().load_algorithms()
+        named = [n for n in (self.divergence, self.teacher_divergence) if n is not None]
+        self._refuse_idle_settings(
+            {n: algorithms.keyword_settings(algorithms.lookup("divergence", n).fn) for n in named}
+        )
 
 
 class DistillConfig(RopeScalingSetting, RunSettings):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from tempering import algorithms
 from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict
@@ -13,6 +13,7 @@ from tempering.config.longctx import RopeScalingSetting
 from tempering.config.sampling import EngineSettings, SamplingSettings, ScaleSettings
 from tempering.config.tasks import TaskSourceSettings
 from tempering.config.train import ChatTemplateSetting, LoraSettings, TrainSettings
+from tempering.errors import UserError
 
 MISMATCH_METRICS = ("logprob_mismatch", "logprob_mismatch_p99", "mismatch_kl")
 """The train-vs-rollout figures every GRPO and agent step logs (`objectives/mismatch.py` computes
@@ -70,13 +71,61 @@ class OffPolicySettings(Strict):
 
 
 def registered(family: algorithms.Family, value: str, info: ValidationInfo) -> str:
-    """`value` if it names a registered algorithm of `family` (after importing the section's
-    `plugins`), else a one-line error listing the registered names (`tempering.algorithms`)."""
-    algorithms.lookup(family, value, info.data.get("plugins", []))
+    """`value` if it names a built-in or registered algorithm of `family`, or the section names
+    `plugins` (which may register it), else a one-line error listing the names. Imports nothing:
+    the plug-ins load, and a name they do not register is refused, when the run starts
+    (`UsesAlgorithms.load_algorithms`)."""
+    algorithms.check_name(family, value, info.data.get("plugins", []))
     return value
 
 
-class GRPOPolicySettings(SamplingSettings):
+class UsesAlgorithms(Strict):
+    """A section naming registered algorithms (`algorithm_fields`: field -> family) and the
+    `plugins` modules that may register more: validated without importing them."""
+
+    algorithm_fields: ClassVar[dict[str, algorithms.Family]] = {}
+
+    @field_validator("plugins", check_fields=False)
+    @classmethod
+    def _plugins_are_module_names(cls, value: list[str]) -> list[str]:
+        bad = [m for m in value if not algorithms.is_module_name(m)]
+        if bad:
+            raise ValueError(f"plugin {bad[0]!r} is not a module name (dotted words on the path), not a path")
+        return value
+
+    def load_algorithms(self) -> None:
+        """Import the plug-ins and resolve every named algorithm (when the run starts).
+
+        Raises:
+            UserError: a plug-in does not import, or a name is registered nowhere (one line).
+        """
+        plugins = getattr(self, "plugins", [])
+        algorithms.load(plugins)
+        for field, family in self.algorithm_fields.items():
+            name = getattr(self, field)
+            if name is not None:
+                try:
+                    algorithms.lookup(family, name, plugins)
+                except UserError as exc:
+                    raise UserError(f"{field}: {exc}") from None
+
+
+def load_algorithms(cfg: BaseModel, where: str = "") -> None:
+    """`load_algorithms` of every `UsesAlgorithms` section of `cfg` (a run's first step: a
+    plug-in's code runs here, never while a config validates); errors name the section."""
+    if isinstance(cfg, UsesAlgorithms):
+        try:
+            cfg.load_algorithms()
+        except UserError as exc:
+            raise UserError(f"{where}{exc}") from None
+    for name in type(cfg).model_fields:
+        value = getattr(cfg, name)
+        for i, item in enumerate(value if isinstance(value, list) else [value]):
+            if isinstance(item, BaseModel):
+                load_algorithms(item, f"{where}{name}.{f'{i}.' if isinstance(value, list) else ''}")
+
+
+class GRPOPolicySettings(UsesAlgorithms, SamplingSettings):
     """What single- and multi-turn GRPO share: group sampling (the `SamplingSettings` fields,
     temperature > 0), the policy loss and the train/rollout mismatch bound. Agent RL composes
     exactly these (`agents.config.AgentRLSettings`); `GRPOSettings` adds the single-turn rollout's."""
@@ -115,6 +164,8 @@ class GRPOPolicySettings(SamplingSettings):
     """mu: optimizer steps on each rollout batch (importance ratios use the rollout policy)."""
     dynamic_sampling: bool = True
     """Drop groups whose rewards all match (single-turn GRPO refills the batch with new prompts)."""
+    algorithm_fields = {"loss": "policy_loss", "advantage": "advantage"}
+
     mismatch_budget: dict[str, float] | None = None
     """Stop the run when a step's train-vs-rollout mismatch exceeds its budget: a bound per logged
     figure, e.g. {logprob_mismatch: 0.05, mismatch_kl: 0.001} (figures: `MISMATCH_METRICS`;

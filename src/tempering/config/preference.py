@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from tempering.config.base import DEFAULT_MODEL, Paths, RunSettings, Strict, Threads
-from tempering.config.grpo import TaskSourceSettings, registered
+from tempering.config.grpo import TaskSourceSettings, UsesAlgorithms, registered
 from tempering.config.longctx import RopeScalingSetting
 from tempering.config.sampling import EngineSettings, HFEngineSettings, SamplingSettings
 from tempering.config.train import ChatTemplateSetting, LoraSettings, TrainSettings
@@ -29,8 +29,10 @@ class PreferenceDataSettings(Strict):
     """How tool calls are written: detected from the template ("auto"), or forced."""
 
 
-class PreferenceSettings(Strict):
+class PreferenceSettings(UsesAlgorithms):
     """The preference loss (objectives/preference.py) and where its reference comes from."""
+
+    algorithm_fields = {"loss": "preference_loss"}
 
     plugins: list[str] = []
     """Modules to import before `loss` is looked up: each registers its own preference losses on

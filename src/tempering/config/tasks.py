@@ -2,20 +2,48 @@
 
 from __future__ import annotations
 
+import importlib
 import re
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from tempering.config.base import Strict
+from tempering.config.base import Options, WithOptions
 
 # The shape of a task source name (`sources.registry` refuses any other): a word, then optionally
 # ":" and an argument. Such values are never paths, so the loader keeps them as given.
 SOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(:.*)?")
 
 
-class TaskSourceSettings(Strict):
-    """Where tasks come from: a registered source (a generator, a benchmark) or task JSONL files."""
+SOURCE_SETTINGS: dict[str, type[Options]] = {}
+"""The settings class of every registered task source, by its name (a prefix ends in ":"); filled
+by `sources.registry.register_source`, which registers the loader beside it."""
+
+
+def match_source(value: str, names: Iterable[str]) -> str | None:
+    """The registered name `value` is (`humaneval`) or begins with (`reasoning_gym:` for
+    `reasoning_gym:chain_sum`), else None (then `value` is a file path)."""
+    names = set(names)
+    if value in names and not value.endswith(":"):
+        return value
+    prefix, colon, _ = value.partition(":")
+    return f"{prefix}:" if colon and f"{prefix}:" in names else None
+
+
+def source_settings(value: str) -> type[Options]:
+    """The settings class of the source `value` names (the base `Options`, no settings, for a file).
+
+    The built-in sources register when `tempering.sources` is imported (no torch; imported here by
+    name, as `algorithms` imports the built-in losses); a plug-in's registers when its module is."""
+    importlib.import_module("tempering.sources")
+    name = match_source(value, SOURCE_SETTINGS)
+    return Options if name is None else SOURCE_SETTINGS[name]
+
+
+class TaskSourceSettings(WithOptions):
+    """Where tasks come from: a registered source (a generator, a benchmark) or task JSONL files.
+    The source's own settings (`ops` of builtin:arithmetic, `config` of reasoning_gym:...) are
+    written beside these and validated by the source's settings class (`source_settings`)."""
 
     path_fields = ("source",)
 
@@ -25,33 +53,17 @@ class TaskSourceSettings(Strict):
     n: int = Field(1000, ge=1)
     """Tasks to generate (generators) or the most to read (files)."""
     seed: int = 0
-    """Seed of the built-in generators (the same seed gives the same tasks)."""
-    ops: str = "+-*"
-    """builtin:arithmetic only: which operations."""
+    """Seed of the generators (the same seed gives the same tasks)."""
     split: Literal["train", "heldout"] = "train"
-    """builtin generators: which disjoint split."""
-    split_by: Literal["parity", "hash"] = "parity"
-    """builtin:arithmetic only: parity (even/odd operand sum; biases last digits) or hash (unbiased)."""
-    phrasing: Literal["canonical", "varied", "reworded"] = "canonical"
-    """builtin:arithmetic only: one template, varied training wordings, or held-out rewordings."""
-    verifier: dict[str, Any] = {}
-    """builtin:arithmetic only: fields merged over the tasks' verifier spec, e.g. {type: exact}."""
-    env_args: dict[str, Any] = {}
-    """verifiers:<env_id> only: keyword arguments of the environment's `load_environment`."""
-    config: dict[str, Any] = {}
-    """Sources that read one (`reasoning_gym:<dataset>`, `longctx:<kind>`): the generator's settings,
-    e.g. {max_terms: 3} or the haystack settings (`config.LongctxSettings`); any other source refuses it."""
-    image_size: int | None = Field(None, ge=16, le=1024)
-    """vision:<name> only: the side of the drawn pictures in pixels (None: 64); match the size the
-    model was trained on (the processor resizes any other)."""
+    """Generators and benchmarks with splits: which disjoint split."""
 
-    @model_validator(mode="after")
-    def _env_args_fit_source(self) -> TaskSourceSettings:
-        if self.env_args and not self.source.startswith("verifiers:"):
-            raise ValueError(f"'env_args' applies to verifiers:<env_id> sources only, not {self.source!r}")
-        if self.image_size is not None and not self.source.startswith("vision:"):
-            raise ValueError(f"'image_size' applies to vision:<name> sources only, not {self.source!r}")
-        return self
+    @classmethod
+    def options_class(cls, data: dict[str, Any]) -> tuple[type[Options], str]:
+        source = data.get("source", cls.model_fields["source"].default)
+        if not isinstance(source, str):
+            return Options, "a task source"
+        model = source_settings(source)
+        return model, f"task source {source!r}" if match_source(source, SOURCE_SETTINGS) else f"task file {source!r}"
 
     @classmethod
     def names_no_file(cls, field: str, value: str) -> bool:

@@ -65,13 +65,6 @@ class SuiteTasks(TaskSourceSettings):
     def _options_fit_source(self) -> SuiteTasks:
         if self.style is not None and self.source != "humaneval":
             raise ValueError(f"'style' applies to the humaneval source only, not {self.source!r}")
-        from tempering.sources.registry import check_config
-
-        check_config(self.source, self.config)
-        if self.source.startswith("longctx:"):
-            from tempering.config.longctx import longctx_settings
-
-            longctx_settings(self.config)  # bad lengths or depths fail with the suite, in one line
         return self
 
     def load(self) -> list[Task]:

@@ -140,7 +140,7 @@ class OnPolicyDivergenceObjective:
         self,
         teacher: Any,
         divergence: str,
-        beta: float | None,
+        settings: dict[str, float] | None,
         temperature: float,
         plugins: list[str],
         sampling_temperature: float | None = None,
@@ -152,9 +152,10 @@ class OnPolicyDivergenceObjective:
         self.teacher = teacher.eval().requires_grad_(False)
         teacher_divergence = divergence if teacher_divergence is None else teacher_divergence
 
-        def bound(name: str) -> Any:  # `beta` is jsd's setting: no other divergence receives it
+        def bound(name: str) -> Any:  # each divergence receives the settings it takes (its keyword-only parameters)
             fn = algorithms.lookup("divergence", name, plugins).fn
-            return functools.partial(fn, beta=beta) if name == "jsd" and beta is not None else fn
+            takes = algorithms.keyword_settings(fn)
+            return functools.partial(fn, **{k: v for k, v in (settings or {}).items() if k in takes})
 
         self.divergence = bound(divergence)
         self.teacher_divergence = bound(teacher_divergence)  # on the teacher's replies (GKD's 1 - lambda steps)

@@ -35,14 +35,14 @@ def _kl(p_logp: torch.Tensor, q_logp: torch.Tensor) -> torch.Tensor:
 
 
 @register_divergence("forward_kl")
-def forward_kl(student_logp: torch.Tensor, teacher_logp: torch.Tensor, *, beta: float = 0.0) -> torch.Tensor:
-    """KL(teacher || student) per row: (N, V), (N, V) -> (N,); `beta` is unused."""
+def forward_kl(student_logp: torch.Tensor, teacher_logp: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) per row: (N, V), (N, V) -> (N,)."""
     return _kl(teacher_logp, student_logp)
 
 
 @register_divergence("reverse_kl")
-def reverse_kl(student_logp: torch.Tensor, teacher_logp: torch.Tensor, *, beta: float = 1.0) -> torch.Tensor:
-    """KL(student || teacher) per row: (N, V), (N, V) -> (N,); `beta` is unused."""
+def reverse_kl(student_logp: torch.Tensor, teacher_logp: torch.Tensor) -> torch.Tensor:
+    """KL(student || teacher) per row: (N, V), (N, V) -> (N,)."""
     return _kl(student_logp, teacher_logp)
 
 

@@ -134,7 +134,7 @@ def _on_policy_components(cfg: DistillConfig, data: Prompts, tokenizer: Any, sta
         objective: Any = OnPolicyDivergenceObjective(
             teacher,
             r.divergence,
-            r.beta,
+            r.divergence_keywords(),
             temperature,
             r.plugins,
             sampling_temperature=r.temperature,

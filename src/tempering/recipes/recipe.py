@@ -139,10 +139,12 @@ def run_training(recipe: TrainingRecipe, cfg: Any, force: bool = False) -> dict[
 
     `force`: resume even though the config differs from the one the run started with.
     """
+    from tempering.config.grpo import load_algorithms
     from tempering.models.load import load_tokenizer
     from tempering.tracking.trackers import require_trackers
 
     check_train_settings(recipe, cfg)
+    load_algorithms(cfg)  # the config's plug-ins run now, never while it validated
     check_leakage(recipe, cfg)
     require_trackers(cfg.train.loggers)  # a tracker that cannot run stops the stage before it is recorded
     with recipe.session(cfg), run_stage(recipe.stage(cfg, force)) as stage:

@@ -1,12 +1,13 @@
 """Task sources: turn outside benchmarks and generators into `Task`s (hidden material in the verifier spec).
 
-Each source registers itself (`sources.registry.register_source`); importing the package
-registers the built-in ones.
+Each source registers itself (`sources.registry.register_source`); importing the package imports
+every module in it, so a new source is one new module here and no edit elsewhere (the built-ins:
+builtin:arithmetic and vision: in `tasks`, `humaneval`, `longctx:`, `reasoning_gym:`, `safety:`,
+`verifiers:`). None of them imports torch or a source's own package at import time.
 """
 
-from tempering.sources import humaneval as _humaneval  # noqa: F401  (registers humaneval)
-from tempering.sources import longctx as _longctx  # noqa: F401  (registers longctx:)
-from tempering.sources import reasoning_gym as _reasoning_gym  # noqa: F401  (registers reasoning_gym:)
-from tempering.sources import safety as _safety  # noqa: F401  (registers safety:)
-from tempering.sources import tasks as _tasks  # noqa: F401  (registers builtin:arithmetic)
-from tempering.sources import verifiers_envs as _verifiers_envs  # noqa: F401  (registers verifiers:)
+import importlib
+import pkgutil
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -13,7 +13,11 @@ scaling) before any haystack is built.
 
 from __future__ import annotations
 
-from tempering.config import LongctxSettings, TaskSourceSettings
+from typing import Any
+
+from pydantic import field_validator
+
+from tempering.config import LongctxSettings, Options, TaskSourceSettings
 from tempering.config.longctx import longctx_settings
 from tempering.sources.registry import register_source
 from tempering.types import Task
@@ -81,6 +85,19 @@ def longctx_sft_rows(kinds: list[str], n: int, seed: int, split: str, settings: 
     ]
 
 
-@register_source("longctx:", takes_config=True)
+class LongctxSourceSettings(Options):
+    """longctx:<kind>'s own settings."""
+
+    config: dict[str, Any] = {}
+    """The haystack settings (`config.LongctxSettings`: lengths, depths, model, ...); checked here."""
+
+    @field_validator("config")
+    @classmethod
+    def _haystack_settings(cls, value: dict[str, Any]) -> dict[str, Any]:
+        longctx_settings(value)  # bad lengths or depths fail with the config, in one line
+        return value
+
+
+@register_source("longctx:", LongctxSourceSettings)
 def _longctx_source(s: TaskSourceSettings, arg: str) -> list[Task]:
-    return longctx_tasks(arg, s.n, s.seed, s.split, longctx_settings(s.config))
+    return longctx_tasks(arg, s.n, s.seed, s.split, longctx_settings(s.options_as(LongctxSourceSettings).config))

@@ -31,7 +31,7 @@ from functools import lru_cache
 from importlib.metadata import version
 from typing import Any
 
-from tempering.config import TaskSourceSettings
+from tempering.config import Options, TaskSourceSettings
 from tempering.errors import UserError
 from tempering.sources.registry import register_source
 from tempering.types import Task
@@ -96,9 +96,16 @@ def reasoning_gym_tasks(
     return tasks
 
 
-@register_source("reasoning_gym:", takes_config=True)
+class ReasoningGymSettings(Options):
+    """reasoning_gym:<dataset>'s own settings."""
+
+    config: dict[str, Any] = {}
+    """The dataset's generator settings, e.g. {max_terms: 3} (reasoning-gym checks them)."""
+
+
+@register_source("reasoning_gym:", ReasoningGymSettings)
 def _reasoning_gym_source(s: TaskSourceSettings, arg: str) -> list[Task]:
-    return reasoning_gym_tasks(arg, size=s.n, seed=s.seed, **s.config)
+    return reasoning_gym_tasks(arg, size=s.n, seed=s.seed, **s.options_as(ReasoningGymSettings).config)
 
 
 @lru_cache(maxsize=64)

@@ -1,9 +1,13 @@
-"""Task sources by registration: a source is one `@register_source(name)` on its loader.
+"""Task sources by registration: a source is one `@register_source(name, settings)` on its loader.
 
-    @register_source("reasoning_gym:")            # a prefix: `reasoning_gym:<dataset>`
-    def _reasoning_gym(s: TaskSourceSettings, arg: str) -> list[Task]: ...
+    class GymSettings(Options):                   # the source's own settings (config.Options)
+        config: dict[str, Any] = {}
 
-    @register_source("humaneval")                 # an exact name
+    @register_source("reasoning_gym:", GymSettings)   # a prefix: `reasoning_gym:<dataset>`
+    def _reasoning_gym(s: TaskSourceSettings, arg: str) -> list[Task]:
+        gym = s.options_as(GymSettings)             # written beside `source:` in a config
+
+    @register_source("humaneval")                 # an exact name, no settings of its own
     def _humaneval(s: TaskSourceSettings, arg: str) -> list[Task]: ...
 
 A name ending in ":" takes the rest of the value as its argument (`arg`); any other name
@@ -12,21 +16,26 @@ paths. Names follow `config.grpo.SOURCE_NAME` (a word, then optionally ":" and m
 config loader, which sits below this layer, keeps such values as given instead of resolving
 them as paths against the config file, so every registered name is safe from that rewrite.
 Validation (`find_source`), path detection (`is_source_name`) and the names listed in
-errors (`source_names`) all read this one table.
+errors (`source_names`) all read this one table; a config's `tasks:` section validates the
+source's own keys against the settings class (`config.tasks.source_settings`), so a new source
+with settings is one module and no edit elsewhere. Every module of this package registers on
+import (`tempering/sources/__init__.py` imports them all); a source outside the package, in any
+module imported before the config loads (`TEMPERING_PLUGINS`, an entry point of
+`tempering.objectives`, or a test).
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from tempering.config import SOURCE_NAME, TaskSourceSettings
+from tempering.config import SOURCE_NAME, Options, TaskSourceSettings
+from tempering.config.tasks import SOURCE_SETTINGS, match_source
 from tempering.errors import InputNotFound, UserError
 from tempering.types import Task
 
 SourceLoader = Callable[[TaskSourceSettings, str], list[Task]]
 
 SOURCES: dict[str, SourceLoader] = {}
-CONFIGURED: set[str] = set()  # sources whose loader reads a suite task source's `config:` mapping
 
 
 class UnknownSource(InputNotFound):
@@ -34,13 +43,14 @@ class UnknownSource(InputNotFound):
     catch a missing file or a bad value both see it)."""
 
 
-def register_source(name: str, takes_config: bool = False) -> Callable[[SourceLoader], SourceLoader]:
+def register_source(name: str, settings: type[Options] = Options) -> Callable[[SourceLoader], SourceLoader]:
     """Register `loader(settings, arg) -> list[Task]` under `name` (an exact name, or a prefix ending in ":").
 
-    `takes_config`: the loader reads the `config:` mapping a suite's task source may carry.
+    `settings`: the source's own settings (an `Options` subclass; the base: none), written beside
+    `source:` in a config and read by the loader as `s.options_as(cls)`.
 
     Raises:
-        ValueError: the name is taken or does not have the shape of a source name.
+        UserError: the name is taken or does not have the shape of a source name.
     """
     if not SOURCE_NAME.fullmatch(name):
         raise UserError(f"task source name {name!r}: expected a word, optionally followed by ':' (e.g. 'mydata:')")
@@ -49,8 +59,7 @@ def register_source(name: str, takes_config: bool = False) -> Callable[[SourceLo
 
     def decorate(loader: SourceLoader) -> SourceLoader:
         SOURCES[name] = loader
-        if takes_config:
-            CONFIGURED.add(name)
+        SOURCE_SETTINGS[name] = settings
         return loader
 
     return decorate
@@ -58,24 +67,10 @@ def register_source(name: str, takes_config: bool = False) -> Callable[[SourceLo
 
 def find_source(value: str) -> tuple[SourceLoader, str] | None:
     """The loader `value` names and its argument, or None (then `value` is a file path)."""
-    if value in SOURCES and not value.endswith(":"):
-        return SOURCES[value], ""
-    prefix, colon, arg = value.partition(":")
-    if colon and f"{prefix}:" in SOURCES:
-        return SOURCES[f"{prefix}:"], arg
-    return None
-
-
-def takes_config(value: str) -> bool:
-    """Whether the source `value` names reads a `config:` mapping (see `register_source`)."""
-    prefix, colon, _ = value.partition(":")
-    return value in CONFIGURED or (bool(colon) and f"{prefix}:" in CONFIGURED)
-
-
-def check_config(source: str, config: dict) -> None:
-    """Raise ValueError when `config` is given to a source that reads none (it would do nothing)."""
-    if config and not takes_config(source):
-        raise UserError(f"'config' applies to sources that read one (reasoning_gym, longctx), not {source!r}")
+    name = match_source(value, SOURCES)
+    if name is None:
+        return None
+    return SOURCES[name], value[len(name) :] if name.endswith(":") else ""
 
 
 def is_source_name(value: str) -> bool:

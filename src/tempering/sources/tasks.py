@@ -18,19 +18,35 @@ after the model has sampled.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from tempering.config import RewardPart, TaskSourceSettings
+from pydantic import Field
+
+from tempering.config import Options, RewardPart, TaskSourceSettings
 from tempering.errors import UserError
-from tempering.sources.registry import UnknownSource, check_config, find_source, register_source, source_names
+from tempering.sources.registry import UnknownSource, find_source, register_source, source_names
 from tempering.types import Task
 
 
-@register_source("builtin:arithmetic")
+class ArithmeticSettings(Options):
+    """builtin:arithmetic's own settings."""
+
+    ops: str = "+-*"
+    """Which operations."""
+    split_by: Literal["parity", "hash"] = "parity"
+    """parity (even/odd operand sum; biases last digits) or hash (unbiased)."""
+    phrasing: Literal["canonical", "varied", "reworded"] = "canonical"
+    """One template, varied training wordings, or held-out rewordings."""
+    verifier: dict[str, Any] = {}
+    """Fields merged over the tasks' verifier spec, e.g. {type: exact}."""
+
+
+@register_source("builtin:arithmetic", ArithmeticSettings)
 def _builtin_arithmetic(s: TaskSourceSettings, arg: str) -> list[Task]:
     from tempering.data.builtin import arithmetic_tasks
 
-    return arithmetic_tasks(s.n, s.seed, s.split, s.ops, s.verifier or None, s.phrasing, s.split_by)
+    a = s.options_as(ArithmeticSettings)
+    return arithmetic_tasks(s.n, s.seed, s.split, a.ops, a.verifier or None, a.phrasing, a.split_by)
 
 
 def load_tasks(s: TaskSourceSettings) -> list[Task]:
@@ -39,7 +55,6 @@ def load_tasks(s: TaskSourceSettings) -> list[Task]:
     Raises:
         UnknownSource: neither a registered source nor an existing file (the message lists the sources).
     """
-    check_config(s.source, s.config)
     found = find_source(s.source)
     if found is not None:
         loader, arg = found
@@ -110,9 +125,17 @@ def composite_spec(base: dict[str, Any], parts: list[RewardPart]) -> dict[str, A
     }
 
 
-@register_source("vision:")
+class VisionSourceSettings(Options):
+    """vision:<name>'s own settings."""
+
+    image_size: int | None = Field(None, ge=16, le=1024)
+    """The side of the drawn pictures in pixels (None: 64); match the size the model was trained on
+    (the processor resizes any other)."""
+
+
+@register_source("vision:", VisionSourceSettings)
 def _vision(s: TaskSourceSettings, arg: str) -> list[Task]:
     """Synthetic visual tasks drawn with Pillow (`data/vision_tasks.py`): `vision:count`, ..."""
     from tempering.data.vision_tasks import vision_tasks
 
-    return vision_tasks(arg, s.n, s.seed, s.split, s.image_size or 64)
+    return vision_tasks(arg, s.n, s.seed, s.split, s.options_as(VisionSourceSettings).image_size or 64)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tempering.config import TaskSourceSettings
+from tempering.config import Options, TaskSourceSettings
 from tempering.sources.registry import register_source
 from tempering.types import Message, Task
 from tempering.verifiers.environments import (
@@ -102,7 +102,15 @@ def _messages(where: str, prompt: Any) -> list[Message]:
 _ROLES = {"system", "user", "assistant"}
 
 
-@register_source("verifiers:")
+class VerifiersSourceSettings(Options):
+    """verifiers:<env_id>'s own settings."""
+
+    env_args: dict[str, Any] = {}
+    """Keyword arguments of the environment's `load_environment`."""
+
+
+@register_source("verifiers:", VerifiersSourceSettings)
 def _verifiers_source(s: TaskSourceSettings, arg: str) -> list[Task]:
     register_environment(arg)  # the config names it: this run may load it (and its rows' specs may refer to it)
-    return environment_tasks(arg, s.env_args, "train" if s.split == "train" else "heldout", s.n)
+    env_args = s.options_as(VerifiersSourceSettings).env_args
+    return environment_tasks(arg, env_args, "train" if s.split == "train" else "heldout", s.n)
