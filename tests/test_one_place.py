@@ -367,6 +367,11 @@ def sources(root: Path = SRC) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8") for p in sorted(root.rglob("*.py"))}
 
 
+def product_and_bench() -> dict[str, str]:
+    """`sources()` plus every bench script as `bench/...`: bench calls the product's one copy too."""
+    return {**sources(), **{f"bench/{k}": v for k, v in sources(ROOT / "bench").items()}}
+
+
 # ------------------------------------------------------------ left padding, PAD_ID
 def _len_call(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len"
@@ -425,7 +430,7 @@ def pad_prompts(seqs, pad):
 
 
 def test_left_padding_is_implemented_once_in_data_padding():
-    assert left_pad_writers(sources()) == ["data/padding.py"]
+    assert left_pad_writers(product_and_bench()) == ["data/padding.py"]
 
 
 def test_a_planted_left_padding_copy_is_found():
@@ -439,12 +444,78 @@ def test_a_planted_left_padding_copy_is_found():
 
 
 def test_pad_id_is_defined_once_in_data_padding():
-    assert pad_id_definitions(sources()) == ["data/padding.py"]
+    assert pad_id_definitions(product_and_bench()) == ["data/padding.py"]
 
 
 def test_a_planted_pad_id_is_found():
     planted = {**sources(), "agents/planted.py": "PAD_ID: int = 0\n", "rollout/planted.py": "PAD_ID = 2\n"}
     assert sorted(pad_id_definitions(planted)) == ["agents/planted.py", "data/padding.py", "rollout/planted.py"]
+
+
+def _row_prefix_slice(target: ast.AST) -> bool:
+    """`x[i, :n]` or `x[i, : len(s)]`: a sequence written into the left end of a tensor row."""
+    if not (isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Tuple)):
+        return False
+    elts = target.slice.elts
+    if len(elts) != 2 or isinstance(elts[0], ast.Slice):
+        return False
+    cut = elts[1]
+    return isinstance(cut, ast.Slice) and cut.lower is None and cut.upper is not None and cut.step is None
+
+
+def right_pad_writers(files: dict[str, str]) -> list[str]:
+    """Modules that write sequences into the left end of tensor rows (a right-padding loop)."""
+    found = []
+    for name, text in files.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Assign):
+                targets = [t for tgt in node.targets for t in (tgt.elts if isinstance(tgt, ast.Tuple) else [tgt])]
+                if any(_row_prefix_slice(t) for t in targets):
+                    found.append(name)
+    return sorted(set(found))
+
+
+def pad_id_fallbacks(files: dict[str, str]) -> list[str]:
+    """Modules with their own rule for a missing pad token: `tok.pad_token_id if ... else ...`
+    or `tok.pad_token_id or ...`."""
+    found = []
+    for name, text in files.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.IfExp, ast.BoolOp)):
+                parts = [node.body, node.test] if isinstance(node, ast.IfExp) else node.values[:1]
+                if any(isinstance(n, ast.Attribute) and n.attr == "pad_token_id" for p in parts for n in ast.walk(p)):
+                    found.append(name)
+    return sorted(set(found))
+
+
+def test_right_padding_is_implemented_once_in_data_padding():
+    """Completions, masks, per-token log-probs and drafts are right-padded by `data.padding.right_pad`."""
+    assert right_pad_writers(product_and_bench()) == ["data/padding.py"]
+
+
+def test_a_planted_right_padding_loop_is_found():
+    planted = {
+        **sources(),
+        "rollout/planted.py": "for i, c in enumerate(cs):\n    lp[i, : len(c.logprobs)] = torch.tensor(c.logprobs)\n",
+        "bench/x.py": "for i, (c, m) in enumerate(cs):\n    ids[i, : len(c)], mask[i, :n] = c, 1\n",
+        "rollout/kv.py": "keys[slots, :, :n] = k[row, :, :n]\nout[r : r + 2, : p.shape[1]] = p\n",  # not a row fill
+    }
+    assert right_pad_writers(planted) == ["bench/x.py", "data/padding.py", "rollout/planted.py"]
+
+
+def test_the_pad_id_rule_lives_in_data_padding():
+    """Every engine, drafter, reward scorer and SFT batch pads with `data.padding.pad_id(tokenizer)`."""
+    assert pad_id_fallbacks(product_and_bench()) == []
+    assert "def pad_id(" in (SRC / "data" / "padding.py").read_text()
+
+
+def test_a_planted_pad_id_fallback_is_found():
+    planted = {
+        "recipes/agent.py": "pad = tok.pad_token_id if tok.pad_token_id is not None else 0\n",
+        "rollout/engine.py": "pad = t.pad_token_id or t.eos_token_id\n",
+        "models/load.py": "if tok.pad_token_id is None:\n    tok.pad_token = tok.eos_token\n",  # sets it: no fallback
+    }
+    assert pad_id_fallbacks(planted) == ["recipes/agent.py", "rollout/engine.py"]
 
 
 # ------------------------------------------------------------ atomic writes

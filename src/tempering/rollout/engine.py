@@ -45,7 +45,7 @@ from typing import Any, Protocol, Sequence, overload, runtime_checkable
 import torch
 
 from tempering.config import SamplingParams, SamplingSettings
-from tempering.data.padding import left_pad
+from tempering.data.padding import left_pad, pad_id
 from tempering.hashing import model_state_hash
 from tempering.models.logprobs import cache_keyword
 from tempering.models.precision import autocast, resolve_precision
@@ -297,7 +297,7 @@ class HFEngine:
         self.precision = resolve_precision(precision)
         self.max_batch_prompts = max_batch_prompts
         self._cache_kw = cache_keyword(model)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = pad_id(tokenizer)
         self.eos_id = tokenizer.eos_token_id
 
     @property
