@@ -518,6 +518,48 @@ def test_a_planted_pad_id_fallback_is_found():
     assert pad_id_fallbacks(planted) == ["recipes/agent.py", "rollout/engine.py"]
 
 
+# ------------------------------------------------------------ top-p: rollout/engine.py top_p_cut
+TOP_P_OWNER = "rollout/engine.py"
+
+
+def top_p_copies(files: dict[str, str]) -> list[str]:
+    """Modules with a function that sorts descending and takes a cumulative sum: a nucleus cut."""
+    found = []
+    for name, text in files.items():
+        for fn in ast.walk(ast.parse(text)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
+            called = {getattr(c.func, "attr", getattr(c.func, "id", None)) for c in calls}
+            descending = any(
+                getattr(c.func, "attr", getattr(c.func, "id", None)) in ("sort", "argsort", "topk")
+                and any(k.arg in ("descending", "largest") for k in c.keywords)
+                for c in calls
+            )
+            if descending and called & {"cumsum", "cumsum_"}:
+                found.append(name)
+    return sorted(set(found))
+
+
+def test_top_p_is_cut_in_one_place():
+    """The samplers and the speculative verifier's distribution keep the same tokens: one `top_p_cut`."""
+    assert top_p_copies(product_and_bench()) == [TOP_P_OWNER]
+
+
+def test_a_planted_top_p_copy_is_found():
+    planted = {
+        **sources(),
+        "rollout/planted.py": (
+            "def probs(p, top_p):\n"
+            "    s, order = p.sort(dim=-1, descending=True)\n"
+            "    return s.masked_fill(s.cumsum(dim=-1) - s >= top_p, 0.0)\n"
+        ),
+        "bench/x.py": "def f(p):\n    s, i = torch.sort(p, descending=True)\n    return torch.cumsum(s, 0)\n",
+        "agents/credit.py": "def g(r):\n    return r.flip(0).cumsum(0)\n",  # a cumsum, no sort: not a cut
+    }
+    assert top_p_copies(planted) == ["bench/x.py", TOP_P_OWNER, "rollout/planted.py"]
+
+
 # ------------------------------------------------------------ atomic writes
 def atomic_writers(files: dict[str, str]) -> list[str]:
     """Modules that rename a file into place or fsync one: `os.replace`, `Path.replace(target)`, `os.fsync`.
