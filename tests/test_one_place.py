@@ -593,6 +593,65 @@ def test_a_planted_atomic_write_is_found():
     assert atomic_writers(planted) == ["atomic.py", "evals/planted.py", "runs/planted.py"]
 
 
+def _json_text(node: ast.AST) -> bool:
+    """An expression that builds JSON text: `json.dumps(...)` or `model.model_dump_json(...)`."""
+    return any(
+        isinstance(n, ast.Call) and ast.unparse(n.func).endswith(("json.dumps", "model_dump_json"))
+        for n in ast.walk(node)
+    )
+
+
+def json_record_writers(files: dict[str, str]) -> list[str]:
+    """`file:line` of a JSON record written whole but not through `tempering.atomic`: `p.write_text(json.dumps(...))`,
+    `json.dump(obj, fh)`, or JSON lines written to a handle opened with mode "w". Appending one event
+    line to a log (mode "a": metrics, trajectory stores) is not writing a record whole."""
+    found = []
+    for name, text in files.items():
+        if name == "atomic.py":
+            continue
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                attr = node.func.attr
+                if (attr == "write_text" and node.args and _json_text(node.args[0])) or (
+                    attr == "dump" and ast.unparse(node.func.value) == "json"
+                ):
+                    found.append(f"{name}:{node.lineno}")
+            if isinstance(node, ast.With):
+                opened = [i.context_expr for i in node.items if isinstance(i.context_expr, ast.Call)]
+                modes = [c for c in opened if "open" in (getattr(c.func, "attr", None), getattr(c.func, "id", None))]
+                writes = any(
+                    isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("w")
+                    for c in modes
+                    for a in [*c.args, *(k.value for k in c.keywords if k.arg == "mode")]
+                )
+                if writes and any(_json_text(b) for b in node.body):
+                    found.append(f"{name}:{node.lineno}")
+    return sorted(found)
+
+
+def test_json_records_are_written_whole_through_tempering_atomic():
+    """Gate verdicts, release records, summary.json, best-of-n records, markers, splits, reports: a
+    reader (the release stage, the registry, a resumed run) never sees half of one."""
+    assert json_record_writers(sources()) == []
+
+
+def test_a_planted_json_record_write_is_found():
+    planted = {
+        **sources(),
+        "pipeline/planted.py": "def gate(p, v):\n    p.write_text(json.dumps(v.to_dict(), indent=1))\n",
+        "recipes/planted.py": (
+            "def save(out, rows):\n"
+            "    with Path(out).open('w', encoding='utf-8') as fh:\n"
+            "        for r in rows:\n"
+            "            fh.write(json.dumps(r) + '\\n')\n"
+        ),
+        "evals/planted.py": "def save(fh, r):\n    json.dump(r, fh)\n",
+        "train/log.py": "def log(p, e):\n    with p.open('a') as fh:\n        fh.write(json.dumps(e) + '\\n')\n",
+    }
+    assert json_record_writers(planted) == ["evals/planted.py:2", "pipeline/planted.py:2", "recipes/planted.py:2"]
+
+
 # ------------------------------------------------------------ number patterns
 # a sign before a digit, a decimal part after one, a leading-dot decimal, digits with separators
 NUMBER_REGEX = re.compile(r"(\[[-+]{2}\]\?|-\?)(\\d|\{|$)|\\d[+*]?\(\?:\\\.\\d|\\\.\\d[+*]|\\d\[\\d,\]")
