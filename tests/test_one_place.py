@@ -518,6 +518,86 @@ def test_a_planted_pad_id_fallback_is_found():
     assert pad_id_fallbacks(planted) == ["recipes/agent.py", "rollout/engine.py"]
 
 
+# ------------------------------------------------------------ refusals and text normalising
+REFUSAL_OWNER = "verifiers/safety.py"
+DECLINE_CUE = re.compile(r"(?i)\bcan(?:no|\W)?t\b|\bsorry\b|\bas an ai\b|\bdecline|\bdon\W?t know\b|\bunable to\b")
+REGEX_SYNTAX = re.compile(r"\\b|\(\?|\\s|\|")
+
+
+def refusal_detectors(files: dict[str, str]) -> list[str]:
+    """Modules with a regex (a string constant in regex syntax) for a decline or "I don't know" cue."""
+    found = []
+    for name, text in files.items():
+        tree = ast.parse(text)
+        prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # docstrings
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+                if REGEX_SYNTAX.search(node.value) and DECLINE_CUE.search(node.value):
+                    found.append(name)
+    return sorted(set(found))
+
+
+def test_refusals_are_detected_in_one_place():
+    """Failure clustering and the `refusal` / `abstain` verifiers decide a reply with one detector each."""
+    assert refusal_detectors(product_and_bench()) == [REFUSAL_OWNER]
+
+
+def test_a_planted_refusal_detector_is_found():
+    planted = {
+        **sources(),
+        "evals/planted.py": "import re\n_R = re.compile(r\"\\b(I can't|I'm sorry|as an AI)\\b\", re.I)\n",
+        "bench/x.py": 'DECLINES = ["I can\'t help with that."]\n',  # a reply to train on, not a detector
+    }
+    assert refusal_detectors(planted) == ["evals/planted.py", REFUSAL_OWNER]
+
+
+NORMALISER_OWNER = "data/textnorm.py"
+
+
+def _joins_split(node: ast.AST) -> bool:
+    """`" ".join(x.split())`: whitespace folded to single spaces."""
+    return (
+        isinstance(node, ast.Call)
+        and getattr(node.func, "attr", None) == "join"
+        and bool(node.args)
+        and isinstance(node.args[0], ast.Call)
+        and getattr(node.args[0].func, "attr", None) == "split"
+    )
+
+
+def text_normalisers(files: dict[str, str]) -> list[str]:
+    """Modules with a function that folds whitespace (`" ".join(x.split())`) and case (`casefold()`,
+    or `lower()` of the joined text): a normaliser for comparing texts."""
+    found = []
+    for name, text in files.items():
+        for fn in ast.walk(ast.parse(text)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+            casefolds = any(c.func.attr == "casefold" for c in calls)
+            lowers_joined = any(c.func.attr == "lower" and _joins_split(c.func.value) for c in calls)
+            if any(_joins_split(c) for c in calls) and (casefolds or lowers_joined):
+                found.append(name)
+    return sorted(set(found))
+
+
+def test_texts_are_normalised_for_comparison_in_one_place():
+    """Exact answers, pair sides and the safety cues compare texts through `canonical_text`."""
+    assert text_normalisers(product_and_bench()) == [NORMALISER_OWNER]
+
+
+def test_a_planted_text_normaliser_is_found():
+    planted = {
+        **sources(),
+        "verifiers/planted.py": "def _norm(text):\n    return ' '.join(text.split()).casefold()\n",
+        "bench/x.py": "def key(s):\n    return ' '.join(s.split()).lower()\n",
+        "evals/g.py": "def rule(t):\n    r = ' '.join(t.split())\n    return r.lower().startswith('no ')\n",  # no
+        "errors.py": "def one_line(e):\n    return ' '.join(str(e).split())\n",  # no case folding
+        "data/c.py": "def fold(t):\n    t = t.casefold()\n    return ' '.join(t.split())\n",
+    }
+    assert text_normalisers(planted) == ["bench/x.py", "data/c.py", NORMALISER_OWNER, "verifiers/planted.py"]
+
+
 # ------------------------------------------------------------ top-p: rollout/engine.py top_p_cut
 TOP_P_OWNER = "rollout/engine.py"
 
