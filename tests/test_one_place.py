@@ -367,6 +367,11 @@ def sources(root: Path = SRC) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8") for p in sorted(root.rglob("*.py"))}
 
 
+def product_and_bench() -> dict[str, str]:
+    """`sources()` plus every bench script as `bench/...`: bench calls the product's one copy too."""
+    return {**sources(), **{f"bench/{k}": v for k, v in sources(ROOT / "bench").items()}}
+
+
 # ------------------------------------------------------------ left padding, PAD_ID
 def _len_call(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len"
@@ -425,7 +430,7 @@ def pad_prompts(seqs, pad):
 
 
 def test_left_padding_is_implemented_once_in_data_padding():
-    assert left_pad_writers(sources()) == ["data/padding.py"]
+    assert left_pad_writers(product_and_bench()) == ["data/padding.py"]
 
 
 def test_a_planted_left_padding_copy_is_found():
@@ -439,12 +444,200 @@ def test_a_planted_left_padding_copy_is_found():
 
 
 def test_pad_id_is_defined_once_in_data_padding():
-    assert pad_id_definitions(sources()) == ["data/padding.py"]
+    assert pad_id_definitions(product_and_bench()) == ["data/padding.py"]
 
 
 def test_a_planted_pad_id_is_found():
     planted = {**sources(), "agents/planted.py": "PAD_ID: int = 0\n", "rollout/planted.py": "PAD_ID = 2\n"}
     assert sorted(pad_id_definitions(planted)) == ["agents/planted.py", "data/padding.py", "rollout/planted.py"]
+
+
+def _row_prefix_slice(target: ast.AST) -> bool:
+    """`x[i, :n]` or `x[i, : len(s)]`: a sequence written into the left end of a tensor row."""
+    if not (isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Tuple)):
+        return False
+    elts = target.slice.elts
+    if len(elts) != 2 or isinstance(elts[0], ast.Slice):
+        return False
+    cut = elts[1]
+    return isinstance(cut, ast.Slice) and cut.lower is None and cut.upper is not None and cut.step is None
+
+
+def right_pad_writers(files: dict[str, str]) -> list[str]:
+    """Modules that write sequences into the left end of tensor rows (a right-padding loop)."""
+    found = []
+    for name, text in files.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Assign):
+                targets = [t for tgt in node.targets for t in (tgt.elts if isinstance(tgt, ast.Tuple) else [tgt])]
+                if any(_row_prefix_slice(t) for t in targets):
+                    found.append(name)
+    return sorted(set(found))
+
+
+def pad_id_fallbacks(files: dict[str, str]) -> list[str]:
+    """Modules with their own rule for a missing pad token: `tok.pad_token_id if ... else ...`
+    or `tok.pad_token_id or ...`."""
+    found = []
+    for name, text in files.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.IfExp, ast.BoolOp)):
+                parts = [node.body, node.test] if isinstance(node, ast.IfExp) else node.values[:1]
+                if any(isinstance(n, ast.Attribute) and n.attr == "pad_token_id" for p in parts for n in ast.walk(p)):
+                    found.append(name)
+    return sorted(set(found))
+
+
+def test_right_padding_is_implemented_once_in_data_padding():
+    """Completions, masks, per-token log-probs and drafts are right-padded by `data.padding.right_pad`."""
+    assert right_pad_writers(product_and_bench()) == ["data/padding.py"]
+
+
+def test_a_planted_right_padding_loop_is_found():
+    planted = {
+        **sources(),
+        "rollout/planted.py": "for i, c in enumerate(cs):\n    lp[i, : len(c.logprobs)] = torch.tensor(c.logprobs)\n",
+        "bench/x.py": "for i, (c, m) in enumerate(cs):\n    ids[i, : len(c)], mask[i, :n] = c, 1\n",
+        "rollout/kv.py": "keys[slots, :, :n] = k[row, :, :n]\nout[r : r + 2, : p.shape[1]] = p\n",  # not a row fill
+    }
+    assert right_pad_writers(planted) == ["bench/x.py", "data/padding.py", "rollout/planted.py"]
+
+
+def test_the_pad_id_rule_lives_in_data_padding():
+    """Every engine, drafter, reward scorer and SFT batch pads with `data.padding.pad_id(tokenizer)`."""
+    assert pad_id_fallbacks(product_and_bench()) == []
+    assert "def pad_id(" in (SRC / "data" / "padding.py").read_text()
+
+
+def test_a_planted_pad_id_fallback_is_found():
+    planted = {
+        "recipes/agent.py": "pad = tok.pad_token_id if tok.pad_token_id is not None else 0\n",
+        "rollout/engine.py": "pad = t.pad_token_id or t.eos_token_id\n",
+        "models/load.py": "if tok.pad_token_id is None:\n    tok.pad_token = tok.eos_token\n",  # sets it: no fallback
+    }
+    assert pad_id_fallbacks(planted) == ["recipes/agent.py", "rollout/engine.py"]
+
+
+# ------------------------------------------------------------ refusals and text normalising
+REFUSAL_OWNER = "verifiers/safety.py"
+DECLINE_CUE = re.compile(r"(?i)\bcan(?:no|\W)?t\b|\bsorry\b|\bas an ai\b|\bdecline|\bdon\W?t know\b|\bunable to\b")
+REGEX_SYNTAX = re.compile(r"\\b|\(\?|\\s|\|")
+
+
+def refusal_detectors(files: dict[str, str]) -> list[str]:
+    """Modules with a regex (a string constant in regex syntax) for a decline or "I don't know" cue."""
+    found = []
+    for name, text in files.items():
+        tree = ast.parse(text)
+        prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # docstrings
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+                if REGEX_SYNTAX.search(node.value) and DECLINE_CUE.search(node.value):
+                    found.append(name)
+    return sorted(set(found))
+
+
+def test_refusals_are_detected_in_one_place():
+    """Failure clustering and the `refusal` / `abstain` verifiers decide a reply with one detector each."""
+    assert refusal_detectors(product_and_bench()) == [REFUSAL_OWNER]
+
+
+def test_a_planted_refusal_detector_is_found():
+    planted = {
+        **sources(),
+        "evals/planted.py": "import re\n_R = re.compile(r\"\\b(I can't|I'm sorry|as an AI)\\b\", re.I)\n",
+        "bench/x.py": 'DECLINES = ["I can\'t help with that."]\n',  # a reply to train on, not a detector
+    }
+    assert refusal_detectors(planted) == ["evals/planted.py", REFUSAL_OWNER]
+
+
+NORMALISER_OWNER = "data/textnorm.py"
+
+
+def _joins_split(node: ast.AST) -> bool:
+    """`" ".join(x.split())`: whitespace folded to single spaces."""
+    return (
+        isinstance(node, ast.Call)
+        and getattr(node.func, "attr", None) == "join"
+        and bool(node.args)
+        and isinstance(node.args[0], ast.Call)
+        and getattr(node.args[0].func, "attr", None) == "split"
+    )
+
+
+def text_normalisers(files: dict[str, str]) -> list[str]:
+    """Modules with a function that folds whitespace (`" ".join(x.split())`) and case (`casefold()`,
+    or `lower()` of the joined text): a normaliser for comparing texts."""
+    found = []
+    for name, text in files.items():
+        for fn in ast.walk(ast.parse(text)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+            casefolds = any(c.func.attr == "casefold" for c in calls)
+            lowers_joined = any(c.func.attr == "lower" and _joins_split(c.func.value) for c in calls)
+            if any(_joins_split(c) for c in calls) and (casefolds or lowers_joined):
+                found.append(name)
+    return sorted(set(found))
+
+
+def test_texts_are_normalised_for_comparison_in_one_place():
+    """Exact answers, pair sides and the safety cues compare texts through `canonical_text`."""
+    assert text_normalisers(product_and_bench()) == [NORMALISER_OWNER]
+
+
+def test_a_planted_text_normaliser_is_found():
+    planted = {
+        **sources(),
+        "verifiers/planted.py": "def _norm(text):\n    return ' '.join(text.split()).casefold()\n",
+        "bench/x.py": "def key(s):\n    return ' '.join(s.split()).lower()\n",
+        "evals/g.py": "def rule(t):\n    r = ' '.join(t.split())\n    return r.lower().startswith('no ')\n",  # no
+        "errors.py": "def one_line(e):\n    return ' '.join(str(e).split())\n",  # no case folding
+        "data/c.py": "def fold(t):\n    t = t.casefold()\n    return ' '.join(t.split())\n",
+    }
+    assert text_normalisers(planted) == ["bench/x.py", "data/c.py", NORMALISER_OWNER, "verifiers/planted.py"]
+
+
+# ------------------------------------------------------------ top-p: rollout/engine.py top_p_cut
+TOP_P_OWNER = "rollout/engine.py"
+
+
+def top_p_copies(files: dict[str, str]) -> list[str]:
+    """Modules with a function that sorts descending and takes a cumulative sum: a nucleus cut."""
+    found = []
+    for name, text in files.items():
+        for fn in ast.walk(ast.parse(text)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
+            called = {getattr(c.func, "attr", getattr(c.func, "id", None)) for c in calls}
+            descending = any(
+                getattr(c.func, "attr", getattr(c.func, "id", None)) in ("sort", "argsort", "topk")
+                and any(k.arg in ("descending", "largest") for k in c.keywords)
+                for c in calls
+            )
+            if descending and called & {"cumsum", "cumsum_"}:
+                found.append(name)
+    return sorted(set(found))
+
+
+def test_top_p_is_cut_in_one_place():
+    """The samplers and the speculative verifier's distribution keep the same tokens: one `top_p_cut`."""
+    assert top_p_copies(product_and_bench()) == [TOP_P_OWNER]
+
+
+def test_a_planted_top_p_copy_is_found():
+    planted = {
+        **sources(),
+        "rollout/planted.py": (
+            "def probs(p, top_p):\n"
+            "    s, order = p.sort(dim=-1, descending=True)\n"
+            "    return s.masked_fill(s.cumsum(dim=-1) - s >= top_p, 0.0)\n"
+        ),
+        "bench/x.py": "def f(p):\n    s, i = torch.sort(p, descending=True)\n    return torch.cumsum(s, 0)\n",
+        "agents/credit.py": "def g(r):\n    return r.flip(0).cumsum(0)\n",  # a cumsum, no sort: not a cut
+    }
+    assert top_p_copies(planted) == ["bench/x.py", TOP_P_OWNER, "rollout/planted.py"]
 
 
 # ------------------------------------------------------------ atomic writes
@@ -478,6 +671,65 @@ def test_a_planted_atomic_write_is_found():
         "data/harmless.py": "def f(s):\n    return s.replace('a', 'b')\n",
     }
     assert atomic_writers(planted) == ["atomic.py", "evals/planted.py", "runs/planted.py"]
+
+
+def _json_text(node: ast.AST) -> bool:
+    """An expression that builds JSON text: `json.dumps(...)` or `model.model_dump_json(...)`."""
+    return any(
+        isinstance(n, ast.Call) and ast.unparse(n.func).endswith(("json.dumps", "model_dump_json"))
+        for n in ast.walk(node)
+    )
+
+
+def json_record_writers(files: dict[str, str]) -> list[str]:
+    """`file:line` of a JSON record written whole but not through `tempering.atomic`: `p.write_text(json.dumps(...))`,
+    `json.dump(obj, fh)`, or JSON lines written to a handle opened with mode "w". Appending one event
+    line to a log (mode "a": metrics, trajectory stores) is not writing a record whole."""
+    found = []
+    for name, text in files.items():
+        if name == "atomic.py":
+            continue
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                attr = node.func.attr
+                if (attr == "write_text" and node.args and _json_text(node.args[0])) or (
+                    attr == "dump" and ast.unparse(node.func.value) == "json"
+                ):
+                    found.append(f"{name}:{node.lineno}")
+            if isinstance(node, ast.With):
+                opened = [i.context_expr for i in node.items if isinstance(i.context_expr, ast.Call)]
+                modes = [c for c in opened if "open" in (getattr(c.func, "attr", None), getattr(c.func, "id", None))]
+                writes = any(
+                    isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("w")
+                    for c in modes
+                    for a in [*c.args, *(k.value for k in c.keywords if k.arg == "mode")]
+                )
+                if writes and any(_json_text(b) for b in node.body):
+                    found.append(f"{name}:{node.lineno}")
+    return sorted(found)
+
+
+def test_json_records_are_written_whole_through_tempering_atomic():
+    """Gate verdicts, release records, summary.json, best-of-n records, markers, splits, reports: a
+    reader (the release stage, the registry, a resumed run) never sees half of one."""
+    assert json_record_writers(sources()) == []
+
+
+def test_a_planted_json_record_write_is_found():
+    planted = {
+        **sources(),
+        "pipeline/planted.py": "def gate(p, v):\n    p.write_text(json.dumps(v.to_dict(), indent=1))\n",
+        "recipes/planted.py": (
+            "def save(out, rows):\n"
+            "    with Path(out).open('w', encoding='utf-8') as fh:\n"
+            "        for r in rows:\n"
+            "            fh.write(json.dumps(r) + '\\n')\n"
+        ),
+        "evals/planted.py": "def save(fh, r):\n    json.dump(r, fh)\n",
+        "train/log.py": "def log(p, e):\n    with p.open('a') as fh:\n        fh.write(json.dumps(e) + '\\n')\n",
+    }
+    assert json_record_writers(planted) == ["evals/planted.py:2", "pipeline/planted.py:2", "recipes/planted.py:2"]
 
 
 # ------------------------------------------------------------ number patterns

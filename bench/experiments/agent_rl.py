@@ -80,6 +80,7 @@ def run_seed(args: argparse.Namespace) -> None:
     from tempering.agents.training import AgentRolloutSource, episode_row, expert_examples
     from tempering.config import LoraSettings, TrainSettings
     from tempering.data.batches import SFTBatches
+    from tempering.data.padding import pad_id
     from tempering.data.render import render_with_mask
     from tempering.models.load import load_tokenizer
     from tempering.models.lora import load_for_training
@@ -154,8 +155,7 @@ def run_seed(args: argparse.Namespace) -> None:
             optim={"lr": lr, "warmup_steps": 2},
             checkpoint={"every": 10_000, "keep_last": 1},
         )
-        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-        batches = SFTBatches(kept, settings.batch_size, settings.max_length, pad, True, seed)
+        batches = SFTBatches(kept, settings.batch_size, settings.max_length, pad_id(tok), True, seed)
         result = Trainer(model, SFTObjective(), batches, settings, work / name).fit()
         out["seconds"][name] = time.perf_counter() - t0
         return {

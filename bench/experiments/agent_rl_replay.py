@@ -19,7 +19,7 @@ from tempering.agents.rollout import EpisodeSettings, agent_rollout
 from tempering.agents.tasks import load_agent_suite, select
 from tempering.batches import GRPOBatch
 from tempering.config import LoraSettings, TrainSettings
-from tempering.data.padding import left_pad
+from tempering.data.padding import PAD_ID, left_pad, right_pad
 from tempering.models.load import load_tokenizer
 from tempering.models.lora import load_for_training
 from tempering.objectives.grpo import GRPOObjective
@@ -36,12 +36,11 @@ def batches(rows: list[dict], group: int) -> list[GRPOBatch]:
         groups = [eps[i : i + group] for i in range(0, len(eps), group)]
         groups = [g for g in groups if len({sum(e["rewards"]) for e in g}) > 1]  # tied groups dropped
         plen = [g[0]["loss_mask"].index(1) for g in groups]
-        prompt_ids, prompt_mask = left_pad([g[0]["token_ids"][:p] for g, p in zip(groups, plen)], 0)
+        prompt_ids, prompt_mask = left_pad([g[0]["token_ids"][:p] for g, p in zip(groups, plen)], PAD_ID)
         comps = [(e["token_ids"][p:], e["loss_mask"][p:]) for g, p in zip(groups, plen) for e in g]
-        width = max(len(c) for c, _ in comps)
-        ids, cmask, lmask = (torch.zeros(len(comps), width, dtype=torch.long) for _ in range(3))
-        for i, (c, m) in enumerate(comps):
-            ids[i, : len(c)], cmask[i, : len(c)], lmask[i, : len(c)] = torch.tensor(c), 1, torch.tensor(m)
+        ids, cmask = right_pad([c for c, _ in comps], PAD_ID)
+        lmask, _ = right_pad([m for _, m in comps], 0)
+        width = ids.shape[1]
         rewards = torch.tensor([[sum(e["rewards"]) for e in g] for g in groups])
         out.append(
             GRPOBatch(

@@ -57,6 +57,7 @@ def run_seed(args: argparse.Namespace) -> None:
     from tempering.agents.training import AgentRolloutSource, expert_examples
     from tempering.config import LoraSettings, TrainSettings
     from tempering.data.batches import SFTBatches
+    from tempering.data.padding import pad_id
     from tempering.models.load import load_tokenizer
     from tempering.models.lora import load_for_training
     from tempering.objectives.grpo import GRPOObjective
@@ -138,8 +139,7 @@ def run_seed(args: argparse.Namespace) -> None:
             optim={"lr": args.sft_lr, "warmup_steps": 2},
             checkpoint={"every": 10_000, "keep_last": 1},
         )
-        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-        batches = SFTBatches(examples, args.sft_batch, args.context, pad, True, seed)
+        batches = SFTBatches(examples, args.sft_batch, args.context, pad_id(tok), True, seed)
         log(f"seed {seed}: SFT on {len(examples)} demonstrations ({len(habit)} by the shortcut)")
         result = Trainer(model, SFTObjective(), batches, sft_settings, work / "sft").fit()
         out["sft"] = {"examples": len(examples), "steps": result.steps, "loss_last": result.losses[-1]}

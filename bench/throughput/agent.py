@@ -169,6 +169,7 @@ def trained_adapter(args, tokenizer, renderer, sandbox):
     from tempering.agents.training import expert_examples
     from tempering.config import LoraSettings
     from tempering.data.batches import SFTBatches
+    from tempering.data.padding import pad_id
     from tempering.models.lora import load_for_training
     from tempering.objectives.sft import SFTObjective
     from tempering.train.trainer import Trainer
@@ -185,10 +186,9 @@ def trained_adapter(args, tokenizer, renderer, sandbox):
         optim={"lr": 2e-3, "warmup_steps": 2},
         checkpoint={"every": 10_000, "keep_last": 1},
     )
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     import tempfile
 
-    batches = SFTBatches(examples, settings.batch_size, settings.max_length, pad, True, 0)
+    batches = SFTBatches(examples, settings.batch_size, settings.max_length, pad_id(tokenizer), True, 0)
     result = Trainer(model, SFTObjective(), batches, settings, Path(tempfile.mkdtemp())).fit()
     merged = model.merge_and_unload()
     info = {

@@ -62,6 +62,7 @@ def run_tempering(
 
     from tempering.config import SFTConfig
     from tempering.data.io import LoadResult, Record
+    from tempering.data.padding import pad_id
     from tempering.data.render import detect_tool_call_style, render_records
     from tempering.models.load import load_tokenizer
     from tempering.models.lora import load_for_training
@@ -95,7 +96,7 @@ def run_tempering(
     )
     targets = sum(sum(1 for x in e.labels[1:] if x != IGNORE) for e in examples)
     model = load_for_training(model_dir, None)
-    batches, _, objective = sft_components(cfg, SFTData(examples, [], {}, list(loaded.errors)), tokenizer.pad_token_id)
+    batches, _, objective = sft_components(cfg, SFTData(examples, [], {}, list(loaded.errors)), pad_id(tokenizer))
     settings = cfg.train
     clock, tokens = {}, {"real": 0}
 

@@ -47,3 +47,20 @@ def test_stable_token_ids_are_crc32_plus_one():
     import zlib
 
     assert stable_token_ids(["cat", "dog"]).tolist() == [zlib.crc32(b"cat") + 1, zlib.crc32(b"dog") + 1]
+
+
+def test_exact_answers_pair_sides_and_safety_cues_compare_texts_one_way():
+    """A typographic apostrophe, a detokenised `can ' t` and a space before a full stop are the
+    same text to the exact verifier, the pair audit and the refusal detector alike."""
+    from tempering.data.audit import side_text
+    from tempering.data.textnorm import canonical_text
+    from tempering.types import Task
+    from tempering.verifiers import score
+    from tempering.verifiers.safety import detect_refusal
+
+    typed, plain = "I Can \u2019t  stop .", "i can't stop."
+    assert canonical_text(typed) == canonical_text(plain) == "i can't stop."
+    exact = Task(id="t", prompt="q", verifier={"type": "exact", "answer": plain})
+    assert score(exact, typed).value == 1.0
+    assert side_text(typed, "user") == side_text(plain, "user")
+    assert detect_refusal("I can \u2019t help with that .").hit == detect_refusal("I can't help with that.").hit

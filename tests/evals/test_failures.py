@@ -107,3 +107,26 @@ def test_failure_prompts_read_as_text_whatever_their_shape():
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": parts}]
     rows = [{"task_id": "t", "prompt": p, "completion": "3"} for p in ("How many?", parts, messages)]
     assert [case_from_row(r).prompt for r in rows] == ["How many?", "<image>How many?", "Be brief.\n<image>How many?"]
+
+
+def test_a_reply_that_says_it_does_not_know_is_an_abstention_not_a_refusal():
+    """Failure clustering and the `refusal` verifier take one decision per reply: "I don't know"
+    declines nothing (the `abstain` verifier's abstention), so neither calls it a refusal."""
+    from tempering.verifiers.safety import detect_abstention, detect_refusal
+
+    sig = signature(FailureCase("t", "q", "I don't know.", verifier="numeric"))
+    assert (sig["refusal"], sig["abstention"]) == (0.0, 1.0)
+    assert not detect_refusal("I don't know.").hit and detect_abstention("I don't know.").hit
+    assert rule_tag(sig) == "understanding"
+
+
+def test_failure_signatures_decide_refusals_as_the_refusal_verifier_does():
+    """Over the labelled set of hard replies, the signature's refusal is the detector's verdict."""
+    from pathlib import Path
+
+    from tempering.verifiers.safety import detect_refusal
+
+    rows = Path(__file__).parents[1] / "fixtures" / "safety_replies.jsonl"
+    replies = [json.loads(line)["reply"] for line in rows.read_text().splitlines() if line.strip()]
+    differ = [r for r in replies if signature(FailureCase("t", "q", r))["refusal"] != detect_refusal(r).hit]
+    assert differ == []

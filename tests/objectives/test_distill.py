@@ -173,3 +173,92 @@ def test_teacher_kl_weight_mixes_cross_entropy_into_the_teachers_replies_only(sa
         by_hand = 0.8 * divergences.forward_kl(s, t).sum() + 0.2 * ce
     assert float(loss) == pytest.approx(float(by_hand), rel=1e-5)
     assert float(ce) > 2 * float(divergences.forward_kl(s, t).sum())  # the mix differs from KL alone
+
+
+def _whole_vocabulary(student, teacher, targets, temperature, kl_weight):
+    """The unchunked loss as it was written: every (N, V) log-softmax at once."""
+    t_logp = torch.log_softmax(teacher.float() / temperature, dim=-1)
+    s_logp = torch.log_softmax(student.float() / temperature, dim=-1)
+    kl = temperature**2 * (t_logp.exp() * (t_logp - s_logp)).sum()
+    ce = torch.nn.functional.cross_entropy(student.float(), targets, reduction="sum")
+    return kl_weight * kl + (1 - kl_weight) * ce
+
+
+def test_distillation_over_row_chunks_equals_the_whole_vocabulary_loss(monkeypatch):
+    from tempering.objectives import chunked
+
+    gen = torch.Generator().manual_seed(0)
+    student = torch.randn(37, 50, generator=gen, dtype=torch.float64).float().requires_grad_()
+    teacher, targets = 3 * torch.randn(37, 50, generator=gen), torch.randint(0, 50, (37,), generator=gen)
+    expected = _whole_vocabulary(student, teacher, targets, 2.0, 0.7)
+    (want,) = torch.autograd.grad(expected, student)
+    monkeypatch.setattr(chunked, "CHUNK_BYTES", 4 * 50 * 5)  # 5 rows a chunk: 8 chunks, the last of 2
+    assert chunked.chunk_rows(50) == 5
+    loss, _ = distill_loss_sum(student, teacher, targets, 2.0, 0.7)
+    (got,) = torch.autograd.grad(loss, student)
+    assert abs(float(loss) - float(expected)) <= 1e-6 * abs(float(expected))
+    assert (got - want).abs().max() <= 1e-6
+
+
+def _peak_bytes(step) -> int:
+    """The most bytes of CPU tensors alive at once while `step` runs (torch's memory profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
+def test_a_long_distillation_step_holds_no_several_full_vocabulary_copies(monkeypatch):
+    """2048 positions x 8192 tokens (64 MiB per fp32 copy), forward and backward: the whole-vocabulary
+    loss peaks at several copies; over 256-row chunks only the student's gradient is one whole copy."""
+    from tempering.objectives import chunked
+
+    n, vocab = 2048, 8192
+    monkeypatch.setattr(chunked, "CHUNK_BYTES", 4 * vocab * 256)
+    gen = torch.Generator().manual_seed(1)
+    student = torch.randn(n, vocab, generator=gen).requires_grad_()
+    teacher, targets = torch.randn(n, vocab, generator=gen), torch.randint(0, vocab, (n,), generator=gen)
+    copy = n * vocab * 4
+
+    def step(loss_fn):
+        student.grad = None
+        loss_fn().backward()
+
+    whole = _peak_bytes(lambda: step(lambda: _whole_vocabulary(student, teacher, targets, 1.0, 0.5)))
+    rows = _peak_bytes(lambda: step(lambda: distill_loss_sum(student, teacher, targets, 1.0, 0.5)[0]))
+    print(f"peak: whole {whole / copy:.2f}, chunked {rows / copy:.2f} N x V fp32 copies")
+    assert whole >= 4 * copy  # the unchunked loss: several N x V fp32 tensors alive together
+    assert rows <= 1.5 * copy  # the gradient (one copy) and a few 256-row slices
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+def test_on_policy_divergence_over_row_chunks_equals_one_chunk(monkeypatch, sampled):
+    """Loss, gradients and logged figures are the same with one row a chunk as with all rows in one."""
+    from tempering.objectives import chunked
+    from tempering.objectives.distill import OnPolicyDivergenceObjective
+
+    teacher, student = tiny_llama(vocab=64, seed=5), tiny_llama(vocab=64, seed=6)
+    batch = _on_policy_batch(sampled)
+    objective = OnPolicyDivergenceObjective(
+        teacher, "jsd", 0.3, 1.5, [], sampling_temperature=1.0, teacher_divergence="forward_kl", teacher_kl_weight=0.8
+    )
+
+    def run(chunk_bytes):
+        monkeypatch.setattr(chunked, "CHUNK_BYTES", chunk_bytes)
+        student.zero_grad(set_to_none=True)
+        loss, stats = objective.loss(student, batch)
+        loss.backward()
+        return loss, stats, [p.grad.clone() for p in student.parameters() if p.grad is not None]
+
+    whole, one_row = run(1 << 40), run(4 * 64)
+    assert abs(float(whole[0]) - float(one_row[0])) <= 1e-6 * abs(float(whole[0]))
+    assert whole[1].keys() == one_row[1].keys()
+    for key in whole[1]:
+        assert float(whole[1][key]) == pytest.approx(float(one_row[1][key]), rel=1e-5, abs=1e-6)
+    assert max((a - b).abs().max().item() for a, b in zip(whole[2], one_row[2])) <= 1e-6

@@ -11,6 +11,7 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 
+from tempering.atomic import write_text_atomic
 from tempering.cli.common import err, fail
 from tempering.cli.eval_show import eval_show
 from tempering.config import DEFAULT_MODEL, ConfigError, load_config
@@ -147,7 +148,7 @@ def eval_compare(
         mark = "[green]PASS[/green]" if check.passed else "[red]FAIL[/red]"
         stdout_console().print(f"{mark} {check.rule}: {check.detail}", highlight=False)
     if out_dir is not None:
-        (Path(out_dir) / "gate.json").write_text(json.dumps(verdict.to_dict(), indent=1))
+        write_text_atomic(Path(out_dir) / "gate.json", json.dumps(verdict.to_dict(), indent=1))
     stdout_console().print("[green]gate passed[/green]" if verdict.passed else "[red]gate failed[/red]")
     raise typer.Exit(0 if verdict.passed else 1)
 

@@ -23,13 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from tempering.data.agreement import item_agreement
+from tempering.data.textnorm import canonical_text
 
 LENGTH_BIAS_WARN = 0.65
 """Warn when chosen is longer in more than this share of pairs (or shorter in more)."""
-
-
-def normalise(text: str) -> str:
-    return " ".join(text.split()).casefold()
 
 
 def side_text(value: Any, role: str) -> str:
@@ -42,7 +39,7 @@ def side_text(value: Any, role: str) -> str:
     for m in value:
         m = m if isinstance(m, dict) else m.model_dump(exclude_none=True)
         calls = json.dumps(m.get("tool_calls"), sort_keys=True) if m.get("tool_calls") else ""
-        turns.append(f"<{m.get('role')}>{normalise(str(m.get('content') or ''))}{calls}")
+        turns.append(f"<{m.get('role')}>{canonical_text(str(m.get('content') or ''))}{calls}")
     return "\n".join(turns)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 
 from tempering.batches import SFTBatch
+from tempering.data.padding import right_pad
 from tempering.data.render import IGNORE, RenderedExample
 from tempering.errors import UserError
 
@@ -123,15 +124,8 @@ class EpochWalk:
 def pad_batch(examples: list[RenderedExample], pad_id: int) -> SFTBatch:
     """Right-padded (B, T) batch with a 2D attention mask; examples with images
     (`VisionExample`) add their pixel inputs, concatenated along dim 0 in row order."""
-    width = max(len(e.input_ids) for e in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    labels = torch.full_like(ids, IGNORE)
-    mask = torch.zeros_like(ids)
-    for r, e in enumerate(examples):
-        n = len(e.input_ids)
-        ids[r, :n] = torch.tensor(e.input_ids)
-        labels[r, :n] = torch.tensor(e.labels)
-        mask[r, :n] = 1
+    ids, mask = right_pad([e.input_ids for e in examples], pad_id)
+    labels, _ = right_pad([e.labels for e in examples], IGNORE)
     batch: SFTBatch = {"input_ids": ids, "labels": labels, "attention_mask": mask}
     pixels = [e.pixels for e in examples if getattr(e, "pixels", None)]
     for key in pixels[0] if pixels else ():

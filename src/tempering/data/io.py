@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 
 from pydantic import ValidationError
 
+from tempering.atomic import write_jsonl_atomic
 from tempering.data.formats import RowInvalid, to_messages
 from tempering.data.images import check_images
 from tempering.errors import InputNotFound, UserError
@@ -332,12 +333,8 @@ def _with_images(value: Any, base: Path) -> Any:
 
 def write_quarantine(errors: list[RowError], path: str | Path) -> Path:
     """Write bad rows (with file, location and reason) to a JSONL quarantine file (replaced)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as fh:
-        for err in errors:
-            fh.write(json.dumps(err.to_json(), ensure_ascii=False) + "\n")
-    return path
+    write_jsonl_atomic(path, (err.to_json() for err in errors), sidecar=False)
+    return Path(path)
 
 
 def quarantine_in_run(errors: list[RowError], run_dir: str | Path, console: Any, what: str = "rows") -> Path | None:

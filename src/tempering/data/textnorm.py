@@ -1,4 +1,5 @@
-"""Text of a data row, normalised to word tokens, and fast hashes of its word n-grams.
+"""Text of a data row, normalised to word tokens, and fast hashes of its word n-grams; and
+`canonical_text`, the one string normaliser for comparing texts (answers, replies, pair sides).
 
 Shared by dedup (`data.dedup`) and decontamination (`evals.contamination`), so both see a
 row the same way: case, whitespace, line breaks and punctuation do not change the tokens.
@@ -45,6 +46,21 @@ _APOSTROPHES = str.maketrans("", "", "'\u2019\u02bc")
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the polynomial gram hash
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def canonical_text(text: str) -> str:
+    """`text` as one comparable string: case-folded, straight apostrophes, single spaces, no space
+    before punctuation, and `can ' t` / `cant` (word-level detokenised) as `can't`.
+
+    The one normaliser for "the same text": exact answers (`verifiers/answers.py`), the refusal
+    and abstention cues (`verifiers/safety.py`) and preference-pair sides (`data/audit.py`).
+    Word tokens for n-gram matching are `normalize` below.
+    """
+    text = text.replace("\u2019", "'").replace("\u2018", "'").replace("`", "'").casefold()
+    text = re.sub(r"\s*'\s*(?=(?:t|s|m|re|ve|ll|d)\b)", "'", text)
+    text = re.sub(r"\s+([,.!?;:])", r"\1", text)
+    text = re.sub(r"\b(can|won|don|didn|doesn|isn|wasn|couldn|shouldn)t\b", r"\1't", text)
+    return " ".join(text.split())
 
 
 def normalize(text: str) -> list[str]:

@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tempering.atomic import write_text_atomic
 from tempering.config import EngineSettings
 from tempering.errors import UserError
 
@@ -281,7 +282,7 @@ def run_agent_suites(
         tiers = sorted({r["tier"] for r in rows})
         results["suites"][name] = {str(t): tier_summary(rows, t) for t in tiers} | {"all": tier_summary(rows)}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "agent_results.json").write_text(json.dumps(results, indent=1))
+    write_text_atomic(out / "agent_results.json", json.dumps(results, indent=1))
     return {**results, "suite_results": suite_results, "records": records}
 
 

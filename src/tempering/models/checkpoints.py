@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from tempering.atomic import publish_dir
+from tempering.atomic import publish_dir, write_text_atomic
 from tempering.errors import UserError
 from tempering.hashing import sha256_file
 
@@ -162,7 +162,7 @@ def checkpoint_model(path: Path, cache: Path, resolve: Callable[[str], str]) -> 
         marker = run_dir / "tempering-run.json"
         if marker.is_file():
             shutil.copy(marker, tmp / marker.name)
-        (tmp / SOURCE).write_text(json.dumps({"checkpoint": str(path.resolve())}))
+        write_text_atomic(tmp / SOURCE, json.dumps({"checkpoint": str(path.resolve())}))
     return out
 
 
@@ -193,7 +193,7 @@ def _write_adapter(weights: dict, config: dict, adapter: dict | None, base: Path
         "inference_mode": True,
     }
     save_file(saved, out / "adapter_model.safetensors", metadata={"format": "pt"})
-    (out / "adapter_config.json").write_text(json.dumps(adapter_config, indent=1))
+    write_text_atomic(out / "adapter_config.json", json.dumps(adapter_config, indent=1))
 
 
 def _write_full(weights: dict, base: Path, out: Path) -> None:

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tempering.atomic import publish_dir
+from tempering.atomic import publish_dir, write_text_atomic
 from tempering.errors import InputNotFound
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     with publish_dir(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / "tempering_source.json").write_text(json.dumps({"gguf": str(gguf)}))
+        write_text_atomic(tmp / "tempering_source.json", json.dumps({"gguf": str(gguf)}))
     return out
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from tempering.atomic import write_text_atomic
 from tempering.data.padding import right_pad
 from tempering.errors import InputNotFound
 
@@ -133,8 +134,9 @@ class RewardModel(torch.nn.Module):
         self.lm.save_pretrained(out, **({"save_embedding_layers": False} if self.is_peft else {}))
         weights = {k: v.detach().float().contiguous().cpu() for k, v in self.score_head.state_dict().items()}
         save_file(weights, str(out / HEAD_WEIGHTS))
-        (out / HEAD_META).write_text(
-            json.dumps({"format": FORMAT, "hidden_size": self.score_head.in_features, "pooling": "last_real_token"})
+        write_text_atomic(
+            out / HEAD_META,
+            json.dumps({"format": FORMAT, "hidden_size": self.score_head.in_features, "pooling": "last_real_token"}),
         )
         return out
 

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tempering.atomic import write_text_atomic
 from tempering.config.longctx import RopeScaling
 from tempering.errors import UserError
 
@@ -126,7 +127,7 @@ def record_scaling(model: Any, path: str | Path) -> None:
 
 def write_record(scaling: RopeScaling, path: str | Path) -> None:
     """`scaling` as the record of the adapter dir `path`."""
-    (Path(path) / ROPE_RECORD).write_text(json.dumps(scaling.model_dump(exclude_none=True)))
+    write_text_atomic(Path(path) / ROPE_RECORD, json.dumps(scaling.model_dump(exclude_none=True)))
 
 
 def recorded_scaling(path: str | Path) -> RopeScaling | None:

@@ -16,6 +16,7 @@ import torch
 
 from tempering.batches import GRPOBatch, SFTBatch, model_inputs
 from tempering.models.logprobs import grouped_hidden
+from tempering.objectives.chunked import by_row_chunks
 from tempering.objectives.grpo import GRPOObjective
 from tempering.objectives.mismatch import mismatch_stats
 from tempering.objectives.sft import count_targets
@@ -28,11 +29,27 @@ def forward_kl_sum(student_logits: torch.Tensor, teacher_logits: torch.Tensor, t
     Args:
         student_logits, teacher_logits: (N, V), one row per target position.
     Returns:
-        a float32 scalar.
+        a float32 scalar (computed over row chunks: `objectives/chunked.py`).
     """
+    return (
+        temperature**2
+        * by_row_chunks(functools.partial(_kl_rows, temperature=temperature), student_logits, teacher_logits).sum()
+    )
+
+
+def _kl_rows(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """KL(softmax(teacher / T) || softmax(student / T)) per row: (n, V), (n, V) -> (n,)."""
     t_logp = torch.log_softmax(teacher_logits.float() / temperature, dim=-1)
     s_logp = torch.log_softmax(student_logits.float() / temperature, dim=-1)
-    return temperature**2 * (t_logp.exp() * (t_logp - s_logp)).sum()
+    return (t_logp.exp() * (t_logp - s_logp)).sum(dim=-1)
+
+
+def _kl_ce_rows(
+    student: torch.Tensor, teacher: torch.Tensor, targets: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """(n, 2): per row, the KL at temperature T and the cross-entropy of the data's token (at 1)."""
+    ce = torch.nn.functional.cross_entropy(student.float(), targets, reduction="none")
+    return torch.stack([_kl_rows(student, teacher, temperature), ce], dim=1)
 
 
 def distill_loss_sum(
@@ -49,8 +66,9 @@ def distill_loss_sum(
     Returns:
         (loss sum, {"kl": per-token KL, "ce": per-token cross-entropy}) for logging.
     """
-    kl = forward_kl_sum(student_logits, teacher_logits, temperature)
-    ce = torch.nn.functional.cross_entropy(student_logits.float(), targets, reduction="sum")
+    rows = functools.partial(_kl_ce_rows, temperature=temperature)
+    kl, ce = by_row_chunks(rows, student_logits, teacher_logits, targets).sum(dim=0).unbind()
+    kl = temperature**2 * kl
     n = max(targets.numel(), 1)
     return kl_weight * kl + (1 - kl_weight) * ce, {"kl": float(kl.detach()) / n, "ce": float(ce.detach()) / n}
 
@@ -166,6 +184,30 @@ class OnPolicyDivergenceObjective:
     def units(self, batch: GRPOBatch) -> float:
         return float(batch.loss_mask.sum())
 
+    def _rows(
+        self, logits: torch.Tensor, teacher_logits: torch.Tensor, picks: torch.Tensor, on_own: bool
+    ) -> torch.Tensor:
+        """(n, 3) for n scored rows: the loss term (the divergence; on the teacher's greedy replies its
+        own divergence, mixed with cross-entropy on its tokens), the sampler's log-prob of the picked
+        token and log p_s - log p_t of it (both without gradient)."""
+        student = torch.log_softmax(logits / self.temperature, dim=-1)
+        teacher = torch.log_softmax(teacher_logits / self.temperature, dim=-1)
+        if on_own:
+            per_row = self.divergence(student, teacher)
+        else:  # the teacher's greedy replies: its divergence, and cross-entropy on its tokens for the rest
+            per_row = self.teacher_divergence(student, teacher)
+            if self.teacher_kl_weight < 1:
+                ce = torch.nn.functional.cross_entropy(logits, picks, reduction="none")
+                per_row = self.teacher_kl_weight * per_row + (1 - self.teacher_kl_weight) * ce
+        with torch.no_grad():
+            sampler = student
+            if self.sampling_temperature != self.temperature:  # the mismatch compares the sampler's own figures
+                sampler = torch.log_softmax(logits / self.sampling_temperature, dim=-1)
+            pick = picks[:, None]
+            picked = sampler.gather(1, pick).squeeze(1)
+            estimate = (student.gather(1, pick) - teacher.gather(1, pick)).squeeze(1)
+        return torch.stack([per_row, picked, estimate], dim=1)
+
     def _logits(self, model: Any, batch: GRPOBatch, keep: torch.Tensor) -> torch.Tensor:
         args = (batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
         states = grouped_hidden(model, *args)[keep]  # (n, H): only the scored positions reach the head
@@ -175,24 +217,14 @@ class OnPolicyDivergenceObjective:
         keep = batch.loss_mask.bool()
         own = batch.sampled_mask.bool()[keep]  # the student's samples (not a teacher step's replies)
         with torch.no_grad():
-            teacher = torch.log_softmax(self._logits(self.teacher, batch, keep) / self.temperature, dim=-1)
+            teacher = self._logits(self.teacher, batch, keep)
         logits = self._logits(model, batch, keep)
-        student = torch.log_softmax(logits / self.temperature, dim=-1)
-        picks = batch.completion_ids[keep][:, None]
-        if bool(own.any()):
-            per_row = self.divergence(student, teacher)
-        else:  # the teacher's greedy replies: its divergence, and cross-entropy on its tokens for the rest
-            per_row = self.teacher_divergence(student, teacher)
-            if self.teacher_kl_weight < 1:
-                ce = torch.nn.functional.cross_entropy(logits, picks.squeeze(1), reduction="none")
-                per_row = self.teacher_kl_weight * per_row + (1 - self.teacher_kl_weight) * ce
-        with torch.no_grad():
-            sampler = student
-            if self.sampling_temperature != self.temperature:  # the mismatch compares the sampler's own figures
-                sampler = torch.log_softmax(logits / self.sampling_temperature, dim=-1)
-            picked = sampler.gather(1, picks).squeeze(1)
-            logp = torch.zeros(keep.shape, dtype=picked.dtype, device=picked.device).masked_scatter(keep, picked)
-            estimate = student.gather(1, picks).squeeze(1) - teacher.gather(1, picks).squeeze(1)
+        picks = batch.completion_ids[keep]
+        # per row: the loss term, the sampler's log-prob of the pick, the one-sample reverse-KL estimate;
+        # over row chunks, so no (N, V) log-softmax lives whole (`objectives/chunked.py`)
+        rows = by_row_chunks(functools.partial(self._rows, on_own=bool(own.any())), logits, teacher, picks)
+        per_row, picked, estimate = rows.unbind(dim=1)
+        logp = torch.zeros(keep.shape, dtype=picked.dtype, device=picked.device).masked_scatter(keep, picked)
         stats = {
             "divergence": per_row.detach().sum() / keep.sum().clamp(min=1),
             **mismatch_stats(logp, batch.engine_logprobs, batch.sampled_mask),

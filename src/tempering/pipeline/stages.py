@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from tempering.atomic import write_text_atomic
 from tempering.config import (
     BestOfNStageConfig,
     DecontamStageConfig,
@@ -290,7 +291,7 @@ def _gate(cfg: GateStageConfig, ctx: StageContext) -> StageOutput:
     with run_stage(spec) as stage:
         if not stage.finished:
             verdict = run_gate(rules, base, cand, seed=cfg.seed)
-            verdict_path.write_text(json.dumps(verdict.to_dict(), indent=1))
+            write_text_atomic(verdict_path, json.dumps(verdict.to_dict(), indent=1))
             failed = [c.rule for c in verdict.rules if not c.passed]
             with Registry.open(ctx.root) as registry:  # the verdict is an eval of the candidate: lineage shows it
                 registry.record_eval(
@@ -339,7 +340,7 @@ def _release(cfg: ReleaseStageConfig, ctx: StageContext) -> StageOutput:
                 "model": release.model,
                 "model_sha256": release.model_sha256,
             }
-            release_path.write_text(json.dumps(record, indent=1))
+            write_text_atomic(release_path, json.dumps(record, indent=1))
             stage.finish({"steps": 1, **record}, {"release": str(release_path)})
     return {"release": str(release_path)}, stage.result.summary
 

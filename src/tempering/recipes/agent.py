@@ -238,6 +238,7 @@ def _expert_sft(
 ) -> dict[str, Any]:
     from tempering.agents.training import expert_examples
     from tempering.data.batches import SFTBatches
+    from tempering.data.padding import pad_id
     from tempering.objectives.sft import SFTObjective
     from tempering.train.trainer import Trainer
 
@@ -247,8 +248,7 @@ def _expert_sft(
         raise UserError(f"sft.tiers {tiers}: no training task of those tiers")
     examples = expert_examples(held_back, renderer, sandbox)
     kept = [e for e in examples if len(e.input_ids) <= cfg.sft.max_length]
-    pad = renderer.tokenizer.pad_token_id if renderer.tokenizer.pad_token_id is not None else 0
-    batches = SFTBatches(kept, cfg.sft.batch_size, cfg.sft.max_length, pad, True, cfg.sft.seed)
+    batches = SFTBatches(kept, cfg.sft.batch_size, cfg.sft.max_length, pad_id(renderer.tokenizer), True, cfg.sft.seed)
     result = Trainer(model, SFTObjective(), batches, cfg.sft, run_dir).fit()
     return {
         "tiers": tiers,

@@ -8,10 +8,10 @@ sample accuracy) and against the oracle (any of the n correct, pass@n).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from tempering.atomic import write_jsonl_atomic
 from tempering.config import BestOfNSettings, SamplingSettings
 from tempering.types import Task
 
@@ -96,7 +96,5 @@ def run_best_of_n(
     sampling = SamplingSettings(**{k: getattr(settings, k) for k in SamplingSettings.model_fields})
     records = best_of_n(tasks, engine, scorer, sampling, settings.n, settings.seed)
     if out is not None:
-        with Path(out).open("w", encoding="utf-8") as fh:
-            for r in records:
-                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+        write_jsonl_atomic(out, records, sidecar=False)
     return summarize(records, settings.n, settings.seed)

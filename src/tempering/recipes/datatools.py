@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from tempering.atomic import write_text_atomic
 from tempering.config import DecontamSettings, DedupSettings
 
 
@@ -73,7 +74,8 @@ def dedup_file(
     quarantine = write_errors(errors, out_path, data)
     counts = {**report.summary(), "rows": report.rows + len(errors), "quarantined": len(errors)}
     report_path = report_path or out_path.with_suffix(".dedup.json")
-    report_path.write_text(
+    write_text_atomic(
+        report_path,
         json.dumps(
             {
                 **counts,
@@ -86,7 +88,7 @@ def dedup_file(
             },
             indent=1,
             ensure_ascii=False,
-        )
+        ),
     )
     return PassResult(
         counts, report_path, writer.sha256, quarantine, errors, {"clusters": report.cluster_list(limit=3)}
@@ -145,12 +147,13 @@ def decontam_file(
     if report_path is None and out_path is not None:
         report_path = out_path.with_suffix(".decontam.json")
     if report_path is not None:
-        report_path.write_text(
+        write_text_atomic(
+            report_path,
             json.dumps(
                 {**counts, "settings": settings.model_dump(), **summary, "hits": [h.to_dict() for h in report.hits]},
                 indent=1,
                 ensure_ascii=False,
-            )
+            ),
         )
     return PassResult(
         counts,

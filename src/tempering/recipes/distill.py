@@ -49,6 +49,7 @@ def build_student(cfg: DistillConfig, teacher: Any) -> Any:
 
 
 def _components(cfg: DistillConfig, data: Any, tokenizer: Any, stage: Any) -> Components:
+    from tempering.data.padding import pad_id
     from tempering.models.load import load_model
     from tempering.objectives.distill import DistillObjective
     from tempering.train.trainer import evaluate
@@ -56,7 +57,7 @@ def _components(cfg: DistillConfig, data: Any, tokenizer: Any, stage: Any) -> Co
     teacher = load_model(cfg.teacher, rope_scaling=cfg.rope_scaling)
     student = build_student(cfg, teacher)
     objective = DistillObjective(teacher, cfg.loss.temperature, cfg.loss.kl_weight)
-    batches, evals, _ = sft_components(cfg, data, tokenizer.pad_token_id)  # SFT's batches, our loss
+    batches, evals, _ = sft_components(cfg, data, pad_id(tokenizer))  # SFT's batches, our loss
     check = held_out((lambda: evaluate(student, objective, evals, cfg.train.precision)) if evals else None)
     return Components(student, objective, batches, check, extra={"teacher": teacher})
 

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from tempering.atomic import write_text_atomic
 from tempering.config import GRPOConfig, TaskSourceSettings
 from tempering.errors import UserError
 from tempering.types import Task
@@ -71,7 +72,7 @@ def domain_heldout(
         held += own
         record["domains"][d.name] = {"heldout": len(own), "train": len(train[d.name]), "from": d.tasks.source}
     (run_dir / "heldout").mkdir(parents=True, exist_ok=True)
-    (run_dir / "heldout" / "split.json").write_text(json.dumps(record, indent=1))
+    write_text_atomic(run_dir / "heldout" / "split.json", json.dumps(record, indent=1))
     return train, held
 
 

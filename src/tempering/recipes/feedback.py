@@ -32,6 +32,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from tempering.atomic import write_text_atomic
 from tempering.config import FeedbackConfig
 from tempering.errors import InputNotFound, UserError
 from tempering.runs.stage import StageSpec, input_list, run_stage
@@ -100,12 +101,13 @@ def run_feedback(cfg: FeedbackConfig) -> dict[str, Any]:
             "tasks": len(tasks),
             "pairs": len(pairs),
         }
-        outputs["report"].write_text(
+        write_text_atomic(
+            outputs["report"],
             json.dumps(
                 {**counts, "clusters": clusters.get("clusters", []), "mined_for": why[: len(tasks)]},
                 indent=1,
                 ensure_ascii=False,
-            )
+            ),
         )
         for key, path in outputs.items():
             stage.registry.record_output(stage.run_id, key, path)

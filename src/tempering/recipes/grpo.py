@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.algorithms import import_plugins
+from tempering.atomic import write_text_atomic
 from tempering.config import GRPOConfig
 from tempering.errors import UserError
 from tempering.evals.suite import Suite
@@ -107,7 +108,7 @@ def heldout_tasks(cfg: GRPOConfig, tasks: list[Task], run_dir: Path) -> tuple[li
         "heldout_ids": [t.id for t in held],
     }
     (run_dir / "heldout").mkdir(parents=True, exist_ok=True)
-    (run_dir / "heldout" / "split.json").write_text(json.dumps(record, indent=1))
+    write_text_atomic(run_dir / "heldout" / "split.json", json.dumps(record, indent=1))
     console.print(
         f"[cyan]held-out: {len(held)} of the {len(tasks)} training tasks (seeded split, "
         f"{run_dir / 'heldout' / 'split.json'})[/cyan]"

@@ -228,6 +228,7 @@ def heldout_report(
 
 
 def _components(cfg: RMConfig, data: RMData, tokenizer: Any, stage: Any) -> Components:
+    from tempering.data.padding import pad_id
     from tempering.models.lora import load_for_training
     from tempering.models.reward import RewardModel
     from tempering.objectives.reward import RewardObjective
@@ -240,7 +241,7 @@ def _components(cfg: RMConfig, data: RMData, tokenizer: Any, stage: Any) -> Comp
             f"{data.summary['eval_pairs']} held out ({data.summary['eval_prompts']} prompts)[/dim]"
         )
     model = RewardModel(load_for_training(cfg.model, cfg.lora, cfg.rope_scaling), seed=cfg.train.seed)
-    pad = tokenizer.pad_token_id
+    pad = pad_id(tokenizer)
     report = lambda: heldout_report(model, data.eval, pad, cfg.rm, cfg.train.precision, cfg.train.seed)  # noqa: E731
     check = held_out(report if data.eval else None)
     batches = RewardPairBatches(data.train, cfg.train.batch_size, pad, cfg.train.seed, shard=(w.rank, w.size))

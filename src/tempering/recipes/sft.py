@@ -84,11 +84,12 @@ def sft_files(data: Any) -> list[str]:
 
 
 def _components(cfg: SFTConfig, data: SFTData, tokenizer: Any, stage: Any) -> Components:
+    from tempering.data.padding import pad_id
     from tempering.models.lora import load_for_training
     from tempering.train.trainer import evaluate
 
     model = load_for_training(cfg.model, cfg.lora, cfg.rope_scaling)
-    batches, evals, objective = sft_components(cfg, data, tokenizer.pad_token_id)
+    batches, evals, objective = sft_components(cfg, data, pad_id(tokenizer))
     check = held_out((lambda: evaluate(model, objective, evals, cfg.train.precision)) if evals else None)
     return Components(model, objective, batches, check)
 

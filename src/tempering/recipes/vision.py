@@ -91,11 +91,12 @@ def vlm_for_training(spec: str, lora: LoraSettings | None, parts: set[str]) -> t
 
 
 def _components(cfg: VisionSFTConfig, data: SFTData, processor: Any, stage: Any) -> Components:
+    from tempering.data.padding import pad_id
     from tempering.recipes.sft import sft_components
     from tempering.train.trainer import evaluate
 
     model, counts = vision_model(cfg)
-    batches, evals, objective = sft_components(cfg, data, processor.tokenizer.pad_token_id)  # type: ignore[arg-type]
+    batches, evals, objective = sft_components(cfg, data, pad_id(processor.tokenizer))  # type: ignore[arg-type]
     check = held_out((lambda: evaluate(model, objective, evals, cfg.train.precision)) if evals else None)
     return Components(model, objective, batches, check, extra={"trainable": counts})
 

@@ -44,6 +44,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from tempering.config import SamplingParams
+from tempering.data.padding import right_pad
 from tempering.errors import UserError
 from tempering.models.llama_decode import LlamaDecoder, unsupported_reason
 from tempering.models.precision import autocast
@@ -515,10 +516,7 @@ class BatchingEngine(HFEngine):
             prefill.batch_repeat_interleave(len(requests))
             self.shared_prefix_tokens += shared * (len(requests) - 1)
         width = max(lengths) - shared
-        ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
-        for i, r in enumerate(requests):
-            ids[i, : lengths[i] - shared] = torch.tensor(r.prompt[shared:])
-        ids = ids.to(self.device)
+        ids = right_pad([r.prompt[shared:] for r in requests], self.pad_id, width=width)[0].to(self.device)
         positions = (shared + torch.arange(width, device=self.device)).expand(len(requests), -1)
         # right padding: causal attention keeps pads (after each prompt) out of its K/V and logits
         keep = torch.tensor(sorted({n - 1 - shared for n in lengths}), device=self.device)

@@ -12,7 +12,7 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
-from tempering.data.padding import left_pad
+from tempering.data.padding import PAD_ID, left_pad, right_pad
 from tempering.models.logprobs import cache_keyword
 from tempering.models.precision import autocast
 from tempering.rollout.engine import bf16_linear_weights
@@ -68,10 +68,7 @@ class PromptLookupDrafter:
 
     def propose(self, contexts, k, temperature, top_p, generator):
         found = [self.lookup(c, k) for c in contexts]
-        width = max(len(f) for f in found)
-        tokens = torch.zeros((len(found), width), dtype=torch.long)
-        for i, f in enumerate(found):
-            tokens[i, : len(f)] = torch.tensor(f, dtype=torch.long)
+        tokens, _ = right_pad(found, PAD_ID)
         return tokens, None, torch.tensor([len(f) for f in found])
 
     def accepted(self, n_accepted: Sequence[int]) -> None:

@@ -45,7 +45,7 @@ from typing import Any, Protocol, Sequence, overload, runtime_checkable
 import torch
 
 from tempering.config import SamplingParams, SamplingSettings
-from tempering.data.padding import left_pad
+from tempering.data.padding import left_pad, pad_id
 from tempering.hashing import model_state_hash
 from tempering.models.logprobs import cache_keyword
 from tempering.models.precision import autocast, resolve_precision
@@ -195,6 +195,20 @@ def row_uniforms(generators: Sequence[torch.Generator | None]) -> torch.Tensor:
     return torch.cat([torch.rand(1, generator=g) for g in generators])
 
 
+def top_p_cut(weights: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Top-p (nucleus) truncation of (..., V) unnormalised probabilities, the one rule every sampler
+    and the speculative verifier share: sorted descending, every token past the smallest prefix
+    whose mass reaches `top_p` of the total is zeroed (the first token always stays).
+
+    Returns:
+        (kept weights in sorted order (..., V), the sort order (..., V), the total mass (...,)).
+    """
+    weights, order = weights.sort(dim=-1, descending=True)
+    mass = weights.cumsum(dim=-1)
+    total = mass[..., -1]
+    return weights.masked_fill_(mass - weights >= top_p * total[..., None], 0.0), order, total
+
+
 def sample_tokens(
     logits: torch.Tensor,
     temperature: float,
@@ -218,11 +232,8 @@ def sample_tokens(
     top = logits.amax(dim=-1, keepdim=True)
     weights, order = (logits - top).div_(temperature).exp_(), None
     if top_p < 1.0:
-        weights, order = weights.sort(dim=-1, descending=True)
-        mass = weights.cumsum(dim=-1)
-        total = mass[:, -1]
-        # keep the smallest prefix whose mass reaches top_p (the first token always stays)
-        cdf = weights.masked_fill_(mass - weights >= top_p * total[:, None], 0.0).cumsum_(dim=-1)
+        kept, order, total = top_p_cut(weights, top_p)
+        cdf = kept.cumsum_(dim=-1)
     else:
         cdf = weights.cumsum_(dim=-1)
         total = cdf[:, -1]
@@ -297,7 +308,7 @@ class HFEngine:
         self.precision = resolve_precision(precision)
         self.max_batch_prompts = max_batch_prompts
         self._cache_kw = cache_keyword(model)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = pad_id(tokenizer)
         self.eos_id = tokenizer.eos_token_id
 
     @property

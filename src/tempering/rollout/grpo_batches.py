@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from tempering.batches import PIXEL_KEYS, GRPOBatch
-from tempering.data.padding import PAD_ID, left_pad
+from tempering.data.padding import PAD_ID, left_pad, right_pad
 from tempering.models.logprobs import grouped_logprobs
 from tempering.models.precision import autocast
 from tempering.types import Trajectory
@@ -87,19 +87,12 @@ def grpo_tensors(groups: Sequence[GroupRows]) -> GRPOBatch:
     prompt_ids, prompt_mask = left_pad([g.prompt_ids for g in groups], PAD_ID)
     trajs = [t for g in groups for t in g.trajectories]
     width = max(1, max(len(t.completion_ids) for t in trajs))
-    completion_ids = torch.full((len(trajs), width), PAD_ID, dtype=torch.long)
-    completion_mask = torch.zeros_like(completion_ids)
-    loss_mask = torch.zeros_like(completion_ids)
-    sampled_mask = torch.zeros_like(completion_ids)
-    engine_logprobs = torch.zeros((len(trajs), width), dtype=torch.float32)
     masks = [(lm, sm) for g in groups for lm, sm in zip(g.loss_masks, g.sampled_masks)]
-    for i, (t, (lm, sm)) in enumerate(zip(trajs, masks)):
-        n = len(t.completion_ids)
-        completion_ids[i, :n] = torch.tensor(t.completion_ids, dtype=torch.long)
-        completion_mask[i, :n] = 1
-        loss_mask[i, :n] = torch.tensor(lm, dtype=torch.long)
-        sampled_mask[i, :n] = torch.tensor(sm, dtype=torch.long)
-        engine_logprobs[i, :n] = torch.tensor(t.completion_logprobs, dtype=torch.float32)
+    completion_ids, completion_mask = right_pad([t.completion_ids for t in trajs], PAD_ID, width=width)
+    loss_mask, _ = right_pad([lm for lm, _ in masks], 0, width=width)
+    sampled_mask, _ = right_pad([sm for _, sm in masks], 0, width=width)
+    logprobs = [t.completion_logprobs for t in trajs]
+    engine_logprobs, _ = right_pad(logprobs, 0.0, width=width, dtype=torch.float32)
     return GRPOBatch(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
@@ -131,15 +124,14 @@ def _routing(groups: Sequence[GroupRows], prompt_mask: torch.Tensor, width: int)
     per_token = [torch.tensor(t.routing, dtype=torch.long) for t in trajs]
     shape = per_token[0].shape[1:]  # (layers, k)
     prompt = torch.full((*prompt_mask.shape, *shape), -1, dtype=torch.long)
-    completion = torch.full((len(trajs), width, *shape), -1, dtype=torch.long)
+    rests = []
     first = 0
     for g, group in enumerate(groups):
         plen = len(group.prompt_ids)
         prompt[g][prompt_mask[g].bool()] = per_token[first][:plen]  # where the prompt's tokens sit
-        for i in range(first, first + len(group.trajectories)):
-            rest = per_token[i][plen:]
-            completion[i, : rest.shape[0]] = rest
+        rests += [per_token[i][plen:] for i in range(first, first + len(group.trajectories))]
         first += len(group.trajectories)
+    completion, _ = right_pad(rests, -1, width=width)
     return {"prompt_routing": prompt, "completion_routing": completion}
 
 

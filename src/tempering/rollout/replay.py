@@ -45,9 +45,7 @@ def replay(
     completions = [c for group in groups for c in group]
     prompt_ids, prompt_mask = left_pad(prompts, PAD_ID)
     ids, mask = right_pad([c.token_ids for c in completions], PAD_ID)
-    rollout = torch.zeros(ids.shape, dtype=torch.float32)
-    for i, c in enumerate(completions):
-        rollout[i, : len(c.logprobs)] = torch.tensor(c.logprobs, dtype=torch.float32)
+    rollout, _ = right_pad([c.logprobs for c in completions], 0.0, width=ids.shape[1], dtype=torch.float32)
     pixels = prompt_pixels(prompts, torch.device("cpu"))
     train = trainer_logprobs(model, prompt_ids, prompt_mask, ids, mask, precision, params.temperature, pixels)
     figures = {k: float(v) for k, v in mismatch_stats(train, rollout, mask).items()}

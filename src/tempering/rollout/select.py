@@ -101,6 +101,7 @@ def build_engine(
 def build_drafter(draft: DraftSettings, target: Any, tokenizer: Any, precision: str) -> Any:
     """The `Drafter` `draft` names for `target`: a draft model (the target's tokenizer) loaded
     onto the target's device, computing in the target's precision; or prompt lookup."""
+    from tempering.data.padding import pad_id
     from tempering.rollout.drafters import ModelDrafter, PromptLookupDrafter
 
     if draft.model is None:
@@ -109,9 +110,9 @@ def build_drafter(draft: DraftSettings, target: Any, tokenizer: Any, precision: 
     from tempering.models.precision import resolve_precision
 
     model = load_model(draft.model).to(next(target.parameters()).device).eval()
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     vocab = None if draft.vocab is None else _token_ids(draft.vocab)
-    return ModelDrafter(model, resolve_precision(precision), pad_id, vocab=vocab, min_confidence=draft.min_confidence)
+    pad = pad_id(tokenizer)
+    return ModelDrafter(model, resolve_precision(precision), pad, vocab=vocab, min_confidence=draft.min_confidence)
 
 
 def _token_ids(path: str) -> list[int]:

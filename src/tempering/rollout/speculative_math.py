@@ -23,14 +23,14 @@ import torch
 
 
 def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """The distribution a sampler draws from: softmax(logits / T), then top-p truncation
-    (the smallest prefix of sorted tokens whose mass reaches top_p, renormalised). (..., V)."""
+    """The distribution a sampler draws from: softmax(logits / T), then the samplers' top-p cut
+    (`rollout.engine.top_p_cut`), renormalised. (..., V)."""
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     if top_p >= 1.0:
         return probs
-    sorted_p, order = probs.sort(dim=-1, descending=True)
-    drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # the first token always stays
-    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    from tempering.rollout.engine import top_p_cut
+
+    sorted_p, order, _ = top_p_cut(probs, top_p)
     kept = torch.zeros_like(probs).scatter(-1, order, sorted_p)
     return kept / kept.sum(dim=-1, keepdim=True)
 

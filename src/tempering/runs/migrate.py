@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tempering.atomic import write_text_atomic
 from tempering.runs import schema
 
 
@@ -75,7 +76,7 @@ def v1_to_v2(conn: sa.Connection, registry_path: Path) -> None:
                 "role": "final",
             }
             # the name is registry.MARKER (not imported: registry imports this module)
-            (local_final / "tempering-run.json").write_text(json.dumps(marker, indent=1) + "\n")
+            write_text_atomic(local_final / "tempering-run.json", json.dumps(marker, indent=1) + "\n")
 
 
 def v2_to_v3(conn: sa.Connection) -> None:

@@ -38,6 +38,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
+from tempering.atomic import write_text_atomic
 from tempering.errors import InputNotFound, UserError
 from tempering.hashing import sha256_file as file_sha256
 from tempering.runs import REGISTRY_ENV, REGISTRY_FILE, migrate, project_registry, schema
@@ -329,7 +330,7 @@ class Registry:
             conn.execute(sa.insert(run_outputs).values(run_id=run_id, role=role, path=str(path), sha256=sha))
         if path.is_dir():
             marker = {"registry": self.location, "run_id": run_id, "run": run["name"], "role": role}
-            (path / MARKER).write_text(json.dumps(marker, indent=1) + "\n")
+            write_text_atomic(path / MARKER, json.dumps(marker, indent=1) + "\n")
 
     def finish(self, run_id: str, outputs: dict, metrics: dict) -> None:
         with self.transaction() as conn:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from tempering.atomic import write_text_atomic
 from tempering.config.base import run_name_problem
 from tempering.errors import UserError, crashes_into
 from tempering.runs import REGISTRY_FILE
@@ -223,7 +224,7 @@ class Stage:
             "final": str(final) if final.is_dir() else None,
             **summary,
         }
-        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
+        write_text_atomic(self.run_dir / SUMMARY_FILE, json.dumps(summary, indent=1))
         outputs = {"final": str(final), "metrics": str(metrics_path(self.run_dir)), **outputs}
         if (self.run_dir / "best").is_dir():
             self.registry.record_output(self.run_id, "best", self.run_dir / "best")
@@ -306,7 +307,7 @@ def _run_body(stage: Stage, tell: Any) -> Iterator[Stage]:
     if resuming:  # an interrupted attempt is this run, resumed: one run in listings, not a failure
         stage.registry.mark_resumed(previous["id"], stage.run_id)
     stage.registry.record_output(stage.run_id, "run_dir", run_dir)
-    (run_dir / CONFIG_FILE).write_text(json.dumps(spec.config, indent=1))
+    write_text_atomic(run_dir / CONFIG_FILE, json.dumps(spec.config, indent=1))
     _seed(spec.seed, spec.threads)
     tell(stage)
     try:

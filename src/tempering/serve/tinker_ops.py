@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from tempering import errors
+from tempering.atomic import write_text_atomic
 from tempering.config import EngineSettings, LoraSettings, SamplingParams
 from tempering.data.padding import PAD_ID, right_pad
 from tempering.models.load import ModelNotFound, load_model, load_tokenizer
@@ -302,8 +303,9 @@ def save_state(trainee: Trainee, out: Path) -> Path:
     """Adapter weights, optimizer state and step count: what `load_state` restores."""
     save_for_sampler(trainee, out)
     torch.save(trainee.optimizer.state_dict(), out / "optimizer.pt")
-    (out / "tinker_state.json").write_text(
-        json.dumps({"base": trainee.base, "rank": trainee.rank, "steps": trainee.steps, "parts": trainee.parts})
+    write_text_atomic(
+        out / "tinker_state.json",
+        json.dumps({"base": trainee.base, "rank": trainee.rank, "steps": trainee.steps, "parts": trainee.parts}),
     )
     return out
 

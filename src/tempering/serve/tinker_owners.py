@@ -28,6 +28,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from tempering.atomic import write_text_atomic
 from tempering.errors import UserError
 
 TINKER_SCHEME = "tinker://"
@@ -143,8 +144,8 @@ class Owners:
                 raise UserError(f"{call}: training client {model_id} exists already")
             folder.mkdir()
             record = ModelRecord(model_id, key, session_id, base)
-            (folder / RECORD).write_text(
-                json.dumps({"key": key, "session": session_id, "base": base, "at": time.time()})
+            write_text_atomic(
+                folder / RECORD, json.dumps({"key": key, "session": session_id, "base": base, "at": time.time()})
             )
             self._models[model_id] = record
         return model_id

@@ -36,7 +36,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from tempering.atomic import fsync_file
+from tempering.atomic import fsync_file, write_text_atomic
 from tempering.hashing import sha256_file
 from tempering.models.checkpoints import MANIFEST as MANIFEST  # re-exported: defined below train/
 from tempering.models.checkpoints import CheckpointError, verify_checkpoint
@@ -154,9 +154,9 @@ def save_checkpoint(
     save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, tmp / "weights.safetensors")
     torch.save(optimizer, tmp / "optimizer.pt")
     save_rng(rng if rng is not None else rng_state(), tmp / RNG_FILE)
-    (tmp / "state.json").write_text(json.dumps(state, indent=1))
+    write_text_atomic(tmp / "state.json", json.dumps(state, indent=1))
     files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
-    (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "step": step, "files": files}, indent=1))
+    write_text_atomic(tmp / MANIFEST, json.dumps({"format": FORMAT, "step": step, "files": files}, indent=1))
     for p in tmp.iterdir():  # durable before it becomes visible
         fsync_file(p)
     aside = root / f".step-{step:08d}.old-{os.getpid()}"

@@ -22,6 +22,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
+from tempering.data.textnorm import canonical_text
 from tempering.errors import UserError
 from tempering.numbers import is_bare_number, parse_number
 from tempering.types import Reward
@@ -136,14 +137,10 @@ def score_numeric_close(spec: dict[str, Any], completion: str, ctx: VerifierCont
     return Reward(value=value, components={"close": value}, detail=f"extracted: {str(got)!r}")
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.split()).casefold()
-
-
 @register("exact", check=_needs_answer)
 def score_exact(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> Reward:
     answer = extract_final_answer(completion)
-    return _reward(_norm(answer) == _norm(str(spec["answer"])), answer)
+    return _reward(canonical_text(answer) == canonical_text(str(spec["answer"])), answer)
 
 
 @register("regex", check=_needs_pattern)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tempering.data.safety import ANSWERABILITY_CATEGORIES, SAFETY_CATEGORIES
+from tempering.data.textnorm import canonical_text
 from tempering.errors import UserError
 from tempering.types import Reward
 from tempering.verifiers.base import register
@@ -134,18 +135,9 @@ class Detection:
     cue: str | None = None
 
 
-def normalise(text: str) -> str:
-    """Lower case, straight apostrophes, single spaces; `can ' t` (word-level detokenised) becomes `can't`."""
-    text = text.replace("\u2019", "'").replace("\u2018", "'").replace("`", "'").casefold()
-    text = re.sub(r"\s*'\s*(?=(?:t|s|m|re|ve|ll|d)\b)", "'", text)
-    text = re.sub(r"\s+([,.!?;:])", r"\1", text)
-    text = re.sub(r"\b(can|won|don|didn|doesn|isn|wasn|couldn|shouldn)t\b", r"\1't", text)
-    return " ".join(text.split())
-
-
 def detect_refusal(reply: str) -> Detection:
     """Whether `reply` declines (see the module docstring for the rule)."""
-    text = normalise(reply)
+    text = canonical_text(reply)
     opening = text[:OPENING_CHARS]
     for cue in _REFUSAL_CUES:
         for m in cue.finditer(opening):
@@ -160,7 +152,7 @@ def detect_refusal(reply: str) -> Detection:
 
 def detect_abstention(reply: str) -> Detection:
     """Whether `reply` says it does not know (or that the thing does not exist) without then guessing."""
-    text = normalise(reply)
+    text = canonical_text(reply)
     opening = text[:OPENING_CHARS]
     for cue in _ABSTAIN_CUES:
         m = cue.search(opening)
@@ -201,8 +193,8 @@ def score_refusal(spec: dict[str, Any], completion: str, ctx: VerifierContext) -
 
 
 def _has_answer(text: str, answers: list[str]) -> bool:
-    norm = normalise(text)
-    return any(re.search(rf"(?<!\w){re.escape(normalise(a))}(?!\w)", norm) for a in answers if a.strip())
+    norm = canonical_text(text)
+    return any(re.search(rf"(?<!\w){re.escape(canonical_text(a))}(?!\w)", norm) for a in answers if a.strip())
 
 
 @register("abstain", check=_check_abstain)
