@@ -12,7 +12,6 @@ import os
 import sys
 from typing import Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -25,6 +24,7 @@ from tempering.cli.longctx import data_longctx, model_rope
 from tempering.cli.pipeline import demo, run_pipeline_cmd
 from tempering.cli.runs import export, init, lineage, model_app, release_app, runs_app, traj
 from tempering.cli.serve import arena_app, feedback_app, keys_app, serve
+from tempering.cli.tinker import tinker_app
 from tempering.cli.vision import vision_app
 from tempering.sandbox.cli import app as sandbox_app
 
@@ -39,14 +39,14 @@ class VerboseAnywhere(TyperGroup):
     """`temper`'s command group: `--verbose` / `-v` and `--debug` count wherever they stand
     (`temper sft c.yaml -v` as `temper -v sft c.yaml`), up to a `--` that ends the options."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         end = args.index("--") if "--" in args else len(args)
         flags = [a for a in args[:end] if a in VERBOSE]
         debug = [DEBUG] if DEBUG in args[:end] else []
         rest = [a for a in args[:end] if a not in VERBOSE and a != DEBUG] + args[end:]
         return super().parse_args(ctx, flags[:1] + debug + rest)
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:
         """Run the command through `run_command` (bad input: one line; a bug: one line and a
         crash log). Ctrl-C prints how to go on and exits 130 at once. A plain exit would
         first wait for worker threads (a rollout sampling ahead, scoring pools) to finish their
@@ -157,6 +157,7 @@ for _name, _group in (
     ("keys", keys_app),
     ("feedback", feedback_app),
     ("arena", arena_app),
+    ("tinker", tinker_app),
     ("vision", vision_app),
 ):
     app.add_typer(_group, name=_name)

@@ -1,4 +1,5 @@
-"""`temper serve`, `temper keys`, `temper feedback`, `temper arena`: the OpenAI-compatible server and what hangs off it."""
+"""`temper serve`, `temper keys`, `temper feedback`, `temper arena`: the OpenAI-compatible server and what hangs off it
+(the Tinker API server is `temper tinker serve`, cli/tinker.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from tempering.cli.common import err, fail, refuse_flag_keys
+from tempering.cli.common import err, fail, refuse_flag_keys, retired_option
 
 out = Console(highlight=False, soft_wrap=True)
 
@@ -58,9 +59,9 @@ def serve(
         "`temper feedback export --trajectories` writes them as agent episodes.",
     ),
     rate_limit: Optional[int] = typer.Option(
-        None, min=1, help="Requests per minute per key (default for keys without one; 600, --tinker 6000)."
+        None, min=1, help="Requests per minute per key (default for keys without one; 600)."
     ),
-    max_tokens: Optional[int] = typer.Option(None, min=1, help="Default and largest max_tokens (256, --tinker 1024)."),
+    max_tokens: Optional[int] = typer.Option(None, min=1, help="Default and largest max_tokens (256)."),
     arena_prompts: Optional[Path] = typer.Option(
         None, help="Prompts for the arena (JSONL with 'prompt', or text lines)."
     ),
@@ -69,46 +70,15 @@ def serve(
     overrides: Optional[List[str]] = typer.Option(
         None, "--set", help="ServeConfig override key=value (repeatable), e.g. engine.max_slots=64."
     ),
-    tinker: bool = typer.Option(
-        False,
-        "--tinker",
-        help="Serve the Tinker API instead (the `tinker` SDK and tinker-cookbook recipes train and sample here; "
-        "TINKER_API_KEY=<the key `temper keys create` prints>); --set takes TinkerServeConfig keys.",
-    ),
+    _tinker: bool = retired_option("--tinker", "its own command, `temper tinker serve`"),
 ) -> None:
-    """Serve releases over an OpenAI-compatible API (plus feedback, audit and the arena at /arena),
-    or with --tinker the Tinker training and sampling API (docs/integrations.md)."""
+    """Serve releases over an OpenAI-compatible API (plus feedback, audit and the arena at /arena;
+    docs/serve.md). The Tinker API is `temper tinker serve`."""
     import os
 
-    from tempering.runs import REGISTRY_ENV
-
-    if tinker:
-        not_tinker = {
-            "--canary-share": canary_share != 0.0,
-            "--log-text": log_text,
-            "--capture-tokens": capture_tokens,
-            "--arena-prompts": arena_prompts is not None,
-            "--quantize": quantize != "none",
-        }
-        for flag, given in not_tinker.items():
-            if given:
-                fail(f"{flag} does nothing with --tinker (the Tinker API serves training clients' weights)")
-        tinker_values = dict(
-            host=host,
-            port=port,
-            state=state,
-            registry=registry or os.environ.get(REGISTRY_ENV),
-            model=model,
-            rate_limit=rate_limit,
-            max_tokens=max_tokens,
-            precision=precision,
-        )
-        refuse_flag_keys(overrides or [], tinker_values)
-        _serve_tinker({k: v for k, v in tinker_values.items() if v is not None}, overrides or [])
-        return
     import uvicorn
 
-    from tempering.runs import default_registry, project_registry
+    from tempering.runs import REGISTRY_ENV, default_registry, project_registry
     from tempering.serve.config import ServeConfig
 
     if registry is None and (os.environ.get(REGISTRY_ENV) or project_registry() is not None):
@@ -180,26 +150,6 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.close()
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server there? choose another --port)")
     return sock
-
-
-def _serve_tinker(values: dict, overrides: list[str]) -> None:
-    """`temper serve --tinker`: the Tinker API server (serve/tinker.py) for these flag values."""
-    from tempering.config import ConfigError, load_config
-    from tempering.serve.config import TinkerServeConfig
-
-    try:
-        cfg = load_config(TinkerServeConfig, None, overrides, literal=values)
-    except ConfigError as exc:
-        fail(exc)
-    try:
-        from tempering.serve.tinker import create_tinker_app, lost_message, serve_tinker
-    except ImportError as exc:
-        fail(f"--tinker needs the tinker SDK's wire types: pip install 'tempering[tinker]' ({exc})")
-    app = create_tinker_app(cfg)
-    if app.state.jobs.owners.lost:
-        out.print(lost_message(app.state.jobs))
-    out.print(f"Tinker API on http://{cfg.host}:{cfg.port} (TINKER_BASE_URL), state {cfg.state}")
-    serve_tinker(app)
 
 
 @keys_app.command("create")
