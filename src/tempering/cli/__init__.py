@@ -1,8 +1,10 @@
 """`temper`: each command parses its config/flags and calls one function.
 
-One module per command group: `train` (every training command), `data`, `eval`, `runs`
-(runs, lineage, releases, export), `serve`, `chat`, `pipeline` (`temper run`, `temper demo`);
-`common` holds what they share.
+One module per command group, by what a user thinks of: `train` (every training command),
+`data`, `eval`, `runs` (recorded runs and their rollouts), `lineage`, `release`, `model`
+(`export`, `model ...`), `registry` (which registry a command opens; `init`), `serve` (the
+OpenAI server, keys, feedback, arena), `tinker` (the Tinker API server), `chat`, `pipeline`
+(`temper run`, `temper demo`); `common` holds what they share.
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ from tempering.cli.agent import agent_app
 from tempering.cli.chat import chat
 from tempering.cli.data import data_app
 from tempering.cli.eval import eval_app, verify
+from tempering.cli.lineage import lineage
 from tempering.cli.longctx import data_longctx, model_rope
+from tempering.cli.model import export, model_app
 from tempering.cli.pipeline import demo, run_pipeline_cmd
-from tempering.cli.runs import export, init, lineage, model_app, release_app, runs_app, traj
+from tempering.cli.registry import init
+from tempering.cli.release import release_app
+from tempering.cli.runs import runs_app, traj
 from tempering.cli.serve import arena_app, feedback_app, keys_app, serve
 from tempering.cli.tinker import tinker_app
 from tempering.cli.vision import vision_app

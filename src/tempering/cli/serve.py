@@ -86,7 +86,7 @@ def serve(
     if registry and "://" not in registry and not Path(registry).is_file():
         fail(f"no registry at {registry}")
     if registry:
-        from tempering.cli.runs import redacted
+        from tempering.cli.registry import redacted
 
         err.print(f"[dim]registry: {redacted(registry)}[/dim]")
     if arena_prompts is not None and not arena_prompts.is_file():
