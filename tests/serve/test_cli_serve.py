@@ -20,11 +20,11 @@ def test_keys_create_list_revoke(tmp_path):
     store = Store(tmp_path / "dep" / "serve.sqlite")
     key = store.authenticate(secret)
     assert secret.startswith("tml-") and key is not None and key.name == "alice"
-    listed = runner.invoke(app, ["keys", "list", "--state", state]).output
+    listed = runner.invoke(app, ["keys", "ls", "--state", state]).output
     assert "alice  active  rate_limit=5" in listed and secret not in listed
     assert runner.invoke(app, ["keys", "revoke", "alice", "--state", state]).exit_code == 0
     assert store.authenticate(secret) is None
-    assert "revoked" in runner.invoke(app, ["keys", "list", "--state", state]).output
+    assert "revoked" in runner.invoke(app, ["keys", "ls", "--state", state]).output
 
 
 def test_errors_are_one_line(tmp_path):

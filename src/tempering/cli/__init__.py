@@ -15,11 +15,11 @@ import sys
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
 
 from tempering.cli import train
 from tempering.cli.agent import agent_app
 from tempering.cli.chat import chat
+from tempering.cli.common import RetiredCommands
 from tempering.cli.data import data_app
 from tempering.cli.eval import eval_app, verify
 from tempering.cli.lineage import lineage
@@ -41,9 +41,12 @@ DEBUG = "--debug"
 DEBUG_KEY = "tempering.debug"  # in click's ctx.meta, which every sub-context shares
 
 
-class VerboseAnywhere(TyperGroup):
+class VerboseAnywhere(RetiredCommands):
     """`temper`'s command group: `--verbose` / `-v` and `--debug` count wherever they stand
-    (`temper sft c.yaml -v` as `temper -v sft c.yaml`), up to a `--` that ends the options."""
+    (`temper sft c.yaml -v` as `temper -v sft c.yaml`), up to a `--` that ends the options.
+    A retired command name (`vision_sft`) is one line naming the new one."""
+
+    retired: dict[str, str] = {}
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         end = args.index("--") if "--" in args else len(args)
@@ -134,6 +137,7 @@ def main(
     quiet_libraries(verbose)
 
 
+VerboseAnywhere.retired.update(train.retired_names())
 for _name, _command in train.commands().items():
     if _name == "agent":  # a group: `temper agent CONFIG` trains, `temper agent export-recovered RUN` exports
         app.add_typer(agent_app(_command, _command.__doc__ or ""), name=_name)

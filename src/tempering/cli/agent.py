@@ -25,7 +25,9 @@ class TrainByDefault(TyperGroup):
 
 def export_recovered(
     run: Path = typer.Argument(..., help="A `temper agent` run directory (runs/NAME) with trajectories.jsonl."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Where to write the rows (default: RUN/recovered.jsonl)."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Where to write the rows (default: RUN/recovered.jsonl)."
+    ),
 ) -> None:
     """Write the run's recovered episodes (an error, the feedback read, then success) as SFT rows
     with provenance (run, step, task id); prints one JSON line."""

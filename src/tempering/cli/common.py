@@ -27,7 +27,7 @@ err = Console(
 STEPS = typer.Option(None, help="Optimizer steps.")
 
 
-OUT = typer.Option(None, "--out", help="Run root.")
+OUT = typer.Option(None, "--out", "-o", help="Run root.")
 
 
 NAME = typer.Option(None, help="Run name (re-using one resumes it).")

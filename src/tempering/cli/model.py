@@ -24,7 +24,7 @@ def export(
         metavar="MODEL",
         help="A PEFT adapter or a model: a directory (runs/NAME/final) or a checkpoint (runs/NAME@step-40).",
     ),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Where to write the merged HF model (adapters)."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to write the merged HF model (adapters)."),
     dtype: str = typer.Option("fp32", "--dtype", help="Weights of the merged model: fp32, bf16 or fp16."),
     gguf: Optional[Path] = typer.Option(None, "--gguf", help="Also write a GGUF file (llama.cpp's converter)."),
     outtype: str = typer.Option("f16", "--outtype", help="GGUF weights: f32, f16, bf16, q8_0 or auto."),

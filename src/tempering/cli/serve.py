@@ -11,12 +11,16 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from tempering.cli.common import err, fail, refuse_flag_keys, retired_option
+from tempering.cli.common import RetiredCommands, err, fail, refuse_flag_keys, retired_option
 
 out = Console(highlight=False, soft_wrap=True)
 
 
-keys_app = typer.Typer(help="API keys of a deployment: create, list, revoke.", no_args_is_help=True)
+class _KeysGroup(RetiredCommands):
+    retired = {"list": "ls"}
+
+
+keys_app = typer.Typer(cls=_KeysGroup, help="API keys of a deployment: create, ls, revoke.", no_args_is_help=True)
 
 
 feedback_app = typer.Typer(help="Feedback collected by `temper serve`.", no_args_is_help=True)
@@ -169,8 +173,8 @@ def keys_create(
     print(secret)
 
 
-@keys_app.command("list")
-def keys_list(state: Path = STATE) -> None:
+@keys_app.command("ls")
+def keys_ls(state: Path = STATE) -> None:
     """Keys with their status (secrets are never shown: only hashes are stored)."""
     import time
 
@@ -195,7 +199,7 @@ def keys_revoke(name: str = typer.Argument(..., help="Key name or id."), state: 
 
 @feedback_app.command("export")
 def feedback_export(
-    out_path: Optional[Path] = typer.Option(None, "--out", help="JSONL of feedback rows to write."),
+    out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="JSONL of feedback rows to write."),
     trajectories: Optional[Path] = typer.Option(
         None,
         "--trajectories",
@@ -225,7 +229,7 @@ def feedback_export(
 
 @arena_app.command("export")
 def arena_export(
-    out_path: Path = typer.Option(..., "--out", help="JSONL of preference pairs to write."), state: Path = STATE
+    out_path: Path = typer.Option(..., "--out", "-o", help="JSONL of preference pairs to write."), state: Path = STATE
 ) -> None:
     """Arena votes as preference pairs with `votes` (for `temper data agree` and DPO; the feedback stage's `votes`)."""
     from tempering.atomic import write_jsonl_atomic
