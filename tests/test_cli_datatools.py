@@ -35,7 +35,7 @@ def test_dedup_writes_kept_rows_report_checksum_quarantine_and_registry(tmp_path
     data = write_jsonl(tmp_path / "in.jsonl", rows)
     data.write_text(data.read_text() + "{broken\n")
     out = tmp_path / "out" / "kept.jsonl"
-    result = run("data", "dedup", data, "-o", out, "--runs", tmp_path / "runs")
+    result = run("data", "dedup", data, "-o", out, "--root", tmp_path / "runs")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert {
@@ -61,9 +61,9 @@ def test_dedup_writes_kept_rows_report_checksum_quarantine_and_registry(tmp_path
 
 def test_dedup_refuses_bad_options_and_missing_files_in_one_line(tmp_path):
     data = write_jsonl(tmp_path / "in.jsonl", [{"text": BASE}])
-    bad = run("data", "dedup", data, "-o", tmp_path / "o.jsonl", "--threshold", "1.5", "--runs", "")
+    bad = run("data", "dedup", data, "-o", tmp_path / "o.jsonl", "--threshold", "1.5", "--root", "")
     assert bad.exit_code == 2 and "threshold" in bad.output and len(bad.output.strip().splitlines()) == 1
-    missing = run("data", "dedup", tmp_path / "none.jsonl", "-o", tmp_path / "o.jsonl", "--runs", "")
+    missing = run("data", "dedup", tmp_path / "none.jsonl", "-o", tmp_path / "o.jsonl", "--root", "")
     assert missing.exit_code == 2 and "data file not found" in missing.output
     assert not (tmp_path / "o.jsonl").exists()
 
@@ -97,7 +97,7 @@ def test_decontam_with_settings_report_and_registry(tmp_path):
         private,
         "-o",
         out,
-        "--runs",
+        "--root",
         tmp_path / "runs",
         "--n",
         "8",
@@ -115,6 +115,6 @@ def test_decontam_with_settings_report_and_registry(tmp_path):
 def test_empty_runs_records_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     data = write_jsonl(tmp_path / "in.jsonl", [{"text": BASE}, {"text": BASE}])
-    result = run("data", "dedup", data, "-o", tmp_path / "o.jsonl", "--runs", "")
+    result = run("data", "dedup", data, "-o", tmp_path / "o.jsonl", "--root", "")
     assert result.exit_code == 0 and json.loads(result.stdout.strip().splitlines()[-1])["run_id"] is None
     assert not list(tmp_path.rglob("registry.sqlite"))

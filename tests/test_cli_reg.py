@@ -75,7 +75,7 @@ def test_lineage_shows_data_pass_stage_checkpoint_eval_and_why_not_released(tmp_
     ]
     raw = write_jsonl(tmp_path / "raw.jsonl", rows)
     kept = tmp_path / "kept.jsonl"
-    res = run("data", "dedup", raw, "-o", kept, "--runs", tmp_path / "runs")
+    res = run("data", "dedup", raw, "-o", kept, "--root", tmp_path / "runs")
     assert res.exit_code == 0, res.output
     with Registry(where) as reg:
         run_id, final = _checkpoint(reg, tmp_path, "harmful-lr", [describe_input(kept, "train")])

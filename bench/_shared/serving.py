@@ -1,5 +1,5 @@
 """What the serving benches share: the chat prompts they send, a free loopback port, and a
-`temper serve --tinker` subprocess with a fresh key."""
+`temper tinker serve` subprocess with a fresh key."""
 
 import socket
 import subprocess
@@ -26,14 +26,14 @@ def temper(*args: str) -> list[str]:
 
 
 def start_tinker_server(state: Path, port: int, env: dict) -> tuple[subprocess.Popen, str]:
-    """`temper serve --tinker` on 127.0.0.1:port (niced, its log in `state/server.log`) and a fresh
+    """`temper tinker serve` on 127.0.0.1:port (niced, its log in `state/server.log`) and a fresh
     key for it, as `temper keys create` prints it (what TINKER_API_KEY takes)."""
     made = subprocess.run(
         temper("keys", "create", "bench", "--state", str(state)), env=env, check=True, capture_output=True
     )
     key = made.stdout.decode().strip().splitlines()[-1]
     log = (state / "server.log").open("ab")
-    cmd = temper("serve", "--tinker", "--port", str(port), "--state", str(state))
+    cmd = temper("tinker", "serve", "--port", str(port), "--state", str(state))
     proc = subprocess.Popen(["nice", "-n", "10", *cmd], env=env, stdout=log, stderr=log)
     import httpx
 

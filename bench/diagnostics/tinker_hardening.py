@@ -1,11 +1,11 @@
-"""`temper serve --tinker` under a second key's load and under attack: what one key's long call
+"""`temper tinker serve` under a second key's load and under attack: what one key's long call
 costs another key's short one, what the memory-bomb requests cost the server, how long a
 SIGTERM mid-call takes to stop it.
 
     python bench/diagnostics/tinker_hardening.py --label after
     python bench/diagnostics/tinker_hardening.py --src /path/to/other/checkout/src --label before
 
-The server runs in its own process (`python -m tempering.cli serve --tinker`, 127.0.0.1, fp32,
+The server runs in its own process (`python -m tempering.cli tinker serve`, 127.0.0.1, fp32,
 `--src` first on its PYTHONPATH, so another checkout is measured by this same driver) on a tiny
 random Llama (2 layers, hidden 32, vocabulary 512, saved with the default tokenizer; the
 requests are token ids below 512), the size of the test's model, so a step is short.
@@ -77,7 +77,7 @@ def start_server(src: Path, state: Path, model: Path, port: int) -> subprocess.P
     import httpx
 
     env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "tempering.cli", "serve", "--tinker", "--port", str(port), "--state", str(state)]
+    cmd = [sys.executable, "-m", "tempering.cli", "tinker", "serve", "--port", str(port), "--state", str(state)]
     log = (state / "server.log").open("ab")
     proc = subprocess.Popen([*cmd, "--model", str(model), "--precision", "fp32"], env=env, stdout=log, stderr=log)
     deadline = time.time() + 300

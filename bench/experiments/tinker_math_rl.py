@@ -1,7 +1,7 @@
-"""tinker-cookbook's `math_rl` recipe (arithmetic environment) against `temper serve --tinker` on
+"""tinker-cookbook's `math_rl` recipe (arithmetic environment) against `temper tinker serve` on
 loopback, default model, with the recipe's default loss `stable_reinforce`.
 
-Starts `temper serve --tinker` (a subprocess on a free 127.0.0.1 port, its own state dir and a
+Starts `temper tinker serve` (a subprocess on a free 127.0.0.1 port, its own state dir and a
 key from `temper keys create`, used as printed), then runs the recipe's own entry point,
 `tinker_cookbook.recipes.math_rl.train.cli_main`, unmodified, with its `CLIConfig` defaults
 except:
@@ -53,7 +53,7 @@ def server_losses(state: Path, log: Path) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="tinker-cookbook's math_rl recipe against temper serve --tinker")
+    parser = argparse.ArgumentParser(description="tinker-cookbook's math_rl recipe against temper tinker serve")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--groups", type=int, default=16, help="groups_per_batch (the recipe's default: 100)")
     parser.add_argument("--lr", type=float, default=1e-4, help="learning_rate (the recipe's default: 1e-5)")
@@ -109,7 +109,7 @@ def main() -> None:
         for r, loss in zip(steps, losses, strict=True)
     ]
     section = {
-        "what": "tinker-cookbook recipes/math_rl/train.py cli_main (arithmetic env) against temper serve --tinker, loopback",
+        "what": "tinker-cookbook recipes/math_rl/train.py cli_main (arithmetic env) against temper tinker serve, loopback",
         "model": "smollm2-135m-instruct (LoRA)",
         "precision": "auto (server default)",
         "loss_fn": config.loss_fn,

@@ -1,6 +1,6 @@
-"""tinker-cookbook's supervised recipe against `temper serve --tinker` on loopback, default model.
+"""tinker-cookbook's supervised recipe against `temper tinker serve` on loopback, default model.
 
-Starts `temper serve --tinker` (a subprocess on a free 127.0.0.1 port, its own state dir and
+Starts `temper tinker serve` (a subprocess on a free 127.0.0.1 port, its own state dir and
 key), then runs the cookbook's own supervised training loop, `tinker_cookbook.supervised.train
 .main`, unmodified, with the config `recipes/sl_basic.py` builds except for what cannot run
 offline here:
@@ -168,7 +168,7 @@ def main() -> None:
         proc.terminate()
         proc.wait(30)
     result = {
-        "what": "tinker-cookbook supervised.train.main (sl_basic's config) against temper serve --tinker, loopback",
+        "what": "tinker-cookbook supervised.train.main (sl_basic's config) against temper tinker serve, loopback",
         "model": "smollm2-135m-instruct (LoRA)",
         "precision": "auto (server default)",
         "data": data,

@@ -18,7 +18,7 @@ its aggregation) and preference losses, each a pure tensor function registered b
 
 The signatures each family takes are in `objectives/advantages.py`, `objectives/policy_losses.py`,
 `objectives/preference.py`, `objectives/divergences.py` and `objectives/tinker_losses.py` (the
-losses `temper serve --tinker` computes for the Tinker API), where the built-ins live. A config
+losses `temper tinker serve` computes for the Tinker API), where the built-ins live. A config
 names an algorithm by its registered name (`grpo.loss`, `grpo.advantage`, `dpo.loss`); its
 validator asks `check_name`, which imports nothing: the built-ins' names are read from their
 decorators in the source of `BUILTIN_MODULES` (`builtin_names`), so validating a config neither
@@ -172,7 +172,7 @@ def register_tinker_loss(
     name: str, inputs: tuple[str, ...], config: dict[str, float | None] | None = None, provenance: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `fn(logp (T,), inputs: {name: (T,)}, **config) -> loss ()` as a built-in loss of the
-    Tinker API (`forward_backward(data, loss_fn=name)` on `temper serve --tinker`).
+    Tinker API (`forward_backward(data, loss_fn=name)` on `temper tinker serve`).
 
     `inputs`: the `loss_fn_inputs` every datum must carry (no more, no fewer); `config`: the
     `loss_fn_config` keys it takes with their defaults (None: the request must give it);

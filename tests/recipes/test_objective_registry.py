@@ -93,12 +93,13 @@ def test_a_registered_plugin_is_a_pipeline_stage(tmp_path, tiny_dir):
 
 
 def test_every_builtin_objective_is_a_command_and_a_stage():
-    from tempering.cli.train import commands
+    from tempering.cli.train import command_name, commands
     from tempering.pipeline.stages import stage_kinds
     from tempering.recipes.registry import OBJECTIVES
 
-    assert {"sft", "grpo", "agent", "dpo", "rm", "distill"} <= set(OBJECTIVES)
-    assert set(OBJECTIVES) <= set(commands()) and set(OBJECTIVES) <= set(stage_kinds())
+    assert {"sft", "grpo", "agent", "dpo", "rm", "distill", "vision_sft"} <= set(OBJECTIVES)
+    assert {command_name(name) for name in OBJECTIVES} <= set(commands()) and set(OBJECTIVES) <= set(stage_kinds())
+    assert "vision-sft" in commands()
     assert "best-of-n" in stage_kinds()
 
 

@@ -1,4 +1,4 @@
-"""Attacks on `temper serve --tinker` through a real server on 127.0.0.1, by a second key and by
+"""Attacks on `temper tinker serve` through a real server on 127.0.0.1, by a second key and by
 bodies no SDK would send: objects taken by id, session ids that are paths, bodies that are not
 JSON / not protobuf / not zstd, tensors that lie about their size, requests that ask for more
 memory or time than the server has. Memory is measured on a server subprocess (its peak RSS,
@@ -400,7 +400,7 @@ def test_training_clients_are_capped_per_key_and_in_all(tiny_base, tmp_path):
 
 # ------------------------------------------------------------------ a server subprocess
 class Served:
-    """`temper serve --tinker` as a subprocess on a free loopback port, with keys a and b."""
+    """`temper tinker serve` as a subprocess on a free loopback port, with keys a and b."""
 
     def __init__(self, state: Path, model: Path, keys: dict[str, str] | None = None):
         self.state, self.model = state, model
@@ -411,7 +411,7 @@ class Served:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = state / f"server-{self.port}.log"
-        cmd = [sys.executable, "-m", "tempering.cli", "serve", "--tinker", "--state", str(state)]
+        cmd = [sys.executable, "-m", "tempering.cli", "tinker", "serve", "--state", str(state)]
         cmd += ["--port", str(self.port), "--model", str(model), "--precision", "fp32"]
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)

@@ -1,4 +1,4 @@
-"""Attacks on the stability records of `temper serve --tinker` (`serve/tinker_records.py`): what
+"""Attacks on the stability records of `temper tinker serve` (`serve/tinker_records.py`): what
 `sample(record_stability_info=True)` keeps and `stable_reinforce` trains on. A client may not
 train on another key's samples, may not pass its own tokens off as sampled ones (the loss would
 then read the sampler's log-probs for tokens the sampler never drew), and cannot grow the

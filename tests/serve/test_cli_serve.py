@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from typer.testing import CliRunner
 
 from tempering.cli import app
@@ -16,12 +18,13 @@ def test_keys_create_list_revoke(tmp_path):
     assert res.exit_code == 0, res.output
     secret = res.output.strip().splitlines()[-1]
     store = Store(tmp_path / "dep" / "serve.sqlite")
-    assert secret.startswith("tml-") and store.authenticate(secret).name == "alice"
-    listed = runner.invoke(app, ["keys", "list", "--state", state]).output
+    key = store.authenticate(secret)
+    assert secret.startswith("tml-") and key is not None and key.name == "alice"
+    listed = runner.invoke(app, ["keys", "ls", "--state", state]).output
     assert "alice  active  rate_limit=5" in listed and secret not in listed
     assert runner.invoke(app, ["keys", "revoke", "alice", "--state", state]).exit_code == 0
     assert store.authenticate(secret) is None
-    assert "revoked" in runner.invoke(app, ["keys", "list", "--state", state]).output
+    assert "revoked" in runner.invoke(app, ["keys", "ls", "--state", state]).output
 
 
 def test_errors_are_one_line(tmp_path):
@@ -35,13 +38,65 @@ def test_errors_are_one_line(tmp_path):
             "no deployment at",
         ),
         (["serve", "--registry", str(tmp_path / "missing.sqlite"), "--state", state], "no registry at"),
-        (["serve", "--tinker", "--canary-share", "0.5", "--state", state], "--canary-share does nothing with --tinker"),
-        (["serve", "--tinker", "--set", "arena_prompts=x", "--state", state], "arena_prompts"),
-        (["serve", "--tinker", "--set", "max_tokens=5", "--state", state], "max_tokens is set by a flag"),
+        (["tinker", "serve", "--set", "arena_prompts=x", "--state", state], "arena_prompts"),
+        (["tinker", "serve", "--set", "max_tokens=5", "--state", state], "max_tokens is set by a flag"),
     ]
     for args, message in cases:
         res = runner.invoke(app, args)
         assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+
+
+def test_serve_tinker_is_refused_naming_the_new_command(tmp_path):
+    """The old spelling is one line naming `temper tinker serve`, whatever other flags stand beside it."""
+    for extra in ([], ["--canary-share", "0.5", "--port", "0"], ["--log-text"]):
+        res = runner.invoke(app, ["serve", *extra, "--tinker", "--state", str(tmp_path / "dep")])
+        assert res.exit_code == 2, res.output
+        assert res.stderr.strip() == "error: --tinker is now its own command, `temper tinker serve`"
+    assert not (tmp_path / "dep").exists()
+
+
+def test_tinker_serve_has_only_flags_that_reach_its_config(tmp_path, monkeypatch):
+    """Every option of `temper tinker serve` sets its TinkerServeConfig field (none would do
+    nothing), and an OpenAI-server flag does not exist there."""
+    from types import SimpleNamespace
+
+    import typer
+
+    from tempering.serve import tinker
+
+    seen = {}
+    served = SimpleNamespace(state=SimpleNamespace(jobs=SimpleNamespace(owners=SimpleNamespace(lost={}))))
+    monkeypatch.setattr(tinker, "create_tinker_app", lambda cfg: seen.setdefault("cfg", cfg) and served)
+    monkeypatch.setattr(tinker, "serve_tinker", lambda app: None)
+    monkeypatch.delenv("TEMPERING_REGISTRY", raising=False)
+    given = {
+        "--host": "127.0.0.2",
+        "--port": "8123",
+        "--state": str(tmp_path / "dep"),
+        "--registry": str(tmp_path / "r.sqlite"),
+        "--model": "some-model",
+        "--rate-limit": "7",
+        "--max-tokens": "9",
+        "--precision": "fp32",
+        "--set": "max_samplers=5",
+    }
+    root: Any = typer.main.get_command(app)
+    command = root.commands["tinker"].commands["serve"]
+    options = {o for p in command.params for o in p.opts if not p.hidden}
+    assert options == set(given)
+    res = runner.invoke(app, ["tinker", "serve", *[x for kv in given.items() for x in kv]])
+    assert res.exit_code == 0, res.output
+    cfg = seen["cfg"]
+    assert (cfg.host, cfg.port, cfg.state, cfg.registry) == ("127.0.0.2", 8123, tmp_path / "dep", given["--registry"])
+    assert (cfg.model, cfg.rate_limit, cfg.max_tokens, cfg.precision, cfg.max_samplers) == (
+        "some-model",
+        7,
+        9,
+        "fp32",
+        5,
+    )
+    for flag in ("--canary-share", "--log-text", "--quantize", "--arena-prompts", "--capture-tokens"):
+        assert flag not in options
 
 
 def test_exports_of_an_empty_deployment(tmp_path):

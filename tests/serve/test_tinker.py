@@ -1,4 +1,4 @@
-"""`temper serve --tinker` driven by the official `tinker` SDK on a tiny random model: training
+"""`temper tinker serve` driven by the official `tinker` SDK on a tiny random model: training
 (forward_backward + optim_step), sampling from saved weights, save/load state, the RL losses
 (stable_reinforce on recorded samples), keys, the SDK's own errors for what the server refuses,
 and tinker-cookbook's supervised loop and math_rl recipe run unmodified."""

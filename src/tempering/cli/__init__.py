@@ -1,8 +1,10 @@
 """`temper`: each command parses its config/flags and calls one function.
 
-One module per command group: `train` (every training command), `data`, `eval`, `runs`
-(runs, lineage, releases, export), `serve`, `chat`, `pipeline` (`temper run`, `temper demo`);
-`common` holds what they share.
+One module per command group, by what a user thinks of: `train` (every training command),
+`data`, `eval`, `runs` (recorded runs and their rollouts), `lineage`, `release`, `model`
+(`export`, `model ...`), `registry` (which registry a command opens; `init`), `serve` (the
+OpenAI server, keys, feedback, arena), `tinker` (the Tinker API server), `chat`, `pipeline`
+(`temper run`, `temper demo`); `common` holds what they share.
 """
 
 from __future__ import annotations
@@ -12,19 +14,23 @@ import os
 import sys
 from typing import Any
 
-import click
 import typer
-from typer.core import TyperGroup
 
 from tempering.cli import train
 from tempering.cli.agent import agent_app
 from tempering.cli.chat import chat
+from tempering.cli.common import RetiredCommands
 from tempering.cli.data import data_app
 from tempering.cli.eval import eval_app, verify
+from tempering.cli.lineage import lineage
 from tempering.cli.longctx import data_longctx, model_rope
+from tempering.cli.model import export, model_app
 from tempering.cli.pipeline import demo, run_pipeline_cmd
-from tempering.cli.runs import export, init, lineage, model_app, release_app, runs_app, traj
+from tempering.cli.registry import init
+from tempering.cli.release import release_app
+from tempering.cli.runs import runs_app, traj
 from tempering.cli.serve import arena_app, feedback_app, keys_app, serve
+from tempering.cli.tinker import tinker_app
 from tempering.cli.vision import vision_app
 from tempering.sandbox.cli import app as sandbox_app
 
@@ -35,18 +41,21 @@ DEBUG = "--debug"
 DEBUG_KEY = "tempering.debug"  # in click's ctx.meta, which every sub-context shares
 
 
-class VerboseAnywhere(TyperGroup):
+class VerboseAnywhere(RetiredCommands):
     """`temper`'s command group: `--verbose` / `-v` and `--debug` count wherever they stand
-    (`temper sft c.yaml -v` as `temper -v sft c.yaml`), up to a `--` that ends the options."""
+    (`temper sft c.yaml -v` as `temper -v sft c.yaml`), up to a `--` that ends the options.
+    A retired command name (`vision_sft`) is one line naming the new one."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    retired: dict[str, str] = {}
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         end = args.index("--") if "--" in args else len(args)
         flags = [a for a in args[:end] if a in VERBOSE]
         debug = [DEBUG] if DEBUG in args[:end] else []
         rest = [a for a in args[:end] if a not in VERBOSE and a != DEBUG] + args[end:]
         return super().parse_args(ctx, flags[:1] + debug + rest)
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:
         """Run the command through `run_command` (bad input: one line; a bug: one line and a
         crash log). Ctrl-C prints how to go on and exits 130 at once. A plain exit would
         first wait for worker threads (a rollout sampling ahead, scoring pools) to finish their
@@ -128,6 +137,7 @@ def main(
     quiet_libraries(verbose)
 
 
+VerboseAnywhere.retired.update(train.retired_names())
 for _name, _command in train.commands().items():
     if _name == "agent":  # a group: `temper agent CONFIG` trains, `temper agent export-recovered RUN` exports
         app.add_typer(agent_app(_command, _command.__doc__ or ""), name=_name)
@@ -157,6 +167,7 @@ for _name, _group in (
     ("keys", keys_app),
     ("feedback", feedback_app),
     ("arena", arena_app),
+    ("tinker", tinker_app),
     ("vision", vision_app),
 ):
     app.add_typer(_group, name=_name)

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -18,7 +17,7 @@ from tempering.cli.common import fail
 class TrainByDefault(TyperGroup):
     """A group whose first word, when it names no subcommand, is the training command's config."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
             args = ["train", *args]
         return super().parse_args(ctx, args)
@@ -26,7 +25,9 @@ class TrainByDefault(TyperGroup):
 
 def export_recovered(
     run: Path = typer.Argument(..., help="A `temper agent` run directory (runs/NAME) with trajectories.jsonl."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Where to write the rows (default: RUN/recovered.jsonl)."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Where to write the rows (default: RUN/recovered.jsonl)."
+    ),
 ) -> None:
     """Write the run's recovered episodes (an error, the feedback read, then success) as SFT rows
     with provenance (run, step, task id); prints one JSON line."""

@@ -13,6 +13,7 @@ import click
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from tempering.errors import DEBUG_ENV, UserError, crash_dir, one_line, write_crash_log
 
@@ -26,7 +27,7 @@ err = Console(
 STEPS = typer.Option(None, help="Optimizer steps.")
 
 
-OUT = typer.Option(None, "--out", help="Run root.")
+OUT = typer.Option(None, "--out", "-o", help="Run root.")
 
 
 NAME = typer.Option(None, help="Run name (re-using one resumes it).")
@@ -120,3 +121,35 @@ def train_from_config(
 
     literal = {**{k: v for k, v in literal.items() if v is not None}, **({"lora": None} if full else {})}
     return run(load_config(kind, config, list(sets), literal), force=force)
+
+
+def retired_option(old: str, new: str, takes_value: bool = False) -> Any:
+    """A hidden option for a retired spelling: giving it ends the command with one line naming
+    the new spelling (exit 2), before any other option is acted on."""
+
+    def refuse(value: Any) -> None:
+        if value:
+            fail(f"{old} is now {new}")
+
+    return typer.Option(None if takes_value else False, old, hidden=True, is_eager=True, callback=refuse)
+
+
+class RetiredCommands(TyperGroup):
+    """A command group that answers a retired command name with one line naming its new one
+    (exit 2) instead of click's usage box; `retired` maps old name -> new words."""
+
+    retired: dict[str, str] = {}
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
+        if cmd_name in self.retired and cmd_name not in self.commands:
+            fail(f"`{' '.join(_words(ctx))} {cmd_name}` is now `{' '.join(_words(ctx))} {self.retired[cmd_name]}`")
+        return super().get_command(ctx, cmd_name)
+
+
+def _words(ctx: typer.Context) -> list[str]:
+    """`temper` and the group names that lead to ctx's command (whatever the program was called)."""
+    names, node = [], ctx
+    while node.parent is not None:
+        names.append(node.info_name or "")
+        node = node.parent
+    return ["temper", *reversed(names)]

@@ -15,7 +15,7 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tempering.cli.common import err, fail
+from tempering.cli.common import err, fail, retired_option
 from tempering.cli.data_pairs import data_agree, data_audit, data_pairs
 from tempering.config import DEFAULT_MODEL, DecontamSettings, DedupSettings, load_config
 from tempering.sources.registry import source_names
@@ -119,7 +119,7 @@ def _show_errors(errors: list) -> None:
 
 def data_dedup(
     data: Path = typer.Argument(..., help="Training data (JSONL / JSON / Parquet)."),
-    out_path: Path = typer.Option(..., "-o", "--out", help="Write the kept rows here (JSONL)."),
+    out_path: Path = typer.Option(..., "--out", "-o", help="Write the kept rows here (JSONL)."),
     threshold: float = typer.Option(_DEDUP.threshold, help="Near-duplicate Jaccard threshold on word shingles."),
     num_perm: int = typer.Option(_DEDUP.num_perm, help="MinHash permutations."),
     shingle: int = typer.Option(_DEDUP.shingle, help="Words per shingle."),
@@ -128,7 +128,8 @@ def data_dedup(
     report_path: Optional[Path] = typer.Option(
         None, "--report", help="Cluster report (JSON); default <out>.dedup.json."
     ),
-    runs: str = typer.Option("runs", help="Run root whose registry records this pass ('' to skip)."),
+    runs: str = typer.Option("runs", "--root", help="Run root whose registry records this pass ('' to skip)."),
+    _runs: Optional[str] = retired_option("--runs", "--root", takes_value=True),
 ) -> None:
     """Remove exact and near-duplicate rows (keep-first); report clusters; one JSON line of counts."""
     from pydantic import ValidationError
@@ -175,8 +176,8 @@ def data_decontam(
     ),
     out_path: Optional[Path] = typer.Option(
         None,
-        "-o",
         "--out",
+        "-o",
         help="Write the rows that match no suite here (JSONL); without it, only report (exit 1 when rows match).",
     ),
     n: int = typer.Option(_DECONTAM.n, help="Gram length in words."),
@@ -189,7 +190,8 @@ def data_decontam(
         "--report",
         help="Every hit (JSON; private suites by id only); default <out>.decontam.json when -o is given.",
     ),
-    runs: str = typer.Option("runs", help="Run root whose registry records a removal pass ('' to skip)."),
+    runs: str = typer.Option("runs", "--root", help="Run root whose registry records a removal pass ('' to skip)."),
+    _runs: Optional[str] = retired_option("--runs", "--root", takes_value=True),
 ) -> None:
     """Find (and with -o remove) training rows that contain eval suite tasks; prints one JSON summary."""
     from pydantic import ValidationError
@@ -243,9 +245,10 @@ def data_mix(
     size: Optional[int] = typer.Option(None, help="Mix size (rows, or tokens with by: tokens)."),
     seed: Optional[int] = typer.Option(None, help="Seed of the walks and the interleaving."),
     epoch: Optional[int] = typer.Option(None, help="Mix epoch (continues each source's walk)."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Mixed JSONL (default runs/<name>/mix.jsonl)."),
+    output: Optional[str] = typer.Option(None, "--out", "-o", help="Mixed JSONL (default runs/<name>/mix.jsonl)."),
+    _output: Optional[str] = retired_option("--output", "--out", takes_value=True),
     name: Optional[str] = typer.Option(None, help="Run name (default mix-<timestamp>)."),
-    force: bool = typer.Option(False, help="Redo a run of this name even though its config changed."),
+    force: bool = typer.Option(False, "--force", help="Redo a run of this name even though its config changed."),
 ) -> None:
     """Mix sources by weight (with general-data replay); realised vs requested shares, rows and tokens."""
     from tempering.recipes.mix import check_config, load_mix_config, run_mix
@@ -305,7 +308,7 @@ def data_stratify(
     n: Optional[int] = typer.Option(None, help="Tasks to generate / read at most."),
     k: Optional[int] = typer.Option(None, help="Samples per task."),
     name: Optional[str] = typer.Option(None, help="Run name (default stratify-<timestamp>)."),
-    force: bool = typer.Option(False, help="Redo a run of this name even though its config changed."),
+    force: bool = typer.Option(False, "--force", help="Redo a run of this name even though its config changed."),
 ) -> None:
     """Measure pass rates with k samples per task; bucket too-easy / learnable / too-hard; write the RL set."""
     from tempering.config import StratifyConfig
@@ -346,7 +349,7 @@ def data_synth(
     n: Optional[int] = typer.Option(None, help="Candidates per prompt."),
     reflow: Optional[str] = typer.Option(None, help="none | final_answer."),
     name: Optional[str] = typer.Option(None, help="Run name (default synth-<timestamp>)."),
-    force: bool = typer.Option(False, help="Redo a run of this name even though its config changed."),
+    force: bool = typer.Option(False, "--force", help="Redo a run of this name even though its config changed."),
 ) -> None:
     """The flywheel: generate n candidates per prompt, verify, keep the best correct one (reflowed), write an SFT set."""
     from tempering.config import SynthConfig

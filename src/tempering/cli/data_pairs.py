@@ -9,17 +9,17 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from tempering.cli.common import err, fail
+from tempering.cli.common import err, fail, retired_option
 from tempering.config import PairsConfig, load_config
 from tempering.sources.registry import source_names
 
 
 def data_pairs(
     config: Optional[Path] = typer.Argument(None, help="Optional YAML (PairsConfig); flags and --set override it."),
-    out_file: Optional[str] = typer.Option(None, "--out", help="Pair JSONL to write (replaced)."),
+    out_file: Optional[str] = typer.Option(None, "--out", "-o", help="Pair JSONL to write (replaced)."),
     model: Optional[str] = typer.Option(None, help="Generator model spec (default: the default model)."),
     source: Optional[str] = typer.Option(
-        None, help=f"Task source: {', '.join(source_names())} or a task JSONL (default builtin:arithmetic)."
+        None, "--tasks", help=f"Task source: {', '.join(source_names())} or a task JSONL (default builtin:arithmetic)."
     ),
     n: Optional[int] = typer.Option(None, help="Tasks to sample."),
     split: Optional[str] = typer.Option(None, help="builtin:arithmetic split: train | heldout (disjoint)."),
@@ -28,7 +28,11 @@ def data_pairs(
     k: Optional[int] = typer.Option(None, help="Candidates sampled per task."),
     seed: Optional[int] = typer.Option(None, help="Sampling seed."),
     set_: List[str] = typer.Option([], "--set", help="Override any field: --set sampling.temperature=0.8."),
-    runs: Optional[str] = typer.Option(None, help="Run root where the generation is recorded (default runs)."),
+    runs: Optional[str] = typer.Option(
+        None, "--root", help="Run root where the generation is recorded (default runs)."
+    ),
+    _source: Optional[str] = retired_option("--source", "--tasks", takes_value=True),
+    _runs: Optional[str] = retired_option("--runs", "--root", takes_value=True),
     name: Optional[str] = typer.Option(None, help="Run name (default pairs-<timestamp>)."),
     threads: Optional[int] = typer.Option(None, help="torch threads."),
     force: bool = typer.Option(False, "--force", help="Re-use a run name even though the config changed."),
@@ -126,7 +130,7 @@ def data_agree(
         help="Multiply each kept row's `weight` by its support (the "
         "share of votes for its chosen side; a tie vote counts half).",
     ),
-    out_file: Optional[Path] = typer.Option(None, "--out", help="Write the kept rows here (JSONL)."),
+    out_file: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the kept rows here (JSONL)."),
     quarantine: Optional[Path] = typer.Option(None, help="Write invalid rows here (JSONL)."),
 ) -> None:
     """Annotator agreement: alpha, kappa, per-annotator agreement; filter or weight pairs by it.

@@ -49,7 +49,7 @@ def eval_run(
         None, help=f"Model spec: alias, HF dir, run output (runs/NAME/final), .gguf (default {DEFAULT_MODEL})."
     ),
     out_dir: Optional[Path] = typer.Option(
-        None, "--out", help="Writes results.json, samples.jsonl and report.html here."
+        None, "--out", "-o", help="Writes results.json, samples.jsonl and report.html here."
     ),
     seeds: Optional[int] = typer.Option(None, help="Sampling seeds, each a full repeat (default: the suite's)."),
     first_seed: Optional[int] = typer.Option(None, help="Seeds are first_seed .. first_seed + seeds - 1 (default 0)."),
@@ -129,7 +129,7 @@ def eval_compare(
     base: Path = typer.Argument(..., help="Base results (results.json or the directory holding it)."),
     candidate: Path = typer.Argument(..., help="Candidate results (results.json or its directory)."),
     gate: Optional[Path] = typer.Option(None, help="Gate rules YAML; exit 1 when any rule fails."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Write report.html (candidate vs base) here."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write report.html (candidate vs base) here."),
     seed: int = typer.Option(0, help="Bootstrap seed."),
 ) -> None:
     """Paired bootstrap per suite (candidate - base), the significance of each delta, and the gate."""

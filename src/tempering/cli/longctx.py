@@ -17,7 +17,7 @@ def model_rope(
     spec: str = typer.Argument(..., metavar="MODEL", help="A model: alias, HF dir, GGUF path or run output."),
     kind: str = typer.Option(..., "--type", help="linear, dynamic or yarn (transformers' rope types)."),
     factor: float = typer.Option(..., "--factor", help="New window / native window, > 1."),
-    out_dir: Path = typer.Option(..., "--out", help="An empty dir for the scaled HF model."),
+    out_dir: Path = typer.Option(..., "--out", "-o", help="An empty dir for the scaled HF model."),
     original: Optional[int] = typer.Option(
         None, "--original-max-position-embeddings", help="The native window (default: the model's own)."
     ),
@@ -57,7 +57,7 @@ def model_rope(
 
 def data_longctx(
     kind: str = typer.Argument(..., help="passkey, multikey, vartrack, crossfact or noisy."),
-    out: Path = typer.Option(..., "--out", help="JSONL of SFT rows (messages: the haystack, then the answer)."),
+    out: Path = typer.Option(..., "--out", "-o", help="JSONL of SFT rows (messages: the haystack, then the answer)."),
     n: int = typer.Option(100, "--n", min=1, help="Rows per length."),
     lengths: List[int] = typer.Option([1024, 2048, 4096], "--length", help="Prompt length in tokens (repeatable)."),
     depths: List[float] = typer.Option(

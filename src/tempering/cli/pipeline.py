@@ -133,7 +133,7 @@ def run_pipeline_cmd(
     force_stage: List[str] = typer.Option(
         [], "--force-stage", help="Recompute this stage even if cached (repeatable)."
     ),
-    out: Optional[str] = typer.Option(None, "--out", help="Run root (default: the file's `out`)."),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="Run root (default: the file's `out`)."),
     seed: Optional[int] = typer.Option(
         None,
         "--seed",
@@ -267,7 +267,7 @@ def demo(
         "--pipeline",
         help="The demo pipeline (default: examples/demo.yaml here, else in the Tempering source tree).",
     ),
-    out: Optional[str] = typer.Option(None, "--out", help="Run root (default: the file's `out`, runs/demo)."),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="Run root (default: the file's `out`, runs/demo)."),
 ) -> None:
     """The main job, small: eval -> flywheel data -> SFT -> GRPO -> eval -> gate -> release, then before/after."""
     from tempering.cli.pipeline import EXIT_CODES, execute, print_outcome

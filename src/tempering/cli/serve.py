@@ -1,4 +1,5 @@
-"""`temper serve`, `temper keys`, `temper feedback`, `temper arena`: the OpenAI-compatible server and what hangs off it."""
+"""`temper serve`, `temper keys`, `temper feedback`, `temper arena`: the OpenAI-compatible server and what hangs off it
+(the Tinker API server is `temper tinker serve`, cli/tinker.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from tempering.cli.common import err, fail, refuse_flag_keys
+from tempering.cli.common import RetiredCommands, err, fail, refuse_flag_keys, retired_option
 
 out = Console(highlight=False, soft_wrap=True)
 
 
-keys_app = typer.Typer(help="API keys of a deployment: create, list, revoke.", no_args_is_help=True)
+class _KeysGroup(RetiredCommands):
+    retired = {"list": "ls"}
+
+
+keys_app = typer.Typer(cls=_KeysGroup, help="API keys of a deployment: create, ls, revoke.", no_args_is_help=True)
 
 
 feedback_app = typer.Typer(help="Feedback collected by `temper serve`.", no_args_is_help=True)
@@ -58,9 +63,9 @@ def serve(
         "`temper feedback export --trajectories` writes them as agent episodes.",
     ),
     rate_limit: Optional[int] = typer.Option(
-        None, min=1, help="Requests per minute per key (default for keys without one; 600, --tinker 6000)."
+        None, min=1, help="Requests per minute per key (default for keys without one; 600)."
     ),
-    max_tokens: Optional[int] = typer.Option(None, min=1, help="Default and largest max_tokens (256, --tinker 1024)."),
+    max_tokens: Optional[int] = typer.Option(None, min=1, help="Default and largest max_tokens (256)."),
     arena_prompts: Optional[Path] = typer.Option(
         None, help="Prompts for the arena (JSONL with 'prompt', or text lines)."
     ),
@@ -69,46 +74,15 @@ def serve(
     overrides: Optional[List[str]] = typer.Option(
         None, "--set", help="ServeConfig override key=value (repeatable), e.g. engine.max_slots=64."
     ),
-    tinker: bool = typer.Option(
-        False,
-        "--tinker",
-        help="Serve the Tinker API instead (the `tinker` SDK and tinker-cookbook recipes train and sample here; "
-        "TINKER_API_KEY=<the key `temper keys create` prints>); --set takes TinkerServeConfig keys.",
-    ),
+    _tinker: bool = retired_option("--tinker", "its own command, `temper tinker serve`"),
 ) -> None:
-    """Serve releases over an OpenAI-compatible API (plus feedback, audit and the arena at /arena),
-    or with --tinker the Tinker training and sampling API (docs/integrations.md)."""
+    """Serve releases over an OpenAI-compatible API (plus feedback, audit and the arena at /arena;
+    docs/serve.md). The Tinker API is `temper tinker serve`."""
     import os
 
-    from tempering.runs import REGISTRY_ENV
-
-    if tinker:
-        not_tinker = {
-            "--canary-share": canary_share != 0.0,
-            "--log-text": log_text,
-            "--capture-tokens": capture_tokens,
-            "--arena-prompts": arena_prompts is not None,
-            "--quantize": quantize != "none",
-        }
-        for flag, given in not_tinker.items():
-            if given:
-                fail(f"{flag} does nothing with --tinker (the Tinker API serves training clients' weights)")
-        tinker_values = dict(
-            host=host,
-            port=port,
-            state=state,
-            registry=registry or os.environ.get(REGISTRY_ENV),
-            model=model,
-            rate_limit=rate_limit,
-            max_tokens=max_tokens,
-            precision=precision,
-        )
-        refuse_flag_keys(overrides or [], tinker_values)
-        _serve_tinker({k: v for k, v in tinker_values.items() if v is not None}, overrides or [])
-        return
     import uvicorn
 
-    from tempering.runs import default_registry, project_registry
+    from tempering.runs import REGISTRY_ENV, default_registry, project_registry
     from tempering.serve.config import ServeConfig
 
     if registry is None and (os.environ.get(REGISTRY_ENV) or project_registry() is not None):
@@ -116,7 +90,7 @@ def serve(
     if registry and "://" not in registry and not Path(registry).is_file():
         fail(f"no registry at {registry}")
     if registry:
-        from tempering.cli.runs import redacted
+        from tempering.cli.registry import redacted
 
         err.print(f"[dim]registry: {redacted(registry)}[/dim]")
     if arena_prompts is not None and not arena_prompts.is_file():
@@ -182,26 +156,6 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _serve_tinker(values: dict, overrides: list[str]) -> None:
-    """`temper serve --tinker`: the Tinker API server (serve/tinker.py) for these flag values."""
-    from tempering.config import ConfigError, load_config
-    from tempering.serve.config import TinkerServeConfig
-
-    try:
-        cfg = load_config(TinkerServeConfig, None, overrides, literal=values)
-    except ConfigError as exc:
-        fail(exc)
-    try:
-        from tempering.serve.tinker import create_tinker_app, lost_message, serve_tinker
-    except ImportError as exc:
-        fail(f"--tinker needs the tinker SDK's wire types: pip install 'tempering[tinker]' ({exc})")
-    app = create_tinker_app(cfg)
-    if app.state.jobs.owners.lost:
-        out.print(lost_message(app.state.jobs))
-    out.print(f"Tinker API on http://{cfg.host}:{cfg.port} (TINKER_BASE_URL), state {cfg.state}")
-    serve_tinker(app)
-
-
 @keys_app.command("create")
 def keys_create(
     name: str = typer.Argument(..., help="A name for the key (unique)."),
@@ -219,8 +173,8 @@ def keys_create(
     print(secret)
 
 
-@keys_app.command("list")
-def keys_list(state: Path = STATE) -> None:
+@keys_app.command("ls")
+def keys_ls(state: Path = STATE) -> None:
     """Keys with their status (secrets are never shown: only hashes are stored)."""
     import time
 
@@ -245,7 +199,7 @@ def keys_revoke(name: str = typer.Argument(..., help="Key name or id."), state: 
 
 @feedback_app.command("export")
 def feedback_export(
-    out_path: Optional[Path] = typer.Option(None, "--out", help="JSONL of feedback rows to write."),
+    out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="JSONL of feedback rows to write."),
     trajectories: Optional[Path] = typer.Option(
         None,
         "--trajectories",
@@ -275,7 +229,7 @@ def feedback_export(
 
 @arena_app.command("export")
 def arena_export(
-    out_path: Path = typer.Option(..., "--out", help="JSONL of preference pairs to write."), state: Path = STATE
+    out_path: Path = typer.Option(..., "--out", "-o", help="JSONL of preference pairs to write."), state: Path = STATE
 ) -> None:
     """Arena votes as preference pairs with `votes` (for `temper data agree` and DPO; the feedback stage's `votes`)."""
     from tempering.atomic import write_jsonl_atomic

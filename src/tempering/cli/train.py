@@ -89,7 +89,9 @@ def best_of_n_cmd(
     temperature: float = typer.Option(0.7, help="Sampling temperature of the candidates."),
     max_tokens: int = typer.Option(32, help="Most tokens per candidate."),
     seed: int = typer.Option(0, help="Sampling seed."),
-    out: Optional[Path] = typer.Option(None, help="Write per-task records (answers, scores, pick) as JSONL."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Write per-task records (answers, scores, pick) as JSONL."
+    ),
     precision: str = typer.Option("auto", help="auto | bf16 | fp32."),
     overrides: Optional[List[str]] = typer.Option(
         None, "--set", help="Setting key=value (repeatable), e.g. engine.kind=speculative engine.draft.model=DIR."
@@ -127,7 +129,7 @@ def best_of_n_cmd(
 def merge(
     config: Path = typer.Argument(..., help="YAML config (inputs, weights, method; see docs/merge.md)."),
     set_: List[str] = typer.Option([], "--set", help="Override any field: --set method=ties (repeatable)."),
-    out_dir: Optional[str] = typer.Option(None, "--out", help="Run root."),
+    out_dir: Optional[str] = typer.Option(None, "--out", "-o", help="Run root."),
     name: Optional[str] = typer.Option(None, help="Run name."),
     merged_model: bool = typer.Option(False, "--merged-model", help="Adapters: also write a standalone merged model."),
 ) -> None:
@@ -149,8 +151,19 @@ def merge(
     print(json.dumps(summary))
 
 
+def command_name(objective: str) -> str:
+    """An objective's name on the command line: words joined by `-`, as every command's
+    (`vision_sft` is `temper vision-sft`; the objective and its pipeline stage kind keep `_`)."""
+    return objective.replace("_", "-")
+
+
 def commands() -> dict[str, Callable[..., None]]:
     """Every training command by its name on the command line: one per registered objective
     (`recipes.registry`, plug-ins included), then best-of-n and merge."""
-    generated = {name: training_command(entry) for name, entry in load_plugins().items()}
+    generated = {command_name(name): training_command(entry) for name, entry in load_plugins().items()}
     return {**generated, "best-of-n": best_of_n_cmd, "merge": merge}
+
+
+def retired_names() -> dict[str, str]:
+    """The names objectives had on the command line before `command_name` (old -> new)."""
+    return {name: command_name(name) for name in load_plugins() if command_name(name) != name}

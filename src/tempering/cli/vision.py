@@ -20,7 +20,7 @@ vision_app = typer.Typer(
 
 @vision_app.command("assemble")
 def vision_assemble(
-    out: Path = typer.Option(..., help="The model directory to write (model + processor)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The model directory to write (model + processor)."),
     language_model: str = typer.Option(DEFAULT_MODEL, "--lm", help="The language model whose weights are copied in."),
     image_size: int = typer.Option(64, help="Image side in pixels the processor resizes to."),
     patch_size: int = typer.Option(8, help="ViT patch side: (image_size / patch_size)^2 image tokens per image."),
@@ -51,7 +51,7 @@ def vision_assemble(
 @vision_app.command("tasks")
 def vision_tasks_cmd(
     name: str = typer.Argument(..., help="colour_shape, count, read, bar_chart or ui_button."),
-    out: Path = typer.Option(..., help="JSONL to write."),
+    out: Path = typer.Option(..., "--out", "-o", help="JSONL to write."),
     n: int = typer.Option(200, min=1, help="How many tasks."),
     seed: int = typer.Option(0, help="Seed of the split's stream."),
     split: str = typer.Option("train", help="train or heldout (disjoint by seed and by layout)."),

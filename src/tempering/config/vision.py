@@ -1,4 +1,4 @@
-"""`temper vision_sft`: supervised fine-tuning of a vision-language model, one stage of the two-stage recipe."""
+"""`temper vision-sft`: supervised fine-tuning of a vision-language model, one stage of the two-stage recipe."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ VisionPart = Literal["vision", "projector", "language"]
 
 
 class VisionSFTConfig(RunSettings):
-    """`temper vision_sft CONFIG.yaml`: train some parts of a VLM on conversations with images.
+    """`temper vision-sft CONFIG.yaml`: train some parts of a VLM on conversations with images.
 
     The two-stage recipe is two of these (docs/vision.md): projector alignment (`parts:
     [projector]`, `lora: null`; add `vision` when the encoder was assembled here with random

@@ -1,4 +1,4 @@
-"""The Tinker API's built-in losses as pure tensor code (`temper serve --tinker`), registered by
+"""The Tinker API's built-in losses as pure tensor code (`temper tinker serve`), registered by
 name (`tempering.algorithms.register_tinker_loss`): `forward_backward(data, loss_fn=NAME)`.
 
 Every loss is a SUM over the datum's positions (Tinker's convention: no normalisation; a

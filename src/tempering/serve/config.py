@@ -97,7 +97,7 @@ class ServeConfig(BaseModel):
 
 
 class TinkerServeConfig(BaseModel):
-    """One `temper serve --tinker` deployment: the Tinker API (training and sampling clients)
+    """One `temper tinker serve` deployment: the Tinker API (training and sampling clients)
     for the official `tinker` SDK. Every field is set by a CLI flag of the same name or `--set`."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)

@@ -1,4 +1,4 @@
-"""`temper serve --tinker`: the Tinker API, so the official `tinker` SDK and `tinker-cookbook`
+"""`temper tinker serve`: the Tinker API, so the official `tinker` SDK and `tinker-cookbook`
 recipes train and sample on this machine.
 
     app = create_tinker_app(TinkerServeConfig(...))    # uvicorn.run(app, host=..., port=...)
@@ -114,7 +114,7 @@ def create_tinker_app(cfg: TinkerServeConfig, store: Store | None = None) -> Fas
         yield
         await run_in_threadpool(server.jobs.close)
 
-    app = FastAPI(title="tempering serve --tinker", version="1", lifespan=lifespan)
+    app = FastAPI(title="tempering tinker serve", version="1", lifespan=lifespan)
     app.state.store, app.state.jobs, app.state.cfg = server.store, server.jobs, cfg
     app.add_middleware(Gate, server=server)
     app.add_exception_handler(ApiError, server.error)  # type: ignore[arg-type]

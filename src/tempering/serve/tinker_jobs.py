@@ -1,4 +1,4 @@
-"""The state behind `temper serve --tinker`: training models, loaded samplers, the base models
+"""The state behind `temper tinker serve`: training models, loaded samplers, the base models
 clients may use, and the calls queue (`tinker_sched.py`) that every Tinker call runs through.
 
 Each call is queued under its key and answered with a request id; the client polls

@@ -1,4 +1,4 @@
-"""What `temper serve --tinker` does with a model: the Tinker primitives over Tempering's pieces.
+"""What `temper tinker serve` does with a model: the Tinker primitives over Tempering's pieces.
 
   create_trainee        base model (`models/load.py`) + LoRA (`models/lora.py`) + AdamW
   forward_backward      log-probs (`models/logprobs.py`), a registered Tinker loss

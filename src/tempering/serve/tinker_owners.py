@@ -1,4 +1,4 @@
-"""Who owns what on `temper serve --tinker`, and where it lives on disk.
+"""Who owns what on `temper tinker serve`, and where it lives on disk.
 
 Every session, training client, saved checkpoint, sampling session and call belongs to the
 key that made it. Another key asking for it gets the same 404 as for a thing that does not

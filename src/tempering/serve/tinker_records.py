@@ -1,4 +1,4 @@
-"""Stability info of `temper serve --tinker`: what `sample(record_stability_info=True)` records
+"""Stability info of `temper tinker serve`: what `sample(record_stability_info=True)` records
 per sampled sequence, and the provenance check of a `forward_backward` that trains on it.
 
 A recorded sequence is its request's prompt, its sampled tokens and the log-prob the sampler

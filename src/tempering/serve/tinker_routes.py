@@ -1,4 +1,4 @@
-"""The routes of `temper serve --tinker` (see `tinker.py`): the calls the SDK's ServiceClient,
+"""The routes of `temper tinker serve` (see `tinker.py`): the calls the SDK's ServiceClient,
 TrainingClient and SamplingClient make, validated with the SDK's own request types.
 
 Every route that names an object checks, before it queues anything, that the object is the
@@ -124,7 +124,7 @@ def add_routes(app: FastAPI, server: Any) -> None:
     @app.api_route("/api/v1/{call:path}", methods=["GET", "POST", "PUT", "DELETE"])
     async def unsupported(call: str, key: ApiKey = Depends(server.authorized)):
         known = " (a Tinker API call)" if call in UNSUPPORTED else ""
-        raise ApiError(400, f"{call}{known} is not supported by temper serve --tinker")
+        raise ApiError(400, f"{call}{known} is not supported by temper tinker serve")
 
 
 def _session_routes(app: FastAPI, server: Any) -> None:
@@ -384,7 +384,7 @@ def _sampling_routes(app: FastAPI, server: Any) -> None:
         req = await read(request, types.SampleRequest, "sample")
         for option in SAMPLE_OPTIONS:
             if getattr(req, option):
-                raise ApiError(400, f"sample: {option} is not supported by temper serve --tinker")
+                raise ApiError(400, f"sample: {option} is not supported by temper tinker serve")
         if not 1 <= req.num_samples <= cfg.max_samples:
             raise ApiError(400, f"sample: num_samples {req.num_samples} is outside 1..{cfg.max_samples} (max_samples)")
         if req.sampling_session_id:

@@ -1,4 +1,4 @@
-"""The calls of `temper serve --tinker`, run on one worker thread, fairly across keys.
+"""The calls of `temper tinker serve`, run on one worker thread, fairly across keys.
 
 Every training and sampling call is queued under its key and answered with a request id;
 the client polls `retrieve_future` (`Scheduler.wait`). One key's calls run in the order it
