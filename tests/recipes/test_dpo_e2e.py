@@ -91,4 +91,7 @@ def test_simpo_needs_no_reference_and_bad_loss_is_one_line(setup):
     # a name of another family says which family it belongs to ('ppo' is a Tinker API loss)
     res = CliRunner().invoke(app, ["dpo", str(cfg), "--loss", "ppo"])
     assert res.exit_code == 2 and "Traceback" not in res.output
-    assert "'ppo' is registered as a Tinker API loss, not a preference loss (registered: dpo, ipo, kto, orpo, simpo)" in res.stderr
+    assert (
+        "'ppo' is registered as a Tinker API loss, not a preference loss (registered: dpo, ipo, kto, orpo, simpo)"
+        in res.stderr
+    )
