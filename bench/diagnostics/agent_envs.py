@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
 import time
 from collections import defaultdict
@@ -27,11 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _sha
 from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
 
-def ci95(values: list[float], draws: int = 2000, seed: int = 0) -> list[float]:
-    """Percentile bootstrap over the values (one per task) of their mean."""
-    rng = random.Random(seed)
-    means = sorted(sum(rng.choices(values, k=len(values))) / len(values) for _ in range(draws))
-    return [round(means[int(0.025 * draws)], 4), round(means[int(0.975 * draws) - 1], 4)]
+def ci95(values: list[float]) -> list[float]:
+    """Percentile bootstrap over the values (one per task) of their mean (`tempering.evals.stats`)."""
+    from tempering.evals.stats import bootstrap_ci
+
+    e = bootstrap_ci(values)
+    return [round(e.low, 4), round(e.high, 4)]
 
 
 def breakdown(results) -> dict:

@@ -10,7 +10,9 @@ One seed, in one process: SFT -> eval (SFT-only) -> [RL (trajectory) -> eval] ->
 weights -> [RL (step) -> eval] -> restore -> sample training tasks (temperature 1) and keep the
 recovered episodes (`agents.recovered`, with the RL runs' stored episodes) -> one SFT round on
 them -> eval. Every phase prints progress and the part file is rewritten after each, so a run cut
-short still leaves what it measured. Paired CIs are over (task, seed) units.
+short still leaves what it measured. Paired CIs are task-level, as `tempering.evals.stats` computes
+them: each task's outcome averaged over the seeds, then a bootstrap over tasks; the per-(seed, task)
+outcomes go into the result (`unit_outcomes`) so that every figure can be recomputed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.paths import RESULTS  # noqa: E402
@@ -292,56 +296,67 @@ def run_seed(args: argparse.Namespace) -> None:
     log(f"seed {seed}: done")
 
 
-def paired(pairs: list[tuple[float, float]], resamples: int = 4000, seed: int = 0) -> dict:
-    """Mean of b - a over units and a percentile bootstrap 95% CI (units resampled)."""
-    if not pairs:
-        return {"delta": None, "ci_low": None, "ci_high": None, "n": 0}
-    rng = random.Random(seed)
-    diffs = [b - a for a, b in pairs]
-    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(resamples))
-    return {
-        "delta": sum(diffs) / len(diffs),
-        "ci_low": means[int(0.025 * resamples)],
-        "ci_high": means[int(0.975 * resamples) - 1],
-        "n": len(diffs),
-    }
+def paired(units: dict[tuple, tuple[float, float]], resamples: int = 4000) -> dict:
+    """Mean of b - a and its 95% CI the task-level way of `tempering.evals.stats`: each task's
+    outcomes averaged over the seeds it ran in, then a paired bootstrap over tasks. `units` maps
+    (seed or part, task id) to the pair (a, b); `n` counts tasks, `units` the (seed, task) pairs."""
+    from tempering.evals.stats import paired_bootstrap
+
+    if not units:
+        return {"delta": None, "ci_low": None, "ci_high": None, "n": 0, "units": 0, "unit": "task"}
+    by_task: dict[str, list[tuple[float, float]]] = {}
+    for (_, task), pair in sorted(units.items()):
+        by_task.setdefault(task, []).append(pair)
+    a = [[x for x, _ in pairs] for pairs in by_task.values()]
+    b = [[y for _, y in pairs] for pairs in by_task.values()]
+    c = paired_bootstrap(a, b, resamples=resamples)
+    return {"delta": c.delta, "ci_low": c.low, "ci_high": c.high, "n": c.n, "units": len(units), "unit": "task"}
 
 
 def recovery_delta(parts: list[dict], before: str, after: str, resamples: int = 4000) -> dict:
-    """Recovery rate (successes among episodes with an error) after minus before, bootstrap over
-    (task, seed) units resampled together (each unit holds its before and after episode)."""
+    """Recovery rate (successes among episodes with an error) after minus before, with a bootstrap
+    over tasks (`tempering.evals.stats.bootstrap_statistic`): a task carries its episodes of every
+    seed, before and after, and the rates are recomputed over each resample of tasks."""
+    from tempering.evals.stats import bootstrap_statistic
+
     units = [
-        (p["phases"][before][t], p["phases"][after][t])
+        (t, p["phases"][before][t], p["phases"][after][t])
         for p in parts
         if before in p["phases"] and after in p["phases"]
         for t in p["phases"][before]
     ]
-
-    def rate(us: list, i: int) -> float | None:
-        errs = [u[i] for u in us if u[i]["errors"] > 0]
-        return sum(e["success"] for e in errs) / len(errs) if errs else None
-
+    empty = {"before": None, "after": None, "delta": None, "ci_low": None, "ci_high": None, "units": 0}
     if not units:
-        return {"before": None, "after": None, "delta": None, "ci_low": None, "ci_high": None, "units": 0}
-    rng = random.Random(0)
-    deltas = []
-    for _ in range(resamples):
-        sample = [rng.choice(units) for _ in units]
-        a, b = rate(sample, 0), rate(sample, 1)
-        if a is not None and b is not None:
-            deltas.append(b - a)
-    deltas.sort()
-    a, b = rate(units, 0), rate(units, 1)
-    return {
-        "before": a,
-        "after": b,
-        "episodes_with_error_before": sum(u[0]["errors"] > 0 for u in units),
-        "episodes_with_error_after": sum(u[1]["errors"] > 0 for u in units),
-        "delta": None if a is None or b is None else b - a,
-        "ci_low": deltas[int(0.025 * len(deltas))] if deltas else None,
-        "ci_high": deltas[int(0.975 * len(deltas)) - 1] if deltas else None,
+        return empty | {"tasks": 0, "unit": "task"}
+    tasks = sorted({t for t, _, _ in units})
+    cols = np.zeros((4, len(tasks)))  # errors before, recovered before, errors after, recovered after
+    for t, a, b in units:
+        k = tasks.index(t)
+        cols[:, k] += [
+            a["errors"] > 0,
+            a["errors"] > 0 and a["success"],
+            b["errors"] > 0,
+            b["errors"] > 0 and b["success"],
+        ]
+
+    def rate(err, ok) -> float:
+        return float(ok.sum() / err.sum()) if err.sum() else float("nan")
+
+    a, b = rate(cols[0], cols[1]), rate(cols[2], cols[3])
+    out = {
+        "before": None if np.isnan(a) else a,
+        "after": None if np.isnan(b) else b,
+        "episodes_with_error_before": int(cols[0].sum()),
+        "episodes_with_error_after": int(cols[2].sum()),
         "units": len(units),
+        "tasks": len(tasks),
+        "unit": "task",
     }
+    try:
+        e = bootstrap_statistic(lambda ea, ra, eb, rb: rate(eb, rb) - rate(ea, ra), *cols, resamples=resamples)
+    except ValueError:  # no episode with an error on one side: no rate to compare
+        return out | {"delta": None, "ci_low": None, "ci_high": None}
+    return out | {"delta": e.mean, "ci_low": e.low, "ci_high": e.high}
 
 
 def merge_seeds(parts: list[dict]) -> list[dict]:
@@ -369,7 +384,7 @@ def merge_seeds(parts: list[dict]) -> list[dict]:
 
 
 def across_parts(parts: list[dict], a: str, b: str, tiers: list[int]) -> dict:
-    """Phase b minus phase a paired by (seed, task), wherever each phase was measured."""
+    """Phase b minus phase a paired by (seed, task), wherever each phase was measured; task-level CI."""
 
     def by_unit(phase: str) -> dict:
         return {
@@ -381,7 +396,20 @@ def across_parts(parts: list[dict], a: str, b: str, tiers: list[int]) -> dict:
         }
 
     left, right = by_unit(a), by_unit(b)
-    return paired([(left[u], right[u]) for u in sorted(left) if u in right])
+    return paired({u: (left[u], right[u]) for u in sorted(left) if u in right})
+
+
+def unit_outcomes(parts: list[dict]) -> list[dict]:
+    """Each part's held-out success per phase and task (0/1): the per-(seed, task) records every
+    interval of the result is computed from, kept so that they can be recomputed."""
+    return [
+        {
+            "seed": p["seed"],
+            "credits": p["settings"]["credits"],
+            "phases": {ph: {t: int(v["success"]) for t, v in eps.items()} for ph, eps in p["phases"].items()},
+        }
+        for p in parts
+    ]
 
 
 def collect(paths: list[str], out_path: Path, note: str) -> dict:
@@ -391,14 +419,14 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
     def gain(a: str, b: str, tier_set=tiers, keep=None) -> dict:
         """Phase b minus phase a over the units whose episode `keep` takes (default: the tiers)."""
         keep = keep or (lambda v: v["tier"] in tier_set)
-        pairs = [
-            (float(p["phases"][a][t]["success"]), float(p["phases"][b][t]["success"]))
-            for p in parts
+        units = {
+            (i, t): (float(p["phases"][a][t]["success"]), float(p["phases"][b][t]["success"]))
+            for i, p in enumerate(parts)
             if a in p["phases"] and b in p["phases"]
             for t, v in p["phases"][a].items()
             if keep(v)
-        ]
-        return paired(pairs)
+        }
+        return paired(units)
 
     def completion(phase: str, tier_set=tiers, keep=None) -> float | None:
         keep = keep or (lambda v: v["tier"] in tier_set)
@@ -409,7 +437,7 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
     seeds = sorted({p["seed"] for p in parts})
     head = credits[0] if credits else None
     base = "recovery_base" if "recovery_base" in parts[0]["phases"] else "sft"  # the recovery round's starting point
-    main = gain("sft", f"rl_{head}") if head else paired([])
+    main = gain("sft", f"rl_{head}") if head else paired({})
     # held-out sets judged apart (e.g. workspace tiers 2-3 and every repository tier): each its own
     # paired gain; the headline is the weakest set's (the claim must hold on every one)
     sets = {}
@@ -419,7 +447,7 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
             return in_set(v.get("env"), v["tier"], spec)
 
         sets[spec] = {
-            "gain": gain("sft", f"rl_{head}", keep=keep) if head else paired([]),
+            "gain": gain("sft", f"rl_{head}", keep=keep) if head else paired({}),
             "completion": {ph: completion(ph, keep=keep) for ph in ["sft", *[f"rl_{c}" for c in credits]]},
         }
     if sets:
@@ -439,7 +467,8 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
         "rl_over_sft_gain_ci_low": main["ci_low"],
         "rl_over_sft_gain_ci_high": main["ci_high"],
         "rl_steps": min(p["settings"]["rl_steps"] for p in parts),  # every seed ran at least this many
-        "units": main["n"],
+        "tasks": main["n"],  # the CI resamples tasks, each averaged over its seeds
+        "units": main["units"],
         "gain_sets": sets,
         "headline_set": weakest if sets else None,
         "completion": {
@@ -465,6 +494,7 @@ def collect(paths: list[str], out_path: Path, note: str) -> dict:
             for key in sorted({k for p in parts for k in p["settings"]})
             if key != "seed" and len({json.dumps(p["settings"].get(key)) for p in parts}) > 1
         },
+        "unit_outcomes": unit_outcomes(parts),
         "load_average": os.getloadavg(),
         "note": note,
     }

@@ -18,14 +18,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from agent_rl import MODEL, episode_summary, load_lora, log, paired  # noqa: E402
 
 
-def pairs(runs: list[dict], base: str, label: str, env: str | None = None) -> list[tuple[float, float]]:
-    """(base, label) successes paired by (seed, task) over runs, optionally one environment's tasks."""
-    return [
-        (float(r["phases"][base][t]["success"]), float(v["success"]))
+def pairs(runs: list[dict], base: str, label: str, env: str | None = None) -> dict[tuple, tuple[float, float]]:
+    """(base, label) successes by (seed, task) over runs, optionally one environment's tasks; `paired`
+    averages each task over the seeds it ran in and bootstraps tasks."""
+    return {
+        (r["seed"], t): (float(r["phases"][base][t]["success"]), float(v["success"]))
         for r in runs
         for t, v in r["phases"][label].items()
         if env in (None, v["env"])
-    ]
+    }
 
 
 def collect(paths: list[str], out: Path) -> dict:
@@ -44,6 +45,13 @@ def collect(paths: list[str], out: Path) -> dict:
         "gain_by_env": {
             env: {f"{label}_minus_{base}": paired(pairs(runs, base, label, env)) for label in others} for env in envs
         },
+        "unit_outcomes": [
+            {
+                "seed": r["seed"],
+                "phases": {ph: {t: int(v["success"]) for t, v in eps.items()} for ph, eps in r["phases"].items()},
+            }
+            for r in runs
+        ],
     }
     out.write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("gain", "gain_by_env")}, indent=1))

@@ -39,13 +39,14 @@ from _shared.paths import RESULTS, cpu_name  # noqa: E402
 KINDS = ("passkey", "multikey", "vartrack", "crossfact", "noisy")
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
-    """Wilson score interval of k successes in n trials."""
+def wilson(k: int, n: int) -> list[float]:
+    """Wilson score interval of k successes in n tasks (`tempering.evals.stats`); [0, 1] for none."""
+    from tempering.evals.stats import wilson_interval
+
     if n == 0:
         return [0.0, 1.0]
-    p, d = k / n, 1 + z * z / n
-    centre, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return [max(0.0, centre - half), min(1.0, centre + half)]
+    e = wilson_interval(k, n)
+    return [e.low, e.high]
 
 
 def cell_suite(kind: str, length: int, n: int, model: str, split: str = "heldout"):

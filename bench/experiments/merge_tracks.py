@@ -261,20 +261,26 @@ def evaluate(model: str, out: Path, suite_paths: list[Path], threads: int) -> di
 
 
 def retention(base: dict, single: dict, merged: dict, seed: int = 0, draws: int = 2000) -> dict:
-    """(merged - base) / (single - base) of the mean reward, with a paired bootstrap CI over tasks."""
+    """(merged - base) / (single - base) of the mean reward, with a bootstrap CI over tasks
+    (`tempering.evals.stats.bootstrap_statistic`; resamples where the specialist gains nothing are left out)."""
     import numpy as np
+
+    from tempering.evals.stats import bootstrap_statistic
 
     ids = sorted(single["tasks"])
     b, s, m = (np.array([d["tasks"][t] for t in ids]) for d in (base, single, merged))
-    gain = s.mean() - b.mean()
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(ids), size=(draws, len(ids)))
-    gains = s[idx].mean(1) - b[idx].mean(1)
-    ok = gains > 1e-9
-    ratios = (m[idx].mean(1) - b[idx].mean(1))[ok] / gains[ok]
-    low, high = (float(x) for x in np.percentile(ratios, [2.5, 97.5])) if ok.any() else (None, None)
-    value = float((m.mean() - b.mean()) / gain) if gain > 0 else None
-    return {"retention": value, "low": low, "high": high, "specialist_gain": float(gain), "n": len(ids)}
+    gain = float(s.mean() - b.mean())
+
+    def ratio(b, s, m) -> float:
+        g = s.mean() - b.mean()
+        return float((m.mean() - b.mean()) / g) if g > 1e-9 else float("nan")
+
+    try:
+        e = bootstrap_statistic(ratio, b, s, m, resamples=draws, seed=seed)
+        value, low, high = e.mean, e.low, e.high
+    except ValueError:  # the specialist gained nothing: no retention to measure
+        value, low, high = None, None, None
+    return {"retention": value, "low": low, "high": high, "specialist_gain": gain, "n": len(ids)}
 
 
 def gate(base_dir: Path, cand_dir: Path) -> dict:

@@ -155,10 +155,12 @@ def heatmap(share: list[list[float]], title: str, path: Path) -> None:
 
 
 def mean_ci(xs: list[float]) -> dict:
-    m = statistics.fmean(xs)
+    """Mean and sd over seeds with the t-interval of `tempering.evals.stats` (none for one seed)."""
+    from tempering.evals.stats import t_interval
+
+    e = t_interval(xs) if len(xs) > 1 else None
     sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    half = 4.303 * sd / len(xs) ** 0.5 if len(xs) == 3 else 1.96 * sd / max(len(xs), 1) ** 0.5
-    return {"mean": m, "sd": sd, "ci95": [m - half, m + half], "values": xs}
+    return {"mean": statistics.fmean(xs), "sd": sd, "ci95": [e.low, e.high] if e else None, "values": xs}
 
 
 def balance_runs(pretrained: dict, vocab: int, sft_rows, held, args, tmp: Path) -> dict:

@@ -18,9 +18,9 @@ normalisation, at the same compute, held-out accuracy per domain before and afte
      uniform  mixture.sampling uniform,  grpo.advantage reinforce_pp_baseline (one global whitening)
    The arms of all seeds run side by side, one torch thread each. Held-out greedy accuracy per
    domain (each domain's `heldout:` tasks) at step 0 and at the end, item by item.
-4. Per arm: each domain's delta (after - before, mean over seeds) with a paired bootstrap CI over
-   its (seed, item) pairs; the mean gain over domains with a paired bootstrap CI (items resampled
-   within each domain and seed); the worst domain's delta. With --single, one single-domain run per
+4. Per arm: each domain's delta (after - before, each item's difference averaged over the seeds)
+   with a paired bootstrap CI over its items; the mean gain over domains with a stratified paired
+   bootstrap CI (items resampled within each domain; `tempering.evals.stats`); the worst domain's delta. With --single, one single-domain run per
    domain at the same steps (ours' settings) gives the interference matrix: each row a run (mixed
    or single-domain), each column a domain's held-out delta.
 
@@ -301,43 +301,41 @@ def item_verdicts(run_dir: Path, which: str) -> dict[str, dict[str, float]]:
 
 
 def paired(out: Path, names: list[str], domains: list[str]) -> dict:
-    """Per domain: (seed, item) differences after - before of the runs `names`."""
-    diffs: dict[str, list[list[float]]] = {d: [] for d in domains}
+    """Per domain, one {item: after - before} per run of `names`."""
+    diffs: dict[str, list[dict[str, float]]] = {d: [] for d in domains}
     for name in names:
         run_dir = out / "runs" / name
         add_differences(diffs, item_verdicts(run_dir, "after"), item_verdicts(run_dir, "before"))
     return diffs
 
 
-def add_differences(diffs: dict[str, list[list[float]]], a: dict, b: dict) -> None:
+def add_differences(diffs: dict[str, list[dict[str, float]]], a: dict, b: dict) -> None:
     """Append to each domain's list the item-by-item differences a - b over the items both have."""
     for d in diffs:
         items = sorted(set(a.get(d, {})) & set(b.get(d, {})))
-        diffs[d].append([a[d][i] - b[d][i] for i in items])
+        diffs[d].append({i: a[d][i] - b[d][i] for i in items})
 
 
-def bootstrap_mean_gain(diffs: dict[str, list[list[float]]], resamples: int = 2000) -> tuple[float, list[float]]:
-    """Mean over domains of the mean paired difference, and its 95% bootstrap CI (items resampled
-    within each domain and seed)."""
-    rng = random.Random(0)
+def bootstrap_mean_gain(diffs: dict[str, list[dict[str, float]]]) -> tuple[float, list[float]]:
+    """Mean over domains of the mean paired difference, and its 95% CI: each item's difference
+    averaged over the runs first, items resampled within their domain
+    (`tempering.evals.stats.stratified_paired_bootstrap`, the task-level rule of evals)."""
+    from tempering.evals.stats import stratified_paired_bootstrap
 
-    def mean_gain(pick) -> float:
-        per_domain = []
-        for runs in diffs.values():
-            means = [statistics.fmean(pick(v)) for v in runs if v]
-            if means:
-                per_domain.append(statistics.fmean(means))
-        return statistics.fmean(per_domain)
-
-    point = mean_gain(lambda v: v)
-    draws = sorted(mean_gain(lambda v: rng.choices(v, k=len(v))) for _ in range(resamples))
-    return point, [draws[int(0.025 * resamples)], draws[int(0.975 * resamples) - 1]]
+    per_item: dict[str, dict[str, list[float]]] = {}
+    for d, runs in diffs.items():
+        for run in runs:
+            for item, diff in run.items():
+                per_item.setdefault(d, {}).setdefault(item, []).append(diff)
+    gains = {d: list(items.values()) for d, items in per_item.items()}
+    c = stratified_paired_bootstrap({d: [0.0] * len(v) for d, v in gains.items()}, gains)
+    return c.delta, [c.low, c.high]
 
 
 def arm_difference(out: Path, seeds: list[int], domains: list[str], arm: str = "ours") -> dict:
     """`arm` minus uniform at the end, paired by (seed, domain, item): the mean over domains with its
     bootstrap CI, and per domain."""
-    diffs: dict[str, list[list[float]]] = {d: [] for d in domains}
+    diffs: dict[str, list[dict[str, float]]] = {d: [] for d in domains}
     for s in seeds:
         ours = item_verdicts(out / "runs" / f"{arm}-seed{s}", "after")
         add_differences(diffs, ours, item_verdicts(out / "runs" / f"uniform-seed{s}", "after"))
@@ -345,11 +343,15 @@ def arm_difference(out: Path, seeds: list[int], domains: list[str], arm: str = "
     return {"mean": point, "ci95": ci, "per_domain": domain_table(diffs)}
 
 
-def domain_table(diffs: dict[str, list[list[float]]]) -> dict[str, dict]:
+def domain_table(diffs: dict[str, list[dict[str, float]]]) -> dict[str, dict]:
     table = {}
     for d, runs in diffs.items():
         point, ci = bootstrap_mean_gain({d: runs})
-        table[d] = {"delta": point, "ci95": ci, "per_seed": [statistics.fmean(v) if v else None for v in runs]}
+        table[d] = {
+            "delta": point,
+            "ci95": ci,
+            "per_seed": [statistics.fmean(v.values()) if v else None for v in runs],
+        }
     return table
 
 

@@ -62,7 +62,6 @@ from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
 TEACHER = "smollm2-135m-instruct"
 LAYERS = [0, 1, 28, 29]
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}
 METRICS = ("reverse_kl_exact_per_token", "reverse_kl_per_token", "acceptance_rate", "forward_kl_per_token")
 
 
@@ -148,9 +147,11 @@ def forward_kl(student, teacher, tokenizer, rows: list[dict], precision: str) ->
 
 
 def interval(xs: list[float]) -> dict:
-    mean = statistics.fmean(xs)
-    half = T_975.get(len(xs) - 1, 2.0) * statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else 0.0
-    return {"mean": mean, "ci95": [mean - half, mean + half], "values": xs}
+    """Mean over seeds with the t-interval of `tempering.evals.stats` (none for one seed)."""
+    from tempering.evals.stats import t_interval
+
+    e = t_interval(xs) if len(xs) > 1 else None
+    return {"mean": statistics.fmean(xs), "ci95": [e.low, e.high] if e else None, "values": xs}
 
 
 def teacher_compute(run_dir: Path, targets: list[int]) -> dict:

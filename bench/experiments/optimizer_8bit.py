@@ -105,10 +105,12 @@ def run(bits: int, seed: int, steps: int, train_rows, held_rows, run_dir: Path, 
 
 
 def ci(xs: list[float]) -> dict:
-    m = statistics.fmean(xs)
+    """Mean and sd over seeds with the t-interval of `tempering.evals.stats` (none for one seed)."""
+    from tempering.evals.stats import t_interval
+
+    e = t_interval(xs) if len(xs) > 1 else None
     sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    t = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}.get(len(xs), 1.96)
-    return {"mean": m, "sd": sd, "ci95": [m - t * sd / len(xs) ** 0.5, m + t * sd / len(xs) ** 0.5], "values": xs}
+    return {"mean": statistics.fmean(xs), "sd": sd, "ci95": [e.low, e.high] if e else None, "values": xs}
 
 
 def main() -> None:

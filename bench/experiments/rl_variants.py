@@ -9,7 +9,8 @@
    so a variant that spends more per step (DAPO's refills) takes fewer steps. Held-out greedy
    final-answer accuracy on --heldout disjoint problems every --every steps and at the end.
 3. Per variant: the final accuracy over seeds (mean, a 95% t-interval over the seeds, and a 95%
-   bootstrap interval over every (seed, problem) verdict), steps taken, and the curves; the plot
+   bootstrap interval over problems, each problem's verdict averaged over the seeds first:
+   `tempering.evals.stats`, as evals compute it), steps taken, and the curves; the plot
    of held-out accuracy against wall-clock seconds goes to docs/img_rl_variants.png.
 
 The variants differ only in what defines them (docs/rl.md):
@@ -61,8 +62,6 @@ VARIANTS: dict[str, dict] = {
     "cispo": {"loss": "cispo", "advantage": "grpo", "clip_high": 4.0, "dynamic_sampling": False},
     "rloo": {"loss": "grpo", "advantage": "rloo", "clip_high": 0.2, "dynamic_sampling": False},
 }
-
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}  # two-sided 95% t quantiles by degrees of freedom
 
 
 def temper() -> str:
@@ -138,15 +137,15 @@ def launch(config: Path, variant: str, seed: int, out: Path) -> subprocess.Popen
     return subprocess.Popen(["nice", "-n", "10", *cmd], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env())
 
 
-def final_verdicts(run_dir: Path) -> list[float]:
-    """The per-problem `correct` verdicts of the run's last held-out evaluation."""
+def final_verdicts(run_dir: Path) -> dict[str, float]:
+    """The per-problem `correct` verdicts of the run's last held-out evaluation, by task id."""
     steps = sorted((run_dir / "heldout").glob("step-*"))
     for f in sorted(steps[-1].rglob("*.jsonl")) if steps else []:
         rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-        values = [_correct(r) for r in rows]
-        if values and all(v is not None for v in values):
-            return [float(v) for v in values]  # type: ignore[arg-type]
-    return []
+        values = {r.get("task_id", str(i)): _correct(r) for i, r in enumerate(rows)}
+        if values and all(v is not None for v in values.values()):
+            return {k: float(v) for k, v in values.items()}  # type: ignore[arg-type]
+    return {}
 
 
 def _correct(row: dict) -> float | None:
@@ -156,18 +155,12 @@ def _correct(row: dict) -> float | None:
     return None
 
 
-def bootstrap(values: list[float], resamples: int = 2000, seed: int = 0) -> list[float]:
-    import random
-
-    if not values:
-        return [math.nan, math.nan]
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(resamples))
-    return [means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]]
-
-
 def summarise(variant: str, seeds: list[int], out: Path) -> dict:
-    runs, finals, verdicts = {}, [], []
+    from tempering.evals.stats import bootstrap_ci, t_interval
+
+    runs: dict = {}
+    finals: list[float] = []
+    verdicts: dict[str, list[float]] = {}  # task id -> its verdict in each seed
     for s in seeds:
         run_dir = out / f"{variant}-seed{s}"
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -181,16 +174,17 @@ def summarise(variant: str, seeds: list[int], out: Path) -> dict:
             "curve": curve,
         }
         finals.append(summary["heldout_after"]["correct"])
-        verdicts += final_verdicts(run_dir)
-    mean = statistics.fmean(finals)
-    sd = statistics.stdev(finals) if len(finals) > 1 else 0.0
-    half = T_975.get(len(finals) - 1, 1.96) * sd / math.sqrt(len(finals)) if len(finals) > 1 else math.nan
+        for task, verdict in final_verdicts(run_dir).items():
+            verdicts.setdefault(task, []).append(verdict)
+    over_seeds = t_interval(finals) if len(finals) > 1 else None
+    over_tasks = bootstrap_ci(list(verdicts.values())) if verdicts else None
     return {
-        "final_accuracy": mean,
+        "final_accuracy": statistics.fmean(finals),
         "final_accuracy_seeds": finals,
-        "ci95_over_seeds": [mean - half, mean + half],
-        "ci95_bootstrap_items": bootstrap(verdicts),
-        "n_verdicts": len(verdicts),
+        "ci95_over_seeds": [over_seeds.low, over_seeds.high] if over_seeds else [math.nan, math.nan],
+        "ci95_bootstrap_tasks": [over_tasks.low, over_tasks.high] if over_tasks else [math.nan, math.nan],
+        "n_verdicts": sum(len(v) for v in verdicts.values()),
+        "n_tasks": len(verdicts),
         "steps_mean": statistics.fmean(r["steps"] for r in runs.values()),
         "settings": VARIANTS[variant],
         "runs": runs,
@@ -297,7 +291,7 @@ def main() -> None:
         },
         "wall_s": time.time() - t0,
         "final_accuracy": {
-            name: {k: r[k] for k in ("final_accuracy", "ci95_over_seeds", "ci95_bootstrap_items", "steps_mean")}
+            name: {k: r[k] for k in ("final_accuracy", "ci95_over_seeds", "ci95_bootstrap_tasks", "steps_mean")}
             for name, r in results.items()
         },
         "results": results,

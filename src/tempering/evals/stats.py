@@ -14,7 +14,7 @@ tasks, n=100); BCa would buy little there and is harder to check by hand.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -224,11 +224,122 @@ def paired_bootstrap(a, b, *, level: float = 0.95, resamples: int = 2000, seed: 
         raise ValueError(f"paired comparison needs the same tasks: {xa.size} vs {xb.size} task scores")
     diff = xb - xa
     boot = _resampled_means(diff, resamples, np.random.default_rng(seed))
+    return _comparison(float(diff.mean()), boot, level, int(diff.size))
+
+
+def _comparison(delta: float, boot: np.ndarray, level: float, n: int) -> Comparison:
+    """A `Comparison` from the point delta and its resampled deltas (percentile interval)."""
     alpha = 1.0 - level
     low, high = (float(v) for v in np.quantile(boot, [alpha / 2, 1 - alpha / 2]))
     tail = min(np.count_nonzero(boot <= 0), np.count_nonzero(boot >= 0))
-    p_value = min(1.0, 2.0 * (tail + 1) / (resamples + 1))
-    return Comparison(float(diff.mean()), low, high, p_value, bool(low > 0 or high < 0), int(diff.size))
+    p_value = min(1.0, 2.0 * (tail + 1) / (boot.size + 1))
+    return Comparison(delta, low, high, p_value, bool(low > 0 or high < 0), n)
+
+
+def stratified_paired_bootstrap(
+    a: Mapping[str, Sequence | np.ndarray],
+    b: Mapping[str, Sequence | np.ndarray],
+    *,
+    level: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Comparison:
+    """The mean over strata (e.g. domains) of each stratum's paired gain mean(b) - mean(a).
+
+    Each stratum weighs the same whatever its number of tasks. Tasks are resampled within their
+    stratum (each keeps its size), per-task sample lists averaged first (see `task_means`).
+    `n` is the number of tasks over all strata.
+
+    Raises:
+        ValueError: when `a` and `b` name different strata or a stratum's task counts differ.
+    """
+    _check_level(level, resamples)
+    if set(a) != set(b) or not a:
+        raise ValueError(f"stratified comparison needs the same non-empty strata: {sorted(a)} vs {sorted(b)}")
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for name in sorted(a):
+        xa, xb = task_means(a[name]), task_means(b[name])
+        if xa.size != xb.size:
+            raise ValueError(f"stratum {name!r}: {xa.size} vs {xb.size} task scores")
+        diffs.append(xb - xa)
+    boot = np.mean([_resampled_means(d, resamples, rng) for d in diffs], axis=0)
+    delta = float(np.mean([d.mean() for d in diffs]))
+    return _comparison(delta, boot, level, sum(d.size for d in diffs))
+
+
+def bootstrap_statistic(
+    statistic: Callable[..., float],
+    *columns: Sequence[float] | np.ndarray,
+    level: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Estimate:
+    """A statistic other than a mean (a ratio, a rate among some tasks) with a percentile
+    interval from resampling tasks.
+
+    Each column holds one value per task (the same tasks, in the same order); every resample
+    draws task indices once and passes each column, indexed by them, to `statistic`. Resamples
+    where the statistic is not finite (a ratio over a zero denominator) are left out. `mean` of
+    the result is the statistic on the data as given.
+
+    Raises:
+        ValueError: on columns of different lengths, no tasks, a non-finite statistic on the
+            data, or no resample with a finite one.
+    """
+    _check_level(level, resamples)
+    cols = [np.asarray(c, dtype=float) for c in columns]
+    if not cols or cols[0].ndim != 1 or cols[0].size == 0 or any(c.shape != cols[0].shape for c in cols):
+        raise ValueError(
+            f"bootstrap_statistic needs non-empty per-task columns of one length: {[c.shape for c in cols]}"
+        )
+    point = float(statistic(*cols))
+    if not np.isfinite(point):
+        raise ValueError(f"the statistic is not finite on the data ({point})")
+    rng = np.random.default_rng(seed)
+    n = cols[0].size
+    draws = np.array([statistic(*(c[idx] for c in cols)) for idx in rng.integers(0, n, size=(resamples, n))])
+    draws = draws[np.isfinite(draws)]
+    if draws.size == 0:
+        raise ValueError("no resample gave a finite statistic")
+    alpha = 1.0 - level
+    low, high = np.quantile(draws, [alpha / 2, 1 - alpha / 2])
+    return Estimate(point, float(low), float(high), n)
+
+
+def t_interval(per_seed_values: Sequence[float], *, level: float = 0.95) -> Estimate:
+    """Mean of a metric measured once per seed (or run) with a Student-t interval,
+    mean +- t(n-1) * sd / sqrt(n), sd with ddof=1: for a handful of runs, where there are too few
+    values to resample (`bootstrap_ci` is for tasks).
+
+    Raises:
+        ValueError: with fewer than 2 values or a level outside (0, 1).
+    """
+    from scipy.stats import t as student_t  # imported here: scipy.stats takes ~0.3 s to import
+
+    x = np.asarray(per_seed_values, dtype=float)
+    if x.ndim != 1 or x.size < 2:
+        raise ValueError(f"a t-interval needs at least 2 values, got shape {x.shape}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"confidence level must be in (0, 1), got {level}")
+    half = float(student_t.ppf(0.5 + level / 2, x.size - 1)) * float(x.std(ddof=1)) / np.sqrt(x.size)
+    mean = float(x.mean())
+    return Estimate(mean, mean - half, mean + half, int(x.size))
+
+
+def wilson_interval(successes: int, trials: int, *, level: float = 0.95) -> Estimate:
+    """Share of successes among independent trials with the Wilson score interval
+    (statsmodels' `proportion_confint(method="wilson")`); `n` is the number of trials.
+
+    Raises:
+        ValueError: with no trials, or successes outside [0, trials].
+    """
+    from statsmodels.stats.proportion import proportion_confint
+
+    if trials < 1 or not 0 <= successes <= trials:
+        raise ValueError(f"a Wilson interval needs trials >= 1 and 0 <= successes <= trials, got {successes}/{trials}")
+    low, high = np.asarray(proportion_confint(successes, trials, alpha=1.0 - level, method="wilson"), dtype=float)
+    return Estimate(successes / trials, float(low), float(high), int(trials))
 
 
 def seed_spread(per_seed_means: Sequence[float]) -> SeedSpread:
