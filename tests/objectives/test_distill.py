@@ -246,7 +246,14 @@ def test_on_policy_divergence_over_row_chunks_equals_one_chunk(monkeypatch, samp
     teacher, student = tiny_llama(vocab=64, seed=5), tiny_llama(vocab=64, seed=6)
     batch = _on_policy_batch(sampled)
     objective = OnPolicyDivergenceObjective(
-        teacher, "jsd", {"beta": 0.3}, 1.5, [], sampling_temperature=1.0, teacher_divergence="forward_kl", teacher_kl_weight=0.8
+        teacher,
+        "jsd",
+        {"beta": 0.3},
+        1.5,
+        [],
+        sampling_temperature=1.0,
+        teacher_divergence="forward_kl",
+        teacher_kl_weight=0.8,
     )
 
     def run(chunk_bytes):
