@@ -148,7 +148,7 @@ def test_bare_answer(text, want):
 
 def test_config_from_flags_and_unknown_keys(tmp_path):
     cfg = load_config(PairsConfig, None, ["k=4"], {"output": "x.jsonl", "tasks.ops": "+"})
-    assert cfg.k == 4 and cfg.tasks.ops == "+" and cfg.kinds == ["correct", "strict"]
+    assert cfg.k == 4 and cfg.tasks.options.ops == "+" and cfg.kinds == ["correct", "strict"]
     with pytest.raises(Exception, match="kinds"):
         load_config(PairsConfig, None, ["kinds=[fast]"], {"output": "x"})
 
