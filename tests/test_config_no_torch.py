@@ -1,4 +1,4 @@
-"""Config validation imports no torch and runs no user code (issue 56).
+"""Config validation imports no torch and runs no user code.
 
 In a fresh interpreter: every shipped example config validates (training and data configs
 through `tempering.config`, pipelines through `pipeline.plan`, suites through `evals.suite`), a

@@ -1,4 +1,4 @@
-"""Issue 56, "registries that reach the config": a task source, a goal kind and an environment
+"""Registries that reach the config: a task source, a goal kind and an environment
 class, each with its own settings, registered from ONE new module (`tests/fixtures/registries_toy/
 toy_kinds.py`) with no edit to `tempering/config/` or anywhere else, then validated from YAML and
 run end to end on something tiny.
