@@ -182,13 +182,19 @@ def needs_session(goal: dict[str, Any]) -> bool:
 
 def check_goal(goal: dict[str, Any], ctx: ToolContext, answer: str | None) -> bool:
     """Whether the final state meets `goal`. Raises EnvFailure when the sandbox fails the check
-    itself (or a kind that reads it has no session), and UserError for an unknown goal type."""
+    itself (or a kind that reads it has no session), UserError for an unknown goal type and
+    ValueError, with goal_problem's one line, for settings the load would have refused."""
     kind = GOALS.get(goal["type"])
     if kind is None:
         raise UserError(f"unknown goal type {goal['type']!r} ({', '.join(GOALS)})")
     if kind.needs_session and goal["type"] != "all" and ctx.session is None:
         raise EnvFailure(f"goal {kind.name!r} needs a sandbox session")
-    return kind.check(_settings(goal), ctx, answer)
+    try:
+        settings = _settings(goal)
+    except ValidationError:
+        # a goal that skipped the check at load (a model_copy, a plugin's task): one line, as a load would say
+        raise ValueError(goal_problem(goal)) from None
+    return kind.check(settings, ctx, answer)
 
 
 # ------------------------------------------------------------------ the built-in kinds
