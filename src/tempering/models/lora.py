@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from tempering.config import LoraSettings, RopeScaling
 from tempering.errors import UserError
@@ -25,12 +25,12 @@ def apply_lora(model: Any, settings: LoraSettings, base_spec: str, modules_to_sa
         total = model.config.num_hidden_layers
         layers = list(range(max(0, total - settings.last_layers), total))
         if isinstance(targets, str):  # peft needs names with layers_to_transform
-            targets = _linear_names(model) if targets == "all-linear" else [targets]
+            targets = linear_targets(model) if targets == "all-linear" else [targets]
     if settings.base == "int8":
         from tempering.models.quantize import int8_base_in_place
 
         if targets == "all-linear":  # PEFT resolves it by torch.nn.Linear: name them before the swap
-            targets = _linear_names(model)
+            targets = linear_targets(model)
         int8_base_in_place(model)
     config = LoraConfig(
         target_parameters=_expert_parameters(model) if settings.experts else None,
@@ -135,18 +135,37 @@ def _console() -> Any:
     return Console(stderr=True)
 
 
-def _linear_names(model: Any) -> list[str]:
-    """Short names of the Linear layers inside the decoder blocks (what "all-linear" means), int8 ones too."""
+LORA_PARTS = ("attn", "mlp", "unembed")
+"""What `linear_targets` can adapt: the decoder blocks' attention and MLP Linears, the LM head."""
+ALL_LINEAR = ("attn", "mlp")
+"""The parts "all-linear" means: every Linear inside the decoder blocks, the head excluded."""
+
+
+def linear_targets(model: Any, parts: Iterable[str] = ALL_LINEAR) -> list[str]:
+    """Short names of the Linear layers (int8 ones too) LoRA adapts in `parts` (`LORA_PARTS`): `attn`,
+    the decoder blocks' Linears under an attention module (a name with "attn" or "attention"); `mlp`,
+    the blocks' other Linears; `unembed`, the LM head. `ALL_LINEAR` is what "all-linear" means; the
+    Tinker service maps its `train_attn` / `train_mlp` / `train_unembed` onto `parts` here.
+    """
     import torch
 
+    parts = set(parts)
+    if parts - set(LORA_PARTS):
+        raise ValueError(f"LoRA parts {sorted(parts - set(LORA_PARTS))} are not among {LORA_PARTS}")
     head, linear = model.get_output_embeddings(), (torch.nn.Linear, _int8_type())
-    return sorted(
-        {
-            name.rsplit(".", 1)[-1]
-            for name, m in model.named_modules()
-            if isinstance(m, linear) and m is not head and ".layers." in name
-        }
-    )
+    names = set()
+    for name, m in model.named_modules():
+        if not isinstance(m, linear):
+            continue
+        if m is head:
+            part = "unembed"
+        elif ".layers." in name:
+            part = "attn" if "attn" in name or "attention" in name else "mlp"
+        else:
+            continue
+        if part in parts:
+            names.add(name.rsplit(".", 1)[-1])
+    return sorted(names)
 
 
 EXPORT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

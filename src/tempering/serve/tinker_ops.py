@@ -1,10 +1,12 @@
 """What `temper tinker serve` does with a model: the Tinker primitives over Tempering's pieces.
 
-  create_trainee        base model (`models/load.py`) + LoRA (`models/lora.py`) + AdamW
+  create_trainee        base model (`models/load.py`) + LoRA on the layers `models/lora.py:
+                        linear_targets` picks + the Trainer's optimizer (`train/optimizer.py`)
   forward_backward      log-probs (`models/logprobs.py`), a registered Tinker loss
                         (`objectives/tinker_losses.py`), gradients accumulated until the step
   optim_step            AdamW with the request's hyper-parameters, then the gradients are cleared
-  save_state / load_state   adapter weights (PEFT safetensors) + optimizer state
+  save_state / load_state   a Trainer checkpoint (`train/checkpoint.py`: weights, optimizer
+                        state, manifest), the adapter as a PEFT dir beside them
   save_for_sampler      the adapter as a PEFT dir a sampler loads (`load_model` takes it)
   Sampler               an engine from `rollout/select.py: build_engine` over saved weights
 
@@ -24,15 +26,17 @@ import numpy as np
 import torch
 
 from tempering import errors
-from tempering.atomic import write_text_atomic
-from tempering.config import EngineSettings, LoraSettings, SamplingParams
+from tempering.config import EngineSettings, LoraSettings, OptimSettings, SamplingParams
 from tempering.data.padding import PAD_ID, right_pad
+from tempering.models.checkpoints import MANIFEST
 from tempering.models.load import ModelNotFound, load_model, load_tokenizer
 from tempering.models.logprobs import head_logprobs, token_logprobs
-from tempering.models.lora import apply_lora
+from tempering.models.lora import apply_lora, linear_targets
 from tempering.models.precision import autocast, resolve_precision
 from tempering.rollout.select import build_engine
 from tempering.serve.tinker_wire import WireDatum, WireSample, check_vocab
+from tempering.train.checkpoint import load_checkpoint, write_checkpoint
+from tempering.train.optimizer import build_optimizer, set_lr
 
 LORA_ALPHA = 32
 """LoRA alpha of every trainee (Tinker fixes it too; the rank is the request's)."""
@@ -52,7 +56,8 @@ class Trainee:
     rank: int
     model: Any
     tokenizer: Any
-    optimizer: torch.optim.AdamW
+    optimizer: torch.optim.Optimizer
+    """The Trainer's (`train/optimizer.py: build_optimizer`), over the LoRA parameters."""
     precision: str
     """"bf16" (autocast; the weights stay float32) or "fp32"."""
     parts: dict[str, bool] = field(default_factory=dict)
@@ -62,20 +67,9 @@ class Trainee:
     """`loss:sum` of each forward_backward (training calls only)."""
 
 
-def _targets(model: Any, attn: bool, mlp: bool, unembed: bool) -> list[str]:
-    """Leaf names of the Linear layers LoRA adapts: attention, MLP and/or the LM head."""
-    head = model.get_output_embeddings()
-    names = set()
-    for name, module in model.named_modules():
-        if not isinstance(module, torch.nn.Linear):
-            continue
-        leaf = name.rsplit(".", 1)[-1]
-        if module is head:
-            if unembed:
-                names.add(leaf)
-        elif (attn and ("attn" in name or "attention" in name)) or (mlp and ".mlp." in f".{name}"):
-            names.add(leaf)
-    return sorted(names)
+def _parts(parts: dict[str, bool]) -> list[str]:
+    """The request's `train_attn` / `train_mlp` / `train_unembed` as `linear_targets` parts."""
+    return [name.removeprefix("train_") for name, on in parts.items() if on]
 
 
 def create_trainee(
@@ -91,14 +85,16 @@ def create_trainee(
         tokenizer = load_tokenizer(base)
     except (ModelNotFound, OSError, ValueError) as exc:
         raise UserError(f"create_model: base model {base!r} cannot be loaded: {str(exc).splitlines()[0]}") from None
-    targets = _targets(model, parts["train_attn"], parts["train_mlp"], parts["train_unembed"])
+    targets = linear_targets(model, _parts(parts))
     if not targets:
         raise UserError("create_model: lora_config adapts no layer (train_attn, train_mlp, train_unembed all false)")
     if seed is not None:
         torch.manual_seed(seed)
-    model = apply_lora(model, LoraSettings(r=rank, alpha=LORA_ALPHA, target_modules=targets), base)
+    model = apply_lora(
+        model, LoraSettings.model_validate({"r": rank, "alpha": LORA_ALPHA, "target_modules": targets}), base
+    )
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=0.0)
+    optimizer = build_optimizer(params, OptimSettings.model_validate({}))  # each optim_step sets its hyper-parameters
     return Trainee(model_id, base, rank, model, tokenizer, optimizer, resolve_precision(precision), parts=dict(parts))
 
 
@@ -283,8 +279,9 @@ def forward_backward_steps(
 def optim_step(trainee: Trainee, lr: float, betas: tuple[float, float], eps: float, wd: float, clip: float) -> dict:
     """One AdamW step on the accumulated gradients with the request's settings; clears them."""
     params = [p for g in trainee.optimizer.param_groups for p in g["params"]]
+    set_lr(trainee.optimizer, lr)
     for group in trainee.optimizer.param_groups:
-        group.update(lr=lr, betas=betas, eps=eps, weight_decay=wd)
+        group.update(betas=betas, eps=eps, weight_decay=wd)
     norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
     trainee.optimizer.step()
     trainee.optimizer.zero_grad(set_to_none=True)
@@ -299,35 +296,77 @@ def save_for_sampler(trainee: Trainee, out: Path) -> Path:
     return out
 
 
+STATE_FORMAT = "a Trainer checkpoint (train/checkpoint.py: manifest.json, weights.safetensors, optimizer.pt)"
+OLD_STATE = "tinker_state.json"
+"""What a save_state wrote before it wrote Trainer checkpoints: refused by `load_state`, naming the format."""
+
+
+def _trainable(trainee: Trainee) -> dict[str, torch.Tensor]:
+    """The trained parameters by name: what the Trainer checkpoints (its `named`) for the same model."""
+    return {n: p for n, p in trainee.model.named_parameters() if p.requires_grad}
+
+
 def save_state(trainee: Trainee, out: Path) -> Path:
-    """Adapter weights, optimizer state and step count: what `load_state` restores."""
-    save_for_sampler(trainee, out)
-    torch.save(trainee.optimizer.state_dict(), out / "optimizer.pt")
-    write_text_atomic(
-        out / "tinker_state.json",
-        json.dumps({"base": trainee.base, "rank": trainee.rank, "steps": trainee.steps, "parts": trainee.parts}),
+    """The trainee as a Trainer checkpoint at `out` (`train/checkpoint.py: write_checkpoint`): the LoRA
+    weights, optimizer state and step count, the base, rank and parts in `state.json` under "tinker";
+    the adapter and tokenizer beside them as a PEFT dir (`save_for_sampler`), so a sampler loads it."""
+    state = {
+        "step": trainee.steps,
+        "lr_scale": 1.0,
+        "tinker": {"base": trainee.base, "rank": trainee.rank, "parts": trainee.parts},
+    }
+    optimizer = trainee.optimizer.state_dict()
+    return write_checkpoint(
+        out, trainee.steps, _trainable(trainee), optimizer, state, extra=lambda d: save_for_sampler(trainee, d)
     )
-    return out
+
+
+def _check_state(src: Path, call: str) -> None:
+    """Raises UserError where `src` is no checkpoint: a state of the older Tinker format, or none (one line)."""
+    if (src / OLD_STATE).is_file() and not (src / MANIFEST).is_file():
+        raise UserError(
+            f"{call}: {src.name} is a training state of the older Tinker format ({OLD_STATE}), which this "
+            f"server no longer loads; states are now {STATE_FORMAT}"
+        )
+    if not (src / MANIFEST).is_file():
+        raise UserError(f"{call}: {src.name} is not a training state (save_state writes those)")
+
+
+def state_meta(src: Path, call: str) -> dict[str, Any]:
+    """The base, rank and parts a Tinker state was saved with (its `state.json` "tinker" entry);
+    `load_state` verifies the files against the manifest before it uses them.
+
+    Raises:
+        UserError: no Tinker state (see `_check_state`), or a Trainer run's checkpoint (no base to create from).
+    """
+    _check_state(src, call)
+    meta = json.loads((src / "state.json").read_text()).get("tinker")
+    if not isinstance(meta, dict):
+        raise UserError(f"{call}: {src.name} is a Trainer run's checkpoint, not a Tinker save_state (no base and rank)")
+    return meta
 
 
 def load_state(trainee: Trainee, src: Path, with_optimizer: bool) -> None:
-    """Restore what `save_state` wrote into this trainee (same base and rank)."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    meta_file = src / "tinker_state.json"
-    if not meta_file.is_file():
-        raise UserError(f"load_weights: {src.name} is not a training state (save_state writes those)")
-    meta = json.loads(meta_file.read_text())
-    if (meta["base"], meta["rank"], meta["parts"]) != (trainee.base, trainee.rank, trainee.parts):
+    """Restore a checkpoint into this trainee: its LoRA weights (same names and shapes), and with
+    `with_optimizer` the optimizer state and step count. A Tinker `save_state` must be of the same base,
+    rank and parts; a Trainer checkpoint of the same LoRA layout loads too."""
+    _check_state(src, "load_weights")
+    ckpt = load_checkpoint(src)
+    meta = ckpt["state"].get("tinker")
+    if meta is not None and (meta["base"], meta["rank"], meta["parts"]) != (trainee.base, trainee.rank, trainee.parts):
         raise UserError(
             f"load_weights: the state is of {meta['base']} rank {meta['rank']} {meta['parts']}, "
             f"this model {trainee.base} rank {trainee.rank} {trainee.parts}"
         )
-    set_peft_model_state_dict(trainee.model, load_file(src / "adapter_model.safetensors"))
+    named, weights = _trainable(trainee), ckpt["weights"]
+    if set(named) != set(weights) or any(weights[n].shape != p.shape for n, p in named.items()):
+        raise UserError(f"load_weights: the checkpoint's weights are not this model's LoRA layers ({src.name})")
+    with torch.no_grad():
+        for n, p in named.items():
+            p.copy_(weights[n])
     if with_optimizer:
-        trainee.optimizer.load_state_dict(torch.load(src / "optimizer.pt", weights_only=True))
-        trainee.steps = meta["steps"]
+        trainee.optimizer.load_state_dict(ckpt["optimizer"])
+        trainee.steps = ckpt["state"]["step"]
 
 
 class Sampler:
@@ -360,6 +399,7 @@ class Sampler:
             stop=strings,
             stop_token_ids=ids,
             n=n,
+            top_logprobs=0,
             seed=params.get("seed"),
         )
         done = self.engine.generate([prompt], request)[0]

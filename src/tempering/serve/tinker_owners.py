@@ -184,7 +184,7 @@ class Owners:
             f"{TINKER_SCHEME}{model_id}/{kind}/{p.name}"
             for kind in KINDS
             for p in sorted((folder / kind).glob("*"))
-            if p.is_dir()
+            if p.is_dir() and NAME.fullmatch(p.name)  # not a save's hidden temp dir
         ]
 
     # ------------------------------------------------------------------ checkpoints

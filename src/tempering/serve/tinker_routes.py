@@ -8,7 +8,6 @@ the request (bad JSON, bad bytes, over a cap) is a 400 (`tinker.py` answers `Use
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,6 +27,7 @@ from tempering.serve.tinker_ops import (
     optim_step,
     save_for_sampler,
     save_state,
+    state_meta,
 )
 from tempering.serve.tinker_owners import SamplingSession
 from tempering.serve.tinker_wire import (
@@ -320,7 +320,7 @@ def _weights_routes(app: FastAPI, server: Any) -> None:
             model_id = owners.model(req.model_id, key.id, "load_weights").model_id
             create = None
         else:  # create-via-load: a new model of the checkpoint's base and rank
-            meta = await _in_thread(_state_meta, src, req.path)
+            meta = await _in_thread(state_meta, src, "load_weights")
             base = await _in_thread(jobs.base_model, req.base_model or meta["base"], "load_weights")
             model_id = owners.reserve(key.id, req.session_id or "", req.model_seq_id or 0, base, "load_weights")
             create = (base, meta["rank"], meta["parts"])
@@ -343,13 +343,6 @@ def _queue_new(server: Any, request: Request, call: str, run: Callable[[], Any],
     except BaseException:
         server.jobs.owners.release(model_id)
         raise
-
-
-def _state_meta(src: Path, path: str) -> dict:
-    meta = src / "tinker_state.json"
-    if not meta.is_file():
-        raise UserError(f"load_weights: {path} is not a training state (save_state writes those)")
-    return json.loads(meta.read_text())
 
 
 def _sampling_routes(app: FastAPI, server: Any) -> None:

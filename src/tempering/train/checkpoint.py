@@ -17,6 +17,10 @@ optimizer.pt goes through torch's weights-only loader, which builds tensors and 
 containers and refuses any other object. A checkpoint of the older format (an `rng.pt`
 pickle) is refused with a one-line error naming the file, never loaded.
 
+The Tinker service's `save_state` is this format too (`write_checkpoint` into the dir the client
+names, its base, rank and LoRA parts in state.json under "tinker", the PEFT adapter beside it):
+`load_checkpoint` reads either.
+
 Any checkpoint is also a model spec (`runs/NAME@step-40`): models/checkpoints.py rebuilds it
 into a loadable directory, verified by the same manifest check.
 """
@@ -29,7 +33,7 @@ import pickle  # for its error class: nothing here unpickles freely
 import random
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -146,26 +150,47 @@ def save_checkpoint(
     `rng`: what rng.safetensors holds (default: this process's `rng_state()`; a multi-process trainer
     passes every rank's).
     """
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step:08d}"
-    tmp = root / f".step-{step:08d}.tmp-{os.getpid()}"
+    final = write_checkpoint(root / f"step-{step:08d}", step, weights, optimizer, state, rng)
+    for old in list_checkpoints(root)[:-keep_last]:
+        shutil.rmtree(old)
+    return final
+
+
+def write_checkpoint(
+    final: Path,
+    step: int,
+    weights: dict[str, torch.Tensor],
+    optimizer: dict,
+    state: dict,
+    rng: Any = None,
+    extra: Callable[[Path], Any] | None = None,
+) -> Path:
+    """Write the checkpoint dir `final` atomically: the files of the layout above, in a hidden temp dir
+    beside it, the manifest last, then renamed into place (an existing `final` is swapped out, never
+    deleted first). `extra(dir)` writes more files into it before the manifest, which hashes them too
+    (the Tinker service's PEFT copy of the adapter). The Trainer's `step-*` dirs and the Tinker
+    service's `save_state` dirs are both written here; `load_checkpoint` reads either.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, tmp / "weights.safetensors")
     torch.save(optimizer, tmp / "optimizer.pt")
     save_rng(rng if rng is not None else rng_state(), tmp / RNG_FILE)
     write_text_atomic(tmp / "state.json", json.dumps(state, indent=1))
-    files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
+    if extra is not None:
+        extra(tmp)
+    files = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     write_text_atomic(tmp / MANIFEST, json.dumps({"format": FORMAT, "step": step, "files": files}, indent=1))
-    for p in tmp.iterdir():  # durable before it becomes visible
-        fsync_file(p)
-    aside = root / f".step-{step:08d}.old-{os.getpid()}"
+    for p in tmp.rglob("*"):  # durable before it becomes visible
+        if p.is_file():
+            fsync_file(p)
+    aside = final.with_name(f".{final.name}.old-{os.getpid()}")
     if final.exists():  # same step written again (after a rollback): swap, never delete first
         os.rename(final, aside)
     os.rename(tmp, final)
     shutil.rmtree(aside, ignore_errors=True)
-    for old in list_checkpoints(root)[:-keep_last]:
-        shutil.rmtree(old)
     return final
 
 
