@@ -908,3 +908,127 @@ def test_a_planted_cpu_flag_read_is_caught(tmp_path):
     (tmp_path / "fast.py").write_text('"""Reads /proc/cpuinfo."""\nflags = open("/proc/cpuinfo").read()\n')
     (tmp_path / "bf16.py").write_text("import torch\nok = torch.ops.mkldnn._is_mkldnn_bf16_supported()\n")
     assert cpu_feature_reads(tmp_path) == ["bf16.py:2", "fast.py:2"]
+
+
+# ------------------------------------------------------------ the Trainer's pieces, the Tinker service too
+OPTIMIZER_OWNER = "train/optimizer.py"
+OPTIMIZER_CLASSES = {"Adam", "AdamW", "SGD", "AdamW8bit"}
+
+
+def optimizer_constructions(files: dict[str, str]) -> list[str]:
+    """`file:line` of each optimizer built by hand: a call of `torch.optim.<Class>` / `optim.<Class>`,
+    or of an optimizer class by name (an import alias too)."""
+    found = []
+    for name, text in files.items():
+        tree = ast.parse(text)
+        names = set(OPTIMIZER_CLASSES) | {
+            a.asname
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom)
+            for a in n.names
+            if a.asname
+            if a.name in OPTIMIZER_CLASSES
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            by_module = isinstance(f, ast.Attribute) and ast.unparse(f.value).split(".")[-1] == "optim"
+            if (isinstance(f, ast.Attribute) and by_module and f.attr[:1].isupper()) or (
+                isinstance(f, ast.Name) and f.id in names
+            ):
+                found.append(f"{name}:{node.lineno}")
+    return sorted(found, key=lambda s: (s.split(":")[0], int(s.split(":")[1])))
+
+
+def test_optimizers_are_built_only_by_build_optimizer():
+    """The Trainer and the Tinker service (`temper tinker serve`) step the optimizer `train/optimizer.py`
+    builds; Tinker's per-request AdamW settings are set on its param groups, not a second AdamW."""
+    found = optimizer_constructions(sources())
+    assert found and all(f.startswith(OPTIMIZER_OWNER + ":") for f in found), found
+
+
+def test_a_planted_optimizer_construction_is_found():
+    planted = {
+        **sources(),
+        "serve/planted.py": "import torch\ndef make(ps):\n    return torch.optim.AdamW(ps, lr=0.0)\n",
+        "serve/alias.py": "from torch.optim import AdamW as A\nopt = A([])\n",
+        "train/sched.py": "import torch\ns = torch.optim.lr_scheduler.LambdaLR(o, f)\n",  # a schedule, no optimizer
+    }
+    found = [f for f in optimizer_constructions(planted) if not f.startswith(OPTIMIZER_OWNER)]
+    assert found == ["serve/alias.py:2", "serve/planted.py:3"]
+
+
+CHECKPOINT_OWNER = "train/checkpoint.py"
+
+
+def checkpoint_writers(files: dict[str, str]) -> list[str]:
+    """Modules that save or load an optimizer's state themselves (`torch.save` / `torch.load` of
+    anything named optim...) or name a checkpoint's optimizer file: a second checkpoint format."""
+    found = []
+    for name, text in files.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Constant) and node.value == "optimizer.pt":
+                found.append(name)
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("torch.save", "torch.load"):
+                if "optim" in " ".join(ast.unparse(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+                    found.append(name)
+    return sorted(set(found))
+
+
+def test_checkpoints_are_written_and_read_only_by_train_checkpoint():
+    """A Trainer checkpoint and a Tinker save_state are one format: `write_checkpoint` / `load_checkpoint`."""
+    assert checkpoint_writers(sources()) == [CHECKPOINT_OWNER]
+
+
+def test_a_planted_checkpoint_format_is_found():
+    planted = {
+        **sources(),
+        "serve/planted.py": "import torch\ndef save(t, out):\n    torch.save(t.optimizer.state_dict(), out / 'o.pt')\n",
+        "serve/reader.py": "import torch\ndef load(src):\n    return torch.load(src / 'optimizer.pt', weights_only=True)\n",
+        "train/cache.py": "import torch\ndef keep(logps, tmp):\n    torch.save(logps, tmp)\n",  # no optimizer
+    }
+    assert checkpoint_writers(planted) == ["serve/planted.py", "serve/reader.py", CHECKPOINT_OWNER]
+
+
+LORA_TARGETS_OWNER = "models/lora.py"
+
+
+def lora_target_pickers(files: dict[str, str]) -> list[str]:
+    """Modules with a function that walks `named_modules()` and picks the Linear layers: a second
+    choice of the layers LoRA adapts."""
+    found = []
+    for name, text in files.items():
+        for fn in ast.walk(ast.parse(text)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
+            walks = any(isinstance(c.func, ast.Attribute) and c.func.attr == "named_modules" for c in calls)
+            linear = any(
+                isinstance(c.func, ast.Name) and c.func.id == "isinstance" and "Linear" in ast.unparse(c.args[1])
+                for c in calls
+                if len(c.args) == 2
+            ) or any(isinstance(n, ast.Attribute) and n.attr == "Linear" for n in ast.walk(fn))
+            if walks and linear:
+                found.append(name)
+    return sorted(set(found))
+
+
+def test_lora_targets_are_chosen_only_in_models_lora():
+    """ "all-linear" and the Tinker service's train_attn / train_mlp / train_unembed are one function,
+    `models/lora.py: linear_targets`."""
+    assert lora_target_pickers(sources()) == [LORA_TARGETS_OWNER]
+
+
+def test_a_planted_lora_target_choice_is_found():
+    planted = {
+        **sources(),
+        "serve/planted.py": (
+            "import torch\n"
+            "def targets(model, attn):\n"
+            "    return sorted({n.rsplit('.', 1)[-1] for n, m in model.named_modules()\n"
+            "                   if isinstance(m, torch.nn.Linear) and (not attn or 'attn' in n)})\n"
+        ),
+        "models/parts.py": "def parts(model):\n    return {n for n, _ in model.named_modules() if n.endswith('proj')}\n",
+    }
+    assert lora_target_pickers(planted) == [LORA_TARGETS_OWNER, "serve/planted.py"]
