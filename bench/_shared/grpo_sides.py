@@ -20,7 +20,6 @@ from __future__ import annotations
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 from _shared.paths import ROOT
@@ -80,21 +79,23 @@ def curve_summary(
     }
 
 
-def run_tempering(shape: Shape, steps: int, warmup: int, lora: bool = True, on_step: OnStep | None = None) -> dict:
+def tempering_config(shape: Shape, steps: int, lora: bool, run_root: str) -> Any:
+    """The `temper grpo` config of the Tempering side: examples/grpo_arith.yaml's tasks (2,000
+    additions, train split) and reward, the shared shape, no held-out pass."""
     import torch
+    import yaml
 
     from tempering.config import GRPOConfig
-    from tempering.models.load import load_tokenizer
-    from tempering.models.lora import load_for_training
-    from tempering.models.precision import resolve_precision
-    from tempering.recipes.grpo import grpo_components
-    from tempering.train.trainer import Trainer
 
-    torch.manual_seed(shape.seed)
-    cfg = GRPOConfig.model_validate(
+    arith = yaml.safe_load((ROOT / "examples" / "grpo_arith.yaml").read_text())
+    return GRPOConfig.model_validate(
         {
             "model": shape.model,
             "lora": {"r": 16, "alpha": 32} if lora else None,
+            "out": run_root,
+            "name": "bench-grpo",
+            "tasks": {**arith["tasks"], "n": 2000},
+            "reward": arith["reward"],
             "heldout": None,
             "grpo": {
                 "prompts_per_step": shape.prompts,
@@ -119,29 +120,37 @@ def run_tempering(shape: Shape, steps: int, warmup: int, lora: bool = True, on_s
             },
         }
     )
-    tok = load_tokenizer(cfg.model)
-    model = load_for_training(cfg.model, cfg.lora)
-    precision = resolve_precision(cfg.train.precision)
-    _, source, objective = grpo_components(cfg, model, tok, bench_tasks(2000))
-    rewards, times, lengths, last = [], [], [], [time.perf_counter()]
+
+
+def run_tempering(shape: Shape, steps: int, warmup: int, lora: bool = True, on_step: OnStep | None = None) -> dict:
+    """Tempering's side as `temper grpo` runs it (`recipes.grpo.GRPO` through `run_training`)."""
+    import torch
+
+    from _shared.product import Stop, run_recipe
+    from tempering.models.precision import resolve_precision
+    from tempering.recipes.grpo import GRPO
+
+    torch.manual_seed(shape.seed)
+    rewards, times, lengths, seen = [], [], [], {}
 
     def clock(step: int, record: dict) -> None:
         now = time.perf_counter()
-        times.append(now - last[0])
+        times.append(now - seen.get("last", seen["ready"]))  # from the built components (step 1: step-0 save too)
         rewards.append(record["reward_mean"])
         lengths.append(record["response_len"])
-        if on_step is not None and on_step(model, sum(times)):
-            trainer.request_stop("the benchmark's budget")
-        last[0] = time.perf_counter()  # what on_step did is not the framework's time
+        if on_step is not None and on_step(seen["parts"].model, sum(times)):
+            raise Stop("the benchmark's budget")
+        seen["last"] = time.perf_counter()  # what on_step did is not the framework's time
 
-    with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(model, objective, source, cfg.train, Path(run_dir), callbacks=[clock])
-        last[0] = time.perf_counter()
-        trainer.fit()  # step 1 also writes the step-0 checkpoint: one reason warm-up steps are excluded
-    source.close()
+    with tempfile.TemporaryDirectory() as run_root:
+        cfg = tempering_config(shape, steps, lora, run_root)
+        run_recipe(
+            GRPO, cfg, [clock], seen
+        )  # step 1 also writes the step-0 checkpoint: one reason warm-up steps are excluded
+    model = seen["parts"].model
     return {
         **curve_summary(rewards, times, warmup, shape.prompts * shape.group, lengths),
-        "precision": precision,
+        "precision": resolve_precision(cfg.train.precision),
         "lora": lora,
         "device": str(next(model.parameters()).device),
         "torch_threads": torch.get_num_threads(),

@@ -93,16 +93,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from rich.console import Console
 
+    from tempering.config import EngineSettings
     from tempering.evals.cache import default_cache_dir, model_dir_hash
     from tempering.evals.report import print_table, render_report
     from tempering.evals.results import EvalResults
     from tempering.evals.runner import run_suite
-    from tempering.models.load import load_model, load_tokenizer
-    from tempering.rollout.engine import HFEngine
+    from tempering.rollout.select import load_engine
 
     err = Console(stderr=True)
     suites = plan(args)
-    engine = HFEngine(load_model(MODEL), load_tokenizer(MODEL), precision="auto")
+    engine = load_engine(EngineSettings.model_validate({"kind": "hf"}), MODEL, "auto")  # the product's engine builder
     model_hash = model_dir_hash(MODEL)
     results, timings = [], {}
     for suite in suites:

@@ -2,33 +2,27 @@
 episodes) at a given lr, tasks drawn from the tier as now (an epoch) or with replacement (as before),
 then greedy completion on the 20 held-out workspace tier-1 tasks. Prints one ABLATION json line.
 
-    python bench/experiments/agent_rl_ablation.py WEIGHTS.safetensors LR {distinct,replace} SEED
-    # WEIGHTS: runs/NAME/checkpoints/step-00000000/weights.safetensors of a workspace tier-1 `temper agent` run
-    # SKIP_BEFORE=1: skip the eval before RL (it is that run's after_sft)
+    python bench/experiments/agent_rl_ablation.py CHECKPOINT LR {distinct,replace} SEED
+    # CHECKPOINT: runs/NAME/checkpoints/step-00000000 (or its weights.safetensors) of a workspace
+    # tier-1 `temper agent` run
+
+Each arm is a `temper agent` run (`run_agent`: no SFT phase, the checkpoint's adapter continued),
+whose held-out pass before RL is that checkpoint's after-SFT completion.
 """
 
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-from safetensors.torch import load_file
-
 from tempering.agents import training as T
-from tempering.agents.config import AgentEvalSettings, AgentRLSettings
-from tempering.agents.render import AgentRenderer
-from tempering.agents.rollout import EpisodeSettings, agent_rollout
-from tempering.agents.tasks import load_agent_suite, select
-from tempering.config import LoraSettings, TrainSettings
-from tempering.models.load import load_tokenizer
-from tempering.models.lora import load_for_training
-from tempering.objectives.grpo import GRPOObjective
-from tempering.rollout.engine import HFEngine
-from tempering.sandbox import SandboxPool
-from tempering.train.trainer import Trainer
+from tempering.agents.config import AgentConfig
+from tempering.recipes.agent import run_agent
+from tempering.tracking.events import read_metrics
 
-weights, lr, replace, seed = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "replace", int(sys.argv[4])
+checkpoint, lr, replace, seed = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "replace", int(sys.argv[4])
+if checkpoint.name == "weights.safetensors":
+    checkpoint = checkpoint.parent
 if replace:
 
     def sample(self, n):
@@ -36,38 +30,43 @@ if replace:
         return [pool[self.rng.randrange(len(pool))] for _ in range(n)]
 
     T.Curriculum.sample = sample
-m = "smollm2-135m-instruct"
-tok = load_tokenizer(m)
-r = AgentRenderer(tok)
-model = load_for_training(m, LoraSettings(r=16, alpha=32, dropout=0.0, last_layers=12))
-model.load_state_dict(load_file(weights), strict=False)
-eng = HFEngine(model, tok, precision="auto")
-held = select(load_agent_suite("workspace"), "heldout", [1])
-train = select(load_agent_suite("workspace"), "train", [1])
-sb = SandboxPool(size=4)
-ep = EpisodeSettings(max_context_tokens=768)
+root = Path(tempfile.mkdtemp())
+cfg = AgentConfig.model_validate(
+    {
+        "model": str(checkpoint),  # its LoRA adapter (r16, alpha 32, last 12 layers) is continued
+        "lora": {"r": 16, "alpha": 32, "dropout": 0.0, "last_layers": 12},
+        "out": str(root),
+        "name": "ablation",
+        "tasks": {"suites": ["workspace"], "tiers": [1]},
+        "episode": {"max_context_tokens": 768},
+        "eval": {"max_new_tokens": 64},
+        "rl": {"temperature": 1.0, "max_new_tokens": 64, "prompts_per_step": 4, "group_size": 4},
+        "train": {
+            "steps": 2,
+            "seed": seed,
+            "threads": 1,
+            "optim": {"lr": lr},
+            "checkpoint": {"every": 1000, "keep_last": 1},
+        },
+    }
+)
+summary = run_agent(cfg)
 
 
-def ev():
-    b = agent_rollout(held, eng, r, sb, AgentEvalSettings(max_new_tokens=64), ep, n=1, seed=0)
-    return {g[0].task.id: g[0].stats.success for g in b.groups}
+def rate(results: dict) -> float:
+    success = results["workspace"]["success"]
+    return sum(success.values()) / len(success)
 
 
-before = {} if os.environ.get("SKIP_BEFORE") else ev()
-rl = AgentRLSettings(temperature=1.0, max_new_tokens=64, prompts_per_step=4, group_size=4)
-src = T.AgentRolloutSource(train, eng, r, sb, rl, ep, 1, seed)
-ts = TrainSettings(steps=2, seed=seed, threads=1, optim={"lr": lr}, checkpoint={"every": 1000, "keep_last": 1})
-res = Trainer(model, GRPOObjective(rl), src, ts, Path(tempfile.mkdtemp())).fit()
-after = ev()
+history = [r for r in read_metrics(root / "ablation" / "metrics.jsonl") if "loss" in r]
 out = {
     "lr": lr,
     "sampling": "with replacement" if replace else "epoch (distinct)",
     "seed": seed,
-    "after_sft": sum(before.values()) / len(before) if before else None,
-    "after_rl": sum(after.values()) / len(after),
+    "after_sft": rate(summary["before"]),
+    "after_rl": rate(summary["after"]),
     "history": [
-        {k: h.get(k) for k in ("reward_mean", "groups_kept", "logprob_mismatch", "grad_norm")} for h in res.history
+        {k: h.get(k) for k in ("reward_mean", "groups_kept", "logprob_mismatch", "grad_norm")} for h in history
     ],
 }
 print("ABLATION", json.dumps(out))
-sb.close()

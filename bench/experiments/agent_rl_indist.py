@@ -84,17 +84,20 @@ def main() -> None:
     from tempering.agents.render import AgentRenderer
     from tempering.agents.rollout import EpisodeSettings, agent_rollout
     from tempering.agents.tasks import load_agent_suite, select
-    from tempering.config import LoraSettings
+    from tempering.config import EngineSettings, LoraSettings
     from tempering.models.load import load_tokenizer
     from tempering.models.lora import load_for_training
-    from tempering.rollout.engine import HFEngine
+    from tempering.rollout.select import build_engine
     from tempering.sandbox import SandboxPool
 
     torch.set_num_threads(args.threads)
     tasks = select([t for name in args.suite for t in load_agent_suite(name)], args.split, args.tiers)
     tok = load_tokenizer(MODEL)
     model = load_for_training(MODEL, LoraSettings(r=16, alpha=32, dropout=0.0, last_layers=12))
-    engine, renderer, sandbox = HFEngine(model, tok, precision="auto"), AgentRenderer(tok), SandboxPool(size=4)
+    engine = build_engine(
+        EngineSettings.model_validate({"kind": "hf"}), model, tok, "auto"
+    )  # temper agent's default engine
+    renderer, sandbox = AgentRenderer(tok), SandboxPool(size=4)
     phases: dict[str, dict] = {}
     for label, directory in checkpoints.items():
         load_lora(model, directory)

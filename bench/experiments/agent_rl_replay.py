@@ -18,13 +18,13 @@ from tempering.agents.render import AgentRenderer
 from tempering.agents.rollout import EpisodeSettings, agent_rollout
 from tempering.agents.tasks import load_agent_suite, select
 from tempering.batches import GRPOBatch
-from tempering.config import LoraSettings, TrainSettings
+from tempering.config import EngineSettings, LoraSettings, TrainSettings
 from tempering.data.padding import PAD_ID, left_pad, right_pad
 from tempering.models.load import load_tokenizer
 from tempering.models.lora import load_for_training
 from tempering.objectives.grpo import GRPOObjective
 from tempering.objectives.grpo_math import grpo_advantages
-from tempering.rollout.engine import HFEngine
+from tempering.rollout.select import build_engine
 from tempering.sandbox import SandboxPool
 from tempering.train.trainer import Trainer
 
@@ -93,7 +93,7 @@ def main() -> None:
     sandbox = SandboxPool(size=4)
     b = agent_rollout(
         held,
-        HFEngine(model, tok, precision="auto"),
+        build_engine(EngineSettings.model_validate({"kind": "hf"}), model, tok, "auto"),
         renderer,
         sandbox,
         AgentEvalSettings(max_new_tokens=64),

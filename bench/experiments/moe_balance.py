@@ -5,6 +5,8 @@
    English prose (the licence texts in /usr/share/common-licenses and this repo's docs), Python
    (the standard library) and JavaScript (npm's own modules), with the balance term on (0.01),
    so the routers mean something.
+   Pre-training, the probes and the SFT runs are each a `temper sft` run (`run_sft`, `data.format:
+   text`: the token chunks as text rows, full parameters), the model saved between them.
 2. Skewed SFT (`--sft-steps` each): the pre-trained model is fine-tuned on Python only (one
    domain), full parameters, 3 seeds x {`train.moe.aux_loss` 0, `--aux`}, the same data order per
    seed. Recorded: the load CV (mean over layers) per step from metrics.jsonl, and the held-out
@@ -68,12 +70,6 @@ def chunks(tokenizer, texts: list[str], limit: int) -> list[list[int]]:
     return out[:limit]
 
 
-def examples(rows: list[list[int]]):
-    from tempering.data.render import RenderedExample
-
-    return [RenderedExample(r, list(r)) for r in rows]
-
-
 def tiny_moe(vocab: int):
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
@@ -103,38 +99,55 @@ def tiny_moe(vocab: int):
     return model
 
 
-def train(model, rows, steps: int, seed: int, lr: float, aux: float, run_dir: Path) -> list[dict]:
-    from tempering.config import TrainSettings
-    from tempering.data.batches import SFTBatches
-    from tempering.objectives.sft import SFTObjective
-    from tempering.tracking.events import read_metrics
-    from tempering.train.trainer import Trainer
+def save_model(model, tokenizer, out: Path) -> str:
+    """A model directory (weights + the default tokenizer) that `temper sft` starts from."""
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
 
-    s = TrainSettings.model_validate(
+
+def text_file(tokenizer, rows: list[list[int]], path: Path) -> str:
+    """Token chunks as `{"text": ...}` rows (`data.format: text`, re-tokenized with an EOS by the recipe)."""
+    path.write_text("".join(json.dumps({"text": tokenizer.decode(r)}) + "\n" for r in rows))
+    return str(path)
+
+
+def train(
+    model: str, data: str, steps: int, seed: int, lr: float, aux: float, root: Path, name: str, held: str | None = None
+) -> tuple[list[dict], dict]:
+    """One `temper sft` run (`run_sft`): full parameters on the text rows, the balance term `aux`;
+    (its metrics records, its summary: `final` the trained model, `eval_loss_after` on `held`)."""
+    from tempering.config import SFTConfig
+    from tempering.recipes.sft import run_sft
+    from tempering.tracking.events import read_metrics
+
+    cfg = SFTConfig.model_validate(
         {
-            "steps": steps,
-            "batch_size": BATCH,
-            "precision": "fp32",
-            "seed": seed,
-            "optim": {"lr": lr, "warmup_steps": 5},
-            "checkpoint": {"every": 10_000, "keep_last": 1},
-            "guard": {"enabled": False},
-            "moe": {"aux_loss": aux, "z_loss": 0.0},
+            "model": model,
+            "lora": None,
+            "out": str(root),
+            "name": name,
+            "data": {
+                "format": "text",
+                "train": [data],
+                "eval": [held] if held else [],
+                "max_length": CHUNK + 8,  # a chunk and its EOS: one piece, unpacked
+                "packing": False,
+            },
+            "train": {
+                "steps": steps,
+                "batch_size": BATCH,
+                "precision": "fp32",
+                "seed": seed,
+                "optim": {"lr": lr, "warmup_steps": 5},
+                "checkpoint": {"every": 10_000, "keep_last": 1},
+                "guard": {"enabled": False},
+                "moe": {"aux_loss": aux, "z_loss": 0.0},
+            },
         }
     )
-    batches = SFTBatches(examples(rows), BATCH, CHUNK, 0, False, seed=seed)
-    Trainer(model, SFTObjective(), batches, s, run_dir).fit()
-    return [r for r in read_metrics(run_dir / "metrics.jsonl") if "loss" in r]
-
-
-def heldout_loss(model, rows) -> float:
-    from tempering.data.batches import SFTBatches
-    from tempering.objectives.sft import SFTObjective
-    from tempering.train.trainer import evaluate
-
-    batches = SFTBatches(examples(rows), 8, CHUNK, 0, False, seed=0)
-    fixed = [batches.next_batch() for _ in range(len(rows) // 8)]
-    return evaluate(model, SFTObjective(), fixed, "fp32")
+    summary = run_sft(cfg)
+    return [r for r in read_metrics(root / name / "metrics.jsonl") if "loss" in r], summary
 
 
 def heatmap(share: list[list[float]], title: str, path: Path) -> None:
@@ -163,14 +176,14 @@ def mean_ci(xs: list[float]) -> dict:
     return {"mean": statistics.fmean(xs), "sd": sd, "ci95": [e.low, e.high] if e else None, "values": xs}
 
 
-def balance_runs(pretrained: dict, vocab: int, sft_rows, held, args, tmp: Path) -> dict:
+def balance_runs(pretrained: str, sft_rows: str, held: str, args, tmp: Path) -> dict:
     out: dict = {"without_aux": [], "with_aux": []}
     for seed in range(3):
         for key, aux in (("without_aux", 0.0), ("with_aux", args.aux)):
-            model = tiny_moe(vocab)
-            model.load_state_dict(pretrained)
             t0 = time.perf_counter()
-            records = train(model, sft_rows, args.sft_steps, seed, args.sft_lr, aux, tmp / f"sft-{key}-{seed}")
+            records, summary = train(
+                pretrained, sft_rows, args.sft_steps, seed, args.sft_lr, aux, tmp, f"sft-{key}-{seed}", held
+            )
             cv = [r["moe_load_cv"] for r in records]
             tail = cv[-10:]
             out[key].append(
@@ -181,7 +194,7 @@ def balance_runs(pretrained: dict, vocab: int, sft_rows, held, args, tmp: Path) 
                     "load_cv_max": max(cv),
                     "max_over_mean_last": records[-1]["moe_load_max_over_mean"],
                     "router_entropy_last": records[-1]["moe_router_entropy"],
-                    "heldout_python_loss": heldout_loss(model, held),
+                    "heldout_python_loss": summary["eval_loss_after"],  # the task loss, no balance term
                     "cv_per_step": [round(c, 4) for c in cv],
                     "layer_share_last": records[-1]["moe_layer_share"],
                     "seconds": time.perf_counter() - t0,
@@ -298,7 +311,7 @@ def main() -> None:
     p.add_argument("--grpo-rounds", type=int, default=6)
     p.add_argument("--grpo-tokens", type=int, default=24)
     args = p.parse_args()
-    from tempering.models.load import load_tokenizer
+    from tempering.models.load import load_model, load_tokenizer
 
     torch.set_num_threads(2)
     t_start = time.perf_counter()
@@ -312,17 +325,24 @@ def main() -> None:
     print(f"chunks per domain: { {d: len(r) for d, r in per.items()} }", flush=True)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        model = tiny_moe(vocab)
-        pre = train(model, mixed, args.pretrain_steps, 0, 2e-3, 0.01, tmp / "pretrain")
-        pretrained = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        files = {
+            "mixed": text_file(tokenizer, mixed, tmp / "mixed.jsonl"),
+            "python": text_file(tokenizer, sft_rows, tmp / "python.jsonl"),
+            "held": text_file(tokenizer, held, tmp / "python_held.jsonl"),
+        }
+        init = save_model(tiny_moe(vocab), tokenizer, tmp / "init")
+        pre, summary = train(init, files["mixed"], args.pretrain_steps, 0, 2e-3, 0.01, tmp, "pretrain")
+        pretrained_dir = summary["final"]
+        pretrained = load_model(pretrained_dir).state_dict()
         print(
             f"pretrain: loss {pre[0]['loss']:.2f} -> {pre[-1]['loss']:.2f}, CV {pre[-1]['moe_load_cv']:.3f}", flush=True
         )
         per_domain_cv = {}
         for d in per:  # the pre-trained routers' load on each domain
-            records = train(tiny_moe_from(vocab, pretrained), per[d][500:540], 1, 0, 1e-12, 0.0, tmp / f"probe-{d}")
+            probe = text_file(tokenizer, per[d][500:540], tmp / f"probe-{d}.jsonl")
+            records, _ = train(pretrained_dir, probe, 1, 0, 1e-12, 0.0, tmp, f"probe-{d}")
             per_domain_cv[d] = {"load_cv": records[0]["moe_load_cv"], "layer_share": records[0]["moe_layer_share"]}
-        balance = balance_runs(pretrained, vocab, sft_rows, held, args, tmp)
+        balance = balance_runs(pretrained_dir, files["python"], files["held"], args, tmp)
         replay = replay_runs(pretrained, vocab, tokenizer, per["python"][500:], args)
     without = [r["load_cv_last10_mean"] for r in balance["without_aux"]]
     with_aux = [r["load_cv_last10_mean"] for r in balance["with_aux"]]
@@ -379,12 +399,6 @@ def main() -> None:
     print(f"load CV (last 10 steps): without aux {mean_ci(without)}, with aux {mean_ci(with_aux)}")
     print(f"held-out Python loss: without {mean_ci(loss_without)['mean']:.3f}, with {mean_ci(loss_with)['mean']:.3f}")
     print(f"logprob mismatch: replay off {mean_ci(off)['mean']:.5f}, on {mean_ci(on)['mean']:.5f}")
-
-
-def tiny_moe_from(vocab: int, state: dict):
-    model = tiny_moe(vocab)
-    model.load_state_dict(state)
-    return model
 
 
 if __name__ == "__main__":

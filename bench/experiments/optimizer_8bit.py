@@ -2,7 +2,8 @@
 
 Full-parameter training of SmolLM2-135M on real text found on this machine (the Python standard
 library and the licence texts in /usr/share/common-licenses, 64-token chunks, loss on every
-token), `--steps` optimizer steps per run, batch 2 x 64 tokens, lr 2e-5 with 5 warmup steps, fp32; each seed
+token), each run a `temper sft` run (`run_sft`, `data.format: text`, the chunks as text rows, the
+held-out loss its `eval_loss_after`), `--steps` optimizer steps per run, batch 2 x 64 tokens, lr 2e-5 with 5 warmup steps, fp32; each seed
 fixes the data order, and the two optimizers see the same batches. The claim: the 8-bit curve
 stays within the seed-to-seed noise of the fp32 one (per-step paired difference and its 95% CI,
 and the final held-out loss of each).
@@ -33,6 +34,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.paths import RESULTS, cpu_name  # noqa: E402
+from _shared.product import write_jsonl  # noqa: E402
 
 CHUNK, BATCH = 64, 2
 
@@ -48,13 +50,18 @@ def text_chunks(tokenizer, limit: int) -> list[list[int]]:
     return out[:limit]
 
 
-def build_model(name: str):
+def model_spec(name: str, root: Path) -> str:
+    """The model a run starts from: the default model, or (`small`) a 4-layer Llama with random
+    weights saved under `root` with the default tokenizer (every seed and optimizer the same)."""
     if name == "default":
-        from tempering.models.lora import load_for_training
-
-        return load_for_training("smollm2-135m-instruct", None)
+        return "smollm2-135m-instruct"
+    out = root / "small-llama"
+    if out.is_dir():
+        return str(out)
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tempering.models.load import load_tokenizer
 
     torch.manual_seed(0)
     cfg = LlamaConfig(
@@ -69,39 +76,46 @@ def build_model(name: str):
         bos_token_id=1,
         eos_token_id=2,
     )
-    return LlamaForCausalLM(cfg)
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    load_tokenizer("smollm2-135m-instruct").save_pretrained(out)
+    return str(out)
 
 
-def run(bits: int, seed: int, steps: int, train_rows, held_rows, run_dir: Path, model_name: str, lr: float) -> dict:
-    from tempering.config import TrainSettings
-    from tempering.data.batches import SFTBatches
-    from tempering.data.render import RenderedExample
-    from tempering.objectives.sft import SFTObjective
+def run(bits: int, seed: int, steps: int, data: dict[str, str], root: Path, model: str, lr: float) -> dict:
+    """One `temper sft` run (`run_sft`) on the text files, full parameters, loss on every token."""
+    from tempering.config import SFTConfig
+    from tempering.recipes.sft import run_sft
     from tempering.tracking.events import read_metrics
-    from tempering.train.trainer import Trainer, evaluate
 
-    s = TrainSettings.model_validate(
+    name = f"{bits}bit-{seed}"
+    cfg = SFTConfig.model_validate(
         {
-            "steps": steps,
-            "batch_size": BATCH,
-            "precision": "fp32",
-            "seed": seed,
-            "optim": {"lr": lr, "warmup_steps": min(5, steps // 4), "state_bits": bits},
-            "checkpoint": {"every": 10_000, "keep_last": 1},
+            "model": model,
+            "lora": None,
+            "out": str(root),
+            "name": name,
+            # a chunk re-tokenized, with its EOS: one piece of at most CHUNK + 8 tokens, unpacked
+            "data": {
+                "format": "text",
+                "train": [data["train"]],
+                "eval": [data["held"]],
+                "max_length": CHUNK + 8,
+                "packing": False,
+            },
+            "train": {
+                "steps": steps,
+                "batch_size": BATCH,
+                "precision": "fp32",
+                "seed": seed,
+                "optim": {"lr": lr, "warmup_steps": min(5, steps // 4), "state_bits": bits},
+                "checkpoint": {"every": 10_000, "keep_last": 1},
+            },
         }
     )
-    model = build_model(model_name)
-    batches = SFTBatches([RenderedExample(r, list(r)) for r in train_rows], BATCH, CHUNK, 0, False, seed=seed)
     t0 = time.perf_counter()
-    Trainer(model, SFTObjective(), batches, s, run_dir).fit()
-    held = SFTBatches([RenderedExample(r, list(r)) for r in held_rows], BATCH, CHUNK, 0, False, seed=0)
-    fixed = [held.next_batch() for _ in range(len(held_rows) // BATCH)]
-    losses = [r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if "loss" in r]
-    return {
-        "losses": losses,
-        "heldout_loss": evaluate(model, SFTObjective(), fixed, "fp32"),
-        "seconds": time.perf_counter() - t0,
-    }
+    summary = run_sft(cfg)
+    losses = [r["loss"] for r in read_metrics(root / name / "metrics.jsonl") if "loss" in r]
+    return {"losses": losses, "heldout_loss": summary["eval_loss_after"], "seconds": time.perf_counter() - t0}
 
 
 def ci(xs: list[float]) -> dict:
@@ -123,14 +137,19 @@ def main() -> None:
     from tempering.models.load import load_tokenizer
 
     t_start = time.perf_counter()
-    rows = text_chunks(load_tokenizer("smollm2-135m-instruct"), 1200)
-    train_rows, held_rows = rows[:-40], rows[-40:]
+    tokenizer = load_tokenizer("smollm2-135m-instruct")
+    rows = text_chunks(tokenizer, 1200)
     runs: dict[str, dict[int, dict]] = {"fp32": {}, "8bit": {}}
     with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        data = {
+            split: write_jsonl(root / f"{split}.jsonl", [{"text": tokenizer.decode(r)} for r in part])
+            for split, part in (("train", rows[:-40]), ("held", rows[-40:]))
+        }
+        model = model_spec(args.model, root)
         for seed in args.seeds:
             for name, bits in (("fp32", 32), ("8bit", 8)):
-                run_dir = Path(tmp) / f"{name}-{seed}"
-                runs[name][seed] = run(bits, seed, args.steps, train_rows, held_rows, run_dir, args.model, lr)
+                runs[name][seed] = run(bits, seed, args.steps, data, root, model, lr)
                 r = runs[name][seed]
                 print(
                     f"{name} seed {seed}: loss {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}, held-out {r['heldout_loss']:.4f}",
@@ -155,6 +174,7 @@ def main() -> None:
         else "small: 4-layer Llama, hidden 256, random init, full parameters, fp32",
         "lr": lr,
         "tokens_per_step": CHUNK * BATCH,
+        "data": "64-token chunks as text rows; `temper sft` re-tokenizes each and appends EOS",
         "optimizer_8bit": "torchao AdamW8bit (block 256)",
         "steps": args.steps,
         "seeds": args.seeds,

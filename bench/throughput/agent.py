@@ -120,9 +120,10 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from tempering.agents.render import AgentRenderer
+    from tempering.config import EngineSettings
     from tempering.models.load import load_model, load_tokenizer
     from tempering.models.precision import resolve_precision
-    from tempering.rollout.engine import HFEngine
+    from tempering.rollout.select import build_engine
     from tempering.sandbox import SandboxPool
 
     tokenizer = load_tokenizer(args.model)
@@ -144,7 +145,7 @@ def main() -> None:
             model, out["adapter"] = trained_adapter(args, tokenizer, renderer, sandbox)
         else:
             model = load_model(args.model)
-        engine = HFEngine(model, tokenizer, precision=precision)
+        engine = build_engine(EngineSettings.model_validate({"kind": "hf"}), model, tokenizer, precision)
         for suite in args.suites:
             out["model_episodes"].append(
                 model_episodes(suite, engine, renderer, sandbox, args.group, args.max_tasks, args.max_new, args.tiers)
@@ -163,40 +164,49 @@ def main() -> None:
 
 
 def trained_adapter(args, tokenizer, renderer, sandbox):
-    """A LoRA adapter trained in-process by expert SFT on the suites' training tasks, merged."""
-    from tempering.agents.config import AgentSFTSettings
+    """A LoRA adapter trained by expert SFT on the suites' training tasks, as `temper sft` trains
+    (`run_sft` on the oracle's conversations, which render to the same tokens and mask as the
+    agent recipe's expert SFT), merged."""
+    import tempfile
+
+    from _shared.product import write_jsonl
     from tempering.agents.tasks import builtin_tasks, select
-    from tempering.agents.training import expert_examples
-    from tempering.config import LoraSettings
-    from tempering.data.batches import SFTBatches
-    from tempering.data.padding import pad_id
-    from tempering.models.lora import load_for_training
-    from tempering.objectives.sft import SFTObjective
-    from tempering.train.trainer import Trainer
+    from tempering.agents.training import expert_conversations
+    from tempering.config import SFTConfig
+    from tempering.models.load import load_model
+    from tempering.recipes.sft import run_sft
 
     t0 = time.perf_counter()
     tasks = [t for s in args.suites for t in select(builtin_tasks(s), "train", args.tiers)]
-    model = load_for_training(args.model, LoraSettings(r=16, alpha=32, dropout=0.0, last_layers=12))
-    examples = [e for e in expert_examples(tasks, renderer, sandbox) if len(e.input_ids) <= 1024]
-    settings = AgentSFTSettings(
-        steps=args.train_sft,
-        batch_size=4,
-        max_length=1024,
-        threads=args.threads,
-        optim={"lr": 2e-3, "warmup_steps": 2},
-        checkpoint={"every": 10_000, "keep_last": 1},
+    root = Path(tempfile.mkdtemp())
+    rows = [{"messages": c} for c in expert_conversations(tasks, renderer, sandbox)]
+    cfg = SFTConfig.model_validate(
+        {
+            "model": args.model,
+            "lora": {"r": 16, "alpha": 32, "dropout": 0.0, "last_layers": 12},
+            "out": str(root),
+            "name": "expert-sft",
+            # rows over 1024 tokens are quarantined, as the in-process filter dropped them
+            "data": {"train": [write_jsonl(root / "expert.jsonl", rows)], "max_length": 1024, "packing": True},
+            "train": {
+                "steps": args.train_sft,
+                "batch_size": 4,
+                "seed": 0,
+                "threads": args.threads,
+                "optim": {"lr": 2e-3, "warmup_steps": 2},
+                "checkpoint": {"every": 10_000, "keep_last": 1},
+            },
+        }
     )
-    import tempfile
-
-    batches = SFTBatches(examples, settings.batch_size, settings.max_length, pad_id(tokenizer), True, 0)
-    result = Trainer(model, SFTObjective(), batches, settings, Path(tempfile.mkdtemp())).fit()
-    merged = model.merge_and_unload()
+    summary = run_sft(cfg)
+    model = load_model(summary["final"])
+    merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
     info = {
-        "how": "LoRA r16 (last 12 layers), expert SFT in-process, merged into the weights",
-        "sft_steps": result.steps,
-        "sft_examples": len(examples),
+        "how": "LoRA r16 (last 12 layers), expert SFT by run_sft, merged into the weights",
+        "sft_steps": summary["steps"],
+        "sft_examples": summary["data"]["rows"] - summary["data"]["quarantined"],
         "tiers": args.tiers,
-        "loss_last": result.losses[-1],
+        "loss_last": summary["train_loss_last"],
         "train_s": time.perf_counter() - t0,
     }
     print(json.dumps(info), flush=True)

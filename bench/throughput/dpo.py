@@ -9,8 +9,9 @@ cores. Both are timed over the same optimizer steps after warm-up (pairs/s).
 
 Peers: TRL as configured by default (reference = the model with adapters disabled, a
 forward per step) and TRL with `precompute_ref_log_probs=True` (its fastest setting for a
-fixed reference). Tempering caches its reference log-probs once; that one-time cost is
-reported separately (`reference_s`) and folded into `epoch_pairs_per_s` (one pass over the
+fixed reference). Tempering runs as `temper dpo` does (the DPO recipe through `run_training`) and
+caches its reference log-probs once; that one-time cost (with the model's load: the recipe's
+components, in a fresh cache) is reported separately (`reference_s`) and folded into `epoch_pairs_per_s` (one pass over the
 pairs, precompute included) for both it and TRL's precompute mode. The headline
 `ratio_pairs_per_s` is Tempering at its defaults vs the faster TRL setting on timed steps;
 `ratio_pairs_per_s_compiled` with `train.compile: true` (per-layer torch.compile, which pays
@@ -79,52 +80,16 @@ def peak_rss_mb() -> float:
 def run_tempering(
     model_dir: str, pairs: list[dict], batch: int, steps: int, warmup: int, compile_layers: bool = False
 ) -> dict:
+    """Tempering's DPO path, as `temper dpo` runs it (`recipes.dpo.DPO` through `run_training`, the
+    pairs written as the config's data file, the reference cached in a fresh cache so that it is
+    computed), timing steps warmup+1 .. warmup+steps."""
     import torch
 
+    from _shared.product import run_recipe, write_jsonl
     from tempering.config import DPOConfig
-    from tempering.data.io import LoadResult, Record
-    from tempering.data.pair_render import render_pairs
-    from tempering.data.preference import check_pair
-    from tempering.data.render import detect_tool_call_style
-    from tempering.models.load import load_tokenizer
-    from tempering.models.lora import load_for_training
     from tempering.models.precision import resolve_precision
-    from tempering.objectives.dpo import pair_sums
-    from tempering.recipes.dpo import PairData, dpo_components
-    from tempering.train.reference import compute_reference_logps
-    from tempering.train.trainer import Trainer
+    from tempering.recipes.dpo import DPO
 
-    tokenizer = load_tokenizer(model_dir)
-    loaded = LoadResult(
-        records=[Record(check_pair(p), "bench", f"row {i}") for i, p in enumerate(pairs, 1)], rows=len(pairs)
-    )
-    rendered = render_pairs(loaded, tokenizer, detect_tool_call_style(tokenizer), 1024)
-    cfg = DPOConfig.model_validate(
-        {
-            "model": model_dir,
-            "lora": LORA,
-            "data": {"train": ["<bench pairs>"]},
-            "dpo": {"loss": "dpo", "beta": 0.1},
-            # one step more than timed: the final checkpoint save falls outside the timed steps
-            "train": {
-                "steps": warmup + steps + 1,
-                "batch_size": batch,
-                "precision": "auto",
-                # the peer's threads: "auto" reads the load average, which lags after other work
-                "threads": torch.get_num_threads(),
-                "compile": compile_layers,
-                "optim": {"lr": 1e-5, "schedule": "constant"},
-                "checkpoint": {"every": 10_000, "keep_last": 1},
-            },
-        }
-    )
-    torch.manual_seed(0)
-    model = load_for_training(model_dir, cfg.lora)
-    precision = resolve_precision("auto")
-    t0 = time.perf_counter()
-    ref = compute_reference_logps(pair_sums, model, rendered, batch, precision)
-    reference_s = time.perf_counter() - t0
-    batches, _, objective = dpo_components(cfg, PairData(rendered, [], {}, []), ref, None)
     clock, tokens = {}, {"n": 0}
 
     def timer(step: int, record: dict) -> None:
@@ -134,8 +99,34 @@ def run_tempering(
             tokens["n"] += record["real_tokens"]
             clock["t1"] = time.perf_counter()
 
-    with tempfile.TemporaryDirectory() as run_dir:
-        Trainer(model, objective, batches, cfg.train, Path(run_dir), callbacks=[timer]).fit()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["TEMPERING_CACHE"] = str(Path(tmp) / "cache")  # the model dir is resolved already
+        cfg = DPOConfig.model_validate(
+            {
+                "model": model_dir,
+                "lora": LORA,
+                "out": tmp,
+                "name": "bench-dpo",
+                "data": {"train": [write_jsonl(Path(tmp) / "pairs.jsonl", pairs)], "max_length": 1024},
+                "dpo": {"loss": "dpo", "beta": 0.1, "reference": "cache"},
+                # one step more than timed: the final checkpoint save falls outside the timed steps
+                "train": {
+                    "steps": warmup + steps + 1,
+                    "batch_size": batch,
+                    "seed": 0,
+                    "precision": "auto",
+                    # the peer's threads: "auto" reads the load average, which lags after other work
+                    "threads": torch.get_num_threads(),
+                    "compile": compile_layers,
+                    "optim": {"lr": 1e-5, "schedule": "constant"},
+                    "checkpoint": {"every": 10_000, "keep_last": 1},
+                },
+            }
+        )
+        _, seen = run_recipe(DPO, cfg, [timer])
+    precision = resolve_precision("auto")
+    rendered = seen["data"].train
+    reference_s = seen["components_s"]  # the model's load and the reference pass over every pair
     seconds = clock["t1"] - clock["t0"]
     pairs_per_s = steps * batch / seconds
     return {

@@ -57,47 +57,16 @@ def run_tempering(
     warmup: int,
     compile_layers: bool = False,
 ) -> dict:
-    """Tempering's SFT path (render -> pack -> Trainer), timing steps warmup+1 .. warmup+steps."""
+    """Tempering's SFT path, as `temper sft` runs it (`recipes.sft.SFT` through `run_training`, on
+    the conversations written as the config's data file), timing steps warmup+1 .. warmup+steps."""
     import torch
 
+    from _shared.product import run_recipe, write_jsonl
     from tempering.config import SFTConfig
-    from tempering.data.io import LoadResult, Record
-    from tempering.data.padding import pad_id
-    from tempering.data.render import detect_tool_call_style, render_records
-    from tempering.models.load import load_tokenizer
-    from tempering.models.lora import load_for_training
     from tempering.models.precision import resolve_precision
-    from tempering.recipes.sft import SFTData, sft_components
-    from tempering.train.trainer import Trainer
-    from tempering.types import IGNORE, Conversation
+    from tempering.recipes.sft import SFT
+    from tempering.types import IGNORE
 
-    tokenizer = load_tokenizer(model_dir)
-    loaded = LoadResult(
-        records=[Record(Conversation.model_validate(c), "bench", f"row {i}") for i, c in enumerate(conversations, 1)],
-        rows=len(conversations),
-    )
-    examples = render_records(loaded, tokenizer, detect_tool_call_style(tokenizer), max_length)
-    cfg = SFTConfig.model_validate(
-        {
-            "model": model_dir,
-            "lora": None,
-            "data": {"train": ["<bench conversations>"], "max_length": max_length, "packing": True},
-            "train": {
-                "steps": warmup + steps + 1,
-                "batch_size": batch,
-                "precision": "auto",
-                # the peer's threads: "auto" reads the load average, which lags after other work
-                "threads": torch.get_num_threads(),
-                "compile": compile_layers,
-                "optim": {"lr": 1e-5, "schedule": "constant"},
-                "checkpoint": {"every": 10_000, "keep_last": 1},
-            },
-        }
-    )
-    targets = sum(sum(1 for x in e.labels[1:] if x != IGNORE) for e in examples)
-    model = load_for_training(model_dir, None)
-    batches, _, objective = sft_components(cfg, SFTData(examples, [], {}, list(loaded.errors)), pad_id(tokenizer))
-    settings = cfg.train
     clock, tokens = {}, {"real": 0}
 
     def timer(step: int, record: dict) -> None:
@@ -108,8 +77,34 @@ def run_tempering(
             if step == warmup + steps:
                 clock["t1"] = time.perf_counter()
 
-    with tempfile.TemporaryDirectory() as run_dir:
-        Trainer(model, objective, batches, settings, Path(run_dir), callbacks=[timer]).fit()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = SFTConfig.model_validate(
+            {
+                "model": model_dir,
+                "lora": None,
+                "out": tmp,
+                "name": "bench-sft",
+                "data": {
+                    "train": [write_jsonl(Path(tmp) / "conversations.jsonl", conversations)],
+                    "max_length": max_length,
+                    "packing": True,
+                },
+                "train": {
+                    # one step more than timed: the final checkpoint save falls outside the timed steps
+                    "steps": warmup + steps + 1,
+                    "batch_size": batch,
+                    "precision": "auto",
+                    # the peer's threads: "auto" reads the load average, which lags after other work
+                    "threads": torch.get_num_threads(),
+                    "compile": compile_layers,
+                    "optim": {"lr": 1e-5, "schedule": "constant"},
+                    "checkpoint": {"every": 10_000, "keep_last": 1},
+                },
+            }
+        )
+        _, seen = run_recipe(SFT, cfg, [timer])
+    examples, excluded = seen["data"].train, len(seen["data"].errors)
+    targets = sum(sum(1 for x in e.labels[1:] if x != IGNORE) for e in examples)
     seconds = clock["t1"] - clock["t0"]
     return {
         "real_tokens": tokens["real"],
@@ -123,7 +118,7 @@ def run_tempering(
             "compile": compile_layers,
             "torch_threads": torch.get_num_threads(),
         },
-        "excluded_over_max_length": len(loaded.errors),
+        "excluded_over_max_length": excluded,
         # the LM head runs on target positions only: its share of executed FLOPs (the data's fraction)
         "head_token_fraction": targets / sum(len(e.input_ids) for e in examples),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
