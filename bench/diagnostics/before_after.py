@@ -118,7 +118,11 @@ def host() -> dict[str, Any]:
     return {
         "cpu": cpu_name(),
         "cpu_model": next(
-            (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if "model name" in ln),
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if "model name" in ln
+            ),
             None,
         ),
         "flags": {f: f in flags for f in HOST_FLAGS},
@@ -170,9 +174,7 @@ def write_data(work: Path, examples: int) -> tuple[str, str]:
     return str(path), hashlib.sha256(text.encode()).hexdigest()
 
 
-def run_one(
-    python: str, tree: Path, workload: str, spec: dict[str, Any], work: Path, timeout: float
-) -> dict[str, Any]:
+def run_one(python: str, tree: Path, workload: str, spec: dict[str, Any], work: Path, timeout: float) -> dict[str, Any]:
     """One workload in a fresh process on `tree`; its result with the load average around it."""
     work.mkdir(parents=True)
     spec_path, out_path = work / "spec.json", work / "result.json"
@@ -246,7 +248,7 @@ def print_table(summary: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--before", type=Path, help="worktree root of the code before (default: a worktree of --before-ref)")
     p.add_argument("--after", type=Path, help="worktree root of the code after (default: a worktree of --after-ref)")
     p.add_argument("--before-ref", default="main")
