@@ -87,3 +87,16 @@ def test_training_figures_leave_out_the_first_step_and_count_the_time_between_st
     assert rate == {"work": 800, "wall_s": 4.0, "per_wall_s": 200.0, "per_step_s": pytest.approx(800 / 3)}
     with pytest.raises(ValueError, match="warm-up"):
         workloads.after_first_step(records[:1], "real_tokens")
+
+
+def test_the_eval_text_hash_ignores_row_order_and_sees_one_changed_completion():
+    rows = [
+        {"suite": "s", "task_id": f"t{i}", "template": 0, "seed": 0, "sample": j, "completion": f"{i + j}"}
+        for i in range(3)
+        for j in range(2)
+    ]
+    same = workloads.completions_hash(list(reversed(rows)))
+    assert workloads.completions_hash(rows) == same
+    changed = [dict(r) for r in rows]
+    changed[4]["completion"] = "other"
+    assert workloads.completions_hash(changed) != same

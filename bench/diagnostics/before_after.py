@@ -228,7 +228,8 @@ def print_table(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title="after / before, paired by round")
-    for col in ("workload", "unit", "before (mean)", "after (mean)", "ratio", "95% interval", "same work", "equal"):
+    columns = ("workload", "unit", "before (mean)", "after (mean)", "ratio", "95% interval", "same work")
+    for col in (*columns, "same-seed figures equal"):
         table.add_column(col)
     for w, s in summary.items():
         r = s["ratio_after_over_before"]
@@ -237,14 +238,14 @@ def print_table(summary: dict[str, Any]) -> None:
         table.add_row(
             w,
             s["unit"],
-            f"{sum(s['before']) / len(s['before']):.2f}",
-            f"{sum(s['after']) / len(s['after']):.2f}",
+            f"{sum(s['before']) / len(s['before']):.4g}",
+            f"{sum(s['after']) / len(s['after']):.4g}",
             f"{r['ratio']:.3f}",
             interval,
             "yes" if s["check"]["same_work"] else "NO",
             equal,
         )
-    Console().print(table)
+    Console(width=160).print(table)
 
 
 def main() -> None:

@@ -14,10 +14,11 @@ takes, with a config file:
 The training figures come from the run's own event stream (`metrics.jsonl`, one record per step,
 stamped with the wall time when it was written): the work of steps 2..N over the wall time from
 step 1's record to step N's, so the first (warm-up) step is left out and everything the run does
-between steps (logging, callbacks, checkpoint checks) is in. Eval: samples over the wall time of
-the `evaluate_config` call (model load included). Each result names the work done (tokens,
-completions, samples) and what a same-seed run should reproduce (losses, rewards, accuracy), so
-the driver can check that both trees did the same work.
+between steps (logging, callbacks, checkpoint checks) is in. Eval: samples (every generation in
+samples.jsonl: tasks x templates x samples) over the wall time of the `evaluate_config` call (model
+load included). Each result names the work done (tokens, completions, samples) and what a same-seed
+run should reproduce (losses, rewards, scores, the eval's generated text), so the driver can check
+that both trees did the same work.
 
 No API difference between the trees measured so far (main at 896a448, m56) needs a branch here:
 the configs use keys both accept (no held-out set in GRPO, where `heldout.every` became
@@ -26,6 +27,7 @@ the configs use keys both accept (no held-out set in GRPO, where `heldout.every`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -180,16 +182,26 @@ def evaluate(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     results = evaluate_config(cfg, warn=lambda line: None, log=lambda line: None)
     seconds = time.perf_counter() - t0
-    samples = sum(len(scores) for s in results.suites for scores in s.task_scores.values())
+    rows = [json.loads(line) for line in (work / "eval" / "samples.jsonl").read_text().splitlines() if line.strip()]
     return {
-        "figure": samples / seconds,
+        "figure": len(rows) / seconds,
         "unit": "samples/s",
-        "timing": {"work": samples, "wall_s": seconds},
-        "work": {"samples": samples, "tasks": sum(len(s.task_scores) for s in results.suites)},
+        "timing": {"work": len(rows), "wall_s": seconds},
+        "work": {"samples": len(rows), "tasks": sum(len(s.task_scores) for s in results.suites)},
         "reproduced": {
-            "primary": {s.suite: [s.primary_metric, s.metrics[s.primary_metric].mean] for s in results.suites}
+            "primary": {s.suite: [s.primary_metric, s.metrics[s.primary_metric].mean] for s in results.suites},
+            "completions_sha256": completions_hash(rows),
         },
     }
+
+
+def completions_hash(rows: list[dict[str, Any]]) -> str:
+    """sha256 of every sample's (task, template, seed, sample, completion), in that order: equal
+    hashes mean both trees generated the same text for every sample."""
+    keys = ("suite", "task_id", "template", "seed", "sample")
+    ordered = sorted(rows, key=lambda r: [str(r.get(k)) for k in keys])
+    text = json.dumps([[*(r.get(k) for k in keys), r.get("completion")] for r in ordered])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 WORKLOADS = {"sft": sft, "grpo": grpo, "eval": evaluate}
