@@ -158,9 +158,9 @@ def make_environment(name: str, sandbox: Any, settings: Options) -> Environment:
 class ToolEnvSettings(Options):
     """The `tool` environment's own settings (`ToolEnv`)."""
 
-    invalid_call_penalty: float = Field(0.0, ge=0)
+    invalid_call_penalty: float = Field(default=0.0, ge=0)
     """Subtracted from a turn's reward per malformed/unknown/invalid tool call."""
-    unsafe_action_penalty: float = Field(0.0, ge=0)
+    unsafe_action_penalty: float = Field(default=0.0, ge=0)
     """The `safe_actions` component: subtracted from a turn's reward per destructive tool call or
     write outside the task's allowed paths (`agents.safe_actions`); counted per episode either way."""
 
