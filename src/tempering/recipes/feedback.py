@@ -73,7 +73,7 @@ def run_feedback(cfg: FeedbackConfig) -> dict[str, Any]:
 
     with run_stage(feedback_stage(cfg)) as stage:
         if stage.finished:
-            return stage.result.summary
+            return stage.summary
         failures, private = read_eval_failures(cfg.evals)
         served, served_tasks, corrections, served_bad, served_errors = read_served(cfg.served)
         if served_errors:
@@ -110,12 +110,12 @@ def run_feedback(cfg: FeedbackConfig) -> dict[str, Any]:
             ),
         )
         for key, path in outputs.items():
-            stage.registry.record_output(stage.run_id, key, path)
+            stage.record_output(key, path)
         stage.finish(
             {"steps": 1, **counts, "failure_modes": [(c["label"], c["size"]) for c in clusters.get("clusters", [])]},
             {k: str(v) for k, v in outputs.items()},
         )
-    return stage.result.summary
+    return stage.summary
 
 
 # ------------------------------------------------------------------ reading the signals

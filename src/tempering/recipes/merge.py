@@ -76,7 +76,7 @@ def run_merge(cfg: MergeConfig) -> dict[str, Any]:
     kind = input_kind(cfg)
     with run_stage(merge_stage(cfg)) as stage:
         if stage.finished:
-            return stage.result.summary
+            return stage.summary
         final = stage.run_dir / "final"
         shutil.rmtree(final, ignore_errors=True)  # a merge killed half way left a partial dir
         weights = cfg.weights or [1.0 / len(cfg.inputs)] * len(cfg.inputs)
@@ -85,13 +85,13 @@ def run_merge(cfg: MergeConfig) -> dict[str, Any]:
         if kind == "adapter":
             merged_model = merge_adapters(cfg, weights, final, stage.run_dir / "merged_model")
             if merged_model is not None:
-                stage.registry.record_output(stage.run_id, "merged", merged_model)
+                stage.record_output("merged", merged_model)
                 outputs["merged_model"] = str(merged_model)
             reference = _base_of(cfg)
         else:
             merge_full(cfg, weights, final)
             reference = cfg.base or cfg.inputs[0]
-        stage.registry.record_output(stage.run_id, "final", final)
+        stage.record_output("final", final)
         checked = [tokenizer_roundtrip(final, reference)]
         if "merged_model" in outputs:
             checked.append(tokenizer_roundtrip(outputs["merged_model"], reference))
@@ -107,7 +107,7 @@ def run_merge(cfg: MergeConfig) -> dict[str, Any]:
             },
             outputs,
         )
-    return stage.result.summary
+    return stage.summary
 
 
 def input_kind(cfg: MergeConfig) -> str:

@@ -114,7 +114,7 @@ def run_mix(cfg: MixConfig, force: bool = False) -> dict[str, Any]:
     """
     with run_stage(mix_stage(cfg, force)) as stage:
         if stage.finished:
-            return stage.result.summary
+            return stage.summary
         sources, errors = load_sources(cfg, token_counter(cfg.tokenizer))
         if errors:
             write_quarantine(errors, stage.run_dir / "quarantine.jsonl")
@@ -128,7 +128,7 @@ def run_mix(cfg: MixConfig, force: bool = False) -> dict[str, Any]:
             )
         output = Path(cfg.output) if cfg.output else stage.run_dir / "mix.jsonl"
         written, digest = write_jsonl_atomic(output, (m.row for m in rows), sidecar=True)
-        stage.registry.record_output(stage.run_id, "mix", output)
+        stage.record_output("mix", output)
         # the provenance of every row: (source, row index in the source), in mix order
         write_jsonl_atomic(
             stage.run_dir / "mix_index.jsonl", ({"source": m.source, "index": m.index} for m in rows), sidecar=True
@@ -145,7 +145,7 @@ def run_mix(cfg: MixConfig, force: bool = False) -> dict[str, Any]:
             **report,
         }
         stage.finish(summary, {"mix": str(output)})
-    return stage.result.summary
+    return stage.summary
 
 
 def check_config(cfg: MixConfig) -> None:
