@@ -91,10 +91,11 @@ def _components(cfg: SFTConfig, data: SFTData, tokenizer: Any, stage: Any) -> Co
     model = load_for_training(cfg.model, cfg.lora, cfg.rope_scaling)
     batches, evals, objective = sft_components(cfg, data, pad_id(tokenizer))
     check = held_out((lambda: evaluate(model, objective, evals, cfg.train.precision)) if evals else None)
-    return Components(model, objective, batches, check)
+    return Components(model, objective, batches, check, summary=tokens_per_s)
 
 
-def tokens_per_s(cfg: Any, data: Any, parts: Components, result: Any) -> dict[str, Any]:
+def tokens_per_s(result: Any) -> dict[str, Any]:
+    """The fit's real (unpadded) tokens per second."""
     return {"real_tokens_per_s": result.real_tokens / result.seconds if result.seconds else None}
 
 
@@ -105,7 +106,6 @@ SFT = TrainingRecipe(
     train_files=lambda cfg: sft_files(cfg.data),
     prepare=lambda cfg, tokenizer: prepare_sft_data(cfg.data, tokenizer, cfg.train.seed),
     components=_components,
-    summary=tokens_per_s,
     examples=lambda data: len(data.train),
 )
 """Supervised fine-tuning: rendered conversations, assistant-only cross-entropy."""
