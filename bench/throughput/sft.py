@@ -96,7 +96,9 @@ def run_tempering(
     )
     targets = sum(sum(1 for x in e.labels[1:] if x != IGNORE) for e in examples)
     model = load_for_training(model_dir, None)
-    batches, _, objective = sft_components(cfg, SFTData(examples, [], {}, list(loaded.errors)), pad_id(tokenizer))
+    batches, _, objective = sft_components(
+        cfg.train, cfg.data, SFTData(examples, [], {}, list(loaded.errors)), pad_id(tokenizer)
+    )
     settings = cfg.train
     clock, tokens = {}, {"real": 0}
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tempering.agents.config import AgentConfig
+from tempering.agents.config import AgentConfig, AgentSFTSettings
 from tempering.agents.episode import summarise
 from tempering.agents.rollout import AgentBatch, agent_rollout
 from tempering.agents.tasks import BUILTIN, AgentTask, load_agent_suite, select
@@ -133,7 +133,7 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
 
     phases = AgentPhases(evaluate, evaluate("before"))
     if cfg.sft is not None:
-        phases.sft = _expert_sft(cfg, model, renderer, data.train, sandbox, run_dir / "sft")
+        phases.sft = _expert_sft(cfg.sft, model, renderer, data.train, sandbox, run_dir / "sft")
         phases.after_sft = evaluate("after SFT")
     source = AgentRolloutSource(
         data.train,
@@ -253,7 +253,7 @@ def _sandbox(tasks: list[AgentTask]) -> Any:
 
 
 def _expert_sft(
-    cfg: AgentConfig, model: Any, renderer: Any, tasks: list[AgentTask], sandbox: Any, run_dir: Path
+    sft: AgentSFTSettings, model: Any, renderer: Any, tasks: list[AgentTask], sandbox: Any, run_dir: Path
 ) -> dict[str, Any]:
     from tempering.agents.training import expert_examples
     from tempering.data.batches import SFTBatches
@@ -261,14 +261,14 @@ def _expert_sft(
     from tempering.objectives.sft import SFTObjective
     from tempering.train.trainer import Trainer
 
-    tiers = cfg.sft.tiers
+    tiers = sft.tiers
     held_back = [t for t in tasks if tiers is None or t.tier in tiers]
     if not held_back:
         raise UserError(f"sft.tiers {tiers}: no training task of those tiers")
     examples = expert_examples(held_back, renderer, sandbox)
-    kept = [e for e in examples if len(e.input_ids) <= cfg.sft.max_length]
-    batches = SFTBatches(kept, cfg.sft.batch_size, cfg.sft.max_length, pad_id(renderer.tokenizer), True, cfg.sft.seed)
-    result = Trainer(model, SFTObjective(), batches, cfg.sft, run_dir).fit()
+    kept = [e for e in examples if len(e.input_ids) <= sft.max_length]
+    batches = SFTBatches(kept, sft.batch_size, sft.max_length, pad_id(renderer.tokenizer), True, sft.seed)
+    result = Trainer(model, SFTObjective(), batches, sft, run_dir).fit()
     return {
         "tiers": tiers,
         "examples": len(kept),

@@ -57,7 +57,8 @@ def _components(cfg: DistillConfig, data: Any, tokenizer: Any, stage: Any) -> Co
     teacher = load_model(cfg.teacher, rope_scaling=cfg.rope_scaling)
     student = build_student(cfg, teacher)
     objective = DistillObjective(teacher, cfg.loss.temperature, cfg.loss.kl_weight)
-    batches, evals, _ = sft_components(cfg, data, pad_id(tokenizer))  # SFT's batches, our loss
+    assert cfg.data is not None  # DistillConfig requires it unless on_policy
+    batches, evals, _ = sft_components(cfg.train, cfg.data, data, pad_id(tokenizer))  # SFT's batches, our loss
     check = held_out((lambda: evaluate(student, objective, evals, cfg.train.precision)) if evals else None)
     return Components(student, objective, batches, check, summary=lambda result: _summary(student, teacher, result))
 

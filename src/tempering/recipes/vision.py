@@ -96,7 +96,7 @@ def _components(cfg: VisionSFTConfig, data: SFTData, processor: Any, stage: Any)
     from tempering.train.trainer import evaluate
 
     model, counts = vision_model(cfg)
-    batches, evals, objective = sft_components(cfg, data, pad_id(processor.tokenizer))  # type: ignore[arg-type]
+    batches, evals, objective = sft_components(cfg.train, cfg.data, data, pad_id(processor.tokenizer))
     check = held_out((lambda: evaluate(model, objective, evals, cfg.train.precision)) if evals else None)
     return Components(model, objective, batches, check, summary=lambda result: {"trainable_parameters": counts})
 
