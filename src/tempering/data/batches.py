@@ -11,7 +11,7 @@ every packed conversation is never a target, so no conversation predicts another
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 

@@ -17,7 +17,7 @@ concatenation would need).
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
