@@ -7,7 +7,7 @@ the quarantine, the atomic write and the registry around it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import yaml
 
@@ -24,7 +24,9 @@ class MixOffTarget(UserError):
     """The realised shares missed the effective ones by more than the tolerance."""
 
 
-def load_mix_config(path: str | Path, overrides: list[str] = (), literal: dict[str, Any] | None = None) -> MixConfig:
+def load_mix_config(
+    path: str | Path, overrides: Sequence[str] = (), literal: dict[str, Any] | None = None
+) -> MixConfig:
     """`load_config` plus: relative source and replay paths written in the file resolve against
     its directory (paths set by `--set` stay relative to the working directory)."""
     cfg: MixConfig = load_config(MixConfig, path, overrides, literal)
@@ -33,7 +35,8 @@ def load_mix_config(path: str | Path, overrides: list[str] = (), literal: dict[s
     except (OSError, yaml.YAMLError):
         return cfg
     base = Path(path).parent
-    file_sources = raw.get("sources") if isinstance(raw.get("sources"), list) else []
+    given_sources = raw.get("sources")
+    file_sources = given_sources if isinstance(given_sources, list) else []
     for src, given in zip(cfg.sources, file_sources):
         if isinstance(given, dict) and _as_list(given.get("data")) == src.data:
             src.data = [_resolve(p, base) for p in src.data]

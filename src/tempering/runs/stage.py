@@ -30,7 +30,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from tempering.atomic import write_text_atomic
 from tempering.config.base import run_name_problem
@@ -386,7 +386,7 @@ def _check_resume(spec: StageSpec, run_dir: Path, registry: Registry) -> StageRe
     return None
 
 
-def input_list(pairs: list[tuple[str | Path, str]]) -> list[Input]:
+def input_list(pairs: Sequence[tuple[str | Path, str]]) -> list[Input]:
     """`describe_input` for each existing `(path, role)` (generated task sources have no file)."""
     return [describe_input(p, role) for p, role in pairs if Path(p).expanduser().exists()]
 
