@@ -273,9 +273,13 @@ def gate_rules(cfg: GateStageConfig, where: str) -> list[Any]:
     """
     from tempering.evals.gate import GateRuleError, load_rules, parse_rules
 
-    if (cfg.rules is None) == (cfg.rules_file is None):
+    if cfg.rules is not None and cfg.rules_file is not None:
         raise GateRuleError(f"{where}: give exactly one of 'rules' (a list) and 'rules_file' (a YAML path)")
-    return parse_rules(cfg.rules, source=f"{where}: rules") if cfg.rules is not None else load_rules(cfg.rules_file)
+    if cfg.rules is not None:
+        return parse_rules(cfg.rules, source=f"{where}: rules")
+    if cfg.rules_file is None:
+        raise GateRuleError(f"{where}: give exactly one of 'rules' (a list) and 'rules_file' (a YAML path)")
+    return load_rules(cfg.rules_file)
 
 
 def _gate(cfg: GateStageConfig, ctx: StageContext) -> StageOutput:
