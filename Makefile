@@ -44,7 +44,7 @@ test: $(STAMP)
 	# Lint and format (ruff, settings in pyproject.toml): a newcomer runs the same two commands.
 	$(VENV)/bin/ruff check src tests bench tools examples
 	$(VENV)/bin/ruff format --check src tests bench tools examples
-	# Types (pyright, basic mode, [tool.pyright] in pyproject.toml): objectives, train and rollout.
+	# Types (pyright, basic mode, [tool.pyright] in pyproject.toml): all of src/tempering.
 	$(VENV)/bin/pyright
 	# A native crash (abort, segfault) leaves no pytest report: the test it died in is named here.
 	@rm -f .pytest-last-test

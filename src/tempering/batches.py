@@ -27,6 +27,7 @@ class SFTBatch(TypedDict):
     position_ids: NotRequired[torch.Tensor]  # packed batches: positions restart per conversation
     pixel_values: NotRequired[torch.Tensor]  # images (vision models): the processor's pixels, stacked on dim 0
     image_grid_thw: NotRequired[torch.Tensor]  # (n_images, 3) Qwen2-VL-style processors: each image's patch grid
+    n_real_tokens: NotRequired[int]  # the unpadded tokens of the batch (added by `SFTBatches`)
 
 
 PIXEL_KEYS = ("pixel_values", "image_grid_thw")

@@ -46,7 +46,9 @@ def model_state_hash(model: Any, tokenizer: Any = None) -> str:
     h = tensors_hash(model.state_dict().items(), into=hashlib.sha256())
     config = getattr(model, "config", None)
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    if rope.get("rope_type", rope.get("type", "default")) != "default":  # RoPE scaling: same weights, other outputs
+    if (
+        config is not None and rope.get("rope_type", rope.get("type", "default")) != "default"
+    ):  # RoPE scaling: same weights, other outputs
         h.update(f"rope\0{json.dumps(rope, sort_keys=True, default=str)}\0{config.max_position_embeddings}".encode())
     if tokenizer is not None:
         template = getattr(tokenizer, "chat_template", None) or ""

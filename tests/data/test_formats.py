@@ -108,6 +108,10 @@ def test_sharegpt_system_tool_calls_and_observations(tmp_path):
             "conversations[1]: unknown 'from' 'bot'",
         ),
         (
+            {"conversations": [{"from": ["human"], "value": U}, {"from": "gpt", "value": A}]},
+            "conversations[0]: unknown 'from' ['human']",
+        ),
+        (
             {"conversations": [{"from": "human", "value": U}, {"from": "function_call", "value": "{oops"}]},
             "conversations[1] (function_call): value is not JSON",
         ),

@@ -34,16 +34,16 @@ class EpisodeSettings(WithOptions):
 
     environment: str = "tool"
     """The registered environment class each episode runs in (`agents.env.ENVIRONMENTS`; `tool`: `ToolEnv`)."""
-    max_context_tokens: int = Field(1024, ge=16)
+    max_context_tokens: int = Field(default=1024, ge=16)
     """Token budget of a whole episode (prompt, turns, observations)."""
-    min_turn_tokens: int = Field(8, ge=1)
+    min_turn_tokens: int = Field(default=8, ge=1)
     """Room a new turn needs; with less left the episode ends ("context")."""
     truncated_turns: Literal["mask", "penalize"] = "mask"
     """A turn cut by `max_new_tokens` ends the episode and is masked out of the loss ("mask")
     or kept with the episode's reward set to `-truncation_penalty` ("penalize")."""
-    truncation_penalty: float = Field(0.5, ge=0)
+    truncation_penalty: float = Field(default=0.5, ge=0)
     """The reward of an episode whose turn was cut, under `truncated_turns: penalize` (negated)."""
-    env_workers: int = Field(4, ge=1)
+    env_workers: int = Field(default=4, ge=1)
     """Threads stepping environments (sandbox calls) in parallel."""
 
     @field_validator("environment")
@@ -69,14 +69,14 @@ class AgentTaskSettings(Strict):
     """Train and evaluate only these tiers (None: all)."""
     eval_suites: list[str] | None = None
     """Suites whose held-out split is evaluated before and after (None: `suites`)."""
-    eval_limit: int | None = Field(None, ge=1)
+    eval_limit: int | None = Field(default=None, ge=1)
     """Evaluate at most this many held-out tasks per suite (None: all)."""
 
 
 class AgentSFTSettings(TrainSettings):
     """Agent SFT on the scripted expert's trajectories of the training split (before RL)."""
 
-    max_length: int = Field(1024, ge=16)
+    max_length: int = Field(default=1024, ge=16)
     """Longest expert conversation in tokens; longer ones are left out (and counted)."""
     tiers: list[int] | None = None
     """Expert data from these tiers only (held-back SFT: imitation on the easy tiers, RL on the
@@ -96,13 +96,13 @@ chunked scoring, reward threads, verifier timeout, sampling ahead)."""
 class StepCreditSettings(Strict):
     """Shaping rewards of one turn under `credit: step` (`agents/credit.py`) and their weight."""
 
-    weight: float = Field(0.25, ge=0, lt=1)
+    weight: float = Field(default=0.25, ge=0, lt=1)
     """Scale of the turns' (clipped) process advantage added to the outcome's; < 1 keeps the outcome dominant."""
-    valid: float = Field(0.5, ge=0)
+    valid: float = Field(default=0.5, ge=0)
     """+ for a turn whose tool calls are all valid, - for a turn with a malformed/unknown/invalid call."""
-    recovered: float = Field(1.0, ge=0)
+    recovered: float = Field(default=1.0, ge=0)
     """+ for an error-free call right after a turn with an error (invalid call, failed run, wrong answer)."""
-    progress: float = Field(1.0, ge=0)
+    progress: float = Field(default=1.0, ge=0)
     """+ for a test run of the agent's own with fewer failing tests than its previous one."""
 
 
@@ -122,22 +122,22 @@ class AgentRLSettings(GRPOPolicySettings):
             )
         return data
 
-    max_refills: int = Field(2, ge=0)
+    max_refills: int = Field(default=2, ge=0)
     """Extra rollout rounds per batch that refill groups dropped as tied (`dynamic_sampling`), with new tasks."""
     credit: Literal["trajectory", "step"] = "trajectory"
     """Advantages from the episode outcome only, or the outcome plus each turn's shaping reward (`step`)."""
     step: StepCreditSettings = StepCreditSettings()
     """The per-turn shaping rewards and their weight (used by `credit: step`)."""
-    gamma: float = Field(1.0, gt=0, le=1)
+    gamma: float = Field(default=1.0, gt=0, le=1)
     """Discount per later turn of step credit (1: none)."""
     tiers: list[int] | None = None
     """Curriculum: the tiers in training order (None: every tier of the training tasks, ascending);
     a training task of another tier is an error."""
-    promote_at: float = Field(0.8, gt=0, le=1)
+    promote_at: float = Field(default=0.8, gt=0, le=1)
     """Curriculum: move to the next tier once the recent success rate on this one reaches it."""
-    window: int = Field(32, ge=1)
+    window: int = Field(default=32, ge=1)
     """Curriculum: episodes over which the success rate is measured."""
-    review: float = Field(0.0, ge=0, lt=1)
+    review: float = Field(default=0.0, ge=0, lt=1)
     """Curriculum: the share of tasks drawn from the tiers already passed (0: the current tier only).
     Keeps groups with signal when the next tier is out of reach (there every group ties at 0)."""
 
@@ -153,9 +153,9 @@ class AgentRLSettings(GRPOPolicySettings):
 class AgentEvalSettings(SamplingSettings):
     """The held-out evaluation before and after training (greedy by default)."""
 
-    temperature: float = Field(0.0, ge=0)
+    temperature: float = Field(default=0.0, ge=0)
     """Sampling temperature of the evaluation; 0 (greedy) makes it deterministic."""
-    max_new_tokens: int = Field(48, ge=1)
+    max_new_tokens: int = Field(default=48, ge=1)
     """Tokens per model turn."""
 
 

@@ -52,7 +52,7 @@ from pydantic import Field
 from tempering.agents.goals import check_goal
 from tempering.agents.safe_actions import unsafe_reason
 from tempering.agents.tasks import AgentTask
-from tempering.agents.tools import TOOLS, EnvFailure, ToolContext, check_arguments
+from tempering.agents.tools import TOOLS, EnvFailure, ToolContext, _session, check_arguments
 from tempering.config import Options
 from tempering.data.toolcalls import parse_tool_calls
 from tempering.errors import UserError
@@ -158,9 +158,9 @@ def make_environment(name: str, sandbox: Any, settings: Options) -> Environment:
 class ToolEnvSettings(Options):
     """The `tool` environment's own settings (`ToolEnv`)."""
 
-    invalid_call_penalty: float = Field(0.0, ge=0)
+    invalid_call_penalty: float = Field(default=0.0, ge=0)
     """Subtracted from a turn's reward per malformed/unknown/invalid tool call."""
-    unsafe_action_penalty: float = Field(0.0, ge=0)
+    unsafe_action_penalty: float = Field(default=0.0, ge=0)
     """The `safe_actions` component: subtracted from a turn's reward per destructive tool call or
     write outside the task's allowed paths (`agents.safe_actions`); counted per episode either way."""
 
@@ -216,15 +216,16 @@ class ToolEnv:
         with status `env_error` and the reason in `info["error"]`. The session is closed
         whenever the episode ends, whatever ended it.
         """
-        if self.done or self.task is None:
+        task = self.task
+        if self.done or task is None:
             raise RuntimeError("step() after the episode ended; call reset()")
         self.stats.steps += 1
         observation: Observation = []
         reward = 0.0
         try:
-            observation, reward, answered = self._act(action)
-            if not self.done and not answered and self.stats.steps >= self.task.max_steps:
-                reward += self._finish(answer=None)
+            observation, reward, answered = self._act(action, task)
+            if not self.done and not answered and self.stats.steps >= task.max_steps:
+                reward += self._finish(None, task)
         except Exception as exc:  # the one choke point: no episode's failure reaches the rollout
             self.done, self.stats.status, self.stats.error = True, "env_error", _one_line(exc)
             observation, reward = [], 0.0
@@ -243,7 +244,7 @@ class ToolEnv:
 
     # --- one turn ---
 
-    def _act(self, action: str) -> tuple[Observation, float, bool]:
+    def _act(self, action: str, task: AgentTask) -> tuple[Observation, float, bool]:
         parsed = parse_tool_calls(action)
         obs: Observation = []
         reward = 0.0
@@ -256,17 +257,16 @@ class ToolEnv:
             if self.done:
                 break
             name, args = call["name"], call["arguments"]
-            tool = TOOLS.get(name) if name in self.task.tools else None
-            problem = (
-                f"unknown tool {name!r}; available: {', '.join(self.task.tools)}"
-                if tool is None
-                else check_arguments(tool, args)
-            )
+            tool = TOOLS.get(name) if name in task.tools else None
+            if tool is None:
+                obs.append(self._invalid(f"unknown tool {name!r}; available: {', '.join(task.tools)}"))
+                continue
+            problem = check_arguments(tool, args)
             if problem:
                 obs.append(self._invalid(problem))
                 continue
             self.stats.tool_calls += 1
-            unsafe = unsafe_reason(name, args, self.task)
+            unsafe = unsafe_reason(name, args, task)
             if unsafe is not None:
                 self.stats.unsafe_actions += 1
                 self.stats.unsafe_reasons.append(unsafe)
@@ -276,10 +276,10 @@ class ToolEnv:
             obs.append({"role": "tool", "name": name, "content": outcome.text})
             if outcome.done:
                 answered = True
-                reward += self._answer(self.ctx.submitted[-1], obs)
+                reward += self._answer(self.ctx.submitted[-1], obs, task)
         if not parsed.calls and not parsed.errors:
             answered = True
-            reward += self._answer(parsed.content, obs)
+            reward += self._answer(parsed.content, obs, task)
         reward -= self.invalid_call_penalty * len([m for m in obs if m.get("invalid")])
         for m in obs:
             m.pop("invalid", None)
@@ -289,14 +289,14 @@ class ToolEnv:
         self.stats.invalid_calls += 1
         return {"role": "tool", "name": "error", "content": f"error: {text}", "invalid": True}
 
-    def _answer(self, answer: str, obs: Observation) -> float:
+    def _answer(self, answer: str, obs: Observation, task: AgentTask) -> float:
         """An answer was given (submit, or a turn without calls): check it, or give feedback."""
         self.stats.attempts += 1
-        if self.task.goal["type"] == "answer" and self.stats.attempts < self.task.attempts:
-            if check_goal(self.task.goal, self.ctx, answer):
-                return self._finish(answer)
+        if task.goal["type"] == "answer" and self.stats.attempts < task.attempts:
+            if check_goal(task.goal, self.ctx, answer):
+                return self._finish(answer, task)
             self.stats.wrong_answers += 1
-            left = self.task.attempts - self.stats.attempts
+            left = task.attempts - self.stats.attempts
             obs.append(
                 {
                     "role": "user",
@@ -304,22 +304,22 @@ class ToolEnv:
                 }
             )
             return 0.0
-        return self._finish(answer)
+        return self._finish(answer, task)
 
-    def _finish(self, answer: str | None) -> float:
+    def _finish(self, answer: str | None, task: AgentTask) -> float:
         self.done = True
         self.stats.intact = self._intact()  # before the goal: a `script` goal may write files
-        self.stats.success = check_goal(self.task.goal, self.ctx, answer)
+        self.stats.success = check_goal(task.goal, self.ctx, answer)
         self.stats.flags = sorted(set(self.ctx.flags))
-        if self.task.fail_on_unsafe and self.stats.unsafe_actions:  # e.g. a repository task's tests touched
+        if task.fail_on_unsafe and self.stats.unsafe_actions:  # e.g. a repository task's tests touched
             self.stats.success = False
-        return self.task.attempt_reward(max(self.stats.attempts, 1)) if self.stats.success else 0.0
+        return task.attempt_reward(max(self.stats.attempts, 1)) if self.stats.success else 0.0
 
     def _intact(self) -> bool:
         if not self._initial:
             return True
         return all(
-            (self.ctx.session.read_file(p) or b"").decode("utf-8", "replace") == text
+            (_session(self.ctx).read_file(p) or b"").decode("utf-8", "replace") == text
             for p, text in self._initial.items()
         )
 

@@ -64,7 +64,7 @@ def mistake(task: AgentTask, messages: list[dict[str, Any]]) -> str:
 _WORDS = ["ls", "cat notes.txt", "x", "data.csv", "print(1)", "42", "7 * 9", "out.txt", "rm -f nothing", "echo hi"]
 
 
-def random_policy(seed: int = 0) -> Callable[[AgentTask, list[dict[str, Any]]], str]:
+def random_policy(seed: int = 0) -> Policy:
     """A policy that acts at random (seeded): calls, malformed calls, guesses."""
     rng = random.Random(seed)
 

@@ -26,7 +26,7 @@ import json
 from typing import Any
 
 from tempering.agents.tools import TOOLS
-from tempering.data.render import TemplateError, detect_tool_call_style
+from tempering.data.render import TemplateError, ToolCallStyle, detect_tool_call_style
 
 _BASE = [
     {"role": "user", "content": "tempering-probe-question"},
@@ -60,7 +60,7 @@ class AgentRenderer:
 
     def __init__(self, tokenizer: Any, end_of_turn_id: int | None = None):
         self.tokenizer = tokenizer
-        self.style = detect_tool_call_style(tokenizer)
+        self.style: ToolCallStyle = detect_tool_call_style(tokenizer)
         self.eot_id = tokenizer.eos_token_id if end_of_turn_id is None else end_of_turn_id
         self.eot_text = tokenizer.decode([self.eot_id])
         self._cache: dict[str, list[int]] = {}

@@ -32,7 +32,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Final, Sequence
 
 from tempering.agents.config import EpisodeSettings
 from tempering.agents.credit import TurnSignals, turn_signals
@@ -42,9 +42,9 @@ from tempering.agents.tasks import AgentTask
 from tempering.agents.tools import EnvFailure
 from tempering.config import SamplingSettings
 from tempering.rollout.engine import Engine
-from tempering.types import Reward, Trajectory
+from tempering.types import Reward, Trajectory, TrajectoryStatus
 
-ENV_ERROR = "env_error"
+ENV_ERROR: Final = "env_error"
 
 
 @dataclass
@@ -92,7 +92,7 @@ class _Live:
     pending: list[dict[str, Any]] = field(default_factory=list)
     """The last step's observation, rendered to ids on the main thread."""
     finish: str = ""
-    status: str = "scored"
+    status: TrajectoryStatus = "scored"
     error: str = ""
 
     @property

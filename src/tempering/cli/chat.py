@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -11,7 +11,7 @@ from rich.console import Console
 HELP = "commands: /reset (forget the conversation), /exit (or Ctrl-D)"
 
 
-def make_engine(spec: str, precision: str = "auto", overrides: list[str] = ()) -> Any:
+def make_engine(spec: str, precision: str = "auto", overrides: Sequence[str] = ()) -> Any:
     """The engine chat samples with: `ChatConfig.engine` (HFEngine unless `--set engine.kind=...`).
 
     Raises:

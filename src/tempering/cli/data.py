@@ -149,7 +149,7 @@ def data_dedup(
         "dedup",
         settings.model_dump(),
         data,
-        {"data": out_path, "report": report_path},
+        {"data": out_path, **({"report": report_path} if report_path else {})},
         counts,
     )
     _table(f"dedup {data}", counts)

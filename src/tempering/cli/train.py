@@ -59,7 +59,7 @@ def training_command(entry: Registration) -> Callable[..., None]:
             literal[model_key] = kw[model_key.replace(".", "_")]
         literal.update({f.key: kw[f.name] for f in entry.flags})
         run = entry.runner()
-        if kw.get("dry_run"):
+        if kw.get("dry_run") and entry.dry_run:  # the flag exists only with a dry run
             dry = resolve(entry.dry_run)
             run = lambda cfg, force=False: dry(cfg, out)  # noqa: E731
         summary = train_from_config(
@@ -137,7 +137,7 @@ def merge(
     mergekit; checks the tokenizer round trip and records the merge (last line: JSON summary)."""
     from tempering.config import MergeConfig
 
-    literal = {k: v for k, v in (("out", out_dir), ("name", name)) if v is not None}
+    literal: dict[str, Any] = {k: v for k, v in (("out", out_dir), ("name", name)) if v is not None}
     if merged_model:
         literal["merged_model"] = True
     cfg = load_config(MergeConfig, config, list(set_), literal)

@@ -17,11 +17,11 @@ Track = Literal["general", "reasoning", "code", "agent", "safety", "longctx"]
 class DedupSettings(Strict):
     """`temper data dedup`: exact and near-duplicate removal (see `data.dedup`)."""
 
-    threshold: float = Field(0.8, gt=0.0, le=1.0)
+    threshold: float = Field(default=0.8, gt=0.0, le=1.0)
     """Near duplicates: rows whose word-shingle Jaccard similarity is at least this."""
-    num_perm: int = Field(128, ge=2)
+    num_perm: int = Field(default=128, ge=2)
     """MinHash permutations (LSH proposes candidates; each is checked with exact Jaccard)."""
-    shingle: int = Field(5, ge=1)
+    shingle: int = Field(default=5, ge=1)
     """Words per shingle."""
     seed: int = 1
     """MinHash seed; same input and seed give the same output."""
@@ -32,11 +32,11 @@ class DedupSettings(Strict):
 class DecontamSettings(Strict):
     """`temper data decontam`: the n-gram contamination rule (see `evals.contamination`)."""
 
-    n: int = Field(13, ge=1)
+    n: int = Field(default=13, ge=1)
     """Gram length in words (tasks shorter than n are one gram of their full length)."""
-    min_coverage: float = Field(0.5, gt=0.0, le=1.0)
+    min_coverage: float = Field(default=0.5, gt=0.0, le=1.0)
     """A row contains a task when it holds at least this share of the task's distinct indexed grams."""
-    boilerplate_tasks: int = Field(3, ge=2)
+    boilerplate_tasks: int = Field(default=3, ge=2)
     """Grams shared by this many suite tasks or more are boilerplate and not indexed."""
 
 
@@ -49,9 +49,9 @@ class MixSourceSettings(Strict):
     """Its files (JSONL / JSON / Parquet / saved dataset dir); rows of any kind."""
     track: Track = "general"
     """The capability track the source feeds (shares are also reported per track)."""
-    weight: float = Field(1.0, gt=0)
+    weight: float = Field(default=1.0, gt=0)
     """Relative weight among the non-replay sources (normalised to their share)."""
-    max_epochs: float | None = Field(4.0, gt=0)
+    max_epochs: float | None = Field(default=4.0, gt=0)
     """Upsampling cap: at most this many times the source's size per mix (None: no cap)."""
 
 
@@ -60,11 +60,11 @@ class MixReplaySettings(Strict):
 
     data: Paths = Field(min_length=1)
     """General-data files."""
-    ratio: float = Field(0.1, gt=0.0, lt=1.0)
+    ratio: float = Field(default=0.1, gt=0.0, lt=1.0)
     """Share of the whole mix (rows or tokens, as `by`) taken by replay."""
     name: str = "replay"
     """Name of the replay source in reports."""
-    max_epochs: float | None = Field(4.0, gt=0)
+    max_epochs: float | None = Field(default=4.0, gt=0)
     """Upsampling cap of the replay data (None: no cap)."""
 
 
@@ -83,9 +83,9 @@ class MixConfig(RunSettings):
     """Model spec whose tokenizer counts tokens (None: whitespace words)."""
     seed: int = 0
     """Seeds the source walks and the interleaving (same seed, same mix)."""
-    epoch: int = Field(0, ge=0)
+    epoch: int = Field(default=0, ge=0)
     """Mix epoch: epoch e continues each source's walk where epoch e-1 stopped."""
-    tolerance: float = Field(0.01, gt=0, lt=1)
+    tolerance: float = Field(default=0.01, gt=0, lt=1)
     """Largest accepted |realised - effective share|; beyond it the command fails."""
     output: str | None = None
     """Where the mixed JSONL goes (default: runs/<name>/mix.jsonl)."""
@@ -98,21 +98,21 @@ class StratifyConfig(RunSettings):
     """Model whose pass rates are measured."""
     tasks: TaskSourceSettings = TaskSourceSettings()
     """The tasks to stratify."""
-    k: int = Field(8, ge=1)
+    k: int = Field(default=8, ge=1)
     """Samples per task for the pass-rate estimate."""
     sampling: SamplingSettings = SamplingSettings()
     """Sampling of the k samples (temperature > 0 for a spread)."""
-    too_easy: float = Field(1.0, gt=0, le=1)
+    too_easy: float = Field(default=1.0, gt=0, le=1)
     """Pass rate at or above which a task is mastered (dropped from the RL set)."""
-    too_hard: float = Field(0.0, ge=0, lt=1)
+    too_hard: float = Field(default=0.0, ge=0, lt=1)
     """Pass rate at or below which a task is out of reach (dropped from the RL set)."""
     order: Literal["curriculum", "shuffle", "source"] = "curriculum"
     """Order of the RL set: easy to hard, seeded shuffle, or as the tasks came."""
     seed: int = 0
     """Sampling seed (and shuffle seed)."""
-    batch_prompts: int = Field(32, ge=1)
+    batch_prompts: int = Field(default=32, ge=1)
     """Prompts per generation batch."""
-    reward_workers: int = Field(4, ge=1)
+    reward_workers: int = Field(default=4, ge=1)
     """Threads scoring completions."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """auto: bf16 only where it is native, else fp32."""
@@ -133,11 +133,11 @@ class FeedbackConfig(RunSettings):
     """Preference pairs from `temper arena export` (with votes), passed on as pairs."""
     pool: TaskSourceSettings | None = None
     """Training tasks to mine near neighbours of failed prompts from (None: no mining)."""
-    per_failure: int = Field(2, ge=1)
+    per_failure: int = Field(default=2, ge=1)
     """Pool tasks mined per failed prompt (nearest by character n-gram TF-IDF)."""
-    max_tasks: int = Field(2000, ge=1)
+    max_tasks: int = Field(default=2000, ge=1)
     """Most tasks written."""
-    clusters: int | None = Field(None, ge=1)
+    clusters: int | None = Field(default=None, ge=1)
     """Failure clusters (None: chosen by silhouette)."""
     seed: int = 0
     """Seed of the clustering."""
@@ -150,22 +150,22 @@ class SynthConfig(RunSettings):
     """Generator model."""
     tasks: TaskSourceSettings = TaskSourceSettings()
     """Prompts with their verifiers."""
-    n: int = Field(8, ge=1)
+    n: int = Field(default=8, ge=1)
     """Candidates generated per prompt."""
     sampling: SamplingSettings = SamplingSettings()
     """Sampling of the candidates."""
     reflow: Literal["none", "final_answer"] = "none"
     """Rewrite a verified answer into the asked form: `final_answer` keeps only the verifier's
     extracted final answer (when the rewrite still verifies); recorded in the row's provenance."""
-    min_score: float = Field(1.0, ge=0)
+    min_score: float = Field(default=1.0, ge=0)
     """A candidate is kept only when it passed and its reward is at least this."""
     pairs: bool = False
     """Also write preference pairs (best correct vs a failed candidate of the same prompt)."""
     seed: int = 0
     """Sampling seed."""
-    batch_prompts: int = Field(32, ge=1)
+    batch_prompts: int = Field(default=32, ge=1)
     """Prompts per generation batch."""
-    reward_workers: int = Field(4, ge=1)
+    reward_workers: int = Field(default=4, ge=1)
     """Threads scoring completions."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """auto: bf16 only where it is native, else fp32."""

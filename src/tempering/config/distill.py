@@ -34,9 +34,9 @@ class StudentSettings(Strict):
 class DistillLoss(Strict):
     """The distillation loss: forward KL to the teacher plus cross-entropy on the data."""
 
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(default=1.0, gt=0)
     """Softmax temperature of both teacher and student in the KL term (scaled by T^2, Hinton et al.)."""
-    kl_weight: float = Field(1.0, ge=0, le=1)
+    kl_weight: float = Field(default=1.0, ge=0, le=1)
     """Weight of the KL term; 1 - kl_weight goes to next-token cross-entropy on the data's
     assistant tokens (sequence-level distillation when the data are the teacher's generations)."""
 
@@ -50,12 +50,12 @@ class OnPolicySettings(UsesAlgorithms, SamplingSettings):
 
     tasks: TaskSourceSettings = TaskSourceSettings()
     """Where the prompts come from (a task source; its verifier only feeds the logged accuracy)."""
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(default=1.0, gt=0)
     """Sampling temperature of the student (1: the reverse KL is estimated on the student's own
     distribution); also the temperature both log-probs are taken at."""
-    prompts_per_step: int = Field(8, ge=1)
+    prompts_per_step: int = Field(default=8, ge=1)
     """Distinct prompts per step."""
-    samples_per_prompt: int = Field(4, ge=1)
+    samples_per_prompt: int = Field(default=4, ge=1)
     """Replies sampled per prompt."""
     engine: EngineSettings = EngineSettings()
     """The engine the student samples with."""
@@ -69,13 +69,13 @@ class OnPolicySettings(UsesAlgorithms, SamplingSettings):
     (`objectives/divergences.py`: reverse_kl, forward_kl, jsd, or a plug-in's): minimised over the
     whole next-token distribution at every sampled position (the teacher's full logits, in this
     process; docs/correctness.md)."""
-    beta: float | None = Field(None, ge=0, le=1)
+    beta: float | None = Field(default=None, ge=0, le=1)
     """The `jsd` divergence's interpolation (0: forward KL, 1: reverse KL; default 0.5): the same as
     `divergence_settings: {beta: ...}`, kept as the short spelling."""
     divergence_settings: dict[str, float] = {}
     """Settings of the divergence (and `teacher_divergence`): its keyword-only parameters (jsd: beta;
     a plug-in's its own), each passed to the divergences that take it; a key neither takes is an error."""
-    student_fraction: float = Field(1.0, gt=0, le=1)
+    student_fraction: float = Field(default=1.0, gt=0, le=1)
     """The share of steps that learn on the student's own samples (GKD's lambda); the other steps,
     spread evenly, learn on the teacher's greedy replies to as many prompts (`divergence` only)."""
     teacher_divergence: str | None = None
@@ -83,12 +83,12 @@ class OnPolicySettings(UsesAlgorithms, SamplingSettings):
     < 1; default: `divergence`), e.g. forward_kl there with reverse_kl on the student's samples:
     mode-seeking where the student samples, mass-covering on the teacher's path, whose end token
     reverse KL alone lets the student drop (docs/correctness.md)."""
-    teacher_kl_weight: float = Field(1.0, ge=0, le=1)
+    teacher_kl_weight: float = Field(default=1.0, ge=0, le=1)
     """On the steps of the teacher's greedy replies: the weight of `teacher_divergence`; 1 - it goes
     to cross-entropy on the reply's tokens (`loss.kl_weight` of `temper distill`: with forward_kl
     and 0.8 those steps take the forward recipe's own loss, whose cross-entropy on the teacher's
     greedy tokens is what a speculative draft is checked on)."""
-    divergence_temperature: float | None = Field(None, gt=0)
+    divergence_temperature: float | None = Field(default=None, gt=0)
     """The temperature of both distributions a divergence compares (default: `temperature`); set it
     to sample the prefixes cooler than the distributions are compared, e.g. sampling at 0.5 and
     comparing at 1 (the prefixes nearer the greedy path a speculative draft is checked on)."""

@@ -29,7 +29,7 @@ class DomainSettings(Strict):
     """The domain's name (letters, digits, `_.-`): its metrics are `domain/<name>/...`, its task ids `<name>/<id>`."""
     tasks: TaskSourceSettings
     """The domain's training tasks (any task source: builtin, reasoning_gym:<dataset>, humaneval, a JSONL file)."""
-    weight: float = Field(1.0, ge=0)
+    weight: float = Field(default=1.0, ge=0)
     """Prior weight of the domain in the mixture (relative; the schedule multiplies it by learnability)."""
     heldout: TaskSourceSettings | None = None
     """The domain's held-out tasks (scored per domain); None: a seeded split of its training tasks."""
@@ -45,13 +45,13 @@ class DomainSettings(Strict):
 class HealthSettings(Strict):
     """Environment health: a domain whose verifier fails (errors or timeouts) too often is paused, then retried."""
 
-    max_failure_rate: float = Field(0.25, gt=0, lt=1)
+    max_failure_rate: float = Field(default=0.25, gt=0, lt=1)
     """Pause a domain when this share of its recent verdicts failed (verifier error or timeout)."""
-    window: int = Field(3, ge=1)
+    window: int = Field(default=3, ge=1)
     """Rollout batches of the domain's own verdicts the failure rate is measured over."""
-    min_verdicts: int = Field(8, ge=1)
+    min_verdicts: int = Field(default=8, ge=1)
     """Verdicts needed in the window before a domain can be paused."""
-    pause_batches: int = Field(4, ge=1)
+    pause_batches: int = Field(default=4, ge=1)
     """Rollout batches a paused domain sits out before it is retried (at the floor share)."""
 
 
@@ -61,11 +61,11 @@ class MixtureSettings(Strict):
     sampling: Literal["priority", "uniform"] = "priority"
     """priority: weight x learnability (pass rate near 0.5 draws more; mastered and hopeless fewer);
     uniform: the prior weights as given, never adapted."""
-    floor: float = Field(0.05, ge=0, lt=1)
+    floor: float = Field(default=0.05, ge=0, lt=1)
     """The least share any active domain gets (none starves); the floors of all domains must sum below 1."""
-    smoothing: float = Field(0.5, gt=0, le=1)
+    smoothing: float = Field(default=0.5, gt=0, le=1)
     """Weight of the newest batch in each domain's running pass rate (1: the last batch only)."""
-    prior_pass_rate: float = Field(0.5, ge=0, le=1)
+    prior_pass_rate: float = Field(default=0.5, ge=0, le=1)
     """A domain's pass rate before any of its samples is judged."""
     health: HealthSettings = HealthSettings()
     """Pausing domains whose verifier fails (never counted as model failures)."""

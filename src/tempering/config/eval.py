@@ -21,13 +21,13 @@ class EvalConfig(RopeScalingSetting):
     """Model spec: alias, HF dir, run output (runs/NAME/final), .gguf."""
     out: str
     """Directory for results.json, samples.jsonl and report.html."""
-    seeds: int | None = Field(None, ge=1)
+    seeds: int | None = Field(default=None, ge=1)
     """Sampling seeds, each a full repeat of every suite (None: each suite's own)."""
-    first_seed: int = Field(0, ge=0)
+    first_seed: int = Field(default=0, ge=0)
     """The seeds are first_seed .. first_seed + seeds - 1."""
-    samples: int | None = Field(None, ge=1)
+    samples: int | None = Field(default=None, ge=1)
     """Samples per task per seed (None: each suite's own); pass@k needing more is skipped with a note."""
-    limit: int | None = Field(None, ge=1)
+    limit: int | None = Field(default=None, ge=1)
     """At most this many tasks per task source (a subset, so its own suite hash)."""
     cache: bool = True
     """Reuse results cached under <tempering cache>/evals for the same model, suite and settings."""

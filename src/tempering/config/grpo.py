@@ -58,9 +58,9 @@ class OffPolicySettings(Strict):
     mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = "token_truncate"
     """token_truncate (TIS): each token's weight min(w, cap); token_mask (MIS): 0 outside [floor, cap];
     sequence_*: the same on the sequence's ratio (product over its tokens), for every token of it."""
-    cap: float = Field(2.0, gt=0)
+    cap: float = Field(default=2.0, gt=0)
     """Upper bound of the ratio p_trainer / p_rollout (> 0; TIS papers use 2)."""
-    floor: float | None = Field(None, gt=0)
+    floor: float | None = Field(default=None, gt=0)
     """Lower bound (mask modes mask below it, truncate modes raise to it); None: no lower bound."""
 
     @model_validator(mode="after")
@@ -130,12 +130,12 @@ class GRPOPolicySettings(UsesAlgorithms, SamplingSettings):
     temperature > 0), the policy loss and the train/rollout mismatch bound. Agent RL composes
     exactly these (`agents.config.AgentRLSettings`); `GRPOSettings` adds the single-turn rollout's."""
 
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(default=1.0, gt=0)
     """Sampling temperature (> 0: the policy gradient needs samples); also the temperature
     at which the trainer recomputes log-probs."""
-    prompts_per_step: int = Field(8, ge=1)
+    prompts_per_step: int = Field(default=8, ge=1)
     """Groups (distinct prompts) in each rollout batch."""
-    group_size: int = Field(8, ge=2)
+    group_size: int = Field(default=8, ge=2)
     """Samples per prompt (G)."""
     plugins: list[str] = []
     """Modules to import before `loss` and `advantage` are looked up and before the tasks load:
@@ -147,20 +147,20 @@ class GRPOPolicySettings(UsesAlgorithms, SamplingSettings):
     advantage: str = "grpo"
     """Registered advantage estimator: grpo (group mean and std), dr_grpo (group mean only), rloo,
     reinforce_pp, reinforce_pp_baseline, or a plug-in's."""
-    clip_low: float = Field(0.2, ge=0)
+    clip_low: float = Field(default=0.2, ge=0)
     """Lower clip of the importance ratio: it is clipped below at 1 - clip_low."""
-    clip_high: float = Field(0.28, ge=0)
+    clip_high: float = Field(default=0.28, ge=0)
     """Clip-higher (DAPO): the ratio is clipped to [1 - clip_low, 1 + clip_high] (CISPO: the weight
     is capped at 1 + clip_high)."""
     aggregation: Literal["token_mean", "seq_mean", "constant", "micro_token_mean"] | None = None
     """Loss reduction, overriding the loss's own: over all valid tokens (DAPO), per sequence then over
     sequences (GRPO), over batch x max_new_tokens (Dr. GRPO), or per micro-batch (BNPO);
     see objectives/grpo_math.py. None: the registered loss's."""
-    beta: float = Field(0.0, ge=0)
+    beta: float = Field(default=0.0, ge=0)
     """KL weight to the reference (k3). Under LoRA the reference is the model with adapters off."""
     off_policy: OffPolicySettings | None = None
     """TIS / MIS weights on the trainer-vs-rollout ratio (docs/rl.md); None: no correction."""
-    updates_per_batch: int = Field(1, ge=1)
+    updates_per_batch: int = Field(default=1, ge=1)
     """mu: optimizer steps on each rollout batch (importance ratios use the rollout policy)."""
     dynamic_sampling: bool = True
     """Drop groups whose rewards all match (single-turn GRPO refills the batch with new prompts)."""
@@ -191,23 +191,23 @@ class GRPOSettings(GRPOPolicySettings):
     """Single-turn GRPO: the shared group sampling and loss (`GRPOPolicySettings`), plus the
     rollout's refills, truncation policy, chunked scoring and sampling ahead."""
 
-    max_refills: int = Field(2, ge=0)
+    max_refills: int = Field(default=2, ge=0)
     """Extra generation rounds per batch for dynamic sampling."""
     truncation: Literal["mask", "penalty", "keep"] = "penalty"
     """Responses cut by max_new_tokens: left out of the loss, rewarded `truncation_reward`, or kept."""
     truncation_reward: float = 0.0
     """Reward given to a truncated response under truncation "penalty"."""
-    overlong_buffer: int | None = Field(None, ge=1)
+    overlong_buffer: int | None = Field(default=None, ge=1)
     """DAPO's soft overlong punishment: a response longer than max_new_tokens - overlong_buffer
     loses reward linearly, down to -overlong_penalty at max_new_tokens. None: off."""
-    overlong_penalty: float = Field(1.0, gt=0)
+    overlong_penalty: float = Field(default=1.0, gt=0)
     """The most reward the soft overlong punishment takes (at max_new_tokens)."""
-    generation_chunks: int = Field(2, ge=1)
+    generation_chunks: int = Field(default=2, ge=1)
     """Generate each round in this many chunks; a finished chunk is scored while the next
     generates. 1 is fastest when verifiers are instant (one big decode batch)."""
-    reward_workers: int = Field(4, ge=1)
+    reward_workers: int = Field(default=4, ge=1)
     """Threads scoring completions (sandbox calls included) while generation goes on."""
-    verifier_timeout_s: float = Field(30.0, gt=0)
+    verifier_timeout_s: float = Field(default=30.0, gt=0)
     """A verifier slower than this is a verifier failure (the group is dropped), never a model failure."""
     rollout_ahead: bool = False
     """Sample the next batch while the trainer updates on this one (needs `scale:` engine replicas):
@@ -232,14 +232,14 @@ class HeldoutSettings(SamplingSettings):
     """Held-out monitoring during GRPO: which tasks and the sampling settings (greedy by default);
     how often is `train.eval_every` (default 10 here), as for every objective."""
 
-    temperature: float = Field(0.0, ge=0)
+    temperature: float = Field(default=0.0, ge=0)
     """Sampling temperature of the held-out pass; 0 (greedy) makes it deterministic."""
     tasks: TaskSourceSettings | None = None
     """The held-out tasks; None: a seeded split of the training tasks (see `split_size`)."""
-    split_size: int = Field(100, ge=1)
+    split_size: int = Field(default=100, ge=1)
     """Without `tasks`: how many training tasks to hold out (at most a fifth of them), a
     seeded split disjoint from training, recorded in the run's heldout/split.json."""
-    alarm_window: int = Field(3, ge=2)
+    alarm_window: int = Field(default=3, ge=2)
     """Held-out evaluations compared for the divergence alarm."""
 
     @model_validator(mode="before")

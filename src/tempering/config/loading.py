@@ -5,10 +5,10 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any, Sequence, get_args, get_origin
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tempering.config.base import ConfigError, Strict
 
@@ -135,13 +135,13 @@ def _blame(loc: tuple, given: dict[str, str], path: str | Path | None) -> str:
     return str(path) if path is not None else "config"
 
 
-def _message(model: type[Strict], error: Any) -> str:
+def _message(model: type[BaseModel], error: Any) -> str:
     """pydantic's message, without its "Value error, " prefix; an unknown key gets the closest
     allowed key of its section as a suggestion (difflib), e.g. `did you mean 'steps'?`."""
     msg = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] != "extra_forbidden":
         return msg
-    section: type[Strict] | None = model
+    section: type[BaseModel] | None = model
     for key in error["loc"][:-1]:
         if section is not None and isinstance(key, str) and key in section.model_fields:
             section = _section_class(section.model_fields[key].annotation)
@@ -152,7 +152,10 @@ def _message(model: type[Strict], error: Any) -> str:
 
 
 def load_config(
-    model: type[Strict], path: str | Path | None, overrides: list[str] = (), literal: dict[str, Any] | None = None
+    model: type[BaseModel],
+    path: str | Path | None,
+    overrides: Sequence[str] = (),
+    literal: dict[str, Any] | None = None,
 ) -> Any:
     """Read YAML, apply `key.sub=value` overrides (values parsed as YAML), then `literal`
     values as given (flags such as a run name are strings, never YAML), and validate.
@@ -166,7 +169,8 @@ def load_config(
     data: dict = {}
     if path is not None:
         data = _read_yaml(Path(path))
-        resolve_paths(model, data, Path(path).parent)
+        if issubclass(model, Strict):  # only Strict sections declare path fields
+            resolve_paths(model, data, Path(path).parent)
     given = {_override(data, item): f"--set {item!r}" for item in overrides}
     for key, value in (literal or {}).items():
         set_dotted(data, key, value)

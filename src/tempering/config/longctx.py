@@ -21,13 +21,13 @@ class RopeScaling(Strict):
     native window. yarn: NTK-by-parts interpolation with attention temperature (YaRN)."""
     factor: float = Field(gt=1.0)
     """New window / native window (2.0 doubles the context)."""
-    original_max_position_embeddings: int | None = Field(None, ge=16)
+    original_max_position_embeddings: int | None = Field(default=None, ge=16)
     """The native window the factor stretches (None: the model's own `max_position_embeddings`)."""
-    beta_fast: float | None = Field(None, gt=0)
+    beta_fast: float | None = Field(default=None, gt=0)
     """yarn only: rotations above which dimensions are extrapolated (transformers' default 32)."""
-    beta_slow: float | None = Field(None, gt=0)
+    beta_slow: float | None = Field(default=None, gt=0)
     """yarn only: rotations below which dimensions are interpolated (transformers' default 1)."""
-    attention_factor: float | None = Field(None, gt=0)
+    attention_factor: float | None = Field(default=None, gt=0)
     """yarn only: attention temperature (None: 0.1 ln(factor) + 1, the paper's)."""
 
     @model_validator(mode="after")
@@ -66,12 +66,12 @@ class RopeScalingSetting(Strict):
 class LongctxSettings(Strict):
     """Haystacks of `longctx:<kind>` tasks: lengths in the model's tokens, depths, distractors."""
 
-    lengths: list[int] = Field([1024, 2048, 4096], min_length=1)
+    lengths: list[int] = Field(default=[1024, 2048, 4096], min_length=1)
     """Prompt lengths in tokens of `model`'s tokenizer (each task is within 2% below its length)."""
-    depths: list[float] = Field([0.0, 0.25, 0.5, 0.75, 1.0], min_length=1)
+    depths: list[float] = Field(default=[0.0, 0.25, 0.5, 0.75, 1.0], min_length=1)
     """Where the answer's first sentence sits, as a fraction of the haystack (0: start, 1: end);
     tasks cycle through the depths at each length."""
-    distractors: int = Field(3, ge=0, le=8)
+    distractors: int = Field(default=3, ge=0, le=8)
     """Other keys, chains, crates or near-duplicate codes planted beside the answer's facts."""
     model: str = DEFAULT_MODEL
     """The model whose tokenizer counts the tokens and whose window (with its RoPE scaling) bounds `lengths`."""
@@ -95,7 +95,7 @@ class LongctxDataConfig(LongctxSettings):
 
     kinds: list[Literal["passkey", "multikey", "vartrack", "crossfact", "noisy"]] = Field(min_length=1)
     """Task kinds; rows of every kind are interleaved in a seeded order."""
-    n: int = Field(100, ge=1)
+    n: int = Field(default=100, ge=1)
     """Rows per kind per length (depths cycle)."""
     seed: int = 0
     """The same seed writes the same rows (the pipeline's seed when the stage sets none)."""

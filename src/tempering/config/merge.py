@@ -18,7 +18,7 @@ class MergeConfig(RunSettings):
     """One weight per input (None: 1/len(inputs) each); adapters: PEFT's weights, full models: mergekit's."""
     method: Literal["linear", "cat", "svd", "ties", "dare_linear", "dare_ties", "task_arithmetic"] = "linear"
     """Adapters: a PEFT combination type (not task_arithmetic); full models: a mergekit method (not cat, svd)."""
-    density: float | None = Field(None, gt=0.0, le=1.0)
+    density: float | None = Field(default=None, gt=0.0, le=1.0)
     """ties / dare: share of each delta kept (None: 1.0 for PEFT, mergekit's default for full models)."""
     majority_sign_method: Literal["total", "frequency"] = "total"
     """ties / dare_ties on adapters: how PEFT elects each parameter's sign."""

@@ -79,9 +79,9 @@ class TrackSettings(Strict):
     """The track's training stages (names of `stages`), in order; the last one's `final` is what the merge takes."""
     suites: list[str] = Field(default_factory=list)
     """The track's own suites (names in the eval results): a failed gate rule on one is this track's regression."""
-    weight: float = Field(1.0, ge=0)
+    weight: float = Field(default=1.0, ge=0)
     """The track's weight in the merge stage (the merge's `weights` come from here, in track order)."""
-    replay: float = Field(0.0, ge=0, lt=1)
+    replay: float = Field(default=0.0, ge=0, lt=1)
     """Share of general replay data (`rebalance.replay.data`) mixed into the track's data from the start (0: none)."""
 
 
@@ -90,7 +90,7 @@ class TrackReplaySettings(Strict):
 
     data: Paths = Field(min_length=1)
     """General-data files (conversations for SFT tracks, pairs for DPO tracks)."""
-    ratio: float = Field(0.3, gt=0, lt=1)
+    ratio: float = Field(default=0.3, gt=0, lt=1)
     """Share of the re-mixed track data taken by replay when rebalancing adds it."""
 
 
@@ -101,11 +101,11 @@ class RebalanceSettings(Strict):
     """The merge stage whose `inputs` are the tracks' last stages' `final`, one per track in track order."""
     gate: str
     """The gate stage (after the merge) whose rejection starts the next attempt."""
-    max_attempts: int = Field(3, ge=1)
+    max_attempts: int = Field(default=3, ge=1)
     """Attempts in all, the first included; the budget of rebalancing."""
     replay: TrackReplaySettings | None = None
     """General data to mix into a track's data; without it rebalancing can only reweight the merge."""
-    reweight: float = Field(1.5, gt=1)
+    reweight: float = Field(default=1.5, gt=1)
     """Factor on a regressed track's merge weight (own suite failed), or divisor of every weight (general
     suite failed and every track already has replay)."""
 

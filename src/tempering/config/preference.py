@@ -23,7 +23,7 @@ class PreferenceDataSettings(Strict):
     """Training pair files (JSONL, JSON, Parquet or a saved dataset)."""
     eval: Paths = []
     """Held-out pair files: loss and reward accuracy reported before and after training."""
-    max_length: int = Field(1024, ge=8)
+    max_length: int = Field(default=1024, ge=8)
     """Longest prompt + answer (the longer side) in tokens; longer pairs are quarantined, never cut."""
     tool_call_style: Literal["auto", "template", "tempering"] = "auto"
     """How tool calls are written: detected from the template ("auto"), or forced."""
@@ -40,13 +40,13 @@ class PreferenceSettings(UsesAlgorithms):
     loss: str = "dpo"
     """Registered preference loss (`tempering.algorithms`): dpo (sigmoid; cDPO with label_smoothing),
     ipo, simpo (reference-free), kto (paired KTO), orpo (reference-free odds ratio + NLL), or a plug-in's."""
-    beta: float = Field(0.1, gt=0)
+    beta: float = Field(default=0.1, gt=0)
     """DPO/SimPO/KTO inverse temperature; IPO's tau (the target margin is 1 / (2 tau)); ORPO's lambda."""
-    label_smoothing: float = Field(0.0, ge=0, lt=0.5)
+    label_smoothing: float = Field(default=0.0, ge=0, lt=0.5)
     """cDPO / SimPO: assumed probability that a pair's label is flipped."""
-    simpo_gamma: float = Field(0.5, ge=0)
+    simpo_gamma: float = Field(default=0.5, ge=0)
     """SimPO's target reward margin gamma."""
-    sft_weight: float = Field(0.0, ge=0)
+    sft_weight: float = Field(default=0.0, ge=0)
     """Weight of an added per-token NLL term on the chosen answer (RPO); 0 turns it off."""
     reference: Literal["cache", "online"] = "cache"
     """cache: reference log-probs computed once before training and cached on disk under a
@@ -77,9 +77,9 @@ class DPOConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
 class PairSampling(SamplingSettings):
     """How pair candidates are sampled (the `SamplingSettings` fields; temperature > 0)."""
 
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(default=1.0, gt=0)
     """Sampling temperature (> 0: a task needs differing samples to yield a pair)."""
-    max_new_tokens: int = Field(16, ge=1)
+    max_new_tokens: int = Field(default=16, ge=1)
     """Most tokens per candidate; a truncated candidate may be rejected, never chosen."""
 
 
@@ -92,7 +92,7 @@ class PairsConfig(RunSettings):
     """The tasks whose prompts are sampled (their verifier decides which sample is correct)."""
     sampling: PairSampling = PairSampling()
     """Sampling settings of the candidates."""
-    k: int = Field(8, ge=2)
+    k: int = Field(default=8, ge=2)
     """Candidates sampled per task."""
     seed: int = 0
     """Sampling seed (chunk i samples under seed + i) and the seed of the pair choice."""
@@ -110,9 +110,9 @@ class PairsConfig(RunSettings):
     reformat: bool = True
     """When no sample of a task is strict, build the strict reply from a verified-correct sample's
     own final answer (reduced to the bare number, re-verified); marked `chosen_origin: reformatted`."""
-    pairs_per_kind: int = Field(2, ge=1)
+    pairs_per_kind: int = Field(default=2, ge=1)
     """Most pairs of each kind per task (each with a different rejected sample)."""
-    chunk_tasks: int = Field(32, ge=1)
+    chunk_tasks: int = Field(default=32, ge=1)
     """Tasks per generation batch (progress advances per batch)."""
     output: str
     """The pair JSONL file to write (replaced)."""
@@ -133,9 +133,9 @@ class RMDataSettings(Strict):
     """Pair files (JSONL / JSON / Parquet) to train on."""
     eval: Paths = []
     """Held-out pair files; empty: hold out `eval_share` of the training prompts instead."""
-    eval_share: float = Field(0.2, ge=0.0, lt=1.0)
+    eval_share: float = Field(default=0.2, ge=0.0, lt=1.0)
     """Without `eval`: share of distinct prompts (all their pairs) held out, seeded by train.seed."""
-    max_length: int = Field(512, ge=8)
+    max_length: int = Field(default=512, ge=8)
     """Longest rendered side (prompt + answer) in tokens; longer pairs are quarantined, never cut."""
     tool_call_style: Literal["auto", "template", "tempering"] = "auto"
     """How tool calls are written: detected from the template ("auto"), or forced."""
@@ -150,24 +150,24 @@ class RMSettings(Strict):
     """Key in a row's `meta` holding a per-pair margin (added to `margin`); rows without it use 0."""
     use_weights: bool = True
     """Multiply each pair's loss by its row `weight` (e.g. annotator agreement)."""
-    center_coef: float = Field(0.0, ge=0.0)
+    center_coef: float = Field(default=0.0, ge=0.0)
     """Weight of the (r_chosen + r_rejected)^2 term that keeps scores centred on 0."""
-    eval_batch_size: int = Field(16, ge=1)
+    eval_batch_size: int = Field(default=16, ge=1)
     """Pairs per forward when scoring the held-out set."""
-    bootstrap_resamples: int = Field(2000, ge=100)
+    bootstrap_resamples: int = Field(default=2000, ge=100)
     """Bootstrap resamples of the held-out accuracy's confidence interval."""
 
 
 class BestOfNSettings(SamplingSettings):
     """Best-of-n after training: sample n answers per task, pick the highest reward-model score."""
 
-    temperature: float = Field(0.7, gt=0)
+    temperature: float = Field(default=0.7, gt=0)
     """Sampling temperature of the n candidates (> 0, or all n would be the same)."""
     policy: str = DEFAULT_MODEL
     """The model that samples the candidates."""
     tasks: TaskSourceSettings = TaskSourceSettings(split="heldout", n=100)
     """Tasks to answer; their own verifier judges the picked answer (the RM never sees it)."""
-    n: int = Field(8, ge=2)
+    n: int = Field(default=8, ge=2)
     """Candidates per task."""
     seed: int = 0
     """Sampling seed."""

@@ -14,11 +14,11 @@ class SamplingSettings(Strict):
     suites and the engine. How many samples and which seed belong to one call
     (`SamplingParams`), not to a config."""
 
-    temperature: float = Field(1.0, ge=0)
+    temperature: float = Field(default=1.0, ge=0)
     """Softmax temperature; 0 is greedy decoding."""
-    top_p: float = Field(1.0, gt=0, le=1)
+    top_p: float = Field(default=1.0, gt=0, le=1)
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
-    max_new_tokens: int = Field(32, ge=1)
+    max_new_tokens: int = Field(default=32, ge=1)
     """Most tokens generated per completion; a completion cut here is "truncated"."""
     stop_token_ids: tuple[int, ...] = ()
     """Extra token ids that end a completion; the tokenizer's eos always does."""
@@ -42,11 +42,11 @@ class SamplingParams(SamplingSettings):
     """One `Engine.generate` request: the sampling settings plus samples per prompt and seed."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
-    n: int = Field(1, ge=1)
+    n: int = Field(default=1, ge=1)
     """Samples per prompt."""
     seed: int | None = None
     """Seeds a private generator, so the same call gives the same samples (None: unseeded)."""
-    top_logprobs: int = Field(0, ge=0, le=20)
+    top_logprobs: int = Field(default=0, ge=0, le=20)
     """Also record the k most likely tokens and their log-probs at each step (OpenAI's
     `top_logprobs`; 0: none), under the same distribution as `Completion.logprobs`."""
     grammar: str | None = None
@@ -57,9 +57,9 @@ class SamplingParams(SamplingSettings):
 class VLLMSettings(Strict):
     """vLLM engine options (GPU hosts only; `pip install 'tempering[vllm]'` there)."""
 
-    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    gpu_memory_utilization: float = Field(default=0.3, gt=0, le=1)
     """Share of GPU memory vLLM may take (weights + KV cache); the trainer shares the GPU."""
-    max_model_len: int = Field(2048, ge=16)
+    max_model_len: int = Field(default=2048, ge=16)
     """Longest prompt + completion vLLM serves (sizes its KV cache)."""
     enable_prefix_caching: bool = True
     """Reuse the KV cache of shared prompt prefixes (a group's n samples, system prompts)."""
@@ -74,17 +74,17 @@ class DraftSettings(Strict):
     model: str | None = None
     """Draft model spec (alias, HF dir, run output); None: prompt lookup (copies the tokens
     that followed the latest earlier occurrence of the context's last n-gram)."""
-    k: int = Field(4, ge=1)
+    k: int = Field(default=4, ge=1)
     """Draft tokens proposed per target forward."""
-    min_confidence: float = Field(0.0, ge=0, le=1)
+    min_confidence: float = Field(default=0.0, ge=0, le=1)
     """Model drafts: a row stops drafting after a token the draft gives less probability than
     this (softmax at temperature 1); 0: always k tokens."""
     vocab: str | None = None
     """Model drafts: a JSON file holding a list of token ids the draft's LM head is cut to
     (the FR-Spec head: tokens outside it are never proposed); None: the full head."""
-    max_ngram: int = Field(3, ge=1)
+    max_ngram: int = Field(default=3, ge=1)
     """Prompt lookup: the longest trailing n-gram matched."""
-    min_ngram: int = Field(1, ge=1)
+    min_ngram: int = Field(default=1, ge=1)
     """Prompt lookup: the shortest trailing n-gram matched."""
 
     @model_validator(mode="after")
@@ -119,12 +119,12 @@ class EngineSettings(Strict):
     """batching: continuous batching in this process (the default); hf: the static-batch
     HFEngine; vllm: vLLM on a CUDA GPU (refused with a message where vLLM or a GPU is absent);
     speculative: a `draft:` proposes tokens that the target verifies (same output as hf)."""
-    max_slots: int = Field(256, ge=1)
+    max_slots: int = Field(default=256, ge=1)
     """batching: most sequences decoded together (KV cache slots; a call allocates only what it needs)."""
-    max_cache_tokens: int | None = Field(None, ge=1)
+    max_cache_tokens: int | None = Field(default=None, ge=1)
     """batching: most KV cache positions the running batch reserves (sequences x the longest
     prompt + max_new_tokens among them); requests beyond it wait. None: max_slots x the context."""
-    prefill_chunk: int = Field(512, ge=1)
+    prefill_chunk: int = Field(default=512, ge=1)
     """batching: a prompt longer than this is prefilled this many tokens a step, between the
     decode steps of the sequences already running (chunked prefill: a long prompt does not stall them)."""
     vllm: VLLMSettings = VLLMSettings()
@@ -171,17 +171,17 @@ class ScaleSettings(Strict):
     """The engine that places workers (Ray; training itself scales with torchrun)."""
     address: str | None = None
     """A running Ray cluster to join (e.g. `ray://head:10001` or `auto`); None starts a local one."""
-    num_cpus: int = Field(2, ge=1)
+    num_cpus: int = Field(default=2, ge=1)
     """CPUs of a local Ray instance started here (ignored when joining `address`)."""
-    reward_workers: int = Field(2, ge=1)
+    reward_workers: int = Field(default=2, ge=1)
     """Reward/verifier actors, each owning a sandbox pool of `sandbox_slots`."""
-    sandbox_slots: int = Field(2, ge=1)
+    sandbox_slots: int = Field(default=2, ge=1)
     """Sandbox slots (concurrent code runs) of each reward actor."""
-    worker_cpus: float = Field(0.5, gt=0)
+    worker_cpus: float = Field(default=0.5, gt=0)
     """CPUs Ray reserves per reward actor."""
-    engine_replicas: int = Field(1, ge=1)
+    engine_replicas: int = Field(default=1, ge=1)
     """Rollout engine actors; prompts are split between them (1: samples equal the in-process engine's)."""
-    engine_gpus: float = Field(0.0, ge=0)
+    engine_gpus: float = Field(default=0.0, ge=0)
     """GPUs per engine replica (0 on CPU machines)."""
-    max_retries: int = Field(3, ge=0)
+    max_retries: int = Field(default=3, ge=0)
     """Times a completion is re-sent after its reward worker died; then it is a verifier error."""

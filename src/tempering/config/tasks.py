@@ -50,7 +50,7 @@ class TaskSourceSettings(WithOptions):
     source: str = "builtin:arithmetic"
     """A registered source (`builtin:arithmetic`, `humaneval`, `reasoning_gym:<dataset>`, ...:
     `tempering.sources.registry`) or a path to task JSONL."""
-    n: int = Field(1000, ge=1)
+    n: int = Field(default=1000, ge=1)
     """Tasks to generate (generators) or the most to read (files)."""
     seed: int = 0
     """Seed of the generators (the same seed gives the same tasks)."""

@@ -13,18 +13,18 @@ TrackerName = Literal["tensorboard", "mlflow", "trackio", "wandb"]
 
 
 class LoraSettings(Strict):
-    r: int = Field(16, ge=1)
+    r: int = Field(default=16, ge=1)
     """LoRA rank."""
-    alpha: int = Field(32, ge=1)
+    alpha: int = Field(default=32, ge=1)
     """LoRA scaling numerator (scale = alpha / r)."""
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     """Dropout on the LoRA input."""
     target_modules: list[str] | str = "all-linear"
     """Module names to adapt, or "all-linear"."""
     experts: bool = False
     """MoE models: adapt the experts' stacked weight tensors too (PEFT `target_parameters`, one
     adapter per tensor, shared by the experts); an error on a dense model."""
-    last_layers: int | None = Field(None, ge=1)
+    last_layers: int | None = Field(default=None, ge=1)
     """Adapt only the last N decoder layers (None: all). Backward then stops at the lowest
     adapted layer, which makes RL steps much cheaper."""
     base: Literal["float", "int8"] = "float"
@@ -37,7 +37,7 @@ class ReplaySettings(Strict):
 
     data: Paths
     """General-data files mixed into the stage as a forgetting guard."""
-    ratio: float = Field(0.1, gt=0.0, lt=1.0)
+    ratio: float = Field(default=0.1, gt=0.0, lt=1.0)
     """Share of the training examples drawn from `data` (0.1 = 10%)."""
 
 
@@ -52,7 +52,7 @@ class DataSettings(Strict):
     continued pre-training, loss on every token, long documents split at `max_length`."""
     eval: Paths = []
     """Held-out files whose loss is reported before and after training."""
-    max_length: int = Field(1024, ge=8)
+    max_length: int = Field(default=1024, ge=8)
     """Longest rendered conversation in tokens; longer rows are quarantined, never cut."""
     packing: bool = True
     """Pack a batch's conversations into as few rows as fit (no attention across them)."""
@@ -68,19 +68,19 @@ class OptimSettings(Strict):
     state_bits: Literal[32, 8] = 32
     """Bits per value of AdamW's two moment states: 32, or 8 (torchao's `AdamW8bit`: blockwise
     int8 codes, ~4x smaller states; extra `tempering[memory]`; docs/memory.md)."""
-    lr: float = Field(2e-5, gt=0)
+    lr: float = Field(default=2e-5, gt=0)
     """Peak learning rate."""
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: float = Field(default=0.0, ge=0)
     """AdamW decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW betas."""
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int = Field(default=0, ge=0)
     """Linear warmup from 0 to `lr` over this many optimizer steps."""
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
     """Decay after warmup, down to `lr * min_lr_ratio` at the last step."""
-    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
     """Final learning rate as a fraction of `lr`."""
-    max_grad_norm: float | None = Field(1.0, gt=0)
+    max_grad_norm: float | None = Field(default=1.0, gt=0)
     """Clip the global gradient norm to this (None: no clipping, norm still checked)."""
 
     @model_validator(mode="after")
@@ -93,22 +93,22 @@ class OptimSettings(Strict):
 class GuardSettings(Strict):
     enabled: bool = True
     """Skip non-finite and spiking steps; roll back after repeated bad steps."""
-    spike_factor: float = Field(5.0, gt=1)
+    spike_factor: float = Field(default=5.0, gt=1)
     """A loss above spike_factor x the running mean of good losses is a spike."""
-    min_history: int = Field(5, ge=1)
+    min_history: int = Field(default=5, ge=1)
     """Good steps needed before spike detection starts."""
-    max_bad_in_row: int = Field(3, ge=1)
+    max_bad_in_row: int = Field(default=3, ge=1)
     """This many skipped steps in a row roll back to the last good checkpoint."""
-    rollback_lr_factor: float = Field(0.5, gt=0, le=1)
+    rollback_lr_factor: float = Field(default=0.5, gt=0, le=1)
     """The learning rate is multiplied by this at each rollback."""
-    max_rollbacks: int = Field(3, ge=0)
+    max_rollbacks: int = Field(default=3, ge=0)
     """After this many rollbacks the run stops with an error (it is diverging)."""
 
 
 class CheckpointSettings(Strict):
-    every: int = Field(50, ge=1)
+    every: int = Field(default=50, ge=1)
     """Save every this many optimizer steps (and at the end)."""
-    keep_last: int = Field(2, ge=1)
+    keep_last: int = Field(default=2, ge=1)
     """Keep only the newest K checkpoints."""
 
 
@@ -116,17 +116,17 @@ class EarlyStoppingSettings(Strict):
     metric: str
     """The held-out metric watched (`eval_loss`; GRPO and agent RL: `heldout/<suite>/<metric>`,
     e.g. `heldout/tasks/accuracy`); a name with `loss` in it is minimised, any other maximised."""
-    patience: int = Field(3, ge=1)
+    patience: int = Field(default=3, ge=1)
     """Stop after this many evaluations in a row without an improvement."""
-    min_delta: float = Field(0.0, ge=0)
+    min_delta: float = Field(default=0.0, ge=0)
     """An improvement smaller than this does not count."""
 
 
 class MoESettings(Strict):
-    aux_loss: float = Field(0.0, ge=0)
+    aux_loss: float = Field(default=0.0, ge=0)
     """Weight of the load-balancing loss (Switch: E x sum_e share_e x mean_prob_e, 1 when balanced),
     mean over layers, added to the objective's loss (transformers' `router_aux_loss_coef` is 0.001)."""
-    z_loss: float = Field(0.0, ge=0)
+    z_loss: float = Field(default=0.0, ge=0)
     """Weight of the router z-loss (mean logsumexp(router logits)^2, ST-MoE), mean over layers."""
     router_replay: bool = False
     """GRPO: the rollout records each token's experts and the trainer's forward pass uses them
@@ -134,16 +134,16 @@ class MoESettings(Strict):
 
 
 class TrainSettings(Strict):
-    steps: int | None = Field(None, ge=1)
+    steps: int | None = Field(default=None, ge=1)
     """Optimizer steps to run (exactly one of `steps` and `epochs`)."""
-    epochs: float | None = Field(None, gt=0)
+    epochs: float | None = Field(default=None, gt=0)
     """Passes over the training examples instead of `steps`: steps = ceil(epochs x examples /
     (batch_size x grad_accum x processes)), logged at the start (SFT, DPO, RM, distill)."""
     resume_from: str | None = None
     """A checkpoint dir (`runs/NAME/checkpoints/step-00000040`) to resume from: weights, optimizer,
     data position and RNG. Set by `--resume-from`; a run dir with checkpoints of its own may only
     rewind to one of them."""
-    eval_every: int | None = Field(None, ge=1)
+    eval_every: int | None = Field(default=None, ge=1)
     """Measure the held-out set every this many steps (SFT/DPO/RM/distill: `data.eval`, as `eval_loss`
     and `eval_<key>`; GRPO: the `heldout` tasks, as `heldout/tasks/<metric>`, default 10 there;
     agent RL: each eval suite, as `heldout/<suite>/<metric>`): `eval` events of the run's event
@@ -153,9 +153,9 @@ class TrainSettings(Strict):
     model by it is saved as `best/` in the run dir (model spec `runs/NAME@best`)."""
     early_stopping: EarlyStoppingSettings | None = None
     """Stop when the `eval_every` measure stops improving (with a checkpoint; the run counts as finished)."""
-    batch_size: int = Field(8, ge=1)
+    batch_size: int = Field(default=8, ge=1)
     """Conversations per micro-batch (packing changes their layout, not their number)."""
-    grad_accum: int = Field(1, ge=1)
+    grad_accum: int = Field(default=1, ge=1)
     """Micro-batches per optimizer step; the loss is normalised over all of them."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """bf16 autocast or plain fp32; "auto" = bf16 where the hardware runs it natively (GPU, AMX CPU)."""
@@ -173,9 +173,9 @@ class TrainSettings(Strict):
     `fully_shard` per decoder layer); full-parameter training only (docs/scale.md)."""
     moe: MoESettings | None = None
     """Mixture-of-experts models: balance terms and router replay (docs/moe.md); an error on a dense model."""
-    max_minutes: float | None = Field(None, gt=0)
+    max_minutes: float | None = Field(default=None, gt=0)
     """Stop early (with a checkpoint) once training has run this long in this process."""
-    log_every: int = Field(1, ge=1)
+    log_every: int = Field(default=1, ge=1)
     """Write metrics every this many steps."""
     loggers: list[TrackerName] = []
     """Experiment trackers that mirror every metrics.jsonl record, the config and the lineage

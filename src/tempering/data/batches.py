@@ -11,7 +11,7 @@ every packed conversation is never a target, so no conversation predicts another
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -127,7 +127,7 @@ def pad_batch(examples: list[RenderedExample], pad_id: int) -> SFTBatch:
     ids, mask = right_pad([e.input_ids for e in examples], pad_id)
     labels, _ = right_pad([e.labels for e in examples], IGNORE)
     batch: SFTBatch = {"input_ids": ids, "labels": labels, "attention_mask": mask}
-    pixels = [e.pixels for e in examples if getattr(e, "pixels", None)]
+    pixels = [p for e in examples if (p := getattr(e, "pixels", None))]  # `VisionExample`s
     for key in pixels[0] if pixels else ():
         batch[key] = torch.cat([p[key] for p in pixels])  # type: ignore[literal-required]
     return batch
@@ -159,13 +159,9 @@ def plan_rows(lengths: list[int], max_length: int, stride: int = 16) -> list[lis
     example up to `max_length` and keeping the cheapest cut the padding of a batch of 8
     chat examples from ~20% to a few percent.
     """
-    best: tuple[int, list[list[int]]] | None = None
-    for width in sorted(set(range(max(lengths), max_length, stride)) | {max_length}):
-        rows = pack_rows(lengths, width)
-        cost = len(rows) * max(sum(lengths[i] for i in row) for row in rows)
-        if best is None or cost < best[0]:
-            best = (cost, rows)
-    return best[1]
+    widths = sorted(set(range(max(lengths), max_length, stride)) | {max_length})
+    cuts = (pack_rows(lengths, width) for width in widths)
+    return min(cuts, key=lambda rows: len(rows) * max(sum(lengths[i] for i in row) for row in rows))  # first cheapest
 
 
 def pack_batch(examples: list[RenderedExample], max_length: int, pad_id: int) -> SFTBatch:
@@ -212,7 +208,7 @@ class SFTBatches:
         self.max_length, self.pad_id, self.packing = max_length, pad_id, packing
         self.walk = EpochWalk(len(examples), batch_size, seed, self._tokens_hash, shard)
 
-    def next_batch(self) -> dict[str, Any]:
+    def next_batch(self) -> SFTBatch:
         chosen = [self.examples[i] for i in self.walk.take()]
         if self.packing:
             batch = pack_batch(chosen, self.max_length, self.pad_id)

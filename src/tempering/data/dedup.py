@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, cast
 
 import numpy as np
 
@@ -126,7 +126,7 @@ class Deduper:
         shingles = shingle_set(tokens, self.shingle)
         minhash = self._minhash(shingles)
         best: Decision | None = None
-        for other in sorted(self._lsh.query(minhash)):
+        for other in sorted(cast("list[int]", self._lsh.query(minhash))):  # the keys inserted are row indices
             sim = jaccard(shingles, self._shingles[other])
             if sim >= self.threshold and (best is None or sim > best.jaccard):
                 best = Decision("near", other, sim)
@@ -191,7 +191,7 @@ def dedup_rows(
         report.rows += 1
         if progress is not None and report.rows % 10_000 == 0:
             progress(report.rows)
-        if decision.kind == "kept":
+        if decision.of is None:  # kept: a duplicate names the kept row it copies
             report.kept += 1
             first_seen[index] = (row_id, _example(texts))
             keep(row)

@@ -160,7 +160,8 @@ def _from_sharegpt(row: dict) -> list[dict]:
             continue
         if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
             raise RowInvalid(f"conversations[{i}] needs 'from' and a string 'value'")
-        role = SHAREGPT_ROLES.get(turn.get("from"))
+        sender = turn.get("from")
+        role = SHAREGPT_ROLES.get(sender) if isinstance(sender, str) else None  # a list is unhashable
         if role is None:
             raise RowInvalid(
                 f"conversations[{i}]: unknown 'from' {turn.get('from')!r} "

@@ -209,8 +209,8 @@ def _dataset_dir_rows(path: Path) -> Iterator[tuple[str, Any, Exception | None]]
     if isinstance(ds, datasets.DatasetDict):
         if "train" not in ds:
             raise UserError(
-                f"{path}: dataset has no 'train' split (splits: {', '.join(ds)}); "
-                f"point at one split's directory, e.g. {path / next(iter(ds))}"
+                f"{path}: dataset has no 'train' split (splits: {', '.join(map(str, ds))}); "
+                f"point at one split's directory, e.g. {path / str(next(iter(ds)))}"
             )
         ds = ds["train"]
     for i, row in enumerate(ds, 1):

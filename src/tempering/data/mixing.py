@@ -103,7 +103,7 @@ def requested_shares(sources: Sequence[MixSource], replay_ratio: float | None = 
         raise UserError("a mix needs at least one source besides replay")
     if replay and replay_ratio is None:
         raise UserError("replay sources need a replay ratio")
-    r = replay_ratio if replay else 0.0
+    r = replay_ratio if replay and replay_ratio is not None else 0.0
     if not 0.0 <= r < 1.0:
         raise UserError(f"replay ratio must be in [0, 1), got {r}")
     shares = {}
@@ -163,10 +163,10 @@ def _fill(names: list[str], total: int, requested: dict[str, float], cap: dict[s
             return {**{k: 0 for k in names}, **fixed}
         norm = sum(free.values())
         quota = largest_remainder(rest, {k: v / norm for k, v in free.items()})
-        over = [k for k, q in quota.items() if cap[k] is not None and q > cap[k]]
+        over = {k: c for k, q in quota.items() if (c := cap[k]) is not None and q > c}
         if not over:
             return {**fixed, **quota}
-        fixed.update({k: cap[k] for k in over})
+        fixed.update(over)
 
 
 def _cap(source: MixSource, by: Unit) -> int | None:

@@ -17,20 +17,22 @@ concatenation would need).
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
 from tempering.batches import PairBatch
 from tempering.data.batches import EpochWalk
 from tempering.data.padding import PAD_ID, left_pad, right_pad
-from tempering.data.pair_render import RenderedPair
+from tempering.data.pair_render import RenderedPair, Side
 
 
 def collate_pairs(pairs: Sequence[RenderedPair], pad_id: int = PAD_ID) -> PairBatch:
     """Tensors of one batch (see the module docstring; no `ref_logps` / `index`)."""
     prompt_ids, prompt_mask = left_pad([p.prompt_ids for p in pairs], pad_id)
-    sides = [(pair, side) for pair in pairs for side in ("chosen", "rejected")]  # rows 2i, 2i + 1
+    sides: list[tuple[RenderedPair, Side]] = [
+        (pair, side) for pair in pairs for side in ("chosen", "rejected")
+    ]  # rows 2i, 2i + 1
     completion_ids, completion_mask = right_pad([pair.ids(side) for pair, side in sides], pad_id)
     score_mask, _ = right_pad([pair.mask(side) for pair, side in sides], 0)
     return {
@@ -79,7 +81,7 @@ class PairBatches:
             len(pairs), batch_size, seed, lambda: pairs_fingerprint(pairs)[:16], shard, what="preference pairs"
         )
 
-    def next_batch(self) -> dict[str, Any]:
+    def next_batch(self) -> PairBatch:
         index = self.walk.take()
         batch = collate_pairs([self.pairs[i] for i in index], self.pad_id)
         batch["index"] = torch.tensor(index)

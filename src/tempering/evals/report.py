@@ -502,13 +502,12 @@ def _empty_axes(ax, text: str) -> None:
 
 
 def _paraphrase_figure(suites: Sequence[SuiteResult]) -> Figure | None:
-    recorded = [s for s in suites if s.paraphrase is not None]
+    recorded = [(s.suite, s.paraphrase) for s in suites if s.paraphrase is not None]
     if not recorded:
         return None
     fig = Figure(figsize=(7, 0.6 * len(recorded) + 1.2), layout="constrained")
     ax = fig.add_subplot()
-    for y, s in enumerate(recorded):
-        p = s.paraphrase
+    for y, (_, p) in enumerate(recorded):
         ax.hlines(y, p.min, p.max, color=CAND_COLOR, linewidth=3)
         ax.plot([p.min, p.max], [y, y], "o", color=CAND_COLOR)
         ax.annotate(
@@ -518,9 +517,9 @@ def _paraphrase_figure(suites: Sequence[SuiteResult]) -> Figure | None:
             textcoords="offset points",
             fontsize=8,
         )
-    ax.set_yticks(range(len(recorded)), [s.suite for s in recorded], fontsize=8)
+    ax.set_yticks(range(len(recorded)), [name for name, _ in recorded], fontsize=8)
     ax.set_ylim(max(len(recorded), 2) - 0.5, -0.5)
-    if all(0.0 <= s.paraphrase.min and s.paraphrase.max <= 1.0 for s in recorded):
+    if all(0.0 <= p.min and p.max <= 1.0 for _, p in recorded):
         ax.set_xlim(0.0, 1.0)
     ax.set_xlabel("accuracy across paraphrased variants (min to max)", fontsize=8)
     ax.spines[["top", "right"]].set_visible(False)
@@ -548,15 +547,16 @@ def _truncation_figure(suites: Sequence[SuiteResult], base_suites: dict[str, Sui
     fig = Figure(figsize=(7, 0.6 * len(recorded) + 1.2), layout="constrained")
     ax = fig.add_subplot()
     y = np.arange(len(recorded))
+    rates = [100 * r for s in recorded if (r := s.truncation_rate) is not None]  # every recorded one
     base = [base_suites.get(s.suite) for s in recorded]
     if any(b is not None and b.truncation_rate is not None for b in base):
         ax.barh(
             y - 0.2, [100 * (b.truncation_rate or 0.0) if b else 0.0 for b in base], 0.4, color=BASE_COLOR, label="base"
         )
-        ax.barh(y + 0.2, [100 * s.truncation_rate for s in recorded], 0.4, color=CAND_COLOR, label="candidate")
+        ax.barh(y + 0.2, rates, 0.4, color=CAND_COLOR, label="candidate")
         ax.legend(fontsize=7, frameon=False)
     else:
-        ax.barh(y, [100 * s.truncation_rate for s in recorded], 0.5, color=CAND_COLOR)
+        ax.barh(y, rates, 0.5, color=CAND_COLOR)
     ax.set_yticks(y, [s.suite for s in recorded], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("% of generations cut off at the token limit", fontsize=8)

@@ -265,6 +265,8 @@ def task_metric(metric: str, samples: Sequence[SampleScore]) -> float | None:
         return float(np.mean([s.passed for s in samples]))
     if metric == "mean_reward":
         return float(np.mean([s.value for s in samples]))
+    if k is None:
+        raise ValueError(f"unknown metric {metric!r} (accuracy, mean_reward or pass@k)")
     return pass_at_k(len(samples), sum(s.passed for s in samples), k)
 
 
@@ -280,7 +282,8 @@ def _metric_samples(metric: str, samples: Sequence[SampleScore]) -> list[float]:
         return [float(s.passed) for s in samples]
     if metric == "mean_reward":
         return [s.value for s in samples]
-    return [task_metric(metric, samples)]
+    value = task_metric(metric, samples)
+    return [value] if value is not None else []
 
 
 def _origin(suite: Suite) -> dict[str, Any]:

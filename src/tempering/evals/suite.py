@@ -80,11 +80,11 @@ class SuiteTasks(TaskSourceSettings):
 class SuiteSampling(SamplingSettings):
     """A suite's sampling: the shared `SamplingSettings` (suite defaults) plus samples per task."""
 
-    temperature: float = Field(0.7, ge=0)
+    temperature: float = Field(default=0.7, ge=0)
     """Softmax temperature; 0 is greedy (then extra samples and seeds repeat the same answer)."""
-    max_new_tokens: int = Field(64, ge=1)
+    max_new_tokens: int = Field(default=64, ge=1)
     """Most tokens generated per completion; a completion cut here counts as truncated."""
-    n: int = Field(1, ge=1)
+    n: int = Field(default=1, ge=1)
     """Samples per task per seed (pass@k needs n * seeds >= k)."""
 
 
@@ -108,7 +108,7 @@ class Suite(BaseModel):
     metrics: list[str] = ["accuracy"]
     """`accuracy` (share of samples judged correct), `mean_reward` (mean verifier value),
     `pass@k` (unbiased, from all samples of a task). The first is the primary metric."""
-    seeds: int = Field(1, ge=1)
+    seeds: int = Field(default=1, ge=1)
     """Sampling seeds 0..seeds-1. Each seed is one full repeat of the evaluation: the spread
     over seeds and the stability over repeats come from them (a repeat with the same seed
     would be identical, so repeats and seeds are one setting)."""
@@ -120,11 +120,11 @@ class Suite(BaseModel):
     `grpo.plugins`): each registers its own verifiers on import (`@register` of
     `tempering.verifiers`), which the tasks' `verifier.type` may then name. The suite hash covers
     their source files, so a changed verifier is not served from the cache (docs/verifiers.md)."""
-    path: Path | None = Field(None, exclude=True)
+    path: Path | None = Field(default=None, exclude=True)
     """The YAML file the suite came from (not part of its definition)."""
-    given_tasks: list[Task] | None = Field(None, exclude=True)
+    given_tasks: list[Task] | None = Field(default=None, exclude=True)
     """Tasks built in memory (`Suite.of_tasks`); `tasks` then only records where they came from."""
-    limit: int | None = Field(None, ge=1, exclude=True)
+    limit: int | None = Field(default=None, ge=1, exclude=True)
     """At most this many tasks per task source (`with_overrides(limit=)`); the hash covers it
     through the tasks, and results record it so a gate verdict can be re-checked."""
 

@@ -72,7 +72,7 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     config = quantized.config
     if hasattr(config, "quantization_config"):
-        del config.quantization_config
+        delattr(config, "quantization_config")  # set per model by from_pretrained, not a declared field
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(quantized.state_dict(), strict=True)
     with publish_dir(out) as tmp:

@@ -28,7 +28,7 @@ matmul is repeated. Results equal the one-shot path (same ops, same order).
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -42,6 +42,46 @@ def cache_keyword(model: Any) -> str:
     """transformers renamed `past_key_values` to `cache` (5.x); use whichever the model takes."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+@overload
+def head_logprobs(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float,
+    with_entropy: Literal[True],
+    chunk_tokens: int | None = ...,
+    recompute: bool = ...,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@overload
+def head_logprobs(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float = ...,
+    *,
+    with_entropy: Literal[True],
+    chunk_tokens: int | None = ...,
+    recompute: bool = ...,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@overload
+def head_logprobs(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float = ...,
+    with_entropy: bool = ...,
+    chunk_tokens: int | None = ...,
+    recompute: bool = ...,
+) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
 
 def head_logprobs(

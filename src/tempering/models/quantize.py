@@ -89,6 +89,10 @@ class Int8WeightLinear(torch.nn.Module):
     """y = x W^T + b with W int8 per output channel; x computed in bf16 (`_weight_int8pack_mm`),
     or fp32 as the frozen base of LoRA training (`models/lora.py`; gradients reach x, never W)."""
 
+    weight_int8: torch.Tensor  # buffers (register_buffer), typed for attribute access
+    scale: torch.Tensor
+    bias: torch.Tensor | None
+
     def __init__(self, linear: torch.nn.Linear, compute_dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         q, scale = int8_per_channel(linear.weight)
@@ -165,7 +169,8 @@ def quantize_int8(
     out = copy.deepcopy(model).float().eval()
     lm_head = out.get_output_embeddings()
     if method == "dynamic":
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+        from torch.ao.quantization import quantize_dynamic
+        from torch.ao.quantization.qconfig import per_channel_dynamic_qconfig
 
         quantize_dynamic(
             out if head == "int8" else out.get_decoder(), {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True

@@ -33,7 +33,8 @@ def is_moe(model: Any) -> bool:
 
 
 def num_experts(model: Any) -> int:
-    return int(routers(model)[0].num_experts)
+    router: Any = routers(model)[0]  # a model's own router class: num_experts is a plain int
+    return int(router.num_experts)
 
 
 class RouterTap:

@@ -103,7 +103,7 @@ def assemble_vlm(language_model: Any, tokenizer: Any, tower: VisionTower = Visio
     config = LlavaConfig(
         vision_config=vision,
         text_config=text,
-        image_token_id=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+        image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),  # read back as image_token_id
         vision_feature_select_strategy="full",
         vision_feature_layer=-1,
         tie_word_embeddings=text.tie_word_embeddings,
@@ -195,7 +195,7 @@ def trainable_parts(model: Any, parts: set[str]) -> dict[str, int]:
     unknown = parts - set(VLM_PARTS)
     if unknown:
         raise UserError(f"unknown VLM part(s) {sorted(unknown)}; expected some of {', '.join(VLM_PARTS)}")
-    counts = dict.fromkeys(VLM_PARTS, 0)
+    counts: dict[str, int] = dict.fromkeys(VLM_PARTS, 0)
     for name, p in model.named_parameters():
         part = part_of(name)
         p.requires_grad_(("lora_" in name or part in parts) and "original_module" not in name)

@@ -153,7 +153,7 @@ def _best_of_n(cfg: BestOfNStageConfig, ctx: StageContext) -> StageOutput:
         if not stage.finished:
             summary = run_best_of_n(settings, cfg.reward_model, cfg.precision, records)
             stage.finish({"steps": 1, **summary}, {"records": str(records)})
-    return {"records": str(records)}, stage.result.summary
+    return {"records": str(records)}, stage.summary
 
 
 # ------------------------------------------------------------------ data recipes
@@ -201,12 +201,12 @@ def _data_pass(kind: str, cfg: Any, ctx: StageContext, body: Callable[[Path], An
     with run_stage(spec) as stage:
         if not stage.finished:
             result = body(out)
-            stage.registry.record_output(stage.run_id, "data", out)
+            stage.record_output("data", out)
             stage.finish(
                 {"steps": 1, **result.counts, "settings": settings, "sha256": result.sha256},
                 {"data": str(out), "report": str(result.report)},
             )
-    return {"data": str(out), "report": str(out.with_suffix(f".{kind}.json"))}, stage.result.summary
+    return {"data": str(out), "report": str(out.with_suffix(f".{kind}.json"))}, stage.summary
 
 
 def _dedup(cfg: DedupStageConfig, ctx: StageContext) -> StageOutput:
@@ -239,9 +239,9 @@ def _longctx(cfg: LongctxDataConfig, ctx: StageContext) -> StageOutput:
             ctx.log(f"{len(cfg.kinds)} kinds x {len(cfg.lengths)} lengths x {cfg.n} haystacks")
             rows = longctx_sft_rows(list(cfg.kinds), cfg.n, cfg.seed, cfg.split, settings)
             count, sha = write_jsonl_atomic(out, rows, sidecar=True)
-            stage.registry.record_output(stage.run_id, "data", out)
+            stage.record_output("data", out)
             stage.finish({"steps": 1, "rows": count, "sha256": sha, "settings": cfg.model_dump()}, {"data": str(out)})
-    return {"data": str(out)}, stage.result.summary
+    return {"data": str(out)}, stage.summary
 
 
 # ------------------------------------------------------------------ evals and the gate
@@ -262,7 +262,7 @@ def _eval(cfg: EvalConfig, ctx: StageContext) -> StageOutput:
                 {"steps": 1, "model": cfg.model, "suites": metrics},
                 {"results": str(results_path), "report": str(stage.run_dir / "report.html")},
             )
-    return {"results": str(results_path), "report": str(ctx.run_dir / "report.html")}, stage.result.summary
+    return {"results": str(results_path), "report": str(ctx.run_dir / "report.html")}, stage.summary
 
 
 def gate_rules(cfg: GateStageConfig, where: str) -> list[Any]:
@@ -273,9 +273,13 @@ def gate_rules(cfg: GateStageConfig, where: str) -> list[Any]:
     """
     from tempering.evals.gate import GateRuleError, load_rules, parse_rules
 
-    if (cfg.rules is None) == (cfg.rules_file is None):
+    if cfg.rules is not None and cfg.rules_file is not None:
         raise GateRuleError(f"{where}: give exactly one of 'rules' (a list) and 'rules_file' (a YAML path)")
-    return parse_rules(cfg.rules, source=f"{where}: rules") if cfg.rules is not None else load_rules(cfg.rules_file)
+    if cfg.rules is not None:
+        return parse_rules(cfg.rules, source=f"{where}: rules")
+    if cfg.rules_file is None:
+        raise GateRuleError(f"{where}: give exactly one of 'rules' (a list) and 'rules_file' (a YAML path)")
+    return load_rules(cfg.rules_file)
 
 
 def _gate(cfg: GateStageConfig, ctx: StageContext) -> StageOutput:
@@ -312,7 +316,7 @@ def _gate(cfg: GateStageConfig, ctx: StageContext) -> StageOutput:
                 },
                 {"verdict": str(verdict_path)},
             )
-    return {"verdict": str(verdict_path)}, stage.result.summary
+    return {"verdict": str(verdict_path)}, stage.summary
 
 
 def _merge(cfg: MergeConfig, ctx: StageContext) -> StageOutput:
@@ -342,7 +346,7 @@ def _release(cfg: ReleaseStageConfig, ctx: StageContext) -> StageOutput:
             }
             write_text_atomic(release_path, json.dumps(record, indent=1))
             stage.finish({"steps": 1, **record}, {"release": str(release_path)})
-    return {"release": str(release_path)}, stage.result.summary
+    return {"release": str(release_path)}, stage.summary
 
 
 def _export(cfg: ExportStageConfig, ctx: StageContext) -> StageOutput:
@@ -358,9 +362,9 @@ def _export(cfg: ExportStageConfig, ctx: StageContext) -> StageOutput:
     with run_stage(spec) as stage:
         if not stage.finished:
             export_merged(cfg.model, str(model_dir), cfg.dtype)
-            stage.registry.record_output(stage.run_id, "merged", model_dir)
+            stage.record_output("merged", model_dir)
             stage.finish({"steps": 1, "dtype": cfg.dtype, "final": str(model_dir)}, {"final": str(model_dir)})
-    return {"final": str(model_dir)}, stage.result.summary
+    return {"final": str(model_dir)}, stage.summary
 
 
 KINDS: dict[str, StageKind] = {

@@ -186,7 +186,7 @@ def can_replay(plan: TracksPlan, track: str) -> bool:
 def failed_suites(verdict: dict[str, Any]) -> list[set[str]]:
     """Per failed rule of a gate verdict, the names it reads (a suite, a track, or `suite.metric`'s
     suite; `<suite>@<length>` reads its suite)."""
-    from tempering.evals.gate import MetricRule, parse_rule, suite_of
+    from tempering.evals.gate import MetricRule, NonInferiorityRule, RegressionRule, parse_rule, suite_of
 
     out = []
     for rule in verdict.get("rules", []):
@@ -195,7 +195,7 @@ def failed_suites(verdict: dict[str, Any]) -> list[set[str]]:
         parsed = parse_rule(rule["rule"])
         if isinstance(parsed, MetricRule):
             out.append({suite_of(parsed.suite)})
-        elif hasattr(parsed, "name"):
+        elif isinstance(parsed, (RegressionRule, NonInferiorityRule)):  # the rules naming a suite or track
             name = parsed.name
             out.append({name, suite_of(name.rsplit(".", 1)[0])})
         else:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from tempering.agents.config import AgentConfig
+from tempering.agents.config import AgentConfig, AgentSFTSettings
 from tempering.agents.episode import summarise
 from tempering.agents.rollout import AgentBatch, agent_rollout
 from tempering.agents.tasks import BUILTIN, AgentTask, load_agent_suite, select
@@ -131,10 +131,10 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
         results = evaluate(f"step {step}")
         return {f"heldout/{name}/{k}": float(v) for name, r in results.items() for k, v in r["all"].items()}
 
-    extra: dict[str, Any] = {"before": evaluate("before")}
+    phases = AgentPhases(evaluate, evaluate("before"))
     if cfg.sft is not None:
-        extra["sft"] = _expert_sft(cfg, model, renderer, data.train, sandbox, run_dir / "sft")
-        extra["after_sft"] = evaluate("after SFT")
+        phases.sft = _expert_sft(cfg.sft, model, renderer, data.train, sandbox, run_dir / "sft")
+        phases.after_sft = evaluate("after SFT")
     source = AgentRolloutSource(
         data.train,
         engine,
@@ -156,36 +156,56 @@ def _components(cfg: AgentConfig, data: AgentData, tokenizer: Any, stage: Any) -
         model=model,
         precision=resolve_precision(cfg.train.precision),
     )
-    extra["source"] = source
+    recovered = run_dir / "recovered.jsonl"
     return Components(
         model,
         GRPOObjective(cfg.rl),
         source,
-        evaluate=lambda result: extra["before"] if result is None else extra.setdefault("after", evaluate("after RL")),
+        evaluate=lambda result: phases.before if result is None else phases.after_rl(),
         heldout=measure,
         callbacks=[mismatch_budget(cfg.rl.mismatch_budget, "rl")],
         close=(lambda: None) if sandbox is None else sandbox.close,
-        outputs={
-            "trajectories": str(run_dir / "trajectories.jsonl"),
-            "recovered": str(run_dir / "recovered.jsonl"),
-        },
-        extra=extra,
+        outputs={"trajectories": str(run_dir / "trajectories.jsonl"), "recovered": str(recovered)},
+        summary=lambda result: _summary(data, phases, source.curriculum.tier, recovered, result),  # the tier reached
     )
 
 
-def _summary(cfg: AgentConfig, data: AgentData, parts: Components, result: Any) -> dict[str, Any]:
+@dataclass
+class AgentPhases:
+    """One agent run's held-out passes (suite -> `evaluate_agent`'s numbers) and its SFT phase."""
+
+    evaluate: Callable[[str], dict[str, Any]]
+    """(label) -> one held-out pass over every eval suite."""
+    before: dict[str, Any]
+    """The pass before any training."""
+    sft: dict[str, Any] | None = None
+    """The expert SFT phase's summary (None: no SFT phase)."""
+    after_sft: dict[str, Any] | None = None
+    """The pass after the SFT phase (None: no SFT phase)."""
+    after: dict[str, Any] | None = None
+    """The pass after RL, once measured (`after_rl`)."""
+
+    def after_rl(self) -> dict[str, Any]:
+        """The pass after RL, measured on the first call."""
+        if self.after is None:
+            self.after = self.evaluate("after RL")
+        return self.after
+
+
+def _summary(data: AgentData, phases: AgentPhases, tier: int, recovered: Path, result: Any) -> dict[str, Any]:
     """The agent's keys: tasks, the SFT phase, paired gains over the same held-out tasks (after RL
     vs before, and vs after SFT), the curriculum tier reached, the reward curve's ends."""
-    before, after = parts.extra["before"], parts.extra["after"]
+    before, after = phases.before, phases.after_rl()
     summary: dict[str, Any] = {**data.summary, "gain": {name: paired_gain(before[name], after[name]) for name in after}}
-    if cfg.sft is not None:
-        summary["sft"] = parts.extra["sft"]
-        summary["after_sft"] = parts.extra["after_sft"]
-        summary["gain_rl_only"] = {name: paired_gain(parts.extra["after_sft"][name], after[name]) for name in after}
-    summary["recovered"] = _export_recovered(Path(parts.outputs["recovered"]))
+    if phases.after_sft is not None:
+        after_sft = phases.after_sft
+        summary["sft"] = phases.sft
+        summary["after_sft"] = after_sft
+        summary["gain_rl_only"] = {name: paired_gain(after_sft[name], after[name]) for name in after}
+    summary["recovered"] = _export_recovered(recovered)
     summary.update(
         seconds=result.seconds,
-        curriculum_tier=parts.extra["source"].curriculum.tier,
+        curriculum_tier=tier,
         reward_first=result.history[0].get("reward_mean") if result.history else None,
         reward_last=result.history[-1].get("reward_mean") if result.history else None,
     )
@@ -199,7 +219,6 @@ AGENT = TrainingRecipe(
     prepare=_prepare,
     components=_components,
     guard=_guard,
-    summary=_summary,
     before_key="before",
     after_key="after",
     quarantine_kind="tasks",
@@ -234,7 +253,7 @@ def _sandbox(tasks: list[AgentTask]) -> Any:
 
 
 def _expert_sft(
-    cfg: AgentConfig, model: Any, renderer: Any, tasks: list[AgentTask], sandbox: Any, run_dir: Path
+    sft: AgentSFTSettings, model: Any, renderer: Any, tasks: list[AgentTask], sandbox: Any, run_dir: Path
 ) -> dict[str, Any]:
     from tempering.agents.training import expert_examples
     from tempering.data.batches import SFTBatches
@@ -242,14 +261,14 @@ def _expert_sft(
     from tempering.objectives.sft import SFTObjective
     from tempering.train.trainer import Trainer
 
-    tiers = cfg.sft.tiers
+    tiers = sft.tiers
     held_back = [t for t in tasks if tiers is None or t.tier in tiers]
     if not held_back:
         raise UserError(f"sft.tiers {tiers}: no training task of those tiers")
     examples = expert_examples(held_back, renderer, sandbox)
-    kept = [e for e in examples if len(e.input_ids) <= cfg.sft.max_length]
-    batches = SFTBatches(kept, cfg.sft.batch_size, cfg.sft.max_length, pad_id(renderer.tokenizer), True, cfg.sft.seed)
-    result = Trainer(model, SFTObjective(), batches, cfg.sft, run_dir).fit()
+    kept = [e for e in examples if len(e.input_ids) <= sft.max_length]
+    batches = SFTBatches(kept, sft.batch_size, sft.max_length, pad_id(renderer.tokenizer), True, sft.seed)
+    result = Trainer(model, SFTObjective(), batches, sft, run_dir).fit()
     return {
         "tiers": tiers,
         "examples": len(kept),

@@ -57,23 +57,26 @@ def _components(cfg: DistillConfig, data: Any, tokenizer: Any, stage: Any) -> Co
     teacher = load_model(cfg.teacher, rope_scaling=cfg.rope_scaling)
     student = build_student(cfg, teacher)
     objective = DistillObjective(teacher, cfg.loss.temperature, cfg.loss.kl_weight)
-    batches, evals, _ = sft_components(cfg, data, pad_id(tokenizer))  # SFT's batches, our loss
+    assert cfg.data is not None  # DistillConfig requires it unless on_policy
+    batches, evals, _ = sft_components(cfg.train, cfg.data, data, pad_id(tokenizer))  # SFT's batches, our loss
     check = held_out((lambda: evaluate(student, objective, evals, cfg.train.precision)) if evals else None)
-    return Components(student, objective, batches, check, extra={"teacher": teacher})
+    return Components(student, objective, batches, check, summary=lambda result: _summary(student, teacher, result))
 
 
-def _summary(cfg: DistillConfig, data: Any, parts: Components, result: Any) -> dict[str, Any]:
-    if cfg.on_policy:
-        return {
-            "student_params": sum(p.numel() for p in parts.model.parameters()),
-            "reverse_kl_first": result.history[0].get("reverse_kl") if result.history else None,
-            "reverse_kl_last": result.history[-1].get("reverse_kl") if result.history else None,
-            "seconds": result.seconds,
-        }
+def _summary(student: Any, teacher: Any, result: Any) -> dict[str, Any]:
     return {
-        "student_params": sum(p.numel() for p in parts.model.parameters()),
-        "teacher_params": sum(p.numel() for p in parts.extra["teacher"].parameters()),
-        **tokens_per_s(cfg, data, parts, result),
+        "student_params": sum(p.numel() for p in student.parameters()),
+        "teacher_params": sum(p.numel() for p in teacher.parameters()),
+        **tokens_per_s(result),
+    }
+
+
+def _on_policy_summary(student: Any, result: Any) -> dict[str, Any]:
+    return {
+        "student_params": sum(p.numel() for p in student.parameters()),
+        "reverse_kl_first": result.history[0].get("reverse_kl") if result.history else None,
+        "reverse_kl_last": result.history[-1].get("reverse_kl") if result.history else None,
+        "seconds": result.seconds,
     }
 
 
@@ -146,7 +149,14 @@ def _on_policy_components(cfg: DistillConfig, data: Prompts, tokenizer: Any, sta
         settings = GRPOPolicySettings(temperature=r.temperature, max_new_tokens=r.max_new_tokens)
         objective = OnPolicyDistillObjective(settings)
     callbacks = [mismatch_budget(r.mismatch_budget, "rollout")]
-    return Components(student, objective, source, callbacks=callbacks, close=source.close, extra={"teacher": teacher})
+    return Components(
+        student,
+        objective,
+        source,
+        callbacks=callbacks,
+        close=source.close,
+        summary=lambda result: _on_policy_summary(student, result),
+    )
 
 
 DISTILL = TrainingRecipe(
@@ -156,7 +166,6 @@ DISTILL = TrainingRecipe(
     train_files=lambda cfg: sft_files(cfg.data),
     prepare=lambda cfg, tokenizer: prepare_sft_data(cfg.data, tokenizer, cfg.train.seed),
     components=_components,
-    summary=_summary,
     examples=lambda data: len(data.train),
 )
 """Distillation: SFT's data and batches, the teacher's logits as the target."""
@@ -168,7 +177,6 @@ ON_POLICY_DISTILL = TrainingRecipe(
     prepare=_prompts,
     components=_on_policy_components,
     guard=_prompts_guard,
-    summary=_summary,
     periodic_eval=False,
 )
 """On-policy distillation: the student's own samples, the teacher's log-probs as the reward."""

@@ -149,15 +149,15 @@ def _components(cfg: DPOConfig, data: PairData, tokenizer: Any, stage: Any) -> C
     ref_eval, _ = reference_for(cfg, model, tokenizer, data.eval, precision)
     batches, evals, objective = dpo_components(cfg, data, ref_train, ref_eval)
     check = held_out((lambda: evaluate_pairs(model, objective, evals, precision)) if evals else None)
-    return Components(model, objective, batches, check, extra=ref_info)
+    return Components(model, objective, batches, check, summary=lambda result: _summary(cfg, ref_info, result))
 
 
-def _summary(cfg: DPOConfig, data: PairData, parts: Components, result: Any) -> dict[str, Any]:
+def _summary(cfg: DPOConfig, ref_info: dict[str, Any], result: Any) -> dict[str, Any]:
     last = result.history[-1] if result.history else {}
     pairs = result.steps * cfg.train.batch_size * cfg.train.grad_accum
     return {
         "loss": cfg.dpo.loss,
-        **parts.extra,
+        **ref_info,
         "train_reward_accuracy_last": last.get("reward_accuracy"),
         "pairs_per_s": pairs / result.seconds if result.seconds else None,
     }
@@ -170,7 +170,6 @@ DPO = TrainingRecipe(
     train_files=lambda cfg: cfg.data.train,
     prepare=prepare_pairs,
     components=_components,
-    summary=_summary,
     before_key="eval_before",
     after_key="eval_after",
     quarantine_kind="pairs",

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tempering.atomic import write_text_atomic
-from tempering.config import FeedbackConfig
+from tempering.config import FeedbackConfig, TaskSourceSettings
 from tempering.errors import InputNotFound, UserError
 from tempering.runs.stage import StageSpec, input_list, run_stage
 from tempering.types import Task
@@ -73,7 +73,7 @@ def run_feedback(cfg: FeedbackConfig) -> dict[str, Any]:
 
     with run_stage(feedback_stage(cfg)) as stage:
         if stage.finished:
-            return stage.result.summary
+            return stage.summary
         failures, private = read_eval_failures(cfg.evals)
         served, served_tasks, corrections, served_bad, served_errors = read_served(cfg.served)
         if served_errors:
@@ -81,7 +81,7 @@ def run_feedback(cfg: FeedbackConfig) -> dict[str, Any]:
         votes, quarantined = read_votes(cfg.votes, stage.run_dir)
         cases = failures + served_bad
         clusters = cluster(cases, cfg)
-        mined, why = mine(cases, cfg) if cfg.pool is not None else ([], [])
+        mined, why = mine(cases, cfg.pool, cfg.per_failure) if cfg.pool is not None else ([], [])
         tasks = _unique(served_tasks + mined)[: cfg.max_tasks]
         pairs = corrections + votes
         outputs = {key: stage.run_dir / name for key, name in OUTPUT_FILES.items()}
@@ -110,12 +110,12 @@ def run_feedback(cfg: FeedbackConfig) -> dict[str, Any]:
             ),
         )
         for key, path in outputs.items():
-            stage.registry.record_output(stage.run_id, key, path)
+            stage.record_output(key, path)
         stage.finish(
             {"steps": 1, **counts, "failure_modes": [(c["label"], c["size"]) for c in clusters.get("clusters", [])]},
             {k: str(v) for k, v in outputs.items()},
         )
-    return stage.result.summary
+    return stage.summary
 
 
 # ------------------------------------------------------------------ reading the signals
@@ -238,8 +238,8 @@ def cluster(cases: Sequence[Any], cfg: FeedbackConfig) -> dict[str, Any]:
     return cluster_failures(cases, k=k, seed=cfg.seed)
 
 
-def mine(cases: Sequence[Any], cfg: FeedbackConfig) -> tuple[list[Task], list[dict[str, Any]]]:
-    """For each failed prompt, its `per_failure` nearest pool tasks (character n-gram TF-IDF, cosine).
+def mine(cases: Sequence[Any], source: TaskSourceSettings, per_failure: int) -> tuple[list[Task], list[dict[str, Any]]]:
+    """For each failed prompt, its `per_failure` nearest tasks of the pool `source` (character n-gram TF-IDF, cosine).
 
     Returns the tasks (first-come order, no repeats) and, per task, which failure it was mined for.
     """
@@ -250,14 +250,14 @@ def mine(cases: Sequence[Any], cfg: FeedbackConfig) -> tuple[list[Task], list[di
 
     if not cases:
         return [], []
-    pool = load_tasks(cfg.pool)
+    pool = load_tasks(source)
     failed_prompts = {c.prompt for c in cases}
     pool = [t for t in pool if _text(t) not in failed_prompts]  # never the failed item itself
     if not pool:
         return [], []
     vec = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True)
     x = vec.fit_transform([_text(t) for t in pool])
-    nn = NearestNeighbors(n_neighbors=min(cfg.per_failure, len(pool)), metric="cosine").fit(x)
+    nn = NearestNeighbors(n_neighbors=min(per_failure, len(pool)), metric="cosine").fit(x)
     dist, idx = nn.kneighbors(vec.transform([c.prompt for c in cases]))
     tasks, why, seen = [], [], set()
     for case, ds, ids in zip(cases, dist, idx):

@@ -20,7 +20,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tempering.algorithms import import_plugins
 from tempering.atomic import write_text_atomic
@@ -33,6 +33,9 @@ from tempering.runs.stage import input_list
 from tempering.tracking.context import RunContext
 from tempering.train.metrics import console
 from tempering.types import Task
+
+if TYPE_CHECKING:
+    from tempering.rollout.domains import DomainSchedule
 
 HELDOUT_METRICS = ["mean_reward", "accuracy"]
 """The held-out suite's metrics: the first (mean reward) is the `reward` the alarm watches."""
@@ -516,7 +519,6 @@ def _components(cfg: GRPOConfig, data: GRPOTasks, tokenizer: Any, stage: Any) ->
         if hasattr(engine, "close"):
             engine.close()
 
-    extra = {"monitor": monitor, "run_dir": run_dir, "schedule": schedule}
     return Components(
         model,
         objective,
@@ -524,23 +526,23 @@ def _components(cfg: GRPOConfig, data: GRPOTasks, tokenizer: Any, stage: Any) ->
         evaluate,
         callbacks,
         close,
-        {"trajectories": str(store.dir)},
-        extra,
+        outputs={"trajectories": str(store.dir)},
+        summary=lambda result: _summary(data, monitor, schedule, run_dir, result),
         heldout=monitor.measure if monitor is not None else None,
         heldout_ends=True,
     )
 
 
-def _summary(cfg: GRPOConfig, data: GRPOTasks, parts: Components, result: Any) -> dict[str, Any]:
-    monitor = parts.extra["monitor"]
-    plot = monitor.plot(parts.extra["run_dir"] / "curves.png", result.history) if monitor else None
-    schedule = parts.extra["schedule"]
+def _summary(
+    data: GRPOTasks, monitor: GRPOHeldout | None, schedule: DomainSchedule | None, run_dir: Path, result: Any
+) -> dict[str, Any]:
+    plot = monitor.plot(run_dir / "curves.png", result.history) if monitor else None
     domains: dict[str, Any] = {}
     if schedule is not None:
         from tempering.recipes.domains import plot_domains
 
         heldout = monitor.history if monitor else []
-        path = plot_domains(parts.extra["run_dir"] / "domains.png", schedule.names, result.history, heldout)
+        path = plot_domains(run_dir / "domains.png", schedule.names, result.history, heldout)
         domains = {"domains": schedule.summary(), "domains_plot": str(path)}
     return {
         **domains,
@@ -570,7 +572,6 @@ GRPO = TrainingRecipe(
     components=_components,
     guard=grpo_guard,
     session=_session,
-    summary=_summary,
     before_key="heldout_before",
     after_key="heldout_after",
     tokenizer=grpo_tokenizer,

@@ -76,7 +76,7 @@ def run_merge(cfg: MergeConfig) -> dict[str, Any]:
     kind = input_kind(cfg)
     with run_stage(merge_stage(cfg)) as stage:
         if stage.finished:
-            return stage.result.summary
+            return stage.summary
         final = stage.run_dir / "final"
         shutil.rmtree(final, ignore_errors=True)  # a merge killed half way left a partial dir
         weights = cfg.weights or [1.0 / len(cfg.inputs)] * len(cfg.inputs)
@@ -85,13 +85,13 @@ def run_merge(cfg: MergeConfig) -> dict[str, Any]:
         if kind == "adapter":
             merged_model = merge_adapters(cfg, weights, final, stage.run_dir / "merged_model")
             if merged_model is not None:
-                stage.registry.record_output(stage.run_id, "merged", merged_model)
+                stage.record_output("merged", merged_model)
                 outputs["merged_model"] = str(merged_model)
-            reference = _base_of(cfg)
+            reference = _adapter_base(cfg)
         else:
             merge_full(cfg, weights, final)
             reference = cfg.base or cfg.inputs[0]
-        stage.registry.record_output(stage.run_id, "final", final)
+        stage.record_output("final", final)
         checked = [tokenizer_roundtrip(final, reference)]
         if "merged_model" in outputs:
             checked.append(tokenizer_roundtrip(outputs["merged_model"], reference))
@@ -107,7 +107,7 @@ def run_merge(cfg: MergeConfig) -> dict[str, Any]:
             },
             outputs,
         )
-    return stage.result.summary
+    return stage.summary
 
 
 def input_kind(cfg: MergeConfig) -> str:
@@ -179,7 +179,7 @@ def merge_adapters(cfg: MergeConfig, weights: list[float], final: Path, merged_d
 
     torch.manual_seed(cfg.seed)  # DARE drops at random
     names = [f"input{i}" for i in range(len(cfg.inputs))]
-    base = load_model(_base_of(cfg), dtype=EXPORT_DTYPES[cfg.dtype])
+    base = load_model(_adapter_base(cfg), dtype=EXPORT_DTYPES[cfg.dtype])
     model = PeftModel.from_pretrained(base, resolve_model(cfg.inputs[0]), adapter_name=names[0])
     for name, spec in zip(names[1:], cfg.inputs[1:]):
         model.load_adapter(resolve_model(spec), adapter_name=name)
@@ -198,7 +198,7 @@ def merge_adapters(cfg: MergeConfig, weights: list[float], final: Path, merged_d
     for name in names:
         model.delete_adapter(name)
     tokenizer = load_tokenizer(cfg.inputs[0])
-    model.save_pretrained(final, save_embedding_layers=False)
+    model.save_pretrained(str(final), save_embedding_layers=False)
     tokenizer.save_pretrained(final)
     if not cfg.merged_model:
         return None
@@ -310,6 +310,14 @@ def _base_of(cfg: MergeConfig) -> str | None:
         return adapter_base(resolve_model(cfg.inputs[0]))
     except FileNotFoundError:
         return None
+
+
+def _adapter_base(cfg: MergeConfig) -> str:
+    """The adapters' base (`input_kind` found each adapter's recorded base, or `base` names it)."""
+    base = _base_of(cfg)
+    if base is None:
+        raise MergeError(f"inputs: {cfg.inputs[0]} records no base model; set base")
+    return base
 
 
 def _same_path(spec: str) -> str:

@@ -7,7 +7,7 @@ the quarantine, the atomic write and the registry around it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import yaml
 
@@ -24,7 +24,9 @@ class MixOffTarget(UserError):
     """The realised shares missed the effective ones by more than the tolerance."""
 
 
-def load_mix_config(path: str | Path, overrides: list[str] = (), literal: dict[str, Any] | None = None) -> MixConfig:
+def load_mix_config(
+    path: str | Path, overrides: Sequence[str] = (), literal: dict[str, Any] | None = None
+) -> MixConfig:
     """`load_config` plus: relative source and replay paths written in the file resolve against
     its directory (paths set by `--set` stay relative to the working directory)."""
     cfg: MixConfig = load_config(MixConfig, path, overrides, literal)
@@ -33,7 +35,8 @@ def load_mix_config(path: str | Path, overrides: list[str] = (), literal: dict[s
     except (OSError, yaml.YAMLError):
         return cfg
     base = Path(path).parent
-    file_sources = raw.get("sources") if isinstance(raw.get("sources"), list) else []
+    given_sources = raw.get("sources")
+    file_sources = given_sources if isinstance(given_sources, list) else []
     for src, given in zip(cfg.sources, file_sources):
         if isinstance(given, dict) and _as_list(given.get("data")) == src.data:
             src.data = [_resolve(p, base) for p in src.data]
@@ -114,7 +117,7 @@ def run_mix(cfg: MixConfig, force: bool = False) -> dict[str, Any]:
     """
     with run_stage(mix_stage(cfg, force)) as stage:
         if stage.finished:
-            return stage.result.summary
+            return stage.summary
         sources, errors = load_sources(cfg, token_counter(cfg.tokenizer))
         if errors:
             write_quarantine(errors, stage.run_dir / "quarantine.jsonl")
@@ -128,7 +131,7 @@ def run_mix(cfg: MixConfig, force: bool = False) -> dict[str, Any]:
             )
         output = Path(cfg.output) if cfg.output else stage.run_dir / "mix.jsonl"
         written, digest = write_jsonl_atomic(output, (m.row for m in rows), sidecar=True)
-        stage.registry.record_output(stage.run_id, "mix", output)
+        stage.record_output("mix", output)
         # the provenance of every row: (source, row index in the source), in mix order
         write_jsonl_atomic(
             stage.run_dir / "mix_index.jsonl", ({"source": m.source, "index": m.index} for m in rows), sidecar=True
@@ -145,7 +148,7 @@ def run_mix(cfg: MixConfig, force: bool = False) -> dict[str, Any]:
             **report,
         }
         stage.finish(summary, {"mix": str(output)})
-    return stage.result.summary
+    return stage.summary
 
 
 def check_config(cfg: MixConfig) -> None:

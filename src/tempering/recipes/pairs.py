@@ -274,7 +274,7 @@ def run_pairs(cfg: PairsConfig, console: Any = None, force: bool = False) -> dic
     )
     with run_stage(spec) as stage:
         if stage.finished:
-            return stage.result.summary
+            return stage.summary
         t0 = time.perf_counter()
         engine = load_engine(cfg.engine, cfg.model, cfg.precision)
         columns = (TextColumn("pairs"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"), TimeRemainingColumn())
@@ -291,9 +291,9 @@ def run_pairs(cfg: PairsConfig, console: Any = None, force: bool = False) -> dic
 
             rows, counts = build_pairs(tasks, engine, cfg, workers, progress)
         path = write_jsonl(rows, cfg.output)
-        stage.registry.record_output(stage.run_id, "pairs", path)
+        stage.record_output("pairs", path)
         stage.finish(
             {"steps": 1, **counts, "output": str(path), "seconds": round(time.perf_counter() - t0, 1)},
             {"pairs": str(path.resolve())},
         )
-    return stage.result.summary
+    return stage.summary

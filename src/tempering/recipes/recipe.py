@@ -17,8 +17,8 @@ this order, so every objective gets the same guards and the same run bookkeeping
    tracker, `tracking.context`), with `evaluate(None)` before and `evaluate(result)` after, and
    the one held-out monitor (`recipes.monitor`: `train.eval_every`, `keep_best`, `early_stopping`
    for every objective) as a callback;
-6. `summary(cfg, prepared, parts, result)`: the recipe's keys next to the shared ones (steps,
-   resume point, guard counts, first / last loss); `report(summary)` prints on rank 0 only.
+6. `parts.summary(result)`: the recipe's keys next to the shared ones (steps, resume point, guard
+   counts, first / last loss), from what its components hold; `report(summary)` prints on rank 0 only.
 
 The registry (`recipes.registry`) turns each recipe into a `temper` command and a pipeline stage.
 """
@@ -49,8 +49,9 @@ class Components:
     """Releases what the components hold (engines, rollout workers), however the stage ends."""
     outputs: dict[str, str] = field(default_factory=dict)
     """Recorded outputs besides the final model (e.g. the trajectory store)."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Recipe-specific pieces the summary reads (e.g. a reference model's info)."""
+    summary: Callable[[Any], dict[str, Any]] = lambda result: {}
+    """(fit result) -> the recipe's own summary keys: a closure over the typed state its components
+    built (e.g. the reference model's info, the held-out monitor), so nothing is read back by name."""
     heldout: Callable[[int, Any], dict[str, float]] | None = None
     """(step, run context) -> named held-out numbers (`heldout/<suite>/<metric>`): what
     `train.eval_every`, `keep_best` and `early_stopping` watch (GRPO, agent RL). None: `evaluate`'s
@@ -84,8 +85,6 @@ class TrainingRecipe:
     """Replaces the file check where the training data are not files (GRPO's tasks)."""
     session: Callable[[Any], ContextManager[Any]] = lambda cfg: nullcontext()
     """Context the stage runs in (a Ray session when the config scales out)."""
-    summary: Callable[[Any, Any, Components, Any], dict[str, Any]] = lambda cfg, data, parts, result: {}
-    """(cfg, prepared, components, fit result) -> the recipe's own summary keys."""
     after_save: Callable[[Any, Any], dict[str, Any]] | None = None
     """(cfg, run dir) -> summary keys measured on the saved model (the RM's best-of-n check)."""
     report: Callable[[dict[str, Any]], None] | None = None
@@ -149,7 +148,7 @@ def run_training(recipe: TrainingRecipe, cfg: Any, force: bool = False) -> dict[
     require_trackers(cfg.train.loggers)  # a tracker that cannot run stops the stage before it is recorded
     with recipe.session(cfg), run_stage(recipe.stage(cfg, force)) as stage:
         if stage.finished:
-            return stage.result.summary
+            return stage.summary
         tokenizer = (recipe.tokenizer or load_tokenizer)(recipe.base_model(cfg))
         if getattr(cfg, "chat_template", None):
             from tempering.models.chat_template import apply_chat_template
@@ -165,7 +164,7 @@ def run_training(recipe: TrainingRecipe, cfg: Any, force: bool = False) -> dict[
             parts.close()
         stage.finish(summary, parts.outputs)
         _report(recipe, summary)
-    return stage.result.summary
+    return stage.summary
 
 
 def _quarantine(recipe: TrainingRecipe, stage: Any, data: Any) -> None:
@@ -233,7 +232,7 @@ def _fit(recipe: TrainingRecipe, cfg: Any, stage: Any, data: Any, parts: Compone
         "train_loss_last": result.losses[-1] if result.losses else None,
         recipe.before_key: before,
         recipe.after_key: after,
-        **recipe.summary(cfg, data, parts, result),
+        **parts.summary(result),
     }
     if recipe.after_save is not None:
         summary.update(recipe.after_save(cfg, stage.run_dir))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tempering.config import RMConfig, RMDataSettings, RMSettings
+from tempering.data.render import ToolCallStyle
 from tempering.errors import UserError
 from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
 from tempering.runs.stage import input_list
@@ -52,7 +53,7 @@ class RMData:
 
 
 def _scored_pairs(
-    paths: list[str], tokenizer: Any, cfg: RMDataSettings, rm: RMSettings, style: str
+    paths: list[str], tokenizer: Any, cfg: RMDataSettings, rm: RMSettings, style: ToolCallStyle
 ) -> tuple[list[ScoredPair], Any]:
     from tempering.data.pair_render import render_pairs
     from tempering.data.preference import load_pairs

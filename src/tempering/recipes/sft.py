@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tempering.config import DataSettings, SFTConfig
+from tempering.config import DataSettings, SFTConfig, TrainSettings
 from tempering.data.io import LoadResult, NoRows, RowError, load_rows
 from tempering.data.render import RenderedExample, detect_tool_call_style, render_records
 from tempering.data.text_rows import check_text_row, render_text_records
 from tempering.errors import UserError
 from tempering.recipes.recipe import Components, TrainingRecipe, held_out, run_training
 from tempering.runs.stage import input_list
+
+if TYPE_CHECKING:
+    from tempering.batches import SFTBatch
+    from tempering.data.batches import SFTBatches
+    from tempering.objectives.sft import SFTObjective
 
 
 @dataclass
@@ -89,12 +94,13 @@ def _components(cfg: SFTConfig, data: SFTData, tokenizer: Any, stage: Any) -> Co
     from tempering.train.trainer import evaluate
 
     model = load_for_training(cfg.model, cfg.lora, cfg.rope_scaling)
-    batches, evals, objective = sft_components(cfg, data, pad_id(tokenizer))
+    batches, evals, objective = sft_components(cfg.train, cfg.data, data, pad_id(tokenizer))
     check = held_out((lambda: evaluate(model, objective, evals, cfg.train.precision)) if evals else None)
-    return Components(model, objective, batches, check)
+    return Components(model, objective, batches, check, summary=tokens_per_s)
 
 
-def tokens_per_s(cfg: Any, data: Any, parts: Components, result: Any) -> dict[str, Any]:
+def tokens_per_s(result: Any) -> dict[str, Any]:
+    """The fit's real (unpadded) tokens per second."""
     return {"real_tokens_per_s": result.real_tokens / result.seconds if result.seconds else None}
 
 
@@ -105,7 +111,6 @@ SFT = TrainingRecipe(
     train_files=lambda cfg: sft_files(cfg.data),
     prepare=lambda cfg, tokenizer: prepare_sft_data(cfg.data, tokenizer, cfg.train.seed),
     components=_components,
-    summary=tokens_per_s,
     examples=lambda data: len(data.train),
 )
 """Supervised fine-tuning: rendered conversations, assistant-only cross-entropy."""
@@ -119,8 +124,11 @@ def run_sft(cfg: SFTConfig, force: bool = False) -> dict[str, Any]:
     return run_training(SFT, cfg, force)
 
 
-def sft_components(cfg: SFTConfig, data: SFTData, pad: int) -> tuple[Any, list[dict[str, Any]], Any]:
-    """(training batch source, eval batches, objective) of an SFT stage; bench/throughput/sft.py shares it."""
+def sft_components(
+    train: TrainSettings, settings: DataSettings, data: SFTData, pad: int
+) -> tuple[SFTBatches, list[SFTBatch], SFTObjective]:
+    """(training batch source, eval batches, objective) of an SFT-style stage (its `train` and `data`
+    settings); bench/throughput/sft.py shares it."""
     from tempering.data.batches import SFTBatches, pack_batch, pad_batch
     from tempering.objectives.sft import SFTObjective
     from tempering.train.distributed import world
@@ -128,14 +136,14 @@ def sft_components(cfg: SFTConfig, data: SFTData, pad: int) -> tuple[Any, list[d
     w = world()  # under torchrun each rank takes its stride of every global micro-batch
     batches = SFTBatches(
         data.train,
-        cfg.train.batch_size,
-        cfg.data.max_length,
+        train.batch_size,
+        settings.max_length,
         pad,
-        cfg.data.packing,
-        cfg.train.seed,
+        settings.packing,
+        train.seed,
         shard=(w.rank, w.size),
     )
-    size = cfg.train.batch_size
+    size = train.batch_size
     chunks = [data.eval[i : i + size] for i in range(0, len(data.eval), size)]
-    evals = [pack_batch(c, cfg.data.max_length, pad) if cfg.data.packing else pad_batch(c, pad) for c in chunks]
+    evals = [pack_batch(c, settings.max_length, pad) if settings.packing else pad_batch(c, pad) for c in chunks]
     return batches, evals, SFTObjective()

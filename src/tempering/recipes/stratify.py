@@ -186,7 +186,7 @@ def run_stratify(cfg: StratifyConfig, force: bool = False, console: Console | No
     console = console or Console(stderr=True)
     with run_stage(stratify_stage(cfg, force)) as stage:
         if stage.finished:
-            return stage.result.summary
+            return stage.summary
         tasks, groups, generator_hash = sample_task_source(cfg, cfg.k, "stratify", console)
         if why := unjudged_reasons(groups):
             console.print(f"[yellow]warning:[/yellow] stratify: {why}", highlight=False, markup=True)
@@ -197,7 +197,7 @@ def run_stratify(cfg: StratifyConfig, force: bool = False, console: Console | No
         for key, rows in (("stratified", stratified), ("rl_set", rl_set)):
             path = stage.run_dir / f"{key}.jsonl"
             _, digest = write_jsonl_atomic(path, (t.model_dump(exclude_none=True) for t in rows), sidecar=True)
-            stage.registry.record_output(stage.run_id, key, path)
+            stage.record_output(key, path)
             outputs[key], report[f"{key}_sha256"] = str(path), digest
         write_jsonl_atomic(stage.run_dir / "pass_rates.jsonl", report.pop("per_task"), sidecar=True)
         summary = {
@@ -211,4 +211,4 @@ def run_stratify(cfg: StratifyConfig, force: bool = False, console: Console | No
             "pass_rates": str(stage.run_dir / "pass_rates.jsonl"),
         }
         stage.finish(summary, outputs)
-    return stage.result.summary
+    return stage.summary

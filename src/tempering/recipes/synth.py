@@ -144,14 +144,14 @@ def run_synth(cfg: SynthConfig, force: bool = False, console: Console | None = N
     console = console or Console(stderr=True)
     with run_stage(synth_stage(cfg, force)) as stage:
         if stage.finished:
-            return stage.result.summary
+            return stage.summary
         tasks, groups, generator_hash = sample_task_source(cfg, cfg.n, "synth", console)
         sft, failures, pairs, counts = synth_rows(tasks, groups, cfg, generator_hash)
         outputs, digests = {}, {}
         for key, rows in (("sft", sft), ("failures", failures)) + ((("pairs", pairs),) if cfg.pairs else ()):
             path = stage.run_dir / f"{key}.jsonl"
             _, digests[key] = write_jsonl_atomic(path, rows, sidecar=True)
-            stage.registry.record_output(stage.run_id, key, path)
+            stage.record_output(key, path)
             outputs[key] = str(path)
         summary = {
             "steps": 1,
@@ -164,4 +164,4 @@ def run_synth(cfg: SynthConfig, force: bool = False, console: Console | None = N
             "sha256": digests,
         }
         stage.finish(summary, outputs)
-    return stage.result.summary
+    return stage.summary

@@ -96,9 +96,9 @@ def _components(cfg: VisionSFTConfig, data: SFTData, processor: Any, stage: Any)
     from tempering.train.trainer import evaluate
 
     model, counts = vision_model(cfg)
-    batches, evals, objective = sft_components(cfg, data, pad_id(processor.tokenizer))  # type: ignore[arg-type]
+    batches, evals, objective = sft_components(cfg.train, cfg.data, data, pad_id(processor.tokenizer))
     check = held_out((lambda: evaluate(model, objective, evals, cfg.train.precision)) if evals else None)
-    return Components(model, objective, batches, check, extra={"trainable": counts})
+    return Components(model, objective, batches, check, summary=lambda result: {"trainable_parameters": counts})
 
 
 VISION_SFT = TrainingRecipe(
@@ -108,7 +108,6 @@ VISION_SFT = TrainingRecipe(
     train_files=lambda cfg: sft_files(cfg.data),
     prepare=prepare_vision_data,
     components=_components,
-    summary=lambda cfg, data, parts, result: {"trainable_parameters": parts.extra["trainable"]},
     examples=lambda data: len(data.train),
     tokenizer=load_processor,
 )

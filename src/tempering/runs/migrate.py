@@ -31,7 +31,9 @@ def _v1_roles(kind: str, config: dict[str, Any]) -> dict[str, str]:
         held = ((config.get("heldout") or {}).get("tasks") or {}).get("source")
         if held:
             roles[held] = "heldout"
-        roles[(config.get("tasks") or {}).get("source")] = "tasks"
+        source = (config.get("tasks") or {}).get("source")
+        if source:
+            roles[source] = "tasks"
     return roles
 
 

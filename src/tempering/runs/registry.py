@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.pool import NullPool
 
 from tempering.atomic import write_text_atomic
@@ -214,11 +216,11 @@ class Registry:
         self.location = str(self.path.resolve()) if self.path else _without_password(url)
         try:
             self.engine = _engine(url)
-        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+        except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
             raise RegistryError(f"{self.location}: cannot open the registry: {exc}") from None
         try:
             self._migrate()
-        except sa.exc.OperationalError as exc:
+        except sa_exc.OperationalError as exc:
             self.engine.dispose()
             why = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
             raise RegistryError(f"{self.location}: cannot open the registry: {why}") from None
@@ -390,19 +392,21 @@ class Registry:
             raise InputNotFound(f"eval report not found: {report}")
         run_id, model_str, model_sha = self.identify_model(model)
         with self.transaction() as conn:
-            return conn.execute(
-                sa.insert(schema.evals).values(
-                    run_id=run_id,
-                    model=model_str,
-                    model_sha256=model_sha,
-                    report=str(report),
-                    report_sha256=file_sha256(report),
-                    metrics=json.dumps(dict(metrics or {})),
-                    gate=json.dumps(dict(gate)) if gate is not None else None,
-                    passed=bool(gate["passed"]) if gate is not None else None,
-                    created_at=time.time(),
+            return inserted_id(
+                conn.execute(
+                    sa.insert(schema.evals).values(
+                        run_id=run_id,
+                        model=model_str,
+                        model_sha256=model_sha,
+                        report=str(report),
+                        report_sha256=file_sha256(report),
+                        metrics=json.dumps(dict(metrics or {})),
+                        gate=json.dumps(dict(gate)) if gate is not None else None,
+                        passed=bool(gate["passed"]) if gate is not None else None,
+                        created_at=time.time(),
+                    )
                 )
-            ).inserted_primary_key[0]
+            )
 
     # ------------------------------------------------------------------ reading
     def get(self, run_id: str) -> dict[str, Any]:
@@ -525,6 +529,14 @@ def _without_password(url: sa.URL) -> str:
     ).render_as_string(hide_password=False)
 
 
+def inserted_id(result: sa.CursorResult) -> int:
+    """The primary key an INSERT of one row created."""
+    key = result.inserted_primary_key
+    if key is None:
+        raise RegistryError("the insert reported no primary key")
+    return key[0]
+
+
 def _engine(url: sa.URL) -> sa.Engine:
     if url.get_backend_name() != "sqlite":
         return sa.create_engine(url, pool_pre_ping=True)
@@ -532,11 +544,11 @@ def _engine(url: sa.URL) -> sa.Engine:
     # two processes never deadlock on a lock upgrade, and wait for each other up to 30 s.
     engine = sa.create_engine(url, poolclass=NullPool, connect_args={"timeout": 30})
 
-    @sa.event.listens_for(engine, "connect")
+    @event.listens_for(engine, "connect")
     def _manual_transactions(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # SQLAlchemy's BEGIN below, not pysqlite's
 
-    @sa.event.listens_for(engine, "begin")
+    @event.listens_for(engine, "begin")
     def _begin(conn: sa.Connection) -> None:
         conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("registry_read") else "BEGIN IMMEDIATE")
 

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 import sqlalchemy as sa
 
 from tempering.errors import UserError
-from tempering.runs.registry import Registry
+from tempering.runs.registry import Registry, inserted_id
 from tempering.runs.schema import alias_events, releases
 
 PRODUCTION, CANDIDATE = "production", "candidate"
@@ -144,17 +144,19 @@ class Releases:
         run_id, model_str, sha = self.registry.identify_model(model)
         with self.registry.transaction() as conn:
             self.registry.lock(conn)
-            version = conn.execute(
-                sa.insert(releases).values(
-                    model=model_str,
-                    model_sha256=sha,
-                    run_id=run_id,
-                    eval_id=eval_id,
-                    gate=json.dumps(gate),
-                    status=alias,
-                    created_at=time.time(),
+            version = inserted_id(
+                conn.execute(
+                    sa.insert(releases).values(
+                        model=model_str,
+                        model_sha256=sha,
+                        run_id=run_id,
+                        eval_id=eval_id,
+                        gate=json.dumps(gate),
+                        status=alias,
+                        created_at=time.time(),
+                    )
                 )
-            ).inserted_primary_key[0]
+            )
             self._move(conn, alias, version, "promote", reason)
         return self.get(version)
 

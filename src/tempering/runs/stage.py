@@ -30,7 +30,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from tempering.atomic import write_text_atomic
 from tempering.config.base import run_name_problem
@@ -175,7 +175,7 @@ class Stage:
     def lineage(self) -> dict[str, str]:
         """The run's lineage as flat string tags for experiment trackers: run id and name, kind, the
         registry, and each recorded input (`input.<role>.<n>`: path, sha256 and parent run where known)."""
-        if not self.writes or self.run_id is None:
+        if self.registry is None or self.run_id is None:  # a rank that records nothing, or not started
             return {}
         tags = {
             "run_id": self.run_id,
@@ -209,8 +209,26 @@ class Stage:
         tokenizer.save_pretrained(path)
         record_scaling(model, path)  # an adapter's base is unscaled: loading it re-applies this
         if role == "final":
-            self.registry.record_output(self.run_id, role, path)
+            self.record_output(role, path)
         return path
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The run's summary: the recorded one of a finished run, or this one's once `finish` ran."""
+        if self.result is None:
+            raise RuntimeError(f"stage {self.name}: no result yet (the recipe has not called finish())")
+        return self.result.summary
+
+    def record_output(self, role: str, path: str | Path) -> None:
+        """Record one of this run's outputs in its registry row."""
+        registry, run_id = self._row()
+        registry.record_output(run_id, role, path)
+
+    def _row(self) -> tuple[Registry, str]:
+        """This run's registry and row id (rank 0, once `run_stage` has started the row)."""
+        if self.registry is None or self.run_id is None:
+            raise RuntimeError(f"stage {self.name}: no registry row on this rank")
+        return self.registry, self.run_id
 
     def finish(self, summary: dict[str, Any], outputs: dict[str, str]) -> StageResult:
         """Write `summary.json`, record the run as finished, and return the typed result."""
@@ -218,8 +236,9 @@ class Stage:
         if not self.writes:
             self.result = StageResult(None, self.name, self.run_dir, None, summary)
             return self.result
+        registry, run_id = self._row()
         summary = {
-            "run_id": self.run_id,
+            "run_id": run_id,
             "run_dir": str(self.run_dir),
             "final": str(final) if final.is_dir() else None,
             **summary,
@@ -227,10 +246,10 @@ class Stage:
         write_text_atomic(self.run_dir / SUMMARY_FILE, json.dumps(summary, indent=1))
         outputs = {"final": str(final), "metrics": str(metrics_path(self.run_dir)), **outputs}
         if (self.run_dir / "best").is_dir():
-            self.registry.record_output(self.run_id, "best", self.run_dir / "best")
+            registry.record_output(run_id, "best", self.run_dir / "best")
             outputs["best"] = str(self.run_dir / "best")
-        self.registry.finish(self.run_id, outputs, summary)
-        self.result = StageResult(self.run_id, self.name, self.run_dir, final if final.is_dir() else None, summary)
+        registry.finish(run_id, outputs, summary)
+        self.result = StageResult(run_id, self.name, self.run_dir, final if final.is_dir() else None, summary)
         return self.result
 
 
@@ -265,7 +284,7 @@ def run_stage(spec: StageSpec) -> Iterator[Stage]:
                     tell(stage)
                     yield stage
                     return
-                yield from _run_body(stage, tell)
+                yield from _run_body(stage, registry, tell)
             finally:
                 registry.close()
     except BaseException as exc:
@@ -286,7 +305,7 @@ def _follow_rank0(spec: StageSpec) -> Iterator[Stage]:
     yield stage
 
 
-def _run_body(stage: Stage, tell: Any) -> Iterator[Stage]:
+def _run_body(stage: Stage, registry: Registry, tell: Any) -> Iterator[Stage]:
     """The body of `run_stage` for a run that has work to do: checkpoints, registry row, seed."""
     from tempering.train.checkpoint import fall_back_to_verified, list_checkpoints
     from tempering.train.metrics import console
@@ -298,15 +317,15 @@ def _run_body(stage: Stage, tell: Any) -> Iterator[Stage]:
             f"set aside as {aside}, resuming from the previous verified one[/yellow]"
         )
     inputs = list(spec.inputs)
-    previous = stage.registry.latest(stage.name)
-    resuming = previous is not None and bool(list_checkpoints(run_dir / "checkpoints"))
-    if resuming:
+    previous = registry.latest(stage.name)
+    resumed = previous["id"] if previous is not None and list_checkpoints(run_dir / "checkpoints") else None
+    if resumed is not None:
         # a resume starts from the earlier attempt's weights: its lineage is this run's too
-        inputs.append(Input(str(run_dir / "checkpoints"), "base_model", None, previous["id"]))
-    stage.run_id = stage.registry.start(stage.name, spec.kind, spec.config, inputs, spec.base_model)
-    if resuming:  # an interrupted attempt is this run, resumed: one run in listings, not a failure
-        stage.registry.mark_resumed(previous["id"], stage.run_id)
-    stage.registry.record_output(stage.run_id, "run_dir", run_dir)
+        inputs.append(Input(str(run_dir / "checkpoints"), "base_model", None, resumed))
+    stage.run_id = run_id = registry.start(stage.name, spec.kind, spec.config, inputs, spec.base_model)
+    if resumed is not None:  # an interrupted attempt is this run, resumed: one run in listings, not a failure
+        registry.mark_resumed(resumed, run_id)
+    registry.record_output(run_id, "run_dir", run_dir)
     write_text_atomic(run_dir / CONFIG_FILE, json.dumps(spec.config, indent=1))
     _seed(spec.seed, spec.threads)
     tell(stage)
@@ -315,7 +334,7 @@ def _run_body(stage: Stage, tell: Any) -> Iterator[Stage]:
         if stage.result is None:
             raise RuntimeError(f"stage {stage.name}: the recipe ended without stage.finish()")
     except BaseException as exc:
-        stage.registry.fail(stage.run_id, f"{type(exc).__name__}: {exc}")
+        registry.fail(run_id, f"{type(exc).__name__}: {exc}")
         raise
 
 
@@ -367,7 +386,7 @@ def _check_resume(spec: StageSpec, run_dir: Path, registry: Registry) -> StageRe
     return None
 
 
-def input_list(pairs: list[tuple[str | Path, str]]) -> list[Input]:
+def input_list(pairs: Sequence[tuple[str | Path, str]]) -> list[Input]:
     """`describe_input` for each existing `(path, role)` (generated task sources have no file)."""
     return [describe_input(p, role) for p, role in pairs if Path(p).expanduser().exists()]
 

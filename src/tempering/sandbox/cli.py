@@ -47,7 +47,7 @@ def run(
             if code is not None:
                 result = pool.exec(code=code)
             else:
-                result = pool.exec(list(cmd))
+                result = pool.exec(list(cmd or []))  # checked above: a command when no file
     except SandboxUnavailable as e:
         typer.echo(f"sandbox unavailable: {e}", err=True)
         raise typer.Exit(2) from e

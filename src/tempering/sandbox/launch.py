@@ -259,7 +259,8 @@ def _run_in_cgroup(backend: Backend, job: Job, cg: RunCgroup, stdin: bytes, star
         with _owned_lock:
             _owned_pids.discard(proc.pid)
         for f in (proc.stdout, proc.stderr):
-            f.close()
+            if f is not None:
+                f.close()
         if launch.report_fd is not None:
             os.close(launch.report_fd)
 
@@ -269,8 +270,9 @@ def _watch(backend: Backend, job: Job, cg: RunCgroup, proc: subprocess.Popen, la
     out, err = _Stream(lim.output_bytes, bytearray()), _Stream(lim.output_bytes, bytearray())
     pidfd = os.pidfd_open(proc.pid)
     sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ, out)
-    sel.register(proc.stderr, selectors.EVENT_READ, err)
+    for pipe, stream in ((proc.stdout, out), (proc.stderr, err)):
+        if pipe is not None:  # both are pipes (`_start`)
+            sel.register(pipe, selectors.EVENT_READ, stream)
     sel.register(pidfd, selectors.EVENT_READ, None)
     killed_for, next_cpu_check = "", started + POLL_S
     try:
@@ -336,8 +338,18 @@ def _read_report(fd: int | None) -> bytes:
     return b"".join(chunks)
 
 
-def _classify(backend, job, cg, returncode, report, out, err, killed_for, started) -> ExecResult:
-    set_up, exit_code = backend.parse_report(report) if job is not None else (True, None)
+def _classify(
+    backend: Backend,
+    job: Job,
+    cg: RunCgroup,
+    returncode: int | None,
+    report: bytes,
+    out: _Stream,
+    err: _Stream,
+    killed_for: str,
+    started: float,
+) -> ExecResult:
+    set_up, exit_code = backend.parse_report(report)
     # An isolated backend's own process (bwrap, nsjail) is outside the program's pid namespace:
     # the program cannot signal it, so its death by a signal we did not send is the host's doing
     # (an operator, the OOM killer outside the cgroup, a crashed supervisor), not the program's.
@@ -366,7 +378,7 @@ def _classify(backend, job, cg, returncode, report, out, err, killed_for, starte
     elif not set_up:
         result.status = "sandbox_error"
         result.error = f"{backend.name} failed to set up the sandbox: {result.stderr.strip()[-500:]}"
-    elif supervisor_killed:
+    elif supervisor_killed and returncode is not None:  # killed by a signal: returncode < 0
         result.status = "sandbox_error"
         result.error = f"the {backend.name} process was killed (signal {-returncode}) from outside the sandbox"
     elif exit_code != 0:

@@ -15,10 +15,13 @@ import fcntl
 import os
 import threading
 import warnings
-from typing import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterator, Literal, Mapping, Sequence
 
 from tempering.sandbox.backends import make_backend
 from tempering.sandbox.base import Backend, ExecResult, Job, Limits, SandboxFailure, SandboxUnavailable
+
+if TYPE_CHECKING:
+    from tempering.sandbox.selfcheck import CheckReport
 from tempering.sandbox.cgroups import CgroupRoot, RunCgroup
 from tempering.sandbox.launch import reap_orphans, run_job
 from tempering.sandbox.scratch import Scratch
@@ -188,7 +191,7 @@ class SandboxPool:
         self._cond = threading.Condition()
         self._counts: collections.Counter[str] = collections.Counter()
         self._check_lock = threading.Lock()
-        self._check_report = None
+        self._check_report: CheckReport | Literal["skipped"] | None = None
         self._session_uids: set[int] = set()
 
     @property
@@ -196,7 +199,7 @@ class SandboxPool:
         """Every uid this pool's runs use now (slots and open sessions)."""
         return {lease.uid for lease in self._leases} | self._session_uids
 
-    def check(self):
+    def check(self) -> CheckReport | None:
         """Run the self-check once (cached); raise SandboxUnavailable if any probe leaked."""
         from tempering.sandbox.selfcheck import run_self_check
 
@@ -210,7 +213,7 @@ class SandboxPool:
                     self.close()
                     raise SandboxUnavailable(f"sandbox self-check failed, refusing to run:\n{report.summary()}")
                 self._check_report = report
-            return None if self._check_report == "skipped" else self._check_report
+            return None if isinstance(self._check_report, str) else self._check_report  # "skipped"
 
     def exec(
         self,

@@ -179,7 +179,7 @@ class EngineReplicas:
         import ray
 
         for a in self.actors:
-            ray.kill(a)
+            ray.kill(a)  # pyright: ignore[reportArgumentType]  # ray types .remote() actors as ActorProxy, kill() as taking ActorHandle
 
 
 def check_synced(got: list[tuple[str, str | None]], expected: str, whole: str | None) -> None:

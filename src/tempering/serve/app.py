@@ -25,7 +25,7 @@ from collections import defaultdict, deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import Any, AsyncGenerator, Callable
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -272,7 +272,7 @@ class Server:
         prepared: Any,
         response_id: str,
         continued: capture.Continued | None = None,
-    ) -> Any:
+    ) -> AsyncGenerator[dict[str, str], None]:
         """The SSE events of a token-by-token stream. Audited when the answer completes; if the
         stream ends first (the client left: 499; the engine failed: 500), the `finally` audits
         what is known, so no answered or half-answered request goes unlogged."""

@@ -166,11 +166,13 @@ def add_routes(
         content: Any = prompt
         if image is not None:
             content = [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": prompt}]
-        req = ChatCompletionRequest(
-            model=name,
-            messages=[{"role": "user", "content": content}],
-            temperature=cfg.arena_temperature,
-            max_tokens=cfg.arena_max_tokens,
+        req = ChatCompletionRequest.model_validate(  # the messages validate as a client's would
+            {
+                "model": name,
+                "messages": [{"role": "user", "content": content}],
+                "temperature": cfg.arena_temperature,
+                "max_tokens": cfg.arena_max_tokens,
+            }
         )
         prepared = chat.prepare_chat(served, req, cfg.arena_max_tokens, images)
         completion = chat.generate(served, prepared)[0][0]

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tempering.config import EngineSettings
+from tempering.data.render import ToolCallStyle
 from tempering.runs.releases import CANDIDATE, PRODUCTION, Release, Releases
 from tempering.serve.config import CACHE_TOKENS, SLOTS
 
@@ -41,7 +42,7 @@ class Served:
     engine: Any
     tokenizer: Any
     max_context: int
-    tool_style: str
+    tool_style: ToolCallStyle
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 

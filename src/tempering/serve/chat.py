@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from tempering.config import SamplingParams
-from tempering.data.render import prepare_messages
+from tempering.data.render import ToolCallStyle, prepare_messages
 from tempering.data.toolcalls import CLOSE, OPEN, parse_tool_calls
 from tempering.serve.backend import Served
 from tempering.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, NamedToolChoice
@@ -55,7 +55,7 @@ class Prepared:
 
 
 # ------------------------------------------------------------------ requests -> engine input
-def _openai_to_messages(req: ChatCompletionRequest, style: str) -> list[dict[str, Any]]:
+def _openai_to_messages(req: ChatCompletionRequest, style: ToolCallStyle) -> list[dict[str, Any]]:
     """The conversation in Tempering's message form, with tools and JSON instructions in the system turn."""
     messages: list[dict[str, Any]] = []
     for m in req.messages:
@@ -135,8 +135,9 @@ def _grammar(served: Served, req: ChatCompletionRequest, tools_active: bool) -> 
 
     grammar = None
     close = json.dumps("}" + CLOSE)
+    tools = req.tools or []  # tools_active: there are some
     if tools_active and isinstance(req.tool_choice, NamedToolChoice):
-        (tool,) = [t for t in req.tools if t.function.name == req.tool_choice.function.name] or [None]
+        (tool,) = [t for t in tools if t.function.name == req.tool_choice.function.name] or [None]
         if tool is None:
             raise ApiError(
                 400,
@@ -148,7 +149,7 @@ def _grammar(served: Served, req: ChatCompletionRequest, tools_active: bool) -> 
     elif tools_active and req.tool_choice == "required":
         options = " | ".join(
             f"{json.dumps(' ' + json.dumps(t.function.name) + ', ' + json.dumps('arguments') + ': ')} {args(t)} {close}"
-            for t in req.tools
+            for t in tools
         )
         grammar = lark_grammar(f"start: {options}")
     elif not tools_active and req.response_format is not None and req.response_format.type != "text":

@@ -23,7 +23,7 @@ class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
     host: str = "127.0.0.1"
     """Address to listen on (loopback by default: nothing leaves the machine)."""
-    port: int = Field(8000, ge=0, le=65535)
+    port: int = Field(default=8000, ge=0, le=65535)
     """TCP port (0: any free port)."""
     state: Path = Path("serve")
     """Directory of the deployment's database (keys, audit log, feedback, arena votes)."""
@@ -31,7 +31,7 @@ class ServeConfig(BaseModel):
     """Release registry (SQLite file or PostgreSQL URL); None: serve `model` only."""
     model: str = DEFAULT_MODEL
     """The model served when the registry has no `production` release."""
-    canary_share: float = Field(0.0, ge=0.0, le=1.0)
+    canary_share: float = Field(default=0.0, ge=0.0, le=1.0)
     """Share of requests for `production` answered by the `candidate` release, when one exists."""
     log_text: bool = False
     """Opt-in: keep request and response text in the audit log (feedback export needs it)."""
@@ -39,20 +39,20 @@ class ServeConfig(BaseModel):
     """Opt-in: keep each answer's prompt ids, sampled ids and their log-probs in the audit log, and
     continue a chat history this key was served token-exactly, so `temper feedback export
     --trajectories` writes trainable episodes (serve/capture.py; needs `log_text`)."""
-    rate_limit: int = Field(600, ge=1)
+    rate_limit: int = Field(default=600, ge=1)
     """Requests per minute per key, unless the key was created with its own limit."""
-    max_tokens: int = Field(256, ge=1)
+    max_tokens: int = Field(default=256, ge=1)
     """Default and largest `max_tokens` of a request."""
-    max_sequences: int = Field(SLOTS, ge=1)
+    max_sequences: int = Field(default=SLOTS, ge=1)
     """Most sequences (prompts x n) one request may make the engine decode; more is a 400."""
-    max_body_bytes: int = Field(1 << 20, ge=1024)
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
     """Largest request body in bytes; a longer one is a 413, refused before it is parsed."""
-    max_images: int = Field(8, ge=1)
+    max_images: int = Field(default=8, ge=1)
     """Most `image_url` parts one chat request may carry (a vision model); more is a 400, before any is decoded."""
-    max_image_pixels: int = Field(2 * 4096 * 4096, ge=1)
+    max_image_pixels: int = Field(default=2 * 4096 * 4096, ge=1)
     """Most pixels the images of one request may hold together (width x height, read from their
     headers before any is decoded; each decodes to 3 bytes a pixel); more is a 400."""
-    refused_audit_s: float = Field(60.0, ge=0.0)
+    refused_audit_s: float = Field(default=60.0, ge=0.0)
     """Seconds between audit rows of one key's rate-limited (429) requests; those between are counted into the next."""
     precision: str = "auto"
     """auto | bf16 | fp32 for the engines."""
@@ -62,13 +62,13 @@ class ServeConfig(BaseModel):
     engine: EngineSettings = EngineSettings(max_slots=SLOTS, max_cache_tokens=CACHE_TOKENS)
     """The engine of every served model: continuous batching (`kind: batching`, the only kind
     that streams and admits requests into a running batch); `max_slots` sequences decode together."""
-    max_loaded: int = Field(3, ge=1)
+    max_loaded: int = Field(default=3, ge=1)
     """Most models kept loaded at once (least recently used is dropped)."""
     arena_prompts: Path | None = None
     """Prompts the arena draws from (JSONL rows with `prompt`, or one prompt per line of text)."""
-    arena_max_tokens: int = Field(96, ge=1)
+    arena_max_tokens: int = Field(default=96, ge=1)
     """Tokens per arena answer."""
-    arena_temperature: float = Field(0.7, ge=0.0)
+    arena_temperature: float = Field(default=0.7, ge=0.0)
     """Sampling temperature of arena answers."""
     seed: int = 0
     """Seeds canary routing and the arena's draws (pairings, sides)."""
@@ -103,7 +103,7 @@ class TinkerServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
     host: str = "127.0.0.1"
     """Address to listen on (loopback by default: nothing leaves the machine)."""
-    port: int = Field(8000, ge=0, le=65535)
+    port: int = Field(default=8000, ge=0, le=65535)
     """TCP port (0: any free port)."""
     state: Path = Path("serve")
     """Directory of the deployment's database (keys, audit log) and of saved Tinker weights (`tinker/`)."""
@@ -115,44 +115,44 @@ class TinkerServeConfig(BaseModel):
     base_models: list[str] = []
     """More base models clients may use (model specs); a client names one by its spec or by the
     directory it resolves to, and any other name is refused (client text is never loaded)."""
-    rate_limit: int = Field(6000, ge=1)
+    rate_limit: int = Field(default=6000, ge=1)
     """Requests per minute per key (a training loop polls its futures, so more than the OpenAI server's)."""
-    max_tokens: int = Field(1024, ge=1)
+    max_tokens: int = Field(default=1024, ge=1)
     """Largest `max_tokens` of a sample request (the default when a request gives none)."""
-    max_samples: int = Field(64, ge=1)
+    max_samples: int = Field(default=64, ge=1)
     """Most samples (`num_samples`) one sample request may ask for; more is refused."""
-    max_body_bytes: int = Field(64 << 20, ge=1 << 20)
+    max_body_bytes: int = Field(default=64 << 20, ge=1 << 20)
     """Largest request body in bytes (forward_backward chunks are cut to a quarter of it)."""
-    max_samplers: int = Field(2, ge=1)
+    max_samplers: int = Field(default=2, ge=1)
     """Most sampling models kept loaded at once (least recently used is dropped)."""
-    max_recorded_tokens: int = Field(4_000_000, ge=1)
+    max_recorded_tokens: int = Field(default=4_000_000, ge=1)
     """Most tokens of recorded samples (`record_stability_info`: each sequence's prompt and sampled
     tokens) kept in memory, all keys together; the least recently used sequences are dropped first."""
     precision: str = "auto"
     """auto | bf16 | fp32 for training (bf16 autocast over float32 weights) and the sampling engines."""
     engine: EngineSettings = EngineSettings(kind="hf")
     """The engine sampling clients run on (`hf`: static batches of one request's samples)."""
-    poll_s: float = Field(20.0, gt=0)
+    poll_s: float = Field(default=20.0, gt=0)
     """Longest a `retrieve_future` call waits for its result before answering `try_again`."""
-    max_lora_rank: int = Field(128, ge=1)
+    max_lora_rank: int = Field(default=128, ge=1)
     """Largest LoRA rank a training client may ask for."""
-    max_models_per_key: int = Field(8, ge=1)
+    max_models_per_key: int = Field(default=8, ge=1)
     """Most training clients one key holds at once (finishing a session, `ServiceClient.close`, frees its clients)."""
-    max_models: int = Field(16, ge=1)
+    max_models: int = Field(default=16, ge=1)
     """Most training clients the server holds at once, all keys together."""
-    max_datum_tokens: int = Field(4096, ge=1)
+    max_datum_tokens: int = Field(default=4096, ge=1)
     """Most input tokens of one datum of forward_backward, or of one sample prompt."""
-    max_call_tokens: int = Field(65536, ge=1)
+    max_call_tokens: int = Field(default=65536, ge=1)
     """Most input tokens of one forward_backward call, all its datums together."""
-    step_tokens: int = Field(512, ge=1)
+    step_tokens: int = Field(default=512, ge=1)
     """Padded tokens (datums x the longest) of one step of a forward_backward: the worker runs one
     step of a key's call, then one of the next key's, so a long call delays others by a step."""
-    call_timeout_s: float = Field(900.0, gt=0)
+    call_timeout_s: float = Field(default=900.0, gt=0)
     """Most seconds of work one call may take (its own steps, not its wait); a longer one is
     stopped at the end of a step, its gradients restored, and fails."""
-    max_queued_per_key: int = Field(64, ge=1)
+    max_queued_per_key: int = Field(default=64, ge=1)
     """Most calls of one key waiting or running at once; more is a 429 (the SDK retries it)."""
-    shutdown_s: int = Field(3, ge=1)
+    shutdown_s: int = Field(default=3, ge=1)
     """Seconds a stopping server gives open requests after it has stopped the calls."""
 
     @model_validator(mode="after")

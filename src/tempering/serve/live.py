@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncGenerator, Callable
 
 from tempering.serve.backend import Served
 from tempering.serve.chat import Prepared, _logprob_entry, _skip_ids, usage_chunk
@@ -53,7 +53,7 @@ async def chat_stream(
     response_id: str,
     model_name: str,
     finished: Callable[[list[list[Any]]], None],
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any], None]:
     """The chunks of one answer as the engine decodes it; `finished(groups)` is called with the
     completion before the finish chunk is sent (the caller audits there)."""
     from tempering.rollout.engine import prompt_seed

@@ -208,12 +208,12 @@ class ResponseFormat(_Strict):
 
 class _Sampling(_Body):
     model: str = Field(min_length=1, max_length=1024)  # a default model is named by its path
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    n: int = Field(1, ge=1, le=16)
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    n: int = Field(default=1, ge=1, le=16)
     stop: str | list[str] | None = None
-    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     presence_penalty: float | None = None
@@ -246,12 +246,12 @@ class _Sampling(_Body):
 class ChatCompletionRequest(_Sampling):
     messages: list[Message] = Field(min_length=1)
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _tools(self) -> ChatCompletionRequest:
@@ -268,7 +268,7 @@ class ChatCompletionRequest(_Sampling):
 
 class CompletionRequest(_Sampling):
     prompt: str | list[str] = Field(min_length=1)
-    logprobs: int | None = Field(None, ge=0, le=5)
+    logprobs: int | None = Field(default=None, ge=0, le=5)
     echo: bool = False
     suffix: str | None = None
 
@@ -303,8 +303,8 @@ class FeedbackTask(_Strict):
 class FeedbackRequest(_Body):
     response_id: str = Field(min_length=1, max_length=200)
     kind: Literal["thumbs_up", "thumbs_down", "correction", "report"]
-    correction: str | None = Field(None, max_length=100_000)
-    comment: str | None = Field(None, max_length=10000)
+    correction: str | None = Field(default=None, max_length=100_000)
+    comment: str | None = Field(default=None, max_length=10000)
     task: FeedbackTask | None = None
     """Optional right answer ({"answer": "4"}): the feedback stage makes the prompt a task checked against it."""
 
@@ -318,8 +318,8 @@ class FeedbackRequest(_Body):
 class BattleRequest(_Body):
     """A battle for the calling key (its annotator): a typed `prompt` makes a battle only this key sees."""
 
-    prompt: str | None = Field(None, min_length=1, max_length=4000)
-    image: str | None = Field(None, min_length=1, max_length=4_000_000)
+    prompt: str | None = Field(default=None, min_length=1, max_length=4000)
+    image: str | None = Field(default=None, min_length=1, max_length=4_000_000)
     """A picture the prompt is about, as a `data:image/...;base64,` URL (needs a typed prompt)."""
 
 

@@ -135,7 +135,10 @@ class Store:
 
     def _insert(self, sql: str, args: tuple) -> int:
         with self._lock:
-            return int(self._conn.execute(sql, args).lastrowid)
+            rowid = self._conn.execute(sql, args).lastrowid
+        if rowid is None:  # sqlite3 sets it for every INSERT
+            raise sqlite3.OperationalError(f"no row id after {sql.split('(')[0].strip()!r}")
+        return rowid
 
     # ------------------------------------------------------------------ keys
     def create_key(self, name: str, rate_limit: int | None = None) -> tuple[ApiKey, str]:

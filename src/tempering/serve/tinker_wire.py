@@ -18,10 +18,14 @@ nothing is allocated at a size the client chose. A body that fails a check is a 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tempering.errors import UserError
+
+if TYPE_CHECKING:
+    from tinker.proto.tinker_public_pb2 import DType
 
 CALL = "forward_backward"
 
@@ -234,7 +238,7 @@ def check_vocab(tokens: np.ndarray | list[int], vocab: int, where: str) -> None:
         raise WireError(f"{where}: token id {low if low < 0 else high} is outside this model's vocabulary [0, {vocab})")
 
 
-def _batched(arrays: list[np.ndarray], dtype: type, pb_dtype: int):
+def _batched(arrays: list[np.ndarray], dtype: type, pb_dtype: DType.ValueType):
     pb = _pb()
     parts = [np.ascontiguousarray(a, dtype=dtype).ravel() for a in arrays]
     offsets = np.cumsum([0] + [p.nbytes for p in parts]).astype(np.int64)

@@ -128,7 +128,7 @@ def composite_spec(base: dict[str, Any], parts: list[RewardPart]) -> dict[str, A
 class VisionSourceSettings(Options):
     """vision:<name>'s own settings."""
 
-    image_size: int | None = Field(None, ge=16, le=1024)
+    image_size: int | None = Field(default=None, ge=16, le=1024)
     """The side of the drawn pictures in pixels (None: 64); match the size the model was trained on
     (the processor resizes any other)."""
 

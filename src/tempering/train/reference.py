@@ -21,20 +21,21 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import torch
 from rich.console import Console
 from rich.progress import Progress
 
 from tempering.atomic import atomic_path
+from tempering.batches import PairBatch
 from tempering.data.pair_batches import collate_pairs, pairs_fingerprint
 from tempering.data.pair_render import RenderedPair
 from tempering.models.lora import continues_adapter
 from tempering.models.precision import autocast
 from tempering.models.rope import rope_summary
 
-PairScore = Callable[[Any, dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]
+PairScore = Callable[[Any, PairBatch], tuple[torch.Tensor, torch.Tensor]]
 """(model, pair batch) -> (chosen sums (B,), rejected sums (B,)): the objective's own forward,
 passed in (train/ does not import objectives/)."""
 
@@ -82,7 +83,9 @@ def compute_reference_logps(
             task = progress.add_task("reference log-probs", total=len(batches))
             for index in batches:
                 batch = collate_pairs([pairs[i] for i in index])
-                batch = {key: v.to(device) if isinstance(v, torch.Tensor) else v for key, v in batch.items()}
+                batch = cast(
+                    PairBatch, {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                )
                 with autocast(precision, device):
                     chosen, rejected = score(model, batch)
                 out[index, 0], out[index, 1] = chosen.float().cpu(), rejected.float().cpu()

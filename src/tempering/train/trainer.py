@@ -15,7 +15,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
 
@@ -58,7 +58,7 @@ class Objective(Protocol):
 
     def units(self, batch: Any) -> float: ...
 
-    def loss(self, model: Any, batch: Any) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]: ...
+    def loss(self, model: Any, batch: Any) -> tuple[torch.Tensor, Mapping[str, float | torch.Tensor]]: ...
 
     """(summed loss, stats); a stat may stay a 0-dim tensor on the model's device (read once per step)."""
 

@@ -162,7 +162,8 @@ def score_math(spec: dict[str, Any], completion: str, ctx: VerifierContext) -> R
     """
     from math_verify import parse, verify
 
-    gold = parse(f"${spec['answer']}$", parsing_timeout=None)
-    pred = parse(completion, parsing_timeout=None)
+    # math-verify documents None (no signal-based timeout; the worker bounds it) but annotates int
+    gold = parse(f"${spec['answer']}$", parsing_timeout=None)  # pyright: ignore[reportArgumentType]
+    pred = parse(completion, parsing_timeout=None)  # pyright: ignore[reportArgumentType]
     ok = bool(gold) and bool(pred) and verify(gold, pred, timeout_seconds=None)
     return _reward(ok, str(pred[-1]) if pred else None)

@@ -34,6 +34,7 @@ import select
 import signal
 import sys
 import time
+from typing import Any
 
 VERDICT_MAGIC = "TEMPERING-VERDICT"
 MAX_REPLY_BYTES = 16 * 1024 * 1024
@@ -197,7 +198,7 @@ class DecodeBudget:
             raise ReplyTooLarge("reply too slow to decode within the call's time limit")
 
 
-def decode(data, depth: int = 0, budget: DecodeBudget | None = None):
+def decode(data: Any, depth: int = 0, budget: DecodeBudget | None = None) -> Any:
     """The inverse of `encode`, strict: anything malformed raises ValueError/TypeError, a value
     over `budget` raises ReplyTooLarge. No budget: no limit (the worker decoding the tests'
     trusted arguments; the judge always passes one for the candidate's replies)."""
@@ -362,12 +363,12 @@ class Worker:
         return self._receive(deadline)
 
     def _send(self, data: bytes, deadline: float) -> None:
-        fd, data = self.request_fd, memoryview(data)
-        while data:
+        fd, left = self.request_fd, memoryview(data)
+        while left:
             if not select.select([], [fd], [], max(0.0, deadline - time.monotonic()))[1]:
                 raise TimeoutError
             try:
-                data = data[os.write(fd, data) :]
+                left = left[os.write(fd, left) :]
             except BrokenPipeError:
                 raise EOFError from None
 

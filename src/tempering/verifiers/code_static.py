@@ -547,9 +547,9 @@ def _fold_call(node: ast.Call, env: FoldEnv, depth: int):
             return _try(lambda: bytes(args[0])) if isinstance(args[0], tuple) else None
         return _try(lambda: str(args[0]))
     if isinstance(node.func, ast.Attribute) and node.func.attr in _METHODS:
-        owner = _fold(node.func.value, env, depth)
+        owner, method = _fold(node.func.value, env, depth), node.func.attr
         if isinstance(owner, (str, bytes)) and all(not isinstance(a, int) or abs(a) < 100 for a in args):
-            return _try(lambda: getattr(owner, node.func.attr)(*args))
+            return _try(lambda: getattr(owner, method)(*args))
     return None
 
 

@@ -84,7 +84,7 @@ def _load(env_id: str, args_json: str) -> Any:
     try:
         import datasets
         import verifiers as vf
-        from verifiers.utils.env_utils import import_env_module
+        from verifiers.utils.env_utils import import_env_module  # pyright: ignore[reportMissingImports]  # not in the installed verifiers' typed modules
     except ImportError as exc:
         raise UnusableEnvironment(
             f"{where}: the verifiers library is not usable here ({exc}); see the `verifiers` extra"
@@ -102,7 +102,7 @@ def _load(env_id: str, args_json: str) -> Any:
         build = getattr(module, "load_environment", None)
         if not callable(build):
             raise UnusableEnvironment(f"{where}: module {module.__name__!r} has no load_environment")
-        env = build(**args)
+        env: Any = build(**args)  # the library's Environment
     except UnusableEnvironment:
         raise
     except Exception as exc:
@@ -150,7 +150,7 @@ def _check(where: str, env: Any, vf: Any) -> None:
 def module_digest(env_id: str) -> str:
     """sha256 of the environment module's source file and the library version (16 hex digits)."""
     import verifiers as vf
-    from verifiers.utils.env_utils import env_module_name
+    from verifiers.utils.env_utils import env_module_name  # pyright: ignore[reportMissingImports]  # as above
 
     path = getattr(sys.modules.get(env_module_name(env_id)), "__file__", None)
     text = Path(path).read_bytes() if path else b""

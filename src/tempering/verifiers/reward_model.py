@@ -37,10 +37,10 @@ class RewardScorer:
 
     def __init__(self, model: Any, tokenizer: Any, precision: str = "auto", batch_size: int = 16):
         from tempering.data.padding import pad_id
-        from tempering.data.render import detect_tool_call_style
+        from tempering.data.render import ToolCallStyle, detect_tool_call_style
 
         self.model, self.tokenizer = model, tokenizer
-        self.style = detect_tool_call_style(tokenizer)
+        self.style: ToolCallStyle = detect_tool_call_style(tokenizer)
         self.precision, self.batch_size = precision, batch_size
         self.pad_id = pad_id(tokenizer)
         self._lock = threading.Lock()

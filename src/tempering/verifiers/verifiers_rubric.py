@@ -83,7 +83,7 @@ def score_verifiers(spec: dict[str, Any], completion: str, ctx: Any) -> Reward:
 def sampled_completion(text: str) -> Any:
     """A `verifiers` Client whose one answer is `text` (what Tempering's engine sampled)."""
     import verifiers as vf
-    from verifiers.types import Response, ResponseMessage
+    from verifiers.types import Response, ResponseMessage  # pyright: ignore[reportMissingImports]  # not in the installed verifiers' typed modules
 
     class SampledCompletion(vf.Client):
         def setup_client(self, config: Any) -> Any:
