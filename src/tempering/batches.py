@@ -112,6 +112,10 @@ class GRPOBatch:
     concatenated in prompt order (the groups' images as the rollout engine's prefill took them)."""
     image_grid_thw: torch.Tensor | None = None
     """(n_images, 3) Qwen2-VL-style processors: each image's patch grid, in the same order."""
+    versions: torch.Tensor | None = None
+    """(N, T) long, laid out like `completion_ids`: the policy version that sampled each token
+    (`tempering.versions`), -1 where `sampled_mask` is 0, on padding and where unknown (prompt
+    tokens are never sampled, so the prompt has none). Bookkeeping only: no loss reads it."""
 
     def pixels(self) -> dict[str, torch.Tensor]:
         """The pixel inputs the prompts' forward takes ({} for text prompts)."""

@@ -156,11 +156,17 @@ class Trajectory(BaseModel):
     routing: list[list[list[int]]] | None = None
     """MoE models with router replay: per token, per layer, the experts the rollout sent it to
     (-1: none recorded)."""
+    versions: list[int] | None = None
+    """Per token, the policy version that sampled it (`tempering.versions`: the trainer's
+    `weights_version` the source stamped, every generated token alike; -1 on prompt and
+    environment tokens); None: unknown (not stamped, or written before versions were kept)."""
 
     @model_validator(mode="after")
     def _aligned(self) -> Trajectory:
         if not (len(self.token_ids) == len(self.loss_mask) == len(self.logprobs)):
             raise ValueError("token_ids, loss_mask and logprobs must have one entry per token")
+        if self.versions is not None and len(self.versions) != len(self.token_ids):
+            raise ValueError("versions must have one entry per token")
         if not self.rewards:
             raise ValueError("a trajectory needs at least one reward")
         return self
@@ -187,6 +193,10 @@ class Trajectory(BaseModel):
     @property
     def completion_logprobs(self) -> list[float]:
         return self.logprobs[self.prompt_length :]
+
+    @property
+    def completion_versions(self) -> list[int] | None:
+        return None if self.versions is None else self.versions[self.prompt_length :]
 
     @property
     def truncated(self) -> bool:

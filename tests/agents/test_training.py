@@ -1,5 +1,7 @@
 """Agent training pieces: step-credit advantages (hand-derived), curriculum, batches, expert data."""
 
+import json
+
 import pytest
 import torch
 
@@ -105,7 +107,7 @@ def test_expert_examples_train_only_the_assistant_turns(smol_tokenizer):
     assert ex.input_ids[: len(opening)] == opening
 
 
-def test_rollout_source_builds_grpo_batches_from_episodes(smol_tokenizer):
+def test_rollout_source_builds_grpo_batches_from_episodes(smol_tokenizer, tmp_path):
     renderer = AgentRenderer(smol_tokenizer)
     tasks = select(builtin_tasks("retry"), "train")[:4]
 
@@ -117,15 +119,24 @@ def test_rollout_source_builds_grpo_batches_from_episodes(smol_tokenizer):
 
     engine = PolicyEngine(smol_tokenizer, policy, tasks)
     grpo = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=20, dynamic_sampling=False)
-    source = AgentRolloutSource(tasks, engine, renderer, None, grpo, EpisodeSettings(), grad_accum=1, seed=0)
+    store = tmp_path / "trajectories.jsonl"
+    source = AgentRolloutSource(
+        tasks, engine, renderer, None, grpo, EpisodeSettings(), grad_accum=1, seed=0, store=store
+    )
+    source.on_weights(2, step=2)  # the trainer's weights: version 2
     batch = source.next_batch()
     assert batch.completion_ids.shape[0] == 4 and batch.prompt_ids.shape[0] == 2
+    # the model's own turns are version 2; tool output and padding carry none (-1)
+    assert torch.equal(batch.versions, torch.where(batch.loss_mask.bool(), 2, -1))
+    episodes = [json.loads(line) for line in store.read_text().splitlines()]
+    assert episodes and all(e["versions"] == [2 if m else -1 for m in e["loss_mask"]] for e in episodes)
     assert torch.equal(batch.loss_mask * (1 - batch.completion_mask), torch.zeros_like(batch.loss_mask))
     assert 0 < int(batch.loss_mask.sum()) < int(batch.completion_mask.sum())  # feedback turns masked
     # round 1 (4 episodes): wrong, right, wrong, right; round 2 (the two wrong ones): wrong, right;
     # round 3: wrong (third attempt). Rewards: group 0 [0, 1.0], group 1 [0.5, 1.0] -> advantages -1, 1
     assert torch.allclose(batch.advantages, torch.tensor([-1.0, 1.0, -1.0, 1.0]), atol=1e-4)
     stats = source.stats()
+    assert (stats["staleness_max"], stats["staleness_hist/0"]) == (0.0, int(batch.loss_mask.sum()))
     assert stats["groups"] == 2 and stats["success_rate"] == 0.75 and stats["reward_mean"] == pytest.approx(0.625)
     assert source.state_dict()["rollouts"] == 1
 

@@ -2,6 +2,7 @@
 
 import json
 
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -80,3 +81,50 @@ def test_grpo_refuses_heldout_overlapping_training(tmp_path, tiny_dir):
     path.write_text(yaml.safe_dump(cfg))
     res = CliRunner().invoke(app, ["grpo", str(path)])
     assert res.exit_code == 2 and "also appear in the training tasks" in " ".join(res.output.split())
+
+
+def _run_grpo(tmp_path, tiny_dir, name):
+    path = _config(tmp_path, tiny_dir, 3)
+    cfg = yaml.safe_load(path.read_text())
+    del cfg["heldout"]
+    cfg["name"] = name
+    # a reward the random tiny model earns now and then (its replies are random words), so groups differ
+    letter = {"type": "regex", "pattern": "[kK]", "on": "completion"}
+    cfg["reward"] = [{"name": "letter", "weight": 1.0, "verifier": letter}]
+    cfg["grpo"]["truncation"] = "keep"  # its replies all run to max_new_tokens
+    path.write_text(yaml.safe_dump(cfg))
+    res = CliRunner().invoke(app, ["grpo", str(path)])
+    assert res.exit_code == 0, res.output
+    run = tmp_path / "runs" / name
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return run, [r for r in steps if "loss" in r]
+
+
+def test_a_synchronous_grpo_run_stamps_versions_is_never_stale_and_trains_as_without_them(
+    tmp_path, tiny_dir, monkeypatch
+):
+    from safetensors.torch import load_file
+
+    from tempering.rollout.source import RolloutSource
+    from tempering.rollout.store import read_trajectories
+
+    run, steps = _run_grpo(tmp_path, tiny_dir, "versions")
+    # the weights move (a policy-gradient loss at ratio 1 is 0 here, its gradient is not)
+    assert [r["step"] for r in steps] == [1, 2, 3] and all(r["grad_norm"] > 0 for r in steps)
+    for r in steps:  # the sampler holds the weights being updated: every sampled token is 0 steps old
+        assert (r["staleness_mean"], r["staleness_max"]) == (0.0, 0.0) and r["staleness_hist/0"] > 0
+        assert not [k for k in r if k.startswith("staleness_hist/") and k != "staleness_hist/0"]
+    for step in (1, 2, 3):  # sampled after step - 1 updates, so under weights version step - 1
+        rows = read_trajectories(run, step=step)
+        assert rows and all(r["versions"] == [step - 1] * len(r["tokens"]) for r in rows)
+
+    # the same run with versions neither stamped nor heard: the same losses and weights, bit for bit
+    monkeypatch.setattr("tempering.rollout.source.stamp", lambda mask, version: None)
+    monkeypatch.delattr(RolloutSource, "on_weights")
+    plain, plain_steps = _run_grpo(tmp_path, tiny_dir, "plain")
+    assert not [k for r in plain_steps for k in r if k.startswith("staleness_")]
+    assert all(r["versions"] is None for r in read_trajectories(plain))
+    for key in ("loss", "grad_norm", "reward_mean", "kl"):
+        assert [r[key] for r in plain_steps] == [r[key] for r in steps], key
+    a, b = (load_file(r / "final" / "adapter_model.safetensors") for r in (run, plain))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -132,6 +132,8 @@ def test_a_served_conversation_exports_as_the_token_exact_episode_the_engine_sam
     assert [lp for lp, m in zip(episode.logprobs, episode.loss_mask) if m] == pytest.approx(
         calls[0]["logprobs"] + calls[1]["logprobs"] + calls[2]["logprobs"], abs=0
     )
+    # a served release's answers are version 0 of it (the release is named per turn); the rest none
+    assert episode.versions == [0 if m else -1 for m in episode.loss_mask] and row["versions"] == episode.versions
 
     (batch,) = grpo_micro_batches([trajectory_group([episode], torch.tensor([1.0]))], grad_accum=1)
     n = len(episode.completion_ids)
@@ -139,6 +141,7 @@ def test_a_served_conversation_exports_as_the_token_exact_episode_the_engine_sam
     assert batch.completion_ids[0, :n].tolist() == episode.completion_ids
     assert batch.loss_mask[0, :n].tolist() == episode.loss_mask[episode.prompt_length :]
     assert batch.sampled_mask[0].sum().item() == len(sampled)
+    assert batch.versions[0, :n].tolist() == [0 if m else -1 for m in episode.loss_mask[episode.prompt_length :]]
     engine_lp = batch.engine_logprobs[0, :n][batch.loss_mask[0, :n].bool()]
     assert engine_lp.tolist() == pytest.approx(calls[0]["logprobs"] + calls[1]["logprobs"] + calls[2]["logprobs"])
 

@@ -310,3 +310,69 @@ def test_a_resumed_run_keeps_the_first_loss_of_its_first_attempt(tmp_path):
     result = make_trainer(tmp_path, steps=8).fit()
     assert result.resumed_from == 5 and len(result.losses) == 3  # steps 6, 7, 8 of this attempt
     assert result.loss_first == seen[0] and result.loss_first != result.losses[0]
+
+
+def listening(trainer):
+    """The (version, step) pairs the trainer tells its batch source (its optional `on_weights`)."""
+    heard = []
+    trainer.batches.on_weights = lambda version, step: heard.append((version, step))
+    return heard
+
+
+def test_weights_version_counts_applied_steps_not_skipped_ones(tmp_path):
+    trainer = make_trainer(tmp_path, objective=Poisoned(SFTObjective(), {4}), steps=6)
+    heard = listening(trainer)
+    trainer.fit()
+    # 7 optimizer steps tried, the 4th skipped (NaN): 6 weight changes, each told with its step
+    assert trainer.weights_version == 6 and heard == [(v, v) for v in range(1, 7)]
+    last = list_checkpoints(tmp_path / "checkpoints")[-1]
+    assert load_checkpoint(last)["state"]["weights_version"] == 6
+
+
+def test_a_rollback_is_a_new_weights_version(tmp_path):
+    trainer = make_trainer(
+        tmp_path, objective=Poisoned(SFTObjective(), {8, 9, 10}), steps=12, guard={"max_bad_in_row": 3}
+    )
+    heard = listening(trainer)
+    trainer.fit()
+    # steps 1..7, three NaNs, back to step 5's weights (version 8), steps 6..12 again (versions 9..15)
+    assert heard == [(v, v) for v in range(1, 8)] + [(8, 5)] + [(v + 3, v) for v in range(6, 13)]
+    assert trainer.weights_version == 15
+
+
+def test_a_resume_restores_the_weights_version_and_tells_the_source(tmp_path):
+    seen = []
+
+    def kill_second_step_7(step, record):
+        seen.append(step)
+        if seen.count(7) == 2:
+            raise Killed()
+
+    with pytest.raises(Killed):
+        make_trainer(
+            tmp_path,
+            objective=Poisoned(SFTObjective(), {8, 9, 10}),
+            steps=12,
+            callbacks=[kill_second_step_7],
+            guard={"max_bad_in_row": 3},
+        ).fit()
+    # steps 1..7, the rollback to step 5 (version 8, re-saved there), 6, 7 -> killed
+    resumed = make_trainer(tmp_path, steps=12)
+    heard = listening(resumed)
+    result = resumed.fit()
+    # the checkpoint's version (8), not its step (5): the rollback's weights are not step 5's first ones
+    assert result.resumed_from == 5 and heard[0] == (8, 5) and resumed.weights_version == 15
+
+
+def test_a_checkpoint_without_a_weights_version_resumes_at_its_step(tmp_path, monkeypatch):
+    state = Trainer._state
+    monkeypatch.setattr(
+        Trainer, "_state", lambda self: {k: v for k, v in state(self).items() if k != "weights_version"}
+    )
+    make_trainer(tmp_path, steps=5).fit()  # checkpoints as written before versions were kept
+    assert "weights_version" not in load_checkpoint(list_checkpoints(tmp_path / "checkpoints")[-1])["state"]
+    monkeypatch.setattr(Trainer, "_state", state)
+    resumed = make_trainer(tmp_path, steps=7)
+    heard = listening(resumed)
+    resumed.fit()
+    assert heard == [(5, 5), (6, 6), (7, 7)] and resumed.weights_version == 7

@@ -53,8 +53,9 @@ from tempering.config import GRPOPolicySettings
 from tempering.data.render import RenderedExample, render_with_mask
 from tempering.errors import UserError
 from tempering.objectives.grpo_math import grpo_advantages
-from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, old_logprobs_for
+from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, old_logprobs_for, served_versions
 from tempering.types import Trajectory
+from tempering.versions import Version, VersionClock, stamp
 
 
 def expert_conversations(tasks: list[AgentTask], renderer: AgentRenderer, sandbox: Any) -> list[list[dict]]:
@@ -240,6 +241,11 @@ class AgentRolloutSource:
         self.buffer: list[GRPOBatch] = []
         self._stats: dict[str, float] = {}
         self._drawn: list[str] = []
+        self.clock = VersionClock()  # the trainer's weights version: stamps episodes, measures staleness
+
+    def on_weights(self, version: Version, step: int) -> None:
+        """The trainer's weights changed (or were restored): episodes played from now on are `version`'s."""
+        self.clock.on_weights(version, step)
 
     @property
     def at_boundary(self) -> bool:
@@ -256,7 +262,9 @@ class AgentRolloutSource:
         if not self.buffer:
             micro = self._rollout_batch()
             self.buffer = [b for _ in range(self.s.updates_per_batch) for b in micro]
-        return self.buffer.pop(0)
+        batch = self.buffer.pop(0)
+        self.clock.served(served_versions(batch))
+        return batch
 
     def state_dict(self) -> dict:
         return {"rollouts": self.rollouts, "curriculum": self.curriculum.state_dict()}
@@ -267,7 +275,7 @@ class AgentRolloutSource:
         self.buffer = []
 
     def stats(self) -> dict[str, float]:
-        return dict(self._stats)
+        return dict(self._stats) | self.clock.metrics()
 
     def _rollout_batch(self) -> list[GRPOBatch]:
         """Sample groups from the curriculum's tier; drop env-error groups, and groups whose
@@ -300,6 +308,8 @@ class AgentRolloutSource:
                 times[k] = times.get(k, 0.0) + v
             scored: list[tuple[int, bool]] = []
             for group in batch.groups:
+                for ep in group:  # the model's own turns were sampled by the weights the engine holds
+                    ep.trajectory.versions = stamp(ep.trajectory.loss_mask, self.clock.version)
                 seen.append(group)
                 if any(ep.trajectory.status != "scored" for ep in group):
                     counts["groups_env_error"] += 1
@@ -430,4 +440,5 @@ def episode_row(ep: AgentEpisode, rollout: int) -> dict[str, Any]:
         "turn_errors": [t.signals.errors for t in ep.turns],
         "token_ids": t.token_ids,
         "loss_mask": t.loss_mask,
+        "versions": t.versions,
     }

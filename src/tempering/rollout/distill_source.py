@@ -33,10 +33,11 @@ from tempering.config.distill import OnPolicySettings
 from tempering.errors import UserError
 from tempering.objectives.distill import reverse_kl_advantages
 from tempering.rollout.engine import Engine
-from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches
+from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, served_versions
 from tempering.rollout.rollout import RewardWorkers, ThreadRewardWorkers, rollout
 from tempering.rollout.roundtrip import roundtrip_ok
 from tempering.types import Task
+from tempering.versions import NOT_SAMPLED, Version, VersionClock, stamp
 
 TeacherScorer = Callable[[GRPOBatch], torch.Tensor]
 """batch -> (N, T) teacher log-probs of `batch.completion_ids` (0 off the completion mask)."""
@@ -69,12 +70,19 @@ class OnPolicyDistillSource:
         self.teacher_engine = teacher_engine  # GKD's mixture: some steps learn on the teacher's replies
         self.buffer: list[GRPOBatch] = []
         self._stats: dict[str, float] = {}
+        self.clock = VersionClock()  # the student's weights version: stamps samples, measures staleness
 
     # -- BatchSource -------------------------------------------------------------------
     def next_batch(self) -> GRPOBatch:
         if not self.buffer:
             self.buffer = self._batch()
-        return self.buffer.pop(0)
+        batch = self.buffer.pop(0)
+        self.clock.served(served_versions(batch))
+        return batch
+
+    def on_weights(self, version: Version, step: int) -> None:
+        """The student's weights changed (or were restored): samples drawn from now on are `version`'s."""
+        self.clock.on_weights(version, step)
 
     @property
     def at_boundary(self) -> bool:
@@ -87,7 +95,7 @@ class OnPolicyDistillSource:
         self.cursor, self.batches, self.buffer = state["cursor"], state.get("batches", 0), []
 
     def stats(self) -> dict[str, float]:
-        return dict(self._stats)
+        return dict(self._stats) | self.clock.metrics()
 
     def close(self) -> None:
         self.workers.close()
@@ -118,6 +126,8 @@ class OnPolicyDistillSource:
             groups = rollout(tasks, self.teacher_engine, greedy, self.workers, n=1, seed=self.seed + self.cursor)
         gen_s, t1 = time.perf_counter() - t0, time.perf_counter()
         rows = []
+        for t in (t for trajs in groups for t in trajs):  # the teacher's replies are no policy's samples
+            t.versions = stamp(t.loss_mask, self.clock.version) if student else [NOT_SAMPLED] * len(t.token_ids)
         for trajs in groups:
             first = trajs[0]
             masks = [[1] * len(t.completion_ids) for t in trajs]

@@ -24,6 +24,7 @@ from tempering.data.padding import PAD_ID, left_pad, right_pad
 from tempering.models.logprobs import grouped_logprobs
 from tempering.models.precision import autocast
 from tempering.types import Trajectory
+from tempering.versions import NOT_SAMPLED
 
 
 @dataclass
@@ -93,6 +94,7 @@ def grpo_tensors(groups: Sequence[GroupRows]) -> GRPOBatch:
     sampled_mask, _ = right_pad([sm for _, sm in masks], 0, width=width)
     logprobs = [t.completion_logprobs for t in trajs]
     engine_logprobs, _ = right_pad(logprobs, 0.0, width=width, dtype=torch.float32)
+    versions, _ = right_pad([_completion_versions(t) for t in trajs], NOT_SAMPLED, width=width)
     return GRPOBatch(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
@@ -103,9 +105,16 @@ def grpo_tensors(groups: Sequence[GroupRows]) -> GRPOBatch:
         engine_logprobs=engine_logprobs,
         advantages=_advantages([g.advantages for g in groups], width),
         n_real_tokens=int(completion_mask.sum()) + int(prompt_mask.sum()),
+        versions=versions.masked_fill(sampled_mask == 0, NOT_SAMPLED),
         **_routing(groups, prompt_mask, width),
         **_pixels(groups),
     )
+
+
+def _completion_versions(t: Trajectory) -> list[int]:
+    """A trajectory's completion versions (all `NOT_SAMPLED` where it carries none)."""
+    versions = t.completion_versions
+    return versions if versions is not None else [NOT_SAMPLED] * len(t.completion_ids)
 
 
 def _pixels(groups: Sequence[GroupRows]) -> dict[str, torch.Tensor]:
@@ -147,6 +156,14 @@ def _advantages(parts: list[torch.Tensor], width: int) -> torch.Tensor:
         out[row : row + p.shape[0], : p.shape[1]] = p
         row += p.shape[0]
     return out
+
+
+def served_versions(batch: GRPOBatch) -> list[int]:
+    """The versions of the sampled tokens a micro-batch trains on ([] for a filler without loss),
+    for a source's `VersionClock.served`."""
+    if batch.versions is None or batch.n_real_tokens == 0:
+        return []
+    return batch.versions[batch.versions != NOT_SAMPLED].tolist()
 
 
 def grpo_micro_batches(

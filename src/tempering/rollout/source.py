@@ -16,6 +16,10 @@
 Sampling is seeded by (seed, rollout index, round), so a resumed run draws what an
 uninterrupted one would have drawn from the same weights.
 
+Every sample is stamped with the policy version of the weights the engine holds (`on_weights`,
+which the Trainer calls after each weight change; `tempering.versions`), and each step logs the
+staleness of the tokens it trains on (`staleness_mean`, `staleness_max`, `staleness_hist/<k>`).
+
 With `rollout_ahead` (an engine that does not share the trainer's model: scale/'s engine
 replicas), steps 1-2 of the next batch run in a background thread while the trainer updates
 on this one: its samples come from the weights synced before that update (staleness 1,
@@ -59,12 +63,13 @@ from tempering.objectives.advantages import overlong_penalty
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.domains import DomainSchedule, domain_metrics
 from tempering.rollout.engine import Engine
-from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, old_logprobs_for
+from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, old_logprobs_for, served_versions
 from tempering.rollout.rollout import RewardWorkers, ThreadRewardWorkers, start_rollout
 from tempering.rollout.roundtrip import ROUNDTRIP_FLAG, roundtrip_ok
 from tempering.rollout.store import TrajectoryRow, TrajectoryStore
 from tempering.types import Task, Trajectory
 from tempering.verifiers.answers import NO_ANSWER
+from tempering.versions import Version, VersionClock, stamp
 
 
 @dataclass
@@ -134,13 +139,20 @@ class RolloutSource:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead") if settings.rollout_ahead else None
         self.schedule = schedule  # multi-domain: which domain each prompt comes from (None: one domain)
         self._events: list[dict[str, Any]] = []  # the schedule's events (paused, retried) not yet reported
+        self.clock = VersionClock()  # the trainer's weights version: stamps samples, measures staleness
 
     # -- BatchSource -------------------------------------------------------------------
     def next_batch(self) -> GRPOBatch:
         if not self.buffer:
             micro = self._rollout_batch()
             self.buffer = [b for _ in range(self.s.updates_per_batch) for b in micro]
-        return self.buffer.pop(0)
+        batch = self.buffer.pop(0)
+        self.clock.served(served_versions(batch))
+        return batch
+
+    def on_weights(self, version: Version, step: int) -> None:
+        """The trainer's weights changed (or were restored): samples drawn from now on are `version`'s."""
+        self.clock.on_weights(version, step)
 
     @property
     def at_boundary(self) -> bool:
@@ -171,7 +183,7 @@ class RolloutSource:
         return out
 
     def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self._stats)
+        out: dict[str, Any] = dict(self._stats) | self.clock.metrics()
         if self._events:  # reported once, with the step that follows the batch that raised them
             out["domain_events"], self._events = self._events, []
         return out
@@ -241,10 +253,10 @@ class RolloutSource:
             self._ahead = self._restored = None
         else:
             self._sync()
-            sampled, staleness = self._sample(), 0
+            sampled, staleness = self._sample(self.clock.version), 0
         if self._executor is not None:  # sample the next batch from these weights while this one trains
             self._sync()
-            self._ahead = self._executor.submit(self._sample)
+            self._ahead = self._executor.submit(self._sample, self.clock.version)
         self._drawn += [g.task.id for g in sampled[1]]
         return self._build(*sampled, staleness=staleness)
 
@@ -257,8 +269,10 @@ class RolloutSource:
         if self.model is not None:
             self.engine.sync_weights(self.model)
 
-    def _sample(self) -> Sampled:
-        """Steps 1-3: sample, score and filter one batch (engine and reward workers only, no model)."""
+    def _sample(self, version: Version | None = None) -> Sampled:
+        """Steps 1-3: sample, score and filter one batch (engine and reward workers only, no model);
+        its tokens are stamped `version` (default: the current one), the weights the engine holds."""
+        version = self.clock.version if version is None else version
         s = self.s
         index = self.rollouts
         kept: list[Group] = []
@@ -270,6 +284,8 @@ class RolloutSource:
             if need <= 0:
                 break
             groups, g, v = self._generate_and_score(self._next_tasks(need), index, round_)
+            for t in (t for group in groups for t in group.trajectories):
+                t.versions = stamp(t.loss_mask, version)
             gen_s, score_s = gen_s + g, score_s + v
             for group in groups:
                 self._apply_truncation(group)
@@ -423,6 +439,7 @@ class RolloutSource:
                         t.finish_reason,
                         id(g) in adv_of,
                         gi,
+                        t.completion_versions,
                     )
                 )
         self.store.write(step, rows)

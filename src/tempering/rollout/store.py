@@ -5,7 +5,11 @@
 Columns: run, step, task_id, source, prompt, completion, tokens (list<int32>),
 logprobs (list<float32>), reward, components (JSON text), flags (list<string>),
 advantage, finish_reason, kept (whether the sample entered the loss after dynamic
-sampling), group (index of its group within the step).
+sampling), group (index of its group within the step), versions (list<int32>, one per
+token of `tokens`: the policy version that sampled it, `tempering.versions`).
+
+Stores written before versions were kept have no `versions` column: `read_trajectories`
+gives those rows `versions: None` (unknown), never a guessed number.
 
 Files are written whole through a temporary name, so a crash never leaves half a step.
 """
@@ -39,6 +43,7 @@ SCHEMA = pa.schema(
         ("finish_reason", pa.string()),
         ("kept", pa.bool_()),
         ("group", pa.int32()),
+        ("versions", pa.list_(pa.int32())),
     ]
 )
 
@@ -63,6 +68,8 @@ class TrajectoryRow:
     finish_reason: str
     kept: bool
     group: int
+    versions: list[int] | None = None
+    """Per token of `tokens`, the policy version that sampled it (None: unknown)."""
 
     def row(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -103,6 +110,7 @@ def read_trajectories(
     rows = [r for f in files for r in pq.read_table(f).to_pylist()]
     for r in rows:
         r["components"] = json.loads(r["components"])
+        r.setdefault("versions", None)  # a store from before versions were kept: unknown
     if order == "flagged":
         rows = [r for r in rows if r["flags"]]
     elif order in ("worst", "best"):

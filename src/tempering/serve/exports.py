@@ -81,11 +81,12 @@ FEEDBACK_REWARD = {"thumbs_up": 1.0, "thumbs_down": 0.0}
 def trajectory_rows(store: Store) -> list[dict[str, Any]]:
     """One row per served chat episode with captured tokens (serve/capture.py): the fields of a
     `tempering.types.Trajectory` (token-exact: loss mask 1 on the ids the engine sampled, their
-    log-probs) plus `releases` and `response_ids`, one per turn, and the `key` that asked.
+    log-probs, their versions: `versions.SERVED`, version 0 of the turn's release) plus `releases` and `response_ids`, one per turn, and the `key` that asked.
 
     An episode is a chain of turns, each continuing the one before token-exactly; it ends at a
     turn no later request continued (each choice of an `n > 1` answer ends its own)."""
     from tempering.types import Reward, Trajectory
+    from tempering.versions import SERVED, stamp
 
     rows = {r["response_id"]: r for r in store.captured() if r["endpoint"].endswith("/chat/completions")}
     continued = {(c["response_id"], c["choice"]) for r in rows.values() if (c := r["tokens"]["continues"]) is not None}
@@ -110,6 +111,7 @@ def trajectory_rows(store: Store) -> list[dict[str, Any]]:
                 token_ids=token_ids,
                 loss_mask=loss_mask,
                 logprobs=logprobs,
+                versions=stamp(loss_mask, SERVED),
                 prompt_length=len(turns[0][1]),
                 rewards=[reward],
                 finish_reason=last["finish_reason"],

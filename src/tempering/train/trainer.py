@@ -72,6 +72,7 @@ class BatchSource(Protocol):
 
     # optional: def stats(self) -> dict[str, float]  (merged into each step record)
     # optional: def consumed(self) -> list  (ids drawn since the last call: the run's consumed.jsonl)
+    # optional: def on_weights(self, version: int, step: int) -> None  (the weights are now `version`)
 
 
 class TrainingDiverged(RuntimeError):
@@ -208,6 +209,7 @@ class Trainer:
         self.run = run or RunContext.open(self.run_dir, self.world.rank, settings.loggers, config, lineage)
         self.consumed = ConsumedLog(self.run_dir / "consumed.jsonl" if self.world.main else None)
         self.step, self.lr_scale, self.real_tokens = 0, 1.0, 0
+        self.weights_version = 0  # +1 per weight change (an applied step, a rollback); see `tempering.versions`
         self.loss_first: float | None = None  # the run's first step's loss, saved in each checkpoint
         self.stop_reason: str | None = None
         self.precision = resolve_precision(settings.precision)
@@ -256,6 +258,7 @@ class Trainer:
             "world_size": self.world.size,
             "consumed_steps": self.consumed.count,  # lines of consumed.jsonl this checkpoint covers
             "loss_first": self.loss_first,
+            "weights_version": self.weights_version,
         }
 
     def save(self) -> Path:
@@ -301,7 +304,15 @@ class Trainer:
             self.guard.load_state_dict(state["guard"])
             self.real_tokens = state["real_tokens"]
             self.loss_first = state.get("loss_first")
+            self._weights_changed(state.get("weights_version", state["step"]))  # older checkpoints: one per step
         return state
+
+    def _weights_changed(self, version: int | None = None) -> None:
+        """The weights are a new version (next, or `version` on resume); a batch source that stamps
+        its samples with it hears so (its optional `on_weights`)."""
+        self.weights_version = self.weights_version + 1 if version is None else version
+        if (tell := getattr(self.batches, "on_weights", None)) is not None:
+            tell(self.weights_version, self.step)
 
     def _at_boundary(self) -> bool:
         """Whether the batch source resumes exactly from here (a GRPO source is not in the middle of
@@ -317,6 +328,7 @@ class Trainer:
         path = list_checkpoints(self.ckpt_dir)[-1]
         scale = self.lr_scale * self.settings.guard.rollback_lr_factor
         state = self._restore(path, full=False)
+        self._weights_changed()  # older weights, yet a new version: samples are never stamped twice alike
         self.lr_scale = scale
         self.guard.record_rollback(state["guard"]["recent"])
         self.run.event("rollback", to=path.name, step=self.step, lr_scale=scale)
@@ -391,6 +403,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.guard.record_good(loss)
         self.step += 1
+        self._weights_changed()
         self.real_tokens += real
         dt = time.perf_counter() - t0
         stats = getattr(self.batches, "stats", None)  # optional on a BatchSource
