@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -294,3 +295,41 @@ def test_torchrun_sft_with_context_parallelism_trains_like_one_process(tmp_path,
     assert "tempering" not in json.dumps(saved)
     w1, w2 = (load_file(runs / n / "final" / "model.safetensors") for n in ("one", "two"))
     assert max(float((w1[k] - w2[k]).abs().max()) for k in w1) < 1e-4
+
+
+def test_the_bench_smoke_run_writes_its_figures(tmp_path):
+    out = tmp_path / "cp.json"
+    bench = Path(__file__).resolve().parents[2] / "bench" / "throughput" / "cp.py"
+    done = subprocess.run(
+        [sys.executable, str(bench), "--smoke", "--out", str(out)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert {"max_abs_grad_diff", "max_abs_loss_diff", "peak_mem_ratio_one_vs_two_ranks", "method", "host"} <= set(
+        result
+    )
+    assert result["length"] == 64 and [r["tokens_held"] for r in result["two_ranks"]] == [32, 32]
+    assert result["max_abs_grad_diff"] < TOL < result["max_abs_grad"]
+
+
+@pytest.mark.parametrize("context_parallel", [1, 2])
+def test_epochs_count_the_global_batch_under_torchrun(tmp_path, monkeypatch, context_parallel):
+    from types import SimpleNamespace
+
+    from tempering.recipes.recipe import with_epoch_steps
+    from tempering.recipes.sft import SFT
+
+    monkeypatch.setenv("WORLD_SIZE", "2")  # 2 processes share each global micro-batch (its rows or its tokens)
+    (tmp_path / "t.jsonl").write_text("")
+    cfg = SFTConfig.model_validate(
+        {
+            "data": {"train": [str(tmp_path / "t.jsonl")], "packing": False},
+            "train": {"epochs": 1, "batch_size": 4, "context_parallel": context_parallel},
+        }
+    )
+    # 16 examples, 4 per step (whatever the world size): 4 steps walk them once
+    assert with_epoch_steps(SFT, cfg, SimpleNamespace(train=[None] * 16)).train.steps == 4

@@ -149,7 +149,8 @@ class TrainSettings(Strict):
     """Optimizer steps to run (exactly one of `steps` and `epochs`)."""
     epochs: float | None = Field(default=None, gt=0)
     """Passes over the training examples instead of `steps`: steps = ceil(epochs x examples /
-    (batch_size x grad_accum x processes)), logged at the start (SFT, DPO, RM, distill)."""
+    (batch_size x grad_accum)), `batch_size` being the global micro-batch under torchrun too;
+    logged at the start (SFT, DPO, RM, distill)."""
     resume_from: str | None = None
     """A checkpoint dir (`runs/NAME/checkpoints/step-00000040`) to resume from: weights, optimizer,
     data position and RNG. Set by `--resume-from`; a run dir with checkpoints of its own may only

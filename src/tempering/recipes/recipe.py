@@ -184,14 +184,13 @@ def _quarantine(recipe: TrainingRecipe, stage: Any, data: Any) -> None:
 
 def with_epoch_steps(recipe: TrainingRecipe, cfg: Any, data: Any) -> Any:
     """`cfg` with `train.steps` derived from `train.epochs` (and logged); unchanged when steps are set."""
-    from tempering.train.distributed import world
     from tempering.train.metrics import console
 
     t = cfg.train
     if t.epochs is None or recipe.examples is None:
         return cfg
     examples = recipe.examples(data)
-    per_step = t.batch_size * t.grad_accum * world().size
+    per_step = t.batch_size * t.grad_accum  # the global micro-batch: its ranks share it (or its rows)
     steps = max(1, math.ceil(t.epochs * examples / per_step))
     console.print(
         f"[dim]train.epochs {t.epochs:g} over {examples} examples at {per_step} per step: {steps} steps[/dim]"
