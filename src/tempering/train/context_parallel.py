@@ -7,9 +7,10 @@ stay global (`position_ids` are the chunks' places in the whole row), so RoPE se
 process would see.
 
 Each attention layer all-gathers the keys and values of every rank (`gather_sequence`: the
-gather forward, the sum over ranks of the gradients backward, i.e. a reduce-scatter) and attends
-its local queries to the whole row through a causal mask built from the global positions
-(`zigzag_mask`). It plugs into transformers as a registered attention function
+gather forward, the sum over ranks of the gradients backward, i.e. a reduce-scatter), puts them
+in row order, and attends each local chunk to the keys up to its own end under a causal mask
+over the global positions (`zigzag_mask`; the masks are made once per batch and shared by the
+layers, C x (2N+1)C in all for chunks of C tokens, against C x 4NC for one mask over the row). It plugs into transformers as a registered attention function
 (`AttentionInterface`), so no model code is copied; batches that carry no `sequence_shard`
 (the held-out measure on whole rows) run plain SDPA through the same function.
 
@@ -24,7 +25,7 @@ single-process one up to float summation order (docs/scale.md, Context paralleli
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -76,6 +77,7 @@ class SequenceShard:
     rank: int
     length: int
     """The padded row length (a multiple of 2 x `ranks`)."""
+    _masks: dict = field(default_factory=dict, compare=False, repr=False)
 
     def query_positions(self) -> torch.Tensor:
         return zigzag_indices(self.length, self.ranks, self.rank)
@@ -83,6 +85,19 @@ class SequenceShard:
     def key_positions(self) -> torch.Tensor:
         """The positions of the gathered keys: every rank's shard, in rank order."""
         return torch.cat([zigzag_indices(self.length, self.ranks, r) for r in range(self.ranks)])
+
+    def chunk_masks(self, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
+        """Per local chunk, its additive causal mask over the keys before its end, in row order:
+        (C, end) with 0 where a query may attend and -inf elsewhere. Made once per batch and
+        device and shared by every layer (their backward passes keep one copy)."""
+        if (dtype, device) not in self._masks:
+            queries = self.query_positions().view(2, -1)
+            masks = []
+            for chunk in queries:
+                allowed = zigzag_mask(chunk, torch.arange(int(chunk[-1]) + 1))
+                masks.append(torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, float("-inf")).to(device))
+            self._masks[(dtype, device)] = masks
+        return self._masks[(dtype, device)]
 
 
 def shard_batch(batch: SFTBatch, ranks: int, rank: int) -> SequenceShardBatch:
@@ -179,7 +194,12 @@ def split_attention(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """The registered attention function: (B, H, Tl, D) local queries against every rank's keys and
-    values under the zigzag causal mask; plain SDPA for a batch without a `sequence_shard`."""
+    values, causal over global positions; plain SDPA for a batch without a `sequence_shard`.
+
+    The gathered keys are put in row order; each local chunk then attends to the keys up to its
+    own end only (`SequenceShard.chunk_masks`), so no (Tl, T) mask and no attention to keys a
+    chunk cannot see is computed. The model's own mask (built from the local positions) is unused.
+    """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if sequence_shard is None:
@@ -191,9 +211,22 @@ def split_attention(
         )
     # one collective for both (B, Hkv, Tl, D): the ranks' backward passes then meet in the same order
     key, value = gather_sequence(torch.stack([key, value]), dim=3).unbind(0)
-    mask = zigzag_mask(sequence_shard.query_positions(), sequence_shard.key_positions()).to(query.device)
-    # the model's own mask (built from the local positions) is replaced by the global one
-    return sdpa_attention_forward(module, query, key, value, mask[None, None], is_causal=False, **kwargs)
+    in_row_order = torch.argsort(sequence_shard.key_positions()).to(query.device)
+    key, value = key.index_select(2, in_row_order), value.index_select(2, in_row_order)
+    masks = sequence_shard.chunk_masks(query.dtype, query.device)
+    outputs = [
+        torch.nn.functional.scaled_dot_product_attention(
+            q,
+            key[:, :, : mask.shape[1]],
+            value[:, :, : mask.shape[1]],
+            attn_mask=mask,
+            dropout_p=kwargs.get("dropout", 0.0),
+            scale=kwargs.get("scaling"),
+            enable_gqa=key.shape[1] != query.shape[1],
+        )
+        for q, mask in zip(query.chunk(2, dim=2), masks)
+    ]
+    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
 
 def register_attention() -> None:
