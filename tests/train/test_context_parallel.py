@@ -2,7 +2,8 @@
 
 Tolerance (fp32): loss and every parameter's gradient within 1e-5 absolute of one process on
 the whole rows; the only difference is the float summation order of the attention over gathered
-keys and of the gradients summed over ranks (measured: loss 8.8e-8, gradients 2.2e-8).
+keys and of the gradients summed over ranks (measured: loss 8.8e-8, gradients 2.2e-8, with and
+without activation checkpointing, whose backward pass gathers the keys and values again).
 """
 
 import json
@@ -195,7 +196,7 @@ def _one_process() -> tuple[float, dict[str, torch.Tensor]]:
     return float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-def _rank(rank: int, port: int, out: str) -> None:
+def _rank(rank: int, port: int, out: str, checkpointing: bool) -> None:
     import torch.distributed as dist
 
     from tempering.objectives.sft import SFTObjective
@@ -208,6 +209,12 @@ def _rank(rank: int, port: int, out: str) -> None:
     try:
         ref_loss, ref_grads = _one_process()
         model, objective = tiny_llama(), SFTObjective()
+        if checkpointing:  # the backward pass recomputes each layer, gathering keys and values again
+            from tempering.models.checkpointing import enable_checkpointing
+
+            enable_checkpointing(model)
+        model.train()
+        assert model.is_gradient_checkpointing == checkpointing
         register_attention()
         model.set_attn_implementation(ATTENTION)
         shard = shard_batch(_batch(), ranks=2, rank=rank)  # type: ignore[arg-type]
@@ -228,10 +235,12 @@ def _rank(rank: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def test_two_ranks_give_one_process_loss_and_gradients(tmp_path):
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
+def test_two_ranks_give_one_process_loss_and_gradients(tmp_path, checkpointing):
     import torch.multiprocessing as mp
 
-    ctx = mp.start_processes(_rank, args=(_free_port(), str(tmp_path)), nprocs=2, join=False, start_method="spawn")
+    args = (_free_port(), str(tmp_path), checkpointing)
+    ctx = mp.start_processes(_rank, args=args, nprocs=2, join=False, start_method="spawn")
     deadline = time.monotonic() + 120
     while not ctx.join(timeout=5):
         if time.monotonic() > deadline:
