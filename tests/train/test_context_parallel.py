@@ -342,3 +342,23 @@ def test_epochs_count_the_global_batch_under_torchrun(tmp_path, monkeypatch, con
     )
     # 16 examples, 4 per step (whatever the world size): 4 steps walk them once
     assert with_epoch_steps(SFT, cfg, SimpleNamespace(train=[None] * 16)).train.steps == 4
+
+
+def test_whole_rows_run_plain_sdpa_through_the_registered_attention():
+    """The held-out measure hands the model whole padded rows (no shard layout): the same loss as SDPA."""
+    from tempering.objectives.sft import SFTObjective
+    from tempering.train.context_parallel import ATTENTION, register_attention
+
+    plain, split = tiny_llama(), tiny_llama()
+    register_attention()
+    split.set_attn_implementation(ATTENTION)
+    assert split.config._attn_implementation == ATTENTION
+    batch = _batch()
+    batch["attention_mask"][1] = batch["attention_mask"][1].flip(0)  # padding first: the mask matters
+    batch["labels"][1] = batch["labels"][1].masked_fill(batch["attention_mask"][1] == 0, IGNORE)
+    with torch.no_grad():
+        losses = [float(SFTObjective().loss(m, batch)[0]) for m in (plain, split)]
+        unmasked = float(
+            SFTObjective().loss(plain, {**batch, "attention_mask": torch.ones_like(batch["input_ids"])})[0]
+        )
+    assert losses[0] == losses[1] != unmasked
