@@ -76,6 +76,10 @@ HAND_BUILT = re.compile(
 BUILDS_A_COMPONENT = {
     "throughput/memory.py": (1, "peak memory of one objective step per checkpointing setting, no Trainer around it"),
     "throughput/checkpointing.py": (2, "one objective step's time with and without activation checkpointing"),
+    "throughput/cp.py": (
+        1,
+        "one objective step's gradients and peak memory per process, 2 context-parallel ranks vs one",
+    ),
     "throughput/speculative.py": (12, "engine and drafter pairings in precisions EngineSettings cannot name"),
     "throughput/single_stream.py": (6, "decode of int8-quantised copies beside the bf16 model, each its own engine"),
     "throughput/inference.py": (2, "the batching and static engines over one loaded model, side by side"),

@@ -30,14 +30,25 @@ class SFTBatch(TypedDict):
     n_real_tokens: NotRequired[int]  # the unpadded tokens of the batch (added by `SFTBatches`)
 
 
+class SequenceShardBatch(TypedDict):
+    """One process's share of every row of an `SFTBatch` under context parallelism
+    (`train/context_parallel.py: shard_batch`). Shapes (B, T / N), N the processes."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor  # the tokens' places in the whole row (RoPE and the causal mask)
+    targets: torch.Tensor  # the token after each position (already shifted), IGNORE where no loss
+    sequence_shard: Any  # `SequenceShard`: the layout the split attention reads, passed to the decoder
+    n_real_tokens: int
+
+
 PIXEL_KEYS = ("pixel_values", "image_grid_thw")
 """The processor outputs a vision batch carries to the model's forward (data/vision_render.py)."""
 
 
-def model_inputs(batch: SFTBatch) -> dict[str, torch.Tensor]:
-    """The forward's keyword arguments of a next-token batch: ids, its mask or positions, and its
-    images' pixel inputs where it has images."""
-    keys = ("input_ids", "attention_mask", "position_ids", *PIXEL_KEYS)
+def model_inputs(batch: SFTBatch | SequenceShardBatch) -> dict[str, Any]:
+    """The forward's keyword arguments of a next-token batch: ids, its mask or positions, its
+    images' pixel inputs where it has images, and a sequence shard's layout where it is one."""
+    keys = ("input_ids", "attention_mask", "position_ids", "sequence_shard", *PIXEL_KEYS)
     return {k: v for k, v in batch.items() if k in keys}  # type: ignore[misc]
 
 

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from pydantic import model_validator
+
 from tempering.config.base import DEFAULT_MODEL, RunSettings
 from tempering.config.longctx import RopeScalingSetting
-from tempering.config.train import ChatTemplateSetting, DataSettings, LoraSettings, TrainSettings
+from tempering.config.train import (
+    CONTEXT_PARALLEL_REFUSALS,
+    ChatTemplateSetting,
+    DataSettings,
+    LoraSettings,
+    TrainSettings,
+)
 
 
 class SFTConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
@@ -18,3 +26,9 @@ class SFTConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
     """Training, eval and replay data, and how it is rendered and packed."""
     train: TrainSettings
     """Steps, batch, precision, seed, optimizer, guard and checkpoints."""
+
+    @model_validator(mode="after")
+    def _context_parallel_rows(self) -> SFTConfig:
+        if self.train.context_parallel > 1 and self.data.packing:
+            raise ValueError(CONTEXT_PARALLEL_REFUSALS["packing"])
+        return self

@@ -133,12 +133,24 @@ class MoESettings(Strict):
     (weights from the current router), so the policy ratio is computed on the sampled routing."""
 
 
+CONTEXT_PARALLEL_REFUSALS = {
+    "fsdp": "train.context_parallel with train.fsdp is not supported yet (both would split over the same "
+    "processes: parameters and sequences are not sharded together); drop one of them",
+    "compile": "train.context_parallel with train.compile is not supported yet (each attention layer "
+    "runs a collective, which the compiled layers do not trace); drop one of them",
+    "packing": "train.context_parallel splits each padded row over the processes; packed rows "
+    "(several conversations with restarting positions) are not split yet: set data.packing: false",
+}
+"""Why a key refuses `train.context_parallel` > 1 at config load (one line each)."""
+
+
 class TrainSettings(Strict):
     steps: int | None = Field(default=None, ge=1)
     """Optimizer steps to run (exactly one of `steps` and `epochs`)."""
     epochs: float | None = Field(default=None, gt=0)
     """Passes over the training examples instead of `steps`: steps = ceil(epochs x examples /
-    (batch_size x grad_accum x processes)), logged at the start (SFT, DPO, RM, distill)."""
+    (batch_size x grad_accum)), `batch_size` being the global micro-batch under torchrun too;
+    logged at the start (SFT, DPO, RM, distill)."""
     resume_from: str | None = None
     """A checkpoint dir (`runs/NAME/checkpoints/step-00000040`) to resume from: weights, optimizer,
     data position and RNG. Set by `--resume-from`; a run dir with checkpoints of its own may only
@@ -171,6 +183,11 @@ class TrainSettings(Strict):
     fsdp: bool = False
     """Shard parameters, gradients and optimizer state over the torchrun processes (FSDP2,
     `fully_shard` per decoder layer); full-parameter training only (docs/scale.md)."""
+    context_parallel: int = Field(default=1, ge=1)
+    """Split each sequence over this many torchrun processes (context parallelism, SFT only):
+    each holds 1/N of every row's tokens and attends over the gathered keys and values, for
+    about 1/N of the activation memory; the world size must equal it, and `data.packing`, `fsdp`
+    and `compile` must be off (docs/scale.md)."""
     moe: MoESettings | None = None
     """Mixture-of-experts models: balance terms and router replay (docs/moe.md); an error on a dense model."""
     max_minutes: float | None = Field(default=None, gt=0)
@@ -196,6 +213,10 @@ class TrainSettings(Strict):
                 "train.moe.router_replay replays the grouped prompt-then-completion passes, which "
                 "train.gradient_checkpointing replaces by whole rows; turn one of them off"
             )
+        if self.context_parallel > 1:
+            for key in ("fsdp", "compile"):
+                if getattr(self, key):
+                    raise ValueError(CONTEXT_PARALLEL_REFUSALS[key])
         needs_eval = [k for k in ("keep_best", "early_stopping") if getattr(self, k) is not None]
         if needs_eval and self.eval_every is None:
             raise ValueError(f"train.{needs_eval[0]} needs train.eval_every (how often the held-out set is measured)")

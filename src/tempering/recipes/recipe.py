@@ -91,6 +91,8 @@ class TrainingRecipe:
     """Prints the finished summary (rank 0 only)."""
     examples: Callable[[Any], int] | None = None
     """(prepared) -> training examples per epoch, which `train.epochs` needs (None: epochs are refused)."""
+    context_parallel: bool = False
+    """Whether `train.context_parallel` > 1 may split this recipe's sequences over processes (SFT)."""
     periodic_eval: bool = True
     """Whether the recipe has a held-out measure for `train.eval_every` (on-policy distillation has none)."""
     tokenizer: Callable[[str], Any] | None = None
@@ -116,6 +118,11 @@ def check_train_settings(recipe: TrainingRecipe, cfg: Any) -> None:
     t = cfg.train
     if t.epochs is not None and recipe.examples is None:
         raise UserError(f"{recipe.kind}: train.epochs is not supported here (no fixed example count); set train.steps")
+    if t.context_parallel > 1 and not recipe.context_parallel:
+        raise UserError(
+            f"{recipe.kind}: train.context_parallel is supported for sft only (this objective's "
+            "batches are not split along the sequence); set train.context_parallel: 1"
+        )
     if t.eval_every is not None and not recipe.periodic_eval:
         raise UserError(
             f"{recipe.kind}: train.eval_every (and keep_best / early_stopping) is not supported here: "
@@ -177,14 +184,13 @@ def _quarantine(recipe: TrainingRecipe, stage: Any, data: Any) -> None:
 
 def with_epoch_steps(recipe: TrainingRecipe, cfg: Any, data: Any) -> Any:
     """`cfg` with `train.steps` derived from `train.epochs` (and logged); unchanged when steps are set."""
-    from tempering.train.distributed import world
     from tempering.train.metrics import console
 
     t = cfg.train
     if t.epochs is None or recipe.examples is None:
         return cfg
     examples = recipe.examples(data)
-    per_step = t.batch_size * t.grad_accum * world().size
+    per_step = t.batch_size * t.grad_accum  # the global micro-batch: its ranks share it (or its rows)
     steps = max(1, math.ceil(t.epochs * examples / per_step))
     console.print(
         f"[dim]train.epochs {t.epochs:g} over {examples} examples at {per_step} per step: {steps} steps[/dim]"

@@ -95,6 +95,10 @@ def _components(cfg: SFTConfig, data: SFTData, tokenizer: Any, stage: Any) -> Co
 
     model = load_for_training(cfg.model, cfg.lora, cfg.rope_scaling)
     batches, evals, objective = sft_components(cfg.train, cfg.data, data, pad_id(tokenizer))
+    if cfg.train.context_parallel > 1:  # every rank reads the whole batch and keeps its share of each row
+        from tempering.train.context_parallel import split_sequences
+
+        batches = split_sequences(model, batches, cfg.train.context_parallel)
     check = held_out((lambda: evaluate(model, objective, evals, cfg.train.precision)) if evals else None)
     return Components(model, objective, batches, check, summary=tokens_per_s)
 
@@ -112,6 +116,7 @@ SFT = TrainingRecipe(
     prepare=lambda cfg, tokenizer: prepare_sft_data(cfg.data, tokenizer, cfg.train.seed),
     components=_components,
     examples=lambda data: len(data.train),
+    context_parallel=True,
 )
 """Supervised fine-tuning: rendered conversations, assistant-only cross-entropy."""
 
@@ -134,14 +139,10 @@ def sft_components(
     from tempering.train.distributed import world
 
     w = world()  # under torchrun each rank takes its stride of every global micro-batch
+    # (with context parallelism each takes every conversation, and its share of each row)
+    shard = (w.rank, w.size) if train.context_parallel == 1 else (0, 1)
     batches = SFTBatches(
-        data.train,
-        train.batch_size,
-        settings.max_length,
-        pad,
-        settings.packing,
-        train.seed,
-        shard=(w.rank, w.size),
+        data.train, train.batch_size, settings.max_length, pad, settings.packing, train.seed, shard=shard
     )
     size = train.batch_size
     chunks = [data.eval[i : i + size] for i in range(0, len(data.eval), size)]
