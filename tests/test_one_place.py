@@ -1032,3 +1032,36 @@ def test_a_planted_lora_target_choice_is_found():
         "models/parts.py": "def parts(model):\n    return {n for n, _ in model.named_modules() if n.endswith('proj')}\n",
     }
     assert lora_target_pickers(planted) == [LORA_TARGETS_OWNER, "serve/planted.py"]
+
+
+# ------------------------------------------------------------ token ids against the embedding: batches.py
+TOKEN_GUARD_OWNER = "batches.py"
+
+
+def embedding_size_reads(files: dict[str, str]) -> list[str]:
+    """`file:line` of each read of an embedding's `num_embeddings` outside batches.py: a second bound
+    that token ids would be checked against."""
+    found = []
+    for name, text in files.items():
+        if name == TOKEN_GUARD_OWNER:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Attribute) and node.attr == "num_embeddings":
+                found.append(f"{name}:{node.lineno}")
+    return sorted(found)
+
+
+def test_token_ids_are_checked_against_the_embedding_only_in_batches_py():
+    """The Tinker service, the engines, the OpenAI-compatible server and the Trainer all call
+    `batches.check_token_ids` with `batches.embedding_rows(model)`; no second bound, no second message."""
+    assert embedding_size_reads(sources()) == []
+    assert "num_embeddings" in (SRC / TOKEN_GUARD_OWNER).read_text(encoding="utf-8")
+
+
+def test_a_planted_embedding_bound_is_found():
+    planted = {
+        **sources(),
+        "serve/planted.py": "def ok(ids, m):\n    return max(ids) < m.get_input_embeddings().num_embeddings\n",
+        "rollout/planted.py": "def rows(m):\n    return m.config.vocab_size\n",  # the config's, not an embedding's
+    }
+    assert embedding_size_reads(planted) == ["serve/planted.py:2"]

@@ -6,14 +6,21 @@ must fill: an optional field is `None` by declaration, never a missing dict key.
 
 Every batch knows its device move (`to`) and how many real (non-pad) tokens it holds
 (`n_real_tokens`, the Trainer's throughput count).
+
+Token ids are checked against the model's input embedding here too (`check_token_ids`), the one
+guard every entry point calls before ids reach an embedding: the Tinker service, the engines, the
+OpenAI-compatible server and the Trainer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any, NotRequired, Protocol, TypedDict, TypeVar
+from typing import Any, NotRequired, Protocol, Sequence, TypedDict, TypeVar
 
+import numpy as np
 import torch
+
+from tempering.errors import UserError
 
 B = TypeVar("B", bound="Batch")
 
@@ -66,6 +73,58 @@ class PairBatch(TypedDict):
     n_real_tokens: int
     index: NotRequired[torch.Tensor]  # (B,) the pairs' indices in their set (added by `PairBatches`)
     ref_logps: NotRequired[torch.Tensor]  # (B, 2) cached reference sums (chosen, rejected), when given
+
+
+class TokenIdOutOfRange(UserError):
+    """A token id that indexes no row of the model's input embedding."""
+
+
+def embedding_rows(model: Any) -> int | None:
+    """Rows of `model`'s input embedding: the token ids it reads are [0, rows). The authority over
+    the tokenizer's length, which may be larger (tokens added without resizing the embedding) or
+    smaller (an embedding padded to a multiple of 64). None for a module with no input embedding."""
+    embedding = getattr(model, "get_input_embeddings", lambda: None)()
+    return None if embedding is None else int(embedding.num_embeddings)
+
+
+def check_token_ids(ids: torch.Tensor | np.ndarray | Sequence[int], vocab: int | None, source: str) -> None:
+    """Refuse any id of `ids` outside [0, `vocab`) with one line naming `source`, the first such id,
+    its position and `vocab` (None, a model with no input embedding: nothing to check). On CUDA an out-of-range index into an embedding is a device-side
+    assert that leaves the process's CUDA context unusable (every later call fails), on the CPU an
+    IndexError deep in torch; so every device is checked the same way, before the ids move.
+
+    Cost: one min and one max over `ids` (a list, an array, or a tensor: give a host tensor, since
+    a device one costs a sync); the offending position is searched for only on failure.
+
+    Raises:
+        TokenIdOutOfRange: an id < 0 or >= `vocab` (a `UserError`: the ids came from outside).
+    """
+    if vocab is None:
+        return
+    arr = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+    if arr.size == 0 or (int(arr.min()) >= 0 and int(arr.max()) < vocab):
+        return
+    bad = np.argwhere((arr < 0) | (arr >= vocab))[0]
+    at = int(bad[0]) if arr.ndim == 1 else tuple(int(i) for i in bad)
+    raise TokenIdOutOfRange(
+        f"{source}: token id {int(arr[tuple(bad)])} at position {at} is outside the model's vocabulary "
+        f"[0, {vocab}) (its input embedding has {vocab} rows)"
+    )
+
+
+TOKEN_ID_FIELDS = ("input_ids", "prompt_ids", "completion_ids")
+"""The fields of a batch that index the input embedding (labels and masks do not)."""
+
+
+def check_batch_ids(batch: Any, vocab: int | None, source: str) -> None:
+    """`check_token_ids` over each host tensor of `TOKEN_ID_FIELDS` a batch (a dict or a dataclass) has.
+
+    The Trainer's last guard before a micro-batch moves to its device: one min and max per field;
+    a field already on a device is left alone (reading it would sync the step)."""
+    for name in TOKEN_ID_FIELDS:
+        ids = batch.get(name) if isinstance(batch, dict) else getattr(batch, name, None)
+        if isinstance(ids, torch.Tensor) and ids.device == torch.device("cpu"):
+            check_token_ids(ids, vocab, f"{source}, {name}")
 
 
 class Batch(Protocol):

@@ -295,6 +295,42 @@ def test_forward_backward_bodies_that_lie_are_400s_in_the_sdks_shape(deployment)
     assert wrong == {}, wrong
 
 
+def test_token_ids_outside_the_vocabulary_are_refused_in_one_line_and_every_key_is_served_after(deployment, tiny_base):
+    """Through the official client: an input id == vocab or < 0 (forward, forward_backward, sample,
+    compute_logprobs) fails that call with one line naming the field, the id, its position and the
+    vocabulary; ids 0 and vocab-1 pass; bob's calls and alice's next ones are answered after."""
+    url, alice, bob, app, trainer = deployment
+    vocab = app.state.jobs.trainees[trainer.model_id].model.get_input_embeddings().num_embeddings
+    edges = [0, 5, vocab - 1, 7]
+    sampler = sdk(url, alice).create_sampling_client(base_model=str(tiny_base)).result()
+    calls = {
+        "forward": lambda ids: trainer.forward([text_datum(ids)], "cross_entropy").result(),
+        "forward_backward": lambda ids: trainer.forward_backward([text_datum(ids)], "cross_entropy").result(),
+        "sample": lambda ids: sampler.sample(
+            types.ModelInput.from_ints(ids), 1, types.SamplingParams(max_tokens=1, temperature=0.0)
+        ).result(),
+        "compute_logprobs": lambda ids: sampler.compute_logprobs(types.ModelInput.from_ints(ids)).result(),
+    }
+    field = {"sample": "sample: prompt", "compute_logprobs": "sample: prompt"}
+    for name, call in calls.items():
+        call(edges)
+        for bad, at in ((vocab, 2), (-1, 0)):
+            ids = list(edges)
+            ids[at] = bad
+            with pytest.raises(tinker.BadRequestError) as refused:
+                call(ids)
+            where = field.get(name, "forward_backward: data[0].model_input")
+            assert refused.value.body == {  # pyright: ignore[reportAttributeAccessIssue]
+                "error": f"{where}: token id {bad} at position {at} is outside the model's vocabulary "
+                f"[0, {vocab}) (its input embedding has {vocab} rows)",
+                "category": "user",
+            }, name
+    bobs = sdk(url, bob).create_lora_training_client(base_model=str(tiny_base), rank=4, seed=0).result()
+    assert len(bobs.forward([text_datum(edges)], "cross_entropy").result().loss_fn_outputs) == 1
+    assert len(trainer.forward([text_datum(edges)], "cross_entropy").result().loss_fn_outputs) == 1
+    assert sampler.sample(types.ModelInput.from_ints(edges), 1, types.SamplingParams(max_tokens=1)).result().sequences
+
+
 # ------------------------------------------------------------------ T5 / T7: sizes and time
 def test_token_caps_per_datum_and_per_call_are_400s(deployment):
     url, alice, _, app, trainer = deployment

@@ -20,7 +20,7 @@ assistant text in the documented `<tool_call>` form before templating).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tempering.data.io import LoadResult, where
@@ -44,6 +44,8 @@ class RenderedExample:
 
     input_ids: list[int]
     labels: list[int]
+    where: str = field(default="", compare=False)
+    """The row it was rendered from (`file: line 7`), for errors about it; "" when built by hand."""
 
     @property
     def n_loss_tokens(self) -> int:
@@ -175,5 +177,6 @@ def render_records(loaded: LoadResult, tokenizer: Any, style: ToolCallStyle, max
                 rec.value.model_dump(exclude_none=True),
             )
             continue
+        ex.where = where(rec.source, rec.location)
         out.append(ex)
     return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tempering.data.formats import RowInvalid
-from tempering.data.io import LoadResult
+from tempering.data.io import LoadResult, where
 from tempering.data.render import RenderedExample
 
 
@@ -41,6 +41,7 @@ def render_text_records(loaded: LoadResult, tokenizer: Any, max_length: int) -> 
     for rec in loaded.records:
         ids = tokenizer(rec.value, add_special_tokens=True)["input_ids"] + [tokenizer.eos_token_id]
         out += [
-            RenderedExample(ids[i : i + max_length], ids[i : i + max_length]) for i in range(0, len(ids), max_length)
+            RenderedExample(ids[i : i + max_length], ids[i : i + max_length], where(rec.source, rec.location))
+            for i in range(0, len(ids), max_length)
         ]
     return out

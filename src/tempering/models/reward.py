@@ -71,6 +71,9 @@ class RewardModel(torch.nn.Module):
     def get_decoder(self) -> Any:
         return self.lm.get_decoder()
 
+    def get_input_embeddings(self) -> Any:
+        return self.lm.get_input_embeddings()
+
     @property
     def is_peft(self) -> bool:
         return hasattr(self.lm, "peft_config")

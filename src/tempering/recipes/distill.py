@@ -49,6 +49,7 @@ def build_student(cfg: DistillConfig, teacher: Any) -> Any:
 
 
 def _components(cfg: DistillConfig, data: Any, tokenizer: Any, stage: Any) -> Components:
+    from tempering.batches import embedding_rows
     from tempering.data.padding import pad_id
     from tempering.models.load import load_model
     from tempering.objectives.distill import DistillObjective
@@ -58,7 +59,8 @@ def _components(cfg: DistillConfig, data: Any, tokenizer: Any, stage: Any) -> Co
     student = build_student(cfg, teacher)
     objective = DistillObjective(teacher, cfg.loss.temperature, cfg.loss.kl_weight)
     assert cfg.data is not None  # DistillConfig requires it unless on_policy
-    batches, evals, _ = sft_components(cfg.train, cfg.data, data, pad_id(tokenizer))  # SFT's batches, our loss
+    rows = embedding_rows(student)
+    batches, evals, _ = sft_components(cfg.train, cfg.data, data, pad_id(tokenizer), rows)  # SFT's batches, our loss
     check = held_out((lambda: evaluate(student, objective, evals, cfg.train.precision)) if evals else None)
     return Components(student, objective, batches, check, summary=lambda result: _summary(student, teacher, result))
 

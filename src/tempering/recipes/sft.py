@@ -89,12 +89,13 @@ def sft_files(data: Any) -> list[str]:
 
 
 def _components(cfg: SFTConfig, data: SFTData, tokenizer: Any, stage: Any) -> Components:
+    from tempering.batches import embedding_rows
     from tempering.data.padding import pad_id
     from tempering.models.lora import load_for_training
     from tempering.train.trainer import evaluate
 
     model = load_for_training(cfg.model, cfg.lora, cfg.rope_scaling)
-    batches, evals, objective = sft_components(cfg.train, cfg.data, data, pad_id(tokenizer))
+    batches, evals, objective = sft_components(cfg.train, cfg.data, data, pad_id(tokenizer), embedding_rows(model))
     if cfg.train.context_parallel > 1:  # every rank reads the whole batch and keeps its share of each row
         from tempering.train.context_parallel import split_sequences
 
@@ -130,14 +131,22 @@ def run_sft(cfg: SFTConfig, force: bool = False) -> dict[str, Any]:
 
 
 def sft_components(
-    train: TrainSettings, settings: DataSettings, data: SFTData, pad: int
+    train: TrainSettings, settings: DataSettings, data: SFTData, pad: int, vocab: int | None
 ) -> tuple[SFTBatches, list[SFTBatch], SFTObjective]:
     """(training batch source, eval batches, objective) of an SFT-style stage (its `train` and `data`
-    settings); bench/throughput/sft.py shares it."""
+    settings); bench/throughput/sft.py shares it.
+
+    Raises:
+        TokenIdOutOfRange: an example renders to a token id outside the model's embedding
+            (`vocab` rows: a tokenizer with tokens the model has no row for), naming its file and line.
+    """
+    from tempering.batches import check_token_ids
     from tempering.data.batches import SFTBatches, pack_batch, pad_batch
     from tempering.objectives.sft import SFTObjective
     from tempering.train.distributed import world
 
+    for ex in [*data.train, *data.eval]:  # before any step: one line naming the row, not a step's batch
+        check_token_ids(ex.input_ids, vocab, ex.where or "a rendered example")
     w = world()  # under torchrun each rank takes its stride of every global micro-batch
     # (with context parallelism each takes every conversation, and its share of each row)
     shard = (w.rank, w.size) if train.context_parallel == 1 else (0, 1)

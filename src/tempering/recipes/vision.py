@@ -91,12 +91,14 @@ def vlm_for_training(spec: str, lora: LoraSettings | None, parts: set[str]) -> t
 
 
 def _components(cfg: VisionSFTConfig, data: SFTData, processor: Any, stage: Any) -> Components:
+    from tempering.batches import embedding_rows
     from tempering.data.padding import pad_id
     from tempering.recipes.sft import sft_components
     from tempering.train.trainer import evaluate
 
     model, counts = vision_model(cfg)
-    batches, evals, objective = sft_components(cfg.train, cfg.data, data, pad_id(processor.tokenizer))
+    pad = pad_id(processor.tokenizer)
+    batches, evals, objective = sft_components(cfg.train, cfg.data, data, pad, embedding_rows(model))
     check = held_out((lambda: evaluate(model, objective, evals, cfg.train.precision)) if evals else None)
     return Components(model, objective, batches, check, summary=lambda result: {"trainable_parameters": counts})
 

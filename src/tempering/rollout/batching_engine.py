@@ -147,6 +147,7 @@ class BatchingEngine(HFEngine):
             raise ValueError("SamplingParams needs n >= 1 and max_new_tokens >= 1")
         if not prompts:
             return []
+        self.check_prompts(prompts)
         out: list[list[Completion]] = [[] for _ in prompts]
         pending = {"left": len(prompts)}
 
@@ -271,6 +272,7 @@ class BatchingEngine(HFEngine):
         `cancelled()`, polled per token, ends the request early when it turns True."""
         if self._thread is None:
             raise RuntimeError("BatchingEngine.submit needs start() first (or use generate())")
+        self.check_prompts([prompt])  # here, not in the step: a bad id there would fail the whole running batch
         future: Future = Future()
         request = Request(
             list(prompt),

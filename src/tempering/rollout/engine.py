@@ -44,6 +44,7 @@ from typing import Any, Protocol, Sequence, overload, runtime_checkable
 
 import torch
 
+from tempering.batches import check_token_ids, embedding_rows
 from tempering.config import SamplingParams, SamplingSettings
 from tempering.data.padding import left_pad, pad_id
 from tempering.hashing import model_state_hash
@@ -310,6 +311,8 @@ class HFEngine:
         self._cache_kw = cache_keyword(model)
         self.pad_id = pad_id(tokenizer)
         self.eos_id = tokenizer.eos_token_id
+        self.vocab = embedding_rows(model)
+        """Rows of the model's input embedding: a prompt's ids must be below it (`check_prompts`)."""
 
     @property
     def device(self) -> torch.device:
@@ -352,11 +355,22 @@ class HFEngine:
             raise ValueError("a prompt with images needs a vision model's processor (HFEngine(processor=...))")
         return chat_prompt_ids(self.tokenizer, messages)
 
+    def check_prompts(self, prompts: Sequence[Sequence[int]]) -> None:
+        """Refuse a prompt with a token id outside the model's embedding (`batches.check_token_ids`),
+        before any of them reaches the model.
+
+        Raises:
+            TokenIdOutOfRange: the first such id, with its prompt and position.
+        """
+        for i, p in enumerate(prompts):
+            check_token_ids(p, self.vocab, f"prompt {i}")
+
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         """Sample `params.n` completions for each prompt (token ids); grouped per prompt."""
         if params.n < 1 or params.max_new_tokens < 1:
             raise ValueError("SamplingParams needs n >= 1 and max_new_tokens >= 1")
         refuse_grammar(self, params)
+        self.check_prompts(prompts)
         out: list[list[Completion]] = [[] for _ in prompts]
         was_training = self.model.training
         self.model.eval()

@@ -100,6 +100,7 @@ class SpeculativeEngine(HFEngine):
         if getattr(params, "top_logprobs", 0):
             raise ValueError("SpeculativeEngine does not report top_logprobs; use HFEngine for them")
         refuse_grammar(self, params)
+        self.check_prompts(prompts)
         generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
         rows = [list(p) for p in prompts for _ in range(params.n)]
         was_training = self.model.training

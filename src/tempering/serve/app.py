@@ -234,6 +234,7 @@ class Server:
         continued = None
         if self.cfg.capture_tokens and respond is chat.chat_response:
             continued = await run_in_threadpool(self.continue_captured, key, req, served, prepared)
+        await run_in_threadpool(chat.check_prompt_ids, served, prepared)
         response_id = prefix + secrets.token_hex(12)
         if req.stream and respond is chat.chat_response and live.streams_live(served, req, prepared):
             return EventSourceResponse(

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
+from tempering.batches import TokenIdOutOfRange
 from tempering.config import SamplingParams
 from tempering.data.render import ToolCallStyle, prepare_messages
 from tempering.data.toolcalls import CLOSE, OPEN, parse_tool_calls
@@ -190,6 +191,20 @@ def prepare_text(served: Served, req: CompletionRequest, limit: int) -> Prepared
     if any(not p for p in prompts):
         raise ApiError(400, "the prompt encodes to no tokens", "invalid_value", "prompt")
     return Prepared(prompts, _params(req, [len(p) for p in prompts], served, limit, req.logprobs or 0))
+
+
+def check_prompt_ids(served: Served, prepared: Prepared) -> None:
+    """A 400 for a prompt with a token id outside the model's embedding, before the engine takes it
+    (text may encode to one where the tokenizer is longer than the embedding; on CUDA such an id
+    would assert on the device and take every request down with it). The engine's own check
+    (`HFEngine.check_prompts`, `batches.check_token_ids`); an engine without one checks in itself."""
+    check = getattr(served.engine, "check_prompts", None)
+    if check is None:
+        return
+    try:
+        check(prepared.prompts)
+    except TokenIdOutOfRange as exc:
+        raise ApiError(400, str(exc), "invalid_value", "prompt") from None
 
 
 def generate(served: Served, prepared: Prepared) -> list[list[Any]]:

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from tempering.batches import embedding_rows
 from tempering.serve.config import TinkerServeConfig
 from tempering.serve.tinker_ops import Sampler, Trainee, UserError, create_trainee
 from tempering.serve.tinker_owners import Owners
@@ -34,7 +35,7 @@ class Jobs:
         self.calls = Scheduler(cfg.call_timeout_s, cfg.max_queued_per_key)
         self.trainees: dict[str, Trainee] = {}
         self.runs: dict[str, str] = {}  # model id -> registry run id
-        self.vocab: dict[str, int] = {}  # model spec -> rows of its input embedding
+        self.vocab: dict[str, int | None] = {}  # model spec -> rows of its input embedding
         self.records = StabilityRecords(cfg.max_recorded_tokens)  # samples kept for stable_reinforce, by key
         self._samplers: OrderedDict[str, Sampler] = OrderedDict()
         self._resolved: dict[str, str] | None = None  # resolved dir of each served base -> its spec
@@ -89,7 +90,7 @@ class Jobs:
             self.owners.release(model_id)
             raise
         self.trainees[model_id] = trainee
-        self.vocab[base] = trainee.model.get_input_embeddings().num_embeddings
+        self.vocab[base] = embedding_rows(trainee.model)
         config = {"base_model": base, "lora_rank": rank, "seed": seed, **parts}
         self.runs[model_id] = self.registry().start(f"tinker-{model_id}", "tinker", config, [], base)
         return {"model_id": model_id, "type": "create_model"}
@@ -128,7 +129,7 @@ class Jobs:
             self._samplers.popitem(last=False)
         sampler = Sampler(spec, self.cfg.precision, self.cfg.engine)
         self._samplers[spec] = sampler
-        self.vocab[spec] = sampler.model.get_input_embeddings().num_embeddings
+        self.vocab[spec] = embedding_rows(sampler.model)
         return sampler
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from tempering import errors
+from tempering.batches import check_token_ids, embedding_rows
 from tempering.config import EngineSettings, LoraSettings, OptimSettings, SamplingParams
 from tempering.data.padding import PAD_ID, right_pad
 from tempering.models.checkpoints import MANIFEST
@@ -34,7 +35,7 @@ from tempering.models.logprobs import head_logprobs, token_logprobs
 from tempering.models.lora import apply_lora, linear_targets
 from tempering.models.precision import autocast, resolve_precision
 from tempering.rollout.select import build_engine
-from tempering.serve.tinker_wire import WireDatum, WireSample, check_vocab
+from tempering.serve.tinker_wire import WireDatum, WireSample
 from tempering.train.checkpoint import load_checkpoint, write_checkpoint
 from tempering.train.optimizer import build_optimizer, set_lr
 
@@ -185,15 +186,15 @@ def forward_backward(
     return outputs, {"loss:sum": float(total.detach())}
 
 
-def check_tokens(data: list[WireDatum], vocab: int) -> None:
+def check_tokens(data: list[WireDatum], vocab: int | None) -> None:
     """Every input and target token id indexes the model's embedding (else a UserError)."""
     for i, d in enumerate(data):
-        check_vocab(np.asarray(d.tokens), vocab, f"forward_backward: data[{i}].model_input")
+        check_token_ids(d.tokens, vocab, f"forward_backward: data[{i}].model_input")
         if "target_tokens" in d.inputs:
             targets = d.inputs["target_tokens"]
             if targets.dtype.kind not in "iu":
                 raise UserError(f"forward_backward: data[{i}].loss_fn_inputs.target_tokens must be integers")
-            check_vocab(targets, vocab, f"forward_backward: data[{i}].loss_fn_inputs.target_tokens")
+            check_token_ids(targets, vocab, f"forward_backward: data[{i}].loss_fn_inputs.target_tokens")
 
 
 def batches(data: list[WireDatum], step_tokens: int) -> list[list[WireDatum]]:
@@ -244,7 +245,7 @@ def forward_backward_steps(
     records, `provenance(i, data[i])` with `i` its index in the whole call), so a bad call fails
     before any step. Stopped or failed part-way, it restores the gradients it found, so the call
     leaves nothing behind; done, it returns (outputs, metrics) as one call's."""
-    check_tokens(data, trainee.model.get_input_embeddings().num_embeddings)
+    check_tokens(data, embedding_rows(trainee.model))
     loss, _ = _loss(loss_fn, config)
     _check(loss.options["inputs"], loss_fn, data)
     recorded = [provenance(i, d) for i, d in enumerate(data)] if loss.options["provenance"] else []
@@ -382,7 +383,7 @@ class Sampler:
 
     def sample(self, prompt: list[int], n: int, params: dict[str, Any], prompt_logprobs: bool, cap: int):
         """`n` samples of `prompt` under Tinker's `SamplingParams`; (samples, prompt log-probs or None)."""
-        check_vocab(prompt, self.model.get_input_embeddings().num_embeddings, "sample: prompt")
+        check_token_ids(prompt, embedding_rows(self.model), "sample: prompt")
         if params.get("top_k", -1) not in (-1, 0):
             raise UserError("sample: sampling_params.top_k is not supported here (top_p is)")
         stop = params.get("stop")

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from tempering import errors
+from tempering.batches import check_token_ids, embedding_rows
 from tempering.serve.protocol import ApiError
 from tempering.serve.store import ApiKey
 from tempering.serve.tinker_ops import (
@@ -32,7 +33,6 @@ from tempering.serve.tinker_ops import (
 from tempering.serve.tinker_owners import SamplingSession
 from tempering.serve.tinker_wire import (
     WireLimits,
-    check_vocab,
     read_forward_backward,
     write_forward_backward,
     write_sample,
@@ -226,8 +226,7 @@ def _training_routes(app: FastAPI, server: Any) -> None:
         req = await _in_thread(read_forward_backward, await request.body(), encoding, limits)
         jobs.owners.model(req.model_id, key.id, "forward_backward")
         if req.model_id in jobs.trainees:
-            embedding = jobs.trainees[req.model_id].model.get_input_embeddings()
-            await _in_thread(check_tokens, req.data, embedding.num_embeddings)
+            await _in_thread(check_tokens, req.data, embedding_rows(jobs.trainees[req.model_id].model))
 
         def run():
             trainee = jobs.trainee(req.model_id, "forward_backward")
@@ -394,7 +393,7 @@ def _sampling_routes(app: FastAPI, server: Any) -> None:
                 400, f"sample: the prompt has {len(prompt)} tokens; this server takes 1 to {cfg.max_datum_tokens}"
             )
         if spec in jobs.vocab:
-            check_vocab(prompt, jobs.vocab[spec], "sample: prompt")
+            check_token_ids(prompt, jobs.vocab[spec], "sample: prompt")
         ids = [f"seq-{_hex()}" for _ in range(req.num_samples)]
 
         def run() -> bytes:

@@ -226,18 +226,6 @@ def read_forward_backward(body: bytes, encoding: str | None, limits: WireLimits)
     return FwdBwdRequest(msg.model_id, msg.loss_fn, msg.forward_only, data, _config(msg))
 
 
-def check_vocab(tokens: np.ndarray | list[int], vocab: int, where: str) -> None:
-    """Token ids must index the model's embedding: 0 <= id < `vocab` (else a WireError)."""
-    if len(tokens) == 0:
-        return
-    if isinstance(tokens, np.ndarray):
-        low, high = int(tokens.min()), int(tokens.max())
-    else:
-        low, high = min(tokens), max(tokens)
-    if low < 0 or high >= vocab:
-        raise WireError(f"{where}: token id {low if low < 0 else high} is outside this model's vocabulary [0, {vocab})")
-
-
 def _batched(arrays: list[np.ndarray], dtype: type, pb_dtype: DType.ValueType):
     pb = _pb()
     parts = [np.ascontiguousarray(a, dtype=dtype).ravel() for a in arrays]

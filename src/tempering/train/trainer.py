@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
 
-from tempering.batches import Batch, to_device
+from tempering.batches import Batch, check_batch_ids, embedding_rows, to_device
 from tempering.config import TrainSettings
 from tempering.errors import UserError
 from tempering.models.allocator import map_large_blocks
@@ -198,6 +198,7 @@ class Trainer:
         self.callbacks = list(callbacks)
         check_moe_settings(model, settings.moe)
         self.model = self._place(model, settings)
+        self.vocab = embedding_rows(model)  # token ids are checked against it before each micro-batch moves
         self.moe = MoEWatch(self.model, settings.moe) if is_moe(self.model) else None
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.named:
@@ -345,7 +346,9 @@ class Trainer:
         total_units = distributed.sum_over_ranks([sum(self.objective.units(b) for b in micro)])[0]
         losses: list[torch.Tensor] = []
         stats_of: dict[str, list[float | torch.Tensor]] = {}
-        for batch in micro:
+        for k, batch in enumerate(micro):
+            # the last guard before the device: token ids inside the embedding (batches.check_token_ids)
+            check_batch_ids(batch, self.vocab, f"training step {self.step + 1}, micro-batch {k}")
             batch = _to(batch, device)
             with tap_for(self.moe, batch) as tap:  # MoE: router hooks through the backward pass
                 with autocast(self.precision, device):
