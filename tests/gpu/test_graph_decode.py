@@ -17,6 +17,12 @@ from tempering.rollout.graphs import GraphDecode
 from tests.conftest import tiny_llama
 from tests.gpu.test_cuda_paths import assert_same_greedy, on
 
+
+def forced(setting, device, config):
+    """The switch turned on whatever the device (the bucketed path; off a GPU, not captured)."""
+    return "engine.cuda_graphs: off" if setting == "off" else None
+
+
 PROMPTS = [list(range(10, 27)), list(range(30, 44)), list(range(50, 58)), [5, 6, 7]]
 
 
@@ -42,7 +48,7 @@ def test_graph_decode_gives_the_eager_greedy_tokens_and_captures_each_bucket_onc
     want = _generate(eager)
     assert [len(group[0].token_ids) for group in want] == [3, 6, 10, 10]
     if device == "cpu":  # no GPU: the bucketed path, run eagerly
-        monkeypatch.setattr(batching_engine, "cuda_graphs_on", lambda setting, dev: setting != "off")
+        monkeypatch.setattr(batching_engine, "cuda_graphs_off", forced)
     engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=8, cuda_graphs="on")
     assert_same_greedy(_generate(engine), want)
     # steps 1-2: 8 rows (bucket 8 of 1, 2, 4, 8); 3-5: 6 (bucket 8); 6-9: 4 (bucket 4)
@@ -57,7 +63,7 @@ def test_a_replayed_bf16_decode_equals_the_same_decode_run_eagerly(device, smol_
     """bf16 autocast inside a graph (its cast cache off): the replay gives what the same
     fixed-shape forward gives without capture, on fp32 weights cast per call as a trainer's are."""
     model = _model(smol_tokenizer, device)
-    monkeypatch.setattr(batching_engine, "cuda_graphs_on", lambda setting, dev: setting != "off")
+    monkeypatch.setattr(batching_engine, "cuda_graphs_off", forced)
     real = GraphDecode.__init__
 
     def uncaptured(self, forward, cache, buckets, pad_id, capture):

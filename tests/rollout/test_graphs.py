@@ -5,6 +5,8 @@ engine's bucketed decode over that cache giving the dynamic path's greedy tokens
 The capture itself needs a GPU (tests/gpu/test_graph_decode.py); here the bucketed path runs its
 forward eagerly over the same static buffers, or under a stand-in capture that counts."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from hypothesis import given
@@ -15,7 +17,7 @@ from tempering.config import EngineSettings, SamplingParams
 from tempering.errors import UserError
 from tempering.rollout import batching_engine
 from tempering.rollout.batching_engine import BatchingEngine
-from tempering.rollout.graphs import GraphDecode, bucket_for, cuda_graphs_on, decode_buckets, pad_to_bucket
+from tempering.rollout.graphs import GraphDecode, bucket_for, cuda_graphs_off, decode_buckets, pad_to_bucket
 from tempering.rollout.kvcache import StaticSlotKVCache
 from tempering.rollout.select import build_engine, check_engine
 from tests.conftest import tiny_llama
@@ -57,13 +59,20 @@ def test_padding_keeps_the_live_rows_first_and_adds_pad_tokens_at_position_zero(
         pad_to_bucket([7, 8, 9], [5, 3, 10], 2, pad_id=0)
 
 
-def test_the_switch_is_on_for_cuda_devices_under_auto_and_refuses_on_elsewhere():
-    assert [cuda_graphs_on(s, CUDA) for s in ("auto", "on", "off")] == [True, True, False]
-    assert [cuda_graphs_on(s, CPU) for s in ("auto", "off")] == [False, False]
+def test_the_switch_is_on_for_cuda_devices_under_auto_and_refuses_on_where_it_cannot_capture():
+    assert [cuda_graphs_off(s, CUDA) for s in ("auto", "on")] == [None, None]
+    assert cuda_graphs_off("off", CUDA) == "engine.cuda_graphs: off"
+    assert cuda_graphs_off("auto", CPU) == "needs a CUDA device; the model samples on cpu"
     with pytest.raises(UserError, match="on needs a CUDA device; the model samples on cpu"):
-        cuda_graphs_on("on", CPU)
+        cuda_graphs_off("on", CPU)
+    dynamic = SimpleNamespace(rope_parameters={"rope_type": "dynamic", "factor": 2.0})
+    assert cuda_graphs_off("auto", CUDA, dynamic) == "rope type 'dynamic' reads positions back to the host each forward"
+    with pytest.raises(UserError, match="rope type 'dynamic'"):
+        cuda_graphs_off("on", CUDA, dynamic)
+    linear = SimpleNamespace(rope_parameters={"rope_type": "linear", "factor": 2.0})
+    assert cuda_graphs_off("auto", CUDA, linear) is None
     with pytest.raises(ValueError):
-        cuda_graphs_on("yes", CUDA)
+        cuda_graphs_off("yes", CUDA)
 
 
 def test_the_setting_is_a_batching_key_and_on_without_a_gpu_is_one_line():
@@ -125,24 +134,28 @@ GREEDY_PAIRS = SamplingParams(n=2, max_new_tokens=10, temperature=0.0)
 @pytest.fixture
 def bucketed(monkeypatch):
     """The switch turned on for the CPU: decode steps take the bucketed path, run eagerly."""
-    monkeypatch.setattr(batching_engine, "cuda_graphs_on", lambda setting, device: setting != "off")
+    monkeypatch.setattr(
+        batching_engine, "cuda_graphs_off", lambda setting, device, config: setting if setting == "off" else None
+    )
 
 
 def test_bucketed_decode_gives_the_dynamic_paths_greedy_tokens_in_hand_derived_buckets(smol_tokenizer, bucketed):
     model, prompts = _model_and_prompts(smol_tokenizer)
-    want = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=6, cuda_graphs="off").generate(
+    prompts = [*prompts, [5, 6, 7]]  # a fourth pair, cut at 10 tokens too
+    want = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=8, cuda_graphs="off").generate(
         prompts, GREEDY_PAIRS
     )
-    assert [[len(c.token_ids) for c in group] for group in want] == [[3, 3], [6, 6], [10, 10]]
-    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=6)
+    assert [[len(c.token_ids) for c in group] for group in want] == [[3, 3], [6, 6], [10, 10], [10, 10]]
+    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=8)
     got = engine.generate(prompts, GREEDY_PAIRS)
     for got_group, want_group in zip(got, want, strict=True):
         for g, w in zip(got_group, want_group, strict=True):
             assert g.token_ids == w.token_ids
             assert max(abs(a - b) for a, b in zip(g.logprobs, w.logprobs, strict=True)) < 1e-5
-    # decode steps 1-2: six sequences (bucket 6 of 1, 2, 4, 6); 3-5: four (the 3-token pair
-    # left; the last pair moved into their slots); 6-9: two, the 10-token pair
-    assert engine.graph_steps == {6: 2, 4: 3, 2: 4}
+    # decode steps 1-2: eight sequences (bucket 8 of 1, 2, 4, 8); 3-5: six once the 3-token pair
+    # left (bucket 8: two dummy rows; the last pair moved into the freed slots); 6-9: the four
+    # 10-token sequences (bucket 4)
+    assert engine.graph_steps == {8: 5, 4: 4}
     assert engine.graph_captures == 0  # off a GPU the forward runs eagerly
 
 
@@ -151,6 +164,7 @@ def test_the_auto_setting_keeps_the_dynamic_path_on_the_cpu(smol_tokenizer):
     engine = build_engine(EngineSettings(), model, smol_tokenizer, "fp32")
     engine.generate(prompts, GREEDY_PAIRS)
     assert engine.cuda_graphs == "auto" and engine.graph_steps == {}
+    assert engine.cuda_graphs_off == "needs a CUDA device; the model samples on cpu"
 
 
 class _StandIn:

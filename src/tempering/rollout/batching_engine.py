@@ -58,7 +58,7 @@ from tempering.models.threads import serving_threads
 from tempering.rollout.batching import Request, Scheduler, constrain_rows, prompt_seed, sample_rows, top_rows
 from tempering.rollout.constrain import Constraint
 from tempering.rollout.engine import Completion, HFEngine, inference_weights
-from tempering.rollout.graphs import CUDA_GRAPHS, GraphDecode, bucket_for, cuda_graphs_on, decode_buckets
+from tempering.rollout.graphs import CUDA_GRAPHS, GraphDecode, bucket_for, cuda_graphs_off, decode_buckets
 from tempering.rollout.kvcache import LENGTH_STEP, SlotKVCache, StaticSlotKVCache, round_up
 
 __all__ = ["BatchingEngine", "per_position_bytes", "shared_prefix"]
@@ -114,6 +114,8 @@ class BatchingEngine(HFEngine):
             raise ValueError(f"cuda_graphs {cuda_graphs!r} is not one of {', '.join(CUDA_GRAPHS)}")
         self.cuda_graphs = cuda_graphs
         """Decode steps as captured CUDA graphs: auto (where the model is on a CUDA device), on, off."""
+        self.cuda_graphs_off: str | None = None
+        """Why the last cache opened decodes without CUDA graphs (None: with them)."""
         self._graphs: GraphDecode | None = None  # the fixed-shape decode, while the graph path is on
         self._graphs_checked = False  # the weights' tensors were checked since the last admission
         self.serve_threads = serve_threads
@@ -357,7 +359,11 @@ class BatchingEngine(HFEngine):
 
     # --- one step of the batch ---
     def _open(self, slots: int, max_len: int) -> None:
-        if cuda_graphs_on(self.cuda_graphs, self.device):
+        reason = cuda_graphs_off(self.cuda_graphs, self.device, getattr(self.model, "config", None))
+        if reason != self.cuda_graphs_off and reason is not None:
+            log.info("decode steps without CUDA graphs: %s", reason)
+        self.cuda_graphs_off = reason
+        if reason is None:
             self._cache = self._graph_decode(slots, max_len).cache
         else:
             self._graphs = None

@@ -39,9 +39,10 @@ from typing import Any, Callable, Sequence
 import torch
 
 from tempering.errors import UserError
+from tempering.models.rope import rope_summary
 from tempering.rollout.kvcache import StaticSlotKVCache
 
-__all__ = ["CUDA_GRAPHS", "GraphDecode", "bucket_for", "cuda_graphs_on", "decode_buckets", "pad_to_bucket"]
+__all__ = ["CUDA_GRAPHS", "GraphDecode", "bucket_for", "cuda_graphs_off", "decode_buckets", "pad_to_bucket"]
 
 CUDA_GRAPHS = ("auto", "on", "off")
 """`engine.cuda_graphs`: auto is on where the model is on a CUDA device, off elsewhere."""
@@ -52,22 +53,31 @@ Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """(input ids (B, 1), positions (B, 1)) -> (B, V) fp32 logits, K/V written into the static cache."""
 
 
-def cuda_graphs_on(setting: str, device: torch.device) -> bool:
-    """Whether decode steps of a model on `device` run as captured graphs under `setting`.
+HOST_SYNC_ROPE = ("dynamic", "longrope")
+"""RoPE types whose rotary embedding reads the longest position back to the host every forward
+(transformers' `dynamic_rope_update`): a forward that syncs the host cannot be captured."""
+
+
+def cuda_graphs_off(setting: str, device: torch.device, config: Any = None) -> str | None:
+    """Why decode steps of a model on `device` (its transformers `config`) do not run as captured
+    graphs under `setting`, or None when they do.
 
     Raises:
-        UserError: `on` where the model does not sample on a CUDA device.
+        UserError: `on` where they cannot: no CUDA device, or a forward that syncs the host.
     """
     if setting not in CUDA_GRAPHS:
         raise ValueError(f"cuda_graphs {setting!r} is not one of {', '.join(CUDA_GRAPHS)}")
     if setting == "off":
-        return False
-    cuda = device.type == "cuda"  # cuda-path: cuda-graphs
-    if setting == "on" and not cuda:
-        raise UserError(
-            f"engine.cuda_graphs: on needs a CUDA device; the model samples on {device.type} (use auto or off)"
-        )
-    return cuda
+        return "engine.cuda_graphs: off"
+    reason = None
+    rope = (rope_summary(config) or {}) if config is not None else {}
+    if device.type != "cuda":  # cuda-path: cuda-graphs
+        reason = f"needs a CUDA device; the model samples on {device.type}"
+    elif rope.get("rope_type", rope.get("type")) in HOST_SYNC_ROPE:
+        reason = f"rope type {rope.get('rope_type', rope.get('type'))!r} reads positions back to the host each forward"
+    if reason is not None and setting == "on":
+        raise UserError(f"engine.cuda_graphs: on {reason} (use auto or off)")
+    return reason
 
 
 def decode_buckets(max_rows: int) -> tuple[int, ...]:

@@ -41,9 +41,9 @@ def check_engine(settings: EngineSettings) -> None:
             raise EngineUnavailable(reason)
     if settings.kind == "batching" and settings.cuda_graphs == "on":
         from tempering.models.precision import default_device
-        from tempering.rollout.graphs import cuda_graphs_on
+        from tempering.rollout.graphs import cuda_graphs_off
 
-        cuda_graphs_on("on", default_device())  # a UserError where torch sees no CUDA device
+        cuda_graphs_off("on", default_device())  # a UserError where torch sees no CUDA device
 
 
 def build_engine(
