@@ -39,7 +39,6 @@ different batch shape may round differently and flip a near-tie.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from collections import deque
@@ -58,7 +57,15 @@ from tempering.models.threads import serving_threads
 from tempering.rollout.batching import Request, Scheduler, constrain_rows, prompt_seed, sample_rows, top_rows
 from tempering.rollout.constrain import Constraint
 from tempering.rollout.engine import Completion, HFEngine, inference_weights
-from tempering.rollout.graphs import CUDA_GRAPHS, GraphDecode, bucket_for, cuda_graphs_off, decode_buckets
+from tempering.rollout.graphs import (
+    CUDA_GRAPHS,
+    GraphDecode,
+    bucket_for,
+    cuda_graphs_off,
+    decode_buckets,
+    decode_forward,
+    weights_key,
+)
 from tempering.rollout.kvcache import LENGTH_STEP, SlotKVCache, StaticSlotKVCache, round_up
 
 __all__ = ["BatchingEngine", "per_position_bytes", "shared_prefix"]
@@ -390,28 +397,9 @@ class BatchingEngine(HFEngine):
         self._graphs, self._graphs_checked = None, False  # the old cache goes before the new one is written
         cache = StaticSlotKVCache(rows, length)
         capture = self.device.type == "cuda"  # cuda-path: cuda-graphs
-        forward = functools.partial(self._static_forward, cache)
+        forward = decode_forward(self.model, cache, self._cache_kw, self.precision)
         self._graphs = GraphDecode(forward, cache, [b for b in buckets if b <= rows], self.pad_id, capture)
         return self._graphs
-
-    def _static_forward(self, cache: StaticSlotKVCache, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """The decode forward a graph captures: (B, 1) ids at (B, 1) positions -> (B, V) fp32
-        logits. Autocast without its cast cache: the graph would read casts freed after capture."""
-        cache.bind(positions[:, 0], cache.length - 1)
-        with autocast(self.precision, self.device, cache=False):
-            out = self.model(
-                input_ids=ids,
-                position_ids=positions,
-                attention_mask=cache.decode_mask(),
-                use_cache=True,
-                **{self._cache_kw: cache},
-            )
-        return out.logits[:, -1].float()
-
-    def _weights_key(self) -> tuple:
-        """Where each weight lives: a captured graph reads these addresses (an in-place update,
-        a trainer's step or a LoRA merge, keeps them; new tensors, e.g. bf16 copies, do not)."""
-        return tuple((t.data_ptr(), t.dtype) for t in (*self.model.parameters(), *self.model.buffers()))
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -491,7 +479,7 @@ class BatchingEngine(HFEngine):
         graphs = self._graphs
         if graphs is not None:
             if not self._graphs_checked:
-                key = self._weights_key()
+                key = weights_key(self.model)
                 if key != graphs.weights_key:
                     graphs.reset(key)
                 self._graphs_checked = True

@@ -39,10 +39,20 @@ from typing import Any, Callable, Sequence
 import torch
 
 from tempering.errors import UserError
+from tempering.models.precision import autocast
 from tempering.models.rope import rope_summary
 from tempering.rollout.kvcache import StaticSlotKVCache
 
-__all__ = ["CUDA_GRAPHS", "GraphDecode", "bucket_for", "cuda_graphs_off", "decode_buckets", "pad_to_bucket"]
+__all__ = [
+    "CUDA_GRAPHS",
+    "GraphDecode",
+    "bucket_for",
+    "cuda_graphs_off",
+    "decode_buckets",
+    "decode_forward",
+    "pad_to_bucket",
+    "weights_key",
+]
 
 CUDA_GRAPHS = ("auto", "on", "off")
 """`engine.cuda_graphs`: auto is on where the model is on a CUDA device, off elsewhere."""
@@ -109,6 +119,32 @@ def pad_to_bucket(
         raise ValueError(f"{len(tokens)} tokens and {len(positions)} positions for a bucket of {bucket} rows")
     dummies = bucket - len(tokens)
     return [*tokens, *[pad_id] * dummies], [*positions, *[0] * dummies]
+
+
+def decode_forward(model: Any, cache: StaticSlotKVCache, cache_kw: str, precision: str) -> Forward:
+    """The decode forward a graph captures: `model` over `cache` (passed as its `cache_kw`
+    argument), (B, 1) ids at (B, 1) positions -> (B, V) fp32 logits. Autocast runs without its
+    cast cache: a graph would read casts that are freed once the capture's context exits."""
+
+    def forward(ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        cache.bind(positions[:, 0], cache.length - 1)
+        with autocast(precision, ids.device, cache=False):
+            out = model(
+                input_ids=ids,
+                position_ids=positions,
+                attention_mask=cache.decode_mask(),
+                use_cache=True,
+                **{cache_kw: cache},
+            )
+        return out.logits[:, -1].float()
+
+    return forward
+
+
+def weights_key(model: Any) -> tuple:
+    """Where each weight lives: a captured graph reads these addresses (an in-place update, a
+    trainer's step or a LoRA merge, keeps them; new tensors, e.g. bf16 copies, do not)."""
+    return tuple((t.data_ptr(), t.dtype) for t in (*model.parameters(), *model.buffers()))
 
 
 class GraphDecode:
