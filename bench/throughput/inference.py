@@ -24,8 +24,16 @@ All sides run in this one process, one after the other, after a warm-up each.
 
 Every side generates for the same 32 requests, so the tokens/s compare like for like.
 
+  * `--cuda-graphs auto,on,off` (a list): the batching engine runs each level once per setting
+    (`engine.cuda_graphs`: decode steps captured as CUDA graphs in batch-size buckets), each
+    engine built by `build_engine`; before the clock, one warm-up pass per bucket up to the top
+    level captures its graph. `cuda_graphs` in the result: per setting, tokens/s per level, the
+    graphs captured and decode steps per bucket, or why it did not run (`on` off a GPU: "not
+    available on cpu"); `cuda_graphs_speedup_on_vs_off` per level where both ran. The first
+    setting that ran is `runs.batching_engine`, which the ratios use.
+
     python bench/throughput/inference.py [--max-new-tokens 64] [--precision bf16] [--quantize int8 --out FILE]
-        [--model DIR] [--levels 1,32,256] [--hf-requests 16] [--level-requests 8]
+        [--model DIR] [--levels 1,32,256] [--hf-requests 16] [--level-requests 8] [--cuda-graphs on,off]
 
 On a GPU every side runs on it. With more requests in flight than the 32 prompts, the prompts
 repeat (each request still decodes on its own). `--hf-requests N` times HF `generate` one at a
@@ -194,6 +202,42 @@ def hf_generate_batched(model, prompts, max_new_tokens: int, eos: int, pad: int,
     }
 
 
+def warm_decode_buckets(engine, prompts, levels: list[int]) -> None:
+    """Capture every decode bucket up to the top level before the clock runs: through the serving
+    API (whose fixed-shape cache the timed runs reuse), one burst of requests per bucket size,
+    largest first, each decoding two tokens (the same warm-up for every setting)."""
+    from tempering.config import SamplingParams
+    from tempering.rollout.graphs import decode_buckets
+
+    two = SamplingParams(temperature=0, max_new_tokens=3)
+    engine.start()
+    try:
+        for size in reversed([b for b in decode_buckets(engine.max_slots) if b <= max(levels)]):
+            for done in [engine.submit(p, two) for p in prompts[:size]]:
+                done.result()
+    finally:
+        engine.stop()
+
+
+def cuda_graph_engines(settings: list[str], model, tokenizer, precision: str, max_slots: int) -> tuple[dict, dict]:
+    """({setting: engine} for the settings this host runs, {setting: report}); `on` off a GPU is
+    recorded as not available, with the engine's own one-line reason."""
+    from tempering.config import EngineSettings
+    from tempering.errors import UserError
+    from tempering.rollout.select import build_engine
+
+    engines, report = {}, {}
+    for setting in settings:
+        engine_settings = EngineSettings(kind="batching", max_slots=max_slots, cuda_graphs=setting)
+        try:
+            engines[setting] = build_engine(engine_settings, model, tokenizer, precision, max_len=512)
+            report[setting] = {"ran": True, "levels": {}}
+        except UserError as exc:
+            device = next(model.parameters()).device.type
+            report[setting] = {"ran": False, "reason": f"not available on {device}: {exc}"}
+    return engines, report
+
+
 def fastest_llama_cpp(prompts, max_new_tokens: int, sequences: int, threads: list[int]) -> dict:
     """llama.cpp at each thread count; the fastest, with every count's tokens/s."""
     best = fastest({t: llama_cpp_peer(prompts, max_new_tokens, t, sequences=sequences) for t in threads})
@@ -220,15 +264,22 @@ def main() -> None:
         default=None,
         help="each level c runs max(c, N) requests (default: all of them at every level)",
     )
+    p.add_argument(
+        "--cuda-graphs",
+        default="auto",
+        help="comma-separated engine.cuda_graphs settings (auto, on, off): the batching engine runs once per setting",
+    )
     p.add_argument("--out", type=Path, default=RESULTS / "inference.json")
     args = p.parse_args()
+    graph_settings = args.cuda_graphs.split(",")
+    if not graph_settings or any(g not in ("auto", "on", "off") for g in graph_settings):
+        p.error(f"--cuda-graphs {args.cuda_graphs!r}: a comma-separated list of auto, on, off")
 
     import torch
 
     torch.manual_seed(0)
     from tempering.config import SamplingParams
     from tempering.models.load import load_model, load_tokenizer
-    from tempering.rollout.batching_engine import BatchingEngine
     from tempering.rollout.engine import HFEngine
 
     dtype = {"bf16": "bfloat16", "fp32": "float32"}[args.precision]
@@ -240,7 +291,10 @@ def main() -> None:
 
         model = quantize_int8(model)
     levels = [int(x) for x in args.levels.split(",")]
-    batching = BatchingEngine(model, tokenizer, precision=args.precision, max_slots=max(levels), max_len=512)
+    engines, graphs = cuda_graph_engines(graph_settings, model, tokenizer, args.precision, max(levels))
+    if not engines:
+        raise SystemExit(f"no --cuda-graphs setting runs here: {graphs}")
+    batching = next(iter(engines.values()))  # the first setting that runs: runs.batching_engine
     static = HFEngine(model, tokenizer, precision=args.precision)
     questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(max(levels))]
     prompts = [batching.chat_prompt([{"role": "user", "content": q}]) for q in questions]
@@ -249,7 +303,10 @@ def main() -> None:
 
     # warm-up of every side
     hf_one_at_a_time(model, prompts[:1], 4, eos, pad)
-    batching.generate(prompts[:2], greedy.model_copy(update={"max_new_tokens": 4}))
+    for engine in engines.values():
+        engine.generate(prompts[:2], greedy.model_copy(update={"max_new_tokens": 4}))
+        warm_decode_buckets(engine, prompts, levels)
+    captured = {setting: engine.graph_captures for setting, engine in engines.items()}
     static.generate(prompts[:2], greedy.model_copy(update={"max_new_tokens": 4}))
 
     load_before = os.getloadavg()
@@ -265,13 +322,16 @@ def main() -> None:
     top = str(max(levels))
     for c in levels:
         level_prompts = prompts[: max(c, args.level_requests)] if args.level_requests else prompts
-        r = batching_concurrent(batching, level_prompts, greedy, c)
-        runs["batching_engine"][str(c)] = {k: v for k, v in r.items() if k != "completions"}
-        print(
-            f"batching engine, {c} concurrent: {r['tokens_per_s']:.1f} tokens/s "
-            f"(TTFT {r['mean_time_to_first_token_s']:.2f}s)",
-            flush=True,
-        )
+        for setting, engine in engines.items():
+            r = batching_concurrent(engine, level_prompts, greedy, c)
+            graphs[setting]["levels"][str(c)] = {k: v for k, v in r.items() if k != "completions"}
+            print(
+                f"batching engine (cuda_graphs {setting}), {c} concurrent: {r['tokens_per_s']:.1f} tokens/s "
+                f"(TTFT {r['mean_time_to_first_token_s']:.2f}s)",
+                flush=True,
+            )
+        r = graphs[next(iter(engines))]["levels"][str(c)]
+        runs["batching_engine"][str(c)] = r
         if c > 1:
             s = hf_engine_batch(static, level_prompts, greedy, c)
             runs["hf_engine_static_batch"][str(c)] = s
@@ -285,6 +345,14 @@ def main() -> None:
     for name in ("llama_cpp_q8_0_one_at_a_time", f"llama_cpp_q8_0_{top}_sequences"):
         print(f"{name}: {runs[name].get('tokens_per_s_by_threads') or runs[name]['reason']}", flush=True)
     llama_top = runs[f"llama_cpp_q8_0_{top}_sequences"]
+    for setting, engine in engines.items():
+        graphs[setting].update(
+            tokens_per_s={c: r["tokens_per_s"] for c, r in graphs[setting]["levels"].items()},
+            graph_captures=engine.graph_captures,
+            graph_captures_while_timed=engine.graph_captures - captured[setting],
+            graph_steps_by_bucket=engine.graph_steps,
+        )
+    both = all(graphs.get(s, {}).get("ran") for s in ("on", "off"))
     result = {
         "benchmark": "inference",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -331,6 +399,15 @@ def main() -> None:
                 for c, r in runs["batching_engine"].items()
             }
             if runs["llama_cpp_q8_0_one_at_a_time"]["ran"]
+            else None
+        ),
+        "cuda_graphs": graphs,
+        "cuda_graphs_speedup_on_vs_off": (
+            {
+                c: graphs["on"]["tokens_per_s"][c] / graphs["off"]["tokens_per_s"][c]
+                for c in graphs["on"]["tokens_per_s"]
+            }
+            if both
             else None
         ),
         "runs": runs,

@@ -106,6 +106,7 @@ ENGINE_ONLY_KEYS = {
     "max_slots": "batching",
     "max_cache_tokens": "batching",
     "prefill_chunk": "batching",
+    "cuda_graphs": "batching",
     "vllm": "vllm",
     "draft": "speculative",
 }
@@ -127,6 +128,9 @@ class EngineSettings(Strict):
     prefill_chunk: int = Field(default=512, ge=1)
     """batching: a prompt longer than this is prefilled this many tokens a step, between the
     decode steps of the sequences already running (chunked prefill: a long prompt does not stall them)."""
+    cuda_graphs: Literal["auto", "on", "off"] = "auto"
+    """batching: decode steps in batch-size buckets, each captured once as a CUDA graph and
+    replayed (docs/gpu.md); auto: where the model samples on a CUDA device; on: refused elsewhere."""
     vllm: VLLMSettings = VLLMSettings()
     """vLLM options (kind: vllm only)."""
     draft: DraftSettings | None = None

@@ -65,10 +65,12 @@ def default_device() -> torch.device:
     return torch.device("cpu")
 
 
-def autocast(precision: str, device: torch.device) -> Any:
-    """bf16 autocast on `device` for "bf16", nothing for "fp32" (a resolved precision only)."""
+def autocast(precision: str, device: torch.device, cache: bool = True) -> Any:
+    """bf16 autocast on `device` for "bf16", nothing for "fp32" (a resolved precision only).
+    `cache=False` casts weights afresh each call: a captured CUDA graph must not read casts
+    that autocast frees when its context exits."""
     if precision == "bf16":  # cuda-path: bf16-cuda (on a GPU device: CUDA autocast)
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=cache)
     if precision == "fp32":
         return nullcontext()
     raise ValueError(

@@ -26,6 +26,11 @@ decodes through `models/llama_decode.py` (fused, prepacked weights, no HF module
 the same slot cache; anything it does not serve keeps the HF forward (`single_stream_off`
 says why). Prefill (whole or chunked) always runs the HF forward.
 
+CUDA graphs (`cuda_graphs`: auto, on where the model is on a CUDA device): decode steps run in
+batch-size buckets over a fixed-shape slot cache, each bucket's forward captured once as a CUDA
+graph and replayed (`rollout/graphs.py`); prefill stays eager. The fixed cache and its graphs
+are kept between calls while they hold what a call needs (the graphs point at them).
+
 Same model, tokenizer, identity, precision, LoRA merge and weight sync as `HFEngine` (it is
 one, with another `generate`). Greedy output equals running each request alone up to the
 floating-point effects of batching: bit-identical in fp32 (tested), while under bf16 a
@@ -52,7 +57,16 @@ from tempering.models.threads import serving_threads
 from tempering.rollout.batching import Request, Scheduler, constrain_rows, prompt_seed, sample_rows, top_rows
 from tempering.rollout.constrain import Constraint
 from tempering.rollout.engine import Completion, HFEngine, inference_weights
-from tempering.rollout.kvcache import SlotKVCache
+from tempering.rollout.graphs import (
+    CUDA_GRAPHS,
+    GraphDecode,
+    bucket_for,
+    cuda_graphs_off,
+    decode_buckets,
+    decode_forward,
+    weights_key,
+)
+from tempering.rollout.kvcache import LENGTH_STEP, SlotKVCache, StaticSlotKVCache, round_up
 
 __all__ = ["BatchingEngine", "per_position_bytes", "shared_prefix"]
 
@@ -100,8 +114,17 @@ class BatchingEngine(HFEngine):
         max_cache_tokens: int | None = None,
         prefill_chunk: int = 512,
         serve_threads: int | None = None,
+        cuda_graphs: str = "auto",
     ):
         super().__init__(model, tokenizer, precision=precision)
+        if cuda_graphs not in CUDA_GRAPHS:
+            raise ValueError(f"cuda_graphs {cuda_graphs!r} is not one of {', '.join(CUDA_GRAPHS)}")
+        self.cuda_graphs = cuda_graphs
+        """Decode steps as captured CUDA graphs: auto (where the model is on a CUDA device), on, off."""
+        self.cuda_graphs_off: str | None = None
+        """Why the last cache opened decodes without CUDA graphs (None: with them)."""
+        self._graphs: GraphDecode | None = None  # the fixed-shape decode, while the graph path is on
+        self._graphs_checked = False  # the weights' tensors were checked since the last admission
         self.serve_threads = serve_threads
         """torch threads of the serving thread (None: `models.threads.serving_threads()`, one core left free)."""
         self.max_slots, self.max_len, self.max_prefill_tokens = max_slots, max_len, max_prefill_tokens
@@ -333,9 +356,27 @@ class BatchingEngine(HFEngine):
             raise RuntimeError("BatchingEngine: no open cache (use generate(), or start() before submit())")
         return self._cache
 
+    @property
+    def graph_steps(self) -> dict[int, int]:
+        """Decode steps run on the CUDA-graph path, per batch bucket (empty while it is off)."""
+        return dict(self._graphs.steps) if self._graphs is not None else {}
+
+    @property
+    def graph_captures(self) -> int:
+        """CUDA graphs captured by the current fixed-shape decode (0 while the path is off)."""
+        return self._graphs.captures if self._graphs is not None else 0
+
     # --- one step of the batch ---
     def _open(self, slots: int, max_len: int) -> None:
-        self._cache = SlotKVCache(slots, max_len)
+        reason = cuda_graphs_off(self.cuda_graphs, self.device, getattr(self.model, "config", None))
+        if reason != self.cuda_graphs_off and reason is not None:
+            log.info("decode steps without CUDA graphs: %s", reason)
+        self.cuda_graphs_off = reason
+        if reason is None:
+            self._cache = self._graph_decode(slots, max_len).cache
+        else:
+            self._graphs = None
+            self._cache = SlotKVCache(slots, max_len)
         self._scheduler = Scheduler(
             slots,
             max_len,
@@ -344,6 +385,23 @@ class BatchingEngine(HFEngine):
             constraint_for=lambda grammar: Constraint(self.tokenizer, grammar),
             cache_tokens=self.max_cache_tokens,
         )
+
+    def _graph_decode(self, slots: int, max_len: int) -> GraphDecode:
+        """The fixed-shape decode for `slots` sequences of up to `max_len` positions: the one
+        kept from earlier calls while it is large enough, else a larger one (graphs captured anew)."""
+        buckets = decode_buckets(self.max_slots)
+        rows, length = bucket_for(slots, buckets), round_up(max_len, LENGTH_STEP, max(max_len, self.max_len))
+        kept = self._graphs
+        if kept is not None and kept.cache.rows >= rows and kept.cache.length >= length:
+            return kept
+        if kept is not None:  # grow, never shrink: a later call of the earlier size reuses this one
+            rows, length = max(rows, kept.cache.rows), max(length, kept.cache.length)
+        self._graphs, self._graphs_checked = None, False  # the old cache goes before the new one is written
+        cache = StaticSlotKVCache(rows, length)
+        capture = self.device.type == "cuda"  # cuda-path: cuda-graphs
+        forward = decode_forward(self.model, cache, self._cache_kw, self.precision)
+        self._graphs = GraphDecode(forward, cache, [b for b in buckets if b <= rows], self.pad_id, capture)
+        return self._graphs
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -361,7 +419,7 @@ class BatchingEngine(HFEngine):
         admitted = sched.admit()
         if admitted:  # room for every running sequence to reach its limit: no growth mid-decode
             cache.reserve(*sched.reservation())
-            self._single_checked = False  # weights may have changed between requests
+            self._single_checked = self._graphs_checked = False  # weights may have changed between requests
         self.peak_running = max(self.peak_running, len(sched.running))
         parts = []
         if old:
@@ -420,6 +478,14 @@ class BatchingEngine(HFEngine):
     def _decode_step(self, batch: int) -> torch.Tensor:
         """One forward over slots 0..batch-1: each feeds its last token; (batch, V) logits."""
         running = self._open_scheduler.running[:batch]
+        graphs = self._graphs
+        if graphs is not None:
+            if not self._graphs_checked:
+                key = weights_key(self.model)
+                if key != graphs.weights_key:
+                    graphs.reset(key)
+                self._graphs_checked = True
+            return graphs.decode([s.tokens[-1] for s in running], [s.cached for s in running])
         decoder = self._single_stream_decoder() if batch == 1 else None
         if decoder is not None:
             return self._decode_single(decoder, running[0].tokens[-1], running[0].cached)

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["LENGTH_STEP", "ROW_STEP", "SlotKVCache"]
+__all__ = ["LENGTH_STEP", "ROW_STEP", "SlotKVCache", "StaticSlotKVCache"]
 
 ROW_STEP = 8
 """The cache grows by whole multiples of this many rows (capped at `slots`)."""
@@ -44,7 +44,8 @@ LENGTH_STEP = 128
 """... and of this many positions (capped at `max_len`)."""
 
 
-def _round_up(n: int, step: int, cap: int) -> int:
+def round_up(n: int, step: int, cap: int) -> int:
+    """n rounded up to a multiple of `step`, at most `cap`."""
     return min(cap, -(-n // step) * step)
 
 
@@ -72,8 +73,8 @@ class SlotKVCache:
             )
         if rows <= self.rows and length <= self.length:
             return
-        self.rows = max(self.rows, _round_up(rows, ROW_STEP, self.slots))
-        self.length = max(self.length, _round_up(length, LENGTH_STEP, self.max_len))
+        self.rows = max(self.rows, round_up(rows, ROW_STEP, self.slots))
+        self.length = max(self.length, round_up(length, LENGTH_STEP, self.max_len))
         for layer, (k, v) in enumerate(zip(self.keys, self.values)):
             self.keys[layer], self.values[layer] = self._grown(k), self._grown(v)
 
@@ -166,3 +167,33 @@ class SlotKVCache:
     @property
     def is_sliding(self) -> list[bool]:
         return [False] * len(self.keys)
+
+
+class StaticSlotKVCache(SlotKVCache):
+    """A slot cache of one fixed shape, for decode steps captured as CUDA graphs
+    (`rollout/graphs.py`): `rows` x `length` from the first write on, never grown, never
+    freed (a captured graph reads and writes these very tensors), and every decode forward
+    attends over all `length` positions (the mask hides those past each row's own), so a
+    decode step's shapes depend on its batch alone.
+
+    The price of the fixed shape: attention reads `length` positions per row, not the longest
+    row's; the engine sizes `length` to what its requests reach (rounded up to LENGTH_STEP)."""
+
+    def __init__(self, rows: int, length: int):
+        super().__init__(rows, length)
+        self.rows, self.length = rows, length
+
+    def reserve(self, rows: int, length: int) -> None:
+        """Check that `rows` sequences of `length` positions fit (the shape never changes)."""
+        if rows > self.rows or length > self.length:
+            raise ValueError(
+                f"{rows} rows of {length} positions do not fit a static cache of {self.rows} x {self.length}"
+            )
+
+    def release(self) -> None:
+        """Keep the tensors: captured graphs hold their addresses (the engine drops the cache whole)."""
+
+    def bind(self, lengths: torch.Tensor, longest: int) -> None:
+        """As `SlotKVCache.bind`, over all `length` positions whatever `longest` is."""
+        super().bind(lengths, longest)
+        self._width = self.length

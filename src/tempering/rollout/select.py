@@ -32,12 +32,18 @@ __all__ = ["EngineUnavailable", "build_drafter", "build_engine", "check_engine",
 
 
 def check_engine(settings: EngineSettings) -> None:
-    """Raise `EngineUnavailable` now if `settings` name an engine this host cannot run
-    (called where a run starts, so a misconfigured run fails before loading a model)."""
+    """Raise `EngineUnavailable` now if `settings` name an engine this host cannot run, a
+    `UserError` for `cuda_graphs: on` without a CUDA device (called where a run starts, so a
+    misconfigured run fails before loading a model)."""
     if settings.kind == "vllm":
         reason = vllm_unavailable()
         if reason:
             raise EngineUnavailable(reason)
+    if settings.kind == "batching" and settings.cuda_graphs == "on":
+        from tempering.models.precision import default_device
+        from tempering.rollout.graphs import cuda_graphs_off
+
+        cuda_graphs_off("on", default_device())  # a UserError where torch sees no CUDA device
 
 
 def build_engine(
@@ -83,6 +89,7 @@ def build_engine(
             max_slots=settings.max_slots,
             max_cache_tokens=settings.max_cache_tokens,
             prefill_chunk=settings.prefill_chunk,
+            cuda_graphs=settings.cuda_graphs,
             **sized,
         )
     if settings.kind == "speculative":
