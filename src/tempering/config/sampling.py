@@ -128,9 +128,10 @@ class EngineSettings(Strict):
     prefill_chunk: int = Field(default=512, ge=1)
     """batching: a prompt longer than this is prefilled this many tokens a step, between the
     decode steps of the sequences already running (chunked prefill: a long prompt does not stall them)."""
-    cuda_graphs: Literal["auto", "on", "off"] = "auto"
+    cuda_graphs: Literal["auto", "on", "off"] = "off"
     """batching: decode steps in batch-size buckets, each captured once as a CUDA graph and
-    replayed (docs/gpu.md); auto: where the model samples on a CUDA device; on: refused elsewhere."""
+    replayed (docs/gpu.md); off by default until a GPU run has checked it; auto: where the model
+    samples on a CUDA device; on: refused elsewhere."""
     vllm: VLLMSettings = VLLMSettings()
     """vLLM options (kind: vllm only)."""
     draft: DraftSettings | None = None

@@ -26,7 +26,7 @@ decodes through `models/llama_decode.py` (fused, prepacked weights, no HF module
 the same slot cache; anything it does not serve keeps the HF forward (`single_stream_off`
 says why). Prefill (whole or chunked) always runs the HF forward.
 
-CUDA graphs (`cuda_graphs`: auto, on where the model is on a CUDA device): decode steps run in
+CUDA graphs (`cuda_graphs`: off by default; auto: on where the model is on a CUDA device): decode steps run in
 batch-size buckets over a fixed-shape slot cache, each bucket's forward captured once as a CUDA
 graph and replayed (`rollout/graphs.py`); prefill stays eager. The fixed cache and its graphs
 are kept between calls while they hold what a call needs (the graphs point at them).
@@ -114,7 +114,7 @@ class BatchingEngine(HFEngine):
         max_cache_tokens: int | None = None,
         prefill_chunk: int = 512,
         serve_threads: int | None = None,
-        cuda_graphs: str = "auto",
+        cuda_graphs: str = "off",
     ):
         super().__init__(model, tokenizer, precision=precision)
         if cuda_graphs not in CUDA_GRAPHS:
