@@ -71,8 +71,8 @@ def test_a_replayed_bf16_decode_equals_the_same_decode_run_eagerly(device, smol_
 
     with monkeypatch.context() as patch:
         patch.setattr(GraphDecode, "__init__", uncaptured)
-        want = _generate(BatchingEngine(model, smol_tokenizer, precision="bf16", max_slots=8))
-    engine = BatchingEngine(model, smol_tokenizer, precision="bf16", max_slots=8)
+        want = _generate(BatchingEngine(model, smol_tokenizer, precision="bf16", max_slots=8, cuda_graphs="auto"))
+    engine = BatchingEngine(model, smol_tokenizer, precision="bf16", max_slots=8, cuda_graphs="auto")
     for _ in range(2):  # the second call's bf16 copies are new tensors: captured again where moved
         assert_same_greedy(_generate(engine), want)
     assert engine.graph_steps == {8: 10, 4: 8}

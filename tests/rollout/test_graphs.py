@@ -146,7 +146,7 @@ def test_bucketed_decode_gives_the_dynamic_paths_greedy_tokens_in_hand_derived_b
         prompts, GREEDY_PAIRS
     )
     assert [[len(c.token_ids) for c in group] for group in want] == [[3, 3], [6, 6], [10, 10], [10, 10]]
-    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=8)
+    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=8, cuda_graphs="auto")
     got = engine.generate(prompts, GREEDY_PAIRS)
     for got_group, want_group in zip(got, want, strict=True):
         for g, w in zip(got_group, want_group, strict=True):
@@ -201,7 +201,7 @@ def stand_in_graphs(bucketed, monkeypatch):
 
 def test_each_bucket_is_captured_once_and_again_only_after_the_weights_move(smol_tokenizer, stand_in_graphs):
     model, prompts = _model_and_prompts(smol_tokenizer)
-    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=6)
+    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=6, cuda_graphs="auto")
     want = [[c.token_ids for c in group] for group in engine.generate(prompts, GREEDY_PAIRS)]
     assert engine.graph_captures == 3  # buckets 6, 4 and 2
     with torch.no_grad():
@@ -215,7 +215,7 @@ def test_each_bucket_is_captured_once_and_again_only_after_the_weights_move(smol
 
 def test_a_larger_call_makes_a_new_static_cache_and_a_smaller_one_keeps_it(smol_tokenizer, stand_in_graphs):
     model, prompts = _model_and_prompts(smol_tokenizer)
-    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=6)
+    engine = BatchingEngine(model, smol_tokenizer, precision="fp32", max_slots=6, cuda_graphs="auto")
     engine.generate(prompts[:1], SamplingParams(max_new_tokens=3, temperature=0.0))
     assert engine.graph_steps == {1: 2} and engine.graph_captures == 1  # a 1-row cache
     engine.generate(prompts, GREEDY_PAIRS)  # 6 rows do not fit it: a new cache, its graphs counted afresh
