@@ -56,11 +56,11 @@ class Step:
 # runs its own steps, most valuable first, within CALL_BUDGET_S; `prepare_models` runs in every call.
 PLAN: list[tuple[str, int, int]] = [
     ("prepare_models", 0, 45),
-    ("pytest_gpu", 1, 55),
+    ("pytest_gpu", 1, 70),
     ("sft_large", 1, 180),
-    ("decode", 1, 60),
-    ("decode_graphs", 1, 45),
-    ("grpo", 1, 115),
+    ("decode", 1, 55),
+    ("decode_graphs", 1, 40),
+    ("grpo", 1, 110),
     ("torchrun", 1, 55),
     ("sft_xl", 2, 100),
     ("grpo_long", 2, 85),
@@ -81,7 +81,8 @@ SIZES = {
         # the 1B shape at 32k tokens a step in 4,096-token rows, checkpointing on and off, TRL's GPU settings
         "sft_large": [
             *["--tokens-per-step", "32768", "--max-length", "4096", "--steps", "4", "--warmup", "2"],
-            *["--sides", "tempering,tempering_ckpt,trl,trl_flex,trl_liger,trl_flash"],
+            # by value: a step cut at its box keeps the sides before the cut
+            *["--sides", "tempering,tempering_ckpt,trl_flex,trl_liger,trl,trl_flash"],
         ],
         # 128k tokens a step in 8,192-token rows: only with checkpointing does it fit one GPU
         "sft_xl": [

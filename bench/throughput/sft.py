@@ -301,6 +301,8 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     bf16_peak = measure_bf16_matmul_peak(args.peak_seconds, device=device)
     fp32_peak = measure_bf16_matmul_peak(args.peak_seconds, dtype=torch.float32, device=device)
+    if device == "cuda":
+        torch.cuda.empty_cache()  # the sides' processes get the memory the peak's matrices held
     model = flops_model(args.model)
     doc_len = sum(n * n for n in lengths) / sum(lengths)  # token-weighted attention span
     flops_per_token = model_flops_per_token(model, seq_len=doc_len)
