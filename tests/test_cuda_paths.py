@@ -129,3 +129,22 @@ def test_the_scan_catches_a_planted_cuda_branch_and_an_uncovered_key():
         "tests/planted_test.py": "import pytest\n@pytest.mark.gpu(covers=['planted-key'])\ndef test_x(): pass\n"
     }
     assert_every_cuda_path_tagged_and_covered({**src, "planted.py": tagged}, {**tests, **covering})
+
+
+def test_every_key_is_named_by_a_test_the_gpu_checks_pytest_step_collects(tmp_path):
+    """The GPU run executes the keys' tests: bench/gpu/check.py's pytest_gpu step runs `-m gpu`
+    over its `gpu_test_files()`, so a key named only in a file outside them would never run there."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("gpu_check_paths", ROOT / "bench" / "gpu" / "check.py")
+    check = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = check
+    spec.loader.exec_module(check)
+    [step] = [s for s in check.steps("gpu", tmp_path, None) if s.name == "pytest_gpu"]
+    collected = [a for a in step.argv if a.endswith(".py")]
+    assert step.argv[step.argv.index("-m", 1) : step.argv.index("-m", 1) + 2] == ["-m", "gpu"]
+    _, keys = untagged_and_keys(_read("src"))
+    uncovered = set(keys) - covered_keys({f: Path(f).read_text() for f in collected})
+    assert not uncovered, f"keys no test of the GPU check's pytest step names: {uncovered}"
+    assert "compile-cuda" in keys and str(ROOT / "tests" / "gpu" / "test_cuda_paths.py") in collected

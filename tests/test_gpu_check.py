@@ -85,17 +85,23 @@ def test_the_cpu_dry_run_passes_every_step(tmp_path):
     tails = {n: s.get("log_tail", "")[-1500:] for n, s in report["steps"].items() if s["status"] != "ok"}
     assert proc.returncode == 0, tails
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    ran = ["prepare_models", "pytest_gpu", "sft_large", "sft_default", "grpo", "decode", "torchrun"]
-    assert summary["steps"] == {**dict.fromkeys(ran, "ok"), "ray_engine_replica": "skipped"}, tails
+    check = load_check()
+    # every step of every call runs; only those that cannot run anywhere without their package skip
+    skipped = {"ray_engine_replica", "unsloth_peer"} | ({"decode_graphs"} if check.graphs_option_missing() else set())
+    assert summary["steps"] == {n: "skipped" if n in skipped else "ok" for n, _, _ in check.PLAN}, tails
     steps = report["steps"]
     assert steps["pytest_gpu"]["counts"]["tests"] >= 1 and steps["pytest_gpu"]["counts"]["failures"] == 0
-    for name in ("sft_large", "sft_default"):
+    sides = {"sft_large": ("tempering", "trl"), "sft_xl": ("tempering_ckpt", "trl_ckpt")}
+    sides |= {"sft_compiled": ("tempering", "trl_padded"), "sft_default": ("tempering", "trl")}
+    for name, (ours, theirs) in sides.items():
         runs = steps[name]["result"]["runs"]
-        assert runs["tempering"]["real_tokens"] > 0 and runs["trl"]["real_tokens"] > 0
-    grpo = steps["grpo"]["result"]["runs"]
-    assert {"tempering", "tempering_full", "trl"} <= set(grpo) and all(
-        r["completions_per_s"] > 0 for r in grpo.values()
-    )
+        assert runs[ours]["real_tokens"] > 0 and runs[theirs]["real_tokens"] > 0, name
+    # the GPU-only TRL settings are recorded as skipped with their reason, not lost
+    assert steps["sft_large"]["result"]["not_run"]["trl_liger"] == {"skipped": "needs a CUDA GPU"}
+    assert steps["sft_xl"]["result"]["runs"]["tempering_ckpt"]["settings"]["gradient_checkpointing"] is True
+    for name in ("grpo", "grpo_long"):
+        grpo = steps[name]["result"]["runs"]
+        assert set(grpo) == {"tempering", "trl"} and all(r["completions_per_s"] > 0 for r in grpo.values())
     assert set(steps["decode"]["result"]["runs"]["batching_engine"]) == {"1", "2", "4"}
     torchrun = steps["torchrun"]["result"]
     assert len(torchrun["sft_under_torchrun"]["losses"]) == 2 and torchrun["collective"]["backend"] == "gloo"
@@ -107,3 +113,70 @@ def test_the_dry_run_passes_each_bench_the_flags_the_gpu_run_passes(tmp_path):
     assert [s.name for s in gpu] == [s.name for s in cpu]
     for g, c in zip(gpu, cpu):
         assert [a for a in g.argv if a.startswith("-")] == [a for a in c.argv if a.startswith("-")], g.name
+
+
+def plan_table() -> list[tuple[str, int, int]]:
+    """(step, call, box) of each row of bench/gpu/PLAN.md's table; call "every" is 0."""
+    rows = []
+    for line in (ROOT / "bench" / "gpu" / "PLAN.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0].isdigit():
+            rows.append((cells[1].strip("`"), 0 if cells[2] == "every" else int(cells[2]), int(cells[3])))
+    return rows
+
+
+def test_the_written_plan_is_the_order_calls_and_boxes_the_check_runs(tmp_path):
+    check = load_check()
+    assert plan_table() == check.PLAN
+    gpu = check.steps("gpu", tmp_path, None)
+    assert [(s.name, s.call, s.timeout_s) for s in gpu] == check.PLAN
+    assert gpu[0].name == "prepare_models" and [s.name for s in gpu[1:3]] == ["pytest_gpu", "sft_large"]
+
+
+def test_each_calls_time_boxes_fit_its_budget_inside_one_device_call():
+    check = load_check()
+    for call, budget in check.CALL_BUDGET_S.items():
+        boxes = sum(box for _, c, box in check.PLAN if c in (0, call))
+        assert boxes <= budget <= check.CALL_LIMIT_S, (call, boxes, budget)
+    assert check.CALL_LIMIT_S <= 0.95 * 600  # a device call runs at most 600 s
+
+
+def test_a_call_runs_its_own_steps_with_prepare_and_a_dry_run_runs_them_all(tmp_path):
+    check = load_check()
+    gpu = check.steps("gpu", tmp_path, None)
+    call2 = [s.name for s in gpu if check.chosen(s, "gpu", 2, None)]
+    assert call2 == ["prepare_models", "sft_xl", "grpo_long"]
+    assert [s.name for s in gpu if check.chosen(s, "gpu", 1, "grpo")] == ["prepare_models", "grpo"]
+    assert all(check.chosen(s, "cpu", 1, None) for s in check.steps("cpu", tmp_path, None))
+
+
+def test_the_torchrun_steps_inner_limits_come_from_its_box(tmp_path):
+    spec = importlib.util.spec_from_file_location("distributed_check", ROOT / "bench" / "gpu" / "distributed_check.py")
+    distributed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(distributed)
+    check = load_check()
+    [step] = [s for s in check.steps("gpu", tmp_path, None) if s.name == "torchrun"]
+    budget = float(step.argv[step.argv.index("--budget") + 1])
+    assert budget == step.timeout_s - 5 == 50
+    assert distributed.split_budget(budget) == (50 - 50 / 3, 50 / 3)  # the SFT run gets two thirds
+    assert distributed.split_budget(24) == (14, 10)  # the collective keeps at least 10 s
+
+
+def test_the_gpu_tests_take_the_tokenizer_of_a_shape_prepare_models_writes(tmp_path):
+    check = load_check()
+    steps = {s.name: s for s in check.steps("gpu", tmp_path, None)}
+    prepare = steps["prepare_models"].argv
+    root, shapes = Path(prepare[1]), prepare[2:]
+    tokenizer = Path(steps["pytest_gpu"].env["TEMPERING_TEST_TOKENIZER"])
+    assert tokenizer.parent == root and tokenizer.name in shapes
+
+
+def test_the_graphs_step_is_skipped_with_its_reason_exactly_when_inference_py_lacks_the_option(tmp_path):
+    check = load_check()
+    has_option = check.DECODE_GRAPHS_OPTION in (ROOT / "bench" / "throughput" / "inference.py").read_text()
+    [step] = [s for s in check.steps("gpu", tmp_path, None) if s.name == "decode_graphs"]
+    assert step.argv[step.argv.index("--cuda-graphs") + 1] == "on,off"
+    if has_option:
+        assert step.skip_reason is None
+    else:
+        assert step.skip_reason == "inference.py has no --cuda-graphs option"

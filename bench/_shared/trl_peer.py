@@ -128,7 +128,8 @@ def run_trl_sft(
     from trl import SFTConfig, SFTTrainer
 
     s = _resolve_settings(settings)
-    extra = {k: v for k, v in s.items() if k not in DEFAULT_SETTINGS and k != "seed"}
+    # attn_implementation goes to the model's loading, not to SFTConfig
+    extra = {k: v for k, v in s.items() if k not in DEFAULT_SETTINGS and k not in ("seed", "attn_implementation")}
     precision = s["precision"]
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

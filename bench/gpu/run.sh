@@ -2,7 +2,9 @@
 # The GPU check in one command (docs/gpu.md): install the carried wheels, then run every step of
 # bench/gpu/check.py, each time-boxed, each outcome recorded, one JSON summary line last.
 #
-#   bench/gpu/run.sh [--cpu-dry-run] [--wheels DIR] [--only STEP,STEP] [OUT_DIR]
+#   bench/gpu/run.sh [--cpu-dry-run] [--call 1|2|3] [--wheels DIR] [--only STEP,STEP] [OUT_DIR]
+#
+# --call N runs the steps of call N of bench/gpu/PLAN.md (default 1; a dry run runs them all).
 #
 # OUT_DIR defaults to $OUT (the device tool's folder), else bench/results. DIR defaults to .whl
 # (`make gpu-wheels`): its wheels are installed with --no-index --no-deps into a fresh target
@@ -12,14 +14,15 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
-dry=""; wheels=".whl"; out="${OUT:-}"; only=()
+dry=""; wheels=".whl"; out="${OUT:-}"; only=(); call=(--call 1)
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu-dry-run) dry="--cpu-dry-run" ;;
     --wheels) wheels="$2"; shift ;;
     --wheels=*) wheels="${1#--wheels=}" ;;
     --only) only=(--only "$2"); shift ;;
-    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
+    --call) call=(--call "$2"); shift ;;
+    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
     -*) echo "bench/gpu/run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) out="$1" ;;
   esac
@@ -48,4 +51,4 @@ else
 fi
 echo "wheel install: $install"
 
-exec "$py" bench/gpu/check.py $dry "${only[@]}" --out "$out" --wheels "$wheels" --install "$install"
+exec "$py" bench/gpu/check.py $dry "${call[@]}" "${only[@]}" --out "$out" --wheels "$wheels" --install "$install"

@@ -9,14 +9,23 @@ the timed steps after warm-up; MFU is model FLOPs (6N + attention, bench/_shared
 second against matmul peaks measured in this same run.
 
     python bench/throughput/sft.py [--steps 4] [--warmup 2] [--batch 8] [--max-length 512] [--examples 96]
-        [--model DIR] [--sides tempering,tempering_compiled,trl,trl_compiled,trl_packing] [--results FILE]
+        [--tokens-per-step N] [--model DIR] [--sides tempering,trl,...] [--results FILE]
 
-TRL runs at its defaults (padding-free, no checkpointing) and, as its own sides, with its
-`torch_compile` on and with packing (bfd); the headline compares the fastest of each.
+`--max-length` is the row length: Tempering packs each batch's conversations into rows of at most
+that many tokens (data.max_length) and TRL's padding-free collator flattens the same conversations
+(bench conversations are 60-500 tokens, so a 4,096-token row holds ~18 of them). `--tokens-per-step`
+sets the batch instead of `--batch`: as many conversations as hold that many tokens on average
+(the same for every side), with enough examples for every step.
 
-On a GPU every side trains on it (Tempering's Trainer and TRL both take the GPU when there is
-one) and the peak is the GPU's bf16 matmul. `--model` takes any model directory, e.g. a
-random-weight shape from bench/_shared/model_shapes.py (bench/gpu/run.sh does this).
+Sides (each its own child process, each outcome recorded; a side that fails -- out of memory, say
+-- is recorded with its output's tail and the others still run; one that needs a package or a GPU
+this machine lacks is recorded as skipped with the reason):
+* `tempering`, `tempering_ckpt` (train.gradient_checkpointing on), `tempering_compiled` (train.compile);
+* TRL at its defaults (`trl`: padding-free, SDPA, no checkpointing) and, each as its own side with
+  its settings recorded (`TRL_SIDE_SETTINGS`): `trl_compiled` (torch_compile), `trl_packing` (bfd),
+  `trl_padded` (padding_free off), `trl_ckpt` (gradient checkpointing), `trl_flex` (flex attention,
+  varlen by block mask), `trl_flash` (FlashAttention 2 varlen, when `flash_attn` imports), `trl_liger`
+  (Liger kernels, when `liger_kernel` imports). The headline compares the fastest of each framework.
 
 Writes bench/results/sft.json (or --results) and prints a table.
 """
@@ -39,13 +48,53 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.paths import RESULTS, cpu_name  # noqa: E402
 
-SIDES = ("tempering", "tempering_compiled", "trl", "trl_compiled", "trl_packing")
-# TRL's options that could make it faster on this CPU, each its own side (the headline takes TRL's fastest)
-TRL_SIDE_SETTINGS = {
+# Each side's settings over its framework's defaults; every one is recorded in the result.
+TEMPERING_SIDE_SETTINGS: dict[str, dict] = {
+    "tempering": {},
+    "tempering_ckpt": {"gradient_checkpointing": True},
+    "tempering_compiled": {"compile": True},
+}
+TRL_SIDE_SETTINGS: dict[str, dict] = {
     "trl": {},
     "trl_compiled": {"torch_compile": True},
     "trl_packing": {"packing": True, "packing_strategy": "bfd"},
+    "trl_padded": {"padding_free": False},
+    "trl_ckpt": {"gradient_checkpointing": True},
+    "trl_flex": {"attn_implementation": "flex_attention"},
+    "trl_flash": {"attn_implementation": "flash_attention_2"},
+    "trl_liger": {"use_liger_kernel": True},
 }
+SIDES = (*TEMPERING_SIDE_SETTINGS, *TRL_SIDE_SETTINGS)
+# What a side needs beyond the bench's own packages: a module that must import, or a CUDA GPU.
+SIDE_NEEDS: dict[str, tuple[str, ...]] = {
+    "trl_flex": ("cuda",),  # flex attention's kernels compile for minutes on a CPU
+    "trl_flash": ("cuda", "flash_attn"),
+    "trl_liger": ("cuda", "liger_kernel"),  # Triton kernels
+}
+
+
+def side_settings(side: str) -> dict:
+    """The side's settings over its framework's defaults."""
+    return TEMPERING_SIDE_SETTINGS[side] if side in TEMPERING_SIDE_SETTINGS else TRL_SIDE_SETTINGS[side]
+
+
+def missing_need(side: str) -> str | None:
+    """Why `side` cannot run here (None: it can)."""
+    import importlib.util
+
+    import torch
+
+    for need in SIDE_NEEDS.get(side, ()):
+        if need == "cuda" and not torch.cuda.is_available():
+            return "needs a CUDA GPU"
+        if need != "cuda" and importlib.util.find_spec(need) is None:
+            return f"{need} is not installed"
+    return None
+
+
+def batch_for_tokens(lengths: list[int], tokens_per_step: int) -> int:
+    """Conversations per step that hold `tokens_per_step` tokens at the mean rendered length."""
+    return max(1, round(tokens_per_step * len(lengths) / sum(lengths)))
 
 
 def run_tempering(
@@ -55,13 +104,14 @@ def run_tempering(
     batch: int,
     steps: int,
     warmup: int,
-    compile_layers: bool = False,
+    settings: dict | None = None,
 ) -> dict:
     """Tempering's SFT path, as `temper sft` runs it (`recipes.sft.SFT` through `run_training`, on
-    the conversations written as the config's data file), timing steps warmup+1 .. warmup+steps."""
+    the conversations written as the config's data file), timing steps warmup+1 .. warmup+steps.
+    `settings`: `train` keys of the side (compile, gradient_checkpointing)."""
     import torch
 
-    from _shared.product import run_recipe, write_jsonl
+    from _shared.product import Stop, run_recipe, write_jsonl
     from tempering.config import SFTConfig
     from tempering.models.precision import resolve_precision
     from tempering.recipes.sft import SFT
@@ -76,6 +126,7 @@ def run_tempering(
             tokens["real"] += record["real_tokens"]
             if step == warmup + steps:
                 clock["t1"] = time.perf_counter()
+                raise Stop  # the run's final save (a 1B model's weights and optimizer: seconds) is not timed
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = SFTConfig.model_validate(
@@ -90,13 +141,13 @@ def run_tempering(
                     "packing": True,
                 },
                 "train": {
-                    # one step more than timed: the final checkpoint save falls outside the timed steps
+                    # one step more than timed: the timer stops the run before the final save
                     "steps": warmup + steps + 1,
                     "batch_size": batch,
                     "precision": "auto",
                     # the peer's threads: "auto" reads the load average, which lags after other work
                     "threads": torch.get_num_threads(),
-                    "compile": compile_layers,
+                    **(settings or {}),
                     "optim": {"lr": 1e-5, "schedule": "constant"},
                     "checkpoint": {"every": 10_000, "keep_last": 1},
                 },
@@ -115,7 +166,8 @@ def run_tempering(
             "packing": True,
             "precision": resolve_precision("auto"),
             "head_on_targets_only": True,
-            "compile": compile_layers,
+            "compile": bool((settings or {}).get("compile")),
+            "gradient_checkpointing": bool((settings or {}).get("gradient_checkpointing")),
             "torch_threads": torch.get_num_threads(),
         },
         "excluded_over_max_length": excluded,
@@ -154,19 +206,61 @@ def child(args: argparse.Namespace) -> None:
     if args.child in TRL_SIDE_SETTINGS:
         result = run_trl(*common, TRL_SIDE_SETTINGS[args.child])
     else:
-        result = run_tempering(*common, compile_layers=args.child == "tempering_compiled")
+        result = run_tempering(*common, settings=TEMPERING_SIDE_SETTINGS[args.child])
     Path(args.out).write_text(json.dumps(result, default=str))
+
+
+def run_side(name: str, args: argparse.Namespace, batch: int) -> dict:
+    """One side in its own child process; its result, or why it was skipped or failed."""
+    reason = missing_need(name)
+    if reason:
+        return {"skipped": reason}
+    settings = side_settings(name)
+    passed = {k: v for k, v in vars(args).items() if k not in ("child", "out", "sides", "results", "tokens_per_step")}
+    with tempfile.NamedTemporaryFile(suffix=".json") as out, tempfile.TemporaryFile("w+") as log:
+        cmd = [sys.executable, __file__, "--child", name, "--out", out.name]
+        cmd += [f"--{k.replace('_', '-')}={v}" for k, v in {**passed, "batch": batch}.items()]
+        print(f"running {name} ...", flush=True)
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        log.seek(0)
+        text = log.read()
+        print(text, end="", flush=True)
+        if rc != 0:
+            return {"failed": f"exit {rc}", "settings": settings, "log_tail": text[-2000:]}
+        return {**json.loads(Path(out.name).read_text()), "side_settings": settings}
+
+
+def flops_model(model_spec: str):
+    """The model's modules on the meta device (no weights): enough to count its FLOPs."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tempering.models.load import resolve_model
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(resolve_model(model_spec)))
+
+
+def add_mfu(r: dict, flops_per_token: float, head_flops: float, bf16_peak: float, used_peak: float) -> None:
+    achieved = r["real_tokens_per_s"] * flops_per_token
+    r["mfu_vs_bf16_peak"] = achieved / bf16_peak
+    r["mfu_vs_peak_of_precision_used"] = achieved / used_peak
+    # on the FLOPs actually executed: the head only on the positions it runs on
+    executed = flops_per_token - head_flops * (1.0 - r.get("head_token_fraction", 1.0))
+    r["executed_flops_per_token"] = executed
+    r["mfu_executed_vs_bf16_peak"] = r["real_tokens_per_s"] * executed / bf16_peak
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--batch", type=int, default=8, help="conversations per step (see --tokens-per-step)")
+    p.add_argument("--max-length", type=int, default=512, help="the row length (and the longest conversation)")
+    p.add_argument("--tokens-per-step", type=int, default=None, help="set the batch to hold this many tokens")
     p.add_argument("--examples", type=int, default=96)
     p.add_argument("--model", default="smollm2-135m-instruct", help="alias or model directory")
-    p.add_argument("--sides", default=",".join(SIDES), help="comma-separated, from " + ", ".join(SIDES))
+    p.add_argument("--sides", default="tempering,tempering_compiled,trl,trl_compiled,trl_packing")
     p.add_argument("--peak-seconds", type=float, default=3.0)
     p.add_argument("--results", type=Path, default=RESULTS / "sft.json")
     p.add_argument("--child", choices=SIDES)
@@ -179,56 +273,44 @@ def main() -> None:
 
     from _shared.peak import measure_bf16_matmul_peak, model_flops_per_token
     from _shared.sft_data import make_bench_conversations
-    from tempering.models.load import load_model, load_tokenizer
+    from tempering.models.load import load_tokenizer
     from tempering.models.precision import resolve_precision
 
     sides = args.sides.split(",")
     if (
         not set(sides) & set(TRL_SIDE_SETTINGS)
-        or not set(sides) & {"tempering", "tempering_compiled"}
+        or not set(sides) & set(TEMPERING_SIDE_SETTINGS)
         or set(sides) - set(SIDES)
     ):
         p.error(f"--sides needs a trl and a tempering side, from {', '.join(SIDES)}; got {args.sides!r}")
-    runs = {}
-    for name in sides:
-        with tempfile.NamedTemporaryFile(suffix=".json") as out:
-            cmd = [sys.executable, __file__, "--child", name, "--out", out.name] + [
-                f"--{k.replace('_', '-')}={v}"
-                for k, v in vars(args).items()
-                if k not in ("child", "out", "sides", "results")
-            ]
-            print(f"running {name} ...", flush=True)
-            subprocess.run(cmd, check=True)
-            runs[name] = json.loads(Path(out.name).read_text())
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    bf16_peak = measure_bf16_matmul_peak(args.peak_seconds, device=device)
-    fp32_peak = measure_bf16_matmul_peak(args.peak_seconds, dtype=torch.float32, device=device)
-    model = load_model(args.model)
     tok = load_tokenizer(args.model)
-    lengths = [
-        len(tok.apply_chat_template(c["messages"], tokenize=True, return_dict=True)["input_ids"])
-        for c in make_bench_conversations(args.examples, seed=0)
-    ]
+
+    def rendered(n: int) -> list[int]:
+        return [
+            len(tok.apply_chat_template(c["messages"], tokenize=True, return_dict=True)["input_ids"])
+            for c in make_bench_conversations(n, seed=0)
+        ]
+
+    lengths = rendered(args.examples)
+    if args.tokens_per_step:
+        args.batch = batch_for_tokens(lengths, args.tokens_per_step)
+        args.examples = max(args.examples, args.batch * (args.warmup + args.steps + 1))
+        lengths = rendered(args.examples)
+    # TRL's bfd packing fills rows to the row length: as many rows as hold the same tokens per step
+    packed_rows = max(1, round(args.batch * sum(lengths) / len(lengths) / args.max_length))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    precision = resolve_precision("auto")
+    # Emulated bf16 (a CPU without AMX or AVX512-BF16) runs a 2048^2 product for minutes and its
+    # percentage means nothing (the table prints n/a): a 512^2 product gives the figure in a second.
+    bf16_peak = measure_bf16_matmul_peak(args.peak_seconds, n=None if precision == "bf16" else 512, device=device)
+    fp32_peak = measure_bf16_matmul_peak(args.peak_seconds, dtype=torch.float32, device=device)
+    if device == "cuda":
+        torch.cuda.empty_cache()  # the sides' processes get the memory the peak's matrices held
+    model = flops_model(args.model)
     doc_len = sum(n * n for n in lengths) / sum(lengths)  # token-weighted attention span
     flops_per_token = model_flops_per_token(model, seq_len=doc_len)
-    precision = resolve_precision("auto")
     used_peak = bf16_peak if precision == "bf16" else fp32_peak
     head_flops = 6.0 * model.get_output_embeddings().weight.numel()  # per token the head runs on
-    for r in runs.values():
-        achieved = r["real_tokens_per_s"] * flops_per_token
-        r["mfu_vs_bf16_peak"] = achieved / bf16_peak
-        r["mfu_vs_peak_of_precision_used"] = achieved / used_peak
-        # on the FLOPs actually executed: the head only on the positions it runs on
-        executed = flops_per_token - head_flops * (1.0 - r.get("head_token_fraction", 1.0))
-        r["executed_flops_per_token"] = executed
-        r["mfu_executed_vs_bf16_peak"] = r["real_tokens_per_s"] * executed / bf16_peak
-    # Headline: Tempering's best setting vs TRL's best setting; every setting is reported.
-    ours = [n for n in sides if n not in TRL_SIDE_SETTINGS]
-    theirs = [n for n in sides if n in TRL_SIDE_SETTINGS]
-    best = max(ours, key=lambda n: runs[n]["real_tokens_per_s"])
-    best_trl = max(theirs, key=lambda n: runs[n]["real_tokens_per_s"])
-    ratio = runs[best]["real_tokens_per_s"] / runs[best_trl]["real_tokens_per_s"]
-    ratios = {n: runs[n]["real_tokens_per_s"] / runs[best_trl]["real_tokens_per_s"] for n in ours}
     result = {
         "benchmark": "sft",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -237,6 +319,9 @@ def main() -> None:
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "batch": args.batch,
         "max_length": args.max_length,
+        "tokens_per_step_asked": args.tokens_per_step,
+        "mean_conversation_tokens": sum(lengths) / len(lengths),
+        "trl_packing_rows_per_step": packed_rows,
         "timed_steps": args.steps,
         "warmup_steps": args.warmup,
         "examples": args.examples,
@@ -247,37 +332,71 @@ def main() -> None:
         "peak_device": device,
         "fp32_matmul_peak_gflops": fp32_peak / 1e9,
         "model_flops_per_token": flops_per_token,
-        "ratio_real_tokens_per_s": ratio,
-        "best_tempering_setting": best,
-        "best_trl_setting": best_trl,
-        "trl_side_settings": {n: TRL_SIDE_SETTINGS[n] for n in theirs},
+        "side_settings": {n: side_settings(n) for n in sides},
         "mfu_note": (
             "mfu_vs_bf16_peak counts 6N (+ attention) per real token, the LM head included; "
             "mfu_executed_vs_bf16_peak counts the head only on the positions it runs on (Tempering: "
             "target tokens, head_token_fraction; TRL: every position)"
         ),
-        "ratios_by_setting": ratios,
         "target_ratio": 2.4,
-        "runs": runs,
+        "runs": {},
+        "not_run": {},
     }
     args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(result, indent=1, default=str))
+    for name in sides:
+        r = run_side(name, args, packed_rows if name == "trl_packing" else args.batch)
+        if "real_tokens_per_s" in r:
+            add_mfu(r, flops_per_token, head_flops, bf16_peak, used_peak)
+            result["runs"][name] = r
+        else:
+            result["not_run"][name] = r
+        result.update(headline(result["runs"]))
+        # after every side: a step cut at its time box keeps the sides that ran
+        args.results.write_text(json.dumps(result, indent=1, default=str))
+    print_table(result)
+    if "ratio_real_tokens_per_s" not in result:
+        sys.exit(f"no ratio: needs a tempering and a trl side that ran; not run: {list(result['not_run'])}")
+
+
+def headline(runs: dict[str, dict]) -> dict:
+    """Tempering's best side vs TRL's best side (every side is reported); {} until both ran."""
+    ours = [n for n in runs if n in TEMPERING_SIDE_SETTINGS]
+    theirs = [n for n in runs if n in TRL_SIDE_SETTINGS]
+    if not ours or not theirs:
+        return {}
+    best = max(ours, key=lambda n: runs[n]["real_tokens_per_s"])
+    best_trl = max(theirs, key=lambda n: runs[n]["real_tokens_per_s"])
+    peer = runs[best_trl]["real_tokens_per_s"]
+    return {
+        "ratio_real_tokens_per_s": runs[best]["real_tokens_per_s"] / peer,
+        "best_tempering_setting": best,
+        "best_trl_setting": best_trl,
+        "ratios_by_setting": {n: runs[n]["real_tokens_per_s"] / peer for n in ours},
+    }
+
+
+def print_table(result: dict) -> None:
+    precision = result["precision"]
     print(
-        f"\nSFT throughput, batch {args.batch}, max length {args.max_length}, precision {precision}, "
-        f"peaks bf16 {bf16_peak / 1e9:.1f} / fp32 {fp32_peak / 1e9:.1f} GFLOP/s"
+        f"\nSFT throughput, batch {result['batch']}, row length {result['max_length']}, precision {precision}, "
+        f"peaks bf16 {result['bf16_matmul_peak_gflops']:.1f} / fp32 {result['fp32_matmul_peak_gflops']:.1f} GFLOP/s"
     )
     print(f"{'':20}{'real tok/s':>12}{'MFU(used)':>11}{'MFU(bf16)':>11}{'executed':>10}{'peak RSS MB':>13}")
-    for name, r in runs.items():
+    for name, r in result["runs"].items():
         # Against an emulated bf16 peak (no AMX/AVX512-BF16) the percentage means nothing.
         bf16_col = f"{r['mfu_vs_bf16_peak']:11.1%}" if precision == "bf16" else f"{'n/a':>11}"
         print(
             f"{name:20}{r['real_tokens_per_s']:12.1f}{r['mfu_vs_peak_of_precision_used']:11.1%}"
             f"{bf16_col}{r['mfu_executed_vs_bf16_peak']:10.1%}{r['peak_rss_mb']:13.0f}"
         )
-    print(
-        f"ratio tempering ({best}) / trl ({best_trl}): {ratio:.2f}x (target 2.4x); "
-        + ", ".join(f"{n} {r:.2f}x" for n, r in ratios.items())
-    )
+    for name, r in result["not_run"].items():
+        print(f"{name:20}{'skipped: ' + r['skipped'] if 'skipped' in r else 'failed: ' + r['failed']}")
+    if "ratio_real_tokens_per_s" in result:
+        print(
+            f"ratio tempering ({result['best_tempering_setting']}) / trl ({result['best_trl_setting']}): "
+            f"{result['ratio_real_tokens_per_s']:.2f}x (target 2.4x); "
+            + ", ".join(f"{n} {r:.2f}x" for n, r in result["ratios_by_setting"].items())
+        )
 
 
 if __name__ == "__main__":

@@ -150,6 +150,16 @@ def test_sft_and_dpo_steps_train_on_the_device(device, tmp_path):
     assert_trained_on(_trainer(model, PreferenceObjective(PreferenceSettings()), dpo, tmp_path / "dpo"), device)
 
 
+@pytest.mark.parametrize("setting", ["compile", "gradient_checkpointing"])
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.gpu(covers=["compile-cuda"]))])
+def test_compiled_and_checkpointed_layers_train_on_the_device(device, setting, tmp_path):
+    """The two settings of the GPU check's large SFT sides (bench/gpu/PLAN.md), on CUDA only: their
+    CPU cases run in tests/train (compiling on a CPU needs a host compiler and takes a minute)."""
+    sft = SFTBatches(random_examples(8, seed=2), 4, 64, 0, True, seed=0)
+    trainer = _trainer(tiny_llama(seed=0), SFTObjective(), sft, tmp_path, **{setting: True})
+    assert_trained_on(trainer, device)
+
+
 @pytest.mark.parametrize("device", on(pytest.mark.gpu(covers=["pinned-copy"])))
 def test_a_batch_moves_to_the_device_unchanged(device):
     from tempering.batches import GRPOBatch, to_device

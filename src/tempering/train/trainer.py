@@ -231,6 +231,7 @@ class Trainer:
             enable_checkpointing(model)
             map_large_blocks()  # freed activations go back to the OS (models/allocator.py)
         if settings.compile:
+            # cuda-path: compile-cuda (on a GPU the layers compile for CUDA, no host compiler probe)
             reason = refusal("inductor_cpp") if self.accelerator.device == torch.device("cpu") else None
             if reason is None:
                 compile_layers(model)

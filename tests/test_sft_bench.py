@@ -1,0 +1,52 @@
+"""The SFT throughput bench (bench/throughput/sft.py): the batch that holds a step's tokens, the
+headline over the sides that ran, and a side that needs what this machine lacks is recorded as
+skipped, not lost."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_sft():
+    spec = importlib.util.spec_from_file_location("sft_bench", ROOT / "bench" / "throughput" / "sft.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tokens_per_step_sets_the_batch_at_the_mean_conversation_length():
+    sft = load_sft()
+    # mean length (100 + 300) / 2 = 200 tokens: 1,000 tokens are 5 conversations, 32,768 are 163.84 -> 164
+    assert sft.batch_for_tokens([100, 300], 1000) == 5
+    assert sft.batch_for_tokens([100, 300], 32768) == 164
+    assert sft.batch_for_tokens([500], 10) == 1  # never an empty step
+
+
+def test_the_headline_compares_each_frameworks_fastest_side_that_ran():
+    sft = load_sft()
+    runs = {n: {"real_tokens_per_s": v} for n, v in (("tempering", 90), ("tempering_ckpt", 120), ("trl", 40))}
+    runs["trl_flex"] = {"real_tokens_per_s": 60}
+    found = sft.headline(runs)
+    assert found["best_tempering_setting"] == "tempering_ckpt" and found["best_trl_setting"] == "trl_flex"
+    assert found["ratio_real_tokens_per_s"] == 2.0 and found["ratios_by_setting"] == {
+        "tempering": 1.5,
+        "tempering_ckpt": 2.0,
+    }
+    assert sft.headline({"tempering": {"real_tokens_per_s": 1}}) == {}  # no TRL side ran: no ratio
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU case: these sides need a GPU")
+def test_a_side_that_needs_a_gpu_is_recorded_as_skipped_without_starting():
+    sft = load_sft()
+    assert sft.run_side("trl_liger", None, 8) == {"skipped": "needs a CUDA GPU"}
+    assert sft.missing_need("trl") is None and sft.missing_need("tempering_ckpt") is None
+    # every side has its settings; checkpointing is the one thing tempering_ckpt changes
+    assert set(sft.SIDES) == set(sft.TEMPERING_SIDE_SETTINGS) | set(sft.TRL_SIDE_SETTINGS)
+    assert sft.side_settings("tempering_ckpt") == {"gradient_checkpointing": True}
+    assert sft.side_settings("trl_liger") == {"use_liger_kernel": True}
