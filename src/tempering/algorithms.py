@@ -4,7 +4,7 @@ its aggregation) and preference losses, each a pure tensor function registered b
     @register_advantage("rloo")
     def rloo_advantages(rewards, groups): ...          # (M,), (M,) -> (M,)
 
-    @register_policy_loss("gspo", aggregation="seq_mean")
+    @register_policy_loss("gspo", aggregation="seq_mean", stale_safe=True)
     def gspo_loss(logp, logp_old, advantages, mask, *, clip_low, clip_high): ...
 
     @register_preference_loss("kto", reference=True)
@@ -74,7 +74,7 @@ class Algorithm:
     family: Family
     fn: Callable[..., Any]
     options: dict[str, Any] = field(default_factory=dict)
-    """policy losses: `aggregation`; preference losses: `reference` (needs reference log-probs);
+    """policy losses: `aggregation`, `stale_safe`; preference losses: `reference` (needs reference log-probs);
     advantage estimators: `domains` (takes each sample's domain id); Tinker API losses: `inputs`,
     `config` and `provenance` (see `register_tinker_loss`)."""
 
@@ -89,18 +89,35 @@ _DECORATORS: dict[str, Family] = {f"register_{family}": family for family in FAM
 def builtin_names() -> dict[tuple[str, str], tuple[str, ...]]:
     """(family, name) -> the keyword-only parameters (the settings) of every built-in algorithm,
     read from the `@register_*("name")` decorators in the source of `BUILTIN_MODULES`: no import,
-    so no torch. `tests/test_algorithms_static.py` checks this equals what importing them registers."""
+    so no torch. `tests/test_config_no_torch.py` checks this equals what importing them registers."""
+    return {key: tuple(a.arg for a in node.args.kwonlyargs) for key, node, _ in _builtin_decorators()}
+
+
+@functools.cache
+def builtin_options() -> dict[tuple[str, str], dict[str, Any]]:
+    """(family, name) -> the keyword arguments its `@register_*("name", key=value)` decorator gives
+    as constants (`aggregation`, `stale_safe`, ...; not names or expressions), read from source
+    like `builtin_names`."""
+    return {
+        key: {k.arg: k.value.value for k in decorator.keywords if k.arg and isinstance(k.value, ast.Constant)}
+        for key, _, decorator in _builtin_decorators()
+    }
+
+
+def _builtin_decorators() -> list[tuple[tuple[str, str], ast.FunctionDef, ast.Call]]:
+    """((family, name), the function, its `@register_*` call) for every built-in registration."""
     from pathlib import Path
 
     root = Path(__file__).parent
-    found: dict[tuple[str, str], tuple[str, ...]] = {}
+    found = []
     for module in BUILTIN_MODULES:
         path = root.joinpath(*module.split(".")[1:]).with_suffix(".py")
         for node in ast.walk(parse_module(path.read_text(), str(path))):
             if isinstance(node, ast.FunctionDef):
-                for key in map(_registration, node.decorator_list):
-                    if key is not None:
-                        found[key] = tuple(a.arg for a in node.args.kwonlyargs)
+                for decorator in node.decorator_list:
+                    key = _registration(decorator)
+                    if key is not None and isinstance(decorator, ast.Call):
+                        found.append((key, node, decorator))
     return found
 
 
@@ -138,13 +155,34 @@ def register_advantage(name: str, domains: bool = False) -> Callable[[Callable[.
 
 
 def register_policy_loss(
-    name: str, aggregation: str = "token_mean"
+    name: str, aggregation: str = "token_mean", stale_safe: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `fn(logp, logp_old, advantages, mask, *, clip_low, clip_high) -> (per_token, clipped)`
-    (all (B, T)) as a policy loss, reduced by `aggregation` unless a config overrides it."""
+    (all (B, T)) as a policy loss, reduced by `aggregation` unless a config overrides it.
+
+    `stale_safe=True`: the loss keeps an update on samples of an older policy bounded, through the
+    ratio p / p_old it is given (a clipped ratio, a capped importance weight), so it may train with
+    `grpo.max_off_policy_steps` > 0; a loss that ignores `logp_old`, or uses it unbounded, may not."""
     if aggregation not in AGGREGATIONS:
         raise UserError(f"aggregation {aggregation!r}: expected one of {', '.join(AGGREGATIONS)}")
-    return _register("policy_loss", name, aggregation=aggregation)
+    return _register("policy_loss", name, aggregation=aggregation, stale_safe=stale_safe)
+
+
+def stale_safe_losses() -> list[str]:
+    """The policy losses registered (or built in, read from source) with `stale_safe=True`, sorted;
+    imports nothing, as `check_name`."""
+    built = {n for (fam, n), opts in builtin_options().items() if fam == "policy_loss" and opts.get("stale_safe")}
+    registered = {n for (fam, n), a in REGISTRY.items() if fam == "policy_loss" and a.options.get("stale_safe")}
+    return sorted(built | registered)
+
+
+def is_stale_safe(name: str) -> bool | None:
+    """Whether policy loss `name` is `stale_safe`: from its registration, or a built-in's source;
+    None when neither knows it (a plug-in's not yet imported)."""
+    if (found := REGISTRY.get(("policy_loss", name))) is not None:
+        return bool(found.options.get("stale_safe"))
+    opts = builtin_options().get(("policy_loss", name))
+    return None if opts is None else bool(opts.get("stale_safe"))
 
 
 def register_preference_loss(name: str, reference: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -197,3 +197,32 @@ class GRPOBatch:
     def without_loss(self) -> GRPOBatch:
         """The same tensors with nothing counted: the filler micro-batch when groups run out."""
         return replace(self, loss_mask=self.loss_mask.new_zeros(self.loss_mask.shape), n_real_tokens=0)
+
+    @property
+    def group_size(self) -> int:
+        """G: completion rows per group (prompt row)."""
+        return self.completion_ids.shape[0] // max(self.prompt_ids.shape[0], 1)
+
+    def keep_groups(self, keep: list[int]) -> GRPOBatch:
+        """The batch with only the groups (prompt rows) in `keep`, in order, padding as it was;
+        `without_loss()` when none is kept. Vision batches are not split (their pixels are not per row).
+
+        Raises:
+            ValueError: `keep` would split a vision batch's images."""
+        if not keep:
+            return self.without_loss()
+        if keep == list(range(self.prompt_ids.shape[0])):
+            return self
+        if self.pixel_values is not None:
+            raise ValueError("a vision batch's groups cannot be split (its pixels are not laid out per group)")
+        g = self.group_size
+        rows = torch.tensor([i * g + j for i in keep for j in range(g)], dtype=torch.long)
+        groups = torch.tensor(keep, dtype=torch.long)
+        per_prompt = {"prompt_ids", "prompt_mask", "prompt_routing"}
+        kept = {
+            f.name: v.index_select(0, (groups if f.name in per_prompt else rows).to(v.device))
+            for f in fields(self)
+            if isinstance(v := getattr(self, f.name), torch.Tensor)
+        }
+        n_real = int(kept["completion_mask"].sum()) + int(kept["prompt_mask"].sum())
+        return replace(self, **kept, n_real_tokens=n_real)

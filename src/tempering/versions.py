@@ -67,6 +67,19 @@ def staleness_metrics(hist: Mapping[int, int]) -> dict[str, float]:
     return out | {f"staleness_hist/{k}": float(n) for k, n in sorted(hist.items())}
 
 
+def is_stale(trainer_version: Version, token_versions: Iterable[Version], bound: int) -> bool:
+    """Whether any sampled token is more than `bound` steps old (`NOT_SAMPLED` tokens never are)."""
+    return any(k > bound for k in staleness(trainer_version, token_versions))
+
+
+def stale_metrics(dropped: int, groups: int) -> dict[str, float]:
+    """A step's figures of the staleness bound: `stale_dropped_groups` (groups dropped for holding a
+    token staler than the bound) and `stale_dropped_share` (of the groups served); {} without groups."""
+    if groups == 0:
+        return {}
+    return {"stale_dropped_groups": float(dropped), "stale_dropped_share": dropped / groups}
+
+
 class VersionClock:
     """A batch source's view of the trainer's weights: the version it stamps new samples with
     (`on_weights`) and the staleness of the tokens it hands out, reported once per step (`metrics`)."""
@@ -75,6 +88,7 @@ class VersionClock:
         self.version: Version = 0
         self.step = 0
         self._hist: Counter[int] = Counter()
+        self._groups = self._dropped = 0
 
     def on_weights(self, version: Version, step: int) -> None:
         """The trainer's weights are now `version` (after optimizer step `step`, a rollback or a resume)."""
@@ -86,7 +100,13 @@ class VersionClock:
         """Count the staleness of tokens handed to the trainer for a step at the current version."""
         self._hist.update(staleness(self.version, token_versions))
 
+    def judged(self, groups: int, dropped: int) -> None:
+        """Count groups checked against the staleness bound before training, and those dropped."""
+        self._groups += groups
+        self._dropped += dropped
+
     def metrics(self) -> dict[str, float]:
-        """The staleness figures of the tokens served since the last call (then forgotten)."""
-        out, self._hist = staleness_metrics(self._hist), Counter()
+        """The staleness figures of the tokens and groups served since the last call (then forgotten)."""
+        out = staleness_metrics(self._hist) | stale_metrics(self._dropped, self._groups)
+        self._hist, self._groups, self._dropped = Counter(), 0, 0
         return out

@@ -9,7 +9,9 @@ from tempering.config import ConfigError, GRPOPolicySettings, GRPOSettings, load
 from tests.test_cli_errors import one_line_error
 
 
-@pytest.mark.parametrize("key, value", [("rollout_ahead", "true"), ("generation_chunks", "3"), ("truncation", "mask")])
+@pytest.mark.parametrize(
+    "key, value", [("max_off_policy_steps", "1"), ("generation_chunks", "3"), ("truncation", "mask")]
+)
 def test_a_single_turn_grpo_key_in_an_agent_config_fails_at_load_naming_it(tmp_path, key, value):
     cfg = tmp_path / "a.yaml"
     cfg.write_text(f"train: {{steps: 1}}\nrl: {{{key}: {value}}}\n")
@@ -39,7 +41,7 @@ def test_agent_settings_are_the_shared_grpo_fields_and_nothing_single_turn():
     shared = set(GRPOPolicySettings.model_fields)
     assert shared <= set(AgentRLSettings.model_fields)
     assert not SINGLE_TURN_ONLY & set(AgentRLSettings.model_fields)
-    assert {"rollout_ahead", "truncation", "generation_chunks"} <= SINGLE_TURN_ONLY
+    assert {"max_off_policy_steps", "stale", "truncation", "generation_chunks"} <= SINGLE_TURN_ONLY
     assert SINGLE_TURN_ONLY | shared | {"max_refills"} == set(GRPOSettings.model_fields)
     assert "max_refills" in AgentRLSettings.model_fields  # agent RL refills dropped tied groups too
 

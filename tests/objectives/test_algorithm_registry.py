@@ -40,7 +40,7 @@ def test_the_builtins_are_registered_in_their_families():
         "rloo",
     ]
     assert builtin_names("preference_loss") == ["dpo", "ipo", "kto", "orpo", "simpo"]
-    assert algorithms.lookup("policy_loss", "gspo").options == {"aggregation": "seq_mean"}
+    assert algorithms.lookup("policy_loss", "gspo").options == {"aggregation": "seq_mean", "stale_safe": True}
     assert algorithms.lookup("preference_loss", "orpo").options == {"reference": False}
 
 

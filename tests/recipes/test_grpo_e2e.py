@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 import yaml
 from typer.testing import CliRunner
@@ -114,6 +115,7 @@ def test_a_synchronous_grpo_run_stamps_versions_is_never_stale_and_trains_as_wit
     for r in steps:  # the sampler holds the weights being updated: every sampled token is 0 steps old
         assert (r["staleness_mean"], r["staleness_max"]) == (0.0, 0.0) and r["staleness_hist/0"] > 0
         assert not [k for k in r if k.startswith("staleness_hist/") and k != "staleness_hist/0"]
+        assert (r["stale_dropped_groups"], r["stale_dropped_share"]) == (0.0, 0.0)  # the bound never trips
     for step in (1, 2, 3):  # sampled after step - 1 updates, so under weights version step - 1
         rows = read_trajectories(run, step=step)
         assert rows and all(r["versions"] == [step - 1] * len(r["tokens"]) for r in rows)
@@ -128,3 +130,22 @@ def test_a_synchronous_grpo_run_stamps_versions_is_never_stale_and_trains_as_wit
         assert [r[key] for r in plain_steps] == [r[key] for r in steps], key
     a, b = (load_file(r / "final" / "adapter_model.safetensors") for r in (run, plain))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_one_step_off_policy_trains_one_step_stale_and_drops_nothing(tmp_path, tiny_dir):
+    """`max_off_policy_steps: 1` on Ray engine replicas: after the first batch every batch was sampled
+    ahead, one step behind the weights it trains (staleness 1), and the bound never drops a group."""
+    pytest.importorskip("ray")
+    path = _config(tmp_path, tiny_dir, 3)
+    cfg = yaml.safe_load(path.read_text())
+    del cfg["heldout"]
+    cfg["grpo"] |= {"max_off_policy_steps": 1, "dynamic_sampling": False, "truncation": "keep"}
+    cfg["scale"] = {"reward_workers": 1, "engine_replicas": 1, "num_cpus": 2}
+    path.write_text(yaml.safe_dump(cfg))
+    res = CliRunner().invoke(app, ["grpo", str(path)])
+    assert res.exit_code == 0, res.output
+    lines = (tmp_path / "runs" / "g" / "metrics.jsonl").read_text().splitlines()
+    steps = [r for r in map(json.loads, lines) if "loss" in r]
+    assert [(r["step"], r["staleness_max"]) for r in steps] == [(1, 0.0), (2, 1.0), (3, 1.0)]
+    assert all(r["staleness_hist/1"] > 0 and "staleness_hist/0" not in r for r in steps[1:])
+    assert all((r["stale_dropped_groups"], r["stale_dropped_share"]) == (0.0, 0.0) for r in steps)

@@ -1,4 +1,4 @@
-"""`grpo.rollout_ahead`: the next batch is sampled from the weights synced before this batch's
+"""`grpo.max_off_policy_steps: 1`: the next batch is sampled from the weights synced before this batch's
 update, is stamped with their version and logged as one step stale, and carries the engine's
 log-probs as the old policy."""
 
@@ -30,13 +30,14 @@ def test_the_prefetched_batch_is_one_step_stale_and_corrected(smol_tokenizer):
         Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": str(i)}, source="t") for i in range(12)
     ]
     settings = GRPOSettings(
-        prompts_per_step=2, group_size=2, max_new_tokens=4, dynamic_sampling=False, rollout_ahead=True
+        prompts_per_step=2, group_size=2, max_new_tokens=4, dynamic_sampling=False, max_off_policy_steps=1
     )
     source = RolloutSource(tasks, engine, settings, grad_accum=1, seed=0, model=trainer_model, precision="fp32")
     try:
         first = source.next_batch()  # sampled now from W0; batch 2 starts sampling from W0 too
         stats = source.stats()
         assert stats["staleness"] == 0 and first.old_logprobs is None
+        assert (stats["stale_dropped_groups"], stats["stale_dropped_share"]) == (0.0, 0.0)
         assert (stats["staleness_max"], stats["staleness_hist/0"]) == (0.0, int(first.sampled_mask.sum()))
         state = source.state_dict()  # waits for the prefetched batch and records it
         assert (state["cursor"], state["rollouts"], state["ahead"]["index"]) == (4, 2, 1)
@@ -56,6 +57,8 @@ def test_the_prefetched_batch_is_one_step_stale_and_corrected(smol_tokenizer):
         second = source.next_batch()  # prefetched: from W0, one step behind W1
         stats = source.stats()
         assert stats["staleness"] == 1
+        assert (stats["stale_dropped_groups"], stats["stale_dropped_share"]) == (0.0, 0.0)  # 1 <= K: kept
+        assert second.prompt_ids.shape[0] == 2  # both groups train
         sampled = second.sampled_mask.bool()
         assert bool((second.versions[sampled] == 0).all()) and bool((second.versions[~sampled] == -1).all())
         assert (stats["staleness_mean"], stats["staleness_max"]) == (1.0, 1.0)

@@ -127,6 +127,7 @@ def test_the_grpo_sampler_stamps_the_weights_it_holds_and_a_synchronous_step_is_
     stats = source.stats()
     assert (stats["staleness_mean"], stats["staleness_max"], stats["staleness_hist/0"]) == (0.0, 0.0, sampled)
     assert [k for k in stats if k.startswith("staleness_hist/")] == ["staleness_hist/0"]
+    assert (stats["stale_dropped_groups"], stats["stale_dropped_share"]) == (0.0, 0.0)
     rows = read_trajectories(tmp_path)
     assert len(rows) == 4 and all(r["versions"] == [3] * len(r["tokens"]) for r in rows)
     source.close()
@@ -143,6 +144,7 @@ def test_a_batch_served_again_after_an_update_is_one_step_stale(engine):
     assert torch.equal(again.versions, first.versions)
     stats = source.stats()
     assert (stats["staleness_mean"], stats["staleness_hist/1"]) == (1.0, tokens) and "staleness_hist/0" not in stats
+    assert stats["stale_dropped_groups"] == 0.0  # a batch's own repeats are within the bound (K + mu - 1)
     source.close()
 
 

@@ -187,7 +187,7 @@ def grpo_trainer(run_dir: Path, tokenizer, mode: str, kill_at: int | None = None
         max_refills=1,
         dynamic_sampling=True,
         truncation="keep",  # the random model never stops: a reward that varies, so the weights move
-        rollout_ahead=mode == "ahead",
+        max_off_policy_steps=int(mode == "ahead"),
         updates_per_batch=2 if mode == "twice" else 1,
     )
     source = RolloutSource(tasks, engine, grpo, grad_accum=1, seed=3, model=model, precision="fp32")

@@ -125,6 +125,18 @@ def load_algorithms(cfg: BaseModel, where: str = "") -> None:
                 load_algorithms(item, f"{where}{name}.{f'{i}.' if isinstance(value, list) else ''}")
 
 
+def check_stale_safe(loss: str) -> None:
+    """Refuse, in one line naming the allowed ones, a policy loss not registered `stale_safe` (it has
+    no trust region or importance correction for samples of an older policy); a plug-in's loss not
+    imported yet passes here and is checked when the run starts (`GRPOSettings.load_algorithms`)."""
+    if algorithms.is_stale_safe(loss) is False:
+        allowed = ", ".join(algorithms.stale_safe_losses())
+        raise UserError(
+            f"loss {loss!r} is not safe for stale samples with max_off_policy_steps > 0: it has no trust "
+            f"region or importance correction (stale-safe losses: {allowed})"
+        )
+
+
 class GRPOPolicySettings(UsesAlgorithms, SamplingSettings):
     """What single- and multi-turn GRPO share: group sampling (the `SamplingSettings` fields,
     temperature > 0), the policy loss and the train/rollout mismatch bound. Agent RL composes
@@ -209,9 +221,48 @@ class GRPOSettings(GRPOPolicySettings):
     """Threads scoring completions (sandbox calls included) while generation goes on."""
     verifier_timeout_s: float = Field(default=30.0, gt=0)
     """A verifier slower than this is a verifier failure (the group is dropped), never a model failure."""
-    rollout_ahead: bool = False
-    """Sample the next batch while the trainer updates on this one (needs `scale:` engine replicas):
-    one step stale (logged), corrected by the clipped importance ratio against the engine's log-probs."""
+    max_off_policy_steps: int = Field(default=0, ge=0)
+    """K, the staleness bound: a sampled token may train up to K optimizer steps after the weights
+    that sampled it. 0: synchronous (sample, then update). 1: the next batch samples while the
+    trainer updates on this one (needs `scale:` engine replicas), corrected by the importance ratio
+    against the engine's log-probs; the loss must be `stale_safe` (docs/rl.md, Off-policy steps)."""
+    stale: Literal["drop", "resample"] = "drop"
+    """A group with a token staler than the bound when it would train: dropped whole (counted,
+    `stale_dropped_groups`); `resample` (a fresh group instead) is refused until a source can."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rollout_ahead_retired(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "rollout_ahead" in data:
+            k = 1 if data["rollout_ahead"] else 0
+            raise ValueError(f"grpo.rollout_ahead is now grpo.max_off_policy_steps: {k} (the staleness bound)")
+        return data
+
+    @model_validator(mode="after")
+    def _off_policy_steps_fit(self) -> GRPOSettings:
+        k = self.max_off_policy_steps
+        if k >= 2:
+            raise ValueError(
+                f"max_off_policy_steps {k} needs the asynchronous orchestrator, which does not exist yet; "
+                "use 0 (synchronous) or 1 (one step ahead)"
+            )
+        if k > 0 and self.updates_per_batch > 1:
+            raise ValueError(
+                f"max_off_policy_steps {k} with updates_per_batch {self.updates_per_batch}: both reuse samples "
+                "of an older policy and their staleness would add up; use one of them"
+            )
+        if "stale" in self.model_fields_set and k == 0:
+            raise ValueError("stale does nothing with max_off_policy_steps 0 (every sample trains fresh)")
+        if self.stale == "resample":
+            raise ValueError("stale: resample is not supported by the single-turn rollout yet; use stale: drop")
+        if k > 0:
+            check_stale_safe(self.loss)
+        return self
+
+    def load_algorithms(self) -> None:
+        super().load_algorithms()
+        if self.max_off_policy_steps > 0:  # a plug-in's loss is known now
+            check_stale_safe(self.loss)
 
     @model_validator(mode="after")
     def _overlong_buffer_fits(self) -> GRPOSettings:

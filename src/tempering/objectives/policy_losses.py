@@ -19,6 +19,9 @@ the registered aggregation (see `grpo_math`):
   gspo     s = exp(mean_t (logp - logp_old))  -min(s A, clip(s, 1-lo, 1+hi) A) per token  seq_mean          GSPO, Zheng et al. 2025, arXiv:2507.18071
   cispo    r                                  -sg(min(r, 1+hi)) A logp                    token_mean        CISPO (MiniMax-M1), arXiv:2506.13585
 
+Every built-in is registered `stale_safe` (the clipped ratio, or CISPO's capped weight, bounds an
+update on an older policy's samples), so each may train with `grpo.max_off_policy_steps` > 0.
+
 The names and aggregations follow TRL's `loss_type` (GSPO is TRL's `grpo` with
 `importance_sampling_level="sequence"`; TRL's CISPO cap `epsilon_high` is our `1 + clip_high`).
 GSPO's paper clips far tighter than the token-level losses (clip_low 3e-4, clip_high 4e-4).
@@ -40,10 +43,10 @@ def clipped_surrogate(
     return -torch.minimum(unclipped, clipped), clipped < unclipped
 
 
-@register_policy_loss("grpo", aggregation="seq_mean")
-@register_policy_loss("dapo", aggregation="token_mean")
-@register_policy_loss("dr_grpo", aggregation="constant")
-@register_policy_loss("bnpo", aggregation="micro_token_mean")
+@register_policy_loss("grpo", aggregation="seq_mean", stale_safe=True)
+@register_policy_loss("dapo", aggregation="token_mean", stale_safe=True)
+@register_policy_loss("dr_grpo", aggregation="constant", stale_safe=True)
+@register_policy_loss("bnpo", aggregation="micro_token_mean", stale_safe=True)
 def token_clipped_loss(
     logp: torch.Tensor,
     logp_old: torch.Tensor,
@@ -57,7 +60,7 @@ def token_clipped_loss(
     return clipped_surrogate(torch.exp(logp - logp_old), advantages, clip_low, clip_high)
 
 
-@register_policy_loss("gspo", aggregation="seq_mean")
+@register_policy_loss("gspo", aggregation="seq_mean", stale_safe=True)
 def sequence_clipped_loss(
     logp: torch.Tensor,
     logp_old: torch.Tensor,
@@ -74,7 +77,7 @@ def sequence_clipped_loss(
     return loss.expand_as(logp), clipped.expand_as(logp)
 
 
-@register_policy_loss("cispo", aggregation="token_mean")
+@register_policy_loss("cispo", aggregation="token_mean", stale_safe=True)
 def clipped_weight_loss(
     logp: torch.Tensor,
     logp_old: torch.Tensor,

@@ -280,9 +280,9 @@ def grpo_components(
     from tempering.rollout.select import build_engine
     from tempering.rollout.source import RolloutSource
 
-    if cfg.grpo.rollout_ahead and cfg.scale is None:
+    if cfg.grpo.max_off_policy_steps > 0 and cfg.scale is None:
         raise UserError(
-            "grpo.rollout_ahead needs `scale:` engine replicas: the in-process engine samples "
+            "grpo.max_off_policy_steps > 0 needs `scale:` engine replicas: the in-process engine samples "
             "from the very model the trainer is updating"
         )
     precision = resolve_precision(cfg.train.precision)

@@ -24,7 +24,7 @@ from tempering.data.padding import PAD_ID, left_pad, right_pad
 from tempering.models.logprobs import grouped_logprobs
 from tempering.models.precision import autocast
 from tempering.types import Trajectory
-from tempering.versions import NOT_SAMPLED
+from tempering.versions import NOT_SAMPLED, is_stale
 
 
 @dataclass
@@ -164,6 +164,18 @@ def served_versions(batch: GRPOBatch) -> list[int]:
     if batch.versions is None or batch.n_real_tokens == 0:
         return []
     return batch.versions[batch.versions != NOT_SAMPLED].tolist()
+
+
+def drop_stale_groups(batch: GRPOBatch, trainer_version: int, bound: int) -> tuple[GRPOBatch, int, int]:
+    """(`batch` without the groups holding a sampled token more than `bound` steps older than
+    `trainer_version`, groups judged, groups dropped). A group goes whole: its advantages are
+    relative to each other. A filler, or a batch without versions, is judged on no group."""
+    if batch.versions is None or batch.n_real_tokens == 0:
+        return batch, 0, 0
+    n_groups = batch.prompt_ids.shape[0]
+    per_group = batch.versions.reshape(n_groups, -1).tolist()
+    keep = [i for i, versions in enumerate(per_group) if not is_stale(trainer_version, versions, bound)]
+    return batch.keep_groups(keep), n_groups, n_groups - len(keep)
 
 
 def grpo_micro_batches(

@@ -20,11 +20,16 @@ Every sample is stamped with the policy version of the weights the engine holds 
 which the Trainer calls after each weight change; `tempering.versions`), and each step logs the
 staleness of the tokens it trains on (`staleness_mean`, `staleness_max`, `staleness_hist/<k>`).
 
-With `rollout_ahead` (an engine that does not share the trainer's model: scale/'s engine
-replicas), steps 1-2 of the next batch run in a background thread while the trainer updates
-on this one: its samples come from the weights synced before that update (staleness 1,
+With `max_off_policy_steps: 1` (an engine that does not share the trainer's model: scale/'s
+engine replicas), steps 1-2 of the next batch run in a background thread while the trainer
+updates on this one: its samples come from the weights synced before that update (staleness 1,
 logged as `staleness`), and its `old_logprobs` are the engine's, so the clipped importance
 ratio p_train / p_rollout corrects for the stale policy.
+
+The staleness bound is enforced as each micro-batch is handed to the trainer (`next_batch`): a
+group holding a token more than K steps older than the trainer's weights (K + mu - 1 with a
+batch served mu times) is dropped whole and counted (`stale_dropped_groups`, `_share`). Neither
+path above ever trips it; it guards the bookkeeping, and the sampler that will come after them.
 
 Crash at any step, lose nothing: a checkpoint resumes exactly (the same prompts in the same
 order, the same samples from the same weights) because
@@ -34,7 +39,7 @@ order, the same samples from the same weights) because
     the updated weights. A kill mid-batch resumes from the batch's start and redoes it.
     (The final checkpoint of a run is written wherever it ends; extending such a run later
     starts at the next rollout batch.)
-  - with `rollout_ahead`, the batch sampling in the background when the checkpoint is taken
+  - with `max_off_policy_steps: 1`, the batch sampling in the background when the checkpoint is taken
     is waited for and recorded in the checkpoint (`state_dict()["ahead"]`: its tasks and
     scored trajectories): it was sampled from the weights before the last update, which a
     resume no longer has, so it is not sampled again but trained on as recorded. A checkpoint
@@ -63,7 +68,13 @@ from tempering.objectives.advantages import overlong_penalty
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.domains import DomainSchedule, domain_metrics
 from tempering.rollout.engine import Engine
-from tempering.rollout.grpo_batches import GroupRows, grpo_micro_batches, old_logprobs_for, served_versions
+from tempering.rollout.grpo_batches import (
+    GroupRows,
+    drop_stale_groups,
+    grpo_micro_batches,
+    old_logprobs_for,
+    served_versions,
+)
 from tempering.rollout.rollout import RewardWorkers, ThreadRewardWorkers, start_rollout
 from tempering.rollout.roundtrip import ROUNDTRIP_FLAG, roundtrip_ok
 from tempering.rollout.store import TrajectoryRow, TrajectoryStore
@@ -133,20 +144,24 @@ class RolloutSource:
         self.buffer: list[GRPOBatch] = []
         self._stats: dict[str, float] = {}
         self._prompt_cache: dict[str, list[int]] = {}
-        self._ahead: Future[Sampled] | None = None  # the next batch, sampling in the background (rollout_ahead)
+        self._ahead: Future[Sampled] | None = None  # the next batch, sampling in the background (K = 1)
         self._restored: Sampled | None = None  # a prefetched batch recorded in the resumed checkpoint
         self._drawn: list[str] = []  # task ids of the batches handed to the trainer since `consumed()`
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead") if settings.rollout_ahead else None
+        ahead = settings.max_off_policy_steps == 1  # K >= 2 is refused by the config (no orchestrator yet)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead") if ahead else None
         self.schedule = schedule  # multi-domain: which domain each prompt comes from (None: one domain)
         self._events: list[dict[str, Any]] = []  # the schedule's events (paused, retried) not yet reported
         self.clock = VersionClock()  # the trainer's weights version: stamps samples, measures staleness
+        # the staleness bound where a batch trains: K, or the repeats of a batch served mu times (K = 0)
+        self.bound = settings.max_off_policy_steps + settings.updates_per_batch - 1
 
     # -- BatchSource -------------------------------------------------------------------
     def next_batch(self) -> GRPOBatch:
         if not self.buffer:
             micro = self._rollout_batch()
             self.buffer = [b for _ in range(self.s.updates_per_batch) for b in micro]
-        batch = self.buffer.pop(0)
+        batch, groups, dropped = drop_stale_groups(self.buffer.pop(0), self.clock.version, self.bound)
+        self.clock.judged(groups, dropped)
         self.clock.served(served_versions(batch))
         return batch
 
@@ -246,7 +261,7 @@ class RolloutSource:
                 t.rewards[-1] = r.model_copy(update={"flags": r.flags + [ROUNDTRIP_FLAG]})
 
     def _rollout_batch(self) -> list[GRPOBatch]:
-        """The next batch's micro-batches: sampled now, or taken from the background (rollout_ahead)."""
+        """The next batch's micro-batches: sampled now, or taken from the background (K = 1)."""
         ahead = self._pending_ahead()
         if ahead is not None:
             sampled, staleness = ahead, 1

@@ -30,7 +30,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from tempering.atomic import write_text_atomic
 from tempering.config.base import run_name_problem
@@ -60,6 +60,11 @@ RESUMABLE_CHANGES = (
     "heldout.every",  # GRPO's schedule before train.eval_every: a run recorded with it still resumes
     "train.resume_from",
 )
+# Keys a recorded config may still hold, and the keys that replaced them (with the value they
+# held then): a run recorded with a retired spelling resumes under the new one.
+RETIRED_KEYS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "grpo.rollout_ahead": lambda ahead: {"grpo.max_off_policy_steps": int(bool(ahead)), "grpo.stale": "drop"},
+}
 
 
 class StageError(UserError):
@@ -140,6 +145,9 @@ def run_lock(run_dir: Path) -> Iterator[None]:
 def config_diff(old: dict[str, Any], new: dict[str, Any], ignore: tuple[str, ...] = RESUMABLE_CHANGES) -> list[str]:
     """`key: old -> new` for every leaf that differs, dotted keys, leaving out `ignore`."""
     flat_old, flat_new = _flatten(old), _flatten(new)
+    for key, spelled_now in RETIRED_KEYS.items():
+        if key in flat_old and key not in flat_new:
+            flat_old = {k: v for k, v in flat_old.items() if k != key} | spelled_now(flat_old[key])
     keys = sorted(set(flat_old) | set(flat_new))
     return [
         f"{k}: {flat_old.get(k)!r} -> {flat_new.get(k)!r}"
