@@ -25,8 +25,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _sha
 from _shared.paths import RESULTS, ROOT  # noqa: E402
 
 LOG_TAIL = 3000
+LOG_LOCK = threading.Lock()
+# A CPU dry run runs its steps (after prepare_models) in two lanes: each step is mostly Python
+# processes starting and importing torch, transformers and TRL, one core each. A GPU run has one
+# lane: its steps time the device, which they must not share.
+DRY_RUN_LANES = 2
 MIN_STEP_S = 5  # a step left less time than this is recorded as skipped, not started
 DECODE_GRAPHS_OPTION = "--cuda-graphs"  # inference.py's switch of the batching engine's CUDA graphs (on,off)
 
@@ -301,8 +308,6 @@ def run_step(step: Step, timeout_s: float, log) -> dict:
         return {"status": "skipped", "reason": step.skip_reason}
     if timeout_s < MIN_STEP_S:
         return {"status": "skipped", "reason": "the run's time budget was spent before this step"}
-    log.write(f"\n===== {step.name} (time box {timeout_s:.0f}s) =====\n")
-    log.flush()
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(
@@ -321,8 +326,9 @@ def run_step(step: Step, timeout_s: float, log) -> dict:
             rc = None
         out.seek(0)
         text = out.read()
-    log.write(text)
-    log.flush()
+    with LOG_LOCK:  # a step's output as one block, also when two dry-run lanes finish together
+        log.write(f"\n===== {step.name} (time box {timeout_s:.0f}s) =====\n{text}")
+        log.flush()
     seconds = round(time.perf_counter() - start, 1)
     if rc is None:
         return {"status": "timeout", "seconds": seconds, "time_box_s": timeout_s, "log_tail": text[-LOG_TAIL:]}
@@ -435,18 +441,35 @@ def main() -> None:
     report = write_report(args, mode, started, results)
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp, (args.out / "gpu.log").open("w") as log:
         work = Path(tmp)
-        for step in steps(mode, work, str(tokenizer) if tokenizer.is_dir() else None):
-            if not chosen(step, mode, args.call, args.only):
-                continue
+        todo = [
+            step
+            for step in steps(mode, work, str(tokenizer) if tokenizer.is_dir() else None)
+            if chosen(step, mode, args.call, args.only)
+        ]
+        order = [step.name for step in todo]
+
+        def run(step: Step) -> dict:
             left = budget - (time.perf_counter() - started)
             outcome = run_step(step, min(step.timeout_s, left), log)
             if step.name == "pytest_gpu":
                 outcome = judge_pytest(outcome, work)
             if step.result and (work / step.result).is_file():  # a timed-out bench keeps what it wrote
                 outcome["result"] = json.loads((work / step.result).read_text())
-            results[step.name] = outcome
-            print(f"{step.name}: {outcome['status']} ({outcome.get('seconds', 0)}s)", flush=True)
-            report = write_report(args, mode, started, results)  # after every step: a cut lease keeps what ran
+            with LOG_LOCK:
+                results[step.name] = outcome
+                results_in_order = {n: results[n] for n in order if n in results}
+                print(f"{step.name}: {outcome['status']} ({outcome.get('seconds', 0)}s)", flush=True)
+                # after every step: a cut lease keeps what ran
+                write_report(args, mode, started, results_in_order)
+            return outcome
+
+        first, rest = todo[:1], todo[1:]  # prepare_models: every other step reads its models
+        for step in first:
+            run(step)
+        with ThreadPoolExecutor(DRY_RUN_LANES if mode == "cpu" else 1) as lanes:
+            list(lanes.map(run, rest))
+        results = {n: results[n] for n in order if n in results}
+        report = write_report(args, mode, started, results)
     summary = {k: report[k] for k in ("check", "device", "ok", "failed", "seconds")}
     summary["steps"] = {n: r["status"] for n, r in results.items()}
     summary["figures"] = {n: headline(r["result"]) for n, r in results.items() if isinstance(r.get("result"), dict)}
