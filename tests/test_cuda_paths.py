@@ -2,7 +2,7 @@
 `gpu(covers=[...])` names each KEY, so one GPU run (`pytest -m gpu`) exercises them all.
 
 A CUDA-only line is one whose code (strings and comments aside) names `torch.cuda`, `pin_memory`,
-`non_blocking`, a `device.type ==` test, an `is_available()` probe or a vLLM import, or whose
+`non_blocking`, a `device.type ==` or `!=` test, an `is_available()` probe or a vLLM import, or whose
 string literal is "cuda" or "nccl". A tag on a line (or on the comment line above it) covers
 that line and the whole statement that starts there (an `if` tagged covers its body).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE = re.compile(
-    r"torch\.cuda|\bpin_memory\b|\bnon_blocking\b|device\.type\s*==|\bis_available\(\)|\b(from|import)\s+vllm\b"
+    r"torch\.cuda|\bpin_memory\b|\bnon_blocking\b|device\.type\s*[!=]=|\bis_available\(\)|\b(from|import)\s+vllm\b"
 )
 LITERALS = {"cuda", "nccl"}
 TAG = re.compile(r"cuda-path:\s*([a-z0-9-]+)")

@@ -526,7 +526,7 @@ class BatchingEngine(HFEngine):
         key = (positions, *((id(t), t._version) for t in tensors))
         if self._single is None or self._single[0] != key:
             reason = unsupported_reason(self.model)
-            if reason is None and self.device.type != "cpu":
+            if reason is None and self.device.type != "cpu":  # cuda-path: engine-cuda
                 reason = f"device {self.device.type} (measured on CPU only)"
             if reason is not None and reason != self.single_stream_off:
                 log.info("single-stream decode keeps the HF forward: %s", reason)
