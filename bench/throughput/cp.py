@@ -38,16 +38,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.paths import RESULTS, ROOT  # noqa: E402
+from _shared.proc import status_kb  # noqa: E402
 
 SMOKE = {"length": 64, "hidden": 32, "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 128}
 GB = 1024**3
-
-
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
 
 
 def _model(shape: dict):
@@ -104,14 +98,14 @@ def child(side: str, shape: dict, out: str) -> None:
     objective = SFTObjective()
     units = distributed.sum_over_ranks([objective.units(batch)])[0]
     ctypes.CDLL("libc.so.6").malloc_trim(0)
-    before_kb = _status_kb("VmRSS")
+    before_kb = status_kb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # the peak mark starts again from here
     t0 = time.perf_counter()
     loss_sum, _ = objective.loss(model, batch)
     (loss_sum / units).backward()
     distributed.all_reduce_grads(model.parameters())
     seconds = time.perf_counter() - t0
-    peak_kb = _status_kb("VmHWM")
+    peak_kb = status_kb("VmHWM")
     loss = distributed.sum_over_ranks([float(loss_sum.detach()) / units])[0]
     result = {
         "rank": world.rank,

@@ -40,6 +40,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.model_shapes import SHAPES, VOCAB  # noqa: E402
 from _shared.paths import RESULTS, cpu_name  # noqa: E402
+from _shared.proc import status_kb  # noqa: E402
 
 LEVERS = {"none": (False, 32), "ckpt": (True, 32), "8bit": (False, 8), "both": (True, 8), "lora": (False, 32)}
 LEVERS["qlora"] = LEVERS["lora"]
@@ -50,13 +51,6 @@ CAP_GB = {"default": 8.0, "1b": 14.0}
 """The address-space cap of each child (virtual memory: torch and transformers map ~1 GB at import).
 The ~1B child is skipped when `MemAvailable` is under its cap plus 0.5 GB."""
 GB = 1024**3
-
-
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
 
 
 def build_model(name: str):
@@ -117,7 +111,7 @@ def child(model_name: str, levers: str, out: str) -> None:
     batch = batch.next_batch()
     objective = SFTObjective()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
-    before_kb = _status_kb("VmRSS")
+    before_kb = status_kb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # the peak mark starts again from here
     t0 = time.perf_counter()
     loss, _ = objective.loss(model, batch)
@@ -135,7 +129,7 @@ def child(model_name: str, levers: str, out: str) -> None:
         "step_s": dt,
         "tokens_per_s": length / dt,
         "rss_before_step_gb": before_kb / 1024**2,
-        "peak_rss_step_gb": _status_kb("VmHWM") / 1024**2,
+        "peak_rss_step_gb": status_kb("VmHWM") / 1024**2,
         "param_bytes": n_params * 4,
         "model_state_bytes": sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]),
         "grad_bytes": n_params * 4,

@@ -225,7 +225,8 @@ def test_checkpoints_are_pruned_and_atomic(tmp_path):
     assert set(manifest["files"]) == {"weights.safetensors", "optimizer.pt", "rng.safetensors", "state.json"}
 
 
-def test_rollback_survives_a_resume(tmp_path):
+def _rollback_then_kill(tmp_path):
+    """Steps 1..7, poisoned 8-10: a rollback to step 5 (re-saved there), then 6, 7 -> killed."""
     seen = []
 
     def kill_second_step_7(step, record):
@@ -241,6 +242,10 @@ def test_rollback_survives_a_resume(tmp_path):
             callbacks=[kill_second_step_7],
             guard={"max_bad_in_row": 3},
         ).fit()
+
+
+def test_rollback_survives_a_resume(tmp_path):
+    _rollback_then_kill(tmp_path)
     # steps 1..7, rollback to 5 (re-saved with the halved LR), 6, 7 -> killed
     resumed = make_trainer(tmp_path, steps=12)
     result = resumed.fit()
@@ -341,21 +346,7 @@ def test_a_rollback_is_a_new_weights_version(tmp_path):
 
 
 def test_a_resume_restores_the_weights_version_and_tells_the_source(tmp_path):
-    seen = []
-
-    def kill_second_step_7(step, record):
-        seen.append(step)
-        if seen.count(7) == 2:
-            raise Killed()
-
-    with pytest.raises(Killed):
-        make_trainer(
-            tmp_path,
-            objective=Poisoned(SFTObjective(), {8, 9, 10}),
-            steps=12,
-            callbacks=[kill_second_step_7],
-            guard={"max_bad_in_row": 3},
-        ).fit()
+    _rollback_then_kill(tmp_path)
     # steps 1..7, the rollback to step 5 (version 8, re-saved there), 6, 7 -> killed
     resumed = make_trainer(tmp_path, steps=12)
     heard = listening(resumed)
