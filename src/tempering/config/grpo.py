@@ -230,6 +230,20 @@ class GRPOSettings(GRPOPolicySettings):
     """A group with a token staler than the bound when it would train: dropped whole (counted,
     `stale_dropped_groups`); `resample` (a fresh group instead) is refused until a source can."""
 
+    partial_rollouts: bool = False
+    """Generate in segments of `segment_tokens` new tokens; between segments the engine may take
+    newer weights (`RolloutSource.newer_weights`), so a generation in flight when weights are
+    published goes on under them, each token keeping the version that sampled it (docs/rl.md,
+    Partial rollouts). Needs max_off_policy_steps >= 1 and engine replicas (`scale:`)."""
+    segment_tokens: int = Field(default=64, ge=1)
+    """With partial_rollouts: new tokens per segment (the engine's weights can change only between segments)."""
+    sync_check_every: int = Field(default=10, ge=1)
+    """Steps between weight-sync checks: at the first sync after the first weight change, then at the
+    first sync at least this many steps after the last check, the engine's log-probs of a small
+    sample (2 x 8 tokens) are replayed through the trainer at the synced version; a gap past the
+    replay epsilon stops the run (docs/correctness.md). Engines that share the trainer's model
+    (in-process hf, batching, speculative) have nothing to compare and are not checked."""
+
     @model_validator(mode="before")
     @classmethod
     def _rollout_ahead_retired(cls, data: Any) -> Any:
@@ -257,6 +271,13 @@ class GRPOSettings(GRPOPolicySettings):
             raise ValueError("stale: resample is not supported by the single-turn rollout yet; use stale: drop")
         if k > 0:
             check_stale_safe(self.loss)
+        if "segment_tokens" in self.model_fields_set and not self.partial_rollouts:
+            raise ValueError("segment_tokens does nothing with partial_rollouts off")
+        if self.partial_rollouts and k == 0:
+            raise ValueError(
+                "partial_rollouts does nothing with max_off_policy_steps 0 (no weights are published while "
+                "a batch generates); set max_off_policy_steps: 1"
+            )
         return self
 
     def load_algorithms(self) -> None:
@@ -343,6 +364,22 @@ class GRPOConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
             raise ValueError("train.eval_every measures the held-out tasks, and heldout: is null")
         if self.heldout is not None and self.train.eval_every is None:
             self.train.eval_every = HELDOUT_EVERY
+        return self
+
+    @model_validator(mode="after")
+    def _engine_holds_its_own_weights(self) -> GRPOConfig:
+        in_process = self.scale is None and self.engine.kind != "vllm"
+        if in_process and self.grpo.partial_rollouts:
+            raise ValueError(
+                f"grpo.partial_rollouts needs an engine that takes a weight sync mid-generation and reports "
+                f"per-token log-probs of its own weights; engine kind {self.engine.kind!r} samples from the "
+                "trainer's own model: use scale: engine replicas"
+            )
+        if in_process and "sync_check_every" in self.grpo.model_fields_set:
+            raise ValueError(
+                f"grpo.sync_check_every does nothing with engine kind {self.engine.kind!r}: it samples from the "
+                "trainer's own model, so there is no synced copy to check (use scale: engine replicas or vllm)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -87,6 +87,9 @@ class Completion:
     routing: torch.Tensor | None = None
     """MoE models, when the engine records routing: (prompt + completion tokens, layers, k) experts
     each token was sent to; -1 for the last token, which no forward pass read."""
+    versions: list[int] | None = None
+    """Per generated token, the policy version of the weights that sampled it, when they changed during
+    the call (partial rollouts, `rollout/partial.py`); None: the call ran on one version throughout."""
 
     @property
     def truncated(self) -> bool:

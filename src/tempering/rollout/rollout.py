@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Sequence
 
 from tempering.config import SamplingSettings
 from tempering.types import Reward, Task, Trajectory, TrajectoryStatus
+from tempering.versions import NOT_SAMPLED
 
 if TYPE_CHECKING:
     from tempering.rollout.engine import Engine
@@ -141,7 +142,13 @@ class PendingRollout:
             finish_reason=completion.finish_reason,
             status=verdict.status,
             routing=None if getattr(completion, "routing", None) is None else completion.routing.tolist(),
+            versions=_versions(len(prompt), getattr(completion, "versions", None)),
         )
+
+
+def _versions(prompt_length: int, completion: list[int] | None) -> list[int] | None:
+    """A trajectory's per-token versions from its completion's (partial rollouts); None: stamped by the caller."""
+    return None if completion is None else [NOT_SAMPLED] * prompt_length + list(completion)
 
 
 def _wait(future: Future, timeout_s: float) -> Verdict:

@@ -55,6 +55,7 @@ import time
 from collections import Counter, defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -68,6 +69,7 @@ from tempering.objectives.advantages import overlong_penalty
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.domains import DomainSchedule, domain_metrics
 from tempering.rollout.engine import Engine
+from tempering.rollout.partial import SegmentedEngine
 from tempering.rollout.grpo_batches import (
     GroupRows,
     drop_stale_groups,
@@ -78,6 +80,7 @@ from tempering.rollout.grpo_batches import (
 from tempering.rollout.rollout import RewardWorkers, ThreadRewardWorkers, start_rollout
 from tempering.rollout.roundtrip import ROUNDTRIP_FLAG, roundtrip_ok
 from tempering.rollout.store import TrajectoryRow, TrajectoryStore
+from tempering.rollout.sync_check import SyncCheck, shares_model
 from tempering.types import Task, Trajectory
 from tempering.verifiers.answers import NO_ANSWER
 from tempering.versions import Version, VersionClock, stamp
@@ -154,6 +157,14 @@ class RolloutSource:
         self.clock = VersionClock()  # the trainer's weights version: stamps samples, measures staleness
         # the staleness bound where a batch trains: K, or the repeats of a batch served mu times (K = 0)
         self.bound = settings.max_off_policy_steps + settings.updates_per_batch - 1
+        self.engine_version: Version = 0  # the weights the engine holds (`sync_to`)
+        own_copy = model is not None and not shares_model(engine, model)  # else: nothing to sync or check
+        self._check = SyncCheck(settings.sync_check_every, precision, settings.temperature, seed) if own_copy else None
+        if settings.partial_rollouts and not own_copy:
+            raise UserError(
+                "grpo.partial_rollouts needs an engine with its own copy of the weights, which takes a sync "
+                f"mid-generation; {type(engine).__name__} samples from the trainer's model (use scale: engine replicas)"
+            )
 
     # -- BatchSource -------------------------------------------------------------------
     def next_batch(self) -> GRPOBatch:
@@ -199,6 +210,8 @@ class RolloutSource:
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self._stats) | self.clock.metrics()
+        if self._check is not None:
+            out |= self._check.metrics()
         if self._events:  # reported once, with the step that follows the batch that raised them
             out["domain_events"], self._events = self._events, []
         return out
@@ -223,15 +236,21 @@ class RolloutSource:
             self._prompt_cache[task.id] = self.engine.chat_prompt(task.chat())
         return self._prompt_cache[task.id]
 
-    def _generate_and_score(self, tasks: list[Task], index: int, round_: int) -> tuple[list[Group], float, float]:
+    def _generate_and_score(
+        self, tasks: list[Task], index: int, round_: int, version: Version
+    ) -> tuple[list[Group], float, float]:
         """One rollout round; each generation chunk is scored while the next generates."""
         s = self.s
+        engine: Engine = self.engine
+        if s.partial_rollouts:  # segments; the engine may take newer weights between them
+            decode = None if self.tokenizer is None else partial(self.tokenizer.decode, skip_special_tokens=False)
+            engine = SegmentedEngine(engine, s.segment_tokens, self.newer_weights, version, decode)
         seed = hash((self.seed, index, round_)) % 2**31
         per = max(1, math.ceil(len(tasks) / s.generation_chunks))
         chunks = [(range(start, min(start + per, len(tasks))), seed + start) for start in range(0, len(tasks), per)]
         t0 = time.perf_counter()
         pending = start_rollout(
-            tasks, self.engine, s, self.workers, n=s.group_size, prompts=[self._prompt(t) for t in tasks], chunks=chunks
+            tasks, engine, s, self.workers, n=s.group_size, prompts=[self._prompt(t) for t in tasks], chunks=chunks
         )
         groups = [Group(t, trajs) for t, trajs in zip(tasks, pending.collect(s.verifier_timeout_s))]
         return groups, pending.gen_s, time.perf_counter() - t0 - pending.gen_s
@@ -282,7 +301,26 @@ class RolloutSource:
     def _sync(self) -> None:
         """The trainer's weights into the engine (on the trainer's thread, between updates)."""
         if self.model is not None:
-            self.engine.sync_weights(self.model)
+            self.sync_to(self.model, self.clock.version, self.clock.step)
+
+    def sync_to(self, model: Any, version: Version, step: int) -> None:
+        """Sync `model` (holding `version`, the weights after trainer step `step`) into the engine; when
+        due, check the sync (`rollout/sync_check.py`: replayed through `model`, which must still hold
+        `version`: call it on the trainer's thread between updates, or give it a snapshot)."""
+        self.engine.sync_weights(model)
+        self.engine_version = version
+        if self._check is not None and self._check.due(step):
+            prompt = self._prompt(self.tasks[self.order[0]])
+            self._check.after_sync(self.engine, model, prompt, version, step)
+
+    def newer_weights(self) -> Version:
+        """Partial rollouts' hook, called on the sampling thread between segments: it may sync newer
+        weights into the engine (`sync_to`) and returns the version the engine holds now, which the
+        next segment's tokens are stamped with. This source publishes nothing while a batch generates
+        (its trainer updates on its own thread, and syncing from here would read weights mid-update),
+        so it returns the engine's version; an asynchronous orchestrator that publishes weights
+        overrides it."""
+        return self.engine_version
 
     def _sample(self, version: Version | None = None) -> Sampled:
         """Steps 1-3: sample, score and filter one batch (engine and reward workers only, no model);
@@ -298,9 +336,10 @@ class RolloutSource:
             need = s.prompts_per_step - len(kept)
             if need <= 0:
                 break
-            groups, g, v = self._generate_and_score(self._next_tasks(need), index, round_)
+            groups, g, v = self._generate_and_score(self._next_tasks(need), index, round_, version)
             for t in (t for group in groups for t in group.trajectories):
-                t.versions = stamp(t.loss_mask, version)
+                if t.versions is None:  # partial rollouts stamp each segment's tokens themselves
+                    t.versions = stamp(t.loss_mask, version)
             gen_s, score_s = gen_s + g, score_s + v
             for group in groups:
                 self._apply_truncation(group)
