@@ -149,9 +149,7 @@ def test_the_in_process_engine_refuses_partial_rollouts(smol_tokenizer):
         ("{sync_check_every: 2}", False, "grpo.sync_check_every does nothing with engine kind 'batching'"),
     ],
 )
-def test_partial_rollout_and_sync_check_keys_that_would_do_nothing_are_one_line_errors(
-    tmp_path, grpo, scale, message
-):
+def test_partial_rollout_and_sync_check_keys_that_would_do_nothing_are_one_line_errors(tmp_path, grpo, scale, message):
     path = tmp_path / "g.yaml"
     path.write_text(f"train: {{steps: 1}}\ngrpo: {grpo}\n" + ("scale: {}\n" if scale else ""))
     with pytest.raises(ConfigError) as err:

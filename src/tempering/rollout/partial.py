@@ -116,11 +116,11 @@ class SegmentedEngine:
         """`row` with one segment's completion appended, finished where a one-shot generation would be."""
         before = len(row.tokens)
         row.extend(c, version)
-        if row.finish is None and params.stop and before:
-            cut = boundary_stop(row.tokens[:before], c.token_ids, params.stop, self.decode)  # type: ignore[arg-type]
+        if row.finish is None and params.stop and before and self.decode is not None:
+            cut = boundary_stop(row.tokens[:before], c.token_ids, params.stop, self.decode)
             if cut is not None:
                 del row.tokens[before + cut :], row.logprobs[before + cut :], row.versions[before + cut :]
-                row.text = row.text[: len(row.text) - len(c.text)] + self.decode(c.token_ids[:cut])  # type: ignore[misc]
+                row.text = row.text[: len(row.text) - len(c.text)] + self.decode(c.token_ids[:cut])
                 row.finish = "stop"
         if row.finish is None and len(row.tokens) >= params.max_new_tokens:
             row.finish = "length"

@@ -31,6 +31,11 @@ group holding a token more than K steps older than the trainer's weights (K + mu
 batch served mu times) is dropped whole and counted (`stale_dropped_groups`, `_share`). Neither
 path above ever trips it; it guards the bookkeeping, and the sampler that will come after them.
 
+The engine is synced through `sync_to`, the one place this source syncs: with an engine holding its own
+copy of the weights, it runs the weight-sync check when due (`rollout/sync_check.py`). With
+`partial_rollouts`, generation runs in segments (`rollout/partial.py`) and `newer_weights`, called between
+them, is where an orchestrator that publishes weights mid-batch syncs them (docs/rl.md, Partial rollouts).
+
 Crash at any step, lose nothing: a checkpoint resumes exactly (the same prompts in the same
 order, the same samples from the same weights) because
   - it is taken only between rollout batches (`at_boundary`; the Trainer defers a due
@@ -69,7 +74,6 @@ from tempering.objectives.advantages import overlong_penalty
 from tempering.objectives.grpo_math import grpo_advantages
 from tempering.rollout.domains import DomainSchedule, domain_metrics
 from tempering.rollout.engine import Engine
-from tempering.rollout.partial import SegmentedEngine
 from tempering.rollout.grpo_batches import (
     GroupRows,
     drop_stale_groups,
@@ -77,6 +81,7 @@ from tempering.rollout.grpo_batches import (
     old_logprobs_for,
     served_versions,
 )
+from tempering.rollout.partial import SegmentedEngine
 from tempering.rollout.rollout import RewardWorkers, ThreadRewardWorkers, start_rollout
 from tempering.rollout.roundtrip import ROUNDTRIP_FLAG, roundtrip_ok
 from tempering.rollout.store import TrajectoryRow, TrajectoryStore
