@@ -1,0 +1,121 @@
+"""The asynchronous rollout orchestrator: samplers fill a bounded queue while the trainer consumes.
+
+`RolloutSource` asks it for each rollout batch (`take`); it answers with a sampled and scored
+batch (`Sampled`, from the source's own `_sample`: engine and reward workers, no trainer model)
+and the policy version whose weights sampled it.
+
+K = `grpo.max_off_policy_steps`, the staleness bound:
+
+- **K = 0** is the synchronous path, on the trainer's thread: sync the trainer's model into the
+  engine, sample, return. No thread, no snapshot (the in-process engine shares the model).
+- **K > 0**: one sampler thread samples batches in order. Rollout batch i may start sampling
+  only once the trainer has taken batch i - K (`take`, on the trainer's thread). At that moment
+  the trainer holds the weights after its update on batch i - K - 1, and batch i trains after
+  the updates on batches i - K .. i - 1: K updates at most, so no sampled token of it is more
+  than K versions old when it trains (updates_per_batch is 1 with K > 0; a step the guard skips
+  makes it fresher, a rollback staler, which the source's drop check catches). So at most K + 1
+  batches are sampled ahead of the trainer: that is the queue's bound.
+  The gate pins the weights batch i samples from: the newest snapshot published when its gate
+  opens (`publish`, on the trainer's thread after each weight change: a CPU copy of the
+  trainable tensors, so the trainer's in-place updates never race the sampler). The sampler
+  syncs that snapshot into the engine before it samples. Pinning at the gate rather than at the
+  sampler's start keeps a run deterministic (which weights sample batch i does not depend on
+  thread timing), so a resumed run samples what the uninterrupted one would have.
+
+The engine must hold its own copy of the weights (a local engine process, `scale.process_engine`,
+or Ray replicas): an engine sampling from the trainer's own model is refused with K > 0.
+
+A checkpoint (`pending`) waits for every batch whose gate is open and records them all; a resume
+(`restore`) hands them to the trainer as recorded, before any new batch is sampled.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from tempering.errors import UserError
+from tempering.versions import Version
+
+S = TypeVar("S")
+
+Snapshot = tuple[Version, dict[str, Any] | None]
+"""Published weights: (version, the trainable tensors on the CPU); None: the model itself (first sync)."""
+
+
+def trainable_snapshot(model: Any) -> dict[str, Any]:
+    """A CPU copy of the model's trainable tensors (what an engine with its own base needs)."""
+    return {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad}
+
+
+class Orchestrator:
+    """Sampled batches for the trainer, at most `K` + 1 ahead of it (see the module docstring).
+
+    `sample(version)` samples the next rollout batch from the weights the engine holds, which are
+    `version`'s; it runs on the trainer's thread with K = 0, on the one sampler thread with K > 0.
+    `engine.sync_weights(weights)` takes the model (the first sync) or a published snapshot.
+    """
+
+    def __init__(self, sample: Callable[[Version], Any], engine: Any, model: Any, K: int):
+        if K > 0 and model is not None and getattr(engine, "model", None) is model:
+            raise UserError(
+                f"grpo.max_off_policy_steps {K}: the engine samples from the trainer's own model, which the "
+                "trainer updates in place; use an engine with its own copy (`sampler:` or `scale:`)"
+            )
+        self.sample, self.engine, self.model, self.K = sample, engine, model, K
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="rollout-sampler") if K > 0 else None
+        self._queue: deque[Future[tuple[Any, Version]]] = deque()  # gate-opened batches, in order
+        self._published: Snapshot = (0, None)
+        self._engine_version: Version | None = None  # the version the engine holds (sampler thread only)
+
+    def publish(self, version: Version) -> None:
+        """The trainer's weights are now `version` (trainer's thread): keep a snapshot for the gates to pin."""
+        if self._executor is None or self.model is None:
+            self._published = (version, None)
+            return
+        self._published = (version, trainable_snapshot(self.model))
+
+    def take(self) -> tuple[Any, Version]:
+        """The next batch the trainer trains on and the version that sampled it (trainer's thread)."""
+        if self._executor is None:
+            version = self._published[0]
+            if self.model is not None:
+                self.engine.sync_weights(self.model)
+            return self.sample(version), version
+        if self._engine_version is None:  # nothing sampling yet: the first sync, on this thread
+            if self.model is not None:
+                self.engine.sync_weights(self.model)  # the model itself: a replica checks its base once
+            self._engine_version = self._published[0]
+        # the trainer takes the queue's head; the batches up to K after it may start now. The wait
+        # is bounded by the sampler's own deadlines (each engine call's, the verifier timeout)
+        while len(self._queue) < self.K + 1:
+            self._queue.append(self._executor.submit(self._sample_pinned, self._published))
+        return self._queue.popleft().result()
+
+    def pending(self) -> list[tuple[Any, Version]]:
+        """The batches sampled for the trainer and not yet taken, with the versions that sampled
+        them (waits for those sampling now)."""
+        return [f.result() for f in self._queue]
+
+    def restore(self, batches: list[tuple[Any, Version]]) -> None:
+        """Batches recorded in a checkpoint (with the versions that sampled them), taken first, as recorded."""
+        done: list[Future[tuple[Any, Version]]] = []
+        for b in batches:
+            f: Future[tuple[Any, Version]] = Future()
+            f.set_result(b)
+            done.append(f)
+        self._queue = deque(done)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def _sample_pinned(self, pinned: Snapshot) -> tuple[Any, Version]:
+        """Sampler thread: the pinned weights into the engine (when it holds others), then one batch."""
+        version, weights = pinned
+        if version != self._engine_version and (weights is not None or self.model is not None):
+            self.engine.sync_weights(weights if weights is not None else self.model)
+            self._engine_version = version
+        return self.sample(version), version
