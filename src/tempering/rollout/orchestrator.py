@@ -31,8 +31,10 @@ A checkpoint (`pending`) waits for every batch whose gate is open and records th
 
 from __future__ import annotations
 
+import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -68,7 +70,8 @@ class Orchestrator:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="rollout-sampler") if K > 0 else None
         self._queue: deque[Future[tuple[Any, Version]]] = deque()  # gate-opened batches, in order
         self._published: Snapshot = (0, None)
-        self._engine_version: Version | None = None  # the version the engine holds (sampler thread only)
+        self._engine_version: Version | None = None  # the version the engine holds
+        self._engine_lock = threading.Lock()  # held by the sampler for a whole batch (sync + sample)
 
     def publish(self, version: Version) -> None:
         """The trainer's weights are now `version` (trainer's thread): keep a snapshot for the gates to pin."""
@@ -108,6 +111,15 @@ class Orchestrator:
             done.append(f)
         self._queue = deque(done)
 
+    @contextmanager
+    def borrowed_engine(self) -> Iterator[None]:
+        """The engine to another user (the held-out eval, on the trainer's thread) between two batches:
+        waits for the batch sampling now; the next batch re-syncs its pinned weights first."""
+        with self._engine_lock:
+            yield
+            if self._engine_version is not None:
+                self._engine_version = -1  # the borrower may have synced other weights
+
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
@@ -115,6 +127,10 @@ class Orchestrator:
     def _sample_pinned(self, pinned: Snapshot) -> tuple[Any, Version]:
         """Sampler thread: the pinned weights into the engine (when it holds others), then one batch."""
         version, weights = pinned
+        with self._engine_lock:
+            return self._sync_and_sample(version, weights)
+
+    def _sync_and_sample(self, version: Version, weights: dict[str, Any] | None) -> tuple[Any, Version]:
         if version != self._engine_version and (weights is not None or self.model is not None):
             self.engine.sync_weights(weights if weights is not None else self.model)
             self._engine_version = version
