@@ -147,3 +147,159 @@ def test_a_planted_rollback_drops_exactly_the_groups_sampled_before_it():
         (6, [], 2.0),  # sampled from 3, 3 old: dropped
         (7, [5], 0.0),
     ]
+
+
+def _logps(model, batch):
+    args = [getattr(batch, k) for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")]
+    with torch.no_grad():
+        logp, _ = grouped_logprobs(model, *args, 1.0)
+    return logp
+
+
+def test_the_ratio_of_a_two_step_stale_token_is_against_its_recorded_engine_logprob(smol_tokenizer, monkeypatch):
+    """K = 2 with an engine holding its own copy: rollout batch 2 is sampled from W0 and trains at W2.
+    The GRPO objective's own ratio on it is exp(log p_W2 - the engine's recorded log-prob), per token,
+    and that recorded log-prob is W0's, not W2's."""
+    trainer = tiny_llama(vocab=49152, seed=3)
+    trainer.config.eos_token_id = smol_tokenizer.eos_token_id
+    engine = HFEngine(copy.deepcopy(trainer), smol_tokenizer, precision="fp32")
+    tasks = [Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": str(i)}) for i in range(8)]
+    s = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=4, dynamic_sampling=False, max_off_policy_steps=2)
+    source = RolloutSource(tasks, engine, s, grad_accum=1, seed=0, model=trainer, precision="fp32")
+    w0 = copy.deepcopy(trainer)
+    try:
+        for version in (1, 2):  # two updates: W0 -> W1 -> W2
+            source.next_batch()
+            with torch.no_grad():
+                for p in trainer.parameters():
+                    p.add_(0.05 * torch.randn_like(p))
+            source.on_weights(version, step=version)
+        batch = source.next_batch()
+    finally:
+        source.close()
+    sampled = batch.sampled_mask.bool()
+    assert bool((batch.versions[sampled] == 0).all()) and source.stats()["staleness"] == 2
+    assert torch.equal(batch.old_logprobs, batch.engine_logprobs)  # the behaviour policy: the engine's record
+    mask = batch.completion_mask.bool()
+    torch.testing.assert_close(batch.engine_logprobs[mask], _logps(w0.eval(), batch)[mask], atol=1e-4, rtol=0)
+    assert not torch.allclose(batch.engine_logprobs[mask], _logps(trainer.eval(), batch)[mask], atol=1e-2)
+
+    seen = []
+    real = policy_losses.clipped_surrogate
+    monkeypatch.setattr(policy_losses, "clipped_surrogate", lambda ratio, *a: seen.append(ratio.detach()) or real(ratio, *a))
+    GRPOObjective(s).loss(trainer, batch)
+    (ratio,) = seen
+    by_hand = torch.exp(_logps(trainer, batch) - batch.engine_logprobs)
+    torch.testing.assert_close(ratio[mask], by_hand[mask], atol=1e-6, rtol=0)
+    assert float((ratio[mask] - 1).abs().max()) > 1e-3  # the ratio corrects: the policy moved
+
+
+# -- the local engine process ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, smol_tokenizer):
+    path = tmp_path_factory.mktemp("tiny")
+    model = tiny_llama(vocab=49152, seed=5)
+    model.config.eos_token_id = smol_tokenizer.eos_token_id
+    model.save_pretrained(path)
+    smol_tokenizer.save_pretrained(path)
+    return path
+
+
+def test_the_engine_process_samples_as_the_in_process_engine_and_names_a_dead_or_hung_call(tiny_dir):
+    import os
+    import signal
+
+    from tempering.config import SamplingParams
+    from tempering.models.load import load_tokenizer
+    from tempering.models.lora import load_for_training
+    from tempering.scale.process_engine import EngineProcessError, ProcessEngine
+
+    params = SamplingParams(max_new_tokens=5, temperature=1.0, n=2, seed=11)
+    trainer = load_for_training(str(tiny_dir), None)
+    with torch.no_grad():  # weights the process's own load does not have: only a sync gives them
+        for p in trainer.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    local = HFEngine(trainer, load_tokenizer(str(tiny_dir)), precision="fp32")
+    prompts = [local.chat_prompt([{"role": "user", "content": f"say {i}"}]) for i in range(3)]
+    engine = ProcessEngine(str(tiny_dir), None, "fp32", threads=torch.get_num_threads(), call_timeout_s=120)
+    try:
+        engine.sync_weights(trainer)
+        assert engine.last_sync["sync_mb"] > 0
+        there, here = engine.generate(prompts, params), local.generate(prompts, params)
+        assert [[c.token_ids for c in g] for g in there] == [[c.token_ids for c in g] for g in here]
+        assert [[c.logprobs for c in g] for g in there] == [[c.logprobs for c in g] for g in here]
+        engine.call_timeout_s = 1e-3  # a call that cannot finish in time: the process is killed
+        with pytest.raises(EngineProcessError) as err:
+            engine.generate(prompts, params)
+        assert "did not answer generate within 0.001 s" in str(err.value) and "\n" not in str(err.value)
+        assert not engine.process.is_alive()
+    finally:
+        engine.close()
+    dead = ProcessEngine(str(tiny_dir), None, "fp32", threads=1)
+    try:
+        os.kill(dead.process.pid, signal.SIGKILL)
+        dead.process.join(10)
+        with pytest.raises(EngineProcessError, match=r"rollout engine process \(pid \d+\) died during generate"):
+            dead.generate(prompts, params)
+    finally:
+        dead.close()
+
+
+# -- K = 0 through the orchestrator: the synchronous path, whichever engine holds the weights --------
+
+
+def _grpo_run(tmp_path, tiny_dir, name, extra, steps=10):
+    import json
+
+    import yaml
+    from safetensors.torch import load_file
+    from typer.testing import CliRunner
+
+    from tempering.cli import app
+
+    cfg = {
+        "model": str(tiny_dir),
+        "lora": {"r": 4, "alpha": 8, "last_layers": 1},
+        "tasks": {"source": "builtin:arithmetic", "ops": "+", "n": 64},
+        "heldout": None,
+        # a reward the random tiny model earns about every other reply: a k, q, x or z in it
+        "reward": [{"name": "rare", "weight": 1.0, "verifier": {"type": "regex", "pattern": "[kqxz]", "on": "completion"}}],
+        "grpo": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6, "dynamic_sampling": False, "truncation": "keep"},
+        "train": {"steps": steps, "precision": "fp32", "threads": 1, "optim": {"lr": 1e-2}},
+        "out": str(tmp_path / "runs"),
+        "name": name,
+    } | extra
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    res = CliRunner().invoke(app, ["grpo", str(path)])
+    assert res.exit_code == 0, res.output
+    run = tmp_path / "runs" / name
+    steps_ = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+    return steps_, load_file(run / "final" / "adapter_model.safetensors")
+
+
+def _same_run(a, b):
+    (steps_a, weights_a), (steps_b, weights_b) = a, b
+    assert len(steps_a) == len(steps_b) == 10
+    for key in ("loss", "grad_norm", "reward_mean", "staleness_max"):
+        assert [r[key] for r in steps_a] == [r[key] for r in steps_b], key
+    assert weights_a.keys() == weights_b.keys() and all(torch.equal(weights_a[k], weights_b[k]) for k in weights_a)
+
+
+def test_synchronous_grpo_on_the_engine_process_is_the_in_process_run_bit_for_bit(tmp_path, tiny_dir):
+    """The engine process holds a synced copy and samples with the same seeds and one thread, as the
+    trainer: the same 10 steps (losses, gradients, rewards) and final weights, bit for bit."""
+    here = _grpo_run(tmp_path, tiny_dir, "here", {"engine": {"kind": "hf"}})
+    there = _grpo_run(tmp_path, tiny_dir, "there", {"sampler": {"threads": 1}})
+    assert sum(r["grad_norm"] > 0 for r in here[0]) >= 5, [(r["grad_norm"], r["reward_mean"]) for r in here[0]]  # the weights move
+    assert all(r["staleness_max"] == 0.0 for r in here[0])
+    _same_run(here, there)
+
+
+def test_synchronous_grpo_on_ray_replicas_is_the_in_process_run_bit_for_bit(tmp_path, tiny_dir):
+    pytest.importorskip("ray")
+    here = _grpo_run(tmp_path, tiny_dir, "here", {"engine": {"kind": "hf"}})
+    scale = {"scale": {"reward_workers": 1, "engine_replicas": 1, "num_cpus": 2}}
+    _same_run(here, _grpo_run(tmp_path, tiny_dir, "ray", scale))

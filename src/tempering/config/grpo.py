@@ -367,8 +367,6 @@ class GRPOConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
             )
         if self.sampler is not None and self.scale is not None:
             raise ValueError("sampler: does nothing with scale: (the Ray replicas are the engine); drop one of them")
-        if self.sampler is not None and self.rope_scaling is not None:
-            raise ValueError("rope_scaling: the engine process (sampler:) loads the model without it; drop one of them")
         if self.sampler is not None and "engine" in self.model_fields_set:
             raise ValueError(
                 "engine: does nothing with sampler: (the engine process samples with HFEngine); drop one of them"

@@ -296,12 +296,7 @@ def grpo_components(
     from tempering.rollout.select import build_engine
     from tempering.rollout.source import RolloutSource
 
-    if cfg.grpo.max_off_policy_steps > 0 and cfg.scale is None and cfg.sampler is None:
-        raise UserError(
-            f"grpo.max_off_policy_steps {cfg.grpo.max_off_policy_steps} needs an engine with its own copy of the "
-            "weights: `sampler: {}` (a local engine process) or `scale:` (Ray replicas); the in-process engine "
-            "samples from the very model the trainer is updating"
-        )
+    check_async_engine(cfg)
     precision = resolve_precision(cfg.train.precision)
     processor = tokenizer if hasattr(tokenizer, "image_processor") else None  # a VLM's (`grpo_tokenizer`)
     if processor is not None:
@@ -338,6 +333,16 @@ def grpo_components(
         schedule,
     )
     return engine, source, GRPOObjective(cfg.grpo)
+
+
+def check_async_engine(cfg: GRPOConfig) -> None:
+    """Refuse (one line) sampling ahead of the trainer with an engine that samples from its very model."""
+    if cfg.grpo.max_off_policy_steps > 0 and cfg.scale is None and cfg.sampler is None:
+        raise UserError(
+            f"grpo.max_off_policy_steps {cfg.grpo.max_off_policy_steps} needs an engine with its own copy of the "
+            "weights: `sampler: {}` (a local engine process) or `scale:` (Ray replicas); the in-process engine "
+            "samples from the very model the trainer is updating"
+        )
 
 
 def _record_routing(engine: Any) -> None:
@@ -393,6 +398,7 @@ def grpo_guard(cfg: GRPOConfig) -> None:
     from tempering.rollout.select import EngineUnavailable, check_engine
     from tempering.sources.tasks import load_tasks
 
+    check_async_engine(cfg)
     import_plugins(cfg.grpo.plugins)  # before any task loads: a plug-in may register the verifier they name
     if cfg.train.grad_accum > cfg.grpo.prompts_per_step:
         raise UserError("train.grad_accum must not exceed grpo.prompts_per_step (micro-batches hold whole groups)")
