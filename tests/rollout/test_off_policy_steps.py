@@ -75,7 +75,10 @@ def _load_top(tmp_path, top):
         ({"sampler": {}, "engine": {"kind": "hf"}}, "engine: does nothing with sampler: (the engine process"),
         ({"sampler": {"call_timeout_s": 0}}, "sampler.call_timeout_s: Input should be greater than 0"),
         ({"sampler": {"rope_scaling": {}}}, "sampler.rope_scaling: Extra inputs are not permitted"),
-        ({"sampler": {}, "rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling with sampler: is not supported yet"),
+        (
+            {"sampler": {}, "rope_scaling": {"type": "linear", "factor": 2.0}},
+            "rope_scaling with sampler: is not supported yet",
+        ),
     ],
 )
 def test_the_engine_process_refuses_what_would_do_nothing_in_one_line(tmp_path, top, words):
@@ -167,7 +170,9 @@ def test_an_engine_sampling_from_the_trainers_own_model_cannot_sample_ahead():
     model = tiny_llama()
     tasks = [Task(id="t", prompt="p", verifier={"type": "exact", "answer": "1"})]
     settings = GRPOSettings(max_off_policy_steps=1)
-    with pytest.raises(UserError, match="the engine samples from the trainer's own model, which the trainer updates"):  # the in-process HFEngine's
+    with pytest.raises(
+        UserError, match="the engine samples from the trainer's own model, which the trainer updates"
+    ):  # the in-process HFEngine's
         RolloutSource(tasks, SimpleNamespace(model=model), settings, grad_accum=1, seed=0, model=model)
 
 

@@ -44,7 +44,7 @@ class SlowEngine:
         self.lock = threading.Lock()
 
     def chat_prompt(self, messages):
-        return [1, 2]
+        return [5 + ord(c) % 50 for c in messages[-1]["content"]]  # each task its own prompt
 
     def sync_weights(self, weights):
         state = dict(weights.named_parameters()) if hasattr(weights, "named_parameters") else weights
@@ -186,12 +186,53 @@ def test_the_ratio_of_a_two_step_stale_token_is_against_its_recorded_engine_logp
 
     seen = []
     real = policy_losses.clipped_surrogate
-    monkeypatch.setattr(policy_losses, "clipped_surrogate", lambda ratio, *a: seen.append(ratio.detach()) or real(ratio, *a))
+    monkeypatch.setattr(
+        policy_losses, "clipped_surrogate", lambda ratio, *a: seen.append(ratio.detach()) or real(ratio, *a)
+    )
     GRPOObjective(s).loss(trainer, batch)
     (ratio,) = seen
     by_hand = torch.exp(_logps(trainer, batch) - batch.engine_logprobs)
     torch.testing.assert_close(ratio[mask], by_hand[mask], atol=1e-6, rtol=0)
     assert float((ratio[mask] - 1).abs().max()) > 1e-3  # the ratio corrects: the policy moved
+
+
+def _steps(source, model, first, last, version):
+    """Train steps first..last on `source` (one update each); (what each step trained on, the version after)."""
+    out = []
+    for step in range(first, last + 1):
+        b = source.next_batch()
+        out.append((b.prompt_ids.tolist(), b.versions.tolist(), b.engine_logprobs.tolist(), source.consumed()))
+        version += 1
+        _update(model, version)
+        source.on_weights(version, step)
+    return out, version
+
+
+def test_a_checkpoint_records_the_batches_sampled_ahead_and_a_resume_trains_them_as_recorded():
+    """K = 2: a checkpoint after step 3 holds rollout batches 3 and 4 (sampled from versions 1 and 2);
+    a fresh source resumed from it trains steps 4-7 exactly as the uninterrupted one did."""
+    model = VersionModel()
+    source = _source(SlowEngine(random.Random(0), 0.002), model, K=2, grad_accum=1)
+    try:
+        _, version = _steps(source, model, 1, 3, 0)
+        state = source.state_dict()
+        rest, _ = _steps(source, model, 4, 7, version)
+    finally:
+        source.close()
+    assert [(a["index"], a["version"]) for a in state["ahead"]] == [(3, 1), (4, 2)]
+    assert (state["cursor"], state["rollouts"]) == (10, 5)  # batches 0-4 drew their prompts
+
+    model = VersionModel()
+    _update(model, version)
+    resumed = _source(SlowEngine(random.Random(1), 0.002), model, K=2, grad_accum=1)
+    try:
+        resumed.load_state_dict(state)
+        resumed.on_weights(version, 3)  # what the Trainer tells its source on resume
+        again, _ = _steps(resumed, model, 4, 7, version)
+    finally:
+        resumed.close()
+    assert again == rest
+    assert [sorted({v for row in versions for v in row} - {-1}) for _, versions, _, _ in again] == [[1], [2], [3], [4]]
 
 
 # -- the local engine process ------------------------------------------------------------------
@@ -265,8 +306,16 @@ def _grpo_run(tmp_path, tiny_dir, name, extra, steps=10):
         "tasks": {"source": "builtin:arithmetic", "ops": "+", "n": 64},
         "heldout": None,
         # a reward the random tiny model earns about every other reply: a k, q, x or z in it
-        "reward": [{"name": "rare", "weight": 1.0, "verifier": {"type": "regex", "pattern": "[kqxz]", "on": "completion"}}],
-        "grpo": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6, "dynamic_sampling": False, "truncation": "keep"},
+        "reward": [
+            {"name": "rare", "weight": 1.0, "verifier": {"type": "regex", "pattern": "[kqxz]", "on": "completion"}}
+        ],
+        "grpo": {
+            "prompts_per_step": 2,
+            "group_size": 4,
+            "max_new_tokens": 6,
+            "dynamic_sampling": False,
+            "truncation": "keep",
+        },
         "train": {"steps": steps, "precision": "fp32", "threads": 1, "optim": {"lr": 1e-2}},
         "out": str(tmp_path / "runs"),
         "name": name,
@@ -293,7 +342,9 @@ def test_synchronous_grpo_on_the_engine_process_is_the_in_process_run_bit_for_bi
     trainer: the same 10 steps (losses, gradients, rewards) and final weights, bit for bit."""
     here = _grpo_run(tmp_path, tiny_dir, "here", {"engine": {"kind": "hf"}})
     there = _grpo_run(tmp_path, tiny_dir, "there", {"sampler": {"threads": 1}})
-    assert sum(r["grad_norm"] > 0 for r in here[0]) >= 5, [(r["grad_norm"], r["reward_mean"]) for r in here[0]]  # the weights move
+    assert sum(r["grad_norm"] > 0 for r in here[0]) >= 5, [
+        (r["grad_norm"], r["reward_mean"]) for r in here[0]
+    ]  # the weights move
     assert all(r["staleness_max"] == 0.0 for r in here[0])
     _same_run(here, there)
 
@@ -303,3 +354,14 @@ def test_synchronous_grpo_on_ray_replicas_is_the_in_process_run_bit_for_bit(tmp_
     here = _grpo_run(tmp_path, tiny_dir, "here", {"engine": {"kind": "hf"}})
     scale = {"scale": {"reward_workers": 1, "engine_replicas": 1, "num_cpus": 2}}
     _same_run(here, _grpo_run(tmp_path, tiny_dir, "ray", scale))
+
+
+def test_two_steps_off_policy_on_the_engine_process_trains_up_to_two_steps_stale(tmp_path, tiny_dir):
+    """`max_off_policy_steps: 2` with `sampler:`: batches 0-2 sample from the start's weights, then
+    batch i from those of when batch i - 2 was taken, so steps read staleness 0, 1, 2, 2, 2; none dropped."""
+    grpo = {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6, "dynamic_sampling": False}
+    extra = {"sampler": {"threads": 1}, "grpo": grpo | {"truncation": "keep", "max_off_policy_steps": 2}}
+    steps, _ = _grpo_run(tmp_path, tiny_dir, "ahead", extra, steps=5)
+    assert [r["staleness_max"] for r in steps] == [0.0, 1.0, 2.0, 2.0, 2.0]
+    assert [r["staleness"] for r in steps] == [0, 1, 2, 2, 2]
+    assert all(r["stale_dropped_groups"] == 0.0 for r in steps)

@@ -34,14 +34,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from contextlib import contextmanager
+from typing import Any
 
 from tempering.errors import UserError
 from tempering.versions import Version
-
-S = TypeVar("S")
 
 Snapshot = tuple[Version, dict[str, Any] | None]
 """Published weights: (version, the trainable tensors on the CPU); None: the model itself (first sync)."""

@@ -94,7 +94,7 @@ class ProcessEngine:
     @property
     def identity(self) -> str:
         if self._identity is None:
-            self._identity = self._call("identity")
+            self._identity = str(self._call("identity"))
         return self._identity
 
     def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
