@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -150,6 +151,8 @@ class RolloutSource:
         self.orchestrator = Orchestrator(self._sample, engine, model, settings.max_off_policy_steps)
         self.schedule = schedule  # multi-domain: which domain each prompt comes from (None: one domain)
         self._events: list[dict[str, Any]] = []  # the schedule's events (paused, retried) not yet reported
+        # the schedule is drawn from and told verdicts on the sampler thread, read for metrics on the trainer's
+        self._schedule_lock = threading.Lock()
         self.clock = VersionClock()  # the trainer's weights version: stamps samples, measures staleness
         # the staleness bound where a batch trains: K, or the repeats of a batch served mu times (K = 0)
         self.bound = settings.max_off_policy_steps + settings.updates_per_batch - 1
@@ -201,8 +204,9 @@ class RolloutSource:
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self._stats) | self.clock.metrics()
-        if self._events:  # reported once, with the step that follows the batch that raised them
-            out["domain_events"], self._events = self._events, []
+        with self._schedule_lock:
+            if self._events:  # reported once, with the step that follows the batch that raised them
+                out["domain_events"], self._events = self._events, []
         return out
 
     def close(self) -> None:
@@ -212,7 +216,8 @@ class RolloutSource:
     # -- one rollout batch ---------------------------------------------------------------
     def _next_tasks(self, n: int) -> list[Task]:
         if self.schedule is not None:
-            return self.schedule.draw(n)
+            with self._schedule_lock:
+                return self.schedule.draw(n)
         out = []
         for _ in range(n):
             out.append(self.tasks[self.order[self.cursor % len(self.order)]])
@@ -312,11 +317,13 @@ class RolloutSource:
         by_domain: dict[str, list[Trajectory]] = defaultdict(list)
         for g in seen:
             by_domain[self.schedule.domain_of[g.task.id]] += g.trajectories
-        events = self.schedule.observe(index, by_domain)
+        with self._schedule_lock:
+            events = self.schedule.observe(index, by_domain)
         for e in events:
             if "warning" in e:
                 console.print(f"[bold yellow]warning: {e['warning']}[/bold yellow]")
-        self._events += events
+        with self._schedule_lock:
+            self._events += events
 
     def _build(
         self,
@@ -410,7 +417,8 @@ class RolloutSource:
                 by_domain[domain_of[g.task.id]] += g.trajectories
             kept_by = Counter(domain_of[g.task.id] for g in kept)
             stats.update(domain_metrics(by_domain, kept_by, gen_s + score_s))
-            stats.update(self.schedule.stats())
+            with self._schedule_lock:
+                stats.update(self.schedule.stats())
         self._stats = stats
         if self.store is None:
             return
