@@ -235,6 +235,27 @@ def test_a_checkpoint_records_the_batches_sampled_ahead_and_a_resume_trains_them
     assert [sorted({v for row in versions for v in row} - {-1}) for _, versions, _, _ in again] == [[1], [2], [3], [4]]
 
 
+def test_a_held_out_eval_borrowing_the_engine_never_changes_the_weights_under_a_batch():
+    """K = 2: after step 1 the held-out eval syncs the trainer's newest weights (version 1) into the
+    engine; batch 2, pinned to version 0 when batch 0 was taken, must still sample from version 0."""
+    from types import SimpleNamespace
+
+    model = VersionModel()
+    engine = SlowEngine(SimpleNamespace(uniform=lambda lo, hi: hi), 0.1)  # 0.1 s a batch: batch 2 waits
+    source = _source(engine, model, K=2, grad_accum=1)
+    try:
+        first, version = _steps(source, model, 1, 1, 0)
+        with source.orchestrator.borrowed_engine():  # what GRPOHeldout.evaluate does
+            engine.sync_weights(model)
+            assert engine.held == 1
+        rest, _ = _steps(source, model, 2, 4, version)
+    finally:
+        source.close()
+    stamps = [sorted({v for row in versions for v in row} - {-1}) for _, versions, _, _ in first + rest]
+    held = [sorted({int(-lp - 1) for row in logps for lp in row if lp}) for _, _, logps, _ in first + rest]
+    assert stamps == held == [[0], [0], [0], [1]]
+
+
 # -- the local engine process ------------------------------------------------------------------
 
 

@@ -20,7 +20,8 @@ K = `grpo.max_off_policy_steps`, the staleness bound:
   trainable tensors, so the trainer's in-place updates never race the sampler). The sampler
   syncs that snapshot into the engine before it samples. Pinning at the gate rather than at the
   sampler's start keeps a run deterministic (which weights sample batch i does not depend on
-  thread timing), so a resumed run samples what the uninterrupted one would have.
+  thread timing), so a resumed run samples what the uninterrupted one would have. It costs up to
+  K + 2 CPU copies of the trainable tensors (a LoRA adapter's: megabytes).
 
 The engine must hold its own copy of the weights (a local engine process, `scale.process_engine`,
 or Ray replicas): an engine sampling from the trainer's own model is refused with K > 0.
@@ -42,7 +43,8 @@ from tempering.errors import UserError
 from tempering.versions import Version
 
 Snapshot = tuple[Version, dict[str, Any] | None]
-"""Published weights: (version, the trainable tensors on the CPU); None: the model itself (first sync)."""
+"""Published weights: (version, the trainable tensors on the CPU); None before the first sync, or
+without a trainer model (a test's engine that holds its own)."""
 
 
 def trainable_snapshot(model: Any) -> dict[str, Any]:
@@ -86,9 +88,11 @@ class Orchestrator:
                 self.engine.sync_weights(self.model)
             return self.sample(version), version
         if self._engine_version is None:  # nothing sampling yet: the first sync, on this thread
+            version, weights = self._published
             if self.model is not None:
                 self.engine.sync_weights(self.model)  # the model itself: a replica checks its base once
-            self._engine_version = self._published[0]
+                self._published = (version, trainable_snapshot(self.model) if weights is None else weights)
+            self._engine_version = version
         # the trainer takes the queue's head; the batches up to K after it may start now. The wait
         # is bounded by the sampler's own deadlines (each engine call's, the verifier timeout)
         while len(self._queue) < self.K + 1:
@@ -129,7 +133,7 @@ class Orchestrator:
             return self._sync_and_sample(version, weights)
 
     def _sync_and_sample(self, version: Version, weights: dict[str, Any] | None) -> tuple[Any, Version]:
-        if version != self._engine_version and (weights is not None or self.model is not None):
-            self.engine.sync_weights(weights if weights is not None else self.model)
+        if version != self._engine_version and weights is not None:
+            self.engine.sync_weights(weights)
             self._engine_version = version
         return self.sample(version), version
