@@ -42,7 +42,6 @@ def _load(tmp_path, grpo):
     "grpo, words",
     [
         ({"max_off_policy_steps": -1}, "grpo.max_off_policy_steps: Input should be greater than or equal to 0"),
-        ({"max_off_policy_steps": 2}, "max_off_policy_steps 2 needs the asynchronous orchestrator, which does not"),
         ({"max_off_policy_steps": 1, "updates_per_batch": 2}, "staleness would add up"),
         ({"rollout_ahead": True}, "grpo.rollout_ahead is now grpo.max_off_policy_steps: 1"),
         ({"rollout_ahead": False}, "grpo.rollout_ahead is now grpo.max_off_policy_steps: 0"),
@@ -56,10 +55,47 @@ def test_the_bound_refuses_what_it_cannot_honour_in_one_line(tmp_path, grpo, wor
     assert "\n" not in str(err.value) and words in str(err.value)
 
 
-def test_the_bound_defaults_to_synchronous_and_one_step_ahead_loads(tmp_path):
+def test_the_bound_defaults_to_synchronous_and_any_bound_loads(tmp_path):
     assert _load(tmp_path, {}).grpo.max_off_policy_steps == 0
-    ahead = _load(tmp_path, {"max_off_policy_steps": 1}).grpo
-    assert (ahead.max_off_policy_steps, ahead.stale) == (1, "drop")
+    for k in (1, 2, 5):  # K >= 2: the asynchronous orchestrator samples up to K batches ahead
+        ahead = _load(tmp_path, {"max_off_policy_steps": k}).grpo
+        assert (ahead.max_off_policy_steps, ahead.stale) == (k, "drop")
+
+
+def _load_top(tmp_path, top):
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump({"train": {"steps": 1}, "grpo": {"max_off_policy_steps": 2}} | top))
+    return load_config(GRPOConfig, path)
+
+
+@pytest.mark.parametrize(
+    "top, words",
+    [
+        ({"sampler": {}, "scale": {}}, "sampler: does nothing with scale: (the Ray replicas are the engine)"),
+        ({"sampler": {}, "engine": {"kind": "hf"}}, "engine: does nothing with sampler: (the engine process"),
+        ({"sampler": {"call_timeout_s": 0}}, "sampler.call_timeout_s: Input should be greater than 0"),
+        ({"sampler": {"rope_scaling": {}}}, "sampler.rope_scaling: Extra inputs are not permitted"),
+        (
+            {"sampler": {}, "rope_scaling": {"type": "linear", "factor": 2.0}},
+            "rope_scaling with sampler: is not supported yet",
+        ),
+    ],
+)
+def test_the_engine_process_refuses_what_would_do_nothing_in_one_line(tmp_path, top, words):
+    with pytest.raises(ConfigError) as err:
+        _load_top(tmp_path, top)
+    assert "\n" not in str(err.value) and words in str(err.value)
+
+
+def test_sampling_ahead_needs_an_engine_with_its_own_weights(tmp_path):
+    from tempering.recipes.grpo import grpo_guard
+
+    with pytest.raises(UserError) as err:  # refused before anything loads or is recorded
+        grpo_guard(_load_top(tmp_path, {}))
+    assert "grpo.max_off_policy_steps 2 needs an engine with its own copy of the weights: `sampler: {}`" in str(
+        err.value
+    )
+    assert _load_top(tmp_path, {"sampler": {"threads": 1}}).sampler.threads == 1  # with one: fine
 
 
 def test_every_registered_loss_is_stale_safe_or_refused_at_one_step(unsafe_loss):
@@ -124,6 +160,20 @@ def _group(prompt: int, versions: list[list[int]], advantages: list[float]) -> G
     trajs = [_traj(v) for v in versions]
     masks = [[1] * len(v) for v in versions]
     return GroupRows([prompt, prompt + 1], trajs, masks, masks, torch.tensor(advantages))
+
+
+def test_an_engine_sampling_from_the_trainers_own_model_cannot_sample_ahead():
+    from types import SimpleNamespace
+
+    from tests.conftest import tiny_llama
+
+    model = tiny_llama()
+    tasks = [Task(id="t", prompt="p", verifier={"type": "exact", "answer": "1"})]
+    settings = GRPOSettings(max_off_policy_steps=1)
+    with pytest.raises(
+        UserError, match="the engine samples from the trainer's own model, which the trainer updates"
+    ):  # the in-process HFEngine's
+        RolloutSource(tasks, SimpleNamespace(model=model), settings, grad_accum=1, seed=0, model=model)
 
 
 def test_a_planted_stale_group_is_dropped_whole_and_counted():

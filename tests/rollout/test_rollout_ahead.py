@@ -40,13 +40,13 @@ def test_the_prefetched_batch_is_one_step_stale_and_corrected(smol_tokenizer):
         assert (stats["stale_dropped_groups"], stats["stale_dropped_share"]) == (0.0, 0.0)
         assert (stats["staleness_max"], stats["staleness_hist/0"]) == (0.0, int(first.sampled_mask.sum()))
         state = source.state_dict()  # waits for the prefetched batch and records it
-        assert (state["cursor"], state["rollouts"], state["ahead"]["index"]) == (4, 2, 1)
-        recorded = [t for g in state["ahead"]["seen"] for t in g["trajectories"]]
+        assert (state["cursor"], state["rollouts"], state["ahead"][0]["index"]) == (4, 2, 1)
+        recorded = [t for g in state["ahead"][0]["seen"] for t in g["trajectories"]]
         assert all(
             t["versions"] == [-1] * t["prompt_length"] + [0] * (len(t["token_ids"]) - t["prompt_length"])
             for t in recorded
         )
-        assert [g["task"]["id"] for g in state["ahead"]["seen"]] == [tasks[i].id for i in source.order[2:4]]
+        assert [g["task"]["id"] for g in state["ahead"][0]["seen"]] == [tasks[i].id for i in source.order[2:4]]
         w0 = copy.deepcopy(trainer_model)
         with torch.no_grad():  # the trainer's update on batch 1: W0 -> W1
             for p in trainer_model.parameters():

@@ -169,8 +169,8 @@ class Killed(Exception):
 
 
 def grpo_trainer(run_dir: Path, tokenizer, mode: str, kill_at: int | None = None) -> Trainer:
-    """Five GRPO steps in this process; `mode` "ahead": sampling ahead, "twice": each batch
-    serves two updates."""
+    """Five GRPO steps in this process; `mode` "ahead" / "ahead2": sampling one / two batches ahead,
+    "twice": each batch serves two updates."""
     model = tiny_llama(vocab=49152, seed=7)
     model.config.eos_token_id = tokenizer.eos_token_id
     # an engine with its own copy of the weights (as scale/'s replicas have): sync_weights copies into it
@@ -187,7 +187,7 @@ def grpo_trainer(run_dir: Path, tokenizer, mode: str, kill_at: int | None = None
         max_refills=1,
         dynamic_sampling=True,
         truncation="keep",  # the random model never stops: a reward that varies, so the weights move
-        max_off_policy_steps=int(mode == "ahead"),
+        max_off_policy_steps={"ahead": 1, "ahead2": 2}.get(mode, 0),
         updates_per_batch=2 if mode == "twice" else 1,
     )
     source = RolloutSource(tasks, engine, grpo, grad_accum=1, seed=3, model=model, precision="fp32")
@@ -206,12 +206,13 @@ def grpo_trainer(run_dir: Path, tokenizer, mode: str, kill_at: int | None = None
     "mode,step",
     [
         pytest.param("ahead", s := kill_step("grpo-ahead", 1, 4), id=f"ahead-killed-at-step-{s}-seed-{SEED}"),
+        pytest.param("ahead2", s := kill_step("grpo-ahead2", 1, 4), id=f"ahead2-killed-at-step-{s}-seed-{SEED}"),
         pytest.param("twice", s := kill_step("grpo-twice", 1, 4, odd=True), id=f"twice-killed-at-step-{s}-seed-{SEED}"),
     ],
 )
 def test_grpo_batch_in_flight_at_a_kill_is_neither_lost_nor_redrawn(tmp_path, smol_tokenizer, mode, step):
-    """Mode "ahead": the batch sampling in the background at the kill came from the weights before the
-    last update; a resume that sampled it again from the resumed weights would train on other
+    """Modes "ahead", "ahead2": the batches sampling in the background at the kill came from weights
+    before the last update; a resume that sampled it again from the resumed weights would train on other
     samples. Mode "twice": a kill between a batch's two updates; a resume that went on to the next
     batch would skip the second update."""
     straight = grpo_trainer(tmp_path / "straight", smol_tokenizer, mode)
@@ -231,7 +232,7 @@ def test_grpo_batch_in_flight_at_a_kill_is_neither_lost_nor_redrawn(tmp_path, sm
     for (name, p), (_, q) in zip(straight.named, resumed.named):
         assert torch.equal(p, q), name
     # "twice": the checkpoint due at an odd step waits for the batch's second update
-    assert resumed_from == (step if mode == "ahead" else step - 1)
+    assert resumed_from == (step if mode.startswith("ahead") else step - 1)
     a = read_consumed(tmp_path / "straight" / "consumed.jsonl")
     b = read_consumed(tmp_path / "killed" / "consumed.jsonl")
     assert a == b and [r["step"] for r in b] == [1, 2, 3, 4, 5]

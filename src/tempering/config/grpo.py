@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from tempering import algorithms
-from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict
+from tempering.config.base import DEFAULT_MODEL, RunSettings, Strict, Threads
 from tempering.config.domains import DomainSettings, MixtureSettings, check_domains
 from tempering.config.longctx import RopeScalingSetting
 from tempering.config.sampling import EngineSettings, SamplingSettings, ScaleSettings
@@ -223,9 +223,10 @@ class GRPOSettings(GRPOPolicySettings):
     """A verifier slower than this is a verifier failure (the group is dropped), never a model failure."""
     max_off_policy_steps: int = Field(default=0, ge=0)
     """K, the staleness bound: a sampled token may train up to K optimizer steps after the weights
-    that sampled it. 0: synchronous (sample, then update). 1: the next batch samples while the
-    trainer updates on this one (needs `scale:` engine replicas), corrected by the importance ratio
-    against the engine's log-probs; the loss must be `stale_safe` (docs/rl.md, Off-policy steps)."""
+    that sampled it. 0: synchronous (sample, then update). K > 0: asynchronous, up to K batches
+    sample ahead while the trainer updates (needs an engine with its own weights: `sampler:` or
+    `scale:`), corrected by the importance ratio against the engine's log-probs; the loss must be
+    `stale_safe` (docs/rl.md, Asynchronous RL)."""
     stale: Literal["drop", "resample"] = "drop"
     """A group with a token staler than the bound when it would train: dropped whole (counted,
     `stale_dropped_groups`); `resample` (a fresh group instead) is refused until a source can."""
@@ -255,11 +256,6 @@ class GRPOSettings(GRPOPolicySettings):
     @model_validator(mode="after")
     def _off_policy_steps_fit(self) -> GRPOSettings:
         k = self.max_off_policy_steps
-        if k >= 2:
-            raise ValueError(
-                f"max_off_policy_steps {k} needs the asynchronous orchestrator, which does not exist yet; "
-                "use 0 (synchronous) or 1 (one step ahead)"
-            )
         if k > 0 and self.updates_per_batch > 1:
             raise ValueError(
                 f"max_off_policy_steps {k} with updates_per_batch {self.updates_per_batch}: both reuse samples "
@@ -298,6 +294,21 @@ class GRPOSettings(GRPOPolicySettings):
 
 HELDOUT_EVERY = 10
 """GRPO's `train.eval_every` when the config has `heldout:` and sets none."""
+
+
+class SamplerSettings(Strict):
+    """The rollout engine in a process of its own on this machine (`scale/process_engine.py`): an
+    HFEngine on its own copy of the model, synced from the trainer, so batches can sample while the
+    trainer updates (`grpo.max_off_policy_steps` > 0) without Ray."""
+
+    threads: Threads = "auto"
+    """torch intra-op threads of the engine process: "auto" (the cores free when it starts), a
+    count, or null (torch's default). The trainer's are `train.threads`."""
+    call_timeout_s: float = Field(default=600.0, gt=0)
+    """Deadline of each call to the engine process (a generation, a weight sync); past it the
+    process is killed and the run stops, naming the call."""
+    start_timeout_s: float = Field(default=300.0, gt=0)
+    """Deadline for the engine process to load the model and answer."""
 
 
 class HeldoutSettings(SamplingSettings):
@@ -350,6 +361,9 @@ class GRPOConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
     """Steps, micro-batches, precision, seed, optimizer, guard and checkpoints."""
     scale: ScaleSettings | None = None
     """Rollout engines and reward workers as Ray actors (docs/scale.md); None: in this process."""
+    sampler: SamplerSettings | None = None
+    """The rollout engine in a local process of its own (asynchronous RL without Ray; docs/rl.md);
+    None: `engine:` in this process (or `scale:`'s replicas)."""
 
     @model_validator(mode="after")
     def _domains_fit(self) -> GRPOConfig:
@@ -368,17 +382,17 @@ class GRPOConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
 
     @model_validator(mode="after")
     def _engine_holds_its_own_weights(self) -> GRPOConfig:
-        in_process = self.scale is None and self.engine.kind != "vllm"
+        in_process = self.scale is None and self.sampler is None and self.engine.kind != "vllm"
         if in_process and self.grpo.partial_rollouts:
             raise ValueError(
                 f"grpo.partial_rollouts needs an engine that takes a weight sync mid-generation and reports "
                 f"per-token log-probs of its own weights; engine kind {self.engine.kind!r} samples from the "
-                "trainer's own model: use scale: engine replicas"
+                "trainer's own model: use sampler: (a local engine process) or scale: engine replicas"
             )
         if in_process and "sync_check_every" in self.grpo.model_fields_set:
             raise ValueError(
                 f"grpo.sync_check_every does nothing with engine kind {self.engine.kind!r}: it samples from the "
-                "trainer's own model, so there is no synced copy to check (use scale: engine replicas or vllm)"
+                "trainer's own model, so there is no synced copy to check (use sampler:, scale: engine replicas or vllm)"
             )
         return self
 
@@ -387,5 +401,11 @@ class GRPOConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
         if self.scale is not None and "engine" in self.model_fields_set:
             raise ValueError(
                 "engine: does nothing with scale: (the Ray replicas sample with HFEngine); drop one of them"
+            )
+        if self.sampler is not None and self.scale is not None:
+            raise ValueError("sampler: does nothing with scale: (the Ray replicas are the engine); drop one of them")
+        if self.sampler is not None and "engine" in self.model_fields_set:
+            raise ValueError(
+                "engine: does nothing with sampler: (the engine process samples with HFEngine); drop one of them"
             )
         return self

@@ -55,6 +55,10 @@ class RopeScalingSetting(Strict):
             return self
         if getattr(self, "scale", None) is not None:
             raise ValueError("rope_scaling with scale: is not supported yet (the Ray replicas load the model unscaled)")
+        if getattr(self, "sampler", None) is not None:
+            raise ValueError(
+                "rope_scaling with sampler: is not supported yet (the engine process loads the model unscaled)"
+            )
         if getattr(getattr(self, "engine", None), "kind", None) == "vllm":
             raise ValueError(
                 "rope_scaling with engine.kind vllm is not supported (vLLM loads the directory unscaled): "

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -162,8 +164,17 @@ class GRPOHeldout:
     alarm, and the curves. As a Trainer callback it only records the training reward the alarm
     compares against; the run's held-out monitor decides when to measure."""
 
-    def __init__(self, cfg: GRPOConfig, engine: Engine, tasks: list[Task], run_dir: Path, model: Any = None):
+    def __init__(
+        self,
+        cfg: GRPOConfig,
+        engine: Engine,
+        tasks: list[Task],
+        run_dir: Path,
+        model: Any = None,
+        borrow: Callable[[], AbstractContextManager] = nullcontext,
+    ):
         assert cfg.heldout is not None
+        self.borrow = borrow  # the engine between two rollout batches (an asynchronous sampler shares it)
         self.cfg, self.heldout, self.engine, self.suite = cfg, cfg.heldout, engine, heldout_suite(cfg, tasks)
         self.model = model  # the trainer's: synced into an engine that holds its own copy (vLLM)
         self.weights = {p.name: p.weight for p in cfg.reward or []}
@@ -186,17 +197,18 @@ class GRPOHeldout:
 
     def evaluate(self, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
-        if self.model is not None:
-            self.engine.sync_weights(self.model)
-        result = heldout_eval(
-            self.engine,
-            self.suite,
-            self.weights,
-            seed=self.cfg.train.seed,
-            out_dir=self.run_dir / "heldout" / f"step-{step:06d}",
-            model_id=f"{self.run_dir.name}@step-{step}",
-            by_domain=self.cfg.domains is not None,
-        )
+        with self.borrow():
+            if self.model is not None:
+                self.engine.sync_weights(self.model)
+            result = heldout_eval(
+                self.engine,
+                self.suite,
+                self.weights,
+                seed=self.cfg.train.seed,
+                out_dir=self.run_dir / "heldout" / f"step-{step:06d}",
+                model_id=f"{self.run_dir.name}@step-{step}",
+                by_domain=self.cfg.domains is not None,
+            )
         result.update(step=step, eval_s=time.perf_counter() - t0)
         self.history.append(result)
         shown = ", ".join(
@@ -272,7 +284,11 @@ def grpo_components(
     `schedule`: multi-domain runs' `rollout.domains.DomainSchedule` (which domain each prompt comes from).
 
     With `cfg.scale`, the engine is Ray replicas and the reward workers Ray actors (Ray must
-    be running: `scale.runtime.ray_session`); else both live in this process.
+    be running: `scale.runtime.ray_session`); with `cfg.sampler`, the engine is a local process
+    of its own (`scale.process_engine`); else both live in this process.
+
+    Raises:
+        UserError: `grpo.max_off_policy_steps` > 0 with an engine that samples from the trainer's model.
     """
     from tempering.models.load import resolve_model
     from tempering.models.precision import resolve_precision
@@ -280,11 +296,7 @@ def grpo_components(
     from tempering.rollout.select import build_engine
     from tempering.rollout.source import RolloutSource
 
-    if cfg.grpo.max_off_policy_steps > 0 and cfg.scale is None:
-        raise UserError(
-            "grpo.max_off_policy_steps > 0 needs `scale:` engine replicas: the in-process engine samples "
-            "from the very model the trainer is updating"
-        )
+    check_async_engine(cfg)
     precision = resolve_precision(cfg.train.precision)
     processor = tokenizer if hasattr(tokenizer, "image_processor") else None  # a VLM's (`grpo_tokenizer`)
     if processor is not None:
@@ -297,6 +309,11 @@ def grpo_components(
         s = cfg.scale
         engine = EngineReplicas(cfg.model, cfg.lora, precision, s.engine_replicas, gpus=s.engine_gpus)
         workers = RayRewardWorkers(s.reward_workers, s.sandbox_slots, s.worker_cpus, s.max_retries)
+    elif cfg.sampler is not None:
+        from tempering.scale.process_engine import ProcessEngine
+
+        p = cfg.sampler
+        engine = ProcessEngine(cfg.model, cfg.lora, precision, p.threads, p.call_timeout_s, p.start_timeout_s)
     else:
         model_dir = resolve_model(cfg.model) if cfg.engine.kind == "vllm" else None
         engine = build_engine(cfg.engine, model, tokenizer, precision, model_dir=model_dir, processor=processor)
@@ -316,6 +333,16 @@ def grpo_components(
         schedule,
     )
     return engine, source, GRPOObjective(cfg.grpo)
+
+
+def check_async_engine(cfg: GRPOConfig) -> None:
+    """Refuse (one line) sampling ahead of the trainer with an engine that samples from its very model."""
+    if cfg.grpo.max_off_policy_steps > 0 and cfg.scale is None and cfg.sampler is None:
+        raise UserError(
+            f"grpo.max_off_policy_steps {cfg.grpo.max_off_policy_steps} needs an engine with its own copy of the "
+            "weights: `sampler: {}` (a local engine process) or `scale:` (Ray replicas); the in-process engine "
+            "samples from the very model the trainer is updating"
+        )
 
 
 def _record_routing(engine: Any) -> None:
@@ -371,6 +398,7 @@ def grpo_guard(cfg: GRPOConfig) -> None:
     from tempering.rollout.select import EngineUnavailable, check_engine
     from tempering.sources.tasks import load_tasks
 
+    check_async_engine(cfg)
     import_plugins(cfg.grpo.plugins)  # before any task loads: a plug-in may register the verifier they name
     if cfg.train.grad_accum > cfg.grpo.prompts_per_step:
         raise UserError("train.grad_accum must not exceed grpo.prompts_per_step (micro-batches hold whole groups)")
@@ -407,6 +435,7 @@ def check_vision_model(cfg: GRPOConfig) -> bool:
     refusals = [
         (cfg.lora is None, "lora: null: GRPO trains a vision-language model through LoRA on its language model; set lora: {r: 16}"),
         (cfg.scale is not None, "scale: the Ray engine replicas take no image prompts yet; drop scale: for a vision-language model"),
+        (cfg.sampler is not None, "sampler: the engine process takes no image prompts yet; drop sampler: for a vision-language model"),
         (cfg.engine.kind == "vllm", "engine.kind vllm takes no image prompts here yet; use kind hf"),
         (cfg.train.gradient_checkpointing, "train.gradient_checkpointing: image prompts run once per group on a cache, which checkpointing drops; set it false for a vision-language model"),
         (cfg.chat_template is not None, "chat_template: a vision-language model renders with its processor's template; drop chat_template"),
@@ -503,7 +532,7 @@ def _components(cfg: GRPOConfig, data: GRPOTasks, tokenizer: Any, stage: Any) ->
     engine, source, objective = grpo_components(cfg, model, tokenizer, tasks, store, schedule)
     callbacks, monitor = [mismatch_budget(cfg.grpo.mismatch_budget)], None
     if held:
-        monitor = GRPOHeldout(cfg, engine, held, run_dir, model)
+        monitor = GRPOHeldout(cfg, engine, held, run_dir, model, source.orchestrator.borrowed_engine)
         callbacks.append(monitor)
 
     def evaluate(result: Any) -> Any:

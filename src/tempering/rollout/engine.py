@@ -335,13 +335,25 @@ class HFEngine:
         return model_state_hash(self.model, self.tokenizer)
 
     def sync_weights(self, weights: Any) -> None:
-        """Load the trainer's weights: a model (or state dict); the model the engine already
-        samples from (the in-process GRPO case) needs no copy."""
+        """Load the trainer's weights: a model, or a state dict of some of its tensors (the trainable
+        ones the async orchestrator publishes); the model the engine already samples from (the
+        in-process GRPO case) needs no copy.
+
+        Raises:
+            ValueError: a state dict naming tensors the engine's model does not have."""
         if weights is self.model:
             return
-        state = weights.state_dict() if hasattr(weights, "state_dict") else weights
+        if hasattr(weights, "state_dict"):
+            with torch.no_grad():
+                self.model.load_state_dict(weights.state_dict())
+            return
+        own = self.model.state_dict()
+        unknown = sorted(set(weights) - set(own))
+        if unknown:
+            raise ValueError(f"the engine's model has no tensors named {unknown[:3]}")
         with torch.no_grad():
-            self.model.load_state_dict(state)
+            for name, tensor in weights.items():
+                own[name].copy_(tensor)
 
     def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
         """Token ids of a conversation rendered up to the assistant's turn; with the model's

@@ -20,16 +20,18 @@ Every sample is stamped with the policy version of the weights the engine holds 
 which the Trainer calls after each weight change; `tempering.versions`), and each step logs the
 staleness of the tokens it trains on (`staleness_mean`, `staleness_max`, `staleness_hist/<k>`).
 
-With `max_off_policy_steps: 1` (an engine that does not share the trainer's model: scale/'s
-engine replicas), steps 1-2 of the next batch run in a background thread while the trainer
-updates on this one: its samples come from the weights synced before that update (staleness 1,
-logged as `staleness`), and its `old_logprobs` are the engine's, so the clipped importance
-ratio p_train / p_rollout corrects for the stale policy.
+Steps 1-3 go through the orchestrator (`rollout.orchestrator`): inline with
+`max_off_policy_steps` K = 0; with K > 0 (an engine with its own copy of the weights: a local
+engine process or Ray replicas) one sampler thread samples up to K batches ahead while the
+trainer updates, each from weights at most K updates older than those it trains (logged as
+`staleness`); a batch sampled from older weights than the trainer's carries the engine's
+log-probs as `old_logprobs`, so the clipped importance ratio p_train / p_rollout corrects for
+the stale policy.
 
 The staleness bound is enforced as each micro-batch is handed to the trainer (`next_batch`): a
 group holding a token more than K steps older than the trainer's weights (K + mu - 1 with a
-batch served mu times) is dropped whole and counted (`stale_dropped_groups`, `_share`). Neither
-path above ever trips it; it guards the bookkeeping, and the sampler that will come after them.
+batch served mu times) is dropped whole and counted (`stale_dropped_groups`, `_share`). The
+orchestrator's gate never trips it; a rollback (a new version without a batch) can.
 
 The engine is synced through `sync_to`, the one place this source syncs: with an engine holding its own
 copy of the weights, it runs the weight-sync check when due (`rollout/sync_check.py`). With
@@ -44,11 +46,11 @@ order, the same samples from the same weights) because
     the updated weights. A kill mid-batch resumes from the batch's start and redoes it.
     (The final checkpoint of a run is written wherever it ends; extending such a run later
     starts at the next rollout batch.)
-  - with `max_off_policy_steps: 1`, the batch sampling in the background when the checkpoint is taken
-    is waited for and recorded in the checkpoint (`state_dict()["ahead"]`: its tasks and
-    scored trajectories): it was sampled from the weights before the last update, which a
-    resume no longer has, so it is not sampled again but trained on as recorded. A checkpoint
-    therefore costs the overlap of that one step.
+  - with K > 0, the batches sampled ahead when the checkpoint is taken (up to K) are waited for
+    and recorded in the checkpoint (`state_dict()["ahead"]`: a list of their tasks, scored
+    trajectories and sampling version): they were sampled from weights before the last update,
+    which a resume no longer has, so they are not sampled again but trained on as recorded. A
+    checkpoint therefore costs the overlap of the batch sampling then.
 `consumed()` reports the task ids each batch drew (the run's `consumed.jsonl`).
 """
 
@@ -56,9 +58,9 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 import time
 from collections import Counter, defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -81,6 +83,7 @@ from tempering.rollout.grpo_batches import (
     old_logprobs_for,
     served_versions,
 )
+from tempering.rollout.orchestrator import Orchestrator
 from tempering.rollout.partial import SegmentedEngine
 from tempering.rollout.rollout import RewardWorkers, ThreadRewardWorkers, start_rollout
 from tempering.rollout.roundtrip import ROUNDTRIP_FLAG, roundtrip_ok
@@ -152,13 +155,12 @@ class RolloutSource:
         self.buffer: list[GRPOBatch] = []
         self._stats: dict[str, float] = {}
         self._prompt_cache: dict[str, list[int]] = {}
-        self._ahead: Future[Sampled] | None = None  # the next batch, sampling in the background (K = 1)
-        self._restored: Sampled | None = None  # a prefetched batch recorded in the resumed checkpoint
         self._drawn: list[str] = []  # task ids of the batches handed to the trainer since `consumed()`
-        ahead = settings.max_off_policy_steps == 1  # K >= 2 is refused by the config (no orchestrator yet)
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead") if ahead else None
+        self.orchestrator = Orchestrator(self._sample, self.sync_to, engine, model, settings.max_off_policy_steps)
         self.schedule = schedule  # multi-domain: which domain each prompt comes from (None: one domain)
         self._events: list[dict[str, Any]] = []  # the schedule's events (paused, retried) not yet reported
+        # the schedule is drawn from and told verdicts on the sampler thread, read for metrics on the trainer's
+        self._schedule_lock = threading.Lock()
         self.clock = VersionClock()  # the trainer's weights version: stamps samples, measures staleness
         # the staleness bound where a batch trains: K, or the repeats of a batch served mu times (K = 0)
         self.bound = settings.max_off_policy_steps + settings.updates_per_batch - 1
@@ -168,7 +170,7 @@ class RolloutSource:
         if settings.partial_rollouts and not own_copy:
             raise UserError(
                 "grpo.partial_rollouts needs an engine with its own copy of the weights, which takes a sync "
-                f"mid-generation; {type(engine).__name__} samples from the trainer's model (use scale: engine replicas)"
+                f"mid-generation; {type(engine).__name__} samples from the trainer's model (use sampler: or scale: engine replicas)"
             )
 
     # -- BatchSource -------------------------------------------------------------------
@@ -184,6 +186,12 @@ class RolloutSource:
     def on_weights(self, version: Version, step: int) -> None:
         """The trainer's weights changed (or were restored): samples drawn from now on are `version`'s."""
         self.clock.on_weights(version, step)
+        self.orchestrator.publish(version)
+        if self.orchestrator.K > 0 and self._check is not None and self._check.due(step):
+            # the sampler syncs pinned snapshots, which the trainer no longer holds: check this sync here,
+            # with the engine borrowed between two of its batches (the next one re-syncs its pin)
+            with self.orchestrator.borrowed_engine():
+                self.sync_to(self.model, version, step)
 
     @property
     def at_boundary(self) -> bool:
@@ -191,12 +199,12 @@ class RolloutSource:
         return not self.buffer
 
     def state_dict(self) -> dict:
-        ahead = self._pending_ahead()  # waits for a batch sampling in the background
+        ahead = self.orchestrator.pending()  # waits for the batches sampling in the background
         state: dict[str, Any] = {"cursor": self.cursor, "rollouts": self.rollouts}
         if self.schedule is not None:
             state["domains"] = self.schedule.state_dict()
-        if ahead is not None:
-            state["ahead"] = sampled_to_json(ahead)
+        if ahead:
+            state["ahead"] = [sampled_to_json(sampled) | {"version": v} for sampled, v in ahead]
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -205,7 +213,9 @@ class RolloutSource:
             if "domains" not in state:
                 raise UserError("the checkpoint was written without domains; resume with the config it started with")
             self.schedule.load_state_dict(state["domains"])
-        self._restored = sampled_from_json(state["ahead"]) if "ahead" in state else None
+        ahead = state.get("ahead", [])
+        ahead = [ahead] if isinstance(ahead, dict) else ahead  # written by the one-step-ahead sampler: one batch
+        self.orchestrator.restore([(sampled_from_json(a), sampled_version(a)) for a in ahead])
         self.buffer = []  # a resume starts at the next rollout batch
 
     def consumed(self) -> list[str]:
@@ -217,19 +227,20 @@ class RolloutSource:
         out: dict[str, Any] = dict(self._stats) | self.clock.metrics()
         if self._check is not None:
             out |= self._check.metrics()
-        if self._events:  # reported once, with the step that follows the batch that raised them
-            out["domain_events"], self._events = self._events, []
+        with self._schedule_lock:
+            if self._events:  # reported once, with the step that follows the batch that raised them
+                out["domain_events"], self._events = self._events, []
         return out
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+        self.orchestrator.close()
         self.workers.close()
 
     # -- one rollout batch ---------------------------------------------------------------
     def _next_tasks(self, n: int) -> list[Task]:
         if self.schedule is not None:
-            return self.schedule.draw(n)
+            with self._schedule_lock:
+                return self.schedule.draw(n)
         out = []
         for _ in range(n):
             out.append(self.tasks[self.order[self.cursor % len(self.order)]])
@@ -285,51 +296,34 @@ class RolloutSource:
                 t.rewards[-1] = r.model_copy(update={"flags": r.flags + [ROUNDTRIP_FLAG]})
 
     def _rollout_batch(self) -> list[GRPOBatch]:
-        """The next batch's micro-batches: sampled now, or taken from the background (K = 1)."""
-        ahead = self._pending_ahead()
-        if ahead is not None:
-            sampled, staleness = ahead, 1
-            self._ahead = self._restored = None
-        else:
-            self._sync()
-            sampled, staleness = self._sample(self.clock.version), 0
-        if self._executor is not None:  # sample the next batch from these weights while this one trains
-            self._sync()
-            self._ahead = self._executor.submit(self._sample, self.clock.version)
+        """The next batch's micro-batches, from the orchestrator (sampled now with K = 0)."""
+        sampled, version = self.orchestrator.take()
         self._drawn += [g.task.id for g in sampled[1]]
-        return self._build(*sampled, staleness=staleness)
+        return self._build(*sampled, staleness=self.clock.version - version)
 
-    def _pending_ahead(self) -> Sampled | None:
-        """The prefetched batch (sampling in the background, or recorded in the resumed checkpoint)."""
-        return self._ahead.result() if self._ahead is not None else self._restored
-
-    def _sync(self) -> None:
-        """The trainer's weights into the engine (on the trainer's thread, between updates)."""
-        if self.model is not None:
-            self.sync_to(self.model, self.clock.version, self.clock.step)
-
-    def sync_to(self, model: Any, version: Version, step: int) -> None:
-        """Sync `model` (holding `version`, the weights after trainer step `step`) into the engine; when
-        due, check the sync (`rollout/sync_check.py`: replayed through `model`, which must still hold
-        `version`: call it on the trainer's thread between updates, or give it a snapshot)."""
-        self.engine.sync_weights(model)
+    def sync_to(self, weights: Any, version: Version, step: int | None = None) -> None:
+        """Sync `weights` (the trainer's model, or a published snapshot of its trainable tensors), which
+        hold `version`, into the engine: the one place this source syncs (the orchestrator calls it).
+        When `weights` is the model itself (the trainer's thread, between updates: it still holds
+        `version`) and a check is due, check the sync (`rollout/sync_check.py`); a snapshot is not checked."""
+        self.engine.sync_weights(weights)
         self.engine_version = version
-        if self._check is not None and self._check.due(step):
+        step = self.clock.step if step is None else step
+        if self._check is not None and weights is self.model and self._check.due(step):
             prompt = self._prompt(self.tasks[self.order[0]])
-            self._check.after_sync(self.engine, model, prompt, version, step)
+            self._check.after_sync(self.engine, weights, prompt, version, step)
 
     def newer_weights(self) -> Version:
-        """Partial rollouts' hook, called on the sampling thread between segments: it may sync newer
-        weights into the engine (`sync_to`) and returns the version the engine holds now, which the
-        next segment's tokens are stamped with. This source publishes nothing while a batch generates
-        (its trainer updates on its own thread, and syncing from here would read weights mid-update),
-        so it returns the engine's version; an asynchronous orchestrator that publishes weights
-        overrides it."""
-        return self.engine_version
+        """Partial rollouts' hook, called on the sampling thread between segments: the newest weights
+        the trainer published, synced into the engine when it holds older ones (K > 0: the
+        orchestrator's); returns the version the engine holds now, which the next segment's tokens
+        are stamped with. With K = 0 nothing is published while a batch generates."""
+        return self.orchestrator.newer_weights() if self.orchestrator.K > 0 else self.engine_version
 
     def _sample(self, version: Version | None = None) -> Sampled:
-        """Steps 1-3: sample, score and filter one batch (engine and reward workers only, no model);
-        its tokens are stamped `version` (default: the current one), the weights the engine holds."""
+        """Steps 1-3: sample, score and filter one batch (engine and reward workers only, no model:
+        the orchestrator may run it on its sampler thread); its tokens are stamped `version`
+        (default: the trainer's current one), the weights the engine holds."""
         version = self.clock.version if version is None else version
         s = self.s
         index = self.rollouts
@@ -372,11 +366,13 @@ class RolloutSource:
         by_domain: dict[str, list[Trajectory]] = defaultdict(list)
         for g in seen:
             by_domain[self.schedule.domain_of[g.task.id]] += g.trajectories
-        events = self.schedule.observe(index, by_domain)
+        with self._schedule_lock:
+            events = self.schedule.observe(index, by_domain)
         for e in events:
             if "warning" in e:
                 console.print(f"[bold yellow]warning: {e['warning']}[/bold yellow]")
-        self._events += events
+        with self._schedule_lock:
+            self._events += events
 
     def _build(
         self,
@@ -470,7 +466,8 @@ class RolloutSource:
                 by_domain[domain_of[g.task.id]] += g.trajectories
             kept_by = Counter(domain_of[g.task.id] for g in kept)
             stats.update(domain_metrics(by_domain, kept_by, gen_s + score_s))
-            stats.update(self.schedule.stats())
+            with self._schedule_lock:
+                stats.update(self.schedule.stats())
         self._stats = stats
         if self.store is None:
             return
@@ -522,6 +519,15 @@ def sampled_to_json(sampled: Sampled) -> dict[str, Any]:
         "gen_s": gen_s,
         "score_s": score_s,
     }
+
+
+def sampled_version(data: dict[str, Any]) -> Version:
+    """The version that sampled a recorded batch: recorded beside it, else (a checkpoint of the
+    one-step-ahead sampler) the version its tokens were stamped with."""
+    if "version" in data:
+        return data["version"]
+    stamped = [v for g in data["seen"] for t in g["trajectories"] for v in t.get("versions") or []]
+    return max(stamped, default=0)
 
 
 def sampled_from_json(data: dict[str, Any]) -> Sampled:

@@ -1,0 +1,388 @@
+"""The asynchronous orchestrator (`rollout/orchestrator.py`): no trained token older than K versions
+whatever the sampler's and trainer's pace, truthful version stamps, the bound's drops counted, the
+stale tokens' importance ratio against the engine's recorded log-probs, and exact checkpoints."""
+
+import copy
+import random
+import threading
+import time
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tempering.config import GRPOSettings
+from tempering.models.logprobs import grouped_logprobs
+from tempering.objectives import policy_losses
+from tempering.objectives.grpo import GRPOObjective
+from tempering.rollout.engine import Completion, HFEngine
+from tempering.rollout.source import RolloutSource
+from tempering.types import Task
+from tempering.versions import NOT_SAMPLED
+from tests.conftest import tiny_llama
+
+TASKS = [Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": "1"}, source="t") for i in range(8)]
+
+
+class VersionModel(torch.nn.Module):
+    """A trainer 'model' whose one weight is its version: an engine synced from it knows which it holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+
+class SlowEngine:
+    """An engine with its own weights that sleeps a random while per call and writes the version its
+    weights hold into every log-prob it returns (-version - 1), so a sample tells who sampled it."""
+
+    precision, identity = "fp32", "fake"
+
+    def __init__(self, delays: random.Random, max_delay: float):
+        self.delays, self.max_delay, self.held = delays, max_delay, -1
+        self.lock = threading.Lock()
+
+    def chat_prompt(self, messages):
+        return [5 + ord(c) % 50 for c in messages[-1]["content"]]  # each task its own prompt
+
+    def sync_weights(self, weights):
+        state = dict(weights.named_parameters()) if hasattr(weights, "named_parameters") else weights
+        self.held = int(state["w"].item())
+
+    def generate(self, prompts, params):
+        with self.lock:  # one caller at a time (the sampler thread; the assertion below would catch two)
+            time.sleep(self.delays.uniform(0, self.max_delay))
+            held = self.held
+            return [
+                [Completion(i, [3, 4], [-held - 1.0] * 2, "1", "stop") for _ in range(params.n)]
+                for i in range(len(prompts))
+            ]
+
+
+def _source(engine, model, K, grad_accum=2, **extra):
+    s = GRPOSettings(
+        prompts_per_step=2,
+        group_size=2,
+        max_new_tokens=2,
+        dynamic_sampling=False,
+        max_off_policy_steps=K,
+        generation_chunks=1,
+        reward_workers=1,
+        **extra,
+    )
+    return RolloutSource(TASKS, engine, s, grad_accum=grad_accum, seed=0, model=model)
+
+
+def _update(model, version):
+    with torch.no_grad():
+        model.w.fill_(version)
+
+
+@settings(max_examples=8, deadline=None)
+@given(K=st.integers(1, 3), seed=st.integers(0, 1000), rollbacks=st.sets(st.integers(1, 9), max_size=2))
+def test_no_trained_token_is_older_than_K_and_every_stamp_is_the_syncing_weights(K, seed, rollbacks):
+    """Random sampler and trainer pace. `rollbacks` plants an extra version after those steps (a
+    rollback gives the sampler new weights without a batch), so batches sampled ahead of it reach the
+    trainer more than K versions old: those groups are dropped and counted."""
+    pace = random.Random(seed)
+    model = VersionModel()
+    source = _source(SlowEngine(random.Random(seed + 1), 0.004), model, K)
+    version, at_take, sampled_from, dropped = 0, [], [], 0.0
+    try:
+        for step in range(1, 11):
+            at_take.append(version)
+            batches = [source.next_batch() for _ in range(2)]  # one group each: rollout batch step - 1
+            seen = set()
+            for b in batches:
+                if b.n_real_tokens == 0:
+                    continue
+                sampled = b.versions[b.sampled_mask.bool()]
+                assert bool((sampled >= 0).all()) and bool((b.versions[~b.sampled_mask.bool()] == NOT_SAMPLED).all())
+                assert int((version - sampled).max()) <= K  # never older than K versions where it trains
+                # the stamp is the version of the weights the engine held: it wrote them into the log-probs
+                mask = b.completion_mask.bool()
+                assert torch.equal(b.engine_logprobs[mask], (-b.versions[mask] - 1).float())
+                seen |= set(sampled.tolist())
+            sampled_from.append(seen)
+            dropped += source.stats().get("stale_dropped_groups", 0.0)
+            time.sleep(pace.uniform(0, 0.004))  # the trainer's update
+            version += 1 + (step in rollbacks)
+            _update(model, version)
+            source.on_weights(version, step)
+    finally:
+        source.close()
+    # the gate's rule: batch i samples from the weights of when batch i - K was taken
+    pinned = [at_take[max(i - K, 0)] for i in range(10)]
+    too_old = [at_take[i] - pinned[i] > K for i in range(10)]
+    assert sampled_from == [set() if old else {pinned[i]} for i, old in enumerate(too_old)]
+    assert dropped == 2 * sum(too_old)  # two groups a batch
+
+
+def test_a_planted_rollback_drops_exactly_the_groups_sampled_before_it():
+    """K = 2, a rollback after step 3 (versions 0, 1, 2, 3, then 5): batch 4 was sampled from version 1
+    (gate: batch i pins the weights of when batch i - K was taken) and trains at version 5, 4 old: its
+    two groups are dropped and counted; batch 5 (version 2, trained at 6) likewise; batch 6 (version 5,
+    pinned after the rollback) trains at 7, 2 old: kept."""
+    model = VersionModel()
+    source = _source(SlowEngine(random.Random(0), 0.0), model, K=2, grad_accum=1)
+    version, log = 0, []
+    try:
+        for step in range(1, 8):
+            batch = source.next_batch()
+            stats = source.stats()
+            sampled = batch.versions[batch.sampled_mask.bool()] if batch.n_real_tokens else torch.tensor([])
+            log.append((version, sorted(set(sampled.tolist())), stats["stale_dropped_groups"]))
+            version += 2 if step == 4 else 1
+            _update(model, version)
+            source.on_weights(version, step)
+    finally:
+        source.close()
+    assert log == [
+        (0, [0], 0.0),
+        (1, [0], 0.0),
+        (2, [0], 0.0),
+        (3, [1], 0.0),
+        (5, [], 2.0),  # batch 4, sampled from 2 (pinned when batch 2 was taken), 3 old: dropped
+        (6, [], 2.0),  # sampled from 3, 3 old: dropped
+        (7, [5], 0.0),
+    ]
+
+
+def _logps(model, batch):
+    args = [getattr(batch, k) for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")]
+    with torch.no_grad():
+        logp, _ = grouped_logprobs(model, *args, 1.0)
+    return logp
+
+
+def test_the_ratio_of_a_two_step_stale_token_is_against_its_recorded_engine_logprob(smol_tokenizer, monkeypatch):
+    """K = 2 with an engine holding its own copy: rollout batch 2 is sampled from W0 and trains at W2.
+    The GRPO objective's own ratio on it is exp(log p_W2 - the engine's recorded log-prob), per token,
+    and that recorded log-prob is W0's, not W2's."""
+    trainer = tiny_llama(vocab=49152, seed=3)
+    trainer.config.eos_token_id = smol_tokenizer.eos_token_id
+    engine = HFEngine(copy.deepcopy(trainer), smol_tokenizer, precision="fp32")
+    tasks = [Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": str(i)}) for i in range(8)]
+    s = GRPOSettings(prompts_per_step=2, group_size=2, max_new_tokens=4, dynamic_sampling=False, max_off_policy_steps=2)
+    source = RolloutSource(tasks, engine, s, grad_accum=1, seed=0, model=trainer, precision="fp32")
+    w0 = copy.deepcopy(trainer)
+    try:
+        for version in (1, 2):  # two updates: W0 -> W1 -> W2
+            source.next_batch()
+            with torch.no_grad():
+                for p in trainer.parameters():
+                    p.add_(0.05 * torch.randn_like(p))
+            source.on_weights(version, step=version)
+        batch = source.next_batch()
+    finally:
+        source.close()
+    sampled = batch.sampled_mask.bool()
+    assert bool((batch.versions[sampled] == 0).all()) and source.stats()["staleness"] == 2
+    assert torch.equal(batch.old_logprobs, batch.engine_logprobs)  # the behaviour policy: the engine's record
+    mask = batch.completion_mask.bool()
+    torch.testing.assert_close(batch.engine_logprobs[mask], _logps(w0.eval(), batch)[mask], atol=1e-4, rtol=0)
+    assert not torch.allclose(batch.engine_logprobs[mask], _logps(trainer.eval(), batch)[mask], atol=1e-2)
+
+    seen = []
+    real = policy_losses.clipped_surrogate
+    monkeypatch.setattr(
+        policy_losses, "clipped_surrogate", lambda ratio, *a: seen.append(ratio.detach()) or real(ratio, *a)
+    )
+    GRPOObjective(s).loss(trainer, batch)
+    (ratio,) = seen
+    by_hand = torch.exp(_logps(trainer, batch) - batch.engine_logprobs)
+    torch.testing.assert_close(ratio[mask], by_hand[mask], atol=1e-6, rtol=0)
+    assert float((ratio[mask] - 1).abs().max()) > 1e-3  # the ratio corrects: the policy moved
+
+
+def _steps(source, model, first, last, version):
+    """Train steps first..last on `source` (one update each); (what each step trained on, the version after)."""
+    out = []
+    for step in range(first, last + 1):
+        b = source.next_batch()
+        out.append((b.prompt_ids.tolist(), b.versions.tolist(), b.engine_logprobs.tolist(), source.consumed()))
+        version += 1
+        _update(model, version)
+        source.on_weights(version, step)
+    return out, version
+
+
+def test_a_checkpoint_records_the_batches_sampled_ahead_and_a_resume_trains_them_as_recorded():
+    """K = 2: a checkpoint after step 3 holds rollout batches 3 and 4 (sampled from versions 1 and 2);
+    a fresh source resumed from it trains steps 4-7 exactly as the uninterrupted one did."""
+    model = VersionModel()
+    source = _source(SlowEngine(random.Random(0), 0.002), model, K=2, grad_accum=1)
+    try:
+        _, version = _steps(source, model, 1, 3, 0)
+        state = source.state_dict()
+        rest, _ = _steps(source, model, 4, 7, version)
+    finally:
+        source.close()
+    assert [(a["index"], a["version"]) for a in state["ahead"]] == [(3, 1), (4, 2)]
+    assert (state["cursor"], state["rollouts"]) == (10, 5)  # batches 0-4 drew their prompts
+
+    model = VersionModel()
+    _update(model, version)
+    resumed = _source(SlowEngine(random.Random(1), 0.002), model, K=2, grad_accum=1)
+    try:
+        resumed.load_state_dict(state)
+        resumed.on_weights(version, 3)  # what the Trainer tells its source on resume
+        again, _ = _steps(resumed, model, 4, 7, version)
+    finally:
+        resumed.close()
+    assert again == rest
+    assert [sorted({v for row in versions for v in row} - {-1}) for _, versions, _, _ in again] == [[1], [2], [3], [4]]
+
+
+def test_a_held_out_eval_borrowing_the_engine_never_changes_the_weights_under_a_batch():
+    """K = 2: after step 1 the held-out eval syncs the trainer's newest weights (version 1) into the
+    engine; batch 2, pinned to version 0 when batch 0 was taken, must still sample from version 0."""
+    from types import SimpleNamespace
+
+    model = VersionModel()
+    engine = SlowEngine(SimpleNamespace(uniform=lambda lo, hi: hi), 0.1)  # 0.1 s a batch: batch 2 waits
+    source = _source(engine, model, K=2, grad_accum=1)
+    try:
+        first, version = _steps(source, model, 1, 1, 0)
+        with source.orchestrator.borrowed_engine():  # what GRPOHeldout.evaluate does
+            engine.sync_weights(model)
+            assert engine.held == 1
+        rest, _ = _steps(source, model, 2, 4, version)
+    finally:
+        source.close()
+    stamps = [sorted({v for row in versions for v in row} - {-1}) for _, versions, _, _ in first + rest]
+    held = [sorted({int(-lp - 1) for row in logps for lp in row if lp}) for _, _, logps, _ in first + rest]
+    assert stamps == held == [[0], [0], [0], [1]]
+
+
+# -- the local engine process ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, smol_tokenizer):
+    path = tmp_path_factory.mktemp("tiny")
+    model = tiny_llama(vocab=49152, seed=5)
+    model.config.eos_token_id = smol_tokenizer.eos_token_id
+    model.save_pretrained(path)
+    smol_tokenizer.save_pretrained(path)
+    return path
+
+
+def test_the_engine_process_samples_as_the_in_process_engine_and_names_a_dead_or_hung_call(tiny_dir):
+    import os
+    import signal
+
+    from tempering.config import SamplingParams
+    from tempering.models.load import load_tokenizer
+    from tempering.models.lora import load_for_training
+    from tempering.scale.process_engine import EngineProcessError, ProcessEngine
+
+    params = SamplingParams(max_new_tokens=5, temperature=1.0, n=2, seed=11)
+    trainer = load_for_training(str(tiny_dir), None)
+    with torch.no_grad():  # weights the process's own load does not have: only a sync gives them
+        for p in trainer.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    local = HFEngine(trainer, load_tokenizer(str(tiny_dir)), precision="fp32")
+    prompts = [local.chat_prompt([{"role": "user", "content": f"say {i}"}]) for i in range(3)]
+    engine = ProcessEngine(str(tiny_dir), None, "fp32", threads=torch.get_num_threads(), call_timeout_s=120)
+    try:
+        engine.sync_weights(trainer)
+        assert engine.last_sync["sync_mb"] > 0
+        there, here = engine.generate(prompts, params), local.generate(prompts, params)
+        assert [[c.token_ids for c in g] for g in there] == [[c.token_ids for c in g] for g in here]
+        assert [[c.logprobs for c in g] for g in there] == [[c.logprobs for c in g] for g in here]
+        engine.call_timeout_s = 1e-3  # a call that cannot finish in time: the process is killed
+        with pytest.raises(EngineProcessError) as err:
+            engine.generate(prompts, params)
+        assert "did not answer generate within 0.001 s" in str(err.value) and "\n" not in str(err.value)
+        assert not engine.process.is_alive()
+    finally:
+        engine.close()
+    dead = ProcessEngine(str(tiny_dir), None, "fp32", threads=1)
+    try:
+        os.kill(dead.process.pid, signal.SIGKILL)
+        dead.process.join(10)
+        with pytest.raises(EngineProcessError, match=r"rollout engine process \(pid \d+\) died during generate"):
+            dead.generate(prompts, params)
+    finally:
+        dead.close()
+
+
+# -- K = 0 through the orchestrator: the synchronous path, whichever engine holds the weights --------
+
+
+def _grpo_run(tmp_path, tiny_dir, name, extra, steps=10):
+    import json
+
+    import yaml
+    from safetensors.torch import load_file
+    from typer.testing import CliRunner
+
+    from tempering.cli import app
+
+    cfg = {
+        "model": str(tiny_dir),
+        "lora": {"r": 4, "alpha": 8, "last_layers": 1},
+        "tasks": {"source": "builtin:arithmetic", "ops": "+", "n": 64},
+        "heldout": None,
+        # a reward the random tiny model earns about every other reply: a k, q, x or z in it
+        "reward": [
+            {"name": "rare", "weight": 1.0, "verifier": {"type": "regex", "pattern": "[kqxz]", "on": "completion"}}
+        ],
+        "grpo": {
+            "prompts_per_step": 2,
+            "group_size": 4,
+            "max_new_tokens": 6,
+            "dynamic_sampling": False,
+            "truncation": "keep",
+        },
+        "train": {"steps": steps, "precision": "fp32", "threads": 1, "optim": {"lr": 1e-2}},
+        "out": str(tmp_path / "runs"),
+        "name": name,
+    } | extra
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    res = CliRunner().invoke(app, ["grpo", str(path)])
+    assert res.exit_code == 0, res.output
+    run = tmp_path / "runs" / name
+    steps_ = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+    return steps_, load_file(run / "final" / "adapter_model.safetensors")
+
+
+def _same_run(a, b):
+    (steps_a, weights_a), (steps_b, weights_b) = a, b
+    assert len(steps_a) == len(steps_b) == 10
+    for key in ("loss", "grad_norm", "reward_mean", "staleness_max"):
+        assert [r[key] for r in steps_a] == [r[key] for r in steps_b], key
+    assert weights_a.keys() == weights_b.keys() and all(torch.equal(weights_a[k], weights_b[k]) for k in weights_a)
+
+
+def test_synchronous_grpo_on_the_engine_process_is_the_in_process_run_bit_for_bit(tmp_path, tiny_dir):
+    """The engine process holds a synced copy and samples with the same seeds and one thread, as the
+    trainer: the same 10 steps (losses, gradients, rewards) and final weights, bit for bit."""
+    here = _grpo_run(tmp_path, tiny_dir, "here", {"engine": {"kind": "hf"}})
+    there = _grpo_run(tmp_path, tiny_dir, "there", {"sampler": {"threads": 1}})
+    assert sum(r["grad_norm"] > 0 for r in here[0]) >= 5, [
+        (r["grad_norm"], r["reward_mean"]) for r in here[0]
+    ]  # the weights move
+    assert all(r["staleness_max"] == 0.0 for r in here[0])
+    _same_run(here, there)
+
+
+def test_synchronous_grpo_on_ray_replicas_is_the_in_process_run_bit_for_bit(tmp_path, tiny_dir):
+    pytest.importorskip("ray")
+    here = _grpo_run(tmp_path, tiny_dir, "here", {"engine": {"kind": "hf"}})
+    scale = {"scale": {"reward_workers": 1, "engine_replicas": 1, "num_cpus": 2}}
+    _same_run(here, _grpo_run(tmp_path, tiny_dir, "ray", scale))
+
+
+def test_two_steps_off_policy_on_the_engine_process_trains_up_to_two_steps_stale(tmp_path, tiny_dir):
+    """`max_off_policy_steps: 2` with `sampler:`: batches 0-2 sample from the start's weights, then
+    batch i from those of when batch i - 2 was taken, so steps read staleness 0, 1, 2, 2, 2; none dropped."""
+    grpo = {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6, "dynamic_sampling": False}
+    extra = {"sampler": {"threads": 1}, "grpo": grpo | {"truncation": "keep", "max_off_policy_steps": 2}}
+    steps, _ = _grpo_run(tmp_path, tiny_dir, "ahead", extra, steps=5)
+    assert [r["staleness_max"] for r in steps] == [0.0, 1.0, 2.0, 2.0, 2.0]
+    assert [r["staleness"] for r in steps] == [0, 1, 2, 2, 2]
+    assert all(r["stale_dropped_groups"] == 0.0 for r in steps)
