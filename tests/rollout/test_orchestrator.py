@@ -71,7 +71,9 @@ def _source(engine, model, K, grad_accum=2, **extra):
         reward_workers=1,
         **extra,
     )
-    return RolloutSource(TASKS, engine, s, grad_accum=grad_accum, seed=0, model=model)
+    source = RolloutSource(TASKS, engine, s, grad_accum=grad_accum, seed=0, model=model)
+    source._check = None  # the fake model is no language model: the weight-sync replay has nothing to score
+    return source
 
 
 def _update(model, version):

@@ -2,6 +2,7 @@
 weights between them; each token keeps the version that sampled it and that version's log-prob."""
 
 import copy
+import threading
 
 import pytest
 import torch
@@ -97,33 +98,58 @@ def test_a_seeded_segmented_generation_is_reproducible(smol_tokenizer):
 
 
 def test_the_rollout_source_continues_a_batch_under_weights_published_mid_generation(smol_tokenizer):
-    """The hook an orchestrator implements: `newer_weights` syncs what it published, returns its version."""
+    """K = 1 through the orchestrator: batch 1 starts sampling (pinned to version 0) when the trainer takes
+    batch 0; the trainer's update publishes version 1 while batch 1 is between segments, and its later
+    segments sample under version 1 (`RolloutSource.newer_weights`, on the sampler thread)."""
+    taken, released = threading.Event(), threading.Event()
+    first_segments = []
+
+    class Held(HFEngine):
+        """Holds batch 1's first segment until the test's trainer has taken batch 0."""
+
+        def generate(self, prompts, params):
+            if params.n > 1:  # a batch's (or the sync check's) first segment: group_size samples a prompt
+                first_segments.append(params.seed)
+                if len(first_segments) > 1:
+                    assert taken.wait(60)
+            return super().generate(prompts, params)
+
     trainer = tiny_llama(vocab=49152, seed=7)
-    engine = HFEngine(copy.deepcopy(trainer), smol_tokenizer, precision="fp32")
+    engine = Held(copy.deepcopy(trainer), smol_tokenizer, precision="fp32")
     tasks = [Task(id=f"t{i}", prompt=f"say {i}", verifier={"type": "exact", "answer": str(i)}) for i in range(4)]
     settings = GRPOSettings(
         prompts_per_step=2, group_size=2, max_new_tokens=8, dynamic_sampling=False, generation_chunks=1,
         max_off_policy_steps=1, partial_rollouts=True, segment_tokens=3,
     )  # fmt: skip
     source = RolloutSource(tasks, engine, settings, grad_accum=1, seed=0, model=trainer, precision="fp32")
-    published = []
+    publish = source.orchestrator.publish
 
-    def newer_weights():
-        if not published:  # weights published while the first batch generates
-            perturb(trainer, 2)
-            published.append(1)
-            source.on_weights(1, step=1)  # the trainer's update ...
-            source.sync_to(trainer, 1, step=1)  # ... published into the engine
-        return source.engine_version
+    def publishing(version):
+        publish(version)
+        released.set()
 
-    source.newer_weights = newer_weights  # type: ignore[method-assign]
+    source.orchestrator.publish = publishing  # type: ignore[method-assign]
+    newer = source.newer_weights
+
+    def held():  # between two segments of batch 1: wait for the trainer's update to be published
+        if taken.is_set():
+            assert released.wait(60)
+        return newer()
+
+    source.newer_weights = held  # type: ignore[method-assign]
     try:
+        first = source.next_batch()
+        taken.set()
+        assert set(first.versions[first.sampled_mask.bool()].tolist()) == {0}
+        perturb(trainer, 2)  # the trainer's update on batch 0 ...
+        source.on_weights(1, step=1)  # ... published (and, at step 1, the sync check runs after batch 1)
         batch = source.next_batch()
         sampled = batch.sampled_mask.bool()
         assert set(batch.versions[sampled].tolist()) == {0, 1}
         for row, mask in zip(batch.versions, sampled):
             kept = row[mask].tolist()
             assert kept[:3] == [0] * min(3, len(kept)) and all(v == 1 for v in kept[3:])
+        assert source.stats()["sync_check_version"] == 1.0
     finally:
         source.close()
 
@@ -132,7 +158,8 @@ def test_the_in_process_engine_refuses_partial_rollouts(smol_tokenizer):
     model = tiny_llama(vocab=49152, seed=3)
     settings = GRPOSettings(max_off_policy_steps=1, partial_rollouts=True)
     tasks = [Task(id="t", prompt="say 1", verifier={"type": "exact", "answer": "1"})]
-    with pytest.raises(ValueError, match="partial_rollouts needs an engine with its own copy"):
+    # partial rollouts need K > 0, and K > 0 needs an engine with its own copy of the weights
+    with pytest.raises(ValueError, match="the engine samples from the trainer's own model"):
         RolloutSource(tasks, HFEngine(model, smol_tokenizer), settings, grad_accum=1, seed=0, model=model)
 
 

@@ -167,11 +167,6 @@ class RolloutSource:
         self.engine_version: Version = 0  # the weights the engine holds (`sync_to`)
         own_copy = model is not None and not shares_model(engine, model)  # else: nothing to sync or check
         self._check = SyncCheck(settings.sync_check_every, precision, settings.temperature, seed) if own_copy else None
-        if settings.partial_rollouts and not own_copy:
-            raise UserError(
-                "grpo.partial_rollouts needs an engine with its own copy of the weights, which takes a sync "
-                f"mid-generation; {type(engine).__name__} samples from the trainer's model (use sampler: or scale: engine replicas)"
-            )
 
     # -- BatchSource -------------------------------------------------------------------
     def next_batch(self) -> GRPOBatch:
