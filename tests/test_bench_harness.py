@@ -116,6 +116,8 @@ def test_a_load_above_the_bound_or_too_few_rounds_refuses_the_headline(tmp_path)
     assert bound["headline"] is True
     short = harness.headline_refusal(rounds_of([2] * 4, [1] * 4), max_load=9.0)
     assert short == "4 timed rounds a side < 5"
+    both = harness.headline_refusal(rounds_of([2] * 4, [1] * 4, load=9.5), max_load=9.0)
+    assert both == "load average reached 9.50 > max_load 9.00; 4 timed rounds a side < 5"
 
 
 FAKE_CPUINFO = """processor\t: 0

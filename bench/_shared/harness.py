@@ -241,16 +241,17 @@ def ratio(
 
 def headline_refusal(records: Sequence[dict], max_load: float, min_rounds: int = MIN_ROUNDS) -> str | None:
     """Why these rounds cannot back a headline (None: they can): the load went above `max_load`,
-    or a side has fewer than `min_rounds` timed rounds."""
+    a side has fewer than `min_rounds` timed rounds, or both ("; "-joined)."""
+    reasons = []
     highest = max(max(r["load_before"], r["load_after"]) for r in records)
     if highest > max_load:
-        return f"load average reached {highest:.2f} > max_load {max_load:.2f}"
-    counts = {}
+        reasons.append(f"load average reached {highest:.2f} > max_load {max_load:.2f}")
+    counts: dict[str, int] = {}
     for r in records:
         counts[r["side"]] = counts.get(r["side"], 0) + (not r["warmup"])
     if min(counts.values()) < min_rounds:
-        return f"{min(counts.values())} timed rounds a side < {min_rounds}"
-    return None
+        reasons.append(f"{min(counts.values())} timed rounds a side < {min_rounds}")
+    return "; ".join(reasons) or None
 
 
 def write_result(
