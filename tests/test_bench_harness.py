@@ -152,3 +152,14 @@ def test_a_side_runs_in_a_fresh_process_and_its_failure_is_raised(tmp_path):
     assert got["n"] == 42 and got["pid"] != __import__("os").getpid()
     with pytest.raises(RuntimeError, match="side.py:bad exited 3"):
         harness.call_in_subprocess(script, "bad", {}, timeout_s=60)
+
+
+def test_a_side_figure_is_the_median_of_its_timed_rounds_and_a_failure_is_kept():
+    records = [
+        {"side": "trl", "warmup": w, "round": i, "result": {"tps": v, "peak_rss_mb": 1}}
+        for i, (w, v) in enumerate([(True, 999.0), (False, 10.0), (False, 30.0), (False, 20.0)])
+    ]
+    summary = harness.side_summary(records, "trl", "tps")
+    assert summary == {"tps": 20.0, "tps_rounds": [10.0, 30.0, 20.0], "peak_rss_mb": 1}
+    failed = [{"side": "trl", "warmup": False, "round": 0, "result": {"failed": "exit 137"}}]
+    assert harness.side_summary(failed, "trl", "tps") == {"failed": "exit 137"}

@@ -64,15 +64,3 @@ def test_mfu_is_against_the_peak_of_the_precision_used_and_bf16_only_where_nativ
     native = {"real_tokens_per_s": 100.0}  # TRL: the head on every position
     sft.add_mfu(native, 1e9, 6e8, used_peak=4e11, bf16_peak=4e11)
     assert native["mfu_executed_vs_bf16_peak"] == pytest.approx(0.25) == native["mfu_vs_bf16_peak"]
-
-
-def test_a_side_figure_is_the_median_of_its_timed_rounds():
-    sft = load_sft()
-    records = [
-        {"side": "trl", "warmup": w, "round": i, "result": {"real_tokens_per_s": v, "peak_rss_mb": 1}}
-        for i, (w, v) in enumerate([(True, 999.0), (False, 10.0), (False, 30.0), (False, 20.0)])
-    ]
-    summary = sft.side_summary(records, "trl")
-    assert summary["real_tokens_per_s"] == 20.0 and summary["real_tokens_per_s_rounds"] == [10.0, 30.0, 20.0]
-    failed = [{"side": "trl", "warmup": False, "round": 0, "result": {"failed": "exit 137"}}]
-    assert sft.side_summary(failed, "trl") == {"failed": "exit 137"}

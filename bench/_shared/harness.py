@@ -192,6 +192,20 @@ def side_values(records: Sequence[dict], side: str, metric: str) -> dict[int, fl
     return {r["round"]: r["result"].get(metric) for r in records if r["side"] == side and not r["warmup"]}
 
 
+def side_summary(records: Sequence[dict], side: str, metric: str) -> dict:
+    """A side's figures for the result's `runs`: its first timed run's fields, `metric` replaced by
+    the median over its timed rounds and the per-round values as `{metric}_rounds`. Where no
+    round gave `metric`, the first timed run as it came (its failure)."""
+    from statistics import median
+
+    timed = [r["result"] for r in records if r["side"] == side and not r["warmup"]]
+    ran = [t for t in timed if t.get(metric) is not None]
+    if not ran:
+        return timed[0] if timed else {"failed": "no timed round"}
+    values = [t[metric] for t in ran]
+    return {**ran[0], metric: median(values), f"{metric}_rounds": values}
+
+
 # ---------------------------------------------------------------------------------------------- ratio
 
 
@@ -326,7 +340,8 @@ def _child(spec_json: str) -> None:
     import importlib.util
 
     spec = json.loads(spec_json)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+    here = Path(__file__).resolve()
+    sys.path[:0] = [str(here.parents[1]), str(here.parents[2] / "src")]  # bench/ for _shared; this tree's tempering
     module_spec = importlib.util.spec_from_file_location("bench_child", spec["file"])
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)

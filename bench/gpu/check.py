@@ -219,7 +219,7 @@ def steps(mode: str, work: Path, tokenizer: str | None) -> list[Step]:
             "--results",
             str(work / f"{name}.json"),
         ]
-        return [f"{bench}/throughput/grpo.py", *out, *size[name]]
+        return [f"{bench}/throughput/grpo.py", *out, "--rounds", "1", "--warmup-rounds", "0", *size[name]]
 
     def decode(name: str) -> list[str]:
         return [

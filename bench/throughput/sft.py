@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -255,16 +254,6 @@ def add_mfu(r: dict, flops_per_token: float, head_flops: float, used_peak: float
     r["mfu_executed_vs_bf16_peak"] = r["real_tokens_per_s"] * executed / bf16_peak if bf16_peak else None
 
 
-def side_summary(records: list[dict], side: str) -> dict:
-    """A side's figures: its timed rounds' median tokens/s beside the first timed round's other fields."""
-    timed = [r["result"] for r in records if r["side"] == side and not r["warmup"]]
-    ran = [t for t in timed if "real_tokens_per_s" in t]
-    if not ran:
-        return timed[0] if timed else {"failed": "no timed round"}
-    tps = [t["real_tokens_per_s"] for t in ran]
-    return {**ran[0], "real_tokens_per_s": statistics.median(tps), "real_tokens_per_s_rounds": tps}
-
-
 QUICK = {"steps": 1, "warmup": 1, "batch": 2, "max_length": 256, "examples": 8, "peak_seconds": 0.2}
 """`--quick`: the smallest run that goes through every part (a smoke check, never a headline)."""
 
@@ -371,7 +360,7 @@ def main() -> None:
     )
     runs = {}
     for name in runnable:
-        summary = side_summary(records, name)
+        summary = harness.side_summary(records, name, "real_tokens_per_s")
         if "real_tokens_per_s" in summary:
             add_mfu(summary, flops_per_token, head_flops, used_peak, bf16_peak)
             runs[name] = summary
