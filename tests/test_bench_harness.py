@@ -163,3 +163,27 @@ def test_a_side_figure_is_the_median_of_its_timed_rounds_and_a_failure_is_kept()
     assert summary == {"tps": 20.0, "tps_rounds": [10.0, 30.0, 20.0], "peak_rss_mb": 1}
     failed = [{"side": "trl", "warmup": False, "round": 0, "result": {"failed": "exit 137"}}]
     assert harness.side_summary(failed, "trl", "tps") == {"failed": "exit 137"}
+
+
+def test_seeds_run_side_by_side_make_the_same_records_and_a_seed_short_of_its_threshold_is_dropped():
+    # Three seeds a side run in parallel elsewhere; seconds to a reward threshold, None: not reached.
+    seconds = {"ours": {0: 100.0, 1: 150.0, 2: None}, "trl": {0: 300.0, 1: 300.0, 2: 400.0}}
+    records = [
+        harness.record(side, i, {"s_to_0_5": by_seed[seed]}, 1.0, 2.0, seed=seed)
+        for side, by_seed in seconds.items()
+        for i, seed in enumerate(by_seed)
+    ]
+    r = harness.write_result(
+        None,
+        benchmark="ttr",
+        host={"threads": 3},
+        rounds=records,
+        candidate="ours",
+        baseline="trl",
+        metric="s_to_0_5",
+        higher_is_better=False,
+        min_rounds=3,
+    )
+    # per seed trl / ours: 3.0 and 2.0; the median of two values is their mean, 2.5
+    assert r["ratio_per_round"] == [3.0, 2.0] and r["dropped_rounds"] == 1 and r["ratio_median"] == 2.5
+    assert r["headline"] is True and r["min_rounds"] == 3

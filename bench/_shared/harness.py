@@ -11,8 +11,12 @@ interval from `tempering.evals.stats` (resampling rounds, or seeds). A bench scr
 
 and a time-to-reward bench, per seed one run a side (the side that goes first alternates):
 
-    rounds = paired_seeds(lambda side, seed: {"seconds_to_0_5": run(side, seed)}, ["ours", "trl"], seeds=[0, 1, 2])
+    rounds = paired_seeds(lambda side, seed: {"seconds_to_0_5": run(side, seed)}, ["ours", "trl"], seeds=range(5))
     write_result(path, ..., candidate="ours", baseline="trl", metric="seconds_to_0_5", higher_is_better=False)
+
+(a seed whose run never reached the threshold returns None: its pair is dropped and counted; seeds
+run side by side in parallel processes are turned into the same records by `record`; fewer than
+`MIN_ROUNDS` seeds is not a headline unless the caller passes `min_rounds=`, which the file records).
 
 `ratio` is candidate over baseline where higher is better (tokens/s) and baseline over candidate
 where lower is better (seconds), so above 1 always means the candidate is faster. A round's side
@@ -125,11 +129,26 @@ def add_round_arguments(parser: Any, *, rounds: int = MIN_ROUNDS, warmup: int = 
     )
 
 
-def _timed_round(run: Callable[[], dict], load: Callable[[], float], **fields: Any) -> dict:
+def record(side: str, round: int, result: dict, load_before: float, load_after: float, **fields: Any) -> dict:
+    """One run as `rounds` holds it. `interleave` and `paired_seeds` write these; a bench that runs
+    its seeds side by side (processes in parallel) builds them itself, `round` = the seed's index
+    and `seed=` among `fields`, then calls `ratio` / `write_result` as any other."""
+    fields.setdefault("warmup", False)
+    return {
+        "round": round,
+        "side": side,
+        **fields,
+        "load_before": load_before,
+        "load_after": load_after,
+        "result": result,
+    }
+
+
+def _timed_round(run: Callable[[], dict], load: Callable[[], float], side: str, round: int, **fields: Any) -> dict:
     """One side's run with the load average before and after it."""
     before = load()
     result = run()
-    return {**fields, "load_before": before, "load_after": load(), "result": result}
+    return record(side, round, result, before, load(), **fields)
 
 
 def _one_minute_load() -> float:
@@ -297,6 +316,7 @@ def write_result(
         "host": host,
         **ratio(rounds, candidate, baseline, metric, higher_is_better=higher_is_better),
         "max_load": bound,
+        "min_rounds": min_rounds,
         "headline": refused is None,
         "headline_refused": refused,
         "rounds": list(rounds),
