@@ -56,7 +56,7 @@ from _shared.grpo_sides import TRL_FASTEST, TRL_SWEEP, Shape, run_tempering, run
 from _shared.paths import RESULTS  # noqa: E402
 
 SIDES = ("tempering", "tempering_full", "trl")
-QUICK = {"steps": 1, "warmup": 1, "prompts": 2, "group": 2, "max_new_tokens": 8, "rounds": 1, "warmup_rounds": 0}
+QUICK = {"steps": 2, "warmup": 1, "prompts": 2, "group": 2, "max_new_tokens": 8, "rounds": 1, "warmup_rounds": 0}
 """`--quick`: the smallest run that goes through every part (a smoke check, never a headline)."""
 
 
@@ -172,7 +172,7 @@ def main() -> None:
         {n: (lambda n=n: run_side(n, args, bench_shape)) for n in sides}, rounds=args.rounds, warmup=args.warmup_rounds
     )
     runs = {n: harness.side_summary(records, n, "completions_per_s") for n in sides}
-    if any("completions_per_s" not in runs[n] for n in ("tempering", "trl")):
+    if any(runs[n].get("completions_per_s") is None for n in ("tempering", "trl")):
         sys.exit(f"no ratio: tempering and trl must run; {runs}")
     ours, peer = runs["tempering"], runs["trl"]
     # ratios of the sides' medians (the headline ratio_median / ratio_ci pair rounds)

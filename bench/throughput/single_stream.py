@@ -182,7 +182,7 @@ def main() -> None:
     records = harness.interleave(timed_sides, rounds=args.rounds, warmup=args.warmup_rounds)
     runs = {name: harness.side_summary(records, name, "tokens_per_s") for name in timed_sides}
     rates = {name: r["tokens_per_s"] for name, r in runs.items() if "tokens_per_s" in r}
-    llama_ran = sorted((n for n in rates if n.startswith("llama_cpp_q8_0")), key=rates.get)
+    llama_ran = sorted((n for n in rates if n.startswith("llama_cpp_q8_0")), key=lambda n: rates[n])
     llama_best = llama_ran[-1] if llama_ran else None
     same = {n: [_common_prefix(a, b) for a, b in zip(answers[n], answers["single_stream_bf16"])] for n in rates}
     if llama_best:
