@@ -50,3 +50,17 @@ def test_a_side_that_needs_a_gpu_is_recorded_as_skipped_without_starting():
     assert set(sft.SIDES) == set(sft.TEMPERING_SIDE_SETTINGS) | set(sft.TRL_SIDE_SETTINGS)
     assert sft.side_settings("tempering_ckpt") == {"gradient_checkpointing": True}
     assert sft.side_settings("trl_liger") == {"use_liger_kernel": True}
+
+
+def test_mfu_is_against_the_peak_of_the_precision_used_and_bf16_only_where_native():
+    sft = load_sft()
+    # 100 tokens/s at 1e9 model FLOPs a token; the head 6e8 of them runs on half the positions:
+    # executed 1e9 - 6e8 * 0.5 = 7e8 a token.
+    side = {"real_tokens_per_s": 100.0, "head_token_fraction": 0.5}
+    sft.add_mfu(side, 1e9, 6e8, used_peak=2e11, bf16_peak=None)  # an AVX2 host: fp32, no bf16 peak
+    assert side["mfu_vs_peak_of_precision_used"] == pytest.approx(0.5)
+    assert side["mfu_executed_vs_peak_of_precision_used"] == pytest.approx(0.35)
+    assert side["mfu_vs_bf16_peak"] is None and side["mfu_executed_vs_bf16_peak"] is None
+    native = {"real_tokens_per_s": 100.0}  # TRL: the head on every position
+    sft.add_mfu(native, 1e9, 6e8, used_peak=4e11, bf16_peak=4e11)
+    assert native["mfu_executed_vs_bf16_peak"] == pytest.approx(0.25) == native["mfu_vs_bf16_peak"]

@@ -17,15 +17,19 @@ pairs, precompute included) for both it and TRL's precompute mode. The headline
 `ratio_pairs_per_s_compiled` with `train.compile: true` (per-layer torch.compile, which pays
 in bench/throughput/sft.py; here each batch's new answer lengths cost recompiles).
 
-    flock /work/wt/bench.lock python bench/throughput/dpo.py [--steps 3] [--warmup 1] [--batch 8] [--pairs 64]
+Rounds (bench/_shared/harness.py): every side runs once a round in a fresh process, `--warmup-rounds`
+first and not counted, then `--rounds` timed rounds; a side's figures are its rounds' medians, and the
+headline ratio (Tempering at its defaults over the TRL side with the higher median) is paired by
+round, with a bootstrap interval of the median ratio. `--quick` is a smoke run (never a headline).
 
-Writes bench/results/dpo.json and prints a table.
+    flock /work/bench.lock python bench/throughput/dpo.py [--steps 3] [--warmup 1] [--batch 8] [--pairs 64] [--rounds 5]
+
+Writes bench/results/dpo.json (or --results) and prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import resource
@@ -34,13 +38,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
-from _shared.paths import RESULTS, ROOT, cpu_name  # noqa: E402
+from _shared import harness  # noqa: E402
+from _shared.paths import RESULTS  # noqa: E402
 
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"}
 WORDS = (
@@ -225,100 +231,135 @@ def run_trl(model_dir: str, pairs: list[dict], batch: int, steps: int, warmup: i
     return out
 
 
-def child(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(ROOT / "src"))
-    if args.threads:
-        import torch
+SIDES = ("tempering", "tempering_compiled", "trl", "trl_precompute")
+QUICK = {"steps": 1, "warmup": 1, "batch": 2, "pairs": 8, "rounds": 1, "warmup_rounds": 0}
+"""`--quick`: the smallest run that goes through every part (a smoke check, never a headline)."""
 
-        torch.set_num_threads(args.threads)
+
+def run_child_side(side: str, pairs: int, batch: int, steps: int, warmup: int, threads: int) -> dict:
+    """One side's timed steps (in the fresh process `harness.call_in_subprocess` starts)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
     from tempering.models.load import resolve_model
 
-    model_dir = resolve_model("smollm2-135m-instruct")
-    pairs = make_pairs(args.pairs)
-    common = (model_dir, pairs, args.batch, args.steps, args.warmup)
-    if args.child.startswith("tempering"):
-        result = run_tempering(*common, compile_layers=args.child == "tempering_compiled")
-    else:
-        result = run_trl(*common, precompute=args.child == "trl_precompute")
-    Path(args.out).write_text(json.dumps(result, default=str))
+    common = (resolve_model("smollm2-135m-instruct"), make_pairs(pairs), batch, steps, warmup)
+    if side.startswith("tempering"):
+        return run_tempering(*common, compile_layers=side == "tempering_compiled")
+    return run_trl(*common, precompute=side == "trl_precompute")
 
 
-def main() -> None:
+def run_side(side: str, args: argparse.Namespace) -> dict:
+    """One side in its own process; a failure (exit status, time-out) is recorded, not raised."""
+    kwargs = {"side": side, "pairs": args.pairs, "batch": args.batch, "steps": args.steps}
+    kwargs |= {"warmup": args.warmup, "threads": args.threads}
+    try:
+        return harness.call_in_subprocess(Path(__file__), "run_child_side", kwargs, timeout_s=args.side_timeout)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        return {"failed": str(exc)}
+
+
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--pairs", type=int, default=64)
-    p.add_argument("--child", choices=["tempering", "tempering_compiled", "trl", "trl_precompute"])
-    p.add_argument("--out")
+    p.add_argument("--sides", default=",".join(SIDES), help="tempering and at least one trl side")
+    p.add_argument("--side-timeout", type=float, default=1800, help="seconds one side's process may run")
     p.add_argument(
         "--threads",
         type=int,
-        default=0,
-        help="torch threads per child (0: torch's default). On a "
+        default=2,
+        help="torch threads per side (the peers' count; 0: torch's default). On a "
         "host shared with other work, 1 avoids OpenMP oversubscription stalls.",
     )
     p.add_argument("--note", default="", help="What else was running (recorded in the JSON).")
+    p.add_argument("--results", type=Path, default=RESULTS / "dpo.json")
+    p.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK}")
+    harness.add_round_arguments(p)
     args = p.parse_args()
-    if args.child:
-        return child(args)
+    if args.quick:
+        vars(args).update(QUICK)
+    sides = args.sides.split(",")
+    if "tempering" not in sides or not {"trl", "trl_precompute"} & set(sides) or set(sides) - set(SIDES):
+        p.error(f"--sides needs tempering and a trl side, from {', '.join(SIDES)}; got {args.sides!r}")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    import torch
+
     from tempering.models.precision import resolve_precision
 
-    runs, load = {}, os.getloadavg()
-    for name in ("tempering", "tempering_compiled", "trl", "trl_precompute"):
-        with tempfile.NamedTemporaryFile(suffix=".json") as out:
-            cmd = [
-                sys.executable,
-                __file__,
-                "--child",
-                name,
-                "--out",
-                out.name,
-                f"--steps={args.steps}",
-                f"--warmup={args.warmup}",
-                f"--batch={args.batch}",
-                f"--pairs={args.pairs}",
-                f"--threads={args.threads}",
-            ]
-            print(f"running {name} ...", flush=True)
-            subprocess.run(cmd, check=True)
-            runs[name] = json.loads(Path(out.name).read_text())
-    best_trl = max(("trl", "trl_precompute"), key=lambda n: runs[n]["pairs_per_s"])
-    ratio = runs["tempering"]["pairs_per_s"] / runs[best_trl]["pairs_per_s"]
-    ratio_compiled = runs["tempering_compiled"]["pairs_per_s"] / runs[best_trl]["pairs_per_s"]
+    sides = args.sides.split(",")
+    records = harness.interleave(
+        {n: (lambda n=n: run_side(n, args)) for n in sides}, rounds=args.rounds, warmup=args.warmup_rounds
+    )
+    runs = {n: harness.side_summary(records, n, "pairs_per_s") for n in sides}
+    ran = {n: r for n, r in runs.items() if "pairs_per_s" in r}
+    if "tempering" not in ran or not any(n.startswith("trl") for n in ran):
+        sys.exit(f"no ratio: tempering and a trl side must run; ran: {list(ran)}")
+    best_trl = max((n for n in ran if n.startswith("trl")), key=lambda n: ran[n]["pairs_per_s"])
+    peer = ran[best_trl]["pairs_per_s"]
     result = {
-        "benchmark": "dpo",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "model": "smollm2-135m-instruct (LoRA r16 all-linear)",
         "batch_pairs": args.batch,
         "timed_steps": args.steps,
         "warmup_steps": args.warmup,
         "pairs_in_set": args.pairs,
         "precision": resolve_precision("auto"),
-        "cpu": cpu_name(),
-        "ratio_pairs_per_s": ratio,
-        "ratio_pairs_per_s_compiled": ratio_compiled,
         "best_trl_setting": best_trl,
-        "ratio_vs_trl_default": runs["tempering"]["pairs_per_s"] / runs["trl"]["pairs_per_s"],
-        "ratio_epoch_vs_trl_precompute": runs["tempering"]["epoch_pairs_per_s"]
-        / runs["trl_precompute"]["epoch_pairs_per_s"],
+        # ratios of the sides' medians; the headline ratio_median / ratio_ci pair rounds
+        "ratio_pairs_per_s_compiled": ran["tempering_compiled"]["pairs_per_s"] / peer
+        if "tempering_compiled" in ran
+        else None,
+        "ratio_vs_trl_default": ran["tempering"]["pairs_per_s"] / ran["trl"]["pairs_per_s"] if "trl" in ran else None,
+        "ratio_epoch_vs_trl_precompute": (
+            median(r["epoch_pairs_per_s"] for r in _timed(records, "tempering"))
+            / median(r["epoch_pairs_per_s"] for r in _timed(records, "trl_precompute"))
+            if "trl_precompute" in ran
+            else None
+        ),
         "target_ratio": 2.0,
         "runs": runs,
-        "load_average_at_start": load,
-        "load_average_at_end": os.getloadavg(),
         "other_activity": args.note,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "dpo.json").write_text(json.dumps(result, indent=1, default=str))
-    print(f"\nDPO throughput, {args.batch} pairs/step, precision {result['precision']}")
+    written = harness.write_result(
+        args.results,
+        benchmark="dpo",
+        host=harness.host(result["precision"], args.threads or torch.get_num_threads()),
+        rounds=records,
+        candidate="tempering",
+        baseline=best_trl,
+        metric="pairs_per_s",
+        max_load=args.max_load,
+        extra=result,
+    )
+    print_table(written)
+
+
+def _timed(records: list[dict], side: str) -> list[dict]:
+    return [r["result"] for r in records if r["side"] == side and not r["warmup"] and "pairs_per_s" in r["result"]]
+
+
+def print_table(result: dict) -> None:
+    print(f"\nDPO throughput, {result['batch_pairs']} pairs/step, precision {result['precision']}, medians of rounds")
     print(f"{'':18}{'pairs/s':>10}{'epoch pairs/s':>15}{'peak RSS MB':>13}")
-    for name, r in runs.items():
+    for name, r in result["runs"].items():
+        if "pairs_per_s" not in r:
+            print(f"{name:18}failed: {r['failed']}")
+            continue
         epoch = f"{r['epoch_pairs_per_s']:15.3f}" if "epoch_pairs_per_s" in r else f"{'-':>15}"
         print(f"{name:18}{r['pairs_per_s']:10.3f}{epoch}{r['peak_rss_mb']:13.0f}")
+    low, high = result["ratio_ci"]
     print(
-        f"ratio tempering / {best_trl}: {ratio:.2f}x (with compiled layers {ratio_compiled:.2f}x; target 2.0x); vs TRL default "
-        f"{result['ratio_vs_trl_default']:.2f}x; one epoch incl. precompute vs TRL precompute "
-        f"{result['ratio_epoch_vs_trl_precompute']:.2f}x"
+        f"ratio tempering / {result['baseline']}: median {result['ratio_median']:.2f}x [{low:.2f}, {high:.2f}]"
+        f"{' (parity)' if result['parity'] else ''} (target 2.0x); compiled {result['ratio_pairs_per_s_compiled']}; "
+        f"vs TRL default {result['ratio_vs_trl_default']}; one epoch incl. precompute vs TRL precompute "
+        f"{result['ratio_epoch_vs_trl_precompute']}"
     )
 
 

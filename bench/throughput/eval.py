@@ -4,8 +4,12 @@ backend, and (history) a plain per-sample `model.generate` loop.
 Same model (the default, weights in --precision), same suite (arithmetic-add: 100 held-out additions, the
 canonical template only), same sampling (4 samples per task, temperature and top-p of the
 suite, max_new_tokens 32, eos stops), same scorer (the suite's numeric verifier), the same torch
-threads (--threads, 2 by default) on every side. Every side runs in this one process, one
-after the other, after a warm-up generate.
+threads (--threads, 2 by default) on every side. Every side runs in this one process after a
+warm-up generate, the sides interleaved over rounds (bench/_shared/harness.py: `--warmup-rounds`
+first and not counted, then `--rounds` timed rounds; a side's figures are its rounds' medians).
+Each HF and lm-eval batch size is a side of its own; the headline is tempering over the HF batch
+size with the highest median samples/s, paired by round, with a bootstrap interval of the median
+ratio.
 
   * tempering: `run_suite` on the default engine (`EngineSettings()`: continuous batching,
     `BatchingEngine`) -- one prefill per prompt shared by its samples, slot KV cache,
@@ -24,8 +28,10 @@ samples/s is extrapolated from that subset (recorded in the JSON); generated tok
 second are reported too, since both sides sample answers of different lengths.
 
     python bench/throughput/eval.py [--tasks 100] [--samples 4] [--max-new-tokens 32] [--per-sample-tasks 20]
+        [--rounds 5 --warmup-rounds 1] [--quick]
 
-Writes bench/results/eval.json and prints a summary.
+`--per-sample-tasks 0` leaves the per-sample side out; `--quick` is a smoke run (never a headline).
+Writes bench/results/eval.json (or --out) and prints a summary.
 """
 
 from __future__ import annotations
@@ -42,7 +48,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
-from _shared.paths import RESULTS, cpu_name  # noqa: E402
+from _shared import harness  # noqa: E402
+from _shared.paths import RESULTS  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 
@@ -256,7 +263,12 @@ def run_lm_eval(model, tokenizer, suite, samples: int, batch: int, workdir: Path
     }
 
 
-def main() -> None:
+QUICK = {"tasks": 4, "samples": 2, "max_new_tokens": 8, "per_sample_tasks": 1, "hf_batches": "4"}
+QUICK |= {"lm_eval_batches": "", "rounds": 1, "warmup_rounds": 0}
+"""`--quick`: the smallest run that goes through every side (a smoke check, never a headline)."""
+
+
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--tasks", type=int, default=100)
     p.add_argument("--samples", type=int, default=4)
@@ -268,13 +280,56 @@ def main() -> None:
         help="weights and compute of both sides (bf16: what `auto` picks on a CPU with native bf16)",
     )
     p.add_argument("--max-slots", type=int, default=None, help="engine.max_slots (default: EngineSettings')")
-    p.add_argument("--per-sample-tasks", type=int, default=20, help="tasks the per-sample loop runs (subset)")
+    p.add_argument("--per-sample-tasks", type=int, default=20, help="tasks the per-sample loop runs (0: no such side)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, every side")
-    p.add_argument("--hf-batches", default="16,50,100", help="prompts per HF generate call, each tried")
-    p.add_argument("--lm-eval-batches", default="16,64", help="lm-eval HF backend batch sizes, each tried")
+    p.add_argument("--hf-batches", default="16,50,100", help="prompts per HF generate call, each its own side")
+    p.add_argument("--lm-eval-batches", default="16,64", help="lm-eval HF backend batch sizes, each its own side")
     p.add_argument("--out", type=Path, default=RESULTS / "eval.json")
+    p.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK}")
+    harness.add_round_arguments(p)
     args = p.parse_args()
+    if args.quick:
+        vars(args).update(QUICK)
+    return args
 
+
+def _sizes(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def build_sides(args, engine, model, tokenizer, suite) -> tuple[dict, dict]:
+    """The sides as closures over the loaded model, and why a peer side is missing (lm-eval)."""
+    import tempfile
+
+    sides = {"tempering": lambda: run_tempering(engine, suite, args.samples)}
+    if args.per_sample_tasks:
+        sides["per_sample_generate"] = lambda: run_per_sample(
+            model, tokenizer, suite, args.samples, args.per_sample_tasks
+        )
+    for b in _sizes(args.hf_batches):
+        sides[f"hf_generate_batched_{b}"] = lambda b=b: run_hf_batched(model, tokenizer, suite, args.samples, b)
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        return sides, {"lm_eval_hf": "lm_eval is not installed (pip install 'lm_eval[hf]==0.4.13')"}
+
+    def lm_eval_side(b: int) -> dict:
+        with tempfile.TemporaryDirectory() as work:
+            return run_lm_eval(model, tokenizer, suite, args.samples, b, Path(work))
+
+    for b in _sizes(args.lm_eval_batches):
+        sides[f"lm_eval_hf_{b}"] = lambda b=b: lm_eval_side(b)
+    return sides, {}
+
+
+def _best(runs: dict, prefix: str) -> str | None:
+    """The side named `prefix*` with the highest median samples/s (None: no such side ran)."""
+    ran = [n for n, r in runs.items() if n.startswith(prefix) and "samples_per_s" in r]
+    return max(ran, key=lambda n: runs[n]["samples_per_s"]) if ran else None
+
+
+def main() -> None:
+    args = parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
@@ -294,38 +349,18 @@ def main() -> None:
     engine.generate([warm], SamplingParams(n=2, max_new_tokens=4, seed=0))
     model.generate(torch.tensor([warm]), do_sample=True, max_new_tokens=4, pad_token_id=tokenizer.pad_token_id)
 
-    load_before = os.getloadavg()
-    print(f"tempering runner: {args.tasks} tasks x {args.samples} samples ...", flush=True)
-    tempering = run_tempering(engine, suite, args.samples)
-    print(f"  {tempering['samples_per_s']:.2f} samples/s", flush=True)
-    print(f"per-sample generate: {args.per_sample_tasks} tasks x {args.samples} samples ...", flush=True)
-    per_sample = run_per_sample(model, tokenizer, suite, args.samples, args.per_sample_tasks)
-    print(f"  {per_sample['samples_per_s']:.2f} samples/s", flush=True)
-    ratio = tempering["samples_per_s"] / per_sample["samples_per_s"]
-    batched = {}
-    for b in [int(x) for x in args.hf_batches.split(",") if x]:
-        print(f"HF generate, {b} prompts x {args.samples} samples a call ...", flush=True)
-        batched[str(b)] = run_hf_batched(model, tokenizer, suite, args.samples, b)
-        print(f"  {batched[str(b)]['samples_per_s']:.2f} samples/s", flush=True)
-    lm_eval_runs: dict = {}
-    try:
-        import lm_eval  # noqa: F401
-    except ImportError:
-        lm_eval_runs = {"ran": False, "reason": "lm_eval is not installed (pip install 'lm_eval[hf]==0.4.13')"}
-    else:
-        import tempfile
+    sides, not_run = build_sides(args, engine, model, tokenizer, suite)
+    records = harness.interleave(sides, rounds=args.rounds, warmup=args.warmup_rounds)
+    runs = {n: harness.side_summary(records, n, "samples_per_s") for n in sides}
+    best_hf, best_lm = _best(runs, "hf_generate_batched_"), _best(runs, "lm_eval_hf_")
+    if best_hf is None:
+        sys.exit("no ratio: needs an --hf-batches side")
+    ours = runs["tempering"]
 
-        for b in [int(x) for x in args.lm_eval_batches.split(",") if x]:
-            print(f"lm-eval HF backend, batch size {b} ...", flush=True)
-            with tempfile.TemporaryDirectory() as work:
-                lm_eval_runs[str(b)] = run_lm_eval(model, tokenizer, suite, args.samples, b, Path(work))
-            print(f"  {lm_eval_runs[str(b)]['samples_per_s']:.2f} samples/s", flush=True)
-    best_hf = max(batched.values(), key=lambda r: r["samples_per_s"]) if batched else None
-    lm_ran = {k: v for k, v in lm_eval_runs.items() if isinstance(v, dict)}
-    best_lm = max(lm_ran.values(), key=lambda r: r["samples_per_s"]) if lm_ran else None
+    def over(side: str | None, key: str) -> float | None:
+        return ours[key] / runs[side][key] if side else None
+
     result = {
-        "benchmark": "eval",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "model": f"{MODEL} (weights in {args.precision})",
         "precision": args.precision,
         "suite": "arithmetic-add (canonical template only)",
@@ -339,48 +374,51 @@ def main() -> None:
         },
         "engine": {"class": type(engine).__name__, **settings.model_dump(exclude={"vllm"})},
         "torch_threads": torch.get_num_threads(),
-        "threads_note": "the same torch threads on every side; run alone (load average recorded)",
-        "load_average_before_after": [load_before, os.getloadavg()],
-        "cpu": cpu_name(),
-        "cpu_count": os.cpu_count(),
+        "threads_note": "the same torch threads on every side; run alone (load average recorded per round)",
         "per_sample_subset_note": (
-            f"the per-sample loop ran the first {per_sample['tasks_run']} of {args.tasks} tasks "
+            f"the per-sample loop ran the first {args.per_sample_tasks} of {args.tasks} tasks "
             f"(all {args.samples} samples each); its samples/s is measured on that subset and "
             "taken as the rate for all tasks (the tasks are alike: one 2-digit addition each)"
         ),
-        "ratio_samples_per_s": ratio,
-        "ratio_samples_per_s_vs_hf_generate_batched": (
-            tempering["samples_per_s"] / best_hf["samples_per_s"] if best_hf else None
+        "best_hf_generate_batched": best_hf,
+        "best_lm_eval_hf": best_lm,
+        # ratios of the sides' medians; the headline ratio_median / ratio_ci pair rounds
+        "ratio_samples_per_s_vs_per_sample": over(
+            "per_sample_generate" if args.per_sample_tasks else None, "samples_per_s"
         ),
-        "ratio_generated_tokens_per_s_vs_hf_generate_batched": (
-            tempering["generated_tokens_per_s"] / best_hf["generated_tokens_per_s"] if best_hf else None
-        ),
-        "ratio_samples_per_s_vs_lm_eval_hf": tempering["samples_per_s"] / best_lm["samples_per_s"] if best_lm else None,
-        "ratio_generated_tokens_per_s_vs_lm_eval_hf": (
-            tempering["generated_tokens_per_s"] / best_lm["generated_tokens_per_s"] if best_lm else None
-        ),
+        "ratio_samples_per_s_vs_hf_generate_batched": over(best_hf, "samples_per_s"),
+        "ratio_generated_tokens_per_s_vs_hf_generate_batched": over(best_hf, "generated_tokens_per_s"),
+        "ratio_samples_per_s_vs_lm_eval_hf": over(best_lm, "samples_per_s"),
+        "ratio_generated_tokens_per_s_vs_lm_eval_hf": over(best_lm, "generated_tokens_per_s"),
         "peers_note": (
-            "hf_generate_batched: every prompt once per call with num_return_sequences, each batch size "
-            "tried, the fastest kept; lm_eval_hf: lm-evaluation-harness's HF backend over the same "
+            "hf_generate_batched_B: every prompt once per call with num_return_sequences, B prompts a call, "
+            "each B its own side; lm_eval_hf_B: lm-evaluation-harness's HF backend over the same "
             "loaded model, the same items as a generate_until task (chat template, repeats = samples), "
-            "its whole simple_evaluate timed, each batch size tried, the fastest kept; lm-eval returns "
+            "its whole simple_evaluate timed, batch size B; lm-eval returns "
             "text, so its generated tokens are its answers re-tokenised (the eos not counted)"
         ),
-        "ratio_generated_tokens_per_s": tempering["generated_tokens_per_s"] / per_sample["generated_tokens_per_s"],
         "target_ratio": 15.0,
-        "runs": {
-            "tempering": tempering,
-            "per_sample_generate": per_sample,
-            "hf_generate_batched": batched,
-            "lm_eval_hf": lm_eval_runs,
-        },
+        "runs": runs,
+        "not_run": not_run,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    written = harness.write_result(
+        args.out,
+        benchmark="eval",
+        host=harness.host(args.precision, torch.get_num_threads()),
+        rounds=records,
+        candidate="tempering",
+        baseline=best_hf,
+        metric="samples_per_s",
+        max_load=args.max_load,
+        extra=result,
+    )
+    low, high = written["ratio_ci"]
     print(
-        f"\nratio tempering / per-sample: {ratio:.2f}x samples/s "
-        f"({result['ratio_generated_tokens_per_s']:.2f}x generated tokens/s), target 15x -> {args.out}"
+        f"\ntempering {ours['samples_per_s']:.2f} samples/s; over {best_hf}: median {written['ratio_median']:.2f}x "
+        f"[{low:.2f}, {high:.2f}]{' (parity)' if written['parity'] else ''}; over lm-eval "
+        f"{result['ratio_samples_per_s_vs_lm_eval_hf']}; over per-sample {result['ratio_samples_per_s_vs_per_sample']} "
+        f"-> {args.out}"
     )
 
 

@@ -15,13 +15,17 @@ at its fastest settings found here: `gradient_checkpointing=False` (GRPOConfig's
 recomputes the forward); `--trl-sweep` measures s/step of TRL under each setting of
 `TRL_SWEEP` and records them (bench/results/grpo_trl_sweep.json).
 
-Each framework runs in its own child process, one after the other. Reported per side:
-completions/s over the timed steps (generation + scoring + update, everything a step does,
-after `--warmup` steps), the reward curve, and the first step / wall second at which the
-step's mean reward reached 0.5 (null when not reached within `--steps`).
+Rounds (bench/_shared/harness.py): every side runs once a round in a fresh process, the sides
+interleaved, `--warmup-rounds` first and not counted, then `--rounds` timed rounds. Reported per
+side (medians of its rounds, with the per-round values): completions/s over the timed steps
+(generation + scoring + update, everything a step does, after `--warmup` steps), the first
+round's reward curve, and the first step / wall second at which the step's mean reward reached
+0.5 (null when not reached within `--steps`). The headline is tempering over trl in
+completions/s, paired by round, with a bootstrap interval of the median ratio. `--quick` is a
+smoke run (never a headline).
 
-    python bench/throughput/grpo.py [--steps 6] [--warmup 1] [--threads 2]
-        [--model DIR] [--sides tempering,trl] [--prompts 8 --group 8 --max-new-tokens 32] [--results FILE]
+    python bench/throughput/grpo.py [--steps 6] [--warmup 1] [--threads 2] [--rounds 5 --warmup-rounds 1]
+        [--model DIR] [--sides tempering,trl] [--prompts 8 --group 8 --max-new-tokens 32] [--results FILE] [--quick]
 
 Sides: `tempering` and `trl` (LoRA, as above) and `tempering_full` (full parameters, no TRL
 twin). On a GPU both frameworks train and sample on it; `--model` takes any model directory,
@@ -34,6 +38,7 @@ Writes bench/results/grpo.json (or --results) and prints a table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -46,10 +51,39 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
+from _shared import harness  # noqa: E402
 from _shared.grpo_sides import TRL_FASTEST, TRL_SWEEP, Shape, run_tempering, run_trl  # noqa: E402
-from _shared.paths import RESULTS, cpu_name  # noqa: E402
+from _shared.paths import RESULTS  # noqa: E402
 
 SIDES = ("tempering", "tempering_full", "trl")
+QUICK = {"steps": 2, "warmup": 1, "prompts": 2, "group": 2, "max_new_tokens": 8, "rounds": 1, "warmup_rounds": 0}
+"""`--quick`: the smallest run that goes through every part (a smoke check, never a headline)."""
+
+
+def run_child_side(side: str, shape: dict, steps: int, warmup: int, threads: int) -> dict:
+    """One side's timed steps (in the fresh process `harness.call_in_subprocess` starts)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    bench_shape = Shape(**shape)
+    if side == "trl":
+        return run_trl(bench_shape, steps, warmup, None)
+    return run_tempering(bench_shape, steps, warmup, lora=side == "tempering")
+
+
+def run_side(side: str, args: argparse.Namespace, shape: Shape) -> dict:
+    """One side in its own process; a failure (exit status, time-out) is recorded, not raised."""
+    kwargs = {
+        "side": side,
+        "shape": dataclasses.asdict(shape),
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "threads": args.threads,
+    }
+    try:
+        return harness.call_in_subprocess(Path(__file__), "run_child_side", kwargs, timeout_s=args.side_timeout)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        return {"failed": str(exc)}
 
 
 def main() -> None:
@@ -63,11 +97,16 @@ def main() -> None:
     p.add_argument("--group", type=int, default=Shape.group)
     p.add_argument("--max-new-tokens", type=int, default=Shape.max_new_tokens)
     p.add_argument("--results", type=Path, default=RESULTS / "grpo.json")
+    p.add_argument("--side-timeout", type=float, default=1800, help="seconds one side's process may run")
+    p.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK}")
+    harness.add_round_arguments(p)
     p.add_argument("--child", choices=SIDES)
     p.add_argument("--trl-settings", default=None, help="child only: JSON of TRL GRPOConfig settings")
     p.add_argument("--trl-sweep", action="store_true", help="time TRL under each TRL_SWEEP setting instead")
     p.add_argument("--out")
     args = p.parse_args()
+    if args.quick:
+        vars(args).update(QUICK)
     bench_shape = Shape(args.model, args.prompts, args.group, args.max_new_tokens)
     shape = [f"--model={args.model}", f"--prompts={args.prompts}", f"--group={args.group}"]
     shape.append(f"--max-new-tokens={args.max_new_tokens}")
@@ -129,34 +168,22 @@ def main() -> None:
     sides = args.sides.split(",")
     if "trl" not in sides or "tempering" not in sides or set(sides) - set(SIDES):
         p.error(f"--sides needs tempering and trl, from {', '.join(SIDES)}; got {args.sides!r}")
-    runs = {}
-    for name in sides:
-        with tempfile.NamedTemporaryFile(suffix=".json") as out:
-            cmd = [
-                sys.executable,
-                __file__,
-                "--child",
-                name,
-                "--out",
-                out.name,
-                f"--steps={args.steps}",
-                f"--warmup={args.warmup}",
-                f"--threads={args.threads}",
-                *shape,
-            ]
-            print(f"running {name} ...", flush=True)
-            subprocess.run(cmd, check=True)
-            runs[name] = json.loads(Path(out.name).read_text())
+    records = harness.interleave(
+        {n: (lambda n=n: run_side(n, args, bench_shape)) for n in sides}, rounds=args.rounds, warmup=args.warmup_rounds
+    )
+    runs = {n: harness.side_summary(records, n, "completions_per_s") for n in sides}
+    if any(runs[n].get("completions_per_s") is None for n in ("tempering", "trl")):
+        sys.exit(f"no ratio: tempering and trl must run; {runs}")
     ours, peer = runs["tempering"], runs["trl"]
+    # ratios of the sides' medians (the headline ratio_median / ratio_ci pair rounds)
     ratio = ours["completions_per_s"] / peer["completions_per_s"]
+    to_reward = {n: harness.side_summary(records, n, "seconds_to_reward_0_5") for n in ("tempering", "trl")}
     t_ratio = (
-        peer["seconds_to_reward_0_5"] / ours["seconds_to_reward_0_5"]
-        if ours["seconds_to_reward_0_5"] and peer["seconds_to_reward_0_5"]
+        to_reward["trl"]["seconds_to_reward_0_5"] / to_reward["tempering"]["seconds_to_reward_0_5"]
+        if to_reward["tempering"].get("seconds_to_reward_0_5") and to_reward["trl"].get("seconds_to_reward_0_5")
         else None
     )
     result = {
-        "benchmark": "grpo",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "model": f"{bench_shape.model} + LoRA r16 all-linear"
         + (" (tempering_full: full parameters)" if "tempering_full" in runs else ""),
         "device": ours["device"],
@@ -170,14 +197,12 @@ def main() -> None:
         "lr": bench_shape.lr,
         "steps": args.steps,
         "warmup_steps": args.warmup,
-        "cpu": cpu_name(),
         "torch_threads": args.threads,
-        "load_average_at_end": os.getloadavg(),
         "tempering_engine": "BatchingEngine (EngineSettings() default: continuous batching)",
         "trl_settings": TRL_FASTEST,
         "trl_settings_swept": [s for s in TRL_SWEEP],
         "machine_note": (
-            "2 cores; run alone under /work/bench.lock (load average recorded)"
+            "2 cores; run alone under /work/bench.lock (load average recorded per round)"
             if ours["device"] == "cpu"
             else "one GPU, the sides one after the other"
         ),
@@ -197,22 +222,36 @@ def main() -> None:
         "target_time_ratio": 2.0,
         "runs": runs,
     }
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(result, indent=1, default=str))
+    written = harness.write_result(
+        args.results,
+        benchmark="grpo",
+        host=harness.host(ours.get("precision"), args.threads),
+        rounds=records,
+        candidate="tempering",
+        baseline="trl",
+        metric="completions_per_s",
+        max_load=args.max_load,
+        extra=result,
+    )
     print(
         f"\nGRPO, {bench_shape.prompts}x{bench_shape.group} per step, <= {bench_shape.max_new_tokens} new tokens, "
-        f"precision {ours['precision']}"
+        f"precision {ours['precision']}, medians of {written['paired_rounds']} rounds"
     )
     print(f"{'':12}{'compl/s':>10}{'s/step':>10}{'steps->0.5':>12}{'s->0.5':>10}  rewards")
     for name, r in runs.items():
+        if "completions_per_s" not in r:
+            print(f"{name:12}failed: {r['failed']}")
+            continue
         per = r["seconds"] / max(r["timed_steps"], 1)
         print(
             f"{name:12}{r['completions_per_s']:10.2f}{per:10.1f}{str(r['steps_to_reward_0_5']):>12}"
             f"{str(round(r['seconds_to_reward_0_5'] or 0)) if r['seconds_to_reward_0_5'] else 'n/a':>10}  "
             + " ".join(f"{x:.2f}" for x in r["rewards"])
         )
+    low, high = written["ratio_ci"]
     print(
-        f"ratio completions/s tempering / trl: {ratio:.2f}x (target 3x), generated tokens/s "
+        f"ratio completions/s tempering / trl: median {written['ratio_median']:.2f}x [{low:.2f}, {high:.2f}]"
+        f"{' (parity)' if written['parity'] else ''} (target 3x), generated tokens/s "
         f"{result['ratio_generated_tokens_per_s'] or float('nan'):.2f}x; time to reward 0.5: "
         + (f"{t_ratio:.2f}x" if t_ratio else "not reached by both within the run")
         + " (target 2x)"

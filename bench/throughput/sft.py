@@ -27,13 +27,20 @@ this machine lacks is recorded as skipped with the reason):
   varlen by block mask), `trl_flash` (FlashAttention 2 varlen, when `flash_attn` imports), `trl_liger`
   (Liger kernels, when `liger_kernel` imports). The headline compares the fastest of each framework.
 
+Rounds (bench/_shared/harness.py): every side runs once a round, in a fresh process, the sides in
+the order given, `--warmup-rounds` rounds first and not counted, then `--rounds` timed rounds. A
+side's figure is the median of its rounds; the headline is the fastest Tempering side over the
+fastest TRL side (by median), paired by round, with a bootstrap interval of the median ratio.
+MFU is against the peak of the precision the sides ran (`mfu_*_vs_peak_of_precision_used`); the
+`*_vs_bf16_peak` columns only where the CPU has native bf16 (else null: an emulated bf16 peak is a
+few GFLOP/s and divides into nonsense). `--quick` is a smoke run: tiny steps, one round, not a headline.
+
 Writes bench/results/sft.json (or --results) and prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import subprocess
@@ -46,7 +53,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
-from _shared.paths import RESULTS, cpu_name  # noqa: E402
+from _shared import harness  # noqa: E402
+from _shared.paths import RESULTS  # noqa: E402
 
 # Each side's settings over its framework's defaults; every one is recorded in the result.
 TEMPERING_SIDE_SETTINGS: dict[str, dict] = {
@@ -196,18 +204,16 @@ def run_trl(
     return {**result, "head_token_fraction": 1.0}  # TRL computes the logits of every position
 
 
-def child(args: argparse.Namespace) -> None:
+def run_child_side(side: str, model: str, examples: int, max_length: int, batch: int, steps: int, warmup: int) -> dict:
+    """One side's timed steps (in the fresh process `harness.call_in_subprocess` starts)."""
     from _shared.sft_data import make_bench_conversations
     from tempering.models.load import resolve_model
 
-    model_dir = resolve_model(args.model)
-    conversations = make_bench_conversations(args.examples, seed=0)
-    common = (model_dir, conversations, args.max_length, args.batch, args.steps, args.warmup)
-    if args.child in TRL_SIDE_SETTINGS:
-        result = run_trl(*common, TRL_SIDE_SETTINGS[args.child])
-    else:
-        result = run_tempering(*common, settings=TEMPERING_SIDE_SETTINGS[args.child])
-    Path(args.out).write_text(json.dumps(result, default=str))
+    model_dir = resolve_model(model)
+    common = (model_dir, make_bench_conversations(examples, seed=0), max_length, batch, steps, warmup)
+    if side in TRL_SIDE_SETTINGS:
+        return run_trl(*common, TRL_SIDE_SETTINGS[side])
+    return run_tempering(*common, settings=TEMPERING_SIDE_SETTINGS[side])
 
 
 def run_side(name: str, args: argparse.Namespace, batch: int) -> dict:
@@ -216,18 +222,13 @@ def run_side(name: str, args: argparse.Namespace, batch: int) -> dict:
     if reason:
         return {"skipped": reason}
     settings = side_settings(name)
-    passed = {k: v for k, v in vars(args).items() if k not in ("child", "out", "sides", "results", "tokens_per_step")}
-    with tempfile.NamedTemporaryFile(suffix=".json") as out, tempfile.TemporaryFile("w+") as log:
-        cmd = [sys.executable, __file__, "--child", name, "--out", out.name]
-        cmd += [f"--{k.replace('_', '-')}={v}" for k, v in {**passed, "batch": batch}.items()]
-        print(f"running {name} ...", flush=True)
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-        log.seek(0)
-        text = log.read()
-        print(text, end="", flush=True)
-        if rc != 0:
-            return {"failed": f"exit {rc}", "settings": settings, "log_tail": text[-2000:]}
-        return {**json.loads(Path(out.name).read_text()), "side_settings": settings}
+    kwargs = {"side": name, "model": args.model, "examples": args.examples, "max_length": args.max_length}
+    kwargs |= {"batch": batch, "steps": args.steps, "warmup": args.warmup}
+    try:
+        result = harness.call_in_subprocess(Path(__file__), "run_child_side", kwargs, timeout_s=args.side_timeout)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:  # out of memory, say: recorded, the other sides still run
+        return {"failed": str(exc), "settings": settings}
+    return {**result, "side_settings": settings}
 
 
 def flops_model(model_spec: str):
@@ -241,17 +242,23 @@ def flops_model(model_spec: str):
         return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(resolve_model(model_spec)))
 
 
-def add_mfu(r: dict, flops_per_token: float, head_flops: float, bf16_peak: float, used_peak: float) -> None:
-    achieved = r["real_tokens_per_s"] * flops_per_token
-    r["mfu_vs_bf16_peak"] = achieved / bf16_peak
-    r["mfu_vs_peak_of_precision_used"] = achieved / used_peak
-    # on the FLOPs actually executed: the head only on the positions it runs on
+def add_mfu(r: dict, flops_per_token: float, head_flops: float, used_peak: float, bf16_peak: float | None) -> None:
+    """MFU of a side's tokens/s: model FLOPs (6N + attention) and the FLOPs actually executed (the
+    head only on the positions it runs on), against the peak of the precision used and, where the
+    CPU has native bf16 (`bf16_peak` not None), the bf16 peak."""
     executed = flops_per_token - head_flops * (1.0 - r.get("head_token_fraction", 1.0))
     r["executed_flops_per_token"] = executed
-    r["mfu_executed_vs_bf16_peak"] = r["real_tokens_per_s"] * executed / bf16_peak
+    r["mfu_vs_peak_of_precision_used"] = r["real_tokens_per_s"] * flops_per_token / used_peak
+    r["mfu_executed_vs_peak_of_precision_used"] = r["real_tokens_per_s"] * executed / used_peak
+    r["mfu_vs_bf16_peak"] = r["real_tokens_per_s"] * flops_per_token / bf16_peak if bf16_peak else None
+    r["mfu_executed_vs_bf16_peak"] = r["real_tokens_per_s"] * executed / bf16_peak if bf16_peak else None
 
 
-def main() -> None:
+QUICK = {"steps": 1, "warmup": 1, "batch": 2, "max_length": 256, "examples": 8, "peak_seconds": 0.2}
+"""`--quick`: the smallest run that goes through every part (a smoke check, never a headline)."""
+
+
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--warmup", type=int, default=2)
@@ -262,13 +269,25 @@ def main() -> None:
     p.add_argument("--model", default="smollm2-135m-instruct", help="alias or model directory")
     p.add_argument("--sides", default="tempering,tempering_compiled,trl,trl_compiled,trl_packing")
     p.add_argument("--peak-seconds", type=float, default=3.0)
+    p.add_argument("--side-timeout", type=float, default=1800, help="seconds one side's process may run")
     p.add_argument("--results", type=Path, default=RESULTS / "sft.json")
-    p.add_argument("--child", choices=SIDES)
-    p.add_argument("--out")
+    p.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK}, 1 round, no warm-up round")
+    harness.add_round_arguments(p)
     args = p.parse_args()
-    if args.child:
-        return child(args)
+    if args.quick:
+        vars(args).update(QUICK, rounds=1, warmup_rounds=0)
+    sides = args.sides.split(",")
+    if (
+        not set(sides) & set(TRL_SIDE_SETTINGS)
+        or not set(sides) & set(TEMPERING_SIDE_SETTINGS)
+        or set(sides) - set(SIDES)
+    ):
+        p.error(f"--sides needs a trl and a tempering side, from {', '.join(SIDES)}; got {args.sides!r}")
+    return args
 
+
+def main() -> None:
+    args = parse_args()
     import torch
 
     from _shared.peak import measure_bf16_matmul_peak, model_flops_per_token
@@ -277,12 +296,6 @@ def main() -> None:
     from tempering.models.precision import resolve_precision
 
     sides = args.sides.split(",")
-    if (
-        not set(sides) & set(TRL_SIDE_SETTINGS)
-        or not set(sides) & set(TEMPERING_SIDE_SETTINGS)
-        or set(sides) - set(SIDES)
-    ):
-        p.error(f"--sides needs a trl and a tempering side, from {', '.join(SIDES)}; got {args.sides!r}")
     tok = load_tokenizer(args.model)
 
     def rendered(n: int) -> list[int]:
@@ -300,20 +313,18 @@ def main() -> None:
     packed_rows = max(1, round(args.batch * sum(lengths) / len(lengths) / args.max_length))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     precision = resolve_precision("auto")
-    # Emulated bf16 (a CPU without AMX or AVX512-BF16) runs a 2048^2 product for minutes and its
-    # percentage means nothing (the table prints n/a): a 512^2 product gives the figure in a second.
-    bf16_peak = measure_bf16_matmul_peak(args.peak_seconds, n=None if precision == "bf16" else 512, device=device)
+    # Without native bf16 (no AMX / AVX512-BF16) bf16 is emulated at a few GFLOP/s: no bf16 peak,
+    # and MFU is against the fp32 peak the sides ran at.
+    bf16_peak = measure_bf16_matmul_peak(args.peak_seconds, device=device) if precision == "bf16" else None
     fp32_peak = measure_bf16_matmul_peak(args.peak_seconds, dtype=torch.float32, device=device)
     if device == "cuda":
         torch.cuda.empty_cache()  # the sides' processes get the memory the peak's matrices held
     model = flops_model(args.model)
     doc_len = sum(n * n for n in lengths) / sum(lengths)  # token-weighted attention span
     flops_per_token = model_flops_per_token(model, seq_len=doc_len)
-    used_peak = bf16_peak if precision == "bf16" else fp32_peak
+    used_peak = bf16_peak or fp32_peak
     head_flops = 6.0 * model.get_output_embeddings().weight.numel()  # per token the head runs on
     result = {
-        "benchmark": "sft",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "model": f"{args.model} (full params)",
         "model_parameters": sum(p.numel() for p in model.parameters()),
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
@@ -326,36 +337,51 @@ def main() -> None:
         "warmup_steps": args.warmup,
         "examples": args.examples,
         "precision": precision,
-        "cpu": cpu_name(),
         "native_bf16": precision == "bf16",
-        "bf16_matmul_peak_gflops": bf16_peak / 1e9,
+        "bf16_matmul_peak_gflops": bf16_peak / 1e9 if bf16_peak else None,
         "peak_device": device,
         "fp32_matmul_peak_gflops": fp32_peak / 1e9,
         "model_flops_per_token": flops_per_token,
         "side_settings": {n: side_settings(n) for n in sides},
         "mfu_note": (
-            "mfu_vs_bf16_peak counts 6N (+ attention) per real token, the LM head included; "
-            "mfu_executed_vs_bf16_peak counts the head only on the positions it runs on (Tempering: "
-            "target tokens, head_token_fraction; TRL: every position)"
+            "mfu_vs_* counts 6N (+ attention) per real token, the LM head included; mfu_executed_vs_* "
+            "counts the head only on the positions it runs on (Tempering: target tokens, head_token_fraction; "
+            "TRL: every position); *_bf16_peak only where the CPU has native bf16"
         ),
         "target_ratio": 2.4,
-        "runs": {},
-        "not_run": {},
     }
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    for name in sides:
-        r = run_side(name, args, packed_rows if name == "trl_packing" else args.batch)
-        if "real_tokens_per_s" in r:
-            add_mfu(r, flops_per_token, head_flops, bf16_peak, used_peak)
-            result["runs"][name] = r
+    runnable = {n: None for n in sides if not missing_need(n)}
+    not_run = {n: {"skipped": missing_need(n)} for n in sides if n not in runnable}
+    batch_of = {n: packed_rows if n == "trl_packing" else args.batch for n in runnable}
+    records = harness.interleave(
+        {n: (lambda n=n: run_side(n, args, batch_of[n])) for n in runnable},
+        rounds=args.rounds,
+        warmup=args.warmup_rounds,
+    )
+    runs = {}
+    for name in runnable:
+        summary = harness.side_summary(records, name, "real_tokens_per_s")
+        if "real_tokens_per_s" in summary:
+            add_mfu(summary, flops_per_token, head_flops, used_peak, bf16_peak)
+            runs[name] = summary
         else:
-            result["not_run"][name] = r
-        result.update(headline(result["runs"]))
-        # after every side: a step cut at its time box keeps the sides that ran
-        args.results.write_text(json.dumps(result, indent=1, default=str))
-    print_table(result)
-    if "ratio_real_tokens_per_s" not in result:
-        sys.exit(f"no ratio: needs a tempering and a trl side that ran; not run: {list(result['not_run'])}")
+            not_run[name] = summary
+    best = headline(runs)
+    if not best:
+        sys.exit(f"no ratio: needs a tempering and a trl side that ran; not run: {list(not_run)}")
+    result |= {**best, "runs": runs, "not_run": not_run}
+    written = harness.write_result(
+        args.results,
+        benchmark="sft",
+        host=harness.host(precision, torch.get_num_threads()),
+        rounds=records,
+        candidate=best["best_tempering_setting"],
+        baseline=best["best_trl_setting"],
+        metric="real_tokens_per_s",
+        max_load=args.max_load,
+        extra=result,
+    )
+    print_table(written)
 
 
 def headline(runs: dict[str, dict]) -> dict:
@@ -375,28 +401,33 @@ def headline(runs: dict[str, dict]) -> dict:
     }
 
 
+def _pct(value: float | None, width: int) -> str:
+    return f"{value:{width}.1%}" if value is not None else f"{'n/a':>{width}}"
+
+
 def print_table(result: dict) -> None:
-    precision = result["precision"]
+    """The sides' median figures; MFU against the peak of the precision used (bf16 only where native)."""
+    bf16 = result["bf16_matmul_peak_gflops"]
     print(
-        f"\nSFT throughput, batch {result['batch']}, row length {result['max_length']}, precision {precision}, "
-        f"peaks bf16 {result['bf16_matmul_peak_gflops']:.1f} / fp32 {result['fp32_matmul_peak_gflops']:.1f} GFLOP/s"
+        f"\nSFT throughput, batch {result['batch']}, row length {result['max_length']}, precision "
+        f"{result['precision']}, peaks bf16 {f'{bf16:.1f}' if bf16 else 'n/a (not native)'} / fp32 "
+        f"{result['fp32_matmul_peak_gflops']:.1f} GFLOP/s, {result['paired_rounds']} rounds"
     )
     print(f"{'':20}{'real tok/s':>12}{'MFU(used)':>11}{'MFU(bf16)':>11}{'executed':>10}{'peak RSS MB':>13}")
     for name, r in result["runs"].items():
-        # Against an emulated bf16 peak (no AMX/AVX512-BF16) the percentage means nothing.
-        bf16_col = f"{r['mfu_vs_bf16_peak']:11.1%}" if precision == "bf16" else f"{'n/a':>11}"
         print(
-            f"{name:20}{r['real_tokens_per_s']:12.1f}{r['mfu_vs_peak_of_precision_used']:11.1%}"
-            f"{bf16_col}{r['mfu_executed_vs_bf16_peak']:10.1%}{r['peak_rss_mb']:13.0f}"
+            f"{name:20}{r['real_tokens_per_s']:12.1f}{_pct(r['mfu_vs_peak_of_precision_used'], 11)}"
+            f"{_pct(r['mfu_vs_bf16_peak'], 11)}{_pct(r['mfu_executed_vs_peak_of_precision_used'], 10)}"
+            f"{r['peak_rss_mb']:13.0f}"
         )
     for name, r in result["not_run"].items():
         print(f"{name:20}{'skipped: ' + r['skipped'] if 'skipped' in r else 'failed: ' + r['failed']}")
-    if "ratio_real_tokens_per_s" in result:
-        print(
-            f"ratio tempering ({result['best_tempering_setting']}) / trl ({result['best_trl_setting']}): "
-            f"{result['ratio_real_tokens_per_s']:.2f}x (target 2.4x); "
-            + ", ".join(f"{n} {r:.2f}x" for n, r in result["ratios_by_setting"].items())
-        )
+    low, high = result["ratio_ci"]
+    print(
+        f"ratio tempering ({result['candidate']}) / trl ({result['baseline']}): median {result['ratio_median']:.2f}x "
+        f"[{low:.2f}, {high:.2f}]{' (parity)' if result['parity'] else ''} (target 2.4x); by setting, of medians: "
+        + ", ".join(f"{n} {r:.2f}x" for n, r in result["ratios_by_setting"].items())
+    )
 
 
 if __name__ == "__main__":

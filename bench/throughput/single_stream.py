@@ -22,12 +22,17 @@ interleaved over `--rounds` rounds (so drift in the shared machine's load hits a
     node-llama-cpp's prebuilt CPU binaries (`TEMPERING_NODE_LLAMA_CPP`; bench/_shared/llama_cpp.py).
 
 Tokens/s = generated tokens / wall seconds, prefill included, as a user waits for them; the
-process CPU seconds are recorded too. Writes bench/results/single_stream.json and the two
-figures `single_stream_tokens_per_s_bf16` / `_int8` into bench/results/inference.json (its
-other keys kept).
+process CPU seconds are recorded too. Rounds (bench/_shared/harness.py): every side once a round
+(llama.cpp at each thread count a side of its own), `--warmup-rounds` first and not counted, then
+`--rounds` timed rounds; a side's tokens/s is the median of its rounds. The headline is the bf16
+step over llama.cpp at its faster thread count (HF `generate` where llama.cpp is not set up),
+paired by round, with a bootstrap interval of the median ratio. Writes
+bench/results/single_stream.json and, from a headline run only, the two figures
+`single_stream_tokens_per_s_bf16` / `_int8` into bench/results/inference.json (its other keys kept).
 
-    flock /work/bench.lock python bench/throughput/single_stream.py [--rounds 2] [--max-new-tokens 128] [--threads 2]
-    python bench/throughput/single_stream.py --sides single_stream_int8 --prompts 2   (a quick check)
+    flock /work/bench.lock python bench/throughput/single_stream.py [--rounds 5] [--max-new-tokens 128] [--threads 2]
+    python bench/throughput/single_stream.py --sides single_stream_int8 --prompts 2   (a quick check: prints)
+    python bench/throughput/single_stream.py --quick --out /tmp/ss.json               (a smoke run of every side)
 """
 
 from __future__ import annotations
@@ -43,8 +48,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
-from _shared.llama_cpp import fastest, llama_cpp_peer, merge_rounds  # noqa: E402
-from _shared.paths import RESULTS, cpu_name  # noqa: E402
+from _shared import harness  # noqa: E402
+from _shared.llama_cpp import llama_cpp_peer  # noqa: E402
+from _shared.paths import RESULTS  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 PROMPTS = [
@@ -60,12 +66,13 @@ PROMPTS = [
 
 
 def timed(run, prompts) -> tuple[dict, list[list[int]]]:
-    """Wall and CPU seconds of `run(prompt) -> generated token ids` over every prompt."""
+    """Wall and CPU seconds of `run(prompt) -> generated token ids` over every prompt, and tokens/s."""
     t0, c0 = time.perf_counter(), time.process_time()
     out = [run(p) for p in prompts]
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     tokens = [len(o) for o in out]
-    return {"seconds": seconds, "cpu_seconds": cpu, "generated_tokens": sum(tokens), "per_prompt": tokens}, out
+    figures = {"seconds": seconds, "cpu_seconds": cpu, "generated_tokens": sum(tokens), "per_prompt": tokens}
+    return {**figures, "tokens_per_s": sum(tokens) / seconds}, out
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -76,7 +83,6 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--prompts", type=int, default=len(PROMPTS), help="the first N prompts (a quick check)")
     p.add_argument(
@@ -84,7 +90,11 @@ def main() -> None:
     )
     p.add_argument("--out", type=Path, default=RESULTS / "single_stream.json")
     p.add_argument("--inference-json", type=Path, default=RESULTS / "inference.json")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 2 prompts, 16 tokens, 1 round")
+    harness.add_round_arguments(p)
     args = p.parse_args()
+    if args.quick:
+        vars(args).update(prompts=2, max_new_tokens=16, rounds=1, warmup_rounds=0)
 
     import torch
 
@@ -146,53 +156,50 @@ def main() -> None:
         t0 = time.perf_counter()
         run(prompts[0][:8])
         build[name] = time.perf_counter() - t0
-    load_before = os.getloadavg()
-    rounds: dict[str, list[dict]] = {name: [] for name in sides}
-    llama_threads = sorted({1, args.threads})  # the peer at its fastest: its threads spin, so 1 can win
-    llama_rounds: dict[int, list[dict]] = {t: [] for t in llama_threads}
     answers: dict[str, list[list[int]]] = {}
-    for r in range(args.rounds):
-        for name, run in sides.items():
-            last, answers[name] = timed(run, prompts)
-            rounds[name].append(last)
-            print(f"round {r}: {name:22s} {last['generated_tokens'] / last['seconds']:6.1f} tokens/s", flush=True)
-        if not args.sides or "llama_cpp_q8_0" in args.sides:  # its own process, so interleaved by round
-            for t in llama_threads:
-                llama_rounds[t].append(got := llama_cpp_peer(prompts, args.max_new_tokens, t))
-                if got["ran"]:
-                    print(f"round {r}: llama_cpp_q8_0 {t} thread(s) {got['tokens_per_s']:6.1f} tokens/s", flush=True)
-    llama = fastest({t: merge_rounds(runs) for t, runs in llama_rounds.items()})
-    load_after = os.getloadavg()
 
-    def rate(name: str) -> float:
-        runs = rounds[name]
-        return sum(x["generated_tokens"] for x in runs) / sum(x["seconds"] for x in runs)
+    def side(name: str, run):
+        def one_round() -> dict:
+            figures, answers[name] = timed(run, prompts)
+            return figures
 
-    rates = {name: rate(name) for name in sides}
-    same = {n: [_common_prefix(a, b) for a, b in zip(answers[n], answers["single_stream_bf16"])] for n in sides}
-    if llama["ran"]:
-        rates["llama_cpp_q8_0"] = llama["tokens_per_s"]
-        same["llama_cpp_q8_0"] = [
-            _common_prefix(a, b) for a, b in zip(llama.pop("answers"), answers["single_stream_bf16"])
-        ]
+        return one_round
+
+    def llama_side(threads: int):
+        def one_round() -> dict:  # its own process
+            got = llama_cpp_peer(prompts, args.max_new_tokens, threads)
+            answers[f"llama_cpp_q8_0_{threads}t"] = got.pop("answers", [])
+            return got
+
+        return one_round
+
+    timed_sides = {name: side(name, run) for name, run in sides.items()}
+    gguf = os.environ.get("TEMPERING_Q8_GGUF")
+    llama_wanted = not args.sides or "llama_cpp_q8_0" in args.sides
+    if llama_wanted and gguf and Path(gguf).exists():
+        # the peer at its fastest: its threads spin, so 1 can win
+        timed_sides |= {f"llama_cpp_q8_0_{t}t": llama_side(t) for t in sorted({1, args.threads})}
+    records = harness.interleave(timed_sides, rounds=args.rounds, warmup=args.warmup_rounds)
+    runs = {name: harness.side_summary(records, name, "tokens_per_s") for name in timed_sides}
+    rates = {name: r["tokens_per_s"] for name, r in runs.items() if "tokens_per_s" in r}
+    llama_ran = sorted((n for n in rates if n.startswith("llama_cpp_q8_0")), key=lambda n: rates[n])
+    llama_best = llama_ran[-1] if llama_ran else None
+    same = {n: [_common_prefix(a, b) for a, b in zip(answers[n], answers["single_stream_bf16"])] for n in rates}
+    if llama_best:
+        rates["llama_cpp_q8_0"] = rates[llama_best]
+        same["llama_cpp_q8_0"] = same[llama_best]
     if args.sides:
         print(json.dumps({"tokens_per_s": rates, "tokens_before_first_difference_from_bf16_step": same}, indent=1))
         return
     result = {
-        "benchmark": "single_stream",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "model": MODEL,
         "workload": {
             "prompts": len(prompts),
             "max_new_tokens": args.max_new_tokens,
             "decoding": "greedy, eos stops, one request at a time",
-            "rounds": args.rounds,
             "prompt_tokens_mean": sum(map(len, prompts)) / len(prompts),
         },
         "torch_threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
-        "cpu_count": os.cpu_count(),
-        "load_average_before_after": [load_before, load_after],
         "tokens_per_s": rates,
         "ratios": {
             "single_stream_bf16_vs_hf_generate": rates["single_stream_bf16"] / rates["hf_generate"],
@@ -206,10 +213,10 @@ def main() -> None:
             ),
             "speculative_prompt_lookup_vs_hf_generate": rates["speculative_prompt_lookup"] / rates["hf_generate"],
             "single_stream_bf16_vs_llama_cpp_q8_0": (
-                rates["single_stream_bf16"] / rates["llama_cpp_q8_0"] if llama["ran"] else None
+                rates["single_stream_bf16"] / rates["llama_cpp_q8_0"] if llama_best else None
             ),
             "single_stream_int8_vs_llama_cpp_q8_0": (
-                rates["single_stream_int8"] / rates["llama_cpp_q8_0"] if llama["ran"] else None
+                rates["single_stream_int8"] / rates["llama_cpp_q8_0"] if llama_best else None
             ),
         },
         "greedy_answers_same_as_batching_hf_forward": {
@@ -220,20 +227,36 @@ def main() -> None:
         },
         "greedy_tokens_before_first_difference_from_single_stream_bf16": same,
         "first_call_seconds": build,
-        "runs": rounds,
-        "llama_cpp_q8_0": llama,
-        "llama_cpp_q8_0_tokens_per_s_by_threads": llama["tokens_per_s_by_threads"],
+        "runs": runs,
+        "llama_cpp_q8_0": (
+            {"side": llama_best, "tokens_per_s_by_threads": {n: rates[n] for n in llama_ran}}
+            if llama_best
+            else {"ran": False, "reason": "TEMPERING_Q8_GGUF is not set to a Q8_0 GGUF of the model"}
+        ),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    inference = json.loads(args.inference_json.read_text()) if args.inference_json.exists() else {}
-    inference["single_stream_tokens_per_s_bf16"] = rates["single_stream_bf16"]
-    inference["single_stream_tokens_per_s_int8"] = rates["single_stream_int8"]
-    inference["single_stream_source"] = (
-        f"bench/throughput/single_stream.py -> {args.out.name} ({result['date']}, load {load_before[0]:.1f})"
+    written = harness.write_result(
+        args.out,
+        benchmark="single_stream",
+        host=harness.host("bf16", torch.get_num_threads()),
+        rounds=records,
+        candidate="single_stream_bf16",
+        baseline=llama_best or "hf_generate",
+        metric="tokens_per_s",
+        max_load=args.max_load,
+        extra=result,
     )
-    args.inference_json.write_text(json.dumps(inference, indent=1) + "\n")
+    if written["headline"]:
+        inference = json.loads(args.inference_json.read_text()) if args.inference_json.exists() else {}
+        inference["single_stream_tokens_per_s_bf16"] = rates["single_stream_bf16"]
+        inference["single_stream_tokens_per_s_int8"] = rates["single_stream_int8"]
+        inference["single_stream_source"] = f"bench/throughput/single_stream.py -> {args.out.name} ({written['date']})"
+        args.inference_json.write_text(json.dumps(inference, indent=1) + "\n")
+    low, high = written["ratio_ci"]
     print(json.dumps({"tokens_per_s": rates, "ratios": result["ratios"]}, indent=1))
+    print(
+        f"single_stream_bf16 / {written['baseline']}: median {written['ratio_median']:.2f}x [{low:.2f}, {high:.2f}]"
+        f"{' (parity)' if written['parity'] else ''}"
+    )
 
 
 if __name__ == "__main__":
