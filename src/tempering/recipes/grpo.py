@@ -295,8 +295,11 @@ def grpo_components(
         from tempering.scale.reward_workers import RayRewardWorkers
 
         s = cfg.scale
-        engine = EngineReplicas(cfg.model, cfg.lora, precision, s.engine_replicas, gpus=s.engine_gpus)
-        workers = RayRewardWorkers(s.reward_workers, s.sandbox_slots, s.worker_cpus, s.max_retries)
+        grace = cfg.grpo.hang_grace_s
+        engine = EngineReplicas(
+            cfg.model, cfg.lora, precision, s.engine_replicas, s.engine_gpus, deadline_s=s.engine_deadline_s, grace_s=grace
+        )
+        workers = RayRewardWorkers(s.reward_workers, s.sandbox_slots, s.worker_cpus, s.max_retries, s.reward_deadline_s)
     else:
         model_dir = resolve_model(cfg.model) if cfg.engine.kind == "vllm" else None
         engine = build_engine(cfg.engine, model, tokenizer, precision, model_dir=model_dir, processor=processor)

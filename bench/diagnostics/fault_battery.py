@@ -1,0 +1,182 @@
+"""The fault battery: a short GRPO run per case, one fault injected into one worker kind at a
+random call, and what became of the run (docs/scale.md, No silent hangs).
+
+    python bench/diagnostics/fault_battery.py [--seed 0] [--cases engine:hang,ray_reward:kill]
+
+Each case runs `temper grpo` in its own process on a tiny random Llama (fp32), with
+`TEMPERING_FAULTS=<point>:<kind>:<when>` (tempering/faults.py), `when` drawn at random from the
+calls the unfaulted run made at that point. Outcomes:
+
+- `recovered`: the run ended well with the unfaulted run's completions and rewards, in order;
+- `stopped`: the run ended with exit 2 and one `error:` line naming the component and the step;
+- `named`: the run ended well, its results differ, and the run records why: the samples that
+  differ carry the `verifier_error` flag with the reason (a timeout), their groups are dropped
+  and counted (`verifier_failed_groups`): never a model failure;
+- `silent`: anything else (a run past its bound is killed and counted here).
+
+Writes `bench/results/faults.json`: per case the outcome, `fault_to_end_s` (from the fault
+firing to the run's end), the stop line; `faults_cases` and `faults_silent` (must be 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "src")]
+
+from bench._shared.paths import RESULTS  # noqa: E402
+from tempering import faults  # noqa: E402
+
+COMPONENTS = {  # fault point -> the name its stop line carries, and whether it runs on Ray
+    "engine": ("engine replica", True),
+    "ray_reward": ("reward", True),
+    "reward_thread": ("reward worker thread", False),
+}
+CASES = [f"{p}:{k}" for p in COMPONENTS for k in faults.KINDS if (p, k) != ("reward_thread", "kill")]
+DEADLINES = {"engine_deadline_s": 10.0, "reward_deadline_s": 5.0}
+GRACE_S, VERIFIER_TIMEOUT_S = 20.0, 30.0
+BOUND_S = 600.0  # a case still running after this is a silent hang (killed)
+
+
+def grpo_config(folder: Path, model: Path, ray: bool, steps: int) -> Path:
+    """A 2-3 step GRPO config on the tiny model; with `ray`, engine and rewards as actors."""
+    import yaml
+
+    cfg: dict[str, Any] = {
+        "model": str(model),
+        "lora": None,
+        "heldout": None,
+        "tasks": {"source": "builtin:arithmetic", "ops": "+", "n": 16},
+        "reward": [
+            {"name": "correct", "weight": 1.0, "verifier": {"type": "numeric"}},
+            {"name": "caps", "weight": 0.5, "verifier": {"type": "regex", "pattern": "[A-Z]{2}", "on": "completion"}},
+        ],
+        "grpo": {
+            "prompts_per_step": 4,
+            "group_size": 4,
+            "max_new_tokens": 8,
+            "generation_chunks": 2,
+            "dynamic_sampling": False,
+            "truncation": "keep",
+            "reward_workers": 2,
+            "verifier_timeout_s": VERIFIER_TIMEOUT_S if ray else 5.0,
+            "hang_grace_s": GRACE_S if ray else 1.0,
+        },
+        "train": {"steps": steps, "precision": "fp32", "threads": 1, "optim": {"lr": 1e-3}},
+        "out": str(folder / "runs"),
+    }
+    if ray:
+        cfg["scale"] = {"reward_workers": 2, "engine_replicas": 1, "num_cpus": 2, **DEADLINES}
+    path = folder / ("grpo_ray.yaml" if ray else "grpo_local.yaml")
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def run(cfg: Path, name: str, spec: str, fault_dir: Path) -> dict[str, Any]:
+    """One `temper grpo` process under the fault `spec` ('' counts calls only)."""
+    fault_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}", faults.DIR_ENV: str(fault_dir)}
+    env[faults.ENV] = spec
+    cmd = [sys.executable, "-m", "tempering.cli", "grpo", str(cfg), "--name", name]
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=BOUND_S)
+        rc, err = p.returncode, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, err = None, (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+    return {"rc": rc, "stderr": err, "start": t0, "end": time.time(), "run_dir": cfg.parent / "runs" / name}
+
+
+def samples(run_dir: Path) -> list[tuple]:
+    from tempering.rollout.store import read_trajectories
+
+    return [(r["task_id"], r["completion"], r["reward"]) for r in read_trajectories(run_dir)]
+
+
+def unjudged(run_dir: Path, baseline: list[tuple]) -> str:
+    """The recorded reason of every sample that differs from the unfaulted run ('' if one has none)."""
+    from tempering.rollout.store import read_trajectories
+
+    rows = read_trajectories(run_dir)
+    differ = [r for r, b in zip(rows, baseline) if (r["task_id"], r["completion"], r["reward"]) != b]
+    if len(rows) != len(baseline) or not differ or not all("verifier_error" in r["flags"] for r in differ):
+        return ""
+    return f"{len(differ)} sample(s) flagged verifier_error (not judged in time), their groups dropped"
+
+
+def judge_case(case: str, got: dict[str, Any], baseline: list[tuple], fault_dir: Path) -> dict[str, Any]:
+    point, kind = case.split(":")
+    fired = faults.fired(fault_dir, point)
+    lines = [ln for ln in got["stderr"].splitlines() if ln.startswith("error:")]
+    who = COMPONENTS[point][0]
+    out: dict[str, Any] = {"fired": fired is not None, "rc": got["rc"]}
+    out["fault_to_end_s"] = None if fired is None else round(got["end"] - fired, 1)
+    if got["rc"] == 2 and len(lines) == 1 and who in lines[0] and "stuck at step" in lines[0]:
+        out.update(outcome="stopped", line=lines[0])
+    elif got["rc"] == 0 and samples(got["run_dir"]) == baseline:
+        out.update(outcome="recovered")
+    elif got["rc"] == 0 and (why := unjudged(got["run_dir"], baseline)):
+        out.update(outcome="named", line=why)
+    else:
+        out.update(outcome="silent", stderr_tail=got["stderr"][-2000:])
+    return out
+
+
+def battery(cases: list[str], seed: int, folder: Path) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT / "bench" / "_shared"))
+    from bench._shared.model_shapes import build_random_model
+
+    model = build_random_model("tiny", folder / "tiny")
+    rng = random.Random(seed)
+    configs = {ray: grpo_config(folder, model, ray, 2 if ray else 3) for ray in (True, False)}
+    baselines: dict[bool, tuple[list[tuple], Path]] = {}
+    table: dict[str, Any] = {}
+    for case in cases:
+        point, kind = case.split(":")
+        ray = COMPONENTS[point][1]
+        if ray not in baselines:
+            base_dir = folder / f"faults-base-{ray}"
+            got = run(configs[ray], f"base-{int(ray)}", "", base_dir)
+            if got["rc"] != 0:
+                raise RuntimeError(f"the unfaulted run failed:\n{got['stderr'][-3000:]}")
+            baselines[ray] = (samples(got["run_dir"]), base_dir)
+        base, base_dir = baselines[ray]
+        when = rng.randint(1, max(1, faults.calls(base_dir, point)))
+        fault_dir = folder / f"faults-{point}-{kind}"
+        got = run(configs[ray], f"{point}-{kind}", f"{point}:{kind}:{when}", fault_dir)
+        table[case] = {"when": when, **judge_case(case, got, base, fault_dir)}
+        print(case, table[case]["outcome"], table[case].get("fault_to_end_s"), flush=True)
+    return {
+        "faults_cases": len(table),
+        "faults_silent": sum(c["outcome"] == "silent" for c in table.values()),
+        "components": sorted({c.split(":")[0] for c in table}),
+        "deadlines": {**DEADLINES, "hang_grace_s": GRACE_S, "verifier_timeout_s": VERIFIER_TIMEOUT_S},
+        "cases": table,
+        "seed": seed,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated point:kind")
+    p.add_argument("--out", default=str(RESULTS / "faults.json"))
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="faults-") as tmp:
+        result = battery(args.cases.split(","), args.seed, Path(tmp))
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: result[k] for k in ("faults_cases", "faults_silent")}))
+
+
+if __name__ == "__main__":
+    main()
