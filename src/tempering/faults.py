@@ -83,7 +83,8 @@ def point(name: str, pid: int | None = None) -> None:
         time.sleep(SLOW_S)
     elif kind == "kill":
         os.kill(pid or os.getpid(), signal.SIGKILL)
-        time.sleep(60)  # the signal is delivered before this ends; never return as if nothing happened
+        if pid is None:  # this process: the signal lands before the sleep ends; never return as if unharmed
+            time.sleep(60)
     elif pid is not None:
         os.kill(pid, signal.SIGSTOP)  # a stopped process never finishes: its watcher's deadline must act
     else:

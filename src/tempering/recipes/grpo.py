@@ -297,7 +297,13 @@ def grpo_components(
         s = cfg.scale
         grace = cfg.grpo.hang_grace_s
         engine = EngineReplicas(
-            cfg.model, cfg.lora, precision, s.engine_replicas, s.engine_gpus, deadline_s=s.engine_deadline_s, grace_s=grace
+            cfg.model,
+            cfg.lora,
+            precision,
+            s.engine_replicas,
+            s.engine_gpus,
+            deadline_s=s.engine_deadline_s,
+            grace_s=grace,
         )
         workers = RayRewardWorkers(s.reward_workers, s.sandbox_slots, s.worker_cpus, s.max_retries, s.reward_deadline_s)
     else:

@@ -137,7 +137,9 @@ class RolloutSource:
         self.tokenizer = tokenizer  # for the token round-trip check of every sample (None: not checked)
         self._old_logprobs = old_logprobs_for(model, precision, settings.temperature, settings.updates_per_batch)
         if workers is None:
-            workers = ThreadRewardWorkers(settings.reward_workers, None, settings.verifier_timeout_s, settings.hang_grace_s)
+            workers = ThreadRewardWorkers(
+                settings.reward_workers, None, settings.verifier_timeout_s, settings.hang_grace_s
+            )
         self.workers = workers
         self.order = list(range(len(tasks)))
         random.Random(seed).shuffle(self.order)

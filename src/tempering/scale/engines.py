@@ -117,7 +117,6 @@ class EngineReplicas:
 
     @property
     def identity(self) -> str:
-        import ray
 
         return self._get(self.actors[0].identity.remote(), "engine replica 0", "starting (its identity)")
 

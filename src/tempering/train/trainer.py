@@ -388,7 +388,8 @@ class Trainer:
         try:
             micro = [self.batches.next_batch() for _ in range(self.settings.grad_accum)]
         except WorkerStuck as exc:  # a worker's one line names the step it held up
-            raise exc.at_step(self.step + 1)
+            exc.at_step(self.step + 1)
+            raise
         real = int(distributed.sum_over_ranks([sum(_real_tokens(b) for b in micro)])[0])
         loss, extra = self._forward_backward(micro)
         grad_norm = self._grad_norm() if math.isfinite(loss) else None
