@@ -71,6 +71,7 @@ class RayRewardWorkers:
         self._lock = threading.Lock()
         self._watch = Watchdog(self._kill_hung)
         self._held: dict[int, list] = {}  # id(actor) -> [actor, its calls in flight]
+        self._fresh: set[int] = set()  # replacements that have not answered yet
         ray.get([a.pid.remote() for a in self.actors])  # started, so a first call is not a cold start
 
     def _spawn(self) -> Any:
@@ -92,7 +93,8 @@ class RayRewardWorkers:
             held = self._held.setdefault(key, [actor, 0])
             held[1] += 1
             if held[1] == 1:  # the actor now has work: it must answer within the deadline
-                self._watch.start(key, self.deadline_s)
+                # a replacement's first answer waits for its start too (imports, a sandbox pool)
+                self._watch.start(key, self.deadline_s * (2 if key in self._fresh else 1))
         ref.future().add_done_callback(lambda f: self._done(f, out, slot, actor, task, completion, attempt))
 
     def _kill_hung(self, key: Any) -> None:
@@ -110,6 +112,7 @@ class RayRewardWorkers:
         """A heartbeat of `actor`: its deadline runs again, or stops when it holds no more calls."""
         key = id(actor)
         with self._lock:
+            self._fresh.discard(key)
             held = self._held.get(key)
             if held is None:
                 return
@@ -146,6 +149,7 @@ class RayRewardWorkers:
         with self._lock:
             if self.actors[slot] is actor:  # the first to see this death replaces the actor
                 self.actors[slot] = self._spawn()
+                self._fresh.add(id(self.actors[slot]))
                 self.replaced += 1
             self.retried += 1
         self._send(out, slot, task, completion, attempt + 1)
