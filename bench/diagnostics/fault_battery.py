@@ -12,9 +12,10 @@ Outcomes:
 
 - `recovered`: the run ended well with the unfaulted run's completions and rewards, in order;
 - `stopped`: the run ended with exit 2 and one `error:` line naming the component and the step;
-- `named`: the run ended well, its results differ, and the run records why: the samples that
-  differ carry the `verifier_error` flag with the reason (a timeout), their groups are dropped
-  and counted (`verifier_failed_groups`): never a model failure;
+- `named`: the run ended well, its results differ, and the run records why: the faulted sample
+  carries the `verifier_error` flag (a timeout), its group is dropped and counted in the step's
+  `verifier_failed_groups` (never a model failure; the samples after it differ, since the
+  dropped group is refilled);
 - for the sandbox, `named`: the faulted run came back within its wall limit with a status that
   says what happened (`timeout`, `sandbox_error`: the code verifier's `verifier_error`) and every
   other program's output was right; `recovered`: every output was right;
@@ -123,15 +124,17 @@ def samples(run_dir: Path) -> list[tuple]:
     return [(r["task_id"], r["completion"], r["reward"]) for r in read_trajectories(run_dir)]
 
 
-def unjudged(run_dir: Path, baseline: list[tuple]) -> str:
-    """The recorded reason of every sample that differs from the unfaulted run ('' if one has none)."""
+def unjudged(run_dir: Path) -> str:
+    """What the run recorded of samples it could not judge ('' if none): the `verifier_error`
+    flag on the sample and the dropped group counted in the step's `verifier_failed_groups`."""
     from tempering.rollout.store import read_trajectories
 
-    rows = read_trajectories(run_dir)
-    differ = [r for r, b in zip(rows, baseline) if (r["task_id"], r["completion"], r["reward"]) != b]
-    if len(rows) != len(baseline) or not differ or not all("verifier_error" in r["flags"] for r in differ):
+    flagged = [r for r in read_trajectories(run_dir) if "verifier_error" in r["flags"]]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    dropped = sum(r.get("verifier_failed_groups", 0) for r in records)
+    if not flagged or not dropped:
         return ""
-    return f"{len(differ)} sample(s) flagged verifier_error (not judged in time), their groups dropped"
+    return f"{len(flagged)} sample(s) flagged verifier_error, {dropped} group(s) dropped (verifier_failed_groups)"
 
 
 def judge_case(case: str, got: dict[str, Any], baseline: list[tuple], fault_dir: Path) -> dict[str, Any]:
@@ -147,7 +150,7 @@ def judge_case(case: str, got: dict[str, Any], baseline: list[tuple], fault_dir:
         out.update(outcome="stopped", line=lines[0])
     elif got["rc"] == 0 and samples(got["run_dir"]) == baseline:
         out.update(outcome="recovered")
-    elif got["rc"] == 0 and (why := unjudged(got["run_dir"], baseline)):
+    elif got["rc"] == 0 and (why := unjudged(got["run_dir"])):
         out.update(outcome="named", line=why)
     else:
         out.update(outcome="silent", stderr_tail=got["stderr"][-2000:])
