@@ -91,7 +91,8 @@ def grpo_config(folder: Path, model: Path, ray: bool, steps: int) -> Path:
             "truncation": "keep",
             "reward_workers": 2,
             "verifier_timeout_s": VERIFIER_TIMEOUT_S if ray else 5.0,
-            "hang_grace_s": GRACE_S if ray else 1.0,
+            # the thread pool: a stuck call stops the run at the first submit after its verdict timed out
+            "hang_grace_s": GRACE_S if ray else 0.01,
         },
         "train": {"steps": steps, "precision": "fp32", "threads": 1, "optim": {"lr": 1e-3}},
         "out": str(folder / "runs"),
