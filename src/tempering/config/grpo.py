@@ -13,6 +13,7 @@ from tempering.config.longctx import RopeScalingSetting
 from tempering.config.sampling import EngineSettings, SamplingSettings, ScaleSettings
 from tempering.config.tasks import TaskSourceSettings
 from tempering.config.train import ChatTemplateSetting, LoraSettings, TrainSettings
+from tempering.deadlines import DEFAULT_GRACE_S
 from tempering.errors import UserError
 
 MISMATCH_METRICS = ("logprob_mismatch", "logprob_mismatch_p99", "mismatch_kl")
@@ -221,6 +222,10 @@ class GRPOSettings(GRPOPolicySettings):
     """Threads scoring completions (sandbox calls included) while generation goes on."""
     verifier_timeout_s: float = Field(default=30.0, gt=0)
     """A verifier slower than this is a verifier failure (the group is dropped), never a model failure."""
+    hang_grace_s: float = Field(default=DEFAULT_GRACE_S, gt=0)
+    """Seconds past a worker's own deadline (`verifier_timeout_s`, `scale.engine_deadline_s`,
+    `scale.reward_deadline_s`) before the run stops with one line naming the stuck worker, the
+    step and what it was doing (docs/scale.md, No silent hangs)."""
     max_off_policy_steps: int = Field(default=0, ge=0)
     """K, the staleness bound: a sampled token may train up to K optimizer steps after the weights
     that sampled it. 0: synchronous (sample, then update). K > 0: asynchronous, up to K batches
@@ -407,5 +412,15 @@ class GRPOConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
         if self.sampler is not None and "engine" in self.model_fields_set:
             raise ValueError(
                 "engine: does nothing with sampler: (the engine process samples with HFEngine); drop one of them"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _reward_deadline_under_the_verdict_wait(self) -> GRPOConfig:
+        if self.scale is not None and self.scale.reward_deadline_s >= self.grpo.verifier_timeout_s:
+            raise ValueError(
+                f"scale.reward_deadline_s ({self.scale.reward_deadline_s:g}) must be below "
+                f"grpo.verifier_timeout_s ({self.grpo.verifier_timeout_s:g}): a hung reward actor is "
+                "replaced at its deadline, and its completions need time to be scored again"
             )
         return self

@@ -190,3 +190,10 @@ class ScaleSettings(Strict):
     """GPUs per engine replica (0 on CPU machines)."""
     max_retries: int = Field(default=3, ge=0)
     """Times a completion is re-sent after its reward worker died; then it is a verifier error."""
+    engine_deadline_s: float = Field(default=600.0, gt=0)
+    """Seconds an engine replica may take for one slice of a batch (or a weight load); past it the
+    replica is declared hung, killed and replaced, and its slice sent again with the same seed."""
+    reward_deadline_s: float = Field(default=20.0, gt=0)
+    """Seconds a reward actor may take for one completion; past it the actor is declared hung,
+    killed and replaced, and the completions it held are sent again (as after a death). Keep it
+    below `grpo.verifier_timeout_s`, which bounds the whole wait for a verdict."""

@@ -315,9 +315,12 @@ def _ray_engine_and_workers(stack: ExitStack, model: str, precision: str, scale:
     from tempering.scale.runtime import ray_session
 
     stack.enter_context(ray_session(scale))
-    engine = EngineReplicas(model, None, precision, scale.engine_replicas, gpus=scale.engine_gpus)
+    engine = EngineReplicas(
+        model, None, precision, scale.engine_replicas, scale.engine_gpus, deadline_s=scale.engine_deadline_s
+    )
     stack.callback(engine.close)
+    s = scale
     pool = stack.enter_context(
-        RayRewardWorkers(scale.reward_workers, scale.sandbox_slots, scale.worker_cpus, scale.max_retries)
+        RayRewardWorkers(s.reward_workers, s.sandbox_slots, s.worker_cpus, s.max_retries, s.reward_deadline_s)
     )
     return engine, pool

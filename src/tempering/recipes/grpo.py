@@ -307,8 +307,17 @@ def grpo_components(
         from tempering.scale.reward_workers import RayRewardWorkers
 
         s = cfg.scale
-        engine = EngineReplicas(cfg.model, cfg.lora, precision, s.engine_replicas, gpus=s.engine_gpus)
-        workers = RayRewardWorkers(s.reward_workers, s.sandbox_slots, s.worker_cpus, s.max_retries)
+        grace = cfg.grpo.hang_grace_s
+        engine = EngineReplicas(
+            cfg.model,
+            cfg.lora,
+            precision,
+            s.engine_replicas,
+            s.engine_gpus,
+            deadline_s=s.engine_deadline_s,
+            grace_s=grace,
+        )
+        workers = RayRewardWorkers(s.reward_workers, s.sandbox_slots, s.worker_cpus, s.max_retries, s.reward_deadline_s)
     elif cfg.sampler is not None:
         from tempering.scale.process_engine import ProcessEngine
 

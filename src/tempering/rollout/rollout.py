@@ -24,13 +24,15 @@ between model turns goes into the same `Trajectory` with loss mask 0).
 from __future__ import annotations
 
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Sequence
 
+from tempering import faults
 from tempering.config import SamplingSettings
+from tempering.deadlines import DEFAULT_GRACE_S, DaemonThreads, WorkerStuck
 from tempering.types import Reward, Task, Trajectory, TrajectoryStatus
 from tempering.versions import NOT_SAMPLED
 
@@ -72,6 +74,11 @@ class RewardWorkers(Protocol):
     def close(self) -> None: ...
 
 
+def _judge_in_thread(task: Task, completion: str, ctx: Any) -> Verdict:
+    faults.point("reward_thread")
+    return judge(task, completion, ctx)
+
+
 def open_verifier_context(sandbox_size: int) -> Any:
     """A `VerifierContext` whose sandbox (of `sandbox_size` slots) opens on first use."""
     from tempering.verifiers import VerifierContext
@@ -82,24 +89,38 @@ def open_verifier_context(sandbox_size: int) -> Any:
 class ThreadRewardWorkers:
     """`RewardWorkers` on a local thread pool (verifiers spend their time in sandbox calls).
 
+    A verdict slower than `timeout_s` is a `timeout` (`PendingRollout.collect`), but a Python
+    thread cannot be killed: a call still running `grace_s` after its timeout makes the next
+    `submit` raise `WorkerStuck` (the run stops, naming what the thread scores). The threads
+    are daemons, so a stuck one never keeps the process from exiting.
+
     Args:
         size: scoring threads.
         ctx: the `VerifierContext` verifiers share; None: the workers open one of `size`
             sandbox slots (lazily, only code verifiers use it) and close it on `close`.
+        timeout_s: a verifier's deadline (`grpo.verifier_timeout_s`).
+        grace_s: past the deadline, before a stuck thread stops the run (`grpo.hang_grace_s`).
     """
 
-    def __init__(self, size: int = 4, ctx: Any = None):
+    def __init__(
+        self, size: int = 4, ctx: Any = None, timeout_s: float = DEFAULT_TIMEOUT_S, grace_s: float = DEFAULT_GRACE_S
+    ):
         self._owned = open_verifier_context(size) if ctx is None else None
         self.ctx = ctx if ctx is not None else self._owned
-        self._pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="reward")
+        self.timeout_s, self.grace_s = timeout_s, grace_s
+        self._pool = DaemonThreads(size, "reward")
 
     def submit(self, task: Task, completion: str) -> Future:
-        return self._pool.submit(judge, task, completion, self.ctx)
+        stuck = self._pool.stuck(self.timeout_s + self.grace_s)
+        if stuck is not None:
+            raise WorkerStuck("reward worker thread", stuck[1], stuck[0], self.timeout_s + self.grace_s)
+        return self._pool.submit(_judge_in_thread, task, completion, self.ctx, what=f"scoring task {task.id}")
 
     def close(self) -> None:
-        """Cancel queued scoring; wait for runs in flight, so none outlives the sandbox it uses."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        if self._owned is not None:
+        """Cancel queued scoring; wait for runs in flight (up to their timeout and grace), so none
+        outlives the sandbox it uses; a stuck one is left to die with the process."""
+        done = self._pool.close(self.timeout_s + self.grace_s)
+        if self._owned is not None and done:
             self._owned.close()
 
     def __enter__(self) -> ThreadRewardWorkers:

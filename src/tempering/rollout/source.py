@@ -147,7 +147,11 @@ class RolloutSource:
         self.model, self.precision = model, precision
         self.tokenizer = tokenizer  # for the token round-trip check of every sample (None: not checked)
         self._old_logprobs = old_logprobs_for(model, precision, settings.temperature, settings.updates_per_batch)
-        self.workers = workers if workers is not None else ThreadRewardWorkers(settings.reward_workers)
+        if workers is None:
+            workers = ThreadRewardWorkers(
+                settings.reward_workers, None, settings.verifier_timeout_s, settings.hang_grace_s
+            )
+        self.workers = workers
         self.order = list(range(len(tasks)))
         random.Random(seed).shuffle(self.order)
         self.cursor = 0

@@ -33,6 +33,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from tempering import faults
 from tempering.sandbox.base import Backend, ExecResult, Job, SandboxFailure
 from tempering.sandbox.cgroups import CgroupRoot, RunCgroup
 
@@ -251,6 +252,7 @@ def _run_in_cgroup(backend: Backend, job: Job, cg: RunCgroup, stdin: bytes, star
         _owned_pids.add(proc.pid)
     for fd in launch.pass_fds:
         os.close(fd)
+    faults.point("sandbox", pid=proc.pid)  # the fault battery's hook (tempering/faults.py); off without its env
     try:
         return _watch(backend, job, cg, proc, launch, started)
     finally:

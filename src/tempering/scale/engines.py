@@ -16,12 +16,15 @@ replica whose base differs is caught once. A hash that differs from the trainer'
 `WeightSyncError`, never a silent divergence. A vLLM engine fits the
 same place (see docs/scale.md); this one runs wherever torch does.
 
-A replica that dies (its process killed, its node lost: Ray's `RayActorError`) is replaced
-by a fresh actor on the same model spec, given the last synced weights (their hash checked;
-its frozen base, loaded from the same spec, is not re-hashed) and sent its slice again with the same seed, so the step gets the very completions
-it would have had: none lost, none drawn twice (`replaced` counts them). What is not
-covered: a replica that hangs rather than dies, or one that dies again on the resend
-(raised: the trainer stops, and its checkpoint resumes the run exactly).
+A replica that dies (its process killed, its node lost: Ray's `RayActorError`) or hangs (no
+answer within `deadline_s` of the call going out: it is killed first) is replaced by a fresh
+actor on the same model spec, given the last synced weights (their hash checked; its frozen
+base, loaded from the same spec, is not re-hashed) and sent its slice again with the same seed,
+so the step gets the very completions it would have had: none lost, none drawn twice
+(`replaced` counts them, `hung` the hung ones). One that dies again on the resend is raised as
+Ray's error (its remote traceback included); one that gives no answer within `deadline_s +
+grace_s` on the resend, a weight sync or a start is a `WorkerStuck` line. Either way the
+trainer stops, and its checkpoint resumes the run exactly.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
+from tempering import faults
 from tempering.config import LoraSettings, SamplingParams
+from tempering.deadlines import DEFAULT_GRACE_S, WorkerStuck
 from tempering.hashing import tensors_hash
 from tempering.rollout.engine import Completion
 
@@ -56,6 +61,7 @@ class EngineActor:
         self.engine: Any = build_engine(EngineSettings(kind="hf"), model, load_tokenizer(model_spec), precision)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        faults.point("engine")
         return self.engine.generate(prompts, params)
 
     def load_weights(self, state: dict[str, Any], whole: bool) -> tuple[str, str | None]:
@@ -77,7 +83,11 @@ class EngineActor:
 
 
 class EngineReplicas:
-    """`Engine` over `replicas` Ray actors (Ray must be initialised: scale.runtime.ray_session)."""
+    """`Engine` over `replicas` Ray actors (Ray must be initialised: scale.runtime.ray_session).
+
+    `deadline_s`: how long one replica may take for its slice (or a weight load) before it is
+    declared hung and replaced; `grace_s`: what a replacement, a sync or a start may take beyond
+    that before the run stops (`WorkerStuck`)."""
 
     def __init__(
         self,
@@ -87,6 +97,8 @@ class EngineReplicas:
         replicas: int = 1,
         gpus: float = 0.0,
         cpus: float = 1.0,
+        deadline_s: float = 600.0,
+        grace_s: float = DEFAULT_GRACE_S,
     ):
         import ray
 
@@ -98,15 +110,15 @@ class EngineReplicas:
         self._new_actor = lambda: actor.remote(model_spec, lora, precision)
         self.actors = [self._new_actor() for _ in range(replicas)]
         self.last_sync: dict[str, float] = {}
-        self.replaced = 0
+        self.replaced = self.hung = 0
+        self.deadline_s, self.grace_s = deadline_s, grace_s
         self._synced_once = False
         self._synced: tuple[Any, str] | None = None  # the last sync: (object ref, tensors hash)
 
     @property
     def identity(self) -> str:
-        import ray
 
-        return ray.get(self.actors[0].identity.remote())
+        return self._get(self.actors[0].identity.remote(), "engine replica 0", "starting (its identity)")
 
     def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
         from tempering.rollout.engine import chat_prompt_ids
@@ -120,15 +132,20 @@ class EngineReplicas:
         for k in range(n):
             part = [list(p) for p in prompts[k * per : (k + 1) * per]]
             if part:
-                seed = None if params.seed is None else params.seed + k * SEED_STRIDE
-                calls.append((k * per, self.actors[k].generate.remote(part, params.model_copy(update={"seed": seed}))))
+                ref = self.actors[k].generate.remote(part, self._params(params, k))
+                calls.append((k * per, ref, time.monotonic()))
         out: list[list[Completion]] = []
-        for start, ref in calls:
-            for group in self._collect(ref, start // per, prompts[start : start + per], params):
+        for start, ref, sent in calls:
+            for group in self._collect(ref, sent, start // per, prompts[start : start + per], params):
                 for c in group:
                     c.prompt_index += start
                 out.append(group)
         return out
+
+    @staticmethod
+    def _params(params: SamplingParams, k: int) -> SamplingParams:
+        """Replica k's sampling settings: its own seed stream."""
+        return params.model_copy(update={"seed": None if params.seed is None else params.seed + k * SEED_STRIDE})
 
     def sync_weights(self, weights: Any) -> None:
         """Send the trainer's weights (a model or a state dict) to every replica and check them.
@@ -148,7 +165,8 @@ class EngineReplicas:
         state = {n: t.detach().to("cpu").contiguous() for n, t in state.items()}
         expected = tensors_hash(state.items())
         ref = ray.put(state)
-        got = ray.get([a.load_weights.remote(ref, whole is not None) for a in self.actors])
+        loads = [a.load_weights.remote(ref, whole is not None) for a in self.actors]
+        got = self._get(loads, f"engine replicas 0-{len(self.actors) - 1}", "loading the synced weights")
         check_synced(got, expected, whole)
         self._synced_once = True
         # kept for a replacement replica (pins one copy of the trainable tensors in the object store)
@@ -158,22 +176,39 @@ class EngineReplicas:
             "sync_mb": sum(t.numel() * t.element_size() for t in state.values()) / 2**20,
         }
 
-    def _collect(self, ref: Any, k: int, part: Sequence[Sequence[int]], params: SamplingParams) -> Any:
-        """Replica k's completions; a dead replica is replaced and its slice sent again (same seed)."""
+    def _collect(self, ref: Any, sent: float, k: int, part: Sequence[Sequence[int]], params: SamplingParams) -> Any:
+        """Replica k's completions; a dead or hung replica is replaced and its slice sent again (same seed)."""
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError
 
         try:
-            return ray.get(ref)
+            return ray.get(ref, timeout=max(0.0, sent + self.deadline_s - time.monotonic()))
+        except GetTimeoutError:
+            ray.kill(self.actors[k])  # pyright: ignore[reportArgumentType]  # see close()
+            self.hung += 1
         except RayActorError:
-            self.actors[k] = self._new_actor()
-            self.replaced += 1
-            if self._synced is not None:  # its base is the model spec's, as at start; the trained tensors are sent
-                state, expected = self._synced
-                check_synced([ray.get(self.actors[k].load_weights.remote(state, False))], expected, None)
-            seed = None if params.seed is None else params.seed + k * SEED_STRIDE
-            resend = [list(p) for p in part]
-            return ray.get(self.actors[k].generate.remote(resend, params.model_copy(update={"seed": seed})))
+            pass
+        self.actors[k] = self._new_actor()
+        self.replaced += 1
+        who = f"engine replica {k} (a replacement)"
+        if self._synced is not None:  # its base is the model spec's, as at start; the trained tensors are sent
+            state, expected = self._synced
+            got = self._get(self.actors[k].load_weights.remote(state, False), who, "starting and loading the weights")
+            check_synced([got], expected, None)
+        resend = self.actors[k].generate.remote([list(p) for p in part], self._params(params, k))
+        return self._get(resend, who, f"sampling the {len(part)} prompts of the replica it replaced")
+
+    def _get(self, refs: Any, who: str, doing: str) -> Any:
+        """`ray.get` within the deadline and grace; past it `WorkerStuck`. Ray's errors pass as
+        they are (a `RayTaskError` carries the remote traceback)."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        bound, t0 = self.deadline_s + self.grace_s, time.monotonic()
+        try:
+            return ray.get(refs, timeout=bound)
+        except GetTimeoutError:
+            raise WorkerStuck(who, doing, time.monotonic() - t0, bound) from None
 
     def close(self) -> None:
         import ray

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from tempering.config import ScaleSettings
+from tempering.faults import DIR_ENV as FAULTS_DIR_ENV
+from tempering.faults import ENV as FAULTS_ENV
 
 
 @contextmanager
@@ -19,7 +22,8 @@ def ray_session(settings: ScaleSettings) -> Iterator[None]:
         yield
         return
     src = str(Path(__file__).resolve().parents[2])  # workers import this same tempering
-    env = {"env_vars": {"PYTHONPATH": src, "OMP_WAIT_POLICY": "PASSIVE"}}
+    faults = {k: os.environ[k] for k in (FAULTS_ENV, FAULTS_DIR_ENV) if k in os.environ}  # the battery's, to actors
+    env = {"env_vars": {"PYTHONPATH": src, "OMP_WAIT_POLICY": "PASSIVE", **faults}}
     if settings.address:
         ray.init(address=settings.address, runtime_env=env, log_to_driver=False)
     else:

@@ -21,6 +21,7 @@ import torch
 
 from tempering.batches import Batch, check_batch_ids, embedding_rows, to_device
 from tempering.config import TrainSettings
+from tempering.deadlines import WorkerStuck
 from tempering.errors import UserError
 from tempering.models.allocator import map_large_blocks
 from tempering.models.checkpointing import enable_checkpointing
@@ -384,7 +385,11 @@ class Trainer:
     def train_step(self) -> dict | None:
         """One optimizer step; returns its record, or None when the guard skipped it."""
         t0 = time.perf_counter()
-        micro = [self.batches.next_batch() for _ in range(self.settings.grad_accum)]
+        try:
+            micro = [self.batches.next_batch() for _ in range(self.settings.grad_accum)]
+        except WorkerStuck as exc:  # a worker's one line names the step it held up
+            exc.at_step(self.step + 1)
+            raise
         real = int(distributed.sum_over_ranks([sum(_real_tokens(b) for b in micro)])[0])
         loss, extra = self._forward_backward(micro)
         grad_norm = self._grad_norm() if math.isfinite(loss) else None
