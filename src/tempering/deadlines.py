@@ -4,7 +4,8 @@ No silent hangs).
 A worker that does not answer within its deadline is replaced with its work sent again where
 that is safe (an engine replica's slice, with the same seed; a Ray reward actor's completions),
 or the run stops with one `WorkerStuck` line that names the component, the step and what it
-was doing, within that deadline plus a grace (`scale.hang_grace_s`, default `DEFAULT_GRACE_S`).
+was doing, within that deadline plus a grace (`grpo.hang_grace_s`, default `DEFAULT_GRACE_S`);
+a worker whose replacement dies too stops it with the same kind of line (`WorkerDied`).
 
     watch = Watchdog(on_overrun=lambda key: kill(key))
     watch.start(call_id, deadline_s=20)   # a call went out
@@ -25,7 +26,7 @@ from typing import Any, Callable, Hashable
 from tempering.errors import UserError
 
 DEFAULT_GRACE_S = 60.0
-"""Seconds past a worker's own deadline before the run stops (`scale.hang_grace_s`)."""
+"""Seconds past a worker's own deadline before the run stops (`grpo.hang_grace_s`)."""
 
 
 class WorkerStuck(UserError):
@@ -50,6 +51,22 @@ class WorkerStuck(UserError):
             f"{self.component} stuck{at}: {self.doing}: no answer after {self.waited_s:.0f} s "
             f"(deadline + grace {self.bound_s:g} s); the run stopped, and `--resume-from` its last "
             "checkpoint resumes it exactly"
+        )
+
+
+class WorkerDied(WorkerStuck):
+    """A worker's process died, and so did the replacement that was sent its work: the run stops,
+    with one line as `WorkerStuck`'s (`how`: the exit code, say)."""
+
+    def __init__(self, component: str, doing: str, how: str):
+        super().__init__(component, doing, 0.0, 0.0)
+        self.how = how
+
+    def __str__(self) -> str:
+        at = f" at step {self.step}" if self.step is not None else ""
+        return (
+            f"{self.component} died{at}: {self.doing}: {self.how}; the run stopped, and `--resume-from` "
+            "its last checkpoint resumes it exactly"
         )
 
 

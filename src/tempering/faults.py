@@ -1,4 +1,4 @@
-"""Fault injection for the fault battery (bench/faults/battery.py): hang, kill or slow a worker.
+"""Fault injection for the fault battery (bench/diagnostics/fault_battery.py): hang, kill or slow a worker.
 
     TEMPERING_FAULTS=engine:hang:3 TEMPERING_FAULTS_DIR=/tmp/f temper grpo cfg.yaml
 
@@ -9,6 +9,7 @@ each worker takes one unit of work:
 | point | where | one call is |
 |---|---|---|
 | `engine` | `scale/engines.py: EngineActor.generate` (a Ray actor process) | one replica's slice of a batch |
+| `engine_process` | the same `EngineActor.generate`, in `scale/process_engine.py`'s local process | one call's prompts |
 | `ray_reward` | `scale/reward_workers.py: RewardActor.score` (a Ray actor process) | one completion |
 | `reward_thread` | `rollout/rollout.py: ThreadRewardWorkers` (a thread of the trainer) | one completion |
 | `sandbox` | `sandbox/launch.py`, after the sandboxed process started | one sandboxed run |
@@ -34,7 +35,7 @@ import time
 from pathlib import Path
 
 ENV, DIR_ENV = "TEMPERING_FAULTS", "TEMPERING_FAULTS_DIR"
-POINTS = ("engine", "ray_reward", "reward_thread", "sandbox")
+POINTS = ("engine", "engine_process", "ray_reward", "reward_thread", "sandbox")
 KINDS = ("hang", "kill", "slow")
 SLOW_S = 2.0
 """What a `slow` fault adds to one call (well under every default deadline)."""

@@ -258,6 +258,72 @@ def test_a_held_out_eval_borrowing_the_engine_never_changes_the_weights_under_a_
     assert stamps == held == [[0], [0], [0], [1]]
 
 
+class ExplodingEngine(SlowEngine):
+    """Samples its first call, then raises inside its own `generate` (a bug in the engine)."""
+
+    def generate(self, prompts, params):
+        if self.held >= 0 and getattr(self, "called", False):
+            raise ZeroDivisionError("the engine's own bug")
+        self.called = True
+        return super().generate(prompts, params)
+
+
+def _trained_until_it_raises(source, model, steps):
+    """Steps of `source` on a worker thread (a hang fails the test instead of stalling it); what it raised."""
+    out: list[BaseException] = []
+
+    def train():
+        try:
+            _steps(source, model, 1, steps, 0)
+        except BaseException as exc:
+            out.append(exc)
+
+    worker = threading.Thread(target=train, daemon=True)
+    worker.start()
+    worker.join(120)  # a guard against a hang, not a timing: the case ends in seconds
+    assert not worker.is_alive(), "the trainer is still waiting on the sampler"
+    assert len(out) == 1, out
+    return out[0]
+
+
+def test_an_error_on_the_sampler_thread_reaches_the_trainer_with_its_traceback():
+    """K = 1: batch 1 samples on the sampler thread and the engine raises there; the trainer's
+    `next_batch` raises that very exception, its traceback still through the engine's frame."""
+    import traceback
+
+    model = VersionModel()
+    source = _source(ExplodingEngine(random.Random(0), 0.0), model, K=1, grad_accum=1)
+    try:
+        exc = _trained_until_it_raises(source, model, 3)
+    finally:
+        source.close()
+    assert isinstance(exc, ZeroDivisionError) and str(exc) == "the engine's own bug"
+    frames = [f.name for f in traceback.extract_tb(exc.__traceback__)]
+    assert frames[-1] == "generate" and "_sample" in frames and "take" in frames
+
+
+def test_a_reward_thread_stuck_under_the_sampler_thread_stops_the_trainer_with_the_named_line(tmp_path, monkeypatch):
+    """K = 1: a reward thread hangs (the fault battery's `reward_thread:hang`) while the sampler thread
+    scores batch 1; its verdict times out, the sampler's next submit finds the thread stuck, and the
+    trainer waiting in `next_batch` gets the one `WorkerStuck` line naming it: the sampler's own
+    deadlines bound the trainer's wait."""
+    from tempering import faults
+    from tempering.deadlines import WorkerStuck
+
+    monkeypatch.setenv(faults.DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(faults.ENV, "reward_thread:hang:6")  # batch 1's second completion (4 a batch)
+    model = VersionModel()
+    engine = SlowEngine(random.Random(0), 0.0)
+    source = _source(engine, model, K=1, grad_accum=1, verifier_timeout_s=0.5, hang_grace_s=0.01)
+    try:
+        exc = _trained_until_it_raises(source, model, 6)
+    finally:
+        source.close()
+    assert faults.fired(tmp_path, "reward_thread") is not None
+    assert isinstance(exc, WorkerStuck), repr(exc)
+    assert str(exc).startswith("reward worker thread stuck: scoring task t")
+
+
 # -- the local engine process ------------------------------------------------------------------
 
 
@@ -271,44 +337,84 @@ def tiny_dir(tmp_path_factory, smol_tokenizer):
     return path
 
 
-def test_the_engine_process_samples_as_the_in_process_engine_and_names_a_dead_or_hung_call(tiny_dir):
-    import os
-    import signal
-
-    from tempering.config import SamplingParams
+def _process_and_local(tiny_dir):
+    """A trainer model with weights the process's own load does not have (only a sync gives them),
+    the in-process engine on it, three prompts."""
     from tempering.models.load import load_tokenizer
     from tempering.models.lora import load_for_training
-    from tempering.scale.process_engine import EngineProcessError, ProcessEngine
 
-    params = SamplingParams(max_new_tokens=5, temperature=1.0, n=2, seed=11)
     trainer = load_for_training(str(tiny_dir), None)
-    with torch.no_grad():  # weights the process's own load does not have: only a sync gives them
+    with torch.no_grad():
         for p in trainer.parameters():
             p.add_(0.01 * torch.randn_like(p))
     local = HFEngine(trainer, load_tokenizer(str(tiny_dir)), precision="fp32")
     prompts = [local.chat_prompt([{"role": "user", "content": f"say {i}"}]) for i in range(3)]
+    return trainer, local, prompts
+
+
+def _tokens(groups):
+    return [[(c.token_ids, c.logprobs) for c in g] for g in groups]
+
+
+def test_the_engine_process_samples_as_the_in_process_engine_and_a_dead_one_is_replaced_with_its_weights(tiny_dir):
+    """Killed between two calls, the process is replaced by a fresh one given the last synced weights:
+    the next call samples what the in-process engine samples on the trainer's weights, seed for seed."""
+    import os
+    import signal
+
+    from tempering.config import SamplingParams
+    from tempering.scale.process_engine import ProcessEngine
+
+    params = SamplingParams(max_new_tokens=5, temperature=1.0, n=2, seed=11)
+    trainer, local, prompts = _process_and_local(tiny_dir)
     engine = ProcessEngine(str(tiny_dir), None, "fp32", threads=torch.get_num_threads(), call_timeout_s=120)
     try:
         engine.sync_weights(trainer)
         assert engine.last_sync["sync_mb"] > 0
-        there, here = engine.generate(prompts, params), local.generate(prompts, params)
-        assert [[c.token_ids for c in g] for g in there] == [[c.token_ids for c in g] for g in here]
-        assert [[c.logprobs for c in g] for g in there] == [[c.logprobs for c in g] for g in here]
-        engine.call_timeout_s = 1e-3  # a call that cannot finish in time: the process is killed
-        with pytest.raises(EngineProcessError) as err:
-            engine.generate(prompts, params)
-        assert "did not answer generate within 0.001 s" in str(err.value) and "\n" not in str(err.value)
-        assert not engine.process.is_alive()
+        here = _tokens(local.generate(prompts, params))
+        assert _tokens(engine.generate(prompts, params)) == here
+        first = engine.process.pid
+        os.kill(first, signal.SIGKILL)
+        engine.process.join(10)
+        with torch.no_grad():  # the trainer moves on: the replacement must get the synced weights, not these
+            for p in trainer.parameters():
+                p.add_(0.01)
+        assert _tokens(engine.generate(prompts, params)) == here
+        assert (engine.replaced, engine.hung) == (1, 0) and engine.process.pid != first
     finally:
         engine.close()
-    dead = ProcessEngine(str(tiny_dir), None, "fp32", threads=1)
+
+
+def test_an_engine_process_that_fails_again_after_its_replacement_stops_with_one_named_line(
+    tiny_dir, tmp_path, monkeypatch
+):
+    """The first process hangs on its first generation (killed at its deadline), its replacement is
+    killed on the resend: the run stops with one line naming the engine process and the call."""
+    from tempering import faults
+    from tempering.config import SamplingParams
+    from tempering.deadlines import WorkerDied
+    from tempering.scale.process_engine import ProcessEngine
+
+    params = SamplingParams(max_new_tokens=5, temperature=1.0, n=2, seed=11)
+    trainer, _, prompts = _process_and_local(tiny_dir)
+    monkeypatch.setenv(faults.DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(faults.ENV, "engine_process:hang:1")  # the first process's environment
+    engine = ProcessEngine(str(tiny_dir), None, "fp32", threads=1, call_timeout_s=120)
     try:
-        os.kill(dead.process.pid, signal.SIGKILL)
-        dead.process.join(10)
-        with pytest.raises(EngineProcessError, match=r"rollout engine process \(pid \d+\) died during generate"):
-            dead.generate(prompts, params)
+        engine.sync_weights(trainer)
+        monkeypatch.setenv(faults.ENV, "engine_process:kill:2")  # its replacement's: the resend is call 2
+        engine.call_timeout_s = 1.0  # the hang's deadline (the replacement's calls get the grace on top)
+        with pytest.raises(WorkerDied) as err:
+            engine.generate(prompts, params)
+        assert str(err.value.at_step(4)) == (
+            "engine process (a replacement) died at step 4: sampling 3 prompts (resent: the first was killed "
+            "after no answer within 1 s): it died (exit code -9); the run stopped, and `--resume-from` its last "
+            "checkpoint resumes it exactly"
+        )
+        assert (engine.replaced, engine.hung, faults.calls(tmp_path, "engine_process")) == (1, 1, 2)
+        assert faults.calls(tmp_path, "engine") == 0  # the process's calls are its own point's, not the replicas'
     finally:
-        dead.close()
+        engine.close()
 
 
 # -- K = 0 through the orchestrator: the synchronous path, whichever engine holds the weights --------

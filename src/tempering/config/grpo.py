@@ -224,7 +224,7 @@ class GRPOSettings(GRPOPolicySettings):
     """A verifier slower than this is a verifier failure (the group is dropped), never a model failure."""
     hang_grace_s: float = Field(default=DEFAULT_GRACE_S, gt=0)
     """Seconds past a worker's own deadline (`verifier_timeout_s`, `scale.engine_deadline_s`,
-    `scale.reward_deadline_s`) before the run stops with one line naming the stuck worker, the
+    `scale.reward_deadline_s`, `sampler.call_timeout_s` on a replacement) before the run stops with one line naming the stuck worker, the
     step and what it was doing (docs/scale.md, No silent hangs)."""
     max_off_policy_steps: int = Field(default=0, ge=0)
     """K, the staleness bound: a sampled token may train up to K optimizer steps after the weights
@@ -310,8 +310,9 @@ class SamplerSettings(Strict):
     """torch intra-op threads of the engine process: "auto" (the cores free when it starts), a
     count, or null (torch's default). The trainer's are `train.threads`."""
     call_timeout_s: float = Field(default=600.0, gt=0)
-    """Deadline of each call to the engine process (a generation, a weight sync); past it the
-    process is killed and the run stops, naming the call."""
+    """Deadline of each call to the engine process (a generation, a weight sync); past it (or at
+    the process's death) the process is killed, a fresh one is given the last synced weights and
+    the call again, with the same seed; if that one fails too, the run stops, naming the call."""
     start_timeout_s: float = Field(default=300.0, gt=0)
     """Deadline for the engine process to load the model and answer."""
 

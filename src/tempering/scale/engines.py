@@ -47,9 +47,10 @@ class WeightSyncError(RuntimeError):
 
 class EngineActor:
     """One replica: the model loaded as the trainer loads it (LoRA included, so the trainer's
-    tensor names match), sampled by the `HFEngine` that `build_engine` makes."""
+    tensor names match), sampled by the `HFEngine` that `build_engine` makes. `fault_point`:
+    the fault point of its `generate` (`engine` on Ray, `engine_process` in a `ProcessEngine`)."""
 
-    def __init__(self, model_spec: str, lora: LoraSettings | None, precision: str):
+    def __init__(self, model_spec: str, lora: LoraSettings | None, precision: str, fault_point: str = "engine"):
         from tempering.config import EngineSettings
         from tempering.models.load import load_tokenizer
         from tempering.models.lora import load_for_training
@@ -59,9 +60,10 @@ class EngineActor:
         # on the GPU Ray gave this actor (`engine_gpus` > 0); Ray hides every GPU from one given none
         model = load_for_training(model_spec, lora).to(default_device())
         self.engine: Any = build_engine(EngineSettings(kind="hf"), model, load_tokenizer(model_spec), precision)
+        self.fault_point = fault_point  # the fault battery's name for this kind of worker (tempering/faults.py)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
-        faults.point("engine")
+        faults.point(self.fault_point)
         return self.engine.generate(prompts, params)
 
     def load_weights(self, state: dict[str, Any], whole: bool) -> tuple[str, str | None]:
