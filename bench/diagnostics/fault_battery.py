@@ -5,7 +5,10 @@ random call, and what became of the run (docs/scale.md, No silent hangs).
 
 Each case runs `temper grpo` in its own process on a tiny random Llama (fp32), with
 `TEMPERING_FAULTS=<point>:<kind>:<when>` (tempering/faults.py), `when` drawn at random from the
-calls the unfaulted run made at that point. The sandbox is the exception: no completion of a
+calls the unfaulted run made at that point. The run's setup is the worker's: Ray replicas and
+reward actors (`scale:`), the trainer's reward threads, or asynchronous GRPO on the local engine
+process (`sampler:`, `max_off_policy_steps: 1`: deterministic, the orchestrator pins the weights
+each batch samples from). The sandbox is the exception: no completion of a
 random model parses as Python, so a GRPO run never reaches it; its cases run `SANDBOX_RUNS`
 programs through a `SandboxPool` in their own process, the fault at a random one of them.
 Outcomes:
@@ -32,6 +35,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,12 +50,14 @@ from bench._shared.paths import RESULTS  # noqa: E402
 
 from tempering import faults  # noqa: E402
 
-COMPONENTS = {  # fault point -> the name its stop line carries, and whether it runs on Ray
-    "engine": ("engine replica", True),
-    "ray_reward": ("reward", True),
-    "reward_thread": ("reward worker thread", False),
-    "sandbox": ("sandbox", False),
+COMPONENTS = {  # fault point -> the name its stop line carries, and the run setup it needs
+    "engine": ("engine replica", "ray"),
+    "engine_process": ("engine process", "process"),
+    "ray_reward": ("reward", "ray"),
+    "reward_thread": ("reward worker thread", "threads"),
+    "sandbox": ("sandbox", None),
 }
+STEPS = {"ray": 2, "threads": 3, "process": 3}
 CASES = [f"{p}:{k}" for p in COMPONENTS for k in faults.KINDS if (p, k) != ("reward_thread", "kill")]
 SANDBOX_RUNS, SANDBOX_WALL_S = 6, 5.0
 SANDBOX_SCRIPT = f"""
@@ -65,12 +71,16 @@ with SandboxPool(size=1) as pool:
     )]))
 """
 DEADLINES = {"engine_deadline_s": 10.0, "reward_deadline_s": 5.0}
+SAMPLER_CALL_TIMEOUT_S = 10.0  # the engine process's call deadline (`sampler.call_timeout_s`)
 GRACE_S, VERIFIER_TIMEOUT_S = 20.0, 30.0
 BOUND_S = 600.0  # a case still running after this is a silent hang (killed)
 
 
-def grpo_config(folder: Path, model: Path, ray: bool, steps: int) -> Path:
-    """A 2-3 step GRPO config on the tiny model; with `ray`, engine and rewards as actors."""
+def grpo_config(folder: Path, model: Path, setup: str, steps: int) -> Path:
+    """A 2-3 step GRPO config on the tiny model. `setup`: "ray" (engine and rewards as actors),
+    "threads" (in-process engine, reward threads with a short grace), "process" (asynchronous,
+    K = 1, on the local engine process)."""
+    ray = setup == "ray"
     import yaml
 
     cfg: dict[str, Any] = {
@@ -90,16 +100,19 @@ def grpo_config(folder: Path, model: Path, ray: bool, steps: int) -> Path:
             "dynamic_sampling": False,
             "truncation": "keep",
             "reward_workers": 2,
-            "verifier_timeout_s": VERIFIER_TIMEOUT_S if ray else 5.0,
+            "verifier_timeout_s": 5.0 if setup == "threads" else VERIFIER_TIMEOUT_S,
             # the thread pool: a stuck call stops the run at the first submit after its verdict timed out
-            "hang_grace_s": GRACE_S if ray else 0.01,
+            "hang_grace_s": 0.01 if setup == "threads" else GRACE_S,
         },
         "train": {"steps": steps, "precision": "fp32", "threads": 1, "optim": {"lr": 1e-3}},
         "out": str(folder / "runs"),
     }
     if ray:
         cfg["scale"] = {"reward_workers": 2, "engine_replicas": 1, "num_cpus": 2, **DEADLINES}
-    path = folder / ("grpo_ray.yaml" if ray else "grpo_local.yaml")
+    if setup == "process":
+        cfg["sampler"] = {"threads": 1, "call_timeout_s": SAMPLER_CALL_TIMEOUT_S}
+        cfg["grpo"]["max_off_policy_steps"] = 1
+    path = folder / f"grpo_{setup}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
 
@@ -120,9 +133,20 @@ def run(cfg: Path, name: str, spec: str, fault_dir: Path) -> dict[str, Any]:
 
 
 def samples(run_dir: Path) -> list[tuple]:
+    """The run's completions and rewards in order: those trained, then (asynchronous runs) those
+    its last checkpoint records as sampled ahead, so a fault in a batch never trained is compared too."""
     from tempering.rollout.store import read_trajectories
 
-    return [(r["task_id"], r["completion"], r["reward"]) for r in read_trajectories(run_dir)]
+    trained = [(r["task_id"], r["completion"], r["reward"]) for r in read_trajectories(run_dir)]
+    last = max((run_dir / "checkpoints").glob("step-*"), default=None)
+    state = json.loads((last / "state.json").read_text()) if last is not None else {}
+    ahead = [
+        (t["task_id"], t["messages"][-1]["content"], t["rewards"])
+        for batch in state.get("data", {}).get("ahead", [])
+        for group in batch["seen"]
+        for t in group["trajectories"]
+    ]
+    return trained + ahead
 
 
 def unjudged(run_dir: Path) -> str:
@@ -147,7 +171,7 @@ def judge_case(case: str, got: dict[str, Any], baseline: list[tuple], fault_dir:
     out["fault_to_end_s"] = None if fired is None else round(got["end"] - fired, 1)
     if fired is None:
         out.update(outcome="not_fired")
-    elif got["rc"] == 2 and len(lines) == 1 and who in lines[0] and "stuck at step" in lines[0]:
+    elif got["rc"] == 2 and len(lines) == 1 and who in lines[0] and re.search(r" (stuck|died) at step \d", lines[0]):
         out.update(outcome="stopped", line=lines[0])
     elif got["rc"] == 0 and samples(got["run_dir"]) == baseline:
         out.update(outcome="recovered")
@@ -190,9 +214,10 @@ def battery(cases: list[str], seed: int, folder: Path) -> dict[str, Any]:
     from bench._shared.model_shapes import build_random_model
 
     model = build_random_model("tiny", folder / "tiny")
+    load_at_start = os.getloadavg()[0]
     rng = random.Random(seed)
-    configs = {ray: grpo_config(folder, model, ray, 2 if ray else 3) for ray in (True, False)}
-    baselines: dict[bool, tuple[list[tuple], Path]] = {}
+    configs: dict[str, Path] = {}
+    baselines: dict[str, tuple[list[tuple], Path]] = {}
     table: dict[str, Any] = {}
     for case in cases:
         point, kind, *fixed = case.split(":")  # `point:kind:when` fixes the call (the test's cases)
@@ -201,17 +226,19 @@ def battery(cases: list[str], seed: int, folder: Path) -> dict[str, Any]:
             table[case] = sandbox_case(kind, when, folder / f"faults-{point}-{kind}")
             print(case, table[case]["outcome"], table[case].get("fault_to_end_s"), flush=True)
             continue
-        ray = COMPONENTS[point][1]
-        if ray not in baselines:
-            base_dir = folder / f"faults-base-{ray}"
-            got = run(configs[ray], f"base-{int(ray)}", "", base_dir)
+        setup = COMPONENTS[point][1]
+        assert setup is not None
+        if setup not in baselines:
+            configs[setup] = grpo_config(folder, model, setup, STEPS[setup])
+            base_dir = folder / f"faults-base-{setup}"
+            got = run(configs[setup], f"base-{setup}", "", base_dir)
             if got["rc"] != 0:
                 raise RuntimeError(f"the unfaulted run failed:\n{got['stderr'][-3000:]}")
-            baselines[ray] = (samples(got["run_dir"]), base_dir)
-        base, base_dir = baselines[ray]
+            baselines[setup] = (samples(got["run_dir"]), base_dir)
+        base, base_dir = baselines[setup]
         when = int(fixed[0]) if fixed else rng.randint(1, max(1, faults.calls(base_dir, point)))
         fault_dir = folder / f"faults-{point}-{kind}"
-        got = run(configs[ray], f"{point}-{kind}", f"{point}:{kind}:{when}", fault_dir)
+        got = run(configs[setup], f"{point}-{kind}", f"{point}:{kind}:{when}", fault_dir)
         table[case] = {"when": when, **judge_case(case, got, base, fault_dir)}
         print(case, table[case]["outcome"], table[case].get("fault_to_end_s"), flush=True)
     return {
@@ -219,7 +246,14 @@ def battery(cases: list[str], seed: int, folder: Path) -> dict[str, Any]:
         "faults_silent": sum(c["outcome"] == "silent" for c in table.values()),
         "faults_not_fired": sum(c["outcome"] == "not_fired" for c in table.values()),
         "components": sorted({c.split(":")[0] for c in table}),
-        "deadlines": {**DEADLINES, "hang_grace_s": GRACE_S, "verifier_timeout_s": VERIFIER_TIMEOUT_S},
+        "deadlines": {
+            **DEADLINES,
+            "sampler_call_timeout_s": SAMPLER_CALL_TIMEOUT_S,
+            "hang_grace_s": GRACE_S,
+            "verifier_timeout_s": VERIFIER_TIMEOUT_S,
+        },
+        # the host is shared: its 1-minute load average when the battery started and ended
+        "load_average": {"start": round(load_at_start, 2), "end": round(os.getloadavg()[0], 2)},
         "cases": table,
         "seed": seed,
     }

@@ -139,7 +139,8 @@ class ProcessEngine:
         t0 = time.perf_counter()
         whole = None
         if hasattr(weights, "named_parameters"):
-            # copied: the trainer updates its tensors in place, and a replacement must get these
+            # copied (a LoRA adapter: MBs; full fine-tuning: the trainable weights once more): the
+            # trainer updates its tensors in place, and a replacement process must get these
             state = {n: p.detach().to("cpu", copy=True) for n, p in weights.named_parameters() if p.requires_grad}
             whole = None if self._synced_once else tensors_hash(weights.state_dict().items())
         else:
