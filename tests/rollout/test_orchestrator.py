@@ -417,6 +417,20 @@ def test_an_engine_process_that_fails_again_after_its_replacement_stops_with_one
         engine.close()
 
 
+def test_a_replacement_engine_process_that_hangs_stops_with_the_stuck_line_and_its_bound():
+    from tempering.deadlines import WorkerStuck
+    from tempering.scale.process_engine import EngineProcessError, _stop
+
+    hung = EngineProcessError("no answer", waited_s=31.2, timeout_s=30.0, exitcode=None)
+    line = _stop("engine process (a replacement)", "sampling 3 prompts (resent: the first died (exit code -9))", hung)
+    assert type(line) is WorkerStuck
+    assert str(line.at_step(2)) == (
+        "engine process (a replacement) stuck at step 2: sampling 3 prompts (resent: the first died (exit code -9)): "
+        "no answer after 31 s (deadline + grace 30 s); the run stopped, and `--resume-from` its last checkpoint "
+        "resumes it exactly"
+    )
+
+
 # -- K = 0 through the orchestrator: the synchronous path, whichever engine holds the weights --------
 
 
