@@ -131,12 +131,10 @@ def test_time_to_reward_is_null_with_the_reason_when_no_seed_reached_it():
 
 
 def test_the_harness_writes_host_rounds_and_the_ratio_beside_the_bench_fields():
-    from _shared.harness import write_result
-
     records = _records([50.0, 60.0])
     host = {"threads": 2, "cpu_model": "test"}
     extra = bench.summary_fields(records, [1], {"max_abs_diff": 0.0}, {})
-    out = write_result(
+    out = bench.write_result(
         None,
         benchmark="async_rl",
         host=host,

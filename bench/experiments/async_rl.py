@@ -22,7 +22,7 @@ Also, once per invocation: `sync_equivalence_max_abs_diff`, two short K = 0 runs
 seed, the in-process hf engine against the engine process (both one torch thread): the largest
 absolute difference over per-step loss, grad norm, reward mean and the final adapter weights.
 
-    python bench/experiments/async_rl.py [--seeds 0 1 2 3 4] [--ks 1 2 4] [--steps 40] [--eval-every 5]
+    python bench/experiments/async_rl.py [--seeds 0 1 2 3 4] [--ks 1 2 4] [--steps 50] [--eval-every 5]
     python bench/experiments/async_rl.py --quick        # a smoke run: 1 seed, 3 tiny steps; writes /tmp
 
 Writes bench/results/async_rl.json (through `_shared/harness.py`: host, rounds, ratio_median and
@@ -337,11 +337,11 @@ def plot(records: Sequence[dict], ks: Sequence[int], path: Path, title: str = ""
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4], help="max_off_policy_steps of the async sides")
-    p.add_argument("--steps", type=int, default=40, help="steps a run (its budget)")
-    p.add_argument("--minutes", type=float, default=20.0, help="wall-clock cap a run (train.max_minutes)")
+    p.add_argument("--steps", type=int, default=50, help="steps a run (its budget)")
+    p.add_argument("--minutes", type=float, default=25.0, help="wall-clock cap a run (train.max_minutes)")
     p.add_argument("--eval-every", type=int, default=5, help="steps between held-out measurements")
     p.add_argument("--equivalence-steps", type=int, default=5)
     p.add_argument("--work", type=Path, default=Path("/tmp/async_rl"))
@@ -358,12 +358,13 @@ def main() -> None:
         p.error("--ks must include 1 (the headline is K = 1 over sync)")
     args.ks = sorted(set(args.ks), key=lambda k: (k != 1, k))
     t0 = time.time()
+    faults = faults_fields()  # before hours of runs: a missing file fails now
     print("equivalence: K = 0 in-process vs engine process", flush=True)
     equiv = equivalence(args)
     print(f"  max |diff| {equiv['max_abs_diff']:.3g} over {equiv['steps']} steps", flush=True)
     records = paired_seeds(lambda side, seed: run_side(side, seed, args), side_names(args.ks), args.seeds)
     extra = {
-        **summary_fields(records, args.ks, equiv, faults_fields()),
+        **summary_fields(records, args.ks, equiv, faults),
         "command": "python bench/experiments/async_rl.py " + " ".join(sys.argv[1:]),
         "quick": args.quick,
         "config": "examples/grpo_arith.yaml",
