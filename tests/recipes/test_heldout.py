@@ -129,3 +129,41 @@ def test_configured_heldout_chat_tasks_overlap_training_only_when_their_messages
     assert [t.id for t in held] == ["c9"] and len(train) == 2
     with pytest.raises(ValueError, match="1 held-out prompts also appear"):
         heldout_tasks(cfg, [chat_task(0, "held out")], tmp_path)
+
+
+def test_heldout_eval_reports_its_wait_for_the_engine_apart_from_its_whole_time(tmp_path, monkeypatch):
+    """An asynchronous sampler holds the engine until its batch is sampled: the eval's `eval_wait_s`
+    is that wait (sampling time a clock without evaluations must still count), `eval_s` the whole.
+    A fake clock: the borrow takes 3 s to grant, the suite 5 s."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    import tempering.recipes.grpo as grpo
+
+    now = [100.0]
+    monkeypatch.setattr(grpo, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+
+    def suite_run(*args, **kwargs):
+        now[0] += 5.0
+        return {"reward": 0.5, "accuracy": 0.25}
+
+    monkeypatch.setattr(grpo, "heldout_eval", suite_run)
+
+    @contextmanager
+    def borrow():
+        now[0] += 3.0  # the sampler finishes its batch
+        yield
+
+    cfg = GRPOConfig.model_validate(
+        {
+            "model": "smollm2-135m-instruct",
+            "tasks": {"source": "builtin:arithmetic", "ops": "+", "n": 20},
+            "heldout": {"tasks": {"source": "builtin:arithmetic", "ops": "+", "n": 4, "split": "heldout"}},
+            "train": {"steps": 1},
+        }
+    )
+    monitor = grpo.GRPOHeldout(cfg, engine=None, tasks=[], run_dir=tmp_path, borrow=borrow)  # type: ignore[arg-type]
+    values = monitor.measure(7, SimpleNamespace(event=lambda *a, **k: None))  # type: ignore[arg-type]
+    assert values["heldout/tasks/eval_wait_s"] == 3.0
+    assert values["heldout/tasks/eval_s"] == 8.0
+    assert values["heldout/tasks/accuracy"] == 0.25

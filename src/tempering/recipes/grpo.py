@@ -196,8 +196,12 @@ class GRPOHeldout:
         return {f"heldout/{HELDOUT_SUITE}/{k}": v for k, v in result.items() if k != "step"}
 
     def evaluate(self, step: int) -> dict[str, float]:
+        """The held-out suite now. `eval_s` is its whole time; `eval_wait_s` the part spent waiting
+        for the engine (an asynchronous sampler finishing the batch it samples: sampling work, not
+        evaluation, which a clock that leaves evaluations out must still count)."""
         t0 = time.perf_counter()
         with self.borrow():
+            waited = time.perf_counter() - t0
             if self.model is not None:
                 self.engine.sync_weights(self.model)
             result = heldout_eval(
@@ -209,11 +213,10 @@ class GRPOHeldout:
                 model_id=f"{self.run_dir.name}@step-{step}",
                 by_domain=self.cfg.domains is not None,
             )
-        result.update(step=step, eval_s=time.perf_counter() - t0)
+        result.update(step=step, eval_s=time.perf_counter() - t0, eval_wait_s=waited)
         self.history.append(result)
-        shown = ", ".join(
-            f"{k} {v:.3f}" for k, v in result.items() if k not in ("step", "eval_s") and not k.startswith("domain/")
-        )
+        untimed = ("step", "eval_s", "eval_wait_s")
+        shown = ", ".join(f"{k} {v:.3f}" for k, v in result.items() if k not in untimed and not k.startswith("domain/"))
         console.print(f"[cyan]held-out @ step {step}: {shown}[/cyan]")
         return result
 
