@@ -472,7 +472,8 @@ def _grpo_run(tmp_path, tiny_dir, name, extra, steps=10):
     return steps_, load_file(run / "final" / "adapter_model.safetensors")
 
 
-def _same_run(a, b):
+def assert_same_run(a, b):
+    """The two runs trained the same 10 steps (losses, gradients, rewards, staleness) to the same weights, bit for bit."""
     (steps_a, weights_a), (steps_b, weights_b) = a, b
     assert len(steps_a) == len(steps_b) == 10
     for key in ("loss", "grad_norm", "reward_mean", "staleness_max"):
@@ -489,14 +490,15 @@ def test_synchronous_grpo_on_the_engine_process_is_the_in_process_run_bit_for_bi
         (r["grad_norm"], r["reward_mean"]) for r in here[0]
     ]  # the weights move
     assert all(r["staleness_max"] == 0.0 for r in here[0])
-    _same_run(here, there)
+    assert_same_run(here, there)
 
 
 def test_synchronous_grpo_on_ray_replicas_is_the_in_process_run_bit_for_bit(tmp_path, tiny_dir):
     pytest.importorskip("ray")
     here = _grpo_run(tmp_path, tiny_dir, "here", {"engine": {"kind": "hf"}})
     scale = {"scale": {"reward_workers": 1, "engine_replicas": 1, "num_cpus": 2}}
-    _same_run(here, _grpo_run(tmp_path, tiny_dir, "ray", scale))
+    ray_run = _grpo_run(tmp_path, tiny_dir, "ray", scale)
+    assert_same_run(here, ray_run)
 
 
 def test_two_steps_off_policy_on_the_engine_process_trains_up_to_two_steps_stale(tmp_path, tiny_dir):
