@@ -3,8 +3,9 @@
 The sides, all `temper grpo` on examples/grpo_arith.yaml (the default model, LoRA; the example
 starts from no SFT), each run alone in a fresh process, one after another:
 
-  sync        grpo.max_off_policy_steps 0, the in-process engine (the example's default), train.threads 2
-  async_k<K>  max_off_policy_steps K (1, 2, 4), sampler: {threads: 1} (an engine process), train.threads 1
+  sync        grpo.max_off_policy_steps 0, the batching engine in process (the example's default), train.threads 2
+  async_k<K>  max_off_policy_steps K (1, 2, 4), the same batching engine in an engine process
+              (sampler: {threads: 1}), train.threads 1
 
 Per seed every side runs once, the first side alternating between seeds (`harness.paired_seeds`);
 the same seed gives the same prompt order on every side. Each run trains `--steps` steps (or
@@ -19,7 +20,8 @@ clock), seconds and steps to held-out 0.5 (None when the run's budget ended firs
 `staleness_hist/<k>` and the stale-dropped share.
 
 Also, once per invocation: `sync_equivalence_max_abs_diff`, two short K = 0 runs from the same
-seed, the in-process hf engine against the engine process (both one torch thread): the largest
+seed, the batching engine in process against the same engine in the engine process (both one
+torch thread): the largest
 absolute difference over per-step loss, grad norm, reward mean and the final adapter weights.
 
     python bench/experiments/async_rl.py [--seeds 0 1 2 3 4] [--ks 1 2 4] [--steps 50] [--eval-every 5]
@@ -264,13 +266,13 @@ def run_side(side: str, seed: int, args: argparse.Namespace) -> dict:
 
 
 def equivalence(args: argparse.Namespace, seed: int = 0) -> dict:
-    """K = 0 on the in-process hf engine against K = 0 on the engine process, one thread each, no held-out."""
+    """K = 0 with the example's engine in process against K = 0 with it in the engine process, one thread each, no held-out."""
     from safetensors.torch import load_file
 
     from tempering.tracking.events import metrics_path, read_metrics
 
     runs = {}
-    for name, extra in (("inprocess", {"engine": {"kind": "hf"}}), ("process", {"sampler": {"threads": 1}})):
+    for name, extra in (("inprocess", {}), ("process", {"sampler": {"threads": 1}})):
         cfg = run_config("sync", seed, args, args.work / "equivalence")
         cfg.update(name=f"equiv-{name}", heldout=None, **extra)
         cfg["train"].update(steps=args.equivalence_steps, threads=1, eval_every=None, max_minutes=None)
@@ -287,7 +289,7 @@ def equivalence(args: argparse.Namespace, seed: int = 0) -> dict:
         "per_quantity": diffs,
         "steps": len(a_rows),
         "same_steps": len(a_rows) == len(b_rows) and a_w.keys() == b_w.keys(),
-        "source": "measured by this bench: K = 0 in-process hf engine vs K = 0 engine process, one torch thread each",
+        "source": "measured by this bench: K = 0, the batching engine in process vs in the engine process, one torch thread each",
     }
 
 
@@ -359,7 +361,7 @@ def main() -> None:
     args.ks = sorted(set(args.ks), key=lambda k: (k != 1, k))
     t0 = time.time()
     faults = faults_fields()  # before hours of runs: a missing file fails now
-    print("equivalence: K = 0 in-process vs engine process", flush=True)
+    print("equivalence: K = 0, batching engine in process vs in the engine process", flush=True)
     equiv = equivalence(args)
     print(f"  max |diff| {equiv['max_abs_diff']:.3g} over {equiv['steps']} steps", flush=True)
     records = paired_seeds(lambda side, seed: run_side(side, seed, args), side_names(args.ks), args.seeds)
@@ -372,8 +374,8 @@ def main() -> None:
         "budget": {"steps": args.steps, "minutes": args.minutes, "eval_every": args.eval_every},
         "clock": "sum of the Trainer's step_s plus each held-out eval's eval_wait_s; model load, evaluations, checkpoints off",
         "engines": {
-            "sync": "in-process batching (the example's default), train.threads 2",
-            "async": "engine process (HFEngine), sampler.threads 1, train.threads 1",
+            "sync": "batching engine in process (the example's default), train.threads 2",
+            "async": "the same batching engine in an engine process, sampler.threads 1, train.threads 1",
         },
         "wall_s": time.time() - t0,
     }

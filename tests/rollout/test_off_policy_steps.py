@@ -72,7 +72,7 @@ def _load_top(tmp_path, top):
     "top, words",
     [
         ({"sampler": {}, "scale": {}}, "sampler: does nothing with scale: (the Ray replicas are the engine)"),
-        ({"sampler": {}, "engine": {"kind": "hf"}}, "engine: does nothing with sampler: (the engine process"),
+        ({"sampler": {}, "engine": {"kind": "vllm"}}, "engine.kind 'vllm' does not run in sampler:'s engine process"),
         ({"sampler": {"call_timeout_s": 0}}, "sampler.call_timeout_s: Input should be greater than 0"),
         ({"sampler": {"rope_scaling": {}}}, "sampler.rope_scaling: Extra inputs are not permitted"),
         (

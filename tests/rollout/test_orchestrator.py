@@ -485,12 +485,27 @@ def test_synchronous_grpo_on_the_engine_process_is_the_in_process_run_bit_for_bi
     """The engine process holds a synced copy and samples with the same seeds and one thread, as the
     trainer: the same 10 steps (losses, gradients, rewards) and final weights, bit for bit."""
     here = _grpo_run(tmp_path, tiny_dir, "here", {"engine": {"kind": "hf"}})
-    there = _grpo_run(tmp_path, tiny_dir, "there", {"sampler": {"threads": 1}})
+    there = _grpo_run(tmp_path, tiny_dir, "there", {"sampler": {"threads": 1}, "engine": {"kind": "hf"}})
     assert sum(r["grad_norm"] > 0 for r in here[0]) >= 5, [
         (r["grad_norm"], r["reward_mean"]) for r in here[0]
     ]  # the weights move
     assert all(r["staleness_max"] == 0.0 for r in here[0])
     assert_same_run(here, there)
+
+
+def test_the_engine_process_samples_with_the_runs_batching_engine_as_the_in_process_one_does(tmp_path, tiny_dir):
+    """The default engine (batching) in the engine process: the same 10 steps and weights, bit for
+    bit, as the batching engine in the trainer's process; the process's actor is built on that engine."""
+    from tempering.config import EngineSettings
+    from tempering.rollout.batching_engine import BatchingEngine
+    from tempering.rollout.engine import HFEngine
+    from tempering.scale.engines import EngineActor
+
+    here = _grpo_run(tmp_path, tiny_dir, "here", {})
+    there = _grpo_run(tmp_path, tiny_dir, "there", {"sampler": {"threads": 1}})
+    assert_same_run(here, there)
+    assert isinstance(EngineActor(str(tiny_dir), None, "fp32", engine=EngineSettings()).engine, BatchingEngine)
+    assert isinstance(EngineActor(str(tiny_dir), None, "fp32").engine, HFEngine)  # Ray's replicas, as before
 
 
 def test_synchronous_grpo_on_ray_replicas_is_the_in_process_run_bit_for_bit(tmp_path, tiny_dir):

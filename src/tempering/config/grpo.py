@@ -301,9 +301,13 @@ HELDOUT_EVERY = 10
 """GRPO's `train.eval_every` when the config has `heldout:` and sets none."""
 
 
+SAMPLER_ENGINES = ("batching", "hf")
+"""The engine kinds `sampler:`'s engine process runs (vLLM has its own process; speculative: not yet)."""
+
+
 class SamplerSettings(Strict):
-    """The rollout engine in a process of its own on this machine (`scale/process_engine.py`): an
-    HFEngine on its own copy of the model, synced from the trainer, so batches can sample while the
+    """The rollout engine in a process of its own on this machine (`scale/process_engine.py`): the
+    run's `engine:` (batching by default, or hf) on its own copy of the model, synced from the trainer, so batches can sample while the
     trainer updates (`grpo.max_off_policy_steps` > 0) without Ray."""
 
     threads: Threads = "auto"
@@ -368,8 +372,8 @@ class GRPOConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
     scale: ScaleSettings | None = None
     """Rollout engines and reward workers as Ray actors (docs/scale.md); None: in this process."""
     sampler: SamplerSettings | None = None
-    """The rollout engine in a local process of its own (asynchronous RL without Ray; docs/rl.md);
-    None: `engine:` in this process (or `scale:`'s replicas)."""
+    """The rollout engine (`engine:`, batching or hf) in a local process of its own (asynchronous RL
+    without Ray; docs/rl.md); None: `engine:` in this process (or `scale:`'s replicas)."""
 
     @model_validator(mode="after")
     def _domains_fit(self) -> GRPOConfig:
@@ -410,9 +414,10 @@ class GRPOConfig(ChatTemplateSetting, RopeScalingSetting, RunSettings):
             )
         if self.sampler is not None and self.scale is not None:
             raise ValueError("sampler: does nothing with scale: (the Ray replicas are the engine); drop one of them")
-        if self.sampler is not None and "engine" in self.model_fields_set:
+        if self.sampler is not None and self.engine.kind not in SAMPLER_ENGINES:
             raise ValueError(
-                "engine: does nothing with sampler: (the engine process samples with HFEngine); drop one of them"
+                f"engine.kind {self.engine.kind!r} does not run in sampler:'s engine process "
+                f"(it runs {' or '.join(SAMPLER_ENGINES)}); pick one of those or drop sampler:"
             )
         return self
 

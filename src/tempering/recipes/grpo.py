@@ -326,7 +326,9 @@ def grpo_components(
 
         p = cfg.sampler
         grace = cfg.grpo.hang_grace_s
-        engine = ProcessEngine(cfg.model, cfg.lora, precision, p.threads, p.call_timeout_s, p.start_timeout_s, grace)
+        engine = ProcessEngine(
+            cfg.model, cfg.lora, precision, p.threads, p.call_timeout_s, p.start_timeout_s, grace, engine=cfg.engine
+        )
     else:
         model_dir = resolve_model(cfg.model) if cfg.engine.kind == "vllm" else None
         engine = build_engine(cfg.engine, model, tokenizer, precision, model_dir=model_dir, processor=processor)

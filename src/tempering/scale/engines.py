@@ -33,7 +33,7 @@ import time
 from typing import Any, Sequence
 
 from tempering import faults
-from tempering.config import LoraSettings, SamplingParams
+from tempering.config import EngineSettings, LoraSettings, SamplingParams
 from tempering.deadlines import DEFAULT_GRACE_S, WorkerStuck
 from tempering.hashing import tensors_hash
 from tempering.rollout.engine import Completion
@@ -47,11 +47,18 @@ class WeightSyncError(RuntimeError):
 
 class EngineActor:
     """One replica: the model loaded as the trainer loads it (LoRA included, so the trainer's
-    tensor names match), sampled by the `HFEngine` that `build_engine` makes. `fault_point`:
-    the fault point of its `generate` (`engine` on Ray, `engine_process` in a `ProcessEngine`)."""
+    tensor names match), sampled by the engine `build_engine` makes of `engine` (None: `HFEngine`;
+    a `ProcessEngine` passes the run's `engine:`, hf or batching). `fault_point`: the fault point
+    of its `generate` (`engine` on Ray, `engine_process` in a `ProcessEngine`)."""
 
-    def __init__(self, model_spec: str, lora: LoraSettings | None, precision: str, fault_point: str = "engine"):
-        from tempering.config import EngineSettings
+    def __init__(
+        self,
+        model_spec: str,
+        lora: LoraSettings | None,
+        precision: str,
+        fault_point: str = "engine",
+        engine: EngineSettings | None = None,
+    ):
         from tempering.models.load import load_tokenizer
         from tempering.models.lora import load_for_training
         from tempering.models.precision import default_device
@@ -59,7 +66,8 @@ class EngineActor:
 
         # on the GPU Ray gave this actor (`engine_gpus` > 0); Ray hides every GPU from one given none
         model = load_for_training(model_spec, lora).to(default_device())
-        self.engine: Any = build_engine(EngineSettings(kind="hf"), model, load_tokenizer(model_spec), precision)
+        settings = EngineSettings(kind="hf") if engine is None else engine
+        self.engine: Any = build_engine(settings, model, load_tokenizer(model_spec), precision)
         self.fault_point = fault_point  # the fault battery's name for this kind of worker (tempering/faults.py)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:

@@ -1,13 +1,13 @@
-"""`Engine` in a local process of its own: `EngineActor` (an HFEngine on its own copy of the model)
-in a spawned subprocess, called over a `multiprocessing` Pipe, so asynchronous RL
+"""`Engine` in a local process of its own: `EngineActor` (the run's `engine:`, batching or hf, on
+its own copy of the model) in a spawned subprocess, called over a `multiprocessing` Pipe, so asynchronous RL
 (`grpo.max_off_policy_steps` > 0) runs on one machine without Ray (`sampler:` in a GRPO config).
 
-    engine = ProcessEngine("smollm2-135m-instruct", lora, "fp32", threads=1)
+    engine = ProcessEngine("smollm2-135m-instruct", lora, "fp32", threads=1, engine=EngineSettings())
     engine.sync_weights(trainer_model)     # checked like the Ray replicas' sync: engine.last_sync
     groups = engine.generate(prompts, params)
 
 The process loads the model as the trainer does (LoRA included, so the tensor names match) and
-samples exactly as the in-process `HFEngine` on the same weights and seed. A weight sync sends only
+samples exactly as the same engine in process does on the same weights, seed and thread count. A weight sync sends only
 the trainable tensors (torch's pickling shares them through shared memory) and checks the hash of
 what the process then holds, as `EngineReplicas.sync_weights` does (`check_synced`; the whole state,
 frozen base included, on the first sync).
@@ -29,7 +29,7 @@ import time
 import traceback
 from typing import Any, Sequence
 
-from tempering.config import LoraSettings, SamplingParams
+from tempering.config import EngineSettings, LoraSettings, SamplingParams
 from tempering.deadlines import DEFAULT_GRACE_S, WorkerDied, WorkerStuck
 from tempering.hashing import tensors_hash
 from tempering.rollout.engine import Completion
@@ -56,14 +56,16 @@ class EngineProcessError(RuntimeError):
         return f"died (exit code {self.exitcode})"
 
 
-def serve(conn: Any, model_spec: str, lora: LoraSettings | None, precision: str, threads: Any) -> None:
+def serve(
+    conn: Any, model_spec: str, lora: LoraSettings | None, precision: str, engine: EngineSettings, threads: Any
+) -> None:
     """The engine process's loop: load an `EngineActor`, answer with the torch threads it uses,
     then answer (method, args) calls until None or EOF."""
     from tempering.models.threads import set_threads
 
     try:
         used = set_threads(threads)
-        actor = EngineActor(model_spec, lora, precision, fault_point=FAULT_POINT)
+        actor = EngineActor(model_spec, lora, precision, fault_point=FAULT_POINT, engine=engine)
     except BaseException as exc:  # reported to the parent, which raises it
         conn.send(("error", type(exc).__name__, str(exc), traceback.format_exc()))
         return
@@ -85,7 +87,7 @@ def serve(conn: Any, model_spec: str, lora: LoraSettings | None, precision: str,
 class ProcessEngine:
     """`Engine` over one `EngineActor` in a spawned process (see the module docstring).
 
-    `call_timeout_s`: a call's deadline; `start_timeout_s`: loading the model's; `grace_s`: what a
+    `engine`: the engine it samples with (hf or batching; None: hf); `call_timeout_s`: a call's deadline; `start_timeout_s`: loading the model's; `grace_s`: what a
     replacement's start, weight load and resent call may take beyond those before the run stops."""
 
     def __init__(
@@ -97,12 +99,13 @@ class ProcessEngine:
         call_timeout_s: float = 600.0,
         start_timeout_s: float = 300.0,
         grace_s: float = DEFAULT_GRACE_S,
+        engine: EngineSettings | None = None,
     ):
         from tempering.models.load import load_tokenizer
 
         self.precision, self.tokenizer = precision, load_tokenizer(model_spec)
         self.call_timeout_s, self.start_timeout_s, self.grace_s = call_timeout_s, start_timeout_s, grace_s
-        self._spec = (model_spec, lora, precision)
+        self._spec = (model_spec, lora, precision, EngineSettings(kind="hf") if engine is None else engine)
         self.last_sync: dict[str, float] = {}
         self.replaced = self.hung = 0
         self._synced_once = False
