@@ -14,12 +14,34 @@ if os.environ.get(MASK_ENV):
     for _key, _value in emulation_env(os.environ[MASK_ENV]).items():
         os.environ.setdefault(_key, _value)
 
+import importlib.util
 import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from tempering.data.render import IGNORE, RenderedExample
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(rel: str, name: str | None = None):
+    """A script of this repository (under bench/ or tools/) as a module. `rel`: its path from the
+    repository root; it is registered in sys.modules as `name` (default: the file's stem) before it
+    runs, since dataclasses look their module up there; bench/ and bench/experiments/ go on sys.path
+    for the scripts' own imports (`_shared`, their neighbours)."""
+    for folder in (ROOT / "bench" / "experiments", ROOT / "bench"):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(name or Path(rel).stem, ROOT / rel)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
 
 SEED_SAMPLE = {
     "messages": [

@@ -2,26 +2,17 @@
 clock, completions/s and time to held-out 0.5, and names its result's fields as the docs quote
 them. Its pure parts only, on hand-made metric rows: no model runs here."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _module(rel: str):
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location(Path(rel).stem, ROOT / rel)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _module("bench/experiments/async_rl.py")
+bench = load_script("bench/experiments/async_rl.py")
 ACC, WAIT = "heldout/tasks/correct", "heldout/tasks/eval_wait_s"
 
 

@@ -3,27 +3,18 @@ side that goes first alternating, pairs the ratio by round with a t-interval on 
 flags runs that did not do the same work or did not reproduce the same-seed figures. Its pure parts
 only: no model runs here."""
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _module(rel: str):
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location(Path(rel).stem, ROOT / rel)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ba = _module("bench/diagnostics/before_after.py")
-workloads = _module("bench/diagnostics/before_after_workloads.py")
+ba = load_script("bench/diagnostics/before_after.py")
+workloads = load_script("bench/diagnostics/before_after_workloads.py")
 
 
 def test_rounds_alternate_which_side_goes_first_with_each_workloads_pair_back_to_back():

@@ -2,15 +2,14 @@
 bootstrap or t-table in bench/, agent RL gains bootstrapped over tasks, not (seed, task) units, and
 the task-level agent figures in the results are what bench/experiments/agent_rl_tasklevel.py derives."""
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 from tempering.evals.stats import paired_bootstrap
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 # The fingerprints of an interval computed by hand: a table of t or z quantiles, the 2.5% / 97.5%
@@ -27,16 +26,6 @@ def private_intervals(files) -> list[str]:
     ]
 
 
-def _module(rel: str):
-    sys.path.insert(0, str(ROOT / "bench"))
-    sys.path.insert(0, str(ROOT / "bench" / "experiments"))
-    spec = importlib.util.spec_from_file_location(Path(rel).stem, ROOT / rel)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_bench_holds_no_interval_of_its_own():
     assert private_intervals(sorted((ROOT / "bench").rglob("*.py"))) == []
 
@@ -50,7 +39,7 @@ def test_a_hand_written_interval_is_caught(tmp_path):
 def test_agent_rl_gain_resamples_tasks_not_seed_task_units():
     # The tool-arithmetic headline's shape: RL passes every (seed, task); SFT fails 4 of 14 tasks on
     # seeds 1 and 2 (here the same 4). Per task: 4 tasks gain 2/3, 10 gain 0.
-    paired = _module("bench/experiments/agent_rl.py").paired
+    paired = load_script("bench/experiments/agent_rl.py").paired
     units = {(s, f"t{i}"): (0.0 if s and i < 4 else 1.0, 1.0) for s in range(3) for i in range(14)}
     g = paired(units)
     expected = paired_bootstrap([[1.0, 0.0, 0.0]] * 4 + [[1.0] * 3] * 10, [[1.0] * 3] * 14, resamples=4000)
@@ -62,7 +51,7 @@ def test_agent_rl_gain_resamples_tasks_not_seed_task_units():
 def test_recovery_rate_resamples_tasks():
     # two tasks on two seeds; every episode errs; task a recovers on both seeds after, task b never:
     # rate 0 -> 0.5. A resample of tasks gives 0 (b, b), 0.5 (a, b) or 1 (a, a).
-    rd = _module("bench/experiments/agent_rl.py").recovery_delta
+    rd = load_script("bench/experiments/agent_rl.py").recovery_delta
     ep = lambda ok: {"errors": 1, "success": ok}  # noqa: E731
     parts = [
         {"seed": s, "phases": {"x": {"a": ep(False), "b": ep(False)}, "y": {"a": ep(True), "b": ep(False)}}}
@@ -73,7 +62,7 @@ def test_recovery_rate_resamples_tasks():
 
 
 def test_gale_ryser_arrangements_by_hand():
-    tl = _module("bench/experiments/agent_rl_tasklevel.py")
+    tl = load_script("bench/experiments/agent_rl_tasklevel.py")
     # seeds moving 0, 4, 4 units up on 14 tasks: 0-4 tasks moved on both seeds
     found = [c for c in tl.count_vectors(8, 8, 3) if tl.realizable(c, [0, 4, 4])]
     assert sorted(found) == sorted([(2, 2, 2, 2, 0, 0, 0, 0), (2, 2, 2, 1, 1, 0, 0, 0), (2, 2, 1, 1, 1, 1, 0, 0),
@@ -82,7 +71,7 @@ def test_gale_ryser_arrangements_by_hand():
 
 
 def test_stored_task_level_agent_figures_are_the_derived_ones():
-    tl = _module("bench/experiments/agent_rl_tasklevel.py")
+    tl = load_script("bench/experiments/agent_rl_tasklevel.py")
     load = lambda name: json.loads((ROOT / "bench" / "results" / name).read_text())  # noqa: E731
     stored = load("agent_rl_tool_arith.json")["task_level"]
     derived = json.loads(json.dumps(tl.tool_arith(stored)))

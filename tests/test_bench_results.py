@@ -3,10 +3,10 @@ carry what the bench harness writes: the host's CPU model, the per-round values,
 and its interval. The files measured before the harness are listed by name; the list only shrinks:
 a listed file that already conforms fails here, so it is taken off when it is re-measured."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
+
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -24,16 +24,8 @@ NOT_YET_REMEASURED = {
 }
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location("readme_figures", ROOT / "tools" / "readme_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_headline_file_conforms_unless_listed_and_no_listed_file_conforms():
-    tool = _tool()
+    tool = load_script("tools/readme_figures.py")
     missing = {
         row.file: tool.headline_schema_missing(json.loads((RESULTS / row.file).read_text()))
         for row in tool.HEADLINE_ROWS
@@ -46,11 +38,11 @@ def test_every_headline_file_conforms_unless_listed_and_no_listed_file_conforms(
 
 
 def test_the_single_run_figures_are_kept_for_exactly_the_files_not_yet_remeasured():
-    assert set(_tool().SINGLE_RUN) == NOT_YET_REMEASURED
+    assert set(load_script("tools/readme_figures.py").SINGLE_RUN) == NOT_YET_REMEASURED
 
 
 def test_a_conforming_headline_is_a_headline_and_its_interval_brackets_its_median():
-    tool = _tool()
+    tool = load_script("tools/readme_figures.py")
     for row in tool.HEADLINE_ROWS:
         result = json.loads((RESULTS / row.file).read_text())
         if tool.headline_schema_missing(result):
@@ -61,7 +53,7 @@ def test_a_conforming_headline_is_a_headline_and_its_interval_brackets_its_media
 
 
 def test_the_schema_check_names_each_missing_field():
-    tool = _tool()
+    tool = load_script("tools/readme_figures.py")
     full = {"host": {"cpu_model": "X"}, "rounds": [], "ratio_median": 1.2, "ratio_ci": [1.1, 1.3]}
     assert tool.headline_schema_missing(full) == []
     assert tool.headline_schema_missing({**full, "host": {"cpu": "x86_64"}}) == ["host.cpu_model"]

@@ -13,6 +13,8 @@ import re
 import tokenize
 from pathlib import Path
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 CODE = re.compile(
     r"torch\.cuda|\bpin_memory\b|\bnon_blocking\b|device\.type\s*[!=]=|\bis_available\(\)|\b(from|import)\s+vllm\b"
@@ -134,13 +136,7 @@ def test_the_scan_catches_a_planted_cuda_branch_and_an_uncovered_key():
 def test_every_key_is_named_by_a_test_the_gpu_checks_pytest_step_collects(tmp_path):
     """The GPU run executes the keys' tests: bench/gpu/check.py's pytest_gpu step runs `-m gpu`
     over its `gpu_test_files()`, so a key named only in a file outside them would never run there."""
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("gpu_check_paths", ROOT / "bench" / "gpu" / "check.py")
-    check = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = check
-    spec.loader.exec_module(check)
+    check = load_script("bench/gpu/check.py", "gpu_check_paths")
     [step] = [s for s in check.steps("gpu", tmp_path, None) if s.name == "pytest_gpu"]
     collected = [a for a in step.argv if a.endswith(".py")]
     assert step.argv[step.argv.index("-m", 1) : step.argv.index("-m", 1) + 2] == ["-m", "gpu"]

@@ -15,7 +15,14 @@ from tempering.types import Task
 
 def test_fault_specs_name_a_point_a_kind_and_a_call():
     assert faults.parse("engine:hang:3, sandbox:kill:1") == {"engine": ("hang", 3), "sandbox": ("kill", 1)}
-    for bad in ("engine:hang", "gpu:hang:1", "engine:melt:1", "engine:hang:0", "reward_thread:kill:1"):
+    for bad in (
+        "engine:hang",
+        "gpu:hang:1",
+        "engine:melt:1",
+        "engine:hang:0",
+        "reward_thread:kill:1",
+        "tinker_worker:kill:1",
+    ):
         with pytest.raises(ValueError, match="TEMPERING_FAULTS"):
             faults.parse(bad)
 

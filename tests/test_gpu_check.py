@@ -2,7 +2,6 @@
 its time box, and `--cpu-dry-run` runs every step on the CPU with tiny sizes, so the script cannot
 rot between the rare windows when a GPU is lent."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,19 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu" / "check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_step_past_its_time_box_is_killed_with_its_children_and_recorded(tmp_path, monkeypatch):
-    check = load_check()
+    check = load_script("bench/gpu/check.py", "gpu_check")
     monkeypatch.setattr(check, "MIN_STEP_S", 0)
     started, marker = tmp_path / "grandchild_started", tmp_path / "grandchild_outlived_the_kill"
     # The step starts a grandchild that would write `marker` 4 s later: killing the group stops it too.
@@ -43,7 +36,7 @@ def test_a_step_past_its_time_box_is_killed_with_its_children_and_recorded(tmp_p
 
 
 def test_a_failing_step_is_recorded_with_its_output(tmp_path):
-    check = load_check()
+    check = load_script("bench/gpu/check.py", "gpu_check")
     step = check.Step("fails", ["-c", "import sys; print('what went wrong'); sys.exit(3)"], 30)
     with (tmp_path / "log").open("w") as log:
         outcome = check.run_step(step, 30, log)
@@ -52,7 +45,7 @@ def test_a_failing_step_is_recorded_with_its_output(tmp_path):
 
 
 def test_a_skipped_step_and_a_spent_budget_are_recorded_not_run(tmp_path):
-    check = load_check()
+    check = load_script("bench/gpu/check.py", "gpu_check")
     with (tmp_path / "log").open("w") as log:
         skipped = check.run_step(check.Step("ray", [], 0, skip_reason="not installed"), 30, log)
         late = check.run_step(check.Step("late", ["-c", "raise SystemExit(1)"], 30), 2, log)
@@ -61,7 +54,7 @@ def test_a_skipped_step_and_a_spent_budget_are_recorded_not_run(tmp_path):
 
 
 def test_pytest_with_no_gpu_marked_test_fails_the_step(tmp_path):
-    check = load_check()
+    check = load_script("bench/gpu/check.py", "gpu_check")
     assert check.judge_pytest({"status": "failed", "rc": 5}, tmp_path)["reason"] == "no test carries the gpu marker"
     (tmp_path / "pytest_gpu.xml").write_text(
         '<testsuites><testsuite tests="5" failures="1" errors="0" skipped="3"></testsuite></testsuites>'
@@ -85,7 +78,7 @@ def test_the_cpu_dry_run_passes_every_step(tmp_path):
     tails = {n: s.get("log_tail", "")[-1500:] for n, s in report["steps"].items() if s["status"] != "ok"}
     assert proc.returncode == 0, tails
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    check = load_check()
+    check = load_script("bench/gpu/check.py", "gpu_check")
     # every step of every call runs; only those that cannot run anywhere without their package skip
     skipped = {"ray_engine_replica", "unsloth_peer"} | ({"decode_graphs"} if check.graphs_option_missing() else set())
     assert summary["steps"] == {n: "skipped" if n in skipped else "ok" for n, _, _ in check.PLAN}, tails
@@ -108,7 +101,7 @@ def test_the_cpu_dry_run_passes_every_step(tmp_path):
 
 
 def test_the_dry_run_passes_each_bench_the_flags_the_gpu_run_passes(tmp_path):
-    check = load_check()
+    check = load_script("bench/gpu/check.py", "gpu_check")
     gpu, cpu = check.steps("gpu", tmp_path, None), check.steps("cpu", tmp_path, None)
     assert [s.name for s in gpu] == [s.name for s in cpu]
     for g, c in zip(gpu, cpu):
@@ -126,7 +119,7 @@ def plan_table() -> list[tuple[str, int, int]]:
 
 
 def test_the_written_plan_is_the_order_calls_and_boxes_the_check_runs(tmp_path):
-    check = load_check()
+    check = load_script("bench/gpu/check.py", "gpu_check")
     assert plan_table() == check.PLAN
     gpu = check.steps("gpu", tmp_path, None)
     assert [(s.name, s.call, s.timeout_s) for s in gpu] == check.PLAN
@@ -134,7 +127,7 @@ def test_the_written_plan_is_the_order_calls_and_boxes_the_check_runs(tmp_path):
 
 
 def test_each_calls_time_boxes_fit_its_budget_inside_one_device_call():
-    check = load_check()
+    check = load_script("bench/gpu/check.py", "gpu_check")
     for call, budget in check.CALL_BUDGET_S.items():
         boxes = sum(box for _, c, box in check.PLAN if c in (0, call))
         assert boxes <= budget <= check.CALL_LIMIT_S, (call, boxes, budget)
@@ -142,7 +135,7 @@ def test_each_calls_time_boxes_fit_its_budget_inside_one_device_call():
 
 
 def test_a_call_runs_its_own_steps_with_prepare_and_a_dry_run_runs_them_all(tmp_path):
-    check = load_check()
+    check = load_script("bench/gpu/check.py", "gpu_check")
     gpu = check.steps("gpu", tmp_path, None)
     call2 = [s.name for s in gpu if check.chosen(s, "gpu", 2, None)]
     assert call2 == ["prepare_models", "sft_xl", "grpo_long"]
@@ -151,10 +144,8 @@ def test_a_call_runs_its_own_steps_with_prepare_and_a_dry_run_runs_them_all(tmp_
 
 
 def test_the_torchrun_steps_inner_limits_come_from_its_box(tmp_path):
-    spec = importlib.util.spec_from_file_location("distributed_check", ROOT / "bench" / "gpu" / "distributed_check.py")
-    distributed = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(distributed)
-    check = load_check()
+    distributed = load_script("bench/gpu/distributed_check.py")
+    check = load_script("bench/gpu/check.py", "gpu_check")
     [step] = [s for s in check.steps("gpu", tmp_path, None) if s.name == "torchrun"]
     budget = float(step.argv[step.argv.index("--budget") + 1])
     assert budget == step.timeout_s - 5 == 50
@@ -163,7 +154,7 @@ def test_the_torchrun_steps_inner_limits_come_from_its_box(tmp_path):
 
 
 def test_the_gpu_tests_take_the_tokenizer_of_a_shape_prepare_models_writes(tmp_path):
-    check = load_check()
+    check = load_script("bench/gpu/check.py", "gpu_check")
     steps = {s.name: s for s in check.steps("gpu", tmp_path, None)}
     prepare = steps["prepare_models"].argv
     root, shapes = Path(prepare[1]), prepare[2:]
@@ -172,7 +163,7 @@ def test_the_gpu_tests_take_the_tokenizer_of_a_shape_prepare_models_writes(tmp_p
 
 
 def test_the_graphs_step_is_skipped_with_its_reason_exactly_when_inference_py_lacks_the_option(tmp_path):
-    check = load_check()
+    check = load_script("bench/gpu/check.py", "gpu_check")
     has_option = check.DECODE_GRAPHS_OPTION in (ROOT / "bench" / "throughput" / "inference.py").read_text()
     [step] = [s for s in check.steps("gpu", tmp_path, None) if s.name == "decode_graphs"]
     assert step.argv[step.argv.index("--cuda-graphs") + 1] == "on,off"

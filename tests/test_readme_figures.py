@@ -2,32 +2,25 @@
 tools/readme_figures.py renders from its results files, and a headline row re-measured by the
 bench harness shows its median, interval, parity and host kind."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location("readme_figures", ROOT / "tools" / "readme_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_readme_blocks_are_rendered_from_their_results():
-    tool = _tool()
+    tool = load_script("tools/readme_figures.py")
     text = (ROOT / "README.md").read_text()
     assert tool.render(text) == text, "stale: run python tools/readme_figures.py"
 
 
 def test_a_changed_result_makes_the_block_stale(tmp_path, monkeypatch):
-    tool = _tool()
+    tool = load_script("tools/readme_figures.py")
     result = json.loads((ROOT / "bench" / "results" / "demo_precision.json").read_text())
     result["fp32"]["strict"]["mean"] += 0.5
     changed = tmp_path / "demo_precision.json"
@@ -62,7 +55,7 @@ def harness_result(candidate, baseline, *, headline=True):
 
 
 def test_a_remeasured_row_gives_the_median_its_interval_and_the_host_kind():
-    tool = _tool()
+    tool = load_script("tools/readme_figures.py")
     row = tool.HEADLINE_ROWS[0]
     # per-round ratios 2, 2, 2, 2, 2: median 2 with the interval [2, 2]; candidate median 200
     fast = tool.headline_row(row, harness_result([200, 210, 190, 220, 180], [100, 105, 95, 110, 90]))
@@ -76,7 +69,7 @@ def test_a_remeasured_row_gives_the_median_its_interval_and_the_host_kind():
 
 
 def test_a_file_not_yet_remeasured_keeps_its_figures_marked_single_run():
-    tool = _tool()
+    tool = load_script("tools/readme_figures.py")
     row = tool.HEADLINE_ROWS[0]
     legacy = {"precision": "bf16", "ratio_real_tokens_per_s": 3.67}
     assert tool.headline_schema_missing(legacy) == ["host.cpu_model", "rounds", "ratio_median", "ratio_ci"]

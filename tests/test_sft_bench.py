@@ -2,26 +2,18 @@
 headline over the sides that ran, and a side that needs what this machine lacks is recorded as
 skipped, not lost."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_sft():
-    spec = importlib.util.spec_from_file_location("sft_bench", ROOT / "bench" / "throughput" / "sft.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_tokens_per_step_sets_the_batch_at_the_mean_conversation_length():
-    sft = load_sft()
+    sft = load_script("bench/throughput/sft.py", "sft_bench")
     # mean length (100 + 300) / 2 = 200 tokens: 1,000 tokens are 5 conversations, 32,768 are 163.84 -> 164
     assert sft.batch_for_tokens([100, 300], 1000) == 5
     assert sft.batch_for_tokens([100, 300], 32768) == 164
@@ -29,7 +21,7 @@ def test_tokens_per_step_sets_the_batch_at_the_mean_conversation_length():
 
 
 def test_the_headline_compares_each_frameworks_fastest_side_that_ran():
-    sft = load_sft()
+    sft = load_script("bench/throughput/sft.py", "sft_bench")
     runs = {n: {"real_tokens_per_s": v} for n, v in (("tempering", 90), ("tempering_ckpt", 120), ("trl", 40))}
     runs["trl_flex"] = {"real_tokens_per_s": 60}
     found = sft.headline(runs)
@@ -43,7 +35,7 @@ def test_the_headline_compares_each_frameworks_fastest_side_that_ran():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU case: these sides need a GPU")
 def test_a_side_that_needs_a_gpu_is_recorded_as_skipped_without_starting():
-    sft = load_sft()
+    sft = load_script("bench/throughput/sft.py", "sft_bench")
     assert sft.run_side("trl_liger", None, 8) == {"skipped": "needs a CUDA GPU"}
     assert sft.missing_need("trl") is None and sft.missing_need("tempering_ckpt") is None
     # every side has its settings; checkpointing is the one thing tempering_ckpt changes
@@ -53,7 +45,7 @@ def test_a_side_that_needs_a_gpu_is_recorded_as_skipped_without_starting():
 
 
 def test_mfu_is_against_the_peak_of_the_precision_used_and_bf16_only_where_native():
-    sft = load_sft()
+    sft = load_script("bench/throughput/sft.py", "sft_bench")
     # 100 tokens/s at 1e9 model FLOPs a token; the head 6e8 of them runs on half the positions:
     # executed 1e9 - 6e8 * 0.5 = 7e8 a token.
     side = {"real_tokens_per_s": 100.0, "head_token_fraction": 0.5}

@@ -13,10 +13,12 @@ each worker takes one unit of work:
 | `ray_reward` | `scale/reward_workers.py: RewardActor.score` (a Ray actor process) | one completion |
 | `reward_thread` | `rollout/rollout.py: ThreadRewardWorkers` (a thread of the trainer) | one completion |
 | `sandbox` | `sandbox/launch.py`, after the sandboxed process started | one sandboxed run |
+| `collective` | `train/distributed.py`, each collective of a torchrun rank | one collective of one rank |
+| `tinker_worker` | `serve/tinker_sched.py: Scheduler._step` (the Tinker server's worker thread) | one step of a call |
 
 Kinds: `hang` (the call never returns: a sleep that never ends; a sandboxed process is
 SIGSTOPped), `kill` (SIGKILL of the worker's process: the actor's, or the sandboxed program's;
-refused for `reward_thread`, whose process is the trainer) and `slow` (the call first sleeps
+refused for `reward_thread` and `tinker_worker`, threads of the trainer's or the server's process) and `slow` (the call first sleeps
 `SLOW_S` seconds). Several faults are comma-separated.
 
 Only the environment of the run's own processes turns faults on: no config key, task row or
@@ -35,8 +37,10 @@ import time
 from pathlib import Path
 
 ENV, DIR_ENV = "TEMPERING_FAULTS", "TEMPERING_FAULTS_DIR"
-POINTS = ("engine", "engine_process", "ray_reward", "reward_thread", "sandbox")
+POINTS = ("engine", "engine_process", "ray_reward", "reward_thread", "sandbox", "tinker_worker", "collective")
 KINDS = ("hang", "kill", "slow")
+THREADS = ("reward_thread", "tinker_worker")
+"""Points in a thread of the run's (or server's) own process: `kill` would kill that process."""
 SLOW_S = 2.0
 """What a `slow` fault adds to one call (well under every default deadline)."""
 
@@ -45,7 +49,7 @@ def parse(spec: str) -> dict[str, tuple[str, int]]:
     """`point:kind:when[,...]` -> {point: (kind, when)}.
 
     Raises:
-        ValueError: an unknown point or kind, a `when` below 1, or `reward_thread:kill`.
+        ValueError: an unknown point or kind, a `when` below 1, or `kill` of a thread's point.
     """
     out = {}
     for item in filter(None, (s.strip() for s in spec.split(","))):
@@ -54,8 +58,8 @@ def parse(spec: str) -> dict[str, tuple[str, int]]:
             raise ValueError(f"{ENV}: {item!r} is not point:kind:when (points {POINTS}, kinds {KINDS})")
         if int(parts[2]) < 1:
             raise ValueError(f"{ENV}: {item!r}: `when` counts calls from 1")
-        if parts[:2] == ["reward_thread", "kill"]:
-            raise ValueError(f"{ENV}: a reward thread's process is the trainer; kill the trainer to test that")
+        if parts[1] == "kill" and parts[0] in THREADS:
+            raise ValueError(f"{ENV}: {parts[0]} is a thread of the run's own process; kill the process to test that")
         out[parts[0]] = (parts[1], int(parts[2]))
     return out
 

@@ -8,6 +8,7 @@ import pytest
 
 from tempering.data.dedup import Deduper, dedup_rows, jaccard, lsh_bands, shingle_set
 from tempering.data.textnorm import normalize
+from tests.conftest import load_script
 
 WORDS = [f"w{i}" for i in range(3000)]
 
@@ -128,14 +129,7 @@ def test_shingle_hashes_are_stable_across_processes():
 
 def load_bench():
     """bench/throughput/data.py, whose labelled sets give docs/data.md's measured precision and recall (run here small)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "bench" / "throughput" / "data.py"
-    spec = importlib.util.spec_from_file_location("bench_data", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/throughput/data.py", "bench_data")
 
 
 def test_labelled_near_duplicates_precision_and_recall_at_least_095():

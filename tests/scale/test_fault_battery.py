@@ -5,27 +5,20 @@ process under asynchronous GRPO are replaced and the run gives the unfaulted com
 rewards; a hung reward thread stops the run with one line naming it and the step); the committed `bench/results/faults.json` of the whole battery must
 count no silent case and cover every worker kind and fault kind."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _battery():
-    spec = importlib.util.spec_from_file_location("fault_battery", ROOT / "bench/diagnostics/fault_battery.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
 def test_a_reduced_battery_recovers_or_stops_with_a_named_line(tmp_path):
     pytest.importorskip("ray")
-    fb = _battery()
+    fb = load_script("bench/diagnostics/fault_battery.py")
     cases = ["engine:hang:2", "ray_reward:kill:5", "reward_thread:hang:2", "engine_process:kill:5"]
     result = fb.battery(cases, 0, tmp_path)
     cases = result["cases"]
@@ -41,7 +34,7 @@ def test_a_reduced_battery_recovers_or_stops_with_a_named_line(tmp_path):
 
 def test_the_committed_battery_has_no_silent_case_and_covers_every_worker_and_fault_kind():
     result = json.loads((ROOT / "bench/results/faults.json").read_text())
-    fb = _battery()
+    fb = load_script("bench/diagnostics/fault_battery.py")
     assert result["faults_silent"] == 0 and result["faults_not_fired"] == 0
     assert result["faults_cases"] == len(result["cases"]) == len(fb.CASES)
     assert set(result["cases"]) == set(fb.CASES)

@@ -412,6 +412,43 @@ def test_a_call_over_its_time_is_stopped_between_steps_and_leaves_no_gradients(t
         thread.stop()
 
 
+def test_a_step_that_never_ends_fails_its_call_within_the_bound_and_the_server_says_it_is_stuck(
+    tiny_base, tmp_path, monkeypatch
+):
+    """The fault battery's hang in the worker's next step: the caller's forward_backward fails with
+    one line naming the call and the bound, another key's call is refused without a word of the
+    first key's, and the health check answers 503 so a supervisor restarts the server."""
+    from tempering.serve.tinker_sched import STUCK
+
+    counters = tmp_path / "faults"
+    counters.mkdir()
+    monkeypatch.setenv("TEMPERING_FAULTS_DIR", str(counters))
+    app = create_tinker_app(config(tmp_path / "state", tiny_base, call_timeout_s=1.0, hang_grace_s=1.0))
+    _, first = app.state.store.create_key("first")
+    _, second = app.state.store.create_key("second")
+    thread = ServerThread(app)
+    try:
+        trainer = sdk(thread.url, first).create_lora_training_client(base_model=str(tiny_base), rank=4).result()
+        other = sdk(thread.url, second).create_lora_training_client(base_model=str(tiny_base), rank=4).result()
+        steps_so_far = int((counters / "tinker_worker.count").read_text())
+        monkeypatch.setenv("TEMPERING_FAULTS", f"tinker_worker:hang:{steps_so_far + 1}")
+        assert httpx.get(f"{thread.url}/api/v1/healthz").status_code == 200
+        datum = text_datum(list(range(40, 60)))
+        with pytest.raises(tinker.RequestFailedError) as stuck:
+            trainer.forward_backward([datum], "cross_entropy").result(timeout=60)
+        message = str(stuck.value)
+        assert "forward_backward: tinker worker stuck: a step gave no answer after" in message
+        assert "call_timeout_s 1 s + grace 1 s" in message
+        with pytest.raises(Exception) as refused:  # refused at submit: the SDK's error for a 4xx answer
+            other.forward_backward([datum], "cross_entropy").result(timeout=60)
+        assert STUCK in str(refused.value) and "gave no answer" not in str(refused.value)
+        health = httpx.get(f"{thread.url}/api/v1/healthz")
+        assert health.status_code == 503 and health.json()["status"] == "stuck"
+    finally:
+        monkeypatch.delenv("TEMPERING_FAULTS")
+        thread.stop()
+
+
 def test_training_clients_are_capped_per_key_and_in_all(tiny_base, tmp_path):
     app = create_tinker_app(config(tmp_path, tiny_base, max_models_per_key=2, max_models=3, max_lora_rank=8))
     a, b = (app.state.store.create_key(n)[1] for n in ("a", "b"))

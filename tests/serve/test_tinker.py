@@ -363,6 +363,34 @@ def test_a_read_result_is_dropped_after_its_keep_time_and_an_unread_one_is_kept(
     calls.close()
 
 
+def test_a_step_past_its_deadline_fails_its_call_refuses_the_rest_and_marks_the_worker_stuck():
+    """A step that never returns: the watchdog fails its call (naming it), the other key's queued
+    call and every later submit are refused with the generic line, and `stuck` says why."""
+    import asyncio
+    import threading
+
+    from tempering.serve.tinker_sched import STUCK, CallRefused, Scheduler
+
+    calls = Scheduler(call_timeout_s=0.2, grace_s=0.3)
+    release = threading.Event()
+    hung = calls.submit("a", "forward_backward", lambda: release.wait(120))
+    queued = calls.submit("b", "sample", lambda: 1)
+    future = asyncio.run(calls.wait(hung, "a", 60))
+    assert future is not None, "the hung call was still running after 60 s"
+    with pytest.raises(CallRefused, match=r"^forward_backward: tinker worker stuck: a step gave no answer after"):
+        future.result()
+    other = asyncio.run(calls.wait(queued, "b", 60))
+    assert other is not None
+    with pytest.raises(CallRefused) as refused:
+        other.result()
+    assert str(refused.value) == f"sample: {STUCK}"
+    assert calls.stuck is not None and "forward_backward" in calls.stuck
+    with pytest.raises(CallRefused, match="stuck"):
+        calls.submit("c", "sample", lambda: 2)
+    release.set()
+    calls.close()
+
+
 def test_the_cookbooks_supervised_loop_runs_unmodified_and_lowers_the_loss(service, tiny_base, tmp_path, monkeypatch):
     """tinker-cookbook's own `supervised.train.main` (sl_basic's config on the cookbook's example
     conversations), a few steps against the server; the same datums score lower after."""

@@ -240,7 +240,8 @@ class GRPOSettings(GRPOPolicySettings):
     """Generate in segments of `segment_tokens` new tokens; between segments the engine may take
     newer weights (`RolloutSource.newer_weights`), so a generation in flight when weights are
     published goes on under them, each token keeping the version that sampled it (docs/rl.md,
-    Partial rollouts). Needs max_off_policy_steps >= 1 and engine replicas (`scale:`)."""
+    Partial rollouts). Needs max_off_policy_steps >= 1 and an engine with its own copy of the
+    weights (`sampler:`, a local engine process, or `scale:` engine replicas)."""
     segment_tokens: int = Field(default=64, ge=1)
     """With partial_rollouts: new tokens per segment (the engine's weights can change only between segments)."""
     sync_check_every: int = Field(default=10, ge=1)

@@ -188,6 +188,11 @@ class TrainSettings(Strict):
     each holds 1/N of every row's tokens and attends over the gathered keys and values, for
     about 1/N of the activation memory; the world size must equal it, and `data.packing`, `fsdp`
     and `compile` must be off (docs/scale.md)."""
+    collective_timeout_s: float = Field(default=600.0, gt=0)
+    """Under torchrun: seconds a rank waits in a collective (a gradient all-reduce, a barrier) for
+    its peers; past it the run stops with one line naming the collective, the rank and the step
+    (a hung peer), as it does at once when a peer's connection closes (a dead one). Unused by one
+    process: it has no peers."""
     moe: MoESettings | None = None
     """Mixture-of-experts models: balance terms and router replay (docs/moe.md); an error on a dense model."""
     max_minutes: float | None = Field(default=None, gt=0)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -150,6 +151,7 @@ class BatchingEngine(HFEngine):
         self._scheduler: Scheduler | None = None
         self._cache: SlotKVCache | None = None
         self._thread: threading.Thread | None = None
+        self._step_started: float | None = None
         self._stopping = False
         self.peak_running = 0
         """The most sequences one step has decoded together (how much batching happened)."""
@@ -253,6 +255,13 @@ class BatchingEngine(HFEngine):
 
     # --- serving: submit from any thread, a background thread runs the batch ---
     @property
+    def step_running_s(self) -> float:
+        """Seconds the serving thread's current step has run (0 between steps): a step that never
+        ends shows here (the server's `/health`)."""
+        started = self._step_started
+        return 0.0 if started is None else time.monotonic() - started
+
+    @property
     def serving(self) -> bool:
         """Whether the serving thread runs (`submit` may be called)."""
         return self._thread is not None
@@ -320,10 +329,13 @@ class BatchingEngine(HFEngine):
                 with self._lock:
                     if self._stopping:
                         return
+                    self._step_started = time.monotonic()
                     try:
                         self.step()
                     except Exception as exc:
                         self._fail_all(exc)
+                    finally:
+                        self._step_started = None
                     if self._idle:  # nothing runs: the K/V memory goes back
                         self._open_cache.release()
 

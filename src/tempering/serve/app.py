@@ -240,7 +240,7 @@ class Server:
             return EventSourceResponse(
                 self.live_events(request, key, req, route, served, prepared, response_id, continued), ping=3600
             )
-        groups = await run_in_threadpool(chat.generate, served, prepared)
+        groups = await run_in_threadpool(chat.generate, served, prepared, self.cfg.request_timeout_s)
         body = respond(served, req, prepared, groups, response_id, route.name)
         self.record(request, key, req, route, body, started, (prepared, groups, continued))
         if not req.stream:
@@ -285,7 +285,7 @@ class Server:
             self.record(request, key, req, route, body, started, (prepared, groups, continued))
             done = True
 
-        stream = live.chat_stream(served, req, prepared, response_id, route.name, finished)
+        stream = live.chat_stream(served, req, prepared, response_id, route.name, finished, self.cfg.request_timeout_s)
         try:
             async for c in stream:
                 yield {"data": json.dumps(c, ensure_ascii=False)}
@@ -391,6 +391,9 @@ def create_app(cfg: ServeConfig, models: Models | None = None, store: Store | No
 
     @app.get("/health")
     async def health():
+        stuck = server.models.stuck(cfg.request_timeout_s)
+        if stuck:  # a supervisor restarts a server whose engine step never ends
+            return JSONResponse({"status": "stuck", "detail": stuck}, status_code=503)
         return {"status": "ok", "models": [e["id"] for e in await run_in_threadpool(server.models.listing)]}
 
     @app.get("/metrics")

@@ -175,7 +175,7 @@ def add_routes(
             }
         )
         prepared = chat.prepare_chat(served, req, cfg.arena_max_tokens, images)
-        completion = chat.generate(served, prepared)[0][0]
+        completion = chat.generate(served, prepared, cfg.request_timeout_s)[0][0]
         return completion.text.strip(), len(completion.token_ids)
 
     def new_battle(key: Any, prompt: str, shared: bool, image: str | None) -> dict[str, Any]:

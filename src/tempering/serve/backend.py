@@ -199,6 +199,18 @@ class Models:
                 _stop(evicted)
             return served
 
+    def stuck(self, after_s: float) -> str | None:
+        """Why the server is stuck: a loaded engine whose current step has run over `after_s`
+        seconds (its serving thread never came back), else None. Reads no lock a stuck step holds."""
+        for served in list(self._loaded.values()):
+            running = float(getattr(served.engine, "step_running_s", 0.0))
+            if running > after_s:
+                return (
+                    f"an engine step has run {running:.0f} s, over request_timeout_s {after_s:g} s: "
+                    "the engine serves nothing more until the server is restarted"
+                )
+        return None
+
     def close(self) -> None:
         """Stop and drop every loaded engine (the server shuts down): their serving threads end
         and the models and KV caches they held can be freed."""

@@ -207,21 +207,38 @@ def check_prompt_ids(served: Served, prepared: Prepared) -> None:
         raise ApiError(400, str(exc), "invalid_value", "prompt") from None
 
 
-def generate(served: Served, prepared: Prepared) -> list[list[Any]]:
+def generate(served: Served, prepared: Prepared, timeout_s: float) -> list[list[Any]]:
     """Run the engine; completions grouped per prompt. A serving batching engine takes the
     prompts into its running batch (other requests decode alongside); any other engine
-    answers one request at a time."""
+    answers one request at a time.
+
+    Raises:
+        ApiError: 504 when the serving engine has not answered within `timeout_s` (the request's
+            decoding is stopped: its slots go back).
+    """
+    import concurrent.futures
+    import threading
+
     from tempering.rollout.engine import prompt_seed
 
     engine, params = served.engine, prepared.params
     if getattr(engine, "serving", False):
+        gone = threading.Event()
         futures = [
-            engine.submit(p, params.model_copy(update={"seed": prompt_seed(params.seed, i)}))
+            engine.submit(p, params.model_copy(update={"seed": prompt_seed(params.seed, i)}), cancelled=gone.is_set)
             for i, p in enumerate(prepared.prompts)
         ]
+        _, pending = concurrent.futures.wait(futures, timeout=timeout_s)
+        if pending:
+            gone.set()
+            raise ApiError(504, timeout_message(timeout_s), "timeout")
         return [f.result() for f in futures]
     with served.lock:
         return engine.generate(prepared.prompts, params)
+
+
+def timeout_message(timeout_s: float) -> str:
+    return f"the engine gave no answer within {timeout_s:g} s (request_timeout_s); the request was stopped"
 
 
 # ------------------------------------------------------------------ completions -> responses

@@ -62,6 +62,10 @@ class ServeConfig(BaseModel):
     engine: EngineSettings = EngineSettings(max_slots=SLOTS, max_cache_tokens=CACHE_TOKENS)
     """The engine of every served model: continuous batching (`kind: batching`, the only kind
     that streams and admits requests into a running batch); `max_slots` sequences decode together."""
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    """Most seconds a request waits for the engine's answer (and a stream for its next token); past
+    it the request is a 504 (a stream ends with an error event) and its decoding is stopped. While
+    an engine step has run longer than this, `/health` answers 503 `stuck`."""
     max_loaded: int = Field(default=3, ge=1)
     """Most models kept loaded at once (least recently used is dropped)."""
     arena_prompts: Path | None = None
@@ -150,6 +154,9 @@ class TinkerServeConfig(BaseModel):
     call_timeout_s: float = Field(default=900.0, gt=0)
     """Most seconds of work one call may take (its own steps, not its wait); a longer one is
     stopped at the end of a step, its gradients restored, and fails."""
+    hang_grace_s: float = Field(default=60.0, gt=0)
+    """Seconds past a call's `call_timeout_s` that one of its steps may run before the worker is
+    declared stuck: the call fails, nothing more is served and `/api/v1/healthz` answers 503."""
     max_queued_per_key: int = Field(default=64, ge=1)
     """Most calls of one key waiting or running at once; more is a 429 (the SDK retries it)."""
     shutdown_s: int = Field(default=3, ge=1)

@@ -21,8 +21,8 @@ import time
 from typing import Any, AsyncGenerator, Callable
 
 from tempering.serve.backend import Served
-from tempering.serve.chat import Prepared, _logprob_entry, _skip_ids, usage_chunk
-from tempering.serve.protocol import ChatCompletionRequest
+from tempering.serve.chat import Prepared, _logprob_entry, _skip_ids, timeout_message, usage_chunk
+from tempering.serve.protocol import ApiError, ChatCompletionRequest
 
 
 def streams_live(served: Served, req: ChatCompletionRequest, prepared: Prepared) -> bool:
@@ -53,9 +53,12 @@ async def chat_stream(
     response_id: str,
     model_name: str,
     finished: Callable[[list[list[Any]]], None],
+    timeout_s: float,
 ) -> AsyncGenerator[dict[str, Any], None]:
     """The chunks of one answer as the engine decodes it; `finished(groups)` is called with the
-    completion before the finish chunk is sent (the caller audits there)."""
+    completion before the finish chunk is sent (the caller audits there). No token within
+    `timeout_s`: an error event in OpenAI's stream shape (the client raises it) ends the stream,
+    and the decoding stops."""
     from tempering.rollout.engine import prompt_seed
 
     loop, queue, left = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
@@ -85,7 +88,14 @@ async def chat_stream(
         yield chunk({"role": "assistant", "content": ""})
         kept: list[int] = []
         sent = ""
-        while (item := await queue.get()) is not None:
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), timeout_s)
+            except TimeoutError:
+                yield ApiError(504, timeout_message(timeout_s), "timeout").body()
+                return
+            if item is None:
+                break
             token, logprob = item
             if token in skip:
                 continue

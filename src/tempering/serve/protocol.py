@@ -41,6 +41,7 @@ class ApiError(Exception):
         422: "invalid_request_error",
         429: "rate_limit_error",
         503: "server_error",
+        504: "timeout",
     }
 
     def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):

@@ -43,7 +43,7 @@ from tempering.serve.store import ApiKey, Store
 from tempering.serve.tinker_jobs import Jobs
 from tempering.serve.tinker_owners import NotFound
 from tempering.serve.tinker_routes import add_routes
-from tempering.serve.tinker_sched import CallRefused
+from tempering.serve.tinker_sched import STUCK, CallRefused
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,8 @@ def create_tinker_app(cfg: TinkerServeConfig, store: Store | None = None) -> Fas
 
     @app.get("/api/v1/healthz")
     async def healthz():
+        if server.jobs.calls.stuck:  # a supervisor restarts a server whose worker is stuck
+            return JSONResponse({"status": "stuck", "detail": STUCK}, status_code=503)
         return {"status": "ok"}
 
     add_routes(app, server)

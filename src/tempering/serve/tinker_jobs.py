@@ -32,7 +32,7 @@ class Jobs:
         self.cfg = cfg
         self.root = Path(cfg.state) / "tinker"
         self.owners = Owners(self.root, cfg.max_models_per_key, cfg.max_models)
-        self.calls = Scheduler(cfg.call_timeout_s, cfg.max_queued_per_key)
+        self.calls = Scheduler(cfg.call_timeout_s, cfg.max_queued_per_key, cfg.hang_grace_s)
         self.trainees: dict[str, Trainee] = {}
         self.runs: dict[str, str] = {}  # model id -> registry run id
         self.vocab: dict[str, int | None] = {}  # model spec -> rows of its input embedding

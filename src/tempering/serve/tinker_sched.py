@@ -12,12 +12,20 @@ Each call may work `call_timeout_s` seconds (its own steps, not its wait); past 
 stopped at the end of a step (`GeneratorExit` at its `yield`, where it undoes what it did)
 and fails. `close` fails every queued call and stops the running one at its next step; the
 worker is a daemon thread, so a process exits even while a step is still computing.
+
+A step that never ends (a hang: no `yield`, no return) would hold every key's calls behind it
+with no error. So each step runs under a deadline (`deadlines.Watchdog`): the call's time left
+plus `grace_s`. Past it the worker is *stuck*: the running call fails with one line naming the
+call and the wait, every queued call and every later submit is refused, and `stuck` is set, which
+`/api/v1/healthz` reports as a 503 so a supervisor restarts the server (a Python thread cannot be
+killed; saved checkpoints stay their keys', as after any restart).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import threading
 import time
 import uuid
@@ -26,7 +34,20 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator
 
+from tempering import faults
+from tempering.deadlines import DEFAULT_GRACE_S, Watchdog
 from tempering.errors import UserError
+
+log = logging.getLogger(__name__)
+
+FAULT_POINT = "tinker_worker"
+"""The fault battery's point in each step the worker runs (tempering/faults.py)."""
+
+STUCK = (
+    "this server's worker is stuck in a call (a step ran past its deadline) and serves nothing more "
+    "until the server is restarted; saved checkpoints stay this key's"
+)
+"""What every key but the stuck call's owner is told (nothing of the other key's call)."""
 
 
 class CallRefused(UserError):
@@ -44,6 +65,8 @@ class _Call:
     spent: float = 0.0
     """Seconds of work so far (its own steps only)."""
     read_at: float | None = None
+    step_started: float = 0.0
+    """When its running step began (the watchdog's message)."""
 
 
 def _as_steps(fn: Callable[[], Any]) -> Generator:
@@ -69,8 +92,11 @@ class Scheduler:
     """A result is dropped this long after it was first read (a client whose answer was lost
     in transit may read it again until then); an unread one is kept."""
 
-    def __init__(self, call_timeout_s: float = 600.0, max_queued: int = 64):
-        self.call_timeout_s, self.max_queued = call_timeout_s, max_queued
+    def __init__(self, call_timeout_s: float = 600.0, max_queued: int = 64, grace_s: float = DEFAULT_GRACE_S):
+        self.call_timeout_s, self.max_queued, self.grace_s = call_timeout_s, max_queued, grace_s
+        self.stuck: str | None = None
+        """Set once a step ran past its deadline (the module docstring): why the worker serves no more."""
+        self._watch = Watchdog(self._overrun)
         self._queues: OrderedDict[str, deque[_Call]] = OrderedDict()
         self._calls: dict[str, _Call] = {}
         self._cond = threading.Condition()
@@ -87,7 +113,7 @@ class Scheduler:
         call = _Call(f"{name}-{uuid.uuid4().hex[:16]}", owner, name, fn)
         with self._cond:
             if self._closed:
-                raise CallRefused(f"{name}: the server is stopping")
+                raise CallRefused(f"{name}: " + (STUCK if self.stuck else "the server is stopping"))
             queue = self._queues.setdefault(owner, deque())
             if len(queue) >= self.max_queued:
                 raise CallRefused(f"{name}: {len(queue)} calls of this key are queued already; wait for their results")
@@ -130,6 +156,7 @@ class Scheduler:
             waiting = [c for q in self._queues.values() for c in q]
             self._queues.clear()
             self._cond.notify_all()
+        self._watch.close()
         for call in waiting:
             _settle(call.future, exc=CallRefused(f"{call.name}: the server stopped before the call finished"))
         if threading.current_thread() is not self._thread:
@@ -173,7 +200,10 @@ class Scheduler:
         """Run one step of `call`; whether it is over (finished, failed or stopped)."""
         assert call.steps is not None
         start = time.monotonic()
+        call.step_started = start
+        self._watch.start(call.request_id, max(0.0, self.call_timeout_s - call.spent) + self.grace_s)
         try:
+            faults.point(FAULT_POINT)
             next(call.steps)
         except StopIteration as stop:
             _settle(call.future, stop.value)
@@ -182,6 +212,7 @@ class Scheduler:
             _settle(call.future, exc=exc)
             return True
         finally:
+            self._watch.done(call.request_id)
             call.spent += time.monotonic() - start
         if call.spent > self.call_timeout_s:
             call.steps.close()  # GeneratorExit at its yield: it undoes its partial work
@@ -194,3 +225,30 @@ class Scheduler:
             )
             return True
         return False
+
+    def _overrun(self, request_id: Any) -> None:
+        """The watchdog's thread: the step of call `request_id` ran past its deadline. Fail it and
+        everything queued, refuse what comes (the module docstring); the stuck step's thread is left
+        to itself."""
+        bound = self.call_timeout_s + self.grace_s
+        with self._cond:
+            call = self._calls.get(request_id)
+            if call is None or self._closed:
+                return
+            waited = call.spent + time.monotonic() - call.step_started
+            log.error("tinker worker stuck: a step of %s ran %.0f s (deadline + grace %g s)", call.name, waited, bound)
+            self.stuck = f"the worker is stuck in a step of {call.name} (no end within {bound:g} s)"
+            self._closed = True
+            waiting = [c for q in self._queues.values() for c in q if c is not call]
+            self._queues.clear()
+            self._cond.notify_all()
+        _settle(
+            call.future,
+            exc=CallRefused(
+                f"{call.name}: tinker worker stuck: a step gave no answer after {waited:.0f} s (call_timeout_s "
+                f"{self.call_timeout_s:g} s + grace {self.grace_s:g} s); the call failed and the server serves "
+                "nothing more until it is restarted; saved checkpoints stay this key's"
+            ),
+        )
+        for other in waiting:
+            _settle(other.future, exc=CallRefused(f"{other.name}: {STUCK}"))

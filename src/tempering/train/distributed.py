@@ -19,6 +19,12 @@ What makes N processes train like one (docs/scale.md):
 - rank 0 alone writes checkpoints (with every rank's RNG state), metrics and the registry;
   the others wait at a barrier before reading a checkpoint.
 
+Every collective has a deadline (`train.collective_timeout_s`, the process group's timeout): a
+rank whose peer hangs stops with one `WorkerStuck` line naming the collective, its rank and the
+step (the Trainer adds it), and one whose peer died (its connection closed) with a `WorkerDied`
+line, rather than gloo's or NCCL's own text or a wait of the backend's default 30 minutes;
+torchrun then stops the other ranks, and the last checkpoint resumes the run exactly.
+
 Gradients are reduced after the backward passes rather than through DDP's hooks because
 the objectives call the decoder directly (head-only log-probs), which a
 `DistributedDataParallel` wrapper's forward would never see.
@@ -27,12 +33,21 @@ the objectives call the decoder directly (head-only log-probs), which a
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable
+from datetime import timedelta
+from typing import Any, Iterable, Iterator
 
+from tempering import faults
+from tempering.deadlines import WorkerDied, WorkerStuck
 from tempering.errors import UserError
 
 BUCKET_ELEMENTS = 1 << 22  # 16 MB of fp32 per all-reduce
+COLLECTIVE_TIMEOUT_S = 600.0
+"""Default seconds a rank waits in a collective for its peers (`train.collective_timeout_s`)."""
+FAULT_POINT = "collective"
+"""The fault battery's point at each collective of a rank (tempering/faults.py)."""
+_timeout_s = COLLECTIVE_TIMEOUT_S
 
 
 class WorldSizeChanged(UserError):
@@ -55,9 +70,10 @@ def world() -> World:
     return World(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
 
 
-def init() -> World:
-    """Join the process group torchrun describes (once; also at world size 1 under torchrun);
-    returns the world."""
+def init(timeout_s: float = COLLECTIVE_TIMEOUT_S) -> World:
+    """Join the process group torchrun describes (once; also at world size 1 under torchrun), its
+    collectives bounded by `timeout_s`; returns the world."""
+    global _timeout_s
     w = world()
     if w.size > 1 or "TORCHELASTIC_RUN_ID" in os.environ:  # set by torchrun for every process it starts
         import torch
@@ -66,11 +82,31 @@ def init() -> World:
         if not dist.is_initialized():
             if torch.cuda.is_available():  # cuda-path: nccl
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")  # cuda-path: nccl
+            backend = "nccl" if torch.cuda.is_available() else "gloo"  # cuda-path: nccl
+            dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+            _timeout_s = timeout_s
     return w
 
 
-def _grouped() -> bool:
+@contextmanager
+def _collective(doing: str) -> Iterator[None]:
+    """Run a collective; a peer that never joins it, or whose connection closed, is one line."""
+    faults.point(FAULT_POINT)
+    try:
+        yield
+    except RuntimeError as exc:  # torch.distributed.DistBackendError is one
+        w, text = world(), str(exc).lower()
+        where = f"{doing} (rank {w.rank} of {w.size})"
+        if "timed out" in text or "timeout" in text:
+            raise WorkerStuck("torchrun peer rank", where, _timeout_s, _timeout_s) from exc
+        if any(s in text for s in ("connection closed", "closed by peer", "connection reset", "broken pipe")):
+            raise WorkerDied(
+                "torchrun peer rank", where, "its connection closed (a peer process died; torchrun stops the others)"
+            ) from exc
+        raise
+
+
+def grouped() -> bool:
     """Whether this process is in a process group (torchrun): the helpers then run their collectives."""
     import torch.distributed as dist
 
@@ -87,13 +123,14 @@ def _device() -> Any:
 
 def sum_over_ranks(values: list[float]) -> list[float]:
     """Element-wise sum of `values` over all ranks (float64)."""
-    if not _grouped():
+    if not grouped():
         return list(values)
     import torch
     import torch.distributed as dist
 
     t = torch.tensor(values, dtype=torch.float64, device=_device())
-    dist.all_reduce(t)
+    with _collective("summing step figures"):
+        dist.all_reduce(t)
     return t.tolist()
 
 
@@ -104,7 +141,7 @@ def any_rank(flag: bool) -> bool:
 
 def all_reduce_grads(params: Iterable[Any]) -> None:
     """Sum the gradients of `params` over all ranks, in buckets (a missing grad counts as zero)."""
-    if not _grouped():
+    if not grouped():
         return
     import torch
     import torch.distributed as dist
@@ -121,7 +158,8 @@ def all_reduce_grads(params: Iterable[Any]) -> None:
             n += params[start].numel()
             start += 1
         flat = torch.cat([p.grad.reshape(-1) for p in bucket])
-        dist.all_reduce(flat)
+        with _collective("all-reducing gradients"):
+            dist.all_reduce(flat)
         at = 0
         for p in bucket:
             p.grad.copy_(flat[at : at + p.numel()].view_as(p.grad))
@@ -130,33 +168,36 @@ def all_reduce_grads(params: Iterable[Any]) -> None:
 
 def broadcast(obj: Any) -> Any:
     """Rank 0's `obj` on every rank (a small picklable object)."""
-    if not _grouped():
+    if not grouped():
         return obj
     import torch.distributed as dist
 
     box = [obj]
-    dist.broadcast_object_list(box, src=0)
+    with _collective("broadcasting from rank 0"):
+        dist.broadcast_object_list(box, src=0)
     return box[0]
 
 
 def gather(obj: Any) -> list[Any] | None:
     """Every rank's `obj`, as a list on rank 0 (None elsewhere)."""
     w = world()
-    if not _grouped():
+    if not grouped():
         return [obj]
     import torch.distributed as dist
 
     out = [None] * w.size if w.main else None
-    dist.gather_object(obj, out, dst=0)
+    with _collective("gathering to rank 0"):
+        dist.gather_object(obj, out, dst=0)
     return out
 
 
 def barrier() -> None:
     """Wait for every rank."""
-    if _grouped():
+    if grouped():
         import torch.distributed as dist
 
-        dist.barrier()
+        with _collective("waiting at a barrier"):
+            dist.barrier()
 
 
 def check_world_size(saved: int, w: World) -> None:

@@ -182,7 +182,9 @@ class Trainer:
         from accelerate import Accelerator
 
         # Under torchrun: data-parallel over the process group (train/distributed.py).
-        self.world = distributed.init()
+        self.world = distributed.init(settings.collective_timeout_s)
+        if "collective_timeout_s" in settings.model_fields_set and not distributed.grouped():
+            raise UserError("train.collective_timeout_s does nothing in one process (no torchrun): it has no peers")
         if getattr(batches, "shard", (0, 1)) != (self.world.rank, self.world.size):
             raise UserError(
                 f"{objective.name}: its batches are not sharded over the {self.world.size} processes "
