@@ -1,32 +1,31 @@
-"""Wall-clock to a held-out accuracy: Tempering GRPO against TRL's `GRPOTrainer`, seeds a side.
+"""Time to a held-out accuracy: Tempering GRPO against TRL's `GRPOTrainer`, paired seeds.
 
 Users of RL care about the time to a reward level, not completions per second. Both sides are
 set up alike by bench/_shared/grpo_sides.py (the default model + LoRA r16, built-in 2-digit
 addition, the composite reward of examples/grpo_arith.yaml, 8 prompts x 8 samples, <= 32 new
-tokens, lr 2e-4, token-mean clip 0.2, TRL at its fastest settings here) and start from the same
-weights (`--start`: the default model, or a model directory such as an exported SFT).
+tokens, lr 2e-4, token-mean clip 0.2, TRL at its fastest setting here, both in the precision
+`auto` resolves to) and start from the same weights (`--start`: the default model, or a model
+directory such as an exported SFT).
 
-Each run trains for `--minutes` of wall clock and saves its LoRA adapter every `--mark-s` seconds
-of training time (the save is not counted: `grpo_sides` takes it off the clock). Afterwards each
-saved adapter is scored by Tempering's evaluator (`temper eval run`, greedy) on the same 100
-held-out additions (examples/grpo_arith.yaml's held-out split), in time order, until one reaches
-the highest target. The start model is scored once. Time to accuracy `a` = the training seconds of
-a run's first mark at or above `a`.
+Per seed, one run a side, alone and one after the other at `--threads` torch threads (the side
+that goes first alternates between seeds: `_shared/harness.py: paired_seeds`; the same seed gives
+both sides the same prompt order within each side's own shuffling). A run trains up to `--steps`
+optimizer steps or `--minutes` of wall clock and saves its LoRA adapter every `--mark-steps`
+steps, with the training seconds so far (the save is off the clock). Afterwards each saved
+adapter is scored by Tempering's evaluator (`temper eval run`, greedy, 32 new tokens) on
+`--heldout` held-out additions (the held-out split, disjoint from training), in step order, until
+one reaches `--up-to`. Per run: steps and seconds to 0.5 (the first mark at or above it; also the
+straight-line crossing between marks) and to 0.7 where reached.
 
-    python bench/experiments/time_to_reward.py [--seeds 0 1 2] [--minutes 60] [--mark-s 120]
-        [--sides tempering trl] [--sequential] [--work /tmp/ttr] [--results DIR]
+    python bench/experiments/time_to_reward.py [--seeds 0 1 2 3 4] [--steps 60] [--mark-steps 5]
+        [--heldout 500] [--minutes 30] [--work /tmp/ttr] [--results FILE]
+    python bench/experiments/time_to_reward.py --quick     # tiny random model, no learning: plumbing only
 
-A dry run on a tiny random model (no learning; checks the plumbing in a few minutes):
-`python bench/_shared/model_shapes.py /tmp/shapes tiny`, then
-`... time_to_reward.py --start /tmp/shapes/tiny --minutes 0.4 --mark-s 8 --seeds 0 1 --results /tmp/ttr-dry`.
-
-Seeds of one side run in parallel with one torch thread each (the machine's 2 cores; `--sequential`
-runs them one after another with `--threads`); the sides run one after the other, alone. Training
-and scoring are resumable: a finished run (its `marks.json`) or score (its `results.json`) is kept.
-
-Writes bench/results/time_to_reward.json and `ratio_time_to_reward_0_5` / `_0_7` into
-bench/results/grpo.json: TRL's mean seconds over Tempering's when every run reached the accuracy;
-when some TRL run did not, the ratio is a lower bound (its seconds counted as the budget) and says so.
+Writes bench/results/time_to_reward.json through the harness: host, rounds (one per seed and
+side), `ratio_median` / `ratio_ci` = TRL's seconds to 0.5 over Tempering's, paired by seed (above
+1: Tempering is faster; a seed where a side never reached 0.5 is dropped and counted), and
+`ratio_seconds_to_0_5_ci_low`, `seeds_per_side`, `heldout_items`, per-side medians with intervals.
+Training and scoring are resumable: a finished run (its `marks.json`) or score (`results.json`) is kept.
 """
 
 from __future__ import annotations
@@ -34,10 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,45 +42,62 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for _shared
 from _shared.grpo_sides import Shape, run_tempering, run_trl  # noqa: E402
-from _shared.paths import RESULTS, ROOT, cpu_name  # noqa: E402
+from _shared.harness import add_round_arguments, host, paired_seeds, write_result  # noqa: E402
+from _shared.paths import RESULTS, ROOT  # noqa: E402
 
 TARGETS = (0.5, 0.7)
 SIDES = ("tempering", "trl")
-HELDOUT = {"source": "builtin:arithmetic", "ops": "+", "split": "heldout", "n": 100, "seed": 0}
+QUICK_OUT = Path("/tmp/ttr_quick")
 
 
-def child(side: str, shape: Shape, minutes: float, mark_s: float, out: Path) -> None:
-    """Train one run, saving the adapter at each mark of training time; writes out/marks.json."""
+def heldout_tasks(n: int) -> dict:
+    return {"source": "builtin:arithmetic", "ops": "+", "split": "heldout", "n": n, "seed": 0}
+
+
+# ------------------------------------------------------------------------------------ training
+
+
+def child(side: str, shape: Shape, steps: int, minutes: float, mark_steps: int, out: Path) -> None:
+    """Train one run, saving the adapter every `mark_steps` optimizer steps (and at the last) with
+    the training seconds so far; writes out/marks.json."""
     from tempering.models.lora import loadable_base
 
     marks: list[dict] = []
-    budget, base = minutes * 60, loadable_base(shape.model)
+    budget, base, done = minutes * 60, loadable_base(shape.model), [0]
 
     def on_step(model, seconds: float) -> bool:
-        if seconds >= mark_s * (len(marks) + 1) or seconds >= budget:
-            path = out / f"mark-{len(marks) + 1:03d}"
+        done[0] += 1
+        stop = seconds >= budget or done[0] >= steps
+        if done[0] % mark_steps == 0 or stop:
+            path = out / f"mark-{done[0]:04d}"
             model.save_pretrained(str(path))
             config = path / "adapter_config.json"  # the same base on both sides, by the spec eval loads
             config.write_text(json.dumps({**json.loads(config.read_text()), "base_model_name_or_path": base}))
-            marks.append({"mark": len(marks) + 1, "seconds": seconds, "adapter": str(path)})
-        return seconds >= budget
+            marks.append({"step": done[0], "seconds": seconds, "adapter": str(path)})
+        return stop
 
-    steps = 100_000  # the budget stops the run
     run = run_tempering if side == "tempering" else run_trl
     result = run(shape, steps, 0, on_step=on_step)
     (out / "marks.json").write_text(json.dumps({"marks": marks, "run": result}, default=str))
 
 
-def launch(side: str, seed: int, args: argparse.Namespace, threads: int) -> subprocess.Popen | None:
+def train(side: str, seed: int, args: argparse.Namespace) -> Path:
+    """One run in a fresh process (alone: the caller runs them one after another); its folder."""
     out = args.work / f"{side}-seed{seed}"
     if (out / "marks.json").is_file():
-        return None
+        return out
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, __file__, "--child", side, "--seed", str(seed), "--minutes", str(args.minutes)]
-    cmd += ["--mark-s", str(args.mark_s), "--threads", str(threads), "--work", str(args.work), "--start", args.start]
-    log = open(out / "train.log", "w")
-    print(f"[{time.strftime('%H:%M:%S')}] train {side} seed {seed}", flush=True)
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    cmd = [sys.executable, __file__, "--child", side, "--seed", str(seed), "--steps", str(args.steps)]
+    cmd += ["--minutes", str(args.minutes), "--mark-steps", str(args.mark_steps), "--threads", str(args.threads)]
+    cmd += ["--work", str(args.work), "--start", args.start]
+    with open(out / "train.log", "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+    if rc != 0 or not (out / "marks.json").is_file():
+        raise SystemExit(f"{side} seed {seed}: training exited {rc} (see {out / 'train.log'})")
+    return out
+
+
+# ------------------------------------------------------------------------------------- scoring
 
 
 def score(model: str, out: Path, suite: Path, threads: int) -> float:
@@ -99,30 +113,25 @@ def score(model: str, out: Path, suite: Path, threads: int) -> float:
     return float(results["suites"][0]["metrics"]["accuracy"]["mean"])
 
 
-def curve(run_dir: Path, suite: Path, threads: int, start_accuracy: float, up_to: float = max(TARGETS)) -> dict:
-    """A run's held-out accuracy at each mark, in time order, up to the first at `up_to`."""
+def curve(run_dir: Path, suite: Path, threads: int, start_accuracy: float, up_to: float) -> dict:
+    """A run's held-out accuracy at each mark, in step order, up to the first at `up_to`; its
+    steps and seconds to each target (`reached`: the first mark at it; `crossing`: interpolated)."""
     marks = json.loads((run_dir / "marks.json").read_text())
-    points = [{"seconds": 0.0, "accuracy": start_accuracy}]
+    points = [{"step": 0, "seconds": 0.0, "accuracy": start_accuracy}]
     for m in marks["marks"]:
-        acc = score(m["adapter"], run_dir / f"eval-{m['mark']:03d}", suite, threads)
-        points.append({"seconds": m["seconds"], "accuracy": acc})
-        print(f"  {run_dir.name} {m['seconds']:7.0f} s: {acc:.2f}", flush=True)
+        acc = score(m["adapter"], run_dir / f"eval-{m['step']:04d}", suite, threads)
+        points.append({"step": m["step"], "seconds": m["seconds"], "accuracy": acc})
+        print(f"  {run_dir.name} step {m['step']:4d} {m['seconds']:7.0f} s: {acc:.3f}", flush=True)
         if acc >= up_to:
             break
-    targets = [a for a in TARGETS if a <= up_to]  # above `up_to` the marks were not all scored
-    reached = {
-        str(a): next((p["seconds"] for p in points if p["accuracy"] >= a), None) for a in targets
-    }  # fmt: skip
-    crossed = {str(a): crossing(points, a) for a in targets}
-    steps = len(marks["run"]["rewards"])
-    trained = sum(marks["run"]["step_seconds"])
-    return {
-        "points": points,
-        "seconds_to": reached,
-        "seconds_to_interpolated": crossed,
-        "steps": steps,
-        "train_seconds": trained,
-    }
+    out: dict = {"points": points, "steps_trained": len(marks["run"]["rewards"]), "run": marks["run"]}
+    for a in (t for t in TARGETS if t <= up_to):  # above `up_to` the marks were not all scored
+        key = str(a).replace(".", "_")
+        first = next((p for p in points if p["accuracy"] >= a), None)
+        out[f"steps_to_{key}"] = None if first is None else first["step"]
+        out[f"seconds_to_{key}"] = None if first is None else first["seconds"]
+        out[f"seconds_to_{key}_crossing"] = crossing(points, a)
+    return out
 
 
 def crossing(points: list[dict], target: float) -> float | None:
@@ -136,93 +145,90 @@ def crossing(points: list[dict], target: float) -> float | None:
     return 0.0 if points and points[0]["accuracy"] >= target else None
 
 
-def summarise(curves: dict, budget_s: float, key: str = "seconds_to") -> dict:
-    """Per side and target: mean seconds over seeds (budget when not reached) and the ratio, from
-    each run's first mark at the target (`seconds_to`) or the interpolated crossing."""
+# --------------------------------------------------------------------------------- the result
+
+
+def side_interval(values: list[float | None]) -> dict:
+    """Median over seeds with a 95% bootstrap interval (seeds that never reached it counted apart)."""
+    import numpy as np
+
+    from tempering.evals.stats import bootstrap_statistic
+
+    got = [float(v) for v in values if v is not None]
+    out: dict = {"values": values, "reached": len(got), "runs": len(values)}
+    if len(got) >= 2:
+        est = bootstrap_statistic(np.median, np.array(got), level=0.95, resamples=4000, seed=0)
+        out.update(median=est.mean, ci=[est.low, est.high])
+    elif got:
+        out.update(median=got[0], ci=None)
+    return out
+
+
+def summary(records: list[dict], up_to: float) -> dict:
+    """Per side and target: steps and seconds with intervals; the paired ratio of seconds per target."""
+    from _shared.harness import ratio
+
     out: dict = {}
-    for a in map(str, TARGETS):
-        if any(a not in r[key] for runs in curves.values() for r in runs.values()):
-            out[a] = {"ratio": None, "ratio_kind": "not measured (marks scored only up to a lower target)"}
-            continue
-        side = {}
-        for name, runs in curves.items():
-            secs = [r[key][a] for r in runs.values()]
-            side[name] = {
-                "seconds": secs,
-                "reached": sum(s is not None for s in secs),
-                "mean_seconds": statistics.fmean(s if s is not None else budget_s for s in secs),
+    for a in (t for t in TARGETS if t <= up_to):
+        key = str(a).replace(".", "_")
+        sides = {
+            side: {
+                what: side_interval([r["result"].get(f"{what}_to_{key}") for r in records if r["side"] == side])
+                for what in ("steps", "seconds")
             }
-        ours, peer = side.get("tempering"), side.get("trl")
-        ratio, kind = None, "not measured"
-        if ours and peer and ours["reached"] == len(ours["seconds"]):
-            ratio = peer["mean_seconds"] / ours["mean_seconds"]
-            kind = (
-                "exact"
-                if peer["reached"] == len(peer["seconds"])
-                else "lower bound (TRL runs not reaching it count the budget)"
-            )
-        elif ours and peer:
-            kind = "not reached by every Tempering run"
-        out[a] = {"sides": side, "ratio": ratio, "ratio_kind": kind}
+            for side in SIDES
+        }
+        try:
+            paired = ratio(records, "tempering", "trl", f"seconds_to_{key}", higher_is_better=False)
+        except ValueError as exc:
+            paired = {"ratio_median": None, "ratio_ci": None, "reason": str(exc)}
+        out[key] = {"sides": sides, "ratio_seconds": paired}
     return out
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--minutes", type=float, default=60.0, help="wall-clock training budget per run")
-    p.add_argument("--mark-s", type=float, default=120.0, help="training seconds between saved adapters")
-    p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--steps", type=int, default=60, help="most optimizer steps a run")
+    p.add_argument("--minutes", type=float, default=30.0, help="wall-clock training cap a run")
+    p.add_argument("--mark-steps", type=int, default=5, help="optimizer steps between saved adapters")
+    p.add_argument("--heldout", type=int, default=500, help="held-out additions scored at each mark")
     p.add_argument("--start", default=Shape.model, help="the weights both sides start from")
-    p.add_argument("--sequential", action="store_true", help="one run at a time with --threads")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--work", type=Path, default=Path("/tmp/ttr"))
-    p.add_argument("--note", default="", help="what else ran beside it")
-    p.add_argument(
-        "--up-to",
-        type=float,
-        default=max(TARGETS),
-        help="score marks until this accuracy (a higher target: not measured)",
-    )
-    p.add_argument("--results", type=Path, default=RESULTS, help="folder of the two result files (a dry run: /tmp)")
+    p.add_argument("--up-to", type=float, default=max(TARGETS), help="score marks until this accuracy")
+    p.add_argument("--results", type=Path, default=RESULTS / "time_to_reward.json")
+    p.add_argument("--quick", action="store_true", help="a tiny random model, 2 seeds, 4 steps: plumbing only")
     p.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    add_round_arguments(p)
     args = p.parse_args()
     if args.child:
         import torch
 
         torch.set_num_threads(args.threads)
         out = args.work / f"{args.child}-seed{args.seed}"
-        child(args.child, Shape(model=args.start, seed=args.seed), args.minutes, args.mark_s, out)
+        child(args.child, Shape(model=args.start, seed=args.seed), args.steps, args.minutes, args.mark_steps, out)
         return
-    if args.mark_s <= 0 or args.minutes <= 0:
-        p.error("--minutes and --mark-s must be positive")
+    if args.quick:
+        shapes = QUICK_OUT / "shapes"
+        if not (shapes / "tiny").is_dir():
+            subprocess.run(
+                [sys.executable, str(ROOT / "bench/_shared/model_shapes.py"), str(shapes), "tiny"], check=True
+            )
+        args.start, args.seeds, args.steps, args.mark_steps, args.heldout = str(shapes / "tiny"), [0, 1], 4, 2, 8
+        args.work, args.results, args.minutes = QUICK_OUT / "work", QUICK_OUT / "time_to_reward.json", 5.0
+    if args.mark_steps <= 0 or args.steps <= 0 or args.minutes <= 0:
+        p.error("--steps, --minutes and --mark-steps must be positive")
     args.work.mkdir(parents=True, exist_ok=True)
-    threads = args.threads if args.sequential else 1
-    t0 = time.time()
-    load = {"before": os.getloadavg()}
-    for side in args.sides:
-        procs = []
-        for seed in args.seeds:
-            proc = launch(side, seed, args, threads)
-            if proc is not None and args.sequential:
-                proc.wait()
-            elif proc is not None:
-                procs.append(proc)
-        for proc in procs:
-            proc.wait()
-        load[f"after_{side}"] = os.getloadavg()
-        failed = [s for s in args.seeds if not (args.work / f"{side}-seed{s}" / "marks.json").is_file()]
-        if failed:
-            raise SystemExit(f"{side}: seeds {failed} did not finish (see {args.work}/{side}-seed*/train.log)")
-    suite = args.work / "suite-heldout-add.yaml"
+    suite = args.work / f"suite-heldout-add-{args.heldout}.yaml"
     suite.write_text(
         json.dumps(
             {
                 "name": "heldout-add",
                 "track": "reasoning",
-                "description": "the 100 held-out 2-digit additions of examples/grpo_arith.yaml, final answer",
-                "tasks": HELDOUT,
+                "description": f"{args.heldout} held-out 2-digit additions (disjoint from training), final answer",
+                "tasks": heldout_tasks(args.heldout),
                 "templates": ["{prompt}"],
                 "sampling": {"temperature": 0.0, "n": 1, "max_new_tokens": 32},
                 "metrics": ["accuracy"],
@@ -230,55 +236,56 @@ def main() -> None:
             }
         )
     )
-    start = score(args.start, args.work / "eval-start", suite, args.threads)
-    print(f"start: held-out accuracy {start:.2f}", flush=True)
-    curves = {
-        side: {str(s): curve(args.work / f"{side}-seed{s}", suite, args.threads, start, args.up_to) for s in args.seeds}
-        for side in args.sides
-    }
-    summary = summarise(curves, args.minutes * 60)
-    interpolated = summarise(curves, args.minutes * 60, "seconds_to_interpolated")
-    record = {
-        "benchmark": "time_to_reward",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "command": "python bench/experiments/time_to_reward.py " + " ".join(sys.argv[1:]),
-        "start": args.start,
-        "start_accuracy": start,
-        "shape": vars(Shape(model=args.start)),
-        "held_out": HELDOUT,
-        "budget_minutes": args.minutes,
-        "mark_seconds": args.mark_s,
-        "parallel_seeds": not args.sequential,
-        "threads_per_run": threads,
-        "cpu": cpu_name(),
-        "load_average": load,
-        "wall_s": time.time() - t0,
-        "note": args.note,
-        "targets": summary,
-        "targets_interpolated": interpolated,
-        "curves": curves,
-    }
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "time_to_reward.json").write_text(json.dumps(record, indent=1))
-    grpo_path = args.results / "grpo.json"
-    grpo = json.loads(grpo_path.read_text()) if grpo_path.is_file() else {}
-    for a in TARGETS:
-        key = f"ratio_time_to_reward_{str(a).replace('.', '_')}"
-        grpo[key] = summary[str(a)]["ratio"]
-        grpo[key + "_kind"] = summary[str(a)]["ratio_kind"]
-        grpo[key + "_interpolated"] = interpolated[str(a)]["ratio"]
-    grpo["time_to_reward_source"] = "bench/results/time_to_reward.json (held-out accuracy, seeds a side)"
-    grpo_path.write_text(json.dumps(grpo, indent=1))
-    for a in map(str, TARGETS):
-        s = summary[a]
-        if "sides" not in s:
-            print(f"to held-out {a}: {s['ratio_kind']}")
-            continue
-        sides = "  ".join(
-            f"{n} {v['mean_seconds']:.0f} s ({v['reached']}/{len(v['seconds'])})" for n, v in s["sides"].items()
+    runs = {}
+
+    def run(side: str, seed: int) -> dict:
+        runs[(side, seed)] = train(side, seed, args)  # timed alone; scoring waits until every run is done
+        return {}
+
+    records = paired_seeds(run, list(SIDES), args.seeds)
+    start = score(args.start, args.work / f"eval-start-{args.heldout}", suite, args.threads)
+    print(f"start: held-out accuracy {start:.3f}", flush=True)
+    for r in records:
+        r["result"] = curve(runs[(r["side"], r["seed"])], suite, args.threads, start, args.up_to)
+    targets = summary(records, args.up_to)
+    half = targets["0_5"]["ratio_seconds"]
+    from tempering.models.precision import resolve_precision
+
+    write_result(
+        args.results,
+        benchmark="time_to_reward",
+        host=host(resolve_precision("auto"), threads=args.threads),
+        rounds=records,
+        candidate="tempering",
+        baseline="trl",
+        metric="seconds_to_0_5",
+        higher_is_better=False,
+        max_load=args.max_load,
+        extra={
+            "command": "python bench/experiments/time_to_reward.py " + " ".join(sys.argv[1:]),
+            "quick": args.quick,
+            "start": args.start,
+            "start_accuracy": start,
+            "shape": vars(Shape(model=args.start)),
+            "heldout": heldout_tasks(args.heldout),
+            "heldout_items": args.heldout,
+            "seeds_per_side": len(args.seeds),
+            "budget": {"steps": args.steps, "minutes": args.minutes, "mark_steps": args.mark_steps},
+            "clock": "training seconds (each side's own step clock; adapter saves and scoring off it)",
+            "ratio_definition": "TRL seconds to held-out 0.5 over Tempering's, paired by seed (above 1: Tempering faster)",
+            "ratio_seconds_to_0_5_ci_low": (half.get("ratio_ci") or [None])[0],
+            "targets": targets,
+        },
+    )
+    for key, t in targets.items():
+        line = "  ".join(
+            f"{side} {v['seconds'].get('median', float('nan')):.0f} s ({v['seconds']['reached']}/{v['seconds']['runs']})"
+            for side, v in t["sides"].items()
         )
-        ratio = f"{s['ratio']:.2f}x ({s['ratio_kind']})" if s["ratio"] else s["ratio_kind"]
-        print(f"to held-out {a}: {sides}  ratio {ratio}")
+        r = t["ratio_seconds"]
+        shown = f"{r['ratio_median']:.2f}x {r['ratio_ci']}" if r.get("ratio_median") else r.get("reason")
+        print(f"to held-out {key.replace('_', '.')}: {line}  ratio {shown}")
+    print(f"wrote {args.results}")
 
 
 if __name__ == "__main__":
