@@ -81,6 +81,12 @@ HEADLINE_ROWS = (
         "TRL `GRPOTrainer`",
         "s",
     ),
+    HeadlineRow(
+        "GRPO asynchronous, K = 1 (engine process + trainer, a thread each) vs synchronous (2 threads), same engine",
+        "async_rl.json",
+        "Tempering synchronous GRPO",
+        "completions/s",
+    ),
     HeadlineRow("DPO, LoRA r16", "dpo.json", "TRL `DPOTrainer` with precomputed reference", "pairs/s"),
     HeadlineRow("eval, 100 tasks × 4 samples", "eval.json", "HF `generate` batched", "samples/s"),
     HeadlineRow("generation, 32 requests in flight", "inference.json", "HF `generate` on batches of 32", "tokens/s"),
@@ -161,10 +167,11 @@ def headline_row(row: HeadlineRow, result: dict) -> str:
     ratio = f"{result['ratio_median']:.2f}× [{low:.2f}, {high:.2f}]"
     verdict = f"parity ({ratio})" if result["parity"] else f"**{ratio}**"
     rounds = result["paired_rounds"]
+    paired = "paired seeds" if any("seed" in r for r in result["rounds"]) else "interleaved rounds"
     host = result["host"]
     return (
         f"| {row.what} | {_median_of(result, result['candidate']):.1f} {row.unit}: {verdict}, median of {rounds} "
-        f"interleaved rounds, {result['date'][:10]} | {host['host_kind']} ({host['precision']}, {host['threads']} "
+        f"{paired}, {result['date'][:10]} | {host['host_kind']} ({host['precision']}, {host['threads']} "
         f"threads) | {row.peer} {_median_of(result, result['baseline']):.1f} | [{row.file}](bench/results/{row.file}) |"
     )
 

@@ -212,13 +212,13 @@ def run_config(side: str, seed: int, args: argparse.Namespace, run_root: Path) -
     cfg.update(out=str(run_root), name=f"{side}-seed{seed}")
     cfg["grpo"]["max_off_policy_steps"] = k
     if k > 0:
-        cfg["sampler"] = {"threads": 1}
+        cfg["sampler"] = {"threads": args.sampler_threads}
     cfg["train"].update(
         seed=seed,
         steps=args.steps,
         max_minutes=args.minutes,
         eval_every=args.eval_every,
-        threads=1 if k > 0 else 2,
+        threads=args.async_train_threads if k > 0 else 2,
         checkpoint={"every": 100_000, "keep_last": 1},  # a checkpoint waits for the batches sampling ahead
     )
     if args.quick:
@@ -346,6 +346,8 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=25.0, help="wall-clock cap a run (train.max_minutes)")
     p.add_argument("--eval-every", type=int, default=5, help="steps between held-out measurements")
     p.add_argument("--equivalence-steps", type=int, default=5)
+    p.add_argument("--sampler-threads", type=int, default=1, help="the async sides' engine process threads")
+    p.add_argument("--async-train-threads", type=int, default=1, help="the async sides' trainer threads")
     p.add_argument("--work", type=Path, default=Path("/tmp/async_rl"))
     p.add_argument("--results", type=Path, default=RESULTS / "async_rl.json")
     p.add_argument("--plot", type=Path, default=ROOT / "docs" / "img_async_rl.png")
@@ -375,7 +377,10 @@ def main() -> None:
         "clock": "sum of the Trainer's step_s plus each held-out eval's eval_wait_s; model load, evaluations, checkpoints off",
         "engines": {
             "sync": "batching engine in process (the example's default), train.threads 2",
-            "async": "the same batching engine in an engine process, sampler.threads 1, train.threads 1",
+            "async": (
+                f"the same batching engine in an engine process, sampler.threads {args.sampler_threads}, "
+                f"train.threads {args.async_train_threads}"
+            ),
         },
         "wall_s": time.time() - t0,
     }

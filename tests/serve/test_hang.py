@@ -33,7 +33,7 @@ def hung_server(tiny_models, tmp_path, monkeypatch):
     _, secret = app.state.store.create_key("tester")
     thread = ServerThread(app)
     try:
-        yield thread.url, secret, hanging
+        yield thread.url, secret, hanging, str(tiny_models[1])
     finally:
         release.set()
         thread.stop()
@@ -42,18 +42,18 @@ def hung_server(tiny_models, tmp_path, monkeypatch):
 def test_a_hung_engine_step_is_a_504_and_a_stuck_health_check(hung_server):
     import openai
 
-    url, secret, hanging = hung_server
+    url, secret, hanging, model = hung_server
     client = openai.OpenAI(base_url=url + "/v1", api_key=secret, max_retries=0, timeout=60)
     messages = [{"role": "user", "content": "hi"}]
-    assert client.chat.completions.create(model="default", messages=messages, max_tokens=4).choices
+    assert client.chat.completions.create(model=model, messages=messages, max_tokens=4).choices
     assert httpx.get(url + "/health").status_code == 200
     hanging.set()
     with pytest.raises(openai.APIStatusError) as timed_out:
-        client.chat.completions.create(model="default", messages=messages, max_tokens=4)
+        client.chat.completions.create(model=model, messages=messages, max_tokens=4)
     assert timed_out.value.status_code == 504
     assert "the engine gave no answer within 1 s (request_timeout_s)" in str(timed_out.value)
     with pytest.raises(openai.APIError, match=r"the engine gave no answer within 1 s"):
-        for _ in client.chat.completions.create(model="default", messages=messages, max_tokens=4, stream=True):
+        for _ in client.chat.completions.create(model=model, messages=messages, max_tokens=4, stream=True):
             pass
     health = httpx.get(url + "/health")
     assert health.status_code == 503 and health.json()["status"] == "stuck"

@@ -43,7 +43,7 @@ from tempering.serve.store import ApiKey, Store
 from tempering.serve.tinker_jobs import Jobs
 from tempering.serve.tinker_owners import NotFound
 from tempering.serve.tinker_routes import add_routes
-from tempering.serve.tinker_sched import STUCK, CallRefused
+from tempering.serve.tinker_sched import STUCK, CallRefused, WorkerIsStuck
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,10 @@ class TinkerServer:
     def refused(self, request: Request, exc: errors.UserError) -> JSONResponse:
         """A request the jobs refused before queuing it: 404 no such object (or another key's),
         429 a full queue, 400 anything else the client sent."""
+        if isinstance(exc, WorkerIsStuck):  # a status the SDK never retries (it retries every 5xx): no retry helps
+            response = self.error(request, ApiError(400, str(exc)))
+            response.headers["x-should-retry"] = "false"
+            return response
         status = 404 if isinstance(exc, NotFound) else 429 if isinstance(exc, CallRefused) else 400
         return self.error(request, ApiError(status, str(exc)))
 

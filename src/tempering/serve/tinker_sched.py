@@ -54,6 +54,10 @@ class CallRefused(UserError):
     """A call the scheduler stopped or did not run: over its time, or the server is stopping."""
 
 
+class WorkerIsStuck(CallRefused):
+    """A call refused because the worker is stuck (the module docstring): no retry can help."""
+
+
 @dataclass
 class _Call:
     request_id: str
@@ -113,7 +117,9 @@ class Scheduler:
         call = _Call(f"{name}-{uuid.uuid4().hex[:16]}", owner, name, fn)
         with self._cond:
             if self._closed:
-                raise CallRefused(f"{name}: " + (STUCK if self.stuck else "the server is stopping"))
+                if self.stuck:
+                    raise WorkerIsStuck(f"{name}: {STUCK}")
+                raise CallRefused(f"{name}: the server is stopping")
             queue = self._queues.setdefault(owner, deque())
             if len(queue) >= self.max_queued:
                 raise CallRefused(f"{name}: {len(queue)} calls of this key are queued already; wait for their results")
@@ -244,11 +250,11 @@ class Scheduler:
             self._cond.notify_all()
         _settle(
             call.future,
-            exc=CallRefused(
+            exc=WorkerIsStuck(
                 f"{call.name}: tinker worker stuck: a step gave no answer after {waited:.0f} s (call_timeout_s "
                 f"{self.call_timeout_s:g} s + grace {self.grace_s:g} s); the call failed and the server serves "
                 "nothing more until it is restarted; saved checkpoints stay this key's"
             ),
         )
         for other in waiting:
-            _settle(other.future, exc=CallRefused(f"{other.name}: {STUCK}"))
+            _settle(other.future, exc=WorkerIsStuck(f"{other.name}: {STUCK}"))
