@@ -1065,3 +1065,43 @@ def test_a_planted_embedding_bound_is_found():
         "rollout/planted.py": "def rows(m):\n    return m.config.vocab_size\n",  # the config's, not an embedding's
     }
     assert embedding_size_reads(planted) == ["serve/planted.py:2"]
+
+
+# --- waiting on workers: fault points only through faults.point, each point placed in worker code ---
+
+
+def fault_point_findings(root: Path) -> list[str]:
+    """What breaks the row: a module other than faults.py (and scale/runtime.py, which forwards
+    the variables to Ray actors) reading the fault environment, or a point of `faults.POINTS`
+    that no worker module names (a point the battery could never fire)."""
+    from tempering import faults
+
+    readers = {"faults.py", "scale/runtime.py"}
+    texts = {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8") for p in sorted(root.rglob("*.py"))}
+    found = [
+        f"{path} reads {env}"
+        for path, text in texts.items()
+        for env in (faults.ENV, faults.DIR_ENV)
+        if env in text and path not in readers
+    ]
+    placed = {
+        name for path, text in texts.items() if path != "faults.py" for name in faults.POINTS if f'"{name}"' in text
+    }
+    found += [f"fault point {name!r} is placed nowhere" for name in faults.POINTS if name not in placed]
+    return found
+
+
+def test_fault_points_are_placed_and_only_faults_reads_their_environment():
+    assert fault_point_findings(SRC) == []
+
+
+def test_a_planted_fault_reader_and_an_unplaced_point_are_caught(tmp_path, monkeypatch):
+    from tempering import faults
+
+    (tmp_path / "faults.py").write_text("ENV = 'TEMPERING_FAULTS'\n")
+    (tmp_path / "worker.py").write_text("import os\nos.environ.get('TEMPERING_FAULTS')\nfaults.point(\"engine\")\n")
+    monkeypatch.setattr(faults, "POINTS", ("engine", "nowhere"))
+    assert fault_point_findings(tmp_path) == [
+        "worker.py reads TEMPERING_FAULTS",
+        "fault point 'nowhere' is placed nowhere",
+    ]
