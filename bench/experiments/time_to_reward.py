@@ -251,32 +251,41 @@ def main() -> None:
     half = targets["0_5"]["ratio_seconds"]
     from tempering.models.precision import resolve_precision
 
-    write_result(
-        args.results,
-        benchmark="time_to_reward",
-        host=host(resolve_precision("auto"), threads=args.threads),
-        rounds=records,
-        candidate="tempering",
-        baseline="trl",
-        metric="seconds_to_0_5",
-        higher_is_better=False,
-        max_load=args.max_load,
-        extra={
-            "command": "python bench/experiments/time_to_reward.py " + " ".join(sys.argv[1:]),
-            "quick": args.quick,
-            "start": args.start,
-            "start_accuracy": start,
-            "shape": vars(Shape(model=args.start)),
-            "heldout": heldout_tasks(args.heldout),
-            "heldout_items": args.heldout,
-            "seeds_per_side": len(args.seeds),
-            "budget": {"steps": args.steps, "minutes": args.minutes, "mark_steps": args.mark_steps},
-            "clock": "training seconds (each side's own step clock; adapter saves and scoring off it)",
-            "ratio_definition": "TRL seconds to held-out 0.5 over Tempering's, paired by seed (above 1: Tempering faster)",
-            "ratio_seconds_to_0_5_ci_low": (half.get("ratio_ci") or [None])[0],
-            "targets": targets,
-        },
-    )
+    machine = host(resolve_precision("auto"), threads=args.threads)
+    extra = {
+        "command": "python bench/experiments/time_to_reward.py " + " ".join(sys.argv[1:]),
+        "quick": args.quick,
+        "start": args.start,
+        "start_accuracy": start,
+        "shape": vars(Shape(model=args.start)),
+        "heldout": heldout_tasks(args.heldout),
+        "heldout_items": args.heldout,
+        "seeds_per_side": len(args.seeds),
+        "budget": {"steps": args.steps, "minutes": args.minutes, "mark_steps": args.mark_steps},
+        "clock": "training seconds (each side's own step clock; adapter saves and scoring off it)",
+        "ratio_definition": "TRL seconds to held-out 0.5 over Tempering's, paired by seed (above 1: Tempering faster)",
+        "ratio_seconds_to_0_5_ci_low": (half.get("ratio_ci") or [None])[0],
+        "targets": targets,
+    }
+    try:
+        write_result(
+            args.results,
+            benchmark="time_to_reward",
+            host=machine,
+            rounds=records,
+            candidate="tempering",
+            baseline="trl",
+            metric="seconds_to_0_5",
+            higher_is_better=False,
+            max_load=args.max_load,
+            extra=extra,
+        )
+    except ValueError as exc:  # no seed reached 0.5 on both sides: the figures, no ratio, not a headline
+        nothing = {"ratio_median": None, "ratio_ci": None, "headline": False, "headline_refused": str(exc)}
+        result = {**extra, "benchmark": "time_to_reward", "host": machine, **nothing, "rounds": records}
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(json.dumps(result, indent=1, default=str) + "\n")
+        print(f"time_to_reward: not a headline: {exc}")
     for key, t in targets.items():
         line = "  ".join(
             f"{side} {v['seconds'].get('median', float('nan')):.0f} s ({v['seconds']['reached']}/{v['seconds']['runs']})"
