@@ -7,6 +7,8 @@
     policies.py  scripted policies (oracle, noop, random, recover) that validate the harness
     episode.py   text-level episodes and the agent metrics
     envs/        the built-in suites: tool_arith, tool_notation, retry, workspace, safe, repo
+    harbor.py    Harbor task folders (`harbor:DIR`) as tasks; harbor_dockerfile.py their workspace,
+                 harbor_judge.py (+ harbor_runner.py, in the sandbox) their test.sh and reward
 
 Layer: above `rollout` (it drives an `Engine`), below `pipeline`, `evals` and `recipes`.
 """

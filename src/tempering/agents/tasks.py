@@ -191,7 +191,12 @@ def builtin_tasks(name: str) -> list[AgentTask]:
 
 
 def load_agent_suite(name: str) -> list[AgentTask]:
-    """A built-in suite by name, or a task JSONL path."""
+    """A built-in suite by name, Harbor task folders (`harbor`: the shipped ones; `harbor:<dir>`:
+    see `tempering.agents.harbor`), or a task JSONL path."""
+    from tempering.agents import harbor
+
+    if harbor.is_harbor_suite(name):
+        return harbor.load_harbor_suite(name)
     return builtin_tasks(name) if name in BUILTIN else load_agent_tasks(name)
 
 
