@@ -75,7 +75,7 @@ class EnvironmentSection(_Section):
     allow_internet: bool | None = None
     """Read; the sandbox has no network whatever they say."""
     workdir: str | None = None
-    """Overrides the Dockerfile's WORKDIR (Harbor's meaning)."""
+    """Harbor: overrides the Dockerfile's WORKDIR; here it must equal it (the WORKDIR becomes /work)."""
 
 
 class SolutionSection(_Section):
@@ -208,7 +208,11 @@ def load_harbor_task(task_dir: Path, suite: str = SHIPPED) -> AgentTask:
             raise HarborTaskError(f"{where}: {need} is missing")
     config = parse_task_toml(task_dir / "task.toml", where)
     workdir, workspace = workspace_files(task_dir / "environment", where)
-    workdir = config.environment.workdir or workdir
+    if config.environment.workdir not in (None, workdir):
+        raise HarborTaskError(
+            f"{where}: task.toml: environment.workdir {config.environment.workdir} differs from the Dockerfile's "
+            f"WORKDIR {workdir} (only the WORKDIR becomes /work here)"
+        )
 
     def mapped(text: str) -> str:
         return map_paths(text, workdir)

@@ -110,8 +110,11 @@ def _copy_args(args: str, at: str) -> tuple[list[str], str]:
     except ValueError:
         raise HarborTaskError(f"{at}: COPY arguments do not parse: {args!r}") from None
     flags = [p for p in parts if isinstance(p, str) and p.startswith("--")]
-    if any(not f.startswith(("--chown=", "--chmod=")) for f in flags):
-        raise HarborTaskError(f"{at}: COPY {flags[0]} copies from outside the task; {DOCKER}")
+    for flag in flags:  # ownership and modes aside (every file here is the sandbox user's)
+        if flag.startswith("--from"):
+            raise HarborTaskError(f"{at}: COPY {flag} copies from outside the task; {DOCKER}")
+        if not flag.startswith(("--chown=", "--chmod=")):
+            raise HarborTaskError(f"{at}: COPY {flag} is not reproduced here; {DOCKER}")
     paths = [p for p in parts if p not in flags]
     if len(paths) < 2 or not all(isinstance(p, str) for p in paths):
         raise HarborTaskError(f"{at}: COPY needs a source and a destination")
