@@ -223,7 +223,7 @@ def load_harbor_task(task_dir: Path, suite: str = SHIPPED) -> AgentTask:
     row = {
         "id": task_dir.name,
         "env": suite,
-        "prompt": mapped((task_dir / "instruction.md").read_text()),
+        "prompt": mapped(_text(task_dir / "instruction.md", task_dir, where)),
         "tools": TOOLS,
         "tier": _tier(meta, where),
         "split": meta.get("split", "heldout"),
@@ -300,11 +300,14 @@ def _folder(folder: Path, where: str) -> dict[str, str]:
     """Relative path -> text of every file under `folder` ({} when there is none)."""
     if not folder.is_dir():
         return {}
-    out = {}
-    for p in sorted(folder.rglob("*")):
-        if p.is_file():
-            try:
-                out[p.relative_to(folder).as_posix()] = p.read_bytes().decode("utf-8")
-            except UnicodeDecodeError:
-                raise HarborTaskError(f"{where}: {folder.name}/{p.relative_to(folder)} is not UTF-8 text") from None
-    return out
+    return {
+        p.relative_to(folder).as_posix(): _text(p, folder.parent, where) for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def _text(path: Path, task_dir: Path, where: str) -> str:
+    """A task file's text as stored (CRLF line ends stay). Raises HarborTaskError when it is not UTF-8."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise HarborTaskError(f"{where}: {path.relative_to(task_dir)} is not UTF-8 text") from None
