@@ -80,7 +80,7 @@ def file_tasks() -> list[Task]:
             'for f in inbox/*; do e="${f##*.}"; mkdir -p "sorted/$e"; mv "$f" "sorted/$e/"; done',
             files={"inbox/a.txt": "a\n", "inbox/b.txt": "b\n", "inbox/c.csv": "x,y\n", "inbox/d.md": "# d\n"},
             checks=[
-                "[ -z \"$(ls -A /app/inbox)\" ]",
+                '[ -z "$(ls -A /app/inbox)" ]',
                 '[ "$(cd /app/sorted && find . -type f | sort | tr "\\n" " ")" = "./csv/c.csv ./md/d.md ./txt/a.txt ./txt/b.txt " ]',
                 '[ "$(cat /app/sorted/csv/c.csv)" = "x,y" ]',
             ],
@@ -148,7 +148,7 @@ def file_tasks() -> list[Task]:
             "The script `/app/run.sh` cannot be executed. Make it executable, then run it (it writes `/app/out.txt`).",
             "chmod +x run.sh && ./run.sh",
             files={"run.sh": "#!/bin/bash\necho ran > out.txt\n"},
-            checks=['[ -x /app/run.sh ]', '[ "$(cat /app/out.txt)" = "ran" ]'],
+            checks=["[ -x /app/run.sh ]", '[ "$(cat /app/out.txt)" = "ran" ]'],
         ),
         Task(
             "link-newest-release",
@@ -158,8 +158,12 @@ def file_tasks() -> list[Task]:
             "Create a symbolic link `/app/current` that points to the newest release folder in `/app/releases` "
             "(by version: `v1.10` is newer than `v1.2`).",
             'ln -s "releases/$(ls releases | sort -V | tail -n 1)" current',
-            files={"releases/v1.2/app.txt": "1.2\n", "releases/v1.10/app.txt": "1.10\n", "releases/v1.9/app.txt": "1.9\n"},
-            checks=['[ -L /app/current ]', '[ "$(cat /app/current/app.txt)" = "1.10" ]'],
+            files={
+                "releases/v1.2/app.txt": "1.2\n",
+                "releases/v1.10/app.txt": "1.10\n",
+                "releases/v1.9/app.txt": "1.9\n",
+            },
+            checks=["[ -L /app/current ]", '[ "$(cat /app/current/app.txt)" = "1.10" ]'],
         ),
     ]
 
@@ -245,8 +249,10 @@ def text_tasks() -> list[Task]:
             "per user, in the order of the file.",
             "python3 - <<'EOF'\nimport json\nusers = json.load(open('users.json'))\nwith open('users.csv', 'w') as f:\n"
             "    f.write('name,age\\n')\n    for u in users:\n        f.write(f\"{u['name']},{u['age']}\\n\")\nEOF",
-            files={"users.json": '[{"name": "Ada", "age": 36, "city": "London"}, {"name": "Linus", "age": 54}, '
-                   '{"age": 41, "name": "Grace"}]\n'},
+            files={
+                "users.json": '[{"name": "Ada", "age": 36, "city": "London"}, {"name": "Linus", "age": 54}, '
+                '{"age": 41, "name": "Grace"}]\n'
+            },
             checks=[same("/app/users.csv", "expected.csv")],
             test_files={"expected.csv": "name,age\nAda,36\nLinus,54\nGrace,41\n"},
         ),
@@ -269,7 +275,10 @@ def text_tasks() -> list[Task]:
             "`/app/notes.txt` has Windows line endings (CRLF). Convert it to Unix line endings (LF) in place.",
             "sed -i 's/\\r$//' notes.txt",
             files={"notes.txt": "first\r\nsecond\r\nthird\r\n"},
-            checks=["! grep -q $'\\r' /app/notes.txt", '[ "$(cat /app/notes.txt | tr "\\n" " ")" = "first second third " ]'],
+            checks=[
+                "! grep -q $'\\r' /app/notes.txt",
+                '[ "$(cat /app/notes.txt | tr "\\n" " ")" = "first second third " ]',
+            ],
         ),
         Task(
             "reverse-lines",
@@ -288,9 +297,11 @@ def text_tasks() -> list[Task]:
             "heldout",
             "Fill in `/app/template.txt`: replace each `{{key}}` with its value from `/app/values.env` "
             "(lines `key=value`). Write the result to `/app/letter.txt`.",
-            "cp template.txt letter.txt; while IFS== read -r k v; do sed -i \"s/{{$k}}/$v/g\" letter.txt; done < values.env",
-            files={"template.txt": "Dear {{name}},\nwelcome to {{city}}. See you in {{city}}!\n",
-                   "values.env": "name=Ada\ncity=Paris\n"},
+            'cp template.txt letter.txt; while IFS== read -r k v; do sed -i "s/{{$k}}/$v/g" letter.txt; done < values.env',
+            files={
+                "template.txt": "Dear {{name}},\nwelcome to {{city}}. See you in {{city}}!\n",
+                "values.env": "name=Ada\ncity=Paris\n",
+            },
             checks=[same("/app/letter.txt", "expected.txt")],
             test_files={"expected.txt": "Dear Ada,\nwelcome to Paris. See you in Paris!\n"},
         ),
@@ -324,7 +335,10 @@ def shell_tasks() -> list[Task]:
             "cat > fizz.sh <<'EOF'\nfor i in $(seq 1 \"$1\"); do\n  if [ $((i % 15)) -eq 0 ]; then echo FizzBuzz\n"
             "  elif [ $((i % 3)) -eq 0 ]; then echo Fizz\n  elif [ $((i % 5)) -eq 0 ]; then echo Buzz\n"
             "  else echo $i; fi\ndone\nEOF",
-            checks=[same("<(bash /app/fizz.sh 15)", "expected15.txt"), '[ "$(bash /app/fizz.sh 2 | tr "\\n" " ")" = "1 2 " ]'],
+            checks=[
+                same("<(bash /app/fizz.sh 15)", "expected15.txt"),
+                '[ "$(bash /app/fizz.sh 2 | tr "\\n" " ")" = "1 2 " ]',
+            ],
             test_files={"expected15.txt": FIZZ},
         ),
         Task(
@@ -350,8 +364,8 @@ def shell_tasks() -> list[Task]:
             files=PROJECT,
             checks=[
                 "[ \"$(tar -tzf /app/backup.tar.gz | grep -v '/$' | sort | tr '\\n' ' ')\" = "
-                "\"project/README.md project/src/main.py project/src/util.py \" ]",
-                "[ \"$(tar -xzOf /app/backup.tar.gz project/src/util.py)\" = \"X = 1\" ]",
+                '"project/README.md project/src/main.py project/src/util.py " ]',
+                '[ "$(tar -xzOf /app/backup.tar.gz project/src/util.py)" = "X = 1" ]',
             ],
         ),
         Task(
@@ -376,8 +390,11 @@ def shell_tasks() -> list[Task]:
             "Write `FILE:LINE` (path relative to `/app`, line number) for every line containing `TODO` in the "
             "files under `/app/src`, one per line, sorted, to `/app/todos.txt`.",
             "grep -rn TODO src | cut -d: -f1,2 | sort > todos.txt",
-            files={"src/a.py": "x = 1  # TODO rename\ny = 2\n# TODO: test\n", "src/lib/b.sh": "echo hi\n# TODO\n",
-                   "src/c.txt": "nothing\n"},
+            files={
+                "src/a.py": "x = 1  # TODO rename\ny = 2\n# TODO: test\n",
+                "src/lib/b.sh": "echo hi\n# TODO\n",
+                "src/c.txt": "nothing\n",
+            },
             checks=[same("/app/todos.txt", "expected.txt")],
             test_files={"expected.txt": "src/a.py:1\nsrc/a.py:3\nsrc/lib/b.sh:2\n"},
         ),
@@ -390,11 +407,16 @@ def shell_tasks() -> list[Task]:
             "`/app/status.json`: a JSON object mapping each status (a string) to its number of requests.",
             "python3 -c \"import json, collections; c = collections.Counter(l.split()[8] for l in open('access.log') "
             "if l.strip()); json.dump(c, open('status.json', 'w'))\"",
-            files={"access.log": "".join(
-                f'10.0.0.{i} - - [01/May/2024:10:00:0{i % 10} +0000] "GET /p{i} HTTP/1.1" {s} 12\n'
-                for i, s in enumerate([200, 404, 200, 500, 200, 404, 301]))},
-            checks=["python3 -I -c \"import json, sys; d = json.load(open('/app/status.json')); "
-                    "sys.exit(0 if d == {'200': 3, '404': 2, '500': 1, '301': 1} else 1)\""],
+            files={
+                "access.log": "".join(
+                    f'10.0.0.{i} - - [01/May/2024:10:00:0{i % 10} +0000] "GET /p{i} HTTP/1.1" {s} 12\n'
+                    for i, s in enumerate([200, 404, 200, 500, 200, 404, 301])
+                )
+            },
+            checks=[
+                "python3 -I -c \"import json, sys; d = json.load(open('/app/status.json')); "
+                "sys.exit(0 if d == {'200': 3, '404': 2, '500': 1, '301': 1} else 1)\""
+            ],
         ),
     ]
 
@@ -463,7 +485,7 @@ def git_tasks() -> list[Task]:
             files={"VERSION": "1.0.0\n"},
             checks=[
                 f'[ "$({git} cat-file -t v1.0.0)" = tag ]',
-                f"[ \"$({git} for-each-ref refs/tags/v1.0.0 --format='%(contents:subject)')\" = \"first release\" ]",
+                f'[ "$({git} for-each-ref refs/tags/v1.0.0 --format=\'%(contents:subject)\')" = "first release" ]',
                 f'[ "$({git} rev-parse v1.0.0^{{commit}})" = "$({git} rev-parse HEAD)" ]',
             ],
         ),

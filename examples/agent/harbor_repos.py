@@ -96,19 +96,25 @@ ROMAN_OK = ROMAN.format(
     pairs='(1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"), (50, "L"), (40, "XL"), '
     '(10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I")'
 )
-FREQ = "import re\nfrom collections import Counter\n\n\ndef count_words(text):\n    return dict(Counter(re.findall(r\"[a-z']+\", {arg})))\n"
+FREQ = 'import re\nfrom collections import Counter\n\n\ndef count_words(text):\n    return dict(Counter(re.findall(r"[a-z\']+", {arg})))\n'
 MEDIAN_OK = (
     "def median(values):\n    s = sorted(values)\n    mid = len(s) // 2\n"
     "    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2\n"
 )
 TEXTUTILS = {
     "reverse_words": ("    return text[::-1]\n", '    return " ".join(reversed(text.split()))\n'),
-    "count_vowels": ('    return sum(c in "aeiou" for c in text)\n', '    return sum(c in "aeiou" for c in text.lower())\n'),
+    "count_vowels": (
+        '    return sum(c in "aeiou" for c in text)\n',
+        '    return sum(c in "aeiou" for c in text.lower())\n',
+    ),
     "is_palindrome": (
         "    return text == text[::-1]\n",
         '    s = "".join(c for c in text.lower() if c.isalnum())\n    return s == s[::-1]\n',
     ),
-    "capitalize_words": ("    return text.capitalize()\n", '    return " ".join(w[:1].upper() + w[1:] for w in text.split())\n'),
+    "capitalize_words": (
+        "    return text.capitalize()\n",
+        '    return " ".join(w[:1].upper() + w[1:] for w in text.split())\n',
+    ),
 }
 TEXTUTILS_CASES = {
     "reverse_words": [(("a b c",), "c b a"), (("one",), "one")],
@@ -133,7 +139,9 @@ def repo_tasks(Task: Callable[..., Any], nonce_check: Callable[[str], list[str]]
             overwrite(path, fixed),
             files={path: broken, f"{module.split('.')[0]}/__init__.py": "", **visible, **(files or {})},
             checks=nonce_check(f"check_{name.replace('-', '_')}.py"),
-            test_files={f"check_{name.replace('-', '_')}.py": CHECK.format(module=module, function=function, cases=cases)},
+            test_files={
+                f"check_{name.replace('-', '_')}.py": CHECK.format(module=module, function=function, cases=cases)
+            },
             tags=("repo",),
         )
 

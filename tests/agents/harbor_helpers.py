@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TOML = '''version = "1.0"
+TOML = """version = "1.0"
 
 [metadata]
 difficulty = "medium"
@@ -12,7 +12,7 @@ category = "demo"
 
 [verifier]
 timeout_sec = 30.0
-'''
+"""
 DOCKERFILE = "FROM python:3.11-bookworm\nWORKDIR /app\nCOPY files/ /app/\n"
 PASS_IF = """#!/bin/bash
 mkdir -p /logs/verifier

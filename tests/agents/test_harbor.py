@@ -54,7 +54,11 @@ def test_a_task_loads_with_harbors_paths_moved_into_the_sandbox(tmp_path):
     assert task.prompt == "Read /work/seed.txt and write `done` to /work/out.txt."
     assert task.files == {"seed.txt": "seed\n"}
     goal = task.goal
-    assert goal["type"] == "harbor_tests" and goal["timeout_s"] == 30.0 and sorted(goal["tests"]) == ["expected.txt", "test.sh"]
+    assert (
+        goal["type"] == "harbor_tests"
+        and goal["timeout_s"] == 30.0
+        and sorted(goal["tests"]) == ["expected.txt", "test.sh"]
+    )
     assert goal["tests"]["test.sh"] == (
         '#!/bin/bash\ncd /work && [ "$(cat out.txt)" = "$(cat /tmp/harbor/tests/expected.txt)" ] '
         "&& echo 1 > /tmp/harbor/logs/verifier/reward.txt\n"
@@ -94,13 +98,25 @@ REFUSALS = [
     ({"toml": "version = \n"}, "task.toml does not parse"),
     ({"remove": "tests/test.sh"}, "tests/test.sh is missing"),
     ({"remove": "task.toml"}, "task.toml is missing"),
-    ({"dockerfile": "FROM ubuntu:24.04\nWORKDIR /app\nRUN apt-get install -y git\n"}, "line 3: RUN cannot be reproduced"),
+    (
+        {"dockerfile": "FROM ubuntu:24.04\nWORKDIR /app\nRUN apt-get install -y git\n"},
+        "line 3: RUN cannot be reproduced",
+    ),
     ({"dockerfile": "FROM python:3.11\nWORKDIR /app\nENV A=1\n"}, "line 3: ENV cannot be reproduced"),
-    ({"dockerfile": "FROM python:3.11\nWORKDIR /app\nCOPY --from=builder /x /app/\n"}, "COPY --from=builder copies from outside"),
-    ({"dockerfile": "FROM python:3.11\nWORKDIR /app\nCOPY files/seed.txt /etc/seed\n"}, "COPY to /etc/seed is outside the working directory /app"),
+    (
+        {"dockerfile": "FROM python:3.11\nWORKDIR /app\nCOPY --from=builder /x /app/\n"},
+        "COPY --from=builder copies from outside",
+    ),
+    (
+        {"dockerfile": "FROM python:3.11\nWORKDIR /app\nCOPY files/seed.txt /etc/seed\n"},
+        "COPY to /etc/seed is outside the working directory /app",
+    ),
     ({"dockerfile": "FROM python:3.11\nCOPY files/ /app/\n"}, "sets no WORKDIR"),
     ({"dockerfile": "FROM a AS b\nFROM c\nWORKDIR /app\n"}, "line 2: only one plain FROM stage"),
-    ({"dockerfile": "FROM python:3.11\nWORKDIR /app\nCOPY missing.txt /app/\n"}, "COPY source 'missing.txt' is not in environment/"),
+    (
+        {"dockerfile": "FROM python:3.11\nWORKDIR /app\nCOPY missing.txt /app/\n"},
+        "COPY source 'missing.txt' is not in environment/",
+    ),
     ({"dockerfile": None}, "environment/Dockerfile is missing"),
     ({"files": {"blob.bin": b"\xff\xfe\x00"}}, "blob.bin is not UTF-8 text"),
 ]

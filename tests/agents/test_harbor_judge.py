@@ -49,7 +49,9 @@ def test_the_tests_run_from_the_workspace_with_the_task_tests_at_their_own_place
 
 def test_a_script_without_a_shebang_runs_as_bash_and_its_output_is_kept(pool):
     with pool.session() as s:
-        verdict = run_harbor_tests(s, tests={"test.sh": "echo checking; echo 0.5 > /tmp/harbor/logs/verifier/reward.txt\n"})
+        verdict = run_harbor_tests(
+            s, tests={"test.sh": "echo checking; echo 0.5 > /tmp/harbor/logs/verifier/reward.txt\n"}
+        )
     assert verdict.reward == 0.5 and "checking" in verdict.log
 
 

@@ -32,7 +32,10 @@ ATTACKS = {
     ],
     # the reward files at every path the agent could guess, the sandbox's own included
     "reward files written at every guessable path": [
-        ("shell", {"cmd": "; ".join(f"mkdir -p {p} 2>/dev/null; {WRITE_ONE.format(path=p)} 2>/dev/null" for p in GUESSES)})
+        (
+            "shell",
+            {"cmd": "; ".join(f"mkdir -p {p} 2>/dev/null; {WRITE_ONE.format(path=p)} 2>/dev/null" for p in GUESSES)},
+        )
     ],
     # a process left behind to write the reward while the tests run
     "a background writer left running": [("shell", {"cmd": f"setsid sh -c '{LATER}' >/dev/null 2>&1 & echo started"})],

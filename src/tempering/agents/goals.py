@@ -326,8 +326,10 @@ class HarborTestsGoal(GoalSettings):
     @field_validator("tests")
     @classmethod
     def _text_files(cls, tests: Any) -> Any:
-        if not isinstance(tests, dict) or not tests or not all(
-            _relative(k) and isinstance(v, str) for k, v in tests.items()
+        if (
+            not isinstance(tests, dict)
+            or not tests
+            or not all(_relative(k) and isinstance(v, str) for k, v in tests.items())
         ):
             raise ValueError("goal 'harbor_tests' needs 'tests': a non-empty object of relative path -> text")
         return tests
@@ -349,7 +351,12 @@ def _harbor_tests(goal: HarborTestsGoal, ctx: ToolContext, answer: str | None) -
     episode's graded reward (`ctx.reward`), 0 when the run left no valid one."""
     assert ctx.session is not None
     verdict = run_harbor_tests(
-        ctx.session, tests=goal.tests, script=goal.script, env=goal.env, timeout_s=float(goal.timeout_s), limits=ctx.limits
+        ctx.session,
+        tests=goal.tests,
+        script=goal.script,
+        env=goal.env,
+        timeout_s=float(goal.timeout_s),
+        limits=ctx.limits,
     )
     ctx.sandbox_s += verdict.run.wall_s
     if verdict.run.status == "sandbox_error":

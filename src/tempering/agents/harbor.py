@@ -276,7 +276,7 @@ def oracle_turns(solution: dict[str, str], env: dict[str, str]) -> list[list[dic
         lines = [f"mkdir -p {home}"]
         for rel, text in sorted(solution.items()):
             data = base64.b64encode(text.encode()).decode()
-            lines.append(f"mkdir -p \"$(dirname {home}/{rel})\" && echo {data} | base64 -d > {home}/{rel}")
+            lines.append(f'mkdir -p "$(dirname {home}/{rel})" && echo {data} | base64 -d > {home}/{rel}')
         lines.append(f"chmod +x {home}/solve.sh")
         cmd = exports + "\n".join(lines) + f"\n{home}/solve.sh\n"
     return [
@@ -301,7 +301,9 @@ def _folder(folder: Path, where: str) -> dict[str, str]:
     if not folder.is_dir():
         return {}
     return {
-        p.relative_to(folder).as_posix(): _text(p, folder.parent, where) for p in sorted(folder.rglob("*")) if p.is_file()
+        p.relative_to(folder).as_posix(): _text(p, folder.parent, where)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
     }
 
 
