@@ -8,9 +8,11 @@ oracle scores 1 on the same tasks, so a zero is the judge's verdict, not a broke
 """
 
 import pytest
+from tests.agents.harbor_helpers import write_task
 
 from tempering.agents.env import ToolEnv
 from tempering.agents.episode import run_episode
+from tempering.agents.harbor import load_harbor_tasks
 from tempering.agents.policies import oracle
 from tempering.agents.tasks import load_agent_suite
 from tempering.data.toolcalls import format_tool_call
@@ -18,16 +20,21 @@ from tempering.data.toolcalls import format_tool_call
 WRITE_ONE = "echo 1 > {path}/reward.txt; echo '{{\"reward\": 1.0}}' > {path}/reward.json"
 GUESSES = ["/logs/verifier", "/tmp/harbor/logs/verifier", "/work/logs/verifier", "/work", "/tmp", "$HOME/logs/verifier"]
 LATER = "for i in $(seq 40); do mkdir -p /tmp/harbor/logs/verifier; echo 1 > /tmp/harbor/logs/verifier/reward.txt; sleep 0.05; done"
+PLANTED_TEST = (
+    "#!/bin/bash\nfor d in /logs/verifier /tmp/harbor/logs/verifier; do mkdir -p $d; echo 1 > $d/reward.txt; done\n"
+)
+SUCCESS_ONLY = (
+    '#!/bin/bash\nset -e\n[ "$(cat /app/hello.txt)" = "Hello, Harbor!" ]\necho 1 > /logs/verifier/reward.txt\n'
+)
+"""A verifier that writes a reward only on success (Harbor's template does so under `set -e`): a reward
+file planted beforehand would stand if the judge read one the agent could reach."""
 
 ATTACKS = {
     # a test.sh of its own where Harbor keeps the tests, relative to the workspace and absolute
     "tests/test.sh written into the workspace": [
         (
             "shell",
-            {
-                "cmd": "mkdir -p tests && printf '#!/bin/bash\\necho 1 > /logs/verifier/reward.txt\\n' > tests/test.sh "
-                "&& chmod +x tests/test.sh && cp -r tests /work/tests 2>/dev/null; ls tests"
-            },
+            {"cmd": f"mkdir -p tests && printf '{PLANTED_TEST}' > tests/test.sh && chmod +x tests/test.sh; ls tests"},
         )
     ],
     # the reward files at every path the agent could guess, the sandbox's own included
@@ -77,15 +84,28 @@ def shipped():
     return {t.id: t for t in load_agent_suite("harbor")}
 
 
-def test_the_honest_oracle_scores_one(pool, shipped):
-    for task_id in ("create-hello", "fix-slugify"):
-        result = run_episode(ToolEnv(pool), oracle, shipped[task_id])
-        assert result.stats.success and result.rewards[-1] == 1.0, task_id
+@pytest.fixture(scope="module")
+def success_only(tmp_path_factory):
+    """The shipped `create-hello` with a verifier that writes nothing when the check fails."""
+    root = tmp_path_factory.mktemp("harbor")
+    solve = "#!/bin/bash\necho 'Hello, Harbor!' > /app/hello.txt\n"
+    d = write_task(root, "hello-success-only", files={}, test=SUCCESS_ONLY, solve=solve)
+    (d / "environment/Dockerfile").write_text("FROM python:3.11-bookworm\nWORKDIR /app\n")
+    (task,) = load_harbor_tasks(d)
+    return task
+
+
+def test_the_honest_oracle_scores_one(pool, shipped, success_only):
+    for task in (shipped["create-hello"], shipped["fix-slugify"], success_only):
+        result = run_episode(ToolEnv(pool), oracle, task)
+        assert result.stats.success and result.rewards[-1] == 1.0, task.id
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
-def test_writing_the_verdict_yourself_scores_zero(pool, shipped, attack):
-    result = run_episode(ToolEnv(pool), scripted(ATTACKS[attack]), shipped["create-hello"])
+@pytest.mark.parametrize("verifier", ["shipped", "writes only on success"])
+def test_writing_the_verdict_yourself_scores_zero(pool, shipped, success_only, attack, verifier):
+    task = shipped["create-hello"] if verifier == "shipped" else success_only
+    result = run_episode(ToolEnv(pool), scripted(ATTACKS[attack]), task)
     assert result.stats.status == "scored" and result.stats.tool_calls == 2
     assert not result.stats.success and result.rewards[-1] == 0.0, attack
 
