@@ -11,7 +11,7 @@ from tempering.agents.episode import run_episode, run_episodes
 from tempering.agents.harbor import load_harbor_tasks, map_paths, shipped_task_dirs
 from tempering.agents.harbor_dockerfile import HarborTaskError
 from tempering.agents.policies import noop, oracle
-from tempering.agents.tasks import load_agent_suite
+from tempering.agents.suites import load_agent_suite
 from tempering.evals.agent_suites import heldout_tasks
 from tests.agents.harbor_helpers import TOML, write_task
 

@@ -14,7 +14,7 @@ from tempering.agents.env import ToolEnv
 from tempering.agents.episode import run_episode
 from tempering.agents.harbor import load_harbor_tasks
 from tempering.agents.policies import oracle
-from tempering.agents.tasks import load_agent_suite
+from tempering.agents.suites import load_agent_suite
 from tempering.data.toolcalls import format_tool_call
 
 WRITE_ONE = "echo 1 > {path}/reward.txt; echo '{{\"reward\": 1.0}}' > {path}/reward.json"

@@ -1,6 +1,7 @@
 """Agent training: multi-turn tool environments in the sandbox (see docs/agents.md).
 
     tasks.py     `AgentTask` rows (JSONL + fixtures): prompt, tools, files, goal, tier, split
+    suites.py    `load_agent_suite`: what a suite name means (built-in, task JSONL, Harbor folders)
     tools.py     the tools (JSON schemas + what runs them; sandboxed where they touch files)
     goals.py     goal checks on the final state
     env.py       `Environment` protocol (`reset`/`step`) and `ToolEnv`, its one implementation
