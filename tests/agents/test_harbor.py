@@ -12,6 +12,7 @@ from tempering.agents.harbor import load_harbor_tasks, map_paths, shipped_task_d
 from tempering.agents.harbor_dockerfile import HarborTaskError
 from tempering.agents.policies import noop, oracle
 from tempering.agents.suites import load_agent_suite
+from tempering.data.toolcalls import format_tool_call
 from tempering.evals.agent_suites import heldout_tasks
 from tests.agents.harbor_helpers import TOML, write_task
 
@@ -152,3 +153,20 @@ def test_harbor_folders_are_agent_suites_for_eval_and_training(tmp_path):
     assert [(t.id, t.split) for t in suite] == [("held", "heldout"), ("trained", "train")]
     assert [t.id for t in heldout_tasks(f"agent:harbor:{tmp_path}")] == ["held"]  # `temper eval run agent:harbor:DIR`
     assert [t.id for t in load_harbor_tasks(tmp_path / "trained")] == ["trained"]  # one task folder alone
+
+
+def test_the_shipped_partial_credit_task_pays_a_quarter_per_fixed_function(pool):
+    task = next(t for t in load_agent_suite("harbor") if t.id == "fix-textutils")
+    broken = task.files["textutils/core.py"]
+    half = broken.replace("    return text[::-1]\n", '    return " ".join(reversed(text.split()))\n').replace(
+        "    return text.capitalize()\n", '    return " ".join(w[:1].upper() + w[1:] for w in text.split())\n'
+    )
+    assert half != broken
+
+    def fix_two(task, messages):
+        if any(m["role"] == "assistant" for m in messages):
+            return format_tool_call("submit", {"answer": "done"})
+        return format_tool_call("write_file", {"path": "textutils/core.py", "content": half})
+
+    result = run_episode(ToolEnv(pool), fix_two, task)
+    assert result.rewards[-1] == 0.5 and not result.stats.success
