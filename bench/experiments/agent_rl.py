@@ -80,7 +80,8 @@ def run_seed(args: argparse.Namespace) -> None:
     from tempering.agents.recovered import recovered_rows
     from tempering.agents.render import AgentRenderer
     from tempering.agents.rollout import EpisodeSettings, agent_rollout
-    from tempering.agents.tasks import load_agent_suite, select
+    from tempering.agents.suites import load_agent_suite
+    from tempering.agents.tasks import select
     from tempering.agents.training import AgentRolloutSource, episode_row, expert_examples
     from tempering.config import LoraSettings, TrainSettings
     from tempering.data.batches import SFTBatches

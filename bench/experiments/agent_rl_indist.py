@@ -83,7 +83,8 @@ def main() -> None:
     from tempering.agents.config import AgentEvalSettings
     from tempering.agents.render import AgentRenderer
     from tempering.agents.rollout import EpisodeSettings, agent_rollout
-    from tempering.agents.tasks import load_agent_suite, select
+    from tempering.agents.suites import load_agent_suite
+    from tempering.agents.tasks import select
     from tempering.config import EngineSettings, LoraSettings
     from tempering.models.load import load_tokenizer
     from tempering.models.lora import load_for_training

@@ -16,7 +16,8 @@ from safetensors.torch import load_file
 from tempering.agents.config import AgentEvalSettings, AgentRLSettings
 from tempering.agents.render import AgentRenderer
 from tempering.agents.rollout import EpisodeSettings, agent_rollout
-from tempering.agents.tasks import load_agent_suite, select
+from tempering.agents.suites import load_agent_suite
+from tempering.agents.tasks import select
 from tempering.batches import GRPOBatch
 from tempering.config import EngineSettings, LoraSettings, TrainSettings
 from tempering.data.padding import PAD_ID, left_pad, right_pad

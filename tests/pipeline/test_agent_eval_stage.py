@@ -37,6 +37,16 @@ def test_the_plan_accepts_agent_suites_and_names_an_unknown_one(tmp_path, tiny_a
         load_plan(write_pipeline(tmp_path, {"e": agent_eval(tiny_agent_model, "agent:missing.jsonl")}))
 
 
+def test_a_harbor_folder_is_resolved_against_the_pipeline_file(tmp_path, tiny_agent_model):
+    from tests.agents.harbor_helpers import write_task
+
+    write_task(tmp_path / "tasks")
+    plan = load_plan(write_pipeline(tmp_path, {"e": agent_eval(tiny_agent_model, "agent:harbor:tasks")}))
+    assert plan.stages[0].keys["suites"] == [f"agent:harbor:{tmp_path / 'tasks'}"]
+    with pytest.raises(PipelineError, match=r"stage 'e'.*gone"):
+        load_plan(write_pipeline(tmp_path, {"e": agent_eval(tiny_agent_model, "agent:harbor:gone")}))
+
+
 def test_a_pipeline_gates_on_an_agent_suite(tmp_path, monkeypatch, tiny_agent_model):
     """Two gates on the same agent metric: the one the figures meet passes, the other rejects."""
     monkeypatch.setenv("TEMPERING_CACHE", str(tmp_path / "cache"))

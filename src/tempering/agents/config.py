@@ -64,7 +64,8 @@ class AgentTaskSettings(Strict):
     """Which agent tasks train and which evaluate."""
 
     suites: list[str] = ["tool_arith"]
-    """Built-in suites (`tasks.BUILTIN`: `tool_arith`, `tool_notation`, `retry`, `workspace`, `safe`, `repo`) or paths to task JSONL files."""
+    """Built-in suites (`tasks.BUILTIN`: `tool_arith`, `tool_notation`, `retry`, `workspace`, `safe`, `repo`), paths to task
+    JSONL files, or Harbor task folders (`harbor`: the shipped ones, `harbor:<dir>`; docs/agents.md, Harbor tasks)."""
     tiers: list[int] | None = None
     """Train and evaluate only these tiers (None: all)."""
     eval_suites: list[str] | None = None

@@ -20,7 +20,8 @@ What goes wrong is counted and answered, never raised:
 
 The episode ends on `submit`, on a turn without tool calls (its text is the answer), or
 after `task.max_steps` turns; the goal is then checked on the final state and the last
-step's reward is `task.attempt_reward(attempt)` on success, else 0. When the sandbox itself
+step's reward is `task.attempt_reward(attempt)` on success, else 0 (a graded goal, a Harbor
+task's verifier, scales it by its reward: partial credit kept). When the sandbox itself
 fails (it cannot open, a run reports `sandbox_error`), or anything unforeseen raises while
 a turn is answered, that episode alone ends with `info["status"] == "env_error"` and the
 reason in `info["error"]`: the environment's failure, never the model's, and never an
@@ -313,7 +314,11 @@ class ToolEnv:
         self.stats.flags = sorted(set(self.ctx.flags))
         if task.fail_on_unsafe and self.stats.unsafe_actions:  # e.g. a repository task's tests touched
             self.stats.success = False
-        return task.attempt_reward(max(self.stats.attempts, 1)) if self.stats.success else 0.0
+            return 0.0
+        full = task.attempt_reward(max(self.stats.attempts, 1))
+        if self.ctx.reward is not None:  # a graded goal (a Harbor task): its reward, partial credit kept
+            return full * self.ctx.reward
+        return full if self.stats.success else 0.0
 
     def _intact(self) -> bool:
         if not self._initial:

@@ -6,6 +6,7 @@
 {"type": "script", "files": {"run.py": "..."}}          hidden Python programs run to their end in /work
 {"type": "all", "checks": [...]}                        every check passes, in order
 {"type": "repo_tests", "paths": ["tests/test_a.py"]}     a repository task: see `resolve_repo_tests`
+{"type": "harbor_tests", "tests": {"test.sh": "..."}}    a Harbor task's verifier: its reward (see `harbor_judge`)
 
 `tests` and `script` are judged by `tempering.agents.judge`: the hidden files never touch
 /work, run under an interpreter and sys.path the episode cannot change, and the verdict is
@@ -25,11 +26,13 @@ the check over the final state, with no edit elsewhere:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from tempering.agents.harbor_judge import run_harbor_tests
 from tempering.agents.judge import judge
 from tempering.agents.tools import EnvFailure, ToolContext
 from tempering.errors import UserError
@@ -308,3 +311,55 @@ class RepoTestsGoal(GoalSettings):
 @register_goal("repo_tests", RepoTestsGoal)
 def _repo_tests(goal: RepoTestsGoal, ctx: ToolContext, answer: str | None) -> bool:
     raise ValueError("goal 'repo_tests' is resolved when its task loads (AgentTask), never checked as such")
+
+
+class HarborTestsGoal(GoalSettings):
+    tests: Any
+    """The task's tests/ folder: relative path -> text (Harbor's paths rewritten, `harbor.map_paths`)."""
+    script: Any = "test.sh"
+    """The verifier script among `tests`."""
+    timeout_s: Any = 60.0
+    """The task's `[verifier] timeout_sec`."""
+    env: Any = {}
+    """The task's `[verifier] env`."""
+
+    @field_validator("tests")
+    @classmethod
+    def _text_files(cls, tests: Any) -> Any:
+        if (
+            not isinstance(tests, dict)
+            or not tests
+            or not all(_relative(k) and isinstance(v, str) for k, v in tests.items())
+        ):
+            raise ValueError("goal 'harbor_tests' needs 'tests': a non-empty object of relative path -> text")
+        return tests
+
+    @model_validator(mode="after")
+    def _script_is_a_test_file(self) -> HarborTestsGoal:
+        if self.script not in self.tests:
+            raise ValueError(f"goal 'harbor_tests': the script {self.script!r} is not among its tests")
+        if not isinstance(self.timeout_s, (int, float)) or not 0 < self.timeout_s < math.inf:
+            raise ValueError(f"goal 'harbor_tests': timeout_s must be a positive number, got {self.timeout_s!r}")
+        if not isinstance(self.env, dict) or not all(isinstance(v, str) for v in self.env.values()):
+            raise ValueError("goal 'harbor_tests': env must be an object of name -> text")
+        return self
+
+
+@register_goal("harbor_tests", HarborTestsGoal)
+def _harbor_tests(goal: HarborTestsGoal, ctx: ToolContext, answer: str | None) -> bool:
+    """Met when Harbor's reward is at least 1; the reward itself (partial credit kept) is the
+    episode's graded reward (`ctx.reward`), 0 when the run left no valid one."""
+    assert ctx.session is not None
+    verdict = run_harbor_tests(
+        ctx.session,
+        tests=goal.tests,
+        script=goal.script,
+        env=goal.env,
+        timeout_s=float(goal.timeout_s),
+        limits=ctx.limits,
+    )
+    ctx.sandbox_s += verdict.run.wall_s
+    if verdict.run.status == "sandbox_error":
+        raise EnvFailure(f"sandbox error in the goal check: {verdict.run.error}")
+    ctx.reward = 0.0 if verdict.reward is None else verdict.reward
+    return ctx.reward >= 1.0

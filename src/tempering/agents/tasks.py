@@ -190,10 +190,5 @@ def builtin_tasks(name: str) -> list[AgentTask]:
     return load_agent_tasks(ENVS_DIR / f"{name}.jsonl")
 
 
-def load_agent_suite(name: str) -> list[AgentTask]:
-    """A built-in suite by name, or a task JSONL path."""
-    return builtin_tasks(name) if name in BUILTIN else load_agent_tasks(name)
-
-
 def select(tasks: list[AgentTask], split: str | None = None, tiers: list[int] | None = None) -> list[AgentTask]:
     return [t for t in tasks if (split is None or t.split == split) and (tiers is None or t.tier in tiers)]

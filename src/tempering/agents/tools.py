@@ -43,6 +43,8 @@ class ToolContext:
     sandbox_timeouts: int = 0
     flags: list[str] = field(default_factory=list)
     """What goal checks saw the episode try (`cheat:comparison_override`), in the order seen."""
+    reward: float | None = None
+    """A graded goal's reward (a Harbor task's verifier, partial credit kept); None: the goal is pass/fail."""
 
 
 @dataclass

@@ -42,7 +42,8 @@ def heldout_tasks(name: str, limit: int | None = None) -> list[Any]:
     Raises:
         UserError: an unknown suite, a task file that does not load, or one without held-out tasks.
     """
-    from tempering.agents.tasks import load_agent_suite, select
+    from tempering.agents.suites import load_agent_suite
+    from tempering.agents.tasks import select
 
     tasks = select(load_agent_suite(name.removeprefix(PREFIX)), "heldout")[:limit]
     if not tasks:
@@ -57,7 +58,7 @@ def agent_suite_digest(name: str) -> str:
     Raises:
         UserError: the suite does not load.
     """
-    from tempering.agents.tasks import load_agent_suite
+    from tempering.agents.suites import load_agent_suite
 
     return suite_hash(load_agent_suite(name.removeprefix(PREFIX)))
 

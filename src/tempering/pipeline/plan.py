@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 import yaml
 from pydantic import ValidationError
 
+from tempering.agents.harbor import PREFIX as HARBOR_PREFIX
 from tempering.agents.tasks import BUILTIN as BUILTIN_AGENT_SUITES
 from tempering.config import PipelineConfig
 from tempering.errors import UserError
@@ -260,6 +261,12 @@ def _resolve(where: str, base: Path, value: str, key: str, model: bool) -> str:
     """A relative input path against the pipeline file's dir; a missing one is an error."""
     if not model and key.split(".")[0] == "suites" and is_agent_suite(value) and not REF.search(value):
         name = value.removeprefix(AGENT_PREFIX)  # `agent:PATH.jsonl`: the path against the pipeline file
+        if name.startswith(HARBOR_PREFIX):  # `agent:harbor:DIR`: the folder likewise
+            folder = Path(name.removeprefix(HARBOR_PREFIX)).expanduser()
+            folder = folder if folder.is_absolute() else Path(os.path.normpath(base / folder))
+            if not folder.is_dir():
+                raise PipelineError(f"{where}: {key}: Harbor task folder not found: {folder}")
+            return AGENT_PREFIX + HARBOR_PREFIX + str(folder)
         return value if name in BUILTIN_AGENT_SUITES else AGENT_PREFIX + _resolve(where, base, name, key, False)
     if REF.search(value) or (model and not is_model_path(value)) or (not model and not is_file_value(value, key)):
         return value

@@ -21,7 +21,8 @@ from typing import Any, Callable
 from tempering.agents.config import AgentConfig, AgentSFTSettings
 from tempering.agents.episode import summarise
 from tempering.agents.rollout import AgentBatch, agent_rollout
-from tempering.agents.tasks import BUILTIN, AgentTask, load_agent_suite, select
+from tempering.agents.suites import load_agent_suite
+from tempering.agents.tasks import BUILTIN, AgentTask, select
 from tempering.errors import UserError
 from tempering.recipes.recipe import Components, TrainingRecipe, run_training
 from tempering.runs.stage import input_list

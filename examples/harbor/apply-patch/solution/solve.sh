@@ -1,0 +1,4 @@
+#!/bin/bash
+set -e
+cd /app
+git apply fix.patch

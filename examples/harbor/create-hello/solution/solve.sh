@@ -1,0 +1,4 @@
+#!/bin/bash
+set -e
+cd /app
+echo 'Hello, Harbor!' > /app/hello.txt

@@ -1,0 +1,3 @@
+x = 1  # TODO rename
+y = 2
+# TODO: test

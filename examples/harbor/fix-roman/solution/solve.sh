@@ -1,0 +1,15 @@
+#!/bin/bash
+set -e
+cd /app
+cat > roman/convert.py <<'EOF'
+TABLE = [(1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"), (50, "L"), (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I")]
+
+
+def to_roman(n):
+    out = ''
+    for value, letters in TABLE:
+        while n >= value:
+            out += letters
+            n -= value
+    return out
+EOF

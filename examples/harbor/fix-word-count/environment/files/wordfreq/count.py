@@ -1,0 +1,6 @@
+import re
+from collections import Counter
+
+
+def count_words(text):
+    return dict(Counter(re.findall(r"[a-z']+", text)))

@@ -1,0 +1,27 @@
+"""Hidden check, run by /tests/test.sh under `python3 -I`: the nonce arrives on stdin before the
+code under test is imported; values are compared by their own type."""
+import json
+import sys
+
+
+def plain(got, want):
+    if isinstance(want, float):
+        return type(got) in (int, float) and float(got) == want
+    if type(got) is not type(want):
+        return False
+    return json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
+
+
+def main():
+    nonce = sys.stdin.readline().strip()
+    sys.path.append("/app")
+    from numkit.stats import median
+
+    for args, want in [(([3, 1, 2],), 2.0), (([4, 1, 3, 2],), 2.5), (([7],), 7.0), (([1, 1, 5, 9],), 3.0)]:
+        if not plain(median(*args), want):
+            print("failed", args)
+            return
+    print("passed", nonce)
+
+
+main()

@@ -1,0 +1,14 @@
+#!/bin/bash
+# Harbor verifier: runs from the working directory (/app) after the agent; writes the reward.
+mkdir -p /logs/verifier
+
+check() {
+  [ -L /app/current ] || return 1
+  [ "$(cat /app/current/app.txt)" = "1.10" ] || return 1
+}
+
+if check; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi

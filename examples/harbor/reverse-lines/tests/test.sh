@@ -1,0 +1,13 @@
+#!/bin/bash
+# Harbor verifier: runs from the working directory (/app) after the agent; writes the reward.
+mkdir -p /logs/verifier
+
+check() {
+  [ "$(cat /app/reversed.txt | tr "\n" " ")" = "four three two one " ] || return 1
+}
+
+if check; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi
