@@ -11,9 +11,8 @@ import pytest
 
 from tempering.agents.env import ToolEnv
 from tempering.agents.episode import run_episode
-from tempering.agents.policies import oracle
+from tempering.agents.policies import oracle, scripted
 from tempering.agents.tasks import builtin_tasks
-from tempering.data.toolcalls import format_tool_call
 
 EXIT_AT_IMPORT = "import os\nos._exit(0)\n"
 FAKE_UNITTEST = "import sys\n\n\nclass TestCase:\n    pass\n\n\ndef main(*a, **k):\n    sys.exit(0)\n"
@@ -53,17 +52,6 @@ FAKES = {
         )
     ],
 }
-
-
-def scripted(calls, answer="done"):
-    """One turn of `calls`, then `submit` `answer`."""
-
-    def act(task, messages):
-        turn = sum(m["role"] == "assistant" for m in messages)
-        todo = calls if turn == 0 else [("submit", {"answer": answer})]
-        return "\n".join(format_tool_call(name, args) for name, args in todo)
-
-    return act
 
 
 @pytest.fixture(scope="module")

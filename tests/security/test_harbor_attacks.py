@@ -13,9 +13,8 @@ from tests.agents.harbor_helpers import write_task
 from tempering.agents.env import ToolEnv
 from tempering.agents.episode import run_episode
 from tempering.agents.harbor import load_harbor_tasks
-from tempering.agents.policies import oracle
+from tempering.agents.policies import oracle, scripted
 from tempering.agents.suites import load_agent_suite
-from tempering.data.toolcalls import format_tool_call
 
 WRITE_ONE = "echo 1 > {path}/reward.txt; echo '{{\"reward\": 1.0}}' > {path}/reward.json"
 GUESSES = ["/logs/verifier", "/tmp/harbor/logs/verifier", "/work/logs/verifier", "/work", "/tmp", "$HOME/logs/verifier"]
@@ -66,17 +65,6 @@ SLUG_FAKES = {
         "        return False\n\n    __hash__ = str.__hash__\n\n\ndef slugify(text):\n    return Anything('')\n"
     ),
 }
-
-
-def scripted(calls):
-    """One turn of `calls`, then `submit`."""
-
-    def act(task, messages):
-        turn = sum(m["role"] == "assistant" for m in messages)
-        todo = calls if turn == 0 else [("submit", {"answer": "done"})]
-        return "\n".join(format_tool_call(name, args) for name, args in todo)
-
-    return act
 
 
 @pytest.fixture(scope="module")

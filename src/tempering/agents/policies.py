@@ -45,6 +45,17 @@ def noop(task: AgentTask, messages: list[dict[str, Any]]) -> str:
     return "I cannot do this."
 
 
+def scripted(calls: list[tuple[str, dict[str, Any]]], answer: str = "done") -> Policy:
+    """One turn of `calls` (tool name, arguments), then `submit` `answer`: an attack or a fix
+    played exactly as written (the attack tests and diagnostics)."""
+
+    def act(task: AgentTask, messages: list[dict[str, Any]]) -> str:
+        todo = calls if _turn(messages) == 0 else [("submit", {"answer": answer})]
+        return "\n".join(format_tool_call(name, args) for name, args in todo)
+
+    return act
+
+
 def recover(task: AgentTask, messages: list[dict[str, Any]]) -> str:
     turn = _turn(messages)
     return MALFORMED if turn == 0 else oracle_text(task, turn - 1)
