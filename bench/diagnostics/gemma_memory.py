@@ -6,7 +6,8 @@ one step, batch 1, chats of the built-in arithmetic data rendered in Gemma's tur
 (`--max-length` tokens at most), the precision `auto` picks. Peak RSS is the child's own
 (`ru_maxrss` from `os.wait4`): the process as a user runs it, with the import of torch and
 transformers, the 262k-row embedding and the step. The baseline (`load_only`) is a child that
-imports the same and loads the model with the same LoRA, and stops there.
+imports the same, loads the model with the same LoRA and reads every weight once (safetensors
+are mapped lazily: an unread weight is not resident), and stops there.
 
     python bench/diagnostics/gemma_memory.py [--max-length 128]
 
@@ -64,7 +65,8 @@ def sft_step(work: Path, max_length: int) -> dict:
 
 LOAD_ONLY = (
     "from tempering.config import LoraSettings; from tempering.models.lora import load_for_training; "
-    f"load_for_training({MODEL!r}, LoraSettings())"
+    f"m = load_for_training({MODEL!r}, LoraSettings()); "
+    "print(sum(float(p.detach().sum()) for p in m.parameters()))"  # safetensors map lazily: read every weight
 )
 
 
@@ -73,6 +75,7 @@ def main() -> None:
     p.add_argument("--max-length", type=int, default=128, help="the longest chat, in tokens")
     args = p.parse_args()
     from tempering.models.load import resolve_model
+    from tempering.models.precision import resolve_precision
 
     resolve_model(MODEL)  # converted before the measured runs
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,10 +85,10 @@ def main() -> None:
         "model": MODEL,
         "cpu": cpu_name(),
         "max_length": args.max_length,
+        "precision": resolve_precision("auto"),
         "lora_sft_step_peak_rss_gb": step["peak_rss_gb"],
         "load_only_peak_rss_gb": load_only,
         "step_over_load_gb": step["peak_rss_gb"] - load_only,
-        "precision": step["summary"].get("precision"),
         "summary": step["summary"],
     }
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -90,10 +90,11 @@ def installed(alias: str) -> bool:
 
 def alias_gguf(alias: str, cache: Path | None = None) -> Path:
     """The GGUF file an alias names: inside its installed package, or reassembled from its chunk
-    packages once into `cache`/gguf (default: `models.load.cache_dir()`).
+    packages once into `cache`/gguf (`models.load.resolve_model` passes its `cache_dir()`).
 
     Raises:
         ModelNotFound: the package (or one of its chunk packages) is not installed.
+        ValueError: a chunked alias without a `cache` to reassemble it into.
     """
     model, where = ALIASES[alias], _package_dir(alias)
     if not model.assembled:
@@ -102,9 +103,7 @@ def alias_gguf(alias: str, cache: Path | None = None) -> Path:
             raise ModelNotFound(f"{path} is missing from the installed {model.package!r} package")
         return path
     if cache is None:
-        from tempering.models.load import cache_dir
-
-        cache = cache_dir()
+        raise ValueError(f"{alias}: its GGUF is reassembled from chunks; pass the cache dir to put it in")
     target = cache / "gguf" / model.filename
     if target.is_file():
         return target

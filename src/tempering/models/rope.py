@@ -47,7 +47,7 @@ def rope_summary(config: Any) -> dict[str, Any] | None:
     """The non-default rope parameters of a transformers config (None: plain RoPE or no RoPE); for
     parameters kept per attention type, those of the scaled types, by type."""
     params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
-    if per_layer_type(params):
+    if params and per_layer_type(params):
         scaled = {kind: dict(p) for kind, p in params.items() if p.get("rope_type", "default") != "default"}
         return scaled or None
     if not params or params.get("rope_type", params.get("type", "default")) == "default":
