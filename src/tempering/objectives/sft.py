@@ -22,7 +22,7 @@ import torch
 
 from tempering.batches import SequenceShardBatch, SFTBatch, model_inputs
 from tempering.models.checkpointing import checkpointed_now
-from tempering.models.logprobs import LOGPROB_CHUNK_TOKENS, head_logprobs
+from tempering.models.logprobs import LOGPROB_CHUNK_TOKENS, head_logprobs, output_head
 from tempering.models.vlm import vlm_backbone
 from tempering.types import IGNORE
 
@@ -88,7 +88,7 @@ class SFTObjective:
         if "pixel_values" in inputs:  # images: the VLM's backbone merges their features into the text
             decoder, head = vlm_backbone(model)
         else:
-            decoder, head = model.get_decoder(), model.get_output_embeddings()
+            decoder, head = model.get_decoder(), output_head(model)
         hidden = decoder(**inputs, use_cache=False).last_hidden_state
         recompute = checkpointed_now(model)
         if "targets" in batch:  # a sequence shard: the next token may lie on another process

@@ -510,7 +510,7 @@ class BatchingEngine(HFEngine):
             out = self.model(
                 input_ids=last,
                 position_ids=write_at[:, None],
-                attention_mask=self._open_cache.decode_mask(),
+                attention_mask=self._open_cache.decode_mask(getattr(self.model, "config", None)),
                 use_cache=True,
                 **{self._cache_kw: self._cache},
             )

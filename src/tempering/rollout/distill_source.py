@@ -221,7 +221,7 @@ def _reply_kls(
     Returns:
         (exact, one_sample), each (B*G,) float32 sums over each reply's sampled positions.
     """
-    from tempering.models.logprobs import grouped_hidden
+    from tempering.models.logprobs import grouped_hidden, output_head
     from tempering.models.precision import autocast
     from tempering.objectives.divergences import reverse_kl
 
@@ -232,7 +232,7 @@ def _reply_kls(
         with autocast(precision, device):
             args = (a.to(device) for a in (prompt_ids, prompt_mask, ids, mask))
             states = grouped_hidden(m, *args)[keep.to(device)]  # (tokens, H): only sampled positions
-            logits = m.get_output_embeddings()(states).float().cpu()
+            logits = output_head(m)(states).float().cpu()
         logps.append(torch.log_softmax(logits / temperature, dim=-1))
     picked = ids[keep][:, None]
     exact, one_sample = torch.zeros(mask.shape), torch.zeros(mask.shape)

@@ -132,7 +132,7 @@ def decode_forward(model: Any, cache: StaticSlotKVCache, cache_kw: str, precisio
             out = model(
                 input_ids=ids,
                 position_ids=positions,
-                attention_mask=cache.decode_mask(),
+                attention_mask=cache.decode_mask(getattr(model, "config", None)),
                 use_cache=True,
                 **{cache_kw: cache},
             )

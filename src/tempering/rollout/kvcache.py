@@ -5,7 +5,7 @@ batch between two decode steps without the rest of the batch being copied.
     cache.reserve(rows=3, length=300)                     # room for what is admitted, no more
     cache.write_prefill(prefill_cache, rows_to_slots)   # K/V of new prompts -> their slots
     cache.bind(lengths, longest)                          # the next forward decodes slots 0..B-1
-    model(input_ids, position_ids=lengths[:, None], attention_mask=cache.decode_mask(), cache=cache)
+    model(input_ids, position_ids=lengths[:, None], attention_mask=cache.decode_mask(model.config), cache=cache)
     cache.move(src, dst)                                  # compaction when a sequence leaves
     cache.release()                                       # the batch is empty: give the memory back
 
@@ -27,7 +27,8 @@ HF's `DynamicCache` instead concatenates the whole cache every step and copies i
 finished rows are dropped.
 
 The model is called with a ready 4-D boolean mask (B, 1, 1, width), which transformers
-passes through untouched, so the model calls only `update` on this object.
+passes through untouched, so the model calls only `update` on this object; a model with
+sliding-window layers (Gemma 3) gets one such mask per layer type (`decode_mask(config)`).
 """
 
 from __future__ import annotations
@@ -36,12 +37,21 @@ from typing import Any
 
 import torch
 
-__all__ = ["LENGTH_STEP", "ROW_STEP", "SlotKVCache", "StaticSlotKVCache"]
+__all__ = ["LENGTH_STEP", "ROW_STEP", "SlotKVCache", "StaticSlotKVCache", "sliding_window"]
 
 ROW_STEP = 8
 """The cache grows by whole multiples of this many rows (capped at `slots`)."""
 LENGTH_STEP = 128
 """... and of this many positions (capped at `max_len`)."""
+
+
+def sliding_window(config: Any) -> int | None:
+    """The window of a model whose `layer_types` include sliding-window layers (Gemma 3's 5 of 6),
+    else None. Such models take a mask per layer type (a dict keyed by layer type); one 4-D mask
+    would reach them unchanged and let the sliding layers see the whole cache."""
+    if "sliding_attention" not in (getattr(config, "layer_types", None) or ()):
+        return None
+    return int(config.sliding_window)
 
 
 def round_up(n: int, step: int, cap: int) -> int:
@@ -131,11 +141,21 @@ class SlotKVCache:
         self._rows = torch.arange(lengths.shape[0], device=lengths.device)
         self._width = longest + 1
 
-    def decode_mask(self) -> torch.Tensor:
-        """(B, 1, 1, width) bool: row b attends to cache positions 0..lengths[b]."""
+    def decode_mask(self, config: Any = None) -> torch.Tensor | dict[str, torch.Tensor]:
+        """(B, 1, 1, width) bool: row b attends to cache positions 0..lengths[b].
+
+        For a model (transformers `config`) with sliding-window layers (`sliding_window`), one mask
+        per layer type, as such models take them: the sliding layers' row b sees only its last
+        `window` positions, lengths[b] - window + 1..lengths[b], the window the model's own masks give.
+        """
         assert self._write_at is not None, "bind() before a decode forward"
         width = torch.arange(self._width, device=self._write_at.device)
-        return (width[None, :] <= self._write_at[:, None])[:, None, None, :]
+        full = (width[None, :] <= self._write_at[:, None])[:, None, None, :]
+        window = sliding_window(config)
+        if window is None:
+            return full
+        recent = (width[None, :] > self._write_at[:, None] - window)[:, None, None, :]
+        return {"full_attention": full, "sliding_attention": full & recent}
 
     def update(
         self,

@@ -31,7 +31,7 @@ from tempering.config import EngineSettings, LoraSettings, OptimSettings, Sampli
 from tempering.data.padding import PAD_ID, right_pad
 from tempering.models.checkpoints import MANIFEST
 from tempering.models.load import ModelNotFound, load_model, load_tokenizer
-from tempering.models.logprobs import head_logprobs, token_logprobs
+from tempering.models.logprobs import head_logprobs, output_head, token_logprobs
 from tempering.models.lora import apply_lora, linear_targets
 from tempering.models.precision import autocast, resolve_precision
 from tempering.rollout.select import build_engine
@@ -141,7 +141,7 @@ def _target_logprobs(model: Any, data: list[WireDatum]) -> torch.Tensor:
     hidden = model.get_decoder()(
         input_ids=tokens, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0), use_cache=False
     ).last_hidden_state
-    logp, _ = head_logprobs(model.get_output_embeddings(), hidden, targets, mask)
+    logp, _ = head_logprobs(output_head(model), hidden, targets, mask)
     return logp
 
 
