@@ -15,7 +15,6 @@ NOT_YET_REMEASURED = {
     "sft.json",
     "grpo.json",
     "time_to_reward.json",
-    "dpo.json",
     "eval.json",
     "inference.json",
     "single_stream.json",

@@ -112,11 +112,6 @@ SINGLE_RUN = {
         "TRL `GRPOTrainer` 1.90",
     ),
     "time_to_reward.json": ("171 s (2.01×)", "TRL `GRPOTrainer` 343 s"),
-    "dpo.json": (
-        "2.205 pairs/s (2.69×; 2.50× over one epoch with the reference pass), 5 timed steps, alone, 2026-12-05 "
-        "(history 1.393 / 2.31×)",
-        "TRL `DPOTrainer` with precomputed reference 0.818 (its faster setting; default 0.615)",
-    ),
     "eval.json": (
         "47.8 samples/s: **4.26×** batched HF `generate`, **4.89×** lm-evaluation-harness (HF backend), fastest "
         "batch size of each (21.2× per-sample `generate`; history 17.3×)",
